@@ -1,0 +1,257 @@
+"""The executor plugin surface: :class:`Executor`, :class:`ExecutionContext` and outcomes.
+
+An executor is any object with ``async def execute(ctx) -> Outcome``. A plugin registers a
+*factory* (usually the class itself) under the entry-point group ``backlog_worker.executors``;
+the worker calls it with the role's options mapping and calls ``execute`` once per claimed task.
+
+Cancellation arrives as anyio cancellation (lease lost, timeout, shutdown past its grace); an
+executor that owns subprocesses must kill their whole process group before re-raising.
+An executor may also implement ``async def readiness(self) -> list[str]`` (one line per problem,
+empty when ready); ``backlog-worker check`` runs it before any task is claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import anyio
+
+from tracker_client.models import ArtifactCreate, Run, Task
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ContextSink",
+    "ExecutionContext",
+    "Executor",
+    "ExecutorFactory",
+    "Failure",
+    "Outcome",
+    "ReportPolicy",
+    "SupportsReadiness",
+    "Transition",
+]
+
+#: The entry-point group third-party executors register under.
+ENTRY_POINT_GROUP = "backlog_worker.executors"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Success: move the task on with ``trigger`` (None = the role's default trigger)."""
+
+    trigger: str | None = None
+    instructions: str | None = None
+    usage: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Failure: the run is failed; ``retryable=False`` asks the worker not to retry.
+
+    ``reason`` is a short stable code (``timeout``, ``nullclaw_config_error``, ...);
+    ``message`` is the human text; ``details`` goes into the ``error`` event.
+    """
+
+    reason: str
+    message: str = ""
+    retryable: bool = True
+    details: Mapping[str, Any] = field(default_factory=dict)
+    usage: Any = None
+
+
+Outcome = Transition | Failure
+
+
+class ContextSink(Protocol):
+    """Where a context's reports and artifacts go: the tracker in a worker, a list in tests."""
+
+    async def emit_events(self, events: list[tuple[str, Any]]) -> None:
+        """Write events in order."""
+
+    async def emit_artifact(self, artifact: ArtifactCreate) -> str:
+        """Record one artifact; returns its id."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPolicy:
+    """How ``report`` batches: flush after ``flush_interval_s``, ``max_events`` or ``max_bytes``.
+
+    Consecutive buffered events of one kind are merged into one event ``{"batch": [...]}``, so
+    a chatty executor costs a few tracker writes per interval, not one per line.
+    """
+
+    flush_interval_s: float = 1.0
+    max_events: int = 200
+    max_bytes: int = 32_768
+    max_event_bytes: int = 16_384
+
+
+def _approx_size(data: Any) -> int:
+    if isinstance(data, str | bytes):
+        return len(data) + 2
+    if isinstance(data, Mapping):
+        return sum(len(str(k)) + _approx_size(v) + 4 for k, v in data.items()) + 2
+    if isinstance(data, list | tuple):
+        return sum(_approx_size(v) + 1 for v in data) + 2
+    return 16
+
+
+class ExecutionContext:
+    """Everything an executor gets for one run.
+
+    Attributes: ``task``, ``run``, ``attempt``, ``workdir`` (created for this run),
+    ``instructions`` (of the transition that led here, if any), ``options`` (the role's
+    executor options), ``logger`` and ``deadline`` (``anyio.current_time()`` seconds, or None).
+    """
+
+    def __init__(
+        self,
+        *,
+        task: Task,
+        run: Run,
+        workdir: Path,
+        sink: ContextSink,
+        options: Mapping[str, Any] | None = None,
+        instructions: str | None = None,
+        deadline: float | None = None,
+        shutdown: anyio.Event | None = None,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        report_policy: ReportPolicy | None = None,
+    ) -> None:
+        self.task = task
+        self.run = run
+        self.attempt = run.attempt
+        self.workdir = workdir
+        self.options: Mapping[str, Any] = dict(options or {})
+        self.instructions = instructions
+        self.deadline = deadline
+        self.logger = logger or logging.getLogger("backlog_worker.executor")
+        self._sink = sink
+        self._shutdown = shutdown or anyio.Event()
+        self._policy = report_policy or ReportPolicy()
+        self._buffer: list[tuple[str, Any]] = []
+        self._buffered_bytes = 0
+        self._last_flush = time.monotonic()
+        self._lock = anyio.Lock()
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def shutting_down(self) -> bool:
+        """True once the worker started draining: finish soon or checkpoint."""
+        return self._shutdown.is_set()
+
+    async def wait_shutdown(self) -> None:
+        """Block until the worker starts shutting down."""
+        await self._shutdown.wait()
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the deadline (never negative), or None without one."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - anyio.current_time())
+
+    # -- reporting --------------------------------------------------------------------------------
+    async def report(self, kind: str, data: Any = None, *, flush: bool = False) -> None:
+        """Record an event for this run; buffered and batched (see :class:`ReportPolicy`).
+
+        ``flush=True`` writes it (and everything before it) now, for events that matter.
+        """
+        self._buffer.append((kind, {} if data is None else data))
+        self._buffered_bytes += _approx_size(data)
+        if (
+            flush
+            or len(self._buffer) >= self._policy.max_events
+            or self._buffered_bytes >= self._policy.max_bytes
+            or time.monotonic() - self._last_flush >= self._policy.flush_interval_s
+        ):
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write buffered events now (merging runs of one kind). Safe to call concurrently."""
+        async with self._lock:
+            events, self._buffer = self._buffer, []
+            self._buffered_bytes = 0
+            self._last_flush = time.monotonic()
+            if events:
+                await self._sink.emit_events(self._coalesce(events))
+
+    def _coalesce(self, events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        run_kind: str | None = None
+        run_items: list[Any] = []
+        run_bytes = 0
+
+        def close_run() -> None:
+            if run_kind is None:
+                return
+            if len(run_items) == 1:
+                out.append((run_kind, run_items[0]))
+            else:
+                out.append((run_kind, {"batch": list(run_items)}))
+
+        for kind, data in events:
+            size = _approx_size(data)
+            if kind != run_kind or run_bytes + size > self._policy.max_event_bytes:
+                close_run()
+                run_kind, run_items, run_bytes = kind, [], 0
+            run_items.append(data)
+            run_bytes += size
+        close_run()
+        return out
+
+    async def artifact(
+        self,
+        kind: str,
+        uri: str,
+        *,
+        sha256: str | None = None,
+        size_bytes: int | None = None,
+        meta: Any = None,
+    ) -> str:
+        """Record an artifact of this task and run (written at once, not batched)."""
+        await self.flush()
+        return await self._sink.emit_artifact(
+            ArtifactCreate(
+                kind=kind,
+                uri=uri,
+                task_id=self.task.id,
+                run_id=self.run.id,
+                sha256=sha256,
+                size_bytes=size_bytes,
+                meta=meta,
+            )
+        )
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Does the work of one claimed task."""
+
+    async def execute(self, ctx: ExecutionContext) -> Outcome:
+        """Run the task and say how it went. Cancellation must be honoured promptly."""
+        ...
+
+
+@runtime_checkable
+class SupportsReadiness(Protocol):
+    """An executor that can say, before any claim, whether it is able to work."""
+
+    async def readiness(self) -> list[str]:
+        """One line per problem; an empty list means ready."""
+        ...
+
+
+class ExecutorFactory(Protocol):
+    """What an entry point names: called with the role's options, returns an executor.
+
+    Raise :class:`tracker_client.errors.ExecutorError` for bad options, naming the option.
+    """
+
+    def __call__(self, options: Mapping[str, Any]) -> Executor:
+        """Build an executor from a role's options."""
+        ...

@@ -1,0 +1,159 @@
+"""The exception tree of backlog-worker.
+
+Every error the project raises on purpose is a :class:`BacklogWorkerError`::
+
+    BacklogWorkerError
+    ├── TrackerError                 anything a tracker said or failed to say
+    │   ├── TrackerUnavailable       transient: reset, timeout, 5xx, locked database (retryable)
+    │   ├── LeaseLost                the lease expired, was revoked, or is unknown (404/410)
+    │   ├── Conflict                 409: someone else changed the task, or a terminal task
+    │   ├── InvalidTransition        400 invalid_transition: trigger not allowed (lease still held)
+    │   ├── NotFound                 404: unknown pipeline, task, run, key, assignment
+    │   ├── BacklogFull              429: a role's waiting depth is at its cap
+    │   ├── Unsupported              the tracker cannot do this operation
+    │   ├── TrackerRejected          any other 4xx; keeps the tracker's ``code``
+    │   │   └── ValidationFailed     bad input: pipeline definition, task fields, limits
+    │   └── TrackerCorrupt           the tracker's storage is unusable (foreign/corrupt/newer file)
+    ├── ExecutorError                an executor plugin is missing, misconfigured or broke its contract
+    └── ConfigError                  bad configuration; names the key and the file
+
+Foreign exceptions (``httpx``, ``sqlite3``, ``OSError``) are mapped once, at the boundary that
+talks to them, with ``raise ... from exc``; nothing above that boundary catches them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BacklogFull",
+    "BacklogWorkerError",
+    "ConfigError",
+    "Conflict",
+    "ExecutorError",
+    "InvalidTransition",
+    "LeaseLost",
+    "NotFound",
+    "TrackerCorrupt",
+    "TrackerError",
+    "TrackerRejected",
+    "TrackerUnavailable",
+    "Unsupported",
+    "ValidationFailed",
+]
+
+
+class BacklogWorkerError(Exception):
+    """Root of every error backlog-worker raises on purpose."""
+
+
+class TrackerError(BacklogWorkerError):
+    """A tracker refused a request or could not be reached.
+
+    ``code`` is the NullTickets ``error.code`` (``"not_found"``, ``"expired"``, ...) when known.
+    """
+
+    #: Default error code for this class; instances may carry the tracker's own.
+    default_code = "tracker_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TrackerUnavailable(TrackerError):
+    """Transient failure: the only error worth retrying (reset, timeout, 5xx, busy database)."""
+
+    default_code = "unavailable"
+
+
+class LeaseLost(TrackerError):
+    """The lease is gone (expired, revoked by cancel, or finished): stop work, write nothing."""
+
+    default_code = "lease_lost"
+
+
+class Conflict(TrackerError):
+    """409: the task changed under us (stage/version mismatch, duplicate, terminal task)."""
+
+    default_code = "conflict"
+
+
+class InvalidTransition(TrackerError):
+    """The trigger is not allowed from the task's stage. The lease is still held.
+
+    ``allowed`` lists the triggers that are allowed from that stage, when known.
+    """
+
+    default_code = "invalid_transition"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, allowed: list[str] | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.allowed = list(allowed or [])
+
+
+class NotFound(TrackerError):
+    """404: the pipeline, task, run, key or assignment does not exist."""
+
+    default_code = "not_found"
+
+
+class BacklogFull(TrackerError):
+    """A role's backlog is at its cap; nothing was written.
+
+    Carries ``role``, ``depth`` (waiting tasks now) and ``cap``.
+    """
+
+    default_code = "backlog_full"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        role: str,
+        depth: int,
+        cap: int,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.role = role
+        self.depth = depth
+        self.cap = cap
+        self.retry_after_s = retry_after_s
+
+
+class Unsupported(TrackerError):
+    """The tracker cannot perform this operation (e.g. ``cancel`` on a NullTickets server)."""
+
+    default_code = "unsupported"
+
+
+class TrackerRejected(TrackerError):
+    """Any other refusal (4xx); ``code`` keeps the tracker's own error code."""
+
+    default_code = "rejected"
+
+
+class ValidationFailed(TrackerRejected):
+    """Bad input: the message names the field or rule that is wrong."""
+
+    default_code = "validation_failed"
+
+
+class TrackerCorrupt(TrackerError):
+    """The tracker's storage cannot be used: not a backlog database, corrupt, or too new."""
+
+    default_code = "corrupt"
+
+
+class ExecutorError(BacklogWorkerError):
+    """An executor plugin is missing, misconfigured, or broke its contract."""
+
+
+class ConfigError(BacklogWorkerError):
+    """Bad configuration. The message names the key (and the file, when there is one)."""

@@ -1,0 +1,351 @@
+"""Typed models of the tracker's data, named exactly as the NullTickets JSON names them.
+
+One set of models serves both trackers: the remote client parses server answers into them and the
+embedded tracker builds them from rows. Fields the embedded tracker adds (backlog extensions such
+as ``concurrency_key``) default to ``None`` so a NullTickets answer, which lacks them, still parses.
+Unknown fields are ignored, as the server itself ignores them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+__all__ = [
+    "DEAD_LETTER_NEVER_MS",
+    "Artifact",
+    "ArtifactCreate",
+    "Assignment",
+    "AvailableTransition",
+    "CancelResult",
+    "Dependency",
+    "Event",
+    "FailResult",
+    "Health",
+    "Lease",
+    "MaintenanceReport",
+    "Page",
+    "Pipeline",
+    "QueueStats",
+    "RequeueResult",
+    "RetryPolicy",
+    "RoleStats",
+    "Run",
+    "StageCount",
+    "StoreEntry",
+    "Task",
+    "TaskCreate",
+    "TaskDetail",
+    "TransitionResult",
+    "WaitResult",
+]
+
+#: ``next_eligible_at_ms`` of a dead-lettered task, as NullTickets writes it.
+DEAD_LETTER_NEVER_MS = 9223372036854775000
+
+RunStatus = Literal["running", "completed", "failed", "stale"]
+T = TypeVar("T")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RetryPolicy(_Model):
+    """A task's retry policy, fixed at creation.
+
+    ``max_attempts`` None = unlimited failures. ``retry_delay_ms`` is the constant delay of
+    NullTickets; with ``backoff="exponential"`` (embedded extension) the delay doubles per failure
+    from ``retry_delay_ms`` up to ``max_retry_delay_ms``, with full jitter.
+    """
+
+    max_attempts: int | None = None
+    retry_delay_ms: int = 0
+    dead_letter_stage: str | None = None
+    backoff: Literal["constant", "exponential"] = "constant"
+    max_retry_delay_ms: int | None = None
+
+
+class TaskCreate(_Model):
+    """The body of ``POST /tasks`` (and one item of ``POST /tasks/bulk``).
+
+    The last four fields are embedded-tracker extensions (BACKLOG-SEMANTICS.md); a NullTickets
+    server ignores them.
+    """
+
+    pipeline_id: str
+    title: str
+    description: str = ""
+    priority: int = 0
+    metadata: Any = Field(default_factory=dict)
+    retry_policy: RetryPolicy | None = None
+    dependencies: list[str] | None = None
+    assigned_agent_id: str | None = None
+    assigned_by: str | None = None
+    concurrency_key: str | None = None
+    #: Absolute deadline (epoch ms) for a task still waiting; past it the task is dead-lettered.
+    expires_at_ms: int | None = None
+    #: Queue TTL at creation: ``expires_at_ms = now + queue_ttl_ms``.
+    queue_ttl_ms: int | None = None
+    #: Consecutive stale runs (lease expiries) before the task is dead-lettered ``crash_loop``.
+    max_stale_attempts: int | None = None
+
+
+class Task(_Model):
+    """A task as listed, claimed, and as the base of :class:`TaskDetail`."""
+
+    id: str
+    pipeline_id: str
+    stage: str
+    title: str
+    description: str
+    priority: int
+    metadata: Any = Field(default_factory=dict)
+    task_version: int
+    next_eligible_at_ms: int
+    retry_delay_ms: int
+    max_attempts: int | None = None
+    dead_letter_stage: str | None = None
+    dead_letter_reason: str | None = None
+    created_at_ms: int
+    updated_at_ms: int
+    # embedded extensions
+    concurrency_key: str | None = None
+    expires_at_ms: int | None = None
+
+
+class Run(_Model):
+    """One attempt at a task by one agent. ``error``/``usage`` are readable on the embedded rail."""
+
+    id: str
+    task_id: str
+    attempt: int
+    status: RunStatus
+    agent_id: str
+    agent_role: str
+    started_at_ms: int
+    ended_at_ms: int | None = None
+    # embedded extensions: NullTickets stores but never returns these
+    error: str | None = None
+    usage: Any = None
+
+
+class Dependency(_Model):
+    """``depends_on_task_id`` and whether that task is in a terminal stage now."""
+
+    depends_on_task_id: str
+    resolved: bool
+
+
+class Assignment(_Model):
+    """An assignment of a task to one agent; only one is active at a time."""
+
+    task_id: str | None = None
+    agent_id: str
+    assigned_by: str | None = None
+    active: bool
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class AvailableTransition(_Model):
+    """A transition out of the task's current stage."""
+
+    trigger: str
+    to: str
+    required_gates: list[str] = Field(default_factory=list)
+
+
+class TaskDetail(Task):
+    """``GET /tasks/{id}``: the task, its latest run (None if never claimed) and its relations."""
+
+    latest_run: Run | None = None
+    dependencies: list[Dependency] = Field(default_factory=list)
+    assignments: list[Assignment] = Field(default_factory=list)
+    available_transitions: list[AvailableTransition] = Field(default_factory=list)
+
+
+class Lease(_Model):
+    """The answer to a successful claim. The token is a secret and never printed."""
+
+    task: Task
+    run: Run
+    lease_id: str
+    lease_token: SecretStr
+    expires_at_ms: int
+
+    @property
+    def run_id(self) -> str:
+        """The run id used by events, transition and fail."""
+        return self.run.id
+
+    @property
+    def task_id(self) -> str:
+        """The claimed task's id."""
+        return self.task.id
+
+
+class Event(_Model):
+    """A run event. ``id`` is a global integer sequence."""
+
+    id: int
+    run_id: str
+    ts_ms: int
+    kind: str
+    data: Any = Field(default_factory=dict)
+
+
+class ArtifactCreate(_Model):
+    """The body of ``POST /artifacts``."""
+
+    kind: str
+    uri: str
+    task_id: str | None = None
+    run_id: str | None = None
+    sha256: str | None = None
+    size_bytes: int | None = None
+    meta: Any = None
+
+
+class Artifact(_Model):
+    """A stored artifact reference."""
+
+    id: str
+    task_id: str | None = None
+    run_id: str | None = None
+    created_at_ms: int
+    kind: str
+    uri: str
+    sha256: str | None = None
+    size_bytes: int | None = None
+    meta: Any = None
+
+
+class Pipeline(_Model):
+    """A pipeline: a named state machine definition."""
+
+    id: str
+    name: str
+    definition: dict[str, Any]
+    created_at_ms: int
+
+
+class Page(_Model, Generic[T]):
+    """One page of a list. ``next_cursor`` is a correct cursor (built from the last item)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class TransitionResult(_Model):
+    """The answer to a successful transition."""
+
+    previous_stage: str
+    new_stage: str
+    trigger: str
+
+
+class FailResult(_Model):
+    """The answer to ``fail``. NullTickets answers only ``status``; the extensions say what
+    happened next (``None`` when the tracker does not tell)."""
+
+    status: str = "failed"
+    retry_scheduled: bool | None = None
+    dead_lettered: bool | None = None
+    next_eligible_at_ms: int | None = None
+    dead_letter_reason: str | None = None
+
+
+class StageCount(_Model):
+    """Number of tasks in a stage (by stage name, across pipelines)."""
+
+    stage: str
+    count: int
+
+
+class Health(_Model):
+    """``GET /health``."""
+
+    status: str
+    version: str
+    tasks_by_stage: list[StageCount] = Field(default_factory=list)
+    active_leases: int = 0
+
+
+class RoleStats(_Model):
+    """Per-role queue figures of ``GET /ops/queue``; the last four fields are embedded-only."""
+
+    role: str
+    claimable_count: int
+    oldest_claimable_age_ms: int | None = None
+    failed_count: int
+    stuck_count: int
+    near_expiry_leases: int
+    # embedded extensions
+    waiting_count: int | None = None
+    running_count: int | None = None
+    dead_letter_count: int | None = None
+    max_backlog_depth: int | None = None
+
+
+class QueueStats(_Model):
+    """``GET /ops/queue``."""
+
+    roles: list[RoleStats]
+    generated_at_ms: int
+
+    def for_role(self, role: str) -> RoleStats | None:
+        """The figures of ``role``, or None when no pipeline declares it."""
+        return next((r for r in self.roles if r.role == role), None)
+
+
+class StoreEntry(_Model):
+    """One KV store entry."""
+
+    namespace: str
+    key: str
+    value: Any
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class CancelResult(_Model):
+    """What ``cancel`` did: the task's stage after it, and whether a live lease was revoked."""
+
+    task_id: str
+    stage: str
+    revoked_lease: bool
+    dead_letter_reason: str = "cancelled"
+
+
+class RequeueResult(_Model):
+    """What ``requeue`` did."""
+
+    task_id: str
+    stage: str
+    task_version: int
+    reset_attempts: bool
+
+
+class WaitResult(_Model):
+    """The answer to ``wait``: ``finished`` is False on timeout (the task may still finish).
+
+    ``outcome`` is ``"done"`` (terminal stage), ``"dead_lettered"``, ``"cancelled"``, ``"expired"``,
+    or ``"pending"`` on timeout.
+    """
+
+    finished: bool
+    outcome: Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
+    task: TaskDetail
+    artifacts: list[Artifact] = Field(default_factory=list)
+    result_event: Event | None = None
+
+
+class MaintenanceReport(_Model):
+    """What one maintenance pass did."""
+
+    expired_leases: int = 0
+    crash_looped: int = 0
+    expired_tasks: int = 0
+    purged_idempotency_keys: int = 0

@@ -1,0 +1,250 @@
+"""The :class:`Tracker` protocol: the domain operations a worker or an operator needs.
+
+Two implementations pass one contract suite (``tests/contract``): the embedded SQLite tracker
+(:mod:`tracker_client.embedded`) and the NullTickets HTTP client (:mod:`tracker_client.remote`).
+Operations are domain verbs, not queries; every method may raise the errors of
+:mod:`tracker_client.errors` and nothing else.
+
+Writes take an optional ``idempotency_key``. Callers that retry a logical write (see
+``worker``'s retry policy) pass the *same* key on every retry of that write and a fresh key for
+the next write; a replay returns the first answer instead of applying twice. Heartbeats take none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from tracker_client.models import (
+    Artifact,
+    ArtifactCreate,
+    Assignment,
+    CancelResult,
+    Dependency,
+    Event,
+    FailResult,
+    Health,
+    Lease,
+    MaintenanceReport,
+    Page,
+    Pipeline,
+    QueueStats,
+    RequeueResult,
+    Run,
+    StoreEntry,
+    Task,
+    TaskCreate,
+    TaskDetail,
+    TransitionResult,
+    WaitResult,
+)
+
+__all__ = ["Tracker"]
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """A task rail: pipelines, tasks, leases, runs, artifacts, queue figures and a KV store."""
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+    async def health(self) -> Health:
+        """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
+
+    # -- pipelines ------------------------------------------------------------------------------
+    async def create_pipeline(
+        self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> str:
+        """Validate and store a pipeline; returns its id.
+
+        ``ValidationFailed`` names the broken rule; ``Conflict`` (``duplicate_name``).
+        """
+
+    async def list_pipelines(self) -> list[Pipeline]:
+        """All pipelines, newest first."""
+
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        """One pipeline, or ``NotFound``."""
+
+    # -- tasks ----------------------------------------------------------------------------------
+    async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
+        """Create a task in its pipeline's initial stage; returns its id.
+
+        ``NotFound`` for an unknown pipeline or dependency, ``BacklogFull`` past the role's cap.
+        """
+
+    async def create_tasks(
+        self, tasks: Sequence[TaskCreate], *, idempotency_key: str | None = None
+    ) -> list[str]:
+        """Create many tasks, all or nothing; ids in input order."""
+
+    async def list_tasks(
+        self,
+        *,
+        stage: str | None = None,
+        pipeline_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Task]:
+        """Tasks in creation order; ``next_cursor`` continues without skipping any item."""
+
+    async def get_task(self, task_id: str) -> TaskDetail:
+        """The task with latest run, dependencies, assignments and available transitions."""
+
+    async def list_runs(self, task_id: str) -> list[Run]:
+        """Every run of a task, by attempt (a remote tracker may only know the latest)."""
+
+    # -- dependencies and assignments -----------------------------------------------------------
+    async def add_dependency(
+        self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """Make ``task_id`` wait for ``depends_on_task_id`` to reach a terminal stage."""
+
+    async def list_dependencies(self, task_id: str) -> list[Dependency]:
+        """The task's dependencies and whether each is resolved now."""
+
+    async def assign(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        assigned_by: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Make ``agent_id`` the only agent that may claim the task (deactivates others)."""
+
+    async def list_assignments(self, task_id: str) -> list[Assignment]:
+        """All assignments of a task, inactive ones included."""
+
+    async def unassign(
+        self, task_id: str, agent_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
+
+    # -- leases and runs ------------------------------------------------------------------------
+    async def claim(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        *,
+        per_state: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease | None:
+        """Claim the best eligible task of ``role``; None when there is no work."""
+
+    async def heartbeat(self, lease: Lease, *, lease_ttl_ms: int | None = None) -> int:
+        """Extend the lease; returns the new ``expires_at_ms``. ``LeaseLost`` when it is gone."""
+
+    async def add_event(
+        self, lease: Lease, kind: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> int:
+        """Append an event to the lease's run; returns the event id."""
+
+    async def list_events(
+        self, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Event]:
+        """A run's events in id order."""
+
+    async def transition(
+        self,
+        lease: Lease,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        usage: Any = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
+
+    async def fail(
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        usage: Any = None,
+        idempotency_key: str | None = None,
+    ) -> FailResult:
+        """Fail the run; the task's retry policy decides between retry and dead letter."""
+
+    # -- artifacts ------------------------------------------------------------------------------
+    async def add_artifact(
+        self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
+    ) -> str:
+        """Record an artifact; ``NotFound`` for an unknown task or run id."""
+
+    async def list_artifacts(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Artifact]:
+        """Artifacts in creation order."""
+
+    # -- operations -----------------------------------------------------------------------------
+    async def queue_stats(
+        self, *, near_expiry_ms: int = 60_000, stuck_ms: int = 300_000
+    ) -> QueueStats:
+        """Per-role queue figures."""
+
+    # -- KV store -------------------------------------------------------------------------------
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """Upsert a value."""
+
+    async def store_get(self, namespace: str, key: str) -> StoreEntry:
+        """One entry, or ``NotFound``."""
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """Delete a key (absent keys are fine)."""
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """All entries of a namespace, sorted by key."""
+
+    async def store_delete_namespace(self, namespace: str) -> None:
+        """Delete a whole namespace."""
+
+    async def store_search(
+        self,
+        query: str,
+        *,
+        namespace: str | None = None,
+        limit: int = 10,
+        filter_path: str | None = None,
+        filter_value: str | None = None,
+    ) -> list[StoreEntry]:
+        """Full-text search: every word must match (as a phrase); rank order."""
+
+    # -- backlog extensions (BACKLOG-SEMANTICS.md) ----------------------------------------------
+    async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
+        """Make a waiting task unclaimable, or revoke a running task's lease.
+
+        ``Conflict`` when the task is already terminal, dead-lettered or cancelled.
+        """
+
+    async def cancel_all(
+        self, *, pipeline_id: str | None = None, role: str | None = None
+    ) -> int:
+        """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
+
+    async def requeue(
+        self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True
+    ) -> RequeueResult:
+        """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was)."""
+
+    async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
+        """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
+
+    async def maintenance(self) -> MaintenanceReport:
+        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        """Return early when the rail may have new work, else after ``timeout_s``.
+
+        A cheap wake-up for idle workers; returning is a hint, not a promise of work.
+        """
