@@ -44,7 +44,8 @@ __all__ = [
 #: ``next_eligible_at_ms`` of a dead-lettered task, as NullTickets writes it.
 DEAD_LETTER_NEVER_MS = 9223372036854775000
 
-RunStatus = Literal["running", "completed", "failed", "stale"]
+#: ``cancelled`` is an embedded extension (a running task cancelled by an operator).
+RunStatus = Literal["running", "completed", "failed", "stale", "cancelled"]
 T = TypeVar("T")
 
 
@@ -190,10 +191,13 @@ class Event(_Model):
     """A run event. ``id`` is a global integer sequence."""
 
     id: int
-    run_id: str
+    #: None for task-level events of the embedded tracker (e.g. a cancel before any claim).
+    run_id: str | None
     ts_ms: int
     kind: str
     data: Any = Field(default_factory=dict)
+    # embedded extension
+    task_id: str | None = None
 
 
 class ArtifactCreate(_Model):

@@ -148,6 +148,11 @@ class Tracker(Protocol):
     ) -> Page[Event]:
         """A run's events in id order."""
 
+    async def list_task_events(
+        self, task_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Event]:
+        """Every event of a task (all runs, plus task-level events), in id order."""
+
     async def transition(
         self,
         lease: Lease,
