@@ -1,0 +1,331 @@
+"""Configuration: a TOML file + ``BACKLOG_WORKER_*`` environment + CLI flags (highest wins).
+
+pydantic-settings reads and validates at the edge (the CLI); everything inward gets frozen
+dataclasses (:class:`Config`, :class:`TrackerConfig`, :class:`WorkerConfig`, :class:`RoleConfig`).
+Environment variables use ``__`` for nesting: ``BACKLOG_WORKER_TRACKER__URL``,
+``BACKLOG_WORKER_WORKER__CONCURRENCY``; ``BACKLOG_WORKER_API_TOKEN`` and
+``BACKLOG_WORKER_AGENT_ID`` are accepted as short forms.
+``config.example.toml`` documents every key.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from tracker_client.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_TRACKER_URL",
+    "Config",
+    "RoleConfig",
+    "TrackerConfig",
+    "WorkerConfig",
+    "load_config",
+]
+
+#: Where the embedded rail lives when nothing says otherwise (relative to the working directory).
+DEFAULT_TRACKER_URL = "sqlite:///./backlog.db"
+
+
+# -- frozen views handed inward -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TrackerConfig:
+    """Where the rail is and how to talk to it."""
+
+    url: str = DEFAULT_TRACKER_URL
+    api_token: str | None = field(default=None, repr=False)
+    request_timeout_s: float = 10.0
+    retry_initial_s: float = 0.2
+    retry_max_s: float = 10.0
+    #: Upper bound for retrying a final report (transition/fail) while the tracker is down.
+    report_retry_budget_s: float = 600.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleConfig:
+    """One role this worker serves: its executor, options and defaults."""
+
+    name: str
+    executor: str
+    options: dict[str, Any] = field(default_factory=dict)
+    default_trigger: str = "complete"
+    timeout_s: float | None = None
+    lease_ttl_s: float | None = None
+    #: Cap on this role's share of the worker's slots (None = all slots).
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """The daemon's own settings."""
+
+    agent_id: str
+    concurrency: int = 4
+    lease_ttl_s: float = 60.0
+    idle_min_s: float = 0.05
+    idle_max_s: float = 2.0
+    shutdown_grace_s: float = 30.0
+    maintenance_interval_s: float = 5.0
+    max_tasks: int = 0
+    drain: bool = False
+    workdir: Path | None = None
+    keep_workdirs: bool = False
+    report_flush_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration, validated."""
+
+    tracker: TrackerConfig
+    worker: WorkerConfig
+    roles: tuple[RoleConfig, ...]
+    source: Path | None = None
+    log_level: str = "INFO"
+    log_format: str = "auto"
+
+
+# -- pydantic-settings models (the edge) --------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _TrackerSettings(_Strict):
+    url: str = DEFAULT_TRACKER_URL
+    api_token: SecretStr | None = None
+    api_token_file: Path | None = None
+    request_timeout_s: float = Field(10.0, gt=0)
+    retry_initial_s: float = Field(0.2, gt=0)
+    retry_max_s: float = Field(10.0, gt=0)
+    report_retry_budget_s: float = Field(600.0, gt=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class _WorkerSettings(_Strict):
+    agent_id: str | None = None
+    concurrency: int = Field(4, ge=1, le=10_000)
+    lease_ttl_s: float = Field(60.0, gt=0, le=86_400)
+    idle_min_s: float = Field(0.05, gt=0)
+    idle_max_s: float = Field(2.0, gt=0)
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    maintenance_interval_s: float = Field(5.0, gt=0)
+    max_tasks: int = Field(0, ge=0)
+    drain: bool = False
+    workdir: Path | None = None
+    keep_workdirs: bool = False
+    report_flush_s: float = Field(1.0, gt=0)
+
+
+class _RoleSettings(_Strict):
+    name: str = Field(min_length=1)
+    executor: str = Field(min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+    default_trigger: str = Field("complete", min_length=1)
+    timeout_s: float | None = Field(None, gt=0)
+    lease_ttl_s: float | None = Field(None, gt=0, le=86_400)
+    max_concurrency: int | None = Field(None, ge=1)
+
+
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="BACKLOG_WORKER_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        case_sensitive=False,
+    )
+
+    tracker: _TrackerSettings = Field(default_factory=_TrackerSettings)
+    worker: _WorkerSettings = Field(default_factory=_WorkerSettings)
+    roles: list[_RoleSettings] = Field(default_factory=list)
+    log_level: str = "INFO"
+    log_format: str = "auto"
+
+    @field_validator("log_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        allowed = ("auto", "rich", "plain", "journal", "json")
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init (CLI flags merged onto the TOML file by load_config) > environment.
+        return (init_settings, env_settings)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _env_shortcuts(environ: dict[str, str]) -> dict[str, Any]:
+    """Short env names users expect (``BACKLOG_WORKER_API_TOKEN`` ...), below the nested ones."""
+    out: dict[str, Any] = {}
+    if "BACKLOG_WORKER_API_TOKEN" in environ:
+        out.setdefault("tracker", {})["api_token"] = environ["BACKLOG_WORKER_API_TOKEN"]
+    if "BACKLOG_WORKER_TRACKER_URL" in environ:
+        out.setdefault("tracker", {})["url"] = environ["BACKLOG_WORKER_TRACKER_URL"]
+    if "BACKLOG_WORKER_AGENT_ID" in environ:
+        out.setdefault("worker", {})["agent_id"] = environ["BACKLOG_WORKER_AGENT_ID"]
+    return out
+
+
+def _describe(exc: ValidationError, source: Path | None) -> str:
+    where = f" in {source}" if source else ""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown key {loc!r}{where}")
+        else:
+            lines.append(f"{loc}: {err['msg']}{where}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def _default_agent_id() -> str:
+    instance = os.environ.get("BACKLOG_WORKER_INSTANCE")
+    host = socket.gethostname() or "localhost"
+    return f"{host}-{instance}" if instance else f"{host}-{os.getpid()}"
+
+
+def _read_token_file(path: Path) -> str:
+    # systemd's LoadCredential= puts secrets in $CREDENTIALS_DIRECTORY; a relative path is
+    # looked up there first.
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    candidate = Path(creds) / path if creds and not path.is_absolute() else path
+    try:
+        token = candidate.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"tracker.api_token_file {candidate} cannot be read: {exc.strerror}"
+        ) from exc
+    if not token:
+        raise ConfigError(f"tracker.api_token_file {candidate} is empty")
+    return token
+
+
+def load_config(
+    path: Path | str | None = None,
+    **overrides: Any,
+) -> Config:
+    """Read, merge and validate the configuration; raise :class:`ConfigError` naming the key.
+
+    ``overrides`` are CLI flags as nested dicts or dotted keys (``{"worker.concurrency": 3}``);
+    ``None`` values are ignored so unset flags don't mask the file.
+    """
+    source = Path(path) if path is not None else None
+    data: dict[str, Any] = _read_toml(source) if source is not None else {}
+    shortcuts = _env_shortcuts(dict(os.environ))
+    flags: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        node = flags
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    merged = _deep_merge(_deep_merge(data, shortcuts), flags)
+    try:
+        settings = _Settings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+    return _freeze(settings, source)
+
+
+def _freeze(s: _Settings, source: Path | None) -> Config:
+    token: str | None = s.tracker.api_token.get_secret_value() if s.tracker.api_token else None
+    if token is None and s.tracker.api_token_file is not None:
+        token = _read_token_file(s.tracker.api_token_file)
+    names = [r.name for r in s.roles]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"roles: role {dupes[0]!r} is configured twice" + _in(source))
+    if s.worker.idle_max_s < s.worker.idle_min_s:
+        raise ConfigError("worker.idle_max_s must be >= worker.idle_min_s" + _in(source))
+    tracker = TrackerConfig(
+        url=s.tracker.url,
+        api_token=token,
+        request_timeout_s=s.tracker.request_timeout_s,
+        retry_initial_s=s.tracker.retry_initial_s,
+        retry_max_s=s.tracker.retry_max_s,
+        report_retry_budget_s=s.tracker.report_retry_budget_s,
+        options=dict(s.tracker.options),
+    )
+    w = s.worker
+    worker = WorkerConfig(
+        agent_id=w.agent_id or _default_agent_id(),
+        concurrency=w.concurrency,
+        lease_ttl_s=w.lease_ttl_s,
+        idle_min_s=w.idle_min_s,
+        idle_max_s=w.idle_max_s,
+        shutdown_grace_s=w.shutdown_grace_s,
+        maintenance_interval_s=w.maintenance_interval_s,
+        max_tasks=w.max_tasks,
+        drain=w.drain,
+        workdir=w.workdir,
+        keep_workdirs=w.keep_workdirs,
+        report_flush_s=w.report_flush_s,
+    )
+    roles = tuple(
+        RoleConfig(
+            name=r.name,
+            executor=r.executor,
+            options=dict(r.options),
+            default_trigger=r.default_trigger,
+            timeout_s=r.timeout_s,
+            lease_ttl_s=r.lease_ttl_s,
+            max_concurrency=r.max_concurrency,
+        )
+        for r in s.roles
+    )
+    return Config(
+        tracker=tracker,
+        worker=worker,
+        roles=roles,
+        source=source,
+        log_level=s.log_level.upper(),
+        log_format=s.log_format,
+    )
+
+
+def _in(source: Path | None) -> str:
+    return f" (in {source})" if source else ""
