@@ -172,9 +172,15 @@ class Tracker(Protocol):
         error: str,
         *,
         usage: Any = None,
+        retryable: bool = True,
         idempotency_key: str | None = None,
     ) -> FailResult:
-        """Fail the run; the task's retry policy decides between retry and dead letter."""
+        """Fail the run; the task's retry policy decides between retry and dead letter.
+
+        ``retryable=False`` (a permanent failure, e.g. a misconfigured executor) dead-letters the
+        task at once with reason ``permanent_failure`` where the tracker supports it; a plain
+        NullTickets server ignores it and applies its retry policy.
+        """
 
     # -- artifacts ------------------------------------------------------------------------------
     async def add_artifact(
