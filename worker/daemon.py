@@ -1,0 +1,392 @@
+"""The worker daemon: slots, the claim loop, maintenance, lifecycle and staged shutdown.
+
+A slot (a :class:`anyio.CapacityLimiter` token) is taken *before* a claim, so the worker never
+holds a lease it cannot start; a freed slot claims again at once. Roles are tried round-robin
+from the one after the last winner, so none starves. With no work the loop backs off
+exponentially with jitter, but wakes early when the tracker signals new work.
+
+Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming; in-flight runs
+keep heartbeating for ``shutdown_grace_s``; then their executors are cancelled and each run makes
+a shielded final report (``fail`` with reason ``worker_shutdown``). ``stop(immediate=True)`` (a
+second signal) skips the grace.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskStatus
+
+from plugins.api import Executor
+from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
+from tracker_client.models import Lease
+from tracker_client.protocol import Tracker
+from worker.config import RoleConfig, TrackerConfig, WorkerConfig
+from worker.retry import RetryPolicy, call_with_retry
+from worker.run import RunResult, RunSettings, TaskRun
+
+__all__ = ["Role", "Worker", "WorkerState", "WorkerStats"]
+
+log = logging.getLogger("backlog_worker.worker")
+
+
+class WorkerState(enum.Enum):
+    """Lifecycle of a :class:`Worker`."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A role this worker serves, with its executor built from the role's options."""
+
+    config: RoleConfig
+    executor: Executor
+
+    @property
+    def name(self) -> str:
+        """The role name claims are made for."""
+        return self.config.name
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Live counters, for logs, ``STATUS=`` and tests."""
+
+    claimed: int = 0
+    transitioned: int = 0
+    failed: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    last_error: str | None = None
+    by_role: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Claims tasks for its roles and runs each through :class:`~worker.run.TaskRun`."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        config: WorkerConfig,
+        roles: Sequence[Role],
+        *,
+        tracker_config: TrackerConfig | None = None,
+        on_state: Callable[[WorkerState], None] | None = None,
+    ) -> None:
+        if not roles:
+            raise ValueError("a worker needs at least one role")
+        self.tracker = tracker
+        self.config = config
+        self._roles: tuple[Role, ...] = tuple(roles)
+        tc = tracker_config or TrackerConfig()
+        self._retry = RetryPolicy(initial_s=tc.retry_initial_s, max_s=tc.retry_max_s)
+        self._report_budget_s = tc.report_retry_budget_s
+        self._on_state = on_state
+        self.state = WorkerState.STARTING
+        self.stats = WorkerStats()
+        self._slots = anyio.CapacityLimiter(config.concurrency)
+        self._role_busy: dict[str, int] = {}
+        self._next_role = 0
+        self._runs: set[TaskRun] = set()
+        self._all_idle = anyio.Event()
+        self._all_idle.set()
+        self._stopping = anyio.Event()
+        self._shutdown = anyio.Event()  # seen by executors through ctx.shutting_down
+        self._skip_grace = anyio.Event()
+        self._claim_scope = anyio.CancelScope()
+        self._run_done = anyio.Event()
+        self._claims_made = 0
+        self.last_progress = time.monotonic()
+
+    # -- public control -----------------------------------------------------------------------
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """The roles new claims are made for."""
+        return self._roles
+
+    def set_roles(self, roles: Sequence[Role]) -> None:
+        """Replace the roles for new claims (config reload); in-flight runs keep theirs."""
+        if not roles:
+            raise ValueError("a worker needs at least one role")
+        self._roles = tuple(roles)
+        self._next_role = 0
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Begin the staged shutdown. Idempotent; a second call or ``immediate`` skips the grace."""
+        if self._stopping.is_set() or immediate:
+            self._skip_grace.set()
+        self._stopping.set()
+        self._shutdown.set()
+        self._claim_scope.cancel()
+
+    def healthy(self, stale_after_s: float) -> bool:
+        """True while the claim loop is making progress (or is legitimately waiting for a slot)."""
+        if self.state is not WorkerState.RUNNING:
+            return True
+        if self._slots.available_tokens == 0:
+            return True  # busy: every slot is running a task under its own heartbeat
+        return time.monotonic() - self.last_progress <= stale_after_s
+
+    # -- main loop ----------------------------------------------------------------------------
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until stopped (or drained / ``max_tasks`` reached). Signals readiness once the
+        tracker has answered."""
+        await call_with_retry(
+            self.tracker.health, policy=self._retry, budget_s=None, action="health"
+        )
+        self._set_state(WorkerState.RUNNING)
+        task_status.started()
+        log.info(
+            "worker %s running: roles %s, %d slots",
+            self.config.agent_id,
+            ", ".join(r.name for r in self._roles),
+            self.config.concurrency,
+            extra={"action": "worker_started"},
+        )
+        async with anyio.create_task_group() as runs, anyio.create_task_group() as background:
+            background.start_soon(self._maintenance_loop)
+            with self._claim_scope:
+                await self._claim_loop(runs)
+                # Drained or max_tasks reached: in-flight runs finish normally, unless a
+                # stop arrives meanwhile (it cancels this scope).
+                await self._all_idle.wait()
+            self._set_state(WorkerState.DRAINING)
+            self._shutdown.set()
+            await self._drain()
+            background.cancel_scope.cancel()
+        self._set_state(WorkerState.STOPPED)
+        log.info(
+            "worker stopped: %d claimed, %d transitioned, %d failed, %d lost",
+            self.stats.claimed,
+            self.stats.transitioned,
+            self.stats.failed,
+            self.stats.lost,
+            extra={"action": "worker_stopped"},
+        )
+
+    def _set_state(self, state: WorkerState) -> None:
+        self.state = state
+        if self._on_state is not None:
+            self._on_state(state)
+
+    async def _drain(self) -> None:
+        if self._runs:
+            log.info(
+                "draining %d in-flight task(s), grace %.1fs",
+                len(self._runs),
+                self.config.shutdown_grace_s,
+                extra={"action": "drain_start"},
+            )
+            with anyio.move_on_after(self.config.shutdown_grace_s):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._wait_skip_grace, tg.cancel_scope)
+                    await self._all_idle.wait()
+                    tg.cancel_scope.cancel()
+            for run in list(self._runs):
+                run.cancel()
+        await self._all_idle.wait()
+
+    async def _wait_skip_grace(self, scope: anyio.CancelScope) -> None:
+        await self._skip_grace.wait()
+        scope.cancel()
+
+    async def _claim_loop(self, runs: anyio.abc.TaskGroup) -> None:
+        idle_round = 0
+        max_tasks = self.config.max_tasks
+        while not self._stopping.is_set():
+            if max_tasks and self._claims_made >= max_tasks:
+                break
+            await self._slots.acquire()
+            self.last_progress = time.monotonic()
+            try:
+                claimed = await self._claim_next()
+            except BaseException:
+                self._slots.release()
+                raise
+            if claimed is None:
+                self._slots.release()
+                if self.config.drain and not self._runs:
+                    log.info("queue drained", extra={"action": "drained"})
+                    break
+                await self._idle_wait(idle_round)
+                idle_round += 1
+                continue
+            idle_round = 0
+            lease, role = claimed
+            self._claims_made += 1
+            self._start_run(runs, lease, role)
+
+    async def _idle_wait(self, idle_round: int) -> None:
+        ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))
+        delay = random.uniform(self.config.idle_min_s, max(self.config.idle_min_s, ceiling))
+        self._run_done = anyio.Event()
+        with anyio.move_on_after(delay):
+            async with anyio.create_task_group() as tg:
+                # Any of these ends the wait: new work signalled by the tracker, or (in drain
+                # mode) a run finishing, since its transition may have made work for us.
+                tg.start_soon(self._wake_on_work, tg.cancel_scope, delay)
+                if self.config.drain:
+                    tg.start_soon(self._wake_on_run_done, tg.cancel_scope)
+        self.last_progress = time.monotonic()
+
+    async def _wake_on_work(self, scope: anyio.CancelScope, delay: float) -> None:
+        try:
+            await self.tracker.wait_for_work(delay)
+        except TrackerError:
+            await anyio.sleep(delay)
+        scope.cancel()
+
+    async def _wake_on_run_done(self, scope: anyio.CancelScope) -> None:
+        await self._run_done.wait()
+        scope.cancel()
+
+    async def _claim_next(self) -> tuple[Lease, Role] | None:
+        roles = self._roles
+        n = len(roles)
+        for i in range(n):
+            role = roles[(self._next_role + i) % n]
+            cap = role.config.max_concurrency
+            if cap is not None and self._role_busy.get(role.name, 0) >= cap:
+                continue
+            ttl_ms = int(self._lease_ttl_s(role) * 1000)
+            try:
+                lease = await self._claim_one(role, ttl_ms)
+            except TrackerError as exc:
+                self.stats.last_error = f"claim {role.name}: {exc}"
+                log.error(
+                    "claim for role %s failed: %s",
+                    role.name,
+                    exc,
+                    extra={"action": "claim_failed", "role": role.name},
+                )
+                continue
+            if lease is not None:
+                self._next_role = (self._next_role + i + 1) % n
+                return lease, role
+        return None
+
+    async def _claim_one(self, role: Role, ttl_ms: int) -> Lease | None:
+        # One idempotency key per claim attempt, reused only across retries of that attempt: a
+        # lost answer then gives back the same lease instead of stranding it.
+        key = str(uuid.uuid4())
+
+        async def attempt() -> Lease | None:
+            # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted.
+            lease: Lease | None = None
+            with anyio.CancelScope(shield=True):
+                lease = await self.tracker.claim(
+                    self.config.agent_id, role.name, ttl_ms, idempotency_key=key
+                )
+            return lease
+
+        return await call_with_retry(
+            attempt,
+            policy=self._retry,
+            budget_s=None,
+            action="claim",
+        )
+
+    def _lease_ttl_s(self, role: Role) -> float:
+        ttl = role.config.lease_ttl_s or self.config.lease_ttl_s
+        ceiling_ms = getattr(self.tracker, "max_lease_ttl_ms", None)
+        if isinstance(ceiling_ms, int) and ceiling_ms > 0:
+            ttl = min(ttl, ceiling_ms / 1000)
+        return ttl
+
+    def _start_run(self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role) -> None:
+        run = TaskRun(
+            tracker=self.tracker,
+            lease=lease,
+            role=role.config,
+            executor=role.executor,
+            settings=RunSettings(
+                lease_ttl_s=self._lease_ttl_s(role),
+                retry=self._retry,
+                report_retry_budget_s=self._report_budget_s,
+                workdir_base=self.config.workdir,
+                keep_workdirs=self.config.keep_workdirs,
+                report_flush_s=self.config.report_flush_s,
+            ),
+            shutdown=self._shutdown,
+        )
+        self._runs.add(run)
+        self._all_idle = anyio.Event()
+        self._role_busy[role.name] = self._role_busy.get(role.name, 0) + 1
+        self.stats.claimed += 1
+        self.stats.in_flight = len(self._runs)
+        self.stats.by_role[role.name] = self.stats.by_role.get(role.name, 0) + 1
+        runs.start_soon(self._supervise, run, role)
+
+    async def _supervise(self, run: TaskRun, role: Role) -> None:
+        try:
+            run._instructions = await self._instructions_for(run.lease)
+            result = await run.execute()
+            self._count(result)
+        except Exception as exc:  # a bug in our own reporting must not take the worker down
+            self.stats.last_error = f"run {run.lease.run.id}: {exc}"
+            log.exception("run crashed", extra={"action": "run_crashed"})
+        finally:
+            self._runs.discard(run)
+            self._role_busy[role.name] -= 1
+            self.stats.in_flight = len(self._runs)
+            self._slots.release()
+            self._run_done.set()
+            if not self._runs:
+                self._all_idle.set()
+
+    def _count(self, result: RunResult) -> None:
+        if result.status == "transitioned":
+            self.stats.transitioned += 1
+        elif result.status == "failed":
+            self.stats.failed += 1
+        else:
+            self.stats.lost += 1
+            self.stats.last_error = f"{result.status}: {result.detail}"
+
+    async def _instructions_for(self, lease: Lease) -> str | None:
+        """The instructions of the transition that led the task here (None for new tasks)."""
+        if lease.task.task_version <= 1:
+            return None
+        try:
+            page = await self.tracker.list_task_events(lease.task.id, limit=1000)
+        except (TrackerError, NotImplementedError):
+            return None
+        for event in reversed(page.items):
+            if event.kind == "transition" and isinstance(event.data, Mapping):
+                value = event.data.get("instructions")
+                return value if isinstance(value, str) and value else None
+        return None
+
+    async def _maintenance_loop(self) -> None:
+        interval = self.config.maintenance_interval_s
+        while True:
+            await anyio.sleep(interval * random.uniform(0.8, 1.2))
+            try:
+                report = await self.tracker.maintenance()
+            except Unsupported:
+                return  # the remote server reclaims expired leases itself on claim
+            except TrackerUnavailable as exc:
+                self.stats.last_error = f"maintenance: {exc}"
+                continue
+            except TrackerError as exc:
+                log.error("maintenance failed: %s", exc, extra={"action": "maintenance_failed"})
+                continue
+            if report.expired_leases or report.expired_tasks or report.crash_looped:
+                log.info(
+                    "maintenance: %d expired lease(s), %d expired task(s), %d crash-looped",
+                    report.expired_leases,
+                    report.expired_tasks,
+                    report.crash_looped,
+                    extra={"action": "maintenance"},
+                )

@@ -1,0 +1,352 @@
+"""One claimed task: executor + heartbeat in one task group, then the final report.
+
+The shape (DESIGN.md "One task, end to end"):
+
+1. The executor and a heartbeat every ttl/3 run in one task group. A heartbeat that says the
+   lease is gone cancels the executor at once and nothing more is written for the run.
+2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
+   and fails the run with reason ``timeout``.
+3. The outcome is reported under a shield: buffered events, then ``transition`` with the claimed
+   stage and version, or an ``error`` event and ``fail``. A trigger the pipeline refuses fails the
+   run with the allowed triggers listed; a 409 is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy, Transition
+from tracker_client.errors import (
+    Conflict,
+    InvalidTransition,
+    LeaseLost,
+    TrackerError,
+    TrackerUnavailable,
+    ValidationFailed,
+)
+from tracker_client.models import ArtifactCreate, Lease
+from tracker_client.protocol import Tracker
+from worker.config import RoleConfig
+from worker.retry import RetryPolicy, call_with_retry
+
+__all__ = ["RunResult", "RunSettings", "TaskRun"]
+
+log = logging.getLogger("backlog_worker.worker")
+
+#: How much of a traceback goes into an ``error`` event.
+TRACEBACK_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What a run needs from the worker's configuration."""
+
+    lease_ttl_s: float
+    retry: RetryPolicy
+    report_retry_budget_s: float
+    workdir_base: Path | None = None
+    keep_workdirs: bool = False
+    report_flush_s: float = 1.0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How one run ended, for the worker's counters and logs."""
+
+    status: str  # "transitioned" | "failed" | "lost" | "conflict" | "report_failed"
+    detail: str = ""
+
+
+class _TrackerSink:
+    """ContextSink writing to the tracker under the run's lease, with bounded retries."""
+
+    def __init__(self, run: TaskRun) -> None:
+        self._run = run
+
+    async def emit_events(self, events: list[tuple[str, Any]]) -> None:
+        for kind, data in events:
+            await self._run.add_event(kind, data)
+
+    async def emit_artifact(self, artifact: ArtifactCreate) -> str:
+        key = str(uuid.uuid4())
+        run = self._run
+        return await call_with_retry(
+            lambda: run.tracker.add_artifact(artifact, idempotency_key=key),
+            policy=run.settings.retry,
+            budget_s=run.lease_remaining_s(),
+            action="add_artifact",
+        )
+
+
+def _timeout_of(lease: Lease, role: RoleConfig) -> float | None:
+    meta = lease.task.metadata
+    if isinstance(meta, dict):
+        value = meta.get("timeout_s")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return role.timeout_s
+
+
+class TaskRun:
+    """Supervises one claimed task from the claim to the final report."""
+
+    def __init__(
+        self,
+        *,
+        tracker: Tracker,
+        lease: Lease,
+        role: RoleConfig,
+        executor: Executor,
+        settings: RunSettings,
+        shutdown: anyio.Event,
+        instructions: str | None = None,
+    ) -> None:
+        self.tracker = tracker
+        self.lease = lease
+        self.role = role
+        self.executor = executor
+        self.settings = settings
+        self._shutdown = shutdown
+        self._instructions = instructions
+        self._expires_at = anyio.current_time() + settings.lease_ttl_s
+        self._lost: LeaseLost | None = None
+        self.scope = anyio.CancelScope()
+        self._log = logging.LoggerAdapter(
+            log,
+            {"task_id": lease.task.id, "run_id": lease.run.id, "role": role.name},
+        )
+
+    # -- helpers used by the sink -------------------------------------------------------------
+    def lease_remaining_s(self) -> float:
+        """Seconds the lease is still ours (by our own clock), never negative."""
+        return max(0.0, self._expires_at - anyio.current_time())
+
+    async def add_event(self, kind: str, data: Any) -> None:
+        """Write one event, retried within the lease; oversized data becomes a marker."""
+        key = str(uuid.uuid4())
+
+        async def write(payload: Any) -> int:
+            return await call_with_retry(
+                lambda: self.tracker.add_event(self.lease, kind, payload, idempotency_key=key),
+                policy=self.settings.retry,
+                budget_s=self.lease_remaining_s(),
+                action="add_event",
+            )
+
+        try:
+            await write(data)
+        except ValidationFailed as exc:
+            key = str(uuid.uuid4())
+            await write({"dropped": True, "reason": str(exc)})
+
+    # -- the run --------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Cancel the executor (shutdown past its grace); the final report still happens."""
+        self.scope.cancel()
+
+    async def execute(self) -> RunResult:
+        """Run the executor under heartbeats, then report. Never raises for task problems."""
+        self._log.info("task claimed", extra={"action": "run_start"})
+        workdir = await anyio.to_thread.run_sync(self._make_workdir)
+        outcome: Outcome | None = None
+        try:
+            ctx = ExecutionContext(
+                task=self.lease.task,
+                run=self.lease.run,
+                workdir=workdir,
+                sink=_TrackerSink(self),
+                options=self.role.options,
+                instructions=self._instructions,
+                shutdown=self._shutdown,
+                logger=self._log,
+                report_policy=ReportPolicy(flush_interval_s=self.settings.report_flush_s),
+            )
+            timeout = _timeout_of(self.lease, self.role)
+            if timeout is not None:
+                ctx.deadline = anyio.current_time() + timeout
+            with self.scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._heartbeat_loop, tg.cancel_scope)
+                    outcome = await self._call_executor(ctx, timeout)
+                    tg.cancel_scope.cancel()
+            if self._lost is not None:
+                self._log.warning(
+                    "lease lost (%s): executor cancelled, nothing reported",
+                    self._lost.code,
+                    extra={"action": "lease_lost"},
+                )
+                return RunResult("lost", self._lost.code)
+            if outcome is None:  # cancelled by the worker's shutdown
+                outcome = Failure(
+                    reason="worker_shutdown",
+                    message="the worker shut down before the task finished",
+                    retryable=True,
+                )
+            result = RunResult("report_failed", "not reported")
+            with anyio.CancelScope(shield=True):
+                result = await self._report(ctx, outcome)
+            return result
+        finally:
+            if not self.settings.keep_workdirs:
+                await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
+
+    def _make_workdir(self) -> Path:
+        base = self.settings.workdir_base
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"run-{self.lease.run.id[:8]}-", dir=base))
+
+    async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
+        try:
+            with anyio.fail_after(limit_s):
+                outcome = await self.executor.execute(ctx)
+        except TimeoutError:
+            return Failure(
+                reason="timeout",
+                message=f"the executor did not finish within {limit_s:g}s",
+                retryable=True,
+            )
+        except Exception as exc:  # an executor bug is a failed run, not a dead worker
+            tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL_CHARS:]
+            return Failure(
+                reason="executor_error",
+                message=f"{type(exc).__name__}: {exc}",
+                retryable=True,
+                details={"type": type(exc).__name__, "message": str(exc), "traceback": tail},
+            )
+        if not isinstance(outcome, Transition | Failure):
+            return Failure(
+                reason="bad_executor_output",
+                message=f"executor returned {type(outcome).__name__}, not Transition or Failure",
+                retryable=False,
+            )
+        return outcome
+
+    async def _heartbeat_loop(self, scope: anyio.CancelScope) -> None:
+        interval = self.settings.lease_ttl_s / 3
+        ttl_ms = int(self.settings.lease_ttl_s * 1000)
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await call_with_retry(
+                    lambda: self.tracker.heartbeat(self.lease, lease_ttl_ms=ttl_ms),
+                    policy=self.settings.retry,
+                    budget_s=self.lease_remaining_s(),
+                    action="heartbeat",
+                )
+            except LeaseLost as exc:
+                self._lost = exc
+                scope.cancel()
+                return
+            except TrackerUnavailable as exc:
+                # We could not extend the lease before it ran out: someone else may have it now.
+                self._lost = LeaseLost(f"heartbeat failed until the lease ran out: {exc}")
+                scope.cancel()
+                return
+            self._expires_at = anyio.current_time() + self.settings.lease_ttl_s
+
+    # -- final report -------------------------------------------------------------------------
+    async def _report(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
+        budget = self.settings.report_retry_budget_s
+        try:
+            await ctx.flush()
+            if isinstance(outcome, Transition):
+                return await self._transition(outcome, budget)
+            return await self._fail(outcome, budget)
+        except LeaseLost as exc:
+            self._log.warning(
+                "lease lost before the report (%s); result dropped",
+                exc.code,
+                extra={"action": "lease_lost"},
+            )
+            return RunResult("lost", exc.code)
+        except Conflict as exc:
+            self._log.warning(
+                "task changed under us (%s); result dropped",
+                exc.code,
+                extra={"action": "report_conflict"},
+            )
+            return RunResult("conflict", exc.code)
+        except TrackerError as exc:
+            self._log.error("final report failed: %s", exc, extra={"action": "report_failed"})
+            return RunResult("report_failed", str(exc))
+
+    async def _transition(self, outcome: Transition, budget: float) -> RunResult:
+        trigger = outcome.trigger or self.role.default_trigger
+        key = str(uuid.uuid4())
+        task = self.lease.task
+        try:
+            result = await call_with_retry(
+                lambda: self.tracker.transition(
+                    self.lease,
+                    trigger,
+                    expected_stage=task.stage,
+                    expected_task_version=task.task_version,
+                    instructions=outcome.instructions,
+                    usage=outcome.usage,
+                    idempotency_key=key,
+                ),
+                policy=self.settings.retry,
+                budget_s=budget,
+                action="transition",
+            )
+        except InvalidTransition as exc:
+            allowed = ", ".join(exc.allowed) or "none"
+            return await self._fail(
+                Failure(
+                    reason="invalid_trigger",
+                    message=(
+                        f"trigger {trigger!r} is not allowed from stage {task.stage!r}; "
+                        f"allowed triggers: {allowed}"
+                    ),
+                    retryable=False,
+                    details={"trigger": trigger, "allowed": exc.allowed},
+                    usage=outcome.usage,
+                ),
+                budget,
+            )
+        self._log.info(
+            "transitioned %s -> %s (%s)",
+            result.previous_stage,
+            result.new_stage,
+            trigger,
+            extra={"action": "run_transitioned", "trigger": trigger},
+        )
+        return RunResult("transitioned", result.new_stage)
+
+    async def _fail(self, failure: Failure, budget: float) -> RunResult:
+        details = {
+            "reason": failure.reason,
+            "message": failure.message,
+            "retryable": failure.retryable,
+            **dict(failure.details),
+        }
+        await self.add_event("error", details)
+        key = str(uuid.uuid4())
+        error = f"{failure.reason}: {failure.message}" if failure.message else failure.reason
+        result = await call_with_retry(
+            lambda: self.tracker.fail(
+                self.lease,
+                error,
+                usage=failure.usage,
+                retryable=failure.retryable,
+                idempotency_key=key,
+            ),
+            policy=self.settings.retry,
+            budget_s=budget,
+            action="fail",
+        )
+        what = "dead-lettered" if result.dead_lettered else "failed"
+        self._log.warning(
+            "run %s: %s", what, error, extra={"action": "run_failed", "reason": failure.reason}
+        )
+        return RunResult("failed", failure.reason)
