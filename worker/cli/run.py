@@ -1,0 +1,270 @@
+"""``backlog-worker run`` and ``backlog-worker check``.
+
+``run`` is the daemon: it loads the configuration, opens the tracker, builds every role's
+executor, installs signal handling (TERM/INT: staged shutdown, a second one skips the grace;
+HUP: reload the configuration for new claims) and runs a :class:`~worker.daemon.Worker`.
+``check`` validates the same things without claiming anything and exits non-zero on a problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from plugins.api import SupportsReadiness
+from tracker_client.errors import (
+    BacklogWorkerError,
+    ConfigError,
+    ExecutorError,
+    TrackerError,
+    TrackerUnavailable,
+)
+from tracker_client.factory import open_tracker
+from tracker_client.protocol import Tracker
+from worker.config import Config, load_config
+from worker.daemon import Role, Worker, WorkerState
+
+__all__ = ["build_roles", "register", "select_roles"]
+
+log = logging.getLogger("backlog_worker.cli")
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_TRACKER = 0, 1, 2, 3
+
+
+def select_roles(config: Config, names: Sequence[str]) -> Config:
+    """Keep only the roles named (all when ``names`` is empty); unknown names are a ConfigError."""
+    if not config.roles:
+        where = f" in {config.source}" if config.source else ""
+        raise ConfigError(f"no [[roles]] configured{where}: a worker needs at least one role")
+    if not names:
+        return config
+    known = {r.name for r in config.roles}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(
+            f"--role {unknown[0]!r} is not configured (configured roles: {', '.join(sorted(known))})"
+        )
+    roles = tuple(r for r in config.roles if r.name in names)
+    return Config(
+        tracker=config.tracker,
+        worker=config.worker,
+        roles=roles,
+        source=config.source,
+        log_level=config.log_level,
+        log_format=config.log_format,
+    )
+
+
+def build_roles(config: Config) -> list[Role]:
+    """Load each role's executor through the plugin registry (``ExecutorError`` names it)."""
+    from plugins.registry import load_executor
+
+    return [Role(config=r, executor=load_executor(r.executor, r.options)) for r in config.roles]
+
+
+def _load(config_path: Path | None, overrides: dict[str, Any], roles: Sequence[str]) -> Config:
+    return select_roles(load_config(config_path, **overrides), roles)
+
+
+def _setup_logging(config: Config) -> None:
+    try:
+        from worker.logs import configure_logging
+    except ImportError:  # pragma: no cover - before the logging module exists
+        logging.basicConfig(level=config.log_level, stream=sys.stderr)
+        return
+    configure_logging(config.log_level, config.log_format, secrets=[config.tracker.api_token])
+
+
+async def _open(config: Config) -> Tracker:
+    return await open_tracker(
+        config.tracker.url, api_token=config.tracker.api_token, **config.tracker.options
+    )
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"backlog-worker: {message}", err=True)
+    sys.exit(code)
+
+
+async def _watch_signals(
+    worker: Worker, reload: Callable[[], None], task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        task_status.started()
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                reload()
+                continue
+            immediate = worker.state in (WorkerState.DRAINING, WorkerState.STOPPED)
+            log.warning(
+                "received %s: %s",
+                signal.Signals(signum).name,
+                "stopping now (grace skipped)" if immediate else "draining",
+                extra={"action": "signal"},
+            )
+            worker.stop(immediate=immediate)
+
+
+async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Sequence[str]) -> int:
+    config = _load(config_path, overrides, roles)
+    built = build_roles(config)
+    tracker = await _open(config)
+    try:
+        worker = Worker(tracker, config.worker, built, tracker_config=config.tracker)
+
+        def reload() -> None:
+            try:
+                fresh = _load(config_path, overrides, roles)
+                worker.set_roles(build_roles(fresh))
+            except BacklogWorkerError as exc:
+                log.error("reload refused: %s", exc, extra={"action": "reload_failed"})
+                return
+            log.info(
+                "configuration reloaded: roles %s",
+                ", ".join(r.name for r in worker.roles),
+                extra={"action": "reloaded"},
+            )
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(_watch_signals, worker, reload)
+            await worker.run()
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await tracker.aclose()
+    return EXIT_OK
+
+
+def _overrides(**flags: Any) -> dict[str, Any]:
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+_config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="BACKLOG_WORKER_CONFIG",
+    help="TOML configuration file (env BACKLOG_WORKER_CONFIG).",
+)
+_tracker_option = click.option(
+    "--tracker", help="Tracker URL: sqlite:///path.db or http://host:port."
+)
+_role_option = click.option(
+    "--role", "roles", multiple=True, help="Serve only this configured role (repeatable)."
+)
+
+
+@click.command("run")
+@_config_option
+@_tracker_option
+@_role_option
+@click.option("--concurrency", type=int, help="Slots: tasks run at once.")
+@click.option("--agent-id", help="Agent id used for claims (default: host + instance/pid).")
+@click.option("--drain", is_flag=True, default=None, help="Exit once the queue is empty.")
+@click.option("--max-tasks", type=int, help="Exit after claiming this many tasks.")
+@click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
+@click.option("--log-format", type=click.Choice(["auto", "rich", "plain", "journal", "json"]))
+def run_command(
+    config_path: Path | None,
+    tracker: str | None,
+    roles: tuple[str, ...],
+    concurrency: int | None,
+    agent_id: str | None,
+    drain: bool | None,
+    max_tasks: int | None,
+    log_level: str | None,
+    log_format: str | None,
+) -> None:
+    """Run a worker: claim, execute, report, until stopped (TERM/INT drain; HUP reloads)."""
+    overrides = _overrides(
+        **{
+            "tracker.url": tracker,
+            "worker.concurrency": concurrency,
+            "worker.agent_id": agent_id,
+            "worker.drain": drain,
+            "worker.max_tasks": max_tasks,
+            "log_level": log_level,
+            "log_format": log_format,
+        }
+    )
+    try:
+        config = _load(config_path, overrides, roles)
+        _setup_logging(config)
+        code = anyio.run(_run, config_path, overrides, roles)
+    except (ConfigError, ExecutorError) as exc:
+        _fail(str(exc), EXIT_CONFIG)
+    except TrackerError as exc:
+        _fail(f"tracker error: {exc}", EXIT_TRACKER)
+    sys.exit(code)
+
+
+async def _check(config: Config) -> list[str]:
+    problems: list[str] = []
+    try:
+        built = build_roles(config)
+    except ExecutorError as exc:
+        return [f"executor: {exc}"]
+    try:
+        tracker = await _open(config)
+    except TrackerError as exc:
+        return [f"tracker {config.tracker.url}: {exc}"]
+    try:
+        with anyio.fail_after(config.tracker.request_timeout_s * 2):
+            health = await tracker.health()
+        click.echo(f"ok   tracker {config.tracker.url} answered (version {health.version})")
+        ceiling = getattr(tracker, "max_lease_ttl_ms", None)
+        for role in config.roles:
+            ttl = role.lease_ttl_s or config.worker.lease_ttl_s
+            if isinstance(ceiling, int) and ttl * 1000 > ceiling:
+                click.echo(
+                    f"warn role {role.name}: lease_ttl_s {ttl:g} exceeds the tracker's "
+                    f"{ceiling / 1000:g}s heartbeat reset; it will be clamped"
+                )
+    except (TrackerUnavailable, TimeoutError) as exc:
+        problems.append(f"tracker {config.tracker.url} unreachable: {exc}")
+    except TrackerError as exc:
+        problems.append(f"tracker {config.tracker.url}: {exc}")
+    finally:
+        await tracker.aclose()
+    for role in built:
+        if isinstance(role.executor, SupportsReadiness):
+            try:
+                issues = await role.executor.readiness()
+            except Exception as exc:
+                issues = [f"readiness check crashed: {type(exc).__name__}: {exc}"]
+            problems.extend(f"role {role.name} ({role.config.executor}): {p}" for p in issues)
+            if not issues:
+                click.echo(f"ok   role {role.name}: executor {role.config.executor} ready")
+        else:
+            click.echo(f"ok   role {role.name}: executor {role.config.executor} loaded")
+    return problems
+
+
+@click.command("check")
+@_config_option
+@_tracker_option
+@_role_option
+def check_command(config_path: Path | None, tracker: str | None, roles: tuple[str, ...]) -> None:
+    """Validate the configuration, reach the tracker and check every executor's readiness."""
+    try:
+        config = _load(config_path, _overrides(**{"tracker.url": tracker}), roles)
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_CONFIG)
+    click.echo(f"ok   configuration{f' {config.source}' if config.source else ''}")
+    problems = anyio.run(_check, config)
+    for problem in problems:
+        click.echo(f"FAIL {problem}")
+    sys.exit(EXIT_FAILURE if problems else EXIT_OK)
+
+
+def register(group: click.Group) -> None:
+    """Add ``run`` and ``check`` to the CLI."""
+    group.add_command(run_command)
+    group.add_command(check_command)
