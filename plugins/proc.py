@@ -1,0 +1,492 @@
+"""Run one subprocess under anyio without ever leaving an orphan behind.
+
+Every subprocess executor goes through :func:`run_process`:
+
+- ``argv`` is exec'd directly (never a shell), in its own session, so the child leads a fresh
+  process group that holds it and everything it forks;
+- stdin is ``/dev/null`` unless bytes are given (then fed and closed); stdout and stderr are read
+  concurrently and handed to callbacks chunk by chunk as they arrive, while a bounded copy is kept
+  (the head of stdout, the tail of stderr);
+- when the leader exits, any process still in its group is terminated (``SIGTERM``, then
+  ``SIGKILL`` after ``term_grace_s``), so a grandchild can neither outlive the run nor hold the
+  pipes open;
+- on cancellation (timeout, lost lease, shutdown) the whole group gets the same treatment under a
+  shielded scope, and only then does the cancellation propagate.
+
+A descendant that leaves the group on purpose (``setsid``) escapes this; only a cgroup could hold
+it, which is the job of the service manager (see the systemd unit).
+
+:func:`minimal_env` builds a child environment from scratch so tracker tokens never reach a child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fnmatch
+import logging
+import os
+import signal as signal_mod
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+
+from tracker_client.errors import ExecutorError
+
+__all__ = [
+    "SECRET_ENV_PATTERNS",
+    "ProcessResult",
+    "decode_output",
+    "is_secret_env_name",
+    "minimal_env",
+    "run_process",
+]
+
+logger = logging.getLogger("backlog_worker.executor.proc")
+
+#: Environment names that are never passed to a child, even when allowlisted (fnmatch, upper case).
+SECRET_ENV_PATTERNS: tuple[str, ...] = (
+    "BACKLOG_WORKER_*TOKEN*",
+    "BACKLOG_*TOKEN*",
+    "*_API_TOKEN",
+    "NULLTICKETS_*",
+)
+
+#: Seconds to wait for the pipes to reach EOF once the process group is gone.
+_DRAIN_TIMEOUT_S = 5.0
+#: Seconds to wait for the group to vanish after SIGKILL before giving up (and logging).
+_KILL_WAIT_S = 5.0
+_READ_CHUNK = 65_536
+
+OutputCallback = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    """How a process ended and what it printed.
+
+    ``returncode`` follows :mod:`subprocess`: negative ``-N`` when killed by signal ``N``, in which
+    case ``signal`` is ``N`` (else None). ``stdout`` keeps the first ``max_capture_bytes`` bytes
+    (plus a marker when cut); ``stderr`` keeps the last ones (marker first when cut).
+    """
+
+    returncode: int
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    pid: int
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the process exited with status 0."""
+        return self.returncode == 0
+
+
+def decode_output(data: bytes) -> str:
+    """Decode process output for humans: UTF-8, undecodable bytes replaced, never raising."""
+    return data.decode("utf-8", errors="replace")
+
+
+def is_secret_env_name(name: str) -> bool:
+    """True when ``name`` looks like a tracker token variable (see :data:`SECRET_ENV_PATTERNS`)."""
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in SECRET_ENV_PATTERNS)
+
+
+def minimal_env(
+    passthrough: Iterable[str] = (),
+    extra: Mapping[str, str] | None = None,
+    *,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Build a child environment from scratch.
+
+    It holds ``PATH`` (the worker's, else :data:`os.defpath`), ``LANG`` (the worker's, else
+    ``C.UTF-8``) and ``LC_ALL`` when set, then every allowlisted name of ``passthrough`` present in
+    ``base`` (default :data:`os.environ`; a name may be an fnmatch pattern such as ``LC_*``;
+    ``HOME`` only when listed), then ``extra``. Names that look like tokens
+    (:func:`is_secret_env_name`) are dropped even when allowlisted or given in ``extra``.
+    """
+    source = os.environ if base is None else base
+    env: dict[str, str] = {
+        "PATH": source.get("PATH") or os.defpath,
+        "LANG": source.get("LANG") or "C.UTF-8",
+    }
+    if source.get("LC_ALL"):
+        env["LC_ALL"] = source["LC_ALL"]
+    for name in passthrough:
+        if any(ch in name for ch in "*?["):
+            env.update({k: v for k, v in source.items() if fnmatch.fnmatchcase(k, name)})
+        elif name in source:
+            env[name] = source[name]
+    env.update(extra or {})
+    for name in [n for n in env if is_secret_env_name(n)]:
+        del env[name]
+        logger.warning(
+            "not passing %s to the child process: it looks like a token",
+            name,
+            extra={"action": "env_secret_dropped"},
+        )
+    return env
+
+
+class _HeadCapture:
+    """Keeps the first ``limit`` bytes and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.buf)
+        if room > 0:
+            self.buf += chunk[:room]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.buf)
+
+    def value(self) -> bytes:
+        if not self.truncated:
+            return bytes(self.buf)
+        cut = self.total - len(self.buf)
+        return bytes(self.buf) + f"\n[... {cut} more bytes not captured ...]\n".encode()
+
+
+class _TailCapture:
+    """Keeps the last ``limit`` bytes and counts what fell off the front."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.buf += chunk
+        # trim lazily (amortised O(1) per byte) and exactly in value()
+        if len(self.buf) > 2 * self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.limit
+
+    def value(self) -> bytes:
+        tail = bytes(self.buf[-self.limit :]) if self.limit > 0 else b""
+        if not self.truncated:
+            return bytes(self.buf)
+        cut = self.total - len(tail)
+        return f"[... {cut} earlier bytes not captured ...]\n".encode() + tail
+
+
+def _spawn_error(argv: Sequence[str], cwd: Path, exc: OSError) -> ExecutorError:
+    program = argv[0]
+    if exc.errno == errno.E2BIG:
+        size = sum(len(os.fsencode(a)) + 1 for a in argv)
+        biggest = max(len(os.fsencode(a)) for a in argv)
+        return ExecutorError(
+            f"cannot start {program!r}: argument list too large ({size} bytes in total, "
+            f"largest argument {biggest} bytes); pass big data on stdin or in a file instead"
+        )
+    if (
+        isinstance(exc, FileNotFoundError | NotADirectoryError)
+        and exc.filename is not None
+        and os.fsdecode(exc.filename) == os.fsdecode(cwd)
+    ):
+        return ExecutorError(f"cannot start {program!r}: working directory {cwd} is missing")
+    if isinstance(exc, FileNotFoundError):
+        return ExecutorError(f"cannot start {program!r}: no such executable (searched PATH)")
+    if isinstance(exc, PermissionError):
+        return ExecutorError(f"cannot start {program!r}: permission denied (not executable?)")
+    if exc.errno == errno.ENOEXEC:
+        return ExecutorError(f"cannot start {program!r}: not an executable format")
+    return ExecutorError(f"cannot start {program!r}: {exc.strerror or exc}")
+
+
+def _group_members(pgid: int, leader: int) -> list[int]:
+    """Live (non-zombie) pids of process group ``pgid``; reaps zombies that are our children.
+
+    Runs in a worker thread (it reads ``/proc``). Without ``/proc`` it trusts ``killpg(pgid, 0)``.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        return []  # no process of ours is left in it
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return [pgid]
+    me = os.getpid()
+    members: list[int] = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parens, so split after it
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) < 3 or int(fields[2]) != pgid:
+            continue
+        pid, state, ppid = int(entry.name), fields[0], int(fields[1])
+        if state in ("Z", "X"):
+            # an orphaned grandchild re-parented to us (we may be a subreaper or pid 1): reap it
+            if ppid == me and pid != leader:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            continue
+        members.append(pid)
+    return members
+
+
+class _Runner:
+    """One process's pumps and its group-termination logic."""
+
+    def __init__(
+        self,
+        process: Process,
+        *,
+        argv0: str,
+        max_capture_bytes: int,
+        term_grace_s: float,
+    ) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.argv0 = argv0
+        self.term_grace_s = term_grace_s
+        self.stdout = _HeadCapture(max_capture_bytes)
+        self.stderr = _TailCapture(max_capture_bytes)
+        self.callback_error: BaseException | None = None
+        self.callbacks_enabled = True
+        self.wait_scope: anyio.CancelScope | None = None
+        self._pump_scopes: list[anyio.CancelScope] = []
+        self._callback_scopes: set[anyio.CancelScope] = set()
+        self._pumps_done: list[anyio.Event] = []
+
+    async def pump(
+        self,
+        stream: ByteReceiveStream,
+        capture: _HeadCapture | _TailCapture,
+        callback: OutputCallback | None,
+        done: anyio.Event,
+    ) -> None:
+        """Read ``stream`` to EOF. Shielded: it keeps draining while the group is terminated, so
+        a child writing during its grace period never blocks on a full pipe."""
+        try:
+            with anyio.CancelScope(shield=True) as scope:
+                self._pump_scopes.append(scope)
+                while True:
+                    try:
+                        chunk = await stream.receive(_READ_CHUNK)
+                    except (
+                        anyio.EndOfStream,
+                        anyio.ClosedResourceError,
+                        anyio.BrokenResourceError,
+                    ):
+                        return
+                    capture.feed(chunk)
+                    if callback is not None and self.callbacks_enabled:
+                        await self._call(callback, chunk)
+        finally:
+            done.set()
+
+    async def _call(self, callback: OutputCallback, chunk: bytes) -> None:
+        with anyio.CancelScope() as scope:
+            self._callback_scopes.add(scope)
+            try:
+                await callback(chunk)
+            except Exception as exc:
+                # a broken callback stops the run: record it, stop calling back, end the process
+                if self.callback_error is None:
+                    self.callback_error = exc
+                self.callbacks_enabled = False
+                if self.wait_scope is not None:
+                    self.wait_scope.cancel()
+            finally:
+                self._callback_scopes.discard(scope)
+
+    def stop_callbacks(self) -> None:
+        """No more callbacks (the run is being cancelled): cancel the ones in flight."""
+        self.callbacks_enabled = False
+        for scope in list(self._callback_scopes):
+            scope.cancel()
+
+    def new_pump(self) -> anyio.Event:
+        """An event set when one more pump finishes; :meth:`drain` waits for all of them."""
+        done = anyio.Event()
+        self._pumps_done.append(done)
+        return done
+
+    async def close_streams(self) -> None:
+        """Close our ends of the pipes (the process itself is already reaped or abandoned)."""
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                with contextlib.suppress(anyio.BrokenResourceError, OSError):
+                    await stream.aclose()
+
+    async def feed(self, stream: ByteSendStream, data: bytes) -> None:
+        """Write ``data`` to the child's stdin, then close it. A child that quits early is fine."""
+        try:
+            if data:
+                await stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        finally:
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(anyio.BrokenResourceError, OSError):
+                    await stream.aclose()
+
+    async def _members(self) -> list[int]:
+        return await anyio.to_thread.run_sync(_group_members, self.pid, self.pid)
+
+    async def _wait_group_gone(self, limit_s: float) -> bool:
+        """Poll until the group is empty; True if it is, False after ``limit_s``."""
+        deadline = anyio.current_time() + limit_s
+        delay = 0.01
+        while await self._members():
+            if anyio.current_time() >= deadline:
+                return False
+            await anyio.sleep(min(delay, max(0.0, deadline - anyio.current_time())))
+            delay = min(delay * 2, 0.1)
+        return True
+
+    def _killpg(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    async def terminate_group(self) -> None:
+        """SIGTERM the group, SIGKILL after the grace, wait for it to vanish. Call shielded."""
+        if not await self._members():
+            return
+        self._killpg(signal_mod.SIGTERM)
+        if await self._wait_group_gone(self.term_grace_s):
+            return
+        logger.info(
+            "process group %d still alive %.1fs after SIGTERM: sending SIGKILL",
+            self.pid,
+            self.term_grace_s,
+            extra={"action": "process_killed", "pid": self.pid},
+        )
+        self._killpg(signal_mod.SIGKILL)
+        if not await self._wait_group_gone(_KILL_WAIT_S):
+            logger.error(
+                "process group %d of %r survived SIGKILL for %.0fs",
+                self.pid,
+                self.argv0,
+                _KILL_WAIT_S,
+                extra={"action": "process_kill_failed", "pid": self.pid},
+            )
+
+    async def drain(self) -> None:
+        """Let the pumps reach EOF; a pipe held open by an escaped descendant is abandoned."""
+        with anyio.move_on_after(_DRAIN_TIMEOUT_S):
+            for done in self._pumps_done:
+                await done.wait()
+            return
+        logger.warning(
+            "output of %r still open after its process group ended (a descendant left the "
+            "group?); no longer reading it",
+            self.argv0,
+            extra={"action": "process_pipe_abandoned", "pid": self.pid},
+        )
+        for scope in self._pump_scopes:
+            scope.cancel()
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin: bytes | None = None,
+    on_stdout: OutputCallback | None = None,
+    on_stderr: OutputCallback | None = None,
+    max_capture_bytes: int = 1 << 20,
+    term_grace_s: float = 5.0,
+) -> ProcessResult:
+    """Run ``argv`` to completion and return how it ended (see the module docstring).
+
+    Raises :class:`~tracker_client.errors.ExecutorError` when the program cannot be started
+    (missing, not executable, argument list too large, missing ``cwd``). An exception raised by
+    a callback ends the process group and is re-raised once it is gone. On cancellation the
+    group is terminated first, then the cancellation propagates.
+    """
+    args = [os.fsdecode(a) for a in argv]
+    if not args or not args[0]:
+        raise ExecutorError("cannot start a process: empty argv")
+    if max_capture_bytes < 0:
+        raise ValueError("max_capture_bytes must be >= 0")
+    started = time.monotonic()
+    # shielded: a cancel arriving mid-spawn must not leave a started child unsupervised
+    with anyio.CancelScope(shield=True):
+        try:
+            process = await anyio.open_process(
+                args,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise _spawn_error(args, cwd, exc) from exc
+    runner = _Runner(
+        process, argv0=args[0], max_capture_bytes=max_capture_bytes, term_grace_s=term_grace_s
+    )
+    logger.debug("started %r as pid %d", args[0], process.pid, extra={"action": "process_started"})
+    try:
+        async with anyio.create_task_group() as tg:
+            assert process.stdout is not None
+            assert process.stderr is not None
+            tg.start_soon(runner.pump, process.stdout, runner.stdout, on_stdout, runner.new_pump())
+            tg.start_soon(runner.pump, process.stderr, runner.stderr, on_stderr, runner.new_pump())
+            if stdin is not None:
+                assert process.stdin is not None
+                tg.start_soon(runner.feed, process.stdin, stdin)
+            try:
+                with anyio.CancelScope() as wait_scope:
+                    runner.wait_scope = wait_scope
+                    await process.wait()
+            except BaseException:
+                runner.stop_callbacks()
+                raise
+            finally:
+                if runner.callback_error is not None:
+                    runner.stop_callbacks()
+                with anyio.CancelScope(shield=True):
+                    # leader gone or cancelled: nothing of its group may outlive the run
+                    await runner.terminate_group()
+                    with anyio.move_on_after(_KILL_WAIT_S):
+                        await process.wait()
+                    await runner.drain()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await runner.close_streams()
+    if runner.callback_error is not None:
+        raise runner.callback_error
+    rc = process.returncode
+    assert rc is not None
+    return ProcessResult(
+        returncode=rc,
+        signal=-rc if rc < 0 else None,
+        stdout=runner.stdout.value(),
+        stderr=runner.stderr.value(),
+        stdout_truncated=runner.stdout.truncated,
+        stderr_truncated=runner.stderr.truncated,
+        pid=process.pid,
+        duration_s=time.monotonic() - started,
+    )
