@@ -49,7 +49,8 @@ def select_roles(config: Config, names: Sequence[str]) -> Config:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(
-            f"--role {unknown[0]!r} is not configured (configured roles: {', '.join(sorted(known))})"
+            f"--role {unknown[0]!r} is not configured "
+            f"(configured roles: {', '.join(sorted(known))})"
         )
     roles = tuple(r for r in config.roles if r.name in names)
     return Config(
@@ -79,7 +80,9 @@ def _setup_logging(config: Config) -> None:
     except ImportError:  # pragma: no cover - before the logging module exists
         logging.basicConfig(level=config.log_level, stream=sys.stderr)
         return
-    configure_logging(config.log_level, config.log_format, secrets=[config.tracker.api_token])
+    configure_logging(
+        config.log_level, config.log_format, secrets=[t for t in [config.tracker.api_token] if t]
+    )
 
 
 async def _open(config: Config) -> Tracker:
@@ -233,17 +236,18 @@ async def _check(config: Config) -> list[str]:
         problems.append(f"tracker {config.tracker.url}: {exc}")
     finally:
         await tracker.aclose()
-    for role in built:
-        if isinstance(role.executor, SupportsReadiness):
+    for built_role in built:
+        name, executor = built_role.name, built_role.config.executor
+        if isinstance(built_role.executor, SupportsReadiness):
             try:
-                issues = await role.executor.readiness()
+                issues = await built_role.executor.readiness()
             except Exception as exc:
                 issues = [f"readiness check crashed: {type(exc).__name__}: {exc}"]
-            problems.extend(f"role {role.name} ({role.config.executor}): {p}" for p in issues)
+            problems.extend(f"role {name} ({executor}): {p}" for p in issues)
             if not issues:
-                click.echo(f"ok   role {role.name}: executor {role.config.executor} ready")
+                click.echo(f"ok   role {name}: executor {executor} ready")
         else:
-            click.echo(f"ok   role {role.name}: executor {role.config.executor} loaded")
+            click.echo(f"ok   role {name}: executor {executor} loaded")
     return problems
 
 
