@@ -1,0 +1,341 @@
+"""The worker daemon against a real embedded tracker: slots, fairness, leases, reports, shutdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from plugins.api import ExecutionContext, Failure, Transition
+from tracker_client.errors import TrackerUnavailable
+from tracker_client.protocol import Tracker
+from worker.daemon import Worker, WorkerState
+
+from .conftest import add_tasks, role, start_worker, wait_until, worker_config
+
+pytestmark = pytest.mark.anyio
+
+
+async def stage_counts(tracker: Tracker, pipeline_id: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    cursor = None
+    while True:
+        page = await tracker.list_tasks(pipeline_id=pipeline_id, limit=1000, cursor=cursor)
+        for t in page.items:
+            counts[t.stage] = counts.get(t.stage, 0) + 1
+        if page.next_cursor is None:
+            return counts
+        cursor = page.next_cursor
+
+
+async def test_concurrency_is_honoured_exactly(tracker: Tracker, pipeline_id: str) -> None:
+    await add_tasks(tracker, pipeline_id, 12)
+    running = 0
+    peak = 0
+    release = anyio.Event()
+
+    async def work(ctx: ExecutionContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    worker = Worker(tracker, worker_config(concurrency=3, drain=True), [role("coder", work)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: running == 3)
+        # Slots before claims: with 3 busy slots, exactly 3 tasks hold a lease.
+        stats = await tracker.queue_stats()
+        coder = stats.for_role("coder")
+        assert coder is not None and coder.running_count == 3
+        release.set()
+    assert peak == 3
+    assert worker.state is WorkerState.STOPPED
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 12}
+
+
+async def test_roles_rotate_fairly(tracker: Tracker, pipeline_id: str) -> None:
+    # 6 coder tasks and 6 tasks already in review: with one slot, claims must alternate.
+    await add_tasks(tracker, pipeline_id, 6)
+    reviewed = await add_tasks(tracker, pipeline_id, 6, priority=-1)
+    for _ in reviewed:
+        lease = await tracker.claim("seed", "coder", 5000)
+        assert lease is not None
+        await tracker.transition(lease, "complete")
+    order: list[str] = []
+
+    async def record(ctx: ExecutionContext) -> Any:
+        order.append(ctx.task.stage)
+        return Transition("approve" if ctx.task.stage == "review" else "complete")
+
+    worker = Worker(
+        tracker,
+        worker_config(concurrency=1, max_tasks=8),
+        [role("coder", record), role("reviewer", record)],
+    )
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    assert order[:8] == ["todo", "review"] * 4
+
+
+async def test_lost_lease_cancels_executor_within_a_heartbeat(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    started = anyio.Event()
+    cancelled = anyio.Event()
+
+    async def forever(ctx: ExecutionContext) -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    ttl = 0.6
+    worker = Worker(tracker, worker_config(lease_ttl_s=ttl), [role("coder", forever)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await started.wait()
+        await tracker.cancel(task_id)
+        t0 = anyio.current_time()
+        with anyio.fail_after(ttl):  # one heartbeat interval is ttl/3; allow slack
+            await cancelled.wait()
+        assert anyio.current_time() - t0 <= ttl
+        await wait_until(lambda: worker.stats.lost == 1)
+        worker.stop()
+    detail = await tracker.get_task(task_id)
+    assert detail.dead_letter_reason == "cancelled"
+    assert detail.latest_run is not None and detail.latest_run.status == "cancelled"
+    events = await tracker.list_events(detail.latest_run.id)
+    assert [e.kind for e in events.items if e.kind in ("error", "transition")] == []
+
+
+async def test_timeout_fails_the_run_with_reason_timeout(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    [task_id] = await add_tasks(
+        tracker, pipeline_id, 1, metadata={"timeout_s": 0.2}, retry_policy={"max_attempts": 1}
+    )
+
+    async def slow(ctx: ExecutionContext) -> None:
+        await anyio.sleep(30)
+
+    worker = Worker(tracker, worker_config(drain=True), [role("coder", slow)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    detail = await tracker.get_task(task_id)
+    assert detail.latest_run is not None and detail.latest_run.status == "failed"
+    assert detail.latest_run.error is not None and detail.latest_run.error.startswith("timeout")
+    assert detail.dead_letter_reason == "max_attempts_exceeded"
+
+
+async def test_executor_crash_reports_error_event_then_fails(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1, retry_policy={"max_attempts": 1})
+
+    async def boom(ctx: ExecutionContext) -> None:
+        raise RuntimeError("kaboom")
+
+    worker = Worker(tracker, worker_config(drain=True), [role("coder", boom)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    detail = await tracker.get_task(task_id)
+    assert detail.latest_run is not None
+    events = (await tracker.list_events(detail.latest_run.id)).items
+    error = next(e for e in events if e.kind == "error")
+    assert error.data["type"] == "RuntimeError"
+    assert error.data["message"] == "kaboom"
+    assert "Traceback" in error.data["traceback"]
+    assert detail.latest_run.status == "failed"
+    assert worker.stats.failed == 1
+
+
+async def test_bad_trigger_fails_with_allowed_triggers(tracker: Tracker, pipeline_id: str) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+
+    async def wrong(ctx: ExecutionContext) -> Transition:
+        return Transition("approve")  # not allowed from todo
+
+    worker = Worker(tracker, worker_config(drain=True), [role("coder", wrong)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    detail = await tracker.get_task(task_id)
+    assert detail.latest_run is not None and detail.latest_run.status == "failed"
+    assert "allowed triggers: complete" in (detail.latest_run.error or "")
+    # Not retryable: a configuration bug must not loop.
+    assert detail.dead_letter_reason == "permanent_failure"
+
+
+async def test_retryable_failure_goes_back_to_the_queue(tracker: Tracker, pipeline_id: str) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    attempts: list[int] = []
+
+    async def flaky(ctx: ExecutionContext) -> Any:
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 3:
+            return Failure(reason="flaky", message="try again")
+        return Transition()
+
+    worker = Worker(tracker, worker_config(drain=True), [role("coder", flaky)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    assert attempts == [1, 2, 3]
+    assert (await tracker.get_task(task_id)).stage == "review"
+
+
+class FlakyTracker:
+    """The real tracker behind a switch that makes chosen operations unavailable."""
+
+    def __init__(self, inner: Tracker, failing: set[str]) -> None:
+        self._inner = inner
+        self.failing = failing
+        self.failures = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in self.failing:
+            return attr
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            if name in self.failing:
+                self.failures += 1
+                raise TrackerUnavailable(f"{name}: injected outage")
+            return await attr(*args, **kwargs)
+
+        return broken
+
+
+async def test_tracker_outage_is_retried_and_recovers(tracker: Tracker, pipeline_id: str) -> None:
+    await add_tasks(tracker, pipeline_id, 4)
+    flaky = FlakyTracker(tracker, {"health", "claim", "transition"})
+    done = 0
+
+    async def work(ctx: ExecutionContext) -> None:
+        nonlocal done
+        done += 1
+
+    worker = Worker(flaky, worker_config(drain=True), [role("coder", work)])  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        # Down at start-up: the worker keeps retrying instead of dying.
+        await wait_until(lambda: flaky.failures >= 3)
+        assert worker.state is WorkerState.STARTING
+        flaky.failing = {"transition"}
+        await wait_until(lambda: done >= 1)
+        await wait_until(lambda: flaky.failures >= 6)
+        flaky.failing = set()  # back up: the pending transitions go through
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 4}
+
+
+async def test_stop_drains_in_flight_work_then_reports_shutdown(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    ids = await add_tasks(tracker, pipeline_id, 2)
+    started = 0
+    finish = anyio.Event()
+
+    async def work(ctx: ExecutionContext) -> Any:
+        nonlocal started
+        started += 1
+        if ctx.task.id == ids[0]:
+            await finish.wait()  # finishes within the grace
+            return Transition()
+        await anyio.sleep_forever()  # must be cancelled after the grace
+
+    worker = Worker(
+        tracker, worker_config(concurrency=2, shutdown_grace_s=0.5), [role("coder", work)]
+    )
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: started == 2)
+        worker.stop()
+        worker.stop()  # idempotent... and a second stop skips the grace
+        finish.set()
+    first, second = await tracker.get_task(ids[0]), await tracker.get_task(ids[1])
+    assert second.latest_run is not None and second.latest_run.status == "failed"
+    assert (second.latest_run.error or "").startswith("worker_shutdown")
+    assert first.latest_run is not None
+    assert worker.state is WorkerState.STOPPED
+
+
+async def test_grace_lets_in_flight_work_finish(tracker: Tracker, pipeline_id: str) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    started = anyio.Event()
+    finish = anyio.Event()
+
+    async def work(ctx: ExecutionContext) -> None:
+        started.set()
+        await finish.wait()
+        assert ctx.shutting_down
+
+    worker = Worker(tracker, worker_config(shutdown_grace_s=10), [role("coder", work)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await started.wait()
+        worker.stop()
+        await wait_until(lambda: worker.state is WorkerState.DRAINING)
+        finish.set()
+    assert (await tracker.get_task(task_id)).stage == "review"
+
+
+async def test_reports_are_batched(tracker: Tracker, pipeline_id: str) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+
+    async def chatty(ctx: ExecutionContext) -> None:
+        for i in range(500):
+            await ctx.report("progress", {"line": i})
+
+    worker = Worker(tracker, worker_config(drain=True), [role("coder", chatty)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    detail = await tracker.get_task(task_id)
+    assert detail.latest_run is not None
+    events = (await tracker.list_events(detail.latest_run.id, limit=1000)).items
+    progress = [e for e in events if e.kind == "progress"]
+    assert 1 <= len(progress) < 50
+    lines = [item["line"] for e in progress for item in e.data.get("batch", [e.data])]
+    assert lines == list(range(500))
+
+
+async def test_idle_worker_picks_up_new_work_quickly(tracker: Tracker, pipeline_id: str) -> None:
+    picked = anyio.Event()
+
+    async def work(ctx: ExecutionContext) -> None:
+        picked.set()
+
+    worker = Worker(tracker, worker_config(idle_min_s=0.05, idle_max_s=5.0), [role("coder", work)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await anyio.wait_all_tasks_blocked()
+        await add_tasks(tracker, pipeline_id, 1)
+        # The idle back-off ceiling is 5 s; the tracker's wake-up must beat it.
+        with anyio.fail_after(2):
+            await picked.wait()
+        worker.stop()
+
+
+async def test_instructions_of_previous_transition_reach_the_executor(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    seen: list[str | None] = []
+
+    async def work(ctx: ExecutionContext) -> Any:
+        seen.append(ctx.instructions)
+        if ctx.task.stage == "review":
+            return Transition("reject" if len(seen) == 2 else "approve")
+        return Transition("complete")
+
+    worker = Worker(
+        tracker,
+        worker_config(drain=True, concurrency=1),
+        [role("coder", work), role("reviewer", work)],
+    )
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    assert seen == [None, None, "try again", None]
+    assert (await tracker.get_task(task_id)).stage == "done"
