@@ -1,0 +1,350 @@
+"""Logging set-up for the CLI: rich on a TTY, journald lines under systemd, plain or JSON lines.
+
+Records carry structured fields through ``extra``: a stable ``action`` plus ids such as
+``task_id``, ``run_id``, ``role``. Every format shows them as ``key=value`` (or JSON keys).
+
+Formats (``configure_logging(fmt=...)``):
+
+- ``auto``: ``journal`` when stderr is the journal (``$JOURNAL_STREAM`` names stderr's
+  ``st_dev:st_ino``), ``rich`` when stderr is a TTY, else ``plain``.
+- ``rich``: rich's handler, for humans.
+- ``plain``: one line per record: ``<ISO time> <LEVEL> <logger>: <message> key=value ...``.
+- ``journal``: one line per record with a ``<N>`` syslog priority prefix that journald turns
+  into the entry's priority; no timestamp (journald adds it); newlines escaped so a traceback
+  stays one entry.
+- ``json``: one JSON object per line.
+
+Defence in depth: a redaction filter on the handler masks anything that looks like a lease
+token (64 hex digits), ``Bearer`` credentials, and any secret registered with
+:func:`add_secret` (the configured api token), in messages, tracebacks and extra fields.
+Code must still never log tokens; this only limits the damage when it does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+__all__ = [
+    "FORMATS",
+    "JournalFormatter",
+    "JsonFormatter",
+    "LogFormat",
+    "PlainFormatter",
+    "RedactingFilter",
+    "add_secret",
+    "configure_logging",
+    "detect_format",
+    "record_fields",
+    "stream_is_journal",
+]
+
+LogFormat = Literal["auto", "rich", "plain", "journal", "json"]
+FORMATS: tuple[str, ...] = ("auto", "rich", "plain", "journal", "json")
+
+REDACTED = "[REDACTED]"
+
+# Attributes every LogRecord has; anything else on a record came from ``extra``.
+_RECORD_ATTRS = frozenset(
+    vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()
+) | {"message", "asctime", "taskName"}
+# ``extra`` keys used by rich for rendering hints, not data.
+_HINT_ATTRS = frozenset({"markup", "highlighter"})
+# Fields shown first, in this order; other extras follow sorted by name.
+_FIELD_ORDER = ("action", "task_id", "run_id", "role", "attempt", "agent_id", "stage", "trigger")
+
+_SYSLOG_PRIORITY = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4))
+
+_HEX_TOKEN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+")
+_SAFE_VALUE = re.compile(r"[^\s\"'=\\]+")
+
+
+def syslog_priority(levelno: int) -> int:
+    """Map a logging level to a syslog priority (``<N>`` prefix): 2 crit .. 7 debug."""
+    for threshold, priority in _SYSLOG_PRIORITY:
+        if levelno >= threshold:
+            return priority
+    return 6 if levelno >= logging.INFO else 7
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The structured fields of a record (its ``extra``), ``action`` first, Nones dropped."""
+    extras = {
+        key: value
+        for key, value in vars(record).items()
+        if key not in _RECORD_ATTRS
+        and key not in _HINT_ATTRS
+        and not key.startswith("_")
+        and value is not None
+    }
+    ordered = {key: extras.pop(key) for key in _FIELD_ORDER if key in extras}
+    ordered.update(sorted(extras.items()))
+    return ordered
+
+
+def _format_value(value: object) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if text and _SAFE_VALUE.fullmatch(text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _key_values(record: logging.LogRecord) -> str:
+    return " ".join(f"{key}={_format_value(value)}" for key, value in record_fields(record).items())
+
+
+def _escape_newlines(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Shared body: ``logger: message key=value ...`` plus an escaped traceback."""
+
+    def body(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        parts = [f"{record.name}: {message}"]
+        fields = _key_values(record)
+        if fields:
+            parts.append(fields)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            parts.append(record.exc_text)
+        if record.stack_info:
+            parts.append(self.formatStack(record.stack_info))
+        return _escape_newlines(" ".join(parts))
+
+
+class PlainFormatter(_OneLineFormatter):
+    """``2026-01-01T12:00:00.000Z INFO backlog_worker.daemon: claimed action=... task_id=...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One line per record, UTC timestamp first."""
+        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        millis = int(record.msecs)
+        return f"{stamp}.{millis:03d}Z {record.levelname} {self.body(record)}"
+
+
+class JournalFormatter(_OneLineFormatter):
+    """``<6>backlog_worker.daemon: claimed action=task_claimed task_id=...`` for journald."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One line per record with journald's ``<N>`` priority prefix."""
+        return f"<{syslog_priority(record.levelno)}>{self.body(record)}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``message``, ``action``, fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Serialise the record; non-JSON field values become strings."""
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "action": None,
+        }
+        for key, value in record_fields(record).items():
+            data.setdefault(key, value)
+            if key == "action":
+                data["action"] = value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            data["exc"] = record.exc_text
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+class _RichFieldsFormatter(logging.Formatter):
+    """Message plus dimmed ``key=value`` fields for the rich handler (time/level are rich's)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        fields = _key_values(record)
+        text = f"{message}  {fields}" if fields else message
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            text = f"{text}\n{record.exc_text}"
+        return text
+
+
+class RedactingFilter(logging.Filter):
+    """Masks secrets in a record's message, arguments, traceback text and extra fields.
+
+    Attach to handlers (a logger's filters don't see records propagated from child loggers).
+    The record is rewritten in place: ``msg`` becomes the redacted, fully formatted message
+    and ``args`` is cleared, so every handler after this one sees the redacted text.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        """Mask the 64-hex token pattern, ``Bearer`` values, and each of ``secrets``."""
+        super().__init__()
+        self._lock = threading.Lock()
+        self._secrets: tuple[str, ...] = ()
+        for secret in secrets:
+            self.add(secret)
+
+    def add(self, secret: str) -> None:
+        """Also mask ``secret`` from now on (ignored when shorter than 4 characters)."""
+        # Very short strings would mask ordinary words; a real token is long.
+        if len(secret) < 4:
+            return
+        with self._lock:
+            if secret not in self._secrets:
+                # Longest first so a secret containing another is masked whole.
+                self._secrets = tuple(sorted((*self._secrets, secret), key=len, reverse=True))
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with every secret masked."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        text = _HEX_TOKEN.sub(REDACTED, text)
+        return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+
+    def _redact_value(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.redact(value)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        text = str(value)
+        redacted = self.redact(text)
+        # Keep structured values (dicts, lists) intact unless they actually held a secret.
+        return value if redacted == text else redacted
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact in place; never drops a record."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string must still be logged, not lost
+            message = f"{record.msg!r} % {record.args!r}"
+        record.msg = self.redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        for key, value in list(vars(record).items()):
+            if key in _RECORD_ATTRS or key in _HINT_ATTRS:
+                continue
+            setattr(record, key, self._redact_value(value))
+        if not hasattr(record, "action"):
+            record.action = None
+        return True
+
+
+_FILTER = RedactingFilter()
+_HANDLER_MARK = "_backlog_worker_handler"
+
+
+def add_secret(secret: str) -> None:
+    """Register a secret (e.g. the api token) to be masked by every configured handler."""
+    _FILTER.add(secret)
+
+
+def stream_is_journal(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
+    """True when ``stream`` is the journald stream systemd connected (``$JOURNAL_STREAM``)."""
+    environ = os.environ if env is None else env
+    value = environ.get("JOURNAL_STREAM", "")
+    device, sep, inode = value.partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(device), int(inode))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def detect_format(stream: TextIO, env: Mapping[str, str] | None = None) -> str:
+    """What ``auto`` means for ``stream``: ``journal``, ``rich`` (a TTY) or ``plain``."""
+    if stream_is_journal(stream, env):
+        return "journal"
+    try:
+        if stream.isatty():
+            return "rich"
+    except (OSError, ValueError, AttributeError):
+        pass
+    return "plain"
+
+
+def _make_handler(fmt: str, stream: TextIO) -> logging.Handler:
+    if fmt == "rich":
+        from rich.console import Console
+        from rich.logging import RichHandler
+
+        rich_handler = RichHandler(
+            console=Console(file=stream),
+            show_path=False,
+            markup=False,
+            rich_tracebacks=False,  # tracebacks go through the redacted exc_text instead
+        )
+        rich_handler.setFormatter(_RichFieldsFormatter())
+        return rich_handler
+    handler = logging.StreamHandler(stream)
+    formatter: logging.Formatter
+    if fmt == "journal":
+        formatter = JournalFormatter()
+    elif fmt == "json":
+        formatter = JsonFormatter()
+    else:
+        formatter = PlainFormatter()
+    handler.setFormatter(formatter)
+    return handler
+
+
+def configure_logging(
+    level: int | str = "INFO",
+    fmt: LogFormat | str = "auto",
+    *,
+    stream: TextIO | None = None,
+    secrets: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> logging.Handler:
+    """Install one handler on the root logger (replacing a previous one of ours).
+
+    ``level`` applies to the ``backlog_worker`` loggers; chatty libraries (httpx, httpcore,
+    uvicorn access) stay at WARNING unless ``level`` is DEBUG. ``secrets`` are registered with
+    :func:`add_secret`. Returns the handler (tests read it; callers normally ignore it).
+    Raises ``ValueError`` naming the bad value for an unknown format or level.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    levelno = logging.getLevelName(level.upper()) if isinstance(level, str) else level
+    if not isinstance(levelno, int):
+        raise ValueError(
+            f"unknown log level {level!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL"
+        )
+    out = stream if stream is not None else sys.stderr
+    chosen = detect_format(out, env) if fmt == "auto" else fmt
+    for secret in secrets:
+        add_secret(secret)
+
+    handler = _make_handler(chosen, out)
+    handler.addFilter(_FILTER)
+    setattr(handler, _HANDLER_MARK, chosen)
+
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, _HANDLER_MARK, None) is not None:
+            root.removeHandler(old)
+            old.close()
+    root.addHandler(handler)
+    root.setLevel(min(levelno, logging.WARNING))
+    logging.getLogger("backlog_worker").setLevel(levelno)
+    quiet = logging.DEBUG if levelno <= logging.DEBUG else logging.WARNING
+    for name in ("httpx", "httpcore", "uvicorn.access"):
+        logging.getLogger(name).setLevel(quiet)
+    return handler
