@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import socket
 import tomllib
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -170,8 +172,34 @@ class _Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # init (CLI flags merged onto the TOML file by load_config) > environment.
-        return (init_settings, env_settings)
+        # Highest first: CLI flags > BACKLOG_WORKER_* environment > short env forms > TOML file.
+        layers = _LAYERS.get()
+        return (
+            init_settings,
+            env_settings,
+            _DictSource(settings_cls, layers[0]),
+            _DictSource(settings_cls, layers[1]),
+        )
+
+
+class _DictSource(PydanticBaseSettingsSource):
+    """A settings layer from an already-parsed mapping (the TOML file, the short env forms)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+#: (short env forms, file contents) for the load in progress; a ContextVar keeps loads reentrant.
+_LAYERS: ContextVar[tuple[dict[str, Any], dict[str, Any]]] = ContextVar(
+    "backlog_worker_config_layers", default=({}, {})
+)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -184,16 +212,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
-
-
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _env_shortcuts(environ: dict[str, str]) -> dict[str, Any]:
@@ -263,11 +281,13 @@ def load_config(
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    merged = _deep_merge(_deep_merge(data, shortcuts), flags)
+    token = _LAYERS.set((shortcuts, data))
     try:
-        settings = _Settings(**merged)
+        settings = _Settings(**flags)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from None
+    finally:
+        _LAYERS.reset(token)
     return _freeze(settings, source)
 
 
