@@ -1,0 +1,103 @@
+"""Fixtures of the contract suite: one ``tracker`` per registered implementation.
+
+Like anyio's ``anyio_backend``, the ``tracker_impl`` fixture is parametrised over
+:data:`IMPLEMENTATIONS`; every test that uses ``tracker`` (or ``open_tracker``) runs once per
+implementation. Today that is ``embedded``; the remote helper adds ``remote-asgi`` and
+``remote-tcp`` by defining ``IMPLEMENTATIONS`` in ``tests/remote/contract_impls.py``.
+
+A test that needs something not every implementation can do carries
+``@pytest.mark.requires(CAPABILITY, ...)`` (capabilities in :mod:`tests.contract.support`); it is
+skipped, with the missing capability named, for implementations that lack it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.contract.support import FakeClock, OpenTracker, TrackerImpl
+from tracker_client.factory import open_tracker as factory_open_tracker
+from tracker_client.protocol import Tracker
+
+
+@asynccontextmanager
+async def _open_embedded(path: Path, clock: FakeClock, options: Any) -> AsyncIterator[Tracker]:
+    tracker = await factory_open_tracker(f"sqlite:///{path}", clock=clock, **dict(options))
+    try:
+        yield tracker
+    finally:
+        await tracker.aclose()
+
+
+EMBEDDED = TrackerImpl(name="embedded", open=_open_embedded)
+
+#: Every implementation the suite runs against.
+IMPLEMENTATIONS: list[TrackerImpl] = [EMBEDDED]
+
+
+def _load_extra_implementations() -> None:
+    try:
+        module = importlib.import_module("tests.remote.contract_impls")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("tests.remote", "tests.remote.contract_impls"):
+            return
+        raise
+    IMPLEMENTATIONS.extend(module.IMPLEMENTATIONS)
+
+
+_load_extra_implementations()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``requires`` marker (markers are strict)."""
+    config.addinivalue_line(
+        "markers",
+        "requires(*capabilities): run only against trackers that have these capabilities "
+        "(tests/contract/support.py lists them)",
+    )
+
+
+@pytest.fixture(params=[pytest.param(i, id=i.name, marks=i.marks) for i in IMPLEMENTATIONS])
+def tracker_impl(request: pytest.FixtureRequest) -> TrackerImpl:
+    """The implementation under test; skips when the test needs a capability it lacks."""
+    impl: TrackerImpl = request.param
+    needed = {cap for mark in request.node.iter_markers("requires") for cap in mark.args}
+    missing = sorted(needed - impl.capabilities)
+    if missing:
+        pytest.skip(f"tracker {impl.name!r} lacks capability {', '.join(missing)}")
+    return impl
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The rail's time source: epoch ms, moved by the test with ``clock.advance(ms)``."""
+    return FakeClock()
+
+
+@pytest.fixture
+async def open_tracker(
+    tracker_impl: TrackerImpl, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[OpenTracker]:
+    """``await open_tracker(name="rail", **options)``: an open tracker, closed after the test.
+
+    The same ``name`` means the same rail (database file), so two calls give two instances
+    sharing one rail.
+    """
+    async with AsyncExitStack() as stack:
+
+        async def open_(name: str = "rail", **options: Any) -> Tracker:
+            cm = tracker_impl.open(tmp_path / f"{name}.db", clock, options)
+            return await stack.enter_async_context(cm)
+
+        yield open_
+
+
+@pytest.fixture
+async def tracker(open_tracker: OpenTracker) -> Tracker:
+    """An open tracker on a fresh rail with default options."""
+    return await open_tracker()

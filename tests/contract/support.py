@@ -1,0 +1,212 @@
+"""Shared pieces of the contract suite: the implementation registry type, capabilities, the fake
+clock, pipeline definitions and small helpers that only use the :class:`Tracker` protocol.
+
+Adding an implementation (e.g. the remote client): build a :class:`TrackerImpl` whose ``open`` is
+an async context manager ``open(db_path, clock, options) -> Tracker`` and list it in
+``tests/remote/contract_impls.py`` as ``IMPLEMENTATIONS = [...]``; ``conftest.py`` picks it up.
+Declare only the capabilities the implementation really has; tests that need a missing one are
+skipped with a reason naming it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracker_client.models import Event, Lease, Run, Task, TaskCreate
+from tracker_client.protocol import Tracker
+
+# -- capabilities -------------------------------------------------------------------------------
+#: The tracker's time is the injected fake clock (lease expiry, retry delays, deadlines, ages).
+CLOCK = "clock"
+#: Open options are honoured (max_backlog_depth, role_backlog_depth, max_stale_attempts,
+#: idempotency_ttl_s).
+OPTIONS = "options"
+#: cancel, cancel_all, requeue and maintenance work (not ``Unsupported``).
+BACKLOG_OPS = "backlog_ops"
+#: ``wait`` and ``wait_for_work`` work.
+WAIT = "wait"
+#: ``list_runs`` returns every run, runs carry ``error``/``usage``, ``FailResult`` says what
+#: happened, ``list_task_events`` works.
+RUN_DETAILS = "run_details"
+#: Task extensions are honoured: concurrency_key, expires_at_ms/queue_ttl_ms,
+#: default_queue_ttl_ms, exponential backoff, max_stale_attempts, fail(retryable=False).
+EXTENSIONS = "extensions"
+#: Oversized event data is refused with ``ValidationFailed`` (a client may trim it instead).
+STRICT_LIMITS = "strict_limits"
+#: Two instances opened on the same name share one rail (writes of one wake waiters of the other).
+MULTI_INSTANCE = "multi_instance"
+
+ALL_CAPABILITIES = frozenset(
+    {CLOCK, OPTIONS, BACKLOG_OPS, WAIT, RUN_DETAILS, EXTENSIONS, STRICT_LIMITS, MULTI_INSTANCE}
+)
+
+#: A fresh rail starts at this fake time (epoch ms, 2026-09-21).
+START_MS = 1_790_000_000_000
+
+
+class FakeClock:
+    """A mutable epoch-ms clock passed as ``clock=``; tests move time instead of sleeping."""
+
+    def __init__(self, start_ms: int = START_MS) -> None:
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> int:
+        """Move time forward by ``ms`` and return the new time."""
+        self.now_ms += ms
+        return self.now_ms
+
+
+Opener = Callable[[Path, FakeClock, Mapping[str, Any]], AbstractAsyncContextManager[Tracker]]
+#: The ``open_tracker`` fixture: ``await open_tracker(name="rail", **options)``.
+OpenTracker = Callable[..., Awaitable[Tracker]]
+
+
+@dataclass(frozen=True)
+class TrackerImpl:
+    """One Tracker implementation under contract test.
+
+    ``open(db_path, clock, options)`` opens a tracker whose rail lives in ``db_path`` (a file that
+    may not exist yet; the same path means the same rail), using ``clock`` as its time source and
+    the embedded-tracker ``options``, and closes it on exit.
+    """
+
+    name: str
+    open: Opener
+    capabilities: frozenset[str] = ALL_CAPABILITIES
+    marks: tuple[pytest.MarkDecorator, ...] = field(default_factory=tuple)
+
+
+# -- pipeline definitions -----------------------------------------------------------------------
+_names = itertools.count(1)
+
+
+def simple_pipeline(role: str = "coder", **extra: Any) -> dict[str, Any]:
+    """todo (role) --complete--> done (terminal), plus a terminal ``failed`` dead-letter stage."""
+    return {
+        "initial": "todo",
+        "states": {
+            "todo": {"agent_role": role},
+            "done": {"terminal": True},
+            "failed": {"terminal": True},
+        },
+        "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+        **extra,
+    }
+
+
+def review_pipeline() -> dict[str, Any]:
+    """todo (coder) -> review (reviewer) -> done (terminal, but with a role).
+
+    ``parked`` is a non-terminal dead-letter stage with a role; ``failed`` a terminal one.
+    """
+    return {
+        "initial": "todo",
+        "states": {
+            "todo": {"agent_role": "coder", "description": "write the code"},
+            "review": {"agent_role": "reviewer"},
+            "done": {"terminal": True, "agent_role": "archiver"},
+            "parked": {"agent_role": "triager"},
+            "failed": {"terminal": True},
+        },
+        "transitions": [
+            {"from": "todo", "to": "review", "trigger": "complete", "instructions": "review it"},
+            {"from": "review", "to": "done", "trigger": "approve"},
+            {"from": "review", "to": "todo", "trigger": "reject", "required_gates": ["tests"]},
+            {"from": "parked", "to": "todo", "trigger": "retry"},
+        ],
+    }
+
+
+async def make_pipeline(
+    tracker: Tracker, definition: Mapping[str, Any] | None = None, *, name: str | None = None
+) -> str:
+    """Create a pipeline with a unique name (default: :func:`simple_pipeline`)."""
+    return await tracker.create_pipeline(
+        name or f"pipeline-{next(_names)}", definition or simple_pipeline()
+    )
+
+
+def new_task(pipeline_id: str, title: str = "task", **fields: Any) -> TaskCreate:
+    """A ``TaskCreate`` with defaults."""
+    return TaskCreate(pipeline_id=pipeline_id, title=title, **fields)
+
+
+async def claim(
+    tracker: Tracker, role: str = "coder", agent: str = "agent-1", ttl_ms: int = 60_000, **kw: Any
+) -> Lease:
+    """Claim and insist on getting a lease."""
+    lease = await tracker.claim(agent, role, ttl_ms, **kw)
+    assert lease is not None, f"expected work for role {role!r} (agent {agent!r})"
+    return lease
+
+
+async def claim_ids(tracker: Tracker, role: str = "coder", agent: str = "agent-1") -> list[str]:
+    """Claim until there is no more work; the task ids in claim order (leases kept)."""
+    ids = []
+    while (lease := await tracker.claim(agent, role, 60_000)) is not None:
+        ids.append(lease.task.id)
+    return ids
+
+
+async def all_tasks(tracker: Tracker, *, limit: int = 1000, **filters: Any) -> list[Task]:
+    """Every task, following ``next_cursor``."""
+    items: list[Task] = []
+    cursor = None
+    while True:
+        page = await tracker.list_tasks(limit=limit, cursor=cursor, **filters)
+        items.extend(page.items)
+        if page.next_cursor is None:
+            return items
+        cursor = page.next_cursor
+
+
+async def run_events(tracker: Tracker, run_id: str) -> list[Event]:
+    """Every event of a run."""
+    items: list[Event] = []
+    cursor = None
+    while True:
+        page = await tracker.list_events(run_id, limit=1000, cursor=cursor)
+        items.extend(page.items)
+        if page.next_cursor is None:
+            return items
+        cursor = page.next_cursor
+
+
+async def task_events(tracker: Tracker, task_id: str) -> list[Event]:
+    """Every event of a task (all runs and task-level events)."""
+    items: list[Event] = []
+    cursor = None
+    while True:
+        page = await tracker.list_task_events(task_id, limit=1000, cursor=cursor)
+        items.extend(page.items)
+        if page.next_cursor is None:
+            return items
+        cursor = page.next_cursor
+
+
+def kinds(events: Iterable[Event]) -> list[str]:
+    """The kinds of ``events``, in order."""
+    return [e.kind for e in events]
+
+
+def only(events: Iterable[Event], kind: str) -> Event:
+    """The single event of ``kind``."""
+    events = list(events)
+    found = [e for e in events if e.kind == kind]
+    assert len(found) == 1, f"expected one {kind!r} event, got {kinds(events)}"
+    return found[0]
+
+
+async def runs_of(tracker: Tracker, task_id: str) -> list[Run]:
+    """A task's runs by attempt."""
+    return sorted(await tracker.list_runs(task_id), key=lambda r: r.attempt)
