@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import anyio
 import pytest
 
 from tracker_client.factory import open_tracker
@@ -60,11 +59,14 @@ async def seed(db: Path, n: int) -> None:
 
 
 def spawn(config: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "worker", "run", "--config", str(config), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    # Logs go to a file (a pipe nobody reads would fill up and block the worker).
+    log = config.with_name(f"worker-{len(list(config.parent.glob('worker-*.log')))}.log")
+    with log.open("wb") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "worker", "run", "--config", str(config), *extra],
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+        )
 
 
 def query(db: Path, sql: str) -> list[tuple[object, ...]]:
@@ -137,7 +139,8 @@ async def test_second_signal_skips_the_grace(tmp_path: Path) -> None:
     proc = spawn(config)
     wait_for(lambda: runs_by_status(db).get("running", 0) == 1, 30)
     proc.send_signal(signal.SIGTERM)
-    await anyio.sleep(0.3)  # let the first signal start the drain (not a readiness wait)
+    log = tmp_path / "worker-0.log"
+    wait_for(lambda: "draining" in log.read_text(), 30)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0
