@@ -41,6 +41,7 @@ from tracker_client.errors import ExecutorError
 __all__ = [
     "SECRET_ENV_PATTERNS",
     "ProcessResult",
+    "SpawnError",
     "decode_output",
     "is_secret_env_name",
     "minimal_env",
@@ -190,28 +191,56 @@ class _TailCapture:
         return f"[... {cut} earlier bytes not captured ...]\n".encode() + tail
 
 
-def _spawn_error(argv: Sequence[str], cwd: Path, exc: OSError) -> ExecutorError:
+class SpawnError(ExecutorError):
+    """The program could not be started. ``reason`` is a stable code: ``not_found``,
+    ``not_executable``, ``argument_too_large``, ``bad_argument``, ``cwd_missing`` or ``os_error``.
+
+    ``argument_too_large`` and ``bad_argument`` depend on the task's data only, so retrying the
+    same task cannot help; the others may be fixed on the host.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    @property
+    def permanent(self) -> bool:
+        """True when a retry of the same arguments cannot succeed."""
+        return self.reason in ("argument_too_large", "bad_argument")
+
+
+def _spawn_error(argv: Sequence[str], cwd: Path, exc: OSError) -> SpawnError:
     program = argv[0]
     if exc.errno == errno.E2BIG:
         size = sum(len(os.fsencode(a)) + 1 for a in argv)
         biggest = max(len(os.fsencode(a)) for a in argv)
-        return ExecutorError(
+        return SpawnError(
             f"cannot start {program!r}: argument list too large ({size} bytes in total, "
-            f"largest argument {biggest} bytes); pass big data on stdin or in a file instead"
+            f"largest argument {biggest} bytes); pass big data on stdin or in a file instead",
+            reason="argument_too_large",
         )
     if (
         isinstance(exc, FileNotFoundError | NotADirectoryError)
         and exc.filename is not None
         and os.fsdecode(exc.filename) == os.fsdecode(cwd)
     ):
-        return ExecutorError(f"cannot start {program!r}: working directory {cwd} is missing")
+        return SpawnError(
+            f"cannot start {program!r}: working directory {cwd} is missing", reason="cwd_missing"
+        )
     if isinstance(exc, FileNotFoundError):
-        return ExecutorError(f"cannot start {program!r}: no such executable (searched PATH)")
+        return SpawnError(
+            f"cannot start {program!r}: no such executable (searched PATH)", reason="not_found"
+        )
     if isinstance(exc, PermissionError):
-        return ExecutorError(f"cannot start {program!r}: permission denied (not executable?)")
+        return SpawnError(
+            f"cannot start {program!r}: permission denied (not executable?)",
+            reason="not_executable",
+        )
     if exc.errno == errno.ENOEXEC:
-        return ExecutorError(f"cannot start {program!r}: not an executable format")
-    return ExecutorError(f"cannot start {program!r}: {exc.strerror or exc}")
+        return SpawnError(
+            f"cannot start {program!r}: not an executable format", reason="not_executable"
+        )
+    return SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", reason="os_error")
 
 
 def _group_members(pgid: int, leader: int) -> list[int]:
@@ -419,14 +448,21 @@ async def run_process(
 ) -> ProcessResult:
     """Run ``argv`` to completion and return how it ended (see the module docstring).
 
-    Raises :class:`~tracker_client.errors.ExecutorError` when the program cannot be started
-    (missing, not executable, argument list too large, missing ``cwd``). An exception raised by
+    Raises :class:`SpawnError` (an :class:`~tracker_client.errors.ExecutorError`) when the program
+    cannot be started: missing, not executable, argument list too large, NUL in an argument,
+    missing ``cwd``. An exception raised by
     a callback ends the process group and is re-raised once it is gone. On cancellation the
     group is terminated first, then the cancellation propagates.
     """
     args = [os.fsdecode(a) for a in argv]
     if not args or not args[0]:
-        raise ExecutorError("cannot start a process: empty argv")
+        raise SpawnError("cannot start a process: empty argv", reason="bad_argument")
+    for index, arg in enumerate(args):
+        if "\0" in arg:
+            raise SpawnError(
+                f"cannot start {args[0]!r}: argument {index} contains a NUL byte",
+                reason="bad_argument",
+            )
     if max_capture_bytes < 0:
         raise ValueError("max_capture_bytes must be >= 0")
     started = time.monotonic()
@@ -444,6 +480,8 @@ async def run_process(
             )
         except OSError as exc:
             raise _spawn_error(args, cwd, exc) from exc
+        except ValueError as exc:  # e.g. NUL in an environment value
+            raise SpawnError(f"cannot start {args[0]!r}: {exc}", reason="bad_argument") from exc
     runner = _Runner(
         process, argv0=args[0], max_capture_bytes=max_capture_bytes, term_grace_s=term_grace_s
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from plugins.proc import decode_output, is_secret_env_name, minimal_env, run_process
+from plugins.proc import SpawnError, decode_output, is_secret_env_name, minimal_env, run_process
 from tracker_client.errors import ExecutorError
 
 from .helpers import PY, kill_leftovers, pid_alive, wait_dead
@@ -289,8 +289,19 @@ async def test_empty_argv(tmp_path: Path) -> None:
 
 
 async def test_argument_too_large(tmp_path: Path) -> None:
-    with pytest.raises(ExecutorError, match="argument list too large"):
+    with pytest.raises(ExecutorError, match="argument list too large") as info:
         await run_process([PY, "-c", "pass", "x" * 300_000], cwd=tmp_path, env=env())
+    assert isinstance(info.value, SpawnError)
+    assert info.value.reason == "argument_too_large"
+    assert info.value.permanent
+
+
+async def test_nul_byte_in_argument_or_env(tmp_path: Path) -> None:
+    with pytest.raises(SpawnError, match="argument 2 contains a NUL byte") as info:
+        await run_process([PY, "-c", "pass\0"], cwd=tmp_path, env=env())
+    assert info.value.permanent
+    with pytest.raises(SpawnError, match="null byte"):
+        await run_process([PY, "-c", "pass"], cwd=tmp_path, env={**env(), "X": "a\0b"})
 
 
 async def test_callback_error_ends_process_and_is_raised(tmp_path: Path) -> None:
