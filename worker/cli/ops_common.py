@@ -1,0 +1,348 @@
+"""Shared plumbing of the operator subcommands: options, tracker resolution, errors, output.
+
+Every operator command takes ``--tracker URL``, ``--config FILE`` and ``--json``, opens the
+tracker for the duration of one ``anyio.run``, and turns every expected failure into one line on
+stderr plus an exit code (see :data:`EXIT_CODES`); no traceback ever reaches the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import click
+from pydantic import BaseModel
+from rich.console import Console
+
+from tracker_client.errors import (
+    BacklogFull,
+    BacklogWorkerError,
+    ConfigError,
+    NotFound,
+    TrackerCorrupt,
+    TrackerError,
+    TrackerUnavailable,
+    ValidationFailed,
+)
+from tracker_client.factory import open_tracker
+from tracker_client.models import Pipeline
+from tracker_client.protocol import Tracker
+from worker.config import DEFAULT_TRACKER_URL, load_config
+
+__all__ = [
+    "DEFAULT_TRACKER_URL",
+    "EXIT_BACKLOG_FULL",
+    "EXIT_CODES",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "DurationType",
+    "OpsContext",
+    "OpsError",
+    "TrackerTarget",
+    "common_options",
+    "fmt_age",
+    "fmt_ms",
+    "input_errors",
+    "now_ms",
+    "resolve_pipeline",
+    "resolve_tracker",
+    "to_jsonable",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_BACKLOG_FULL = 4
+EXIT_TIMEOUT = 5
+
+#: Exit codes of every ``backlog-worker`` command, as documented in the README.
+EXIT_CODES: Mapping[int, str] = {
+    EXIT_OK: "success",
+    EXIT_FAILURE: "failure: the tracker refused (unknown task, conflict, ...) or the task failed",
+    EXIT_USAGE: "usage or configuration error: bad flag, file, JSON, pipeline definition",
+    EXIT_UNREACHABLE: "tracker unreachable (connection refused, timeout, database locked)",
+    EXIT_BACKLOG_FULL: "backlog full: the role's waiting depth is at its cap; nothing written",
+    EXIT_TIMEOUT: "wait timed out: the task is still queued or running",
+}
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+class OpsError(BacklogWorkerError):
+    """An operator-facing failure: ``message`` is printed as one line, ``exit_code`` returned."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+# -- options ----------------------------------------------------------------------------------
+def common_options(func: F) -> F:
+    """Add ``--tracker``, ``--config`` and ``--json`` to an operator command."""
+    func = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Machine-readable JSON on stdout instead of tables.",
+    )(func)
+    func = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        envvar="BACKLOG_WORKER_CONFIG",
+        help="Config file (TOML) whose [tracker] section names the rail.",
+    )(func)
+    func = click.option(
+        "--tracker",
+        "tracker_url",
+        default=None,
+        metavar="URL",
+        help="Tracker URL (sqlite:///path.db or http://host:port). Default: "
+        f"$BACKLOG_WORKER_TRACKER_URL, the config's [tracker] url, else {DEFAULT_TRACKER_URL}.",
+    )(func)
+    return func
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+if TYPE_CHECKING:
+    _ParamBase = click.ParamType[float]
+else:  # click < 8.2 has no generic ParamType
+    _ParamBase = click.ParamType
+
+
+class DurationType(_ParamBase):
+    """A duration: ``90``, ``90s``, ``1.5m``, ``2h``, ``500ms``, ``1d`` -> seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Parse ``value`` into seconds."""
+        if isinstance(value, int | float):
+            return float(value)
+        match = _DURATION.match(str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a duration (e.g. 30, 30s, 5m, 2h, 500ms)", param, ctx)
+        return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+# -- tracker resolution -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrackerTarget:
+    """The tracker a command talks to: URL, admin token (never printed) and open options."""
+
+    url: str
+    api_token: str | None = field(default=None, repr=False)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def resolve_tracker(tracker_url: str | None, config_path: Path | None) -> TrackerTarget:
+    """The tracker to use: ``--tracker``, else ``BACKLOG_WORKER_TRACKER_URL`` / the config
+    file's ``[tracker] url`` (see :func:`worker.config.load_config`), else the default.
+    """
+    cfg = load_config(config_path, **{"tracker.url": tracker_url})
+    return TrackerTarget(cfg.tracker.url, cfg.tracker.api_token, dict(cfg.tracker.options))
+
+
+def redact_url(url: str) -> str:
+    """``url`` without any password it carries (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# -- errors -------------------------------------------------------------------------------------
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code of an error."""
+    if isinstance(exc, OpsError):
+        return exc.exit_code
+    if isinstance(exc, BacklogFull):
+        return EXIT_BACKLOG_FULL
+    if isinstance(exc, TrackerUnavailable):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, ConfigError | ValidationFailed | TrackerCorrupt):
+        return EXIT_USAGE
+    return EXIT_FAILURE
+
+
+def describe(exc: BaseException, tracker_url: str | None = None) -> str:
+    """One line saying what went wrong."""
+    if isinstance(exc, OpsError):
+        return exc.message
+    if isinstance(exc, BacklogFull):
+        return (
+            f"backlog of role {exc.role!r} is full: {exc.depth} waiting, cap {exc.cap}; "
+            "nothing was written"
+        )
+    if isinstance(exc, TrackerUnavailable):
+        where = f" at {redact_url(tracker_url)}" if tracker_url else ""
+        return f"tracker unreachable{where}: {exc.message}"
+    if isinstance(exc, TrackerError):
+        return exc.message if exc.code in exc.message else f"{exc.message} ({exc.code})"
+    return str(exc) or type(exc).__name__
+
+
+def fail(exc: BaseException, tracker_url: str | None = None) -> click.exceptions.Exit:
+    """Print ``exc`` as one line on stderr; return the Exit to raise."""
+    click.echo(f"error: {describe(exc, tracker_url)}", err=True)
+    return click.exceptions.Exit(exit_code_for(exc))
+
+
+@contextmanager
+def input_errors(tracker_url: str | None = None) -> Iterator[None]:
+    """Turn an :class:`OpsError` (or any expected error) raised inside into a one-line exit."""
+    try:
+        yield
+    except BacklogWorkerError as exc:
+        raise fail(exc, tracker_url) from None
+
+
+# -- running ------------------------------------------------------------------------------------
+@dataclass
+class OpsContext:
+    """What one operator command runs with: the tracker to open and how to print."""
+
+    tracker_url: str | None
+    config_path: Path | None
+    as_json: bool
+    console: Console
+
+    @classmethod
+    def build(cls, tracker_url: str | None, config_path: Path | None, as_json: bool) -> OpsContext:
+        """The context of a command invocation (no I/O yet)."""
+        return cls(tracker_url, config_path, as_json, Console(highlight=False, soft_wrap=False))
+
+    def run(
+        self,
+        fn: Callable[[Tracker], Awaitable[int | None]],
+        *,
+        interrupted: Callable[[], str] | None = None,
+        interrupt_exit: int = 130,
+    ) -> None:
+        """Open the tracker, run ``fn`` in ``anyio.run``, close it, exit with the right code.
+
+        Raises ``click.exceptions.Exit`` on failure; returns normally on exit code 0.
+        ``interrupted`` gives the line printed on Ctrl-C, which exits ``interrupt_exit``.
+        """
+        url: str | None = None
+        try:
+            target = resolve_tracker(self.tracker_url, self.config_path)
+            url = target.url
+
+            async def main() -> int:
+                tracker = await open_tracker(
+                    target.url, api_token=target.api_token, **target.options
+                )
+                try:
+                    return (await fn(tracker)) or EXIT_OK
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await tracker.aclose()
+
+            code = anyio.run(main)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except BacklogWorkerError as exc:
+            raise fail(exc, url) from None
+        except KeyboardInterrupt:
+            click.echo(interrupted() if interrupted else "interrupted", err=True)
+            raise click.exceptions.Exit(interrupt_exit) from None
+        except OSError as exc:
+            raise fail(OpsError(f"{exc.strerror or exc}", EXIT_FAILURE), url) from None
+        if code:
+            raise click.exceptions.Exit(code)
+
+    # -- output ---------------------------------------------------------------------------------
+    def emit_json(self, data: Any, *, compact: bool = False) -> None:
+        """Write ``data`` (models, lists, dicts) as JSON on stdout."""
+        text = json.dumps(to_jsonable(data), indent=None if compact else 2, sort_keys=False)
+        click.echo(text)
+
+    def print(self, *objects: Any) -> None:
+        """Print rich renderables on stdout."""
+        self.console.print(*objects)
+
+
+def to_jsonable(data: Any) -> Any:
+    """Pydantic models and containers of them -> plain JSON values."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, Mapping):
+        return {str(k): to_jsonable(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [to_jsonable(v) for v in data]
+    return data
+
+
+# -- lookups ------------------------------------------------------------------------------------
+async def resolve_pipeline(tracker: Tracker, ref: str) -> Pipeline:
+    """A pipeline by id, else by name; ``OpsError`` naming the known ones when neither matches."""
+    try:
+        return await tracker.get_pipeline(ref)
+    except NotFound:
+        pass
+    pipelines = await tracker.list_pipelines()
+    for pipeline in pipelines:
+        if pipeline.name == ref:
+            return pipeline
+    known = ", ".join(sorted(p.name for p in pipelines)) or "none yet"
+    raise OpsError(f"unknown pipeline {ref!r} (known: {known})")
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def now_ms() -> int:
+    """Wall clock in epoch milliseconds."""
+    return int(datetime.now().timestamp() * 1000)
+
+
+def fmt_ms(epoch_ms: int | None) -> str:
+    """Local time of an epoch-ms stamp, ``-`` for None."""
+    if epoch_ms is None:
+        return "-"
+    if epoch_ms >= 2**53:
+        return "never"
+    return datetime.fromtimestamp(epoch_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_age(ms: int | None) -> str:
+    """A duration in ms as ``1h02m``, ``3m12s``, ``4.2s``; ``-`` for None."""
+    if ms is None:
+        return "-"
+    seconds = max(0, ms) / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+def stdin_is_tty() -> bool:
+    """Whether an operator is at the keyboard (confirmation prompts make sense)."""
+    return sys.stdin.isatty()

@@ -1,0 +1,63 @@
+"""``backlog-worker demo``: a temporary rail with workers, live progress and a summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from worker.cli.ops_common import EXIT_FAILURE, DurationType, input_errors
+
+__all__ = ["demo_command"]
+
+
+@click.command("demo")
+@click.option("--tasks", "task_count", type=click.IntRange(3, 500), default=30, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    default=3,
+    show_default=True,
+    help="Worker processes sharing the rail.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Slots per worker process.",
+)
+@click.option(
+    "--keep",
+    "keep_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Keep the rail and configs in this directory.",
+)
+@click.option(
+    "--timeout",
+    type=DurationType(),
+    default="90s",
+    show_default=True,
+    help="Give up after this long.",
+)
+def demo_command(
+    task_count: int, workers: int, concurrency: int, keep_dir: Path | None, timeout: float
+) -> None:
+    """Watch tasks flow: a temporary embedded rail, a draft -> review -> done pipeline with a
+    reject loop and a dead-letter stage, several worker processes, live progress, a summary.
+    """
+    from worker.demo import DemoOptions, run_demo
+
+    with input_errors():
+        ok = run_demo(
+            DemoOptions(
+                task_count=task_count,
+                workers=workers,
+                concurrency=concurrency,
+                keep_dir=keep_dir,
+                timeout_s=timeout,
+            )
+        )
+    if not ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)

@@ -1,0 +1,145 @@
+"""``backlog-worker queue [--watch]``: per-role backlog figures, once or as a live view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import click
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+
+from tracker_client.models import QueueStats
+from tracker_client.protocol import Tracker
+from worker.cli.ops_common import (
+    DurationType,
+    OpsContext,
+    common_options,
+    fmt_age,
+    fmt_ms,
+)
+
+__all__ = ["queue", "render_queue"]
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_queue(stats: QueueStats) -> RenderableType:
+    """The per-role table of a :class:`QueueStats`."""
+    table = Table(title=f"queue at {fmt_ms(stats.generated_at_ms)}")
+    columns = (
+        "role",
+        "waiting",
+        "claimable",
+        "running",
+        "failed",
+        "dead-lettered",
+        "oldest waiting",
+        "near-expiry leases",
+        "stuck",
+        "cap",
+    )
+    for col in columns:
+        table.add_column(col, justify="left" if col == "role" else "right")
+    for r in stats.roles:
+        cap = r.max_backlog_depth
+        table.add_row(
+            r.role,
+            _num(r.waiting_count),
+            str(r.claimable_count),
+            _num(r.running_count),
+            str(r.failed_count),
+            _num(r.dead_letter_count),
+            fmt_age(r.oldest_claimable_age_ms),
+            str(r.near_expiry_leases),
+            str(r.stuck_count),
+            "unlimited" if cap == 0 else _num(cap),
+        )
+    if not stats.roles:
+        return Group(table, "no roles yet: create a pipeline first")
+    return table
+
+
+@click.command("queue")
+@click.option("--watch", "-w", is_flag=True, help="Keep refreshing (Ctrl-C to stop).")
+@click.option(
+    "--interval", type=DurationType(), default="2s", show_default=True, help="Watch refresh."
+)
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --watch: stop after this many refreshes.",
+)
+@click.option(
+    "--near-expiry",
+    type=DurationType(),
+    default="60s",
+    show_default=True,
+    help="A lease expiring within this counts as near expiry.",
+)
+@click.option(
+    "--stuck",
+    type=DurationType(),
+    default="5m",
+    show_default=True,
+    help="A run started this long ago and still running counts as stuck.",
+)
+@common_options
+def queue(
+    watch: bool,
+    interval: float,
+    iterations: int | None,
+    near_expiry: float,
+    stuck: float,
+    tracker_url: str | None,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Per-role figures: waiting, running, failed, dead-lettered, oldest waiting, near-expiry.
+
+    With --json and --watch, prints one JSON object per line per refresh.
+    """
+    ops = OpsContext.build(tracker_url, config_path, as_json)
+    near_ms, stuck_ms = int(near_expiry * 1000), int(stuck * 1000)
+
+    async def stats(tracker: Tracker) -> QueueStats:
+        return await tracker.queue_stats(near_expiry_ms=near_ms, stuck_ms=stuck_ms)
+
+    async def once(tracker: Tracker) -> int:
+        result = await stats(tracker)
+        if ops.as_json:
+            ops.emit_json(result)
+        else:
+            ops.print(render_queue(result))
+        return 0
+
+    async def watching(tracker: Tracker) -> int:
+        count = 0
+        if ops.as_json or not ops.console.is_terminal:
+            while iterations is None or count < iterations:
+                result = await stats(tracker)
+                if ops.as_json:
+                    ops.emit_json(result, compact=True)
+                else:
+                    ops.print(render_queue(result))
+                count += 1
+                if iterations is None or count < iterations:
+                    await anyio.sleep(interval)
+            return 0
+        with Live(console=ops.console, auto_refresh=False) as live:
+            while iterations is None or count < iterations:
+                live.update(render_queue(await stats(tracker)), refresh=True)
+                count += 1
+                if iterations is None or count < iterations:
+                    await anyio.sleep(interval)
+        return 0
+
+    ops.run(
+        watching if watch else once,
+        interrupted=lambda: "stopped",
+        interrupt_exit=0 if watch else 130,
+    )
