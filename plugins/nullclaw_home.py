@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from plugins.nullclaw_options import NullClawOptions
+from plugins.nullclaw_options import FORBIDDEN_ENV_PREFIXES, NullClawOptions
 from plugins.proc import minimal_env
 
 __all__ = [
@@ -169,4 +169,5 @@ def child_env(
         if not source.get(options.api_key_env):
             raise KeyError(options.api_key_env)
         extra["NULLCLAW_API_KEY"] = source[options.api_key_env]
-    return minimal_env(options.env_passthrough, extra, base=source)
+    env = minimal_env(options.env_passthrough, extra, base=source)
+    return {k: v for k, v in env.items() if not k.upper().startswith(FORBIDDEN_ENV_PREFIXES)}

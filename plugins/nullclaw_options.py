@@ -8,6 +8,7 @@ touches the file system or the environment beyond reading a ``prompt_template_fi
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +37,9 @@ DEFAULT_RETRYABLE_ERRORS = ("RateLimited", "AllProvidersFailed", "CurlFailed")
 FORBIDDEN_ENV_PREFIXES = ("BACKLOG_WORKER_", "NULLTICKETS_")
 #: Names the executor sets itself; passing them through would be overwritten or confusing.
 _RESERVED_ENV = frozenset({"HOME", "NULLCLAW_WORKSPACE", "NULLCLAW_API_KEY"})
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = re.compile(r"[A-Za-z_*?\[][A-Za-z0-9_*?\[\]!-]*")
+#: Names a passthrough pattern must not be able to match.
+_PROBES = ("BACKLOG_WORKER_API_TOKEN", "NULLTICKETS_API_TOKEN", "BACKLOG_WORKER_TRACKER__URL")
 _SECRETISH = re.compile(r"(TRACKER|LEASE)", re.IGNORECASE)
 
 
@@ -126,6 +129,14 @@ class NullClawOptions(BaseModel):
 def _check_env_name(name: str) -> None:
     if not _ENV_NAME.fullmatch(name):
         raise ValueError(f"environment variable name {name!r} is not valid")
+    if any(ch in name for ch in "*?["):
+        # a pattern (fnmatch, as plugins.proc.minimal_env reads it) must not reach our settings
+        if any(fnmatch.fnmatchcase(probe, name) for probe in _PROBES):
+            raise ValueError(
+                f"environment pattern {name!r} would also pass the worker's own settings and "
+                "tokens; list the variables nullclaw needs"
+            )
+        return
     upper = name.upper()
     if upper.startswith(FORBIDDEN_ENV_PREFIXES) or _SECRETISH.search(name):
         raise ValueError(

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""A fake ``nullclaw`` CLI reproducing the behaviours of CLI.md s.1-6 (no LLM, no network).
+
+Config is read like the real one, from ``$HOME/.nullclaw/config.json`` (HOME unset, file missing,
+invalid JSON, legacy keys, no default model, temperature range: all exit 0 with only stderr).
+``reliability.provider_retries == 0`` switches the answer to streaming (chunks flushed one by
+one). What the "provider" does is chosen by environment variables the test passes through:
+
+FAKE_NULLCLAW_MODE    ok (default) | http500 | http400 | http429 | nonjson | down | no_curl |
+                      timeout | panic | hang | slow | huge | binary | selfkill | empty_answer
+FAKE_NULLCLAW_ANSWER  the answer text (default: "Answer: <first 60 chars of the prompt>")
+FAKE_NULLCLAW_DELAY   seconds per streamed chunk / before a slow answer (default 0.05 / 1)
+FAKE_NULLCLAW_SIZE    bytes of a huge answer
+FAKE_NULLCLAW_PIDFILE where "hang" writes "<role> <pid>" lines: itself, its curl child, its
+                      shell-tool child (both children survive the parent's death; with
+                      FAKE_NULLCLAW_CHILD_IGNORES_TERM=1 they also ignore SIGTERM)
+FAKE_NULLCLAW_RECORD  where to write {"argv", "env", "cwd", "prompt"} as JSON
+FAKE_NULLCLAW_VERSION version subcommand behaviour: ok (default) | fail | hang
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+VERSION = "nullclaw 2026.2.26"
+USAGE = "Usage: nullclaw <command> [options]\nCommands: agent, gateway, version, status, doctor\n"
+KNOWN = {
+    "gateway", "service", "status", "onboard", "doctor", "cron", "channel", "skills",
+    "hardware", "migrate", "memory", "workspace", "capabilities", "models", "auth", "update",
+}  # fmt: skip
+CHILD = (
+    "import os, signal, sys, time\n"
+    "if os.environ.get('FAKE_NULLCLAW_CHILD_IGNORES_TERM') == '1':\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "while True:\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def err(text):
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def out(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def load_config():
+    """(config dict or None when there is no usable default model, list of stderr lines)."""
+    home = os.environ.get("HOME")
+    if not home:
+        return None, "no_home"
+    path = os.path.join(home, ".nullclaw", "config.json")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return {}, None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        err("Warning: failed to parse config.json: SyntaxError")
+        return {}, None
+    if not isinstance(data, dict):
+        err("Warning: failed to parse config.json: UnexpectedToken")
+        return {}, None
+    for key in ("default_provider", "default_model"):
+        if key in data:
+            return None, f"Config error: top-level {key} is not supported; use agents.defaults"
+    return data, None
+
+
+def agent(args):
+    message = None
+    session = provider = model = temperature = None
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag in ("-m", "--message", "-s", "--session", "--provider", "--model", "--temperature"):
+            if i + 1 >= len(args):
+                err(f"error(agent): Missing value for {flag}")
+                return 0
+            value = args[i + 1]
+            if flag in ("-m", "--message"):
+                message = value
+            elif flag in ("-s", "--session"):
+                session = value
+            elif flag == "--provider":
+                provider = value
+            elif flag == "--model":
+                model = value
+            else:
+                try:
+                    temperature = float(value)
+                except ValueError:
+                    err(f"error(agent): Invalid --temperature value: {value}")
+                    return 0
+            i += 2
+        else:
+            i += 1  # unknown flags are silently ignored
+    config, problem = load_config()
+    if problem == "no_home":
+        err("error(agent): No config found. Run `nullclaw onboard` first.")
+        return 0
+    if problem:
+        err(problem)
+        return 0
+    primary = ((config.get("agents") or {}).get("defaults") or {}).get("model") or {}
+    primary = primary.get("primary") if isinstance(primary, dict) else None
+    if primary and "/" in primary:
+        cfg_provider, cfg_model = primary.split("/", 1)
+    elif provider and model:
+        cfg_provider, cfg_model = provider, model
+    else:
+        err("No default model configured. Run `nullclaw onboard` or set agents.defaults.model.")
+        return 0
+    provider = provider or cfg_provider
+    model = model or cfg_model
+    if temperature is None:
+        temperature = config.get("default_temperature", 0.7)
+    if not 0.0 <= float(temperature) <= 2.0:
+        err("Config error: temperature must be between 0.0 and 2.0.")
+        return 0
+    err("info(memory): memory plan resolved backend=" + str((config.get("memory") or {}).get("backend", "markdown")))
+    record = os.environ.get("FAKE_NULLCLAW_RECORD")
+    if record:
+        with open(record, "w", encoding="utf-8") as fh:
+            json.dump(
+                {"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "prompt": message,
+                 "provider": provider, "model": model, "config": config},
+                fh,
+            )  # fmt: skip
+    if message is None:
+        out("nullclaw agent: interactive mode. Type 'exit' to quit.\n> ")
+        for line in sys.stdin:
+            if line.strip() in ("exit", "quit"):
+                break
+        return 0
+    if message.startswith("/"):
+        out("Available commands: /new /model /bash /exec /help\n")
+        return 0
+    streaming = (config.get("reliability") or {}).get("provider_retries", 2) == 0
+    return provider_call(provider, message, streaming, bool(session) and session)
+
+
+def fail(name, rc=1, note="error(provider): request failed"):
+    err(note)
+    err(f"error: {name}")
+    return rc
+
+
+def spawn_children(pidfile):
+    env = dict(os.environ)
+    # the "curl" child talks to nullclaw through its own pipes; the shell-tool child inherits
+    # nullclaw's stdout/stderr, so it also holds the worker's pipes open
+    curl = subprocess.Popen(
+        [sys.executable, "-c", CHILD], env=env, stdout=subprocess.DEVNULL, stdin=subprocess.PIPE
+    )
+    shell = subprocess.Popen(["/bin/sh", "-c", f"exec {sys.executable} -c \"$1\"", "sh", CHILD])
+    with open(pidfile + ".tmp", "w") as fh:
+        fh.write(f"nullclaw {os.getpid()}\ncurl {curl.pid}\nshell {shell.pid}\n")
+    os.replace(pidfile + ".tmp", pidfile)
+    return curl
+
+
+def provider_call(provider, message, streaming, session):
+    mode = os.environ.get("FAKE_NULLCLAW_MODE", "ok")
+    out(f"Sending to {provider}...\n")
+    if session:
+        out(f"Session: {session}\n")
+    if mode in ("http500", "http400", "nonjson", "down", "no_curl"):
+        return fail("AllProvidersFailed")
+    if mode == "http429":
+        return fail("RateLimited", note="warn(provider): 429 Too Many Requests")
+    if mode == "timeout":
+        return fail("CurlFailed" if streaming else "AllProvidersFailed")
+    if mode == "panic":
+        err("panic: index out of bounds: index 3, len 2")
+        return 1
+    if mode == "selfkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "empty_answer":
+        return 0
+    if mode == "hang":
+        out("thinking")
+        curl = spawn_children(os.environ["FAKE_NULLCLAW_PIDFILE"])
+        curl.wait()
+        return 0
+    if mode == "huge":
+        size = int(os.environ.get("FAKE_NULLCLAW_SIZE", "3000000"))
+        block = b"0123456789abcdef" * 4096
+        sent = 0
+        while sent < size:
+            piece = block[: size - sent]
+            sys.stdout.buffer.write(piece)
+            sent += len(piece)
+        sys.stdout.buffer.write(b"\n")
+        sys.stdout.flush()
+        return 0
+    if mode == "binary":
+        sys.stdout.buffer.write(b"caf\xc3\xa9 \xff\xfe bad \xe2\x82 end\n")
+        sys.stdout.flush()
+        sys.stderr.buffer.write(b"info(agent): \xff\xfe\n")
+        return 0
+    answer = os.environ.get("FAKE_NULLCLAW_ANSWER") or f"Answer: {message[:60]}"
+    if mode == "slow":
+        time.sleep(float(os.environ.get("FAKE_NULLCLAW_DELAY", "1")))
+    if streaming:
+        delay = float(os.environ.get("FAKE_NULLCLAW_DELAY", "0.05"))
+        for start in range(0, len(answer), 8):
+            out(answer[start : start + 8])
+            time.sleep(delay)
+        out("\n")
+    else:
+        out(answer + "\n")
+    return 0
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or args[0] in ("help", "--help", "-h"):
+        sys.stderr.write(USAGE)
+        return 0 if args else 1
+    cmd = args[0]
+    if cmd in ("version", "--version", "-V"):
+        how = os.environ.get("FAKE_NULLCLAW_VERSION", "ok")
+        if how == "fail":
+            err("panic: reached unreachable code")
+            return 1
+        if how == "hang":
+            time.sleep(3600)
+        out(VERSION + "\n")
+        return 0
+    if cmd == "agent":
+        return agent(args[1:])
+    if cmd in KNOWN:
+        return 0
+    sys.stderr.write(f"Unknown command: {cmd}\n" + USAGE)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
