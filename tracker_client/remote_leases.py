@@ -206,6 +206,7 @@ class RemoteLeases(RemoteCore):
         error: str,
         *,
         usage: Any = None,
+        retryable: bool = True,
         idempotency_key: str | None = None,
     ) -> FailResult:
         """``POST /runs/{run_id}/fail``; what happened next is read back from the task.
@@ -213,10 +214,14 @@ class RemoteLeases(RemoteCore):
         NullTickets answers ``{"status":"failed"}`` whether a retry was scheduled or the task was
         dead-lettered; the client then reads the task (``dead_letter_reason``,
         ``next_eligible_at_ms``) to fill the result. If that read fails, those fields stay None.
+        ``retryable=False`` dead-letters at once on the served tracker; NullTickets ignores it.
         """
         body: dict[str, Any] = {"error": error}
         if usage is not None:
             body["usage"] = usage
+        if not retryable:
+            # Honoured by the served tracker; a NullTickets server ignores unknown fields.
+            body["retryable"] = False
         doc = await self._json(
             "POST",
             f"/runs/{seg(lease.run.id)}/fail",
