@@ -1,0 +1,254 @@
+"""The unit files: contrib copies match the renderer, ``systemd-analyze verify`` accepts them,
+and ``backlog-worker systemd-unit`` prints units for this install."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from worker.cli import main
+from worker.cli.systemd import (
+    CONTRIB_EXEC,
+    UnitOptions,
+    render_service,
+    render_target,
+    resolve_exec,
+    stop_timeout_s,
+)
+from worker.config import WorkerConfig
+
+CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(
+    SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed (apt install systemd)"
+)
+# verify resolves User=/Group= only on some versions and setups; that user is created at
+# install time (README), so its absence here is the only complaint we accept.
+HARMLESS = re.compile(r"(user|group)[^\n]*backlog-worker[^\n]*(not found|no such|unknown)", re.I)
+
+
+def _settings(text: str) -> dict[str, list[str]]:
+    """``Key=value`` settings of a unit (repeated keys collected), comments skipped."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith(("#", "[")) and "=" in line:
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def _verify(directory: Path, *units: str, user: bool = False) -> list[str]:
+    """Run ``systemd-analyze verify``; return its complaints minus the known-harmless ones."""
+    assert SYSTEMD_ANALYZE is not None
+    env = {**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"}
+    argv = [SYSTEMD_ANALYZE]
+    if user:
+        runtime = directory / "runtime"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        env["XDG_RUNTIME_DIR"] = str(runtime)
+        argv.append("--user")
+    argv += ["verify", "--man=no", *(str(directory / unit) for unit in units)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    complaints = [
+        line for line in (proc.stdout + proc.stderr).splitlines() if not HARMLESS.search(line)
+    ]
+    if proc.returncode != 0 and not complaints:
+        complaints = [f"exit status {proc.returncode}"]
+    return complaints
+
+
+def _install(directory: Path, files: dict[str, str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+
+
+# -- contrib/systemd -------------------------------------------------------------------------------
+
+
+def test_contrib_units_are_what_the_command_renders():
+    # One source of truth: regenerate with
+    #   python -c 'from worker.cli.systemd import *; print(render_service(), end="")'
+    assert (CONTRIB / "backlog-worker@.service").read_text() == render_service()
+    assert (CONTRIB / "backlog-worker.target").read_text() == render_target()
+
+
+def test_template_has_the_supervision_settings():
+    s = _settings((CONTRIB / "backlog-worker@.service").read_text())
+    assert s["Type"] == ["notify"]
+    assert s["NotifyAccess"] == ["main"]
+    assert s["WatchdogSec"] == ["30"]
+    assert s["Restart"] == ["on-failure"]
+    assert s["KillMode"] == ["mixed"]
+    assert s["KillSignal"] == ["SIGTERM"]
+    assert s["ExecStart"] == [
+        "/usr/local/bin/backlog-worker run --config /etc/backlog-worker/%i.toml"
+    ]
+    assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert s["StateDirectory"] == ["backlog-worker"]
+    assert s["LoadCredential"] == ["api-token:/etc/backlog-worker/api-token"]
+    assert s["User"] == s["Group"] == ["backlog-worker"]
+    assert "DynamicUser" not in s  # instances share the state directory
+    assert "BACKLOG_WORKER_INSTANCE=%i" in s["Environment"]
+    for hardening in ("NoNewPrivileges", "ProtectHome", "PrivateTmp"):
+        assert s[hardening] == ["yes"]
+    assert s["ProtectSystem"] == ["strict"]
+    assert s["PartOf"] == ["backlog-worker.target"]
+    assert s["WantedBy"] == ["multi-user.target backlog-worker.target"]
+
+
+def test_stop_timeout_outlasts_the_default_shutdown_grace():
+    grace = next(
+        f.default for f in dataclasses.fields(WorkerConfig) if f.name == "shutdown_grace_s"
+    )
+    assert isinstance(grace, float)
+    [timeout] = _settings((CONTRIB / "backlog-worker@.service").read_text())["TimeoutStopSec"]
+    assert int(timeout) == stop_timeout_s(grace) > grace
+
+
+@needs_analyze
+def test_systemd_analyze_verifies_the_contrib_units(tmp_path):
+    # The contrib ExecStart names /usr/local/bin/backlog-worker; verify checks that it exists,
+    # so point it at this install's real entry point.
+    real = " ".join(resolve_exec())
+    template = (CONTRIB / "backlog-worker@.service").read_text()
+    assert CONTRIB_EXEC[0] in template
+    _install(
+        tmp_path,
+        {
+            "backlog-worker@.service": template.replace(CONTRIB_EXEC[0], real),
+            "backlog-worker.target": (CONTRIB / "backlog-worker.target").read_text(),
+        },
+    )
+    assert _verify(tmp_path, "backlog-worker@1.service", "backlog-worker.target") == []
+    assert _verify(tmp_path, "backlog-worker@alpha-2.service") == []
+
+
+@needs_analyze
+def test_the_verify_check_does_catch_mistakes(tmp_path):
+    broken = render_service(UnitOptions(exec_start=resolve_exec())).replace(
+        "KillMode=mixed", "KillMode=mixed\nWatchDogSec=30"
+    )
+    _install(tmp_path, {"backlog-worker@.service": broken, "backlog-worker.target": ""})
+    complaints = _verify(tmp_path, "backlog-worker@1.service")
+    assert any("WatchDogSec" in line for line in complaints)
+    missing = render_service(UnitOptions(exec_start=(str(tmp_path / "no-such-binary"),)))
+    _install(tmp_path / "m", {"backlog-worker@.service": missing})
+    assert any(
+        "no-such-binary" in line for line in _verify(tmp_path / "m", "backlog-worker@1.service")
+    )
+
+
+# -- backlog-worker systemd-unit -------------------------------------------------------------------
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, ["systemd-unit", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_command_prints_the_template_for_this_install():
+    text = _cli()
+    s = _settings(text)
+    exec_path = resolve_exec()[0]
+    assert Path(exec_path).is_absolute() and os.access(exec_path, os.X_OK)
+    assert s["ExecStart"] == [
+        " ".join(resolve_exec()) + " run --config /etc/backlog-worker/%i.toml"
+    ]
+    assert text == render_service(UnitOptions(exec_start=resolve_exec()))
+
+
+def test_command_options_change_the_unit():
+    s = _settings(_cli("--config-dir", "/srv/bw conf/", "--shutdown-grace-s", "120",
+                       "--watchdog-s", "10", "--service-user", "agents"))  # fmt: skip
+    assert s["ExecStart"][0].endswith(' run --config "/srv/bw conf/%i.toml"')
+    assert s["LoadCredential"] == ["api-token:/srv/bw conf/api-token"]
+    assert s["TimeoutStopSec"] == ["150"]
+    assert s["WatchdogSec"] == ["10"]
+    assert s["User"] == s["Group"] == ["agents"]
+
+
+def test_command_escapes_percent_and_dollar_in_paths():
+    text = render_service(UnitOptions(exec_start=("/opt/50%off/$bin/backlog-worker",)))
+    assert _settings(text)["ExecStart"][0].startswith('"/opt/50%%off/$$bin/backlog-worker" run')
+
+
+def test_command_instance_prints_a_concrete_unit():
+    s = _settings(_cli("--instance", "coder-1"))
+    assert s["ExecStart"][0].endswith(" run --config /etc/backlog-worker/coder-1.toml")
+    assert "BACKLOG_WORKER_INSTANCE=coder-1" in s["Environment"]
+    assert s["WantedBy"] == ["multi-user.target"]
+    assert "PartOf" not in s
+
+
+def test_command_user_mode():
+    s = _settings(_cli("--user"))
+    assert "User" not in s and "ProtectSystem" not in s
+    assert s["ExecStart"][0].endswith(" run --config %E/backlog-worker/%i.toml")
+    assert s["NoNewPrivileges"] == ["yes"]
+    assert s["WantedBy"] == ["default.target backlog-worker.target"]
+
+
+def test_command_target():
+    assert _cli("--target") == render_target()
+    assert "WantedBy=default.target" in _cli("--target", "--user")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--instance", "a b"], "instance name 'a b': use letters, digits"),
+        (["--config-dir", "etc/bw"], "'etc/bw' is not an absolute path"),
+        (["--service-user", "1 user"], "'1 user' is not a user name"),
+        (["--shutdown-grace-s", "-1"], "--shutdown-grace-s"),
+    ],
+)
+def test_command_refuses_bad_options_by_name(args, message):
+    result = CliRunner().invoke(main, ["systemd-unit", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+@needs_analyze
+def test_systemd_analyze_verifies_what_the_command_prints(tmp_path):
+    _install(
+        tmp_path / "system",
+        {
+            "backlog-worker@.service": _cli(),
+            "backlog-worker.target": _cli("--target"),
+            "backlog-worker-coder.service": _cli("--instance", "coder", "--config-dir", "/srv/a b"),
+        },
+    )
+    assert _verify(tmp_path / "system", "backlog-worker@3.service", "backlog-worker.target") == []
+    assert _verify(tmp_path / "system", "backlog-worker-coder.service") == []
+    _install(
+        tmp_path / "user",
+        {
+            "backlog-worker@.service": _cli("--user"),
+            "backlog-worker.target": _cli("--target", "--user"),
+        },
+    )
+    assert (
+        _verify(tmp_path / "user", "backlog-worker@1.service", "backlog-worker.target", user=True)
+        == []
+    )
+
+
+def test_python_dash_m_worker_cli_runs_the_command():
+    proc = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "systemd-unit", "--target"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert proc.stdout == render_target()
