@@ -86,9 +86,9 @@ async def test_cancel_a_running_task_revokes_its_lease(tracker: Tracker) -> None
 
 async def test_cancel_a_finished_task_is_a_conflict(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
+    fatal = RetryPolicy(max_attempts=0)
     done, dead, cancelled = await tracker.create_tasks(
-        [new_task(pid, "done"), new_task(pid, "dead", retry_policy=RetryPolicy(max_attempts=0))]
-        + [new_task(pid, "cancelled")]
+        [new_task(pid, "done"), new_task(pid, "dead", retry_policy=fatal), new_task(pid, "c")]
     )
     await tracker.transition(await claim(tracker), "complete")
     await tracker.fail(await claim(tracker), "fatal")

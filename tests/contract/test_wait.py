@@ -27,9 +27,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.requires(WAIT)]
 LONG_S = 30.0
 
 
-async def _wait_in_background(
-    tg: TaskGroup, tracker: Tracker, task_id: str
-) -> list[WaitResult]:
+async def _wait_in_background(tg: TaskGroup, tracker: Tracker, task_id: str) -> list[WaitResult]:
     """Start ``wait`` in ``tg``; its result lands in the returned list when it returns."""
     results: list[WaitResult] = []
 
