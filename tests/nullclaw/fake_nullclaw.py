@@ -126,7 +126,8 @@ def agent(args):
     if not 0.0 <= float(temperature) <= 2.0:
         err("Config error: temperature must be between 0.0 and 2.0.")
         return 0
-    err("info(memory): memory plan resolved backend=" + str((config.get("memory") or {}).get("backend", "markdown")))
+    backend = (config.get("memory") or {}).get("backend", "markdown")
+    err(f"info(memory): memory plan resolved backend={backend}")
     record = os.environ.get("FAKE_NULLCLAW_RECORD")
     if record:
         with open(record, "w", encoding="utf-8") as fh:
@@ -161,7 +162,7 @@ def spawn_children(pidfile):
     curl = subprocess.Popen(
         [sys.executable, "-c", CHILD], env=env, stdout=subprocess.DEVNULL, stdin=subprocess.PIPE
     )
-    shell = subprocess.Popen(["/bin/sh", "-c", f"exec {sys.executable} -c \"$1\"", "sh", CHILD])
+    shell = subprocess.Popen(["/bin/sh", "-c", f'exec {sys.executable} -c "$1"', "sh", CHILD])
     with open(pidfile + ".tmp", "w") as fh:
         fh.write(f"nullclaw {os.getpid()}\ncurl {curl.pid}\nshell {shell.pid}\n")
     os.replace(pidfile + ".tmp", pidfile)
