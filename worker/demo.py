@@ -1,0 +1,386 @@
+"""``backlog-worker demo``: watch tasks flow through a temporary rail, no configuration needed.
+
+The demo creates an embedded rail in a temporary directory, a ``draft -> review -> done``
+pipeline with a reject loop (``review -> draft``) and a dead-letter stage, ~30 tasks whose
+metadata decides how they behave (some fail and are retried, some are rejected once and
+reworked, one always fails and is dead-lettered), then starts several ``backlog-worker run``
+processes that share the rail, using the ``command`` executor with small Python scripts. It
+shows live progress and ends with a summary table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+from rich.console import Console, Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
+from tracker_client.factory import open_tracker
+from tracker_client.models import RetryPolicy, Task, TaskCreate
+from tracker_client.protocol import Tracker
+
+__all__ = ["PIPELINE", "DemoOptions", "DemoSummary", "demo_tasks", "run_demo", "worker_config"]
+
+#: The demo pipeline: writers draft, reviewers approve or send back, dead letters go to ``dead``.
+PIPELINE: dict[str, Any] = {
+    "initial": "draft",
+    "states": {
+        "draft": {"agent_role": "writer", "description": "write a first version"},
+        "review": {"agent_role": "reviewer", "description": "approve or send back"},
+        "done": {"terminal": True, "description": "approved"},
+        "dead": {"terminal": True, "description": "dead letters: gave up after retries"},
+    },
+    "transitions": [
+        {"from": "draft", "trigger": "submit", "to": "review"},
+        {"from": "review", "trigger": "approve", "to": "done"},
+        {
+            "from": "review",
+            "trigger": "reject",
+            "to": "draft",
+            "instructions": "address the review comments",
+        },
+    ],
+}
+
+#: One script for both roles (role in argv[1]); the task JSON arrives on stdin. Its behaviour
+#: comes from the task's metadata: ``work_ms``, ``fail_times``, ``poison``,
+#: ``reject_below_attempt``. Attempts count every run of the task (draft and review alike).
+SCRIPT = r"""
+import json, sys, time
+role = sys.argv[1]
+doc = json.load(sys.stdin)
+meta = doc["task"].get("metadata") or dict()
+attempt = doc["attempt"]
+time.sleep(meta.get("work_ms", 100) / 1000)
+if role == "writer":
+    if meta.get("poison") or attempt <= meta.get("fail_times", 0):
+        print("simulated failure on attempt %d" % attempt, file=sys.stderr)
+        sys.exit(1)
+    print("drafted %r" % doc["task"]["title"])
+    sys.exit(0)
+if attempt < meta.get("reject_below_attempt", 0):
+    print("needs another pass")
+    sys.exit(3)
+print("approved")
+"""
+
+FINAL_STAGES = ("done", "dead")
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """How big the demo is and where it keeps its files."""
+
+    task_count: int = 30
+    workers: int = 3
+    concurrency: int = 4
+    keep_dir: Path | None = None
+    timeout_s: float = 90.0
+    console: Console | None = None
+
+
+@dataclass
+class DemoSummary:
+    """What happened, computed from the rail after the run."""
+
+    tasks: int = 0
+    done: int = 0
+    dead_lettered: int = 0
+    retried_tasks: int = 0
+    failed_runs: int = 0
+    rejected_tasks: int = 0
+    runs: int = 0
+    runs_by_worker: Counter[str] = field(default_factory=Counter)
+    elapsed_s: float = 0.0
+
+    @property
+    def finished(self) -> int:
+        """Tasks that reached a final stage."""
+        return self.done + self.dead_lettered
+
+
+def demo_tasks(pipeline_id: str, count: int) -> list[TaskCreate]:
+    """The demo's tasks: mostly plain, a few flaky, a few rejected once, one poison task."""
+    tasks = []
+    for i in range(count):
+        meta: dict[str, Any] = {"work_ms": 60 + (i * 37) % 240}
+        kind = "plain"
+        if i == 1:
+            meta["poison"], kind = True, "poison"
+        elif i % 10 == 3:
+            meta["fail_times"], kind = 1, "flaky"
+        elif i % 10 == 7:
+            meta["fail_times"], kind = 2, "flaky"
+        elif i % 10 == 5:
+            meta["reject_below_attempt"], kind = 3, "rejected once"
+        meta["kind"] = kind
+        tasks.append(
+            TaskCreate(
+                pipeline_id=pipeline_id,
+                title=f"demo task {i + 1:02d} ({kind})",
+                priority=5 if i % 6 == 0 else 0,
+                metadata=meta,
+                retry_policy=RetryPolicy(
+                    max_attempts=3, retry_delay_ms=250, dead_letter_stage="dead"
+                ),
+            )
+        )
+    return tasks
+
+
+def _toml_str(value: str) -> str:
+    # A JSON string literal is a valid TOML basic string (same escapes).
+    return json.dumps(value)
+
+
+def _role(name: str, exit_codes: dict[str, str]) -> str:
+    # argv items are templates: braces must be doubled to stay literal.
+    script = SCRIPT.replace("{", "{{").replace("}", "}}")
+    argv = ", ".join(_toml_str(a) for a in (sys.executable, "-c", script, name))
+    codes = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in exit_codes.items())
+    return (
+        f'[[roles]]\nname = "{name}"\nexecutor = "command"\n'
+        f"[roles.options]\nargv = [{argv}]\n"
+        f'stdin = "task_json"\nstream_output = false\nexit_codes = {{ {codes} }}\n'
+    )
+
+
+def worker_config(db_url: str, concurrency: int) -> str:
+    """The TOML configuration every demo worker process runs with."""
+    return (
+        f"[tracker]\nurl = {_toml_str(db_url)}\n\n"
+        f"[worker]\nconcurrency = {concurrency}\nlease_ttl_s = 10\nidle_min_s = 0.01\n"
+        "idle_max_s = 0.25\nshutdown_grace_s = 3\nmaintenance_interval_s = 1\n"
+        "report_flush_s = 0.2\n\n"
+        + _role("writer", {"0": "submit"})
+        + "\n"
+        + _role("reviewer", {"0": "approve", "3": "reject"})
+    )
+
+
+def _child_env() -> dict[str, str]:
+    """This environment without BACKLOG_WORKER_* settings (the config file decides), plus the
+    source tree on PYTHONPATH so a checkout that is not installed works too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _is_final(task: Task) -> bool:
+    return task.stage in FINAL_STAGES or task.dead_letter_reason is not None
+
+
+async def _tasks(tracker: Tracker, pipeline_id: str) -> list[Task]:
+    items: list[Task] = []
+    cursor: str | None = None
+    while True:
+        page = await tracker.list_tasks(pipeline_id=pipeline_id, limit=1000, cursor=cursor)
+        items.extend(page.items)
+        if page.next_cursor is None or not page.items:
+            return items
+        cursor = f"{page.items[-1].created_at_ms}:{page.items[-1].id}"
+
+
+def _progress_view(tasks: list[Task], running: int, elapsed: float) -> RenderableType:
+    stages = Counter(t.stage for t in tasks)
+    finished = sum(1 for t in tasks if _is_final(t))
+    head = Table.grid(padding=(0, 1))
+    head.add_row(
+        f"finished {finished}/{len(tasks)}",
+        ProgressBar(total=max(1, len(tasks)), completed=finished, width=40),
+        f"{elapsed:.1f}s",
+    )
+    table = Table(show_edge=False)
+    for col in ("draft", "review", "done", "dead", "running", "retry pending"):
+        table.add_column(col, justify="right")
+    now_ms = int(time.time() * 1000)
+    pending = sum(1 for t in tasks if not _is_final(t) and t.next_eligible_at_ms > now_ms)
+    counts = [str(stages[s]) for s in ("draft", "review", "done", "dead")]
+    table.add_row(*counts, str(running), str(pending))
+    return Group(head, table)
+
+
+async def _summarise(tracker: Tracker, tasks: list[Task], elapsed: float) -> DemoSummary:
+    summary = DemoSummary(tasks=len(tasks), elapsed_s=elapsed)
+    for task in tasks:
+        if task.dead_letter_reason is not None:
+            summary.dead_lettered += 1
+        elif task.stage == "done":
+            summary.done += 1
+        runs = await tracker.list_runs(task.id)
+        failed = sum(1 for r in runs if r.status == "failed")
+        summary.runs += len(runs)
+        summary.failed_runs += failed
+        summary.runs_by_worker.update(r.agent_id for r in runs)
+        if failed and task.dead_letter_reason is None:
+            summary.retried_tasks += 1
+        events = await tracker.list_task_events(task.id, limit=1000)
+        if any(
+            e.kind == "transition"
+            and isinstance(e.data, dict)
+            and e.data.get("trigger") == "reject"
+            for e in events.items
+        ):
+            summary.rejected_tasks += 1
+    return summary
+
+
+def render_summary(summary: DemoSummary) -> Table:
+    """The summary table printed at the end of the demo."""
+    table = Table(title="demo summary")
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    rate = summary.finished / summary.elapsed_s if summary.elapsed_s > 0 else 0.0
+    rows = [
+        ("tasks", summary.tasks),
+        ("done", summary.done),
+        ("retried after a failure", f"{summary.retried_tasks} ({summary.failed_runs} failed runs)"),
+        ("rejected in review, reworked", summary.rejected_tasks),
+        ("dead-lettered", summary.dead_lettered),
+        ("runs", summary.runs),
+        *((f"  runs by {agent}", n) for agent, n in sorted(summary.runs_by_worker.items())),
+        ("time", f"{summary.elapsed_s:.1f}s"),
+        ("throughput", f"{rate:.1f} tasks/s"),
+    ]
+    for key, value in rows:
+        table.add_row(key, str(value))
+    return table
+
+
+class _Workers:
+    """The worker processes of the demo: start, watch, stop (TERM, then KILL)."""
+
+    def __init__(self, workdir: Path, config: Path, db_url: str, count: int) -> None:
+        self.workdir, self.config, self.db_url, self.count = workdir, config, db_url, count
+        self.procs: list[Process] = []
+        self.logs: list[Path] = []
+        self.stopped = False
+
+    async def start(self, stack: ExitStack) -> None:
+        env = _child_env()
+        for i in range(1, self.count + 1):
+            log = self.workdir / f"worker-{i}.log"
+            fh = stack.enter_context(log.open("wb"))
+            argv = [
+                sys.executable, "-m", "worker.cli", "run",
+                "--config", str(self.config), "--tracker", self.db_url,
+                "--agent-id", f"demo-worker-{i}", "--log-level", "WARNING", "--log-format", "plain",
+            ]  # fmt: skip
+            proc = await anyio.open_process(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh, env=env
+            )
+            self.procs.append(proc)
+            self.logs.append(log)
+
+    def crashed(self) -> str | None:
+        """A message about the first worker that exited on its own, else None."""
+        for i, proc in enumerate(self.procs):
+            if proc.returncode is not None:
+                tail = self.logs[i].read_text(errors="replace").strip().splitlines()[-3:]
+                return f"worker {i + 1} exited with status {proc.returncode}: " + " | ".join(tail)
+        return None
+
+    async def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        with anyio.CancelScope(shield=True):
+            for proc in self.procs:
+                if proc.returncode is None:
+                    proc.terminate()
+            with anyio.move_on_after(15):
+                for proc in self.procs:
+                    await proc.wait()
+            for proc in self.procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            for proc in self.procs:
+                await proc.aclose()
+
+
+async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
+    from rich.live import Live
+
+    db_url = f"sqlite:///{workdir / 'rail.db'}"
+    config = workdir / "worker.toml"
+    config.write_text(worker_config(db_url, opts.concurrency), encoding="utf-8")
+    tracker = await open_tracker(db_url)
+    workers = _Workers(workdir, config, db_url, opts.workers)
+    try:
+        pipeline_id = await tracker.create_pipeline("demo-review", PIPELINE)
+        console.print(
+            f"rail [bold]{db_url}[/]: pipeline draft -> review -> done (reject loop, dead letters"
+            f" to 'dead'); {opts.task_count} tasks; {opts.workers} worker processes x "
+            f"{opts.concurrency} slots"
+        )
+        started = time.monotonic()
+        await tracker.create_tasks(demo_tasks(pipeline_id, opts.task_count))
+        with ExitStack() as stack:
+            await workers.start(stack)
+            tasks = await _tasks(tracker, pipeline_id)
+            problem: str | None = None
+            last_line = 0.0
+            with Live(console=console, auto_refresh=False, transient=False) as live:
+                while True:
+                    tasks = await _tasks(tracker, pipeline_id)
+                    stats = await tracker.queue_stats()
+                    running = sum(r.running_count or 0 for r in stats.roles)
+                    elapsed = time.monotonic() - started
+                    view = _progress_view(tasks, running, elapsed)
+                    if console.is_terminal:
+                        live.update(view, refresh=True)
+                    elif elapsed - last_line >= 2:
+                        last_line = elapsed
+                        done = sum(1 for t in tasks if _is_final(t))
+                        console.print(f"finished {done}/{len(tasks)} after {elapsed:.1f}s")
+                    if all(_is_final(t) for t in tasks):
+                        live.update(view, refresh=True)
+                        break
+                    problem = workers.crashed()
+                    if problem or elapsed > opts.timeout_s:
+                        problem = problem or f"timed out after {opts.timeout_s:g}s"
+                        live.update(view, refresh=True)
+                        break
+                    await anyio.sleep(0.2)
+            elapsed = time.monotonic() - started
+            await workers.stop()
+        summary = await _summarise(tracker, tasks, elapsed)
+        console.print(render_summary(summary))
+        if problem:
+            console.print(f"[red]demo incomplete: {problem}[/] (logs in {workdir})")
+            return False
+        console.print(
+            "next: `backlog-worker task show ID --tracker URL` for one task's runs and events, "
+            "`backlog-worker queue --tracker URL` for the backlog"
+            + (f" (URL = {db_url})" if opts.keep_dir else "")
+        )
+        return True
+    finally:
+        await workers.stop()
+        with anyio.CancelScope(shield=True):
+            await tracker.aclose()
+
+
+def run_demo(opts: DemoOptions) -> bool:
+    """Run the demo end to end; True when every task finished and the workers behaved."""
+    console = opts.console or Console(highlight=False)
+    if opts.keep_dir is not None:
+        opts.keep_dir.mkdir(parents=True, exist_ok=True)
+        return anyio.run(_run, opts, opts.keep_dir.resolve(), console)
+    with tempfile.TemporaryDirectory(prefix="backlog-demo-") as tmp:
+        return anyio.run(_run, opts, Path(tmp), console)
