@@ -1,0 +1,262 @@
+"""Run one executor without a tracker: a test harness for plugin authors.
+
+Modelled on Temporal's ``ActivityEnvironment``: the harness builds a :class:`Task` and a
+:class:`Run` from plain arguments, gives the executor a real :class:`ExecutionContext` whose
+reports and artifacts land in lists, and lets the test cancel the run or signal shutdown::
+
+    import anyio
+    import pytest
+    from plugins.api import Transition
+    from plugins.testing import ExecutorHarness
+    from mypkg.executors import Greeter
+
+    @pytest.mark.anyio
+    async def test_greeter(tmp_path):
+        harness = ExecutorHarness(title="Ada", metadata={"lang": "en"}, workdir=tmp_path)
+        outcome = await harness.run(Greeter({"greeting": "hi"}))
+        assert outcome == Transition(trigger="complete")
+        assert harness.events == [("progress", {"said": "hi, Ada"})]
+
+    @pytest.mark.anyio
+    async def test_greeter_honours_cancel(tmp_path):
+        harness = ExecutorHarness(workdir=tmp_path)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(harness.cancel_on_event, "progress")   # cancel once it reported
+            outcome = await harness.run(SlowGreeter({}))
+        assert harness.cancelled and outcome.reason == "cancelled"
+
+Differences from a worker, on purpose: an exception raised by the executor propagates (you want
+the traceback in your test), and a return value that is not an outcome raises ExecutorError. By
+default every ``report`` is recorded as its own event (no batching), so ``events`` lists exactly
+what the executor reported; pass ``report_policy`` to exercise batching.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from plugins.api import (
+    ExecutionContext,
+    Executor,
+    Failure,
+    Outcome,
+    ReportPolicy,
+    Transition,
+)
+from tracker_client.errors import ExecutorError
+from tracker_client.models import ArtifactCreate, Run, Task
+
+__all__ = ["ExecutorHarness", "RecordingSink"]
+
+
+class RecordingSink:
+    """A :class:`~plugins.api.ContextSink` that keeps everything in lists."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+        self.artifacts: list[ArtifactCreate] = []
+        self._changed: anyio.Event | None = None
+
+    async def emit_events(self, events: list[tuple[str, Any]]) -> None:
+        """Record events in order."""
+        self.events.extend(events)
+        self._notify()
+
+    async def emit_artifact(self, artifact: ArtifactCreate) -> str:
+        """Record an artifact; ids are ``artifact-1``, ``artifact-2``, ..."""
+        self.artifacts.append(artifact)
+        self._notify()
+        return f"artifact-{len(self.artifacts)}"
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_changed(self) -> None:
+        """Block until the next event or artifact is recorded."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+
+class ExecutorHarness:
+    """One task, one run, one working directory; ``await run(executor)`` executes it.
+
+    ``workdir``: used as is (created if missing, never deleted); when None a temporary directory
+    is made per run and removed after it unless ``keep_workdir``. ``timeout_s`` sets the
+    context's deadline and ends the run with ``Failure(reason="timeout")``, as the worker does.
+    """
+
+    def __init__(
+        self,
+        *,
+        title: str = "test task",
+        description: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        pipeline_id: str = "test-pipeline",
+        stage: str = "todo",
+        priority: int = 0,
+        attempt: int = 1,
+        agent_id: str = "harness",
+        role: str = "worker",
+        instructions: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        workdir: Path | None = None,
+        keep_workdir: bool = False,
+        timeout_s: float | None = None,
+        report_policy: ReportPolicy | None = None,
+    ) -> None:
+        now = int(time.time() * 1000)
+        self.task = Task(
+            id=task_id or str(uuid.uuid4()),
+            pipeline_id=pipeline_id,
+            stage=stage,
+            title=title,
+            description=description,
+            priority=priority,
+            metadata=dict(metadata or {}),
+            task_version=1,
+            next_eligible_at_ms=0,
+            retry_delay_ms=0,
+            created_at_ms=now,
+            updated_at_ms=now,
+        )
+        self.run_model = Run(
+            id=run_id or str(uuid.uuid4()),
+            task_id=self.task.id,
+            attempt=attempt,
+            status="running",
+            agent_id=agent_id,
+            agent_role=role,
+            started_at_ms=now,
+        )
+        self.instructions = instructions
+        self.options: Mapping[str, Any] = dict(options or {})
+        self.workdir: Path | None = workdir
+        self.keep_workdir = keep_workdir
+        self.timeout_s = timeout_s
+        self.report_policy = report_policy or ReportPolicy(max_events=1)
+        self.sink = RecordingSink()
+        self.logger = logging.getLogger("backlog_worker.executor.harness")
+        #: True when the last run ended because :meth:`cancel` was called.
+        self.cancelled = False
+        self.context: ExecutionContext | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._cancel_requested = False
+        self._shutdown: anyio.Event | None = None
+        self._shutdown_requested = False
+
+    # -- what the executor did ----------------------------------------------------------------
+    @property
+    def events(self) -> list[tuple[str, Any]]:
+        """``(kind, data)`` of every event written, in order."""
+        return self.sink.events
+
+    @property
+    def artifacts(self) -> list[ArtifactCreate]:
+        """Every artifact recorded, in order."""
+        return self.sink.artifacts
+
+    def events_of(self, kind: str) -> list[Any]:
+        """The data of every event of ``kind``."""
+        return [data for k, data in self.sink.events if k == kind]
+
+    # -- control ------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Cancel the running executor (as a lost lease or timeout would); also before run()."""
+        self._cancel_requested = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def signal_shutdown(self) -> None:
+        """Tell the executor the worker is draining (``ctx.shutting_down`` becomes True)."""
+        self._shutdown_requested = True
+        if self._shutdown is not None:
+            self._shutdown.set()
+
+    async def wait_for_event(self, kind: str, *, timeout_s: float = 30.0) -> Any:
+        """Wait until an event of ``kind`` is recorded and return its data (TimeoutError after
+        ``timeout_s``). Use it to act mid-run without sleeping."""
+        with anyio.fail_after(timeout_s):
+            while True:
+                for k, data in self.sink.events:
+                    if k == kind:
+                        return data
+                await self.sink.wait_changed()
+
+    async def cancel_on_event(self, kind: str, *, timeout_s: float = 30.0) -> None:
+        """Cancel the run as soon as an event of ``kind`` is recorded."""
+        await self.wait_for_event(kind, timeout_s=timeout_s)
+        self.cancel()
+
+    # -- running ------------------------------------------------------------------------------
+    async def run(self, executor: Executor) -> Outcome:
+        """Execute once and return the outcome. Buffered reports are flushed before returning.
+
+        A run ended by :meth:`cancel` returns ``Failure(reason="cancelled")`` (``cancelled`` is
+        then True); a timeout returns ``Failure(reason="timeout")``; exceptions propagate.
+        """
+        made_temp = self.workdir is None
+        workdir = self.workdir or Path(tempfile.mkdtemp(prefix="executor-harness-"))
+        await anyio.Path(workdir).mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.cancelled = False
+        self._shutdown = anyio.Event()
+        if self._shutdown_requested:
+            self._shutdown.set()
+        deadline = None if self.timeout_s is None else anyio.current_time() + self.timeout_s
+        ctx = ExecutionContext(
+            task=self.task,
+            run=self.run_model,
+            workdir=workdir,
+            sink=self.sink,
+            options=self.options,
+            instructions=self.instructions,
+            deadline=deadline,
+            shutdown=self._shutdown,
+            logger=self.logger,
+            report_policy=self.report_policy,
+        )
+        self.context = ctx
+        outcome: Any = None
+        finished = False
+        cancel_requested = False
+        try:
+            with anyio.CancelScope(deadline=deadline or float("inf")) as scope:
+                self._scope = scope
+                if self._cancel_requested:
+                    scope.cancel()
+                outcome = await executor.execute(ctx)
+                finished = True
+        finally:
+            self._scope = None
+            cancel_requested, self._cancel_requested = self._cancel_requested, False
+            with anyio.CancelScope(shield=True):
+                await ctx.flush()
+                if made_temp and not self.keep_workdir:
+                    await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
+        if not finished:
+            if cancel_requested:
+                self.cancelled = True
+                return Failure(reason="cancelled", message="cancelled by the test harness")
+            return Failure(
+                reason="timeout", message=f"the executor did not finish within {self.timeout_s}s"
+            )
+        if not isinstance(outcome, Transition | Failure):
+            raise ExecutorError(
+                f"{type(executor).__name__}.execute returned {type(outcome).__name__}, "
+                "not Transition or Failure"
+            )
+        return outcome
