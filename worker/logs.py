@@ -43,6 +43,7 @@ __all__ = [
     "configure_logging",
     "detect_format",
     "record_fields",
+    "redact",
     "stream_is_journal",
 ]
 
@@ -252,6 +253,11 @@ _HANDLER_MARK = "_backlog_worker_handler"
 def add_secret(secret: str) -> None:
     """Register a secret (e.g. the api token) to be masked by every configured handler."""
     _FILTER.add(secret)
+
+
+def redact(text: str) -> str:
+    """Mask token-shaped strings and every registered secret in ``text`` (for STATUS= etc.)."""
+    return _FILTER.redact(text)
 
 
 def stream_is_journal(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:

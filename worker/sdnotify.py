@@ -39,11 +39,15 @@ from types import TracebackType
 import anyio
 from anyio.abc import TaskStatus
 
+from worker.logs import redact
+
 __all__ = [
     "Notifier",
     "ProgressMonitor",
     "Watchdog",
+    "format_status",
     "load_credential",
+    "report_status",
 ]
 
 logger = logging.getLogger("backlog_worker.systemd")
@@ -64,8 +68,9 @@ def _socket_address(value: str) -> str | None:
 
 
 def _one_line(text: str) -> str:
-    """Collapse a status text to one line: a newline would start a new protocol assignment."""
-    return " ".join(text.split())
+    """Collapse a status text to one line (a newline would start a new protocol assignment)
+    and mask secrets: ``systemctl status`` shows STATUS= to every local user."""
+    return redact(" ".join(text.split()))
 
 
 class Notifier:
@@ -360,6 +365,54 @@ class Watchdog:
                         extra={"action": "watchdog_withheld"},
                     )
             await anyio.sleep(interval)
+
+
+async def report_status(
+    notifier: Notifier,
+    status: Callable[[], str],
+    *,
+    interval_s: float = 2.0,
+    extend_timeout: Callable[[], float | None] | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Every ``interval_s`` until cancelled: ``STATUS=status()`` when the text changed, and
+    ``EXTEND_TIMEOUT_USEC`` when ``extend_timeout()`` returns seconds (e.g. while draining:
+    the grace left plus a margin larger than ``interval_s``). Returns at once without a socket.
+    """
+    task_status.started()
+    if not notifier.enabled:
+        return
+    last: str | None = None
+    while True:
+        try:
+            text = status()
+            extension = extend_timeout() if extend_timeout is not None else None
+        except Exception as exc:  # a broken callback must not kill the daemon
+            text, extension = f"status unavailable: {exc!r}", None
+        if text != last:
+            notifier.status(text)
+            last = text
+        if extension is not None and extension > 0:
+            notifier.extend_timeout(extension)
+        await anyio.sleep(interval_s)
+
+
+def format_status(
+    *,
+    state: str,
+    busy: int,
+    slots: int,
+    done: int,
+    failed: int,
+    last_error: str | None = None,
+) -> str:
+    """The one-line ``STATUS=`` text, e.g.
+    ``running: 3/4 slots busy, 120 done, 2 failed; last error: tracker unavailable``."""
+    text = f"{state}: {busy}/{slots} slots busy, {done} done, {failed} failed"
+    if last_error:
+        error = " ".join(last_error.split())
+        text += "; last error: " + (error if len(error) <= 200 else error[:199] + "…")
+    return text
 
 
 def _probe_reason(probe: Callable[[], bool]) -> str | None:

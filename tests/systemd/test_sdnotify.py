@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from worker.sdnotify import Notifier, ProgressMonitor, load_credential
+from worker.logs import REDACTED
+from worker.sdnotify import Notifier, ProgressMonitor, format_status, load_credential
 
 
 def _monotonic_usec() -> int:
@@ -242,3 +244,25 @@ def test_load_credential_reads_from_credentials_directory(tmp_path: Path):
     assert load_credential("missing", env) is None
     assert load_credential("api-token", {}) is None
     assert load_credential("../api-token", env) is None
+
+
+# -- STATUS helpers -----------------------------------------------------------------------------
+
+
+def test_status_never_shows_a_secret(path_receiver):
+    lease_token = secrets.token_hex(32)
+    with Notifier(path_receiver.address) as notifier:
+        notifier.status(f"last error: lease {lease_token} lost")
+    assert path_receiver.recv() == f"STATUS=last error: lease {REDACTED} lost"
+
+
+def test_format_status():
+    assert (
+        format_status(state="running", busy=3, slots=4, done=120, failed=2)
+        == "running: 3/4 slots busy, 120 done, 2 failed"
+    )
+    text = format_status(
+        state="draining", busy=1, slots=4, done=0, failed=0, last_error="boom\n" + "x" * 300
+    )
+    assert text.startswith("draining: 1/4 slots busy, 0 done, 0 failed; last error: boom xxx")
+    assert len(text) < 260 and text.endswith("…")

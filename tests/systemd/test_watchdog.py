@@ -9,11 +9,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from functools import partial
 
 import anyio
 import pytest
 
-from worker.sdnotify import Notifier, ProgressMonitor, Watchdog
+from worker.sdnotify import Notifier, ProgressMonitor, Watchdog, report_status
 
 INTERVAL = 0.01
 
@@ -224,3 +225,41 @@ def test_a_real_process_under_a_fake_manager(path_receiver, tmp_path):
     assert messages[blocking + 2 : stalling].count("WATCHDOG=1") >= 1
     assert messages[stalling + 1 :] == ["STOPPING=1\nSTATUS=bye"]
     assert json.dumps(messages)  # plain text all the way
+
+
+@pytest.mark.anyio
+async def test_report_status_sends_changes_and_extends_while_draining(path_receiver):
+    state = {"text": "running: 0/4 slots busy", "extend": None, "rounds": 0}
+
+    def status() -> str:
+        state["rounds"] += 1
+        return state["text"]
+
+    with Notifier(path_receiver.address) as notifier:
+        async with anyio.create_task_group() as tg:
+            await tg.start(
+                partial(
+                    report_status,
+                    notifier,
+                    status,
+                    interval_s=INTERVAL,
+                    extend_timeout=lambda: state["extend"],
+                )
+            )
+            await _until(lambda: state["rounds"] >= 3)  # unchanged text is not re-sent
+            state["text"] = "draining: 2/4 slots busy"
+            state["extend"] = 35.0
+            rounds = state["rounds"]
+            await _until(lambda: state["rounds"] >= rounds + 2)
+            tg.cancel_scope.cancel()
+    messages = path_receiver.drain()
+    assert messages[0] == "STATUS=running: 0/4 slots busy"
+    assert messages[1] == "STATUS=draining: 2/4 slots busy"
+    assert messages[2:4] == ["EXTEND_TIMEOUT_USEC=35000000"] * 2
+    assert messages.count("STATUS=running: 0/4 slots busy") == 1
+
+
+@pytest.mark.anyio
+async def test_report_status_without_socket_returns_at_once():
+    with anyio.fail_after(5), Notifier.from_env({}) as notifier:
+        await report_status(notifier, lambda: "x")
