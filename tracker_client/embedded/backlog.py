@@ -1,0 +1,180 @@
+"""Backlog operations (BACKLOG-SEMANTICS.md): cancel, cancel-all, requeue, maintenance, and the
+"is it finished?" check behind ``wait``. Runs on the database thread inside a transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Literal
+
+from tracker_client.embedded.claims import expire_deadlines, reclaim_expired
+from tracker_client.embedded.common import Ctx, artifact_from_row, event_from_row
+from tracker_client.embedded.runs import dead_letter
+from tracker_client.embedded.tasks import get_task
+from tracker_client.errors import Conflict, ValidationFailed
+from tracker_client.models import (
+    CancelResult,
+    MaintenanceReport,
+    RequeueResult,
+    WaitResult,
+)
+
+__all__ = ["cancel", "cancel_all", "finished_state", "maintenance", "requeue"]
+
+Outcome = Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
+
+
+def _cancel_row(ctx: Ctx, task: sqlite3.Row, reason: str) -> CancelResult:
+    lease = ctx.one("SELECT id, run_id, expires_at_ms FROM leases WHERE task_id = ?", (task["id"],))
+    run_id = None
+    revoked = False
+    if lease is not None:
+        run_id = lease["run_id"]
+        revoked = lease["expires_at_ms"] > ctx.now
+        ctx.conn.execute(
+            "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?", (ctx.now, run_id)
+        )
+        ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
+    stage = dead_letter(ctx, task, reason, run_id, kind="cancelled")
+    return CancelResult(
+        task_id=task["id"], stage=stage, revoked_lease=revoked, dead_letter_reason=reason
+    )
+
+
+def cancel(ctx: Ctx, task_id: str, reason: str) -> CancelResult:
+    """Dead-letter a waiting or running task with ``reason``; revoke its lease if running."""
+    if not isinstance(reason, str) or not reason:
+        raise ValidationFailed("cancel reason must be a non-empty string")
+    task = ctx.task_row(task_id)
+    if task["dead_letter_reason"] is not None:
+        raise Conflict(
+            f"task {task_id} is already dead-lettered ({task['dead_letter_reason']})",
+            code="already_finished",
+        )
+    if task["terminal"]:
+        raise Conflict(
+            f"task {task_id} is already in terminal stage {task['stage']!r}",
+            code="already_finished",
+        )
+    return _cancel_row(ctx, task, reason)
+
+
+def cancel_all(ctx: Ctx, pipeline_id: str | None, role: str | None) -> int:
+    """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
+    if pipeline_id is None and role is None:
+        raise ValidationFailed("cancel_all needs a pipeline_id or a role (or both)")
+    where = ["dead_letter_reason IS NULL", "terminal = 0"]
+    params: list[str] = []
+    if pipeline_id is not None:
+        where.append("pipeline_id = ?")
+        params.append(pipeline_id)
+    if role is not None:
+        where.append("role = ?")
+        params.append(role)
+    rows = ctx.conn.execute(
+        f"SELECT * FROM tasks WHERE {' AND '.join(where)} ORDER BY seq", tuple(params)
+    ).fetchall()
+    for task in rows:
+        _cancel_row(ctx, task, "cancelled")
+    return len(rows)
+
+
+def requeue(ctx: Ctx, task_id: str, stage: str | None, reset_attempts: bool) -> RequeueResult:
+    """Bring a dead-lettered task back to ``stage`` (default: where it was)."""
+    task = ctx.task_row(task_id)
+    if task["dead_letter_reason"] is None:
+        raise Conflict(f"task {task_id} is not dead-lettered", code="not_dead_lettered")
+    pipeline = ctx.pipeline(task["pipeline_id"])
+    target = stage if stage is not None else (task["dead_letter_from_stage"] or task["stage"])
+    if target not in pipeline.states:
+        raise ValidationFailed(
+            f"requeue: stage {target!r} is not a state of pipeline {pipeline.name!r} "
+            f"(states: {', '.join(pipeline.states)})"
+        )
+    version = int(task["task_version"]) + 1
+    # The deadline was for the original wait; a requeued task must not expire again at once.
+    ctx.conn.execute(
+        "UPDATE tasks SET stage = ?, task_version = ?, dead_letter_reason = NULL, "
+        "dead_letter_from_stage = NULL, next_eligible_at_ms = 0, stale_streak = 0, "
+        "failed_attempts = CASE WHEN ? THEN 0 ELSE failed_attempts END, expires_at_ms = NULL, "
+        "role = ?, terminal = ?, updated_at_ms = ? WHERE seq = ?",
+        (
+            target,
+            version,
+            int(reset_attempts),
+            pipeline.role_of(target),
+            int(pipeline.is_terminal(target)),
+            ctx.now,
+            task["seq"],
+        ),
+    )
+    ctx.event(
+        task_id,
+        None,
+        "requeued",
+        {
+            "previous_reason": task["dead_letter_reason"],
+            "from_stage": task["stage"],
+            "stage": target,
+            "reset_attempts": bool(reset_attempts),
+        },
+    )
+    ctx.log(
+        "task_requeued",
+        f"task {task_id} requeued to stage {target!r}",
+        task_id=task_id,
+        role=pipeline.role_of(target),
+    )
+    return RequeueResult(
+        task_id=task_id, stage=target, task_version=version, reset_attempts=bool(reset_attempts)
+    )
+
+
+def maintenance(ctx: Ctx) -> MaintenanceReport:
+    """Reclaim expired leases, expire past-deadline tasks, purge old idempotency records."""
+    expired, crash = reclaim_expired(ctx)
+    tasks = expire_deadlines(ctx)
+    cutoff = ctx.now - ctx.opts.idempotency_ttl_s * 1000
+    purged = ctx.conn.execute("DELETE FROM idempotency WHERE created_at_ms < ?", (cutoff,)).rowcount
+    return MaintenanceReport(
+        expired_leases=expired,
+        crash_looped=crash,
+        expired_tasks=tasks,
+        purged_idempotency_keys=max(purged, 0),
+    )
+
+
+def finished_state(ctx: Ctx, task_id: str) -> WaitResult:
+    """The task's wait answer now (``finished=False``/``pending`` while it is still going)."""
+    detail = get_task(ctx, task_id)
+    reason = detail.dead_letter_reason
+    outcome: Outcome
+    if reason is not None:
+        outcome = (
+            "cancelled"
+            if reason == "cancelled"
+            else "expired"
+            if reason == "expired"
+            else "dead_lettered"
+        )
+    elif ctx.pipeline(detail.pipeline_id).is_terminal(detail.stage):
+        outcome = "done"
+    else:
+        return WaitResult(finished=False, outcome="pending", task=detail)
+    artifacts = [
+        artifact_from_row(r)
+        for r in ctx.conn.execute(
+            "SELECT * FROM artifacts WHERE task_id = ? ORDER BY created_at_ms, seq", (task_id,)
+        )
+    ]
+    ev = ctx.one(
+        "SELECT * FROM events WHERE task_id = ? AND kind = 'result' ORDER BY id DESC LIMIT 1",
+        (task_id,),
+    )
+    return WaitResult(
+        finished=True,
+        outcome=outcome,
+        task=detail,
+        artifacts=artifacts,
+        result_event=None if ev is None else event_from_row(ev),
+    )

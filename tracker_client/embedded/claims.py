@@ -1,0 +1,265 @@
+"""Claim, heartbeat, and the reclaim of expired leases and past-deadline tasks.
+
+The claim is one indexed scan of the role's non-terminal, not-dead-lettered tasks in priority
+then creation order, skipping delayed and leased rows inside the index; only rows with
+dependencies, an assignee or a concurrency key (or a ``per_state`` limit) need a further query.
+There is no candidate cap: the scan goes on until a task qualifies or the role has none.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+
+from tracker_client.embedded.common import Ctx, new_id, run_from_row, task_from_row
+from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
+from tracker_client.errors import LeaseLost, ValidationFailed
+from tracker_client.models import Lease, Run
+
+__all__ = [
+    "MAX_LEASE_TTL_MS",
+    "claim",
+    "expire_deadlines",
+    "heartbeat",
+    "reclaim_expired",
+    "reissue",
+]
+
+#: Leases last 1 ms .. 24 h.
+MAX_LEASE_TTL_MS = 86_400_000
+
+_CANDIDATES = (
+    "SELECT seq, has_deps, assignee, concurrency_key, stage FROM tasks "
+    "WHERE role = ? AND dead_letter_reason IS NULL AND terminal = 0 "
+    "AND next_eligible_at_ms <= ? AND lease_expires_at_ms <= ? "
+    "ORDER BY priority DESC, seq"
+)
+_UNRESOLVED = (
+    "SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
+    "WHERE d.task_id = (SELECT id FROM tasks WHERE seq = ?) AND u.terminal = 0 LIMIT 1"
+)
+_KEY_HELD = (
+    "SELECT 1 FROM tasks WHERE concurrency_key = ? AND lease_expires_at_ms > ? AND seq != ? LIMIT 1"
+)
+_STAGE_LEASES = (
+    "SELECT count(*) FROM leases l JOIN tasks t ON t.id = l.task_id "
+    "WHERE l.expires_at_ms > ? AND t.stage = ?"
+)
+
+
+def check_ttl(lease_ttl_ms: int) -> int:
+    """``lease_ttl_ms`` must be an integer 1..86,400,000."""
+    if (
+        isinstance(lease_ttl_ms, bool)
+        or not isinstance(lease_ttl_ms, int)
+        or not 1 <= lease_ttl_ms <= MAX_LEASE_TTL_MS
+    ):
+        raise ValidationFailed(
+            f"lease_ttl_ms must be an integer 1..{MAX_LEASE_TTL_MS}, got {lease_ttl_ms!r}",
+            code="invalid_lease_ttl",
+        )
+    return lease_ttl_ms
+
+
+def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
+    """Mark runs of expired leases ``stale`` and free their tasks; dead-letter crash loops.
+
+    Returns (expired leases, tasks dead-lettered as ``crash_loop``).
+    """
+    rows = ctx.conn.execute(
+        "SELECT id, run_id, task_id FROM leases WHERE expires_at_ms <= ?", (ctx.now,)
+    ).fetchall()
+    crash = 0
+    for lease in rows:
+        ctx.conn.execute(
+            "UPDATE runs SET status = 'stale', ended_at_ms = ? WHERE id = ?",
+            (ctx.now, lease["run_id"]),
+        )
+        ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
+        ctx.conn.execute(
+            "UPDATE tasks SET lease_expires_at_ms = 0, stale_streak = stale_streak + 1 "
+            "WHERE id = ?",
+            (lease["task_id"],),
+        )
+        task = ctx.task_row(lease["task_id"])
+        ctx.log(
+            "lease_expired",
+            f"lease of task {task['id']} expired; run {lease['run_id']} is stale",
+            task_id=task["id"],
+            run_id=lease["run_id"],
+            role=task["role"],
+        )
+        limit = task["max_stale_attempts"]
+        if limit is None:
+            limit = ctx.opts.max_stale_attempts
+        if (
+            limit > 0
+            and task["stale_streak"] >= limit
+            and task["dead_letter_reason"] is None
+            and not task["terminal"]
+        ):
+            dead_letter(ctx, task, "crash_loop", lease["run_id"])
+            crash += 1
+    return len(rows), crash
+
+
+def expire_deadlines(ctx: Ctx) -> int:
+    """Dead-letter (reason ``expired``) waiting tasks past their deadline; running ones never."""
+    rows = ctx.conn.execute(
+        "SELECT * FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ? "
+        "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ?",
+        (ctx.now, ctx.now),
+    ).fetchall()
+    for task in rows:
+        dead_letter(ctx, task, "expired", None)
+    return len(rows)
+
+
+def _limits(per_state: Mapping[str, object] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for stage, value in (per_state or {}).items():
+        # As NullTickets: only numbers > 0 limit (floats truncate); anything else is no limit.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        n = int(value)
+        if n > 0:
+            out[str(stage)] = n
+    return out
+
+
+def claim(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    per_state: Mapping[str, object] | None,
+) -> Lease | None:
+    """Claim the best eligible task of ``role`` for ``agent_id``, or None."""
+    check_ttl(lease_ttl_ms)
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationFailed("agent_id must be a non-empty string")
+    if not isinstance(role, str) or not role:
+        raise ValidationFailed("role must be a non-empty string")
+    reclaim_expired(ctx)
+    expire_deadlines(ctx)
+    now = ctx.now
+    conn = ctx.conn
+    limits = _limits(per_state)
+    stage_counts: dict[str, int] = {}
+    chosen = None
+    for cand in conn.execute(_CANDIDATES, (role, now, now)):
+        seq = cand[0]
+        if cand[2] is not None and cand[2] != agent_id:
+            continue
+        if cand[1] and conn.execute(_UNRESOLVED, (seq,)).fetchone() is not None:
+            continue
+        if cand[3] is not None and conn.execute(_KEY_HELD, (cand[3], now, seq)).fetchone():
+            continue
+        limit = limits.get(cand[4])
+        if limit is not None:
+            held = stage_counts.get(cand[4])
+            if held is None:
+                held = int(conn.execute(_STAGE_LEASES, (now, cand[4])).fetchone()[0])
+                stage_counts[cand[4]] = held
+            if held >= limit:
+                continue
+        chosen = seq
+        break
+    if chosen is None:
+        return None
+    task = conn.execute("SELECT * FROM tasks WHERE seq = ?", (chosen,)).fetchone()
+    task_id = task["id"]
+    attempt = (
+        int(
+            conn.execute(
+                "SELECT coalesce(max(attempt), 0) FROM runs WHERE task_id = ?", (task_id,)
+            ).fetchone()[0]
+        )
+        + 1
+    )
+    run_id = new_id()
+    lease_id = new_id()
+    token = secrets.token_hex(32)
+    expires = now + lease_ttl_ms
+    conn.execute(
+        "INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms) "
+        "VALUES (?, ?, ?, 'running', ?, ?, ?)",
+        (run_id, task_id, attempt, agent_id, role, now),
+    )
+    conn.execute(
+        "INSERT INTO leases (id, run_id, task_id, token_sha256, ttl_ms, expires_at_ms) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (lease_id, run_id, task_id, token_hash(token), lease_ttl_ms, expires),
+    )
+    conn.execute("UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?", (expires, chosen))
+    run = Run.model_construct(
+        id=run_id,
+        task_id=task_id,
+        attempt=attempt,
+        status="running",
+        agent_id=agent_id,
+        agent_role=role,
+        started_at_ms=now,
+        ended_at_ms=None,
+        error=None,
+        usage=None,
+    )
+    ctx.log(
+        "task_claimed",
+        f"task {task_id} claimed by {agent_id} (attempt {attempt})",
+        task_id=task_id,
+        run_id=run_id,
+        role=role,
+        agent_id=agent_id,
+    )
+    return Lease(
+        task=task_from_row(task),
+        run=run,
+        lease_id=lease_id,
+        lease_token=token,  # pydantic wraps it in SecretStr
+        expires_at_ms=expires,
+    )
+
+
+def heartbeat(
+    ctx: Ctx, lease_id: str, run_id: str, token_sha256: str, lease_ttl_ms: int | None
+) -> int:
+    """Extend a live lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry."""
+    if lease_ttl_ms is not None:
+        check_ttl(lease_ttl_ms)
+    lease = check_lease(ctx, run_id, token_sha256, lease_id=lease_id)
+    ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["ttl_ms"])
+    expires = ctx.now + ttl
+    ctx.conn.execute("UPDATE leases SET expires_at_ms = ? WHERE id = ?", (expires, lease_id))
+    ctx.conn.execute(
+        "UPDATE tasks SET lease_expires_at_ms = ? WHERE id = ?", (expires, lease["task_id"])
+    )
+    return expires
+
+
+def reissue(ctx: Ctx, lease_id: str, run_id: str) -> Lease:
+    """A claim replayed with its idempotency key: the same lease with a fresh token.
+
+    Only the token's hash is stored, so the first token cannot be returned again; the retry gets
+    a new one and the lost answer's token stops working. A lease already gone is ``LeaseLost``.
+    """
+    lease = ctx.one("SELECT * FROM leases WHERE id = ?", (lease_id,))
+    if lease is None:
+        check_lease(ctx, run_id, "", lease_id=lease_id)
+    assert lease is not None
+    if lease["expires_at_ms"] <= ctx.now:
+        raise LeaseLost(f"lease of run {run_id} expired", code="expired")
+    token = secrets.token_hex(32)
+    ctx.conn.execute(
+        "UPDATE leases SET token_sha256 = ? WHERE id = ?", (token_hash(token), lease_id)
+    )
+    task = ctx.task_row(lease["task_id"])
+    run = ctx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+    assert run is not None
+    return Lease(
+        task=task_from_row(task),
+        run=run_from_row(run),
+        lease_id=lease_id,
+        lease_token=token,
+        expires_at_ms=lease["expires_at_ms"],
+    )

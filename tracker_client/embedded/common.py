@@ -1,0 +1,253 @@
+"""Shared pieces of the embedded tracker: options, per-transaction context, JSON and row helpers.
+
+Everything here runs on the database thread inside a transaction opened by :mod:`.db`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
+from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.models import Artifact, Assignment, Event, Run, Task
+
+__all__ = [
+    "MIB",
+    "Ctx",
+    "Options",
+    "artifact_from_row",
+    "assignment_from_row",
+    "check_limit",
+    "dumps",
+    "event_from_row",
+    "new_id",
+    "run_from_row",
+    "task_from_row",
+]
+
+log = logging.getLogger("backlog_worker.tracker")
+
+MIB = 1024 * 1024
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Options:
+    """The tracker's settings (see ``EmbeddedTracker.open``)."""
+
+    synchronous: str = "NORMAL"
+    busy_timeout_ms: int = 5000
+    max_backlog_depth: int = 100_000
+    role_backlog_depth: dict[str, int] = field(default_factory=dict)
+    max_stale_attempts: int = 3
+    idempotency_ttl_s: int = 86_400
+    poll_interval_s: float = 0.025
+
+    def cap_for(self, role: str) -> int:
+        """The effective backlog cap of ``role`` (0 = unlimited)."""
+        return self.role_backlog_depth.get(role, self.max_backlog_depth)
+
+
+def new_id() -> str:
+    """A lowercase UUIDv4, as NullTickets ids are."""
+    return str(uuid.uuid4())
+
+
+def dumps(value: Any, what: str, *, max_bytes: int | None = None) -> str:
+    """Canonical JSON text of ``value``; else ``ValidationFailed`` naming ``what``."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(f"{what} is not JSON-serialisable: {exc}") from exc
+    if max_bytes is not None and len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
+        raise ValidationFailed(
+            f"{what} is too large: {len(text.encode())} bytes of JSON, limit {max_bytes}"
+        )
+    return text
+
+
+def check_limit(limit: int) -> None:
+    """Page sizes are 1..1000."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationFailed(
+            f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
+        )
+
+
+class Ctx:
+    """One transaction's view: the connection, the time, settings, pipelines, pending log lines."""
+
+    __slots__ = ("conn", "logs", "now", "opts", "pipelines")
+
+    def __init__(
+        self, conn: sqlite3.Connection, now: int, opts: Options, pipelines: PipelineCache
+    ) -> None:
+        self.conn = conn
+        self.now = now
+        self.opts = opts
+        self.pipelines = pipelines
+        self.logs: list[tuple[str, str, dict[str, Any]]] = []
+
+    def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        """The first row of a query, or None."""
+        row: sqlite3.Row | None = self.conn.execute(sql, params).fetchone()
+        return row
+
+    def scalar(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        """The first column of the first row (None if no row)."""
+        row = self.conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def pipeline(self, pid: str) -> PipelineDef:
+        """A pipeline that must exist (a task refers to it)."""
+        p = self.pipelines.get(self.conn, pid)
+        if p is None:
+            raise NotFound(f"pipeline {pid} not found", code="pipeline_not_found")
+        return p
+
+    def task_row(self, task_id: str) -> sqlite3.Row:
+        """The task row or ``NotFound``."""
+        row = self.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            raise NotFound(f"task {task_id} not found", code="task_not_found")
+        return row
+
+    def event(self, task_id: str, run_id: str | None, kind: str, data: Any) -> int:
+        """Append an event (``data`` already validated or produced by us)."""
+        cur = self.conn.execute(
+            "INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?)",
+            (task_id, run_id, self.now, kind, dumps(data, "event data")),
+        )
+        return int(cur.lastrowid or 0)
+
+    def depth(self, role: str | None) -> int | None:
+        """Waiting tasks of ``role`` now (only computed when someone will read it)."""
+        if role is None:
+            return None
+        return int(
+            self.scalar(
+                "SELECT count(*) FROM tasks WHERE role = ? AND dead_letter_reason IS NULL "
+                "AND terminal = 0 AND lease_expires_at_ms <= ?",
+                (role, self.now),
+            )
+        )
+
+    def log(
+        self,
+        action: str,
+        message: str,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        role: str | None = None,
+        **more: Any,
+    ) -> None:
+        """Queue an INFO log line for after the commit, with the role's depth after the change."""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        extra: dict[str, Any] = {"action": action, "task_id": task_id, "run_id": run_id}
+        if role is not None:
+            extra["role"] = role
+            extra["depth"] = self.depth(role)
+        extra.update(more)
+        self.logs.append((action, message, extra))
+
+    def flush_logs(self) -> None:
+        """Emit the queued log lines (called after a successful commit)."""
+        for _action, message, extra in self.logs:
+            suffix = f" (role {extra['role']} depth {extra['depth']})" if "depth" in extra else ""
+            log.info("%s%s", message, suffix, extra=extra)
+        self.logs.clear()
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def task_from_row(row: sqlite3.Row) -> Task:
+    """A Task model from a ``tasks`` row."""
+    return Task.model_construct(
+        id=row["id"],
+        pipeline_id=row["pipeline_id"],
+        stage=row["stage"],
+        title=row["title"],
+        description=row["description"],
+        priority=row["priority"],
+        metadata=json.loads(row["metadata"]),
+        task_version=row["task_version"],
+        next_eligible_at_ms=row["next_eligible_at_ms"],
+        retry_delay_ms=row["retry_delay_ms"],
+        max_attempts=row["max_attempts"],
+        dead_letter_stage=row["dead_letter_stage"],
+        dead_letter_reason=row["dead_letter_reason"],
+        created_at_ms=row["created_at_ms"],
+        updated_at_ms=row["updated_at_ms"],
+        concurrency_key=row["concurrency_key"],
+        expires_at_ms=row["expires_at_ms"],
+    )
+
+
+def run_from_row(row: sqlite3.Row) -> Run:
+    """A Run model from a ``runs`` row."""
+    return Run.model_construct(
+        id=row["id"],
+        task_id=row["task_id"],
+        attempt=row["attempt"],
+        status=row["status"],
+        agent_id=row["agent_id"],
+        agent_role=row["agent_role"],
+        started_at_ms=row["started_at_ms"],
+        ended_at_ms=row["ended_at_ms"],
+        error=row["error"],
+        usage=_json(row["usage"]),
+    )
+
+
+def event_from_row(row: sqlite3.Row) -> Event:
+    """An Event model from an ``events`` row."""
+    return Event.model_construct(
+        id=row["id"],
+        run_id=row["run_id"],
+        ts_ms=row["ts_ms"],
+        kind=row["kind"],
+        data=json.loads(row["data"]),
+        task_id=row["task_id"],
+    )
+
+
+def artifact_from_row(row: sqlite3.Row) -> Artifact:
+    """An Artifact model from an ``artifacts`` row."""
+    return Artifact.model_construct(
+        id=row["id"],
+        task_id=row["task_id"],
+        run_id=row["run_id"],
+        created_at_ms=row["created_at_ms"],
+        kind=row["kind"],
+        uri=row["uri"],
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        meta=json.loads(row["meta"]),
+    )
+
+
+def assignment_from_row(row: sqlite3.Row) -> Assignment:
+    """An Assignment model from an ``assignments`` row."""
+    return Assignment(
+        task_id=row["task_id"],
+        agent_id=row["agent_id"],
+        assigned_by=row["assigned_by"],
+        active=bool(row["active"]),
+        created_at_ms=row["created_at_ms"],
+        updated_at_ms=row["updated_at_ms"],
+    )
+
+
+#: A write operation run inside a transaction.
+WriteFn = Callable[[Ctx], Any]

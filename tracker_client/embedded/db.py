@@ -1,0 +1,367 @@
+"""The SQLite file: opening and checking it, pragmas, migrations, and the thread that owns it.
+
+Every statement runs on one dedicated thread per tracker instance (never on the event loop).
+The loop hands it a closure and awaits a future; the thread runs closures one at a time, so the
+connection is never used concurrently. A dedicated thread instead of ``anyio.to_thread.run_sync``
+because its hand-off costs a third as much (~50 us vs ~140 us per call on a 2-core machine),
+which matters at thousands of claims per second. On an event loop other than asyncio the hand-off
+goes through ``anyio.to_thread`` to the same dedicated thread.
+
+Foreign exceptions (``sqlite3.Error``, ``OSError``) are mapped here, once, to the tracker errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import sniffio
+
+from tracker_client.errors import TrackerCorrupt, TrackerError, TrackerUnavailable
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "Database",
+    "map_sqlite_error",
+    "migrations",
+]
+
+T = TypeVar("T")
+
+#: ``PRAGMA application_id`` of a backlog-worker database: ASCII "BKLG".
+APPLICATION_ID = 0x424B4C47
+
+log = logging.getLogger("backlog_worker.tracker")
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
+    found: list[tuple[int, str, str]] = []
+    for entry in resources.files("tracker_client.embedded").joinpath("schema").iterdir():
+        name = entry.name
+        if not name.endswith(".sql"):
+            continue
+        number, _, _rest = name.partition("_")
+        if not number.isdigit():
+            continue
+        found.append((int(number), name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    for expected, (version, fname, _sql) in enumerate(found, start=1):
+        if version != expected:
+            raise RuntimeError(f"schema migrations are not numbered 1..n: {fname}")
+    return found
+
+
+#: The schema version this build writes (the highest migration number).
+SCHEMA_VERSION = len(migrations())
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into complete statements (trigger bodies contain ``;``)."""
+    out: list[str] = []
+    buf = ""
+    for line in sql.splitlines(keepends=True):
+        if not buf and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        raise RuntimeError(f"incomplete statement in migration: {buf[:80]!r}")
+    return out
+
+
+def map_sqlite_error(exc: BaseException, where: str) -> TrackerError:
+    """The tracker error for a foreign exception raised while doing ``where``."""
+    text = str(exc)
+    low = text.lower()
+    if isinstance(exc, sqlite3.Error):
+        if "locked" in low or "busy" in low:
+            return TrackerUnavailable(f"{where}: database is busy ({text})", code="busy")
+        if "malformed" in low or "not a database" in low or "corrupt" in low:
+            return TrackerCorrupt(f"{where}: database file is corrupt ({text})")
+        return TrackerUnavailable(f"{where}: sqlite error: {text}", code="sqlite_error")
+    if isinstance(exc, OSError):
+        return TrackerUnavailable(f"{where}: {exc}", code="os_error")
+    return TrackerUnavailable(f"{where}: {exc!r}")
+
+
+class _Worker:
+    """One daemon thread running closures from a queue, in order."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[bool, Any], None]] | None]
+        self._queue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, done = item
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the caller, never swallowed
+                done(False, exc)
+            else:
+                done(True, result)
+
+    def submit(self, fn: Callable[[], Any], done: Callable[[bool, Any], None]) -> None:
+        self._queue.put((fn, done))
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+
+def _resolve(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+class Database:
+    """An open, checked, migrated SQLite connection owned by one thread."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, worker: _Worker) -> None:
+        self.conn = conn
+        self.path = path
+        self._worker = worker
+        self._closed = False
+
+    # -- opening --------------------------------------------------------------------------------
+    @classmethod
+    async def open(cls, path: str, *, synchronous: str, busy_timeout_ms: int) -> Database:
+        """Open (creating if needed) and migrate ``path`` on a fresh dedicated thread."""
+        worker = _Worker(f"backlog-tracker:{os.path.basename(path)}")
+        box: list[sqlite3.Connection] = []
+        db = cls.__new__(cls)
+        db._worker = worker
+        db._closed = False
+        db.path = path
+        try:
+            await db._call(lambda: box.append(_connect(path, synchronous, busy_timeout_ms)))
+        except BaseException:
+            worker.stop()
+            raise
+        db.conn = box[0]
+        return db
+
+    # -- running work ---------------------------------------------------------------------------
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the database thread and return its result (errors re-raised)."""
+        if self._closed:
+            raise TrackerUnavailable("the embedded tracker is closed", code="closed")
+        return await self._call(fn)
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        try:
+            backend = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            backend = ""
+        if backend == "asyncio":
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[T] = loop.create_future()
+
+            def done(ok: bool, value: Any) -> None:
+                loop.call_soon_threadsafe(_resolve, fut, ok, value)
+
+            self._worker.submit(fn, done)
+            # Like anyio.to_thread.run_sync: a started call always completes and its result
+            # is delivered, so a cancelled caller never loses a committed claim half-way.
+            with anyio.CancelScope(shield=True):
+                return await fut
+        return await anyio.to_thread.run_sync(self._blocking_call, fn)
+
+    def _blocking_call(self, fn: Callable[[], T]) -> T:
+        box: list[tuple[bool, Any]] = []
+        ready = threading.Event()
+
+        def done(ok: bool, value: Any) -> None:
+            box.append((ok, value))
+            ready.set()
+
+        self._worker.submit(fn, done)
+        ready.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        """Close the connection on its thread and stop the thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            await self._call(self.conn.close)
+        self._worker.stop()
+        await anyio.to_thread.run_sync(self._worker.thread.join)
+
+    # -- transactions (called on the database thread) -------------------------------------------
+    def write(self, fn: Callable[[], T], where: str) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back on any error."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, where) from exc
+        try:
+            result = fn()
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error | OSError):
+                raise map_sqlite_error(exc, where) from exc
+            raise
+        return result
+
+    def read(self, fn: Callable[[], T], where: str) -> T:
+        """Run ``fn`` in a deferred (read) transaction, so multi-query reads are consistent."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN")
+            try:
+                return fn()
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except (sqlite3.Error, OSError) as exc:
+            raise map_sqlite_error(exc, where) from exc
+
+    def data_version(self) -> int:
+        """``PRAGMA data_version``: changes when another connection commits."""
+        try:
+            return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, "data_version") from exc
+
+
+# -- opening and checking (on the database thread) ------------------------------------------------
+def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    memory = path == ":memory:"
+    if not memory:
+        _check_file(path)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except (sqlite3.Error, OSError) as exc:
+        raise map_sqlite_error(exc, f"opening {path}") from exc
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if not memory:
+            _check_ours(conn, path)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise TrackerUnavailable(f"{path}: could not switch to WAL (mode {mode})")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        _migrate(conn, path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise map_sqlite_error(exc, f"opening {path}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_file(path: str) -> None:
+    """Refuse a non-SQLite file before SQLite touches it; create a new file 0600."""
+    p = Path(path)
+    try:
+        if not p.exists():
+            p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+                os.close(fd)
+            return
+        if p.is_dir():
+            raise TrackerCorrupt(f"{path}: is a directory, not a backlog database")
+        with p.open("rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise TrackerUnavailable(f"{path}: cannot open the database file: {exc}") from exc
+    if head and head != _SQLITE_MAGIC:
+        raise TrackerCorrupt(f"{path}: not a SQLite database (refusing to touch it)")
+
+
+def _check_ours(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a SQLite file of another application or of a newer schema, before any write."""
+    try:
+        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = [
+            str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+    except sqlite3.DatabaseError as exc:
+        raise TrackerCorrupt(
+            f"{path}: not a usable SQLite database ({exc}); refusing to touch it"
+        ) from exc
+    if app_id not in (0, APPLICATION_ID):
+        raise TrackerCorrupt(
+            f"{path}: a SQLite database of another application (application_id "
+            f"{app_id:#x}, expected {APPLICATION_ID:#x}); refusing to touch it"
+        )
+    if app_id == 0 and tables:
+        raise TrackerCorrupt(
+            f"{path}: a SQLite database of another application (tables "
+            f"{', '.join(sorted(tables)[:5])}, no backlog-worker application_id); "
+            "refusing to touch it"
+        )
+    if version > SCHEMA_VERSION:
+        raise TrackerCorrupt(
+            f"{path}: written by a newer backlog-worker (schema version {version}, this build "
+            f"knows up to {SCHEMA_VERSION}); upgrade backlog-worker to open it"
+        )
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Apply the migrations the file lacks, in one ``BEGIN IMMEDIATE`` transaction."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have migrated while we waited for the write lock: re-read.
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        if version > SCHEMA_VERSION or app_id not in (0, APPLICATION_ID):
+            raise TrackerCorrupt(f"{path}: changed by another program while opening")
+        for number, name, sql in migrations():
+            if number <= version:
+                continue
+            for statement in _statements(sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+            log.info(
+                "applied schema migration %s to %s",
+                name,
+                path,
+                extra={"action": "schema_migrated", "task_id": None, "run_id": None},
+            )
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,112 @@
+"""Events and artifacts: listing with correct cursors, and recording artifacts.
+
+Runs on the database thread inside a transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_client.embedded.common import (
+    MIB,
+    Ctx,
+    artifact_from_row,
+    check_limit,
+    dumps,
+    event_from_row,
+    new_id,
+)
+from tracker_client.embedded.tasks import parse_created_cursor
+from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.models import Artifact, ArtifactCreate, Event, Page
+
+__all__ = ["add_artifact", "list_artifacts", "list_events"]
+
+
+def _event_cursor(cursor: str) -> int:
+    try:
+        value = int(cursor)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0 or not isinstance(cursor, str) or not cursor.strip().isdigit():
+        raise ValidationFailed(
+            f"invalid cursor {cursor!r}: expected an event id", code="invalid_cursor"
+        )
+    return value
+
+
+def list_events(ctx: Ctx, column: str, value: str, limit: int, cursor: str | None) -> Page[Event]:
+    """Events of a run (``column="run_id"``) or a task (``"task_id"``) in id order."""
+    check_limit(limit)
+    after = _event_cursor(cursor) if cursor is not None else 0
+    rows = ctx.conn.execute(
+        f"SELECT * FROM events WHERE {column} = ? AND id > ? ORDER BY id LIMIT ?",
+        (value, after, limit + 1),
+    ).fetchall()
+    items = [event_from_row(r) for r in rows[:limit]]
+    nxt = str(items[-1].id) if len(rows) > limit and items else None
+    return Page[Event](items=items, next_cursor=nxt)
+
+
+def add_artifact(ctx: Ctx, art: ArtifactCreate) -> str:
+    """Record an artifact; unknown task or run ids are ``NotFound``."""
+    if not isinstance(art.kind, str) or not art.kind:
+        raise ValidationFailed("artifact kind must be a non-empty string")
+    if not isinstance(art.uri, str) or not art.uri:
+        raise ValidationFailed("artifact uri must be a non-empty string")
+    if (
+        art.task_id is not None
+        and ctx.one("SELECT 1 FROM tasks WHERE id = ?", (art.task_id,)) is None
+    ):
+        raise NotFound(f"artifact: task {art.task_id} not found", code="task_not_found")
+    if art.run_id is not None:
+        run = ctx.one("SELECT task_id FROM runs WHERE id = ?", (art.run_id,))
+        if run is None:
+            raise NotFound(f"artifact: run {art.run_id} not found", code="run_not_found")
+    if art.size_bytes is not None and (isinstance(art.size_bytes, bool) or art.size_bytes < 0):
+        raise ValidationFailed(f"artifact size_bytes must be >= 0, got {art.size_bytes!r}")
+    meta = dumps(art.meta, "artifact meta", max_bytes=MIB)
+    aid = new_id()
+    ctx.conn.execute(
+        "INSERT INTO artifacts (id, task_id, run_id, created_at_ms, kind, uri, sha256, "
+        "size_bytes, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            aid,
+            art.task_id,
+            art.run_id,
+            ctx.now,
+            art.kind,
+            art.uri,
+            art.sha256,
+            art.size_bytes,
+            meta,
+        ),
+    )
+    return aid
+
+
+def list_artifacts(
+    ctx: Ctx, task_id: str | None, run_id: str | None, limit: int, cursor: str | None
+) -> Page[Artifact]:
+    """Artifacts in creation order, optionally of one task and/or run."""
+    check_limit(limit)
+    where: list[str] = []
+    params: list[Any] = []
+    if task_id is not None:
+        where.append("task_id = ?")
+        params.append(task_id)
+    if run_id is not None:
+        where.append("run_id = ?")
+        params.append(run_id)
+    if cursor is not None:
+        ms, seq = parse_created_cursor(ctx, cursor, "artifacts")
+        where.append("(created_at_ms > ? OR (created_at_ms = ? AND seq > ?))")
+        params += [ms, ms, seq]
+    sql = "SELECT * FROM artifacts"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at_ms, seq LIMIT ?"
+    rows = ctx.conn.execute(sql, (*params, limit + 1)).fetchall()
+    items = [artifact_from_row(r) for r in rows[:limit]]
+    nxt = f"{items[-1].created_at_ms}:{items[-1].id}" if len(rows) > limit and items else None
+    return Page[Artifact](items=items, next_cursor=nxt)

@@ -1,0 +1,274 @@
+"""Writes fenced by a lease: events, transition, fail; and dead-lettering, which several share.
+
+Each function runs on the database thread inside one ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+from typing import Any
+
+from tracker_client.embedded.common import MIB, Ctx, dumps
+from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
+from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
+
+__all__ = [
+    "add_event",
+    "check_lease",
+    "dead_letter",
+    "fail",
+    "token_hash",
+    "transition",
+]
+
+
+def token_hash(token: str) -> str:
+    """SHA-256 (hex) of a lease token: the only form of it the database holds."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
+    status = ctx.scalar("SELECT status FROM runs WHERE id = ?", (run_id,))
+    if status == "cancelled":
+        return LeaseLost(
+            f"lease of run {run_id} was revoked: the task was cancelled", code="revoked"
+        )
+    if status == "stale":
+        return LeaseLost(f"lease of run {run_id} expired", code="expired")
+    return LeaseLost(f"no active lease for run {run_id}", code="not_found")
+
+
+def check_lease(
+    ctx: Ctx, run_id: str, token_sha256: str, *, lease_id: str | None = None
+) -> sqlite3.Row:
+    """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``."""
+    if lease_id is not None:
+        row = ctx.one("SELECT * FROM leases WHERE id = ?", (lease_id,))
+    else:
+        row = ctx.one("SELECT * FROM leases WHERE run_id = ?", (run_id,))
+    if row is None:
+        raise _lost_for_missing(ctx, run_id)
+    if row["token_sha256"] != token_sha256:
+        raise LeaseLost(f"invalid lease token for run {row['run_id']}", code="invalid_token")
+    if row["expires_at_ms"] <= ctx.now:
+        raise LeaseLost(f"lease of run {row['run_id']} expired", code="expired")
+    return row
+
+
+def add_event(ctx: Ctx, run_id: str, token_sha256: str, kind: str, data: Any) -> int:
+    """Append an event to the leased run; returns its id."""
+    lease = check_lease(ctx, run_id, token_sha256)
+    if not isinstance(kind, str) or not kind:
+        raise ValidationFailed("event kind must be a non-empty string")
+    payload = dumps({} if data is None else data, "event data", max_bytes=MIB)
+    cur = ctx.conn.execute(
+        "INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?)",
+        (lease["task_id"], run_id, ctx.now, kind, payload),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def _usage(usage: Any) -> str | None:
+    return None if usage is None else dumps(usage, "usage", max_bytes=MIB)
+
+
+def transition(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    trigger: str,
+    expected_stage: str | None,
+    expected_task_version: int | None,
+    instructions: str | None,
+    usage: Any,
+) -> TransitionResult:
+    """Complete the run and move its task along ``trigger``; errors leave everything unchanged."""
+    lease = check_lease(ctx, run_id, token_sha256)
+    task = ctx.task_row(lease["task_id"])
+    stage = task["stage"]
+    if expected_stage is not None and expected_stage != stage:
+        raise Conflict(
+            f"task {task['id']} is in stage {stage!r}, expected {expected_stage!r}",
+            code="expected_stage_mismatch",
+        )
+    if expected_task_version is not None and expected_task_version != task["task_version"]:
+        raise Conflict(
+            f"task {task['id']} is at version {task['task_version']}, "
+            f"expected {expected_task_version}",
+            code="task_version_mismatch",
+        )
+    pipeline = ctx.pipeline(task["pipeline_id"])
+    move = pipeline.find(stage, trigger)
+    if move is None:
+        allowed = pipeline.triggers_from(stage)
+        raise InvalidTransition(
+            f"trigger {trigger!r} is not allowed from stage {stage!r}; allowed: "
+            + (", ".join(repr(t) for t in allowed) or "none"),
+            allowed=allowed,
+        )
+    usage_text = _usage(usage)
+    now = ctx.now
+    to = move.to_state
+    ctx.conn.execute(
+        "UPDATE runs SET status = 'completed', ended_at_ms = ?, usage = ? WHERE id = ?",
+        (now, usage_text, run_id),
+    )
+    ctx.conn.execute(
+        "UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL, "
+        "next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, "
+        "lease_expires_at_ms = 0, stale_streak = 0 WHERE seq = ?",
+        (to, now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
+    )
+    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
+    text = instructions if instructions is not None else (move.instructions or "")
+    ctx.event(
+        task["id"],
+        run_id,
+        "transition",
+        {"trigger": trigger, "from": stage, "to": to, "instructions": text},
+    )
+    ctx.log(
+        "task_finished",
+        f"task {task['id']} {stage} -> {to} ({trigger})",
+        task_id=task["id"],
+        run_id=run_id,
+        role=task["role"],
+        outcome="transition",
+    )
+    return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+
+
+def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
+    """The delay before the next attempt after ``failed`` failures."""
+    base = max(0, int(row["retry_delay_ms"]))
+    if row["backoff"] != "exponential":
+        return base
+    cap = row["max_retry_delay_ms"]
+    exp = base * (2 ** min(max(failed - 1, 0), 62))
+    if cap is not None:
+        exp = min(exp, max(0, int(cap)))
+    exp = min(exp, 2**62)
+    return rng.randint(0, exp) if exp > 0 else 0
+
+
+def fail(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    error: str,
+    usage: Any,
+    rng: random.Random,
+    retryable: bool = True,
+) -> FailResult:
+    """Fail the run; retry later or dead-letter according to the task's policy.
+
+    ``retryable=False`` dead-letters at once with reason ``permanent_failure``.
+    """
+    lease = check_lease(ctx, run_id, token_sha256)
+    if not isinstance(error, str):
+        raise ValidationFailed("fail: 'error' must be a string")
+    if len(error) > MIB // 4 and len(error.encode()) > MIB:
+        raise ValidationFailed(
+            f"fail: 'error' is too large ({len(error.encode())} bytes, limit {MIB})"
+        )
+    usage_text = _usage(usage)
+    now = ctx.now
+    task = ctx.task_row(lease["task_id"])
+    ctx.conn.execute(
+        "UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?",
+        (now, error, usage_text, run_id),
+    )
+    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
+    failed = int(task["failed_attempts"]) + 1
+    ctx.conn.execute(
+        "UPDATE tasks SET failed_attempts = ?, stale_streak = 0, lease_expires_at_ms = 0 "
+        "WHERE seq = ?",
+        (failed, task["seq"]),
+    )
+    max_attempts = task["max_attempts"]
+    if retryable and (max_attempts is None or failed < max_attempts):
+        delay = retry_delay(task, failed, rng)
+        eligible = now + delay
+        ctx.conn.execute(
+            "UPDATE tasks SET next_eligible_at_ms = ?, updated_at_ms = ? WHERE seq = ?",
+            (eligible, now, task["seq"]),
+        )
+        ctx.event(
+            task["id"],
+            run_id,
+            "retry_scheduled",
+            {
+                "reason": "retry_scheduled",
+                "failed_attempts": failed,
+                "retry_delay_ms": delay,
+                "next_eligible_at_ms": eligible,
+            },
+        )
+        ctx.log(
+            "task_finished",
+            f"task {task['id']} failed (attempt {failed}), retry at {eligible}",
+            task_id=task["id"],
+            run_id=run_id,
+            role=task["role"],
+            outcome="retry_scheduled",
+        )
+        return FailResult(retry_scheduled=True, dead_lettered=False, next_eligible_at_ms=eligible)
+    fresh = ctx.task_row(task["id"])
+    reason = "max_attempts_exceeded" if retryable else "permanent_failure"
+    dead_letter(ctx, fresh, reason, run_id)
+    return FailResult(
+        retry_scheduled=False,
+        dead_lettered=True,
+        next_eligible_at_ms=DEAD_LETTER_NEVER_MS,
+        dead_letter_reason=reason,
+    )
+
+
+def dead_letter(
+    ctx: Ctx, task: sqlite3.Row, reason: str, run_id: str | None, *, kind: str = "dead_letter"
+) -> str:
+    """Make the task unclaimable until requeued, in its dead-letter stage; returns the stage."""
+    pipeline = ctx.pipeline(task["pipeline_id"])
+    from_stage = task["stage"]
+    dls = task["dead_letter_stage"]
+    moved = dls is not None and dls in pipeline.states and dls != from_stage
+    to = dls if moved else from_stage
+    ctx.conn.execute(
+        "UPDATE tasks SET dead_letter_reason = ?, next_eligible_at_ms = ?, "
+        "dead_letter_from_stage = ?, stage = ?, role = ?, terminal = ?, "
+        "task_version = task_version + ?, updated_at_ms = ?, lease_expires_at_ms = 0 "
+        "WHERE seq = ?",
+        (
+            reason,
+            DEAD_LETTER_NEVER_MS,
+            from_stage,
+            to,
+            pipeline.role_of(to),
+            int(pipeline.is_terminal(to)),
+            1 if moved else 0,
+            ctx.now,
+            task["seq"],
+        ),
+    )
+    ctx.event(
+        task["id"],
+        run_id,
+        kind,
+        {
+            "reason": reason,
+            "failed_attempts": int(task["failed_attempts"]),
+            "from_stage": from_stage,
+            "dead_letter_stage": dls if dls in pipeline.states else None,
+        },
+    )
+    ctx.log(
+        "task_cancelled" if kind == "cancelled" else "task_dead_lettered",
+        f"task {task['id']} dead-lettered ({reason}) from stage {from_stage!r}",
+        task_id=task["id"],
+        run_id=run_id,
+        role=pipeline.role_of(from_stage),
+        reason=reason,
+    )
+    return str(to)

@@ -1,0 +1,123 @@
+"""The KV store with FTS5 full-text search (namespace, key and the value's JSON are indexed).
+
+Runs on the database thread inside a transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from tracker_client.embedded.common import MIB, Ctx, dumps
+from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.models import StoreEntry
+
+__all__ = ["delete", "delete_namespace", "get", "list_namespace", "put", "search"]
+
+RESERVED = "search"
+
+
+def _names(namespace: str, key: str | None = None) -> None:
+    if not isinstance(namespace, str) or not namespace:
+        raise ValidationFailed("store namespace must be a non-empty string")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValidationFailed("store key must be a non-empty string")
+
+
+def _entry(row: sqlite3.Row) -> StoreEntry:
+    return StoreEntry.model_construct(
+        namespace=row["namespace"],
+        key=row["key"],
+        value=json.loads(row["value"]),
+        created_at_ms=row["created_at_ms"],
+        updated_at_ms=row["updated_at_ms"],
+    )
+
+
+def put(ctx: Ctx, namespace: str, key: str, value: Any) -> None:
+    """Upsert; an update keeps ``created_at_ms``."""
+    _names(namespace, key)
+    if namespace == RESERVED:
+        raise ValidationFailed(
+            f"{RESERVED!r} is a reserved namespace name", code="reserved_namespace"
+        )
+    text = dumps(value, "store value", max_bytes=MIB)
+    ctx.conn.execute(
+        "INSERT INTO store (namespace, key, value, created_at_ms, updated_at_ms) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE "
+        "SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+        (namespace, key, text, ctx.now, ctx.now),
+    )
+
+
+def get(ctx: Ctx, namespace: str, key: str) -> StoreEntry:
+    """One entry, or ``NotFound``."""
+    row = ctx.one("SELECT * FROM store WHERE namespace = ? AND key = ?", (namespace, key))
+    if row is None:
+        raise NotFound(f"store key {namespace}/{key} not found", code="not_found")
+    return _entry(row)
+
+
+def delete(ctx: Ctx, namespace: str, key: str) -> None:
+    """Delete one key; absent keys are fine."""
+    ctx.conn.execute("DELETE FROM store WHERE namespace = ? AND key = ?", (namespace, key))
+
+
+def delete_namespace(ctx: Ctx, namespace: str) -> None:
+    """Delete every key of a namespace."""
+    ctx.conn.execute("DELETE FROM store WHERE namespace = ?", (namespace,))
+
+
+def list_namespace(ctx: Ctx, namespace: str) -> list[StoreEntry]:
+    """All entries of a namespace, sorted by key."""
+    rows = ctx.conn.execute("SELECT * FROM store WHERE namespace = ? ORDER BY key", (namespace,))
+    return [_entry(r) for r in rows]
+
+
+def match_expression(query: str) -> str:
+    """Each whitespace-separated word as a quoted FTS5 phrase, ANDed."""
+    if not isinstance(query, str) or not query.split():
+        raise ValidationFailed("search query must contain at least one word", code="invalid_query")
+    return " AND ".join('"' + word.replace('"', '""') + '"' for word in query.split())
+
+
+def search(
+    ctx: Ctx,
+    query: str,
+    namespace: str | None,
+    limit: int,
+    filter_path: str | None,
+    filter_value: str | None,
+) -> list[StoreEntry]:
+    """Entries matching every word of ``query``, best first."""
+    expr = match_expression(query)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationFailed(
+            f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
+        )
+    sql = "SELECT s.* FROM store_fts JOIN store s ON s.id = store_fts.rowid WHERE store_fts MATCH ?"
+    params: list[Any] = [expr]
+    if namespace is not None:
+        sql += " AND s.namespace = ?"
+        params.append(namespace)
+    if filter_path is not None:
+        if not isinstance(filter_path, str) or not filter_path.startswith("$"):
+            raise ValidationFailed(
+                f"filter_path must be a JSON path starting with '$', got {filter_path!r}",
+                code="invalid_query",
+            )
+        sql += " AND (json_extract(s.value, ?) = ? OR CAST(json_extract(s.value, ?) AS TEXT) = ?)"
+        params += [filter_path, filter_value, filter_path, filter_value]
+    sql += " ORDER BY store_fts.rank LIMIT ?"
+    params.append(limit)
+    try:
+        rows = ctx.conn.execute(sql, tuple(params)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "json" in str(exc).lower() or "path" in str(exc).lower():
+            raise ValidationFailed(
+                f"filter_path {filter_path!r} is not a valid JSON path ({exc})",
+                code="invalid_query",
+            ) from exc
+        raise
+    return [_entry(r) for r in rows]

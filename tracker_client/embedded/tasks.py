@@ -1,0 +1,399 @@
+"""Pipelines and tasks: create (single and bulk, with the backlog cap), read, dependencies,
+assignments. Runs on the database thread inside a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tracker_client.embedded.common import (
+    INT64_MAX,
+    INT64_MIN,
+    MIB,
+    Ctx,
+    assignment_from_row,
+    check_limit,
+    dumps,
+    new_id,
+    run_from_row,
+    task_from_row,
+)
+from tracker_client.embedded.pipelines import PipelineDef, validate_definition
+from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
+from tracker_client.models import (
+    Assignment,
+    Dependency,
+    Page,
+    Pipeline,
+    Run,
+    Task,
+    TaskCreate,
+    TaskDetail,
+)
+
+__all__ = [
+    "add_dependency",
+    "assign",
+    "create_pipeline",
+    "create_tasks",
+    "get_task",
+    "list_assignments",
+    "list_dependencies",
+    "list_pipelines",
+    "list_runs",
+    "list_tasks",
+    "parse_created_cursor",
+    "unassign",
+]
+
+MAX_TITLE_CHARS = 4096
+
+
+# -- pipelines ------------------------------------------------------------------------------------
+def create_pipeline(ctx: Ctx, name: str, definition: Mapping[str, Any]) -> str:
+    """Validate and store a pipeline; returns its id."""
+    if not isinstance(name, str) or not name:
+        raise ValidationFailed("pipeline name must be a non-empty string")
+    parsed = validate_definition(definition)
+    if ctx.one("SELECT 1 FROM pipelines WHERE name = ?", (name,)) is not None:
+        raise Conflict(f"a pipeline named {name!r} already exists", code="duplicate_name")
+    pid = new_id()
+    ctx.conn.execute(
+        "INSERT INTO pipelines (id, name, definition, created_at_ms) VALUES (?, ?, ?, ?)",
+        (pid, name, dumps(parsed.definition, "pipeline definition"), ctx.now),
+    )
+    return pid
+
+
+def list_pipelines(ctx: Ctx) -> list[Pipeline]:
+    """All pipelines, newest first."""
+    return [p.model() for p in reversed(ctx.pipelines.all(ctx.conn))]
+
+
+# -- task creation --------------------------------------------------------------------------------
+def _int(value: Any, what: str, *, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationFailed(f"{what} must be an integer {low}..{high}, got {value!r}")
+    return value
+
+
+def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, Any], PipelineDef]:
+    """Validate one task; returns its column values and its pipeline."""
+    at = "" if index is None else f"task #{index + 1}: "
+    pipeline = ctx.pipelines.get(ctx.conn, spec.pipeline_id)
+    if pipeline is None:
+        raise NotFound(f"{at}pipeline {spec.pipeline_id} not found", code="pipeline_not_found")
+    if not isinstance(spec.title, str) or len(spec.title) > MAX_TITLE_CHARS:
+        raise ValidationFailed(
+            f"{at}title must be a string of at most {MAX_TITLE_CHARS} characters"
+        )
+    if not isinstance(spec.description, str) or len(spec.description.encode()) > MIB:
+        raise ValidationFailed(f"{at}description must be a string of at most {MIB} bytes")
+    priority = _int(spec.priority, f"{at}priority")
+    metadata = dumps(spec.metadata, f"{at}metadata", max_bytes=MIB)
+    policy = spec.retry_policy
+    max_attempts = None if policy is None else policy.max_attempts
+    if max_attempts is not None:
+        _int(max_attempts, f"{at}retry_policy.max_attempts", low=0)
+    retry_delay = (
+        0
+        if policy is None
+        else _int(policy.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0)
+    )
+    max_delay = None if policy is None else policy.max_retry_delay_ms
+    if max_delay is not None:
+        _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0)
+    dls = None if policy is None else policy.dead_letter_stage
+    if dls is not None and dls not in pipeline.states:
+        raise ValidationFailed(
+            f"{at}retry_policy.dead_letter_stage {dls!r} is not a state of pipeline "
+            f"{pipeline.name!r} (states: {', '.join(pipeline.states)})"
+        )
+    deps = list(spec.dependencies or [])
+    if len(set(deps)) != len(deps):
+        dup = next(d for d in deps if deps.count(d) > 1)
+        raise Conflict(f"{at}dependency {dup} is listed twice", code="duplicate_dependency")
+    for dep in deps:
+        if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (dep,)) is None:
+            raise NotFound(f"{at}dependency task {dep} not found", code="task_not_found")
+    if spec.assigned_agent_id is not None and (
+        not isinstance(spec.assigned_agent_id, str) or not spec.assigned_agent_id
+    ):
+        raise ValidationFailed(f"{at}assigned_agent_id must be a non-empty string")
+    if spec.concurrency_key is not None and (
+        not isinstance(spec.concurrency_key, str) or not spec.concurrency_key
+    ):
+        raise ValidationFailed(f"{at}concurrency_key must be a non-empty string")
+    if spec.max_stale_attempts is not None:
+        _int(spec.max_stale_attempts, f"{at}max_stale_attempts", low=0)
+    expires = spec.expires_at_ms
+    if expires is not None:
+        _int(expires, f"{at}expires_at_ms", low=0)
+    elif spec.queue_ttl_ms is not None:
+        expires = ctx.now + _int(spec.queue_ttl_ms, f"{at}queue_ttl_ms", low=1)
+    elif pipeline.default_queue_ttl_ms is not None:
+        expires = ctx.now + pipeline.default_queue_ttl_ms
+    initial = pipeline.initial
+    values: dict[str, Any] = {
+        "id": new_id(),
+        "pipeline_id": pipeline.id,
+        "stage": initial,
+        "title": spec.title,
+        "description": spec.description,
+        "priority": priority,
+        "metadata": metadata,
+        "retry_delay_ms": retry_delay,
+        "max_attempts": max_attempts,
+        "dead_letter_stage": dls,
+        "backoff": "constant" if policy is None else policy.backoff,
+        "max_retry_delay_ms": max_delay,
+        "created_at_ms": ctx.now,
+        "updated_at_ms": ctx.now,
+        "concurrency_key": spec.concurrency_key,
+        "expires_at_ms": expires,
+        "max_stale_attempts": spec.max_stale_attempts,
+        "role": pipeline.role_of(initial),
+        "terminal": int(pipeline.is_terminal(initial)),
+        "has_deps": int(bool(deps)),
+        "assignee": spec.assigned_agent_id,
+    }
+    values["_deps"] = deps
+    values["_assigned_by"] = spec.assigned_by
+    return values, pipeline
+
+
+_COLUMNS = (
+    "id, pipeline_id, stage, title, description, priority, metadata, retry_delay_ms, "
+    "max_attempts, dead_letter_stage, backoff, max_retry_delay_ms, created_at_ms, updated_at_ms, "
+    "concurrency_key, expires_at_ms, max_stale_attempts, role, terminal, has_deps, assignee"
+)
+_INSERT = f"INSERT INTO tasks ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(', ')))})"
+_KEYS = tuple(c.strip() for c in _COLUMNS.split(","))
+
+
+def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[str]:
+    """Create tasks all-or-nothing; ``BacklogFull`` when a role's cap would be passed."""
+    if not specs:
+        raise ValidationFailed("bulk create needs at least one task", code="invalid_request")
+    prepared = [_prepare(ctx, spec, i if bulk else None) for i, spec in enumerate(specs)]
+    adding: dict[str, int] = {}
+    for values, _p in prepared:
+        if values["role"] is not None and not values["terminal"]:
+            adding[values["role"]] = adding.get(values["role"], 0) + 1
+    for role, n in adding.items():
+        cap = ctx.opts.cap_for(role)
+        if cap <= 0:
+            continue
+        depth = ctx.depth(role) or 0
+        if depth + n > cap:
+            raise BacklogFull(
+                f"backlog of role {role!r} is full: {depth} waiting, cap {cap}",
+                role=role,
+                depth=depth,
+                cap=cap,
+            )
+    ids: list[str] = []
+    conn = ctx.conn
+    for values, _p in prepared:
+        conn.execute(_INSERT, tuple(values[k] for k in _KEYS))
+        tid = values["id"]
+        for dep in values["_deps"]:
+            conn.execute(
+                "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) "
+                "VALUES (?, ?, ?)",
+                (tid, dep, ctx.now),
+            )
+        if values["assignee"] is not None:
+            conn.execute(
+                "INSERT INTO assignments (task_id, agent_id, assigned_by, active, "
+                "created_at_ms, updated_at_ms) VALUES (?, ?, ?, 1, ?, ?)",
+                (tid, values["assignee"], values["_assigned_by"], ctx.now, ctx.now),
+            )
+        ids.append(tid)
+    if prepared:
+        first = prepared[0][0]
+        ctx.log(
+            "task_created",
+            f"created {len(ids)} task(s), first {first['id']}"
+            if bulk
+            else f"created task {first['id']}",
+            task_id=first["id"],
+            role=first["role"],
+            count=len(ids),
+        )
+    return ids
+
+
+# -- task reads -----------------------------------------------------------------------------------
+def parse_created_cursor(ctx: Ctx, cursor: str, table: str) -> tuple[int, int]:
+    """``"<created_at_ms>:<id>"`` -> (created_at_ms, seq); ``invalid_cursor`` if malformed."""
+    ms_text, sep, ident = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
+    try:
+        ms = int(ms_text)
+    except ValueError:
+        ms = None
+    row = ctx.one(f"SELECT seq FROM {table} WHERE id = ?", (ident,)) if sep and ident else None
+    if ms is None or row is None:
+        raise ValidationFailed(
+            f"invalid cursor {cursor!r}: expected '<created_at_ms>:<id>' of a listed item",
+            code="invalid_cursor",
+        )
+    return ms, int(row[0])
+
+
+def list_tasks(
+    ctx: Ctx, stage: str | None, pipeline_id: str | None, limit: int, cursor: str | None
+) -> Page[Task]:
+    """Tasks in creation order, a page at a time."""
+    check_limit(limit)
+    where: list[str] = []
+    params: list[Any] = []
+    if stage is not None:
+        where.append("stage = ?")
+        params.append(stage)
+    if pipeline_id is not None:
+        where.append("pipeline_id = ?")
+        params.append(pipeline_id)
+    if cursor is not None:
+        ms, seq = parse_created_cursor(ctx, cursor, "tasks")
+        where.append("(created_at_ms > ? OR (created_at_ms = ? AND seq > ?))")
+        params += [ms, ms, seq]
+    sql = "SELECT * FROM tasks"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at_ms, seq LIMIT ?"
+    rows = ctx.conn.execute(sql, (*params, limit + 1)).fetchall()
+    items = [task_from_row(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    nxt = f"{items[-1].created_at_ms}:{items[-1].id}" if more and items else None
+    return Page[Task](items=items, next_cursor=nxt)
+
+
+def _dependencies(ctx: Ctx, task_id: str) -> list[Dependency]:
+    rows = ctx.conn.execute(
+        "SELECT d.depends_on_task_id, coalesce(u.terminal, 0) FROM dependencies d "
+        "LEFT JOIN tasks u ON u.id = d.depends_on_task_id WHERE d.task_id = ? ORDER BY d.seq",
+        (task_id,),
+    ).fetchall()
+    return [Dependency(depends_on_task_id=r[0], resolved=bool(r[1])) for r in rows]
+
+
+def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
+    """The task with its latest run, dependencies, assignments and available transitions."""
+    row = ctx.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    if row is None:
+        raise NotFound(f"task {task_id} not found", code="not_found")
+    run = ctx.one("SELECT * FROM runs WHERE task_id = ? ORDER BY attempt DESC LIMIT 1", (task_id,))
+    pipeline = ctx.pipeline(row["pipeline_id"])
+    base = task_from_row(row)
+    return TaskDetail.model_construct(
+        **dict(base),
+        latest_run=None if run is None else run_from_row(run),
+        dependencies=_dependencies(ctx, task_id),
+        assignments=list_assignments(ctx, task_id),
+        available_transitions=pipeline.available(row["stage"]),
+    )
+
+
+def list_runs(ctx: Ctx, task_id: str) -> list[Run]:
+    """Every run of a task, by attempt."""
+    ctx.task_row(task_id)
+    rows = ctx.conn.execute("SELECT * FROM runs WHERE task_id = ? ORDER BY attempt", (task_id,))
+    return [run_from_row(r) for r in rows]
+
+
+# -- dependencies ---------------------------------------------------------------------------------
+def _cycle(ctx: Ctx, task_id: str, upstream: str) -> list[str] | None:
+    """The path upstream -> ... -> task_id along 'depends on' edges, if one exists."""
+    parent: dict[str, str | None] = {upstream: None}
+    stack = [upstream]
+    while stack:
+        node = stack.pop()
+        if node == task_id:
+            path = [node]
+            while parent[path[-1]] is not None:
+                path.append(parent[path[-1]])  # type: ignore[arg-type]
+            return list(reversed(path))
+        for (nxt,) in ctx.conn.execute(
+            "SELECT depends_on_task_id FROM dependencies WHERE task_id = ?", (node,)
+        ):
+            if nxt not in parent:
+                parent[nxt] = node
+                stack.append(nxt)
+    return None
+
+
+def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
+    """Make ``task_id`` wait for ``upstream``; refuses self, cycles and duplicates."""
+    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
+        raise NotFound(f"task {task_id} not found", code="task_not_found")
+    if task_id == upstream:
+        raise ValidationFailed(f"task {task_id} cannot depend on itself", code="invalid_dependency")
+    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (upstream,)) is None:
+        raise NotFound(f"dependency task {upstream} not found", code="dependency_task_not_found")
+    if ctx.one(
+        "SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on_task_id = ?",
+        (task_id, upstream),
+    ):
+        raise Conflict(f"task {task_id} already depends on {upstream}", code="duplicate_dependency")
+    path = _cycle(ctx, task_id, upstream)
+    if path is not None:
+        chain = " -> ".join([task_id, *path])
+        raise ValidationFailed(
+            f"dependency {task_id} -> {upstream} would close a cycle: {chain}",
+            code="invalid_dependency",
+        )
+    ctx.conn.execute(
+        "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) VALUES (?, ?, ?)",
+        (task_id, upstream, ctx.now),
+    )
+    ctx.conn.execute("UPDATE tasks SET has_deps = 1 WHERE id = ?", (task_id,))
+
+
+def list_dependencies(ctx: Ctx, task_id: str) -> list[Dependency]:
+    """The task's dependencies (an unknown task has none)."""
+    return _dependencies(ctx, task_id)
+
+
+# -- assignments ----------------------------------------------------------------------------------
+def assign(ctx: Ctx, task_id: str, agent_id: str, assigned_by: str | None) -> None:
+    """Make ``agent_id`` the task's only active assignee."""
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationFailed("agent_id must be a non-empty string")
+    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
+        raise NotFound(f"task {task_id} not found", code="task_not_found")
+    now = ctx.now
+    ctx.conn.execute(
+        "UPDATE assignments SET active = 0, updated_at_ms = ? "
+        "WHERE task_id = ? AND active = 1 AND agent_id != ?",
+        (now, task_id, agent_id),
+    )
+    ctx.conn.execute(
+        "INSERT INTO assignments (task_id, agent_id, assigned_by, active, created_at_ms, "
+        "updated_at_ms) VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT (task_id, agent_id) DO UPDATE "
+        "SET active = 1, assigned_by = excluded.assigned_by, "
+        "updated_at_ms = excluded.updated_at_ms",
+        (task_id, agent_id, assigned_by, now, now),
+    )
+    ctx.conn.execute("UPDATE tasks SET assignee = ? WHERE id = ?", (agent_id, task_id))
+
+
+def list_assignments(ctx: Ctx, task_id: str) -> list[Assignment]:
+    """All assignments of a task, inactive ones included, oldest first."""
+    rows = ctx.conn.execute(
+        "SELECT * FROM assignments WHERE task_id = ? ORDER BY seq", (task_id,)
+    ).fetchall()
+    return [assignment_from_row(r) for r in rows]
+
+
+def unassign(ctx: Ctx, task_id: str, agent_id: str) -> None:
+    """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
+    cur = ctx.conn.execute(
+        "UPDATE assignments SET active = 0, updated_at_ms = ? "
+        "WHERE task_id = ? AND agent_id = ? AND active = 1",
+        (ctx.now, task_id, agent_id),
+    )
+    if cur.rowcount == 0:
+        raise NotFound(f"task {task_id} has no active assignment of {agent_id}", code="not_found")
+    ctx.conn.execute("UPDATE tasks SET assignee = NULL WHERE id = ?", (task_id,))

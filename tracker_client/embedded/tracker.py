@@ -1,0 +1,596 @@
+"""``EmbeddedTracker``: the :class:`~tracker_client.protocol.Tracker` on a local SQLite file.
+
+Each method hands one closure to the database thread (:mod:`.db`); writes run in one
+``BEGIN IMMEDIATE`` transaction each, reads in one deferred transaction. Waiters in this process
+are woken by the write itself; writes of other processes are noticed by polling
+``PRAGMA data_version``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+
+from tracker_client.embedded import backlog, claims, reads, runs, stats, store, tasks
+from tracker_client.embedded.common import Ctx, Options
+from tracker_client.embedded.db import Database
+from tracker_client.embedded.idempotency import idempotent
+from tracker_client.embedded.options import parse_options
+from tracker_client.embedded.pipelines import PipelineCache
+from tracker_client.errors import ConfigError
+from tracker_client.models import (
+    Artifact,
+    ArtifactCreate,
+    Assignment,
+    CancelResult,
+    Dependency,
+    Event,
+    FailResult,
+    Health,
+    Lease,
+    MaintenanceReport,
+    Page,
+    Pipeline,
+    QueueStats,
+    RequeueResult,
+    Run,
+    StoreEntry,
+    Task,
+    TaskCreate,
+    TaskDetail,
+    TransitionResult,
+    WaitResult,
+)
+
+__all__ = ["EmbeddedTracker"]
+
+R = TypeVar("R")
+Clock = Callable[[], int]
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _ok(_: Any) -> Any:
+    return None
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+class EmbeddedTracker:
+    """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
+
+    def __init__(self, db: Database, opts: Options, clock: Clock) -> None:
+        self._db = db
+        self._opts = opts
+        self._clock = clock
+        self._pipelines = PipelineCache()
+        self._rng = random.SystemRandom()
+        self._changed = anyio.Event()
+        self._waiters = 0
+
+    @classmethod
+    async def open(
+        cls, path: str, *, clock: Clock | None = None, **options: Any
+    ) -> EmbeddedTracker:
+        """Open (creating and migrating if needed) the tracker database at ``path``.
+
+        Options (strings from a URL are coerced): ``synchronous`` (``NORMAL``; ``FULL`` for
+        power-loss durability), ``busy_timeout_ms`` (5000), ``max_backlog_depth`` (100000, 0 =
+        unlimited), ``role_backlog_depth`` (role -> cap), ``max_stale_attempts`` (3),
+        ``idempotency_ttl_s`` (86400), ``poll_interval_s`` (0.025). ``clock`` returns epoch ms.
+        Raises ``ConfigError`` for a bad option, ``TrackerCorrupt`` for a file that is not ours.
+        """
+        if clock is not None and not callable(clock):
+            raise ConfigError(
+                "embedded tracker option clock: must be a callable returning epoch ms"
+            )
+        opts = parse_options(options)
+        if not isinstance(path, str) or not path:
+            raise ConfigError("embedded tracker: the database path is empty")
+        db = await Database.open(
+            path, synchronous=opts.synchronous, busy_timeout_ms=opts.busy_timeout_ms
+        )
+        return cls(db, opts, clock or _wall_ms)
+
+    @property
+    def path(self) -> str:
+        """The database file (``:memory:`` for an in-memory tracker)."""
+        return self._db.path
+
+    @property
+    def options(self) -> Options:
+        """The effective options."""
+        return self._opts
+
+    async def aclose(self) -> None:
+        """Close the database and stop its thread. Idempotent."""
+        await self._db.aclose()
+
+    async def __aenter__(self) -> EmbeddedTracker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _ctx(self) -> Ctx:
+        return Ctx(self._db.conn, 0, self._opts, self._pipelines)
+
+    async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
+        db = self._db
+
+        def job() -> R:
+            ctx = self._ctx()
+
+            def body() -> R:
+                ctx.now = int(self._clock())
+                return fn(ctx)
+
+            result = db.write(body, where)
+            ctx.flush_logs()
+            return result
+
+        try:
+            return await db.run(job)
+        finally:
+            self._notify()
+
+    async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
+        db = self._db
+
+        def job() -> R:
+            ctx = self._ctx()
+
+            def body() -> R:
+                ctx.now = int(self._clock())
+                return fn(ctx)
+
+            return db.read(body, where)
+
+        return await db.run(job)
+
+    def _notify(self) -> None:
+        if self._waiters:
+            event, self._changed = self._changed, anyio.Event()
+            event.set()
+
+    async def _sleep_until_change(self, event: anyio.Event, version: int, limit_s: float) -> None:
+        """Until an in-process write sets ``event``, ``data_version`` moves, or ``limit_s``."""
+        with anyio.move_on_after(limit_s):
+            while True:
+                with anyio.move_on_after(self._opts.poll_interval_s):
+                    await event.wait()
+                    return
+                if await self._db.run(self._db.data_version) != version:
+                    return
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def health(self) -> Health:
+        """Tasks per stage and live leases."""
+        return await self._read("health", stats.health)
+
+    # -- pipelines ------------------------------------------------------------------------------
+    async def create_pipeline(
+        self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> str:
+        """Validate and store a pipeline; returns its id."""
+        return await self._write(
+            "create_pipeline",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "create_pipeline",
+                {"name": name, "definition": definition},
+                lambda: tasks.create_pipeline(c, name, definition),
+                str,
+                str,
+            ),
+        )
+
+    async def list_pipelines(self) -> list[Pipeline]:
+        """All pipelines, newest first."""
+        return await self._read("list_pipelines", tasks.list_pipelines)
+
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        """One pipeline, or ``NotFound``."""
+
+        def get(c: Ctx) -> Pipeline:
+            p = c.pipelines.get(c.conn, pipeline_id)
+            if p is None:
+                from tracker_client.errors import NotFound
+
+                raise NotFound(f"pipeline {pipeline_id} not found", code="not_found")
+            return p.model()
+
+        return await self._read("get_pipeline", get)
+
+    # -- tasks ----------------------------------------------------------------------------------
+    async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
+        """Create a task in its pipeline's initial stage; returns its id."""
+        return await self._write(
+            "create_task",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "create_task",
+                task,
+                lambda: tasks.create_tasks(c, [task], bulk=False)[0],
+                str,
+                str,
+            ),
+        )
+
+    async def create_tasks(
+        self, tasks_: Sequence[TaskCreate], *, idempotency_key: str | None = None
+    ) -> list[str]:
+        """Create many tasks, all or nothing; ids in input order."""
+        items = list(tasks_)
+        return await self._write(
+            "create_tasks",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "create_tasks",
+                items,
+                lambda: tasks.create_tasks(c, items, bulk=True),
+                list,
+                list,
+            ),
+        )
+
+    async def list_tasks(
+        self,
+        *,
+        stage: str | None = None,
+        pipeline_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Task]:
+        """Tasks in creation order; ``next_cursor`` continues without skipping."""
+        return await self._read(
+            "list_tasks", lambda c: tasks.list_tasks(c, stage, pipeline_id, limit, cursor)
+        )
+
+    async def get_task(self, task_id: str) -> TaskDetail:
+        """The task with latest run, dependencies, assignments and available transitions."""
+        return await self._read("get_task", lambda c: tasks.get_task(c, task_id))
+
+    async def list_runs(self, task_id: str) -> list[Run]:
+        """Every run of a task, by attempt."""
+        return await self._read("list_runs", lambda c: tasks.list_runs(c, task_id))
+
+    # -- dependencies and assignments -----------------------------------------------------------
+    async def add_dependency(
+        self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """Make ``task_id`` wait for ``depends_on_task_id``."""
+        await self._write(
+            "add_dependency",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "add_dependency",
+                [task_id, depends_on_task_id],
+                lambda: tasks.add_dependency(c, task_id, depends_on_task_id),
+                _ok,
+                _none,
+            ),
+        )
+
+    async def list_dependencies(self, task_id: str) -> list[Dependency]:
+        """The task's dependencies and whether each is resolved now."""
+        return await self._read("list_dependencies", lambda c: tasks.list_dependencies(c, task_id))
+
+    async def assign(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        assigned_by: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Make ``agent_id`` the only agent that may claim the task."""
+        await self._write(
+            "assign",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "assign",
+                [task_id, agent_id, assigned_by],
+                lambda: tasks.assign(c, task_id, agent_id, assigned_by),
+                _ok,
+                _none,
+            ),
+        )
+
+    async def list_assignments(self, task_id: str) -> list[Assignment]:
+        """All assignments of a task, inactive ones included."""
+        return await self._read("list_assignments", lambda c: tasks.list_assignments(c, task_id))
+
+    async def unassign(
+        self, task_id: str, agent_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
+        await self._write(
+            "unassign",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "unassign",
+                [task_id, agent_id],
+                lambda: tasks.unassign(c, task_id, agent_id),
+                _ok,
+                _none,
+            ),
+        )
+
+    # -- leases and runs ------------------------------------------------------------------------
+    async def claim(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        *,
+        per_state: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease | None:
+        """Claim the best eligible task of ``role``; None when there is no work."""
+        limits = dict(per_state or {})
+
+        def op(c: Ctx) -> Lease | None:
+            return idempotent(
+                c,
+                idempotency_key,
+                "claim",
+                [agent_id, role, lease_ttl_ms, limits],
+                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits),
+                lambda lease: (
+                    {"lease_id": lease.lease_id, "run_id": lease.run.id} if lease else None
+                ),
+                lambda rec: claims.reissue(c, rec["lease_id"], rec["run_id"]),
+            )
+
+        return await self._write("claim", op)
+
+    async def heartbeat(self, lease: Lease, *, lease_ttl_ms: int | None = None) -> int:
+        """Extend the lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry."""
+        digest = runs.token_hash(lease.lease_token.get_secret_value())
+        return await self._write(
+            "heartbeat",
+            lambda c: claims.heartbeat(c, lease.lease_id, lease.run.id, digest, lease_ttl_ms),
+        )
+
+    async def add_event(
+        self, lease: Lease, kind: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> int:
+        """Append an event to the lease's run; returns the event id."""
+        digest = runs.token_hash(lease.lease_token.get_secret_value())
+        run_id = lease.run.id
+        return await self._write(
+            "add_event",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "add_event",
+                [run_id, digest, kind, data],
+                lambda: runs.add_event(c, run_id, digest, kind, data),
+                int,
+                int,
+            ),
+        )
+
+    async def list_events(
+        self, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Event]:
+        """A run's events in id order."""
+        return await self._read(
+            "list_events", lambda c: reads.list_events(c, "run_id", run_id, limit, cursor)
+        )
+
+    async def list_task_events(
+        self, task_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Event]:
+        """Every event of a task (all runs and task-level events) in id order."""
+        return await self._read(
+            "list_task_events", lambda c: reads.list_events(c, "task_id", task_id, limit, cursor)
+        )
+
+    async def transition(
+        self,
+        lease: Lease,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        usage: Any = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
+        digest = runs.token_hash(lease.lease_token.get_secret_value())
+        run_id = lease.run.id
+        args = [run_id, digest, trigger, expected_stage, expected_task_version, instructions, usage]
+        return await self._write(
+            "transition",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "transition",
+                args,
+                lambda: runs.transition(
+                    c,
+                    run_id,
+                    digest,
+                    trigger,
+                    expected_stage,
+                    expected_task_version,
+                    instructions,
+                    usage,
+                ),
+                lambda r: r.model_dump(mode="json"),
+                TransitionResult.model_validate,
+            ),
+        )
+
+    async def fail(
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        usage: Any = None,
+        retryable: bool = True,
+        idempotency_key: str | None = None,
+    ) -> FailResult:
+        """Fail the run; the task's retry policy decides between retry and dead letter.
+
+        ``retryable=False`` dead-letters the task at once (reason ``permanent_failure``).
+        """
+        digest = runs.token_hash(lease.lease_token.get_secret_value())
+        run_id = lease.run.id
+        return await self._write(
+            "fail",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "fail",
+                [run_id, digest, error, usage, retryable],
+                lambda: runs.fail(c, run_id, digest, error, usage, self._rng, retryable),
+                lambda r: r.model_dump(mode="json"),
+                FailResult.model_validate,
+            ),
+        )
+
+    # -- artifacts ------------------------------------------------------------------------------
+    async def add_artifact(
+        self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
+    ) -> str:
+        """Record an artifact; ``NotFound`` for an unknown task or run id."""
+        return await self._write(
+            "add_artifact",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "add_artifact",
+                artifact,
+                lambda: reads.add_artifact(c, artifact),
+                str,
+                str,
+            ),
+        )
+
+    async def list_artifacts(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Artifact]:
+        """Artifacts in creation order."""
+        return await self._read(
+            "list_artifacts", lambda c: reads.list_artifacts(c, task_id, run_id, limit, cursor)
+        )
+
+    # -- operations -----------------------------------------------------------------------------
+    async def queue_stats(
+        self, *, near_expiry_ms: int = 60_000, stuck_ms: int = 300_000
+    ) -> QueueStats:
+        """Per-role queue figures."""
+        return await self._read(
+            "queue_stats", lambda c: stats.queue_stats(c, near_expiry_ms, stuck_ms)
+        )
+
+    # -- KV store -------------------------------------------------------------------------------
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """Upsert a value."""
+        await self._write("store_put", lambda c: store.put(c, namespace, key, value))
+
+    async def store_get(self, namespace: str, key: str) -> StoreEntry:
+        """One entry, or ``NotFound``."""
+        return await self._read("store_get", lambda c: store.get(c, namespace, key))
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """Delete a key (absent keys are fine)."""
+        await self._write("store_delete", lambda c: store.delete(c, namespace, key))
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """All entries of a namespace, sorted by key."""
+        return await self._read("store_list", lambda c: store.list_namespace(c, namespace))
+
+    async def store_delete_namespace(self, namespace: str) -> None:
+        """Delete a whole namespace."""
+        await self._write("store_delete_namespace", lambda c: store.delete_namespace(c, namespace))
+
+    async def store_search(
+        self,
+        query: str,
+        *,
+        namespace: str | None = None,
+        limit: int = 10,
+        filter_path: str | None = None,
+        filter_value: str | None = None,
+    ) -> list[StoreEntry]:
+        """Full-text search: every word must match (as a phrase); rank order."""
+        return await self._read(
+            "store_search",
+            lambda c: store.search(c, query, namespace, limit, filter_path, filter_value),
+        )
+
+    # -- backlog extensions ---------------------------------------------------------------------
+    async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
+        """Make a waiting task unclaimable, or revoke a running task's lease."""
+        return await self._write("cancel", lambda c: backlog.cancel(c, task_id, reason))
+
+    async def cancel_all(self, *, pipeline_id: str | None = None, role: str | None = None) -> int:
+        """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
+        return await self._write("cancel_all", lambda c: backlog.cancel_all(c, pipeline_id, role))
+
+    async def requeue(
+        self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True
+    ) -> RequeueResult:
+        """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was)."""
+        return await self._write(
+            "requeue", lambda c: backlog.requeue(c, task_id, stage, reset_attempts)
+        )
+
+    async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
+        """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
+        deadline = anyio.current_time() + max(0.0, float(timeout_s))
+        self._waiters += 1
+        try:
+            while True:
+                event = self._changed
+
+                def check(c: Ctx) -> tuple[int, WaitResult]:
+                    version = self._db.data_version()
+                    return version, backlog.finished_state(c, task_id)
+
+                version, result = await self._read("wait", check)
+                remaining = deadline - anyio.current_time()
+                if result.finished or remaining <= 0:
+                    return result
+                await self._sleep_until_change(event, version, remaining)
+        finally:
+            self._waiters -= 1
+
+    async def maintenance(self) -> MaintenanceReport:
+        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
+        return await self._write("maintenance", backlog.maintenance)
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        """Return early when something was written (here or by another process), else on timeout."""
+        self._waiters += 1
+        try:
+            event = self._changed
+            version = await self._db.run(self._db.data_version)
+            await self._sleep_until_change(event, version, max(0.0, float(timeout_s)))
+        finally:
+            self._waiters -= 1
