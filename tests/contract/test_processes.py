@@ -1,0 +1,185 @@
+"""Embedded-only, real OS processes sharing one rail file: concurrent drain and crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.contract.support import all_tasks, make_pipeline, new_task
+from tracker_client.factory import open_tracker
+from tracker_client.protocol import Tracker
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+WORKERS = 4
+TASKS = 2_000
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.contract._rail_proc", *args],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _reap(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def _run_drainers(db: Path, out_dir: Path) -> list[list[dict[str, object]]]:
+    procs = [_spawn("drain", str(db), f"proc-{n}", str(out_dir / f"{n}.json")) for n in range(4)]
+    try:
+        for proc in procs:  # every child has opened the rail before any starts claiming
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line == "ready\n", f"child said {line!r}: {proc.stderr and proc.stderr.read()}"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.close()
+        for proc in procs:
+            _out, err = proc.communicate(timeout=100)
+            assert proc.returncode == 0, err
+    finally:
+        _reap(procs)
+    return [json.loads((out_dir / f"{n}.json").read_text()) for n in range(WORKERS)]
+
+
+@pytest.mark.timeout(120)
+async def test_four_processes_drain_every_task_exactly_once(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await make_pipeline(tracker)
+        for start in range(0, TASKS, 500):
+            await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(start, start + 500)])
+    finally:
+        await tracker.aclose()
+
+    per_process = await anyio.to_thread.run_sync(_run_drainers, db, tmp_path)
+
+    records = [r for recs in per_process for r in recs]
+    claimed_by = Counter(r["task"] for r in records)
+    assert len(claimed_by) == TASKS
+    doubles = [task for task, n in claimed_by.items() if n > 1]
+    assert doubles == [], f"tasks leased more than once: {doubles[:5]}"
+    assert len({r["lease"] for r in records}) == len(records), "a lease id was granted twice"
+    assert all(recs for recs in per_process), "a process got no work at all"
+
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        tasks = await all_tasks(tracker)
+        assert len(tasks) == TASKS
+        assert {(t.stage, t.task_version) for t in tasks} == {("done", 2)}
+        granted = {
+            r["task"]: (r["run"], f"proc-{n}") for n, rs in enumerate(per_process) for r in rs
+        }
+        for task in tasks:
+            runs = await tracker.list_runs(task.id)
+            assert [r.status for r in runs] == ["completed"], task.id
+            assert (runs[0].id, runs[0].agent_id) == granted[task.id]
+        assert (await tracker.health()).active_leases == 0
+    finally:
+        await tracker.aclose()
+
+
+def _kill_mid_stream(db: Path, pipeline_id: str, writes: int) -> list[str]:
+    proc = _spawn("writes", str(db), pipeline_id)
+    said: list[str] = []
+    try:
+        assert proc.stdout is not None
+        while len(said) < writes:
+            line = proc.stdout.readline()
+            assert line, f"writer died early: {proc.stderr and proc.stderr.read()}"
+            said.append(line.strip())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        said.extend(line.strip() for line in proc.stdout.read().splitlines() if line.strip())
+    finally:
+        _reap([proc])
+    assert proc.returncode == -signal.SIGKILL
+    return said
+
+
+async def _claim_all(tracker: Tracker, agent: str) -> list[str]:
+    claimed = []
+    while (lease := await tracker.claim(agent, "coder", 60_000)) is not None:
+        claimed.append(lease.task.id)
+        await tracker.transition(lease, "complete")
+    return claimed
+
+
+@pytest.mark.timeout(120)
+async def test_sigkill_mid_write_leaves_a_consistent_rail(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await make_pipeline(tracker)
+    finally:
+        await tracker.aclose()
+
+    said = await anyio.to_thread.run_sync(_kill_mid_stream, db, pid, 1_500)
+
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    raw.close()
+
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        tasks = {t.id: t for t in await all_tasks(tracker)}
+        # every write the child reported as committed survived the kill
+        for line in said:
+            what, tid = line.split(" ", 1)
+            assert tid in tasks, line
+            if what == "done":
+                assert tasks[tid].stage == "done", line
+        leased = set()
+        for task in tasks.values():
+            runs = await tracker.list_runs(task.id)
+            statuses = Counter(r.status for r in runs)
+            assert set(statuses) <= {"completed", "failed", "running"}, (task.id, statuses)
+            if task.stage == "done":
+                assert task.task_version == 2
+                assert statuses["completed"] == 1
+                assert statuses["running"] == 0
+            else:
+                assert (task.stage, task.task_version) == ("todo", 1)
+                assert statuses["completed"] == 0
+                assert statuses["running"] <= 1
+                if statuses["running"]:
+                    leased.add(task.id)
+        assert len(leased) <= 1, "the writer held one lease at a time"
+        assert (await tracker.health()).active_leases == len(leased)
+        waiting = {t.id for t in tasks.values() if t.stage == "todo"} - leased
+        # everything not under a lease is claimable now, and the rail takes writes again
+        assert set(await _claim_all(tracker, "checker")) == waiting
+    finally:
+        await tracker.aclose()
+
+    # once the dead writer's lease has expired, its task comes back too
+    later = int(time.time() * 1000) + 700_000
+    tracker = await open_tracker(f"sqlite:///{db}", clock=lambda: later)
+    try:
+        assert set(await _claim_all(tracker, "checker")) == leased
+        remaining = [t for t in await all_tasks(tracker) if t.stage != "done"]
+        assert remaining == []
+    finally:
+        await tracker.aclose()
