@@ -27,8 +27,9 @@ reports and artifacts land in lists, and lets the test cancel the run or signal 
 
 Differences from a worker, on purpose: an exception raised by the executor propagates (you want
 the traceback in your test), and a return value that is not an outcome raises ExecutorError. By
-default every ``report`` is recorded as its own event (no batching), so ``events`` lists exactly
-what the executor reported; pass ``report_policy`` to exercise batching.
+default every ``report`` is written at once, and ``events`` expands any batch the context still
+made (concurrent reports), so it lists exactly what the executor reported; ``sink.written`` has
+the events as a tracker would receive them. Pass ``report_policy`` to exercise batching.
 """
 
 from __future__ import annotations
@@ -59,16 +60,35 @@ __all__ = ["ExecutorHarness", "RecordingSink"]
 
 
 class RecordingSink:
-    """A :class:`~plugins.api.ContextSink` that keeps everything in lists."""
+    """A :class:`~plugins.api.ContextSink` that keeps everything in lists.
+
+    ``written`` holds the events exactly as the context wrote them (a batch of one kind is one
+    event ``{"batch": [...]}``); ``events`` expands batches back into one entry per report.
+    """
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
+        self.written: list[tuple[str, Any]] = []
         self.artifacts: list[ArtifactCreate] = []
         self._changed: anyio.Event | None = None
 
+    @property
+    def events(self) -> list[tuple[str, Any]]:
+        """One ``(kind, data)`` per ``report`` call, in order."""
+        out: list[tuple[str, Any]] = []
+        for kind, data in self.written:
+            if (
+                isinstance(data, dict)
+                and set(data) == {"batch"}
+                and isinstance(data["batch"], list)
+            ):
+                out.extend((kind, item) for item in data["batch"])
+            else:
+                out.append((kind, data))
+        return out
+
     async def emit_events(self, events: list[tuple[str, Any]]) -> None:
         """Record events in order."""
-        self.events.extend(events)
+        self.written.extend(events)
         self._notify()
 
     async def emit_artifact(self, artifact: ArtifactCreate) -> str:
@@ -161,7 +181,7 @@ class ExecutorHarness:
     # -- what the executor did ----------------------------------------------------------------
     @property
     def events(self) -> list[tuple[str, Any]]:
-        """``(kind, data)`` of every event written, in order."""
+        """``(kind, data)`` of every report, in order (batches expanded)."""
         return self.sink.events
 
     @property
