@@ -243,9 +243,16 @@ def test_systemd_analyze_verifies_what_the_command_prints(tmp_path):
     )
 
 
-def test_python_dash_m_worker_cli_runs_the_command():
+def test_without_a_console_script_the_unit_runs_python_dash_m_worker(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    python = bindir / "python3"
+    python.symlink_to(sys.executable)  # a venv's python is a symlink: keep it, don't resolve
+    monkeypatch.setattr(sys, "executable", str(python))
+    monkeypatch.setenv("PATH", str(bindir))
+    assert resolve_exec() == (str(python), "-m", "worker")
     proc = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "systemd-unit", "--target"],
+        [*resolve_exec(), "systemd-unit", "--target"],
         capture_output=True,
         text=True,
         timeout=60,

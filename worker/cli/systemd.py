@@ -209,7 +209,7 @@ def render_target(*, user_mode: bool = False) -> str:
 
 
 def resolve_exec() -> tuple[str, ...]:
-    """The command that starts this install: its ``backlog-worker`` script, else ``-m``.
+    """The command that starts this install: its ``backlog-worker`` script, else ``-m worker``.
 
     The script next to the running interpreter wins (a virtualenv's ``bin/``), then the one
     on ``PATH``; both are resolved to absolute paths, as systemd needs.
@@ -221,7 +221,7 @@ def resolve_exec() -> tuple[str, ...]:
     found = shutil.which("backlog-worker")
     if found:
         return (str(Path(found).resolve()),)
-    return (str(interpreter.absolute()), "-m", "worker.cli")
+    return (str(interpreter.absolute()), "-m", "worker")
 
 
 @click.command("systemd-unit")
