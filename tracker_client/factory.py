@@ -1,8 +1,8 @@
 """Pick and open a :class:`~tracker_client.protocol.Tracker` from a URL.
 
-* ``sqlite:///abs/path/backlog.db``, ``sqlite://relative.db``, ``sqlite:///:memory:`` or a bare
-  filesystem path -> the embedded tracker. Query parameters become options, e.g.
-  ``sqlite:///var/lib/backlog-worker/rail.db?synchronous=FULL&max_backlog_depth=5000``.
+* ``sqlite:///abs/path/backlog.db``, ``sqlite://relative.db``, ``sqlite:///./relative.db``,
+  ``sqlite:///:memory:`` or a bare filesystem path -> the embedded tracker. Query parameters
+  become options, e.g. ``sqlite:///var/lib/backlog-worker/rail.db?synchronous=FULL&max_backlog_depth=5000``.
 * ``http://host:port`` / ``https://...`` -> the NullTickets client (``api_token`` is the admin
   bearer token).
 """
@@ -28,6 +28,9 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
         raise ConfigError(f"tracker url {raw!r} names no database file")
     if path.startswith("/:memory:"):
         path = ":memory:"
+    elif path.startswith(("/./", "/../")):
+        # sqlite:///./rail.db names a path relative to the working directory, not /rail.db.
+        path = path[1:]
     return path, dict(parse_qsl(query, keep_blank_values=True))
 
 
