@@ -206,3 +206,49 @@ async def test_slow_answer_within_timeout_succeeds(
     outcome = await NullClawExecutor(options).execute(make_ctx(tmp_path / "run", sink))
     assert isinstance(outcome, Transition)
     assert sink.items("result")[0]["answer_head"] == "late but fine"
+
+
+async def test_harness_cancel_on_first_progress_leaves_no_process(
+    tmp_path: Path,
+    options: dict[str, Any],
+    pidfile: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the plugin authors' harness: cancel as soon as progress shows up."""
+    from plugins.testing import ExecutorHarness
+
+    monkeypatch.setenv("FAKE_NULLCLAW_MODE", "hang")
+    harness = ExecutorHarness(title="hang", workdir=tmp_path / "run")
+    async with anyio.create_task_group() as tg:
+
+        async def cancel_when_all_started() -> None:
+            await harness.wait_for_event("progress")
+            await wait_pidfile(pidfile)
+            harness.cancel()
+
+        tg.start_soon(cancel_when_all_started)
+        outcome = await harness.run(NullClawExecutor(options))
+    assert harness.cancelled
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "cancelled"
+    pids = await wait_pidfile(pidfile, deadline_s=0.1)
+    assert [p for p in pids.values() if pid_alive(p)] == []
+    assert any("thinking" in p.get("text", "") for p in harness.events_of("progress"))
+
+
+async def test_harness_timeout_leaves_no_process(
+    tmp_path: Path,
+    options: dict[str, Any],
+    pidfile: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's own deadline (the role's timeout_s) also kills the whole group."""
+    from plugins.testing import ExecutorHarness
+
+    monkeypatch.setenv("FAKE_NULLCLAW_MODE", "hang")
+    harness = ExecutorHarness(title="hang", workdir=tmp_path / "run", timeout_s=2.0)
+    outcome = await harness.run(NullClawExecutor(options))
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "timeout"
+    pids = await wait_pidfile(pidfile, deadline_s=0.1)
+    assert await wait_dead(list(pids.values())) == []
