@@ -1,0 +1,72 @@
+"""Callables for the python-executor tests (imported by path, as a role would name them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from plugins.api import ExecutionContext, Failure, Transition
+
+NOT_CALLABLE = 42
+
+
+async def approve(ctx: ExecutionContext) -> Transition:
+    await ctx.report("progress", {"title": ctx.task.title, "option": ctx.options.get("extra")})
+    await ctx.artifact("report", f"file://{ctx.workdir}/report.txt", size_bytes=3)
+    return Transition(trigger="approve", instructions="go")
+
+
+async def give_up(ctx: ExecutionContext) -> Failure:
+    return Failure(reason="no_luck", message="nope", retryable=False)
+
+
+async def nothing(ctx: ExecutionContext) -> None:
+    return None
+
+
+async def as_dict(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"trigger": "reject", "instructions": "redo", "usage": {"tokens": 7}}
+
+
+async def bad_dict(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"trigger": "x", "colour": "red"}
+
+
+async def bad_trigger(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"trigger": 5}
+
+
+async def a_string(ctx: ExecutionContext) -> str:
+    return "complete"
+
+
+async def explode(ctx: ExecutionContext) -> None:
+    raise RuntimeError("kaboom")
+
+
+async def wait_forever(ctx: ExecutionContext) -> None:
+    await ctx.report("started", {})
+    await anyio.sleep_forever()
+
+
+async def until_shutdown(ctx: ExecutionContext) -> Transition:
+    await ctx.report("started", {})
+    await ctx.wait_shutdown()
+    return Transition(trigger="checkpoint" if ctx.shutting_down else "complete")
+
+
+def sync_function(ctx: ExecutionContext) -> None:
+    return None
+
+
+class AsyncCallable:
+    async def __call__(self, ctx: ExecutionContext) -> Transition:
+        return Transition(trigger="called")
+
+
+instance = AsyncCallable()
+
+
+class Namespace:
+    approve = staticmethod(approve)
