@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,7 +268,8 @@ class _Workers:
         self.workdir, self.config, self.db_url, self.count = workdir, config, db_url, count
         self.procs: list[Process] = []
         self.logs: list[Path] = []
-        self.stopped = False
+        self.stopping = False
+        self.problem: str | None = None
 
     async def start(self, stack: ExitStack) -> None:
         env = _child_env()
@@ -276,7 +277,7 @@ class _Workers:
             log = self.workdir / f"worker-{i}.log"
             fh = stack.enter_context(log.open("wb"))
             argv = [
-                sys.executable, "-m", "worker.cli", "run",
+                sys.executable, "-m", "worker", "run",
                 "--config", str(self.config), "--tracker", self.db_url,
                 "--agent-id", f"demo-worker-{i}", "--log-level", "WARNING", "--log-format", "plain",
             ]  # fmt: skip
@@ -286,18 +287,18 @@ class _Workers:
             self.procs.append(proc)
             self.logs.append(log)
 
-    def crashed(self) -> str | None:
-        """A message about the first worker that exited on its own, else None."""
-        for i, proc in enumerate(self.procs):
-            if proc.returncode is not None:
-                tail = self.logs[i].read_text(errors="replace").strip().splitlines()[-3:]
-                return f"worker {i + 1} exited with status {proc.returncode}: " + " | ".join(tail)
-        return None
+    async def watch(self, index: int, proc: Process) -> None:
+        """Record a worker that exits before the demo stops it (a crash or a config error)."""
+        code = await proc.wait()
+        if not self.stopping and self.problem is None:
+            tail = self.logs[index].read_text(errors="replace").strip().splitlines()[-3:]
+            self.problem = f"worker {index + 1} exited with status {code}: " + " | ".join(tail)
 
     async def stop(self) -> None:
-        if self.stopped:
+        """TERM every worker (they drain at once: nothing is left to claim), KILL stragglers."""
+        if self.stopping:
             return
-        self.stopped = True
+        self.stopping = True
         with anyio.CancelScope(shield=True):
             for proc in self.procs:
                 if proc.returncode is None:
@@ -313,9 +314,38 @@ class _Workers:
                 await proc.aclose()
 
 
-async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
+async def _monitor(
+    tracker: Tracker, pipeline_id: str, workers: _Workers, opts: DemoOptions, console: Console
+) -> tuple[list[Task], str | None, float]:
+    """Refresh the progress view until every task is final, a worker dies, or time runs out."""
     from rich.live import Live
 
+    started = time.monotonic()
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    last_line = 0.0
+    with live if live is not None else nullcontext():
+        while True:
+            tasks = await _tasks(tracker, pipeline_id)
+            stats = await tracker.queue_stats()
+            running = sum(r.running_count or 0 for r in stats.roles)
+            elapsed = time.monotonic() - started
+            finished = all(_is_final(t) for t in tasks)
+            problem = workers.problem
+            if not finished and problem is None and elapsed > opts.timeout_s:
+                problem = f"timed out after {opts.timeout_s:g}s"
+            view = _progress_view(tasks, running, elapsed)
+            if live is not None:
+                live.update(view, refresh=True)
+            elif finished or problem or elapsed - last_line >= 2:
+                last_line = elapsed
+                done = sum(1 for t in tasks if _is_final(t))
+                console.print(f"finished {done}/{len(tasks)} after {elapsed:.1f}s", soft_wrap=True)
+            if finished or problem:
+                return tasks, problem, elapsed
+            await anyio.sleep(0.2)
+
+
+async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
     db_url = f"sqlite:///{workdir / 'rail.db'}"
     config = workdir / "worker.toml"
     config.write_text(worker_config(db_url, opts.concurrency), encoding="utf-8")
@@ -324,51 +354,34 @@ async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
     try:
         pipeline_id = await tracker.create_pipeline("demo-review", PIPELINE)
         console.print(
-            f"rail [bold]{db_url}[/]: pipeline draft -> review -> done (reject loop, dead letters"
-            f" to 'dead'); {opts.task_count} tasks; {opts.workers} worker processes x "
-            f"{opts.concurrency} slots"
+            f"rail {db_url}\npipeline draft -> review -> done, reject loop review -> draft, "
+            f"dead letters to 'dead'\n{opts.task_count} tasks, {opts.workers} worker processes "
+            f"x {opts.concurrency} slots, command executor",
+            soft_wrap=True,
         )
-        started = time.monotonic()
         await tracker.create_tasks(demo_tasks(pipeline_id, opts.task_count))
         with ExitStack() as stack:
-            await workers.start(stack)
-            tasks = await _tasks(tracker, pipeline_id)
-            problem: str | None = None
-            last_line = 0.0
-            with Live(console=console, auto_refresh=False, transient=False) as live:
-                while True:
-                    tasks = await _tasks(tracker, pipeline_id)
-                    stats = await tracker.queue_stats()
-                    running = sum(r.running_count or 0 for r in stats.roles)
-                    elapsed = time.monotonic() - started
-                    view = _progress_view(tasks, running, elapsed)
-                    if console.is_terminal:
-                        live.update(view, refresh=True)
-                    elif elapsed - last_line >= 2:
-                        last_line = elapsed
-                        done = sum(1 for t in tasks if _is_final(t))
-                        console.print(f"finished {done}/{len(tasks)} after {elapsed:.1f}s")
-                    if all(_is_final(t) for t in tasks):
-                        live.update(view, refresh=True)
-                        break
-                    problem = workers.crashed()
-                    if problem or elapsed > opts.timeout_s:
-                        problem = problem or f"timed out after {opts.timeout_s:g}s"
-                        live.update(view, refresh=True)
-                        break
-                    await anyio.sleep(0.2)
-            elapsed = time.monotonic() - started
-            await workers.stop()
+            async with anyio.create_task_group() as tg:
+                await workers.start(stack)
+                for i, proc in enumerate(workers.procs):
+                    tg.start_soon(workers.watch, i, proc)
+                tasks, problem, elapsed = await _monitor(
+                    tracker, pipeline_id, workers, opts, console
+                )
+                await workers.stop()
         summary = await _summarise(tracker, tasks, elapsed)
         console.print(render_summary(summary))
         if problem:
-            console.print(f"[red]demo incomplete: {problem}[/] (logs in {workdir})")
+            console.print(f"[red]demo incomplete: {problem}[/]", soft_wrap=True)
             return False
-        console.print(
-            "next: `backlog-worker task show ID --tracker URL` for one task's runs and events, "
-            "`backlog-worker queue --tracker URL` for the backlog"
-            + (f" (URL = {db_url})" if opts.keep_dir else "")
-        )
+        if opts.keep_dir is not None:
+            console.print(
+                f"the rail is kept: backlog-worker task list --tracker {db_url}\n"
+                f"                  backlog-worker queue --tracker {db_url}",
+                soft_wrap=True,
+            )
+        else:
+            console.print("(--keep DIR keeps the rail to explore it with the CLI)")
         return True
     finally:
         await workers.stop()

@@ -126,6 +126,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith("BACKLOG_WORKER_"):
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")  # rich tables: no wrapping inside the asserted words
 
 
 @pytest.fixture

@@ -282,8 +282,9 @@ class OpsContext:
         click.echo(text)
 
     def print(self, *objects: Any) -> None:
-        """Print rich renderables on stdout."""
-        self.console.print(*objects)
+        """Print rich renderables on stdout (plain message lines are never wrapped)."""
+        soft = all(isinstance(o, str) for o in objects)
+        self.console.print(*objects, soft_wrap=soft)
 
 
 def to_jsonable(data: Any) -> Any:

@@ -31,19 +31,19 @@ def render_queue(stats: QueueStats) -> RenderableType:
     """The per-role table of a :class:`QueueStats`."""
     table = Table(title=f"queue at {fmt_ms(stats.generated_at_ms)}")
     columns = (
-        "role",
         "waiting",
         "claimable",
         "running",
         "failed",
         "dead-lettered",
         "oldest waiting",
-        "near-expiry leases",
+        "near-expiry",
         "stuck",
         "cap",
     )
+    table.add_column("role", no_wrap=True)
     for col in columns:
-        table.add_column(col, justify="left" if col == "role" else "right")
+        table.add_column(col, justify="right", overflow="fold")
     for r in stats.roles:
         cap = r.max_backlog_depth
         table.add_row(
