@@ -14,8 +14,9 @@ The NullClaw CLI is hostile to naive wrapping (``CLI.md``); this executor handle
   stable reason and the right ``retryable`` -- :mod:`plugins.nullclaw_result`;
 * ``readiness()`` for ``backlog-worker check`` -- :mod:`plugins.nullclaw_readiness`.
 
-A successful answer is written to ``<workspace>/.backlog-worker/answer-<run id>.md``, recorded
-as a ``file`` artifact (sha256, size) and its head is reported in a ``result`` event.
+A successful answer is written to ``<workspace>/.backlog-worker/answer-<run id>.md`` (or
+``<answers_dir>/<task id>/answer-<run id>.md``), recorded as a ``file`` artifact (sha256, size)
+and its head is reported in a ``result`` event.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _save_answer(path: Path, data: bytes) -> str:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "run"
+    """One harmless path component: no separators, never ``.``/``..``, never hidden."""
+    return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9._-]", "_", name)) or "_"
 
 
 class NullClawExecutor:
@@ -266,7 +268,11 @@ class NullClawExecutor:
                     details={"answer_tail": answer.text[-1000:]},
                 )
         data = answer.text.encode("utf-8")
-        path = workspace / _OUTPUT_DIR / f"answer-{_safe(ctx.run.id)}.md"
+        name = f"answer-{_safe(ctx.run.id)}.md"
+        if opts.answers_dir is not None:
+            path = opts.answers_dir / _safe(ctx.task.id) / name
+        else:
+            path = workspace / _OUTPUT_DIR / name
         digest = await anyio.to_thread.run_sync(_save_answer, path, data)
         meta = {
             "name": "nullclaw answer",

@@ -80,6 +80,10 @@ class NullClawOptions(BaseModel):
     kill_grace_s: float = Field(5.0, ge=0)
     workspace: Literal["run", "task", "shared"] = "run"
     workspace_dir: Path | None = None
+    #: Where answers are saved (``<answers_dir>/<task id>/answer-<run id>.md``); None = in the
+    #: workspace's ``.backlog-worker/``. Set it with ``workspace = "run"`` when the worker
+    #: deletes run directories (the default), so the artifact's file outlives the run.
+    answers_dir: Path | None = None
     env_passthrough: tuple[str, ...] = ()
     max_output_bytes: int = Field(1 << 20, ge=1024)
 
@@ -116,6 +120,10 @@ class NullClawOptions(BaseModel):
                 raise ValueError(
                     f"'workspace_dir' must be an absolute path, got {str(self.workspace_dir)!r}"
                 )
+        if self.answers_dir is not None and not self.answers_dir.is_absolute():
+            raise ValueError(
+                f"'answers_dir' must be an absolute path, got {str(self.answers_dir)!r}"
+            )
         for name in (*self.env_passthrough, *([self.api_key_env] if self.api_key_env else [])):
             _check_env_name(name)
         if self.verdict_fallback_trigger is not None and not self.triggers:

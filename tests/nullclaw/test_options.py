@@ -167,3 +167,22 @@ async def test_task_workspace_is_kept_across_runs_and_shared_is_one_dir(
     assert read_record(record)["env"]["NULLCLAW_WORKSPACE"] == str(tmp_path / "shared")
     # the private HOME is never inside the workspace the agent's file tools can see
     assert not (tmp_path / "shared" / "nullclaw-home").exists()
+
+
+@pytest.mark.anyio
+async def test_answers_dir_keeps_answers_outside_the_run_workdir(
+    tmp_path: Path, options: dict[str, Any], sink: RecordingSink
+) -> None:
+    opts = {**options, "answers_dir": str(tmp_path / "answers")}
+    ctx = make_ctx(tmp_path / "run", sink, id="../evil")
+    assert isinstance(await NullClawExecutor(opts).execute(ctx), Transition)
+    [art] = sink.artifacts
+    path = Path(art.uri.removeprefix("file://"))
+    assert path.parent.parent == tmp_path / "answers"
+    assert path.parent.name == "_._evil"
+    assert path.read_text().startswith("Answer: ")
+
+
+def test_answers_dir_must_be_absolute() -> None:
+    with pytest.raises(ExecutorError, match="'answers_dir' must be an absolute path"):
+        NullClawExecutor({**GEN, "answers_dir": "answers"})
