@@ -136,6 +136,8 @@ def render_service(opts: UnitOptions | None = None) -> str:
         "ExecReload=/bin/kill -HUP $MAINPID",
         f"Environment=BACKLOG_WORKER_INSTANCE={name}",
         "Environment=PYTHONUNBUFFERED=1",
+        "# The same journal tag whether ExecStart is the script or python -m worker.",
+        "SyslogIdentifier=backlog-worker",
         f"WorkingDirectory={state}",
         "TimeoutStartSec=120",
         f"WatchdogSec={o.watchdog_s}",
