@@ -1,8 +1,8 @@
 """systemd integration: the ``sd_notify`` protocol, the watchdog, and service credentials.
 
 The protocol is small enough that a dependency would cost more than it saves: the ``sdnotify``
-package blocks on send and swallows nothing, and ``systemd-python`` needs libsystemd headers
-at install time. Here it is one AF_UNIX datagram per message to ``$NOTIFY_SOCKET`` (a path,
+package sends on a blocking socket and knows nothing of ``WATCHDOG_USEC``/``WATCHDOG_PID`` or
+reloads, and ``systemd-python`` needs libsystemd headers at install time. Here it is one AF_UNIX datagram per message to ``$NOTIFY_SOCKET`` (a path,
 or an abstract socket written ``@name``), sent from a non-blocking socket so a slow or gone
 service manager can never stall the event loop. Every failure is logged once and swallowed:
 supervision is best effort, the work is not. Without ``$NOTIFY_SOCKET`` every call is a no-op,
