@@ -22,6 +22,7 @@ and its head is reported in a ``result`` event.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -49,6 +50,8 @@ from tracker_client.errors import ExecutorError
 __all__ = ["NullClawExecutor"]
 
 _OUTPUT_DIR = ".backlog-worker"
+# our own logger, not ctx.logger: a LoggerAdapter (the worker's) would drop our "action" extra
+log = logging.getLogger("backlog_worker.executor.nullclaw")
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -158,7 +161,7 @@ class NullClawExecutor:
             )
         if plan.file is not None:
             await anyio.to_thread.run_sync(_write_private, plan.file, plan.prompt.encode("utf-8"))
-        ctx.logger.info(
+        log.info(
             "starting nullclaw for task %s (prompt %d bytes%s)",
             ctx.task.id,
             len(plan.prompt.encode("utf-8")),
@@ -209,7 +212,7 @@ class NullClawExecutor:
                 details={"binary": opts.binary},
             )
         if result is None or timeout_scope.cancelled_caught:
-            ctx.logger.warning(
+            log.warning(
                 "nullclaw timed out after %.1fs; its process group was killed",
                 limit,
                 extra={"action": "nullclaw_timeout", "task_id": ctx.task.id, "run_id": ctx.run.id},
@@ -232,10 +235,15 @@ class NullClawExecutor:
             retryable_errors=opts.retryable_errors,
         )
         if isinstance(outcome, Failure):
-            ctx.logger.warning(
+            log.warning(
                 "nullclaw failed: %s",
                 outcome.message,
-                extra={"action": "nullclaw_failed", "task_id": ctx.task.id, "run_id": ctx.run.id},
+                extra={
+                    "action": "nullclaw_failed",
+                    "reason": outcome.reason,
+                    "task_id": ctx.task.id,
+                    "run_id": ctx.run.id,
+                },
             )
             return outcome
         return await self._succeed(ctx, outcome, result, workspace)
@@ -301,7 +309,7 @@ class NullClawExecutor:
             },
             flush=True,
         )
-        ctx.logger.info(
+        log.info(
             "nullclaw answered for task %s (%d bytes)",
             ctx.task.id,
             len(data),

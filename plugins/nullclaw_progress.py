@@ -12,6 +12,7 @@ regardless (:meth:`tail`) for failure details.
 from __future__ import annotations
 
 import codecs
+import logging
 
 import anyio
 import anyio.abc
@@ -21,6 +22,7 @@ from plugins.api import ExecutionContext
 __all__ = ["ProgressForwarder"]
 
 _TAIL_CHARS = 4096
+log = logging.getLogger("backlog_worker.executor.nullclaw")
 
 
 class _Stream:
@@ -105,10 +107,14 @@ class ProgressForwarder:
         try:
             await self.flush(final=final)
         except Exception as exc:
-            self._ctx.logger.warning(
+            log.warning(
                 "could not report progress: %s",
                 exc,
-                extra={"action": "progress_report_failed"},
+                extra={
+                    "action": "progress_report_failed",
+                    "task_id": self._ctx.task.id,
+                    "run_id": self._ctx.run.id,
+                },
             )
 
     async def flush(self, *, final: bool = False) -> None:

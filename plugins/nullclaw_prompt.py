@@ -91,7 +91,8 @@ class PromptTooLarge(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PromptPlan:
-    """What to run: ``message`` goes to ``-m``; ``file`` (path, text) is written first if set."""
+    """What to run: ``message`` goes to ``-m``; when ``file`` is set, ``prompt`` is written
+    there first (and ``message`` points the agent at it)."""
 
     message: str
     prompt: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import stat
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,29 @@ async def test_binary_name_not_on_path(
     assert isinstance(outcome, Failure)
     assert outcome.reason == "nullclaw_not_started"
     assert "no such executable" in outcome.message
+
+
+async def test_logs_name_actions_and_never_the_key(
+    tmp_path: Path,
+    options: dict[str, Any],
+    sink: RecordingSink,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("MY_LLM_KEY", "llm-key-789")
+    caplog.set_level(logging.DEBUG)
+    ex = NullClawExecutor({**options, "api_key_env": "MY_LLM_KEY"})
+    assert isinstance(await ex.execute(make_ctx(tmp_path / "ok", sink)), Transition)
+    monkeypatch.setenv("FAKE_NULLCLAW_MODE", "http500")
+    assert isinstance(await ex.execute(make_ctx(tmp_path / "bad", sink)), Failure)
+    ours = [r for r in caplog.records if r.name == "backlog_worker.executor.nullclaw"]
+    actions = [getattr(r, "action", None) for r in ours]
+    assert actions == [
+        "nullclaw_started",
+        "nullclaw_succeeded",
+        "nullclaw_started",
+        "nullclaw_failed",
+    ]
+    assert all(getattr(r, "task_id", None) == "task-1" for r in ours)
+    assert "llm-key-789" not in caplog.text
+    assert "llm-key-789" not in repr(ex)
