@@ -207,15 +207,18 @@ class Worker:
         while not self._stopping.is_set():
             if max_tasks and self._claims_made >= max_tasks:
                 break
-            await self._slots.acquire()
+            # Each slot is borrowed on behalf of its own token, so the run that ends up holding
+            # it (another task) can hand it back.
+            slot = object()
+            await self._slots.acquire_on_behalf_of(slot)
             self.last_progress = time.monotonic()
             try:
                 claimed = await self._claim_next()
             except BaseException:
-                self._slots.release()
+                self._slots.release_on_behalf_of(slot)
                 raise
             if claimed is None:
-                self._slots.release()
+                self._slots.release_on_behalf_of(slot)
                 if self.config.drain and not self._runs:
                     log.info("queue drained", extra={"action": "drained"})
                     break
@@ -225,7 +228,7 @@ class Worker:
             idle_round = 0
             lease, role = claimed
             self._claims_made += 1
-            self._start_run(runs, lease, role)
+            self._start_run(runs, lease, role, slot)
 
     async def _idle_wait(self, idle_round: int) -> None:
         ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))
@@ -304,7 +307,9 @@ class Worker:
             ttl = min(ttl, ceiling_ms / 1000)
         return ttl
 
-    def _start_run(self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role) -> None:
+    def _start_run(
+        self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role, slot: object
+    ) -> None:
         run = TaskRun(
             tracker=self.tracker,
             lease=lease,
@@ -326,9 +331,9 @@ class Worker:
         self.stats.claimed += 1
         self.stats.in_flight = len(self._runs)
         self.stats.by_role[role.name] = self.stats.by_role.get(role.name, 0) + 1
-        runs.start_soon(self._supervise, run, role)
+        runs.start_soon(self._supervise, run, role, slot)
 
-    async def _supervise(self, run: TaskRun, role: Role) -> None:
+    async def _supervise(self, run: TaskRun, role: Role, slot: object) -> None:
         try:
             run._instructions = await self._instructions_for(run.lease)
             result = await run.execute()
@@ -340,7 +345,7 @@ class Worker:
             self._runs.discard(run)
             self._role_busy[role.name] -= 1
             self.stats.in_flight = len(self._runs)
-            self._slots.release()
+            self._slots.release_on_behalf_of(slot)
             self._run_done.set()
             if not self._runs:
                 self._all_idle.set()

@@ -79,4 +79,10 @@ async def call_with_retry(
         before_sleep=_log_retry(action),
         reraise=True,
     )
-    return await retrying(fn)
+
+    async def attempt() -> T:
+        # tenacity only awaits callables it recognises as coroutine functions; lambdas that
+        # return a coroutine are not, so wrap them.
+        return await fn()
+
+    return await retrying(attempt)
