@@ -29,10 +29,15 @@ __all__ = [
 MAX_LEASE_TTL_MS = 86_400_000
 
 _CANDIDATES = (
-    "SELECT seq, has_deps, assignee, concurrency_key, stage FROM tasks "
+    "SELECT * FROM tasks "
     "WHERE role = ? AND dead_letter_reason IS NULL AND terminal = 0 "
     "AND next_eligible_at_ms <= ? AND lease_expires_at_ms <= ? "
     "ORDER BY priority DESC, seq"
+)
+_HOUSEKEEPING = (
+    "SELECT EXISTS (SELECT 1 FROM leases WHERE expires_at_ms <= ?1), "
+    "EXISTS (SELECT 1 FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1 "
+    "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ?1)"
 )
 _UNRESOLVED = (
     "SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
@@ -140,43 +145,41 @@ def claim(
         raise ValidationFailed("agent_id must be a non-empty string")
     if not isinstance(role, str) or not role:
         raise ValidationFailed("role must be a non-empty string")
-    reclaim_expired(ctx)
-    expire_deadlines(ctx)
     now = ctx.now
     conn = ctx.conn
+    lapsed, overdue = conn.execute(_HOUSEKEEPING, (now,)).fetchone()
+    if lapsed:
+        reclaim_expired(ctx)
+    if overdue:
+        expire_deadlines(ctx)
     limits = _limits(per_state)
     stage_counts: dict[str, int] = {}
-    chosen = None
+    task = None
     for cand in conn.execute(_CANDIDATES, (role, now, now)):
-        seq = cand[0]
-        if cand[2] is not None and cand[2] != agent_id:
+        seq = cand["seq"]
+        assignee = cand["assignee"]
+        if assignee is not None and assignee != agent_id:
             continue
-        if cand[1] and conn.execute(_UNRESOLVED, (seq,)).fetchone() is not None:
+        if cand["has_deps"] and conn.execute(_UNRESOLVED, (seq,)).fetchone() is not None:
             continue
-        if cand[3] is not None and conn.execute(_KEY_HELD, (cand[3], now, seq)).fetchone():
+        key = cand["concurrency_key"]
+        if key is not None and conn.execute(_KEY_HELD, (key, now, seq)).fetchone():
             continue
-        limit = limits.get(cand[4])
+        stage = cand["stage"]
+        limit = limits.get(stage)
         if limit is not None:
-            held = stage_counts.get(cand[4])
+            held = stage_counts.get(stage)
             if held is None:
-                held = int(conn.execute(_STAGE_LEASES, (now, cand[4])).fetchone()[0])
-                stage_counts[cand[4]] = held
+                held = int(conn.execute(_STAGE_LEASES, (now, stage)).fetchone()[0])
+                stage_counts[stage] = held
             if held >= limit:
                 continue
-        chosen = seq
+        task = cand
         break
-    if chosen is None:
+    if task is None:
         return None
-    task = conn.execute("SELECT * FROM tasks WHERE seq = ?", (chosen,)).fetchone()
     task_id = task["id"]
-    attempt = (
-        int(
-            conn.execute(
-                "SELECT coalesce(max(attempt), 0) FROM runs WHERE task_id = ?", (task_id,)
-            ).fetchone()[0]
-        )
-        + 1
-    )
+    attempt = int(task["last_attempt"]) + 1
     run_id = new_id()
     lease_id = new_id()
     token = secrets.token_hex(32)
@@ -191,7 +194,10 @@ def claim(
         "VALUES (?, ?, ?, ?, ?, ?)",
         (lease_id, run_id, task_id, token_hash(token), lease_ttl_ms, expires),
     )
-    conn.execute("UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?", (expires, chosen))
+    conn.execute(
+        "UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ? WHERE seq = ?",
+        (expires, attempt, task["seq"]),
+    )
     run = Run.model_construct(
         id=run_id,
         task_id=task_id,

@@ -138,6 +138,49 @@ def _resolve(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
         fut.set_exception(value)
 
 
+class _Checkpointer:
+    """Checkpoints the WAL from its own connection and thread, so no commit pays for the fsyncs.
+
+    The main connection runs with ``wal_autocheckpoint = 0``; after every ``every`` commits it
+    pokes this thread, which runs a PASSIVE checkpoint (never blocks writers or readers).
+    """
+
+    def __init__(self, path: str, busy_timeout_ms: int, every: int = 500) -> None:
+        self._path = path
+        self._busy = busy_timeout_ms
+        self.every = every
+        self._wake = threading.Event()
+        self._stop = False
+        self.thread = threading.Thread(
+            target=self._main, name=f"backlog-checkpoint:{os.path.basename(path)}", daemon=True
+        )
+        self.thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    def _main(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
+            while True:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                if self._stop:
+                    return
+        finally:
+            conn.close()
+
+
 class Database:
     """An open, checked, migrated SQLite connection owned by one thread."""
 
@@ -146,6 +189,8 @@ class Database:
         self.path = path
         self._worker = worker
         self._closed = False
+        self._checkpointer: _Checkpointer | None = None
+        self._commits = 0
 
     # -- opening --------------------------------------------------------------------------------
     @classmethod
@@ -157,12 +202,16 @@ class Database:
         db._worker = worker
         db._closed = False
         db.path = path
+        db._checkpointer = None
+        db._commits = 0
         try:
             await db._call(lambda: box.append(_connect(path, synchronous, busy_timeout_ms)))
         except BaseException:
             worker.stop()
             raise
         db.conn = box[0]
+        if path != ":memory:":
+            db._checkpointer = _Checkpointer(path, busy_timeout_ms)
         return db
 
     # -- running work ---------------------------------------------------------------------------
@@ -211,6 +260,9 @@ class Database:
         if self._closed:
             return
         self._closed = True
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            await anyio.to_thread.run_sync(self._checkpointer.thread.join)
         with contextlib.suppress(Exception):
             await self._call(self.conn.close)
         self._worker.stop()
@@ -227,6 +279,9 @@ class Database:
         try:
             result = fn()
             conn.execute("COMMIT")
+            self._commits += 1
+            if self._checkpointer is not None and self._commits % self._checkpointer.every == 0:
+                self._checkpointer.poke()
         except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
@@ -275,6 +330,8 @@ def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conne
             if str(mode).lower() != "wal":
                 raise TrackerUnavailable(f"{path}: could not switch to WAL (mode {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        # Checkpoints run on a separate thread (see _Checkpointer), not inside a commit.
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
         _migrate(conn, path)
     except sqlite3.Error as exc:
         conn.close()

@@ -6,6 +6,7 @@ Each function runs on the database thread inside one ``BEGIN IMMEDIATE`` transac
 from __future__ import annotations
 
 import hashlib
+import hmac
 import random
 import sqlite3
 from typing import Any
@@ -40,20 +41,31 @@ def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
     return LeaseLost(f"no active lease for run {run_id}", code="not_found")
 
 
+_LEASE = (
+    "SELECT l.id AS lease_id, l.run_id AS lease_run_id, l.task_id AS task_id, l.token_sha256, "
+    "l.ttl_ms, l.expires_at_ms AS lease_until, t.* FROM leases l JOIN tasks t ON t.id = l.task_id "
+    "WHERE "
+)
+
+
 def check_lease(
     ctx: Ctx, run_id: str, token_sha256: str, *, lease_id: str | None = None
 ) -> sqlite3.Row:
-    """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``."""
+    """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``.
+
+    The row is the task's row plus ``lease_id``, ``lease_run_id``, ``task_id``, ``token_sha256``,
+    ``ttl_ms`` and ``lease_until`` (the lease's expiry), read in one query.
+    """
     if lease_id is not None:
-        row = ctx.one("SELECT * FROM leases WHERE id = ?", (lease_id,))
+        row = ctx.one(_LEASE + "l.id = ?", (lease_id,))
     else:
-        row = ctx.one("SELECT * FROM leases WHERE run_id = ?", (run_id,))
+        row = ctx.one(_LEASE + "l.run_id = ?", (run_id,))
     if row is None:
         raise _lost_for_missing(ctx, run_id)
-    if row["token_sha256"] != token_sha256:
-        raise LeaseLost(f"invalid lease token for run {row['run_id']}", code="invalid_token")
-    if row["expires_at_ms"] <= ctx.now:
-        raise LeaseLost(f"lease of run {row['run_id']} expired", code="expired")
+    if not hmac.compare_digest(row["token_sha256"], token_sha256):
+        raise LeaseLost(f"invalid lease token for run {row['lease_run_id']}", code="invalid_token")
+    if row["lease_until"] <= ctx.now:
+        raise LeaseLost(f"lease of run {row['lease_run_id']} expired", code="expired")
     return row
 
 
@@ -85,8 +97,7 @@ def transition(
     usage: Any,
 ) -> TransitionResult:
     """Complete the run and move its task along ``trigger``; errors leave everything unchanged."""
-    lease = check_lease(ctx, run_id, token_sha256)
-    task = ctx.task_row(lease["task_id"])
+    task = check_lease(ctx, run_id, token_sha256)
     stage = task["stage"]
     if expected_stage is not None and expected_stage != stage:
         raise Conflict(
@@ -121,7 +132,7 @@ def transition(
         "lease_expires_at_ms = 0, stale_streak = 0 WHERE seq = ?",
         (to, now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
     )
-    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
+    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (task["lease_id"],))
     text = instructions if instructions is not None else (move.instructions or "")
     ctx.event(
         task["id"],
@@ -166,7 +177,7 @@ def fail(
 
     ``retryable=False`` dead-letters at once with reason ``permanent_failure``.
     """
-    lease = check_lease(ctx, run_id, token_sha256)
+    task = check_lease(ctx, run_id, token_sha256)
     if not isinstance(error, str):
         raise ValidationFailed("fail: 'error' must be a string")
     if len(error) > MIB // 4 and len(error.encode()) > MIB:
@@ -175,12 +186,11 @@ def fail(
         )
     usage_text = _usage(usage)
     now = ctx.now
-    task = ctx.task_row(lease["task_id"])
     ctx.conn.execute(
         "UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?",
         (now, error, usage_text, run_id),
     )
-    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
+    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (task["lease_id"],))
     failed = int(task["failed_attempts"]) + 1
     ctx.conn.execute(
         "UPDATE tasks SET failed_attempts = ?, stale_streak = 0, lease_expires_at_ms = 0 "

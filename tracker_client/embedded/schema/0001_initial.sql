@@ -36,6 +36,7 @@ CREATE TABLE tasks (
     max_stale_attempts INTEGER,
     failed_attempts INTEGER NOT NULL DEFAULT 0,
     stale_streak INTEGER NOT NULL DEFAULT 0,
+    last_attempt INTEGER NOT NULL DEFAULT 0,
     role TEXT,
     terminal INTEGER NOT NULL DEFAULT 0,
     lease_expires_at_ms INTEGER NOT NULL DEFAULT 0,
@@ -66,7 +67,6 @@ CREATE TABLE runs (
     usage TEXT,
     UNIQUE (task_id, attempt)
 );
-CREATE INDEX runs_status ON runs (status, agent_role);
 
 CREATE TABLE leases (
     id TEXT PRIMARY KEY,
