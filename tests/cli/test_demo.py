@@ -1,0 +1,71 @@
+"""``backlog-worker demo``: its generated configuration, and the whole demo end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plugins.registry import load_executor
+from tests.cli.conftest import Rail
+from tracker_client.models import Task
+from worker.config import load_config
+from worker.demo import demo_tasks, worker_config
+
+
+def test_generated_config_loads_and_builds_both_executors(tmp_path: Path) -> None:
+    path = tmp_path / "worker.toml"
+    path.write_text(worker_config(f"sqlite:///{tmp_path}/rail.db", 3))
+    config = load_config(path)
+    assert [r.name for r in config.roles] == ["writer", "reviewer"]
+    assert config.worker.concurrency == 3
+    for role in config.roles:
+        load_executor(role.executor, role.options)  # raises ExecutorError on bad options
+
+
+def test_task_mix_has_flaky_rejected_and_one_poison_task() -> None:
+    kinds = [t.metadata["kind"] for t in demo_tasks("p", 30)]
+    assert kinds.count("poison") == 1
+    assert kinds.count("flaky") == 6
+    assert kinds.count("rejected once") == 3
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    keep = tmp_path / "demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "worker", "demo", "--keep", str(keep), "--timeout", "90s"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env={**env, "COLUMNS": "200"},
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    assert "demo summary" in out
+    assert "tasks/s" in out
+
+    rail = Rail(keep / "rail.db")
+    tasks = [Task.model_validate(t) for t in rail.json("task", "list", "--all")["items"]]
+    assert len(tasks) == 30
+    dead = [t for t in tasks if t.dead_letter_reason is not None]
+    assert [(t.stage, t.dead_letter_reason) for t in dead] == [("dead", "max_attempts_exceeded")]
+    assert sum(t.stage == "done" for t in tasks) == 29
+
+    agents: set[str] = set()
+    failed_then_done = 0
+    for task in tasks:
+        runs = rail.json("task", "show", task.id)["runs"]
+        agents.update(r["agent_id"] for r in runs)
+        if task.stage == "done" and any(r["status"] == "failed" for r in runs):
+            failed_then_done += 1
+    assert failed_then_done == 6
+    assert len(agents) >= 2, agents  # several processes shared the rail
