@@ -83,9 +83,11 @@ def main(argv: list[str]) -> None:
     """Dispatch on the mode argument."""
     mode, *args = argv
     if mode == "drain":
-        anyio.run(drain, *args)
+        db, agent, out = args
+        anyio.run(drain, db, agent, out)
     elif mode == "writes":
-        anyio.run(writes, *args)
+        db, pipeline_id = args
+        anyio.run(writes, db, pipeline_id)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

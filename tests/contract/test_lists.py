@@ -126,7 +126,7 @@ async def test_artifact_pages_never_skip(tracker: Tracker) -> None:
         seen = []
         cursor = None
         while True:
-            page = await tracker.list_artifacts(limit=2, cursor=cursor, **filters)  # type: ignore[arg-type]
+            page = await tracker.list_artifacts(limit=2, cursor=cursor, **filters)
             seen.extend(page.items)
             if page.next_cursor is None:
                 break

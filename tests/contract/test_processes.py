@@ -54,7 +54,7 @@ def _run_drainers(db: Path, out_dir: Path) -> list[list[dict[str, object]]]:
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
-            proc.stdin.close()
+            proc.stdin.flush()
         for proc in procs:
             _out, err = proc.communicate(timeout=100)
             assert proc.returncode == 0, err

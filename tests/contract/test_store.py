@@ -30,7 +30,8 @@ async def test_put_get_and_upsert_keeps_created_at(tracker: Tracker, clock: Fake
 
 
 async def test_any_json_value(tracker: Tracker) -> None:
-    for i, value in enumerate(["text", 42, 1.5, True, None, [], {"a": {"b": [1, None]}}]):
+    values: list[object] = ["text", 42, 1.5, True, None, [], {"a": {"b": [1, None]}}]
+    for i, value in enumerate(values):
         await tracker.store_put("values", f"k{i}", value)
         assert (await tracker.store_get("values", f"k{i}")).value == value
 
