@@ -1,27 +1,19 @@
 """``EmbeddedTracker``: the :class:`~tracker_client.protocol.Tracker` on a local SQLite file.
 
-Each method hands one closure to the database thread (:mod:`.db`); writes run in one
-``BEGIN IMMEDIATE`` transaction each, reads in one deferred transaction. Waiters in this process
-are woken by the write itself; writes of other processes are noticed by polling
-``PRAGMA data_version``.
+The operations: each validates nothing itself but hands one function of :mod:`.tasks`,
+:mod:`.claims`, :mod:`.runs`, ... to :class:`~.core.TrackerCore`, wrapped in the idempotency
+record where the operation takes a key.
 """
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import anyio
-
 from tracker_client.embedded import backlog, claims, reads, runs, stats, store, tasks
-from tracker_client.embedded.common import Ctx, Options
-from tracker_client.embedded.db import Database
+from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent
-from tracker_client.embedded.options import parse_options
-from tracker_client.embedded.pipelines import PipelineCache
-from tracker_client.errors import ConfigError
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -30,9 +22,7 @@ from tracker_client.models import (
     Dependency,
     Event,
     FailResult,
-    Health,
     Lease,
-    MaintenanceReport,
     Page,
     Pipeline,
     QueueStats,
@@ -43,17 +33,12 @@ from tracker_client.models import (
     TaskCreate,
     TaskDetail,
     TransitionResult,
-    WaitResult,
 )
 
 __all__ = ["EmbeddedTracker"]
 
 R = TypeVar("R")
 Clock = Callable[[], int]
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _ok(_: Any) -> Any:
@@ -64,118 +49,8 @@ def _none(_: Any) -> None:
     return None
 
 
-class EmbeddedTracker:
+class EmbeddedTracker(TrackerCore):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
-
-    def __init__(self, db: Database, opts: Options, clock: Clock) -> None:
-        self._db = db
-        self._opts = opts
-        self._clock = clock
-        self._pipelines = PipelineCache()
-        self._rng = random.SystemRandom()
-        self._changed = anyio.Event()
-        self._waiters = 0
-
-    @classmethod
-    async def open(
-        cls, path: str, *, clock: Clock | None = None, **options: Any
-    ) -> EmbeddedTracker:
-        """Open (creating and migrating if needed) the tracker database at ``path``.
-
-        Options (strings from a URL are coerced): ``synchronous`` (``NORMAL``; ``FULL`` for
-        power-loss durability), ``busy_timeout_ms`` (5000), ``max_backlog_depth`` (100000, 0 =
-        unlimited), ``role_backlog_depth`` (role -> cap), ``max_stale_attempts`` (3),
-        ``idempotency_ttl_s`` (86400), ``poll_interval_s`` (0.025). ``clock`` returns epoch ms.
-        Raises ``ConfigError`` for a bad option, ``TrackerCorrupt`` for a file that is not ours.
-        """
-        if clock is not None and not callable(clock):
-            raise ConfigError(
-                "embedded tracker option clock: must be a callable returning epoch ms"
-            )
-        opts = parse_options(options)
-        if not isinstance(path, str) or not path:
-            raise ConfigError("embedded tracker: the database path is empty")
-        db = await Database.open(
-            path, synchronous=opts.synchronous, busy_timeout_ms=opts.busy_timeout_ms
-        )
-        return cls(db, opts, clock or _wall_ms)
-
-    @property
-    def path(self) -> str:
-        """The database file (``:memory:`` for an in-memory tracker)."""
-        return self._db.path
-
-    @property
-    def options(self) -> Options:
-        """The effective options."""
-        return self._opts
-
-    async def aclose(self) -> None:
-        """Close the database and stop its thread. Idempotent."""
-        await self._db.aclose()
-
-    async def __aenter__(self) -> EmbeddedTracker:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # -- plumbing -------------------------------------------------------------------------------
-    def _ctx(self) -> Ctx:
-        return Ctx(self._db.conn, 0, self._opts, self._pipelines)
-
-    async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
-        db = self._db
-
-        def job() -> R:
-            ctx = self._ctx()
-
-            def body() -> R:
-                ctx.now = int(self._clock())
-                return fn(ctx)
-
-            result = db.write(body, where)
-            ctx.flush_logs()
-            return result
-
-        try:
-            return await db.run(job)
-        finally:
-            self._notify()
-
-    async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
-        db = self._db
-
-        def job() -> R:
-            ctx = self._ctx()
-
-            def body() -> R:
-                ctx.now = int(self._clock())
-                return fn(ctx)
-
-            return db.read(body, where)
-
-        return await db.run(job)
-
-    def _notify(self) -> None:
-        if self._waiters:
-            event, self._changed = self._changed, anyio.Event()
-            event.set()
-
-    async def _sleep_until_change(self, event: anyio.Event, version: int, limit_s: float) -> None:
-        """Until an in-process write sets ``event``, ``data_version`` moves, or ``limit_s``."""
-        with anyio.move_on_after(limit_s):
-            while True:
-                with anyio.move_on_after(self._opts.poll_interval_s):
-                    await event.wait()
-                    return
-                if await self._db.run(self._db.data_version) != version:
-                    return
-
-    # -- lifecycle ------------------------------------------------------------------------------
-    async def health(self) -> Health:
-        """Tasks per stage and live leases."""
-        return await self._read("health", stats.health)
 
     # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(
@@ -560,37 +435,3 @@ class EmbeddedTracker:
         return await self._write(
             "requeue", lambda c: backlog.requeue(c, task_id, stage, reset_attempts)
         )
-
-    async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
-        """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
-        deadline = anyio.current_time() + max(0.0, float(timeout_s))
-        self._waiters += 1
-        try:
-            while True:
-                event = self._changed
-
-                def check(c: Ctx) -> tuple[int, WaitResult]:
-                    version = self._db.data_version()
-                    return version, backlog.finished_state(c, task_id)
-
-                version, result = await self._read("wait", check)
-                remaining = deadline - anyio.current_time()
-                if result.finished or remaining <= 0:
-                    return result
-                await self._sleep_until_change(event, version, remaining)
-        finally:
-            self._waiters -= 1
-
-    async def maintenance(self) -> MaintenanceReport:
-        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
-        return await self._write("maintenance", backlog.maintenance)
-
-    async def wait_for_work(self, timeout_s: float) -> None:
-        """Return early when something was written (here or by another process), else on timeout."""
-        self._waiters += 1
-        try:
-            event = self._changed
-            version = await self._db.run(self._db.data_version)
-            await self._sleep_until_change(event, version, max(0.0, float(timeout_s)))
-        finally:
-            self._waiters -= 1
