@@ -23,19 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fnmatch
 import logging
 import os
 import signal as signal_mod
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
+from plugins.proc_env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env
 from tracker_client.errors import ExecutorError
 
 __all__ = [
@@ -49,14 +49,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("backlog_worker.executor.proc")
-
-#: Environment names that are never passed to a child, even when allowlisted (fnmatch, upper case).
-SECRET_ENV_PATTERNS: tuple[str, ...] = (
-    "BACKLOG_WORKER_*TOKEN*",
-    "BACKLOG_*TOKEN*",
-    "*_API_TOKEN",
-    "NULLTICKETS_*",
-)
 
 #: Seconds to wait for the pipes to reach EOF once the process group is gone.
 _DRAIN_TIMEOUT_S = 5.0
@@ -94,49 +86,6 @@ class ProcessResult:
 def decode_output(data: bytes) -> str:
     """Decode process output for humans: UTF-8, undecodable bytes replaced, never raising."""
     return data.decode("utf-8", errors="replace")
-
-
-def is_secret_env_name(name: str) -> bool:
-    """True when ``name`` looks like a tracker token variable (see :data:`SECRET_ENV_PATTERNS`)."""
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in SECRET_ENV_PATTERNS)
-
-
-def minimal_env(
-    passthrough: Iterable[str] = (),
-    extra: Mapping[str, str] | None = None,
-    *,
-    base: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """Build a child environment from scratch.
-
-    It holds ``PATH`` (the worker's, else :data:`os.defpath`), ``LANG`` (the worker's, else
-    ``C.UTF-8``) and ``LC_ALL`` when set, then every allowlisted name of ``passthrough`` present in
-    ``base`` (default :data:`os.environ`; a name may be an fnmatch pattern such as ``LC_*``;
-    ``HOME`` only when listed), then ``extra``. Names that look like tokens
-    (:func:`is_secret_env_name`) are dropped even when allowlisted or given in ``extra``.
-    """
-    source = os.environ if base is None else base
-    env: dict[str, str] = {
-        "PATH": source.get("PATH") or os.defpath,
-        "LANG": source.get("LANG") or "C.UTF-8",
-    }
-    if source.get("LC_ALL"):
-        env["LC_ALL"] = source["LC_ALL"]
-    for name in passthrough:
-        if any(ch in name for ch in "*?["):
-            env.update({k: v for k, v in source.items() if fnmatch.fnmatchcase(k, name)})
-        elif name in source:
-            env[name] = source[name]
-    env.update(extra or {})
-    for name in [n for n in env if is_secret_env_name(n)]:
-        del env[name]
-        logger.warning(
-            "not passing %s to the child process: it looks like a token",
-            name,
-            extra={"action": "env_secret_dropped"},
-        )
-    return env
 
 
 class _HeadCapture:
@@ -281,6 +230,15 @@ def _group_members(pgid: int, leader: int) -> list[int]:
     return members
 
 
+class _Pump:
+    """State of one output pump: its shield, whether it waits for data, and when it ended."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope(shield=True)
+        self.done = anyio.Event()
+        self.receiving = False
+
+
 class _Runner:
     """One process's pumps and its group-termination logic."""
 
@@ -301,23 +259,22 @@ class _Runner:
         self.callback_error: BaseException | None = None
         self.callbacks_enabled = True
         self.wait_scope: anyio.CancelScope | None = None
-        self._pump_scopes: list[anyio.CancelScope] = []
         self._callback_scopes: set[anyio.CancelScope] = set()
-        self._pumps_done: list[anyio.Event] = []
+        self._pumps: list[_Pump] = []
 
     async def pump(
         self,
         stream: ByteReceiveStream,
         capture: _HeadCapture | _TailCapture,
         callback: OutputCallback | None,
-        done: anyio.Event,
+        state: _Pump,
     ) -> None:
         """Read ``stream`` to EOF. Shielded: it keeps draining while the group is terminated, so
         a child writing during its grace period never blocks on a full pipe."""
         try:
-            with anyio.CancelScope(shield=True) as scope:
-                self._pump_scopes.append(scope)
+            with state.scope:
                 while True:
+                    state.receiving = True
                     try:
                         chunk = await stream.receive(_READ_CHUNK)
                     except (
@@ -326,11 +283,19 @@ class _Runner:
                         anyio.BrokenResourceError,
                     ):
                         return
+                    finally:
+                        state.receiving = False
                     capture.feed(chunk)
                     if callback is not None and self.callbacks_enabled:
                         await self._call(callback, chunk)
         finally:
-            done.set()
+            state.done.set()
+
+    def add_pump(self) -> _Pump:
+        """Register a pump before it starts, so :meth:`drain` knows it even if it never ran."""
+        state = _Pump()
+        self._pumps.append(state)
+        return state
 
     async def _call(self, callback: OutputCallback, chunk: bytes) -> None:
         with anyio.CancelScope() as scope:
@@ -353,18 +318,18 @@ class _Runner:
         for scope in list(self._callback_scopes):
             scope.cancel()
 
-    def new_pump(self) -> anyio.Event:
-        """An event set when one more pump finishes; :meth:`drain` waits for all of them."""
-        done = anyio.Event()
-        self._pumps_done.append(done)
-        return done
-
     async def close_streams(self) -> None:
         """Close our ends of the pipes (the process itself is already reaped or abandoned)."""
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 with contextlib.suppress(anyio.BrokenResourceError, OSError):
                     await stream.aclose()
+        # anyio's stream wrappers do not close asyncio's pipe transports; a pipe an escaped
+        # descendant still holds would otherwise stay open until GC (ResourceWarning)
+        inner = getattr(self.process, "_process", None)
+        transport = getattr(inner, "_transport", None)
+        if transport is not None:
+            transport.close()
 
     async def feed(self, stream: ByteSendStream, data: bytes) -> None:
         """Write ``data`` to the child's stdin, then close it. A child that quits early is fine."""
@@ -420,19 +385,27 @@ class _Runner:
             )
 
     async def drain(self) -> None:
-        """Let the pumps reach EOF; a pipe held open by an escaped descendant is abandoned."""
-        with anyio.move_on_after(_DRAIN_TIMEOUT_S):
-            for done in self._pumps_done:
-                await done.wait()
-            return
-        logger.warning(
-            "output of %r still open after its process group ended (a descendant left the "
-            "group?); no longer reading it",
-            self.argv0,
-            extra={"action": "process_pipe_abandoned", "pid": self.pid},
-        )
-        for scope in self._pump_scopes:
-            scope.cancel()
+        """Let the pumps reach EOF once the group is gone.
+
+        A pump still waiting for data after :data:`_DRAIN_TIMEOUT_S` reads a pipe held open by a
+        descendant that left the group: it is abandoned. A pump busy in a (slow) callback is
+        waited for, since it is making progress.
+        """
+        while True:
+            with anyio.move_on_after(_DRAIN_TIMEOUT_S):
+                for pump in self._pumps:
+                    await pump.done.wait()
+                return
+            stuck = [p for p in self._pumps if p.receiving and not p.done.is_set()]
+            if stuck:
+                logger.warning(
+                    "output of %r still open after its process group ended (a descendant left "
+                    "the group?); no longer reading it",
+                    self.argv0,
+                    extra={"action": "process_pipe_abandoned", "pid": self.pid},
+                )
+                for pump in stuck:
+                    pump.scope.cancel()
 
 
 async def run_process(
@@ -490,8 +463,11 @@ async def run_process(
         async with anyio.create_task_group() as tg:
             assert process.stdout is not None
             assert process.stderr is not None
-            tg.start_soon(runner.pump, process.stdout, runner.stdout, on_stdout, runner.new_pump())
-            tg.start_soon(runner.pump, process.stderr, runner.stderr, on_stderr, runner.new_pump())
+            for stream, capture, callback in (
+                (process.stdout, runner.stdout, on_stdout),
+                (process.stderr, runner.stderr, on_stderr),
+            ):
+                tg.start_soon(runner.pump, stream, capture, callback, runner.add_pump())
             if stdin is not None:
                 assert process.stdin is not None
                 tg.start_soon(runner.feed, process.stdin, stdin)

@@ -190,6 +190,29 @@ async def test_grandchild_holding_the_pipe_does_not_hang_the_run(tmp_path: Path)
         kill_leftovers([grandchild])
 
 
+# The grandchild leaves the group (setsid) and keeps the stdout pipe: it escapes the group kill,
+# but the run must still end (the pipe is abandoned after the drain timeout).
+ESCAPES_GROUP = r"""
+import os, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    time.sleep(30)
+    os._exit(0)
+print(pid, flush=True)
+"""
+
+
+async def test_descendant_escaping_the_group_does_not_hang_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("plugins.proc._DRAIN_TIMEOUT_S", 0.3)
+    with anyio.fail_after(20):
+        result = await run_process([PY, "-c", ESCAPES_GROUP], cwd=tmp_path, env=env())
+    kill_leftovers([int(result.stdout)])
+    assert result.returncode == 0
+
+
 async def test_killed_by_signal(tmp_path: Path) -> None:
     result = await run_process(
         [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
