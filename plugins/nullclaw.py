@@ -26,6 +26,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from plugins.nullclaw_prompt import (
     render_prompt,
 )
 from plugins.nullclaw_readiness import check_readiness
+from plugins.nullclaw_redact import Redactor
 from plugins.nullclaw_result import Answer, classify, find_verdict
 from plugins.proc import ProcessResult, run_process
 from tracker_client.errors import ExecutorError
@@ -178,12 +180,14 @@ class NullClawExecutor:
         remaining = ctx.time_remaining()
         if remaining is not None:
             limit = min(limit, remaining)
+        redactor = Redactor([env["NULLCLAW_API_KEY"]] if "NULLCLAW_API_KEY" in env else [])
         forwarder = ProgressForwarder(
             ctx,
             interval_s=opts.progress_interval_s,
             chunk_chars=opts.progress_chunk_bytes,
             max_chars=opts.progress_max_bytes,
             forward_stderr=opts.progress_stderr,
+            redactor=redactor,
         )
         result: ProcessResult | None = None
         spawn_error: ExecutorError | None = None
@@ -235,6 +239,12 @@ class NullClawExecutor:
             retryable_errors=opts.retryable_errors,
         )
         if isinstance(outcome, Failure):
+            if redactor:
+                outcome = replace(
+                    outcome,
+                    message=redactor.text(outcome.message),
+                    details=redactor.data(dict(outcome.details)),
+                )
             log.warning(
                 "nullclaw failed: %s",
                 outcome.message,
@@ -246,6 +256,8 @@ class NullClawExecutor:
                 },
             )
             return outcome
+        if redactor:
+            outcome = replace(outcome, text=redactor.text(outcome.text))
         return await self._succeed(ctx, outcome, result, workspace)
 
     async def _succeed(

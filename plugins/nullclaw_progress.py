@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 
 from plugins.api import ExecutionContext
+from plugins.nullclaw_redact import Redactor
 
 __all__ = ["ProgressForwarder"]
 
@@ -51,6 +52,7 @@ class ProgressForwarder:
         chunk_chars: int,
         max_chars: int,
         forward_stderr: bool,
+        redactor: Redactor | None = None,
     ) -> None:
         self._ctx = ctx
         self._interval_s = interval_s
@@ -58,6 +60,7 @@ class ProgressForwarder:
         self._budget = max_chars
         self._max_chars = max_chars
         self._forward_stderr = forward_stderr
+        self._redactor = redactor or Redactor(())
         self._streams = {"stdout": _Stream("stdout"), "stderr": _Stream("stderr")}
         self._wake = anyio.Event()
         self._capped = False
@@ -85,8 +88,8 @@ class ProgressForwarder:
             self._wake.set()
 
     def tail(self, name: str) -> str:
-        """The last few KiB of one stream as decoded so far."""
-        return self._streams[name].tail
+        """The last few KiB of one stream as decoded so far (secrets redacted)."""
+        return self._redactor.text(self._streams[name].tail)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -123,7 +126,14 @@ class ProgressForwarder:
             for name in self._streams:
                 self._feed(name, b"", final=True)
         for stream in self._streams.values():
-            text = stream.take()
+            text = self._redactor.text(stream.take())
+            if self._redactor and not final:
+                # hold back what could be the beginning of a secret until the next flush
+                keep = min(self._redactor.holdback, len(text))
+                if keep:
+                    stream.pending.append(text[-keep:])
+                    stream.pending_chars = keep
+                    text = text[:-keep]
             if not text or self._capped or self._max_chars == 0:
                 continue
             if len(text) > self._budget:

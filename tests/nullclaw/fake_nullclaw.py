@@ -16,6 +16,7 @@ FAKE_NULLCLAW_PIDFILE where "hang" writes "<role> <pid>" lines: itself, its curl
                       FAKE_NULLCLAW_CHILD_IGNORES_TERM=1 they also ignore SIGTERM)
 FAKE_NULLCLAW_RECORD  where to write {"argv", "env", "cwd", "prompt"} as JSON
 FAKE_NULLCLAW_VERSION version subcommand behaviour: ok (default) | fail | hang
+FAKE_NULLCLAW_LEAK_KEY=1  print NULLCLAW_API_KEY on stderr (an over-verbose diagnostic)
 """
 
 import json
@@ -171,6 +172,8 @@ def spawn_children(pidfile):
 
 def provider_call(provider, message, streaming, session):
     mode = os.environ.get("FAKE_NULLCLAW_MODE", "ok")
+    if os.environ.get("FAKE_NULLCLAW_LEAK_KEY") == "1":  # a verbose diagnostic line
+        err(f"info(agent): using key {os.environ.get('NULLCLAW_API_KEY')}")
     out(f"Sending to {provider}...\n")
     if session:
         out(f"Session: {session}\n")

@@ -294,3 +294,42 @@ async def test_logs_name_actions_and_never_the_key(
     assert all(getattr(r, "task_id", None) == "task-1" for r in ours)
     assert "llm-key-789" not in caplog.text
     assert "llm-key-789" not in repr(ex)
+
+
+@pytest.mark.parametrize("mode", ["ok", "http500"])
+async def test_the_api_key_is_redacted_from_everything_reported(
+    tmp_path: Path,
+    options: dict[str, Any],
+    sink: RecordingSink,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
+    key = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("MY_LLM_KEY", key)
+    monkeypatch.setenv("FAKE_NULLCLAW_MODE", mode)
+    monkeypatch.setenv("FAKE_NULLCLAW_LEAK_KEY", "1")
+    # streamed 8 characters at a time, so the key is split across progress flushes
+    monkeypatch.setenv("FAKE_NULLCLAW_ANSWER", f"I ran env: NULLCLAW_API_KEY={key} ok")
+    monkeypatch.setenv("FAKE_NULLCLAW_DELAY", "0.03")
+    opts = {
+        **options,
+        "api_key_env": "MY_LLM_KEY",
+        "provider_retries": 0,
+        "progress_interval_s": 0.02,
+    }
+    outcome = await NullClawExecutor(opts).execute(make_ctx(tmp_path / "run", sink))
+    reported = json.dumps([sink.events, [a.model_dump() for a in sink.artifacts]])
+    assert key not in reported
+    assert key not in repr(outcome)
+    for art in sink.artifacts:
+        assert key not in Path(art.uri.removeprefix("file://")).read_text()
+    assert "[redacted]" in reported or "[redacted]" in repr(outcome)
+    progress = sink.items("progress")
+    stdout = "".join(p["text"] for p in progress if p["stream"] == "stdout")
+    if mode == "ok":
+        assert isinstance(outcome, Transition)
+        assert "NULLCLAW_API_KEY=[redacted] ok" in stdout
+        assert len([p for p in progress if p["stream"] == "stdout"]) > 2  # really split up
+    else:
+        assert isinstance(outcome, Failure)
+        assert "info(agent): using key [redacted]" in outcome.details["stderr_tail"]
