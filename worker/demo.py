@@ -261,6 +261,14 @@ def render_summary(summary: DemoSummary) -> Table:
     return table
 
 
+def _last_error(log: Path) -> str:
+    """The most telling line of a worker's log: the last error line, else the last line."""
+    lines = [ln.strip(" |+-\t") for ln in log.read_text(errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["(no output)"])[-1][:300]
+
+
 class _Workers:
     """The worker processes of the demo: start, watch, stop (TERM, then KILL)."""
 
@@ -291,8 +299,10 @@ class _Workers:
         """Record a worker that exits before the demo stops it (a crash or a config error)."""
         code = await proc.wait()
         if not self.stopping and self.problem is None:
-            tail = self.logs[index].read_text(errors="replace").strip().splitlines()[-3:]
-            self.problem = f"worker {index + 1} exited with status {code}: " + " | ".join(tail)
+            log = self.logs[index]
+            self.problem = (
+                f"worker {index + 1} exited with status {code}: {_last_error(log)} (log: {log})"
+            )
 
     async def stop(self) -> None:
         """TERM every worker (they drain at once: nothing is left to claim), KILL stragglers."""

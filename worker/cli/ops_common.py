@@ -8,6 +8,7 @@ stderr plus an exit code (see :data:`EXIT_CODES`); no traceback ever reaches the
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -272,6 +273,13 @@ class OpsContext:
             raise click.exceptions.Exit(interrupt_exit) from None
         except OSError as exc:
             raise fail(OpsError(f"{exc.strerror or exc}", EXIT_FAILURE), url) from None
+        except Exception as exc:
+            # A bug (ours or a tracker's answer we could not read): still one line, no traceback,
+            # unless BACKLOG_WORKER_DEBUG asks for it.
+            if os.environ.get("BACKLOG_WORKER_DEBUG"):
+                raise
+            message = f"unexpected {type(exc).__name__}: {exc} (BACKLOG_WORKER_DEBUG=1 shows where)"
+            raise fail(OpsError(message, EXIT_FAILURE), url) from None
         if code:
             raise click.exceptions.Exit(code)
 
