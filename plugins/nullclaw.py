@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
-from plugins.nullclaw_home import child_env, prepare_places
+from plugins.nullclaw_home import agent_argv, child_env, prepare_places, write_private
 from plugins.nullclaw_options import NullClawOptions, load_template, parse_options
 from plugins.nullclaw_progress import ProgressForwarder
 from plugins.nullclaw_prompt import (
@@ -56,15 +56,8 @@ _OUTPUT_DIR = ".backlog-worker"
 log = logging.getLogger("backlog_worker.executor.nullclaw")
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-
-
 def _save_answer(path: Path, data: bytes) -> str:
-    _write_private(path, data)
+    write_private(path, data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -97,19 +90,6 @@ class NullClawExecutor:
         return await check_readiness(self.options)
 
     # -- one run ----------------------------------------------------------------------------------
-    def _argv(self, message: str) -> list[str]:
-        opts = self.options
-        argv = [opts.binary, "agent"]
-        if opts.home is not None:
-            # an existing config: the role's provider/model/temperature are overrides
-            if opts.provider is not None:
-                argv += ["--provider", opts.provider]
-            if opts.model is not None:
-                argv += ["--model", opts.model]
-            if opts.temperature is not None:
-                argv += ["--temperature", repr(float(opts.temperature))]
-        return [*argv, "-m", message]
-
     async def execute(self, ctx: ExecutionContext) -> Outcome:
         """Run nullclaw once for ``ctx.task`` and turn its ending into an outcome."""
         opts = self.options
@@ -162,7 +142,7 @@ class NullClawExecutor:
                 retryable=False,
             )
         if plan.file is not None:
-            await anyio.to_thread.run_sync(_write_private, plan.file, plan.prompt.encode("utf-8"))
+            await anyio.to_thread.run_sync(write_private, plan.file, plan.prompt.encode("utf-8"))
         log.info(
             "starting nullclaw for task %s (prompt %d bytes%s)",
             ctx.task.id,
@@ -196,7 +176,7 @@ class NullClawExecutor:
             with anyio.move_on_after(limit) as timeout_scope:
                 try:
                     result = await run_process(
-                        self._argv(plan.message),
+                        agent_argv(opts, plan.message),
                         cwd=workspace,
                         env=env,
                         on_stdout=forwarder.on_stdout,

@@ -37,11 +37,13 @@ from plugins.proc import minimal_env
 __all__ = [
     "CONFIG_MAX_BYTES",
     "RunPlaces",
+    "agent_argv",
     "build_config",
     "child_env",
     "config_path",
     "prepare_places",
     "workspace_for",
+    "write_private",
 ]
 
 #: nullclaw refuses a config.json larger than this.
@@ -110,6 +112,23 @@ def config_bytes(options: NullClawOptions) -> bytes:
     return data
 
 
+def agent_argv(options: NullClawOptions, message: str) -> list[str]:
+    """``nullclaw agent [overrides] -m <message>``.
+
+    With an existing ``home`` the role's provider/model/temperature are command-line overrides;
+    a generated config already holds them.
+    """
+    argv = [options.binary, "agent"]
+    if options.home is not None:
+        if options.provider is not None:
+            argv += ["--provider", options.provider]
+        if options.model is not None:
+            argv += ["--model", options.model]
+        if options.temperature is not None:
+            argv += ["--temperature", repr(float(options.temperature))]
+    return [*argv, "-m", message]
+
+
 def workspace_for(options: NullClawOptions, *, workdir: Path, task_id: str) -> Path:
     """The run's workspace directory according to the ``workspace`` policy."""
     if options.workspace == "run":
@@ -124,7 +143,8 @@ def workspace_for(options: NullClawOptions, *, workdir: Path, task_id: str) -> P
     return options.workspace_dir / name
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` readable by us only (0600; parents created 0700). Blocking."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
@@ -139,7 +159,7 @@ def _prepare(options: NullClawOptions, workdir: Path, task_id: str) -> RunPlaces
         return RunPlaces(home=options.home, workspace=workspace, generated=False)
     home = workdir / "nullclaw-home"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_private(config_path(home), config_bytes(options))
+    write_private(config_path(home), config_bytes(options))
     return RunPlaces(home=home, workspace=workspace, generated=True)
 
 

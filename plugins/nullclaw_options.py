@@ -99,6 +99,8 @@ class NullClawOptions(BaseModel):
     progress_stderr: bool = True
     result_head_chars: int = Field(4000, ge=0, le=100_000)
     version_timeout_s: float = Field(10.0, gt=0)
+    #: readiness also runs ``nullclaw agent -m /help`` to let nullclaw check its config.
+    config_probe: bool = True
 
     @model_validator(mode="after")
     def _coherent(self) -> NullClawOptions:

@@ -1,9 +1,11 @@
 """``backlog-worker check`` for a ``nullclaw`` role: can this machine run the agent at all?
 
 One line per problem, empty when ready: the binary is found and ``nullclaw version`` answers;
-the config exists and names a default model (or the role gives ``provider`` + ``model``); the
-API key variable is set; ``curl`` is on PATH (nullclaw sends every LLM request through it);
-a ``workspace_dir`` is usable. Nothing here contacts the LLM provider.
+the config exists and names a default model (or the role gives ``provider`` + ``model``);
+nullclaw itself accepts that config (``nullclaw agent -m /help`` runs a local slash command
+after loading it; ``config_probe = false`` skips this); the API key variable is set; ``curl`` is
+on PATH (nullclaw sends every LLM request through it); a ``workspace_dir`` is usable. Nothing
+here contacts the LLM provider.
 """
 
 from __future__ import annotations
@@ -18,9 +20,17 @@ from typing import Any
 
 import anyio
 
-from plugins.nullclaw_home import CONFIG_MAX_BYTES, config_bytes, config_path
+from plugins.nullclaw_home import (
+    CONFIG_MAX_BYTES,
+    RunPlaces,
+    agent_argv,
+    child_env,
+    config_bytes,
+    config_path,
+    write_private,
+)
 from plugins.nullclaw_options import NullClawOptions
-from plugins.proc import minimal_env, run_process
+from plugins.proc import ProcessResult, decode_output, minimal_env, run_process
 from tracker_client.errors import ExecutorError
 
 __all__ = ["check_config_file", "check_readiness", "resolve_binary"]
@@ -90,36 +100,82 @@ def _check_workspace_dir(options: NullClawOptions) -> list[str]:
     return []
 
 
-async def _version_problem(
-    binary: str, options: NullClawOptions, source: Mapping[str, str], path_env: str
-) -> str | None:
-    tmp = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "nullclaw-check-"))
+async def _quick_run(
+    argv: list[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float
+) -> ProcessResult | str:
+    """Run a short command; a string says why it could not run or did not finish."""
     try:
-        home = options.home if options.home is not None else tmp
-        env = minimal_env(
-            options.env_passthrough, {"HOME": str(home), "PATH": path_env}, base=source
-        )
-        try:
-            with anyio.fail_after(options.version_timeout_s):
-                res = await run_process(
-                    [binary, "version"],
-                    cwd=tmp,
-                    env=env,
-                    max_capture_bytes=65_536,
-                    term_grace_s=1.0,
-                )
-        except TimeoutError:
-            return f"`{binary} version` did not answer within {options.version_timeout_s:g}s"
-        except ExecutorError as exc:
-            return f"`{binary} version` cannot run: {exc}"
-        out = res.stdout.decode("utf-8", "replace").strip()
-        if res.returncode != 0 or not out.startswith("nullclaw "):
-            err = res.stderr.decode("utf-8", "replace").strip().splitlines()
-            why = err[-1] if err else (out[:200] or "no output")
-            return f"`{binary} version` failed (rc {res.returncode}): {why}"
-        return None
-    finally:
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(tmp, ignore_errors=True))
+        with anyio.fail_after(timeout_s):
+            return await run_process(
+                argv, cwd=cwd, env=env, max_capture_bytes=65_536, term_grace_s=1.0
+            )
+    except TimeoutError:
+        return f"did not answer within {timeout_s:g}s"
+    except ExecutorError as exc:
+        return f"cannot run: {exc}"
+
+
+def _last_line(res: ProcessResult) -> str:
+    err = decode_output(res.stderr).strip().splitlines()
+    out = decode_output(res.stdout).strip()
+    return err[-1] if err else (out[:200] or "no output")
+
+
+async def _version_problem(
+    binary: str, tmp: Path, env: Mapping[str, str], timeout_s: float
+) -> str | None:
+    res = await _quick_run([binary, "version"], cwd=tmp, env=env, timeout_s=timeout_s)
+    if isinstance(res, str):
+        return f"`{binary} version` {res}"
+    if res.returncode != 0 or not decode_output(res.stdout).strip().startswith("nullclaw "):
+        return f"`{binary} version` failed (rc {res.returncode}): {_last_line(res)}"
+    return None
+
+
+async def _probe_problem(
+    options: NullClawOptions, binary: str, tmp: Path, source: Mapping[str, str]
+) -> str | None:
+    """``nullclaw agent -m /help`` with the role's real config: nullclaw loads and checks the
+    config (printing nothing on stdout when it rejects it, CLI.md s.5), then runs the ``/help``
+    slash command locally. The LLM is never called."""
+    if options.home is not None:
+        home = options.home
+    else:
+        home = tmp / "home"
+        await anyio.to_thread.run_sync(write_private, config_path(home), config_bytes(options))
+    workspace = tmp / "workspace"
+    await anyio.Path(workspace).mkdir(mode=0o700)
+    places = RunPlaces(home=home, workspace=workspace, generated=options.home is None)
+    keyless = options.model_copy(update={"api_key_env": None})  # /help needs no key
+    env = child_env(keyless, places, environ=source)
+    argv = [binary, *agent_argv(options, "/help")[1:]]
+    res = await _quick_run(argv, cwd=workspace, env=env, timeout_s=options.version_timeout_s)
+    what = "`nullclaw agent -m /help` (config check, no LLM call)"
+    if isinstance(res, str):
+        return f"{what} {res}"
+    if res.returncode == 0 and not res.stdout.strip():
+        lines = [ln.strip() for ln in decode_output(res.stderr).splitlines() if ln.strip()]
+        shown = "; ".join(lines[-3:]) or "(stderr was empty)"
+        return f"nullclaw rejects its configuration ({what} printed nothing): {shown}"
+    if res.returncode != 0:
+        return f"{what} failed (rc {res.returncode}): {_last_line(res)}"
+    return None
+
+
+def _static_config_problems(options: NullClawOptions) -> list[str]:
+    if options.home is not None:
+        overrides = options.provider is not None and options.model is not None
+        return check_config_file(config_path(options.home), overrides_model=overrides)
+    try:
+        data = config_bytes(options)
+    except ValueError as exc:
+        return [str(exc)]
+    problems = [
+        f"option 'config': top-level key {key!r} is rejected by nullclaw"
+        for key in _LEGACY_KEYS
+        if key in json.loads(data)
+    ]
+    return problems
 
 
 async def check_readiness(
@@ -129,6 +185,7 @@ async def check_readiness(
     source = os.environ if environ is None else environ
     path_env = source.get("PATH") or os.defpath
     problems: list[str] = []
+    config_problems = await anyio.to_thread.run_sync(_static_config_problems, options)
     binary = resolve_binary(options.binary, path_env)
     if binary is None:
         where = (
@@ -136,21 +193,19 @@ async def check_readiness(
         )
         problems.append(f"nullclaw binary {options.binary!r} {where}")
     else:
-        problem = await _version_problem(binary, options, source, path_env)
-        if problem:
-            problems.append(problem)
-    if options.home is not None:
-        overrides = options.provider is not None and options.model is not None
-        problems += await anyio.to_thread.run_sync(
-            lambda: check_config_file(
-                config_path(options.home or Path()), overrides_model=overrides
-            )
-        )
-    else:
+        tmp = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "nullclaw-check-"))
         try:
-            config_bytes(options)
-        except ValueError as exc:
-            problems.append(str(exc))
+            env = minimal_env(
+                options.env_passthrough, {"HOME": str(tmp), "PATH": path_env}, base=source
+            )
+            problem = await _version_problem(binary, tmp, env, options.version_timeout_s)
+            if problem is None and not config_problems and options.config_probe:
+                problem = await _probe_problem(options, binary, tmp, source)
+            if problem:
+                problems.append(problem)
+        finally:
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    problems += config_problems
     if options.api_key_env is not None and not source.get(options.api_key_env):
         problems.append(
             f"api_key_env: environment variable {options.api_key_env} is not set (or empty)"

@@ -120,3 +120,28 @@ async def test_unwritable_workspace_dir(tmp_path: Path, options: dict[str, Any])
     opts = {**options, "workspace": "task", "workspace_dir": str(ro / "ws")}
     [line] = await NullClawExecutor(opts).readiness()
     assert "is not writable" in line
+
+
+async def test_config_probe_lets_nullclaw_judge_its_config(
+    tmp_path: Path, options: dict[str, Any], fake_bin: Path
+) -> None:
+    # static checks cannot know every rule; nullclaw itself rejects this one (rc 0, no stdout)
+    bad = {**options, "config": {"default_temperature": 5}}
+    [line] = await NullClawExecutor(bad).readiness()
+    assert line.startswith("nullclaw rejects its configuration")
+    assert "temperature must be between 0.0 and 2.0" in line
+    assert await NullClawExecutor({**bad, "config_probe": False}).readiness() == []
+
+    home = tmp_path / "home"
+    (home / ".nullclaw").mkdir(parents=True)
+    (home / ".nullclaw" / "config.json").write_text(
+        '{"agents": {"defaults": {"model": {"primary": "fakellm/m"}}}, "default_temperature": 9}'
+    )
+    [line] = await NullClawExecutor({"binary": str(fake_bin), "home": str(home)}).readiness()
+    assert "temperature must be between" in line
+
+
+async def test_legacy_key_in_config_option_is_named(options: dict[str, Any]) -> None:
+    opts = {**options, "config": {"default_model": "x"}}
+    [line] = await NullClawExecutor(opts).readiness()
+    assert line == "option 'config': top-level key 'default_model' is rejected by nullclaw"
