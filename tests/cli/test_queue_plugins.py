@@ -26,7 +26,7 @@ def test_queue_table_and_json(simple: Rail) -> None:
 
     table = simple.cli("queue")
     assert table.exit_code == 0, table.output
-    for word in ("coder", "checker", "waiting", "dead-lettered", "near-expiry"):
+    for word in ("coder", "checker", "waiting", "running", "dead", "expiring", "stuck"):
         assert word in table.stdout
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "common_options",
     "fmt_age",
     "fmt_ms",
+    "fmt_when",
     "input_errors",
     "now_ms",
     "resolve_pipeline",
@@ -334,6 +335,13 @@ def fmt_ms(epoch_ms: int | None) -> str:
     if epoch_ms >= 2**53:
         return "never"
     return datetime.fromtimestamp(epoch_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_when(epoch_ms: int | None) -> str:
+    """Like :func:`fmt_ms` but only the time of day for stamps of today (compact tables)."""
+    text = fmt_ms(epoch_ms)
+    today = datetime.now().strftime("%Y-%m-%d ")
+    return text[len(today) :] if text.startswith(today) else text
 
 
 def fmt_age(ms: int | None) -> str:

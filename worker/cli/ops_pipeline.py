@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.table import Table
 
 from tracker_client.models import Pipeline
@@ -15,7 +16,7 @@ from worker.cli.ops_common import (
     OpsContext,
     OpsError,
     common_options,
-    fmt_ms,
+    fmt_when,
     input_errors,
     resolve_pipeline,
 )
@@ -164,11 +165,17 @@ def pipeline_list(tracker_url: str | None, config_path: Path | None, as_json: bo
         if not pipelines:
             ops.print("no pipelines yet: create one with `backlog-worker pipeline create`")
             return 0
-        table = Table(title="pipelines")
-        for col in ("name", "id", "initial", "stages", "roles", "created"):
-            table.add_column(col, overflow="fold")
+        wide = ops.console.width >= 120
+        table = Table(title="pipelines", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+        table.add_column("name", overflow="fold")
+        table.add_column("id", no_wrap=True)
+        table.add_column("stages (* initial)", overflow="fold", ratio=1)
+        table.add_column("roles", overflow="fold")
+        if wide:
+            table.add_column("created", no_wrap=True)
         for p in pipelines:
             states = p.definition.get("states") or {}
+            initial = p.definition.get("initial")
             roles = sorted(
                 {
                     str(s["agent_role"])
@@ -176,14 +183,11 @@ def pipeline_list(tracker_url: str | None, config_path: Path | None, as_json: bo
                     if isinstance(s, dict) and s.get("agent_role")
                 }
             )
-            table.add_row(
-                p.name,
-                p.id,
-                str(p.definition.get("initial", "")),
-                " ".join(states),
-                ", ".join(str(r) for r in roles),
-                fmt_ms(p.created_at_ms),
-            )
+            stages = " ".join(f"{name}*" if name == initial else str(name) for name in states)
+            cells = [p.name, p.id, stages, " ".join(roles)]
+            if wide:
+                cells.append(fmt_when(p.created_at_ms))
+            table.add_row(*cells)
         ops.print(table)
         return 0
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import anyio
 import click
+from rich import box
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -27,23 +28,27 @@ def _num(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def _compact(value: int | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 10_000 and value % 1000 == 0:
+        return f"{value // 1000}k"
+    return str(value)
+
+
 def render_queue(stats: QueueStats) -> RenderableType:
     """The per-role table of a :class:`QueueStats`."""
-    table = Table(title=f"queue at {fmt_ms(stats.generated_at_ms)}")
-    columns = (
-        "waiting",
-        "claimable",
-        "running",
-        "failed",
-        "dead-lettered",
-        "oldest waiting",
-        "near-expiry",
-        "stuck",
-        "cap",
+    table = Table(
+        title=f"queue at {fmt_ms(stats.generated_at_ms)}",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        caption="ready: claimable now; dead: dead-lettered; oldest: age of the oldest ready "
+        "task; expiring: leases near expiry; stuck: runs running too long",
     )
     table.add_column("role", no_wrap=True)
-    for col in columns:
-        table.add_column(col, justify="right", overflow="fold")
+    for col in ("waiting", "ready", "running", "failed", "dead", "oldest", "expiring", "stuck"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("cap", justify="right", no_wrap=True)
     for r in stats.roles:
         cap = r.max_backlog_depth
         table.add_row(
@@ -56,7 +61,7 @@ def render_queue(stats: QueueStats) -> RenderableType:
             fmt_age(r.oldest_claimable_age_ms),
             str(r.near_expiry_leases),
             str(r.stuck_count),
-            "unlimited" if cap == 0 else _num(cap),
+            "none" if cap == 0 else _compact(cap),
         )
     if not stats.roles:
         return Group(table, "no roles yet: create a pipeline first")

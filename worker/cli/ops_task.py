@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.table import Table
 
 from tracker_client.errors import NotFound
@@ -16,7 +17,7 @@ from worker.cli.ops_common import (
     OpsContext,
     OpsError,
     common_options,
-    fmt_ms,
+    fmt_when,
     input_errors,
     now_ms,
     resolve_pipeline,
@@ -106,7 +107,7 @@ def task_add(
 def task_state(task: Task, pipelines: dict[str, Pipeline], now: int | None = None) -> str:
     """A short human state: done, dead-lettered (reason), retry in ..., open."""
     if task.dead_letter_reason:
-        return f"dead-lettered ({task.dead_letter_reason})"
+        return f"dead ({task.dead_letter_reason})"
     pipeline = pipelines.get(task.pipeline_id)
     if pipeline is not None:
         state = (pipeline.definition.get("states") or {}).get(task.stage) or {}
@@ -114,7 +115,7 @@ def task_state(task: Task, pipelines: dict[str, Pipeline], now: int | None = Non
             return "done"
     now = now_ms() if now is None else now
     if task.next_eligible_at_ms > now:
-        return f"retry at {fmt_ms(task.next_eligible_at_ms)}"
+        return f"retry at {fmt_when(task.next_eligible_at_ms)}"
     return "open"
 
 
@@ -154,21 +155,27 @@ def task_list(
             ops.emit_json({"items": items, "next_cursor": next_cursor})
             return 0
         pipelines = {p.id: p for p in await tracker.list_pipelines()}
-        table = Table(title=f"tasks ({len(items)})")
-        for col in ("id", "title", "pipeline", "stage", "prio", "state", "created"):
+        several = len({t.pipeline_id for t in items}) > 1
+        wide = ops.console.width >= 120
+        table = Table(title=f"tasks ({len(items)})", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+        table.add_column("id", no_wrap=True)
+        table.add_column("title", overflow="fold", ratio=1, min_width=12)
+        if several:
+            table.add_column("pipeline", overflow="fold")
+        for col in ("stage", "prio", "state"):
             table.add_column(col, overflow="fold")
+        if wide:
+            table.add_column("created", no_wrap=True)
         now = now_ms()
         for t in items:
             p = pipelines.get(t.pipeline_id)
-            table.add_row(
-                t.id,
-                t.title,
-                p.name if p else t.pipeline_id,
-                t.stage,
-                str(t.priority),
-                task_state(t, pipelines, now),
-                fmt_ms(t.created_at_ms),
-            )
+            cells = [t.id, t.title]
+            if several:
+                cells.append(p.name if p else t.pipeline_id)
+            cells += [t.stage, str(t.priority), task_state(t, pipelines, now)]
+            if wide:
+                cells.append(fmt_when(t.created_at_ms))
+            table.add_row(*cells)
         ops.print(table)
         if next_cursor is not None:
             ops.print(f"more: --cursor {next_cursor}")
