@@ -287,6 +287,7 @@ class Worker:
         async def attempt() -> Lease | None:
             # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted.
             lease: Lease | None = None
+            self.last_progress = time.monotonic()  # retrying is progress; a hung call is not
             with anyio.CancelScope(shield=True):
                 lease = await self.tracker.claim(
                     self.config.agent_id, role.name, ttl_ms, idempotency_key=key
@@ -307,9 +308,7 @@ class Worker:
             ttl = min(ttl, ceiling_ms / 1000)
         return ttl
 
-    def _start_run(
-        self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role, slot: object
-    ) -> None:
+    def _start_run(self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role, slot: object) -> None:
         run = TaskRun(
             tracker=self.tracker,
             lease=lease,

@@ -2,11 +2,12 @@
 
 The protocol is small enough that a dependency would cost more than it saves: the ``sdnotify``
 package sends on a blocking socket and knows nothing of ``WATCHDOG_USEC``/``WATCHDOG_PID`` or
-reloads, and ``systemd-python`` needs libsystemd headers at install time. Here it is one AF_UNIX datagram per message to ``$NOTIFY_SOCKET`` (a path,
-or an abstract socket written ``@name``), sent from a non-blocking socket so a slow or gone
-service manager can never stall the event loop. Every failure is logged once and swallowed:
-supervision is best effort, the work is not. Without ``$NOTIFY_SOCKET`` every call is a no-op,
-so the daemon calls the same methods whether or not it runs under systemd.
+reloads, and ``systemd-python`` needs libsystemd headers at install time. Here it is one AF_UNIX
+datagram per message to ``$NOTIFY_SOCKET`` (a path, or an abstract socket written ``@name``),
+sent from a non-blocking socket so a slow or gone service manager can never stall the event
+loop. Every failure is logged once and swallowed: supervision is best effort, the work is not.
+Without ``$NOTIFY_SOCKET`` every call is a no-op, so the daemon calls the same methods whether
+or not it runs under systemd.
 
 Typical use (the daemon)::
 

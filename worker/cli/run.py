@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,10 @@ from tracker_client.errors import (
 )
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
+from worker.cli.systemd import STOP_MARGIN_S
 from worker.config import Config, load_config
 from worker.daemon import Role, Worker, WorkerState
+from worker.sdnotify import Notifier, Watchdog, format_status, report_status
 
 __all__ = ["build_roles", "register", "select_roles"]
 
@@ -115,30 +119,86 @@ async def _watch_signals(
             worker.stop(immediate=immediate)
 
 
+async def _readiness(roles: Sequence[Role]) -> list[str]:
+    """Every role's executor readiness problems, one line each (empty: ready)."""
+    problems: list[str] = []
+    for role in roles:
+        if not isinstance(role.executor, SupportsReadiness):
+            continue
+        try:
+            issues = await role.executor.readiness()
+        except Exception as exc:
+            issues = [f"readiness check crashed: {type(exc).__name__}: {exc}"]
+        problems.extend(f"role {role.name} ({role.config.executor}): {p}" for p in issues)
+    return problems
+
+
 async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Sequence[str]) -> int:
+    # Taken (and removed from the environment) before any child process can inherit it.
+    notifier = Notifier.from_env(unset_environment=True)
     config = _load(config_path, overrides, roles)
     built = build_roles(config)
+    problems = await _readiness(built)
+    if problems:
+        raise ExecutorError("executors not ready:\n  " + "\n  ".join(problems))
     tracker = await _open(config)
+    drain_deadline = 0.0
+    worker: Worker
+
+    def status() -> str:
+        s = worker.stats
+        return format_status(
+            state=worker.state.value,
+            busy=s.in_flight,
+            slots=config.worker.concurrency,
+            done=s.transitioned,
+            failed=s.failed,
+            last_error=s.last_error,
+        )
+
+    def on_state(state: WorkerState) -> None:
+        nonlocal drain_deadline
+        if state is WorkerState.RUNNING:  # the tracker answered; executors were ready
+            notifier.ready(status=status())
+        elif state is WorkerState.DRAINING:
+            drain_deadline = time.monotonic() + config.worker.shutdown_grace_s
+            notifier.stopping(status=status())
+
+    def extend() -> float | None:
+        # While draining within the grace, keep systemd from killing us mid-report.
+        if worker.state is not WorkerState.DRAINING:
+            return None
+        return max(0.0, drain_deadline - time.monotonic()) + STOP_MARGIN_S
+
+    def reload() -> None:
+        notifier.reloading()
+        try:
+            fresh = _load(config_path, overrides, roles)
+            worker.set_roles(build_roles(fresh))
+        except BacklogWorkerError as exc:
+            log.error("reload refused: %s", exc, extra={"action": "reload_failed"})
+            return
+        finally:
+            notifier.ready(status=status())
+        log.info(
+            "configuration reloaded: roles %s",
+            ", ".join(r.name for r in worker.roles),
+            extra={"action": "reloaded"},
+        )
+
+    # The claim loop ticks at least every idle_max_s; a loop silent for much longer is wedged.
+    stale_after_s = max(30.0, 3 * config.worker.idle_max_s)
     try:
-        worker = Worker(tracker, config.worker, built, tracker_config=config.tracker)
-
-        def reload() -> None:
-            try:
-                fresh = _load(config_path, overrides, roles)
-                worker.set_roles(build_roles(fresh))
-            except BacklogWorkerError as exc:
-                log.error("reload refused: %s", exc, extra={"action": "reload_failed"})
-                return
-            log.info(
-                "configuration reloaded: roles %s",
-                ", ".join(r.name for r in worker.roles),
-                extra={"action": "reloaded"},
-            )
-
-        async with anyio.create_task_group() as tg:
-            await tg.start(_watch_signals, worker, reload)
-            await worker.run()
-            tg.cancel_scope.cancel()
+        worker = Worker(
+            tracker, config.worker, built, tracker_config=config.tracker, on_state=on_state
+        )
+        with notifier:
+            async with anyio.create_task_group() as tg:
+                await tg.start(_watch_signals, worker, reload)
+                await tg.start(Watchdog(notifier).run, lambda: worker.healthy(stale_after_s))
+                await tg.start(partial(report_status, notifier, status, extend_timeout=extend))
+                await worker.run()
+                tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await tracker.aclose()
@@ -237,17 +297,10 @@ async def _check(config: Config) -> list[str]:
     finally:
         await tracker.aclose()
     for built_role in built:
-        name, executor = built_role.name, built_role.config.executor
-        if isinstance(built_role.executor, SupportsReadiness):
-            try:
-                issues = await built_role.executor.readiness()
-            except Exception as exc:
-                issues = [f"readiness check crashed: {type(exc).__name__}: {exc}"]
-            problems.extend(f"role {name} ({executor}): {p}" for p in issues)
-            if not issues:
-                click.echo(f"ok   role {name}: executor {executor} ready")
-        else:
-            click.echo(f"ok   role {name}: executor {executor} loaded")
+        issues = await _readiness([built_role])
+        problems.extend(issues)
+        if not issues:
+            click.echo(f"ok   role {built_role.name}: executor {built_role.config.executor} ready")
     return problems
 
 
