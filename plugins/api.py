@@ -141,6 +141,12 @@ class ExecutionContext:
 
     # -- state ------------------------------------------------------------------------------------
     @property
+    def report_policy(self) -> ReportPolicy:
+        """How this context batches reports (an executor streaming output flushes on its
+        ``flush_interval_s`` so trailing events are not held until the next report)."""
+        return self._policy
+
+    @property
     def shutting_down(self) -> bool:
         """True once the worker started draining: finish soon or checkpoint."""
         return self._shutdown.is_set()
