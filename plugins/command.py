@@ -228,6 +228,19 @@ def read_outcome_file(path: Path) -> dict[str, Any] | None:
     return doc
 
 
+async def _flush_periodically(ctx: ExecutionContext) -> None:
+    """Write buffered output events on the policy's interval, so the last lines of a command
+    that goes quiet are seen while it runs, not only when it ends."""
+    interval = max(ctx.report_policy.flush_interval_s, 0.01)
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await ctx.flush()
+        except Exception:  # the sink's problem surfaces at the next report or the final flush
+            ctx.logger.debug("periodic flush failed", exc_info=True)
+            return
+
+
 def _check_program(program: str, path_env: str) -> list[str]:
     if os.sep in program:
         if os.path.isfile(program) and os.access(program, os.X_OK):
@@ -323,25 +336,35 @@ class CommandExecutor:
         env = minimal_env(opts.env_passthrough, extra)
         out, err = _Stream("stdout", ctx, opts), _Stream("stderr", ctx, opts)
         result: ProcessResult | None = None
-        try:
-            with anyio.move_on_after(opts.timeout_s):
-                result = await run_process(
-                    argv,
-                    cwd=ctx.workdir,
-                    env=env,
-                    stdin=payload if opts.stdin_task_json else None,
-                    on_stdout=out,
-                    on_stderr=err,
-                    max_capture_bytes=opts.tail_bytes,
-                    term_grace_s=opts.term_grace_s,
-                )
-        except SpawnError as exc:
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            if opts.stream_output:
+                tg.start_soon(_flush_periodically, ctx)
+            try:
+                with anyio.move_on_after(opts.timeout_s):
+                    result = await run_process(
+                        argv,
+                        cwd=ctx.workdir,
+                        env=env,
+                        stdin=payload if opts.stdin_task_json else None,
+                        on_stdout=out,
+                        on_stderr=err,
+                        max_capture_bytes=opts.tail_bytes,
+                        term_grace_s=opts.term_grace_s,
+                    )
+            except Exception as exc:  # kept out of the task group: no ExceptionGroup wrapping
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if isinstance(error, SpawnError):
             return Failure(
                 reason="spawn_failed",
-                message=str(exc),
-                retryable=not exc.permanent,
-                details={"argv0": argv[0], "spawn_error": exc.reason},
+                message=str(error),
+                retryable=not error.permanent,
+                details={"argv0": argv[0], "spawn_error": error.reason},
             )
+        if error is not None:
+            raise error
         tails = {
             "stdout_tail": out.tail_text(),
             "stderr_tail": err.tail_text(),
