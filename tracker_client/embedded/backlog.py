@@ -25,16 +25,13 @@ Outcome = Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
 
 
 def _cancel_row(ctx: Ctx, task: sqlite3.Row, reason: str) -> CancelResult:
-    lease = ctx.one("SELECT id, run_id, expires_at_ms FROM leases WHERE task_id = ?", (task["id"],))
-    run_id = None
+    run_id = task["lease_run_id"]
     revoked = False
-    if lease is not None:
-        run_id = lease["run_id"]
-        revoked = lease["expires_at_ms"] > ctx.now
+    if run_id is not None:
+        revoked = task["lease_expires_at_ms"] > ctx.now
         ctx.conn.execute(
             "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?", (ctx.now, run_id)
         )
-        ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
     stage = dead_letter(ctx, task, reason, run_id, kind="cancelled")
     return CancelResult(
         task_id=task["id"], stage=stage, revoked_lease=revoked, dead_letter_reason=reason

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
-from tracker_client.embedded.common import Ctx, new_id, run_from_row, task_from_row
+from tracker_client.embedded.common import CLEAR_LEASE, Ctx, new_id, run_from_row, task_from_row
 from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Run
@@ -35,7 +35,8 @@ _CANDIDATES = (
     "ORDER BY priority DESC, seq"
 )
 _HOUSEKEEPING = (
-    "SELECT EXISTS (SELECT 1 FROM leases WHERE expires_at_ms <= ?1), "
+    "SELECT EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at_ms > 0 "
+    "AND lease_expires_at_ms <= ?1), "
     "EXISTS (SELECT 1 FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1 "
     "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ?1)"
 )
@@ -46,10 +47,7 @@ _UNRESOLVED = (
 _KEY_HELD = (
     "SELECT 1 FROM tasks WHERE concurrency_key = ? AND lease_expires_at_ms > ? AND seq != ? LIMIT 1"
 )
-_STAGE_LEASES = (
-    "SELECT count(*) FROM leases l JOIN tasks t ON t.id = l.task_id "
-    "WHERE l.expires_at_ms > ? AND t.stage = ?"
-)
+_STAGE_LEASES = "SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ? AND stage = ?"
 
 
 def check_ttl(lease_ttl_ms: int) -> int:
@@ -72,26 +70,25 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
     Returns (expired leases, tasks dead-lettered as ``crash_loop``).
     """
     rows = ctx.conn.execute(
-        "SELECT id, run_id, task_id FROM leases WHERE expires_at_ms <= ?", (ctx.now,)
+        "SELECT id, lease_run_id FROM tasks "
+        "WHERE lease_expires_at_ms > 0 AND lease_expires_at_ms <= ?",
+        (ctx.now,),
     ).fetchall()
     crash = 0
-    for lease in rows:
+    for task_id, run_id in rows:
         ctx.conn.execute(
-            "UPDATE runs SET status = 'stale', ended_at_ms = ? WHERE id = ?",
-            (ctx.now, lease["run_id"]),
+            "UPDATE runs SET status = 'stale', ended_at_ms = ? WHERE id = ?", (ctx.now, run_id)
         )
-        ctx.conn.execute("DELETE FROM leases WHERE id = ?", (lease["id"],))
         ctx.conn.execute(
-            "UPDATE tasks SET lease_expires_at_ms = 0, stale_streak = stale_streak + 1 "
-            "WHERE id = ?",
-            (lease["task_id"],),
+            f"UPDATE tasks SET stale_streak = stale_streak + 1, {CLEAR_LEASE} WHERE id = ?",
+            (task_id,),
         )
-        task = ctx.task_row(lease["task_id"])
+        task = ctx.task_row(task_id)
         ctx.log(
             "lease_expired",
-            f"lease of task {task['id']} expired; run {lease['run_id']} is stale",
-            task_id=task["id"],
-            run_id=lease["run_id"],
+            f"lease of task {task_id} expired; run {run_id} is stale",
+            task_id=task_id,
+            run_id=run_id,
             role=task["role"],
         )
         limit = task["max_stale_attempts"]
@@ -103,7 +100,7 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
             and task["dead_letter_reason"] is None
             and not task["terminal"]
         ):
-            dead_letter(ctx, task, "crash_loop", lease["run_id"])
+            dead_letter(ctx, task, "crash_loop", run_id)
             crash += 1
     return len(rows), crash
 
@@ -190,13 +187,9 @@ def claim(
         (run_id, task_id, attempt, agent_id, role, now),
     )
     conn.execute(
-        "INSERT INTO leases (id, run_id, task_id, token_sha256, ttl_ms, expires_at_ms) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (lease_id, run_id, task_id, token_hash(token), lease_ttl_ms, expires),
-    )
-    conn.execute(
-        "UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ? WHERE seq = ?",
-        (expires, attempt, task["seq"]),
+        "UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ?, lease_id = ?, "
+        "lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ? WHERE seq = ?",
+        (expires, attempt, lease_id, run_id, token_hash(token), lease_ttl_ms, task["seq"]),
     )
     run = Run.model_construct(
         id=run_id,
@@ -234,11 +227,10 @@ def heartbeat(
     if lease_ttl_ms is not None:
         check_ttl(lease_ttl_ms)
     lease = check_lease(ctx, run_id, token_sha256, lease_id=lease_id)
-    ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["ttl_ms"])
+    ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["lease_ttl_ms"])
     expires = ctx.now + ttl
-    ctx.conn.execute("UPDATE leases SET expires_at_ms = ? WHERE id = ?", (expires, lease_id))
     ctx.conn.execute(
-        "UPDATE tasks SET lease_expires_at_ms = ? WHERE id = ?", (expires, lease["task_id"])
+        "UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?", (expires, lease["seq"])
     )
     return expires
 
@@ -249,17 +241,18 @@ def reissue(ctx: Ctx, lease_id: str, run_id: str) -> Lease:
     Only the token's hash is stored, so the first token cannot be returned again; the retry gets
     a new one and the lost answer's token stops working. A lease already gone is ``LeaseLost``.
     """
-    lease = ctx.one("SELECT * FROM leases WHERE id = ?", (lease_id,))
-    if lease is None:
+    task = ctx.one(
+        "SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?", (run_id,)
+    )
+    if task is None or task["lease_id"] != lease_id:
         check_lease(ctx, run_id, "", lease_id=lease_id)
-    assert lease is not None
-    if lease["expires_at_ms"] <= ctx.now:
+    assert task is not None
+    if task["lease_expires_at_ms"] <= ctx.now:
         raise LeaseLost(f"lease of run {run_id} expired", code="expired")
     token = secrets.token_hex(32)
     ctx.conn.execute(
-        "UPDATE leases SET token_sha256 = ? WHERE id = ?", (token_hash(token), lease_id)
+        "UPDATE tasks SET lease_token_sha256 = ? WHERE seq = ?", (token_hash(token), task["seq"])
     )
-    task = ctx.task_row(lease["task_id"])
     run = ctx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
     assert run is not None
     return Lease(
@@ -267,5 +260,5 @@ def reissue(ctx: Ctx, lease_id: str, run_id: str) -> Lease:
         run=run_from_row(run),
         lease_id=lease_id,
         lease_token=token,
-        expires_at_ms=lease["expires_at_ms"],
+        expires_at_ms=task["lease_expires_at_ms"],
     )

@@ -18,6 +18,7 @@ from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import Artifact, Assignment, Event, Run, Task
 
 __all__ = [
+    "CLEAR_LEASE",
     "MIB",
     "Ctx",
     "Options",
@@ -34,6 +35,11 @@ __all__ = [
 log = logging.getLogger("backlog_worker.tracker")
 
 MIB = 1024 * 1024
+#: SET clause that drops a task's lease.
+CLEAR_LEASE = (
+    "lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, "
+    "lease_token_sha256 = NULL, lease_ttl_ms = NULL"
+)
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 

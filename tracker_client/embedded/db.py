@@ -17,8 +17,10 @@ import contextlib
 import logging
 import os
 import queue
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -83,6 +85,11 @@ def _statements(sql: str) -> list[str]:
     if buf.strip():
         raise RuntimeError(f"incomplete statement in migration: {buf[:80]!r}")
     return out
+
+
+def _is_busy(exc: BaseException) -> bool:
+    low = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in low or "busy" in low)
 
 
 def map_sqlite_error(exc: BaseException, where: str) -> TrackerError:
@@ -191,6 +198,7 @@ class Database:
         self._closed = False
         self._checkpointer: _Checkpointer | None = None
         self._commits = 0
+        self.busy_timeout_ms = 5000
 
     # -- opening --------------------------------------------------------------------------------
     @classmethod
@@ -204,12 +212,14 @@ class Database:
         db.path = path
         db._checkpointer = None
         db._commits = 0
+        db.busy_timeout_ms = busy_timeout_ms
         try:
             await db._call(lambda: box.append(_connect(path, synchronous, busy_timeout_ms)))
         except BaseException:
             worker.stop()
             raise
         db.conn = box[0]
+        db.busy_timeout_ms = busy_timeout_ms
         if path != ":memory:":
             db._checkpointer = _Checkpointer(path, busy_timeout_ms)
         return db
@@ -269,13 +279,37 @@ class Database:
         await anyio.to_thread.run_sync(self._worker.thread.join)
 
     # -- transactions (called on the database thread) -------------------------------------------
+    def _backoff(self, exc: sqlite3.Error, where: str, state: list[float]) -> None:
+        """Sleep a little before retrying a busy database, or give up past the busy timeout.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10, ... ms, far longer than our transactions
+        (~0.1 ms), so several processes sharing a file would mostly sleep; this polls in
+        50 us .. 2 ms steps with jitter instead.
+        """
+        if not _is_busy(exc):
+            raise map_sqlite_error(exc, where) from exc
+        now = time.monotonic()
+        if not state:
+            state += [now + self.busy_timeout_ms / 1000, 0.00005]
+        if now >= state[0]:
+            raise TrackerUnavailable(
+                f"{where}: database is busy (locked by another process for more than "
+                f"{self.busy_timeout_ms} ms)",
+                code="busy",
+            ) from exc
+        time.sleep(state[1] * (0.5 + random.random()))
+        state[1] = min(state[1] * 2, 0.002)
+
     def write(self, fn: Callable[[], T], where: str) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back on any error."""
         conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise map_sqlite_error(exc, where) from exc
+        state: list[float] = []
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.Error as exc:
+                self._backoff(exc, where, state)
         try:
             result = fn()
             conn.execute("COMMIT")
@@ -294,15 +328,19 @@ class Database:
     def read(self, fn: Callable[[], T], where: str) -> T:
         """Run ``fn`` in a deferred (read) transaction, so multi-query reads are consistent."""
         conn = self.conn
-        try:
-            conn.execute("BEGIN")
+        state: list[float] = []
+        while True:
             try:
-                return fn()
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-        except (sqlite3.Error, OSError) as exc:
-            raise map_sqlite_error(exc, where) from exc
+                conn.execute("BEGIN")
+                try:
+                    return fn()
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._backoff(exc, where, state)  # reads have no effects: safe to retry
+            except OSError as exc:
+                raise map_sqlite_error(exc, where) from exc
 
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection commits."""
@@ -333,6 +371,8 @@ def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conne
         # Checkpoints run on a separate thread (see _Checkpointer), not inside a commit.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         _migrate(conn, path)
+        # From here on Database._backoff polls for the lock itself (see there).
+        conn.execute("PRAGMA busy_timeout = 0")
     except sqlite3.Error as exc:
         conn.close()
         raise map_sqlite_error(exc, f"opening {path}") from exc

@@ -11,7 +11,7 @@ import random
 import sqlite3
 from typing import Any
 
-from tracker_client.embedded.common import MIB, Ctx, dumps
+from tracker_client.embedded.common import CLEAR_LEASE, MIB, Ctx, dumps
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
 
@@ -41,11 +41,7 @@ def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
     return LeaseLost(f"no active lease for run {run_id}", code="not_found")
 
 
-_LEASE = (
-    "SELECT l.id AS lease_id, l.run_id AS lease_run_id, l.task_id AS task_id, l.token_sha256, "
-    "l.ttl_ms, l.expires_at_ms AS lease_until, t.* FROM leases l JOIN tasks t ON t.id = l.task_id "
-    "WHERE "
-)
+_LEASE = "SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?"
 
 
 def check_lease(
@@ -53,19 +49,19 @@ def check_lease(
 ) -> sqlite3.Row:
     """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``.
 
-    The row is the task's row plus ``lease_id``, ``lease_run_id``, ``task_id``, ``token_sha256``,
-    ``ttl_ms`` and ``lease_until`` (the lease's expiry), read in one query.
+    Returns the task's row (the lease lives on it: ``lease_id``, ``lease_expires_at_ms``, ...).
     """
-    if lease_id is not None:
-        row = ctx.one(_LEASE + "l.id = ?", (lease_id,))
-    else:
-        row = ctx.one(_LEASE + "l.run_id = ?", (run_id,))
-    if row is None:
+    row = ctx.one(_LEASE, (run_id,))
+    if (
+        row is None
+        or row["lease_run_id"] != run_id
+        or (lease_id is not None and row["lease_id"] != lease_id)
+    ):
         raise _lost_for_missing(ctx, run_id)
-    if not hmac.compare_digest(row["token_sha256"], token_sha256):
-        raise LeaseLost(f"invalid lease token for run {row['lease_run_id']}", code="invalid_token")
-    if row["lease_until"] <= ctx.now:
-        raise LeaseLost(f"lease of run {row['lease_run_id']} expired", code="expired")
+    if not hmac.compare_digest(row["lease_token_sha256"], token_sha256):
+        raise LeaseLost(f"invalid lease token for run {run_id}", code="invalid_token")
+    if row["lease_expires_at_ms"] <= ctx.now:
+        raise LeaseLost(f"lease of run {run_id} expired", code="expired")
     return row
 
 
@@ -77,7 +73,7 @@ def add_event(ctx: Ctx, run_id: str, token_sha256: str, kind: str, data: Any) ->
     payload = dumps({} if data is None else data, "event data", max_bytes=MIB)
     cur = ctx.conn.execute(
         "INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?)",
-        (lease["task_id"], run_id, ctx.now, kind, payload),
+        (lease["id"], run_id, ctx.now, kind, payload),
     )
     return int(cur.lastrowid or 0)
 
@@ -128,11 +124,10 @@ def transition(
     )
     ctx.conn.execute(
         "UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL, "
-        "next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, "
-        "lease_expires_at_ms = 0, stale_streak = 0 WHERE seq = ?",
+        "next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0, "
+        f"{CLEAR_LEASE} WHERE seq = ?",
         (to, now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
     )
-    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (task["lease_id"],))
     text = instructions if instructions is not None else (move.instructions or "")
     ctx.event(
         task["id"],
@@ -190,11 +185,9 @@ def fail(
         "UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?",
         (now, error, usage_text, run_id),
     )
-    ctx.conn.execute("DELETE FROM leases WHERE id = ?", (task["lease_id"],))
     failed = int(task["failed_attempts"]) + 1
     ctx.conn.execute(
-        "UPDATE tasks SET failed_attempts = ?, stale_streak = 0, lease_expires_at_ms = 0 "
-        "WHERE seq = ?",
+        f"UPDATE tasks SET failed_attempts = ?, stale_streak = 0, {CLEAR_LEASE} WHERE seq = ?",
         (failed, task["seq"]),
     )
     max_attempts = task["max_attempts"]
@@ -248,8 +241,7 @@ def dead_letter(
     ctx.conn.execute(
         "UPDATE tasks SET dead_letter_reason = ?, next_eligible_at_ms = ?, "
         "dead_letter_from_stage = ?, stage = ?, role = ?, terminal = ?, "
-        "task_version = task_version + ?, updated_at_ms = ?, lease_expires_at_ms = 0 "
-        "WHERE seq = ?",
+        f"task_version = task_version + ?, updated_at_ms = ?, {CLEAR_LEASE} WHERE seq = ?",
         (
             reason,
             DEAD_LETTER_NEVER_MS,

@@ -19,7 +19,7 @@ def health(ctx: Ctx) -> Health:
         StageCount(stage=r[0], count=r[1])
         for r in ctx.conn.execute("SELECT stage, count(*) FROM tasks GROUP BY stage ORDER BY stage")
     ]
-    active = int(ctx.scalar("SELECT count(*) FROM leases WHERE expires_at_ms > ?", (ctx.now,)))
+    active = int(ctx.scalar("SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ?", (ctx.now,)))
     return Health(status="ok", version=VERSION, tasks_by_stage=stages, active_leases=active)
 
 
@@ -54,8 +54,8 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int, stuck_ms: int) -> QueueStats:
     near: dict[str, int] = defaultdict(int)
     stuck: dict[str, int] = defaultdict(int)
     for role, expires, started in conn.execute(
-        "SELECT r.agent_role, l.expires_at_ms, r.started_at_ms FROM leases l "
-        "JOIN runs r ON r.id = l.run_id WHERE l.expires_at_ms > ?",
+        "SELECT r.agent_role, t.lease_expires_at_ms, r.started_at_ms FROM tasks t "
+        "JOIN runs r ON r.id = t.lease_run_id WHERE t.lease_expires_at_ms > ?",
         (now,),
     ):
         running[role] += 1

@@ -1,7 +1,8 @@
 -- Schema version 1 of the embedded tracker.
 -- Columns after the NullTickets ones on `tasks` are denormalised for the claim query: the current
--- stage's role and terminal flag, the live lease's expiry (0 = none), whether the task has
+-- stage's role and terminal flag, the lease's expiry (0 = none), whether the task has
 -- dependencies, and the active assignee. They are kept in step by every write that changes them.
+-- A task holds at most one lease, so the lease lives on the task row (only its token's SHA-256).
 
 CREATE TABLE pipelines (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -41,7 +42,12 @@ CREATE TABLE tasks (
     terminal INTEGER NOT NULL DEFAULT 0,
     lease_expires_at_ms INTEGER NOT NULL DEFAULT 0,
     has_deps INTEGER NOT NULL DEFAULT 0,
-    assignee TEXT
+    assignee TEXT,
+    -- The task's lease (at most one): lease_expires_at_ms > 0 while one is held.
+    lease_id TEXT,
+    lease_run_id TEXT,
+    lease_token_sha256 TEXT,
+    lease_ttl_ms INTEGER
 );
 
 -- The claim scan: one role, best first, skipping leased/delayed rows inside the index.
@@ -52,6 +58,7 @@ CREATE INDEX tasks_deadline ON tasks (expires_at_ms)
     WHERE expires_at_ms IS NOT NULL AND dead_letter_reason IS NULL AND terminal = 0;
 CREATE INDEX tasks_ckey ON tasks (concurrency_key) WHERE concurrency_key IS NOT NULL;
 CREATE INDEX tasks_pipeline ON tasks (pipeline_id);
+CREATE INDEX tasks_leased ON tasks (lease_expires_at_ms) WHERE lease_expires_at_ms > 0;
 
 CREATE TABLE runs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -67,16 +74,6 @@ CREATE TABLE runs (
     usage TEXT,
     UNIQUE (task_id, attempt)
 );
-
-CREATE TABLE leases (
-    id TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL UNIQUE,
-    task_id TEXT NOT NULL UNIQUE,
-    token_sha256 TEXT NOT NULL,
-    ttl_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL
-);
-CREATE INDEX leases_expiry ON leases (expires_at_ms);
 
 CREATE TABLE events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,164 @@
+"""Embedded tracker throughput: drain N tasks through claim -> 1 event -> transition.
+
+``python -m bench.embedded [--tasks 10000] [--processes 4] [--synchronous NORMAL]``
+
+Phase 1: one process, one tracker, one sequential loop. Phase 2: ``--processes`` OS processes
+sharing one database file, each draining until a claim finds no work. Prints cycles/s and
+p50/p99 per operation (milliseconds). A benchmark, not a test: it asserts nothing about speed,
+only that every task was transitioned exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.models import TaskCreate
+
+PIPELINE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+OPS = ("claim", "event", "transition", "cycle")
+
+
+async def _setup(path: str, tasks: int, synchronous: str) -> None:
+    tracker = await EmbeddedTracker.open(path, synchronous=synchronous, max_backlog_depth=0)
+    try:
+        pid = await tracker.create_pipeline("bench", PIPELINE)
+        for start in range(0, tasks, 1000):
+            await tracker.create_tasks(
+                [
+                    TaskCreate(pipeline_id=pid, title=f"task {i}", metadata={"i": i})
+                    for i in range(start, min(start + 1000, tasks))
+                ]
+            )
+    finally:
+        await tracker.aclose()
+
+
+async def _drain(path: str, agent: str, synchronous: str) -> dict[str, list[float]]:
+    lat: dict[str, list[float]] = {op: [] for op in OPS}
+    tracker = await EmbeddedTracker.open(path, synchronous=synchronous)
+    clock = time.perf_counter
+    try:
+        while True:
+            t0 = clock()
+            lease = await tracker.claim(agent, "coder", 60_000)
+            t1 = clock()
+            if lease is None:
+                break
+            await tracker.add_event(lease, "progress", {"step": 1})
+            t2 = clock()
+            await tracker.transition(
+                lease,
+                "complete",
+                expected_stage=lease.task.stage,
+                expected_task_version=lease.task.task_version,
+            )
+            t3 = clock()
+            lat["claim"].append(t1 - t0)
+            lat["event"].append(t2 - t1)
+            lat["transition"].append(t3 - t2)
+            lat["cycle"].append(t3 - t0)
+    finally:
+        await tracker.aclose()
+    return lat
+
+
+def _child(path: str, agent: str, synchronous: str, ready: Any, go: Any, out: Any) -> None:
+    ready.set()
+    go.wait()
+    out.put(anyio.run(_drain, path, agent, synchronous))
+
+
+async def _count_done(path: str) -> int:
+    tracker = await EmbeddedTracker.open(path)
+    try:
+        health = await tracker.health()
+    finally:
+        await tracker.aclose()
+    return sum(s.count for s in health.tasks_by_stage if s.stage == "done")
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def _report(title: str, n: int, wall: float, lat: dict[str, list[float]]) -> None:
+    print(f"\n{title}: {n} cycles in {wall:.2f} s -> {n / wall:,.0f} cycles/s")
+    print(f"  {'op':<11} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    for op in OPS:
+        values = lat[op]
+        mean = statistics.fmean(values) * 1000 if values else float("nan")
+        print(f"  {op:<11} {_pct(values, 0.5):>8.3f} {_pct(values, 0.99):>8.3f} {mean:>8.3f}")
+
+
+def main() -> None:
+    """Run both phases and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--synchronous", default="NORMAL")
+    args = parser.parse_args()
+    print(
+        f"embedded tracker bench: {args.tasks} tasks, synchronous={args.synchronous}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-embedded-") as tmp:
+        one = str(Path(tmp) / "one.db")
+        anyio.run(_setup, one, args.tasks, args.synchronous)
+        t0 = time.perf_counter()
+        lat = anyio.run(_drain, one, "bench-1", args.synchronous)
+        wall = time.perf_counter() - t0
+        done = anyio.run(_count_done, one)
+        assert done == args.tasks == len(lat["cycle"]), (done, len(lat["cycle"]))
+        _report("1 process", len(lat["cycle"]), wall, lat)
+
+        many = str(Path(tmp) / "many.db")
+        anyio.run(_setup, many, args.tasks, args.synchronous)
+        ctx = mp.get_context("spawn")
+        ready = [ctx.Event() for _ in range(args.processes)]
+        go = ctx.Event()
+        out: Any = ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_child, args=(many, f"bench-{n}", args.synchronous, ready[n], go, out)
+            )
+            for n in range(args.processes)
+        ]
+        for p in procs:
+            p.start()
+        for r in ready:
+            r.wait()
+        t0 = time.perf_counter()
+        go.set()
+        results = [out.get() for _ in procs]
+        wall = time.perf_counter() - t0
+        for p in procs:
+            p.join()
+        merged: dict[str, list[float]] = {op: [] for op in OPS}
+        for res in results:
+            for op in OPS:
+                merged[op].extend(res[op])
+        done = anyio.run(_count_done, many)
+        assert done == args.tasks == len(merged["cycle"]), (done, len(merged["cycle"]))
+        per = ", ".join(str(len(r["cycle"])) for r in results)
+        _report(f"{args.processes} processes (per process: {per})", done, wall, merged)
+
+
+if __name__ == "__main__":
+    main()
