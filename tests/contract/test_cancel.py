@@ -6,7 +6,9 @@ import pytest
 
 from tests.contract.support import (
     BACKLOG_OPS,
+    CLOCK,
     RUN_DETAILS,
+    FakeClock,
     all_tasks,
     claim,
     make_pipeline,
@@ -120,12 +122,20 @@ async def test_cancel_all_of_a_pipeline(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
     other = await make_pipeline(tracker)
     ids = await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(5)])
+    fatal = RetryPolicy(max_attempts=0)
+    dead = await tracker.create_task(new_task(pid, "dead", priority=9, retry_policy=fatal))
     keep = await tracker.create_task(new_task(other, "other pipeline"))
+    await tracker.fail(await claim(tracker), "fatal")  # dead-lettered: not cancelled again
     await tracker.transition(await claim(tracker), "complete")  # t0 done: not cancelled
     running = await claim(tracker)  # t1 running: cancelled, lease revoked
     assert await tracker.cancel_all(pipeline_id=pid) == 4
     reasons = {t.id: t.dead_letter_reason for t in await all_tasks(tracker)}
-    assert reasons == {ids[0]: None, **dict.fromkeys(ids[1:], "cancelled"), keep: None}
+    assert reasons == {
+        ids[0]: None,
+        **dict.fromkeys(ids[1:], "cancelled"),
+        dead: "max_attempts_exceeded",
+        keep: None,
+    }
     with pytest.raises(LeaseLost):
         await tracker.heartbeat(running)
     assert await tracker.cancel_all(pipeline_id=pid) == 0
@@ -214,3 +224,20 @@ async def test_requeue_a_cancelled_running_task(tracker: Tracker) -> None:
     with pytest.raises(LeaseLost):
         await tracker.transition(first, "complete")
     await tracker.transition(second, "complete")
+
+
+@pytest.mark.requires(CLOCK)
+async def test_requeue_resets_the_stale_streak(tracker: Tracker, clock: FakeClock) -> None:
+    pid = await make_pipeline(tracker)
+    tid = await tracker.create_task(new_task(pid))
+    for _ in range(3):
+        await claim(tracker, ttl_ms=1_000)
+        clock.advance(1_001)
+    assert await tracker.claim("a", "coder", 60_000) is None
+    assert (await tracker.get_task(tid)).dead_letter_reason == "crash_loop"
+    await tracker.requeue(tid)
+    await claim(tracker, ttl_ms=1_000)
+    clock.advance(1_001)
+    # one more expiry after the requeue is a streak of one, not four
+    lease = await claim(tracker)
+    assert (lease.task.id, lease.run.attempt) == (tid, 5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import SecretStr
 
 from tests.contract.support import (
     BACKLOG_OPS,
@@ -18,7 +19,7 @@ from tests.contract.support import (
     run_events,
     simple_pipeline,
 )
-from tracker_client.errors import BacklogFull, Conflict, NotFound
+from tracker_client.errors import BacklogFull, Conflict, LeaseLost, NotFound
 from tracker_client.models import ArtifactCreate, RetryPolicy
 from tracker_client.protocol import Tracker
 
@@ -73,6 +74,19 @@ async def test_transition_replay_after_the_lease_is_gone(tracker: Tracker) -> No
     with pytest.raises(Conflict) as err:
         await tracker.transition(lease, "other", idempotency_key="k-t")
     assert err.value.code == "idempotency_conflict"
+
+
+async def test_replay_with_another_token_is_not_a_replay(tracker: Tracker) -> None:
+    # NullTickets replays a cached success before checking the lease token; here the token's
+    # hash is part of the fingerprint, so a forged token gets no stored answer.
+    pid = await make_pipeline(tracker)
+    await tracker.create_task(new_task(pid))
+    lease = await claim(tracker)
+    await tracker.transition(lease, "complete", idempotency_key="k-tok")
+    forged = lease.model_copy(update={"lease_token": SecretStr("cd" * 32)})
+    with pytest.raises((Conflict, LeaseLost)) as err:
+        await tracker.transition(forged, "complete", idempotency_key="k-tok")
+    assert err.value.code in ("idempotency_conflict", "invalid_token", "not_found")
 
 
 @pytest.mark.requires(RUN_DETAILS)

@@ -9,6 +9,7 @@ import pytest
 
 from tests.contract.support import (
     CLOCK,
+    RUN_DETAILS,
     FakeClock,
     claim,
     make_pipeline,
@@ -141,6 +142,30 @@ async def test_artifact_pages_never_skip(tracker: Tracker) -> None:
     )
     assert (first.sha256, first.size_bytes, first.meta) == ("ab" * 32, 0, {"i": 0})
     assert len((await tracker.list_artifacts()).items) == 6
+
+
+@pytest.mark.requires(RUN_DETAILS)
+async def test_task_event_pages_never_skip(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker)
+    tid = await tracker.create_task(new_task(pid))
+    first = await claim(tracker)
+    ids = [await tracker.add_event(first, "progress", {"run": 1, "i": i}) for i in range(3)]
+    await tracker.fail(first, "again")
+    second = await claim(tracker)
+    ids += [await tracker.add_event(second, "progress", {"run": 2, "i": i}) for i in range(3)]
+    seen = []
+    cursor = None
+    while True:
+        page = await tracker.list_task_events(tid, limit=2, cursor=cursor)
+        seen.extend(page.items)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    progress = [e.id for e in seen if e.kind == "progress"]
+    assert progress == ids
+    assert [e.id for e in seen] == sorted(e.id for e in seen)
+    assert "retry_scheduled" in [e.kind for e in seen]
+    assert {e.run_id for e in seen} == {first.run.id, second.run.id}
 
 
 @pytest.mark.parametrize("limit", [0, -5, 1001])

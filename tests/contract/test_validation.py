@@ -215,6 +215,13 @@ async def test_oversized_task_fields_are_refused(
     assert await all_tasks(tracker) == []
 
 
+@pytest.mark.parametrize("metadata", ["a string", [1, 2], 3, None, {"nested": {"a": [True]}}])
+async def test_metadata_may_be_any_json_value(tracker: Tracker, metadata: Any) -> None:
+    pid = await make_pipeline(tracker)
+    tid = await tracker.create_task(new_task(pid, metadata=metadata))
+    assert (await tracker.get_task(tid)).metadata == metadata
+
+
 async def test_largest_allowed_task_fields(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
     tid = await tracker.create_task(

@@ -138,20 +138,36 @@ async def test_wait_is_woken_by_a_write_of_another_instance(open_tracker: OpenTr
     assert (results[0].finished, results[0].outcome) == (True, "done")
 
 
-async def test_wait_for_work_wakes_up_on_a_new_task(tracker: Tracker) -> None:
-    pid = await make_pipeline(tracker)
+async def _idle_until_woken(idle_side: Tracker, writer_side: Tracker, pipeline_id: str) -> int:
+    """Run ``wait_for_work(LONG_S)`` on ``idle_side`` while ``writer_side`` creates tasks.
+
+    A write that lands before the waiter has taken its baseline can't wake it, so the writer
+    keeps writing (every 50 ms, up to the deadline) until the waiter returns; returns the number
+    of tasks written.
+    """
     woke = anyio.Event()
+    written = 0
 
     async def idle(*, task_status: TaskStatus[None]) -> None:
         task_status.started()
-        await tracker.wait_for_work(LONG_S)
+        await idle_side.wait_for_work(LONG_S)
         woke.set()
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             await tg.start(idle)
-            await tracker.create_task(new_task(pid))
-            await woke.wait()
+            while not woke.is_set():
+                await writer_side.create_task(new_task(pipeline_id))
+                written += 1
+                with anyio.move_on_after(0.05):
+                    await woke.wait()
+    return written
+
+
+async def test_wait_for_work_wakes_up_on_a_new_task(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker)
+    written = await _idle_until_woken(tracker, tracker, pid)
+    assert written >= 1
     assert (await claim(tracker)).task.title == "task"
 
 
@@ -162,17 +178,8 @@ async def test_wait_for_work_wakes_up_on_another_instance_write(
     idle_side = await open_tracker()
     writer_side = await open_tracker()
     pid = await make_pipeline(writer_side)
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-
-            async def idle(*, task_status: TaskStatus[None]) -> None:
-                task_status.started()
-                await idle_side.wait_for_work(LONG_S)
-                tg.cancel_scope.cancel()
-
-            await tg.start(idle)
-            await writer_side.create_task(new_task(pid))
-            await anyio.sleep_forever()
+    written = await _idle_until_woken(idle_side, writer_side, pid)
+    assert written >= 1
     assert (await claim(idle_side)).task.title == "task"
 
 

@@ -1,0 +1,98 @@
+"""Embedded-only promises that a black-box client can't see: secrets at rest, logs, busy files."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.contract.support import FakeClock, claim, make_pipeline, new_task
+from tracker_client.errors import TrackerUnavailable
+from tracker_client.factory import open_tracker
+from tracker_client.models import RetryPolicy
+
+pytestmark = pytest.mark.anyio
+
+ACTIONS = {
+    "task_created",
+    "task_claimed",
+    "task_finished",
+    "lease_expired",
+    "task_cancelled",
+    "task_dead_lettered",
+}
+
+
+async def test_lease_token_is_stored_only_as_a_hash(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}", clock=FakeClock())
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_task(new_task(pid))
+        lease = await claim(tracker)
+        token = lease.lease_token.get_secret_value()
+        await tracker.add_event(lease, "progress", {"pct": 1})
+        with sqlite3.connect(db) as raw:
+            dump = "\n".join(raw.iterdump())
+        raw.close()
+        assert lease.lease_id in dump  # the dump does hold the lease
+        assert token not in dump
+        assert token.upper() not in dump
+    finally:
+        await tracker.aclose()
+
+
+async def test_writes_are_logged_with_action_and_depth_never_the_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, clock: FakeClock
+) -> None:
+    caplog.set_level(logging.INFO, logger="backlog_worker.tracker")
+    tracker = await open_tracker(f"sqlite:///{tmp_path}/rail.db", clock=clock)
+    try:
+        pid = await make_pipeline(tracker)
+        fatal = RetryPolicy(max_attempts=0)
+        await tracker.create_tasks(
+            [new_task(pid, "a"), new_task(pid, "b", retry_policy=fatal), new_task(pid, "c")]
+        )
+        leases = [await claim(tracker, ttl_ms=1_000)]
+        await tracker.transition(leases[0], "complete")  # a: finished
+        leases.append(await claim(tracker, ttl_ms=1_000))
+        await tracker.fail(leases[1], "fatal")  # b: dead-lettered
+        leases.append(await claim(tracker, ttl_ms=1_000))
+        clock.advance(1_001)
+        await tracker.maintenance()  # c: lease expired
+        await tracker.cancel(leases[2].task.id)  # c: cancelled
+    finally:
+        await tracker.aclose()
+
+    records = [r for r in caplog.records if r.name == "backlog_worker.tracker"]
+    seen = {getattr(r, "action", None) for r in records}
+    assert seen >= ACTIONS, f"missing actions: {ACTIONS - seen}"
+    created = [r for r in records if getattr(r, "action", None) == "task_created"]
+    assert all(getattr(r, "task_id", None) for r in created)
+    assert all(hasattr(r, "depth") for r in created), "task_created without the role's depth"
+    tokens = [lease.lease_token.get_secret_value() for lease in leases]
+    for record in records:
+        text = record.getMessage() + repr(vars(record))
+        for token in tokens:
+            assert token not in text, f"lease token in log record {record.getMessage()!r}"
+
+
+async def test_locked_database_is_unavailable(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}", busy_timeout_ms=100)
+    try:
+        pid = await make_pipeline(tracker)
+        holder = sqlite3.connect(db, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            with pytest.raises(TrackerUnavailable):
+                await tracker.create_task(new_task(pid))
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        await tracker.create_task(new_task(pid))  # and it recovers once the lock is gone
+        assert (await tracker.list_tasks()).items[0].title == "task"
+    finally:
+        await tracker.aclose()
