@@ -46,7 +46,7 @@ from plugins.nullclaw_prompt import (
 from plugins.nullclaw_readiness import check_readiness
 from plugins.nullclaw_redact import Redactor
 from plugins.nullclaw_result import Answer, classify, find_verdict
-from plugins.proc import ProcessResult, run_process
+from plugins.proc import ProcessResult, SpawnError, run_process
 from tracker_client.errors import ExecutorError
 
 __all__ = ["NullClawExecutor"]
@@ -64,6 +64,17 @@ def _save_answer(path: Path, data: bytes) -> str:
 def _safe(name: str) -> str:
     """One harmless path component: no separators, never ``.``/``..``, never hidden."""
     return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9._-]", "_", name)) or "_"
+
+
+def _spawn_failure(exc: ExecutorError, binary: str) -> Failure:
+    reason = exc.reason if isinstance(exc, SpawnError) else "os_error"
+    return Failure(
+        "nullclaw_not_started",
+        f"nullclaw could not be started: {exc}",
+        # a missing binary or an oversized argv/environment needs fixing; an OS hiccup may pass
+        retryable=reason in ("os_error", "cwd_missing"),
+        details={"binary": binary, "spawn_error": reason},
+    )
 
 
 class NullClawExecutor:
@@ -189,12 +200,7 @@ class NullClawExecutor:
             tg.cancel_scope.cancel()
         await forwarder.flush_quietly(final=True)
         if spawn_error is not None:
-            return Failure(
-                "nullclaw_not_started",
-                f"nullclaw could not be started: {spawn_error}",
-                retryable=False,
-                details={"binary": opts.binary},
-            )
+            return _spawn_failure(spawn_error, opts.binary)
         if result is None or timeout_scope.cancelled_caught:
             log.warning(
                 "nullclaw timed out after %.1fs; its process group was killed",

@@ -258,6 +258,7 @@ async def test_missing_binary_fails_clearly(
     assert outcome.reason == "nullclaw_not_started"
     assert not outcome.retryable
     assert "nope/nullclaw" in outcome.message
+    assert outcome.details["spawn_error"] == "not_found"
 
 
 async def test_binary_name_not_on_path(
@@ -333,3 +334,28 @@ async def test_the_api_key_is_redacted_from_everything_reported(
     else:
         assert isinstance(outcome, Failure)
         assert "info(agent): using key [redacted]" in outcome.details["stderr_tail"]
+
+
+async def test_non_executable_binary_fails_without_retry(
+    tmp_path: Path, options: dict[str, Any], sink: RecordingSink
+) -> None:
+    plain = tmp_path / "plain-file"
+    plain.write_text("not a program")
+    outcome = await NullClawExecutor({**options, "binary": str(plain)}).execute(
+        make_ctx(tmp_path / "run", sink)
+    )
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "nullclaw_not_started"
+    assert not outcome.retryable
+    assert outcome.details["spawn_error"] == "not_executable"
+
+
+async def test_oversized_environment_is_a_clear_permanent_failure(
+    tmp_path: Path, options: dict[str, Any], sink: RecordingSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NULLCLAW_HUGE", "x" * 200_000)  # over Linux's 128 KiB per string
+    outcome = await NullClawExecutor(options).execute(make_ctx(tmp_path / "run", sink))
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "nullclaw_not_started"
+    assert not outcome.retryable
+    assert outcome.details["spawn_error"] == "argument_too_large"
