@@ -1,0 +1,228 @@
+"""Embedded-tracker internals: threads, token storage, options, logs, claim replay, wake-ups."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.errors import ConfigError, LeaseLost
+from tracker_client.factory import open_tracker
+from tracker_client.models import ArtifactCreate, TaskCreate
+
+pytestmark = pytest.mark.anyio
+
+PIPE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+
+
+async def test_no_sqlite_statement_runs_on_the_event_loop_thread(tmp_path: Path) -> None:
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    threads: set[int] = set()
+    try:
+        # The trace callback runs in the thread that executes each statement.
+        tracker._db.conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+        pid = await tracker.create_pipeline("p", PIPE)
+        tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        lease = await tracker.claim("a", "coder", 10_000)
+        assert lease is not None
+        await tracker.heartbeat(lease)
+        await tracker.add_event(lease, "progress", {"x": 1})
+        await tracker.add_artifact(ArtifactCreate(kind="log", uri="file:///x", task_id=tid))
+        await tracker.transition(lease, "complete")
+        await tracker.get_task(tid)
+        await tracker.list_tasks()
+        await tracker.queue_stats()
+        await tracker.store_put("ns", "k", {"v": 1})
+        await tracker.store_search("v")
+        await tracker.wait(tid, timeout_s=0.05)
+        await tracker.wait_for_work(0.01)
+        await tracker.maintenance()
+    finally:
+        tracker._db.conn.set_trace_callback(None)
+        await tracker.aclose()
+    assert threads, "no statement was traced"
+    assert threading.get_ident() not in threads
+
+
+async def test_only_the_token_hash_is_stored(tmp_path: Path) -> None:
+    path = tmp_path / "rail.db"
+    tracker = await EmbeddedTracker.open(str(path))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        lease = await tracker.claim("a", "coder", 60_000, idempotency_key="claim-1")
+        assert lease is not None
+        token = lease.lease_token.get_secret_value()
+        assert len(token) == 64
+        assert int(token, 16) >= 0
+        assert token not in repr(lease)
+        conn = sqlite3.connect(path)
+        try:
+            dump = "\n".join(conn.iterdump())
+        finally:
+            conn.close()
+        assert token not in dump
+        assert hashlib.sha256(token.encode()).hexdigest() in dump
+    finally:
+        await tracker.aclose()
+
+
+async def test_claim_replay_returns_the_same_lease_with_a_fresh_token(tmp_path: Path) -> None:
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        await tracker.create_tasks([TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(2)])
+        first = await tracker.claim("a", "coder", 60_000, idempotency_key="k")
+        again = await tracker.claim("a", "coder", 60_000, idempotency_key="k")
+        assert first is not None
+        assert again is not None
+        assert (again.lease_id, again.run.id, again.task.id) == (
+            first.lease_id,
+            first.run.id,
+            first.task.id,
+        )
+        with pytest.raises(LeaseLost) as lost:  # the lost answer's token no longer works
+            await tracker.heartbeat(first)
+        assert lost.value.code == "invalid_token"
+        await tracker.transition(again, "complete")
+        with pytest.raises(LeaseLost):  # replaying once the lease is finished
+            await tracker.claim("a", "coder", 60_000, idempotency_key="k")
+    finally:
+        await tracker.aclose()
+
+
+async def test_url_options_are_coerced_and_unknown_ones_named(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(
+        f"sqlite:///{db}?synchronous=full&busy_timeout_ms=250&max_backlog_depth=7"
+        "&role_backlog_depth=coder=3,reviewer=2&max_stale_attempts=5&poll_interval_s=0.01"
+    )
+    try:
+        assert isinstance(tracker, EmbeddedTracker)
+        opts = tracker.options
+        assert (opts.synchronous, opts.busy_timeout_ms, opts.max_backlog_depth) == ("FULL", 250, 7)
+        assert opts.role_backlog_depth == {"coder": 3, "reviewer": 2}
+        assert (opts.max_stale_attempts, opts.poll_interval_s) == (5, 0.01)
+    finally:
+        await tracker.aclose()
+    with pytest.raises(ConfigError, match=r"unknown embedded tracker option.*bogus"):
+        await open_tracker(f"sqlite:///{db}?bogus=1")
+    with pytest.raises(ConfigError, match="busy_timeout_ms: expected an integer, got 'soon'"):
+        await open_tracker(f"sqlite:///{db}?busy_timeout_ms=soon")
+    with pytest.raises(ConfigError, match="synchronous: expected one of"):
+        await open_tracker(f"sqlite:///{db}?synchronous=sometimes")
+    with pytest.raises(ConfigError, match="role_backlog_depth"):
+        await open_tracker(f"sqlite:///{db}?role_backlog_depth=coder")
+    with pytest.raises(ConfigError, match="poll_interval_s: must be a positive number"):
+        await EmbeddedTracker.open(str(db), poll_interval_s=0)
+
+
+async def test_memory_url(tmp_path: Path) -> None:
+    tracker = await open_tracker("sqlite:///:memory:")
+    try:
+        assert isinstance(tracker, EmbeddedTracker)
+        assert tracker.path == ":memory:"
+    finally:
+        await tracker.aclose()
+
+
+async def test_log_lines_carry_action_and_role_depth(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="backlog_worker.tracker")
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        tids = await tracker.create_tasks(
+            [TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(3)]
+        )
+        lease = await tracker.claim("a", "coder", 60_000)
+        assert lease is not None
+        await tracker.transition(lease, "complete")
+        await tracker.cancel(tids[2])
+    finally:
+        await tracker.aclose()
+    by_action = {r.action: r for r in caplog.records if hasattr(r, "action")}
+    assert by_action["task_created"].depth == 3
+    assert by_action["task_claimed"].depth == 2
+    assert by_action["task_claimed"].run_id == lease.run.id
+    assert by_action["task_finished"].task_id == lease.task.id
+    assert by_action["task_cancelled"].depth == 1
+    token = lease.lease_token.get_secret_value()
+    assert all(token not in r.getMessage() for r in caplog.records)
+
+
+async def test_wait_sees_another_instance_write_by_polling(tmp_path: Path) -> None:
+    path = str(tmp_path / "rail.db")
+    one = await EmbeddedTracker.open(path, poll_interval_s=0.01)
+    two = await EmbeddedTracker.open(path, poll_interval_s=0.01)
+    try:
+        pid = await one.create_pipeline("p", PIPE)
+        tid = await one.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        result = None
+
+        async def waiter(task_status: anyio.abc.TaskStatus[None]) -> None:
+            nonlocal result
+            task_status.started()
+            result = await one.wait(tid, timeout_s=20)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                await tg.start(waiter)
+                lease = await two.claim("a", "coder", 60_000)
+                assert lease is not None
+                await two.transition(lease, "complete")
+        assert result is not None
+        assert result.finished
+        assert result.outcome == "done"
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_wait_for_work_wakes_on_a_write_in_this_process(tmp_path: Path) -> None:
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"), poll_interval_s=5)
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        woke = anyio.Event()
+
+        async def idle(task_status: anyio.abc.TaskStatus[None]) -> None:
+            task_status.started()
+            await tracker.wait_for_work(30)
+            woke.set()
+
+        with anyio.fail_after(10):  # far below both the 30 s timeout and the 5 s poll
+            async with anyio.create_task_group() as tg:
+                await tg.start(idle)
+                await anyio.sleep(0)
+                await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+                await woke.wait()
+    finally:
+        await tracker.aclose()
+
+
+def test_works_on_trio_too(tmp_path: Path) -> None:
+    pytest.importorskip("trio", minversion="0.26")  # anyio 4 needs a recent trio
+
+    async def main() -> str:
+        tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+        try:
+            pid = await tracker.create_pipeline("p", PIPE)
+            await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+            lease = await tracker.claim("a", "coder", 60_000)
+            assert lease is not None
+            return (await tracker.transition(lease, "complete")).new_stage
+        finally:
+            await tracker.aclose()
+
+    assert anyio.run(main, backend="trio") == "done"
