@@ -104,7 +104,8 @@ def _approx_size(data: Any) -> int:
 class ExecutionContext:
     """Everything an executor gets for one run.
 
-    Attributes: ``task``, ``run``, ``attempt``, ``workdir`` (created for this run),
+    Attributes: ``task``, ``run``, ``attempt``, ``workdir`` (this run's own directory, created
+    on first access so executors that never touch files don't pay for it),
     ``instructions`` (of the transition that led here, if any), ``options`` (the role's
     executor options), ``logger`` and ``deadline`` (``anyio.current_time()`` seconds, or None).
     """
@@ -126,7 +127,8 @@ class ExecutionContext:
         self.task = task
         self.run = run
         self.attempt = run.attempt
-        self.workdir = workdir
+        self._workdir = workdir
+        self._workdir_created = workdir.is_dir()
         self.options: Mapping[str, Any] = dict(options or {})
         self.instructions = instructions
         self.deadline = deadline
@@ -140,6 +142,21 @@ class ExecutionContext:
         self._lock = anyio.Lock()
 
     # -- state ------------------------------------------------------------------------------------
+    @property
+    def workdir(self) -> Path:
+        """This run's working directory (private to the run; created on first access)."""
+        if not self._workdir_created:
+            # One mkdir: cheap enough for the loop, and skipped entirely by executors that never
+            # ask (most of the per-task cost of a no-op run was creating and removing it).
+            self._workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._workdir_created = True
+        return self._workdir
+
+    @property
+    def workdir_created(self) -> bool:
+        """Whether the working directory exists (the worker removes it after the run)."""
+        return self._workdir_created
+
     @property
     def report_policy(self) -> ReportPolicy:
         """How this context batches reports (an executor streaming output flushes on its

@@ -156,8 +156,9 @@ class TaskRun:
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
         self._log.info("task claimed", extra={"action": "run_start"})
-        workdir = await anyio.to_thread.run_sync(self._make_workdir)
+        workdir = self._workdir_path()
         outcome: Outcome | None = None
+        ctx: ExecutionContext | None = None
         try:
             ctx = ExecutionContext(
                 task=self.lease.task,
@@ -196,14 +197,14 @@ class TaskRun:
                 result = await self._report(ctx, outcome)
             return result
         finally:
-            if not self.settings.keep_workdirs:
-                await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
+            if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
 
-    def _make_workdir(self) -> Path:
-        base = self.settings.workdir_base
-        if base is not None:
-            base.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"run-{self.lease.run.id[:8]}-", dir=base))
+    def _workdir_path(self) -> Path:
+        # Named after the run id (unique), created only if the executor asks for it.
+        base = self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
+        return base / f"run-{self.lease.run.id}"
 
     async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
         try:
