@@ -150,13 +150,13 @@ async def _probe_problem(
     env = child_env(keyless, places, environ=source)
     argv = [binary, *agent_argv(options, "/help")[1:]]
     res = await _quick_run(argv, cwd=workspace, env=env, timeout_s=options.version_timeout_s)
-    what = "`nullclaw agent -m /help` (config check, no LLM call)"
+    what = "the config check `nullclaw agent -m /help` (no LLM call)"
     if isinstance(res, str):
         return f"{what} {res}"
     if res.returncode == 0 and not res.stdout.strip():
         lines = [ln.strip() for ln in decode_output(res.stderr).splitlines() if ln.strip()]
         shown = "; ".join(lines[-3:]) or "(stderr was empty)"
-        return f"nullclaw rejects its configuration ({what} printed nothing): {shown}"
+        return f"nullclaw rejects its configuration: {shown}"
     if res.returncode != 0:
         return f"{what} failed (rc {res.returncode}): {_last_line(res)}"
     return None

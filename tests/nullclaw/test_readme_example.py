@@ -52,3 +52,18 @@ def test_worker_config_example_loads_and_builds(
     reviewer = NullClawExecutor(roles["reviewer"].options)
     assert reviewer.options.triggers == {"APPROVE": "approve", "REJECT": "reject"}
     assert "$verdict_instructions" in (reviewer._template or "")
+
+
+def test_every_option_is_documented_in_the_readme_section() -> None:
+    from plugins.nullclaw_options import NullClawOptions
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## Running a NullClaw rail")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end != -1 else len(text)]
+    missing = [
+        name
+        for name in NullClawOptions.model_fields
+        if f"`{name}" not in section and f"{name} =" not in section
+    ]
+    assert missing == []
