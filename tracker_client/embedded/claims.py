@@ -8,10 +8,12 @@ There is no candidate cap: the scan goes on until a task qualifies or the role h
 
 from __future__ import annotations
 
+import os
 import secrets
+import uuid
 from collections.abc import Mapping
 
-from tracker_client.embedded.common import CLEAR_LEASE, Ctx, new_id, run_from_row, task_from_row
+from tracker_client.embedded.common import CLEAR_LEASE, Ctx, run_from_row, task_from_row
 from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Run
@@ -48,6 +50,16 @@ _KEY_HELD = (
     "SELECT 1 FROM tasks WHERE concurrency_key = ? AND lease_expires_at_ms > ? AND seq != ? LIMIT 1"
 )
 _STAGE_LEASES = "SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ? AND stage = ?"
+
+
+def _fresh_ids() -> tuple[str, str, str]:
+    """A run id, a lease id (UUIDv4) and a lease token (32 random bytes, hex): one urandom call."""
+    raw = os.urandom(64)
+    return (
+        str(uuid.UUID(bytes=raw[:16], version=4)),
+        str(uuid.UUID(bytes=raw[16:32], version=4)),
+        raw[32:].hex(),
+    )
 
 
 def check_ttl(lease_ttl_ms: int) -> int:
@@ -177,9 +189,7 @@ def claim(
         return None
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
-    run_id = new_id()
-    lease_id = new_id()
-    token = secrets.token_hex(32)
+    run_id, lease_id, token = _fresh_ids()
     expires = now + lease_ttl_ms
     conn.execute(
         "INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms) "
@@ -191,17 +201,19 @@ def claim(
         "lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ? WHERE seq = ?",
         (expires, attempt, lease_id, run_id, token_hash(token), lease_ttl_ms, task["seq"]),
     )
-    run = Run.model_construct(
-        id=run_id,
-        task_id=task_id,
-        attempt=attempt,
-        status="running",
-        agent_id=agent_id,
-        agent_role=role,
-        started_at_ms=now,
-        ended_at_ms=None,
-        error=None,
-        usage=None,
+    run = Run.model_validate(
+        {
+            "id": run_id,
+            "task_id": task_id,
+            "attempt": attempt,
+            "status": "running",
+            "agent_id": agent_id,
+            "agent_role": role,
+            "started_at_ms": now,
+            "ended_at_ms": None,
+            "error": None,
+            "usage": None,
+        }
     )
     ctx.log(
         "task_claimed",

@@ -179,67 +179,75 @@ def _json(text: str | None) -> Any:
 
 def task_from_row(row: sqlite3.Row) -> Task:
     """A Task model from a ``tasks`` row."""
-    return Task.model_construct(
-        id=row["id"],
-        pipeline_id=row["pipeline_id"],
-        stage=row["stage"],
-        title=row["title"],
-        description=row["description"],
-        priority=row["priority"],
-        metadata=json.loads(row["metadata"]),
-        task_version=row["task_version"],
-        next_eligible_at_ms=row["next_eligible_at_ms"],
-        retry_delay_ms=row["retry_delay_ms"],
-        max_attempts=row["max_attempts"],
-        dead_letter_stage=row["dead_letter_stage"],
-        dead_letter_reason=row["dead_letter_reason"],
-        created_at_ms=row["created_at_ms"],
-        updated_at_ms=row["updated_at_ms"],
-        concurrency_key=row["concurrency_key"],
-        expires_at_ms=row["expires_at_ms"],
+    return Task.model_validate(
+        {
+            "id": row["id"],
+            "pipeline_id": row["pipeline_id"],
+            "stage": row["stage"],
+            "title": row["title"],
+            "description": row["description"],
+            "priority": row["priority"],
+            "metadata": json.loads(row["metadata"]),
+            "task_version": row["task_version"],
+            "next_eligible_at_ms": row["next_eligible_at_ms"],
+            "retry_delay_ms": row["retry_delay_ms"],
+            "max_attempts": row["max_attempts"],
+            "dead_letter_stage": row["dead_letter_stage"],
+            "dead_letter_reason": row["dead_letter_reason"],
+            "created_at_ms": row["created_at_ms"],
+            "updated_at_ms": row["updated_at_ms"],
+            "concurrency_key": row["concurrency_key"],
+            "expires_at_ms": row["expires_at_ms"],
+        }
     )
 
 
 def run_from_row(row: sqlite3.Row) -> Run:
     """A Run model from a ``runs`` row."""
-    return Run.model_construct(
-        id=row["id"],
-        task_id=row["task_id"],
-        attempt=row["attempt"],
-        status=row["status"],
-        agent_id=row["agent_id"],
-        agent_role=row["agent_role"],
-        started_at_ms=row["started_at_ms"],
-        ended_at_ms=row["ended_at_ms"],
-        error=row["error"],
-        usage=_json(row["usage"]),
+    return Run.model_validate(
+        {
+            "id": row["id"],
+            "task_id": row["task_id"],
+            "attempt": row["attempt"],
+            "status": row["status"],
+            "agent_id": row["agent_id"],
+            "agent_role": row["agent_role"],
+            "started_at_ms": row["started_at_ms"],
+            "ended_at_ms": row["ended_at_ms"],
+            "error": row["error"],
+            "usage": _json(row["usage"]),
+        }
     )
 
 
 def event_from_row(row: sqlite3.Row) -> Event:
     """An Event model from an ``events`` row."""
-    return Event.model_construct(
-        id=row["id"],
-        run_id=row["run_id"],
-        ts_ms=row["ts_ms"],
-        kind=row["kind"],
-        data=json.loads(row["data"]),
-        task_id=row["task_id"],
+    return Event.model_validate(
+        {
+            "id": row["id"],
+            "run_id": row["run_id"],
+            "ts_ms": row["ts_ms"],
+            "kind": row["kind"],
+            "data": json.loads(row["data"]),
+            "task_id": row["task_id"],
+        }
     )
 
 
 def artifact_from_row(row: sqlite3.Row) -> Artifact:
     """An Artifact model from an ``artifacts`` row."""
-    return Artifact.model_construct(
-        id=row["id"],
-        task_id=row["task_id"],
-        run_id=row["run_id"],
-        created_at_ms=row["created_at_ms"],
-        kind=row["kind"],
-        uri=row["uri"],
-        sha256=row["sha256"],
-        size_bytes=row["size_bytes"],
-        meta=json.loads(row["meta"]),
+    return Artifact.model_validate(
+        {
+            "id": row["id"],
+            "task_id": row["task_id"],
+            "run_id": row["run_id"],
+            "created_at_ms": row["created_at_ms"],
+            "kind": row["kind"],
+            "uri": row["uri"],
+            "sha256": row["sha256"],
+            "size_bytes": row["size_bytes"],
+            "meta": json.loads(row["meta"]),
+        }
     )
 
 

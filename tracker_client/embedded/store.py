@@ -26,12 +26,14 @@ def _names(namespace: str, key: str | None = None) -> None:
 
 
 def _entry(row: sqlite3.Row) -> StoreEntry:
-    return StoreEntry.model_construct(
-        namespace=row["namespace"],
-        key=row["key"],
-        value=json.loads(row["value"]),
-        created_at_ms=row["created_at_ms"],
-        updated_at_ms=row["updated_at_ms"],
+    return StoreEntry.model_validate(
+        {
+            "namespace": row["namespace"],
+            "key": row["key"],
+            "value": json.loads(row["value"]),
+            "created_at_ms": row["created_at_ms"],
+            "updated_at_ms": row["updated_at_ms"],
+        }
     )
 
 

@@ -287,12 +287,14 @@ def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
     run = ctx.one("SELECT * FROM runs WHERE task_id = ? ORDER BY attempt DESC LIMIT 1", (task_id,))
     pipeline = ctx.pipeline(row["pipeline_id"])
     base = task_from_row(row)
-    return TaskDetail.model_construct(
-        **dict(base),
-        latest_run=None if run is None else run_from_row(run),
-        dependencies=_dependencies(ctx, task_id),
-        assignments=list_assignments(ctx, task_id),
-        available_transitions=pipeline.available(row["stage"]),
+    return TaskDetail.model_validate(
+        {
+            **dict(base),
+            "latest_run": None if run is None else run_from_row(run),
+            "dependencies": _dependencies(ctx, task_id),
+            "assignments": list_assignments(ctx, task_id),
+            "available_transitions": pipeline.available(row["stage"]),
+        }
     )
 
 
