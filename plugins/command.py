@@ -228,12 +228,18 @@ def read_outcome_file(path: Path) -> dict[str, Any] | None:
     return doc
 
 
-async def _flush_periodically(ctx: ExecutionContext) -> None:
+async def _flush_periodically(ctx: ExecutionContext, stop: anyio.Event) -> None:
     """Write buffered output events on the policy's interval, so the last lines of a command
-    that goes quiet are seen while it runs, not only when it ends."""
+    that goes quiet are seen while it runs, not only when it ends.
+
+    Stopped through ``stop`` (never cancelled mid-write, which would drop the batch in flight).
+    """
     interval = max(ctx.report_policy.flush_interval_s, 0.01)
     while True:
-        await anyio.sleep(interval)
+        with anyio.move_on_after(interval):
+            await stop.wait()
+        if stop.is_set():
+            return
         try:
             await ctx.flush()
         except Exception:  # the sink's problem surfaces at the next report or the final flush
@@ -337,9 +343,10 @@ class CommandExecutor:
         out, err = _Stream("stdout", ctx, opts), _Stream("stderr", ctx, opts)
         result: ProcessResult | None = None
         error: Exception | None = None
+        stop_flushing = anyio.Event()
         async with anyio.create_task_group() as tg:
             if opts.stream_output:
-                tg.start_soon(_flush_periodically, ctx)
+                tg.start_soon(_flush_periodically, ctx, stop_flushing)
             try:
                 with anyio.move_on_after(opts.timeout_s):
                     result = await run_process(
@@ -355,7 +362,7 @@ class CommandExecutor:
             except Exception as exc:  # kept out of the task group: no ExceptionGroup wrapping
                 error = exc
             finally:
-                tg.cancel_scope.cancel()
+                stop_flushing.set()
         if isinstance(error, SpawnError):
             return Failure(
                 reason="spawn_failed",
