@@ -40,6 +40,14 @@ _RESERVED_ENV = frozenset({"HOME", "NULLCLAW_WORKSPACE", "NULLCLAW_API_KEY"})
 _ENV_NAME = re.compile(r"[A-Za-z_*?\[][A-Za-z0-9_*?\[\]!-]*")
 #: Names a passthrough pattern must not be able to match.
 _PROBES = ("BACKLOG_WORKER_API_TOKEN", "NULLTICKETS_API_TOKEN", "BACKLOG_WORKER_TRACKER__URL")
+#: Options that only go into a generated config.json (meaningless with an existing ``home``).
+_GENERATED_ONLY = (
+    "base_url",
+    "provider_retries",
+    "provider_backoff_ms",
+    "message_timeout_s",
+    "config",
+)
 _SECRETISH = re.compile(r"(TRACKER|LEASE)", re.IGNORECASE)
 
 
@@ -111,6 +119,15 @@ class NullClawOptions(BaseModel):
             )
         if self.home is not None and not self.home.is_absolute():
             raise ValueError(f"'home' must be an absolute path, got {str(self.home)!r}")
+        if self.home is not None:
+            generated_only = [
+                name for name in _GENERATED_ONLY if getattr(self, name) not in (None, {})
+            ]
+            if generated_only:
+                raise ValueError(
+                    f"{', '.join(repr(n) for n in generated_only)} only shape a generated config; "
+                    "with 'home' set, edit that home's .nullclaw/config.json instead"
+                )
         if self.provider is not None and "/" in self.provider:
             raise ValueError(f"'provider' must not contain '/': {self.provider!r}")
         if self.prompt_template is not None and self.prompt_template_file is not None:

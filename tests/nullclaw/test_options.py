@@ -31,6 +31,10 @@ GEN = {"provider": "fakellm", "model": "m"}
         ({**GEN, "workspace": "task"}, "needs 'workspace_dir'"),
         ({**GEN, "workspace": "shared", "workspace_dir": "rel/dir"}, "absolute path"),
         ({"home": "relative/home"}, "'home' must be an absolute path"),
+        (
+            {"home": "/h", "base_url": "http://127.0.0.1:1", "config": {"a": 1}},
+            "'base_url', 'config' only shape a generated config",
+        ),
         ({**GEN, "provider": "a/b"}, "must not contain '/'"),
         ({**GEN, "env_passthrough": ["BACKLOG_WORKER_API_TOKEN"]}, "never passed to nullclaw"),
         ({**GEN, "env_passthrough": ["NULLTICKETS_TOKEN"]}, "never passed to nullclaw"),
