@@ -128,6 +128,11 @@ class NullClawOptions(BaseModel):
                     f"{', '.join(repr(n) for n in generated_only)} only shape a generated config; "
                     "with 'home' set, edit that home's .nullclaw/config.json instead"
                 )
+        if self.provider == "openai" and self.base_url is not None:
+            raise ValueError(
+                "nullclaw's 'openai' provider ignores 'base_url' (requests would go to OpenAI); "
+                'name an OpenAI-compatible server anything else, e.g. provider = "local"'
+            )
         if self.provider is not None and "/" in self.provider:
             raise ValueError(f"'provider' must not contain '/': {self.provider!r}")
         if self.prompt_template is not None and self.prompt_template_file is not None:

@@ -36,6 +36,7 @@ GEN = {"provider": "fakellm", "model": "m"}
             "'base_url', 'config' only shape a generated config",
         ),
         ({**GEN, "provider": "a/b"}, "must not contain '/'"),
+        ({**GEN, "provider": "openai", "base_url": "http://127.0.0.1:1"}, "ignores 'base_url'"),
         ({**GEN, "env_passthrough": ["BACKLOG_WORKER_API_TOKEN"]}, "never passed to nullclaw"),
         ({**GEN, "env_passthrough": ["NULLTICKETS_TOKEN"]}, "never passed to nullclaw"),
         ({**GEN, "env_passthrough": ["MY_TRACKER_KEY"]}, "never passed to nullclaw"),
