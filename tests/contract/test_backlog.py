@@ -103,6 +103,18 @@ async def test_bulk_create_is_all_or_nothing_at_the_cap(open_tracker: OpenTracke
     assert len(await tracker.create_tasks([new_task(pid, "x"), new_task(pid, "y")])) == 2
 
 
+@pytest.mark.requires(OPTIONS)
+async def test_bulk_across_roles_is_refused_whole(open_tracker: OpenTracker) -> None:
+    tracker = await open_tracker(role_backlog_depth={"reviewer": 1})
+    coders = await make_pipeline(tracker)
+    reviewers = await make_pipeline(tracker, simple_pipeline("reviewer"))
+    batch = [new_task(coders, "c"), new_task(reviewers, "r1"), new_task(reviewers, "r2")]
+    with pytest.raises(BacklogFull) as err:
+        await tracker.create_tasks(batch)
+    assert (err.value.role, err.value.depth, err.value.cap) == ("reviewer", 0, 1)
+    assert await all_tasks(tracker) == []
+
+
 async def test_bulk_create_with_one_bad_item_writes_nothing(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
     batch = [

@@ -46,7 +46,9 @@ async def test_wait_returns_done_with_artifacts_and_result(tracker: Tracker) -> 
         async with anyio.create_task_group() as tg:
             results = await _wait_in_background(tg, tracker, tid)
             lease = await claim(tracker)
+            await tracker.add_event(lease, "result", {"answer": 41})
             await tracker.add_event(lease, "result", {"answer": 42})
+            await tracker.add_event(lease, "progress", {"pct": 100})
             await tracker.add_artifact(
                 ArtifactCreate(kind="file", uri="file:///out", task_id=tid, run_id=lease.run.id)
             )
