@@ -44,6 +44,8 @@ class TrackerCore:
         self._rng = random.SystemRandom()
         self._changed = anyio.Event()
         self._waiters = 0
+        self._dv = 0
+        self._dv_at = -1e18
 
     @classmethod
     async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
@@ -136,8 +138,16 @@ class TrackerCore:
                 with anyio.move_on_after(self._opts.poll_interval_s):
                     await event.wait()
                     return
-                if await self._db.run(self._db.data_version) != version:
+                if await self._data_version() != version:
                     return
+
+    async def _data_version(self) -> int:
+        """``PRAGMA data_version``, shared by every waiter polling within half an interval."""
+        now = anyio.current_time()
+        if now - self._dv_at >= self._opts.poll_interval_s / 2:
+            self._dv = await self._db.run(self._db.data_version)
+            self._dv_at = anyio.current_time()
+        return self._dv
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def health(self) -> Health:
@@ -157,6 +167,7 @@ class TrackerCore:
                     return version, backlog.finished_state(c, task_id)
 
                 version, result = await self._read("wait", check)
+                self._dv, self._dv_at = version, anyio.current_time()
                 remaining = deadline - anyio.current_time()
                 if result.finished or remaining <= 0:
                     return result
@@ -174,6 +185,7 @@ class TrackerCore:
         try:
             event = self._changed
             version = await self._db.run(self._db.data_version)
+            self._dv, self._dv_at = version, anyio.current_time()
             await self._sleep_until_change(event, version, max(0.0, float(timeout_s)))
         finally:
             self._waiters -= 1
