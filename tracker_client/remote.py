@@ -141,8 +141,29 @@ class RemoteTracker(RemoteLeases):
         return self._parse(MaintenanceReport, doc, "POST /ops/maintenance")
 
     async def wait_for_work(self, timeout_s: float) -> None:
-        """Sleep ``timeout_s``: the HTTP API has no change notification."""
-        await anyio.sleep(max(0.0, timeout_s))
+        """Long-poll ``GET /ops/wait-for-work`` (served tracker); sleep ``timeout_s`` elsewhere.
+
+        Returning is a hint, not a promise of work; a transport failure also just returns (after
+        at most ``timeout_s``) so an idle worker goes back to claiming.
+        """
+        timeout_s = max(0.0, timeout_s)
+        if not await self._has("wait_for_work"):
+            await anyio.sleep(timeout_s)
+            return
+        deadline = anyio.current_time() + timeout_s
+        query = encode_query({"timeout_ms": math.ceil(min(timeout_s, WAIT_CHUNK_S) * 1000)})
+        try:
+            await self._call(
+                "GET",
+                f"/ops/wait-for-work?{query}",
+                read_timeout_s=min(timeout_s, WAIT_CHUNK_S) + self._read_timeout() + 1.0,
+                retry=False,
+            )
+        except TrackerUnavailable:
+            await anyio.sleep(max(0.0, deadline - anyio.current_time()))
+
+    def _read_timeout(self) -> float:
+        return self._http.timeout.read or 10.0
 
     # -- wait ---------------------------------------------------------------------------------
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
@@ -160,9 +181,7 @@ class RemoteTracker(RemoteLeases):
                 doc = await self._json(
                     "GET",
                     f"/tasks/{seg(task_id)}/wait?{query}",
-                    read_timeout_s=chunk + self._http.timeout.read + 1.0
-                    if self._http.timeout.read is not None
-                    else None,
+                    read_timeout_s=chunk + self._read_timeout() + 1.0,
                 )
                 result = self._parse(WaitResult, doc, "GET /tasks/{id}/wait")
                 if result.finished or anyio.current_time() >= deadline:

@@ -37,7 +37,7 @@ from tracker_client.models import (
     TaskDetail,
 )
 from tracker_client.remote_base import Capabilities, RemoteBase, log
-from tracker_client.remote_http import dumps, encode_query, loads
+from tracker_client.remote_http import check_json, dumps, encode_query, loads
 from tracker_client.remote_http import quote_segment as seg
 from tracker_client.remote_limits import HEADER_ALLOWANCE, split_bulk
 
@@ -81,10 +81,15 @@ class RemoteCore(RemoteBase):
         self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> str:
         """``POST /pipelines``; returns the id."""
+        check_json(definition, "pipeline definition")
         doc = await self._json(
             "POST",
             "/pipelines",
-            body={"name": name, "definition": dict(definition)},
+            # Sent as given: the tracker names what is wrong with a definition that is no object.
+            body={
+                "name": name,
+                "definition": dict(definition) if isinstance(definition, Mapping) else definition,
+            },
             idempotency_key=self._key(idempotency_key),
         )
         return self._id(doc, "POST /pipelines")
@@ -100,8 +105,11 @@ class RemoteCore(RemoteBase):
 
     # -- tasks --------------------------------------------------------------------------------
     async def _task_body(self, task: TaskCreate, what: str) -> dict[str, Any]:
+        check_json(task.metadata, f"{what}: task {task.title[:60]!r}: metadata")
         body = task.model_dump(mode="json", exclude_none=True)
         body.setdefault("description", "")
+        if task.metadata is None:
+            body["metadata"] = None  # JSON null is a metadata value too
         if not await self._has("backlog"):
             used = [name for name in _EXTENSION_FIELDS if body.get(name) is not None]
             policy = body.get("retry_policy") or {}
@@ -254,6 +262,7 @@ class RemoteCore(RemoteBase):
         only burn the retry budget, so the ids are checked first and an unknown one is reported
         as ``NotFound``.
         """
+        check_json(artifact.meta, "artifact meta")
         body = artifact.model_dump(mode="json", exclude_none=True)
         key = self._key(idempotency_key)
         try:
@@ -317,6 +326,7 @@ class RemoteCore(RemoteBase):
     # -- KV store -----------------------------------------------------------------------------
     async def store_put(self, namespace: str, key: str, value: Any) -> None:
         """``PUT /store/{ns}/{key}`` (an upsert; no idempotency key needed)."""
+        check_json(value, f"store value {namespace}/{key}")
         await self._call("PUT", f"/store/{seg(namespace)}/{seg(key)}", body={"value": value})
 
     async def store_get(self, namespace: str, key: str) -> StoreEntry:

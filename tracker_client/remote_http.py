@@ -20,9 +20,11 @@ CONTRACT.md s.9 ("What a robust worker must do"):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -57,6 +59,7 @@ __all__ = [
     "Auth",
     "HttpCore",
     "RetrySettings",
+    "check_json",
     "dumps",
     "encode_query",
     "error_from_response",
@@ -169,7 +172,9 @@ def error_from_response(
     lease) mean the lease is lost.
     """
     code, message, err = parse_error_body(body)
-    text = f"{what}: {status} {code or 'error'}: {message}"
+    # The tracker's own message, unchanged, when it gave one: the worker sees the same text
+    # from the served tracker as from the embedded one. Without one, say what failed.
+    text = message if code is not None else f"{what}: {status}: {message}"
     if lease_route and status in (404, 410):
         return LeaseLost(text, code=code or ("expired" if status == 410 else "not_found"))
     if lease_route and status == 401:
@@ -200,7 +205,7 @@ def error_from_response(
         )
     if status in (401, 403):
         return TrackerRejected(
-            f"{text} (the tracker refused the api token: check tracker.api_token)",
+            f"{what}: {status} {text} (the tracker refused the api token: check tracker.api_token)",
             code=code or "unauthorized",
         )
     if status == 413:
@@ -208,8 +213,17 @@ def error_from_response(
     if status == 501:
         return Unsupported(text, code=code)
     if status >= 500:
-        return TrackerUnavailable(text, code=code or "server_error")
+        return TrackerUnavailable(
+            f"{what}: {status} {code or 'error'}: {message}", code=code or "server_error"
+        )
     return TrackerRejected(text, code=code or f"http_{status}")
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, built once per process (building one costs ~50-200 ms,
+    which every tracker instance and every short-lived CLI call would otherwise pay)."""
+    return httpx.create_ssl_context()
 
 
 class HttpCore:
@@ -237,6 +251,7 @@ class HttpCore:
             limits=httpx.Limits(max_keepalive_connections=0, max_connections=16),
             headers={"Connection": "close", "Accept": "application/json"},
             transport=transport,
+            verify=_tls_context(),
             follow_redirects=False,
             trust_env=False,
         )
@@ -394,6 +409,18 @@ def _log_retry(what: str) -> Any:
         )
 
     return before_sleep
+
+
+def check_json(value: Any, what: str) -> Any:
+    """Refuse (``ValidationFailed`` naming ``what``) a value that is not plain JSON.
+
+    Sets, bytes, arbitrary objects and NaN would otherwise be coerced or fail mid-request.
+    """
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(f"{what} must be JSON: {exc}", code="invalid_json") from exc
+    return value
 
 
 def dumps(value: Any) -> bytes:

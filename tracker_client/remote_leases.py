@@ -23,7 +23,7 @@ from tracker_client.errors import (
 from tracker_client.models import Event, FailResult, Lease, Page, TransitionResult
 from tracker_client.remote_base import NULLTICKETS_LEASE_TTL_MS, log
 from tracker_client.remote_core import MAX_LEASE_TTL_MS, RemoteCore, item_cursor
-from tracker_client.remote_http import encode_query, loads
+from tracker_client.remote_http import check_json, encode_query, loads
 from tracker_client.remote_http import quote_segment as seg
 from tracker_client.remote_limits import HEADER_ALLOWANCE, trim_event_data
 
@@ -84,7 +84,11 @@ class RemoteLeases(RemoteCore):
 
         Returns the server's new expiry. A NullTickets server always answers now + 300 s.
         """
-        body: dict[str, Any] = {} if lease_ttl_ms is None else {"lease_ttl_ms": lease_ttl_ms}
+        # NullTickets ignores the body; the served tracker uses the TTL, and the run id to tell
+        # why a lease is gone (revoked by a cancel, expired) when the lease row no longer exists.
+        body: dict[str, Any] = {"run_id": lease.run.id}
+        if lease_ttl_ms is not None:
+            body["lease_ttl_ms"] = lease_ttl_ms
         doc = await self._json(
             "POST",
             f"/leases/{seg(lease.lease_id)}/heartbeat",
@@ -117,6 +121,7 @@ class RemoteLeases(RemoteCore):
         self, lease: Lease, kind: str, data: Any = None, *, idempotency_key: str | None = None
     ) -> int:
         """``POST /runs/{run_id}/events``; data over the size budget is trimmed with a marker."""
+        check_json(data, f"event {kind!r} data")
         await self._capabilities()
         budget = self._http.max_request_bytes - HEADER_ALLOWANCE
         payload, trimmed = trim_event_data(kind, {} if data is None else data, budget)
@@ -165,6 +170,7 @@ class RemoteLeases(RemoteCore):
         idempotency_key: str | None = None,
     ) -> TransitionResult:
         """``POST /runs/{run_id}/transition``; an invalid trigger lists the allowed ones."""
+        check_json(usage, "transition usage")
         body: dict[str, Any] = {"trigger": trigger}
         for name, value in (
             ("expected_stage", expected_stage),
@@ -216,6 +222,7 @@ class RemoteLeases(RemoteCore):
         ``next_eligible_at_ms``) to fill the result. If that read fails, those fields stay None.
         ``retryable=False`` dead-letters at once on the served tracker; NullTickets ignores it.
         """
+        check_json(usage, "fail usage")
         body: dict[str, Any] = {"error": error}
         if usage is not None:
             body["usage"] = usage

@@ -1,0 +1,151 @@
+"""Serving an embedded tracker for tests: in-process (ASGI transport) or on a real 127.0.0.1 port.
+
+``served_asgi`` and ``served_tcp`` are async context managers yielding a :class:`RemoteTracker`
+talking to an :class:`EmbeddedTracker` through ``tracker_client.server``; the embedded tracker
+keeps the test's fake clock and options, so the contract suite runs unchanged through HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import uvicorn
+
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.remote import RemoteTracker, RetrySettings
+from tracker_client.server import create_app
+
+#: Retries short enough for tests, long enough to ride out a busy database.
+TEST_RETRY = RetrySettings(attempts=5, initial_s=0.01, max_wait_s=0.2, budget_s=10.0)
+
+
+class QuietServer(uvicorn.Server):
+    """A uvicorn server for tests: no signal handlers, readiness and stop as events.
+
+    uvicorn's own main loop polls ``should_exit`` every 100 ms; here ``stop()`` ends it at once,
+    and ``ready`` is set when the socket listens (no polling, no sleeping).
+    """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = anyio.Event()
+        self._stop = anyio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def main_loop(self) -> None:
+        self.ready.set()
+        await self._stop.wait()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Skip uvicorn's fixed 100 ms grace when no connection is open (the usual case here)."""
+        if self.server_state.connections or self.server_state.tasks:
+            await super().shutdown(sockets)
+            return
+        for server in self.servers:
+            server.close()
+        for server in self.servers:
+            await server.wait_closed()
+
+    def stop(self) -> None:
+        """Ask the server to shut down (graceful: open connections are finished)."""
+        self.should_exit = True
+        self._stop.set()
+
+
+def uvicorn_config(app: Any, sock: socket.socket) -> uvicorn.Config:
+    """A quiet uvicorn config for ``app`` on an already bound socket."""
+    host, port = sock.getsockname()[:2]
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        ws="none",
+        http="h11",
+    )
+
+
+@asynccontextmanager
+async def serve_on_port(app: Any) -> AsyncIterator[str]:
+    """Run ``app`` with uvicorn on an ephemeral 127.0.0.1 port; yield its base URL.
+
+    Readiness is an event set when uvicorn enters its main loop (the socket listens); shutdown
+    waits for the server task to end.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = QuietServer(uvicorn_config(app, sock))
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                try:
+                    await server.serve([sock])
+                finally:
+                    server.ready.set()  # also when start-up failed: do not wait in vain
+
+            tg.start_soon(run)
+            with anyio.fail_after(10):
+                await server.ready.wait()
+            if not server.started:
+                raise RuntimeError("uvicorn did not start")
+            try:
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                server.stop()
+    finally:
+        sock.close()
+
+
+@asynccontextmanager
+async def served_asgi(
+    path: Path, clock: Any = None, options: Mapping[str, Any] | None = None, **client: Any
+) -> AsyncIterator[RemoteTracker]:
+    """RemoteTracker -> httpx.ASGITransport -> served EmbeddedTracker (in process)."""
+    embedded = await EmbeddedTracker.open(str(path), clock=clock, **dict(options or {}))
+    try:
+        app = create_app(embedded, api_token=client.pop("server_token", None))
+        transport = httpx.ASGITransport(app=app)
+        remote = RemoteTracker(
+            "http://127.0.0.1:7700", retry=TEST_RETRY, transport=transport, **client
+        )
+        try:
+            await remote.health()  # as a worker does at startup: learn the server's extensions
+            yield remote
+        finally:
+            await remote.aclose()
+    finally:
+        await embedded.aclose()
+
+
+@asynccontextmanager
+async def served_tcp(
+    path: Path, clock: Any = None, options: Mapping[str, Any] | None = None, **client: Any
+) -> AsyncIterator[RemoteTracker]:
+    """RemoteTracker -> TCP 127.0.0.1 -> uvicorn -> served EmbeddedTracker."""
+    embedded = await EmbeddedTracker.open(str(path), clock=clock, **dict(options or {}))
+    try:
+        app = create_app(embedded, api_token=client.pop("server_token", None))
+        async with serve_on_port(app) as url:
+            remote = RemoteTracker(url, retry=TEST_RETRY, **client)
+            try:
+                await remote.health()
+                yield remote
+            finally:
+                await remote.aclose()
+    finally:
+        await embedded.aclose()

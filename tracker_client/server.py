@@ -1,0 +1,282 @@
+"""``backlog-worker tracker serve``: a tracker (the embedded one) served over the NullTickets API.
+
+Same routes, methods, JSON shapes, statuses and error codes as NullTickets (CONTRACT.md s.5),
+with its traps fixed as in BACKLOG-SEMANTICS.md, and extension routes for what NullTickets
+lacks (cancel, requeue, cancel-all, wait, maintenance, every run, task events). The differences
+a client can see:
+
+* error bodies are always valid JSON ``{"error":{"code","message"}}``; a backlog at its cap is
+  ``429`` with ``Retry-After`` and ``role``/``depth``/``cap`` in the error object; an invalid
+  trigger lists ``allowed``; a transient tracker failure is ``503`` with ``Retry-After``;
+* ``GET /health`` advertises ``"extensions"`` and ``"limits"`` (what the client reads to use the
+  extension routes and a larger request limit);
+* the api token (optional) uses the same two-token model: admin token on admin routes, the lease
+  token on ``POST /leases/{id}/heartbeat`` and ``POST /runs/{id}/{events,transition,fail}``;
+  ``GET /runs/{id}/events`` needs the admin token (NullTickets accepts any Bearer there);
+* the ``Idempotency-Key`` header becomes the tracker's ``idempotency_key`` (successes only are
+  remembered, so a cached 204 or error is never replayed);
+* requests up to ``max_request_bytes`` (16 MiB by default) are read; larger ones get ``413``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tracker_client.errors import (
+    BacklogFull,
+    Conflict,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    TrackerCorrupt,
+    TrackerError,
+    TrackerRejected,
+    TrackerUnavailable,
+    Unsupported,
+)
+from tracker_client.protocol import Tracker
+
+__all__ = [
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "EXTENSIONS",
+    "ApiError",
+    "create_app",
+    "error_response",
+    "json_response",
+    "read_body",
+]
+
+log = logging.getLogger("backlog_worker.server")
+
+#: The served tracker reads requests up to this size (NullTickets: 64 KiB).
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+#: Advertised in ``GET /health``; the client uses the extension routes only when listed.
+EXTENSIONS = (
+    "backlog",
+    "heartbeat_ttl",
+    "fail_result",
+    "cancel",
+    "cancel_all",
+    "requeue",
+    "wait",
+    "wait_for_work",
+    "maintenance",
+    "runs",
+    "task_events",
+)
+
+Handler = Callable[[Request], Awaitable[Response]]
+M = TypeVar("M", bound=BaseModel)
+
+
+class ApiError(Exception):
+    """An HTTP error answer decided by the server itself (bad JSON, auth, size)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A compact JSON answer."""
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    """``{"error":{"code","message",...}}``, always valid JSON."""
+    return json_response({"error": {"code": code, "message": message, **extra}}, status, headers)
+
+
+def _lease_lost(exc: LeaseLost) -> Response:
+    if exc.code == "invalid_token":
+        return error_response(401, "unauthorized", "Invalid token")
+    if exc.code in ("expired", "revoked"):
+        return error_response(410, exc.code, exc.message)
+    return error_response(404, exc.code or "not_found", exc.message)
+
+
+def tracker_error_response(exc: TrackerError) -> Response:
+    """Map the exception tree to statuses, as a NullTickets server would answer."""
+    if isinstance(exc, LeaseLost):
+        return _lease_lost(exc)
+    if isinstance(exc, InvalidTransition):
+        return error_response(400, "invalid_transition", exc.message, allowed=exc.allowed)
+    if isinstance(exc, BacklogFull):
+        retry_after = max(1, math.ceil(exc.retry_after_s or 5))
+        return error_response(
+            429,
+            exc.code,
+            exc.message,
+            headers={"Retry-After": str(retry_after)},
+            role=exc.role,
+            depth=exc.depth,
+            cap=exc.cap,
+        )
+    if isinstance(exc, NotFound):
+        return error_response(404, exc.code, exc.message)
+    if isinstance(exc, Conflict):
+        return error_response(409, exc.code, exc.message)
+    if isinstance(exc, Unsupported):
+        return error_response(501, exc.code, exc.message)
+    if isinstance(exc, TrackerUnavailable):
+        return error_response(503, exc.code, exc.message, headers={"Retry-After": "1"})
+    if isinstance(exc, TrackerCorrupt):
+        log.error("tracker storage unusable: %s", exc, extra={"action": "tracker_corrupt"})
+        return error_response(500, "internal_error", exc.message)
+    if isinstance(exc, TrackerRejected):
+        return error_response(400, exc.code, exc.message)
+    return error_response(500, "internal_error", exc.message)
+
+
+def endpoint(handler: Handler) -> Handler:
+    """Wrap a route handler: every failure becomes a JSON error answer."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message)
+        except TrackerError as exc:
+            return tracker_error_response(exc)
+        except Exception:
+            log.exception(
+                "unexpected error on %s %s",
+                request.method,
+                request.url.path,
+                extra={"action": "server_error"},
+            )
+            return error_response(500, "internal_error", "Internal server error")
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+async def read_body(request: Request, *, required: bool = True) -> Any:
+    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``)."""
+    limit: int = request.app.state.max_request_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "request_too_large", f"request body over {limit} bytes")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise ApiError(413, "request_too_large", f"request body over {limit} bytes")
+    if not raw.strip():
+        if required:
+            raise ApiError(400, "invalid_json", "Invalid JSON body: the body is empty")
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"Invalid JSON body: {exc}") from exc
+
+
+def parse_model(model: type[M], doc: Any) -> M:
+    """Validate a request body; a missing or mistyped field is 400 ``invalid_json`` naming it."""
+    if not isinstance(doc, dict):
+        raise ApiError(400, "invalid_json", "Invalid JSON body: expected an object")
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(body)"
+        raise ApiError(400, "invalid_json", f"Invalid JSON body: {where}: {first['msg']}") from exc
+
+
+# -- authentication -------------------------------------------------------------------------------
+_PUBLIC = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/.well-known/openapi.json")}
+
+
+def is_lease_route(method: str, path: str) -> bool:
+    """POST heartbeat and run writes: authenticated by the lease token, not the admin token."""
+    parts = [p for p in path.split("/") if p]
+    if method != "POST" or len(parts) != 3:
+        return False
+    return (parts[0] == "leases" and parts[2] == "heartbeat") or (
+        parts[0] == "runs" and parts[2] in ("events", "transition", "fail")
+    )
+
+
+def bearer(request: Request) -> str | None:
+    """The value of ``Authorization: Bearer <value>`` (exact scheme and one space), or None."""
+    header = request.headers.get("authorization")
+    if header is None or not header.startswith("Bearer ") or len(header) == len("Bearer "):
+        return None
+    return header[len("Bearer ") :]
+
+
+class AuthMiddleware:
+    """Admin token on admin routes (and unknown ones); lease routes need *a* Bearer value, which
+    the tracker then checks against the lease."""
+
+    def __init__(self, app: ASGIApp, api_token: str | None) -> None:
+        self.app = app
+        self._token = api_token.encode() if api_token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        request = Request(scope)
+        value = bearer(request)
+        if is_lease_route(method, path):
+            if value is None:
+                response = error_response(401, "unauthorized", "Missing Authorization header")
+                await response(scope, receive, send)
+                return
+        elif (
+            self._token is not None
+            and (method, path) not in _PUBLIC
+            and (value is None or not hmac.compare_digest(value.encode(), self._token))
+        ):
+            response = error_response(
+                401, "unauthorized", "Missing or invalid Authorization header"
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, HTTPException) and exc.status_code not in (404, 405):
+        return error_response(exc.status_code, "http_error", str(exc.detail))
+    return error_response(404, "not_found", "Not found")
+
+
+def create_app(
+    tracker: Tracker,
+    *,
+    api_token: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> Starlette:
+    """The ASGI app serving ``tracker``. The caller owns the tracker (opens and closes it)."""
+    from tracker_client.server_routes import ROUTES
+
+    app = Starlette(
+        routes=ROUTES,
+        exception_handlers={404: _not_found, 405: _not_found, HTTPException: _not_found},
+    )
+    app.state.tracker = tracker
+    app.state.max_request_bytes = max_request_bytes
+    app.add_middleware(AuthMiddleware, api_token=api_token)
+    return app

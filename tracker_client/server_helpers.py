@@ -1,0 +1,106 @@
+"""Small helpers shared by the served tracker's route handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+from pydantic import BaseModel, SecretStr
+from starlette.requests import Request
+
+from tracker_client.models import Lease, Run, Task
+from tracker_client.protocol import Tracker
+from tracker_client.server import ApiError, bearer
+
+__all__ = [
+    "dump",
+    "idem_key",
+    "int_query",
+    "lease_handle",
+    "limit_query",
+    "page_json",
+    "store_path",
+    "tracker_of",
+]
+
+
+def tracker_of(request: Request) -> Tracker:
+    tracker: Tracker = request.app.state.tracker
+    return tracker
+
+
+def idem_key(request: Request) -> str | None:
+    return request.headers.get("idempotency-key") or None
+
+
+def int_query(request: Request, name: str, default: int, code: str = "invalid_request") -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ApiError(400, code, f"query parameter {name}={raw!r} is not an integer") from exc
+
+
+def limit_query(request: Request, default: int) -> int:
+    return int_query(request, "limit", default, "invalid_limit")
+
+
+_PLACEHOLDER_TASK = Task(
+    id="",
+    pipeline_id="",
+    stage="",
+    title="",
+    description="",
+    priority=0,
+    task_version=0,
+    next_eligible_at_ms=0,
+    retry_delay_ms=0,
+    created_at_ms=0,
+    updated_at_ms=0,
+)
+
+
+def lease_handle(request: Request, *, lease_id: str = "", run_id: str = "") -> Lease:
+    """A Lease handle from the path id and the Bearer value; the tracker checks the token."""
+    token = bearer(request)
+    if token is None:  # the auth middleware already refused this
+        raise ApiError(401, "unauthorized", "Missing Authorization header")
+    run = Run(
+        id=run_id,
+        task_id="",
+        attempt=0,
+        status="running",
+        agent_id="",
+        agent_role="",
+        started_at_ms=0,
+    )
+    return Lease(
+        task=_PLACEHOLDER_TASK,
+        run=run,
+        lease_id=lease_id,
+        lease_token=SecretStr(token),
+        expires_at_ms=0,
+    )
+
+
+def store_path(request: Request) -> tuple[str, str]:
+    """(namespace, key) from the raw path, each segment percent-decoded on its own.
+
+    ``/store/team%20a/key%2F1`` is namespace ``team a``, key ``key/1`` (as NullTickets reads it);
+    the decoded path would have split the key at its ``/``.
+    """
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    parts = [unquote(p) for p in raw.split(b"?")[0].decode("latin-1").split("/") if p]
+    if len(parts) != 3:
+        raise ApiError(404, "not_found", "Not found")
+    return parts[1], parts[2]
+
+
+def dump(model: BaseModel) -> Any:
+    return model.model_dump(mode="json")
+
+
+def page_json(page: Any) -> Any:
+    return {"items": [dump(i) for i in page.items], "next_cursor": page.next_cursor}
