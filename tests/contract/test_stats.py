@@ -6,6 +6,7 @@ import pytest
 
 from tests.contract.support import (
     CLOCK,
+    EXTENSIONS,
     OPTIONS,
     FakeClock,
     OpenTracker,
@@ -113,3 +114,32 @@ async def test_health_counts_stages_and_live_leases(tracker: Tracker, clock: Fak
     assert health.active_leases == 1
     clock.advance(1_001)
     assert (await tracker.health()).active_leases == 0
+
+
+@pytest.mark.requires(EXTENSIONS)
+async def test_claimable_count_respects_concurrency_keys(tracker: Tracker) -> None:
+    # claimable = eligible ignoring only assignments and per_state: a task whose key is held by
+    # a live lease is not claimable by anyone, so it is not counted.
+    pid = await make_pipeline(tracker)
+    await tracker.create_tasks(
+        [new_task(pid, f"k{i}", concurrency_key="conv-1") for i in range(3)]
+        + [new_task(pid, "free")]
+    )
+    await claim(tracker)  # k0 holds conv-1
+    coder = (await tracker.queue_stats()).for_role("coder")
+    assert coder is not None
+    assert coder.claimable_count == 1
+    assert coder.waiting_count == 3
+
+
+async def test_dead_letters_count_for_the_role_they_left(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker, review_pipeline())
+    policy = RetryPolicy(max_attempts=1, dead_letter_stage="parked")
+    await tracker.create_task(new_task(pid, retry_policy=policy))
+    await tracker.fail(await claim(tracker), "fatal")  # into 'parked', a triager stage
+    stats = await tracker.queue_stats()
+    coder, triager = stats.for_role("coder"), stats.for_role("triager")
+    assert coder is not None
+    assert triager is not None
+    assert (coder.dead_letter_count, triager.dead_letter_count) == (1, 0)
+    assert (triager.waiting_count, triager.claimable_count) == (0, 0)
