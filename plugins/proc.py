@@ -344,6 +344,11 @@ class _Runner:
                     await stream.aclose()
 
     async def _members(self) -> list[int]:
+        # the common case (group already empty) is one cheap syscall, no thread hop
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
         return await anyio.to_thread.run_sync(_group_members, self.pid, self.pid)
 
     async def _wait_group_gone(self, limit_s: float) -> bool:
