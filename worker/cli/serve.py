@@ -1,0 +1,178 @@
+"""``backlog-worker tracker serve``: share an embedded rail over the NullTickets HTTP API.
+
+Workers on other machines then use ``tracker.url = "http://host:port"``. Binds 127.0.0.1 unless
+``--host`` says otherwise; with ``--token``/``--token-file``/``BACKLOG_WORKER_API_TOKEN`` every
+admin route needs ``Authorization: Bearer <token>`` (lease routes take the lease token).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import click
+
+from tracker_client.errors import BacklogWorkerError, ConfigError, TrackerError
+from tracker_client.factory import open_tracker
+
+__all__ = ["register", "serve_tracker"]
+
+log = logging.getLogger("backlog_worker.server")
+
+EXIT_CONFIG, EXIT_TRACKER = 2, 3
+TOKEN_ENV = "BACKLOG_WORKER_API_TOKEN"  # noqa: S105 - the variable name, not a secret
+
+
+def _read_token(token: str | None, token_file: Path | None) -> str | None:
+    """The api token from ``--token``, ``--token-file`` or the environment (in that order)."""
+    if token is not None and token_file is not None:
+        raise ConfigError("use either --token or --token-file, not both")
+    if token_file is not None:
+        try:
+            value = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"--token-file {token_file}: {exc.strerror or exc}") from exc
+        if not value:
+            raise ConfigError(f"--token-file {token_file}: the file is empty")
+        return value
+    if token is not None:
+        if not token.strip():
+            raise ConfigError("--token: the token is empty")
+        return token.strip()
+    env = os.environ.get(TOKEN_ENV, "").strip()
+    return env or None
+
+
+async def serve_tracker(
+    url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 7700,
+    api_token: str | None = None,
+    max_request_bytes: int | None = None,
+) -> None:
+    """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted."""
+    import uvicorn
+
+    from tracker_client.server import DEFAULT_MAX_REQUEST_BYTES, create_app
+
+    if not (url.startswith("sqlite:") or url.startswith("/") or url.startswith(".")):
+        raise ConfigError(
+            f"--tracker {url!r}: tracker serve shares an embedded rail; give sqlite:///path.db"
+        )
+    tracker = await open_tracker(url)
+    try:
+        app = create_app(
+            tracker,
+            api_token=api_token,
+            max_request_bytes=max_request_bytes or DEFAULT_MAX_REQUEST_BYTES,
+        )
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            lifespan="off",
+            ws="none",
+            server_header=False,
+        )
+        server = uvicorn.Server(config)
+        log.info(
+            "serving %s on http://%s:%d (api auth: %s)",
+            url,
+            host,
+            port,
+            "bearer token enabled" if api_token else "disabled",
+            extra={"action": "serve_started"},
+        )
+        await server.serve()
+        if not server.started:
+            raise ConfigError(f"could not listen on {host}:{port} (in use, or not permitted?)")
+    finally:
+        await tracker.aclose()
+
+
+def register(group: click.Group) -> None:
+    """Add ``tracker serve`` to the command line."""
+
+    @group.group("tracker")
+    def tracker_group() -> None:
+        """Operate a tracker: serve an embedded rail over HTTP."""
+
+    @tracker_group.command("serve")
+    @click.option(
+        "--tracker",
+        "url",
+        envvar="BACKLOG_WORKER_TRACKER__URL",
+        required=True,
+        help="The embedded rail to serve, e.g. sqlite:///var/lib/backlog-worker/rail.db",
+    )
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+    @click.option("--port", default=7700, show_default=True, type=click.IntRange(0, 65535))
+    @click.option("--token", default=None, help=f"Admin api token (or {TOKEN_ENV}).")
+    @click.option(
+        "--token-file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Read the admin api token from this file.",
+    )
+    @click.option(
+        "--max-request-bytes",
+        type=click.IntRange(1024),
+        default=None,
+        help="Largest request body accepted (default 16 MiB).",
+    )
+    @click.option("--log-level", default="INFO", show_default=True)
+    def serve(
+        url: str,
+        host: str,
+        port: int,
+        token: str | None,
+        token_file: Path | None,
+        max_request_bytes: int | None,
+        log_level: str,
+    ) -> None:
+        """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
+        try:
+            api_token = _read_token(token, token_file)
+            _setup_logging(log_level, api_token)
+            if host not in ("127.0.0.1", "localhost", "::1") and api_token is None:
+                log.warning(
+                    "serving on %s without an api token: anyone who can reach it can change tasks",
+                    host,
+                    extra={"action": "serve_unauthenticated"},
+                )
+            anyio.run(
+                lambda: serve_tracker(
+                    url,
+                    host=host,
+                    port=port,
+                    api_token=api_token,
+                    max_request_bytes=max_request_bytes,
+                )
+            )
+        except ConfigError as exc:
+            click.echo(f"backlog-worker: {exc}", err=True)
+            sys.exit(EXIT_CONFIG)
+        except TrackerError as exc:
+            click.echo(f"backlog-worker: tracker: {exc}", err=True)
+            sys.exit(EXIT_TRACKER)
+        except BacklogWorkerError as exc:  # pragma: no cover - defensive
+            click.echo(f"backlog-worker: {exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
+            pass
+
+
+def _setup_logging(level: str, api_token: str | None) -> None:
+    try:
+        from worker.logs import configure_logging
+
+        configure_logging(level.upper(), "auto", secrets=[api_token] if api_token else [])
+    except (ImportError, ValueError) as exc:
+        if isinstance(exc, ValueError):
+            raise ConfigError(f"--log-level: {exc}") from exc
+        logging.basicConfig(level=level.upper(), stream=sys.stderr)  # pragma: no cover
