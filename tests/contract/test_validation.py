@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from tests.contract.support import (
+    EXTENSIONS,
     STRICT_LIMITS,
+    WAIT,
     all_tasks,
     claim,
     make_pipeline,
@@ -23,6 +25,7 @@ from tracker_client.protocol import Tracker
 pytestmark = pytest.mark.anyio
 
 MIB = 1024 * 1024
+_EXT = pytest.mark.requires(EXTENSIONS)
 
 
 def _base() -> dict[str, Any]:
@@ -259,3 +262,48 @@ async def test_store_value_must_be_json(tracker: Tracker) -> None:
     with pytest.raises(ValidationFailed):
         await tracker.store_put("ns", "k", {"x": object()})
     assert await tracker.store_list("ns") == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        pytest.param({"retry_policy": RetryPolicy(max_attempts=-1)}, "max_attempts", id="attempts"),
+        pytest.param({"queue_ttl_ms": 0}, "queue_ttl_ms", id="queue-ttl-zero", marks=_EXT),
+        pytest.param({"queue_ttl_ms": -5}, "queue_ttl_ms", id="queue-ttl-negative", marks=_EXT),
+        pytest.param({"max_stale_attempts": -1}, "max_stale_attempts", id="stale", marks=_EXT),
+        pytest.param({"concurrency_key": ""}, "concurrency_key", id="empty-key", marks=_EXT),
+    ],
+)
+async def test_bad_policy_and_extension_fields_are_named(
+    tracker: Tracker, fields: dict[str, Any], named: str
+) -> None:
+    pid = await make_pipeline(tracker)
+    with pytest.raises(ValidationFailed) as err:
+        await tracker.create_task(new_task(pid, **fields))
+    assert named in str(err.value)
+    assert await all_tasks(tracker) == []
+
+
+@pytest.mark.parametrize(("agent", "role"), [("", "coder"), ("agent-1", "")])
+async def test_claim_needs_an_agent_and_a_role(tracker: Tracker, agent: str, role: str) -> None:
+    pid = await make_pipeline(tracker)
+    await tracker.create_task(new_task(pid))
+    with pytest.raises(ValidationFailed):
+        await tracker.claim(agent, role, 60_000)
+    assert (await claim(tracker)).run.attempt == 1
+
+
+async def test_event_kind_must_not_be_empty(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker)
+    await tracker.create_task(new_task(pid))
+    lease = await claim(tracker)
+    with pytest.raises(ValidationFailed) as err:
+        await tracker.add_event(lease, "", {"x": 1})
+    assert "kind" in str(err.value)
+    assert await run_events(tracker, lease.run.id) == []
+
+
+@pytest.mark.requires(WAIT)
+async def test_wait_on_an_unknown_task_is_not_found(tracker: Tracker) -> None:
+    with pytest.raises(NotFound):
+        await tracker.wait("00000000-0000-4000-8000-000000000000", timeout_s=5)
