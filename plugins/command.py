@@ -15,18 +15,21 @@ Options (a role's ``[roles.options]`` table; every one is checked when the worke
     tail_bytes = 4096                      # stdout/stderr tail kept in events and failures
     stream_output = true                   # output chunks as "output" events while it runs
     stream_limit_bytes = 65536             # per stream; the rest is only in the tail
+    cwd = "/srv/repo"                      # default: the run's working directory (templated;
+                                           # relative = the worker's directory)
 
-Placeholders (in ``argv`` items and ``env`` values): ``{task.id}``, ``{task.title}``,
+Placeholders (in ``argv`` items, ``env`` values and ``cwd``): ``{task.id}``, ``{task.title}``,
 ``{task.description}``, ``{task.stage}``, ``{task.pipeline_id}``, ``{task.priority}``,
 ``{task.metadata[key]}``, ``{run.id}``, ``{run.agent_id}``, ``{run.agent_role}``, ``{attempt}``,
 ``{workdir}``, ``{task_file}``, ``{instructions}``; ``{{``/``}}`` are literal braces. Each one
-becomes exactly one piece of one argument: no shell, no splitting, no attribute lookups.
+becomes exactly one piece of one argument: no shell, no splitting, no attribute lookups. (An
+inline script such as ``python3 -c "..."`` must double its own braces.)
 
-The child runs in the run's working directory with a scrubbed environment (:func:`minimal_env`)
-plus ``BACKLOG_TASK_ID``, ``BACKLOG_RUN_ID``, ``BACKLOG_ATTEMPT``, ``BACKLOG_WORKDIR`` and
-``BACKLOG_TASK_FILE`` (when ``task_file``). If it writes ``<workdir>/outcome.json``
-(``{"trigger": "...", "instructions": "...", "usage": ...}``, every key optional), a mapped exit
-code uses that trigger instead. Cancellation kills the whole process group.
+The child runs in the run's working directory (unless ``cwd``) with a scrubbed environment
+(:func:`minimal_env`) plus ``BACKLOG_TASK_ID``, ``BACKLOG_RUN_ID``, ``BACKLOG_ATTEMPT``,
+``BACKLOG_WORKDIR`` and ``BACKLOG_TASK_FILE`` (when ``task_file``). If it writes
+``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
+optional), a mapped exit code uses that trigger instead. Cancellation kills the whole process group.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ _OPTION_NAMES = (
     "tail_bytes",
     "stream_output",
     "stream_limit_bytes",
+    "cwd",
 )
 
 
@@ -173,6 +177,12 @@ class CommandOptions:
         self.tail_bytes = _int(options, "tail_bytes", 4096)
         self.stream_output = _bool(options, "stream_output", True)
         self.stream_limit_bytes = _int(options, "stream_limit_bytes", 65_536)
+        cwd = options.get("cwd")
+        if cwd is not None and (not isinstance(cwd, str) or not cwd):
+            raise ExecutorError("command option 'cwd' must be a non-empty path string")
+        self.cwd = None if cwd is None else Template.parse(cwd, "cwd")
+        # relative paths (program, cwd) are the worker's, resolved against where it started
+        self.base_dir = Path.cwd()
         if not self.task_file:
             for template in [*self.argv, *self.env.values()]:
                 if "task_file" in template.fields:
@@ -306,11 +316,18 @@ class CommandExecutor:
         return self.options.argv[0].source
 
     async def readiness(self) -> list[str]:
-        """Check that argv[0] resolves to an executable file (skipped when it is templated)."""
-        if self.options.argv[0].has_fields:
-            return []
-        path_env = minimal_env(self.options.env_passthrough)["PATH"]
-        return await anyio.to_thread.run_sync(_check_program, self.program, path_env)
+        """Check that argv[0] resolves to an executable file and a fixed ``cwd`` exists
+        (templated values can only be checked per task)."""
+        problems: list[str] = []
+        opts = self.options
+        if not opts.argv[0].has_fields:
+            path_env = minimal_env(opts.env_passthrough)["PATH"]
+            problems += await anyio.to_thread.run_sync(_check_program, self.program, path_env)
+        if opts.cwd is not None and not opts.cwd.has_fields:
+            cwd = opts.base_dir / opts.cwd.source.replace("{{", "{").replace("}}", "}")
+            if not await anyio.Path(cwd).is_dir():
+                problems.append(f"command option 'cwd': {cwd} is not a directory")
+        return problems
 
     async def execute(self, ctx: ExecutionContext) -> Outcome:
         """Run the command once for ``ctx`` and map how it ended to an outcome."""
@@ -323,6 +340,7 @@ class CommandExecutor:
         try:
             argv = [t.render(values) for t in opts.argv]
             extra = {name: t.render(values) for name, t in opts.env.items()}
+            cwd = ctx.workdir if opts.cwd is None else opts.base_dir / opts.cwd.render(values)
         except KeyError as exc:
             return Failure(
                 reason="bad_task_input",
@@ -351,7 +369,7 @@ class CommandExecutor:
                 with anyio.move_on_after(opts.timeout_s):
                     result = await run_process(
                         argv,
-                        cwd=ctx.workdir,
+                        cwd=cwd,
                         env=env,
                         stdin=payload if opts.stdin_task_json else None,
                         on_stdout=out,

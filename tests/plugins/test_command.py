@@ -440,3 +440,38 @@ async def test_readiness(tmp_path: Path) -> None:
     plain.chmod(stat.S_IRUSR)
     problems = await CommandExecutor({"argv": [str(plain)]}).readiness()
     assert problems == [f"command {str(plain)!r} is not an executable file"]
+
+
+async def test_cwd_option_relative_and_templated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "repos" / "web").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "solve.py").write_text("import os; print(os.getcwd())\n")
+    monkeypatch.chdir(tmp_path)
+    workdir = tmp_path / "work"
+    # a relative script path works when cwd is the worker's directory
+    executor = CommandExecutor({"argv": [PY, "scripts/solve.py"], "cwd": "."})
+    assert await executor.readiness() == []
+    harness = ExecutorHarness(workdir=workdir)
+    assert await harness.run(executor) == Transition()
+    assert exit_event(harness)["stdout_tail"] == f"{tmp_path}\n"
+    # templated: resolved per task, relative to the worker's directory
+    executor = command("import os; print(os.getcwd())", cwd="repos/{task.metadata[repo]}")
+    harness = ExecutorHarness(metadata={"repo": "web"}, workdir=workdir)
+    assert await harness.run(executor) == Transition()
+    assert exit_event(harness)["stdout_tail"] == f"{tmp_path / 'repos' / 'web'}\n"
+    harness = ExecutorHarness(metadata={"repo": "absent"}, workdir=workdir)
+    outcome = await harness.run(executor)
+    assert isinstance(outcome, Failure)
+    assert outcome.reason == "spawn_failed"
+    assert "absent is missing" in outcome.message
+
+
+async def test_cwd_option_checked(tmp_path: Path) -> None:
+    with pytest.raises(ExecutorError, match=r"'cwd' must be a non-empty path string"):
+        CommandExecutor({"argv": [PY], "cwd": ""})
+    with pytest.raises(ExecutorError, match=r"'cwd': unknown placeholder \{nope\}"):
+        CommandExecutor({"argv": [PY], "cwd": "{nope}"})
+    problems = await CommandExecutor({"argv": [PY], "cwd": str(tmp_path / "gone")}).readiness()
+    assert problems == [f"command option 'cwd': {tmp_path / 'gone'} is not a directory"]
