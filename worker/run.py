@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import traceback
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,19 @@ class RunResult:
 
     status: str  # "transitioned" | "failed" | "lost" | "conflict" | "report_failed"
     detail: str = ""
+
+
+class _RunLog(logging.LoggerAdapter[logging.Logger]):
+    """Adds the run's ids to every record and keeps the call's own ``extra`` (``action``...).
+
+    The stock adapter replaces a call's ``extra`` with its own before Python 3.13.
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
 
 
 class _TrackerSink:
@@ -120,7 +134,7 @@ class TaskRun:
         self._expires_at = anyio.current_time() + settings.lease_ttl_s
         self._lost: LeaseLost | None = None
         self.scope = anyio.CancelScope()
-        self._log = logging.LoggerAdapter(
+        self._log = _RunLog(
             log,
             {"task_id": lease.task.id, "run_id": lease.run.id, "role": role.name},
         )
