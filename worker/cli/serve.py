@@ -59,10 +59,7 @@ async def serve_tracker(
 
     from tracker_client.server import DEFAULT_MAX_REQUEST_BYTES, create_app
 
-    if not (url.startswith("sqlite:") or url.startswith("/") or url.startswith(".")):
-        raise ConfigError(
-            f"--tracker {url!r}: tracker serve shares an embedded rail; give sqlite:///path.db"
-        )
+    _check_url(url)
     tracker = await open_tracker(url)
     try:
         app = create_app(
@@ -85,7 +82,7 @@ async def serve_tracker(
             url,
             host,
             port,
-            "bearer token enabled" if api_token else "disabled",
+            "admin token required" if api_token else "disabled",
             extra={"action": "serve_started"},
         )
         await server.serve()
@@ -138,6 +135,7 @@ def register(group: click.Group) -> None:
         """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
         try:
             api_token = _read_token(token, token_file)
+            _check_url(url)
             _setup_logging(log_level, api_token)
             if host not in ("127.0.0.1", "localhost", "::1") and api_token is None:
                 log.warning(
@@ -165,6 +163,13 @@ def register(group: click.Group) -> None:
             sys.exit(1)
         except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
             pass
+
+
+def _check_url(url: str) -> None:
+    if not (url.startswith("sqlite:") or url.startswith("/") or url.startswith(".")):
+        raise ConfigError(
+            f"--tracker {url!r}: tracker serve shares an embedded rail; give sqlite:///path.db"
+        )
 
 
 def _setup_logging(level: str, api_token: str | None) -> None:
