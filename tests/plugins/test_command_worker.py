@@ -103,10 +103,7 @@ async def test_task_walks_the_pipeline_through_two_commands(
     assert kinds.count("exit") == 2
     assert kinds.count("transition") == 2
     output = "".join(
-        item["text"]
-        for e in events
-        if e.kind == "output"
-        for item in e.data.get("batch", [e.data])
+        item["text"] for e in events if e.kind == "output" for item in e.data.get("batch", [e.data])
     )
     assert output.startswith("coding T-7 ")
     assert "BACKLOG_TASK_ID" in output
