@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract.support import FakeClock, make_pipeline, new_task
-from tracker_client.errors import BacklogFull, TrackerCorrupt
+from tracker_client.errors import BacklogFull, ConfigError, TrackerCorrupt
 from tracker_client.factory import open_tracker
 
 pytestmark = pytest.mark.anyio
@@ -84,6 +84,38 @@ async def test_url_options_are_coerced(tmp_path: Path) -> None:
         assert err.value.cap == 1
     finally:
         await tracker.aclose()
+
+
+async def test_url_options_per_role_caps_and_stale_limit(tmp_path: Path) -> None:
+    clock = FakeClock()
+    url = _url(tmp_path / "rail.db", role_backlog_depth="coder=1", max_stale_attempts="1")
+    tracker = await open_tracker(url, clock=clock)
+    try:
+        pid = await make_pipeline(tracker)
+        tid = await tracker.create_task(new_task(pid))
+        with pytest.raises(BacklogFull):
+            await tracker.create_task(new_task(pid))
+        await tracker.claim("a", "coder", 1_000)
+        clock.advance(1_001)
+        assert await tracker.claim("a", "coder", 1_000) is None
+        assert (await tracker.get_task(tid)).dead_letter_reason == "crash_loop"
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ({"max_backlog_depth": "lots"}, "max_backlog_depth"),
+        ({"synchronous": "SOMETIMES"}, "synchronous"),
+        ({"no_such_option": "1"}, "no_such_option"),
+    ],
+)
+async def test_bad_url_options_are_named(tmp_path: Path, query: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        await open_tracker(_url(tmp_path / "rail.db", **query))
+    assert named in str(err.value)
+    assert not (tmp_path / "rail.db").exists()
 
 
 async def test_aclose_is_idempotent(tmp_path: Path) -> None:
