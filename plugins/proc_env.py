@@ -23,6 +23,9 @@ SECRET_ENV_PATTERNS: tuple[str, ...] = (
 )
 
 
+_warned: set[str] = set()
+
+
 def is_secret_env_name(name: str) -> bool:
     """True when ``name`` looks like a tracker token variable (see :data:`SECRET_ENV_PATTERNS`)."""
     upper = name.upper()
@@ -58,9 +61,12 @@ def minimal_env(
     env.update(extra or {})
     for name in [n for n in env if is_secret_env_name(n)]:
         del env[name]
-        logger.warning(
-            "not passing %s to the child process: it looks like a token",
-            name,
-            extra={"action": "env_secret_dropped"},
-        )
+        # once per name: an allowlisted token would otherwise warn on every run
+        if name not in _warned:
+            _warned.add(name)
+            logger.warning(
+                "not passing %s to child processes: it looks like a token",
+                name,
+                extra={"action": "env_secret_dropped"},
+            )
     return env
