@@ -7,6 +7,7 @@ import pytest
 from tests.contract.support import (
     BACKLOG_OPS,
     CLOCK,
+    EXTENSIONS,
     RUN_DETAILS,
     FakeClock,
     all_tasks,
@@ -241,3 +242,16 @@ async def test_requeue_resets_the_stale_streak(tracker: Tracker, clock: FakeCloc
     # one more expiry after the requeue is a streak of one, not four
     lease = await claim(tracker)
     assert (lease.task.id, lease.run.attempt) == (tid, 5)
+
+
+@pytest.mark.requires(CLOCK, EXTENSIONS)
+async def test_requeued_expired_task_does_not_expire_again_at_once(
+    tracker: Tracker, clock: FakeClock
+) -> None:
+    pid = await make_pipeline(tracker)
+    tid = await tracker.create_task(new_task(pid, queue_ttl_ms=1_000))
+    clock.advance(1_001)
+    assert await tracker.claim("a", "coder", 60_000) is None
+    assert (await tracker.get_task(tid)).dead_letter_reason == "expired"
+    await tracker.requeue(tid)
+    assert (await claim(tracker)).task.id == tid
