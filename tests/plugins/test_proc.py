@@ -396,3 +396,14 @@ async def test_child_never_sees_tracker_token(
     )
     assert result.returncode == 0
     assert b"super-secret-value" not in result.stdout
+
+
+def test_dropped_token_is_logged_by_name_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="backlog_worker.executor.proc")
+    name = "BACKLOG_WORKER_LOGTEST_TOKEN"
+    for _ in range(3):
+        minimal_env([name], base={name: "value-must-not-be-logged"})
+    records = [r for r in caplog.records if name in r.getMessage()]
+    assert len(records) == 1  # once per name, not per run
+    assert getattr(records[0], "action", None) == "env_secret_dropped"
+    assert "value-must-not-be-logged" not in caplog.text
