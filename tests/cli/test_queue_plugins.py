@@ -100,3 +100,11 @@ def test_plugins_bad_config_file(tmp_path: Path) -> None:
     result = invoke(["plugins", "--config", str(tmp_path / "absent.toml")])
     assert result.exit_code == 2
     assert "does not exist" in result.stderr
+
+
+def test_queue_watch_live_view_on_a_terminal(simple: Rail, monkeypatch) -> None:
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich treats stdout as a terminal: a Live view
+    simple.add("t")
+    result = simple.cli("queue", "--watch", "--iterations", "2", "--interval", "10ms")
+    assert result.exit_code == 0, result.output
+    assert "coder" in result.stdout

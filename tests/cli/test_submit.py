@@ -139,3 +139,19 @@ def test_submit_backlog_full(tmp_path: Path) -> None:
     result = rail.cli("submit", "-p", "simple", "x", "--wait", "--timeout", "1s")
     assert result.exit_code == 4
     assert "backlog of role 'coder' is full: 1 waiting, cap 1" in result.stderr
+
+
+def test_submit_wait_on_a_terminal_shows_a_spinner_then_the_result(
+    simple: Rail, monkeypatch
+) -> None:
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+
+    async def worker(tracker: Tracker) -> None:
+        lease = await next_lease(tracker)
+        await tracker.transition(lease, "complete")
+
+    bg = Background(simple, worker)
+    result = simple.cli("submit", "-p", "simple", "tty", "--wait", "--timeout", "30s")
+    bg.join()
+    assert result.exit_code == 0, result.output
+    assert "stage done" in result.stdout

@@ -146,3 +146,17 @@ def test_cancel_all_needs_a_filter_and_confirmation(simple: Rail) -> None:
     result = simple.cli("task", "cancel-all", "--pipeline", "nope", "--yes")
     assert result.exit_code == 1
     assert "unknown pipeline" in result.stderr
+
+
+def test_cancel_all_asks_at_a_terminal(simple: Rail, monkeypatch) -> None:
+    import worker.cli.ops_task as ops_task
+
+    monkeypatch.setattr(ops_task, "stdin_is_tty", lambda: True)
+    simple.add("t")
+    refused = simple.cli("task", "cancel-all", "--role", "coder", input="n\n")
+    assert refused.exit_code == 1  # click's Abort
+    assert "Cancel every open task of role coder?" in refused.output
+    assert simple.json("task", "list")["items"][0]["dead_letter_reason"] is None
+    accepted = simple.cli("task", "cancel-all", "--role", "coder", input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "cancelled 1 task" in accepted.stdout

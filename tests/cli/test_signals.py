@@ -1,0 +1,60 @@
+"""Ctrl-C (SIGINT) on real ``backlog-worker`` processes: a clear line, the documented exit code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.cli.conftest import Rail
+
+
+def spawn(rail: Rail, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker", *args, "--tracker", rail.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_interrupted_submit_says_the_task_stays_queued(simple: Rail) -> None:
+    proc = spawn(simple, "submit", "-p", "simple", "long wait", "--wait")
+    try:
+        deadline = time.monotonic() + 30
+        while not simple.json("task", "list")["items"]:  # poll with a deadline: no sleep
+            assert time.monotonic() < deadline, "submit never created its task"
+            assert proc.poll() is None, proc.communicate()
+        assert proc.stderr is not None
+        assert "waiting for it to finish" in proc.stderr.readline()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    task_id = simple.json("task", "list")["items"][0]["id"]
+    assert f"interrupted; task {task_id} stays queued" in err
+    assert "Traceback" not in err
+
+
+def test_interrupted_watch_exits_zero(simple: Rail, tmp_path: Path) -> None:
+    proc = spawn(simple, "queue", "--watch", "--interval", "50ms")
+    try:
+        assert proc.stdout is not None
+        while "queue at" not in proc.stdout.readline():  # the first refresh is on screen
+            assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert err.strip() == "stopped"
