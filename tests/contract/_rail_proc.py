@@ -4,6 +4,9 @@
 transition ``coder`` tasks until a claim finds no work; write one JSON record per claim
 (``task``, ``lease``, ``run``, ``version``) to OUT and print ``drained N``.
 
+``fill URL PIPELINE``: open the rail at URL, print ``ready``, wait for a line on stdin, then
+create tasks one at a time until ``BacklogFull``; print ``created N``.
+
 ``writes DB PIPELINE``: open the rail and write forever, printing after every committed write
 what it did (``created ID``, ``claimed ID``, ``event ID``, ``done ID``, ``failed ID``), so the
 parent can SIGKILL it in the middle of the stream and check what must have survived.
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import anyio
 
+from tracker_client.errors import BacklogFull
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
@@ -54,6 +58,24 @@ async def drain(db: str, agent: str, out: str) -> None:
     _say(f"drained {len(records)}")
 
 
+async def fill(url: str, pipeline_id: str) -> None:
+    """Create tasks until the role's backlog is full; report how many this process created."""
+    tracker = await open_tracker(url)
+    created = 0
+    try:
+        _say("ready")
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        while True:
+            try:
+                await tracker.create_task(TaskCreate(pipeline_id=pipeline_id, title="fill"))
+            except BacklogFull:
+                break
+            created += 1
+    finally:
+        await tracker.aclose()
+    _say(f"created {created}")
+
+
 async def writes(db: str, pipeline_id: str) -> None:
     """Write forever: create, claim, event, then transition (even) or fail (odd)."""
     tracker = await open_tracker(f"sqlite:///{db}")
@@ -85,6 +107,9 @@ def main(argv: list[str]) -> None:
     if mode == "drain":
         db, agent, out = args
         anyio.run(drain, db, agent, out)
+    elif mode == "fill":
+        url, pipeline_id = args
+        anyio.run(fill, url, pipeline_id)
     elif mode == "writes":
         db, pipeline_id = args
         anyio.run(writes, db, pipeline_id)

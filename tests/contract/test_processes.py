@@ -44,10 +44,10 @@ def _reap(procs: list[subprocess.Popen[str]]) -> None:
         proc.communicate()
 
 
-def _run_drainers(db: Path, out_dir: Path) -> list[list[dict[str, object]]]:
-    procs = [_spawn("drain", str(db), f"proc-{n}", str(out_dir / f"{n}.json")) for n in range(4)]
+def _run_together(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """Wait until every child is ready, start them at once, and return their last lines."""
     try:
-        for proc in procs:  # every child has opened the rail before any starts claiming
+        for proc in procs:  # every child has opened the rail before any starts
             assert proc.stdout is not None
             line = proc.stdout.readline()
             assert line == "ready\n", f"child said {line!r}: {proc.stderr and proc.stderr.read()}"
@@ -55,11 +55,20 @@ def _run_drainers(db: Path, out_dir: Path) -> list[list[dict[str, object]]]:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
+        last = []
         for proc in procs:
-            _out, err = proc.communicate(timeout=100)
+            out, err = proc.communicate(timeout=100)
             assert proc.returncode == 0, err
+            last.append(out.strip().splitlines()[-1])
+        return last
     finally:
         _reap(procs)
+
+
+def _run_drainers(db: Path, out_dir: Path) -> list[list[dict[str, object]]]:
+    _run_together(
+        [_spawn("drain", str(db), f"proc-{n}", str(out_dir / f"{n}.json")) for n in range(WORKERS)]
+    )
     return [json.loads((out_dir / f"{n}.json").read_text()) for n in range(WORKERS)]
 
 
@@ -181,5 +190,27 @@ async def test_sigkill_mid_write_leaves_a_consistent_rail(tmp_path: Path) -> Non
         assert set(await _claim_all(tracker, "checker")) == leased
         remaining = [t for t in await all_tasks(tracker) if t.stage != "done"]
         assert remaining == []
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_backlog_cap_holds_across_processes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'rail.db'}?max_backlog_depth=150"
+    tracker = await open_tracker(url)
+    try:
+        pid = await make_pipeline(tracker)
+    finally:
+        await tracker.aclose()
+
+    last = await anyio.to_thread.run_sync(
+        _run_together, [_spawn("fill", url, pid) for _ in range(WORKERS)]
+    )
+
+    counts = [int(line.removeprefix("created ")) for line in last]
+    assert sum(counts) == 150, counts
+    tracker = await open_tracker(url)
+    try:
+        assert len(await all_tasks(tracker)) == 150
     finally:
         await tracker.aclose()
