@@ -31,6 +31,7 @@ from rich.table import Table
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, Task, TaskCreate
 from tracker_client.protocol import Tracker
+from worker.cli.ops_common import EXIT_USAGE, OpsError
 
 __all__ = ["PIPELINE", "DemoOptions", "DemoSummary", "demo_tasks", "run_demo", "worker_config"]
 
@@ -418,6 +419,12 @@ def run_demo(opts: DemoOptions) -> bool:
     """Run the demo end to end; True when every task finished and the workers behaved."""
     console = opts.console or Console(highlight=False)
     if opts.keep_dir is not None:
+        if (opts.keep_dir / "rail.db").exists():
+            raise OpsError(
+                f"--keep {str(opts.keep_dir)!r} already holds a demo rail (rail.db); "
+                "choose a new directory",
+                EXIT_USAGE,
+            )
         opts.keep_dir.mkdir(parents=True, exist_ok=True)
         return anyio.run(_run, opts, opts.keep_dir.resolve(), console)
     with tempfile.TemporaryDirectory(prefix="backlog-demo-") as tmp:

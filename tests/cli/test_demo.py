@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from plugins.registry import load_executor
-from tests.cli.conftest import Rail
+from tests.cli.conftest import Rail, invoke
 from tracker_client.models import Task
 from worker.config import load_config
 from worker.demo import demo_tasks, worker_config
@@ -69,3 +69,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
             failed_then_done += 1
     assert failed_then_done == 6
     assert len(agents) >= 2, agents  # several processes shared the rail
+
+
+def test_demo_refuses_a_directory_that_holds_a_rail(tmp_path: Path) -> None:
+    (tmp_path / "rail.db").write_bytes(b"")
+    result = invoke(["demo", "--keep", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "already holds a demo rail" in result.stderr

@@ -11,8 +11,15 @@ from worker.cli.ops_common import EXIT_FAILURE, DurationType, input_errors
 __all__ = ["demo_command"]
 
 
-@click.command("demo")
-@click.option("--tasks", "task_count", type=click.IntRange(3, 500), default=30, show_default=True)
+@click.command("demo", short_help="Watch tasks flow through a temporary rail (no config).")
+@click.option(
+    "--tasks",
+    "task_count",
+    type=click.IntRange(3, 500),
+    default=30,
+    show_default=True,
+    help="How many tasks to run.",
+)
 @click.option(
     "--workers",
     type=click.IntRange(1, 16),

@@ -68,7 +68,7 @@ def render_queue(stats: QueueStats) -> RenderableType:
     return table
 
 
-@click.command("queue")
+@click.command("queue", short_help="Per-role backlog figures, once or live (--watch).")
 @click.option("--watch", "-w", is_flag=True, help="Keep refreshing (Ctrl-C to stop).")
 @click.option(
     "--interval", type=DurationType(), default="2s", show_default=True, help="Watch refresh."

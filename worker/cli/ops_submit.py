@@ -74,7 +74,7 @@ async def wait_until_finished(
             return result
 
 
-@click.command("submit")
+@click.command("submit", short_help="Submit a task; with --wait, block until it finishes.")
 @click.argument("title")
 @task_field_options
 @click.option("--wait/--no-wait", default=False, help="Block until the task finishes.")

@@ -184,7 +184,7 @@ def task_list(
     ops.run(show)
 
 
-@task_group.command("cancel")
+@task_group.command("cancel", short_help="Cancel a task (a running one loses its lease).")
 @click.argument("task_id")
 @click.option("--reason", default="cancelled", show_default=True, help="Recorded reason.")
 @common_options
@@ -244,7 +244,7 @@ def task_requeue(
     ops.run(requeue)
 
 
-@task_group.command("cancel-all")
+@task_group.command("cancel-all", short_help="Cancel every open task of a pipeline or role.")
 @click.option("--pipeline", "-p", metavar="NAME|ID", help="Every open task of this pipeline.")
 @click.option("--role", "-r", help="Every open task in this role's stages.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
