@@ -261,6 +261,7 @@ class _Runner:
         self.wait_scope: anyio.CancelScope | None = None
         self._callback_scopes: set[anyio.CancelScope] = set()
         self._pumps: list[_Pump] = []
+        self.feed_scope = anyio.CancelScope()
 
     async def pump(
         self,
@@ -332,10 +333,14 @@ class _Runner:
             transport.close()
 
     async def feed(self, stream: ByteSendStream, data: bytes) -> None:
-        """Write ``data`` to the child's stdin, then close it. A child that quits early is fine."""
+        """Write ``data`` to the child's stdin, then close it. A child that quits early is fine.
+
+        Cancelled by :meth:`drain` if still blocked once the group is gone (an escaped descendant
+        holding stdin without reading it)."""
         try:
-            if data:
-                await stream.send(data)
+            with self.feed_scope:
+                if data:
+                    await stream.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         finally:
@@ -396,6 +401,7 @@ class _Runner:
         descendant that left the group: it is abandoned. A pump busy in a (slow) callback is
         waited for, since it is making progress.
         """
+        self.feed_scope.cancel()
         while True:
             with anyio.move_on_after(_DRAIN_TIMEOUT_S):
                 for pump in self._pumps:
@@ -428,9 +434,9 @@ async def run_process(
 
     Raises :class:`SpawnError` (an :class:`~tracker_client.errors.ExecutorError`) when the program
     cannot be started: missing, not executable, argument list too large, NUL in an argument,
-    missing ``cwd``. An exception raised by
-    a callback ends the process group and is re-raised once it is gone. On cancellation the
-    group is terminated first, then the cancellation propagates.
+    missing ``cwd``. An exception raised by a callback ends the process group and is re-raised
+    once it is gone. On cancellation the group is terminated first, then the cancellation
+    propagates.
     """
     args = [os.fsdecode(a) for a in argv]
     if not args or not args[0]:
@@ -498,7 +504,8 @@ async def run_process(
     if runner.callback_error is not None:
         raise runner.callback_error
     rc = process.returncode
-    assert rc is not None
+    if rc is None:  # not even SIGKILL ended it (uninterruptible sleep): say so, don't hang
+        raise ExecutorError(f"process {process.pid} ({args[0]!r}) did not exit after SIGKILL")
     return ProcessResult(
         returncode=rc,
         signal=-rc if rc < 0 else None,

@@ -208,7 +208,10 @@ async def test_descendant_escaping_the_group_does_not_hang_the_run(
 ) -> None:
     monkeypatch.setattr("plugins.proc._DRAIN_TIMEOUT_S", 0.3)
     with anyio.fail_after(20):
-        result = await run_process([PY, "-c", ESCAPES_GROUP], cwd=tmp_path, env=env())
+        # it also inherits stdin and never reads it: feeding 4 MiB must not block the run
+        result = await run_process(
+            [PY, "-c", ESCAPES_GROUP], cwd=tmp_path, env=env(), stdin=b"x" * (4 << 20)
+        )
     kill_leftovers([int(result.stdout)])
     assert result.returncode == 0
 
