@@ -107,6 +107,15 @@ def _report(title: str, n: int, wall: float, lat: dict[str, list[float]]) -> Non
         print(f"  {op:<11} {_pct(values, 0.5):>8.3f} {_pct(values, 0.99):>8.3f} {mean:>8.3f}")
 
 
+def _calibrate() -> float:
+    """CPU seconds for 10 million Python additions: compare machines (and load) with it."""
+    c0 = time.process_time()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.process_time() - c0
+
+
 def main() -> None:
     """Run both phases and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -114,19 +123,22 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--synchronous", default="NORMAL")
     args = parser.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"embedded tracker bench: {args.tasks} tasks, synchronous={args.synchronous}, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs, load average {load}, calibration {_calibrate():.2f} CPU-s "
+        "per 10M Python additions"
     )
     with tempfile.TemporaryDirectory(prefix="bench-embedded-") as tmp:
         one = str(Path(tmp) / "one.db")
         anyio.run(_setup, one, args.tasks, args.synchronous)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         lat = anyio.run(_drain, one, "bench-1", args.synchronous)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         done = anyio.run(_count_done, one)
         assert done == args.tasks == len(lat["cycle"]), (done, len(lat["cycle"]))
         _report("1 process", len(lat["cycle"]), wall, lat)
+        print(f"  CPU per cycle (all threads of the process): {cpu / args.tasks * 1e6:.0f} us")
 
         many = str(Path(tmp) / "many.db")
         anyio.run(_setup, many, args.tasks, args.synchronous)
@@ -158,6 +170,7 @@ def main() -> None:
         assert done == args.tasks == len(merged["cycle"]), (done, len(merged["cycle"]))
         per = ", ".join(str(len(r["cycle"])) for r in results)
         _report(f"{args.processes} processes (per process: {per})", done, wall, merged)
+        print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

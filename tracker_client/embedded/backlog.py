@@ -9,6 +9,7 @@ from typing import Literal
 
 from tracker_client.embedded.claims import expire_deadlines, reclaim_expired
 from tracker_client.embedded.common import Ctx, artifact_from_row, event_from_row
+from tracker_client.embedded.reads import TASK_EVENTS
 from tracker_client.embedded.runs import dead_letter
 from tracker_client.embedded.tasks import get_task
 from tracker_client.errors import Conflict, ValidationFailed
@@ -165,7 +166,7 @@ def finished_state(ctx: Ctx, task_id: str) -> WaitResult:
         )
     ]
     ev = ctx.one(
-        "SELECT * FROM events WHERE task_id = ? AND kind = 'result' ORDER BY id DESC LIMIT 1",
+        f"SELECT * FROM events WHERE ({TASK_EVENTS}) AND kind = 'result' ORDER BY id DESC LIMIT 1",
         (task_id,),
     )
     return WaitResult(

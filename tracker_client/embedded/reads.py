@@ -20,7 +20,12 @@ from tracker_client.embedded.tasks import parse_created_cursor
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import Artifact, ArtifactCreate, Event, Page
 
-__all__ = ["add_artifact", "list_artifacts", "list_events"]
+__all__ = ["TASK_EVENTS", "add_artifact", "list_artifacts", "list_events"]
+
+#: WHERE clause for every event of task ``?1``: its runs' events and its task-level events.
+TASK_EVENTS = (
+    "run_id IN (SELECT id FROM runs WHERE task_id = ?1) OR (run_id IS NULL AND task_id = ?1)"
+)
 
 
 def _event_cursor(cursor: str) -> int:
@@ -39,8 +44,9 @@ def list_events(ctx: Ctx, column: str, value: str, limit: int, cursor: str | Non
     """Events of a run (``column="run_id"``) or a task (``"task_id"``) in id order."""
     check_limit(limit)
     after = _event_cursor(cursor) if cursor is not None else 0
+    where = "run_id = ?1" if column == "run_id" else TASK_EVENTS
     rows = ctx.conn.execute(
-        f"SELECT * FROM events WHERE {column} = ? AND id > ? ORDER BY id LIMIT ?",
+        f"SELECT * FROM events WHERE ({where}) AND id > ?2 ORDER BY id LIMIT ?3",
         (value, after, limit + 1),
     ).fetchall()
     items = [event_from_row(r) for r in rows[:limit]]

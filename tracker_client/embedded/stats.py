@@ -37,16 +37,20 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int, stuck_ms: int) -> QueueStats:
     waiting: dict[str, int] = defaultdict(int)
     claimable: dict[str, int] = defaultdict(int)
     oldest: dict[str, int] = {}
-    for role, deps_ok, eligible, created in conn.execute(
+    # claimable = what some agent could claim now: eligible, dependencies resolved, and its
+    # concurrency key not held by a live lease (assignments and per_state are ignored).
+    for role, deps_ok, key_free, eligible, created in conn.execute(
         "SELECT t.role, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u "
         "ON u.id = d.depends_on_task_id WHERE d.task_id = t.id AND u.terminal = 0), "
-        "t.next_eligible_at_ms <= ?, t.created_at_ms FROM tasks t "
+        "t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM tasks k "
+        "WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > ?1), "
+        "t.next_eligible_at_ms <= ?1, t.created_at_ms FROM tasks t "
         "WHERE t.role IS NOT NULL AND t.dead_letter_reason IS NULL AND t.terminal = 0 "
-        "AND t.lease_expires_at_ms <= ?",
-        (now, now),
+        "AND t.lease_expires_at_ms <= ?1",
+        (now,),
     ):
         waiting[role] += 1
-        if eligible and deps_ok:
+        if eligible and deps_ok and key_free:
             claimable[role] += 1
             if role not in oldest or created < oldest[role]:
                 oldest[role] = created

@@ -60,9 +60,9 @@ CREATE INDEX tasks_ckey ON tasks (concurrency_key) WHERE concurrency_key IS NOT 
 CREATE INDEX tasks_pipeline ON tasks (pipeline_id);
 CREATE INDEX tasks_leased ON tasks (lease_expires_at_ms) WHERE lease_expires_at_ms > 0;
 
+-- Keyed by id without a rowid: one b-tree less to write per claim.
 CREATE TABLE runs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT PRIMARY KEY NOT NULL,
     task_id TEXT NOT NULL,
     attempt INTEGER NOT NULL,
     status TEXT NOT NULL,
@@ -73,7 +73,7 @@ CREATE TABLE runs (
     error TEXT,
     usage TEXT,
     UNIQUE (task_id, attempt)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -84,7 +84,8 @@ CREATE TABLE events (
     data TEXT NOT NULL
 );
 CREATE INDEX events_run ON events (run_id, id);
-CREATE INDEX events_task ON events (task_id, id);
+-- A task's run events are found through its runs; only task-level events need this index.
+CREATE INDEX events_task_level ON events (task_id, id) WHERE run_id IS NULL;
 
 CREATE TABLE dependencies (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
