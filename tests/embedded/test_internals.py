@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.errors import ConfigError, LeaseLost
+from tracker_client.errors import ConfigError, LeaseLost, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.models import ArtifactCreate, TaskCreate
 
@@ -226,3 +226,24 @@ def test_works_on_trio_too(tmp_path: Path) -> None:
             await tracker.aclose()
 
     assert anyio.run(main, backend="trio") == "done"
+
+
+async def test_out_of_range_arguments_are_validation_errors(tmp_path: Path) -> None:
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        with pytest.raises(ValidationFailed) as info:
+            await tracker.list_tasks(cursor=f"{10**30}:{tid}")
+        assert info.value.code == "invalid_cursor"
+        with pytest.raises(ValidationFailed) as info:
+            await tracker.list_task_events(tid, cursor=str(10**30))
+        assert info.value.code == "invalid_cursor"
+        with pytest.raises(ValidationFailed, match="size_bytes"):
+            await tracker.add_artifact(
+                ArtifactCreate(kind="log", uri="file:///x", task_id=tid, size_bytes=2**70)
+            )
+        with pytest.raises(ValidationFailed, match="invalid argument"):
+            await tracker.list_tasks(stage=["not", "a", "string"])  # type: ignore[arg-type]
+    finally:
+        await tracker.aclose()

@@ -29,7 +29,12 @@ from typing import Any, TypeVar
 import anyio
 import sniffio
 
-from tracker_client.errors import TrackerCorrupt, TrackerError, TrackerUnavailable
+from tracker_client.errors import (
+    TrackerCorrupt,
+    TrackerError,
+    TrackerUnavailable,
+    ValidationFailed,
+)
 
 __all__ = [
     "APPLICATION_ID",
@@ -96,6 +101,8 @@ def map_sqlite_error(exc: BaseException, where: str) -> TrackerError:
     """The tracker error for a foreign exception raised while doing ``where``."""
     text = str(exc)
     low = text.lower()
+    if isinstance(exc, sqlite3.InterfaceError | sqlite3.ProgrammingError | OverflowError):
+        return ValidationFailed(f"{where}: invalid argument ({text})")
     if isinstance(exc, sqlite3.Error):
         if "locked" in low or "busy" in low:
             return TrackerUnavailable(f"{where}: database is busy ({text})", code="busy")
@@ -320,7 +327,7 @@ class Database:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error | OSError):
+            if isinstance(exc, sqlite3.Error | OSError | OverflowError):
                 raise map_sqlite_error(exc, where) from exc
             raise
         return result
@@ -339,7 +346,7 @@ class Database:
                         conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._backoff(exc, where, state)  # reads have no effects: safe to retry
-            except OSError as exc:
+            except (OSError, OverflowError) as exc:
                 raise map_sqlite_error(exc, where) from exc
 
     def data_version(self) -> int:

@@ -33,7 +33,7 @@ def _event_cursor(cursor: str) -> int:
         value = int(cursor)
     except (TypeError, ValueError):
         value = -1
-    if value < 0 or not isinstance(cursor, str) or not cursor.strip().isdigit():
+    if not 0 <= value < 2**63 or not isinstance(cursor, str) or not cursor.strip().isdigit():
         raise ValidationFailed(
             f"invalid cursor {cursor!r}: expected an event id", code="invalid_cursor"
         )
@@ -69,7 +69,9 @@ def add_artifact(ctx: Ctx, art: ArtifactCreate) -> str:
         run = ctx.one("SELECT task_id FROM runs WHERE id = ?", (art.run_id,))
         if run is None:
             raise NotFound(f"artifact: run {art.run_id} not found", code="run_not_found")
-    if art.size_bytes is not None and (isinstance(art.size_bytes, bool) or art.size_bytes < 0):
+    if art.size_bytes is not None and (
+        isinstance(art.size_bytes, bool) or not 0 <= art.size_bytes < 2**63
+    ):
         raise ValidationFailed(f"artifact size_bytes must be >= 0, got {art.size_bytes!r}")
     meta = dumps(art.meta, "artifact meta", max_bytes=MIB)
     aid = new_id()

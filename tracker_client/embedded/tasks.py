@@ -230,8 +230,10 @@ def parse_created_cursor(ctx: Ctx, cursor: str, table: str) -> tuple[int, int]:
     """``"<created_at_ms>:<id>"`` -> (created_at_ms, seq); ``invalid_cursor`` if malformed."""
     ms_text, sep, ident = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
     try:
-        ms = int(ms_text)
+        ms: int | None = int(ms_text)
     except ValueError:
+        ms = None
+    if ms is not None and not INT64_MIN <= ms <= INT64_MAX:
         ms = None
     row = ctx.one(f"SELECT seq FROM {table} WHERE id = ?", (ident,)) if sep and ident else None
     if ms is None or row is None:
