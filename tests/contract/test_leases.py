@@ -15,6 +15,7 @@ from tests.contract.support import (
     new_task,
     review_pipeline,
     runs_of,
+    simple_pipeline,
 )
 from tracker_client.errors import LeaseLost
 from tracker_client.models import ArtifactCreate, Lease, RetryPolicy
@@ -132,6 +133,16 @@ async def test_stale_run_is_recorded_with_its_end(tracker: Tracker, clock: FakeC
     assert stale.status == "stale"
     assert stale.ended_at_ms is not None
     assert running.status == "running"
+
+
+@pytest.mark.requires(CLOCK, RUN_DETAILS)
+async def test_any_claim_reclaims_every_expired_lease(tracker: Tracker, clock: FakeClock) -> None:
+    builds = await make_pipeline(tracker, simple_pipeline("builder"))
+    tid = await tracker.create_task(new_task(builds))
+    await claim(tracker, "builder", ttl_ms=1_000)
+    clock.advance(1_001)
+    assert await tracker.claim("a", "coder", 60_000) is None  # another role, and no work
+    assert [r.status for r in await tracker.list_runs(tid)] == ["stale"]
 
 
 @pytest.mark.requires(CLOCK, RUN_DETAILS)

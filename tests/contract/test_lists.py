@@ -131,6 +131,8 @@ async def test_artifact_pages_never_skip(tracker: Tracker) -> None:
             seen.extend(page.items)
             if page.next_cursor is None:
                 break
+            last = page.items[-1]
+            assert page.next_cursor == f"{last.created_at_ms}:{last.id}"
             cursor = page.next_cursor
         assert [a.id for a in seen] == ids, filters
     first = seen[0]
