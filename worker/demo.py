@@ -217,6 +217,9 @@ def _progress_view(tasks: list[Task], running: int, elapsed: float) -> Renderabl
     pending = sum(1 for t in tasks if not _is_final(t) and t.next_eligible_at_ms > now_ms)
     counts = [str(stages[s]) for s in ("draft", "review", "done", "dead")]
     table.add_row(*counts, str(running), str(pending))
+    untouched = running == 0 and all(t.task_version == 1 and t.stage == "draft" for t in tasks)
+    if untouched:  # nothing claimed yet: the worker processes are still importing
+        return Group(head, table, "[dim]starting the worker processes...[/]")
     return Group(head, table)
 
 
