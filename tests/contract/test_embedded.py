@@ -71,9 +71,12 @@ async def test_writes_are_logged_with_action_and_depth_never_the_token(
     records = [r for r in caplog.records if r.name == "backlog_worker.tracker"]
     seen = {getattr(r, "action", None) for r in records}
     assert seen >= ACTIONS, f"missing actions: {ACTIONS - seen}"
-    created = [r for r in records if getattr(r, "action", None) == "task_created"]
-    assert all(getattr(r, "task_id", None) for r in created)
-    assert all(hasattr(r, "depth") for r in created), "task_created without the role's depth"
+    for record in records:
+        action = getattr(record, "action", None)
+        if action in ACTIONS:
+            assert getattr(record, "task_id", None), f"{action} without task_id"
+            assert isinstance(getattr(record, "depth", None), int), f"{action} without depth"
+            assert hasattr(record, "run_id"), f"{action} without run_id"
     tokens = [lease.lease_token.get_secret_value() for lease in leases]
     for record in records:
         text = record.getMessage() + repr(vars(record))
