@@ -4,6 +4,11 @@
 transition ``coder`` tasks until a claim finds no work; write one JSON record per claim
 (``task``, ``lease``, ``run``, ``version``) to OUT and print ``drained N``.
 
+``churn DB AGENT OUT``: like ``drain`` with 1.5 s leases, but abandons (never finishes) the
+first attempt of every task whose title ends in ``!``, as a worker that hangs would; keeps going
+until no task is left in ``todo`` (others' abandoned leases must expire and be reclaimed). Each
+record also holds ``attempt``, ``started``, ``expires`` and ``abandoned``.
+
 ``fill URL PIPELINE``: open the rail at URL, print ``ready``, wait for a line on stdin, then
 create tasks one at a time until ``BacklogFull``; print ``created N``.
 
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import anyio
 
-from tracker_client.errors import BacklogFull
+from tracker_client.errors import BacklogFull, LeaseLost
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
@@ -56,6 +61,43 @@ async def drain(db: str, agent: str, out: str) -> None:
         await tracker.aclose()
     Path(out).write_text(json.dumps(records))
     _say(f"drained {len(records)}")
+
+
+async def churn(db: str, agent: str, out: str) -> None:
+    """Drain with short leases, abandoning some first attempts; wait for their expiry."""
+    tracker = await open_tracker(f"sqlite:///{db}")
+    records = []
+    try:
+        _say("ready")
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        while True:
+            lease = await tracker.claim(agent, "coder", 1_500)
+            if lease is None:
+                if not (await tracker.list_tasks(stage="todo", limit=1)).items:
+                    break
+                await tracker.wait_for_work(0.05)
+                continue
+            abandon = lease.task.title.endswith("!") and lease.run.attempt == 1
+            records.append(
+                {
+                    "task": lease.task.id,
+                    "lease": lease.lease_id,
+                    "run": lease.run.id,
+                    "attempt": lease.run.attempt,
+                    "started": lease.run.started_at_ms,
+                    "expires": lease.expires_at_ms,
+                    "abandoned": abandon,
+                }
+            )
+            if not abandon:
+                try:
+                    await tracker.transition(lease, "complete")
+                except LeaseLost:
+                    records[-1]["lost"] = True
+    finally:
+        await tracker.aclose()
+    Path(out).write_text(json.dumps(records))
+    _say(f"churned {len(records)}")
 
 
 async def fill(url: str, pipeline_id: str) -> None:
@@ -107,6 +149,9 @@ def main(argv: list[str]) -> None:
     if mode == "drain":
         db, agent, out = args
         anyio.run(drain, db, agent, out)
+    elif mode == "churn":
+        db, agent, out = args
+        anyio.run(churn, db, agent, out)
     elif mode == "fill":
         url, pipeline_id = args
         anyio.run(fill, url, pipeline_id)

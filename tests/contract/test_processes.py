@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -212,5 +214,54 @@ async def test_backlog_cap_holds_across_processes(tmp_path: Path) -> None:
     tracker = await open_tracker(url)
     try:
         assert len(await all_tasks(tracker)) == 150
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_abandoned_leases_are_reclaimed_across_processes(tmp_path: Path) -> None:
+    # Every 10th task's first lease is abandoned by whichever process got it; the others must
+    # take it over only after that lease expired, and finish every task exactly once.
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_tasks(
+            [new_task(pid, f"t{i}" + ("!" if i % 10 == 0 else "")) for i in range(300)]
+        )
+    finally:
+        await tracker.aclose()
+
+    def run() -> list[list[dict[str, Any]]]:
+        procs = [
+            _spawn("churn", str(db), f"proc-{n}", str(tmp_path / f"{n}.json"))
+            for n in range(WORKERS)
+        ]
+        _run_together(procs)
+        return [json.loads((tmp_path / f"{n}.json").read_text()) for n in range(WORKERS)]
+
+    records = [r for recs in await anyio.to_thread.run_sync(run) for r in recs]
+    assert not [r for r in records if r.get("lost")], "a live lease was lost"
+    assert len({r["lease"] for r in records}) == len(records), "a lease id was granted twice"
+    assert len(records) == 300 + 30
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_task.setdefault(r["task"], []).append(r)
+    for task_id, grants in by_task.items():
+        grants.sort(key=lambda r: r["attempt"])
+        for earlier, later in itertools.pairwise(grants):
+            assert earlier["abandoned"], f"task {task_id} granted again after it was finished"
+            assert later["started"] >= earlier["expires"], (
+                f"task {task_id} re-granted while its lease was live"
+            )
+
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        tasks = await all_tasks(tracker)
+        assert {(t.stage, t.task_version) for t in tasks} == {("done", 2)}
+        for task in tasks:
+            statuses = [r.status for r in await tracker.list_runs(task.id)]
+            expected = ["stale", "completed"] if task.title.endswith("!") else ["completed"]
+            assert statuses == expected, (task.title, statuses)
     finally:
         await tracker.aclose()
