@@ -410,3 +410,29 @@ def test_dropped_token_is_logged_by_name_only(caplog: pytest.LogCaptureFixture) 
     assert len(records) == 1  # once per name, not per run
     assert getattr(records[0], "action", None) == "env_secret_dropped"
     assert "value-must-not-be-logged" not in caplog.text
+
+
+async def test_many_concurrent_cancellations_leave_no_orphan(tmp_path: Path) -> None:
+    collectors = [PidCollector(want=2) for _ in range(8)]
+    try:
+        with anyio.fail_after(40):
+            async with anyio.create_task_group() as tg:
+                for collector in collectors:
+                    tg.start_soon(
+                        lambda c: run_process(
+                            [PY, "-c", STUBBORN_TREE],
+                            cwd=tmp_path,
+                            env=env(),
+                            on_stdout=c,
+                            term_grace_s=0.2,
+                        ),
+                        collector,
+                    )
+                for collector in collectors:
+                    await collector.ready.wait()
+                tg.cancel_scope.cancel()
+        pids = [p for c in collectors for p in c.pids]
+        assert len(pids) == 16
+        assert [p for p in pids if pid_alive(p)] == []
+    finally:
+        kill_leftovers([p for c in collectors for p in c.pids])
