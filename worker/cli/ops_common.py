@@ -220,6 +220,29 @@ def input_errors(tracker_url: str | None = None) -> Iterator[None]:
         raise fail(exc, tracker_url) from None
 
 
+def _unwrap_groups(run: Callable[..., T], *args: Any) -> T:
+    """``run(*args)``, re-raising the first meaningful leaf of an exception group (task groups
+    wrap what their children raise) so the handlers below see the error itself."""
+    try:
+        return run(*args)
+    except BaseExceptionGroup as group:
+        leaves: list[BaseException] = []
+
+        def walk(exc: BaseException) -> None:
+            if isinstance(exc, BaseExceptionGroup):
+                for inner in exc.exceptions:
+                    walk(inner)
+            else:
+                leaves.append(exc)
+
+        walk(group)
+        for kind in (KeyboardInterrupt, BacklogWorkerError):
+            for leaf in leaves:
+                if isinstance(leaf, kind):
+                    raise leaf from group
+        raise
+
+
 # -- running ------------------------------------------------------------------------------------
 @dataclass
 class OpsContext:
@@ -262,7 +285,7 @@ class OpsContext:
                     with anyio.CancelScope(shield=True):
                         await tracker.aclose()
 
-            code = anyio.run(main)
+            code = _unwrap_groups(anyio.run, main)
         except click.exceptions.Exit:
             raise
         except click.ClickException:

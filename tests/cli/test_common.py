@@ -1,0 +1,82 @@
+"""Small pieces of the operator CLI plumbing: durations, error mapping, exception groups."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from tracker_client.errors import (
+    BacklogFull,
+    Conflict,
+    NotFound,
+    TrackerCorrupt,
+    TrackerUnavailable,
+    ValidationFailed,
+)
+from worker.cli.ops_common import (
+    DurationType,
+    _unwrap_groups,
+    describe,
+    exit_code_for,
+    fmt_age,
+    redact_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90.0), ("1.5m", 90.0), ("500ms", 0.5), ("2h", 7200.0), ("1d", 86400.0)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert DurationType().convert(text, None, None) == seconds
+
+
+def test_bad_duration_names_the_value() -> None:
+    with pytest.raises(click.BadParameter, match="'soon' is not a duration"):
+        DurationType().convert("soon", None, None)
+
+
+def test_exit_codes_and_messages() -> None:
+    full = BacklogFull("x", role="coder", depth=5, cap=5)
+    assert exit_code_for(full) == 4
+    assert describe(full) == (
+        "backlog of role 'coder' is full: 5 waiting, cap 5; nothing was written"
+    )
+    down = TrackerUnavailable("connection refused")
+    assert exit_code_for(down) == 3
+    assert describe(down, "http://u:pw@127.0.0.1:7700") == (
+        "tracker unreachable at http://u:***@127.0.0.1:7700: connection refused"
+    )
+    assert exit_code_for(ValidationFailed("bad")) == 2
+    assert exit_code_for(TrackerCorrupt("not ours")) == 2
+    assert exit_code_for(NotFound("gone")) == 1
+    assert describe(Conflict("task changed", code="task_version_mismatch")) == (
+        "task changed (task_version_mismatch)"
+    )
+
+
+def test_redact_url_keeps_urls_without_password() -> None:
+    assert redact_url("http://127.0.0.1:7700") == "http://127.0.0.1:7700"
+
+
+def test_exception_groups_are_unwrapped_to_the_tracker_error() -> None:
+    def boom() -> None:
+        raise ExceptionGroup("task group", [ValueError("noise"), NotFound("task 'x' not found")])
+
+    with pytest.raises(NotFound, match="task 'x' not found"):
+        _unwrap_groups(boom)
+
+
+def test_exception_groups_without_a_known_error_stay_groups() -> None:
+    def boom() -> None:
+        raise ExceptionGroup("task group", [ValueError("noise")])
+
+    with pytest.raises(ExceptionGroup):
+        _unwrap_groups(boom)
+
+
+def test_ages() -> None:
+    assert fmt_age(None) == "-"
+    assert fmt_age(4200) == "4.2s"
+    assert fmt_age(192_000) == "3m12s"
+    assert fmt_age(3_720_000) == "1h02m"
