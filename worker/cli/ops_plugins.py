@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import click
+from rich import box
 from rich.table import Table
 
 from plugins.api import SupportsReadiness
@@ -140,12 +141,17 @@ def plugins_command(tracker_url: str | None, config_path: Path | None, as_json: 
     if ops.as_json:
         ops.emit_json([s.as_json() for s in statuses])
     else:
-        table = Table(title="executor plugins")
-        for col in ("executor", "role", "source", "state", "problems"):
-            table.add_column(col, overflow="fold")
+        table = Table(title="executor plugins", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+        table.add_column("executor", no_wrap=True)
+        table.add_column("role", no_wrap=True)
+        table.add_column("state", no_wrap=True)
+        table.add_column("source / problems", overflow="fold", ratio=1)
         for s in statuses:
             state = f"[{_STYLE[s.state]}]{s.state}[/]"
-            table.add_row(s.name, s.role or "-", s.source, state, "\n".join(s.problems))
+            prefix = f"executor {s.name!r}: "
+            problems = [p.removeprefix(prefix) for p in s.problems]
+            details = "\n".join([f"[dim]{s.source}[/]", *problems])
+            table.add_row(s.name, s.role or "-", state, details)
         ops.print(table)
     broken = [s for s in statuses if s.role is not None and s.state != "ready"]
     raise click.exceptions.Exit(EXIT_FAILURE if broken else EXIT_OK)
