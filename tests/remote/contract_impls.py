@@ -4,8 +4,9 @@
 * ``remote-tcp``: RemoteTracker -> uvicorn on a real 127.0.0.1 ephemeral port.
 
 Both serve an EmbeddedTracker that keeps the test's fake clock and options, so every capability
-but ``strict_limits`` holds: the client trims oversized event data (with a marker) instead of
-refusing it.
+holds. (Against a plain NullTickets server the client would trim oversized event data with a
+marker instead of refusing it; the served tracker advertises a 16 MiB request limit, so the
+embedded tracker's own 1 MiB limit answers first.)
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.contract.support import ALL_CAPABILITIES, STRICT_LIMITS, FakeClock, TrackerImpl
+from tests.contract.support import ALL_CAPABILITIES, FakeClock, TrackerImpl
 from tests.remote.fixtures import served_asgi, served_tcp
 from tracker_client.protocol import Tracker
 
-REMOTE_CAPABILITIES = ALL_CAPABILITIES - {STRICT_LIMITS}
+REMOTE_CAPABILITIES = ALL_CAPABILITIES
 
 
 @asynccontextmanager
