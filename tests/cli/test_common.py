@@ -80,3 +80,17 @@ def test_ages() -> None:
     assert fmt_age(4200) == "4.2s"
     assert fmt_age(192_000) == "3m12s"
     assert fmt_age(3_720_000) == "1h02m"
+
+
+def test_event_summaries() -> None:
+    from worker.cli.ops_task_show import event_summary
+
+    transition = {"trigger": "reject", "from": "review", "to": "draft", "instructions": "fix"}
+    assert event_summary("transition", transition) == "reject: review -> draft (fix)"
+    retry = {"failed_attempts": 2, "retry_delay_ms": 30_000}
+    assert event_summary("retry_scheduled", retry) == "failure #2; retry in 30.0s"
+    dead = {"reason": "crash_loop", "from_stage": "draft", "dead_letter_stage": "dead"}
+    assert event_summary("dead_letter", dead) == "crash_loop (from draft -> dead)"
+    generic = {"returncode": 1, "signal": None, "stdout_tail": "", "stderr_tail": "boom\n"}
+    assert event_summary("exit", generic) == "returncode=1 stderr_tail=boom"
+    assert event_summary("note", "plain text") == "plain text"

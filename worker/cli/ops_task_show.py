@@ -7,16 +7,26 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Artifact, Event, Pipeline, Run, TaskDetail
 from tracker_client.protocol import Tracker
-from worker.cli.ops_common import OpsContext, OpsError, common_options, fmt_age, fmt_ms, now_ms
+from worker.cli.ops_common import (
+    OpsContext,
+    OpsError,
+    common_options,
+    fmt_age,
+    fmt_ms,
+    fmt_when,
+    now_ms,
+)
 
 __all__ = [
     "TaskReport",
+    "event_summary",
     "fetch_report",
     "render_artifacts",
     "render_events",
@@ -30,6 +40,28 @@ def short_json(data: Any, limit: int = 160) -> str:
     """Compact JSON, cut to ``limit`` characters."""
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def event_summary(kind: str, data: Any) -> str:
+    """A readable one-liner for an event's data (the JSON stays available with ``--json``)."""
+    if not isinstance(data, dict):
+        return short_json(data)
+    if kind == "transition" and {"trigger", "from", "to"} <= data.keys():
+        note = f" ({data['instructions']})" if data.get("instructions") else ""
+        return f"{data['trigger']}: {data['from']} -> {data['to']}{note}"
+    if kind == "retry_scheduled" and "retry_delay_ms" in data:
+        failed = data.get("failed_attempts", "?")
+        return f"failure #{failed}; retry in {fmt_age(data['retry_delay_ms'])}"
+    if kind in ("dead_letter", "cancelled") and "reason" in data:
+        where = f" -> {data['dead_letter_stage']}" if data.get("dead_letter_stage") else ""
+        return f"{data['reason']} (from {data.get('from_stage', '?')}{where})"
+    parts = []
+    for key, value in data.items():
+        if value is None or value == "" or value == {} or value == []:
+            continue  # noise in a one-liner
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        parts.append(f"{key}={short_json(text.strip(), 80)}")
+    return short_json(" ".join(parts), 240)
 
 
 class TaskReport:
@@ -179,9 +211,10 @@ def render_task(report: TaskReport) -> list[RenderableType]:
         grid.add_row(key, value)
     out: list[RenderableType] = [grid]
     if report.runs:
-        runs = Table(title="runs")
-        for col in ("#", "status", "agent", "role", "started", "took", "error"):
-            runs.add_column(col, overflow="fold")
+        runs = Table(title="runs", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+        for col in ("#", "status", "agent", "role", "started", "took"):
+            runs.add_column(col, no_wrap=True)
+        runs.add_column("error", overflow="fold", ratio=1)
         for r in report.runs:
             took = fmt_age(r.ended_at_ms - r.started_at_ms) if r.ended_at_ms else "-"
             runs.add_row(
@@ -189,9 +222,9 @@ def render_task(report: TaskReport) -> list[RenderableType]:
                 r.status,
                 r.agent_id,
                 r.agent_role,
-                fmt_ms(r.started_at_ms),
+                fmt_when(r.started_at_ms),
                 took,
-                short_json(r.error or "", 120),
+                short_json(r.error or "", 160),
             )
         out.append(runs)
     return out
@@ -204,27 +237,30 @@ def render_events(events: list[Event], runs: list[Run], *, last: int) -> Table:
     title = "events"
     if len(shown) < len(events):
         title = f"events (last {len(shown)} of {len(events)})"
-    table = Table(title=title)
-    for col in ("time", "run", "kind", "data"):
-        table.add_column(col, overflow="fold")
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+    for col in ("time", "run", "kind"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("data", overflow="fold", ratio=1)
     for e in shown:
         run = f"#{attempt[e.run_id]}" if e.run_id in attempt else ("-" if e.run_id is None else "?")
-        table.add_row(fmt_ms(e.ts_ms), run, e.kind, short_json(e.data))
+        table.add_row(fmt_when(e.ts_ms), run, e.kind, event_summary(e.kind, e.data))
     return table
 
 
 def render_artifacts(artifacts: list[Artifact]) -> Table:
     """The artifacts table."""
-    table = Table(title="artifacts")
-    for col in ("kind", "uri", "size", "sha256", "created"):
-        table.add_column(col, overflow="fold")
+    table = Table(title="artifacts", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+    table.add_column("kind", no_wrap=True)
+    table.add_column("uri", overflow="fold", ratio=1)
+    for col in ("size", "sha256", "created"):
+        table.add_column(col, no_wrap=True)
     for a in artifacts:
         table.add_row(
             a.kind,
             a.uri,
             "-" if a.size_bytes is None else str(a.size_bytes),
             (a.sha256 or "-")[:16],
-            fmt_ms(a.created_at_ms),
+            fmt_when(a.created_at_ms),
         )
     return table
 
