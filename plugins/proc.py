@@ -330,6 +330,10 @@ class _Runner:
         inner = getattr(self.process, "_process", None)
         transport = getattr(inner, "_transport", None)
         if transport is not None:
+            # stdin may still be "closing" with unsent data nobody will read: drop it now
+            stdin_pipe = transport.get_pipe_transport(0)
+            if stdin_pipe is not None and stdin_pipe.get_write_buffer_size() > 0:
+                stdin_pipe.abort()
             transport.close()
 
     async def feed(self, stream: ByteSendStream, data: bytes) -> None:
