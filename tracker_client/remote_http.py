@@ -248,7 +248,7 @@ class HttpCore:
             base_url=url,
             timeout=self.timeout,
             # One connection per request: nothing may sit idle against a single-threaded server.
-            limits=httpx.Limits(max_keepalive_connections=0, max_connections=16),
+            limits=httpx.Limits(max_keepalive_connections=0, max_connections=100),
             headers={"Connection": "close", "Accept": "application/json"},
             transport=transport,
             verify=_tls_context(),
