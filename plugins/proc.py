@@ -35,6 +35,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
+from plugins.proc_capture import HeadCapture, TailCapture, decode_output
 from plugins.proc_env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env
 from tracker_client.errors import ExecutorError
 
@@ -81,63 +82,6 @@ class ProcessResult:
     def ok(self) -> bool:
         """True when the process exited with status 0."""
         return self.returncode == 0
-
-
-def decode_output(data: bytes) -> str:
-    """Decode process output for humans: UTF-8, undecodable bytes replaced, never raising."""
-    return data.decode("utf-8", errors="replace")
-
-
-class _HeadCapture:
-    """Keeps the first ``limit`` bytes and counts the rest."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.buf = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.limit - len(self.buf)
-        if room > 0:
-            self.buf += chunk[:room]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.buf)
-
-    def value(self) -> bytes:
-        if not self.truncated:
-            return bytes(self.buf)
-        cut = self.total - len(self.buf)
-        return bytes(self.buf) + f"\n[... {cut} more bytes not captured ...]\n".encode()
-
-
-class _TailCapture:
-    """Keeps the last ``limit`` bytes and counts what fell off the front."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.buf = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        self.buf += chunk
-        # trim lazily (amortised O(1) per byte) and exactly in value()
-        if len(self.buf) > 2 * self.limit:
-            del self.buf[: len(self.buf) - self.limit]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > self.limit
-
-    def value(self) -> bytes:
-        tail = bytes(self.buf[-self.limit :]) if self.limit > 0 else b""
-        if not self.truncated:
-            return bytes(self.buf)
-        cut = self.total - len(tail)
-        return f"[... {cut} earlier bytes not captured ...]\n".encode() + tail
 
 
 class SpawnError(ExecutorError):
@@ -254,8 +198,8 @@ class _Runner:
         self.pid = process.pid
         self.argv0 = argv0
         self.term_grace_s = term_grace_s
-        self.stdout = _HeadCapture(max_capture_bytes)
-        self.stderr = _TailCapture(max_capture_bytes)
+        self.stdout = HeadCapture(max_capture_bytes)
+        self.stderr = TailCapture(max_capture_bytes)
         self.callback_error: BaseException | None = None
         self.callbacks_enabled = True
         self.wait_scope: anyio.CancelScope | None = None
@@ -266,7 +210,7 @@ class _Runner:
     async def pump(
         self,
         stream: ByteReceiveStream,
-        capture: _HeadCapture | _TailCapture,
+        capture: HeadCapture | TailCapture,
         callback: OutputCallback | None,
         state: _Pump,
     ) -> None:
