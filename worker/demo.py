@@ -27,6 +27,7 @@ from anyio.abc import Process
 from rich.console import Console, Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
 
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, Task, TaskCreate
@@ -219,7 +220,7 @@ def _progress_view(tasks: list[Task], running: int, elapsed: float) -> Renderabl
     table.add_row(*counts, str(running), str(pending))
     untouched = running == 0 and all(t.task_version == 1 and t.stage == "draft" for t in tasks)
     if untouched:  # nothing claimed yet: the worker processes are still importing
-        return Group(head, table, "[dim]starting the worker processes...[/]")
+        return Group(head, table, Text("starting the worker processes...", style="dim"))
     return Group(head, table)
 
 
@@ -401,7 +402,7 @@ async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
         summary = await _summarise(tracker, tasks, elapsed)
         console.print(render_summary(summary))
         if problem:
-            console.print(f"[red]demo incomplete: {problem}[/]", soft_wrap=True)
+            console.print(Text(f"demo incomplete: {problem}", style="red"), soft_wrap=True)
             return False
         if opts.keep_dir is not None:
             console.print(

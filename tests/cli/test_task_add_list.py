@@ -230,3 +230,15 @@ def test_json_output_is_parseable(simple: Rail) -> None:
     simple.add("x")
     result = simple.cli("task", "list", "--json")
     assert json.loads(result.stdout)["items"][0]["title"] == "x"
+
+
+def test_brackets_in_user_text_print_as_is(simple: Rail) -> None:
+    title = "fix [/] and [bold]this[/bold] [red"
+    task_id = simple.add(title, "-m", '{"note": "[/x]"}')
+    listed = simple.cli("task", "list")
+    assert listed.exit_code == 0, listed.output
+    assert "[/]" in listed.stdout
+    shown = simple.cli("task", "show", task_id)
+    assert shown.exit_code == 0, shown.output
+    assert "[bold]this[/bold]" in shown.stdout
+    assert "[/x]" in shown.stdout

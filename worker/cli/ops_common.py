@@ -256,7 +256,9 @@ class OpsContext:
     @classmethod
     def build(cls, tracker_url: str | None, config_path: Path | None, as_json: bool) -> OpsContext:
         """The context of a command invocation (no I/O yet)."""
-        return cls(tracker_url, config_path, as_json, Console(highlight=False, soft_wrap=False))
+        # markup=False: titles, names and metadata come from users; "[x]" must print as is.
+        console = Console(highlight=False, markup=False, soft_wrap=False)
+        return cls(tracker_url, config_path, as_json, console)
 
     def run(
         self,

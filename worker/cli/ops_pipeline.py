@@ -145,7 +145,7 @@ def pipeline_create(
         if ops.as_json:
             ops.emit_json({"id": pipeline_id, "name": pipeline_name})
         else:
-            ops.print(f"created pipeline [bold]{pipeline_name}[/] {pipeline_id}")
+            ops.print(f"created pipeline {pipeline_name} {pipeline_id}")
         return 0
 
     ops.run(create)

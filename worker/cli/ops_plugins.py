@@ -16,6 +16,7 @@ import anyio
 import click
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from plugins.api import SupportsReadiness
 from tracker_client.errors import ExecutorError
@@ -147,11 +148,11 @@ def plugins_command(tracker_url: str | None, config_path: Path | None, as_json: 
         table.add_column("state", no_wrap=True)
         table.add_column("source / problems", overflow="fold", ratio=1)
         for s in statuses:
-            state = f"[{_STYLE[s.state]}]{s.state}[/]"
             prefix = f"executor {s.name!r}: "
-            problems = [p.removeprefix(prefix) for p in s.problems]
-            details = "\n".join([f"[dim]{s.source}[/]", *problems])
-            table.add_row(s.name, s.role or "-", state, details)
+            details = Text(s.source, style="dim")
+            for problem in s.problems:
+                details.append("\n" + problem.removeprefix(prefix))
+            table.add_row(s.name, s.role or "-", Text(s.state, style=_STYLE[s.state]), details)
         ops.print(table)
     broken = [s for s in statuses if s.role is not None and s.state != "ready"]
     raise click.exceptions.Exit(EXIT_FAILURE if broken else EXIT_OK)

@@ -155,7 +155,7 @@ def submit(
 
 def _print_result(ops: OpsContext, result: WaitResult) -> None:
     task = result.task
-    ops.print(f"[bold]{task.title}[/] -> stage [bold]{task.stage}[/] ({result.outcome})")
+    ops.print(f"{task.title} -> stage {task.stage} ({result.outcome})")
     if result.result_event is not None:
         ops.print(f"result: {short_json(result.result_event.data, 2000)}")
     if result.artifacts:
