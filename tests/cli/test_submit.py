@@ -155,3 +155,17 @@ def test_submit_wait_on_a_terminal_shows_a_spinner_then_the_result(
     bg.join()
     assert result.exit_code == 0, result.output
     assert "stage done" in result.stdout
+
+
+def test_submit_wait_timeout_during_a_retry_delay(simple: Rail) -> None:
+    async def worker(tracker: Tracker) -> None:
+        lease = await next_lease(tracker)
+        await tracker.fail(lease, "transient")  # retry in an hour
+
+    bg = Background(simple, worker)
+    result = simple.cli(
+        "submit", "-p", "simple", "r", "--retry-delay", "1h", "--wait", "--timeout", "2s"
+    )
+    bg.join()
+    assert result.exit_code == 5
+    assert "stays queued in stage 'todo', retrying at" in result.stderr

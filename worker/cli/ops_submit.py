@@ -22,7 +22,9 @@ from worker.cli.ops_common import (
     OpsError,
     common_options,
     fmt_age,
+    fmt_when,
     input_errors,
+    now_ms,
     resolve_pipeline,
 )
 from worker.cli.ops_task_show import render_artifacts, short_json
@@ -43,6 +45,9 @@ def outcome_message(task_id: str, result: WaitResult, waited_s: float | None) ->
     if result.outcome == "pending":
         if run is not None and run.status == "running":
             where = f"running in stage {task.stage!r} (attempt {run.attempt}, agent {run.agent_id})"
+        elif task.next_eligible_at_ms > now_ms():
+            retry = fmt_when(task.next_eligible_at_ms)
+            where = f"queued in stage {task.stage!r}, retrying at {retry}"
         else:
             where = f"queued in stage {task.stage!r}"
         took = f" after {fmt_age(int((waited_s or 0) * 1000))}" if waited_s is not None else ""
