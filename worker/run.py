@@ -191,6 +191,7 @@ class TaskRun:
             with self.scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._heartbeat_loop, tg.cancel_scope)
+                    tg.start_soon(self._flush_loop, ctx)
                     outcome = await self._call_executor(ctx, timeout)
                     tg.cancel_scope.cancel()
             if self._lost is not None:
@@ -245,6 +246,22 @@ class TaskRun:
                 retryable=False,
             )
         return outcome
+
+    async def _flush_loop(self, ctx: ExecutionContext) -> None:
+        """Write buffered reports on the policy's interval, so a quiet executor's last events
+        don't wait for the end of the run."""
+        interval = self.settings.report_flush_s
+        while True:
+            await anyio.sleep(interval)
+            try:
+                # Shielded: cancelling a flush halfway would lose the batch it took.
+                with anyio.CancelScope(shield=True):
+                    await ctx.flush()
+            except TrackerError as exc:
+                self._log.warning(
+                    "could not write reports: %s", exc, extra={"action": "report_flush_failed"}
+                )
+                return
 
     async def _heartbeat_loop(self, scope: anyio.CancelScope) -> None:
         interval = self.settings.lease_ttl_s / 3
