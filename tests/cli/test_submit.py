@@ -10,6 +10,7 @@ import anyio
 from tests.cli.conftest import Background, Rail
 from tracker_client.models import ArtifactCreate, Lease
 from tracker_client.protocol import Tracker
+from worker.cli.ops_submit import outcome_message
 
 
 async def next_lease(tracker: Tracker, role: str = "coder") -> Lease:
@@ -107,16 +108,23 @@ def test_submit_wait_timeout_says_the_task_stays_queued(simple: Rail) -> None:
     assert task["dead_letter_reason"] is None
 
 
-def test_submit_wait_timeout_while_running(simple: Rail) -> None:
-    async def worker(tracker: Tracker) -> None:
-        await next_lease(tracker)  # claimed, never finished: the lease just expires later
+def pending_message(rail: Rail, task_id: str) -> str:
+    """What ``submit --wait`` says when its timeout passes for ``task_id`` in its state now."""
 
-    bg = Background(simple, worker)
-    # The claim lands within milliseconds of the create; the wait outlives it by far.
-    result = simple.cli("submit", "-p", "simple", "held", "--wait", "--timeout", "3s")
-    bg.join()
-    assert result.exit_code == 5
-    assert "stays running in stage 'todo' (attempt 1, agent bg)" in result.stderr
+    async def go(tracker: Tracker) -> tuple[int, str]:
+        result = await tracker.wait(task_id, timeout_s=0)
+        return outcome_message(task_id, result, 2.0)
+
+    code, message = rail.run(go)
+    assert code == 5
+    return message
+
+
+def test_timeout_message_while_running(simple: Rail) -> None:
+    task_id = simple.add("held")
+    simple.run(next_lease)  # claimed by 'bg', never finished
+    message = pending_message(simple, task_id)
+    assert "stays running in stage 'todo' (attempt 1, agent bg)" in message
 
 
 def test_submit_usage_errors(simple: Rail) -> None:
@@ -157,15 +165,13 @@ def test_submit_wait_on_a_terminal_shows_a_spinner_then_the_result(
     assert "stage done" in result.stdout
 
 
-def test_submit_wait_timeout_during_a_retry_delay(simple: Rail) -> None:
-    async def worker(tracker: Tracker) -> None:
-        lease = await next_lease(tracker)
-        await tracker.fail(lease, "transient")  # retry in an hour
+def test_timeout_message_during_a_retry_delay(simple: Rail) -> None:
+    task_id = simple.add("r", "--retry-delay", "1h")
 
-    bg = Background(simple, worker)
-    result = simple.cli(
-        "submit", "-p", "simple", "r", "--retry-delay", "1h", "--wait", "--timeout", "2s"
-    )
-    bg.join()
-    assert result.exit_code == 5
-    assert "stays queued in stage 'todo', retrying at" in result.stderr
+    async def fail_once(tracker: Tracker) -> None:
+        await tracker.fail(await next_lease(tracker), "transient")
+
+    simple.run(fail_once)
+    message = pending_message(simple, task_id)
+    assert "stays queued in stage 'todo', retrying at" in message
+    assert "after 2.0s" in message
