@@ -15,11 +15,11 @@ from tracker_client.errors import (
 )
 from worker.cli.ops_common import (
     DurationType,
-    _unwrap_groups,
     describe,
     exit_code_for,
     fmt_age,
     redact_url,
+    unwrap_groups,
 )
 
 
@@ -64,7 +64,7 @@ def test_exception_groups_are_unwrapped_to_the_tracker_error() -> None:
         raise ExceptionGroup("task group", [ValueError("noise"), NotFound("task 'x' not found")])
 
     with pytest.raises(NotFound, match="task 'x' not found"):
-        _unwrap_groups(boom)
+        unwrap_groups(boom)
 
 
 def test_exception_groups_without_a_known_error_stay_groups() -> None:
@@ -72,7 +72,7 @@ def test_exception_groups_without_a_known_error_stay_groups() -> None:
         raise ExceptionGroup("task group", [ValueError("noise")])
 
     with pytest.raises(ExceptionGroup):
-        _unwrap_groups(boom)
+        unwrap_groups(boom)
 
 
 def test_ages() -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "resolve_pipeline",
     "resolve_tracker",
     "to_jsonable",
+    "unwrap_groups",
 ]
 
 EXIT_OK = 0
@@ -220,7 +221,7 @@ def input_errors(tracker_url: str | None = None) -> Iterator[None]:
         raise fail(exc, tracker_url) from None
 
 
-def _unwrap_groups(run: Callable[..., T], *args: Any) -> T:
+def unwrap_groups(run: Callable[..., T], *args: Any) -> T:
     """``run(*args)``, re-raising the first meaningful leaf of an exception group (task groups
     wrap what their children raise) so the handlers below see the error itself."""
     try:
@@ -287,7 +288,7 @@ class OpsContext:
                     with anyio.CancelScope(shield=True):
                         await tracker.aclose()
 
-            code = _unwrap_groups(anyio.run, main)
+            code = unwrap_groups(anyio.run, main)
         except click.exceptions.Exit:
             raise
         except click.ClickException:

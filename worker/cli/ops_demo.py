@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from worker.cli.ops_common import EXIT_FAILURE, DurationType, input_errors
+from worker.cli.ops_common import EXIT_FAILURE, DurationType, OpsError, input_errors, unwrap_groups
 
 __all__ = ["demo_command"]
 
@@ -56,15 +56,20 @@ def demo_command(
     """
     from worker.demo import DemoOptions, run_demo
 
+    opts = DemoOptions(
+        task_count=task_count,
+        workers=workers,
+        concurrency=concurrency,
+        keep_dir=keep_dir,
+        timeout_s=timeout,
+    )
     with input_errors():
-        ok = run_demo(
-            DemoOptions(
-                task_count=task_count,
-                workers=workers,
-                concurrency=concurrency,
-                keep_dir=keep_dir,
-                timeout_s=timeout,
-            )
-        )
+        try:
+            ok = unwrap_groups(run_demo, opts)
+        except OSError as exc:
+            raise OpsError(f"demo: {exc.strerror or exc}") from None
+        except KeyboardInterrupt:
+            click.echo("demo interrupted; its workers were stopped", err=True)
+            raise click.exceptions.Exit(130) from None
     if not ok:
         raise click.exceptions.Exit(EXIT_FAILURE)
