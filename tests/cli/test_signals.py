@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Rail
 
 
@@ -58,3 +60,47 @@ def test_interrupted_watch_exits_zero(simple: Rail, tmp_path: Path) -> None:
             proc.communicate()
     assert proc.returncode == 0, err
     assert err.strip() == "stopped"
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_interrupted_demo_stops_its_workers(tmp_path: Path) -> None:
+    keep = tmp_path / "demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker", "demo", "--keep", str(keep)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # the signal reaches the demo only; it must stop its workers
+    )
+    try:
+        assert proc.stdout is not None
+        while "worker processes" not in proc.stdout.readline():
+            assert proc.poll() is None, proc.communicate()
+        deadline = time.monotonic() + 60
+        while len(_processes_mentioning(str(keep / "worker.toml"))) < 3:
+            assert time.monotonic() < deadline, "the workers never started"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "demo interrupted; its workers were stopped" in err
+    assert _processes_mentioning(str(keep / "worker.toml")) == []
