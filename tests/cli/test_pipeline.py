@@ -104,7 +104,7 @@ def test_definition_error_names_the_broken_rule(rail: Rail) -> None:
     assert "donee" in result.stderr
     assert result.stderr.startswith("error: ")
     assert len(result.stderr.strip().splitlines()) == 1
-    assert rail.json("pipeline", "list") == []
+    assert not rail.path.exists()  # refused before any tracker was opened
 
 
 def test_definition_must_be_an_object(rail: Rail, tmp_path: Path) -> None:

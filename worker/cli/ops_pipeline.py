@@ -136,6 +136,11 @@ def pipeline_create(
             definition = definition_from_flags(initial, states, terminals, transitions)
         if not isinstance(definition, dict):
             raise OpsError("pipeline definition must be an object", EXIT_USAGE)
+        # The project's rules, checked before any tracker is opened (a NullTickets server
+        # would only say "validation_failed"); ValidationFailed names the broken rule.
+        from tracker_client.embedded.pipelines import validate_definition
+
+        validate_definition(definition)
     pipeline_name = name
 
     async def create(tracker: Tracker) -> int:
