@@ -1,9 +1,10 @@
 """Embedded tracker throughput: drain N tasks through claim -> 1 event -> transition.
 
-``python -m bench.embedded [--tasks 10000] [--processes 4] [--synchronous NORMAL]``
+``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous NORMAL]``
 
-Phase 1: one process, one tracker, one sequential loop. Phase 2: ``--processes`` OS processes
-sharing one database file, each draining until a claim finds no work. Prints cycles/s and
+Phase 1: one process, one tracker, one sequential loop. Phase 2: one process, ``--slots``
+concurrent loops on one tracker (as a worker daemon with that many slots). Phase 3:
+``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous FULL]``
 p50/p99 per operation (milliseconds). A benchmark, not a test: it asserts nothing about speed,
 only that every task was transitioned exactly once.
 """
@@ -47,33 +48,40 @@ async def _setup(path: str, tasks: int, synchronous: str) -> None:
         await tracker.aclose()
 
 
-async def _drain(path: str, agent: str, synchronous: str) -> dict[str, list[float]]:
+async def _drain(path: str, agent: str, synchronous: str, slots: int = 1) -> dict[str, list[float]]:
+    """Drain with ``slots`` concurrent claim loops on one tracker (1 = strictly sequential)."""
     lat: dict[str, list[float]] = {op: [] for op in OPS}
     tracker = await EmbeddedTracker.open(path, synchronous=synchronous)
-    clock = time.perf_counter
     try:
-        while True:
-            t0 = clock()
-            lease = await tracker.claim(agent, "coder", 60_000)
-            t1 = clock()
-            if lease is None:
-                break
-            await tracker.add_event(lease, "progress", {"step": 1})
-            t2 = clock()
-            await tracker.transition(
-                lease,
-                "complete",
-                expected_stage=lease.task.stage,
-                expected_task_version=lease.task.task_version,
-            )
-            t3 = clock()
-            lat["claim"].append(t1 - t0)
-            lat["event"].append(t2 - t1)
-            lat["transition"].append(t3 - t2)
-            lat["cycle"].append(t3 - t0)
+        async with anyio.create_task_group() as tg:
+            for n in range(slots):
+                tg.start_soon(_slot, tracker, f"{agent}-{n}", lat)
     finally:
         await tracker.aclose()
     return lat
+
+
+async def _slot(tracker: EmbeddedTracker, agent: str, lat: dict[str, list[float]]) -> None:
+    clock = time.perf_counter
+    while True:
+        t0 = clock()
+        lease = await tracker.claim(agent, "coder", 60_000)
+        t1 = clock()
+        if lease is None:
+            return
+        await tracker.add_event(lease, "progress", {"step": 1})
+        t2 = clock()
+        await tracker.transition(
+            lease,
+            "complete",
+            expected_stage=lease.task.stage,
+            expected_task_version=lease.task.task_version,
+        )
+        t3 = clock()
+        lat["claim"].append(t1 - t0)
+        lat["event"].append(t2 - t1)
+        lat["transition"].append(t3 - t2)
+        lat["cycle"].append(t3 - t0)
 
 
 def _child(path: str, agent: str, synchronous: str, ready: Any, go: Any, out: Any) -> None:
@@ -122,6 +130,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--synchronous", default="NORMAL")
+    parser.add_argument("--slots", type=int, default=8, help="concurrent loops in phase 2")
     args = parser.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
@@ -139,6 +148,15 @@ def main() -> None:
         assert done == args.tasks == len(lat["cycle"]), (done, len(lat["cycle"]))
         _report("1 process", len(lat["cycle"]), wall, lat)
         print(f"  CPU per cycle (all threads of the process): {cpu / args.tasks * 1e6:.0f} us")
+
+        if args.slots > 1:
+            slotted = str(Path(tmp) / "slots.db")
+            anyio.run(_setup, slotted, args.tasks, args.synchronous)
+            t0 = time.perf_counter()
+            lat = anyio.run(_drain, slotted, "bench-s", args.synchronous, args.slots)
+            wall = time.perf_counter() - t0
+            assert anyio.run(_count_done, slotted) == args.tasks == len(lat["cycle"])
+            _report(f"1 process, {args.slots} concurrent slots", args.tasks, wall, lat)
 
         many = str(Path(tmp) / "many.db")
         anyio.run(_setup, many, args.tasks, args.synchronous)

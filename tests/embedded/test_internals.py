@@ -6,6 +6,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -247,3 +248,53 @@ async def test_out_of_range_arguments_are_validation_errors(tmp_path: Path) -> N
             await tracker.list_tasks(stage=["not", "a", "string"])  # type: ignore[arg-type]
     finally:
         await tracker.aclose()
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    with anyio.fail_after(20):
+        while not predicate():
+            await anyio.sleep(0.001)
+
+
+async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -> None:
+    """Writes queued together commit together; one that fails is rolled back alone."""
+    path = tmp_path / "rail.db"
+    tracker = await EmbeddedTracker.open(str(path))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        outcomes: dict[int, object] = {}
+
+        async def create(i: int) -> None:
+            title = "x" * 5000 if i == 3 else f"t{i}"  # #3 breaks the title limit
+            try:
+                outcomes[i] = await tracker.create_task(TaskCreate(pipeline_id=pid, title=title))
+            except ValidationFailed as exc:
+                outcomes[i] = exc
+
+        entered, gate = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            entered.set()
+            gate.wait(30)
+
+        commits = tracker._db._commits
+        async with anyio.create_task_group() as tg:
+            # hold the database thread so that all twelve writes queue up behind it
+            tg.start_soon(tracker._db.run, hold)
+            await _until(entered.is_set)
+            for i in range(12):
+                tg.start_soon(create, i)
+            await _until(lambda: tracker._db._worker._queue.qsize() == 12)
+            gate.set()
+        assert tracker._db._commits == commits + 1  # one group commit for all eleven
+        assert isinstance(outcomes.pop(3), ValidationFailed)
+        assert all(isinstance(v, str) for v in outcomes.values())
+        listed = await tracker.list_tasks(limit=100)
+        assert sorted(t.id for t in listed.items) == sorted(str(v) for v in outcomes.values())
+    finally:
+        await tracker.aclose()
+    conn = sqlite3.connect(path)  # and it is all on disk
+    try:
+        assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 11
+    finally:
+        conn.close()

@@ -94,21 +94,15 @@ class TrackerCore:
         return Ctx(self._db.conn, 0, self._opts, self._pipelines)
 
     async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
-        db = self._db
+        ctx = self._ctx()
 
-        def job() -> R:
-            ctx = self._ctx()
-
-            def body() -> R:
-                ctx.now = int(self._clock())
-                return fn(ctx)
-
-            result = db.write(body, where)
-            ctx.flush_logs()
-            return result
+        def body() -> R:
+            ctx.now = int(self._clock())
+            ctx.logs.clear()
+            return fn(ctx)
 
         try:
-            return await db.run(job)
+            return await self._db.run_write(body, where, ctx.flush_logs)
         finally:
             self._notify()
 

@@ -92,6 +92,15 @@ def _statements(sql: str) -> list[str]:
     return out
 
 
+def _mapped(exc: BaseException, where: str) -> BaseException:
+    """Foreign exceptions as tracker errors (with their cause); ours and others unchanged."""
+    if isinstance(exc, sqlite3.Error | OSError | OverflowError):
+        err = map_sqlite_error(exc, where)
+        err.__cause__ = exc
+        return err
+    return exc
+
+
 def _is_busy(exc: BaseException) -> bool:
     low = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in low or "busy" in low)
@@ -114,33 +123,82 @@ def map_sqlite_error(exc: BaseException, where: str) -> TrackerError:
     return TrackerUnavailable(f"{where}: {exc!r}")
 
 
-class _Worker:
-    """One daemon thread running closures from a queue, in order."""
+class _Job:
+    """A closure for the database thread; a write job's ``fn`` runs inside a transaction."""
 
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[bool, Any], None]] | None]
-        self._queue = queue.SimpleQueue()
+    __slots__ = ("after", "done", "fn", "where", "write")
+
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        *,
+        write: bool = False,
+        where: str = "",
+        after: Callable[[], None] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.write = write
+        self.where = where
+        self.after = after
+        self.done: Callable[[bool, Any], None] = _ignore
+
+
+def _ignore(_ok: bool, _value: Any) -> None:
+    return None
+
+
+_STOP = _Job(lambda: None)
+
+#: At most this many queued writes share one transaction (group commit).
+MAX_GROUP = 64
+
+
+class _Worker:
+    """One daemon thread running jobs from a queue, in order.
+
+    Writes queued back to back (several slots of one process) are handed to ``write_group``
+    together, which commits them in one transaction: one commit, one lock round, one set of
+    page writes for all of them.
+    """
+
+    def __init__(self, name: str, write_group: Callable[[list[_Job]], None]) -> None:
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._write_group = write_group
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.thread.start()
 
     def _main(self) -> None:
+        pending: _Job | None = None
         while True:
-            item = self._queue.get()
-            if item is None:
+            job = pending if pending is not None else self._queue.get()
+            pending = None
+            if job is _STOP:
                 return
-            fn, done = item
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the caller, never swallowed
-                done(False, exc)
-            else:
-                done(True, result)
+            if not job.write:
+                try:
+                    result = job.fn()
+                except BaseException as exc:  # handed to the caller, never swallowed
+                    job.done(False, exc)
+                else:
+                    job.done(True, result)
+                continue
+            group = [job]
+            while len(group) < MAX_GROUP:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if not nxt.write or nxt is _STOP:
+                    pending = nxt
+                    break
+                group.append(nxt)
+            self._write_group(group)
 
-    def submit(self, fn: Callable[[], Any], done: Callable[[bool, Any], None]) -> None:
-        self._queue.put((fn, done))
+    def submit(self, job: _Job) -> None:
+        self._queue.put(job)
 
     def stop(self) -> None:
-        self._queue.put(None)
+        self._queue.put(_STOP)
 
 
 def _resolve(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -211,9 +269,9 @@ class Database:
     @classmethod
     async def open(cls, path: str, *, synchronous: str, busy_timeout_ms: int) -> Database:
         """Open (creating if needed) and migrate ``path`` on a fresh dedicated thread."""
-        worker = _Worker(f"backlog-tracker:{os.path.basename(path)}")
-        box: list[sqlite3.Connection] = []
         db = cls.__new__(cls)
+        worker = _Worker(f"backlog-tracker:{os.path.basename(path)}", db._write_group)
+        box: list[sqlite3.Connection] = []
         db._worker = worker
         db._closed = False
         db.path = path
@@ -221,7 +279,7 @@ class Database:
         db._commits = 0
         db.busy_timeout_ms = busy_timeout_ms
         try:
-            await db._call(lambda: box.append(_connect(path, synchronous, busy_timeout_ms)))
+            await db._call(_Job(lambda: box.append(_connect(path, synchronous, busy_timeout_ms))))
         except BaseException:
             worker.stop()
             raise
@@ -236,28 +294,39 @@ class Database:
         """Run ``fn`` on the database thread and return its result (errors re-raised)."""
         if self._closed:
             raise TrackerUnavailable("the embedded tracker is closed", code="closed")
-        return await self._call(fn)
+        result: T = await self._call(_Job(fn))
+        return result
 
-    async def _call(self, fn: Callable[[], T]) -> T:
+    async def run_write(
+        self, fn: Callable[[], T], where: str, after: Callable[[], None] | None = None
+    ) -> T:
+        """Run ``fn`` in a write transaction on the database thread; ``after`` once committed."""
+        if self._closed:
+            raise TrackerUnavailable("the embedded tracker is closed", code="closed")
+        result: T = await self._call(_Job(fn, write=True, where=where, after=after))
+        return result
+
+    async def _call(self, job: _Job) -> Any:
         try:
             backend = sniffio.current_async_library()
         except sniffio.AsyncLibraryNotFoundError:
             backend = ""
         if backend == "asyncio":
             loop = asyncio.get_running_loop()
-            fut: asyncio.Future[T] = loop.create_future()
+            fut: asyncio.Future[Any] = loop.create_future()
 
             def done(ok: bool, value: Any) -> None:
                 loop.call_soon_threadsafe(_resolve, fut, ok, value)
 
-            self._worker.submit(fn, done)
+            job.done = done
+            self._worker.submit(job)
             # Like anyio.to_thread.run_sync: a started call always completes and its result
             # is delivered, so a cancelled caller never loses a committed claim half-way.
             with anyio.CancelScope(shield=True):
                 return await fut
-        return await anyio.to_thread.run_sync(self._blocking_call, fn)
+        return await anyio.to_thread.run_sync(self._blocking_call, job)
 
-    def _blocking_call(self, fn: Callable[[], T]) -> T:
+    def _blocking_call(self, job: _Job) -> Any:
         box: list[tuple[bool, Any]] = []
         ready = threading.Event()
 
@@ -265,12 +334,13 @@ class Database:
             box.append((ok, value))
             ready.set()
 
-        self._worker.submit(fn, done)
+        job.done = done
+        self._worker.submit(job)
         ready.wait()
         ok, value = box[0]
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return value
 
     async def aclose(self) -> None:
         """Close the connection on its thread and stop the thread. Idempotent."""
@@ -281,7 +351,7 @@ class Database:
             self._checkpointer.stop()
             await anyio.to_thread.run_sync(self._checkpointer.thread.join)
         with contextlib.suppress(Exception):
-            await self._call(self.conn.close)
+            await self._call(_Job(self.conn.close))
         self._worker.stop()
         await anyio.to_thread.run_sync(self._worker.thread.join)
 
@@ -307,30 +377,88 @@ class Database:
         time.sleep(state[1] * (0.5 + random.random()))
         state[1] = min(state[1] * 2, 0.002)
 
-    def write(self, fn: Callable[[], T], where: str) -> T:
-        """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back on any error."""
-        conn = self.conn
+    def _begin(self, where: str) -> None:
         state: list[float] = []
         while True:
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
             except sqlite3.Error as exc:
                 self._backoff(exc, where, state)
+
+    def _committed(self) -> None:
+        self._commits += 1
+        if self._checkpointer is not None and self._commits % self._checkpointer.every == 0:
+            self._checkpointer.poke()
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
+
+    def write(self, fn: Callable[[], T], where: str) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back on any error."""
+        self._begin(where)
         try:
             result = fn()
-            conn.execute("COMMIT")
-            self._commits += 1
-            if self._checkpointer is not None and self._commits % self._checkpointer.every == 0:
-                self._checkpointer.poke()
+            self.conn.execute("COMMIT")
         except BaseException as exc:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error | OSError | OverflowError):
-                raise map_sqlite_error(exc, where) from exc
-            raise
+            self._rollback()
+            mapped = _mapped(exc, where)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        self._committed()
         return result
+
+    def _write_group(self, group: list[_Job]) -> None:
+        """Run write jobs in one transaction, each in its own savepoint, and commit once.
+
+        A job that fails is rolled back to its savepoint alone and gets its error; the others
+        commit. Each caller hears back only after the commit (or with the error that lost it).
+        """
+        conn = self.conn
+        try:
+            self._begin(group[0].where)
+        except BaseException as exc:
+            for job in group:
+                job.done(False, exc)
+            return
+        single = len(group) == 1
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            for job in group:
+                if not single:
+                    conn.execute("SAVEPOINT job")
+                try:
+                    value = job.fn()
+                except BaseException as exc:
+                    if not conn.in_transaction:  # SQLite gave up the whole transaction
+                        raise
+                    if not single:
+                        conn.execute("ROLLBACK TO job")
+                        conn.execute("RELEASE job")
+                    outcomes.append((False, _mapped(exc, job.where)))
+                else:
+                    if not single:
+                        conn.execute("RELEASE job")
+                    outcomes.append((True, value))
+            if single and not outcomes[0][0]:
+                self._rollback()
+            else:
+                conn.execute("COMMIT")
+                self._committed()
+        except BaseException as exc:
+            self._rollback()
+            lost = _mapped(exc, group[0].where)
+            for job in group:
+                job.done(False, lost)
+            return
+        for job, (ok, value) in zip(group, outcomes, strict=True):
+            if ok and job.after is not None:
+                with contextlib.suppress(Exception):
+                    job.after()
+            job.done(ok, value)
 
     def read(self, fn: Callable[[], T], where: str) -> T:
         """Run ``fn`` in a deferred (read) transaction, so multi-query reads are consistent."""
