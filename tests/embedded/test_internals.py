@@ -298,3 +298,22 @@ async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -
         assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 11
     finally:
         conn.close()
+
+
+async def test_blocking_hand_off_used_off_asyncio(tmp_path: Path) -> None:
+    """The path taken on event loops other than asyncio: a helper thread waits for the job."""
+    from tracker_client.embedded.db import _Job
+
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        db = tracker._db
+        answer = await anyio.to_thread.run_sync(db._blocking_call, _Job(lambda: 41 + 1))
+        assert answer == 42
+
+        def boom() -> None:
+            raise ValueError("from the database thread")
+
+        with pytest.raises(ValueError, match="from the database thread"):
+            await anyio.to_thread.run_sync(db._blocking_call, _Job(boom))
+    finally:
+        await tracker.aclose()

@@ -31,7 +31,7 @@ __all__ = [
 MAX_LEASE_TTL_MS = 86_400_000
 
 _CANDIDATES = (
-    "SELECT * FROM tasks "
+    "SELECT * FROM tasks INDEXED BY tasks_claim "
     "WHERE role = ? AND dead_letter_reason IS NULL AND terminal = 0 "
     "AND next_eligible_at_ms <= ? AND lease_expires_at_ms <= ? "
     "ORDER BY priority DESC, seq"

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-import sniffio
 
 from tracker_client.errors import (
     TrackerCorrupt,
@@ -308,11 +307,10 @@ class Database:
 
     async def _call(self, job: _Job) -> Any:
         try:
-            backend = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
-            backend = ""
-        if backend == "asyncio":
             loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): hand over through anyio's thread pool
+            loop = None
+        if loop is not None:
             fut: asyncio.Future[Any] = loop.create_future()
 
             def done(ok: bool, value: Any) -> None:
