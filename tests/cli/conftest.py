@@ -131,8 +131,14 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def rail(tmp_path: Path) -> Rail:
-    """An empty embedded rail file."""
-    return Rail(tmp_path / "rail.db")
+    """An empty embedded rail file (created: only `pipeline create` starts a new one)."""
+    rail = Rail(tmp_path / "rail.db")
+
+    async def touch(tracker: Tracker) -> None:
+        await tracker.health()
+
+    rail.run(touch)
+    return rail
 
 
 @pytest.fixture

@@ -77,9 +77,23 @@ def test_environment_supplies_the_tracker(simple: Rail, monkeypatch: pytest.Monk
 
 
 def test_default_tracker_is_backlog_db_in_the_working_directory(tmp_path: Path) -> None:
-    result = invoke(["pipeline", "list", "--json"])
+    result = invoke(["pipeline", "create", "p", "--state", "a=r", "--terminal", "b",
+                     "--transition", "a:go:b"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert (tmp_path / "backlog.db").exists()
+    assert invoke(["pipeline", "list", "--json"]).exit_code == 0
+
+
+WRITES = [["task", "add", "-p", "p", "t"], ["task", "cancel", "x"]]
+
+
+@pytest.mark.parametrize("args", [*COMMANDS, *WRITES])
+def test_a_missing_rail_file_is_not_created(args: list[str], tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    result = invoke([*args, "--tracker", f"sqlite:///{missing}"])
+    assert result.exit_code == 2
+    assert f"no rail at {missing}" in result.stderr
+    assert not missing.exists()
 
 
 def test_bad_config_file(tmp_path: Path) -> None:

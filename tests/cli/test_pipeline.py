@@ -95,7 +95,8 @@ def test_file_without_name_needs_one(rail: Rail, tmp_path: Path) -> None:
     assert "has no 'name'" in result.stderr
 
 
-def test_definition_error_names_the_broken_rule(rail: Rail) -> None:
+def test_definition_error_names_the_broken_rule(tmp_path: Path) -> None:
+    rail = Rail(tmp_path / "new.db")
     result = rail.cli(
         "pipeline", "create", "broken", "--state", "todo=coder", "--terminal", "done",
         "--transition", "todo:complete:donee",

@@ -34,7 +34,7 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
-from tracker_client.factory import open_tracker
+from tracker_client.factory import open_tracker, parse_sqlite_url
 from tracker_client.models import Pipeline
 from tracker_client.protocol import Tracker
 from worker.config import DEFAULT_TRACKER_URL, load_config
@@ -221,6 +221,20 @@ def input_errors(tracker_url: str | None = None) -> Iterator[None]:
         raise fail(exc, tracker_url) from None
 
 
+def _require_existing_rail(url: str) -> None:
+    """``OpsError`` when ``url`` names an embedded rail file that does not exist."""
+    if urlsplit(url).scheme.lower() not in ("sqlite", ""):
+        return
+    path, _ = parse_sqlite_url(url)
+    if path != ":memory:" and not Path(path).exists():
+        shown = re.sub(r"^/{2,}", "/", path)
+        raise OpsError(
+            f"no rail at {shown}: check --tracker (or create it with `backlog-worker pipeline "
+            "create`)",
+            EXIT_USAGE,
+        )
+
+
 def unwrap_groups(run: Callable[..., T], *args: Any) -> T:
     """``run(*args)``, re-raising the first meaningful leaf of an exception group (task groups
     wrap what their children raise) so the handlers below see the error itself."""
@@ -267,16 +281,21 @@ class OpsContext:
         *,
         interrupted: Callable[[], str] | None = None,
         interrupt_exit: int = 130,
+        create: bool = False,
     ) -> None:
         """Open the tracker, run ``fn`` in ``anyio.run``, close it, exit with the right code.
 
         Raises ``click.exceptions.Exit`` on failure; returns normally on exit code 0.
         ``interrupted`` gives the line printed on Ctrl-C, which exits ``interrupt_exit``.
+        Only ``create=True`` (creating a pipeline) may start a new embedded rail file; any other
+        command pointed at a missing file says so instead of creating an empty rail.
         """
         url: str | None = None
         try:
             target = resolve_tracker(self.tracker_url, self.config_path)
             url = target.url
+            if not create:
+                _require_existing_rail(url)
 
             async def main() -> int:
                 tracker = await open_tracker(

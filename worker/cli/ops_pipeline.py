@@ -153,7 +153,7 @@ def pipeline_create(
             ops.print(f"created pipeline {pipeline_name} {pipeline_id}")
         return 0
 
-    ops.run(create)
+    ops.run(create, create=True)
 
 
 @pipeline_group.command("list")
