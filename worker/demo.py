@@ -309,10 +309,11 @@ class _Workers:
                 "--config", str(self.config), "--tracker", self.db_url,
                 "--agent-id", f"demo-worker-{i}", "--log-level", "WARNING", "--log-format", "plain",
             ]  # fmt: skip
-            proc = await anyio.open_process(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh, env=env
-            )
-            self.procs.append(proc)
+            with anyio.CancelScope(shield=True):  # a started worker is always tracked (and stopped)
+                proc = await anyio.open_process(
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh, env=env
+                )
+                self.procs.append(proc)
             self.logs.append(log)
 
     async def watch(self, index: int, proc: Process) -> None:
