@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.embedded.db import APPLICATION_ID, SCHEMA_VERSION, _statements, migrations
+from tracker_client.embedded.migrate import APPLICATION_ID, SCHEMA_VERSION, _statements, migrations
 from tracker_client.errors import TrackerCorrupt, TrackerUnavailable
 from tracker_client.models import TaskCreate
 

@@ -1,4 +1,4 @@
-"""The SQLite file: opening and checking it, pragmas, migrations, and the thread that owns it.
+"""The thread that owns the SQLite connection, transactions (with group commit), checkpoints.
 
 Every statement runs on one dedicated thread per tracker instance (never on the event loop).
 The loop hands it a closure and awaits a future; the thread runs closures one at a time, so the
@@ -7,14 +7,14 @@ because its hand-off costs a third as much (~50 us vs ~140 us per call on a 2-co
 which matters at thousands of claims per second. On an event loop other than asyncio the hand-off
 goes through ``anyio.to_thread`` to the same dedicated thread.
 
-Foreign exceptions (``sqlite3.Error``, ``OSError``) are mapped here, once, to the tracker errors.
+Opening and migrating the file is :mod:`.migrate`; foreign exceptions are mapped to the tracker's
+errors by :mod:`.sqlerrors`, once, at this boundary.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import queue
 import random
@@ -22,104 +22,17 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from importlib import resources
-from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
-from tracker_client.errors import (
-    TrackerCorrupt,
-    TrackerError,
-    TrackerUnavailable,
-    ValidationFailed,
-)
+from tracker_client.embedded.migrate import connect
+from tracker_client.embedded.sqlerrors import is_busy, map_sqlite_error, mapped
+from tracker_client.errors import TrackerUnavailable
 
-__all__ = [
-    "APPLICATION_ID",
-    "SCHEMA_VERSION",
-    "Database",
-    "map_sqlite_error",
-    "migrations",
-]
+__all__ = ["Database"]
 
 T = TypeVar("T")
-
-#: ``PRAGMA application_id`` of a backlog-worker database: ASCII "BKLG".
-APPLICATION_ID = 0x424B4C47
-
-log = logging.getLogger("backlog_worker.tracker")
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
-    found: list[tuple[int, str, str]] = []
-    for entry in resources.files("tracker_client.embedded").joinpath("schema").iterdir():
-        name = entry.name
-        if not name.endswith(".sql"):
-            continue
-        number, _, _rest = name.partition("_")
-        if not number.isdigit():
-            continue
-        found.append((int(number), name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    for expected, (version, fname, _sql) in enumerate(found, start=1):
-        if version != expected:
-            raise RuntimeError(f"schema migrations are not numbered 1..n: {fname}")
-    return found
-
-
-#: The schema version this build writes (the highest migration number).
-SCHEMA_VERSION = len(migrations())
-
-
-def _statements(sql: str) -> list[str]:
-    """Split a migration into complete statements (trigger bodies contain ``;``)."""
-    out: list[str] = []
-    buf = ""
-    for line in sql.splitlines(keepends=True):
-        if not buf and (not line.strip() or line.lstrip().startswith("--")):
-            continue
-        buf += line
-        if sqlite3.complete_statement(buf):
-            out.append(buf.strip())
-            buf = ""
-    if buf.strip():
-        raise RuntimeError(f"incomplete statement in migration: {buf[:80]!r}")
-    return out
-
-
-def _mapped(exc: BaseException, where: str) -> BaseException:
-    """Foreign exceptions as tracker errors (with their cause); ours and others unchanged."""
-    if isinstance(exc, sqlite3.Error | OSError | OverflowError):
-        err = map_sqlite_error(exc, where)
-        err.__cause__ = exc
-        return err
-    return exc
-
-
-def _is_busy(exc: BaseException) -> bool:
-    low = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in low or "busy" in low)
-
-
-def map_sqlite_error(exc: BaseException, where: str) -> TrackerError:
-    """The tracker error for a foreign exception raised while doing ``where``."""
-    text = str(exc)
-    low = text.lower()
-    if isinstance(exc, sqlite3.InterfaceError | sqlite3.ProgrammingError | OverflowError):
-        return ValidationFailed(f"{where}: invalid argument ({text})")
-    if isinstance(exc, sqlite3.Error):
-        if "locked" in low or "busy" in low:
-            return TrackerUnavailable(f"{where}: database is busy ({text})", code="busy")
-        if "malformed" in low or "not a database" in low or "corrupt" in low:
-            return TrackerCorrupt(f"{where}: database file is corrupt ({text})")
-        return TrackerUnavailable(f"{where}: sqlite error: {text}", code="sqlite_error")
-    if isinstance(exc, OSError):
-        return TrackerUnavailable(f"{where}: {exc}", code="os_error")
-    return TrackerUnavailable(f"{where}: {exc!r}")
 
 
 class _Job:
@@ -278,7 +191,7 @@ class Database:
         db._commits = 0
         db.busy_timeout_ms = busy_timeout_ms
         try:
-            await db._call(_Job(lambda: box.append(_connect(path, synchronous, busy_timeout_ms))))
+            await db._call(_Job(lambda: box.append(connect(path, synchronous, busy_timeout_ms))))
         except BaseException:
             worker.stop()
             raise
@@ -361,7 +274,7 @@ class Database:
         (~0.1 ms), so several processes sharing a file would mostly sleep; this polls in
         50 us .. 2 ms steps with jitter instead.
         """
-        if not _is_busy(exc):
+        if not is_busy(exc):
             raise map_sqlite_error(exc, where) from exc
         now = time.monotonic()
         if not state:
@@ -402,10 +315,10 @@ class Database:
             self.conn.execute("COMMIT")
         except BaseException as exc:
             self._rollback()
-            mapped = _mapped(exc, where)
-            if mapped is exc:
+            err = mapped(exc, where)
+            if err is exc:
                 raise
-            raise mapped from exc
+            raise err from exc
         self._committed()
         return result
 
@@ -436,7 +349,7 @@ class Database:
                     if not single:
                         conn.execute("ROLLBACK TO job")
                         conn.execute("RELEASE job")
-                    outcomes.append((False, _mapped(exc, job.where)))
+                    outcomes.append((False, mapped(exc, job.where)))
                 else:
                     if not single:
                         conn.execute("RELEASE job")
@@ -448,7 +361,7 @@ class Database:
                 self._committed()
         except BaseException as exc:
             self._rollback()
-            lost = _mapped(exc, group[0].where)
+            lost = mapped(exc, group[0].where)
             for job in group:
                 job.done(False, lost)
             return
@@ -481,117 +394,3 @@ class Database:
             return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, "data_version") from exc
-
-
-# -- opening and checking (on the database thread) ------------------------------------------------
-def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    memory = path == ":memory:"
-    if not memory:
-        _check_file(path)
-    try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    except (sqlite3.Error, OSError) as exc:
-        raise map_sqlite_error(exc, f"opening {path}") from exc
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        if not memory:
-            _check_ours(conn, path)
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise TrackerUnavailable(f"{path}: could not switch to WAL (mode {mode})")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        # Checkpoints run on a separate thread (see _Checkpointer), not inside a commit.
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        _migrate(conn, path)
-        # From here on Database._backoff polls for the lock itself (see there).
-        conn.execute("PRAGMA busy_timeout = 0")
-    except sqlite3.Error as exc:
-        conn.close()
-        raise map_sqlite_error(exc, f"opening {path}") from exc
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _check_file(path: str) -> None:
-    """Refuse a non-SQLite file before SQLite touches it; create a new file 0600."""
-    p = Path(path)
-    try:
-        if not p.exists():
-            p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with contextlib.suppress(FileExistsError):
-                fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-                os.close(fd)
-            return
-        if p.is_dir():
-            raise TrackerCorrupt(f"{path}: is a directory, not a backlog database")
-        with p.open("rb") as fh:
-            head = fh.read(len(_SQLITE_MAGIC))
-    except OSError as exc:
-        raise TrackerUnavailable(f"{path}: cannot open the database file: {exc}") from exc
-    if head and head != _SQLITE_MAGIC:
-        raise TrackerCorrupt(f"{path}: not a SQLite database (refusing to touch it)")
-
-
-def _check_ours(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a SQLite file of another application or of a newer schema, before any write."""
-    try:
-        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        tables = [
-            str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        ]
-    except sqlite3.DatabaseError as exc:
-        raise TrackerCorrupt(
-            f"{path}: not a usable SQLite database ({exc}); refusing to touch it"
-        ) from exc
-    if app_id not in (0, APPLICATION_ID):
-        raise TrackerCorrupt(
-            f"{path}: a SQLite database of another application (application_id "
-            f"{app_id:#x}, expected {APPLICATION_ID:#x}); refusing to touch it"
-        )
-    if app_id == 0 and tables:
-        raise TrackerCorrupt(
-            f"{path}: a SQLite database of another application (tables "
-            f"{', '.join(sorted(tables)[:5])}, no backlog-worker application_id); "
-            "refusing to touch it"
-        )
-    if version > SCHEMA_VERSION:
-        raise TrackerCorrupt(
-            f"{path}: written by a newer backlog-worker (schema version {version}, this build "
-            f"knows up to {SCHEMA_VERSION}); upgrade backlog-worker to open it"
-        )
-
-
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Apply the migrations the file lacks, in one ``BEGIN IMMEDIATE`` transaction."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        # Another process may have migrated while we waited for the write lock: re-read.
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-        if version > SCHEMA_VERSION or app_id not in (0, APPLICATION_ID):
-            raise TrackerCorrupt(f"{path}: changed by another program while opening")
-        for number, name, sql in migrations():
-            if number <= version:
-                continue
-            for statement in _statements(sql):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
-            log.info(
-                "applied schema migration %s to %s",
-                name,
-                path,
-                extra={"action": "schema_migrated", "task_id": None, "run_id": None},
-            )
-        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
