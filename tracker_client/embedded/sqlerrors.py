@@ -24,6 +24,7 @@ def mapped(exc: BaseException, where: str) -> BaseException:
 
 
 def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying another connection holds the lock (retry later)."""
     low = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in low or "busy" in low)
 
