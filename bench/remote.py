@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
+import re
 import sqlite3
 import statistics
 import subprocess
@@ -47,43 +47,34 @@ def _pipeline(role: str) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "worker",
-            "tracker",
-            "serve",
-            "--tracker",
-            f"sqlite://{db}",
-            "--port",
-            str(port),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    log = db.with_suffix(".log")
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "worker",
+                "tracker",
+                "serve",
+                "--tracker",
+                f"sqlite://{db}",
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found:
+            return proc, found.group(1)
         if proc.poll() is not None:
-            raise SystemExit(f"tracker serve exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.05)
+            raise SystemExit(f"tracker serve exited with {proc.returncode}: {log.read_text()}")
+        time.sleep(0.05)
     proc.kill()
-    raise SystemExit("tracker serve did not become healthy")
+    raise SystemExit("tracker serve did not start listening")
 
 
 async def _seed(url: str, role: str, n: int) -> None:

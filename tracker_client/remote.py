@@ -146,12 +146,15 @@ class RemoteTracker(RemoteLeases):
         Returning is a hint, not a promise of work; a transport failure also just returns (after
         at most ``timeout_s``) so an idle worker goes back to claiming.
         """
+        since = self._http.generation  # before any await: a write racing with this call counts
         timeout_s = max(0.0, timeout_s)
         if not await self._has("wait_for_work"):
             await anyio.sleep(timeout_s)
             return
         deadline = anyio.current_time() + timeout_s
-        query = encode_query({"timeout_ms": math.ceil(min(timeout_s, WAIT_CHUNK_S) * 1000)})
+        query = encode_query(
+            {"timeout_ms": math.ceil(min(timeout_s, WAIT_CHUNK_S) * 1000), "since": since}
+        )
         try:
             await self._call(
                 "GET",

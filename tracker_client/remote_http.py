@@ -242,6 +242,9 @@ class HttpCore:
     ) -> None:
         self._api_token = api_token
         self.retry = retry
+        #: The served tracker's ``X-Rail-Generation`` last seen (its count of work-making
+        #: writes); ``wait_for_work`` sends it so a write that raced with the wait still wakes it.
+        self.generation: str | None = None
         self.max_request_bytes = max_request_bytes
         self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._client = httpx.AsyncClient(
@@ -376,6 +379,9 @@ class HttpCore:
                 f"{exc}); the server is down or busy, or dropped a request it found too large",
                 code="connection_error",
             ) from exc
+        generation = response.headers.get("x-rail-generation")
+        if generation is not None:
+            self.generation = generation
         if response.status_code >= 400:
             raise error_from_response(
                 response.status_code,

@@ -24,6 +24,7 @@ import hmac
 import json
 import logging
 import math
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -51,6 +52,7 @@ from tracker_client.protocol import Tracker
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "EXTENSIONS",
+    "GENERATION_HEADER",
     "ApiError",
     "create_app",
     "error_response",
@@ -79,6 +81,26 @@ EXTENSIONS = (
 )
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+#: ``<boot id>:<count of work-making writes served>`` on every answer; a client passes the last
+#: value it saw as ``since`` to ``GET /ops/wait-for-work`` so a write it raced with still wakes it.
+GENERATION_HEADER = "X-Rail-Generation"
+
+#: Handlers whose success may make work claimable (claims, heartbeats, events, artifacts and the
+#: store never do: counting them would make idle workers wake each other up).
+WAKING_HANDLERS = frozenset(
+    {
+        "create_task",
+        "create_tasks",
+        "transition",
+        "fail",
+        "unassign",
+        "cancel",
+        "cancel_all",
+        "requeue",
+        "maintenance",
+    }
+)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -148,9 +170,18 @@ def tracker_error_response(exc: TrackerError) -> Response:
 def endpoint(handler: Handler) -> Handler:
     """Wrap a route handler: every failure becomes a JSON error answer."""
 
+    wakes = handler.__name__ in WAKING_HANDLERS
+
     async def wrapped(request: Request) -> Response:
         try:
-            return await handler(request)
+            response = await handler(request)
+            state = request.app.state
+            if wakes and response.status_code < 300 and response.status_code != 204:
+                # No await between the tracker's commit and this bump: a wait-for-work that
+                # arrives later sees either the new generation or the tracker's own wake-up.
+                state.generation += 1
+            response.headers[GENERATION_HEADER] = f"{state.boot_id}:{state.generation}"
+            return response
         except ApiError as exc:
             return error_response(exc.status, exc.code, exc.message)
         except TrackerError as exc:
@@ -278,5 +309,7 @@ def create_app(
     )
     app.state.tracker = tracker
     app.state.max_request_bytes = max_request_bytes
+    app.state.boot_id = secrets.token_hex(4)
+    app.state.generation = 0
     app.add_middleware(AuthMiddleware, api_token=api_token)
     return app

@@ -153,10 +153,19 @@ async def wait(request: Request) -> Response:
 
 @endpoint
 async def wait_for_work(request: Request) -> Response:
-    """Long-poll until the rail may have new work, or ``timeout_ms`` (max 60000)."""
+    """Long-poll until the rail may have new work, or ``timeout_ms`` (max 60000).
+
+    ``since`` (the ``X-Rail-Generation`` the client last saw) returns at once when a write was
+    served after it, closing the race between a write and the start of this wait.
+    """
     timeout_ms = int_query(request, "timeout_ms", 30_000)
     if not 0 <= timeout_ms <= MAX_WAIT_MS:
         raise ApiError(400, "invalid_request", f"timeout_ms must be 0..{MAX_WAIT_MS}")
+    state = request.app.state
+    since = request.query_params.get("since")
+    if since is not None and since != f"{state.boot_id}:{state.generation}":
+        # Something was written since the client last looked (or the server restarted).
+        return json_response({"status": "changed"})
     await tracker_of(request).wait_for_work(timeout_ms / 1000)
     return json_response({"status": "ok"})
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -23,24 +22,17 @@ from worker.cli import main
 TOKEN = "file-token-0123456789"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline_s: float = 20.0) -> None:
+def _wait_listening(log: Path, proc: subprocess.Popen[bytes], deadline_s: float = 20.0) -> str:
+    """The URL the server announces once it listens (``--port 0``: no port races)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found:
+            return found.group(1)
         if proc.poll() is not None:
-            raise AssertionError(f"server exited early: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
-        try:
-            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
+            raise AssertionError(f"server exited early: {log.read_text()}")
         time.sleep(0.05)
-    raise AssertionError("server did not become healthy in time")
+    raise AssertionError(f"server did not announce its address: {log.read_text()}")
 
 
 @pytest.mark.slow
@@ -49,29 +41,29 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline_s: float = 2
 async def test_serve_process_with_a_token_file(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "worker",
-            "tracker",
-            "serve",
-            "--tracker",
-            f"sqlite://{tmp_path / 'rail.db'}",
-            "--port",
-            str(port),
-            "--token-file",
-            str(token_file),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "worker",
+                "tracker",
+                "serve",
+                "--tracker",
+                f"sqlite://{tmp_path / 'rail.db'}",
+                "--port",
+                "0",
+                "--token-file",
+                str(token_file),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
     try:
-        _wait_healthy(url, proc)
+        url = _wait_listening(log, proc)
         tracker = RemoteTracker(url, api_token=TOKEN)
         try:
             pid = await tracker.create_pipeline("p", PIPELINE)
@@ -92,9 +84,10 @@ async def test_serve_process_with_a_token_file(tmp_path: Path) -> None:
             await anonymous.aclose()
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=20)
-    assert TOKEN not in stderr.decode()
-    assert "api auth: admin token required" in stderr.decode()
+        proc.wait(timeout=20)
+    text = log.read_text()
+    assert TOKEN not in text
+    assert "api auth: admin token required" in text
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from starlette.routing import Route
 
 from tests.remote.fake_nulltickets import PIPELINE
 from tracker_client.embedded import EmbeddedTracker
+from tracker_client.models import TaskCreate
 from tracker_client.server import create_app
 from tracker_client.server_openapi import openapi_document
 
@@ -217,3 +219,38 @@ async def test_task_without_runs_has_no_latest_run_key(http: httpx.AsyncClient) 
     pid = (await http.post("/pipelines", json={"name": "p", "definition": PIPELINE})).json()["id"]
     tid = (await http.post("/tasks", json={"pipeline_id": pid, "title": "t"})).json()["id"]
     assert "latest_run" not in (await http.get(f"/tasks/{tid}")).json()
+
+
+@pytest.mark.anyio
+async def test_wait_for_work_sees_a_write_that_raced_with_its_start(
+    embedded: EmbeddedTracker,
+) -> None:
+    from tracker_client.remote import RemoteTracker
+
+    app = create_app(embedded)
+    idle = RemoteTracker("http://127.0.0.1:7700", transport=httpx.ASGITransport(app=app))
+    writer = RemoteTracker("http://127.0.0.1:7700", transport=httpx.ASGITransport(app=app))
+    try:
+        pid = await writer.create_pipeline("p", PIPELINE)
+        await idle.health()  # the idle side's last look at the rail
+        # A task is created *before* the idle side's wait request reaches the server (the race
+        # a worker has between "no work" and "start waiting"): the wait must return at once.
+        await writer.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        with anyio.fail_after(5):
+            await idle.wait_for_work(30)
+        # Nothing new since: the next wait lasts its timeout.
+        started = anyio.current_time()
+        await idle.wait_for_work(0.3)
+        assert anyio.current_time() - started >= 0.25
+        # Claims and heartbeats do not count as new work (idle workers must not wake each other).
+        lease = await writer.claim("w", "coder", 60_000)
+        assert lease is not None
+        await writer.heartbeat(lease)
+        await idle.health()
+        await writer.claim("w", "coder", 60_000)  # no work: 204
+        started = anyio.current_time()
+        await idle.wait_for_work(0.3)
+        assert anyio.current_time() - started >= 0.25
+    finally:
+        await idle.aclose()
+        await writer.aclose()

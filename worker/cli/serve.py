@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import click
@@ -60,6 +62,7 @@ async def serve_tracker(
     from tracker_client.server import DEFAULT_MAX_REQUEST_BYTES, create_app
 
     _check_url(url)
+    server_class = _make_server_class()
     tracker = await open_tracker(url)
     try:
         app = create_app(
@@ -76,20 +79,39 @@ async def serve_tracker(
             ws="none",
             server_header=False,
         )
-        server = uvicorn.Server(config)
-        log.info(
-            "serving %s on http://%s:%d (api auth: %s)",
-            url,
-            host,
-            port,
-            "admin token required" if api_token else "disabled",
-            extra={"action": "serve_started"},
+        server = server_class(config)
+        server.announce = (
+            f"serving {url} (api auth: {'admin token required' if api_token else 'disabled'})"
         )
         await server.serve()
         if not server.started:
             raise ConfigError(f"could not listen on {host}:{port} (in use, or not permitted?)")
     finally:
         await tracker.aclose()
+
+
+def _make_server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, announcing the address it really listens on (``--port 0``)."""
+
+        announce = ""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            for server in getattr(self, "servers", []):
+                for sock in server.sockets:
+                    host, port = sock.getsockname()[:2]
+                    log.info(
+                        "%s; listening on http://%s:%d",
+                        self.announce,
+                        host,
+                        port,
+                        extra={"action": "serve_started"},
+                    )
+
+    return Server
 
 
 def register(group: click.Group) -> None:
