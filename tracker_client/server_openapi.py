@@ -36,7 +36,7 @@ from tracker_client.models import (
     WaitResult,
 )
 
-__all__ = ["OPERATIONS", "openapi_document"]
+__all__ = ["OPERATIONS", "QUERY_PARAMS", "openapi_document"]
 
 # (method, path, summary, auth, request body schema, success status, response schema, errors)
 # auth: "public" | "admin" | "lease". Schemas are component names, "[X]" for an array of X,
@@ -384,9 +384,36 @@ def _schema_ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _params(path: str) -> list[dict[str, Any]]:
+#: Query parameters per (method, path); all optional except ``q`` of the store search.
+QUERY_PARAMS: dict[tuple[str, str], tuple[tuple[str, dict[str, Any]], ...]] = {
+    ("get", "/tasks"): (("stage", _STR), ("pipeline_id", _STR), ("limit", _INT), ("cursor", _STR)),
+    ("get", "/runs/{id}/events"): (("limit", _INT), ("cursor", _STR)),
+    ("get", "/tasks/{id}/events"): (("limit", _INT), ("cursor", _STR)),
+    ("get", "/artifacts"): (
+        ("task_id", _STR),
+        ("run_id", _STR),
+        ("limit", _INT),
+        ("cursor", _STR),
+    ),
+    ("get", "/ops/queue"): (("near_expiry_ms", _INT), ("stuck_ms", _INT)),
+    ("get", "/store/search"): (
+        ("q", _STR),
+        ("namespace", _STR),
+        ("limit", _INT),
+        ("filter_path", _STR),
+        ("filter_value", _STR),
+    ),
+    ("get", "/tasks/{id}/wait"): (("timeout_ms", _INT),),
+    ("get", "/ops/wait-for-work"): (("timeout_ms", _INT), ("since", _STR)),
+}
+
+
+def _params(method: str, path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
-    return [{"name": n, "in": "path", "required": True, "schema": _STR} for n in names]
+    params = [{"name": n, "in": "path", "required": True, "schema": _STR} for n in names]
+    for name, schema in QUERY_PARAMS.get((method, path), ()):
+        params.append({"name": name, "in": "query", "required": name == "q", "schema": schema})
+    return params
 
 
 _ERROR_TEXT = {
@@ -411,7 +438,7 @@ def openapi_document() -> dict[str, Any]:
         op: dict[str, Any] = {"summary": summary, "x-auth": auth}
         if auth != "public":
             op["security"] = [{"bearer": []}]
-        if params := _params(path):
+        if params := _params(method, path):
             op["parameters"] = params
         if body is not None:
             op["requestBody"] = {
