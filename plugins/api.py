@@ -128,7 +128,7 @@ class ExecutionContext:
         self.run = run
         self.attempt = run.attempt
         self._workdir = workdir
-        self._workdir_created = workdir.is_dir()
+        self._workdir_created = False  # set on first access (mkdir with exist_ok)
         self.options: Mapping[str, Any] = dict(options or {})
         self.instructions = instructions
         self.deadline = deadline
@@ -154,7 +154,7 @@ class ExecutionContext:
 
     @property
     def workdir_created(self) -> bool:
-        """Whether the working directory exists (the worker removes it after the run)."""
+        """Whether the working directory was used, so exists (the worker removes it after)."""
         return self._workdir_created
 
     @property

@@ -69,6 +69,15 @@ async def call_with_retry(
     ``budget_s=None`` retries forever (used by the claim loop, which must outlive outages).
     The last ``TrackerUnavailable`` is re-raised when the budget runs out.
     """
+    try:  # the common case costs one call, not a tenacity state machine
+        return await fn()
+    except TrackerUnavailable as exc:
+        log.warning(
+            "%s: tracker unavailable (%s); retrying",
+            action,
+            exc,
+            extra={"action": "tracker_retry", "op": action},
+        )
     # stop_before_delay: never start a sleep that would end past the budget.
     stop = stop_before_delay(budget_s) if budget_s is not None else stop_after_delay(math.inf)
     retrying = AsyncRetrying(
