@@ -269,7 +269,8 @@ class RemoteBase:
         try:
             if isinstance(adapter, TypeAdapter):
                 return adapter.validate_python(data)
-            return TypeAdapter(adapter).validate_python(data)
+            validated: M = _adapter(adapter).validate_python(data)
+            return validated
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(root)"
@@ -293,6 +294,17 @@ class RemoteBase:
         if not self._closed:
             self._closed = True
             await self._http.aclose()
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(model: Any) -> TypeAdapter[Any]:
+    """One TypeAdapter per model (building one costs far more than validating with it)."""
+    adapter = _ADAPTERS.get(model)
+    if adapter is None:
+        adapter = _ADAPTERS[model] = TypeAdapter(model)
+    return adapter
 
 
 def raise_limit(limit: int, what: str) -> None:
