@@ -125,11 +125,13 @@ def _resolve(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
 class _Checkpointer:
     """Checkpoints the WAL from its own connection and thread, so no commit pays for the fsyncs.
 
-    The main connection runs with ``wal_autocheckpoint = 0``; after every ``every`` commits it
-    pokes this thread, which runs a PASSIVE checkpoint (never blocks writers or readers).
+    The main connection runs with ``wal_autocheckpoint = 0``. This thread runs a PASSIVE
+    checkpoint (never blocks writers or readers) once a second, and early after ``every``
+    commits so the WAL stays bounded under heavy load. Each checkpoint costs two fsyncs; doing
+    one every few hundred commits (SQLite's default) cost a third of the commit time.
     """
 
-    def __init__(self, path: str, busy_timeout_ms: int, every: int = 500) -> None:
+    def __init__(self, path: str, busy_timeout_ms: int, every: int = 10_000) -> None:
         self._path = path
         self._busy = busy_timeout_ms
         self.every = every

@@ -84,6 +84,8 @@ def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connec
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         # Checkpoints run on a separate thread (see _Checkpointer), not inside a commit.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
+        # After a checkpoint resets the WAL, give back disk space above 64 MiB.
+        conn.execute("PRAGMA journal_size_limit = 67108864")
         _migrate(conn, path)
         # From here on Database._backoff polls for the lock itself (see there).
         conn.execute("PRAGMA busy_timeout = 0")
