@@ -242,3 +242,18 @@ def test_brackets_in_user_text_print_as_is(simple: Rail) -> None:
     assert shown.exit_code == 0, shown.output
     assert "[bold]this[/bold]" in shown.stdout
     assert "[/x]" in shown.stdout
+
+
+def test_idempotency_key_makes_a_retried_add_safe(simple: Rail) -> None:
+    first = simple.add("once", "--idempotency-key", "k-1")
+    again = simple.add("once", "--idempotency-key", "k-1")
+    assert first == again
+    assert len(simple.json("task", "list")["items"]) == 1
+    other = simple.cli("task", "add", "-p", "simple", "different", "--idempotency-key", "k-1")
+    assert other.exit_code == 1
+    assert "idempotency" in other.stderr
+
+
+def test_deadline_as_epoch_milliseconds(simple: Rail) -> None:
+    task_id = simple.add("t", "--expires-at", "4102444800000")
+    assert simple.json("task", "show", task_id)["task"]["expires_at_ms"] == 4102444800000
