@@ -32,7 +32,7 @@ from rich.text import Text
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, Task, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.cli.ops_common import EXIT_USAGE, OpsError
+from worker.cli.ops_common import EXIT_USAGE, OpsError, SafeConsole
 
 __all__ = ["PIPELINE", "DemoOptions", "DemoSummary", "demo_tasks", "run_demo", "worker_config"]
 
@@ -422,7 +422,7 @@ async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
 
 def run_demo(opts: DemoOptions) -> bool:
     """Run the demo end to end; True when every task finished and the workers behaved."""
-    console = opts.console or Console(highlight=False)
+    console = opts.console or SafeConsole()
     if opts.keep_dir is not None:
         if (opts.keep_dir / "rail.db").exists():
             raise OpsError(

@@ -257,3 +257,12 @@ def test_idempotency_key_makes_a_retried_add_safe(simple: Rail) -> None:
 def test_deadline_as_epoch_milliseconds(simple: Rail) -> None:
     task_id = simple.add("t", "--expires-at", "4102444800000")
     assert simple.json("task", "show", task_id)["task"]["expires_at_ms"] == 4102444800000
+
+
+def test_control_characters_in_user_text_are_shown_escaped(simple: Rail) -> None:
+    task_id = simple.add("evil \x1b]0;pwned\x07 \x1b[31mred")
+    for args in (("task", "list"), ("task", "show", task_id)):
+        result = simple.cli(*args)
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.stdout
+        assert "\\x1b[31mred" in result.stdout

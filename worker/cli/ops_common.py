@@ -23,6 +23,7 @@ import anyio
 import click
 from pydantic import BaseModel
 from rich.console import Console
+from rich.text import Text
 
 from tracker_client.errors import (
     BacklogFull,
@@ -51,6 +52,7 @@ __all__ = [
     "DurationType",
     "OpsContext",
     "OpsError",
+    "SafeConsole",
     "TrackerTarget",
     "common_options",
     "fmt_age",
@@ -258,6 +260,24 @@ def unwrap_groups(run: Callable[..., T], *args: Any) -> T:
         raise
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class SafeConsole(Console):
+    """A console that prints user text as text: no markup, no emoji codes, and control
+    characters (a task title may hold ESC sequences) shown escaped instead of reaching the
+    operator's terminal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("highlight", False)
+        super().__init__(markup=False, emoji=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Escape control characters, then render as plain text."""
+        safe = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+        return super().render_str(safe, **kwargs)
+
+
 # -- running ------------------------------------------------------------------------------------
 @dataclass
 class OpsContext:
@@ -271,9 +291,7 @@ class OpsContext:
     @classmethod
     def build(cls, tracker_url: str | None, config_path: Path | None, as_json: bool) -> OpsContext:
         """The context of a command invocation (no I/O yet)."""
-        # markup=False: titles, names and metadata come from users; "[x]" must print as is.
-        console = Console(highlight=False, markup=False, soft_wrap=False)
-        return cls(tracker_url, config_path, as_json, console)
+        return cls(tracker_url, config_path, as_json, SafeConsole(soft_wrap=False))
 
     def run(
         self,
