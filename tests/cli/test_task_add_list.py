@@ -266,3 +266,10 @@ def test_control_characters_in_user_text_are_shown_escaped(simple: Rail) -> None
         assert result.exit_code == 0, result.output
         assert "\x1b" not in result.stdout
         assert "\\x1b[31mred" in result.stdout
+
+
+def test_control_characters_in_error_messages_are_escaped(simple: Rail) -> None:
+    result = simple.cli("task", "show", "no\x1b[2Jsuch")
+    assert result.exit_code == 1
+    assert "\x1b" not in result.stderr
+    assert "no\\x1b[2Jsuch" in result.stderr

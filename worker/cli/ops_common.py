@@ -85,6 +85,8 @@ EXIT_CODES: Mapping[int, str] = {
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: Control characters except tab and newline: never sent raw to the operator's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 T = TypeVar("T")
 
 
@@ -210,7 +212,7 @@ def describe(exc: BaseException, tracker_url: str | None = None) -> str:
 
 def fail(exc: BaseException, tracker_url: str | None = None) -> click.exceptions.Exit:
     """Print ``exc`` as one line on stderr; return the Exit to raise."""
-    click.echo(f"error: {describe(exc, tracker_url)}", err=True)
+    click.echo(f"error: {escape_controls(describe(exc, tracker_url))}", err=True)
     return click.exceptions.Exit(exit_code_for(exc))
 
 
@@ -260,7 +262,9 @@ def unwrap_groups(run: Callable[..., T], *args: Any) -> T:
         raise
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+def escape_controls(text: str) -> str:
+    """``text`` with control characters (ESC, BEL, ...) written as ``\\x1b`` escapes."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class SafeConsole(Console):
@@ -274,8 +278,7 @@ class SafeConsole(Console):
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         """Escape control characters, then render as plain text."""
-        safe = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-        return super().render_str(safe, **kwargs)
+        return super().render_str(escape_controls(text), **kwargs)
 
 
 # -- running ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from worker.cli.ops_common import (
     OpsContext,
     OpsError,
     common_options,
+    escape_controls,
     fmt_age,
     fmt_when,
     input_errors,
@@ -147,7 +148,7 @@ def submit(
             if not ops.as_json:
                 ops.print(message)
         else:
-            click.echo(f"error: {message}", err=True)
+            click.echo(f"error: {escape_controls(message)}", err=True)
         return code
 
     def interrupted() -> str:
