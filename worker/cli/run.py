@@ -90,9 +90,13 @@ def _setup_logging(config: Config) -> None:
 
 
 async def _open(config: Config) -> Tracker:
-    return await open_tracker(
-        config.tracker.url, api_token=config.tracker.api_token, **config.tracker.options
-    )
+    options = dict(config.tracker.options)
+    if config.tracker.url.lower().startswith(("http://", "https://")):
+        # The worker retries transient errors itself (bounded by the lease); the client's own
+        # retries would multiply that budget, so it tries once unless the config says otherwise.
+        options.setdefault("timeout_s", config.tracker.request_timeout_s)
+        options.setdefault("retry_attempts", 1)
+    return await open_tracker(config.tracker.url, api_token=config.tracker.api_token, **options)
 
 
 def _fail(message: str, code: int) -> None:
