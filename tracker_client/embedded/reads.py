@@ -5,8 +5,6 @@ Runs on the database thread inside a transaction.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tracker_client.embedded.common import (
     MIB,
     Ctx,
@@ -16,7 +14,7 @@ from tracker_client.embedded.common import (
     event_from_row,
     new_id,
 )
-from tracker_client.embedded.tasks import parse_created_cursor
+from tracker_client.embedded.tasks import page_by_creation
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import Artifact, ArtifactCreate, Event, Page
 
@@ -97,24 +95,7 @@ def list_artifacts(
     ctx: Ctx, task_id: str | None, run_id: str | None, limit: int, cursor: str | None
 ) -> Page[Artifact]:
     """Artifacts in creation order, optionally of one task and/or run."""
-    check_limit(limit)
-    where: list[str] = []
-    params: list[Any] = []
-    if task_id is not None:
-        where.append("task_id = ?")
-        params.append(task_id)
-    if run_id is not None:
-        where.append("run_id = ?")
-        params.append(run_id)
-    if cursor is not None:
-        ms, seq = parse_created_cursor(ctx, cursor, "artifacts")
-        where.append("(created_at_ms > ? OR (created_at_ms = ? AND seq > ?))")
-        params += [ms, ms, seq]
-    sql = "SELECT * FROM artifacts"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY created_at_ms, seq LIMIT ?"
-    rows = ctx.conn.execute(sql, (*params, limit + 1)).fetchall()
-    items = [artifact_from_row(r) for r in rows[:limit]]
-    nxt = f"{items[-1].created_at_ms}:{items[-1].id}" if len(rows) > limit and items else None
+    items, nxt = page_by_creation(
+        ctx, "artifacts", {"task_id": task_id, "run_id": run_id}, limit, cursor, artifact_from_row
+    )
     return Page[Artifact](items=items, next_cursor=nxt)

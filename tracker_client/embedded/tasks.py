@@ -4,8 +4,8 @@ assignments. Runs on the database thread inside a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from tracker_client.embedded.common import (
     INT64_MAX,
@@ -32,6 +32,8 @@ from tracker_client.models import (
     TaskDetail,
 )
 
+T = TypeVar("T")
+
 __all__ = [
     "add_dependency",
     "assign",
@@ -43,6 +45,7 @@ __all__ = [
     "list_pipelines",
     "list_runs",
     "list_tasks",
+    "page_by_creation",
     "parse_created_cursor",
     "unassign",
 ]
@@ -244,31 +247,45 @@ def parse_created_cursor(ctx: Ctx, cursor: str, table: str) -> tuple[int, int]:
     return ms, int(row[0])
 
 
-def list_tasks(
-    ctx: Ctx, stage: str | None, pipeline_id: str | None, limit: int, cursor: str | None
-) -> Page[Task]:
-    """Tasks in creation order, a page at a time."""
+def page_by_creation(
+    ctx: Ctx,
+    table: str,
+    filters: Mapping[str, str | None],
+    limit: int,
+    cursor: str | None,
+    from_row: Callable[[Any], T],
+) -> tuple[list[T], str | None]:
+    """One page (items, next cursor) of ``table`` in creation order.
+
+    ``filters`` are column equalities (None = no filter); the cursor is
+    ``<created_at_ms>:<id>`` of the page's last item, exclusive.
+    """
     check_limit(limit)
-    where: list[str] = []
-    params: list[Any] = []
-    if stage is not None:
-        where.append("stage = ?")
-        params.append(stage)
-    if pipeline_id is not None:
-        where.append("pipeline_id = ?")
-        params.append(pipeline_id)
+    where = [f"{column} = ?" for column, value in filters.items() if value is not None]
+    params: list[Any] = [value for value in filters.values() if value is not None]
     if cursor is not None:
-        ms, seq = parse_created_cursor(ctx, cursor, "tasks")
+        ms, seq = parse_created_cursor(ctx, cursor, table)
         where.append("(created_at_ms > ? OR (created_at_ms = ? AND seq > ?))")
         params += [ms, ms, seq]
-    sql = "SELECT * FROM tasks"
+    sql = f"SELECT * FROM {table}"  # table and columns are ours, never user input
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY created_at_ms, seq LIMIT ?"
     rows = ctx.conn.execute(sql, (*params, limit + 1)).fetchall()
-    items = [task_from_row(r) for r in rows[:limit]]
-    more = len(rows) > limit
-    nxt = f"{items[-1].created_at_ms}:{items[-1].id}" if more and items else None
+    items = [from_row(r) for r in rows[:limit]]
+    if len(rows) <= limit or not items:
+        return items, None
+    last = rows[limit - 1]
+    return items, f"{last['created_at_ms']}:{last['id']}"
+
+
+def list_tasks(
+    ctx: Ctx, stage: str | None, pipeline_id: str | None, limit: int, cursor: str | None
+) -> Page[Task]:
+    """Tasks in creation order, a page at a time."""
+    items, nxt = page_by_creation(
+        ctx, "tasks", {"stage": stage, "pipeline_id": pipeline_id}, limit, cursor, task_from_row
+    )
     return Page[Task](items=items, next_cursor=nxt)
 
 
