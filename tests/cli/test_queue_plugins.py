@@ -28,6 +28,7 @@ def test_queue_table_and_json(simple: Rail) -> None:
     assert table.exit_code == 0, table.output
     for word in ("coder", "checker", "waiting", "running", "dead", "expiring", "stuck"):
         assert word in table.stdout
+    assert "tasks by stage: todo 3; active leases: 1" in table.stdout
 
 
 def test_queue_without_pipelines(rail: Rail) -> None:

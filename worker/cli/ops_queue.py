@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from tracker_client.models import QueueStats
+from tracker_client.models import Health, QueueStats
 from tracker_client.protocol import Tracker
 from worker.cli.ops_common import (
     DurationType,
@@ -36,8 +36,8 @@ def _compact(value: int | None) -> str:
     return str(value)
 
 
-def render_queue(stats: QueueStats) -> RenderableType:
-    """The per-role table of a :class:`QueueStats`."""
+def render_queue(stats: QueueStats, health: Health | None = None) -> RenderableType:
+    """The per-role table of a :class:`QueueStats`, and the census of ``health`` below it."""
     table = Table(
         title=f"queue at {fmt_ms(stats.generated_at_ms)}",
         box=box.SIMPLE_HEAD,
@@ -63,9 +63,13 @@ def render_queue(stats: QueueStats) -> RenderableType:
             str(r.stuck_count),
             "none" if cap == 0 else _compact(cap),
         )
+    parts: list[RenderableType] = [table]
     if not stats.roles:
-        return Group(table, "no roles yet: create a pipeline first")
-    return table
+        parts.append("no roles yet: create a pipeline first")
+    if health is not None and health.tasks_by_stage:
+        census = "  ".join(f"{s.stage} {s.count}" for s in health.tasks_by_stage)
+        parts.append(f"tasks by stage: {census}; active leases: {health.active_leases}")
+    return Group(*parts)
 
 
 @click.command("queue", short_help="Per-role backlog figures, once or live (--watch).")
@@ -114,30 +118,31 @@ def queue(
     async def stats(tracker: Tracker) -> QueueStats:
         return await tracker.queue_stats(near_expiry_ms=near_ms, stuck_ms=stuck_ms)
 
+    async def view(tracker: Tracker) -> RenderableType:
+        return render_queue(await stats(tracker), await tracker.health())
+
     async def once(tracker: Tracker) -> int:
-        result = await stats(tracker)
         if ops.as_json:
-            ops.emit_json(result)
+            ops.emit_json(await stats(tracker))
         else:
-            ops.print(render_queue(result))
+            ops.print(await view(tracker))
         return 0
 
     async def watching(tracker: Tracker) -> int:
         count = 0
         if ops.as_json or not ops.console.is_terminal:
             while iterations is None or count < iterations:
-                result = await stats(tracker)
                 if ops.as_json:
-                    ops.emit_json(result, compact=True)
+                    ops.emit_json(await stats(tracker), compact=True)
                 else:
-                    ops.print(render_queue(result))
+                    ops.print(await view(tracker))
                 count += 1
                 if iterations is None or count < iterations:
                     await anyio.sleep(interval)
             return 0
         with Live(console=ops.console, auto_refresh=False) as live:
             while iterations is None or count < iterations:
-                live.update(render_queue(await stats(tracker)), refresh=True)
+                live.update(await view(tracker), refresh=True)
                 count += 1
                 if iterations is None or count < iterations:
                     await anyio.sleep(interval)
