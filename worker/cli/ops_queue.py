@@ -41,7 +41,7 @@ def render_queue(stats: QueueStats, health: Health | None = None) -> RenderableT
     table = Table(
         title=f"queue at {fmt_ms(stats.generated_at_ms)}",
         box=box.SIMPLE_HEAD,
-        padding=(0, 0, 0, 1),
+        padding=0,  # ten columns: the box's own separators are enough to fit 80 columns
         caption="ready: claimable now; dead: dead-lettered; oldest: age of the oldest ready "
         "task; expiring: leases near expiry; stuck: runs running too long",
     )
