@@ -14,7 +14,7 @@ Every error the project raises on purpose is a :class:`BacklogWorkerError`::
     │   ├── TrackerRejected          any other 4xx; keeps the tracker's ``code``
     │   │   └── ValidationFailed     bad input: pipeline definition, task fields, limits
     │   └── TrackerCorrupt           the tracker's storage is unusable (foreign/corrupt/newer file)
-    ├── ExecutorError                an executor plugin is missing, misconfigured or broke its contract
+    ├── ExecutorError                an executor plugin is missing, misconfigured or broken
     └── ConfigError                  bad configuration; names the key and the file
 
 Foreign exceptions (``httpx``, ``sqlite3``, ``OSError``) are mapped once, at the boundary that

@@ -54,7 +54,7 @@ class Options:
     role_backlog_depth: dict[str, int] = field(default_factory=dict)
     max_stale_attempts: int = 3
     idempotency_ttl_s: int = 86_400
-    poll_interval_s: float = 0.025
+    poll_interval_s: float = 0.05
 
     def cap_for(self, role: str) -> int:
         """The effective backlog cap of ``role`` (0 = unlimited)."""

@@ -101,5 +101,5 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         role_backlog_depth=_caps(options.get("role_backlog_depth")),
         max_stale_attempts=_int("max_stale_attempts", options.get("max_stale_attempts", 3), 0),
         idempotency_ttl_s=_int("idempotency_ttl_s", options.get("idempotency_ttl_s", 86_400), 0),
-        poll_interval_s=_float("poll_interval_s", options.get("poll_interval_s", 0.025)),
+        poll_interval_s=_float("poll_interval_s", options.get("poll_interval_s", 0.05)),
     )
