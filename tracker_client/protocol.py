@@ -238,9 +238,7 @@ class Tracker(Protocol):
         ``Conflict`` when the task is already terminal, dead-lettered or cancelled.
         """
 
-    async def cancel_all(
-        self, *, pipeline_id: str | None = None, role: str | None = None
-    ) -> int:
+    async def cancel_all(self, *, pipeline_id: str | None = None, role: str | None = None) -> int:
         """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
 
     async def requeue(
