@@ -105,6 +105,7 @@ class Worker:
         self._shutdown = anyio.Event()  # seen by executors through ctx.shutting_down
         self._skip_grace = anyio.Event()
         self._claim_scope = anyio.CancelScope()
+        self._startup_scope = anyio.CancelScope()
         self._run_done = anyio.Event()
         self._claims_made = 0
         self.last_progress = time.monotonic()
@@ -128,6 +129,7 @@ class Worker:
             self._skip_grace.set()
         self._stopping.set()
         self._shutdown.set()
+        self._startup_scope.cancel()
         self._claim_scope.cancel()
 
     def healthy(self, stale_after_s: float) -> bool:
@@ -142,9 +144,15 @@ class Worker:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until stopped (or drained / ``max_tasks`` reached). Signals readiness once the
         tracker has answered."""
-        await call_with_retry(
-            self.tracker.health, policy=self._retry, budget_s=None, action="health"
-        )
+        # A tracker that is down at start-up is waited out, but a stop still ends the wait.
+        with self._startup_scope:
+            await call_with_retry(
+                self.tracker.health, policy=self._retry, budget_s=None, action="health"
+            )
+        if self._startup_scope.cancelled_caught or self._stopping.is_set():
+            self._set_state(WorkerState.STOPPED)
+            task_status.started()
+            return
         self._set_state(WorkerState.RUNNING)
         task_status.started()
         log.info(

@@ -339,3 +339,15 @@ async def test_instructions_of_previous_transition_reach_the_executor(
         await start_worker(tg, worker)
     assert seen == [None, None, "try again", None]
     assert (await tracker.get_task(task_id)).stage == "done"
+
+
+async def test_stop_ends_a_start_up_wait_for_a_down_tracker(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    flaky = FlakyTracker(tracker, {"health"})
+    worker = Worker(flaky, worker_config(), [role("coder", lambda ctx: anyio.sleep(0))])  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await wait_until(lambda: flaky.failures >= 2)
+        worker.stop()
+    assert worker.state is WorkerState.STOPPED
