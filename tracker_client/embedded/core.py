@@ -137,9 +137,12 @@ class TrackerCore:
                 # The stat gate can miss a same-size rewrite within one mtime tick, so a real
                 # check still runs at least once a second.
                 stale = anyio.current_time() - self._dv_at > 1.0
-                if not self._wal_may_have_changed() and not stale:
-                    continue
-                if await self._data_version() != version:
+                if self._wal_may_have_changed() or stale:
+                    # Refresh the shared version: other waiters of this instance read it too,
+                    # since only the first to stat a change sees the signature move.
+                    self._dv = await self._db.run(self._db.data_version)
+                    self._dv_at = anyio.current_time()
+                if self._dv != version:
                     return
 
     def _wal_may_have_changed(self) -> bool:
@@ -160,14 +163,6 @@ class TrackerCore:
         changed = signature != self._wal_signature
         self._wal_signature = signature
         return changed
-
-    async def _data_version(self) -> int:
-        """``PRAGMA data_version``, shared by every waiter polling within half an interval."""
-        now = anyio.current_time()
-        if now - self._dv_at >= self._opts.poll_interval_s / 2:
-            self._dv = await self._db.run(self._db.data_version)
-            self._dv_at = anyio.current_time()
-        return self._dv
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def health(self) -> Health:
