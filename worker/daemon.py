@@ -107,7 +107,12 @@ class Worker:
         self._claim_scope = anyio.CancelScope()
         self._startup_scope = anyio.CancelScope()
         self._run_done = anyio.Event()
-        self._claims_made = 0
+        self._claims_reserved = 0  # claims made or in flight (for max_tasks)
+        self._claiming = 0  # claims in flight
+        self._parallel_claims = max(1, min(config.concurrency, 4))
+        self._claim_cap = 1
+        self._settled = anyio.Event()
+        self._found_no_work = False
         self.last_progress = time.monotonic()
 
     # -- public control -----------------------------------------------------------------------
@@ -210,33 +215,69 @@ class Worker:
         scope.cancel()
 
     async def _claim_loop(self, runs: anyio.abc.TaskGroup) -> None:
+        """Take a slot, then claim for it; several claims may be in flight at once.
+
+        A claim costs a tracker round trip, so claiming one task at a time would cap the
+        worker at one task per round trip whatever its concurrency. Up to
+        ``_parallel_claims`` claims overlap while work flows. The first claim that finds no
+        work stops new claims; once the outstanding ones settle the loop idles (one waiter,
+        backing off, woken early by the tracker) and then probes with a single claim, widening
+        again only when that one finds work: an idle worker makes one claim per round.
+        """
         idle_round = 0
         max_tasks = self.config.max_tasks
-        while not self._stopping.is_set():
-            if max_tasks and self._claims_made >= max_tasks:
-                break
-            # Each slot is borrowed on behalf of its own token, so the run that ends up holding
-            # it (another task) can hand it back.
-            slot = object()
-            await self._slots.acquire_on_behalf_of(slot)
-            self.last_progress = time.monotonic()
-            try:
-                claimed = await self._claim_next()
-            except BaseException:
-                self._slots.release_on_behalf_of(slot)
-                raise
+        async with anyio.create_task_group() as claims:
+            while not self._stopping.is_set():
+                if max_tasks and self._claims_reserved >= max_tasks:
+                    break
+                if self._found_no_work:
+                    await self._claims_settled()
+                    if self._found_no_work:
+                        if self.config.drain and not self._runs:
+                            log.info("queue drained", extra={"action": "drained"})
+                            break
+                        await self._idle_wait(idle_round)
+                        idle_round += 1
+                        self._found_no_work = False
+                        self._claim_cap = 1  # probe with one claim; widen once one finds work
+                        continue
+                idle_round = 0
+                while self._claiming >= self._claim_cap:
+                    await self._claims_settled()
+                # Each slot is borrowed on behalf of its own token, so the run that ends up
+                # holding it (another task) can hand it back.
+                slot = object()
+                await self._slots.acquire_on_behalf_of(slot)
+                self.last_progress = time.monotonic()
+                self._claims_reserved += 1
+                if self._claiming == 0:
+                    self._settled = anyio.Event()
+                self._claiming += 1
+                claims.start_soon(self._claim_for_slot, runs, slot)
+
+    async def _claims_settled(self) -> None:
+        """Wait until no claim is outstanding."""
+        if self._claiming:
+            await self._settled.wait()
+
+    async def _claim_for_slot(self, runs: anyio.abc.TaskGroup, slot: object) -> None:
+        claimed: tuple[Lease, Role] | None = None
+        try:
+            claimed = await self._claim_next()
+        finally:
+            self._claiming -= 1
             if claimed is None:
                 self._slots.release_on_behalf_of(slot)
-                if self.config.drain and not self._runs:
-                    log.info("queue drained", extra={"action": "drained"})
-                    break
-                await self._idle_wait(idle_round)
-                idle_round += 1
-                continue
-            idle_round = 0
-            lease, role = claimed
-            self._claims_made += 1
-            self._start_run(runs, lease, role, slot)
+                self._claims_reserved -= 1
+            if self._claiming == 0:
+                self._settled.set()
+        if claimed is None:
+            self._found_no_work = True
+            return
+        self._found_no_work = False
+        self._claim_cap = self._parallel_claims
+        lease, role = claimed
+        self._start_run(runs, lease, role, slot)
 
     async def _idle_wait(self, idle_round: int) -> None:
         ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))

@@ -351,3 +351,52 @@ async def test_stop_ends_a_start_up_wait_for_a_down_tracker(
         await wait_until(lambda: flaky.failures >= 2)
         worker.stop()
     assert worker.state is WorkerState.STOPPED
+
+
+class CountingTracker:
+    """The real tracker, with claims counted and their overlap measured."""
+
+    def __init__(self, inner: Tracker) -> None:
+        self._inner = inner
+        self.claims = 0
+        self.in_flight = 0
+        self.peak = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.claims += 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            return await self._inner.claim(*args, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_claims_overlap_while_work_flows_but_not_when_idle(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    await add_tasks(tracker, pipeline_id, 200)
+    counting = CountingTracker(tracker)
+
+    async def work(ctx: ExecutionContext) -> None:
+        await anyio.sleep(0)
+
+    worker = Worker(
+        counting,  # type: ignore[arg-type]
+        worker_config(concurrency=8, idle_min_s=0.05, idle_max_s=0.05),
+        [role("coder", work)],
+    )
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: worker.stats.transitioned == 200)
+        assert 2 <= counting.peak <= 4  # overlapping, but bounded
+        # Idle: each back-off round makes a single claim, not one per free slot.
+        before = counting.claims
+        counting.peak = 0
+        await wait_until(lambda: counting.claims >= before + 5)
+        assert counting.peak == 1
+        worker.stop()
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
