@@ -111,6 +111,7 @@ class Worker:
         self._claiming = 0  # claims in flight
         self._parallel_claims = max(1, min(config.concurrency, 4))
         self._claim_cap = 1
+        self._idle_round = 0
         self._settled = anyio.Event()
         self._found_no_work = False
         self.last_progress = time.monotonic()
@@ -224,7 +225,6 @@ class Worker:
         backing off, woken early by the tracker) and then probes with a single claim, widening
         again only when that one finds work: an idle worker makes one claim per round.
         """
-        idle_round = 0
         max_tasks = self.config.max_tasks
         async with anyio.create_task_group() as claims:
             while not self._stopping.is_set():
@@ -236,12 +236,11 @@ class Worker:
                         if self.config.drain and not self._runs:
                             log.info("queue drained", extra={"action": "drained"})
                             break
-                        await self._idle_wait(idle_round)
-                        idle_round += 1
+                        await self._idle_wait(self._idle_round)
+                        self._idle_round += 1  # back off further until a claim finds work
                         self._found_no_work = False
                         self._claim_cap = 1  # probe with one claim; widen once one finds work
                         continue
-                idle_round = 0
                 while self._claiming >= self._claim_cap:
                     await self._claims_settled()
                 # Each slot is borrowed on behalf of its own token, so the run that ends up
@@ -276,6 +275,7 @@ class Worker:
             return
         self._found_no_work = False
         self._claim_cap = self._parallel_claims
+        self._idle_round = 0
         lease, role = claimed
         self._start_run(runs, lease, role, slot)
 

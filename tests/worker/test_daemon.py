@@ -398,5 +398,6 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
         counting.peak = 0
         await wait_until(lambda: counting.claims >= before + 5)
         assert counting.peak == 1
+        assert worker._idle_round >= 3  # and the back-off keeps growing while idle
         worker.stop()
     assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
