@@ -149,31 +149,6 @@ def sink() -> RecordingSink:
     return RecordingSink()
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
-
-async def wait_dead(pids: list[int], deadline_s: float = 10.0) -> list[int]:
-    """Poll until every pid is gone or the deadline passes; returns the survivors."""
-    end = time.monotonic() + deadline_s
-    while True:
-        alive = [p for p in pids if pid_alive(p)]
-        if not alive or time.monotonic() >= end:
-            return alive
-        await anyio.sleep(0.02)
-
-
 async def wait_pidfile(path: Path, deadline_s: float = 20.0) -> dict[str, int]:
     """Poll (with a deadline) for the fake's pid file; returns role -> pid."""
     end = time.monotonic() + deadline_s

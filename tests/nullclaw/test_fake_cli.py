@@ -18,8 +18,7 @@ import pytest
 
 from plugins.api import Failure
 from plugins.nullclaw_result import Answer, classify, find_verdict, split_answer
-
-from .conftest import pid_alive
+from tests.plugins.helpers import pid_alive
 
 RETRYABLE = ("RateLimited", "AllProvidersFailed", "CurlFailed")
 

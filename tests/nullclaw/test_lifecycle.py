@@ -14,8 +14,9 @@ import pytest
 
 from plugins.api import Failure, Outcome, Transition
 from plugins.nullclaw import NullClawExecutor
+from tests.plugins.helpers import pid_alive, wait_dead
 
-from .conftest import RecordingSink, make_ctx, pid_alive, wait_dead, wait_pidfile
+from .conftest import RecordingSink, make_ctx, wait_pidfile
 
 pytestmark = pytest.mark.anyio
 

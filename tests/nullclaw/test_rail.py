@@ -10,13 +10,14 @@ import anyio
 import pytest
 
 from plugins.nullclaw import NullClawExecutor
+from tests.plugins.helpers import pid_alive, wait_dead
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, TaskCreate
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
-from .conftest import pid_alive, read_record, wait_dead, wait_pidfile
+from .conftest import read_record, wait_pidfile
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
