@@ -114,6 +114,8 @@ class Worker:
         self._idle_round = 0
         self._settled = anyio.Event()
         self._found_no_work = False
+        self._finished_gen = 0  # runs finished so far
+        self._empty_seen_gen = 0  # _finished_gen when the last empty claim began
         self.last_progress = time.monotonic()
 
     # -- public control -----------------------------------------------------------------------
@@ -233,11 +235,15 @@ class Worker:
                 if self._found_no_work:
                     await self._claims_settled()
                     if self._found_no_work:
-                        if self.config.drain and not self._runs:
+                        # Drained only if no run finished since that empty claim began: a
+                        # run's fail or transition may have made work that claim could not see.
+                        stale = self._empty_seen_gen != self._finished_gen
+                        if self.config.drain and not self._runs and not stale:
                             log.info("queue drained", extra={"action": "drained"})
                             break
-                        await self._idle_wait(self._idle_round)
-                        self._idle_round += 1  # back off further until a claim finds work
+                        if not stale:
+                            await self._idle_wait(self._idle_round)
+                            self._idle_round += 1  # back off further until a claim finds work
                         self._found_no_work = False
                         self._claim_cap = 1  # probe with one claim; widen once one finds work
                         continue
@@ -260,6 +266,7 @@ class Worker:
             await self._settled.wait()
 
     async def _claim_for_slot(self, runs: anyio.abc.TaskGroup, slot: object) -> None:
+        generation = self._finished_gen
         claimed: tuple[Lease, Role] | None = None
         try:
             claimed = await self._claim_next()
@@ -272,6 +279,7 @@ class Worker:
                 self._settled.set()
         if claimed is None:
             self._found_no_work = True
+            self._empty_seen_gen = generation
             return
         self._found_no_work = False
         self._claim_cap = self._parallel_claims
@@ -391,6 +399,7 @@ class Worker:
             log.exception("run crashed", extra={"action": "run_crashed"})
         finally:
             self._runs.discard(run)
+            self._finished_gen += 1
             self._role_busy[role.name] -= 1
             self.stats.in_flight = len(self._runs)
             self._slots.release_on_behalf_of(slot)
