@@ -394,10 +394,10 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
         await wait_until(lambda: worker.stats.transitioned == 200)
         assert 2 <= counting.peak <= 4  # overlapping, but bounded
         # Idle: each back-off round makes a single claim, not one per free slot.
-        before = counting.claims
+        await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight == 0)
         counting.peak = 0
-        await wait_until(lambda: counting.claims >= before + 5)
+        # ... and the back-off keeps growing while idle.
+        await wait_until(lambda: worker._idle_round >= 4)
         assert counting.peak == 1
-        assert worker._idle_round >= 3  # and the back-off keeps growing while idle
         worker.stop()
     assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
