@@ -13,28 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tracker_client.models import (
-    Artifact,
-    ArtifactCreate,
-    Assignment,
-    CancelResult,
-    Dependency,
-    Event,
-    FailResult,
-    Health,
-    Lease,
-    MaintenanceReport,
-    Pipeline,
-    QueueStats,
-    RequeueResult,
-    Run,
-    StoreEntry,
-    Task,
-    TaskCreate,
-    TaskDetail,
-    TransitionResult,
-    WaitResult,
-)
+from tracker_client import models
 
 __all__ = ["OPERATIONS", "QUERY_PARAMS", "openapi_document"]
 
@@ -290,27 +269,13 @@ OPERATIONS: list[tuple[str, str, str, str, str | None, int, str | None, tuple[in
     ),
 ]
 
+# Every model of the contract (the generic Page is spelled out per route instead).
 _MODELS: list[type[BaseModel]] = [
-    Artifact,
-    ArtifactCreate,
-    Assignment,
-    CancelResult,
-    Dependency,
-    Event,
-    FailResult,
-    Health,
-    Lease,
-    MaintenanceReport,
-    Pipeline,
-    QueueStats,
-    RequeueResult,
-    Run,
-    StoreEntry,
-    Task,
-    TaskCreate,
-    TaskDetail,
-    TransitionResult,
-    WaitResult,
+    obj
+    for name in models.__all__
+    if isinstance(obj := getattr(models, name), type)
+    and issubclass(obj, BaseModel)
+    and obj is not models.Page
 ]
 
 
