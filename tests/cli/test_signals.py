@@ -62,15 +62,22 @@ def test_interrupted_watch_exits_zero(simple: Rail, tmp_path: Path) -> None:
     assert err.strip() == "stopped"
 
 
-def _processes_mentioning(text: str) -> list[int]:
+def _processes_mentioning(text: str, parent: int | None = None) -> list[int]:
+    """Processes whose command line holds ``text``, optionally only ``parent``'s children.
+
+    A worker's fork that has not exec'd its executor's command yet still shows the worker's own
+    command line, so "the workers" are counted as the demo's direct children.
+    """
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
+                # stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ")"
+                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if text in cmdline:
+            if text in cmdline and (parent is None or ppid == parent):
                 pids.append(int(entry.name))
     return pids
 
@@ -94,7 +101,8 @@ def test_interrupted_demo_stops_its_workers(tmp_path: Path) -> None:
         # "finished N/30" lines come from the monitor loop: every worker has been started.
         while not proc.stdout.readline().startswith("finished"):
             assert proc.poll() is None, proc.communicate()
-        assert len(_processes_mentioning(str(keep / "worker.toml"))) == 3, "workers not running"
+        workers = _processes_mentioning(str(keep / "worker.toml"), parent=proc.pid)
+        assert len(workers) == 3, "workers not running"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -104,3 +112,4 @@ def test_interrupted_demo_stops_its_workers(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "demo interrupted; its workers were stopped" in err
     assert _processes_mentioning(str(keep / "worker.toml")) == []
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
