@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -298,6 +299,54 @@ async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -
         assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 11
     finally:
         conn.close()
+
+
+async def test_a_write_that_fails_after_writing_is_undone_and_the_group_replayed(
+    tmp_path: Path,
+) -> None:
+    """A job that wrote before failing: rolled back alone, its group-mates still commit."""
+    from tracker_client.embedded import store
+
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        runs: dict[str, int] = {}
+
+        def put(key: str, fail: bool) -> Callable[[Any], None]:
+            def fn(c: Any) -> None:
+                runs[key] = runs.get(key, 0) + 1
+                store.put(c, "ns", key, {"k": key})
+                if fail:
+                    raise ValidationFailed(f"{key} refused after its write")
+
+            return fn
+
+        outcomes: dict[str, object] = {}
+
+        async def write(key: str, fail: bool) -> None:
+            try:
+                outcomes[key] = await tracker._write("store_put", put(key, fail))
+            except ValidationFailed as exc:
+                outcomes[key] = exc
+
+        entered, gate = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            entered.set()
+            gate.wait(30)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tracker._db.run, hold)
+            await _until(entered.is_set)
+            for key, fail in (("a", False), ("b", True), ("c", False)):
+                tg.start_soon(write, key, fail)
+            await _until(lambda: tracker._db._worker._queue.qsize() == 3)
+            gate.set()
+        assert isinstance(outcomes["b"], ValidationFailed)
+        assert outcomes["a"] is None and outcomes["c"] is None
+        assert runs == {"a": 2, "b": 2, "c": 1}  # the group up to "b", then each job alone
+        assert sorted(e.key for e in await tracker.store_list("ns")) == ["a", "c"]
+    finally:
+        await tracker.aclose()
 
 
 async def test_blocking_hand_off_used_off_asyncio(tmp_path: Path) -> None:

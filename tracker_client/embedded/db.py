@@ -36,9 +36,12 @@ T = TypeVar("T")
 
 
 class _Job:
-    """A closure for the database thread; a write job's ``fn`` runs inside a transaction."""
+    """A closure for the database thread; a write job's ``fn`` runs inside a transaction.
 
-    __slots__ = ("after", "done", "fn", "where", "write")
+    Its outcome goes to ``fut`` on ``loop`` (asyncio callers) or to ``done`` (any other caller).
+    """
+
+    __slots__ = ("after", "done", "fn", "fut", "loop", "where", "write")
 
     def __init__(
         self,
@@ -53,10 +56,35 @@ class _Job:
         self.where = where
         self.after = after
         self.done: Callable[[bool, Any], None] = _ignore
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.fut: asyncio.Future[Any] | None = None
 
 
 def _ignore(_ok: bool, _value: Any) -> None:
     return None
+
+
+def _deliver(outcomes: list[tuple[_Job, bool, Any]]) -> None:
+    """Hand outcomes to their callers: one loop wake-up per event loop, not one per job."""
+    batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for job, ok, value in outcomes:
+        if job.loop is None or job.fut is None:
+            job.done(ok, value)
+        else:
+            batches.setdefault(job.loop, []).append((job.fut, ok, value))
+    for loop, batch in batches.items():
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+            loop.call_soon_threadsafe(_resolve_all, batch)
+
+
+def _resolve_all(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in batch:
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
 
 
 _STOP = _Job(lambda: None)
@@ -90,9 +118,9 @@ class _Worker:
                 try:
                     result = job.fn()
                 except BaseException as exc:  # handed to the caller, never swallowed
-                    job.done(False, exc)
+                    _deliver([(job, False, exc)])
                 else:
-                    job.done(True, result)
+                    _deliver([(job, True, result)])
                 continue
             group = [job]
             while len(group) < MAX_GROUP:
@@ -111,15 +139,6 @@ class _Worker:
 
     def stop(self) -> None:
         self._queue.put(_STOP)
-
-
-def _resolve(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if fut.done():
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
 
 
 class _Checkpointer:
@@ -227,11 +246,7 @@ class Database:
             loop = None
         if loop is not None:
             fut: asyncio.Future[Any] = loop.create_future()
-
-            def done(ok: bool, value: Any) -> None:
-                loop.call_soon_threadsafe(_resolve, fut, ok, value)
-
-            job.done = done
+            job.loop, job.fut = loop, fut
             self._worker.submit(job)
             # Like anyio.to_thread.run_sync: a started call always completes and its result
             # is delivered, so a cancelled caller never loses a committed claim half-way.
@@ -325,38 +340,38 @@ class Database:
         return result
 
     def _write_group(self, group: list[_Job]) -> None:
-        """Run write jobs in one transaction, each in its own savepoint, and commit once.
+        """Run write jobs in one transaction and commit once (group commit).
 
-        A job that fails is rolled back to its savepoint alone and gets its error; the others
-        commit. Each caller hears back only after the commit (or with the error that lost it).
+        A job that fails without having changed a row just gets its error; the others commit.
+        A job that fails after writing can only be undone by a rollback, so then the whole group
+        is rolled back and every job re-run in a transaction of its own (jobs are functions of
+        the database state, safe to re-run; nothing of theirs happened outside it). Per-job
+        savepoints would do the same, at two more statements per job on the common path.
+        Each caller hears back only after the commit (or with the error that lost it).
         """
         conn = self.conn
         try:
             self._begin(group[0].where)
         except BaseException as exc:
-            for job in group:
-                job.done(False, exc)
+            _deliver([(job, False, exc) for job in group])
             return
-        single = len(group) == 1
-        outcomes: list[tuple[bool, Any]] = []
+        outcomes: list[tuple[_Job, bool, Any]] = []
+        replay = False
         try:
             for job in group:
-                if not single:
-                    conn.execute("SAVEPOINT job")
+                changes = conn.total_changes
                 try:
                     value = job.fn()
                 except BaseException as exc:
                     if not conn.in_transaction:  # SQLite gave up the whole transaction
                         raise
-                    if not single:
-                        conn.execute("ROLLBACK TO job")
-                        conn.execute("RELEASE job")
-                    outcomes.append((False, mapped(exc, job.where)))
+                    if conn.total_changes != changes and len(group) > 1:
+                        replay = True
+                        break
+                    outcomes.append((job, False, mapped(exc, job.where)))
                 else:
-                    if not single:
-                        conn.execute("RELEASE job")
-                    outcomes.append((True, value))
-            if single and not outcomes[0][0]:
+                    outcomes.append((job, True, value))
+            if replay or not any(ok for _, ok, _ in outcomes):
                 self._rollback()
             else:
                 conn.execute("COMMIT")
@@ -364,14 +379,17 @@ class Database:
         except BaseException as exc:
             self._rollback()
             lost = mapped(exc, group[0].where)
-            for job in group:
-                job.done(False, lost)
+            _deliver([(job, False, lost) for job in group])
             return
-        for job, (ok, value) in zip(group, outcomes, strict=True):
+        if replay:
+            for job in group:
+                self._write_group([job])
+            return
+        for job, ok, _ in outcomes:
             if ok and job.after is not None:
                 with contextlib.suppress(Exception):
                     job.after()
-            job.done(ok, value)
+        _deliver(outcomes)
 
     def read(self, fn: Callable[[], T], where: str) -> T:
         """Run ``fn`` in a deferred (read) transaction, so multi-query reads are consistent."""
