@@ -158,6 +158,11 @@ class ExecutionContext:
         return self._workdir_created
 
     @property
+    def has_buffered_reports(self) -> bool:
+        """Whether reports are waiting for the next flush."""
+        return bool(self._buffer)
+
+    @property
     def report_policy(self) -> ReportPolicy:
         """How this context batches reports (an executor streaming output flushes on its
         ``flush_interval_s`` so trailing events are not held until the next report)."""

@@ -29,6 +29,7 @@ from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
 from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig, TrackerConfig, WorkerConfig
+from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry
 from worker.run import RunResult, RunSettings, TaskRun
 
@@ -99,6 +100,7 @@ class Worker:
         self._role_busy: dict[str, int] = {}
         self._next_role = 0
         self._runs: set[TaskRun] = set()
+        self._keeper = LeaseKeeper()
         self._all_idle = anyio.Event()
         self._all_idle.set()
         self._stopping = anyio.Event()
@@ -171,6 +173,7 @@ class Worker:
             extra={"action": "worker_started"},
         )
         async with anyio.create_task_group() as runs, anyio.create_task_group() as background:
+            await background.start(self._keeper.run)
             background.start_soon(self._maintenance_loop)
             with self._claim_scope:
                 await self._claim_loop(runs)
@@ -380,6 +383,7 @@ class Worker:
                 report_flush_s=self.config.report_flush_s,
             ),
             shutdown=self._shutdown,
+            keeper=self._keeper,
         )
         self._runs.add(run)
         self._all_idle = anyio.Event()

@@ -1,9 +1,11 @@
-"""One claimed task: executor + heartbeat in one task group, then the final report.
+"""One claimed task: the executor under heartbeats, then the final report.
 
 The shape (DESIGN.md "One task, end to end"):
 
-1. The executor and a heartbeat every ttl/3 run in one task group. A heartbeat that says the
-   lease is gone cancels the executor at once and nothing more is written for the run.
+1. The executor runs in the run's own task while the worker's :class:`~worker.keeper.LeaseKeeper`
+   heartbeats the lease every ttl/3 and flushes buffered reports (one keeper task for all runs,
+   instead of two loops per run). A heartbeat that says the lease is gone cancels the executor
+   at once and nothing more is written for the run.
 2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
    and fails the run with reason ``timeout``.
 3. The outcome is reported under a shield: buffered events, then ``transition`` with the claimed
@@ -37,6 +39,7 @@ from tracker_client.errors import (
 from tracker_client.models import ArtifactCreate, Lease
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig
+from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
@@ -122,6 +125,7 @@ class TaskRun:
         executor: Executor,
         settings: RunSettings,
         shutdown: anyio.Event,
+        keeper: LeaseKeeper,
         instructions: str | None = None,
     ) -> None:
         self.tracker = tracker
@@ -131,6 +135,8 @@ class TaskRun:
         self.settings = settings
         self._shutdown = shutdown
         self._instructions = instructions
+        self._keeper = keeper
+        self._ctx: ExecutionContext | None = None
         self._expires_at = anyio.current_time() + settings.lease_ttl_s
         self._lost: LeaseLost | None = None
         self.scope = anyio.CancelScope()
@@ -189,11 +195,14 @@ class TaskRun:
             if timeout is not None:
                 ctx.deadline = anyio.current_time() + timeout
             with self.scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._heartbeat_loop, tg.cancel_scope)
-                    tg.start_soon(self._flush_loop, ctx)
+                # Heartbeats and periodic flushes come from the worker's keeper; a heartbeat
+                # that finds the lease gone cancels this scope.
+                self._ctx = ctx
+                self._keeper.add(self)
+                try:
                     outcome = await self._call_executor(ctx, timeout)
-                    tg.cancel_scope.cancel()
+                finally:
+                    self._keeper.remove(self)
             if self._lost is not None:
                 self._log.warning(
                     "lease lost (%s): executor cancelled, nothing reported",
@@ -223,8 +232,11 @@ class TaskRun:
 
     async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
         try:
-            with anyio.fail_after(limit_s):
+            if limit_s is None:
                 outcome = await self.executor.execute(ctx)
+            else:
+                with anyio.fail_after(limit_s):
+                    outcome = await self.executor.execute(ctx)
         except TimeoutError:
             return Failure(
                 reason="timeout",
@@ -247,44 +259,58 @@ class TaskRun:
             )
         return outcome
 
-    async def _flush_loop(self, ctx: ExecutionContext) -> None:
-        """Write buffered reports on the policy's interval, so a quiet executor's last events
-        don't wait for the end of the run."""
-        interval = self.settings.report_flush_s
-        while True:
-            await anyio.sleep(interval)
-            try:
-                # Shielded: cancelling a flush halfway would lose the batch it took.
-                with anyio.CancelScope(shield=True):
-                    await ctx.flush()
-            except TrackerError as exc:
-                self._log.warning(
-                    "could not write reports: %s", exc, extra={"action": "report_flush_failed"}
-                )
-                return
+    # -- kept by the worker's LeaseKeeper ------------------------------------------------------
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """A third of the lease TTL: two heartbeats may fail before the lease runs out."""
+        return self.settings.lease_ttl_s / 3
 
-    async def _heartbeat_loop(self, scope: anyio.CancelScope) -> None:
-        interval = self.settings.lease_ttl_s / 3
+    @property
+    def flush_interval_s(self) -> float:
+        """How often buffered reports are written when the executor doesn't flush itself."""
+        return self.settings.report_flush_s
+
+    def has_pending_reports(self) -> bool:
+        """Whether the executor's context holds reports not written yet."""
+        return self._ctx is not None and self._ctx.has_buffered_reports
+
+    async def flush_once(self) -> bool:
+        """Write buffered reports, so a quiet executor's last events don't wait for the end of
+        the run. False (stop flushing this run) when the tracker refused them."""
+        if self._ctx is None:
+            return True
+        try:
+            # Shielded: cancelling a flush halfway would lose the batch it took.
+            with anyio.CancelScope(shield=True):
+                await self._ctx.flush()
+        except TrackerError as exc:
+            self._log.warning(
+                "could not write reports: %s", exc, extra={"action": "report_flush_failed"}
+            )
+            return False
+        return True
+
+    async def heartbeat_once(self) -> bool:
+        """Extend the lease. When it is gone (or could not be extended before running out),
+        cancel the executor and return False; nothing more is written for this run."""
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
-        while True:
-            await anyio.sleep(interval)
-            try:
-                await call_with_retry(
-                    lambda: self.tracker.heartbeat(self.lease, lease_ttl_ms=ttl_ms),
-                    policy=self.settings.retry,
-                    budget_s=self.lease_remaining_s(),
-                    action="heartbeat",
-                )
-            except LeaseLost as exc:
-                self._lost = exc
-                scope.cancel()
-                return
-            except TrackerUnavailable as exc:
-                # We could not extend the lease before it ran out: someone else may have it now.
-                self._lost = LeaseLost(f"heartbeat failed until the lease ran out: {exc}")
-                scope.cancel()
-                return
+        try:
+            await call_with_retry(
+                lambda: self.tracker.heartbeat(self.lease, lease_ttl_ms=ttl_ms),
+                policy=self.settings.retry,
+                budget_s=self.lease_remaining_s(),
+                action="heartbeat",
+            )
+        except LeaseLost as exc:
+            self._lost = exc
+        except TrackerUnavailable as exc:
+            # We could not extend the lease before it ran out: someone else may have it now.
+            self._lost = LeaseLost(f"heartbeat failed until the lease ran out: {exc}")
+        else:
             self._expires_at = anyio.current_time() + self.settings.lease_ttl_s
+            return True
+        self.scope.cancel()
+        return False
 
     # -- final report -------------------------------------------------------------------------
     async def _report(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:

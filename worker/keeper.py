@@ -1,0 +1,125 @@
+"""One task per worker that heartbeats every in-flight lease and flushes buffered reports.
+
+A run used to host its own heartbeat and flush loops: two more tasks and a task group per
+claimed task, most of a short task's cost in the worker. The keeper holds one schedule per
+(kind, interval) instead: a dict used as an ordered queue (insertion order = due order, since
+every entry is due ``interval`` after it was (re)scheduled), so adding, removing and finding the
+next due run are all O(1). When a run is due the keeper starts that one call in its own task
+group, so a slow heartbeat of one run never delays another's; a call still in flight is not
+started twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+__all__ = ["Kept", "LeaseKeeper"]
+
+
+class Kept(Protocol):
+    """What the keeper needs of a run (:class:`worker.run.TaskRun` implements it)."""
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """Seconds between heartbeats."""
+
+    @property
+    def flush_interval_s(self) -> float:
+        """Seconds between flushes of buffered reports."""
+
+    def has_pending_reports(self) -> bool:
+        """Whether a flush would write anything."""
+
+    async def heartbeat_once(self) -> bool:
+        """Extend the lease; False once the lease is gone (stop heartbeating)."""
+
+    async def flush_once(self) -> bool:
+        """Write buffered reports; False to stop flushing this run."""
+
+
+_HEARTBEAT = "heartbeat"
+_FLUSH = "flush"
+
+
+class LeaseKeeper:
+    """Schedules heartbeats and report flushes of many runs from one task (see module doc)."""
+
+    def __init__(self) -> None:
+        self._queues: dict[tuple[str, float], dict[Kept, float]] = {}
+        self._calls: dict[tuple[str, Kept], anyio.CancelScope] = {}
+        self._wake = anyio.Event()
+        self._sleep_until = math.inf
+        self._tg: TaskGroup | None = None
+
+    def keeps(self, run: Kept) -> bool:
+        """Whether ``run`` is scheduled for heartbeats."""
+        return any(run in q for (kind, _), q in self._queues.items() if kind == _HEARTBEAT)
+
+    def add(self, run: Kept) -> None:
+        """Start keeping ``run``: its first heartbeat and flush are one interval from now."""
+        now = anyio.current_time()
+        self._schedule(_HEARTBEAT, run.heartbeat_interval_s, run, now)
+        self._schedule(_FLUSH, run.flush_interval_s, run, now)
+
+    def remove(self, run: Kept) -> None:
+        """Stop keeping ``run``; a heartbeat of it still in flight is cancelled."""
+        for queue in self._queues.values():
+            queue.pop(run, None)
+        scope = self._calls.get((_HEARTBEAT, run))
+        if scope is not None:
+            scope.cancel()
+
+    def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
+        due = now + interval
+        self._queues.setdefault((kind, interval), {})[run] = due
+        if due < self._sleep_until:
+            self._wake.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep runs until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            while True:
+                now = anyio.current_time()
+                self._sleep_until = self._fire_due(tg, now)
+                self._wake = anyio.Event()
+                with anyio.move_on_after(self._sleep_until - now):
+                    await self._wake.wait()
+
+    def _fire_due(self, tg: TaskGroup, now: float) -> float:
+        """Start every due call; returns when the next one is due."""
+        next_due = math.inf
+        for (kind, interval), queue in self._queues.items():
+            while queue:
+                run = next(iter(queue))
+                due = queue[run]
+                if due > now:
+                    next_due = min(next_due, due)
+                    break
+                del queue[run]
+                queue[run] = now + interval  # back of the queue: due after everyone else
+                if (kind, run) in self._calls:
+                    continue  # the previous call is still running
+                if kind == _FLUSH and not run.has_pending_reports():
+                    continue
+                tg.start_soon(self._call, kind, run)
+        return next_due
+
+    async def _call(self, kind: str, run: Kept) -> None:
+        with anyio.CancelScope() as scope:
+            self._calls[(kind, run)] = scope
+            try:
+                keep = await (run.heartbeat_once() if kind == _HEARTBEAT else run.flush_once())
+            finally:
+                del self._calls[(kind, run)]
+            if not keep:
+                queue = self._queues.get(
+                    (kind, run.heartbeat_interval_s if kind == _HEARTBEAT else run.flush_interval_s)
+                )
+                if queue is not None:
+                    queue.pop(run, None)
