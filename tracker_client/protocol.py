@@ -8,6 +8,12 @@ Operations are domain verbs, not queries; every method may raise the errors of
 Writes take an optional ``idempotency_key``. Callers that retry a logical write (see
 ``worker``'s retry policy) pass the *same* key on every retry of that write and a fresh key for
 the next write; a replay returns the first answer instead of applying twice. Heartbeats take none.
+
+Keys guard against *lost answers*: a write that committed but whose reply never arrived. A
+tracker that cannot lose an answer (the embedded one: the commit and the reply happen in the
+caller's own process, and an error means nothing was committed) sets the class attribute
+``answers_can_be_lost = False``; callers may then skip keys, which saves a lookup and a record
+per write. Without the attribute, assume answers can be lost.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig, TrackerConfig, WorkerConfig
 from worker.keeper import LeaseKeeper
-from worker.retry import RetryPolicy, call_with_retry
+from worker.retry import RetryPolicy, call_with_retry, idempotency_keys_needed
 from worker.run import RunResult, RunSettings, TaskRun
 
 __all__ = ["Role", "Worker", "WorkerState", "WorkerStats"]
@@ -101,6 +101,7 @@ class Worker:
         self._next_role = 0
         self._runs: set[TaskRun] = set()
         self._keeper = LeaseKeeper()
+        self._keys = idempotency_keys_needed(tracker)
         self._all_idle = anyio.Event()
         self._all_idle.set()
         self._stopping = anyio.Event()
@@ -342,7 +343,7 @@ class Worker:
     async def _claim_one(self, role: Role, ttl_ms: int) -> Lease | None:
         # One idempotency key per claim attempt, reused only across retries of that attempt: a
         # lost answer then gives back the same lease instead of stranding it.
-        key = str(uuid.uuid4())
+        key = str(uuid.uuid4()) if self._keys else None
 
         async def attempt() -> Lease | None:
             # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted.
@@ -381,6 +382,7 @@ class Worker:
                 workdir_base=self.config.workdir,
                 keep_workdirs=self.config.keep_workdirs,
                 report_flush_s=self.config.report_flush_s,
+                idempotency_keys=self._keys,
             ),
             shutdown=self._shutdown,
             keeper=self._keeper,

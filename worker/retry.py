@@ -27,7 +27,7 @@ from tenacity import (
 
 from tracker_client.errors import TrackerUnavailable
 
-__all__ = ["RetryPolicy", "call_with_retry"]
+__all__ = ["RetryPolicy", "call_with_retry", "idempotency_keys_needed"]
 
 T = TypeVar("T")
 log = logging.getLogger("backlog_worker.worker")
@@ -39,6 +39,12 @@ class RetryPolicy:
 
     initial_s: float = 0.2
     max_s: float = 10.0
+
+
+def idempotency_keys_needed(tracker: object) -> bool:
+    """Whether writes to ``tracker`` need idempotency keys: unless it declares
+    ``answers_can_be_lost = False`` (see :mod:`tracker_client.protocol`), they do."""
+    return getattr(tracker, "answers_can_be_lost", True) is not False
 
 
 def _log_retry(action: str) -> Callable[[RetryCallState], None]:

@@ -60,6 +60,8 @@ class RunSettings:
     workdir_base: Path | None = None
     keep_workdirs: bool = False
     report_flush_s: float = 1.0
+    #: False for a tracker that cannot lose an answer (then a key would only cost a record).
+    idempotency_keys: bool = True
 
 
 @dataclass(slots=True)
@@ -94,8 +96,8 @@ class _TrackerSink:
             await self._run.add_event(kind, data)
 
     async def emit_artifact(self, artifact: ArtifactCreate) -> str:
-        key = str(uuid.uuid4())
         run = self._run
+        key = run.new_key()
         return await call_with_retry(
             lambda: run.tracker.add_artifact(artifact, idempotency_key=key),
             policy=run.settings.retry,
@@ -150,9 +152,13 @@ class TaskRun:
         """Seconds the lease is still ours (by our own clock), never negative."""
         return max(0.0, self._expires_at - anyio.current_time())
 
+    def new_key(self) -> str | None:
+        """A fresh idempotency key for one logical write (None when the tracker needs none)."""
+        return str(uuid.uuid4()) if self.settings.idempotency_keys else None
+
     async def add_event(self, kind: str, data: Any) -> None:
         """Write one event, retried within the lease; oversized data becomes a marker."""
-        key = str(uuid.uuid4())
+        key = self.new_key()
 
         async def write(payload: Any) -> int:
             return await call_with_retry(
@@ -165,7 +171,7 @@ class TaskRun:
         try:
             await write(data)
         except ValidationFailed as exc:
-            key = str(uuid.uuid4())
+            key = self.new_key()
             await write({"dropped": True, "reason": str(exc)})
 
     # -- the run --------------------------------------------------------------------------------
@@ -340,7 +346,7 @@ class TaskRun:
 
     async def _transition(self, outcome: Transition, budget: float) -> RunResult:
         trigger = outcome.trigger or self.role.default_trigger
-        key = str(uuid.uuid4())
+        key = self.new_key()
         task = self.lease.task
         try:
             result = await call_with_retry(
@@ -389,7 +395,7 @@ class TaskRun:
             **dict(failure.details),
         }
         await self.add_event("error", details)
-        key = str(uuid.uuid4())
+        key = self.new_key()
         error = f"{failure.reason}: {failure.message}" if failure.message else failure.reason
         result = await call_with_retry(
             lambda: self.tracker.fail(

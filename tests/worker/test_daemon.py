@@ -401,3 +401,55 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
         assert counting.peak == 1
         worker.stop()
     assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
+
+
+class KeyRecorder:
+    """The real tracker, recording the idempotency key of every write; ``lossy`` says whether
+    it declares that answers can be lost (as a tracker across a network does)."""
+
+    def __init__(self, inner: Tracker, *, lossy: bool, fail_first_transition: bool = False) -> None:
+        self._inner = inner
+        self.answers_can_be_lost = lossy
+        self.keys: list[tuple[str, str | None]] = []
+        self._fail_transition = fail_first_transition
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in {"claim", "transition", "fail", "add_event"}:
+            return attr
+
+        async def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.keys.append((name, kwargs.get("idempotency_key")))
+            if name == "transition" and self._fail_transition:
+                self._fail_transition = False
+                raise TrackerUnavailable("transition: injected lost answer")
+            return await attr(*args, **kwargs)
+
+        return recorded
+
+
+@pytest.mark.parametrize("lossy", [True, False])
+async def test_idempotency_keys_only_where_answers_can_be_lost(
+    tracker: Tracker, pipeline_id: str, lossy: bool
+) -> None:
+    await add_tasks(tracker, pipeline_id, 3)
+    recorder = KeyRecorder(tracker, lossy=lossy, fail_first_transition=True)
+
+    async def work(ctx: ExecutionContext) -> None:
+        return None
+
+    worker = Worker(recorder, worker_config(drain=True), [role("coder", work)])  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 3}
+    transitions = [key for op, key in recorder.keys if op == "transition"]
+    assert len(transitions) == 4  # one retried after the injected outage
+    if not lossy:  # the embedded tracker never loses an answer: no key, no record to write
+        assert all(key is None for _, key in recorder.keys)
+        return
+    claims = [key for op, key in recorder.keys if op == "claim"]
+    assert all(claims) and len(set(claims)) == len(claims)  # a fresh key per claim
+    assert all(transitions)
+    # the retry of the failed transition reused its key; the three writes had their own
+    assert sorted(transitions.count(k) for k in set(transitions)) == [1, 1, 2]
+    assert transitions.count(transitions[0]) == 2  # the first one was retried

@@ -52,6 +52,10 @@ def _none(_: Any) -> None:
 class EmbeddedTracker(TrackerCore):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
+    #: Every write commits and answers in the caller's process, and an error means nothing was
+    #: committed, so an answer is never lost: callers need no idempotency keys (they still work).
+    answers_can_be_lost = False
+
     # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(
         self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
