@@ -201,6 +201,8 @@ class ExecutionContext:
 
     async def flush(self) -> None:
         """Write buffered events now (merging runs of one kind). Safe to call concurrently."""
+        if not self._buffer and not self._lock.locked():
+            return  # nothing to write and no flush in flight to wait for
         async with self._lock:
             events, self._buffer = self._buffer, []
             self._buffered_bytes = 0

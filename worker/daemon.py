@@ -16,10 +16,12 @@ from __future__ import annotations
 import enum
 import logging
 import random
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
@@ -102,6 +104,7 @@ class Worker:
         self._runs: set[TaskRun] = set()
         self._keeper = LeaseKeeper()
         self._keys = idempotency_keys_needed(tracker)
+        self._run_settings: dict[str, RunSettings] = {}
         self._all_idle = anyio.Event()
         self._all_idle.set()
         self._stopping = anyio.Event()
@@ -132,6 +135,7 @@ class Worker:
         if not roles:
             raise ValueError("a worker needs at least one role")
         self._roles = tuple(roles)
+        self._run_settings.clear()
         self._next_role = 0
 
     def stop(self, *, immediate: bool = False) -> None:
@@ -369,21 +373,29 @@ class Worker:
             ttl = min(ttl, ceiling_ms / 1000)
         return ttl
 
+    def _settings_for(self, role: Role) -> RunSettings:
+        """The run settings of ``role`` (built once per role and configuration)."""
+        settings = self._run_settings.get(role.name)
+        if settings is None:
+            settings = RunSettings(
+                lease_ttl_s=self._lease_ttl_s(role),
+                retry=self._retry,
+                report_retry_budget_s=self._report_budget_s,
+                workdir_base=self.config.workdir or Path(tempfile.gettempdir()) / "backlog-worker",
+                keep_workdirs=self.config.keep_workdirs,
+                report_flush_s=self.config.report_flush_s,
+                idempotency_keys=self._keys,
+            )
+            self._run_settings[role.name] = settings
+        return settings
+
     def _start_run(self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role, slot: object) -> None:
         run = TaskRun(
             tracker=self.tracker,
             lease=lease,
             role=role.config,
             executor=role.executor,
-            settings=RunSettings(
-                lease_ttl_s=self._lease_ttl_s(role),
-                retry=self._retry,
-                report_retry_budget_s=self._report_budget_s,
-                workdir_base=self.config.workdir,
-                keep_workdirs=self.config.keep_workdirs,
-                report_flush_s=self.config.report_flush_s,
-                idempotency_keys=self._keys,
-            ),
+            settings=self._settings_for(role),
             shutdown=self._shutdown,
             keeper=self._keeper,
         )

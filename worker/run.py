@@ -234,7 +234,7 @@ class TaskRun:
     def _workdir_path(self) -> Path:
         # Named after the run id (unique), created only if the executor asks for it.
         base = self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
-        return base / f"run-{self.lease.run.id}"
+        return base.joinpath(f"run-{self.lease.run.id}")
 
     async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
         try:
