@@ -115,7 +115,7 @@ class ExecutionContext:
         *,
         task: Task,
         run: Run,
-        workdir: Path,
+        workdir: Path | str,
         sink: ContextSink,
         options: Mapping[str, Any] | None = None,
         instructions: str | None = None,
@@ -127,7 +127,7 @@ class ExecutionContext:
         self.task = task
         self.run = run
         self.attempt = run.attempt
-        self._workdir = workdir
+        self._workdir: Path | str = workdir  # made a Path on first access (pathlib is slow)
         self._workdir_created = False  # set on first access (mkdir with exist_ok)
         self.options: Mapping[str, Any] = dict(options or {})
         self.instructions = instructions
@@ -145,12 +145,15 @@ class ExecutionContext:
     @property
     def workdir(self) -> Path:
         """This run's working directory (private to the run; created on first access)."""
+        workdir = self._workdir
+        if not isinstance(workdir, Path):
+            workdir = self._workdir = Path(workdir)
         if not self._workdir_created:
             # One mkdir: cheap enough for the loop, and skipped entirely by executors that never
             # ask (most of the per-task cost of a no-op run was creating and removing it).
-            self._workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._workdir_created = True
-        return self._workdir
+        return workdir
 
     @property
     def workdir_created(self) -> bool:

@@ -53,6 +53,7 @@ class LeaseKeeper:
         self._calls: dict[tuple[str, Kept], anyio.CancelScope] = {}
         self._wake = anyio.Event()
         self._sleep_until = math.inf
+        self._tick = math.inf  # the shortest interval seen: how long an idle keeper sleeps
         self._tg: TaskGroup | None = None
 
     def keeps(self, run: Kept) -> bool:
@@ -75,6 +76,7 @@ class LeaseKeeper:
 
     def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
         due = now + interval
+        self._tick = min(self._tick, interval)
         self._queues.setdefault((kind, interval), {})[run] = due
         if due < self._sleep_until:
             self._wake.set()
@@ -108,7 +110,10 @@ class LeaseKeeper:
                 if kind == _FLUSH and not run.has_pending_reports():
                     continue
                 tg.start_soon(self._call, kind, run)
-        return next_due
+        # With nothing due, still wake a tick from now rather than sleep until woken: runs
+        # added meanwhile are then due after that and need no wake-up of their own (short
+        # tasks come and go far faster than any interval).
+        return min(next_due, now + self._tick)
 
     async def _call(self, kind: str, run: Kept) -> None:
         with anyio.CancelScope() as scope:

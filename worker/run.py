@@ -16,6 +16,7 @@ The shape (DESIGN.md "One task, end to end"):
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import traceback
@@ -231,10 +232,10 @@ class TaskRun:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
 
-    def _workdir_path(self) -> Path:
+    def _workdir_path(self) -> str:
         # Named after the run id (unique), created only if the executor asks for it.
         base = self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
-        return base.joinpath(f"run-{self.lease.run.id}")
+        return os.path.join(base, f"run-{self.lease.run.id}")
 
     async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
         try:
