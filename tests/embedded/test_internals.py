@@ -366,3 +366,18 @@ async def test_blocking_hand_off_used_off_asyncio(tmp_path: Path) -> None:
             await anyio.to_thread.run_sync(db._blocking_call, _Job(boom))
     finally:
         await tracker.aclose()
+
+
+def test_run_and_lease_ids_are_canonical_uuid4() -> None:
+    """The hand-rolled UUID text equals ``uuid.UUID(bytes=..., version=4)``'s."""
+    import os
+    import uuid
+
+    from tracker_client.embedded.claims import _fresh_ids, _uuid4
+
+    for _ in range(200):
+        raw = os.urandom(16)
+        assert _uuid4(raw) == str(uuid.UUID(bytes=raw, version=4))
+    run_id, lease_id, token = _fresh_ids()
+    assert uuid.UUID(run_id).version == uuid.UUID(lease_id).version == 4
+    assert len(token) == 64 and int(token, 16) >= 0

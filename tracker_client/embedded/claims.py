@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import uuid
 from collections.abc import Mapping
+
+from pydantic import SecretStr
 
 from tracker_client.embedded.common import CLEAR_LEASE, Ctx, run_from_row, task_from_row
 from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
@@ -52,14 +53,19 @@ _KEY_HELD = (
 _STAGE_LEASES = "SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ? AND stage = ?"
 
 
+def _uuid4(raw: bytes) -> str:
+    """The canonical text of a version-4 UUID made of 16 random bytes (``uuid.UUID`` is slow)."""
+    b = bytearray(raw)
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def _fresh_ids() -> tuple[str, str, str]:
     """A run id, a lease id (UUIDv4) and a lease token (32 random bytes, hex): one urandom call."""
     raw = os.urandom(64)
-    return (
-        str(uuid.UUID(bytes=raw[:16], version=4)),
-        str(uuid.UUID(bytes=raw[16:32], version=4)),
-        raw[32:].hex(),
-    )
+    return _uuid4(raw[:16]), _uuid4(raw[16:32]), raw[32:].hex()
 
 
 def check_ttl(lease_ttl_ms: int) -> int:
@@ -201,19 +207,18 @@ def claim(
         "lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ? WHERE seq = ?",
         (expires, attempt, lease_id, run_id, token_hash(token), lease_ttl_ms, task["seq"]),
     )
-    run = Run.model_validate(
-        {
-            "id": run_id,
-            "task_id": task_id,
-            "attempt": attempt,
-            "status": "running",
-            "agent_id": agent_id,
-            "agent_role": role,
-            "started_at_ms": now,
-            "ended_at_ms": None,
-            "error": None,
-            "usage": None,
-        }
+    # Built from values this function just wrote: no validation needed.
+    run = Run.model_construct(
+        id=run_id,
+        task_id=task_id,
+        attempt=attempt,
+        status="running",
+        agent_id=agent_id,
+        agent_role=role,
+        started_at_ms=now,
+        ended_at_ms=None,
+        error=None,
+        usage=None,
     )
     ctx.log(
         "task_claimed",
@@ -223,11 +228,11 @@ def claim(
         role=role,
         agent_id=agent_id,
     )
-    return Lease(
+    return Lease.model_construct(
         task=task_from_row(task),
         run=run,
         lease_id=lease_id,
-        lease_token=token,  # pydantic wraps it in SecretStr
+        lease_token=SecretStr(token),
         expires_at_ms=expires,
     )
 
