@@ -115,6 +115,7 @@ class Worker:
         self._run_done = anyio.Event()
         self._claims_reserved = 0  # claims made or in flight (for max_tasks)
         self._claiming = 0  # claims in flight
+        self._claim_scopes: set[anyio.CancelScope] = set()  # theirs, cancelled by stop()
         self._parallel_claims = max(1, min(config.concurrency, 4))
         self._claim_cap = 1
         self._idle_round = 0
@@ -146,6 +147,8 @@ class Worker:
         self._shutdown.set()
         self._startup_scope.cancel()
         self._claim_scope.cancel()
+        for scope in self._claim_scopes:
+            scope.cancel()
 
     def healthy(self, stale_after_s: float) -> bool:
         """True while the claim loop is making progress (or is legitimately waiting for a slot)."""
@@ -182,9 +185,12 @@ class Worker:
             background.start_soon(self._maintenance_loop)
             with self._claim_scope:
                 await self._claim_loop(runs)
-                # Drained or max_tasks reached: in-flight runs finish normally, unless a
-                # stop arrives meanwhile (it cancels this scope).
+                # Drained or max_tasks reached: claims still out may yet start runs, and
+                # in-flight runs finish normally, unless a stop arrives meanwhile (it cancels
+                # this scope and the claims).
+                await self._claims_settled()
                 await self._all_idle.wait()
+            await self._claims_settled()  # a stop cancelled them: they end at once
             self._set_state(WorkerState.DRAINING)
             self._shutdown.set()
             await self._drain()
@@ -236,49 +242,58 @@ class Worker:
         again only when that one finds work: an idle worker makes one claim per round.
         """
         max_tasks = self.config.max_tasks
-        async with anyio.create_task_group() as claims:
-            while not self._stopping.is_set():
-                if max_tasks and self._claims_reserved >= max_tasks:
-                    break
+        while not self._stopping.is_set():
+            if max_tasks and self._claims_reserved >= max_tasks:
+                break
+            if self._found_no_work:
+                await self._claims_settled()
                 if self._found_no_work:
-                    await self._claims_settled()
-                    if self._found_no_work:
-                        # Drained only if no run finished since that empty claim began: a
-                        # run's fail or transition may have made work that claim could not see.
-                        stale = self._empty_seen_gen != self._finished_gen
-                        if self.config.drain and not self._runs and not stale:
-                            log.info("queue drained", extra={"action": "drained"})
-                            break
-                        if not stale:
-                            await self._idle_wait(self._idle_round)
-                            self._idle_round += 1  # back off further until a claim finds work
-                        self._found_no_work = False
-                        self._claim_cap = 1  # probe with one claim; widen once one finds work
-                        continue
-                while self._claiming >= self._claim_cap:
-                    await self._claims_settled()
-                # Each slot is borrowed on behalf of its own token, so the run that ends up
-                # holding it (another task) can hand it back.
-                slot = object()
-                await self._slots.acquire_on_behalf_of(slot)
-                self.last_progress = time.monotonic()
-                self._claims_reserved += 1
-                if self._claiming == 0:
-                    self._settled = anyio.Event()
-                self._claiming += 1
-                claims.start_soon(self._claim_for_slot, runs, slot)
+                    # Drained only if no run finished since that empty claim began: a
+                    # run's fail or transition may have made work that claim could not see.
+                    stale = self._empty_seen_gen != self._finished_gen
+                    if self.config.drain and not self._runs and not stale:
+                        log.info("queue drained", extra={"action": "drained"})
+                        break
+                    if not stale:
+                        await self._idle_wait(self._idle_round)
+                        self._idle_round += 1  # back off further until a claim finds work
+                    self._found_no_work = False
+                    self._claim_cap = 1  # probe with one claim; widen once one finds work
+                    continue
+            while self._claiming >= self._claim_cap:
+                await self._claims_settled()
+            # Each slot is borrowed on behalf of its own token, so the run that ends up
+            # holding it (another task) can hand it back.
+            slot = object()
+            await self._slots.acquire_on_behalf_of(slot)
+            self.last_progress = time.monotonic()
+            self._claims_reserved += 1
+            if self._claiming == 0:
+                self._settled = anyio.Event()
+            self._claiming += 1
+            runs.start_soon(self._claim_and_run, slot)
 
     async def _claims_settled(self) -> None:
         """Wait until no claim is outstanding."""
         if self._claiming:
             await self._settled.wait()
 
-    async def _claim_for_slot(self, runs: anyio.abc.TaskGroup, slot: object) -> None:
+    async def _claim_and_run(self, slot: object) -> None:
+        """Claim for ``slot``, then run what was claimed in this same task.
+
+        The claim runs in a scope of its own that :meth:`stop` cancels (a claim already at the
+        tracker completes: it is shielded); the run does not, it drains as shutdown says.
+        """
         generation = self._finished_gen
         claimed: tuple[Lease, Role] | None = None
+        scope = anyio.CancelScope()
+        self._claim_scopes.add(scope)
         try:
-            claimed = await self._claim_next()
+            with scope:
+                if not self._stopping.is_set():
+                    claimed = await self._claim_next()
         finally:
+            self._claim_scopes.discard(scope)
             self._claiming -= 1
             if claimed is None:
                 self._slots.release_on_behalf_of(slot)
@@ -293,7 +308,7 @@ class Worker:
         self._claim_cap = self._parallel_claims
         self._idle_round = 0
         lease, role = claimed
-        self._start_run(runs, lease, role, slot)
+        await self._supervise(self._start_run(lease, role), role, slot)
 
     async def _idle_wait(self, idle_round: int) -> None:
         ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))
@@ -389,7 +404,7 @@ class Worker:
             self._run_settings[role.name] = settings
         return settings
 
-    def _start_run(self, runs: anyio.abc.TaskGroup, lease: Lease, role: Role, slot: object) -> None:
+    def _start_run(self, lease: Lease, role: Role) -> TaskRun:
         run = TaskRun(
             tracker=self.tracker,
             lease=lease,
@@ -405,7 +420,7 @@ class Worker:
         self.stats.claimed += 1
         self.stats.in_flight = len(self._runs)
         self.stats.by_role[role.name] = self.stats.by_role.get(role.name, 0) + 1
-        runs.start_soon(self._supervise, run, role, slot)
+        return run
 
     async def _supervise(self, run: TaskRun, role: Role, slot: object) -> None:
         try:
