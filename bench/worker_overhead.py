@@ -3,7 +3,7 @@
     python -m bench.worker_overhead [--tasks 5000] [--concurrency 10]
 
 A stub tracker answers every claim with the same lease and every transition at once, so what is
-left is the worker: slots, claim loop, per-run task group, heartbeat and flush tasks, reporting,
+left is the worker: slots, claim loop, one task per claimed run, the lease keeper, reporting,
 retry wrappers. Compare with ``python -m bench.worker`` (real embedded tracker) to see which side
 bounds throughput. A benchmark double only: tests always use the real embedded tracker.
 """
