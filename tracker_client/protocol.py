@@ -155,9 +155,12 @@ class Tracker(Protocol):
         """A run's events in id order."""
 
     async def list_task_events(
-        self, task_id: str, *, limit: int = 100, cursor: str | None = None
+        self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
     ) -> Page[Event]:
-        """Every event of a task (all runs, plus task-level events), in id order."""
+        """Every event of a task (all runs, plus task-level events), in id order.
+
+        ``kind`` keeps only events of that kind (e.g. ``"transition"``: the task's moves).
+        """
 
     async def transition(
         self,

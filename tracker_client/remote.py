@@ -78,12 +78,12 @@ class RemoteTracker(RemoteLeases):
         return [detail.latest_run] if detail.latest_run is not None else []
 
     async def list_task_events(
-        self, task_id: str, *, limit: int = 100, cursor: str | None = None
+        self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
     ) -> Page[Event]:
-        """Every event of the task (served tracker only)."""
+        """Every event of the task, or those of one ``kind`` (served tracker only)."""
         await self._require("task_events", "list_task_events")
         self._check_limit(limit, "list_task_events")
-        query = encode_query({"limit": limit, "cursor": cursor})
+        query = encode_query({"limit": limit, "cursor": cursor, "kind": kind})
         doc = await self._json("GET", f"/tasks/{seg(task_id)}/events?{query}")
         page = self._parse(_EVENT_PAGE, doc, "GET /tasks/{id}/events")
         last = page.items[-1].id if page.items and page.next_cursor is not None else None

@@ -182,5 +182,6 @@ async def list_task_events(request: Request) -> Response:
         request.path_params["id"],
         limit=limit_query(request, 100),
         cursor=request.query_params.get("cursor"),
+        kind=request.query_params.get("kind"),
     )
     return json_response(page_json(page))

@@ -353,7 +353,7 @@ def _schema_ref(name: str) -> dict[str, Any]:
 QUERY_PARAMS: dict[tuple[str, str], tuple[tuple[str, dict[str, Any]], ...]] = {
     ("get", "/tasks"): (("stage", _STR), ("pipeline_id", _STR), ("limit", _INT), ("cursor", _STR)),
     ("get", "/runs/{id}/events"): (("limit", _INT), ("cursor", _STR)),
-    ("get", "/tasks/{id}/events"): (("limit", _INT), ("cursor", _STR)),
+    ("get", "/tasks/{id}/events"): (("limit", _INT), ("cursor", _STR), ("kind", _STR)),
     ("get", "/artifacts"): (
         ("task_id", _STR),
         ("run_id", _STR),

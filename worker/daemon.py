@@ -28,7 +28,7 @@ from anyio.abc import TaskStatus
 
 from plugins.api import Executor
 from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
-from tracker_client.models import Lease
+from tracker_client.models import Event, Lease
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig, TrackerConfig, WorkerConfig
 from worker.keeper import LeaseKeeper
@@ -450,18 +450,30 @@ class Worker:
             self.stats.last_error = f"{result.status}: {result.detail}"
 
     async def _instructions_for(self, lease: Lease) -> str | None:
-        """The instructions of the transition that led the task here (None for new tasks)."""
+        """The instructions of the transition that led the task to its stage (None for new tasks,
+        or when it got there another way, e.g. a requeue)."""
         if lease.task.task_version <= 1:
             return None
+        last: Event | None = None
+        cursor: str | None = None
         try:
-            page = await self.tracker.list_task_events(lease.task.id, limit=1000)
+            while True:  # a task's transitions are few; pages only for very long histories
+                page = await self.tracker.list_task_events(
+                    lease.task.id, limit=1000, cursor=cursor, kind="transition"
+                )
+                if page.items:
+                    last = page.items[-1]
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
         except (TrackerError, NotImplementedError):
             return None
-        for event in reversed(page.items):
-            if event.kind == "transition" and isinstance(event.data, Mapping):
-                value = event.data.get("instructions")
-                return value if isinstance(value, str) and value else None
-        return None
+        if last is None or not isinstance(last.data, Mapping):
+            return None
+        if last.data.get("to") != lease.task.stage:
+            return None
+        value = last.data.get("instructions")
+        return value if isinstance(value, str) and value else None
 
     async def _maintenance_loop(self) -> None:
         interval = self.config.maintenance_interval_s

@@ -170,6 +170,31 @@ async def test_task_event_pages_never_skip(tracker: Tracker) -> None:
     assert {e.run_id for e in seen} == {first.run.id, second.run.id}
 
 
+@pytest.mark.requires(RUN_DETAILS)
+async def test_task_events_filtered_by_kind(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker)
+    tid = await tracker.create_task(new_task(pid))
+    first = await claim(tracker)
+    await tracker.add_event(first, "progress", {"i": 1})
+    await tracker.fail(first, "again")
+    second = await claim(tracker)
+    wanted = [await tracker.add_event(second, "note", {"i": i}) for i in range(3)]
+    await tracker.add_event(second, "progress", {"i": 2})
+    seen = []
+    cursor = None
+    while True:
+        page = await tracker.list_task_events(tid, limit=2, cursor=cursor, kind="note")
+        seen.extend(page.items)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert [e.id for e in seen] == wanted
+    assert {e.kind for e in seen} == {"note"}
+    assert (await tracker.list_task_events(tid, kind="nothing-like-this")).items == []
+    with pytest.raises(ValidationFailed):
+        await tracker.list_task_events(tid, kind="")
+
+
 @pytest.mark.parametrize("limit", [0, -5, 1001])
 async def test_limits_out_of_range_are_refused(tracker: Tracker, limit: int) -> None:
     pid = await make_pipeline(tracker)

@@ -341,6 +341,30 @@ async def test_instructions_of_previous_transition_reach_the_executor(
     assert (await tracker.get_task(task_id)).stage == "done"
 
 
+async def test_instructions_found_past_a_long_event_history(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    # More than a page (1000) of events before the transition that led to review: the
+    # instructions must come from that latest transition, not from the first page.
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    lease = await tracker.claim("prep", "coder", 60_000)
+    assert lease is not None
+    for i in range(1100):
+        await tracker.add_event(lease, "progress", {"i": i})
+    await tracker.transition(lease, "complete", instructions="look at the edge cases")
+    seen: list[str | None] = []
+
+    async def review(ctx: ExecutionContext) -> Any:
+        seen.append(ctx.instructions)
+        return Transition("approve")
+
+    worker = Worker(tracker, worker_config(drain=True), [role("reviewer", review)])
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    assert seen == ["look at the edge cases"]
+    assert (await tracker.get_task(task_id)).stage == "done"
+
+
 async def test_stop_ends_a_start_up_wait_for_a_down_tracker(
     tracker: Tracker, pipeline_id: str
 ) -> None:

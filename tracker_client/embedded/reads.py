@@ -38,14 +38,20 @@ def _event_cursor(cursor: str) -> int:
     return value
 
 
-def list_events(ctx: Ctx, column: str, value: str, limit: int, cursor: str | None) -> Page[Event]:
-    """Events of a run (``column="run_id"``) or a task (``"task_id"``) in id order."""
+def list_events(
+    ctx: Ctx, column: str, value: str, limit: int, cursor: str | None, kind: str | None = None
+) -> Page[Event]:
+    """Events of a run (``column="run_id"``) or a task (``"task_id"``) in id order, optionally
+    only those of one ``kind``."""
     check_limit(limit)
+    if kind is not None and (not isinstance(kind, str) or not kind):
+        raise ValidationFailed("event kind filter must be a non-empty string", code="invalid_kind")
     after = _event_cursor(cursor) if cursor is not None else 0
     where = "run_id = ?1" if column == "run_id" else TASK_EVENTS
     rows = ctx.conn.execute(
-        f"SELECT * FROM events WHERE ({where}) AND id > ?2 ORDER BY id LIMIT ?3",
-        (value, after, limit + 1),
+        f"SELECT * FROM events WHERE ({where}) AND id > ?2 AND (?4 IS NULL OR kind = ?4) "
+        "ORDER BY id LIMIT ?3",
+        (value, after, limit + 1, kind),
     ).fetchall()
     items = [event_from_row(r) for r in rows[:limit]]
     nxt = str(items[-1].id) if len(rows) > limit and items else None

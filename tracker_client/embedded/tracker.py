@@ -275,11 +275,12 @@ class EmbeddedTracker(TrackerCore):
         )
 
     async def list_task_events(
-        self, task_id: str, *, limit: int = 100, cursor: str | None = None
+        self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
     ) -> Page[Event]:
-        """Every event of a task (all runs and task-level events) in id order."""
+        """Every event of a task (all runs and task-level events) in id order; ``kind`` filters."""
         return await self._read(
-            "list_task_events", lambda c: reads.list_events(c, "task_id", task_id, limit, cursor)
+            "list_task_events",
+            lambda c: reads.list_events(c, "task_id", task_id, limit, cursor, kind),
         )
 
     async def transition(
