@@ -1,6 +1,6 @@
 """Worker throughput, memory, idle cost and idle pickup latency on the embedded tracker.
 
-    python -m bench.worker [--tasks 5000] [--concurrency 10]
+    python -m bench.worker [--tasks 5000] [--concurrency 10] [--phases drain1,drain2,idle]
 
 Phases (each on a fresh SQLite file in a temp dir, workers as real ``python -m worker run``):
 1. one worker process drains N no-op tasks (``python`` executor -> :func:`noop`);
@@ -8,7 +8,8 @@ Phases (each on a fresh SQLite file in a temp dir, workers as real ``python -m w
 3. one idle worker: CPU used over 5 s, and the latency from creating a task to its claim
    (20 samples, the worker idle before each).
 Throughput is measured on the tracker's own timestamps (first claim -> last transition), so
-process start-up is excluded; peak RSS comes from ``wait4``.
+process start-up is excluded; peak RSS and the worker's CPU time (user + system, per task: a
+figure that stays comparable on a busy machine where tasks/s does not) come from ``wait4``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ PIPELINE = {
     "states": {"todo": {"agent_role": "bench"}, "done": {"terminal": True}},
     "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
 }
+
+PHASES = ("drain1", "drain2", "idle")
 
 
 async def noop(ctx: ExecutionContext) -> Outcome:
@@ -91,10 +94,11 @@ def _spawn(config: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _wait_rss_mib(proc: subprocess.Popen[bytes]) -> float:
+def _wait(proc: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """Reap ``proc``: (peak RSS in MiB, CPU seconds user + system)."""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss / 1024  # KiB on Linux
+    return usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime  # ru_maxrss: KiB on Linux
 
 
 def _drain(n: int, procs: int, concurrency: int) -> dict[str, Any]:
@@ -105,7 +109,7 @@ def _drain(n: int, procs: int, concurrency: int) -> dict[str, Any]:
         config = _config(tmp, db, concurrency, drain=True)
         wall = time.perf_counter()
         workers = [_spawn(config) for _ in range(procs)]
-        rss = [_wait_rss_mib(p) for p in workers]
+        reaped = [_wait(p) for p in workers]
         wall = time.perf_counter() - wall
         with sqlite3.connect(db) as conn:
             first, last, done = conn.execute(
@@ -119,7 +123,8 @@ def _drain(n: int, procs: int, concurrency: int) -> dict[str, Any]:
             "tasks_per_s": done / span if span else float("inf"),
             "span_s": span,
             "wall_s": wall,
-            "peak_rss_mib": max(rss),
+            "peak_rss_mib": max(rss for rss, _ in reaped),
+            "cpu_us_per_task": sum(cpu for _, cpu in reaped) / done * 1e6 if done else 0.0,
             "exit_codes": [p.returncode for p in workers],
         }
 
@@ -178,15 +183,29 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--pickup-samples", type=int, default=20)
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma-separated subset of {','.join(PHASES)} (default: all)",
+    )
     args = parser.parse_args()
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        parser.error(f"unknown phase {unknown[0]!r} (phases: {', '.join(PHASES)})")
     for procs in (1, 2):
+        if f"drain{procs}" not in phases:
+            continue
         r = _drain(args.tasks, procs, args.concurrency)
         print(
             f"drain {r['done']} no-op tasks, {procs} worker process(es) x concurrency "
             f"{args.concurrency}: {r['tasks_per_s']:.0f} tasks/s (span {r['span_s']:.2f}s, "
             f"wall incl. start-up {r['wall_s']:.2f}s), peak RSS {r['peak_rss_mib']:.1f} MiB, "
+            f"worker CPU incl. start-up {r['cpu_us_per_task']:.0f} us/task, "
             f"exit codes {r['exit_codes']}"
         )
+    if "idle" not in phases:
+        return
     idle = _idle(args.pickup_samples)
     print(
         f"idle worker: CPU {idle['idle_cpu_pct']:.2f}% of a core; pickup latency "
