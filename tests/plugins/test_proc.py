@@ -130,9 +130,18 @@ async def test_cancel_kills_whole_group_including_term_ignoring_grandchild(
 
 async def test_timeout_kills_group_and_propagates(tmp_path: Path) -> None:
     collector = PidCollector(want=2)
-    try:
-        with pytest.raises(TimeoutError):
-            with anyio.fail_after(1.5):
+
+    async def run_until_timeout() -> None:
+        # The deadline is brought forward once both processes are up: a slow start under load
+        # must not make the timeout fire before the grandchild exists.
+        with anyio.fail_after(30) as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def time_out_once_started() -> None:
+                    await collector.ready.wait()
+                    scope.deadline = anyio.current_time() + 0.2
+
+                tg.start_soon(time_out_once_started)
                 await run_process(
                     [PY, "-c", STUBBORN_TREE],
                     cwd=tmp_path,
@@ -140,8 +149,12 @@ async def test_timeout_kills_group_and_propagates(tmp_path: Path) -> None:
                     on_stdout=collector,
                     term_grace_s=0.2,
                 )
+
+    try:
+        with pytest.raises(TimeoutError):
+            await run_until_timeout()
         assert len(collector.pids) == 2
-        assert await wait_dead(collector.pids, 0.5) == []
+        assert await wait_dead(collector.pids) == []
     finally:
         kill_leftovers(collector.pids)
 
