@@ -43,6 +43,7 @@ HEAVY = (
     "worker.demo",
     "plugins.command",
     "plugins.nullclaw",
+    "tenacity",  # the retry slow path imports it; a worker whose calls all succeed never does
 )
 
 PIPELINE = {

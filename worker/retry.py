@@ -13,21 +13,16 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_delay,
-    stop_before_delay,
-    wait_random_exponential,
-)
 
 from tracker_client.errors import TrackerUnavailable
 
 __all__ = ["RetryPolicy", "call_with_retry", "idempotency_keys_needed"]
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 T = TypeVar("T")
 log = logging.getLogger("backlog_worker.worker")
@@ -84,6 +79,16 @@ async def call_with_retry(
             exc,
             extra={"action": "tracker_retry", "op": action},
         )
+    # Imported here: the fast path above is nearly every call, and a worker on the embedded
+    # tracker need never load tenacity (~0.4 MiB of its resident memory).
+    from tenacity import (
+        AsyncRetrying,
+        retry_if_exception_type,
+        stop_after_delay,
+        stop_before_delay,
+        wait_random_exponential,
+    )
+
     # stop_before_delay: never start a sleep that would end past the budget.
     stop = stop_before_delay(budget_s) if budget_s is not None else stop_after_delay(math.inf)
     retrying = AsyncRetrying(
