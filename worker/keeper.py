@@ -54,7 +54,6 @@ class LeaseKeeper:
         self._wake = anyio.Event()
         self._sleep_until = math.inf
         self._tick = math.inf  # the shortest interval seen: how long an idle keeper sleeps
-        self._tg: TaskGroup | None = None
 
     def keeps(self, run: Kept) -> bool:
         """Whether ``run`` is scheduled for heartbeats."""
@@ -84,7 +83,6 @@ class LeaseKeeper:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep runs until cancelled."""
         async with anyio.create_task_group() as tg:
-            self._tg = tg
             task_status.started()
             while True:
                 now = anyio.current_time()
