@@ -2,10 +2,11 @@
 
 ``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous NORMAL]``
 
-Phase 1: one process, one tracker, one sequential loop. Phase 2: one process, ``--slots``
-concurrent loops on one tracker (as a worker daemon with that many slots). Phase 3:
-``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous FULL]``
-p50/p99 per operation (milliseconds). A benchmark, not a test: it asserts nothing about speed,
+Phase 1: one process, one tracker, one sequential loop (latency-bound: three commits per
+cycle). Phase 2: one process, ``--slots`` concurrent loops on one tracker, as a worker daemon
+with that many slots (their writes share commits). Phase 3: ``--processes`` processes, one
+sequential loop each, on one file. Each phase prints cycles/s and p50/p99 per operation
+(milliseconds); ``--synchronous FULL`` measures power-loss durability. A benchmark, not a test: it asserts nothing about speed,
 only that every task was transitioned exactly once.
 """
 
