@@ -25,6 +25,18 @@ def spawn(rail: Rail, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def _reap(proc: subprocess.Popen[str], *, group: bool = False) -> None:
+    """Kill ``proc`` (``group``: its whole process group) if it still runs and close its pipes:
+    a failed test leaks no process and no file (an unclosed pipe would fail whichever later
+    test the garbage collector finds it in)."""
+    if proc.poll() is None:
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    proc.communicate()
+
+
 def test_interrupted_submit_says_the_task_stays_queued(simple: Rail) -> None:
     proc = spawn(simple, "submit", "-p", "simple", "long wait", "--wait")
     try:
@@ -37,9 +49,7 @@ def test_interrupted_submit_says_the_task_stays_queued(simple: Rail) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _reap(proc)
     assert proc.returncode == 130, err
     task_id = simple.json("task", "list")["items"][0]["id"]
     assert f"interrupted; task {task_id} stays queued" in err
@@ -55,9 +65,7 @@ def test_interrupted_watch_exits_zero(simple: Rail, tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _reap(proc)
     assert proc.returncode == 0, err
     assert err.strip() == "stopped"
 
@@ -106,9 +114,7 @@ def test_interrupted_demo_stops_its_workers(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _reap(proc, group=True)  # its workers too
     assert proc.returncode == 130, err
     assert "demo interrupted; its workers were stopped" in err
     assert _processes_mentioning(str(keep / "worker.toml")) == []
