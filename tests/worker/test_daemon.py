@@ -477,3 +477,29 @@ async def test_idempotency_keys_only_where_answers_can_be_lost(
     # the retry of the failed transition reused its key; the three writes had their own
     assert sorted(transitions.count(k) for k in set(transitions)) == [1, 1, 2]
     assert transitions.count(transitions[0]) == 2  # the first one was retried
+
+
+def test_worker_runs_on_trio_too(tmp_path: Any) -> None:
+    """The daemon is written against anyio only: a whole drain works on the trio backend."""
+    pytest.importorskip("trio", minversion="0.26")
+    from tracker_client.factory import open_tracker
+
+    from .conftest import PIPELINE
+
+    async def main() -> dict[str, int]:
+        tracker = await open_tracker(f"sqlite:///{tmp_path}/rail.db")
+        try:
+            pid = await tracker.create_pipeline("flow", PIPELINE)
+            await add_tasks(tracker, pid, 5)
+
+            async def work(ctx: ExecutionContext) -> None:
+                await ctx.report("progress", {"task": ctx.task.id}, flush=True)
+
+            worker = Worker(tracker, worker_config(drain=True), [role("coder", work)])
+            with anyio.fail_after(30):
+                await worker.run()
+            return await stage_counts(tracker, pid)
+        finally:
+            await tracker.aclose()
+
+    assert anyio.run(main, backend="trio") == {"review": 5}
