@@ -19,6 +19,15 @@ from tests.worker.conftest import pipeline_id  # noqa: F401  (fixture used by th
 from tests.worker.test_daemon import *  # noqa: F403  (the tests themselves, unchanged)
 from tracker_client.protocol import Tracker
 
+#: The daemon module's marks (anyio), and a longer per-test bound: over a real port a test such
+#: as ``test_instructions_found_past_a_long_event_history`` (1100 sequential requests) took up to
+#: 29 s of the default 60 under CPU load.
+_inherited = daemon_tests.pytestmark
+pytestmark = [
+    *(_inherited if isinstance(_inherited, list) else [_inherited]),
+    pytest.mark.timeout(180),
+]
+
 
 @pytest.fixture(params=["asgi", "tcp"])
 async def tracker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Tracker]:
