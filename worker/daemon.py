@@ -39,6 +39,9 @@ __all__ = ["Role", "Worker", "WorkerState", "WorkerStats"]
 
 log = logging.getLogger("backlog_worker.worker")
 
+#: Page size when reading a task's transitions for the instructions that led to its stage.
+TRANSITIONS_PAGE = 1000
+
 
 class WorkerState(enum.Enum):
     """Lifecycle of a :class:`Worker`."""
@@ -459,7 +462,7 @@ class Worker:
         try:
             while True:  # a task's transitions are few; pages only for very long histories
                 page = await self.tracker.list_task_events(
-                    lease.task.id, limit=1000, cursor=cursor, kind="transition"
+                    lease.task.id, limit=TRANSITIONS_PAGE, cursor=cursor, kind="transition"
                 )
                 if page.items:
                     last = page.items[-1]

@@ -341,17 +341,26 @@ async def test_instructions_of_previous_transition_reach_the_executor(
     assert (await tracker.get_task(task_id)).stage == "done"
 
 
-async def test_instructions_found_past_a_long_event_history(
-    tracker: Tracker, pipeline_id: str
+async def test_instructions_come_from_the_latest_transition_across_pages(
+    tracker: Tracker, pipeline_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # More than a page (1000) of events before the transition that led to review: the
-    # instructions must come from that latest transition, not from the first page.
+    # Three transitions and a history of progress events, read one transition per page: the
+    # instructions must come from the latest transition, wherever its page is.
+    import worker.daemon
+
+    monkeypatch.setattr(worker.daemon, "TRANSITIONS_PAGE", 1)
     [task_id] = await add_tasks(tracker, pipeline_id, 1)
-    lease = await tracker.claim("prep", "coder", 60_000)
-    assert lease is not None
-    for i in range(1100):
-        await tracker.add_event(lease, "progress", {"i": i})
-    await tracker.transition(lease, "complete", instructions="look at the edge cases")
+    moves = [
+        ("coder", "complete", "first"),
+        ("reviewer", "reject", "redo"),
+        ("coder", "complete", "latest"),
+    ]
+    for n, (role_name, trigger, text) in enumerate(moves):
+        lease = await tracker.claim("prep", role_name, 60_000)
+        assert lease is not None
+        for i in range(3):
+            await tracker.add_event(lease, "progress", {"move": n, "i": i})
+        await tracker.transition(lease, trigger, instructions=text)
     seen: list[str | None] = []
 
     async def review(ctx: ExecutionContext) -> Any:
@@ -361,7 +370,7 @@ async def test_instructions_found_past_a_long_event_history(
     worker = Worker(tracker, worker_config(drain=True), [role("reviewer", review)])
     async with anyio.create_task_group() as tg:
         await start_worker(tg, worker)
-    assert seen == ["look at the edge cases"]
+    assert seen == ["latest"]
     assert (await tracker.get_task(task_id)).stage == "done"
 
 
