@@ -6,8 +6,8 @@ Phase 1: one process, one tracker, one sequential loop (latency-bound: three com
 cycle). Phase 2: one process, ``--slots`` concurrent loops on one tracker, as a worker daemon
 with that many slots (their writes share commits). Phase 3: ``--processes`` processes, one
 sequential loop each, on one file. Each phase prints cycles/s and p50/p99 per operation
-(milliseconds); ``--synchronous FULL`` measures power-loss durability. A benchmark, not a test: it asserts nothing about speed,
-only that every task was transitioned exactly once.
+(milliseconds); ``--synchronous FULL`` measures power-loss durability. A benchmark, not a
+test: it asserts nothing about speed, only that every task was transitioned exactly once.
 """
 
 from __future__ import annotations
