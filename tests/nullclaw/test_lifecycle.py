@@ -220,10 +220,19 @@ async def test_harness_cancel_on_first_progress_leaves_no_process(
 
     monkeypatch.setenv("FAKE_NULLCLAW_MODE", "hang")
     harness = ExecutorHarness(title="hang", workdir=tmp_path / "run")
+
+    def progress() -> list[dict[str, Any]]:
+        return list(harness.events_of("progress"))
+
     async with anyio.create_task_group() as tg:
 
         async def cancel_when_all_started() -> None:
-            await harness.wait_for_event("progress")
+            # Progress shows up as soon as its first line is forwarded; "thinking" (the fake's
+            # last output) may still sit in the forwarder's buffer then, and a cancelled run
+            # does not flush it: wait until it was forwarded, not only until some progress was.
+            with anyio.fail_after(30):
+                while not any("thinking" in p.get("text", "") for p in progress()):
+                    await harness.sink.wait_changed()
             await wait_pidfile(pidfile)
             harness.cancel()
 
@@ -234,7 +243,7 @@ async def test_harness_cancel_on_first_progress_leaves_no_process(
     assert outcome.reason == "cancelled"
     pids = await wait_pidfile(pidfile, deadline_s=0.1)
     assert [p for p in pids.values() if pid_alive(p)] == []
-    assert any("thinking" in p.get("text", "") for p in harness.events_of("progress"))
+    assert any("thinking" in p.get("text", "") for p in progress())
 
 
 async def test_harness_timeout_leaves_no_process(
