@@ -64,7 +64,7 @@ def _worker(tracker: Tracker, tmp_path: Path, options: dict[str, Any], **kw: Any
     config: dict[str, Any] = {
         "agent_id": "w1",
         "concurrency": 2,
-        "lease_ttl_s": 1.5,
+        "lease_ttl_s": 3.0,  # heartbeats every 1 s: a loaded loop never lets it lapse
         "idle_min_s": 0.01,
         "idle_max_s": 0.1,
         "shutdown_grace_s": 1.0,
