@@ -3,7 +3,9 @@
 A slot (a :class:`anyio.CapacityLimiter` token) is taken *before* a claim, so the worker never
 holds a lease it cannot start; a freed slot claims again at once. Roles are tried round-robin
 from the one after the last winner, so none starves. With no work the loop backs off
-exponentially with jitter, but wakes early when the tracker signals new work.
+exponentially with jitter, but wakes early when the tracker signals new work. A slot's claim and
+the run it starts share one task; every run's lease is heartbeated by the worker's one
+:class:`~worker.keeper.LeaseKeeper`.
 
 Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming; in-flight runs
 keep heartbeating for ``shutdown_grace_s``; then their executors are cancelled and each run makes
@@ -265,8 +267,8 @@ class Worker:
                     continue
             while self._claiming >= self._claim_cap:
                 await self._claims_settled()
-            # Each slot is borrowed on behalf of its own token, so the run that ends up
-            # holding it (another task) can hand it back.
+            # Each slot is borrowed on behalf of its own token, so the task that claims and
+            # runs with it (not this loop) can hand it back.
             slot = object()
             await self._slots.acquire_on_behalf_of(slot)
             self.last_progress = time.monotonic()
