@@ -1,0 +1,89 @@
+"""Depth and shape limits of JSON values a tracker stores (metadata, definitions, event data...).
+
+A value nested hundreds of levels deep is accepted by ``json.dumps`` and then breaks every reader
+of it: pydantic refuses to serialise past its depth limit (every list endpoint answers 500 from
+then on) and ``json.loads`` overflows the stack at about 1,000 levels. So every write path checks
+the value first, with one iterative walk (no recursion, so the check itself cannot overflow), and
+refuses it with :class:`~tracker_client.errors.ValidationFailed` naming the limit.
+
+The walk also refuses what is not portable JSON: NaN and infinities (not JSON at all), strings
+or keys with lone surrogates (not encodable as UTF-8), non-string object keys and non-JSON types.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tracker_client.errors import ValidationFailed
+
+__all__ = ["MAX_JSON_DEPTH", "check_json_limits"]
+
+#: Deepest nesting of arrays/objects a stored value may have: ``[]`` and ``{}`` are depth 1.
+MAX_JSON_DEPTH = 64
+
+_SCALARS = (bool, int, type(None))
+
+
+def _check_str(text: str, what: str, role: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationFailed(
+            f"{what}: {role} contains a lone surrogate (not valid UTF-8 JSON)",
+            code="invalid_json",
+        ) from exc
+
+
+def check_json_limits(value: Any, what: str) -> None:
+    """Refuse ``value`` unless it is plain JSON nested at most :data:`MAX_JSON_DEPTH` levels.
+
+    ``what`` names the field in the error (``"metadata"``, ``"event data"``...). Accepts what
+    ``json.loads`` produces (dict with str keys, list, str, int, float, bool, None) plus tuples.
+    Raises :class:`ValidationFailed` (code ``json_too_deep`` or ``invalid_json``); returns None.
+    """
+    # Each stack entry: (container, its depth). Scalars at the top are depth 0.
+    if isinstance(value, _SCALARS):
+        return
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, _SCALARS):
+            continue
+        if isinstance(node, str):
+            _check_str(node, what, "a string")
+            continue
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                raise ValidationFailed(
+                    f"{what}: {node!r} is not a JSON number (NaN and infinities are refused)",
+                    code="invalid_json",
+                )
+            continue
+        if isinstance(node, dict):
+            children: Any = node.values()
+            for key in node:
+                if not isinstance(key, str):
+                    raise ValidationFailed(
+                        f"{what}: object keys must be strings, got {type(key).__name__}",
+                        code="invalid_json",
+                    )
+                _check_str(key, what, "an object key")
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            raise ValidationFailed(
+                f"{what}: {type(node).__name__} is not a JSON value", code="invalid_json"
+            )
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise ValidationFailed(
+                f"{what} is nested too deep: more than {MAX_JSON_DEPTH} levels of arrays/objects"
+                f" (limit {MAX_JSON_DEPTH})",
+                code="json_too_deep",
+            )
+        for child in children:
+            if not isinstance(child, _SCALARS):
+                stack.append((child, depth))
