@@ -241,9 +241,22 @@ def claim(
 def heartbeat(
     ctx: Ctx, lease_id: str, run_id: str, token_sha256: str, lease_ttl_ms: int | None
 ) -> int:
-    """Extend a live lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry."""
+    """Extend a live lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry.
+
+    ``run_id`` may be empty (NullTickets' heartbeat names only the lease): it is then found
+    from ``lease_id``.
+    """
     if lease_ttl_ms is not None:
         check_ttl(lease_ttl_ms)
+    if not run_id:
+        # A plain NullTickets client names only the lease; the partial index on held leases
+        # keeps this lookup to the leases currently out.
+        run_id = ctx.scalar(
+            "SELECT lease_run_id FROM tasks WHERE lease_expires_at_ms > 0 AND lease_id = ?",
+            (lease_id,),
+        )
+        if run_id is None:
+            raise LeaseLost(f"lease {lease_id} not found", code="not_found")
     lease = check_lease(ctx, run_id, token_sha256, lease_id=lease_id)
     ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["lease_ttl_ms"])
     expires = ctx.now + ttl
