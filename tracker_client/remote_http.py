@@ -53,6 +53,7 @@ from tracker_client.errors import (
     Unsupported,
     ValidationFailed,
 )
+from tracker_client.jsonlimits import check_json_limits
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -420,8 +421,11 @@ def _log_retry(what: str) -> Any:
 def check_json(value: Any, what: str) -> Any:
     """Refuse (``ValidationFailed`` naming ``what``) a value that is not plain JSON.
 
-    Sets, bytes, arbitrary objects and NaN would otherwise be coerced or fail mid-request.
+    Sets, bytes, arbitrary objects and NaN would otherwise be coerced or fail mid-request; a
+    value nested past :data:`~tracker_client.jsonlimits.MAX_JSON_DEPTH` is refused here as the
+    served tracker would refuse it (and before it could overflow the encoder).
     """
+    check_json_limits(value, what)
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import MAX_JSON_DEPTH, check_json_limits
+from tracker_client.models import TaskCreate
 
 
 def nested(depth: int, *, leaf: Any = 1) -> Any:
@@ -43,3 +46,35 @@ def test_deeper_is_refused_naming_the_limit(depth: int) -> None:
 def test_non_json_is_refused(value: Any, match: str) -> None:
     with pytest.raises(ValidationFailed, match=match):
         check_json_limits(value, "event data")
+
+
+PIPE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("key", [None, "key-1"])
+async def test_embedded_refuses_values_deep_enough_to_overflow_json(
+    tmp_path: Path, key: str | None
+) -> None:
+    """5,000 levels: past ``json.dumps``'s recursion (and the idempotency fingerprint's)."""
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        with pytest.raises(ValidationFailed, match=f"limit {MAX_JSON_DEPTH}"):
+            await tracker.create_task(
+                TaskCreate(pipeline_id=pid, title="t", metadata=nested(5000)), idempotency_key=key
+            )
+        with pytest.raises(ValidationFailed, match=f"limit {MAX_JSON_DEPTH}"):
+            await tracker.create_pipeline(
+                "deep", {**PIPE, "notes": nested(5000)}, idempotency_key=key
+            )
+        with pytest.raises(ValidationFailed, match=f"limit {MAX_JSON_DEPTH}"):
+            await tracker.store_put("ns", "k", nested(5000))
+        assert (await tracker.list_tasks()).items == []
+        assert [p.name for p in await tracker.list_pipelines()] == ["p"]
+    finally:
+        await tracker.aclose()

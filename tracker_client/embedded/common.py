@@ -15,6 +15,7 @@ from typing import Any
 
 from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
 from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import Artifact, Assignment, Event, Run, Task
 
 __all__ = [
@@ -67,7 +68,12 @@ def new_id() -> str:
 
 
 def dumps(value: Any, what: str, *, max_bytes: int | None = None) -> str:
-    """Canonical JSON text of ``value``; else ``ValidationFailed`` naming ``what``."""
+    """Canonical JSON text of ``value``; else ``ValidationFailed`` naming ``what``.
+
+    Every stored JSON value goes through here, so the depth/shape limits of
+    :mod:`tracker_client.jsonlimits` hold on every embedded write path.
+    """
+    check_json_limits(value, what)
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from tracker_client.embedded.common import Ctx
 from tracker_client.errors import Conflict, ValidationFailed
+from tracker_client.jsonlimits import MAX_JSON_DEPTH
 
 __all__ = ["fingerprint", "idempotent"]
 
@@ -26,13 +27,23 @@ def fingerprint(args: Any) -> str:
         text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=_default)
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(f"arguments are not JSON-serialisable: {exc}") from exc
+    except RecursionError as exc:
+        # The write itself would refuse it too (jsonlimits); this one is only reached first.
+        raise ValidationFailed(
+            f"arguments are nested too deep (limit {MAX_JSON_DEPTH} levels)", code="json_too_deep"
+        ) from exc
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _default(value: Any) -> Any:
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        return dump(mode="json")
+        try:
+            return dump(mode="json")
+        except ValueError:
+            # pydantic refuses to serialise a value nested past its own depth limit; the python
+            # dump keeps the same JSON, and the write itself then refuses it naming our limit.
+            return dump()
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
 
 

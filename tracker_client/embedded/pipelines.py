@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_client.errors import ValidationFailed
+from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import AvailableTransition, Pipeline
 
 __all__ = ["PipelineCache", "PipelineDef", "StateDef", "TransitionDef", "validate_definition"]
@@ -101,6 +102,7 @@ def validate_definition(
     definition: Any, *, pid: str = "", name: str = "", created_at_ms: int = 0
 ) -> PipelineDef:
     """Check every rule of a pipeline definition; ``ValidationFailed`` names the broken one."""
+    check_json_limits(definition, "pipeline definition")
     if not isinstance(definition, Mapping):
         raise _fail(f"must be a JSON object, got {type(definition).__name__}")
     initial = definition.get("initial")
