@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 import traceback
 import uuid
@@ -42,6 +41,7 @@ from tracker_client.protocol import Tracker
 from worker.config import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry
+from worker.workdirs import remove_workdir, workdir_name
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
 
@@ -230,12 +230,15 @@ class TaskRun:
         finally:
             if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
+                    await remove_workdir(workdir, self._workdir_base())
+
+    def _workdir_base(self) -> Path:
+        return self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
 
     def _workdir_path(self) -> str:
-        # Named after the run id (unique), created only if the executor asks for it.
-        base = self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
-        return os.path.join(base, f"run-{self.lease.run.id}")
+        # Named after the run id (unique; hashed when it is not one safe path component),
+        # created only if the executor asks for it.
+        return os.path.join(self._workdir_base(), workdir_name(self.lease.run.id))
 
     async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
         try:
