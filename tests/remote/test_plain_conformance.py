@@ -69,7 +69,7 @@ class PlainClient:
                 response = client.request(method, path, headers=headers)
             else:
                 response = client.request(method, path, headers=headers, json=body)
-        parsed = response.json() if response.content else None
+        parsed: Any = response.json() if response.content else None
         if response.status_code >= 400:
             # Errors are always {"error":{"code","message"}} (here: always valid JSON).
             assert isinstance(parsed["error"]["code"], str), parsed

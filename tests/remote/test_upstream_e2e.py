@@ -1,0 +1,115 @@
+"""NullTickets' own end-to-end suite (``shared/nulltickets/upstream-e2e``) against our server.
+
+The suite is run as shipped, through its ``serve-as-nulltickets.sh`` stand-in, on a free port.
+Every check it reports as failed must be in :data:`KNOWN_FAILURES` (each named, with the issue
+that removes it), and every known failure must still fail: a new failure turns CI red, and the
+list shrinks as the missing features land. In CI (``CI`` set) the test never skips; elsewhere it
+skips only when ``curl`` or ``jq`` is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT.parent / "shared" / "nulltickets" / "upstream-e2e"
+
+#: Checks of the upstream suite that fail on purpose today, by their label in its output.
+#: OTLP trace ingestion (``/v1/traces``, ``/otlp/v1/traces``) arrives with issue 13.
+KNOWN_FAILURES = frozenset(
+    {
+        "openapi exposes /v1/traces",
+        "POST /v1/traces",
+        "OTLP json accepted 1 span",
+        "OTLP json stored mode",
+        "POST /otlp/v1/traces (protobuf)",
+        "OTLP protobuf accepted 0 parsed spans",
+        "OTLP protobuf stored mode",
+    }
+)
+TOTAL_CHECKS = 96
+
+_RESULTS = re.compile(r"^Results: (\d+) passed, (\d+) failed$", re.MULTILINE)
+_FAIL = re.compile(r"^\s*FAIL: (.*?)(?: \u2014 .*)?$", re.MULTILINE)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _shim(tmp_path: Path) -> Path:
+    """What ``serve-as-nulltickets.sh`` runs as ``$BACKLOG_WORKER``: this interpreter's
+    ``backlog-worker``, whatever is on PATH. The rail is created first (the suite starts from
+    an empty database path, as NullTickets does; an operator creates the rail beforehand)."""
+    shim = tmp_path / "backlog-worker"
+    shim.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "args = sys.argv[1:]\n"
+        "url = args[args.index('--tracker') + 1]\n"
+        "path = url.removeprefix('sqlite://')\n"
+        "if not os.path.exists(path):\n"
+        "    import anyio\n"
+        "    from tracker_client.embedded import EmbeddedTracker\n"
+        "    async def make():\n"
+        "        await (await EmbeddedTracker.open(path)).aclose()\n"
+        "    anyio.run(make)\n"
+        f"os.execv({sys.executable!r}, [{sys.executable!r}, '-m', 'worker', *args])\n"
+    )
+    shim.chmod(0o700)
+    return shim
+
+
+def _run_suite(tmp_path: Path) -> tuple[int, int, list[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    env["BIN"] = str(SUITE / "serve-as-nulltickets.sh")
+    env["PORT"] = str(_free_port())
+    env["BACKLOG_WORKER"] = str(_shim(tmp_path))
+    done = subprocess.run(
+        ["bash", "test_e2e.sh"],
+        cwd=SUITE,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    found = _RESULTS.search(output)
+    assert found is not None, f"no Results line (exit {done.returncode}):\n{output[-4000:]}"
+    return int(found.group(1)), int(found.group(2)), _FAIL.findall(output), output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_nulltickets_own_e2e_suite_passes_but_for_known_failures(tmp_path: Path) -> None:
+    missing = [tool for tool in ("curl", "jq", "bash") if shutil.which(tool) is None]
+    if missing and not os.environ.get("CI"):
+        pytest.skip(f"NullTickets' e2e suite needs {', '.join(missing)}")
+    assert not missing, f"CI must provide {', '.join(missing)} (.ci/run installs them)"
+    assert (SUITE / "test_e2e.sh").is_file(), f"NullTickets' e2e suite not found at {SUITE}"
+
+    passed, failed, labels, output = _run_suite(tmp_path)
+    if "GET /health" in labels:
+        # The suite waits a fixed 3 s for the server to start; on a loaded machine that can be
+        # too short. One more run tells a slow start from a real failure.
+        passed, failed, labels, output = _run_suite(tmp_path)
+
+    assert passed + failed == TOTAL_CHECKS, output[-4000:]
+    assert failed == len(labels), output[-4000:]
+    new = sorted(set(labels) - KNOWN_FAILURES)
+    assert not new, f"new failures of NullTickets' e2e suite: {new}\n{output[-4000:]}"
+    fixed = sorted(KNOWN_FAILURES - set(labels))
+    assert not fixed, f"known failures that now pass, remove them from KNOWN_FAILURES: {fixed}"
