@@ -3,8 +3,10 @@
 pydantic-settings reads and validates at the edge (the CLI); everything inward gets frozen
 dataclasses (:class:`Config`, :class:`TrackerConfig`, :class:`WorkerConfig`, :class:`RoleConfig`).
 Environment variables use ``__`` for nesting: ``BACKLOG_WORKER_TRACKER__URL``,
-``BACKLOG_WORKER_WORKER__CONCURRENCY``; ``BACKLOG_WORKER_API_TOKEN`` and
-``BACKLOG_WORKER_AGENT_ID`` are accepted as short forms.
+``BACKLOG_WORKER_WORKER__CONCURRENCY``; ``BACKLOG_WORKER_API_TOKEN``,
+``BACKLOG_WORKER_TRACKER_URL`` and ``BACKLOG_WORKER_AGENT_ID`` are accepted as short forms. Every
+error names its real source (the file's table and key, the variable, the flag), and an unknown
+``BACKLOG_WORKER_*`` variable is refused by name (see :mod:`worker.config_sources`).
 ``config.example.toml`` documents every key.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import tomllib
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,15 @@ from pydantic_settings import (
 )
 
 from tracker_client.errors import ConfigError
+from worker.config_sources import (
+    FLAG_NAMES,
+    Origin,
+    Sources,
+    describe_validation,
+    file_origin,
+    parse_env,
+    role_names,
+)
 
 __all__ = [
     "DEFAULT_TRACKER_URL",
@@ -142,12 +154,9 @@ class _RoleSettings(_Strict):
 
 
 class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="BACKLOG_WORKER_",
-        env_nested_delimiter="__",
-        extra="forbid",
-        case_sensitive=False,
-    )
+    # The environment is parsed by worker.config_sources (to refuse typos by their own name);
+    # this class merges the layers and validates.
+    model_config = SettingsConfigDict(extra="forbid", case_sensitive=False)
 
     tracker: _TrackerSettings = Field(default_factory=_TrackerSettings)
     worker: _WorkerSettings = Field(default_factory=_WorkerSettings)
@@ -173,13 +182,7 @@ class _Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Highest first: CLI flags > BACKLOG_WORKER_* environment > short env forms > TOML file.
-        layers = _LAYERS.get()
-        return (
-            init_settings,
-            env_settings,
-            _DictSource(settings_cls, layers[0]),
-            _DictSource(settings_cls, layers[1]),
-        )
+        return (init_settings, *(_DictSource(settings_cls, layer) for layer in _LAYERS.get()))
 
 
 class _DictSource(PydanticBaseSettingsSource):
@@ -196,9 +199,10 @@ class _DictSource(PydanticBaseSettingsSource):
         return dict(self._data)
 
 
-#: (short env forms, file contents) for the load in progress; a ContextVar keeps loads reentrant.
-_LAYERS: ContextVar[tuple[dict[str, Any], dict[str, Any]]] = ContextVar(
-    "backlog_worker_config_layers", default=({}, {})
+#: (nested env, short env forms, file contents) for the load in progress, highest first; a
+#: ContextVar keeps loads reentrant.
+_LAYERS: ContextVar[tuple[dict[str, Any], ...]] = ContextVar(
+    "backlog_worker_config_layers", default=()
 )
 
 
@@ -214,64 +218,53 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
 
 
-def _env_shortcuts(environ: dict[str, str]) -> dict[str, Any]:
-    """Short env names users expect (``BACKLOG_WORKER_API_TOKEN`` ...), below the nested ones."""
-    out: dict[str, Any] = {}
-    if "BACKLOG_WORKER_API_TOKEN" in environ:
-        out.setdefault("tracker", {})["api_token"] = environ["BACKLOG_WORKER_API_TOKEN"]
-    if "BACKLOG_WORKER_TRACKER_URL" in environ:
-        out.setdefault("tracker", {})["url"] = environ["BACKLOG_WORKER_TRACKER_URL"]
-    if "BACKLOG_WORKER_AGENT_ID" in environ:
-        out.setdefault("worker", {})["agent_id"] = environ["BACKLOG_WORKER_AGENT_ID"]
-    return out
-
-
-def _describe(exc: ValidationError, source: Path | None) -> str:
-    where = f" in {source}" if source else ""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"unknown key {loc!r}{where}")
-        else:
-            lines.append(f"{loc}: {err['msg']}{where}")
-    return "invalid configuration: " + "; ".join(lines)
-
-
 def _default_agent_id() -> str:
     instance = os.environ.get("BACKLOG_WORKER_INSTANCE")
     host = socket.gethostname() or "localhost"
     return f"{host}-{instance}" if instance else f"{host}-{os.getpid()}"
 
 
-def _read_token_file(path: Path) -> str:
+def _read_token_file(path: Path, sources: Sources) -> str:
     # systemd's LoadCredential= puts secrets in $CREDENTIALS_DIRECTORY; a relative path is
     # looked up there first.
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
     candidate = Path(creds) / path if creds and not path.is_absolute() else path
+    loc = ("tracker", "api_token_file")
     try:
         token = candidate.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise ConfigError(
-            f"tracker.api_token_file {candidate} cannot be read: {exc.strerror}"
-        ) from exc
+        problem = f"{candidate} cannot be read: {exc.strerror or exc}"
+        raise ConfigError(sources.describe(loc, problem)) from exc
     if not token:
-        raise ConfigError(f"tracker.api_token_file {candidate} is empty")
+        raise ConfigError(sources.describe(loc, f"{candidate} is empty"))
     return token
 
 
 def load_config(
     path: Path | str | None = None,
+    *,
+    flag_names: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> Config:
-    """Read, merge and validate the configuration; raise :class:`ConfigError` naming the key.
+    """Read, merge and validate the configuration; raise :class:`ConfigError` naming the source.
 
     ``overrides`` are CLI flags as nested dicts or dotted keys (``{"worker.concurrency": 3}``);
-    ``None`` values are ignored so unset flags don't mask the file.
+    ``None`` values are ignored so unset flags don't mask the file. ``flag_names`` maps a dotted
+    key to the flag an error should name (default :data:`~worker.config_sources.FLAG_NAMES`).
+    An unknown ``BACKLOG_WORKER_*`` environment variable is refused, naming the closest real one.
     """
     source = Path(path) if path is not None else None
     data: dict[str, Any] = _read_toml(source) if source is not None else {}
-    shortcuts = _env_shortcuts(dict(os.environ))
+    env = parse_env(os.environ, _Settings)
+    if env.problems:
+        raise ConfigError("; ".join(env.problems))
+    sources = Sources(role_names=role_names(data))
+    if source is not None:
+        for key, value in data.items():
+            sources.add((key,), value, file_origin(source))
+    for key_path, value, origin in env.origins:
+        sources.add(key_path, value, origin)
+    names = {**FLAG_NAMES, **(flag_names or {})}
     flags: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:
@@ -281,26 +274,32 @@ def load_config(
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    token = _LAYERS.set((shortcuts, data))
+        flag = names.get(key, "--" + leaf.replace("_", "-"))
+        sources.add(tuple(key.split(".")), value, Origin("flag", flag, tuple(key.split("."))))
+    token = _LAYERS.set((env.nested, env.short, data))
     try:
         settings = _Settings(**flags)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+        raise ConfigError(describe_validation(exc, sources, _Settings)) from None
     finally:
         _LAYERS.reset(token)
-    return _freeze(settings, source)
+    return _freeze(settings, source, sources)
 
 
-def _freeze(s: _Settings, source: Path | None) -> Config:
+def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
     token: str | None = s.tracker.api_token.get_secret_value() if s.tracker.api_token else None
     if token is None and s.tracker.api_token_file is not None:
-        token = _read_token_file(s.tracker.api_token_file)
+        token = _read_token_file(s.tracker.api_token_file, sources)
     names = [r.name for r in s.roles]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigError(f"roles: role {dupes[0]!r} is configured twice" + _in(source))
+        raise ConfigError(sources.describe(("roles",), f"role {dupes[0]!r} is configured twice"))
     if s.worker.idle_max_s < s.worker.idle_min_s:
-        raise ConfigError("worker.idle_max_s must be >= worker.idle_min_s" + _in(source))
+        high, low = ("worker", "idle_max_s"), ("worker", "idle_min_s")
+        raise ConfigError(
+            f"worker.idle_max_s {s.worker.idle_max_s:g} ({sources.label(high)}) must be >= "
+            f"worker.idle_min_s {s.worker.idle_min_s:g} ({sources.label(low)})"
+        )
     tracker = TrackerConfig(
         url=s.tracker.url,
         api_token=token,
@@ -345,7 +344,3 @@ def _freeze(s: _Settings, source: Path | None) -> Config:
         log_level=s.log_level.upper(),
         log_format=s.log_format,
     )
-
-
-def _in(source: Path | None) -> str:
-    return f" (in {source})" if source else ""

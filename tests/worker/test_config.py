@@ -39,13 +39,15 @@ def test_precedence_file_env_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_unknown_key_names_key_and_file(tmp_path: Path) -> None:
     path = write(tmp_path, "[worker]\nconcurency = 2\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'worker\.concurency' in .*worker\.toml"):
+    with pytest.raises(ConfigError, match=r"worker\.toml: \[worker\] concurency: unknown key"):
         load_config(path)
 
 
 def test_bad_value_names_key(tmp_path: Path) -> None:
     path = write(tmp_path, ROLE + "timeout_s = -1\n")
-    with pytest.raises(ConfigError, match=r"roles\.0\.timeout_s: Input should be greater than 0"):
+    with pytest.raises(
+        ConfigError, match=r"\[\[roles\]\] #1 \(coder\) timeout_s: Input should be greater"
+    ):
         load_config(path)
 
 
