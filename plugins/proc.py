@@ -3,7 +3,7 @@
 Every subprocess executor goes through :func:`run_process`:
 
 - ``argv`` is exec'd directly (never a shell), in its own session, so the child leads a fresh
-  process group that holds it and everything it forks;
+  process group that holds it and everything it forks (the group's id is the child's pid);
 - stdin is ``/dev/null`` unless bytes are given (then fed and closed); stdout and stderr are read
   concurrently and handed to callbacks chunk by chunk as they arrive, while a bounded copy is kept
   (the head of stdout, the tail of stderr);
@@ -13,8 +13,10 @@ Every subprocess executor goes through :func:`run_process`:
 - on cancellation (timeout, lost lease, shutdown) the whole group gets the same treatment under a
   shielded scope, and only then does the cancellation propagate.
 
-A descendant that leaves the group on purpose (``setsid``) escapes this; only a cgroup could hold
-it, which is the job of the service manager (see the systemd unit).
+The group also dies when the worker is killed (``kill -9``, OOM killer): a small guard process
+(:mod:`plugins.proc_guard`) sends ``SIGKILL`` to every registered group, and its session, once
+the worker is gone. A descendant that leaves the session on purpose (``setsid``) escapes all of
+this; only a cgroup holds it, which is the job of the service manager (see the systemd unit).
 
 :func:`minimal_env` builds a child environment from scratch so tracker tokens never reach a child.
 """
@@ -37,6 +39,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from plugins.proc_capture import HeadCapture, TailCapture, decode_output
 from plugins.proc_env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env
+from plugins.proc_guard import group_members, register_group, unregister_group
 from tracker_client.errors import ExecutorError
 
 __all__ = [
@@ -134,44 +137,6 @@ def _spawn_error(argv: Sequence[str], cwd: Path, exc: OSError) -> SpawnError:
             f"cannot start {program!r}: not an executable format", reason="not_executable"
         )
     return SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", reason="os_error")
-
-
-def _group_members(pgid: int, leader: int) -> list[int]:
-    """Live (non-zombie) pids of process group ``pgid``; reaps zombies that are our children.
-
-    Runs in a worker thread (it reads ``/proc``). Without ``/proc`` it trusts ``killpg(pgid, 0)``.
-    """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return []
-    except PermissionError:
-        return []  # no process of ours is left in it
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return [pgid]
-    me = os.getpid()
-    members: list[int] = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parens, so split after it
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) < 3 or int(fields[2]) != pgid:
-            continue
-        pid, state, ppid = int(entry.name), fields[0], int(fields[1])
-        if state in ("Z", "X"):
-            # an orphaned grandchild re-parented to us (we may be a subreaper or pid 1): reap it
-            if ppid == me and pid != leader:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-            continue
-        members.append(pid)
-    return members
 
 
 class _Pump:
@@ -302,7 +267,7 @@ class _Runner:
             os.killpg(self.pid, 0)
         except (ProcessLookupError, PermissionError):
             return []
-        return await anyio.to_thread.run_sync(_group_members, self.pid, self.pid)
+        return await anyio.to_thread.run_sync(group_members, self.pid, self.pid)
 
     async def _wait_group_gone(self, limit_s: float) -> bool:
         """Poll until the group is empty; True if it is, False after ``limit_s``."""
@@ -414,6 +379,7 @@ async def run_process(
             raise _spawn_error(args, cwd, exc) from exc
         except ValueError as exc:  # e.g. NUL in an environment value
             raise SpawnError(f"cannot start {args[0]!r}: {exc}", reason="bad_argument") from exc
+        register_group(process.pid)  # from now on it dies with this process, even by kill -9
     runner = _Runner(
         process, argv0=args[0], max_capture_bytes=max_capture_bytes, term_grace_s=term_grace_s
     )
@@ -447,6 +413,7 @@ async def run_process(
                         await process.wait()
                     await runner.drain()
     finally:
+        unregister_group(process.pid)  # the group is gone (or beyond SIGKILL): pids are reused
         with anyio.CancelScope(shield=True):
             await runner.close_streams()
     if runner.callback_error is not None:
