@@ -100,7 +100,7 @@ async def _open(config: Config) -> Tracker:
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"backlog-worker: {message}", err=True)
+    click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
 
