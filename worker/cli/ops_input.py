@@ -14,9 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from worker.cli.ops_common import EXIT_USAGE, OpsError
+from worker.config_sources import describe_validation  # one formatter for config and input
 
 __all__ = [
     "describe_validation",
@@ -94,15 +93,6 @@ def read_jsonl(path: Path | str, what: str) -> Iterator[tuple[int, dict[str, Any
                 EXIT_USAGE,
             )
         yield lineno, obj
-
-
-def describe_validation(exc: ValidationError) -> str:
-    """A pydantic error as ``field: problem; field: problem``."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "value"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
 
 
 def parse_deadline(value: str) -> int:
