@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from plugins.proc_guard import GUARD_NAME
 from tests.plugins.helpers import kill_leftovers, pid_alive
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -145,5 +146,142 @@ async def test_sigkill_of_the_worker_kills_its_executor_and_grandchild(tmp_path:
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             assert alive_after(pids, 2.0) == [], "executor processes outlived the worker"
+    finally:
+        kill_leftovers(pids)
+
+
+def _worker_children(worker: int, text: str) -> list[int]:
+    """Direct children of ``worker`` whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == worker and text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_killed_guard_is_replaced_and_still_covers_running_executors(
+    tmp_path: Path,
+) -> None:
+    """The guard is SIGKILLed while executor 1 runs; executor 2's start finds it gone, starts a new
+    one and registers both groups with it: the worker's SIGKILL then still kills all four."""
+    db = tmp_path / "rail.db"
+    await seed(db, 1)
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING_SCRIPT)
+    argv = [sys.executable, str(script), str(tmp_path / "pids-{task.title}")]
+    config = write_config(tmp_path / "worker.toml", db, argv, concurrency=2)
+    pids: list[int] = []
+    try:
+        with worker_process(config, "w1") as proc:
+            first = tmp_path / "pids-t0"
+            wait_for(first.exists, 30, "executor 1 wrote its pids")
+            pids += [int(p) for p in first.read_text().split()]
+            [guard] = _worker_children(proc.pid, GUARD_NAME)
+            os.kill(guard, signal.SIGKILL)
+            wait_for(lambda: not pid_alive(guard), 10, "the guard died")
+            tracker = await open_tracker(f"sqlite:///{db}")
+            try:
+                [pipeline] = await tracker.list_pipelines()
+                await tracker.create_task(TaskCreate(pipeline_id=pipeline.id, title="t1"))
+            finally:
+                await tracker.aclose()
+            second = tmp_path / "pids-t1"
+            wait_for(second.exists, 30, "executor 2 wrote its pids")
+            pids += [int(p) for p in second.read_text().split()]
+            assert [g for g in _worker_children(proc.pid, GUARD_NAME) if pid_alive(g)] != []
+            assert all(pid_alive(p) for p in pids)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            assert alive_after(pids, 2.0) == [], "executor processes outlived the worker"
+    finally:
+        kill_leftovers(pids)
+
+
+#: A grandchild that moves to a process group of its own (same session): the guard's session
+#: scan, not the group kill, must find it.
+SETPGID_SCRIPT = FORKING_SCRIPT.replace(
+    "grandchild = subprocess.Popen([", "grandchild = subprocess.Popen(process_group=0, args=["
+)
+
+
+async def test_sigkill_of_the_worker_kills_a_grandchild_in_another_group(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    await seed(db, 1)
+    script = tmp_path / "setpgid.py"
+    script.write_text(SETPGID_SCRIPT)
+    pidfile = tmp_path / "pids.txt"
+    config = write_config(tmp_path / "worker.toml", db, [sys.executable, str(script), str(pidfile)])
+    pids: list[int] = []
+    try:
+        with worker_process(config, "w1") as proc:
+            wait_for(pidfile.exists, 30, "the executor wrote its pids")
+            pids = [int(p) for p in pidfile.read_text().split()]
+            assert os.getpgid(pids[1]) == pids[1] != os.getpgid(pids[0])
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            assert alive_after(pids, 2.0) == [], "executor processes outlived the worker"
+    finally:
+        kill_leftovers(pids)
+
+
+async def test_sigkill_of_a_nullclaw_worker_kills_nullclaw_and_its_children(
+    tmp_path: Path,
+) -> None:
+    """The nullclaw executor spawns through the same path: the fake's "hang" mode starts a curl
+    child and a shell-tool child (which survive their parent's death on their own)."""
+    fake = tmp_path / "bin" / "nullclaw"
+    fake.parent.mkdir()
+    fake.write_text((Path(__file__).parents[1] / "nullclaw" / "fake_nullclaw.py").read_text())
+    fake.chmod(0o755)
+    db = tmp_path / "rail.db"
+    await seed(db, 1)
+    pidfile = tmp_path / "pids.txt"
+    config = tmp_path / "worker.toml"
+    write_config(config, db, ["unused"])
+    text = config.read_text().split("[[roles]]")[0]
+    config.write_text(
+        text
+        + f"""
+[[roles]]
+name = "coder"
+executor = "nullclaw"
+[roles.options]
+binary = "{fake}"
+provider = "fakellm"
+model = "fake-model"
+base_url = "http://127.0.0.1:9/v1"
+env_passthrough = ["FAKE_NULLCLAW_*"]
+kill_grace_s = 0.5
+"""
+    )
+    env = {**worker_env(), "FAKE_NULLCLAW_MODE": "hang", "FAKE_NULLCLAW_PIDFILE": str(pidfile)}
+    pids: list[int] = []
+    try:
+        log = tmp_path / "w1.log"
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "worker", "run", "--config", str(config)],
+                stdout=subprocess.DEVNULL,
+                stderr=fh,
+                env=env,
+            )
+        try:
+            wait_for(pidfile.exists, 30, "the fake nullclaw wrote its pids")
+            pids = [int(line.split()[1]) for line in pidfile.read_text().splitlines()]
+            assert len(pids) == 3 and all(pid_alive(p) for p in pids)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            assert alive_after(pids, 2.0) == [], "nullclaw processes outlived the worker"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
     finally:
         kill_leftovers(pids)
