@@ -73,6 +73,18 @@ class LeaseKeeper:
         if scope is not None:
             scope.cancel()
 
+    def poke(self) -> None:
+        """Heartbeat every kept run now instead of at its turn (the tracker signalled a change
+        that may be a cancel: a heartbeat is how a run learns its lease was revoked). A run
+        whose heartbeat is in flight is not sent a second one; each run's next turn is one
+        interval after this heartbeat, so poking adds no heartbeats of its own later."""
+        now = anyio.current_time()
+        for (kind, _), queue in self._queues.items():
+            if kind == _HEARTBEAT:
+                for run in queue:
+                    queue[run] = now
+        self._wake.set()
+
     def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
         due = now + interval
         self._tick = min(self._tick, interval)
