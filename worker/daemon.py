@@ -15,27 +15,26 @@ second signal) skips the grace.
 
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
 
-from plugins.api import Executor
-from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
+from tracker_client.errors import TrackerError, TrackerRejected
 from tracker_client.models import Event, Lease
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig, TrackerConfig, WorkerConfig
+from worker.config import TrackerConfig, WorkerConfig
+from worker.daemon_parts import Role, TrackerWatch, WorkerState, WorkerStats, maintenance_loop
 from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry, idempotency_keys_needed
 from worker.run import RunResult, RunSettings, TaskRun
+from worker.sdnotify import ProgressMonitor
 
 __all__ = ["Role", "Worker", "WorkerState", "WorkerStats"]
 
@@ -43,41 +42,6 @@ log = logging.getLogger("backlog_worker.worker")
 
 #: Page size when reading a task's transitions for the instructions that led to its stage.
 TRANSITIONS_PAGE = 1000
-
-
-class WorkerState(enum.Enum):
-    """Lifecycle of a :class:`Worker`."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    DRAINING = "draining"
-    STOPPED = "stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class Role:
-    """A role this worker serves, with its executor built from the role's options."""
-
-    config: RoleConfig
-    executor: Executor
-
-    @property
-    def name(self) -> str:
-        """The role name claims are made for."""
-        return self.config.name
-
-
-@dataclass(slots=True)
-class WorkerStats:
-    """Live counters, for logs, ``STATUS=`` and tests."""
-
-    claimed: int = 0
-    transitioned: int = 0
-    failed: int = 0
-    lost: int = 0
-    in_flight: int = 0
-    last_error: str | None = None
-    by_role: dict[str, int] = field(default_factory=dict)
 
 
 class Worker:
@@ -128,7 +92,14 @@ class Worker:
         self._found_no_work = False
         self._finished_gen = 0  # runs finished so far
         self._empty_seen_gen = 0  # _finished_gen when the last empty claim began
-        self.last_progress = time.monotonic()
+        self._claim_shields: set[anyio.CancelScope] = set()  # claims at the tracker now
+        self._request_timeout_s = tc.request_timeout_s
+        self._watch = TrackerWatch(tracker, poke=self._keeper.poke)
+        #: The error that ended the worker (the tracker refused its token; in drain mode, any
+        #: claim that failed for good), or None. The CLI exits non-zero naming it.
+        self.error: TrackerError | None = None
+        #: Progress of claims, heartbeats and reports, for the systemd watchdog (see healthy).
+        self.progress = ProgressMonitor(stall_after_s=self._progress_budget_s())
 
     # -- public control -----------------------------------------------------------------------
     @property
@@ -144,10 +115,19 @@ class Worker:
         self._run_settings.clear()
         self._next_role = 0
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (a further stop skips the grace)."""
+        return self._stopping.is_set()
+
     def stop(self, *, immediate: bool = False) -> None:
-        """Begin the staged shutdown. Idempotent; a second call or ``immediate`` skips the grace."""
+        """Begin the staged shutdown. Idempotent; a second call or ``immediate`` skips the grace
+        and abandons claims still at the tracker (a lease one of them got expires unused)."""
         if self._stopping.is_set() or immediate:
             self._skip_grace.set()
+            for shield in self._claim_shields:
+                shield.shield = False
+                shield.cancel()
         self._stopping.set()
         self._shutdown.set()
         self._startup_scope.cancel()
@@ -155,13 +135,28 @@ class Worker:
         for scope in self._claim_scopes:
             scope.cancel()
 
-    def healthy(self, stale_after_s: float) -> bool:
-        """True while the claim loop is making progress (or is legitimately waiting for a slot)."""
+    def healthy(self) -> bool:
+        """The watchdog probe: True while the worker makes progress (:meth:`progress_problem`)."""
+        return self.progress_problem() is None
+
+    def progress_problem(self) -> str | None:
+        """Why the worker looks wedged, or None. Progress is a tracker round trip that worked: a
+        claim answered (with or without a task), a heartbeat accepted, a run finished. None of
+        them within ``progress.stall_after_s`` (or a claim stuck past its budget) is a problem;
+        retries of a failing call are not progress. Starting and stopping are never a problem."""
         if self.state is not WorkerState.RUNNING:
-            return True
-        if self._slots.available_tokens == 0:
-            return True  # busy: every slot is running a task under its own heartbeat
-        return time.monotonic() - self.last_progress <= stale_after_s
+            return None
+        now = time.monotonic()
+        for run in self._runs:
+            # A run's lease was last extended (or claimed) one TTL before it runs out.
+            self.progress.tick(at=now - run.settings.lease_ttl_s + run.lease_remaining_s())
+        return self.progress.problem()
+
+    def _progress_budget_s(self) -> float:
+        # The longest legitimate quiet period: a lease TTL (a heartbeat every TTL/3, retried
+        # within the lease), a few idle rounds, a couple of request timeouts.
+        ttl = max([self._lease_ttl_s(r) for r in self._roles])
+        return max(ttl, 3 * self.config.idle_max_s, 2 * self._request_timeout_s)
 
     # -- main loop ----------------------------------------------------------------------------
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -187,7 +182,9 @@ class Worker:
         )
         async with anyio.create_task_group() as runs, anyio.create_task_group() as background:
             await background.start(self._keeper.run)
-            background.start_soon(self._maintenance_loop)
+            await background.start(self._watch.run)
+            interval = self.config.maintenance_interval_s
+            background.start_soon(maintenance_loop, self.tracker, self.stats, interval)
             with self._claim_scope:
                 await self._claim_loop(runs)
                 # Drained or max_tasks reached: claims still out may yet start runs, and
@@ -271,10 +268,12 @@ class Worker:
             # runs with it (not this loop) can hand it back.
             slot = object()
             await self._slots.acquire_on_behalf_of(slot)
-            self.last_progress = time.monotonic()
             self._claims_reserved += 1
             if self._claiming == 0:
                 self._settled = anyio.Event()
+                # A change after this (which the round's claims may miss) ends the next idle
+                # wait at once.
+                self._watch.forget()
             self._claiming += 1
             runs.start_soon(self._claim_and_run, slot)
 
@@ -321,18 +320,15 @@ class Worker:
         self._run_done = anyio.Event()
         with anyio.move_on_after(delay):
             async with anyio.create_task_group() as tg:
-                # Any of these ends the wait: new work signalled by the tracker, or (in drain
-                # mode) a run finishing, since its transition may have made work for us.
-                tg.start_soon(self._wake_on_work, tg.cancel_scope, delay)
+                # Any of these ends the wait: a change signalled by the tracker (new work, a
+                # lapsed lease), or (in drain mode) a run finishing, since its transition may
+                # have made work for us.
+                tg.start_soon(self._wake_on_change, tg.cancel_scope, delay)
                 if self.config.drain:
                     tg.start_soon(self._wake_on_run_done, tg.cancel_scope)
-        self.last_progress = time.monotonic()
 
-    async def _wake_on_work(self, scope: anyio.CancelScope, delay: float) -> None:
-        try:
-            await self.tracker.wait_for_work(delay)
-        except TrackerError:
-            await anyio.sleep(delay)
+    async def _wake_on_change(self, scope: anyio.CancelScope, delay: float) -> None:
+        await self._watch.wait(delay)
         scope.cancel()
 
     async def _wake_on_run_done(self, scope: anyio.CancelScope) -> None:
@@ -358,6 +354,11 @@ class Worker:
                     exc,
                     extra={"action": "claim_failed", "role": role.name},
                 )
+                if _refuses_token(exc) or self.config.drain:
+                    # Retrying cannot fix a refused token; and a drain that could not ask is
+                    # not a drained queue.
+                    self._give_up(exc)
+                    return None
                 continue
             if lease is not None:
                 self._next_role = (self._next_role + i + 1) % n
@@ -370,21 +371,37 @@ class Worker:
         key = str(uuid.uuid4()) if self._keys else None
 
         async def attempt() -> Lease | None:
-            # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted.
             lease: Lease | None = None
-            self.last_progress = time.monotonic()  # retrying is progress; a hung call is not
-            with anyio.CancelScope(shield=True):
-                lease = await self.tracker.claim(
-                    self.config.agent_id, role.name, ttl_ms, idempotency_key=key
-                )
+            if self._stopping.is_set():
+                return None  # no new claim (nor a retry of one) after a stop
+            # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted;
+            # a second stop lifts the shield (stop()) and the lease, if any, expires unused.
+            shield = anyio.CancelScope(shield=True)
+            self._claim_shields.add(shield)
+            try:
+                with shield, self.progress.call("tracker.claim", 2 * self._request_timeout_s):
+                    lease = await self.tracker.claim(
+                        self.config.agent_id, role.name, ttl_ms, idempotency_key=key
+                    )
+                    self.progress.tick()  # answered, with or without a task
+            finally:
+                self._claim_shields.discard(shield)
             return lease
 
+        # A daemon outlives tracker outages; a drain gives up after the report budget.
         return await call_with_retry(
             attempt,
             policy=self._retry,
-            budget_s=None,
+            budget_s=self._report_budget_s if self.config.drain else None,
             action="claim",
         )
+
+    def _give_up(self, exc: TrackerError) -> None:
+        """End the worker because of ``exc`` (kept in :attr:`error` for the exit code)."""
+        if self.error is None:
+            self.error = exc
+            log.error("stopping: %s", exc, extra={"action": "worker_gave_up"})
+        self.stop()
 
     def _lease_ttl_s(self, role: Role) -> float:
         ttl = role.config.lease_ttl_s or self.config.lease_ttl_s
@@ -436,6 +453,7 @@ class Worker:
             self.stats.last_error = f"run {run.lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})
         finally:
+            self.progress.tick()
             self._runs.discard(run)
             self._finished_gen += 1
             self._role_busy[role.name] -= 1
@@ -480,25 +498,7 @@ class Worker:
         value = last.data.get("instructions")
         return value if isinstance(value, str) and value else None
 
-    async def _maintenance_loop(self) -> None:
-        interval = self.config.maintenance_interval_s
-        while True:
-            await anyio.sleep(interval * random.uniform(0.8, 1.2))
-            try:
-                report = await self.tracker.maintenance()
-            except Unsupported:
-                return  # the remote server reclaims expired leases itself on claim
-            except TrackerUnavailable as exc:
-                self.stats.last_error = f"maintenance: {exc}"
-                continue
-            except TrackerError as exc:
-                log.error("maintenance failed: %s", exc, extra={"action": "maintenance_failed"})
-                continue
-            if report.expired_leases or report.expired_tasks or report.crash_looped:
-                log.info(
-                    "maintenance: %d expired lease(s), %d expired task(s), %d crash-looped",
-                    report.expired_leases,
-                    report.expired_tasks,
-                    report.crash_looped,
-                    extra={"action": "maintenance"},
-                )
+
+def _refuses_token(exc: TrackerError) -> bool:
+    """Whether ``exc`` is the tracker refusing the worker's api token (401/403 on a claim)."""
+    return isinstance(exc, TrackerRejected) and exc.code in ("unauthorized", "forbidden")

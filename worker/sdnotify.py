@@ -12,7 +12,7 @@ or not it runs under systemd.
 Typical use (the daemon)::
 
     notifier = Notifier.from_env(unset_environment=True)  # children must not inherit it
-    monitor = ProgressMonitor(stall_after_s=60)
+    monitor = ProgressMonitor(stall_after_s=60)  # the daemon's: Worker.progress
     async with anyio.create_task_group() as tg:
         await tg.start(Watchdog(notifier).run, monitor)
         ...  # tracker answered, executors ready
@@ -283,9 +283,11 @@ class ProgressMonitor:
         """Start the clock: a fresh monitor counts as having just made progress."""
         self._last_tick = self.clock()
 
-    def tick(self) -> None:
-        """Record progress now."""
-        self._last_tick = self.clock()
+    def tick(self, at: float | None = None) -> None:
+        """Record progress now (or at ``at``, a time of ``clock`` already past; an older time
+        than the last tick changes nothing)."""
+        when = self.clock() if at is None else at
+        self._last_tick = max(self._last_tick, when)
 
     @contextlib.contextmanager
     def call(self, name: str, budget_s: float) -> Iterator[None]:

@@ -9,6 +9,7 @@ HUP: reload the configuration for new claims) and runs a :class:`~worker.daemon.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -30,6 +31,7 @@ from tracker_client.errors import (
 )
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
+from worker.cli.ops_common import describe, exit_code_for
 from worker.cli.systemd import STOP_MARGIN_S
 from worker.config import Config, load_config
 from worker.daemon import Role, Worker, WorkerState
@@ -40,6 +42,10 @@ __all__ = ["build_roles", "register", "select_roles"]
 log = logging.getLogger("backlog_worker.cli")
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_TRACKER = 0, 1, 2, 3
+
+#: After a second TERM/INT the process is gone within this long, even if a final report or a
+#: call is still hung at the tracker (its lease then expires on its own).
+FORCED_EXIT_S = 0.9
 
 
 def select_roles(config: Config, names: Sequence[str]) -> Config:
@@ -109,18 +115,49 @@ async def _watch_signals(
 ) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         task_status.started()
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                reload()
-                continue
-            immediate = worker.state in (WorkerState.DRAINING, WorkerState.STOPPED)
-            log.warning(
-                "received %s: %s",
-                signal.Signals(signum).name,
-                "stopping now (grace skipped)" if immediate else "draining",
-                extra={"action": "signal"},
-            )
-            worker.stop(immediate=immediate)
+        async with anyio.create_task_group() as tg:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    reload()
+                    continue
+                immediate = worker.stopping or worker.state is not WorkerState.RUNNING
+                log.warning(
+                    "received %s: %s",
+                    signal.Signals(signum).name,
+                    "stopping now (grace skipped)" if immediate else "draining",
+                    extra={"action": "signal"},
+                )
+                worker.stop(immediate=immediate)
+                if immediate:
+                    tg.start_soon(_exit_if_still_running, worker)
+
+
+async def _exit_if_still_running(worker: Worker) -> None:
+    """After a second signal: the worker has :data:`FORCED_EXIT_S` to stop by itself; a call
+    still hung at the tracker (a final report under its shield) does not hold the process."""
+    await anyio.sleep(FORCED_EXIT_S)
+    log.error(
+        "still stopping after a second signal: exiting now; %d run(s) left unreported, their "
+        "leases expire on their own",
+        worker.stats.in_flight,
+        extra={"action": "forced_exit"},
+    )
+    logging.shutdown()
+    os._exit(EXIT_FAILURE)
+
+
+class _Probe:
+    """The watchdog's probe: the worker's progress (with the reason when there is none)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def __call__(self) -> bool:
+        return self._worker.healthy()
+
+    def problem(self) -> str | None:
+        """Why there is no progress (read by the watchdog's log line)."""
+        return self._worker.progress_problem()
 
 
 async def _readiness(roles: Sequence[Role]) -> list[str]:
@@ -190,8 +227,6 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
             extra={"action": "reloaded"},
         )
 
-    # The claim loop ticks at least every idle_max_s; a loop silent for much longer is wedged.
-    stale_after_s = max(30.0, 3 * config.worker.idle_max_s)
     try:
         worker = Worker(
             tracker, config.worker, built, tracker_config=config.tracker, on_state=on_state
@@ -199,13 +234,15 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
         with notifier:
             async with anyio.create_task_group() as tg:
                 await tg.start(_watch_signals, worker, reload)
-                await tg.start(Watchdog(notifier).run, lambda: worker.healthy(stale_after_s))
+                await tg.start(Watchdog(notifier).run, _Probe(worker))
                 await tg.start(partial(report_status, notifier, status, extend_timeout=extend))
                 await worker.run()
                 tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await tracker.aclose()
+    if worker.error is not None:
+        raise worker.error  # the worker gave up (refused token; a drain that could not claim)
     return EXIT_OK
 
 
@@ -261,14 +298,16 @@ def run_command(
             "log_format": log_format,
         }
     )
+    url: str | None = None
     try:
         config = _load(config_path, overrides, roles)
+        url = config.tracker.url
         _setup_logging(config)
         code = anyio.run(_run, config_path, overrides, roles)
     except (ConfigError, ExecutorError) as exc:
         _fail(str(exc), EXIT_CONFIG)
     except TrackerError as exc:
-        _fail(f"tracker error: {exc}", EXIT_TRACKER)
+        _fail(describe(exc, url), exit_code_for(exc))
     sys.exit(code)
 
 
@@ -286,6 +325,10 @@ async def _check(config: Config) -> list[str]:
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             health = await tracker.health()
         click.echo(f"ok   tracker {config.tracker.url} answered (version {health.version})")
+        # /health needs no token: an authenticated read proves the api token works.
+        with anyio.fail_after(config.tracker.request_timeout_s * 2):
+            pipelines = await tracker.list_pipelines()
+        click.echo(f"ok   tracker accepted the api token ({len(pipelines)} pipeline(s))")
         ceiling = getattr(tracker, "max_lease_ttl_ms", None)
         for role in config.roles:
             ttl = role.lease_ttl_s or config.worker.lease_ttl_s

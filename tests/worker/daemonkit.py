@@ -1,0 +1,262 @@
+"""Helpers for the daemon tests (``tests/worker/test_daemon_*.py``) that use real processes.
+
+* :class:`RouteFaults`: a TCP proxy on 127.0.0.1 in front of a served tracker whose faults are
+  switched per route while the test runs: ``"hang"`` (the request is read, never answered, the
+  connection stays open: a tracker that accepts and then wedges) or an HTTP status to answer
+  instead of forwarding (``503``). It counts every request by ``METHOD /path``.
+* :func:`serve_tracker`: a real ``backlog-worker tracker serve --port 0 --token-file`` process.
+* :func:`spawn_worker`: a real ``backlog-worker run`` process, stderr to a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import SocketStream
+from anyio.from_thread import start_blocking_portal
+
+from tests.remote.fault_proxy import read_request
+
+TOKEN = "daemon-test-token-0123456789"
+_CLI = (sys.executable, "-m", "worker")
+
+PIPELINE_TOML = """
+name = "flow"
+[definition]
+initial = "todo"
+[definition.states.todo]
+agent_role = "coder"
+[definition.states.done]
+terminal = true
+[[definition.transitions]]
+from = "todo"
+to = "done"
+trigger = "complete"
+"""
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test's environment without any BACKLOG_WORKER_* or systemd variable, plus ``extra``."""
+    drop = ("BACKLOG_WORKER_", "NOTIFY_SOCKET", "WATCHDOG_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(extra)
+    return env
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` at the end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.01)
+
+
+class RouteFaults:
+    """A proxy to ``upstream_port`` with per-route faults (see the module docstring)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.rules: dict[str, str | int] = {}  # "METHOD /path-prefix" (or "") -> fate
+        self.counts: Counter[str] = Counter()
+        self.hung = 0  # requests currently held unanswered
+        self._lock = threading.Lock()
+        self._stack = contextlib.ExitStack()
+        self.port = 0
+
+    def __enter__(self) -> RouteFaults:
+        portal = self._stack.enter_context(start_blocking_portal())
+        self._stop = portal.call(anyio.Event)
+        self.port = portal.start_task(self._serve)[1]
+        self._portal = portal
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._portal.call(self._stop.set)
+        self._stack.close()
+
+    @property
+    def url(self) -> str:
+        """The proxy's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def set(self, prefix: str, fate: str | int | None) -> None:
+        """Answer requests whose ``METHOD /path`` starts with ``prefix`` with ``fate`` (None:
+        forward them again)."""
+        with self._lock:
+            if fate is None:
+                self.rules.pop(prefix, None)
+            else:
+                self.rules[prefix] = fate
+
+    def count(self, prefix: str) -> int:
+        """Requests seen so far whose ``METHOD /path`` starts with ``prefix``."""
+        with self._lock:
+            return sum(n for key, n in self.counts.items() if key.startswith(prefix))
+
+    async def _serve(self, *, task_status: Any) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        async with listener, anyio.create_task_group() as tg:
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            tg.start_soon(listener.serve, self._handle)
+            task_status.started(port)
+            await self._stop.wait()
+            tg.cancel_scope.cancel()
+
+    def _fate(self, route: str) -> str | int | None:
+        with self._lock:
+            self.counts[route] += 1
+            for prefix, fate in self.rules.items():
+                if route.startswith(prefix):
+                    return fate
+        return None
+
+    async def _handle(self, client: SocketStream) -> None:
+        async with client:
+            request = await read_request(client)
+            if not request:
+                return
+            method, _, rest = request.partition(b" ")
+            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+            fate = self._fate(f"{method.decode()} {path.decode()}")
+            if fate == "hang":
+                with self._lock:
+                    self.hung += 1
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with self._lock:
+                        self.hung -= 1
+            if isinstance(fate, int):
+                body = json.dumps({"error": {"code": "injected", "message": "injected"}}).encode()
+                head = (
+                    f"HTTP/1.1 {fate} Injected\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                )
+                await client.send(head.encode() + body)
+                return
+            response = b""
+            async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
+                await upstream.send(request)
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while True:
+                        response += await upstream.receive()
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await client.send(response)
+
+
+@contextlib.contextmanager
+def serve_tracker(tmp_path: Path, token: str = TOKEN) -> Iterator[tuple[str, Path]]:
+    """A real ``tracker serve`` on ``tmp_path/rail.db`` with a token file and the ``flow``
+    pipeline; yields (its URL, the rail file)."""
+    db = tmp_path / "rail.db"
+    env = clean_env()
+    subprocess.run(
+        [
+            *_CLI,
+            "pipeline",
+            "create",
+            "-f",
+            str(_pipeline(tmp_path)),
+            "--tracker",
+            f"sqlite://{db}",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    log = tmp_path / "serve.log"
+    serve_args = ("--port", "0", "--token-file", str(token_file))
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*_CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", *serve_args],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
+    try:
+
+        def listening() -> str | None:
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+            assert proc.poll() is None, f"server exited early: {log.read_text()}"
+            return found.group(1) if found else None
+
+        yield wait_for(listening, 30, "tracker serve to listen"), db
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _pipeline(tmp_path: Path) -> Path:
+    path = tmp_path / "flow.toml"
+    path.write_text(PIPELINE_TOML)
+    return path
+
+
+def write_config(
+    tmp_path: Path, url: str, *, token: str | None, argv: list[str], **worker: Any
+) -> Path:
+    """A worker config for role ``coder`` running ``argv`` with fast retries and idling."""
+    settings: dict[str, Any] = {
+        "idle_min_s": 0.05,
+        "idle_max_s": 0.2,
+        "lease_ttl_s": 3,
+        "shutdown_grace_s": 5,
+        "maintenance_interval_s": 0.5,
+        "concurrency": 1,
+    }
+    settings.update(worker)
+    lines = ["[tracker]", f'url = "{url}"', "retry_initial_s = 0.05", "retry_max_s = 0.2"]
+    lines += ["request_timeout_s = 2", "report_retry_budget_s = 3"]
+    if token is not None:
+        lines.append(f'api_token = "{token}"')
+    lines.append("[worker]")
+    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    lines += ["[[roles]]", 'name = "coder"', 'executor = "command"', "[roles.options]"]
+    lines.append(f"argv = {json.dumps(argv)}")
+    path = tmp_path / "worker.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def spawn_worker(
+    config: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``backlog-worker run --config CONFIG ARGS...`` with stderr (the log) to ``log``."""
+    with log.open("wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "worker", "run", "--config", str(config), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env or clean_env(),
+            start_new_session=True,
+        )
+
+
+def reap(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc``'s process group if it still runs (a failed test leaks no process)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        proc.wait()

@@ -1,0 +1,158 @@
+"""Parts of the worker daemon that run beside the claim loop (split out of :mod:`worker.daemon`).
+
+* :class:`Role`, :class:`WorkerState`, :class:`WorkerStats`: the daemon's public value types.
+* :class:`TrackerWatch`: the worker's one standing wait on the tracker's wake-up channel
+  (``wait_for_work``). A wake-up ends the idle claim loop's wait (new work, a lapsed lease) and
+  asks the lease keeper to heartbeat every in-flight lease now, because the change may be a cancel
+  of one of them: a heartbeat to a cancelled task answers ``LeaseLost`` and cancels its executor.
+  Those heartbeats are rate-limited (``poke_interval_s``), so a busy rail costs at most one extra
+  heartbeat per lease per interval.
+* :func:`maintenance_loop`: the periodic ``maintenance()`` call.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskStatus
+
+from plugins.api import Executor
+from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
+from tracker_client.protocol import Tracker
+from worker.config import RoleConfig
+
+__all__ = ["Role", "TrackerWatch", "WorkerState", "WorkerStats", "maintenance_loop"]
+
+log = logging.getLogger("backlog_worker.worker")
+
+#: Longest single wait on the wake-up channel (the served tracker's long-poll chunk).
+WATCH_CHUNK_S = 25.0
+#: Shortest gap between two waits after a wake-up: a channel that answers at once every time
+#: (a bug, a restarting server) must not become a busy loop.
+WATCH_MIN_GAP_S = 0.05
+#: Pause after a failed wait before the next (the channel is a hint; the claim loop's own
+#: back-off keeps the worker working meanwhile).
+WATCH_ERROR_PAUSE_S = 1.0
+
+
+class WorkerState(enum.Enum):
+    """Lifecycle of a :class:`~worker.daemon.Worker`."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A role this worker serves, with its executor built from the role's options."""
+
+    config: RoleConfig
+    executor: Executor
+
+    @property
+    def name(self) -> str:
+        """The role name claims are made for."""
+        return self.config.name
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Live counters, for logs, ``STATUS=`` and tests."""
+
+    claimed: int = 0
+    transitioned: int = 0
+    failed: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    last_error: str | None = None
+    by_role: dict[str, int] = field(default_factory=dict)
+
+
+class TrackerWatch:
+    """Waits on ``tracker.wait_for_work`` in a loop; see the module docstring."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        *,
+        poke: Callable[[], None],
+        poke_interval_s: float = 0.5,
+    ) -> None:
+        self._tracker = tracker
+        self._poke = poke
+        self._poke_interval_s = poke_interval_s
+        self._changed = anyio.Event()
+        self._poke_wanted = anyio.Event()
+        self.wakeups = 0
+        self.pokes = 0
+
+    def forget(self) -> None:
+        """Forget earlier wake-ups: called as a claim round begins, so only a change after that
+        (which the round may not have seen) ends the next idle wait early."""
+        if self._changed.is_set():
+            self._changed = anyio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until the tracker signals a change (since the last :meth:`forget`) or ``timeout_s``."""
+        with anyio.move_on_after(timeout_s):
+            await self._changed.wait()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Watch until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._poke_loop)
+            task_status.started()
+            while True:
+                started = anyio.current_time()
+                try:
+                    await self._tracker.wait_for_work(WATCH_CHUNK_S)
+                except TrackerError as exc:
+                    log.debug("wait for work failed: %s", exc, extra={"action": "watch_failed"})
+                    await anyio.sleep(WATCH_ERROR_PAUSE_S)
+                    continue
+                elapsed = anyio.current_time() - started
+                if elapsed < WATCH_CHUNK_S * 0.98:  # woken, not timed out
+                    self.wakeups += 1
+                    self._changed.set()
+                    self._poke_wanted.set()
+                    await anyio.sleep(max(0.0, WATCH_MIN_GAP_S - elapsed))
+
+    async def _poke_loop(self) -> None:
+        while True:
+            await self._poke_wanted.wait()
+            self._poke_wanted = anyio.Event()
+            self.pokes += 1
+            self._poke()
+            await anyio.sleep(self._poke_interval_s)
+
+
+async def maintenance_loop(tracker: Tracker, stats: WorkerStats, interval_s: float) -> None:
+    """Call ``tracker.maintenance()`` every ``interval_s`` (jittered) until cancelled; returns
+    when the tracker has none (a remote server reclaims expired leases itself on claim)."""
+    while True:
+        await anyio.sleep(interval_s * random.uniform(0.8, 1.2))
+        try:
+            report = await tracker.maintenance()
+        except Unsupported:
+            return
+        except TrackerUnavailable as exc:
+            stats.last_error = f"maintenance: {exc}"
+            continue
+        except TrackerError as exc:
+            log.error("maintenance failed: %s", exc, extra={"action": "maintenance_failed"})
+            continue
+        if report.expired_leases or report.expired_tasks or report.crash_looped:
+            log.info(
+                "maintenance: %d expired lease(s), %d expired task(s), %d crash-looped",
+                report.expired_leases,
+                report.expired_tasks,
+                report.crash_looped,
+                extra={"action": "maintenance"},
+            )
