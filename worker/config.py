@@ -30,6 +30,7 @@ from pydantic_settings import (
 )
 
 from tracker_client.errors import ConfigError
+from worker.config_secrets import settings_environ
 from worker.config_sources import (
     FLAG_NAMES,
     Origin,
@@ -255,7 +256,7 @@ def load_config(
     """
     source = Path(path) if path is not None else None
     data: dict[str, Any] = _read_toml(source) if source is not None else {}
-    env = parse_env(os.environ, _Settings)
+    env = parse_env(settings_environ(), _Settings)
     if env.problems:
         raise ConfigError("; ".join(env.problems))
     sources = Sources(role_names=role_names(data))

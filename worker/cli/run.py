@@ -34,6 +34,7 @@ from tracker_client.protocol import Tracker
 from worker.cli.ops_common import describe, exit_code_for
 from worker.cli.systemd import STOP_MARGIN_S
 from worker.config import Config, load_config
+from worker.config_secrets import release_secret_env
 from worker.daemon import Role, Worker, WorkerState
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
 
@@ -301,6 +302,7 @@ def run_command(
     url: str | None = None
     try:
         config = _load(config_path, overrides, roles)
+        release_secret_env()  # before any child exists: /proc/<pid>/environ no longer has it
         url = config.tracker.url
         _setup_logging(config)
         code = anyio.run(_run, config_path, overrides, roles)
