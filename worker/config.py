@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import tomllib
-from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,15 +242,13 @@ def _read_token_file(path: Path, sources: Sources) -> str:
 
 def load_config(
     path: Path | str | None = None,
-    *,
-    flag_names: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> Config:
     """Read, merge and validate the configuration; raise :class:`ConfigError` naming the source.
 
     ``overrides`` are CLI flags as nested dicts or dotted keys (``{"worker.concurrency": 3}``);
-    ``None`` values are ignored so unset flags don't mask the file. ``flag_names`` maps a dotted
-    key to the flag an error should name (default :data:`~worker.config_sources.FLAG_NAMES`).
+    ``None`` values are ignored so unset flags don't mask the file; an error about one names the
+    flag of :data:`~worker.config_sources.FLAG_NAMES` (else ``--key-name``).
     An unknown ``BACKLOG_WORKER_*`` environment variable is refused, naming the closest real one.
     """
     source = Path(path) if path is not None else None
@@ -265,7 +262,6 @@ def load_config(
             sources.add((key,), value, file_origin(source))
     for key_path, value, origin in env.origins:
         sources.add(key_path, value, origin)
-    names = {**FLAG_NAMES, **(flag_names or {})}
     flags: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:
@@ -275,7 +271,7 @@ def load_config(
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-        flag = names.get(key, "--" + leaf.replace("_", "-"))
+        flag = FLAG_NAMES.get(key, "--" + leaf.replace("_", "-"))
         sources.add(tuple(key.split(".")), value, Origin("flag", flag, tuple(key.split("."))))
     token = _LAYERS.set((env.nested, env.short, data))
     try:
