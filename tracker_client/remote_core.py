@@ -108,6 +108,10 @@ class RemoteCore(RemoteBase):
         check_json(task.metadata, f"{what}: task {task.title[:60]!r}: metadata")
         body = task.model_dump(mode="json", exclude_none=True)
         body.setdefault("description", "")
+        if task.retry_policy is not None:
+            # As given: an explicit ``max_attempts: null`` asks for unlimited attempts, while an
+            # omitted one gets the rail's bounded default (served tracker; NullTickets: null).
+            body["retry_policy"] = task.retry_policy.model_dump(mode="json", exclude_unset=True)
         if task.metadata is None:
             body["metadata"] = None  # JSON null is a metadata value too
         if not await self._has("backlog"):

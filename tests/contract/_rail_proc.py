@@ -27,7 +27,7 @@ import anyio
 
 from tracker_client.errors import BacklogFull, LeaseLost
 from tracker_client.factory import open_tracker
-from tracker_client.models import TaskCreate
+from tracker_client.models import RetryPolicy, TaskCreate
 
 
 def _say(line: str) -> None:
@@ -124,7 +124,11 @@ async def writes(db: str, pipeline_id: str) -> None:
     try:
         i = 0
         while True:
-            tid = await tracker.create_task(TaskCreate(pipeline_id=pipeline_id, title=f"w{i}"))
+            # retried at once: the checker expects every failed task to be claimable again
+            spec = TaskCreate(
+                pipeline_id=pipeline_id, title=f"w{i}", retry_policy=RetryPolicy(retry_delay_ms=0)
+            )
+            tid = await tracker.create_task(spec)
             _say(f"created {tid}")
             lease = await tracker.claim("writer", "coder", 600_000)
             if lease is None:

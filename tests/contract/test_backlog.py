@@ -252,7 +252,9 @@ async def test_crash_loop_event_and_stale_runs(tracker: Tracker, clock: FakeCloc
 @pytest.mark.requires(CLOCK)
 async def test_a_finished_run_breaks_the_stale_streak(tracker: Tracker, clock: FakeClock) -> None:
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=0))
+    )  # retry at once
     await claim(tracker, ttl_ms=1_000)
     clock.advance(1_001)
     await claim(tracker, ttl_ms=1_000)

@@ -74,7 +74,9 @@ async def test_exponential_backoff_stays_within_its_bounds(
     tracker: Tracker, clock: FakeClock
 ) -> None:
     pid = await make_pipeline(tracker)
-    policy = RetryPolicy(retry_delay_ms=1_000, backoff="exponential", max_retry_delay_ms=5_000)
+    policy = RetryPolicy(
+        max_attempts=None, retry_delay_ms=1_000, backoff="exponential", max_retry_delay_ms=5_000
+    )
     await tracker.create_tasks([new_task(pid, f"t{i}", retry_policy=policy) for i in range(12)])
     bounds = {1: 1_000, 2: 2_000, 3: 4_000, 4: 5_000, 5: 5_000}
     delays: dict[int, list[int]] = {k: [] for k in bounds}
@@ -158,9 +160,11 @@ async def test_failures_count_across_stages(tracker: Tracker) -> None:
     assert (task.stage, task.dead_letter_reason) == ("review", "max_attempts_exceeded")
 
 
-async def test_unlimited_retries_by_default(tracker: Tracker) -> None:
+async def test_unlimited_retries_when_asked_for(tracker: Tracker) -> None:
+    # max_attempts null is unlimited (NullTickets' reading); the default is bounded
+    # (tests/contract/test_retry_defaults.py).
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid))
+    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(max_attempts=None)))
     for attempt in range(1, 8):
         lease = await claim(tracker)
         assert lease.run.attempt == attempt

@@ -164,7 +164,9 @@ async def test_attempts_count_every_run_of_the_task_across_stages(
     tracker: Tracker, clock: FakeClock
 ) -> None:
     pid = await make_pipeline(tracker, review_pipeline())
-    tid = await tracker.create_task(new_task(pid))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=0))
+    )  # retry at once
     first = await claim(tracker, ttl_ms=1_000)
     assert first.run.attempt == 1
     await tracker.fail(first, "retry me")

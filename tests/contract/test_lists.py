@@ -17,7 +17,7 @@ from tests.contract.support import (
     review_pipeline,
 )
 from tracker_client.errors import NotFound, ValidationFailed
-from tracker_client.models import ArtifactCreate
+from tracker_client.models import ArtifactCreate, RetryPolicy
 from tracker_client.protocol import Tracker
 
 pytestmark = pytest.mark.anyio
@@ -149,7 +149,9 @@ async def test_artifact_pages_never_skip(tracker: Tracker) -> None:
 @pytest.mark.requires(RUN_DETAILS)
 async def test_task_event_pages_never_skip(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=0))
+    )  # retry at once
     first = await claim(tracker)
     ids = [await tracker.add_event(first, "progress", {"run": 1, "i": i}) for i in range(3)]
     await tracker.fail(first, "again")
@@ -173,7 +175,9 @@ async def test_task_event_pages_never_skip(tracker: Tracker) -> None:
 @pytest.mark.requires(RUN_DETAILS)
 async def test_task_events_filtered_by_kind(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=0))
+    )  # retry at once
     first = await claim(tracker)
     await tracker.add_event(first, "progress", {"i": 1})
     await tracker.fail(first, "again")

@@ -174,7 +174,9 @@ async def test_version_is_unchanged_by_everything_but_transitions_and_dead_lette
     pid = await make_pipeline(tracker)
     other = await make_pipeline(tracker, simple_pipeline("builder"))
     upstream = await tracker.create_task(new_task(other))
-    tid = await tracker.create_task(new_task(pid))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=0))
+    )  # retry at once
 
     async def version() -> int:
         return (await tracker.get_task(tid)).task_version
@@ -186,7 +188,7 @@ async def test_version_is_unchanged_by_everything_but_transitions_and_dead_lette
     await tracker.assign(tid, "agent-1")
     await tracker.unassign(tid, "agent-1")
     assert await version() == 1
-    await tracker.fail(lease, "transient")  # default policy: unlimited retries
+    await tracker.fail(lease, "transient")  # a retry, not a dead letter
     assert await version() == 1
     lease = await claim(tracker, ttl_ms=1_000)
     clock.advance(1_001)

@@ -9,6 +9,7 @@ import pytest
 
 from plugins.api import ExecutionContext, Failure, Transition
 from tracker_client.errors import TrackerUnavailable
+from tracker_client.models import RetryPolicy
 from tracker_client.protocol import Tracker
 from worker.daemon import Worker, WorkerState
 
@@ -171,7 +172,8 @@ async def test_bad_trigger_fails_with_allowed_triggers(tracker: Tracker, pipelin
 
 
 async def test_retryable_failure_goes_back_to_the_queue(tracker: Tracker, pipeline_id: str) -> None:
-    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    # retried at once: a drain ends when nothing is claimable, a delayed retry included
+    [task_id] = await add_tasks(tracker, pipeline_id, 1, retry_policy=RetryPolicy(retry_delay_ms=0))
     attempts: list[int] = []
 
     async def flaky(ctx: ExecutionContext) -> Any:

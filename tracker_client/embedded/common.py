@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
+from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import Artifact, Assignment, Event, Run, Task
@@ -56,6 +57,8 @@ class Options:
     max_stale_attempts: int = 3
     idempotency_ttl_s: int = 86_400
     poll_interval_s: float = 0.05
+    #: The rail's default retry policy (built-in default overridden by ``retry_*`` options).
+    retry: RetryDefaults = BUILTIN
 
     def cap_for(self, role: str) -> int:
         """The effective backlog cap of ``role`` (0 = unlimited)."""

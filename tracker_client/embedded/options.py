@@ -7,11 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracker_client.embedded.common import Options
+from tracker_client.embedded.retrypolicy import BUILTIN, parse_retry
 from tracker_client.errors import ConfigError
 
 __all__ = ["parse_options"]
 
 _SYNC = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: The rail's default retry policy (see :mod:`.retrypolicy`).
+_RETRY = ("retry_max_attempts", "retry_delay_ms", "retry_backoff", "retry_max_delay_ms")
 
 
 def _int(name: str, value: Any, low: int) -> int:
@@ -81,6 +84,7 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         "max_stale_attempts",
         "idempotency_ttl_s",
         "poll_interval_s",
+        *_RETRY,
     }
     unknown = sorted(set(options) - known)
     if unknown:
@@ -102,4 +106,13 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         max_stale_attempts=_int("max_stale_attempts", options.get("max_stale_attempts", 3), 0),
         idempotency_ttl_s=_int("idempotency_ttl_s", options.get("idempotency_ttl_s", 86_400), 0),
         poll_interval_s=_float("poll_interval_s", options.get("poll_interval_s", 0.05)),
+        retry=BUILTIN.merged(
+            parse_retry(
+                {k: v for k, v in options.items() if k in _RETRY},
+                "embedded tracker option",
+                ConfigError,
+                prefix="retry_",
+                allow_stage=False,
+            )
+        ),
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracker_client.embedded.retrypolicy import parse_retry
 from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import AvailableTransition, Pipeline
@@ -51,6 +52,8 @@ class PipelineDef:
     default_queue_ttl_ms: int | None
     created_at_ms: int
     definition: dict[str, Any] = field(repr=False)
+    #: The fields of the rail's default retry policy this pipeline overrides (its ``retry``).
+    retry: dict[str, Any] = field(default_factory=dict)
 
     def find(self, stage: str, trigger: str) -> TransitionDef | None:
         """The first transition (definition order) from ``stage`` on ``trigger``."""
@@ -173,6 +176,12 @@ def validate_definition(
     ttl = definition.get("default_queue_ttl_ms")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0):
         raise _fail("'default_queue_ttl_ms' must be a positive integer (milliseconds)")
+    retry: dict[str, Any] = {}
+    if definition.get("retry") is not None:
+        retry = parse_retry(definition["retry"], "'retry'", _fail)
+        dls = retry.get("dead_letter_stage")
+        if dls is not None and dls not in states:
+            raise _fail(f"'retry': 'dead_letter_stage' {dls!r} is not defined in 'states'")
     try:
         plain = json.loads(json.dumps(definition, allow_nan=False))
     except (TypeError, ValueError) as exc:
@@ -186,6 +195,7 @@ def validate_definition(
         default_queue_ttl_ms=ttl,
         created_at_ms=created_at_ms,
         definition=plain,
+        retry=retry,
     )
 
 

@@ -147,7 +147,12 @@ def transition(
 
 
 def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
-    """The delay before the next attempt after ``failed`` failures."""
+    """The delay before the next attempt after ``failed`` failures.
+
+    Exponential: ``d = retry_delay_ms * 2**(failed-1)`` capped at ``max_retry_delay_ms``, drawn
+    from ``[d/2, d]`` ("equal jitter"): spread out like full jitter, but never near 0, so a
+    failing task cannot come back at once however the dice fall.
+    """
     base = max(0, int(row["retry_delay_ms"]))
     if row["backoff"] != "exponential":
         return base
@@ -156,7 +161,7 @@ def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
     if cap is not None:
         exp = min(exp, max(0, int(cap)))
     exp = min(exp, 2**62)
-    return rng.randint(0, exp) if exp > 0 else 0
+    return rng.randint(exp - exp // 2, exp) if exp > 0 else 0
 
 
 def fail(

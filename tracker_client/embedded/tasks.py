@@ -96,18 +96,27 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     priority = _int(spec.priority, f"{at}priority")
     metadata = dumps(spec.metadata, f"{at}metadata", max_bytes=MIB)
     policy = spec.retry_policy
-    max_attempts = None if policy is None else policy.max_attempts
-    if max_attempts is not None:
-        _int(max_attempts, f"{at}retry_policy.max_attempts", low=0)
-    retry_delay = (
-        0
-        if policy is None
-        else _int(policy.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0)
-    )
-    max_delay = None if policy is None else policy.max_retry_delay_ms
-    if max_delay is not None:
-        _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0)
-    dls = None if policy is None else policy.dead_letter_stage
+    default = ctx.opts.retry.merged(pipeline.retry)
+    if policy is None:
+        max_attempts, retry_delay = default.max_attempts, default.retry_delay_ms
+        backoff, max_delay = default.backoff, default.max_retry_delay_ms
+        dls = default.dead_letter_stage
+    else:
+        # NullTickets reads a given policy with its own defaults (0 ms, constant); only an
+        # omitted max_attempts / dead_letter_stage comes from the default (bounded, not
+        # unlimited: unlimited is an explicit null).
+        given = policy.model_fields_set
+        max_attempts = policy.max_attempts if "max_attempts" in given else default.max_attempts
+        if max_attempts is not None:
+            _int(max_attempts, f"{at}retry_policy.max_attempts", low=0)
+        retry_delay = _int(policy.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0)
+        backoff = policy.backoff
+        max_delay = policy.max_retry_delay_ms
+        if max_delay is not None:
+            _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0)
+        dls = (
+            policy.dead_letter_stage if "dead_letter_stage" in given else default.dead_letter_stage
+        )
     if dls is not None and dls not in pipeline.states:
         raise ValidationFailed(
             f"{at}retry_policy.dead_letter_stage {dls!r} is not a state of pipeline "
@@ -149,7 +158,7 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         "retry_delay_ms": retry_delay,
         "max_attempts": max_attempts,
         "dead_letter_stage": dls,
-        "backoff": "constant" if policy is None else policy.backoff,
+        "backoff": backoff,
         "max_retry_delay_ms": max_delay,
         "created_at_ms": ctx.now,
         "updated_at_ms": ctx.now,
