@@ -36,6 +36,8 @@ KNOWN_FAILURES = frozenset(
     }
 )
 TOTAL_CHECKS = 96
+#: Rail options giving NullTickets' default retry policy (unlimited attempts, no delay).
+NULLTICKETS_RETRY = "?retry_max_attempts=unlimited&retry_delay_ms=0&retry_backoff=constant"
 
 _RESULTS = re.compile(r"^Results: (\d+) passed, (\d+) failed$", re.MULTILINE)
 _FAIL = re.compile(r"^\s*FAIL: (.*?)(?: \u2014 .*)?$", re.MULTILINE)
@@ -51,7 +53,8 @@ def _free_port() -> int:
 def _shim(tmp_path: Path) -> Path:
     """What ``serve-as-nulltickets.sh`` runs as ``$BACKLOG_WORKER``: this interpreter's
     ``backlog-worker``, whatever is on PATH. The rail is created first (the suite starts from
-    an empty database path, as NullTickets does; an operator creates the rail beforehand)."""
+    an empty database path, as NullTickets does; an operator creates the rail beforehand), and
+    served with NullTickets' default retry policy."""
     shim = tmp_path / "backlog-worker"
     shim.write_text(
         f"#!{sys.executable}\n"
@@ -65,6 +68,9 @@ def _shim(tmp_path: Path) -> Path:
         "    async def make():\n"
         "        await (await EmbeddedTracker.open(path)).aclose()\n"
         "    anyio.run(make)\n"
+        # NullTickets' own default retry policy (unlimited, no delay), which its suite expects;
+        # a rail's default is bounded with backoff unless it asks for this (README).
+        f"args[args.index('--tracker') + 1] = url + {NULLTICKETS_RETRY!r}\n"
         f"os.execv({sys.executable!r}, [{sys.executable!r}, '-m', 'worker', *args])\n"
     )
     shim.chmod(0o700)
