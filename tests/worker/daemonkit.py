@@ -215,7 +215,13 @@ def _pipeline(tmp_path: Path) -> Path:
 
 
 def write_config(
-    tmp_path: Path, url: str, *, token: str | None, argv: list[str], **worker: Any
+    tmp_path: Path,
+    url: str,
+    *,
+    token: str | None,
+    argv: list[str],
+    request_timeout_s: float = 2,
+    **worker: Any,
 ) -> Path:
     """A worker config for role ``coder`` running ``argv`` with fast retries and idling."""
     settings: dict[str, Any] = {
@@ -228,7 +234,7 @@ def write_config(
     }
     settings.update(worker)
     lines = ["[tracker]", f'url = "{url}"', "retry_initial_s = 0.05", "retry_max_s = 0.2"]
-    lines += ["request_timeout_s = 2", "report_retry_budget_s = 3"]
+    lines += [f"request_timeout_s = {request_timeout_s}", "report_retry_budget_s = 3"]
     if token is not None:
         lines.append(f'api_token = "{token}"')
     lines.append("[worker]")
