@@ -5,12 +5,16 @@ The shape (DESIGN.md "One task, end to end"):
 1. The executor runs in the run's own task while the worker's :class:`~worker.keeper.LeaseKeeper`
    heartbeats the lease every ttl/3 and flushes buffered reports (one keeper task for all runs,
    instead of two loops per run). A heartbeat that says the lease is gone cancels the executor
-   at once and nothing more is written for the run.
+   at once and nothing more is written for the run. So does the lease running out by the
+   worker's own clock (:mod:`worker.run_lease`), even while a heartbeat hangs unanswered.
 2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
    and fails the run with reason ``timeout``.
 3. The outcome is reported under a shield: buffered events, then ``transition`` with the claimed
    stage and version, or an ``error`` event and ``fail``. A trigger the pipeline refuses fails the
-   run with the allowed triggers listed; a 409 is logged and dropped.
+   run with the allowed triggers listed; a 409 is logged and dropped. The keeper's heartbeats
+   stop when the executor ends (on NullTickets each one resets the lease to 300 s, so a worker
+   killed mid-report would strand the task that long); the report heartbeats only when it is
+   still retrying as the lease nears its end, and stops at the lease's end by our clock.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from tracker_client.protocol import Tracker
 from worker.config import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry
+from worker.run_lease import LocalLease
 from worker.workdirs import remove_workdir, workdir_name
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
@@ -130,7 +135,10 @@ class TaskRun:
         shutdown: anyio.Event,
         keeper: LeaseKeeper,
         instructions: str | None = None,
+        claimed_at: float | None = None,
     ) -> None:
+        """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
+        now); the lease's end by our clock counts from there."""
         self.tracker = tracker
         self.lease = lease
         self.role = role
@@ -140,7 +148,11 @@ class TaskRun:
         self._instructions = instructions
         self._keeper = keeper
         self._ctx: ExecutionContext | None = None
-        self._expires_at = anyio.current_time() + settings.lease_ttl_s
+        self._clock = LocalLease(
+            settings.lease_ttl_s,
+            sent_at=anyio.current_time() if claimed_at is None else claimed_at,
+            tracker_expires_ms=lease.expires_at_ms,
+        )
         self._lost: LeaseLost | None = None
         self.scope = anyio.CancelScope()
         self._log = _RunLog(
@@ -150,8 +162,8 @@ class TaskRun:
 
     # -- helpers used by the sink -------------------------------------------------------------
     def lease_remaining_s(self) -> float:
-        """Seconds the lease is still ours (by our own clock), never negative."""
-        return max(0.0, self._expires_at - anyio.current_time())
+        """Seconds the lease is still ours (by our own clock, less the safety margin)."""
+        return self._clock.remaining_s()
 
     def new_key(self) -> str | None:
         """A fresh idempotency key for one logical write (None when the tracker needs none)."""
@@ -201,15 +213,22 @@ class TaskRun:
             timeout = _timeout_of(self.lease, self.role)
             if timeout is not None:
                 ctx.deadline = anyio.current_time() + timeout
-            with self.scope:
-                # Heartbeats and periodic flushes come from the worker's keeper; a heartbeat
-                # that finds the lease gone cancels this scope.
+            # The scope's deadline is the lease's end by our clock (moved by each heartbeat that
+            # got through); a heartbeat that finds the lease gone cancels it at once.
+            with self._clock.watch(self.scope):
+                # Heartbeats and periodic flushes come from the worker's keeper.
                 self._ctx = ctx
                 self._keeper.add(self)
                 try:
                     outcome = await self._call_executor(ctx, timeout)
                 finally:
                     self._keeper.remove(self)
+                    self._clock.unwatch(self.scope)
+            if self._lost is None and self._clock.expired():
+                self._lost = LeaseLost(
+                    "the lease ran out by the worker's clock before a heartbeat got through",
+                    code="expired_locally",
+                )
             if self._lost is not None:
                 self._log.warning(
                     "lease lost (%s): executor cancelled, nothing reported",
@@ -225,7 +244,7 @@ class TaskRun:
                 )
             result = RunResult("report_failed", "not reported")
             with anyio.CancelScope(shield=True):
-                result = await self._report(ctx, outcome)
+                result = await self._report_under_lease(ctx, outcome)
             return result
         finally:
             if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
@@ -304,8 +323,9 @@ class TaskRun:
         """Extend the lease. When it is gone (or could not be extended before running out),
         cancel the executor and return False; nothing more is written for this run."""
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
+        sent = anyio.current_time()
         try:
-            await call_with_retry(
+            expires_ms = await call_with_retry(
                 lambda: self.tracker.heartbeat(self.lease, lease_ttl_ms=ttl_ms),
                 policy=self.settings.retry,
                 budget_s=self.lease_remaining_s(),
@@ -317,12 +337,42 @@ class TaskRun:
             # We could not extend the lease before it ran out: someone else may have it now.
             self._lost = LeaseLost(f"heartbeat failed until the lease ran out: {exc}")
         else:
-            self._expires_at = anyio.current_time() + self.settings.lease_ttl_s
+            self._clock.extended(sent, expires_ms)
             return True
-        self.scope.cancel()
+        self._clock.cancel_all()
         return False
 
+    async def _keep_lease_for_report(self) -> None:
+        # Heartbeat during the report only once it is still running with a heartbeat interval
+        # of the lease left: a quick report sends none (see the module doc).
+        while True:
+            await anyio.sleep_until(self._clock.deadline - self.heartbeat_interval_s)
+            if not await self.heartbeat_once():
+                return
+
     # -- final report -------------------------------------------------------------------------
+    async def _report_under_lease(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
+        """The report, stopped at the lease's end by our clock (or when a heartbeat finds the
+        lease gone): past it the task may be someone else's, so nothing more is written."""
+        result: RunResult | None = None
+        with self._clock.watch(anyio.CancelScope()) as scope:
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._keep_lease_for_report)
+                    result = await self._report(ctx, outcome)
+                    tg.cancel_scope.cancel()
+            finally:
+                self._clock.unwatch(scope)
+        if result is not None:
+            return result
+        why = self._lost.code if self._lost is not None else "expired_locally"
+        self._log.warning(
+            "lease lost during the final report (%s); result dropped",
+            why,
+            extra={"action": "lease_lost"},
+        )
+        return RunResult("lost", why)
+
     async def _report(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
         budget = self.settings.report_retry_budget_s
         try:

@@ -1,0 +1,66 @@
+"""A real TCP proxy on 127.0.0.1 that forwards every request but hangs chosen ones.
+
+A hung request is read in full and then never answered: the connection stays open, as a tracker
+that accepted the connection but is stuck (a blocked process, a lost packet on a half-open link)
+would leave it. Only a client-side timeout or a cancellation gets the caller out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import SocketStream
+
+from tests.remote.fault_proxy import read_request
+
+
+@dataclass
+class HangProxy:
+    """Forward to ``upstream_port``; a request whose request line holds ``hang_marker`` hangs."""
+
+    upstream_port: int
+    hang_marker: bytes = b"/heartbeat"
+    #: Request lines seen, in order (hung ones included).
+    seen: list[bytes] = field(default_factory=list)
+    hung: int = 0
+    hanging: bool = True
+    _forever: anyio.Event = field(default_factory=anyio.Event)
+
+    async def handle(self, client: SocketStream) -> None:
+        """Serve one client connection (one request, ``Connection: close``)."""
+        async with client:
+            request = await read_request(client)
+            if not request:
+                return
+            line = request.split(b"\r\n", 1)[0]
+            self.seen.append(line)
+            if self.hanging and self.hang_marker in line:
+                self.hung += 1
+                await self._forever.wait()  # never answered; ends when the proxy stops
+                return
+            response = b""
+            async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
+                await upstream.send(request)
+                while True:
+                    try:
+                        response += await upstream.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        break
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await client.send(response)
+
+
+@contextlib.asynccontextmanager
+async def serve_proxy(proxy: HangProxy) -> AsyncIterator[str]:
+    """Listen on an ephemeral 127.0.0.1 port for ``proxy``; yield its base URL."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, proxy.handle)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            tg.cancel_scope.cancel()

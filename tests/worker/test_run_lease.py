@@ -1,0 +1,114 @@
+"""The lease by the worker's own clock: an executor never outlives the lease it runs under.
+
+Heartbeats that hang (the tracker accepted the connection and never answers) must not keep an
+executor running until the request timeout: it is cancelled when the lease runs out by the
+worker's clock (minus a safety margin), and nothing more is written for that run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from plugins.api import ExecutionContext
+from tests.remote.fixtures import TEST_RETRY, serve_on_port
+from tests.worker.conftest import PIPELINE, add_tasks, role, start_worker, wait_until, worker_config
+from tests.worker.hang_proxy import HangProxy, serve_proxy
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.remote import RemoteTracker
+from tracker_client.server import create_app
+from worker.daemon import Worker
+from worker.run_lease import LocalLease
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+#: Far longer than the lease: without a local deadline the executor would run this long.
+REQUEST_TIMEOUT_S = 30.0
+
+
+@asynccontextmanager
+async def tracker_behind_proxy(path: Path) -> AsyncIterator[tuple[RemoteTracker, HangProxy]]:
+    """A served embedded tracker on a real port, reached through a :class:`HangProxy`."""
+    embedded = await EmbeddedTracker.open(str(path))
+    try:
+        async with serve_on_port(create_app(embedded)) as url:
+            proxy = HangProxy(upstream_port=int(url.rsplit(":", 1)[1]))
+            async with serve_proxy(proxy) as proxy_url:
+                remote = RemoteTracker(proxy_url, timeout_s=REQUEST_TIMEOUT_S, retry=TEST_RETRY)
+                try:
+                    await remote.health()
+                    yield remote, proxy
+                finally:
+                    await remote.aclose()
+    finally:
+        await embedded.aclose()
+
+
+async def test_hung_heartbeats_cancel_the_executor_when_the_lease_runs_out(
+    tmp_path: Path,
+) -> None:
+    ttl = 1.5
+    async with tracker_behind_proxy(tmp_path / "rail.db") as (tracker, proxy):
+        pipeline_id = await tracker.create_pipeline("flow", PIPELINE)
+        await add_tasks(tracker, pipeline_id, 1)
+        started: list[float] = []
+        cancelled: list[float] = []
+        events_before = 0
+        run_id = ""
+
+        async def forever(ctx: ExecutionContext) -> None:
+            started.append(time.monotonic())
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cancelled.append(time.monotonic())
+
+        worker = Worker(
+            tracker,
+            worker_config(concurrency=1, lease_ttl_s=ttl, shutdown_grace_s=0.0),
+            [role("coder", forever)],
+        )
+        async with anyio.create_task_group() as tg:
+            await start_worker(tg, worker)
+            await wait_until(lambda: started)
+            task_id = (await tracker.list_tasks(pipeline_id=pipeline_id)).items[0].id
+            latest = (await tracker.get_task(task_id)).latest_run
+            assert latest is not None
+            run_id = latest.id
+            events_before = len((await tracker.list_events(run_id)).items)
+            await wait_until(lambda: cancelled, timeout=REQUEST_TIMEOUT_S)
+            await wait_until(lambda: worker.stats.lost >= 1)
+            worker.stop(immediate=True)
+        print(f"cancelled {cancelled[0] - started[0]:.3f}s after the start (ttl {ttl}s)")
+        assert proxy.hung >= 1  # the heartbeat really hung
+        # Cancelled by the lease's own end (TTL from the claim), not the 30 s request timeout.
+        assert cancelled[0] - started[0] < ttl + 0.5
+        # Lease lost: nothing more was written for that run (no error event, no fail).
+        events = (await tracker.list_events(run_id)).items
+        assert len(events) == events_before
+        first = [r for r in await tracker.list_runs(task_id) if r.id == run_id]
+        assert first and first[0].status != "failed" and first[0].error is None
+
+
+async def test_the_local_end_is_the_earlier_of_the_ttl_and_the_trackers_expiry() -> None:
+    now = anyio.current_time()
+    wall_ms = int(time.time() * 1000)
+    # The tracker granted less than asked (e.g. a capped TTL): its expiry wins.
+    short = LocalLease(10.0, sent_at=now, tracker_expires_ms=wall_ms + 2_000)
+    assert short.expires_at <= anyio.current_time() + 2.0
+    assert short.deadline == pytest.approx(short.expires_at - 1.0)  # 10 % of the TTL
+    # The tracker's clock ahead of ours: the TTL from when the claim was sent wins.
+    long = LocalLease(10.0, sent_at=now, tracker_expires_ms=wall_ms + 3_600_000)
+    assert long.expires_at == now + 10.0
+    # "Already expired" by our wall clock is taken for skew, not obeyed blindly.
+    skewed = LocalLease(10.0, sent_at=now, tracker_expires_ms=wall_ms - 60_000)
+    assert skewed.expires_at == now + 10.0
+    # A heartbeat that succeeded moves the end from when it was sent, and every watched scope.
+    scope = skewed.watch(anyio.CancelScope())
+    skewed.extended(now + 5.0, None)
+    assert skewed.expires_at == now + 15.0 and scope.deadline == skewed.deadline
