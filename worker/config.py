@@ -46,6 +46,7 @@ __all__ = [
     "RoleConfig",
     "TrackerConfig",
     "WorkerConfig",
+    "check_environment",
     "load_config",
 ]
 
@@ -281,6 +282,14 @@ def load_config(
     finally:
         _LAYERS.reset(token)
     return _freeze(settings, source, sources)
+
+
+def check_environment() -> None:
+    """Refuse misspelled ``BACKLOG_WORKER_*`` variables, for commands that load no configuration
+    (``tracker serve``): a typo such as ``BACKLOG_WORKER_API_TOKN`` must not pass unnoticed."""
+    problems = parse_env(settings_environ(), _Settings).problems
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:

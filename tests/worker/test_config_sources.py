@@ -235,3 +235,27 @@ def test_cli_names_the_real_source(
     assert expected in result.stderr
     assert "worker.toml" not in result.stderr  # the file is not blamed for what it did not say
     assert not (tmp_path / "rail.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.timeout(60)
+def test_tracker_serve_refuses_a_misspelled_token_variable(tmp_path: Path) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.upper().startswith("BACKLOG_WORKER_")}
+    argv = [sys.executable, "-m", "worker", "tracker", "serve", "--tracker", "sqlite:///./rail.db"]
+    proc = subprocess.Popen(
+        [*argv, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**base, "BACKLOG_WORKER_API_TOKN": "never-shown"},
+        cwd=tmp_path,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=30)  # before the fix it served, unauthenticated
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2, stderr
+    assert "BACKLOG_WORKER_API_TOKN: unknown setting (environment)" in stderr
+    assert "did you mean BACKLOG_WORKER_API_TOKEN?" in stderr
+    assert "never-shown" not in stderr
