@@ -2,8 +2,12 @@
 
 Each operation hands one closure to the database thread (:mod:`.db`); writes run in one
 ``BEGIN IMMEDIATE`` transaction each, reads in one deferred transaction. Waiters in this process
-are woken by the write itself; writes of other processes are noticed by polling
-``PRAGMA data_version`` every ``poll_interval_s``.
+are woken by the write itself, but only by a write that may make work claimable or revoke a
+lease (not by claims, heartbeats, events, artifacts, the store, or a maintenance pass that found
+nothing: those would make idle workers wake each other up). Writes of other processes are
+noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``. ``wait_for_work`` also
+returns once the earliest live lease lapses, so an idle worker reclaims a dead worker's task
+right after its lease expires instead of at its next back-off round.
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ Clock = Callable[[], int]
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+#: Writes that never make work claimable nor revoke a lease: they do not wake waiters here.
+QUIET_WRITES = frozenset(
+    {"claim", "heartbeat", "add_event", "add_artifact", "store_put", "store_delete"}
+    | {"store_delete_namespace"}
+)
+#: ``wait_for_work`` returns this long after the earliest live lease's expiry, so that the claim
+#: it prompts finds the lease lapsed by the tracker's clock.
+LAPSE_MARGIN_S = 0.01
+#: The earliest live lease expiry (the partial index ``tasks_leased`` answers it in O(log n)).
+_NEXT_EXPIRY = "SELECT min(lease_expires_at_ms) FROM tasks WHERE lease_expires_at_ms > ?"
 
 
 class TrackerCore:
@@ -104,9 +120,14 @@ class TrackerCore:
             return fn(ctx)
 
         try:
-            return await self._db.run_write(body, where, ctx.flush_logs)
-        finally:
+            result = await self._db.run_write(body, where, ctx.flush_logs)
+        except BaseException:
+            if where not in QUIET_WRITES:
+                self._notify()  # it may have committed before failing to answer
+            raise
+        if where not in QUIET_WRITES and not _idle_maintenance(result):
             self._notify()
+        return result
 
     async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
         db = self._db
@@ -195,12 +216,31 @@ class TrackerCore:
         return await self._write("maintenance", backlog.maintenance)
 
     async def wait_for_work(self, timeout_s: float) -> None:
-        """Return early when something was written (here or by another process), else on timeout."""
+        """Return early when something was written that may make work (here: see the module
+        docstring; another process: any commit), or when the earliest live lease lapses (its
+        task is claimable again), else on timeout."""
         self._waiters += 1
         try:
             event = self._changed
-            version = await self._db.run(self._db.data_version)
+            db = self._db
+            now_ms = int(self._clock())
+
+            def look() -> tuple[int, int | None]:
+                row = db.conn.execute(_NEXT_EXPIRY, (now_ms,)).fetchone()
+                return db.data_version(), (row[0] if row is not None else None)
+
+            version, next_expiry_ms = await db.run(look)
             self._dv, self._dv_at = version, anyio.current_time()
-            await self._sleep_until_change(event, version, max(0.0, float(timeout_s)))
+            limit = max(0.0, float(timeout_s))
+            if next_expiry_ms is not None:
+                limit = min(limit, (next_expiry_ms - now_ms) / 1000 + LAPSE_MARGIN_S)
+            await self._sleep_until_change(event, version, limit)
         finally:
             self._waiters -= 1
+
+
+def _idle_maintenance(result: object) -> bool:
+    """Whether ``result`` is a maintenance report of a pass that changed nothing claimable."""
+    return isinstance(result, MaintenanceReport) and not (
+        result.expired_leases or result.expired_tasks or result.crash_looped
+    )
