@@ -20,12 +20,25 @@ import logging
 import os
 from pathlib import Path
 
-__all__ = ["SECRET_VARIABLES", "release_secret_env", "settings_environ"]
+__all__ = ["SECRET_VARIABLES", "is_secret_variable", "release_secret_env", "settings_environ"]
 
 log = logging.getLogger("backlog_worker.config")
 
-#: Settings variables that carry a secret (names are case-insensitive, like every setting).
+#: Settings variables that carry a secret (names are case-insensitive, like every setting); see
+#: :func:`is_secret_variable` for the rule.
 SECRET_VARIABLES = frozenset({"BACKLOG_WORKER_API_TOKEN", "BACKLOG_WORKER_TRACKER__API_TOKEN"})
+
+
+def is_secret_variable(name: str) -> bool:
+    """Whether ``name`` may carry the api token: a ``BACKLOG_WORKER_*`` name with ``TOKEN`` in it
+    (not a ``*_FILE`` path), or the whole ``[tracker]`` table as JSON."""
+    upper = name.upper()
+    if not upper.startswith("BACKLOG_WORKER_"):
+        return False
+    if upper == "BACKLOG_WORKER_TRACKER" or upper in SECRET_VARIABLES:
+        return True
+    return "TOKEN" in upper and not upper.endswith("_FILE")
+
 
 #: Secret variables taken out of ``os.environ`` by :func:`release_secret_env`, for later loads.
 _released: dict[str, str] = {}
@@ -43,18 +56,18 @@ def release_secret_env() -> list[str]:
     reload reads the same configuration. Wiping the initial block is best effort: where
     ``/proc/self/mem`` cannot be written, a DEBUG line says so and only ``os.environ`` is cleaned.
     """
-    names = [name for name in os.environ if name.upper() in SECRET_VARIABLES]
+    names = [name for name in os.environ if is_secret_variable(name)]
     for name in names:
         _released[name] = os.environ.pop(name)  # also unsetenv(): libc's environ forgets it
     try:
-        _wipe_initial_environ(SECRET_VARIABLES)
+        _wipe_initial_environ()
     except (OSError, ValueError, IndexError) as exc:
         log.debug("initial environment not wiped: %s", exc, extra={"action": "env_wipe_skipped"})
     return names
 
 
-def _wipe_initial_environ(names: frozenset[str]) -> int:
-    """Overwrite every ``NAME=value`` of ``names`` in the initial environment block with NULs.
+def _wipe_initial_environ() -> int:
+    """Overwrite every secret ``NAME=value`` in the initial environment block with NULs.
 
     The block is ``[env_start, env_end)`` of ``/proc/self/stat`` (fields 50 and 51). The caller
     has unset the variables first, so nothing in the process points at those bytes any more.
@@ -72,7 +85,7 @@ def _wipe_initial_environ(names: frozenset[str]) -> int:
         offset = 0
         for entry in block.split(b"\0"):
             key, sep, _ = entry.partition(b"=")
-            if sep and key.decode("utf-8", "replace").upper() in names:
+            if sep and is_secret_variable(key.decode("utf-8", "replace")):
                 mem.seek(start + offset)
                 mem.write(b"\0" * len(entry))
                 wiped += 1

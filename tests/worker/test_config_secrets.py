@@ -59,13 +59,16 @@ def test_release_wipes_the_token_from_proc_environ_and_keeps_it_for_reloads(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        env=clean_env(BACKLOG_WORKER_API_TOKEN=TOKEN),
+        env=clean_env(BACKLOG_WORKER_API_TOKEN=TOKEN, BACKLOG_WORKER_TRACKER__API_TOKEN=TOKEN),
         cwd=tmp_path,
         timeout=60,
         check=True,
     )
     report = json.loads(result.stdout)
-    assert report["released"] == ["BACKLOG_WORKER_API_TOKEN"]
+    assert sorted(report["released"]) == [
+        "BACKLOG_WORKER_API_TOKEN",
+        "BACKLOG_WORKER_TRACKER__API_TOKEN",
+    ]
     assert report["child"]["parent_bytes"] > 0  # the child could read the parent's environ...
     assert report["child"]["in_parent"] is False  # ...and the token is not in it
     assert report["child"]["in_own"] is False  # nor inherited
