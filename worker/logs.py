@@ -44,6 +44,7 @@ __all__ = [
     "detect_format",
     "record_fields",
     "redact",
+    "registered_secrets",
     "stream_is_journal",
 ]
 
@@ -205,6 +206,11 @@ class RedactingFilter(logging.Filter):
                 # Longest first so a secret containing another is masked whole.
                 self._secrets = tuple(sorted((*self._secrets, secret), key=len, reverse=True))
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The exact secrets masked (longest first), without the token-shaped patterns."""
+        return self._secrets
+
     def redact(self, text: str) -> str:
         """Return ``text`` with every secret masked."""
         for secret in self._secrets:
@@ -253,6 +259,12 @@ _HANDLER_MARK = "_backlog_worker_handler"
 def add_secret(secret: str) -> None:
     """Register a secret (e.g. the api token) to be masked by every configured handler."""
     _FILTER.add(secret)
+
+
+def registered_secrets() -> tuple[str, ...]:
+    """The secrets registered with :func:`add_secret` (longest first), for scrubbing what the
+    worker writes elsewhere (the tracker) with the same list the log uses."""
+    return _FILTER.secrets
 
 
 def redact(text: str) -> str:
