@@ -39,6 +39,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["group_members", "guard_pid", "register_group", "unregister_group"]
@@ -58,9 +59,9 @@ while True:
         break
     *lines, pending = (pending + data).split(b"\n")
     for line in lines:
-        if line[:1] == b"+":
+        if line[:1] == b"+" and line[1:].isdigit():
             groups.add(int(line[1:]))
-        elif line[:1] == b"-":
+        elif line[:1] == b"-" and line[1:].isdigit():
             groups.discard(int(line[1:]))
 
 def kill(pid, group):
@@ -110,6 +111,10 @@ class _Guard:
 _lock = threading.Lock()
 _guard: _Guard | None = None
 _live: set[int] = set()  # process groups registered with the guard and not yet gone
+_zombies: set[int] = set()  # guards we dropped and have not reaped yet
+_retry_at = 0.0  # monotonic time before which a failed guard start is not retried
+#: Seconds between attempts to start a guard after one failed.
+_RETRY_S = 30.0
 
 
 def _reset_after_fork() -> None:
@@ -121,6 +126,7 @@ def _reset_after_fork() -> None:
             os.close(_guard.fd)
     _guard = None
     _live.clear()
+    _zombies.clear()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -128,10 +134,16 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 def _start() -> _Guard | None:
     """Spawn a guard reading a fresh pipe; None (logged) when it cannot be started."""
-    if not sys.executable:
-        logger.warning("no Python interpreter path: executors are not guarded against kill -9")
+    global _retry_at
+    if time.monotonic() < _retry_at:
+        return None  # it failed a moment ago: don't retry (and log) on every run
+    try:
+        if not sys.executable:
+            raise OSError("no path to the Python interpreter")
+        read_fd, write_fd = os.pipe()  # both close-on-exec: no executor inherits either end
+    except OSError as exc:
+        _start_failed(exc)
         return None
-    read_fd, write_fd = os.pipe()  # both close-on-exec: no executor inherits either end
     try:
         if read_fd < 3:  # dup2 onto itself would keep close-on-exec: move it out of the way
             moved = fcntl.fcntl(read_fd, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -147,13 +159,9 @@ def _start() -> _Guard | None:
             ],
             setsid=True,  # neither a terminal's ^C nor a signal to the worker's group reaches it
         )
-    except OSError as exc:
+    except (OSError, NotImplementedError) as exc:
         os.close(write_fd)
-        logger.warning(
-            "cannot start the executor guard (%s): executors are not guarded against kill -9",
-            exc,
-            extra={"action": "process_guard_failed"},
-        )
+        _start_failed(exc)
         return None
     finally:
         os.close(read_fd)
@@ -162,18 +170,43 @@ def _start() -> _Guard | None:
     return _Guard(pid, write_fd)
 
 
+def _start_failed(exc: BaseException) -> None:
+    global _retry_at
+    _retry_at = time.monotonic() + _RETRY_S
+    logger.warning(
+        "cannot start the executor guard (%s): executors are not guarded against kill -9 of the "
+        "worker; retrying in %.0f s",
+        exc,
+        _RETRY_S,
+        extra={"action": "process_guard_failed"},
+    )
+
+
 def _drop(guard: _Guard) -> None:
     """Forget a guard that stopped reading: close our end, make sure it is gone, reap it."""
     os.close(guard.fd)
     with contextlib.suppress(OSError):
         os.kill(guard.pid, signal.SIGKILL)  # it must not kill groups that are still running
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(guard.pid, os.WNOHANG)
+    _zombies.add(guard.pid)
+    _reap()
+
+
+def _reap() -> None:
+    """Reap guards we dropped (SIGKILL takes a moment; never block the event loop on it)."""
+    for pid in list(_zombies):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # someone else reaped it
+        if done:
+            _zombies.discard(pid)
 
 
 def _send(line: bytes) -> None:
     """Write ``line`` to the guard (starting one if needed), replacing a dead or stuck guard."""
     global _guard
+    if _zombies:
+        _reap()
     for _attempt in range(2):
         if _guard is None:
             _guard = _start()
@@ -182,7 +215,9 @@ def _send(line: bytes) -> None:
             # a new guard knows nothing yet: tell it every group still running (this one too)
             line = b"".join(b"+%d\n" % pgid for pgid in sorted(_live)) + line
         try:
-            os.write(_guard.fd, line)
+            view = memoryview(line)
+            while view:  # a pipe write may be partial; a full pipe raises BlockingIOError
+                view = view[os.write(_guard.fd, view) :]
             return
         except OSError as exc:  # EPIPE: it died; EAGAIN: it stopped reading
             logger.warning(
@@ -195,11 +230,19 @@ def _send(line: bytes) -> None:
             _guard = None
 
 
+def _send_safely(line: bytes) -> None:
+    # the executor is already running: a guard problem must never fail (or orphan) the run
+    try:
+        _send(line)
+    except Exception:
+        logger.exception("executor guard failed", extra={"action": "process_guard_failed"})
+
+
 def register_group(pgid: int) -> None:
     """Have the guard ``SIGKILL`` group ``pgid`` (and its session) if this process dies first."""
     with _lock:
         _live.add(pgid)
-        _send(b"+%d\n" % pgid)
+        _send_safely(b"+%d\n" % pgid)
 
 
 def unregister_group(pgid: int) -> None:
@@ -207,7 +250,7 @@ def unregister_group(pgid: int) -> None:
     with _lock:
         if pgid in _live:
             _live.discard(pgid)
-            _send(b"-%d\n" % pgid)
+            _send_safely(b"-%d\n" % pgid)
 
 
 def guard_pid() -> int | None:

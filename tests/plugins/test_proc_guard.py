@@ -1,0 +1,87 @@
+"""The executor guard on its own: a real owner process registers real process groups, then dies.
+
+The owner is a small Python driver using :mod:`plugins.proc_guard` directly; the "executors" are
+``sleep`` processes in sessions of their own. Survivors are SIGKILLed at teardown.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.plugins.helpers import kill_leftovers, pid_alive
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DRIVER = """\
+import os, signal, subprocess, sys
+from plugins import proc_guard
+mode = sys.argv[1]
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # our pipes stay ours
+keep = subprocess.Popen(["sleep", "60"], start_new_session=True, **quiet)
+victim = subprocess.Popen(["sleep", "60"], start_new_session=True, **quiet)
+proc_guard.register_group(keep.pid)
+proc_guard.register_group(victim.pid)
+proc_guard.unregister_group(keep.pid)  # ended: the guard must leave that number alone
+old = new = proc_guard.guard_pid()
+if mode == "stuck":
+    os.kill(old, signal.SIGSTOP)  # it stops reading: its pipe fills up
+    while new == old:
+        proc_guard.register_group(keep.pid)
+        proc_guard.unregister_group(keep.pid)
+        new = proc_guard.guard_pid()
+print(keep.pid, victim.pid, old, new, flush=True)
+if mode == "exit":
+    sys.exit(0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def run_driver(mode: str) -> list[int]:
+    """Run the driver until it dies; returns [keep, victim, first guard, last guard]."""
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, mode],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == (0 if mode == "exit" else -signal.SIGKILL), done.stderr
+    return [int(p) for p in done.stdout.split()]
+
+
+def alive_after(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive once ``seconds`` passed (polling), or as soon as none is."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [p for p in pids if pid_alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("mode", ["kill", "exit"])
+def test_the_guard_kills_registered_groups_when_its_owner_dies(mode: str) -> None:
+    pids = run_driver(mode)
+    keep, victim, guard = pids[:3]
+    try:
+        assert alive_after([victim, guard], 2.0) == []  # killed, and the guard is gone too
+        assert pid_alive(keep), "an unregistered group was killed"
+    finally:
+        kill_leftovers(pids)
+
+
+def test_a_stuck_guard_is_replaced_and_the_new_one_knows_the_running_groups() -> None:
+    pids = run_driver("stuck")
+    keep, victim, old, new = pids
+    try:
+        assert old != new
+        assert alive_after([victim, old, new], 2.0) == []
+        assert pid_alive(keep)
+    finally:
+        kill_leftovers(pids)
