@@ -303,8 +303,9 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
     if s.worker.idle_max_s < s.worker.idle_min_s:
         high, low = ("worker", "idle_max_s"), ("worker", "idle_min_s")
         raise ConfigError(
-            f"worker.idle_max_s {s.worker.idle_max_s:g} ({sources.label(high)}) must be >= "
-            f"worker.idle_min_s {s.worker.idle_min_s:g} ({sources.label(low)})"
+            f"worker.idle_max_s ({s.worker.idle_max_s:g}) must be >= worker.idle_min_s "
+            f"({s.worker.idle_min_s:g}): idle_max_s from {sources.label(high)}, "
+            f"idle_min_s from {sources.label(low)}"
         )
     tracker = TrackerConfig(
         url=s.tracker.url,
