@@ -118,26 +118,33 @@ class Sources:
 
     role_names: dict[int, str] = field(default_factory=dict)
     _origins: dict[Path_, Origin] = field(default_factory=dict)
+    #: Keys set to a whole value (not a table): a location below one (a list item, a key of a
+    #: JSON value) comes from the same source. A key missing from a table is a default.
+    _leaves: set[Path_] = field(default_factory=set)
 
     def add(self, path: Path_, value: Any, origin: Origin) -> None:
         """Record that ``origin`` set ``path`` to ``value`` (a table merges key by key)."""
-        if not isinstance(value, dict):
-            for known in [
-                p for p in self._origins if len(p) > len(path) and p[: len(path)] == path
-            ]:
+        if isinstance(value, dict):
+            self._leaves.discard(path)
+        else:
+            below = [p for p in self._origins if len(p) > len(path) and p[: len(path)] == path]
+            for known in below:
                 del self._origins[known]
+                self._leaves.discard(known)
+            self._leaves.add(path)
         self._origins[path] = origin
         if isinstance(value, dict):
             for key, inner in value.items():
                 self.add((*path, str(key)), inner, origin)
 
     def origin(self, loc: Loc) -> Origin | None:
-        """The source of the value at ``loc`` (the longest recorded prefix), if any."""
+        """The source of the value at ``loc``: its own, or that of the whole value it is in."""
         for n in range(len(loc), 0, -1):
             prefix = loc[:n]
             if all(isinstance(p, str) for p in prefix):
-                found = self._origins.get(tuple(str(p) for p in prefix))
-                if found is not None:
+                key = tuple(str(p) for p in prefix)
+                found = self._origins.get(key)
+                if found is not None and (n == len(loc) or key in self._leaves):
                     return found
         return None
 

@@ -259,3 +259,13 @@ def test_tracker_serve_refuses_a_misspelled_token_variable(tmp_path: Path) -> No
     assert "BACKLOG_WORKER_API_TOKN: unknown setting (environment)" in stderr
     assert "did you mean BACKLOG_WORKER_API_TOKEN?" in stderr
     assert "never-shown" not in stderr
+
+
+def test_a_default_is_not_blamed_on_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "[worker]\nconcurrency = 2\n" + ROLE)
+    monkeypatch.setenv("BACKLOG_WORKER_WORKER__IDLE_MAX_S", "0.01")
+    message = error_of(path)
+    assert "idle_min_s from default" in message
+    assert "worker.toml" not in message
