@@ -266,3 +266,32 @@ def reap(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def cli(db: Path, *args: str) -> str:
+    """``backlog-worker ARGS... --tracker sqlite://DB --json`` (a real process); its stdout."""
+    done = subprocess.run(
+        [*_CLI, *args, "--tracker", f"sqlite://{db}", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    return done.stdout
+
+
+def add_task(db: Path, title: str = "t") -> str:
+    """Add a task to the ``flow`` pipeline of the rail ``db`` (another process); its id."""
+    doc = json.loads(cli(db, "task", "add", "-p", "flow", title))
+    return str(doc["id"] if "id" in doc else doc["ids"][0])
+
+
+def leased(db: Path) -> int:
+    """How many tasks of the rail ``db`` hold a lease now (read-only, from this process)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        now_ms = int(time.time() * 1000)
+        row = conn.execute("SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ?", (now_ms,))
+        return int(row.fetchone()[0])
