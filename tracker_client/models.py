@@ -59,9 +59,12 @@ class _Model(BaseModel):
 class RetryPolicy(_Model):
     """A task's retry policy, fixed at creation.
 
-    ``max_attempts`` None = unlimited failures. ``retry_delay_ms`` is the constant delay of
-    NullTickets; with ``backoff="exponential"`` (embedded extension) the delay doubles per failure
-    from ``retry_delay_ms`` up to ``max_retry_delay_ms``, with full jitter.
+    ``max_attempts`` set to None = unlimited failures; left out, the embedded/served tracker
+    uses the rail's default (5 unless configured; a plain NullTickets server: unlimited).
+    A task created with no policy at all gets the whole default policy (exponential from 1 s,
+    see ``tracker_client.embedded.retrypolicy``). ``retry_delay_ms`` is the constant delay of
+    NullTickets; with ``backoff="exponential"`` (embedded extension) the delay doubles per
+    failure from ``retry_delay_ms`` up to ``max_retry_delay_ms``, drawn from ``[d/2, d]``.
     """
 
     max_attempts: int | None = None

@@ -197,7 +197,9 @@ async def test_requeue_into_a_named_stage(tracker: Tracker) -> None:
 
 async def test_requeue_with_and_without_a_new_attempt_budget(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(max_attempts=2)))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(max_attempts=2, retry_delay_ms=0))
+    )
     await tracker.fail(await claim(tracker), "one")
     await tracker.fail(await claim(tracker), "two")
     assert (await tracker.get_task(tid)).dead_letter_reason == "max_attempts_exceeded"

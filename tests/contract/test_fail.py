@@ -100,7 +100,9 @@ async def test_exponential_backoff_stays_within_its_bounds(
 @pytest.mark.requires(RUN_DETAILS)
 async def test_dead_letter_in_place(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(max_attempts=2)))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(max_attempts=2, retry_delay_ms=0))
+    )
     first = await tracker.fail(await claim(tracker), "one")
     assert (first.retry_scheduled, first.dead_lettered) == (True, False)
     lease = await claim(tracker)
@@ -152,7 +154,9 @@ async def test_max_attempts_zero_dead_letters_on_the_first_failure(tracker: Trac
 
 async def test_failures_count_across_stages(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker, review_pipeline())
-    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(max_attempts=2)))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(max_attempts=2, retry_delay_ms=0))
+    )
     await tracker.fail(await claim(tracker), "first, in todo")
     await tracker.transition(await claim(tracker), "complete")
     await tracker.fail(await claim(tracker, "reviewer"), "second, in review")
@@ -164,7 +168,9 @@ async def test_unlimited_retries_when_asked_for(tracker: Tracker) -> None:
     # max_attempts null is unlimited (NullTickets' reading); the default is bounded
     # (tests/contract/test_retry_defaults.py).
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(max_attempts=None)))
+    tid = await tracker.create_task(
+        new_task(pid, retry_policy=RetryPolicy(max_attempts=None, retry_delay_ms=0))
+    )
     for attempt in range(1, 8):
         lease = await claim(tracker)
         assert lease.run.attempt == attempt

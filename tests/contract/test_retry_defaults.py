@@ -79,12 +79,25 @@ async def test_the_default_delay_is_capped(tracker: Tracker, clock: FakeClock) -
 async def test_a_given_policy_without_max_attempts_is_still_bounded(
     tracker: Tracker, clock: FakeClock
 ) -> None:
-    # NullTickets reads a given policy's delay as given (constant, here 0 ms) ...
+    # A delay given is read as NullTickets reads it (constant, the omitted fields 0/none) ...
     pid = await make_pipeline(tracker)
-    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=0)))
+    tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(retry_delay_ms=70)))
     delays = await _fail_until_dead(tracker, clock, tid)
     # ... but an omitted max_attempts is the default's 5, not unlimited
-    assert delays == [0, 0, 0, 0]
+    assert delays == [70, 70, 70, 70]
+
+
+async def test_a_policy_without_a_delay_keeps_the_default_backoff(
+    tracker: Tracker, clock: FakeClock
+) -> None:
+    pid = await make_pipeline(tracker)
+    policy = RetryPolicy(max_attempts=3, dead_letter_stage="failed")
+    tid = await tracker.create_task(new_task(pid, retry_policy=policy))
+    delays = await _fail_until_dead(tracker, clock, tid)
+    assert len(delays) == 2
+    assert 500 <= delays[0] <= 1_000
+    assert 1_000 <= delays[1] <= 2_000
+    assert (await tracker.get_task(tid)).stage == "failed"
 
 
 @pytest.mark.parametrize(

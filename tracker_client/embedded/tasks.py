@@ -26,6 +26,7 @@ from tracker_client.models import (
     Dependency,
     Page,
     Pipeline,
+    RetryPolicy,
     Run,
     Task,
     TaskCreate,
@@ -81,6 +82,26 @@ def _int(value: Any, what: str, *, low: int = INT64_MIN, high: int = INT64_MAX) 
     return value
 
 
+_DELAY_FIELDS = ("retry_delay_ms", "backoff", "max_retry_delay_ms")
+
+
+def given_retry(policy: RetryPolicy | None) -> dict[str, Any]:
+    """The fields of a task's own retry policy that override the rail's default.
+
+    The default (built in < rail options < the pipeline's ``retry``) fills what the policy
+    leaves out; no policy at all is the default whole. The delay is one unit: a policy naming
+    any of ``retry_delay_ms``/``backoff``/``max_retry_delay_ms`` gets its delay as NullTickets
+    reads it (0 ms, constant, no cap for the ones it omits), so ``{"retry_delay_ms": 5000}`` is
+    a constant 5 s. ``max_attempts`` and ``dead_letter_stage`` are inherited one by one.
+    """
+    if policy is None:
+        return {}
+    given = {k: getattr(policy, k) for k in policy.model_fields_set}
+    if any(k in given for k in _DELAY_FIELDS):
+        given.update({k: getattr(policy, k) for k in _DELAY_FIELDS})
+    return given
+
+
 def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, Any], PipelineDef]:
     """Validate one task; returns its column values and its pipeline."""
     at = "" if index is None else f"task #{index + 1}: "
@@ -95,28 +116,16 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         raise ValidationFailed(f"{at}description must be a string of at most {MIB} bytes")
     priority = _int(spec.priority, f"{at}priority")
     metadata = dumps(spec.metadata, f"{at}metadata", max_bytes=MIB)
-    policy = spec.retry_policy
-    default = ctx.opts.retry.merged(pipeline.retry)
-    if policy is None:
-        max_attempts, retry_delay = default.max_attempts, default.retry_delay_ms
-        backoff, max_delay = default.backoff, default.max_retry_delay_ms
-        dls = default.dead_letter_stage
-    else:
-        # NullTickets reads a given policy with its own defaults (0 ms, constant); only an
-        # omitted max_attempts / dead_letter_stage comes from the default (bounded, not
-        # unlimited: unlimited is an explicit null).
-        given = policy.model_fields_set
-        max_attempts = policy.max_attempts if "max_attempts" in given else default.max_attempts
-        if max_attempts is not None:
-            _int(max_attempts, f"{at}retry_policy.max_attempts", low=0)
-        retry_delay = _int(policy.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0)
-        backoff = policy.backoff
-        max_delay = policy.max_retry_delay_ms
-        if max_delay is not None:
-            _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0)
-        dls = (
-            policy.dead_letter_stage if "dead_letter_stage" in given else default.dead_letter_stage
-        )
+    resolved = ctx.opts.retry.merged(pipeline.retry).merged(given_retry(spec.retry_policy))
+    max_attempts = resolved.max_attempts
+    if max_attempts is not None:
+        _int(max_attempts, f"{at}retry_policy.max_attempts", low=0)
+    retry_delay = _int(resolved.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0)
+    backoff = resolved.backoff
+    max_delay = resolved.max_retry_delay_ms
+    if max_delay is not None:
+        _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0)
+    dls = resolved.dead_letter_stage
     if dls is not None and dls not in pipeline.states:
         raise ValidationFailed(
             f"{at}retry_policy.dead_letter_stage {dls!r} is not a state of pipeline "
