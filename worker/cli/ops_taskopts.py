@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from pydantic import ValidationError
@@ -28,6 +28,31 @@ F = TypeVar("F", bound=Callable[..., Any])
 _DURATION = DurationType()
 
 
+if TYPE_CHECKING:
+    _ParamBase = click.ParamType[Any]
+else:  # click < 8.2 has no generic ParamType
+    _ParamBase = click.ParamType
+
+
+class _AttemptsType(_ParamBase):
+    """A count of failures >= 0, or ``unlimited`` (sent as ``max_attempts: null``)."""
+
+    name = "N|unlimited"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or value == "unlimited":
+            return value
+        text = str(value).strip().lower()
+        if text == "unlimited":
+            return text
+        if text.isdigit():
+            return int(text)
+        self.fail(f"{value!r} is not a count >= 0 or 'unlimited'", param, ctx)
+
+
+_ATTEMPTS = _AttemptsType()
+
+
 def task_field_options(func: F) -> F:
     """Add the task-field options (``--pipeline``, ``--priority``, ``--metadata``, ...)."""
     options = [
@@ -40,7 +65,11 @@ def task_field_options(func: F) -> F:
             type=click.Path(path_type=Path, dir_okay=False),
             help="Metadata from a JSON or TOML file.",
         ),
-        click.option("--max-attempts", type=click.IntRange(min=0), help="Failures allowed."),
+        click.option(
+            "--max-attempts",
+            type=_ATTEMPTS,
+            help="Failures allowed, or 'unlimited' (default: the rail's, 5 unless configured).",
+        ),
         click.option("--retry-delay", type=_DURATION, help="Delay before a retry (e.g. 30s)."),
         click.option(
             "--backoff",
@@ -78,7 +107,7 @@ class TaskFields:
     priority: int = 0
     metadata: str | None = None
     metadata_file: Path | None = None
-    max_attempts: int | None = None
+    max_attempts: int | str | None = None
     retry_delay: float | None = None
     backoff: str | None = None
     max_retry_delay: float | None = None
@@ -112,7 +141,7 @@ class TaskFields:
         """The retry policy the flags ask for, or None when no retry flag is given."""
         policy: dict[str, Any] = {}
         if self.max_attempts is not None:
-            policy["max_attempts"] = self.max_attempts
+            policy["max_attempts"] = None if self.max_attempts == "unlimited" else self.max_attempts
         if self.retry_delay is not None:
             policy["retry_delay_ms"] = int(self.retry_delay * 1000)
         if self.backoff is not None:
