@@ -11,13 +11,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 import click
@@ -26,18 +25,28 @@ from rich.console import Console
 from rich.text import Text
 
 from tracker_client.errors import (
-    BacklogFull,
     BacklogWorkerError,
-    ConfigError,
     NotFound,
-    TrackerCorrupt,
-    TrackerError,
-    TrackerUnavailable,
-    ValidationFailed,
 )
 from tracker_client.factory import open_tracker, parse_sqlite_url
 from tracker_client.models import Pipeline
 from tracker_client.protocol import Tracker
+from worker.cli.ops_errors import (
+    EXIT_BACKLOG_FULL,
+    EXIT_CODES,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    OpsError,
+    describe,
+    escape_controls,
+    exit_code_for,
+    fail,
+    input_errors,
+    redact_url,
+)
 from worker.config import DEFAULT_TRACKER_URL, load_config
 
 __all__ = [
@@ -55,48 +64,25 @@ __all__ = [
     "SafeConsole",
     "TrackerTarget",
     "common_options",
+    "describe",
+    "escape_controls",
+    "exit_code_for",
+    "fail",
     "fmt_age",
     "fmt_ms",
     "fmt_when",
     "input_errors",
     "now_ms",
+    "redact_url",
     "resolve_pipeline",
     "resolve_tracker",
     "to_jsonable",
     "unwrap_groups",
 ]
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_BACKLOG_FULL = 4
-EXIT_TIMEOUT = 5
-
-#: Exit codes of every ``backlog-worker`` command, as documented in the README.
-EXIT_CODES: Mapping[int, str] = {
-    EXIT_OK: "success",
-    EXIT_FAILURE: "failure: the tracker refused (unknown task, conflict, ...) or the task failed",
-    EXIT_USAGE: "usage or configuration error: bad flag, file, JSON, pipeline definition",
-    EXIT_UNREACHABLE: "tracker unreachable (connection refused, timeout, database locked)",
-    EXIT_BACKLOG_FULL: "backlog full: the role's waiting depth is at its cap; nothing written",
-    EXIT_TIMEOUT: "wait timed out: the task is still queued or running",
-}
-
 
 F = TypeVar("F", bound=Callable[..., Any])
-#: Control characters except tab and newline: never sent raw to the operator's terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 T = TypeVar("T")
-
-
-class OpsError(BacklogWorkerError):
-    """An operator-facing failure: ``message`` is printed as one line, ``exit_code`` returned."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
 
 
 # -- options ----------------------------------------------------------------------------------
@@ -170,61 +156,6 @@ def resolve_tracker(tracker_url: str | None, config_path: Path | None) -> Tracke
     return TrackerTarget(cfg.tracker.url, cfg.tracker.api_token, dict(cfg.tracker.options))
 
 
-def redact_url(url: str) -> str:
-    """``url`` without any password it carries (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-# -- errors -------------------------------------------------------------------------------------
-def exit_code_for(exc: BaseException) -> int:
-    """The documented exit code of an error."""
-    if isinstance(exc, OpsError):
-        return exc.exit_code
-    if isinstance(exc, BacklogFull):
-        return EXIT_BACKLOG_FULL
-    if isinstance(exc, TrackerUnavailable):
-        return EXIT_UNREACHABLE
-    if isinstance(exc, ConfigError | ValidationFailed | TrackerCorrupt):
-        return EXIT_USAGE
-    return EXIT_FAILURE
-
-
-def describe(exc: BaseException, tracker_url: str | None = None) -> str:
-    """One line saying what went wrong."""
-    if isinstance(exc, OpsError):
-        return exc.message
-    if isinstance(exc, BacklogFull):
-        return (
-            f"backlog of role {exc.role!r} is full: {exc.depth} waiting, cap {exc.cap}; "
-            "nothing was written"
-        )
-    if isinstance(exc, TrackerUnavailable):
-        where = f" at {redact_url(tracker_url)}" if tracker_url else ""
-        return f"tracker unreachable{where}: {exc.message}"
-    if isinstance(exc, TrackerError):
-        return exc.message if exc.code in exc.message else f"{exc.message} ({exc.code})"
-    return str(exc) or type(exc).__name__
-
-
-def fail(exc: BaseException, tracker_url: str | None = None) -> click.exceptions.Exit:
-    """Print ``exc`` as one line on stderr; return the Exit to raise."""
-    click.echo(f"error: {escape_controls(describe(exc, tracker_url))}", err=True)
-    return click.exceptions.Exit(exit_code_for(exc))
-
-
-@contextmanager
-def input_errors(tracker_url: str | None = None) -> Iterator[None]:
-    """Turn an :class:`OpsError` (or any expected error) raised inside into a one-line exit."""
-    try:
-        yield
-    except BacklogWorkerError as exc:
-        raise fail(exc, tracker_url) from None
-
-
 def _require_existing_rail(url: str) -> None:
     """``OpsError`` when ``url`` names an embedded rail file that does not exist."""
     if urlsplit(url).scheme.lower() not in ("sqlite", ""):
@@ -260,11 +191,6 @@ def unwrap_groups(run: Callable[..., T], *args: Any) -> T:
                 if isinstance(leaf, kind):
                     raise leaf from group
         raise
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with control characters (ESC, BEL, ...) written as ``\\x1b`` escapes."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class SafeConsole(Console):

@@ -1,0 +1,130 @@
+"""How every ``backlog-worker`` command reports an expected failure: one line, one exit code.
+
+Kept free of heavy imports (no rich, no httpx) so that ``run`` and ``check`` can share the
+operator commands' wording and exit codes without loading their output machinery.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from tracker_client.errors import (
+    BacklogFull,
+    BacklogWorkerError,
+    ConfigError,
+    TrackerCorrupt,
+    TrackerError,
+    TrackerUnavailable,
+    ValidationFailed,
+)
+
+__all__ = [
+    "EXIT_BACKLOG_FULL",
+    "EXIT_CODES",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "OpsError",
+    "describe",
+    "escape_controls",
+    "exit_code_for",
+    "fail",
+    "input_errors",
+    "redact_url",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_BACKLOG_FULL = 4
+EXIT_TIMEOUT = 5
+
+#: Exit codes of every ``backlog-worker`` command, as documented in the README.
+EXIT_CODES: Mapping[int, str] = {
+    EXIT_OK: "success",
+    EXIT_FAILURE: "failure: the tracker refused (unknown task, conflict, ...) or the task failed",
+    EXIT_USAGE: "usage or configuration error: bad flag, file, JSON, pipeline definition",
+    EXIT_UNREACHABLE: "tracker unreachable (connection refused, timeout, database locked)",
+    EXIT_BACKLOG_FULL: "backlog full: the role's waiting depth is at its cap; nothing written",
+    EXIT_TIMEOUT: "wait timed out: the task is still queued or running",
+}
+
+
+#: Control characters except tab and newline: never sent raw to the operator's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class OpsError(BacklogWorkerError):
+    """An operator-facing failure: ``message`` is printed as one line, ``exit_code`` returned."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def redact_url(url: str) -> str:
+    """``url`` without any password it carries (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code of an error."""
+    if isinstance(exc, OpsError):
+        return exc.exit_code
+    if isinstance(exc, BacklogFull):
+        return EXIT_BACKLOG_FULL
+    if isinstance(exc, TrackerUnavailable):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, ConfigError | ValidationFailed | TrackerCorrupt):
+        return EXIT_USAGE
+    return EXIT_FAILURE
+
+
+def describe(exc: BaseException, tracker_url: str | None = None) -> str:
+    """One line saying what went wrong."""
+    if isinstance(exc, OpsError):
+        return exc.message
+    if isinstance(exc, BacklogFull):
+        return (
+            f"backlog of role {exc.role!r} is full: {exc.depth} waiting, cap {exc.cap}; "
+            "nothing was written"
+        )
+    if isinstance(exc, TrackerUnavailable):
+        where = f" at {redact_url(tracker_url)}" if tracker_url else ""
+        return f"tracker unreachable{where}: {exc.message}"
+    if isinstance(exc, TrackerError):
+        return exc.message if exc.code in exc.message else f"{exc.message} ({exc.code})"
+    return str(exc) or type(exc).__name__
+
+
+def fail(exc: BaseException, tracker_url: str | None = None) -> click.exceptions.Exit:
+    """Print ``exc`` as one line on stderr; return the Exit to raise."""
+    click.echo(f"error: {escape_controls(describe(exc, tracker_url))}", err=True)
+    return click.exceptions.Exit(exit_code_for(exc))
+
+
+@contextmanager
+def input_errors(tracker_url: str | None = None) -> Iterator[None]:
+    """Turn an :class:`OpsError` (or any expected error) raised inside into a one-line exit."""
+    try:
+        yield
+    except BacklogWorkerError as exc:
+        raise fail(exc, tracker_url) from None
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters (ESC, BEL, ...) written as ``\\x1b`` escapes."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
