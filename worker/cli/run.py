@@ -31,7 +31,7 @@ from tracker_client.errors import (
 )
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
-from worker.cli.ops_common import describe, exit_code_for
+from worker.cli.ops_errors import describe, exit_code_for
 from worker.cli.systemd import STOP_MARGIN_S
 from worker.config import Config, load_config
 from worker.config_secrets import release_secret_env
