@@ -28,7 +28,11 @@ __all__ = [
     "Origin",
     "Sources",
     "describe_validation",
+    "file_origin",
+    "json_place",
     "parse_env",
+    "role_names",
+    "toml_place",
 ]
 
 ENV_PREFIX = "BACKLOG_WORKER_"
