@@ -52,6 +52,9 @@ _EVENT_PAGE = TypeAdapter(Page[Event])
 _ARTIFACT_PAGE = TypeAdapter(Page[Artifact])
 
 #: TaskCreate fields only the embedded tracker (and the served one) understands.
+#: What a task without (part of) a retry policy gets on a plain NullTickets server: bounded,
+#: with the constant delay NullTickets can do (no backoff there).
+NULLTICKETS_DEFAULT_RETRY = {"max_attempts": 5, "retry_delay_ms": 1_000}
 _EXTENSION_FIELDS = ("concurrency_key", "expires_at_ms", "queue_ttl_ms", "max_stale_attempts")
 
 MAX_LEASE_TTL_MS = 86_400_000
@@ -126,6 +129,12 @@ class RemoteCore(RemoteBase):
                     "them",
                     code="unsupported",
                 )
+            # NullTickets' own default is unlimited attempts with no delay (a failing executor
+            # hot-loops forever); send the bounded default it can express: 5 attempts, 1 s apart.
+            policy = body.setdefault("retry_policy", {})
+            policy.setdefault("max_attempts", NULLTICKETS_DEFAULT_RETRY["max_attempts"])
+            if not any(k in policy for k in ("retry_delay_ms", "backoff", "max_retry_delay_ms")):
+                policy["retry_delay_ms"] = NULLTICKETS_DEFAULT_RETRY["retry_delay_ms"]
         return body
 
     async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
