@@ -160,26 +160,25 @@ class RouteFaults:
                 await client.send(response)
 
 
+def make_rail(tmp_path: Path) -> Path:
+    """A new embedded rail ``tmp_path/rail.db`` with the ``flow`` pipeline (made by the CLI)."""
+    db = tmp_path / "rail.db"
+    flow = str(_pipeline(tmp_path))
+    subprocess.run(
+        [*_CLI, "pipeline", "create", "-f", flow, "--tracker", f"sqlite://{db}"],
+        check=True,
+        capture_output=True,
+        env=clean_env(),
+    )
+    return db
+
+
 @contextlib.contextmanager
 def serve_tracker(tmp_path: Path, token: str = TOKEN) -> Iterator[tuple[str, Path]]:
     """A real ``tracker serve`` on ``tmp_path/rail.db`` with a token file and the ``flow``
     pipeline; yields (its URL, the rail file)."""
-    db = tmp_path / "rail.db"
+    db = make_rail(tmp_path)
     env = clean_env()
-    subprocess.run(
-        [
-            *_CLI,
-            "pipeline",
-            "create",
-            "-f",
-            str(_pipeline(tmp_path)),
-            "--tracker",
-            f"sqlite://{db}",
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
     log = tmp_path / "serve.log"
