@@ -22,9 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import traceback
 import uuid
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,20 +38,19 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
-from tracker_client.models import ArtifactCreate, Lease
+from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry
 from worker.run_lease import LocalLease
+from worker.run_parts import RunLog, TrackerSink, call_executor, timeout_of
+from worker.scrub import hold_secret, release_secret, scrubber
 from worker.workdirs import remove_workdir, workdir_name
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
 
 log = logging.getLogger("backlog_worker.worker")
-
-#: How much of a traceback goes into an ``error`` event.
-TRACEBACK_TAIL_CHARS = 4000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,49 +73,6 @@ class RunResult:
 
     status: str  # "transitioned" | "failed" | "lost" | "conflict" | "report_failed"
     detail: str = ""
-
-
-class _RunLog(logging.LoggerAdapter[logging.Logger]):
-    """Adds the run's ids to every record and keeps the call's own ``extra`` (``action``...).
-
-    The stock adapter replaces a call's ``extra`` with its own before Python 3.13.
-    """
-
-    def process(
-        self, msg: Any, kwargs: MutableMapping[str, Any]
-    ) -> tuple[Any, MutableMapping[str, Any]]:
-        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
-        return msg, kwargs
-
-
-class _TrackerSink:
-    """ContextSink writing to the tracker under the run's lease, with bounded retries."""
-
-    def __init__(self, run: TaskRun) -> None:
-        self._run = run
-
-    async def emit_events(self, events: list[tuple[str, Any]]) -> None:
-        for kind, data in events:
-            await self._run.add_event(kind, data)
-
-    async def emit_artifact(self, artifact: ArtifactCreate) -> str:
-        run = self._run
-        key = run.new_key()
-        return await call_with_retry(
-            lambda: run.tracker.add_artifact(artifact, idempotency_key=key),
-            policy=run.settings.retry,
-            budget_s=run.lease_remaining_s(),
-            action="add_artifact",
-        )
-
-
-def _timeout_of(lease: Lease, role: RoleConfig) -> float | None:
-    meta = lease.task.metadata
-    if isinstance(meta, dict):
-        value = meta.get("timeout_s")
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return float(value)
-    return role.timeout_s
 
 
 class TaskRun:
@@ -155,7 +109,7 @@ class TaskRun:
         )
         self._lost: LeaseLost | None = None
         self.scope = anyio.CancelScope()
-        self._log = _RunLog(
+        self._log = RunLog(
             log,
             {"task_id": lease.task.id, "run_id": lease.run.id, "role": role.name},
         )
@@ -170,7 +124,11 @@ class TaskRun:
         return str(uuid.uuid4()) if self.settings.idempotency_keys else None
 
     async def add_event(self, kind: str, data: Any) -> None:
-        """Write one event, retried within the lease; oversized data becomes a marker."""
+        """Write one event, retried within the lease; oversized data becomes a marker.
+
+        Known secrets in ``kind`` and ``data`` are masked first (:mod:`worker.scrub`)."""
+        scrub = scrubber()
+        kind, data = scrub.text(kind), scrub.data(data)
         key = self.new_key()
 
         async def write(payload: Any) -> int:
@@ -198,19 +156,21 @@ class TaskRun:
         workdir = self._workdir_path()
         outcome: Outcome | None = None
         ctx: ExecutionContext | None = None
+        token = self.lease.lease_token.get_secret_value()
+        hold_secret(token)  # masked in what any run of this worker writes, until the run ends
         try:
             ctx = ExecutionContext(
                 task=self.lease.task,
                 run=self.lease.run,
                 workdir=workdir,
-                sink=_TrackerSink(self),
+                sink=TrackerSink(self),
                 options=self.role.options,
                 instructions=self._instructions,
                 shutdown=self._shutdown,
                 logger=self._log,
                 report_policy=ReportPolicy(flush_interval_s=self.settings.report_flush_s),
             )
-            timeout = _timeout_of(self.lease, self.role)
+            timeout = timeout_of(self.lease, self.role)
             if timeout is not None:
                 ctx.deadline = anyio.current_time() + timeout
             # The scope's deadline is the lease's end by our clock (moved by each heartbeat that
@@ -220,7 +180,7 @@ class TaskRun:
                 self._ctx = ctx
                 self._keeper.add(self)
                 try:
-                    outcome = await self._call_executor(ctx, timeout)
+                    outcome = await call_executor(self.executor, ctx, timeout)
                 finally:
                     self._keeper.remove(self)
                     self._clock.unwatch(self.scope)
@@ -247,6 +207,7 @@ class TaskRun:
                 result = await self._report_under_lease(ctx, outcome)
             return result
         finally:
+            release_secret(token)
             if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
                     await remove_workdir(workdir, self._workdir_base())
@@ -258,35 +219,6 @@ class TaskRun:
         # Named after the run id (unique; hashed when it is not one safe path component),
         # created only if the executor asks for it.
         return os.path.join(self._workdir_base(), workdir_name(self.lease.run.id))
-
-    async def _call_executor(self, ctx: ExecutionContext, limit_s: float | None) -> Outcome:
-        try:
-            if limit_s is None:
-                outcome = await self.executor.execute(ctx)
-            else:
-                with anyio.fail_after(limit_s):
-                    outcome = await self.executor.execute(ctx)
-        except TimeoutError:
-            return Failure(
-                reason="timeout",
-                message=f"the executor did not finish within {limit_s:g}s",
-                retryable=True,
-            )
-        except Exception as exc:  # an executor bug is a failed run, not a dead worker
-            tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL_CHARS:]
-            return Failure(
-                reason="executor_error",
-                message=f"{type(exc).__name__}: {exc}",
-                retryable=True,
-                details={"type": type(exc).__name__, "message": str(exc), "traceback": tail},
-            )
-        if not isinstance(outcome, Transition | Failure):
-            return Failure(
-                reason="bad_executor_output",
-                message=f"executor returned {type(outcome).__name__}, not Transition or Failure",
-                retryable=False,
-            )
-        return outcome
 
     # -- kept by the worker's LeaseKeeper ------------------------------------------------------
     @property
@@ -402,6 +334,9 @@ class TaskRun:
         trigger = outcome.trigger or self.role.default_trigger
         key = self.new_key()
         task = self.lease.task
+        scrub = scrubber()
+        instructions = None if outcome.instructions is None else scrub.text(outcome.instructions)
+        usage = scrub.data(outcome.usage)
         try:
             result = await call_with_retry(
                 lambda: self.tracker.transition(
@@ -409,8 +344,8 @@ class TaskRun:
                     trigger,
                     expected_stage=task.stage,
                     expected_task_version=task.task_version,
-                    instructions=outcome.instructions,
-                    usage=outcome.usage,
+                    instructions=instructions,
+                    usage=usage,
                     idempotency_key=key,
                 ),
                 policy=self.settings.retry,
@@ -451,11 +386,13 @@ class TaskRun:
         await self.add_event("error", details)
         key = self.new_key()
         error = f"{failure.reason}: {failure.message}" if failure.message else failure.reason
+        scrub = scrubber()
+        error, usage = scrub.text(error), scrub.data(failure.usage)
         result = await call_with_retry(
             lambda: self.tracker.fail(
                 self.lease,
                 error,
-                usage=failure.usage,
+                usage=usage,
                 retryable=failure.retryable,
                 idempotency_key=key,
             ),
