@@ -28,6 +28,7 @@ __all__ = [
     "Page",
     "Pipeline",
     "QueueStats",
+    "ReleaseResult",
     "RequeueResult",
     "RetryPolicy",
     "RoleStats",
@@ -44,8 +45,9 @@ __all__ = [
 #: ``next_eligible_at_ms`` of a dead-lettered task, as NullTickets writes it.
 DEAD_LETTER_NEVER_MS = 9223372036854775000
 
-#: ``cancelled`` is an embedded extension (a running task cancelled by an operator).
-RunStatus = Literal["running", "completed", "failed", "stale", "cancelled"]
+#: ``cancelled`` (a running task cancelled by an operator) and ``released`` (given back unfinished
+#: by a worker shutting down, not counted as a failure) are embedded extensions.
+RunStatus = Literal["running", "completed", "failed", "stale", "cancelled", "released"]
 T = TypeVar("T")
 
 
@@ -265,6 +267,19 @@ class FailResult(_Model):
     dead_lettered: bool | None = None
     next_eligible_at_ms: int | None = None
     dead_letter_reason: str | None = None
+
+
+class ReleaseResult(_Model):
+    """What ``release`` did with an unfinished run's task.
+
+    ``released``: the task is claimable again now, its failure count unchanged (the run is
+    ``released``). Otherwise (a plain NullTickets server, which has no such operation) nothing
+    was changed: the task comes back when the lease expires, and the expired run does not count
+    against ``max_attempts`` there either.
+    """
+
+    released: bool
+    reason: str = "worker_shutdown"
 
 
 class StageCount(_Model):

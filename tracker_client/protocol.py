@@ -35,6 +35,7 @@ from tracker_client.models import (
     Page,
     Pipeline,
     QueueStats,
+    ReleaseResult,
     RequeueResult,
     Run,
     StoreEntry,
@@ -189,6 +190,17 @@ class Tracker(Protocol):
         ``retryable=False`` (a permanent failure, e.g. a misconfigured executor) dead-letters the
         task at once with reason ``permanent_failure`` where the tracker supports it; a plain
         NullTickets server ignores it and applies its retry policy.
+        """
+
+    async def release(
+        self, lease: Lease, reason: str = "worker_shutdown", *, idempotency_key: str | None = None
+    ) -> ReleaseResult:
+        """Give an unfinished run's task back (its worker is shutting down): not a failure.
+
+        The run ends ``released``; the task is claimable again at once, its failure count and
+        retry delay untouched. A plain NullTickets server has no such operation: nothing is
+        written and the task returns when the lease expires (``released=False``), which costs
+        no attempt there either, rather than a ``fail`` that would count one.
         """
 
     # -- artifacts ------------------------------------------------------------------------------

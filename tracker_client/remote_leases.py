@@ -20,7 +20,14 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
-from tracker_client.models import Event, FailResult, Lease, Page, TransitionResult
+from tracker_client.models import (
+    Event,
+    FailResult,
+    Lease,
+    Page,
+    ReleaseResult,
+    TransitionResult,
+)
 from tracker_client.remote_base import NULLTICKETS_LEASE_TTL_MS, log
 from tracker_client.remote_core import MAX_LEASE_TTL_MS, RemoteCore, item_cursor
 from tracker_client.remote_http import check_json, encode_query, loads
@@ -258,3 +265,31 @@ class RemoteLeases(RemoteCore):
             next_eligible_at_ms=None if dead else task.next_eligible_at_ms,
             dead_letter_reason=task.dead_letter_reason,
         )
+
+    async def release(
+        self, lease: Lease, reason: str = "worker_shutdown", *, idempotency_key: str | None = None
+    ) -> ReleaseResult:
+        """``POST /runs/{run_id}/release`` (served tracker): the task is claimable again at once
+        and the run costs no attempt.
+
+        A plain NullTickets server has no such route, and its ``fail`` always counts an attempt
+        (the task's last one dead-letters it for good: NullTickets cannot requeue). So nothing is
+        sent there: the lease is left to expire (at most 300 s after the last heartbeat) and the
+        stale run does not count against ``max_attempts``. ``released=False`` says so.
+        """
+        if not await self._has("release"):
+            log.info(
+                "tracker has no release: the lease is left to expire (no attempt counted)",
+                extra={"action": "release_by_expiry", "task_id": lease.task.id},
+            )
+            return ReleaseResult(released=False, reason=reason)
+        doc = await self._json(
+            "POST",
+            f"/runs/{seg(lease.run.id)}/release",
+            body={"reason": reason},
+            auth="lease",
+            lease_token=lease.lease_token.get_secret_value(),
+            lease_route=True,
+            idempotency_key=self._key(idempotency_key),
+        )
+        return self._parse(ReleaseResult, doc, "POST /runs/{id}/release")

@@ -100,6 +100,10 @@ class FailBody(_Body):
     retryable: bool = True
 
 
+class ReleaseBody(_Body):
+    reason: str = "worker_shutdown"
+
+
 # -- health and discovery -------------------------------------------------------------------------
 @endpoint
 async def health(request: Request) -> Response:
@@ -300,6 +304,17 @@ async def fail(request: Request) -> Response:
     return json_response(dump(result))
 
 
+@endpoint
+async def release(request: Request) -> Response:
+    """Extension: give an unfinished run's task back without counting an attempt."""
+    lease = lease_handle(request, run_id=request.path_params["id"])
+    body = parse_model(ReleaseBody, await read_body(request))
+    result = await tracker_of(request).release(
+        lease, body.reason, idempotency_key=idem_key(request)
+    )
+    return json_response(dump(result))
+
+
 # -- artifacts, ops -------------------------------------------------------------------------------
 @endpoint
 async def add_artifact(request: Request) -> Response:
@@ -351,6 +366,7 @@ ROUTES = [
     Route("/runs/{id}/events", list_events, methods=["GET"]),
     Route("/runs/{id}/transition", transition, methods=["POST"]),
     Route("/runs/{id}/fail", fail, methods=["POST"]),
+    Route("/runs/{id}/release", release, methods=["POST"]),
     Route("/artifacts", add_artifact, methods=["POST"]),
     Route("/artifacts", list_artifacts, methods=["GET"]),
     Route("/ops/queue", queue_stats, methods=["GET"]),

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 from tracker_client.embedded import backlog, claims, reads, runs, stats, store, tasks
 from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent
+from tracker_client.embedded.release import ReleaseOps
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -49,7 +49,7 @@ def _none(_: Any) -> None:
     return None
 
 
-class EmbeddedTracker(TrackerCore):
+class EmbeddedTracker(ReleaseOps):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     #: Every write commits and answers in the caller's process, and an error means nothing was
