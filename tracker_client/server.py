@@ -21,6 +21,7 @@ a client can see:
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import math
 import secrets
@@ -47,7 +48,6 @@ from tracker_client.errors import (
     Unsupported,
 )
 from tracker_client.protocol import Tracker
-from tracker_client.server_json import BodyRefused, parse_json_body
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -202,11 +202,7 @@ def endpoint(handler: Handler) -> Handler:
 
 
 async def read_body(request: Request, *, required: bool = True) -> Any:
-    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``/``json_too_deep``).
-
-    Every route reads its body here, so every route gets the same depth and shape limits
-    (:func:`tracker_client.server_json.parse_json_body`).
-    """
+    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``)."""
     limit: int = request.app.state.max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -221,9 +217,9 @@ async def read_body(request: Request, *, required: bool = True) -> Any:
             raise ApiError(400, "invalid_json", "Invalid JSON body: the body is empty")
         return None
     try:
-        return parse_json_body(raw)
-    except BodyRefused as exc:
-        raise ApiError(400, exc.code, str(exc)) from exc
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"Invalid JSON body: {exc}") from exc
 
 
 def parse_model(model: type[M], doc: Any) -> M:
