@@ -21,7 +21,6 @@ a client can see:
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import math
 import secrets
@@ -48,6 +47,7 @@ from tracker_client.errors import (
     Unsupported,
 )
 from tracker_client.protocol import Tracker
+from tracker_client.server_json import BodyRefused, parse_json_body
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -202,7 +202,11 @@ def endpoint(handler: Handler) -> Handler:
 
 
 async def read_body(request: Request, *, required: bool = True) -> Any:
-    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``)."""
+    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``/``json_too_deep``).
+
+    Every route reads its body here, so every route gets the same depth and shape limits
+    (:func:`tracker_client.server_json.parse_json_body`).
+    """
     limit: int = request.app.state.max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -217,9 +221,9 @@ async def read_body(request: Request, *, required: bool = True) -> Any:
             raise ApiError(400, "invalid_json", "Invalid JSON body: the body is empty")
         return None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"Invalid JSON body: {exc}") from exc
+        return parse_json_body(raw)
+    except BodyRefused as exc:
+        raise ApiError(400, exc.code, str(exc)) from exc
 
 
 def parse_model(model: type[M], doc: Any) -> M:

@@ -1,0 +1,148 @@
+"""Safe parsing of request bodies for the served tracker: one function every route uses.
+
+``json.loads`` recurses once per nesting level and raises ``RecursionError`` around 1,000 levels;
+it accepts ``NaN``/``Infinity`` (and turns ``1e999`` into infinity) and ``"\\ud800"`` (a lone
+surrogate that no later UTF-8 encoding survives). Each of those used to be a 500. Here, before
+anything is parsed, the nesting depth is measured on the raw bytes with a few C-speed passes (no
+recursion, no per-byte Python loop); then the document is parsed refusing non-finite numbers, and
+strings are checked for lone surrogates only when the bytes contain a surrogate (escaped or
+encoded).
+
+Depth: a stored value (metadata, definition, event data, store value...) may nest
+:data:`~tracker_client.jsonlimits.MAX_JSON_DEPTH` levels, and the tracker enforces that per
+field; a request body wraps its fields in at most :data:`BODY_WRAPPER_LEVELS` more (``{"tasks":
+[{"metadata": ...}]}``), so a body deeper than both together can only be refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from typing import Any
+
+from tracker_client.jsonlimits import MAX_JSON_DEPTH
+
+__all__ = ["BODY_WRAPPER_LEVELS", "MAX_BODY_DEPTH", "BodyRefused", "parse_json_body"]
+
+#: Levels a request body adds around a stored value: object, ``tasks`` array, task object.
+BODY_WRAPPER_LEVELS = 3
+#: Deepest request body parsed at all.
+MAX_BODY_DEPTH = MAX_JSON_DEPTH + BODY_WRAPPER_LEVELS
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_RUNS = re.compile(rb"[\[{]+|[\]}]+")
+#: Peeling rounds before the run loop (after k rounds, the loop sees at most len/(k+1) runs).
+_PEEL_ROUNDS = 16
+
+
+@functools.lru_cache(maxsize=128)
+def _open_run(limit: int) -> re.Pattern[bytes]:
+    """More than ``limit`` opening brackets in a row: deeper than ``limit`` for sure."""
+    return re.compile(rb"[\[{]{%d}" % (limit + 1))
+
+
+#: A surrogate as an escape, or UTF-8-encoded (``json.loads`` decodes bytes with surrogatepass).
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+class BodyRefused(ValueError):
+    """The body is not acceptable JSON; ``code`` is the error code, the message says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def nesting_depth_exceeds(raw: bytes, limit: int) -> bool:
+    """True if the JSON text ``raw`` nests arrays/objects more than ``limit`` levels deep.
+
+    Never recurses, and costs a few C-speed passes over the bytes plus a loop over runs of
+    brackets: a body with at most ``limit`` brackets is accepted at once; otherwise strings are
+    cut out and only the brackets kept; more than ``limit`` opening brackets in a row is too deep.
+    Up to :data:`_PEEL_ROUNDS` rounds then remove the innermost pairs (each round peels exactly
+    one level off every branch, and dissolves the short up-and-down patterns that would make
+    the run loop long), while they remove many; what is left is measured run by run (a run of
+    ``[``/``{`` goes down, a run of ``]``/``}`` comes back up). A 16 MiB body costs well under
+    a second even when built against this walk.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if _open_run(limit).search(brackets):
+        return True
+    for _ in range(_PEEL_ROUNDS):
+        if not brackets or limit < 0:
+            # Every round that changed something removed one level: empty after k rounds is
+            # depth k, and limit counts down from the original limit by one per round.
+            return limit < 0
+        if len(brackets) <= 2 * limit:
+            return False  # depth <= half the brackets
+        # Mark this round's innermost pairs first, so a pair they enclose waits for its round.
+        peeled = brackets.replace(b"[]", b"\0").replace(b"{}", b"\0").translate(None, b"\0")
+        if len(peeled) == len(brackets):
+            break  # mismatched brackets: nothing more to peel
+        few = len(brackets) - len(peeled) < len(brackets) // 16
+        brackets = peeled
+        limit -= 1  # one level is gone from every branch
+        if few:
+            break  # few leaves: few runs too, the run loop is the cheaper way on
+    if limit < 0:
+        return True  # more levels were peeled than the limit allows
+    depth = 0
+    for run in _RUNS.finditer(brackets):
+        if run.group()[0] in b"[{":
+            depth += len(run.group())
+            if depth > limit:
+                return True
+        else:
+            depth -= len(run.group())
+    return False
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BodyRefused(
+            "invalid_json", f"Invalid JSON body: {text} is out of range (not a finite number)"
+        )
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise BodyRefused("invalid_json", f"Invalid JSON body: {name} is not JSON")
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """The parsed JSON document of a request body, or :class:`BodyRefused`.
+
+    Refused: nesting deeper than :data:`MAX_BODY_DEPTH` (code ``json_too_deep``), invalid JSON
+    or UTF-8, ``NaN``/``Infinity`` and numbers beyond the float range, lone surrogates.
+    """
+    if nesting_depth_exceeds(raw, MAX_BODY_DEPTH):
+        raise BodyRefused(
+            "json_too_deep",
+            f"Invalid JSON body: nested too deep (a stored value may nest at most"
+            f" {MAX_JSON_DEPTH} levels of arrays/objects; limit {MAX_JSON_DEPTH})",
+        )
+    try:
+        doc = json.loads(raw, parse_constant=_constant, parse_float=_finite)
+    except BodyRefused:
+        raise
+    except RecursionError as exc:  # not expected after the depth check; never a 500
+        raise BodyRefused(
+            "json_too_deep", f"Invalid JSON body: nested too deep (limit {MAX_JSON_DEPTH})"
+        ) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BodyRefused("invalid_json", f"Invalid JSON body: {exc}") from exc
+    if _SURROGATE.search(raw):
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BodyRefused(
+                "invalid_json",
+                "Invalid JSON body: a string contains a lone surrogate (not valid UTF-8)",
+            ) from exc
+    return doc
