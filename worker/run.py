@@ -36,6 +36,7 @@ from tracker_client.errors import (
     LeaseLost,
     TrackerError,
     TrackerUnavailable,
+    Unsupported,
     ValidationFailed,
 )
 from tracker_client.models import Lease
@@ -376,7 +377,30 @@ class TaskRun:
         )
         return RunResult("transitioned", result.new_stage)
 
+    async def _release(self, failure: Failure, budget: float) -> RunResult:
+        """A shutdown is not the task's fault: give the task back without spending an attempt
+        (a NullTickets server, which cannot, is left to let the lease expire)."""
+        key = self.new_key()
+        try:
+            result = await call_with_retry(
+                lambda: self.tracker.release(self.lease, failure.reason, idempotency_key=key),
+                policy=self.settings.retry,
+                budget_s=budget,
+                action="release",
+            )
+            how = "given back" if result.released else "left to its lease's expiry"
+        except Unsupported:
+            how = "left to its lease's expiry"
+        self._log.info(
+            "run ended by shutdown: task %s, no attempt counted",
+            how,
+            extra={"action": "run_released", "reason": failure.reason},
+        )
+        return RunResult("failed", failure.reason)
+
     async def _fail(self, failure: Failure, budget: float) -> RunResult:
+        if failure.reason == "worker_shutdown":
+            return await self._release(failure, budget)
         details = {
             "reason": failure.reason,
             "message": failure.message,
