@@ -262,8 +262,9 @@ class Worker:
                     self._found_no_work = False
                     self._claim_cap = 1  # probe with one claim; widen once one finds work
                     continue
-            while self._claiming >= self._claim_cap:
+            if self._claiming >= self._claim_cap:
                 await self._claims_settled()
+                continue  # what the settled claims found decides the next step (idle or not)
             # Each slot is borrowed on behalf of its own token, so the task that claims and
             # runs with it (not this loop) can hand it back.
             slot = object()
@@ -316,7 +317,10 @@ class Worker:
 
     async def _idle_wait(self, idle_round: int) -> None:
         ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))
-        delay = random.uniform(self.config.idle_min_s, max(self.config.idle_min_s, ceiling))
+        # "Equal jitter": between half the ceiling and the ceiling, so an idle worker at the
+        # ceiling probes about once per 0.75 x idle_max_s, never in a burst.
+        low = max(self.config.idle_min_s, ceiling / 2)
+        delay = random.uniform(low, max(low, ceiling))
         self._run_done = anyio.Event()
         with anyio.move_on_after(delay):
             async with anyio.create_task_group() as tg:

@@ -1,0 +1,217 @@
+"""What idle workers cost: CPU and requests per second of N idle ``backlog-worker run`` processes.
+
+    python -m bench.idle [--seconds 10] [--warmup 6] [--workers 3] [--rails served,embedded]
+
+For each rail kind, a fresh rail with one pipeline and no tasks: ``served`` is one
+``backlog-worker tracker serve`` process, each worker reaching it through its own counting TCP
+proxy (so requests are counted per worker); ``embedded`` is one SQLite file the workers share.
+The workers run with the default worker settings. Once every worker says it is running and
+``--warmup`` seconds more have passed (the idle back-off reaches its ceiling), CPU time (utime +
+stime from ``/proc/PID/stat``) and requests are sampled over ``--seconds``.
+
+The target (issue 10, item 17): an idle worker uses at most 2 % of a core and 1 request/s.
+A benchmark, not a test: it prints the figures and exits 0 (1 if a worker died).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CLI = (sys.executable, "-m", "worker")
+PIPELINE = """
+name = "flow"
+[definition]
+initial = "todo"
+[definition.states.todo]
+agent_role = "coder"
+[definition.states.done]
+terminal = true
+[[definition.transitions]]
+from = "todo"
+to = "done"
+trigger = "complete"
+"""
+
+
+def _env() -> dict[str, str]:
+    drop = ("BACKLOG_WORKER_", "NOTIFY_SOCKET", "WATCHDOG_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CountingProxy:
+    """Forwards TCP connections to ``upstream_port``; counts connections (one request each:
+    the client sends one request per connection)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.connections = 0
+        self.port = 0
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._run, daemon=True).start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+def _wait_for(predicate: object, timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()  # type: ignore[operator]
+        if value:
+            return value
+        time.sleep(0.05)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def _config(path: Path, url: str) -> Path:
+    path.write_text(
+        f'[tracker]\nurl = "{url}"\n'
+        '[[roles]]\nname = "coder"\nexecutor = "command"\n'
+        '[roles.options]\nargv = ["true"]\n'
+    )
+    return path
+
+
+def bench_rail(kind: str, workers: int, seconds: float, warmup: float) -> int:
+    """Measure ``workers`` idle workers on a fresh rail of ``kind``; print one line each."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-idle-{kind}-") as tmp:
+        base = Path(tmp)
+        db = base / "rail.db"
+        (base / "flow.toml").write_text(PIPELINE)
+        subprocess.run(
+            [
+                *CLI,
+                "pipeline",
+                "create",
+                "-f",
+                str(base / "flow.toml"),
+                "--tracker",
+                f"sqlite://{db}",
+            ],
+            check=True,
+            capture_output=True,
+            env=_env(),
+        )
+        procs: list[subprocess.Popen[bytes]] = []
+        proxies: list[CountingProxy] = []
+        server: subprocess.Popen[bytes] | None = None
+        logs: list[Path] = []
+        try:
+            urls = [f"sqlite://{db}"] * workers
+            if kind == "served":
+                serve_log = base / "serve.log"
+                with serve_log.open("wb") as err:
+                    server = subprocess.Popen(
+                        [*CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", "--port", "0"],
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        env=_env(),
+                    )
+                found = _wait_for(
+                    lambda: re.search(
+                        r"listening on http://127\.0\.0\.1:(\d+)", serve_log.read_text()
+                    ),
+                    30,
+                    "tracker serve",
+                )
+                port = int(found.group(1))  # type: ignore[attr-defined]
+                proxies = [CountingProxy(port) for _ in range(workers)]
+                urls = [f"http://127.0.0.1:{p.port}" for p in proxies]
+            for i, url in enumerate(urls):
+                log = base / f"worker{i}.log"
+                logs.append(log)
+                with log.open("wb") as err:
+                    procs.append(
+                        subprocess.Popen(
+                            [*CLI, "run", "--config", str(_config(base / f"w{i}.toml", url))],
+                            stdout=subprocess.DEVNULL,
+                            stderr=err,
+                            env=_env(),
+                        )
+                    )
+            for log in logs:
+                _wait_for(lambda log=log: "running:" in log.read_text(), 60, f"{log.name}")
+            time.sleep(warmup)
+            cpu0 = [_cpu_s(p.pid) for p in procs]
+            req0 = [p.connections for p in proxies]
+            server0 = _cpu_s(server.pid) if server is not None else 0.0
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            elapsed = time.monotonic() - t0
+            cpu1 = [_cpu_s(p.pid) for p in procs]
+            req1 = [p.connections for p in proxies]
+            for i in range(workers):
+                cpu = (cpu1[i] - cpu0[i]) / elapsed * 100
+                rate = f"{(req1[i] - req0[i]) / elapsed:5.2f}" if proxies else "    -"
+                print(f"{kind:8} worker {i}: cpu {cpu:5.2f} %  requests/s {rate}")
+            if server is not None:
+                cpu = (_cpu_s(server.pid) - server0) / elapsed * 100
+                print(f"{kind:8} server  : cpu {cpu:5.2f} %")
+            return 0 if all(p.poll() is None for p in procs) else 1
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
+            if server is not None:
+                server.terminate()
+                server.wait(timeout=30)
+
+
+def main() -> int:
+    """Parse the flags, measure each rail kind."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=6.0)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--rails", default="served,embedded")
+    args = parser.parse_args()
+    code = 0
+    for kind in args.rails.split(","):
+        code |= bench_rail(kind.strip(), args.workers, args.seconds, args.warmup)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
