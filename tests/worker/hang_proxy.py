@@ -19,10 +19,11 @@ from tests.remote.fault_proxy import read_request
 
 @dataclass
 class HangProxy:
-    """Forward to ``upstream_port``; a request whose request line holds ``hang_marker`` hangs."""
+    """Forward to ``upstream_port``; a request whose request line holds one of ``hang_markers``
+    hangs."""
 
     upstream_port: int
-    hang_marker: bytes = b"/heartbeat"
+    hang_markers: tuple[bytes, ...] = (b"/heartbeat",)
     #: Request lines seen, in order (hung ones included).
     seen: list[bytes] = field(default_factory=list)
     hung: int = 0
@@ -37,7 +38,7 @@ class HangProxy:
                 return
             line = request.split(b"\r\n", 1)[0]
             self.seen.append(line)
-            if self.hanging and self.hang_marker in line:
+            if self.hanging and any(marker in line for marker in self.hang_markers):
                 self.hung += 1
                 await self._forever.wait()  # never answered; ends when the proxy stops
                 return

@@ -7,18 +7,29 @@ worker's clock (minus a safety margin), and nothing more is written for that run
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from plugins.api import ExecutionContext
-from tests.remote.fixtures import TEST_RETRY, serve_on_port
-from tests.worker.conftest import PIPELINE, add_tasks, role, start_worker, wait_until, worker_config
+from tests.remote.fixtures import TEST_RETRY, QuietServer, uvicorn_config
+from tests.worker.conftest import (
+    PIPELINE,
+    FnExecutor,
+    add_tasks,
+    role,
+    start_worker,
+    wait_until,
+    worker_config,
+)
 from tests.worker.hang_proxy import HangProxy, serve_proxy
+from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.remote import RemoteTracker
 from tracker_client.server import create_app
@@ -32,11 +43,33 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 @asynccontextmanager
+async def serve_briefly(app: Any) -> AsyncIterator[str]:
+    """``app`` on an ephemeral 127.0.0.1 port; yield its URL. Stopping does not wait for
+    requests still open upstream (a long-poll the proxy forwarded) beyond half a second."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn_config(app, sock)
+    config.timeout_graceful_shutdown = 0.5
+    server = QuietServer(config)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            with anyio.fail_after(10):
+                await server.ready.wait()
+            try:
+                yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+            finally:
+                server.stop()
+    finally:
+        sock.close()
+
+
+@asynccontextmanager
 async def tracker_behind_proxy(path: Path) -> AsyncIterator[tuple[RemoteTracker, HangProxy]]:
     """A served embedded tracker on a real port, reached through a :class:`HangProxy`."""
     embedded = await EmbeddedTracker.open(str(path))
     try:
-        async with serve_on_port(create_app(embedded)) as url:
+        async with serve_briefly(create_app(embedded)) as url:
             proxy = HangProxy(upstream_port=int(url.rsplit(":", 1)[1]))
             async with serve_proxy(proxy) as proxy_url:
                 remote = RemoteTracker(proxy_url, timeout_s=REQUEST_TIMEOUT_S, retry=TEST_RETRY)
@@ -112,3 +145,23 @@ async def test_the_local_end_is_the_earlier_of_the_ttl_and_the_trackers_expiry()
     scope = skewed.watch(anyio.CancelScope())
     skewed.extended(now + 5.0, None)
     assert skewed.expires_at == now + 15.0 and scope.deadline == skewed.deadline
+
+
+async def test_a_report_hung_with_its_heartbeats_stops_at_the_lease_end(tmp_path: Path) -> None:
+    ttl = 1.5
+    async with tracker_behind_proxy(tmp_path / "rail.db") as (tracker, proxy):
+        proxy.hanging = False
+        lease = await claim_one(tracker, ttl_s=ttl)
+        proxy.hang_markers = (b"/heartbeat", b"/transition")
+        proxy.hanging = True
+        started = time.monotonic()
+        result = await run_task(
+            tracker,
+            lease,
+            FnExecutor(lambda ctx: anyio.sleep(0)),
+            settings(tmp_path / "work", ttl_s=ttl, report_retry_budget_s=60.0),
+        )
+        took = time.monotonic() - started
+        assert proxy.hung >= 2  # the transition and the report's heartbeat both hung
+        # Given up at the lease's end by our clock, not after the 30 s request timeout.
+        assert result.status == "lost" and took < ttl + 0.5, (result, took)
