@@ -119,7 +119,9 @@ async def test_failures_land_with_the_right_retry_decision(
     pipeline_id = await tracker.create_pipeline("code-review", PIPELINE)
     limited = await tracker.create_task(
         TaskCreate(
-            pipeline_id=pipeline_id, title="rate limited", retry_policy=RetryPolicy(max_attempts=2)
+            pipeline_id=pipeline_id,
+            title="rate limited",
+            retry_policy=RetryPolicy(max_attempts=2, retry_delay_ms=0),
         )
     )
     worker = _worker(tracker, tmp_path, options, drain=True)
@@ -192,6 +194,6 @@ async def test_worker_shutdown_mid_run_kills_the_process_group(
         await wait_dead(list(pids.values()), deadline_s=5) == []
     )
     [run] = await tracker.list_runs(task_id)
-    assert run.status == "failed"
+    assert run.status == "released"  # given back, no attempt counted
     assert run.error is not None
-    assert run.error.startswith("worker_shutdown")
+    assert "worker_shutdown" in run.error

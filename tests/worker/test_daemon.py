@@ -258,8 +258,8 @@ async def test_stop_drains_in_flight_work_then_reports_shutdown(
         worker.stop()  # idempotent... and a second stop skips the grace
         finish.set()
     first, second = await tracker.get_task(ids[0]), await tracker.get_task(ids[1])
-    assert second.latest_run is not None and second.latest_run.status == "failed"
-    assert (second.latest_run.error or "").startswith("worker_shutdown")
+    assert second.latest_run is not None and second.latest_run.status == "released"
+    assert "worker_shutdown" in (second.latest_run.error or "")
     assert first.latest_run is not None
     assert worker.state is WorkerState.STOPPED
 
