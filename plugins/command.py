@@ -267,6 +267,13 @@ def _check_program(program: str, path_env: str) -> list[str]:
     return []
 
 
+#: Characters of a trailing partial line held back from a live "output" event until the next
+#: chunk (or the end): a secret split across two pipe reads then still arrives in one piece, so
+#: the worker's scrubbing of what it writes to the tracker catches it. Complete lines (``\n`` or
+#: ``\r``) are never held.
+HOLDBACK_CHARS = 256
+
+
 class _Stream:
     """One output stream: a bounded tail, and live "output" events up to a limit."""
 
@@ -279,6 +286,7 @@ class _Stream:
         self._stream = opts.stream_output
         self._left = opts.stream_limit_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
 
     async def __call__(self, chunk: bytes) -> None:
         self.total += len(chunk)
@@ -289,10 +297,24 @@ class _Stream:
             return
         piece = chunk[: self._left]
         self._left -= len(piece)
-        data: dict[str, Any] = {"stream": self.name, "text": self._decoder.decode(piece)}
-        if self._left <= 0:
-            data["note"] = "stream limit reached; the rest is only in the final tail"
+        text = self._held + self._decoder.decode(piece)
+        self._held = ""
+        if self._left > 0:
+            cut = max(text.rfind("\n"), text.rfind("\r")) + 1
+            cut = max(cut, len(text) - HOLDBACK_CHARS)
+            text, self._held = text[:cut], text[cut:]
+            if text:
+                await self.ctx.report("output", {"stream": self.name, "text": text})
+            return
+        data: dict[str, Any] = {"stream": self.name, "text": text}
+        data["note"] = "stream limit reached; the rest is only in the final tail"
         await self.ctx.report("output", data)
+
+    async def finish(self) -> None:
+        """The stream ended: report the partial line still held back."""
+        text, self._held = self._held + self._decoder.decode(b"", final=True), ""
+        if text and self._stream:
+            await self.ctx.report("output", {"stream": self.name, "text": text})
 
     def tail_text(self) -> str:
         data = bytes(self.tail[-self._tail_bytes :]) if self._tail_bytes else b""
@@ -390,6 +412,8 @@ class CommandExecutor:
             )
         if error is not None:
             raise error
+        await out.finish()
+        await err.finish()
         tails = {
             "stdout_tail": out.tail_text(),
             "stderr_tail": err.tail_text(),

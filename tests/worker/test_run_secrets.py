@@ -145,3 +145,32 @@ async def test_secrets_in_a_failure_are_masked(
     written = await everything_written(tracker, lease)
     assert "login with [redacted] failed" in written
     assert api_token not in written and lease_token not in written
+
+
+#: Prints a secret in two writes with a pause between them, so the worker reads it in two pieces.
+SPLITTER = (
+    "import os, sys, time\n"
+    "secret = os.environ['LEAK_A']\n"
+    "half = len(secret) // 2\n"
+    "sys.stdout.write('key: ' + secret[:half]); sys.stdout.flush()\n"
+    "time.sleep(0.3)\n"
+    "sys.stdout.write(secret[half:] + ' done' + chr(10)); sys.stdout.flush()\n"
+)
+
+
+async def test_a_secret_split_across_two_output_chunks_is_still_masked(
+    tracker: Tracker, tmp_path: Path, api_token: str
+) -> None:
+    lease = await claim_one(tracker)
+    executor = CommandExecutor(
+        {"argv": [sys.executable, "-c", SPLITTER], "env": {"LEAK_A": api_token}}
+    )
+    result = await run_task(tracker, lease, executor, settings(tmp_path))
+    assert result.status == "transitioned"
+    events = (await tracker.list_task_events(lease.task.id, limit=1000)).items
+    texts = [
+        item["text"] for e in events if e.kind == "output" for item in e.data.get("batch", [e.data])
+    ]
+    assert "".join(texts) == "key: [redacted] done\n"
+    half = len(api_token) // 2
+    assert not any(api_token[:half] in t or api_token[half:] in t for t in texts)
