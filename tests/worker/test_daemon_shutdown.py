@@ -12,6 +12,7 @@ import pytest
 from tests.worker.daemonkit import (
     TOKEN,
     RouteFaults,
+    add_task,
     reap,
     serve_tracker,
     spawn_worker,
@@ -69,3 +70,31 @@ def test_a_second_signal_exits_within_a_second(tmp_path: Path) -> None:
     assert took < 3.0, text  # the guarantee is 1 s; the bound leaves room for a loaded machine
     assert after == sent, text
     assert "stopping now (grace skipped)" in text
+
+
+def test_a_second_signal_exits_within_a_second_while_a_final_report_hangs(
+    tmp_path: Path,
+) -> None:
+    with serve_tracker(tmp_path) as (url, db), RouteFaults(int(url.rsplit(":", 1)[1])) as proxy:
+        config = write_config(
+            tmp_path, proxy.url, token=TOKEN, argv=["sleep", "60"], request_timeout_s=30
+        )
+        add_task(db, "long")
+        log = tmp_path / "worker.log"
+        proc = spawn_worker(config, log)
+        try:
+            wait_for(lambda: "task claimed" in log.read_text(), 30, "the task to be claimed")
+            proxy.set("", "hang")  # the final report (and everything else) hangs from now on
+            proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: "received SIGTERM" in log.read_text(), 10, "the first signal")
+            second = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=30)
+            took = time.monotonic() - second
+        finally:
+            reap(proc)
+    text = log.read_text()
+    print(f"second signal -> exit with a hung report: {took:.3f}s (rc {rc})")
+    assert took < 3.0, text  # the guarantee is 1 s; the bound leaves room for a loaded machine
+    assert rc == 1, text  # something was left undone: the report
+    assert "1 run(s) left unreported" in text, text
