@@ -121,7 +121,10 @@ async def _watch_signals(
                 if signum == signal.SIGHUP:
                     reload()
                     continue
-                immediate = worker.stopping or worker.state is not WorkerState.RUNNING
+                immediate = worker.stopping or worker.state in (
+                    WorkerState.DRAINING,
+                    WorkerState.STOPPED,
+                )
                 log.warning(
                     "received %s: %s",
                     signal.Signals(signum).name,
