@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 from collections.abc import Mapping
 
-from tracker_client.embedded.common import CLEAR_LEASE, Ctx, run_from_row, task_from_row
+from tracker_client.embedded.common import (
+    CLEAR_LEASE,
+    CorruptRow,
+    Ctx,
+    run_from_row,
+    task_from_row,
+)
 from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
 from tracker_client.errors import LeaseLost, ValidationFailed
-from tracker_client.models import Lease, Run
+from tracker_client.models import Lease, Run, Task
 
 __all__ = [
     "MAX_LEASE_TTL_MS",
@@ -166,6 +173,26 @@ def claim(
     if overdue:
         expire_deadlines(ctx)
     limits = _limits(per_state)
+    while True:
+        picked = _pick(ctx, agent_id, role, limits)
+        if picked is None:
+            return None
+        try:
+            parsed = task_from_row(picked, strict=True)
+        except CorruptRow as exc:
+            # One unreadable row must not stop the role: dead-letter it, naming why, and go on.
+            ctx.event(
+                picked["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": str(exc)}
+            )
+            dead_letter(ctx, picked, "corrupt_row", None)
+            continue
+        return _lease(ctx, picked, parsed, agent_id, role, lease_ttl_ms)
+
+
+def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqlite3.Row | None:
+    """The best eligible row of ``role`` for ``agent_id`` (None when there is none)."""
+    conn = ctx.conn
+    now = ctx.now
     stage_counts: dict[str, int] = {}
     task = None
     for cand in conn.execute(_CANDIDATES, (role, now, now)):
@@ -189,8 +216,15 @@ def claim(
                 continue
         task = cand
         break
-    if task is None:
-        return None
+    return task
+
+
+def _lease(
+    ctx: Ctx, task: sqlite3.Row, parsed: Task, agent_id: str, role: str, lease_ttl_ms: int
+) -> Lease:
+    """Lease the picked row to ``agent_id``: a new run, the lease on the task row."""
+    conn = ctx.conn
+    now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
     run_id, lease_id, token = _fresh_ids()
@@ -230,7 +264,7 @@ def claim(
         agent_id=agent_id,
     )
     return Lease(
-        task=task_from_row(task),
+        task=parsed,
         run=run,
         lease_id=lease_id,
         lease_token=token,  # pydantic wraps it in SecretStr

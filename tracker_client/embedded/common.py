@@ -13,15 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
 from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
-from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import Artifact, Assignment, Event, Run, Task
 
 __all__ = [
     "CLEAR_LEASE",
+    "CORRUPT_MARKER",
     "MIB",
+    "CorruptRow",
     "Ctx",
     "Options",
     "artifact_from_row",
@@ -31,6 +35,7 @@ __all__ = [
     "event_from_row",
     "new_id",
     "run_from_row",
+    "stored_json",
     "task_from_row",
 ]
 
@@ -182,12 +187,50 @@ class Ctx:
         self.logs.clear()
 
 
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+class CorruptRow(TrackerCorrupt):
+    """One stored row cannot be read (e.g. its metadata is not valid JSON): that row is bad, not
+    the rail. Claims dead-letter such a task (``corrupt_row``); reads show a marker instead."""
+
+    default_code = "corrupt_row"
 
 
-def task_from_row(row: sqlite3.Row) -> Task:
-    """A Task model from a ``tasks`` row."""
+#: The key of the marker object a read shows in place of a stored value that is not valid JSON.
+CORRUPT_MARKER = "_corrupt"
+
+
+def _loads(text: Any, what: str, where: str, *, strict: bool) -> Any:
+    """Parse a stored JSON column. A value that does not parse is refused (``strict``: a claim
+    must not hand it out) or shown as ``{"_corrupt": "..."}`` (reads keep listing the rest)."""
+    try:
+        if not isinstance(text, str | bytes):
+            raise TypeError(f"a {type(text).__name__}, not text")
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        message = f"stored {what} of {where} is not valid JSON ({exc})"
+        if strict:
+            raise CorruptRow(message) from exc
+        log.warning("%s; shown as a marker", message, extra={"action": "corrupt_row"})
+        return {CORRUPT_MARKER: message}
+
+
+def _json(text: str | None, what: str, where: str) -> Any:
+    return None if text is None else _loads(text, what, where, strict=False)
+
+
+def task_from_row(row: sqlite3.Row, *, strict: bool = False) -> Task:
+    """A Task model from a ``tasks`` row.
+
+    A row that cannot be read is ``CorruptRow`` when ``strict`` (claims); otherwise its bad
+    metadata reads as a marker object, so one bad row does not break a list.
+    """
+    where = f"task {row['id']}"
+    try:
+        return _task(row, _loads(row["metadata"], "metadata", where, strict=strict))
+    except ValidationError as exc:
+        raise CorruptRow(f"stored row of {where} cannot be read: {exc.errors()[0]['msg']}") from exc
+
+
+def _task(row: sqlite3.Row, metadata: Any) -> Task:
     return Task.model_validate(
         {
             "id": row["id"],
@@ -196,7 +239,7 @@ def task_from_row(row: sqlite3.Row) -> Task:
             "title": row["title"],
             "description": row["description"],
             "priority": row["priority"],
-            "metadata": json.loads(row["metadata"]),
+            "metadata": metadata,
             "task_version": row["task_version"],
             "next_eligible_at_ms": row["next_eligible_at_ms"],
             "retry_delay_ms": row["retry_delay_ms"],
@@ -224,7 +267,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
             "started_at_ms": row["started_at_ms"],
             "ended_at_ms": row["ended_at_ms"],
             "error": row["error"],
-            "usage": _json(row["usage"]),
+            "usage": _json(row["usage"], "usage", f"run {row['id']}"),
         }
     )
 
@@ -237,7 +280,7 @@ def event_from_row(row: sqlite3.Row) -> Event:
             "run_id": row["run_id"],
             "ts_ms": row["ts_ms"],
             "kind": row["kind"],
-            "data": json.loads(row["data"]),
+            "data": _loads(row["data"], "data", f"event {row['id']}", strict=False),
             "task_id": row["task_id"],
         }
     )
@@ -255,7 +298,7 @@ def artifact_from_row(row: sqlite3.Row) -> Artifact:
             "uri": row["uri"],
             "sha256": row["sha256"],
             "size_bytes": row["size_bytes"],
-            "meta": json.loads(row["meta"]),
+            "meta": _json(row["meta"], "meta", f"artifact {row['id']}"),
         }
     )
 
@@ -274,3 +317,8 @@ def assignment_from_row(row: sqlite3.Row) -> Assignment:
 
 #: A write operation run inside a transaction.
 WriteFn = Callable[[Ctx], Any]
+
+
+def stored_json(text: Any, what: str, where: str) -> Any:
+    """A stored JSON value for a read: a marker object (and a warning) when it does not parse."""
+    return _loads(text, what, where, strict=False)

@@ -5,11 +5,10 @@ Runs on the database thread inside a transaction.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
-from tracker_client.embedded.common import MIB, Ctx, dumps
+from tracker_client.embedded.common import MIB, Ctx, dumps, stored_json
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import StoreEntry
 
@@ -30,7 +29,9 @@ def _entry(row: sqlite3.Row) -> StoreEntry:
         {
             "namespace": row["namespace"],
             "key": row["key"],
-            "value": json.loads(row["value"]),
+            "value": stored_json(
+                row["value"], "value", f"store key {row['namespace']}/{row['key']}"
+            ),
             "created_at_ms": row["created_at_ms"],
             "updated_at_ms": row["updated_at_ms"],
         }

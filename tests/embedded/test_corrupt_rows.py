@@ -1,0 +1,137 @@
+"""One bad stored row fails that task, not the rail.
+
+The row is corrupted directly with sqlite3 (as a disk fault, a bad migration or a hand edit
+would). Before, ``backlog-worker run`` exited 1 with a traceback on the first claim that met it
+and no other task ran; ``task list`` failed too.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracker_client.factory import open_tracker
+from tracker_client.models import TaskCreate
+
+pytestmark = pytest.mark.anyio
+
+PIPELINE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+
+
+async def _rail(db: Path) -> list[str]:
+    """Five tasks; the middle one (highest priority: claimed first) gets corrupt metadata."""
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await tracker.create_pipeline("flow", PIPELINE)
+        ids = await tracker.create_tasks(
+            [
+                TaskCreate(pipeline_id=pid, title=f"t{i}", priority=9 if i == 2 else 0)
+                for i in range(5)
+            ]
+        )
+    finally:
+        await tracker.aclose()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE tasks SET metadata = '{\"repo\": ' WHERE id = ?", (ids[2],))
+    conn.close()
+    return ids
+
+
+def _cli(*args: str, db: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args, "--tracker", f"sqlite:///{db}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_run_drain_dead_letters_the_corrupt_task_and_drains_the_rest(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    ids = await _rail(db)
+    config = tmp_path / "worker.toml"
+    config.write_text(
+        f"""
+[tracker]
+url = "sqlite:///{db}"
+
+[worker]
+idle_min_s = 0.01
+idle_max_s = 0.1
+
+[[roles]]
+name = "coder"
+executor = "command"
+[roles.options]
+argv = ["/bin/true"]
+"""
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--config", str(config), "--drain"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    with sqlite3.connect(db) as conn:
+        rows = dict(
+            conn.execute("SELECT id, stage || '/' || ifnull(dead_letter_reason, '') FROM tasks")
+        )
+    conn.close()
+    assert rows.pop(ids[2]) == "todo/corrupt_row"
+    assert set(rows.values()) == {"done/"}
+
+    # the bad task is listed, marked; the others are listed as usual
+    listed = _cli("task", "list", "--json", db=db, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "Traceback" not in listed.stderr
+    items = {t["id"]: t for t in json.loads(listed.stdout)["items"]}
+    assert set(items) == set(ids)
+    assert "not valid JSON" in json.dumps(items[ids[2]]["metadata"])
+    table = _cli("task", "list", db=db, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "corrupt" in table.stdout
+    shown = _cli("task", "show", ids[2], db=db, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "corrupt_row" in shown.stdout
+
+
+async def test_reads_of_every_json_column_survive_corruption(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await tracker.create_pipeline("flow", PIPELINE)
+        tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        lease = await tracker.claim("a", "coder", 60_000)
+        assert lease is not None
+        await tracker.add_event(lease, "progress", {"i": 1})
+        await tracker.fail(lease, "x", usage={"tokens": 1})
+        await tracker.store_put("ns", "k", {"v": 1})
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE runs SET usage = '{oops'")
+            conn.execute("UPDATE events SET data = '[1,'")
+            conn.execute("UPDATE store SET value = 'nope'")
+        conn.close()
+        (run,) = await tracker.list_runs(tid)
+        assert "not valid JSON" in json.dumps(run.usage)
+        events = (await tracker.list_events(run.id)).items
+        assert events and all("not valid JSON" in json.dumps(e.data) for e in events)
+        assert "not valid JSON" in json.dumps((await tracker.store_get("ns", "k")).value)
+        assert (await tracker.get_task(tid)).latest_run is not None
+    finally:
+        await tracker.aclose()
