@@ -11,7 +11,9 @@ Every subprocess executor goes through :func:`run_process`:
   ``SIGKILL`` after ``term_grace_s``), so a grandchild can neither outlive the run nor hold the
   pipes open;
 - on cancellation (timeout, lost lease, shutdown) the whole group gets the same treatment under a
-  shielded scope, and only then does the cancellation propagate.
+  shielded scope, and only then does the cancellation propagate. When the caller set
+  :data:`kill_deadline` (the worker does, to the lease's end), the grace is cut so that
+  ``SIGKILL`` comes before it.
 
 The group also dies when the worker is killed (``kill -9``, OOM killer): a small guard process
 (:mod:`plugins.proc_guard`) sends ``SIGKILL`` to every registered group, and its session, once
@@ -39,7 +41,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from plugins.proc_capture import HeadCapture, TailCapture, decode_output
 from plugins.proc_env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env
-from plugins.proc_guard import group_members, register_group, unregister_group
+from plugins.proc_guard import group_members, kill_deadline, register_group, unregister_group
 from tracker_client.errors import ExecutorError
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "SpawnError",
     "decode_output",
     "is_secret_env_name",
+    "kill_deadline",
     "minimal_env",
     "run_process",
 ]
@@ -160,6 +163,7 @@ class _Runner:
         term_grace_s: float,
     ) -> None:
         self.process = process
+        self.kill_by = kill_deadline.get()  # the caller's context: the run this process serves
         self.pid = process.pid
         self.argv0 = argv0
         self.term_grace_s = term_grace_s
@@ -288,13 +292,17 @@ class _Runner:
         """SIGTERM the group, SIGKILL after the grace, wait for it to vanish. Call shielded."""
         if not await self._members():
             return
+        grace = self.term_grace_s
+        if self.kill_by is not None:  # past the lease's end the task may be someone else's
+            grace = min(grace, max(0.0, self.kill_by() - anyio.current_time()))
         self._killpg(signal_mod.SIGTERM)
-        if await self._wait_group_gone(self.term_grace_s):
+        if await self._wait_group_gone(grace):
             return
         logger.info(
-            "process group %d still alive %.1fs after SIGTERM: sending SIGKILL",
+            "process group %d still alive %.1fs after SIGTERM: sending SIGKILL%s",
             self.pid,
-            self.term_grace_s,
+            grace,
+            "" if grace == self.term_grace_s else " (the lease ends)",
             extra={"action": "process_killed", "pid": self.pid},
         )
         self._killpg(signal_mod.SIGKILL)

@@ -40,11 +40,21 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 
-__all__ = ["group_members", "guard_pid", "register_group", "unregister_group"]
+__all__ = ["group_members", "guard_pid", "kill_deadline", "register_group", "unregister_group"]
 
 logger = logging.getLogger("backlog_worker.executor.proc")
+
+#: Set by the worker around an executor: returns the ``anyio.current_time()`` by which no process
+#: of the run may live any more (the lease's end, less a margin: past it the task may be running
+#: elsewhere). :func:`plugins.proc.run_process` reads it when it starts a process and cuts the
+#: ``SIGTERM`` grace of a termination short so that ``SIGKILL`` comes before it.
+kill_deadline: ContextVar[Callable[[], float] | None] = ContextVar(
+    "backlog_worker_kill_deadline", default=None
+)
 
 #: The guard's program (run with ``python -I -S -c``: no site, no environment, starts in ~10 ms).
 GUARD_SCRIPT = r"""
