@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy, Transition
+from plugins.proc import kill_deadline
 from tracker_client.errors import (
     Conflict,
     InvalidTransition,
@@ -181,7 +182,12 @@ class TaskRun:
                 self._ctx = ctx
                 self._keeper.add(self)
                 try:
-                    outcome = await call_executor(self.executor, ctx, timeout)
+                    # its processes get SIGKILL before the lease ends, whatever their grace
+                    bound = kill_deadline.set(self._kill_by)
+                    try:
+                        outcome = await call_executor(self.executor, ctx, timeout)
+                    finally:
+                        kill_deadline.reset(bound)
                 finally:
                     self._keeper.remove(self)
                     self._clock.unwatch(self.scope)
@@ -220,6 +226,10 @@ class TaskRun:
         # Named after the run id (unique; hashed when it is not one safe path component),
         # created only if the executor asks for it.
         return os.path.join(self._workdir_base(), workdir_name(self.lease.run.id))
+
+    def _kill_by(self) -> float:
+        """When the run's processes must be dead: half the safety margin before the lease ends."""
+        return self._clock.expires_at - self._clock.margin_s / 2
 
     # -- kept by the worker's LeaseKeeper ------------------------------------------------------
     @property
