@@ -12,8 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
+from plugins.proc import kill_deadline, minimal_env, run_process
 from tests.plugins.helpers import kill_leftovers, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +87,42 @@ def test_a_stuck_guard_is_replaced_and_the_new_one_knows_the_running_groups() ->
         assert pid_alive(keep)
     finally:
         kill_leftovers(pids)
+
+
+#: Ignores SIGTERM, says so, then sleeps: only SIGKILL ends it.
+STUBBORN = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.anyio
+async def test_kill_deadline_cuts_the_sigterm_grace(tmp_path: Path) -> None:
+    """Cancelled with a 30 s grace but a kill deadline 0.3 s away: SIGKILL by the deadline."""
+    ready = anyio.Event()
+
+    async def on_stdout(chunk: bytes) -> None:
+        ready.set()
+
+    async def run() -> None:
+        await run_process(
+            [sys.executable, "-c", STUBBORN],
+            cwd=tmp_path,
+            env=minimal_env(),
+            on_stdout=on_stdout,
+            term_grace_s=30.0,
+        )
+
+    cancelled_at = float("inf")  # set when the test cancels
+    token = kill_deadline.set(lambda: cancelled_at + 0.3)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await ready.wait()
+            cancelled_at = anyio.current_time()
+            tg.cancel_scope.cancel()
+    finally:
+        kill_deadline.reset(token)
+    assert anyio.current_time() - cancelled_at < 10  # not the 30 s grace (generous CI bound)

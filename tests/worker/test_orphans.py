@@ -85,7 +85,7 @@ async def seed(db: Path, n: int, **fields: object) -> list[str]:
     try:
         pid = await tracker.create_pipeline("flow", PIPELINE)
         return await tracker.create_tasks(
-            [TaskCreate(pipeline_id=pid, title=f"t{i}", **fields) for i in range(n)]  # type: ignore[arg-type]
+            [TaskCreate(pipeline_id=pid, title=f"t{i}", **fields) for i in range(n)]
         )
     finally:
         await tracker.aclose()
