@@ -88,7 +88,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 GENERATION_HEADER = "X-Rail-Generation"
 
 #: Handlers whose success may make work claimable (claims, heartbeats, events, artifacts and the
-#: store never do: counting them would make idle workers wake each other up).
+#: store never do: counting them would make idle workers wake each other up). A handler whose
+#: call changed nothing (a maintenance pass with nothing to do, a cancel-all of no task) sets
+#: ``request.state.changed = False``, so it does not count either.
 WAKING_HANDLERS = frozenset(
     {
         "create_task",
@@ -177,7 +179,12 @@ def endpoint(handler: Handler) -> Handler:
         try:
             response = await handler(request)
             state = request.app.state
-            if wakes and response.status_code < 300 and response.status_code != 204:
+            if (
+                wakes
+                and response.status_code < 300
+                and response.status_code != 204
+                and getattr(request.state, "changed", True)
+            ):
                 # No await between the tracker's commit and this bump: a wait-for-work that
                 # arrives later sees either the new generation or the tracker's own wake-up.
                 state.generation += 1

@@ -134,12 +134,19 @@ async def requeue(request: Request) -> Response:
 async def cancel_all(request: Request) -> Response:
     body = parse_model(CancelAllBody, await read_body(request))
     count = await tracker_of(request).cancel_all(pipeline_id=body.pipeline_id, role=body.role)
+    request.state.changed = count > 0
     return json_response({"cancelled": count})
 
 
 @endpoint
 async def maintenance(request: Request) -> Response:
-    return json_response(dump(await tracker_of(request).maintenance()))
+    """Reclaim expired leases and the like. A pass that changed nothing (what idle workers'
+    periodic passes mostly are) wakes no waiter: each wake-up costs every worker a claim."""
+    report = await tracker_of(request).maintenance()
+    request.state.changed = bool(
+        report.expired_leases or report.expired_tasks or report.crash_looped
+    )
+    return json_response(dump(report))
 
 
 @endpoint

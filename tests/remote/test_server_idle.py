@@ -1,0 +1,234 @@
+"""Idle workers on a served rail do not wake each other up (issue 10, item 17).
+
+Only a write that changed something moves the rail generation (``X-Rail-Generation``) that
+``GET /ops/wait-for-work?since=`` compares: a maintenance pass with nothing to do, or a
+cancel-all of no task, must not, or every idle worker's periodic maintenance sends every other
+worker round a claim and a new wait. Checked on the server's answers, and with three real idle
+``backlog-worker run`` processes against a real ``tracker serve``, counting their requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.remote.fixtures import serve_on_port
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.server import GENERATION_HEADER, create_app
+
+CLI = [sys.executable, "-m", "worker"]
+PIPELINE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+
+
+@pytest.fixture
+async def base(tmp_path: Path) -> AsyncIterator[str]:
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        async with serve_on_port(create_app(tracker)) as url:
+            yield url
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_write_that_changed_nothing_does_not_move_the_generation(base: str) -> None:
+    async with httpx.AsyncClient(base_url=base) as client:
+        pid = (await client.post("/pipelines", json={"name": "p", "definition": PIPELINE})).json()
+        before = (await client.get("/health")).headers[GENERATION_HEADER]
+        idle = await client.post("/ops/maintenance")
+        assert idle.status_code == 200 and idle.headers[GENERATION_HEADER] == before
+        none = await client.post("/ops/cancel-all", json={"role": "coder"})
+        assert none.json() == {"cancelled": 0} and none.headers[GENERATION_HEADER] == before
+        waited = await client.get("/ops/wait-for-work", params={"since": before, "timeout_ms": 200})
+        assert waited.json() == {"status": "ok"}  # slept its timeout: nothing new to claim
+
+        # A write that changes something still moves it, and a waiter sees it.
+        task = {"pipeline_id": pid["id"], "title": "t"}
+        created = await client.post("/tasks", json=task)
+        assert created.headers[GENERATION_HEADER] != before
+        changed = await client.get(
+            "/ops/wait-for-work", params={"since": before, "timeout_ms": 200}
+        )
+        assert changed.json() == {"status": "changed"}
+
+        # Maintenance that reclaims an expired lease makes work claimable again: it counts.
+        lease = await client.post(
+            "/leases/claim", json={"agent_id": "w", "agent_role": "coder", "lease_ttl_ms": 1}
+        )
+        assert lease.status_code == 200
+        seen = lease.headers[GENERATION_HEADER]
+        deadline = time.monotonic() + 10
+        while True:
+            report = await client.post("/ops/maintenance")
+            if report.json()["expired_leases"]:
+                break
+            assert report.headers[GENERATION_HEADER] == seen
+            assert time.monotonic() < deadline, "the 1 ms lease never expired"
+            await asyncio.sleep(0.01)
+        assert report.headers[GENERATION_HEADER] != seen
+
+
+class CountingProxy:
+    """A TCP proxy to ``upstream`` counting connections (the worker sends one request each) and
+    keeping each request line (what an idle worker sends, when the rate is over)."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.connections = 0
+        self.lines: list[tuple[float, str]] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        server.close()
+        self._loop.run_until_complete(server.wait_closed())
+        self._loop.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        first = await reader.readline()
+        self.lines.append((time.monotonic(), first.decode("latin-1").strip()))
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.close()
+
+        up_writer.write(first)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def _env() -> dict[str, str]:
+    drop = ("BACKLOG_WORKER_", "NOTIFY_SOCKET", "WATCHDOG_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+def _wait_for(predicate: object, timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()  # type: ignore[operator]
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def served_rail(tmp_path: Path) -> Iterator[int]:
+    """A rail with one pipeline and no task, served by a real ``tracker serve``; its port."""
+    db = tmp_path / "rail.db"
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"name": "flow", "definition": PIPELINE}))
+    subprocess.run(
+        [*CLI, "pipeline", "create", "-f", str(flow), "--tracker", f"sqlite://{db}"],
+        check=True,
+        capture_output=True,
+        env=_env(),
+        timeout=60,
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as err:
+        server = subprocess.Popen(
+            [*CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=_env(),
+        )
+    try:
+        found = _wait_for(
+            lambda: re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text()),
+            30,
+            "tracker serve",
+        )
+        yield int(found.group(1))  # type: ignore[attr-defined]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_three_idle_workers_send_at_most_one_request_a_second(
+    tmp_path: Path, served_rail: int
+) -> None:
+    workers = 3
+    # Default worker settings: maintenance every ~5 s per worker; a pass that moved the
+    # generation would send the other workers round a claim and a new wait.
+    proxies = [CountingProxy(served_rail) for _ in range(workers)]
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+    try:
+        for i, proxy in enumerate(proxies):
+            config = tmp_path / f"w{i}.toml"
+            config.write_text(
+                f'[tracker]\nurl = "http://127.0.0.1:{proxy.port}"\n'
+                '[[roles]]\nname = "coder"\nexecutor = "command"\n'
+                '[roles.options]\nargv = ["true"]\n'
+            )
+            logs.append(tmp_path / f"worker{i}.log")
+            with logs[-1].open("wb") as err:
+                procs.append(
+                    subprocess.Popen(
+                        [*CLI, "run", "--config", str(config)],
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        env=_env(),
+                    )
+                )
+        for log in logs:
+            _wait_for(lambda log=log: "running:" in log.read_text(), 60, log.name)
+        # Not a readiness wait: the measurement starts past the start-up claims and the idle
+        # back-off's climb to its ceiling (idle_max_s 2 s), and lasts 8 s (8 maintenance passes
+        # per worker).
+        time.sleep(6)
+        start, t0 = [p.connections for p in proxies], time.monotonic()
+        time.sleep(8)
+        elapsed = time.monotonic() - t0
+        rates = [(p.connections - s) / elapsed for p, s in zip(proxies, start, strict=True)]
+        assert all(p.poll() is None for p in procs), [log.read_text() for log in logs]
+        assert all(rate <= 1.0 for rate in rates), (rates, [p.lines[-12:] for p in proxies])
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+        for proxy in proxies:
+            proxy.close()
