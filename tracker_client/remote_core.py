@@ -109,14 +109,18 @@ class RemoteCore(RemoteBase):
     # -- tasks --------------------------------------------------------------------------------
     async def _task_body(self, task: TaskCreate, what: str) -> dict[str, Any]:
         check_json(task.metadata, f"{what}: task {task.title[:60]!r}: metadata")
+        if not isinstance(task.metadata, dict):
+            # As the embedded/served tracker: executors read keys of it (NullTickets takes any).
+            raise ValidationFailed(
+                f"{what}: task {task.title[:60]!r}: metadata must be a JSON object",
+                code="invalid_metadata",
+            )
         body = task.model_dump(mode="json", exclude_none=True)
         body.setdefault("description", "")
         if task.retry_policy is not None:
             # As given: an explicit ``max_attempts: null`` asks for unlimited attempts, while an
             # omitted one gets the rail's bounded default (served tracker; NullTickets: null).
             body["retry_policy"] = task.retry_policy.model_dump(mode="json", exclude_unset=True)
-        if task.metadata is None:
-            body["metadata"] = None  # JSON null is a metadata value too
         if not await self._has("backlog"):
             used = [name for name in _EXTENSION_FIELDS if body.get(name) is not None]
             policy = body.get("retry_policy") or {}

@@ -218,11 +218,22 @@ async def test_oversized_task_fields_are_refused(
     assert await all_tasks(tracker) == []
 
 
-@pytest.mark.parametrize("metadata", ["a string", [1, 2], 3, None, {"nested": {"a": [True]}}])
-async def test_metadata_may_be_any_json_value(tracker: Tracker, metadata: Any) -> None:
+@pytest.mark.parametrize("metadata", [{}, {"nested": {"a": [True]}}, {"s": "x", "n": 1.5}])
+async def test_metadata_may_be_any_json_object(tracker: Tracker, metadata: Any) -> None:
     pid = await make_pipeline(tracker)
     tid = await tracker.create_task(new_task(pid, metadata=metadata))
     assert (await tracker.get_task(tid)).metadata == metadata
+
+
+@pytest.mark.parametrize("metadata", ["a string", [1, 2], 3, None, True])
+async def test_metadata_must_be_an_object(tracker: Tracker, metadata: Any) -> None:
+    # NullTickets takes any JSON value; executors and the worker read keys of it (timeout_s).
+    pid = await make_pipeline(tracker)
+    with pytest.raises(ValidationFailed, match="metadata must be a JSON object"):
+        await tracker.create_task(new_task(pid, metadata=metadata))
+    with pytest.raises(ValidationFailed, match="metadata must be a JSON object"):
+        await tracker.create_tasks([new_task(pid, "ok"), new_task(pid, metadata=metadata)])
+    assert await all_tasks(tracker) == []
 
 
 async def test_largest_allowed_task_fields(tracker: Tracker) -> None:

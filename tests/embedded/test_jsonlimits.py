@@ -16,7 +16,8 @@ from tracker_client.models import TaskCreate
 def nested(depth: int, *, leaf: Any = 1) -> Any:
     value: Any = leaf
     for i in range(depth):
-        value = [value] if i % 2 else {"k": value}
+        # the outermost level is an object (metadata must be one)
+        value = {"k": value} if (depth - 1 - i) % 2 == 0 else [value]
     return value
 
 

@@ -89,6 +89,14 @@ def requeue(ctx: Ctx, task_id: str, stage: str | None, reset_attempts: bool) -> 
             f"requeue: stage {target!r} is not a state of pipeline {pipeline.name!r} "
             f"(states: {', '.join(pipeline.states)})"
         )
+    if pipeline.is_terminal(target):
+        # A task requeued into a finished stage would never run: that is not a requeue.
+        working = [s for s in pipeline.states if not pipeline.is_terminal(s)]
+        raise ValidationFailed(
+            f"requeue: stage {target!r} is terminal (finished); requeue into a working stage "
+            f"({', '.join(working)})",
+            code="terminal_stage",
+        )
     version = int(task["task_version"]) + 1
     # The deadline was for the original wait; a requeued task must not expire again at once.
     ctx.conn.execute(

@@ -6,6 +6,7 @@ their parsed form forever; a miss reads the row (another process may have create
 
 from __future__ import annotations
 
+import difflib
 import json
 import sqlite3
 from collections.abc import Mapping
@@ -101,10 +102,59 @@ def _nonempty_str(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
 
+#: The keys a definition, a state and a transition may have (NullTickets' plus our extensions).
+TOP_KEYS = ("initial", "states", "transitions", "default_queue_ttl_ms", "retry")
+STATE_KEYS = ("agent_role", "description", "terminal", "workflow_id")
+TRANSITION_KEYS = ("from", "to", "trigger", "instructions", "required_gates")
+
+
+def _no_unknown_keys(raw: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """A misspelt key (``agent_rol``) would be ignored and its task wait forever: refuse it."""
+    unknown = [k for k in raw if k not in known]
+    if unknown:
+        key = str(unknown[0])
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _fail(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(known)}")
+
+
+def _strict_rules(
+    definition: Mapping[str, Any], states: dict[str, StateDef], transitions: list[TransitionDef]
+) -> None:
+    """The rules a new definition must also keep (stored ones are read without them)."""
+    _no_unknown_keys(definition, TOP_KEYS, "definition")
+    for sname, sdef in definition["states"].items():
+        _no_unknown_keys(sdef, STATE_KEYS, f"state {sname!r}")
+    for i, tdef in enumerate(definition["transitions"], start=1):
+        _no_unknown_keys(tdef, TRANSITION_KEYS, f"transition #{i}")
+    for t in transitions:
+        if states[t.from_state].terminal:
+            raise _fail(
+                f"transition {t.from_state} -> {t.to_state} ({t.trigger}) leaves terminal state "
+                f"{t.from_state!r}: a terminal state is finished and has no way out"
+            )
+    for s in states.values():
+        if not s.terminal and s.agent_role is None:
+            raise _fail(
+                f"state {s.name!r} is not terminal and has no agent_role: no worker can claim a "
+                "task there, so it could never leave (give it an agent_role or make it terminal)"
+            )
+
+
 def validate_definition(
-    definition: Any, *, pid: str = "", name: str = "", created_at_ms: int = 0
+    definition: Any,
+    *,
+    pid: str = "",
+    name: str = "",
+    created_at_ms: int = 0,
+    strict: bool = True,
 ) -> PipelineDef:
-    """Check every rule of a pipeline definition; ``ValidationFailed`` names the broken one."""
+    """Check every rule of a pipeline definition; ``ValidationFailed`` names the broken one.
+
+    ``strict`` (every new definition) adds the rules older versions did not check: no unknown
+    keys, no transition out of a terminal state, a role for every non-terminal state. Stored
+    definitions are read with ``strict=False``, so a rail made before keeps working.
+    """
     check_json_limits(definition, "pipeline definition")
     if not isinstance(definition, Mapping):
         raise _fail(f"must be a JSON object, got {type(definition).__name__}")
@@ -182,6 +232,8 @@ def validate_definition(
         dls = retry.get("dead_letter_stage")
         if dls is not None and dls not in states:
             raise _fail(f"'retry': 'dead_letter_stage' {dls!r} is not defined in 'states'")
+    if strict:
+        _strict_rules(definition, states, transitions)
     try:
         plain = json.loads(json.dumps(definition, allow_nan=False))
     except (TypeError, ValueError) as exc:
@@ -236,6 +288,7 @@ class PipelineCache:
             pid=row["id"],
             name=row["name"],
             created_at_ms=row["created_at_ms"],
+            strict=False,
         )
         self._by_id[parsed.id] = parsed
         return parsed

@@ -82,6 +82,21 @@ def _int(value: Any, what: str, *, low: int = INT64_MIN, high: int = INT64_MAX) 
     return value
 
 
+def _json_type(value: Any) -> str:
+    """The JSON name of a value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
+
+
 _DELAY_FIELDS = ("retry_delay_ms", "backoff", "max_retry_delay_ms")
 
 
@@ -115,6 +130,12 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     if not isinstance(spec.description, str) or len(spec.description.encode()) > MIB:
         raise ValidationFailed(f"{at}description must be a string of at most {MIB} bytes")
     priority = _int(spec.priority, f"{at}priority")
+    if not isinstance(spec.metadata, dict):
+        # Executors and the worker read keys of it (timeout_s...): a string or list has none.
+        raise ValidationFailed(
+            f"{at}metadata must be a JSON object, got {_json_type(spec.metadata)}",
+            code="invalid_metadata",
+        )
     metadata = dumps(spec.metadata, f"{at}metadata", max_bytes=MIB)
     resolved = ctx.opts.retry.merged(pipeline.retry).merged(given_retry(spec.retry_policy))
     max_attempts = resolved.max_attempts
