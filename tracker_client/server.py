@@ -208,21 +208,27 @@ def endpoint(handler: Handler) -> Handler:
     return wrapped
 
 
-async def read_body(request: Request, *, required: bool = True) -> Any:
+async def read_body(request: Request, *, required: bool = True, limit: int | None = None) -> Any:
     """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``/``json_too_deep``).
 
     Every route reads its body here, so every route gets the same depth and shape limits
-    (:func:`tracker_client.server_json.parse_json_body`).
+    (:func:`tracker_client.server_json.parse_json_body`). ``limit`` lowers the size cap for a
+    route whose bodies are small. Lease routes call this only after the lease was checked.
     """
-    limit: int = request.app.state.max_request_bytes
+    cap: int = request.app.state.max_request_bytes
+    if limit is not None:
+        cap = min(cap, limit)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "request_too_large", f"request body over {limit} bytes")
-    raw = b""
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        # Refused before a byte of the body is read (uvicorn then closes the connection).
+        raise ApiError(413, "request_too_large", f"request body over {cap} bytes")
+    buffer = bytearray()
     async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limit:
-            raise ApiError(413, "request_too_large", f"request body over {limit} bytes")
+        buffer += chunk
+        if len(buffer) > cap:
+            raise ApiError(413, "request_too_large", f"request body over {cap} bytes")
+    raw = bytes(buffer)
+    del buffer
     if not raw.strip():
         if required:
             raise ApiError(400, "invalid_json", "Invalid JSON body: the body is empty")
@@ -250,12 +256,13 @@ _PUBLIC = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/.well-known/o
 
 
 def is_lease_route(method: str, path: str) -> bool:
-    """POST heartbeat and run writes: authenticated by the lease token, not the admin token."""
+    """POST heartbeat and run writes (release included): authenticated by the lease token, not
+    the admin token."""
     parts = [p for p in path.split("/") if p]
     if method != "POST" or len(parts) != 3:
         return False
     return (parts[0] == "leases" and parts[2] == "heartbeat") or (
-        parts[0] == "runs" and parts[2] in ("events", "transition", "fail")
+        parts[0] == "runs" and parts[2] in ("events", "transition", "fail", "release")
     )
 
 

@@ -34,6 +34,7 @@ from tracker_client.server_extra import (
     wait_for_work,
 )
 from tracker_client.server_helpers import (
+    checked_lease,
     dump,
     idem_key,
     int_query,
@@ -43,7 +44,10 @@ from tracker_client.server_helpers import (
     tracker_of,
 )
 
-__all__ = ["ROUTES"]
+__all__ = ["HEARTBEAT_MAX_BYTES", "ROUTES"]
+
+#: Largest heartbeat body read (``{"lease_ttl_ms": N, "run_id": "..."}`` is under 100 bytes).
+HEARTBEAT_MAX_BYTES = 4096
 
 
 class _Body(BaseModel):
@@ -247,7 +251,8 @@ async def claim(request: Request) -> Response:
 
 @endpoint
 async def heartbeat(request: Request) -> Response:
-    doc = await read_body(request, required=False)
+    # A heartbeat's body is a few bytes: a larger one is refused before it is read.
+    doc = await read_body(request, required=False, limit=HEARTBEAT_MAX_BYTES)
     body = parse_model(HeartbeatBody, doc if doc is not None else {})
     lease = lease_handle(request, lease_id=request.path_params["id"], run_id=body.run_id)
     expires = await tracker_of(request).heartbeat(lease, lease_ttl_ms=body.lease_ttl_ms)
@@ -256,7 +261,7 @@ async def heartbeat(request: Request) -> Response:
 
 @endpoint
 async def add_event(request: Request) -> Response:
-    lease = lease_handle(request, run_id=request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"])
     body = parse_model(EventBody, await read_body(request))
     event_id = await tracker_of(request).add_event(
         lease, body.kind, body.data, idempotency_key=idem_key(request)
@@ -276,7 +281,7 @@ async def list_events(request: Request) -> Response:
 
 @endpoint
 async def transition(request: Request) -> Response:
-    lease = lease_handle(request, run_id=request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"])
     body = parse_model(TransitionBody, await read_body(request))
     result = await tracker_of(request).transition(
         lease,
@@ -292,7 +297,7 @@ async def transition(request: Request) -> Response:
 
 @endpoint
 async def fail(request: Request) -> Response:
-    lease = lease_handle(request, run_id=request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"])
     body = parse_model(FailBody, await read_body(request))
     result = await tracker_of(request).fail(
         lease,
@@ -307,7 +312,7 @@ async def fail(request: Request) -> Response:
 @endpoint
 async def release(request: Request) -> Response:
     """Extension: give an unfinished run's task back without counting an attempt."""
-    lease = lease_handle(request, run_id=request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"])
     body = parse_model(ReleaseBody, await read_body(request))
     result = await tracker_of(request).release(
         lease, body.reason, idempotency_key=idem_key(request)
