@@ -62,6 +62,7 @@ import os, signal, time
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
     signal.signal(sig, signal.SIG_IGN)  # only EOF (the worker is gone) ends the guard
 os.closerange(3, 1 << 16)
+os.chdir("/")  # hold no directory busy (nor a mount point)
 groups, pending = set(), b""
 while True:
     data = os.read(0, 65536)
