@@ -6,11 +6,12 @@ living worker: after ``kill -9`` of the worker (OOM killer, crash, a supervisor 
 nobody would, and once the lease expires the task would run again elsewhere while the orphan is
 still writing. The *guard* closes that gap:
 
-- one small helper process per worker process (started lazily by the first executor, ~10 ms,
-  then idle), in its own session, ignoring ``SIGINT``/``SIGTERM``/``SIGHUP``/``SIGQUIT``;
+- one small helper process per worker process (started lazily by the first executor: one
+  ``posix_spawn``, ~0.3 ms in the worker; then idle, ~9.5 MiB RSS), in its own session, ignoring
+  ``SIGINT``/``SIGTERM``/``SIGHUP``/``SIGQUIT``;
 - it reads a pipe whose only write end the worker holds (close-on-exec, so no executor inherits
   it). The worker writes ``+PGID`` once an executor started and ``-PGID`` once its group is gone:
-  two small writes per run, nothing else;
+  two small non-blocking writes per run (a few microseconds), nothing else;
 - when the pipe reaches EOF, the worker process is gone (however it died; a clean exit too):
   the guard sends ``SIGKILL`` to every group still registered and to every process still in their
   sessions (a grandchild that moved to a group of its own with ``setpgid``), then exits.
@@ -26,8 +27,9 @@ the group termination of a normal run; only a cgroup holds it, which is what sys
 cgroup gets ``SIGKILL``). The worker registers an executor a few event-loop steps after its
 ``exec`` (well under a millisecond on an idle loop): an executor started in exactly the moment the
 worker dies is not covered. Nor is anything when the guard itself is killed together with the
-worker (a worker that finds its guard gone starts a new one and registers its running groups
-again).
+worker (a worker notices a dead or stuck guard at its next executor start or end, starts a new
+one and registers its running groups again). A worker that is alive but frozen (``SIGSTOP``, a
+blocked event loop) keeps its pipe open: the guard does nothing until it dies.
 """
 
 from __future__ import annotations
