@@ -3,14 +3,15 @@
 A slot (a :class:`anyio.CapacityLimiter` token) is taken *before* a claim, so the worker never
 holds a lease it cannot start; a freed slot claims again at once. Roles are tried round-robin
 from the one after the last winner, so none starves. With no work the loop backs off
-exponentially with jitter, but wakes early when the tracker signals new work. A slot's claim and
-the run it starts share one task; every run's lease is heartbeated by the worker's one
-:class:`~worker.keeper.LeaseKeeper`.
+exponentially with jitter, but wakes early when the tracker signals a change (new work, a lapsed
+lease; the worker's one :class:`~worker.daemon_parts.TrackerWatch`, which also makes the
+:class:`~worker.keeper.LeaseKeeper` heartbeat every lease at once, so a cancel is seen). A
+slot's claim and the run it starts share one task.
 
-Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming; in-flight runs
-keep heartbeating for ``shutdown_grace_s``; then their executors are cancelled and each run makes
-a shielded final report (``fail`` with reason ``worker_shutdown``). ``stop(immediate=True)`` (a
-second signal) skips the grace.
+Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming (no claim is sent
+after it); in-flight runs keep heartbeating for ``shutdown_grace_s``; then their executors are
+cancelled and each run makes a shielded final report (``fail``, reason ``worker_shutdown``). A
+second stop skips the grace and abandons claims still at the tracker.
 """
 
 from __future__ import annotations
@@ -18,22 +19,31 @@ from __future__ import annotations
 import logging
 import random
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
 
-from tracker_client.errors import TrackerError, TrackerRejected
-from tracker_client.models import Event, Lease
+from tracker_client.errors import TrackerError
+from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
 from worker.config import TrackerConfig, WorkerConfig
-from worker.daemon_parts import Role, TrackerWatch, WorkerState, WorkerStats, maintenance_loop
+from worker.daemon_parts import (
+    Role,
+    TrackerWatch,
+    WorkerState,
+    WorkerStats,
+    instructions_for,
+    lease_ttl_s,
+    maintenance_loop,
+    refuses_token,
+    stalled,
+)
 from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry, idempotency_keys_needed
-from worker.run import RunResult, RunSettings, TaskRun
+from worker.run import RunSettings, TaskRun
 from worker.sdnotify import ProgressMonitor
 
 __all__ = ["Role", "Worker", "WorkerState", "WorkerStats"]
@@ -140,17 +150,10 @@ class Worker:
         return self.progress_problem() is None
 
     def progress_problem(self) -> str | None:
-        """Why the worker looks wedged, or None. Progress is a tracker round trip that worked: a
-        claim answered (with or without a task), a heartbeat accepted, a run finished. None of
-        them within ``progress.stall_after_s`` (or a claim stuck past its budget) is a problem;
-        retries of a failing call are not progress. Starting and stopping are never a problem."""
+        """Why the worker looks wedged, or None (see :func:`~worker.daemon_parts.stalled`)."""
         if self.state is not WorkerState.RUNNING:
-            return None
-        now = time.monotonic()
-        for run in self._runs:
-            # A run's lease was last extended (or claimed) one TTL before it runs out.
-            self.progress.tick(at=now - run.settings.lease_ttl_s + run.lease_remaining_s())
-        return self.progress.problem()
+            return None  # starting and stopping never withhold the watchdog
+        return stalled(self.progress, self._runs)
 
     def _progress_budget_s(self) -> float:
         # The longest legitimate quiet period: a lease TTL (a heartbeat every TTL/3, retried
@@ -322,22 +325,9 @@ class Worker:
         low = max(self.config.idle_min_s, ceiling / 2)
         delay = random.uniform(low, max(low, ceiling))
         self._run_done = anyio.Event()
-        with anyio.move_on_after(delay):
-            async with anyio.create_task_group() as tg:
-                # Any of these ends the wait: a change signalled by the tracker (new work, a
-                # lapsed lease), or (in drain mode) a run finishing, since its transition may
-                # have made work for us.
-                tg.start_soon(self._wake_on_change, tg.cancel_scope, delay)
-                if self.config.drain:
-                    tg.start_soon(self._wake_on_run_done, tg.cancel_scope)
-
-    async def _wake_on_change(self, scope: anyio.CancelScope, delay: float) -> None:
-        await self._watch.wait(delay)
-        scope.cancel()
-
-    async def _wake_on_run_done(self, scope: anyio.CancelScope) -> None:
-        await self._run_done.wait()
-        scope.cancel()
+        # Ended early by a change the tracker signals (new work, a lapsed lease), or in drain
+        # mode by a run finishing, since its transition may have made work for us.
+        await self._watch.wait(delay, also=self._run_done if self.config.drain else None)
 
     async def _claim_next(self) -> tuple[Lease, Role] | None:
         roles = self._roles
@@ -358,7 +348,7 @@ class Worker:
                     exc,
                     extra={"action": "claim_failed", "role": role.name},
                 )
-                if _refuses_token(exc) or self.config.drain:
+                if refuses_token(exc) or self.config.drain:
                     # Retrying cannot fix a refused token; and a drain that could not ask is
                     # not a drained queue.
                     self._give_up(exc)
@@ -408,11 +398,7 @@ class Worker:
         self.stop()
 
     def _lease_ttl_s(self, role: Role) -> float:
-        ttl = role.config.lease_ttl_s or self.config.lease_ttl_s
-        ceiling_ms = getattr(self.tracker, "max_lease_ttl_ms", None)
-        if isinstance(ceiling_ms, int) and ceiling_ms > 0:
-            ttl = min(ttl, ceiling_ms / 1000)
-        return ttl
+        return lease_ttl_s(self.tracker, role.config.lease_ttl_s or self.config.lease_ttl_s)
 
     def _settings_for(self, role: Role) -> RunSettings:
         """The run settings of ``role`` (built once per role and configuration)."""
@@ -450,9 +436,9 @@ class Worker:
 
     async def _supervise(self, run: TaskRun, role: Role, slot: object) -> None:
         try:
-            run._instructions = await self._instructions_for(run.lease)
+            run._instructions = await instructions_for(self.tracker, run.lease, TRANSITIONS_PAGE)
             result = await run.execute()
-            self._count(result)
+            self.stats.count(result)
         except Exception as exc:  # a bug in our own reporting must not take the worker down
             self.stats.last_error = f"run {run.lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})
@@ -466,43 +452,3 @@ class Worker:
             self._run_done.set()
             if not self._runs:
                 self._all_idle.set()
-
-    def _count(self, result: RunResult) -> None:
-        if result.status == "transitioned":
-            self.stats.transitioned += 1
-        elif result.status == "failed":
-            self.stats.failed += 1
-        else:
-            self.stats.lost += 1
-            self.stats.last_error = f"{result.status}: {result.detail}"
-
-    async def _instructions_for(self, lease: Lease) -> str | None:
-        """The instructions of the transition that led the task to its stage (None for new tasks,
-        or when it got there another way, e.g. a requeue)."""
-        if lease.task.task_version <= 1:
-            return None
-        last: Event | None = None
-        cursor: str | None = None
-        try:
-            while True:  # a task's transitions are few; pages only for very long histories
-                page = await self.tracker.list_task_events(
-                    lease.task.id, limit=TRANSITIONS_PAGE, cursor=cursor, kind="transition"
-                )
-                if page.items:
-                    last = page.items[-1]
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
-        except (TrackerError, NotImplementedError):
-            return None
-        if last is None or not isinstance(last.data, Mapping):
-            return None
-        if last.data.get("to") != lease.task.stage:
-            return None
-        value = last.data.get("instructions")
-        return value if isinstance(value, str) and value else None
-
-
-def _refuses_token(exc: TrackerError) -> bool:
-    """Whether ``exc`` is the tracker refusing the worker's api token (401/403 on a claim)."""
-    return isinstance(exc, TrackerRejected) and exc.code in ("unauthorized", "forbidden")

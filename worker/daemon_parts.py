@@ -7,7 +7,8 @@
   of one of them: a heartbeat to a cancelled task answers ``LeaseLost`` and cancels its executor.
   Those heartbeats are rate-limited (``poke_interval_s``), so a busy rail costs at most one extra
   heartbeat per lease per interval.
-* :func:`maintenance_loop`: the periodic ``maintenance()`` call.
+* :func:`maintenance_loop`: the periodic ``maintenance()`` call; :func:`instructions_for`: the
+  instructions of the transition that led a claimed task to its stage.
 """
 
 from __future__ import annotations
@@ -15,18 +16,32 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskStatus
 
 from plugins.api import Executor
-from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
+from tracker_client.errors import TrackerError, TrackerRejected, TrackerUnavailable, Unsupported
+from tracker_client.models import Event, Lease
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig
+from worker.run import RunResult, TaskRun
+from worker.sdnotify import ProgressMonitor
 
-__all__ = ["Role", "TrackerWatch", "WorkerState", "WorkerStats", "maintenance_loop"]
+__all__ = [
+    "Role",
+    "TrackerWatch",
+    "WorkerState",
+    "WorkerStats",
+    "instructions_for",
+    "lease_ttl_s",
+    "maintenance_loop",
+    "refuses_token",
+    "stalled",
+]
 
 log = logging.getLogger("backlog_worker.worker")
 
@@ -74,6 +89,16 @@ class WorkerStats:
     last_error: str | None = None
     by_role: dict[str, int] = field(default_factory=dict)
 
+    def count(self, result: RunResult) -> None:
+        """Count how a run ended."""
+        if result.status == "transitioned":
+            self.transitioned += 1
+        elif result.status == "failed":
+            self.failed += 1
+        else:
+            self.lost += 1
+            self.last_error = f"{result.status}: {result.detail}"
+
 
 class TrackerWatch:
     """Waits on ``tracker.wait_for_work`` in a loop; see the module docstring."""
@@ -99,10 +124,16 @@ class TrackerWatch:
         if self._changed.is_set():
             self._changed = anyio.Event()
 
-    async def wait(self, timeout_s: float) -> None:
-        """Until the tracker signals a change (since the last :meth:`forget`) or ``timeout_s``."""
+    async def wait(self, timeout_s: float, *, also: anyio.Event | None = None) -> None:
+        """Until the tracker signals a change (since the last :meth:`forget`), ``also`` is set,
+        or ``timeout_s``."""
         with anyio.move_on_after(timeout_s):
-            await self._changed.wait()
+            if also is None:
+                await self._changed.wait()
+                return
+            async with anyio.create_task_group() as tg:
+                for event in (self._changed, also):
+                    tg.start_soon(_first, event, tg.cancel_scope)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled."""
@@ -156,3 +187,61 @@ async def maintenance_loop(tracker: Tracker, stats: WorkerStats, interval_s: flo
                 report.crash_looped,
                 extra={"action": "maintenance"},
             )
+
+
+async def instructions_for(tracker: Tracker, lease: Lease, page_size: int) -> str | None:
+    """The instructions of the transition that led the task to its stage (None for new tasks,
+    or when it got there another way, e.g. a requeue)."""
+    if lease.task.task_version <= 1:
+        return None
+    last: Event | None = None
+    cursor: str | None = None
+    try:
+        while True:  # a task's transitions are few; pages only for very long histories
+            page = await tracker.list_task_events(
+                lease.task.id, limit=page_size, cursor=cursor, kind="transition"
+            )
+            if page.items:
+                last = page.items[-1]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    except (TrackerError, NotImplementedError):
+        return None
+    if last is None or not isinstance(last.data, Mapping):
+        return None
+    if last.data.get("to") != lease.task.stage:
+        return None
+    value = last.data.get("instructions")
+    return value if isinstance(value, str) and value else None
+
+
+def refuses_token(exc: TrackerError) -> bool:
+    """Whether ``exc`` is the tracker refusing the worker's api token (401/403 on a claim)."""
+    return isinstance(exc, TrackerRejected) and exc.code in ("unauthorized", "forbidden")
+
+
+async def _first(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def stalled(monitor: ProgressMonitor, runs: Iterable[TaskRun]) -> str | None:
+    """Why a running worker looks wedged, or None. Progress is a tracker round trip that worked:
+    a claim answered (with or without a task), a run finished (both ticked by the worker), a
+    heartbeat accepted (read off each run's lease). None within ``monitor.stall_after_s``, or a
+    claim stuck past its budget, is a problem; retries of a failing call are not progress."""
+    now = time.monotonic()
+    for run in runs:
+        # A run's lease was last extended (or claimed) one TTL before it runs out.
+        monitor.tick(at=now - run.settings.lease_ttl_s + run.lease_remaining_s())
+    return monitor.problem()
+
+
+def lease_ttl_s(tracker: Tracker, ttl_s: float) -> float:
+    """``ttl_s`` clamped to the longest lease a heartbeat of ``tracker`` keeps (300 s on
+    NullTickets)."""
+    ceiling_ms = getattr(tracker, "max_lease_ttl_ms", None)
+    if isinstance(ceiling_ms, int) and ceiling_ms > 0:
+        return min(ttl_s, ceiling_ms / 1000)
+    return ttl_s
