@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.remote.fake_nulltickets import PIPELINE
+from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import TaskCreate
 from tracker_client.remote import RemoteTracker
@@ -41,6 +42,8 @@ def _wait_listening(log: Path, proc: subprocess.Popen[bytes], deadline_s: float 
 async def test_serve_process_with_a_token_file(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    # The rail exists first, as after `pipeline create` (serve does not create one).
+    await (await EmbeddedTracker.open(str(tmp_path / "rail.db"))).aclose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
     log = tmp_path / "serve.log"
     with log.open("wb") as stderr:
