@@ -16,6 +16,7 @@ Every error the project raises on purpose is a :class:`BacklogWorkerError`::
     │   └── TrackerCorrupt           the tracker's storage is unusable (foreign/corrupt/newer file)
     ├── ExecutorError                an executor plugin is missing, misconfigured or broken
     └── ConfigError                  bad configuration; names the key and the file
+        └── NoRail                   the embedded rail file named is missing or empty
 
 Foreign exceptions (``httpx``, ``sqlite3``, ``OSError``) are mapped once, at the boundary that
 talks to them, with ``raise ... from exc``; nothing above that boundary catches them.
@@ -31,6 +32,7 @@ __all__ = [
     "ExecutorError",
     "InvalidTransition",
     "LeaseLost",
+    "NoRail",
     "NotFound",
     "TrackerCorrupt",
     "TrackerError",
@@ -157,3 +159,8 @@ class ExecutorError(BacklogWorkerError):
 
 class ConfigError(BacklogWorkerError):
     """Bad configuration. The message names the key (and the file, when there is one)."""
+
+
+class NoRail(ConfigError):
+    """The embedded rail file named does not exist (or is empty): only ``pipeline create``
+    starts a new rail, so every other command says ``no rail at PATH`` instead of creating one."""

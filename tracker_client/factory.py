@@ -9,13 +9,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from tracker_client.errors import ConfigError
+from tracker_client.errors import ConfigError, NoRail
 from tracker_client.protocol import Tracker
 
-__all__ = ["open_tracker", "parse_sqlite_url"]
+__all__ = ["open_tracker", "parse_sqlite_url", "require_rail"]
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -34,16 +36,54 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, dict(parse_qsl(query, keep_blank_values=True))
 
 
-async def open_tracker(url: str, *, api_token: str | None = None, **options: Any) -> Tracker:
-    """Open the tracker ``url`` names. The caller owns it and must ``await tracker.aclose()``."""
+def _embedded(url: str) -> bool:
+    scheme = urlsplit(url).scheme.lower()
+    return scheme in ("sqlite", "") or url.startswith("/") or url.startswith(".")
+
+
+def require_rail(url: str) -> None:
+    """``NoRail`` when ``url`` names an embedded rail file that is missing or empty.
+
+    An empty file is no rail either: opening it would turn it into one (keeping whatever mode
+    it was created with). Other trackers (``http://``, ``:memory:``) always pass.
+    """
+    if urlsplit(url).scheme.lower() in ("http", "https") or not _embedded(url):
+        return
+    path, _ = parse_sqlite_url(url)
+    if path == ":memory:":
+        return
+    try:
+        empty = Path(path).stat().st_size == 0
+    except FileNotFoundError:
+        empty = True
+    except OSError:
+        return  # the open names the real problem (permissions...)
+    if empty:
+        shown = re.sub(r"^/{2,}", "/", path)
+        raise NoRail(
+            f"no rail at {shown}: check the tracker url (or create it with `backlog-worker "
+            "pipeline create`)"
+        )
+
+
+async def open_tracker(
+    url: str, *, api_token: str | None = None, create: bool = True, **options: Any
+) -> Tracker:
+    """Open the tracker ``url`` names. The caller owns it and must ``await tracker.aclose()``.
+
+    ``create=False``: an embedded rail file that is missing or empty is ``NoRail`` instead of
+    becoming a new rail (every command but ``pipeline create``).
+    """
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         from tracker_client.remote import RemoteTracker
 
         return RemoteTracker(url, api_token=api_token, **options)
-    if scheme in ("sqlite", "") or url.startswith("/") or url.startswith("."):
+    if _embedded(url):
         from tracker_client.embedded import EmbeddedTracker
 
+        if not create:
+            require_rail(url)
         path, url_options = parse_sqlite_url(url)
         return await EmbeddedTracker.open(path, **{**url_options, **options})
     raise ConfigError(

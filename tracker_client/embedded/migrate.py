@@ -110,6 +110,11 @@ def _check_file(path: str) -> None:
             return
         if p.is_dir():
             raise TrackerCorrupt(f"{path}: is a directory, not a backlog database")
+        if p.stat().st_size == 0:
+            # An empty file becomes a new rail: with the mode a new one gets, not its own.
+            with contextlib.suppress(PermissionError):
+                p.chmod(0o600)
+            return
         with p.open("rb") as fh:
             head = fh.read(len(_SQLITE_MAGIC))
     except OSError as exc:

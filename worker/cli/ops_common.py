@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 import anyio
 import click
@@ -28,7 +27,7 @@ from tracker_client.errors import (
     BacklogWorkerError,
     NotFound,
 )
-from tracker_client.factory import open_tracker, parse_sqlite_url
+from tracker_client.factory import open_tracker, require_rail
 from tracker_client.models import Pipeline
 from tracker_client.protocol import Tracker
 from worker.cli.ops_errors import (
@@ -157,17 +156,8 @@ def resolve_tracker(tracker_url: str | None, config_path: Path | None) -> Tracke
 
 
 def _require_existing_rail(url: str) -> None:
-    """``OpsError`` when ``url`` names an embedded rail file that does not exist."""
-    if urlsplit(url).scheme.lower() not in ("sqlite", ""):
-        return
-    path, _ = parse_sqlite_url(url)
-    if path != ":memory:" and not Path(path).exists():
-        shown = re.sub(r"^/{2,}", "/", path)
-        raise OpsError(
-            f"no rail at {shown}: check --tracker (or create it with `backlog-worker pipeline "
-            "create`)",
-            EXIT_USAGE,
-        )
+    """``NoRail`` (exit 2) when ``url`` names an embedded rail file that is missing or empty."""
+    require_rail(url)
 
 
 def unwrap_groups(run: Callable[..., T], *args: Any) -> T:

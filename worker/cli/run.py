@@ -103,7 +103,10 @@ async def _open(config: Config) -> Tracker:
         # retries would multiply that budget, so it tries once unless the config says otherwise.
         options.setdefault("timeout_s", config.tracker.request_timeout_s)
         options.setdefault("retry_attempts", 1)
-    return await open_tracker(config.tracker.url, api_token=config.tracker.api_token, **options)
+    # create=False: a worker never starts a rail (a typo'd path would be an empty new one).
+    return await open_tracker(
+        config.tracker.url, api_token=config.tracker.api_token, create=False, **options
+    )
 
 
 def _fail(message: str, code: int) -> None:
@@ -367,7 +370,10 @@ def check_command(config_path: Path | None, tracker: str | None, roles: tuple[st
     except ConfigError as exc:
         _fail(str(exc), EXIT_CONFIG)
     click.echo(f"ok   configuration{f' {config.source}' if config.source else ''}")
-    problems = anyio.run(_check, config)
+    try:
+        problems = anyio.run(_check, config)
+    except ConfigError as exc:  # no rail at the path: the same error and exit code as `run`
+        _fail(str(exc), EXIT_CONFIG)
     for problem in problems:
         click.echo(f"FAIL {problem}")
     sys.exit(EXIT_FAILURE if problems else EXIT_OK)
