@@ -22,15 +22,19 @@ __all__ = ["LocalLease", "safety_margin_s"]
 
 #: The margin is this share of the TTL...
 MARGIN_SHARE = 0.1
-#: ... but at least this (time to cancel an executor) and at most this many seconds.
-MARGIN_MIN_S = 0.05
+#: ... but at least this (a loaded event loop lags, an executor takes time to die) ...
+MARGIN_MIN_S = 1.0
+#: ... and at most this, and never more than this share of the TTL (heartbeats, due every third
+#: of it, need time to get through before the deadline).
 MARGIN_MAX_S = 5.0
+MARGIN_MAX_SHARE = 0.25
 
 
 def safety_margin_s(ttl_s: float) -> float:
-    """How long before the lease's end the worker stops work under it: 10 % of the TTL,
-    between 0.05 s and 5 s (room for the claim's round trip and for cancelling the executor)."""
-    return min(max(ttl_s * MARGIN_SHARE, MARGIN_MIN_S), MARGIN_MAX_S)
+    """How long before the lease's end the worker stops work under it: 10 % of the TTL, at least
+    1 s and at most 5 s, never more than a quarter of the TTL (room for the claim's round trip,
+    a lagging event loop and for killing the executor)."""
+    return min(max(ttl_s * MARGIN_SHARE, MARGIN_MIN_S), ttl_s * MARGIN_MAX_SHARE, MARGIN_MAX_S)
 
 
 class LocalLease:
