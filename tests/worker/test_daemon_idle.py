@@ -72,3 +72,39 @@ async def test_a_cancel_in_the_same_process_reaches_the_executor_at_once(
         assert worker.stats.lost == 1
     finally:
         await tracker.aclose()
+
+
+async def test_embedded_wake_ups_come_from_work_and_lapsed_leases_only(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    """An idle worker's wait (``wait_for_work``) ends for a write that may make work, and when
+    the earliest lease lapses; heartbeats, claims and an idle maintenance pass do not end it."""
+    await add_tasks(tracker, pipeline_id, 1)
+    lease = await tracker.claim("w1", "coder", 30_000)
+    assert lease is not None
+
+    async def quiet_writes() -> None:
+        await tracker.heartbeat(lease)
+        assert await tracker.claim("w1", "coder", 30_000) is None
+        await tracker.maintenance()
+
+    async with anyio.create_task_group() as tg:
+        started = anyio.current_time()
+        tg.start_soon(quiet_writes)
+        await tracker.wait_for_work(0.5)
+        slept = anyio.current_time() - started
+    assert slept >= 0.45, f"woken after {slept:.3f}s by a write that made no work"
+
+    async with anyio.create_task_group() as tg:
+        started = anyio.current_time()
+        tg.start_soon(add_tasks, tracker, pipeline_id, 1)
+        await tracker.wait_for_work(5)
+        assert anyio.current_time() - started < 2.0  # woken by the new task
+
+    short = await tracker.claim("w2", "coder", 300)  # the new task, on a 0.3 s lease
+    assert short is not None
+    started = anyio.current_time()
+    await tracker.wait_for_work(5)
+    lapsed_after = anyio.current_time() - started
+    assert 0.2 <= lapsed_after < 2.0, lapsed_after  # at the lapse, not at the timeout
+    assert await tracker.claim("w3", "coder", 30_000) is not None  # and it is claimable
