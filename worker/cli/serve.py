@@ -63,7 +63,7 @@ async def serve_tracker(
 
     _check_url(url)
     server_class = _make_server_class()
-    tracker = await open_tracker(url)
+    tracker = await open_tracker(url, create=False)  # serve a rail, never start one
     try:
         app = create_app(
             tracker,
@@ -131,7 +131,11 @@ def register(group: click.Group) -> None:
     )
     @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
     @click.option("--port", default=7700, show_default=True, type=click.IntRange(0, 65535))
-    @click.option("--token", default=None, help=f"Admin api token (or {TOKEN_ENV}).")
+    @click.option(
+        "--token",
+        default=None,
+        help=f"Admin api token; visible to local users in ps: prefer --token-file or {TOKEN_ENV}.",
+    )
     @click.option(
         "--token-file",
         type=click.Path(path_type=Path, dir_okay=False),
@@ -162,12 +166,7 @@ def register(group: click.Group) -> None:
             api_token = _read_token(token, token_file)
             _check_url(url)
             _setup_logging(log_level, api_token)
-            if host not in ("127.0.0.1", "localhost", "::1") and api_token is None:
-                log.warning(
-                    "serving on %s without an api token: anyone who can reach it can change tasks",
-                    host,
-                    extra={"action": "serve_unauthenticated"},
-                )
+            _warn_about_the_token(host, api_token, from_command_line=token is not None)
             anyio.run(
                 lambda: serve_tracker(
                     url,
@@ -188,6 +187,32 @@ def register(group: click.Group) -> None:
             sys.exit(1)
         except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
             pass
+
+
+def _warn_about_the_token(host: str, api_token: str | None, *, from_command_line: bool) -> None:
+    """Say loudly what is open without a token, and that ``--token`` is readable by others."""
+    if api_token is None:
+        reach = (
+            "any local user or process"
+            if host in ("127.0.0.1", "localhost", "::1")
+            else "anyone who can reach it"
+        )
+        log.warning(
+            "serving on %s without an api token: every admin route is open to %s (create and"
+            " cancel tasks and pipelines, claim work, read and write the store, run"
+            " maintenance); give one with --token-file or %s",
+            host,
+            reach,
+            TOKEN_ENV,
+            extra={"action": "serve_unauthenticated"},
+        )
+    elif from_command_line:
+        log.warning(
+            "--token puts the api token on the command line, where every local user can read"
+            " it (/proc/PID/cmdline, ps); prefer --token-file or %s",
+            TOKEN_ENV,
+            extra={"action": "serve_token_on_command_line"},
+        )
 
 
 def _check_url(url: str) -> None:
