@@ -13,6 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
+    "CORRUPT_MARKER",
     "DEAD_LETTER_NEVER_MS",
     "Artifact",
     "ArtifactCreate",
@@ -42,6 +43,9 @@ __all__ = [
     "WaitResult",
 ]
 
+#: The key of the marker object an embedded read shows in place of a stored JSON value that
+#: does not parse (``{"_corrupt": "stored metadata of task ... is not valid JSON (...)"}``).
+CORRUPT_MARKER = "_corrupt"
 #: ``next_eligible_at_ms`` of a dead-lettered task, as NullTickets writes it.
 DEAD_LETTER_NEVER_MS = 9223372036854775000
 

@@ -8,6 +8,7 @@ and no other task ran; ``task list`` failed too.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -54,6 +55,7 @@ def _cli(*args: str, db: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=120,
         cwd=cwd,
         check=False,
+        env={**os.environ, "COLUMNS": "200"},  # table rows on one line each
     )
 
 
@@ -135,3 +137,14 @@ async def test_reads_of_every_json_column_survive_corruption(tmp_path: Path) -> 
         assert (await tracker.get_task(tid)).latest_run is not None
     finally:
         await tracker.aclose()
+
+
+async def test_task_list_marks_a_corrupt_task_before_any_claim(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    ids = await _rail(db)
+    table = _cli("task", "list", db=db, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    marked = [line for line in table.stdout.splitlines() if "corrupt metadata" in line]
+    assert len(marked) == 1
+    assert ids[2] in marked[0]
+    assert sum(i in table.stdout for i in ids) == 5

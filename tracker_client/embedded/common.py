@@ -19,7 +19,7 @@ from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
 from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
-from tracker_client.models import Artifact, Assignment, Event, Run, Task
+from tracker_client.models import CORRUPT_MARKER, Artifact, Assignment, Event, Run, Task
 
 __all__ = [
     "CLEAR_LEASE",
@@ -192,10 +192,6 @@ class CorruptRow(TrackerCorrupt):
     the rail. Claims dead-letter such a task (``corrupt_row``); reads show a marker instead."""
 
     default_code = "corrupt_row"
-
-
-#: The key of the marker object a read shows in place of a stored value that is not valid JSON.
-CORRUPT_MARKER = "_corrupt"
 
 
 def _loads(text: Any, what: str, where: str, *, strict: bool) -> Any:

@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from tracker_client.errors import NotFound
-from tracker_client.models import Pipeline, Task
+from tracker_client.models import CORRUPT_MARKER, Pipeline, Task
 from tracker_client.protocol import Tracker
 from worker.cli.ops_common import (
     EXIT_USAGE,
@@ -105,9 +105,13 @@ def task_add(
 
 
 def task_state(task: Task, pipelines: dict[str, Pipeline], now: int | None = None) -> str:
-    """A short human state: done, dead-lettered (reason), retry in ..., open."""
+    """A short human state: done, dead-lettered (reason), retry in ..., open; a task whose
+    stored metadata could not be read says so (the tracker shows a marker in its place)."""
+    corrupt = isinstance(task.metadata, dict) and CORRUPT_MARKER in task.metadata
     if task.dead_letter_reason:
-        return f"dead ({task.dead_letter_reason})"
+        return f"dead ({task.dead_letter_reason})" + (", corrupt metadata" if corrupt else "")
+    if corrupt:
+        return "corrupt metadata (dead-lettered at its next claim)"
     pipeline = pipelines.get(task.pipeline_id)
     if pipeline is not None:
         state = (pipeline.definition.get("states") or {}).get(task.stage) or {}
