@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.cli.conftest import Rail
+import json
+from pathlib import Path
+
+from tests.cli.conftest import SIMPLE, Rail
 
 
 def test_a_task_without_retry_flags_gets_the_bounded_default(simple: Rail) -> None:
@@ -24,3 +27,13 @@ def test_a_bad_attempt_count_is_a_usage_error(simple: Rail) -> None:
     result = simple.cli("task", "add", "-p", "simple", "t", "--max-attempts", "lots")
     assert result.exit_code == 2
     assert "unlimited" in result.stderr
+
+
+def test_pipeline_show_names_its_retry_policy(rail: Rail, tmp_path: Path) -> None:
+    definition = {**json.loads(json.dumps(SIMPLE)), "retry": {"max_attempts": 3}}
+    rail.pipeline("retrying", definition)
+    shown = rail.cli("pipeline", "show", "retrying")
+    assert shown.exit_code == 0, shown.output
+    assert "max_attempts=3" in shown.stdout
+    task_id = rail.add("t", pipeline="retrying")
+    assert rail.json("task", "show", task_id)["task"]["max_attempts"] == 3

@@ -214,6 +214,11 @@ def render_pipeline(pipeline: Pipeline) -> list[Table]:
         stages.add_row(
             name, str(state.get("agent_role") or "-"), kind, str(state.get("description", ""))
         )
+    retry = definition.get("retry")
+    if retry is not None:
+        # What the pipeline sets; the rail's default (5 attempts, 1 s exponential) fills the rest.
+        shown = retry if isinstance(retry, str) else ", ".join(f"{k}={v}" for k, v in retry.items())
+        stages.caption = f"retry policy of its tasks: {shown} (the rail's default for the rest)"
     edges = Table(title="transitions")
     for col in ("from", "trigger", "to", "instructions"):
         edges.add_column(col, overflow="fold")
