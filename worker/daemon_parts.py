@@ -115,6 +115,8 @@ class TrackerWatch:
         self._poke_interval_s = poke_interval_s
         self._changed = anyio.Event()
         self._poke_wanted = anyio.Event()
+        self._idle_waiters = 0
+        self._waiter_came = anyio.Event()
         self.wakeups = 0
         self.pokes = 0
 
@@ -127,13 +129,18 @@ class TrackerWatch:
     async def wait(self, timeout_s: float, *, also: anyio.Event | None = None) -> None:
         """Until the tracker signals a change (since the last :meth:`forget`), ``also`` is set,
         or ``timeout_s``."""
-        with anyio.move_on_after(timeout_s):
-            if also is None:
-                await self._changed.wait()
-                return
-            async with anyio.create_task_group() as tg:
-                for event in (self._changed, also):
-                    tg.start_soon(_first, event, tg.cancel_scope)
+        self._idle_waiters += 1
+        self._waiter_came.set()
+        try:
+            with anyio.move_on_after(timeout_s):
+                if also is None:
+                    await self._changed.wait()
+                    return
+                async with anyio.create_task_group() as tg:
+                    for event in (self._changed, also):
+                        tg.start_soon(_first, event, tg.cancel_scope)
+        finally:
+            self._idle_waiters -= 1
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled."""
@@ -153,7 +160,21 @@ class TrackerWatch:
                     self.wakeups += 1
                     self._changed.set()
                     self._poke_wanted.set()
-                    await anyio.sleep(max(0.0, WATCH_MIN_GAP_S - elapsed))
+                    await self._pause(elapsed)
+
+    async def _pause(self, elapsed: float) -> None:
+        """The gap before the next wait. With an idle claim loop waiting, a short one (new work
+        must not wait). Without one only the pokes need wake-ups, and they are rate-limited: so
+        on a busy rail (a change every few ms) a busy worker re-waits once per poke interval,
+        not after every change; an idle wait beginning meanwhile ends the pause, and is woken
+        at once, since a change during the pause went unseen (costing one claim at most)."""
+        if self._idle_waiters:
+            await anyio.sleep(max(0.0, WATCH_MIN_GAP_S - elapsed))
+            return
+        came = self._waiter_came = anyio.Event()
+        with anyio.move_on_after(self._poke_interval_s):
+            await came.wait()
+            self._changed.set()
 
     async def _poke_loop(self) -> None:
         while True:
