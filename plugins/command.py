@@ -34,7 +34,6 @@ optional), a mapped exit code uses that trigger instead. Cancellation kills the 
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import shutil
@@ -45,8 +44,9 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.command_stream import OutputStream
 from plugins.command_template import Template, TemplateValues
-from plugins.proc import ProcessResult, SpawnError, decode_output, minimal_env, run_process
+from plugins.proc import ProcessResult, SpawnError, minimal_env, run_process
 from tracker_client.errors import ExecutorError
 
 __all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
@@ -267,60 +267,6 @@ def _check_program(program: str, path_env: str) -> list[str]:
     return []
 
 
-#: Characters of a trailing partial line held back from a live "output" event until the next
-#: chunk (or the end): a secret split across two pipe reads then still arrives in one piece, so
-#: the worker's scrubbing of what it writes to the tracker catches it. Complete lines (``\n`` or
-#: ``\r``) are never held.
-HOLDBACK_CHARS = 256
-
-
-class _Stream:
-    """One output stream: a bounded tail, and live "output" events up to a limit."""
-
-    def __init__(self, name: str, ctx: ExecutionContext, opts: CommandOptions) -> None:
-        self.name = name
-        self.ctx = ctx
-        self.tail = bytearray()
-        self.total = 0
-        self._tail_bytes = opts.tail_bytes
-        self._stream = opts.stream_output
-        self._left = opts.stream_limit_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._held = ""
-
-    async def __call__(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        self.tail += chunk
-        if len(self.tail) > 2 * self._tail_bytes:
-            del self.tail[: len(self.tail) - self._tail_bytes]
-        if not self._stream or self._left <= 0:
-            return
-        piece = chunk[: self._left]
-        self._left -= len(piece)
-        text = self._held + self._decoder.decode(piece)
-        self._held = ""
-        if self._left > 0:
-            cut = max(text.rfind("\n"), text.rfind("\r")) + 1
-            cut = max(cut, len(text) - HOLDBACK_CHARS)
-            text, self._held = text[:cut], text[cut:]
-            if text:
-                await self.ctx.report("output", {"stream": self.name, "text": text})
-            return
-        data: dict[str, Any] = {"stream": self.name, "text": text}
-        data["note"] = "stream limit reached; the rest is only in the final tail"
-        await self.ctx.report("output", data)
-
-    async def finish(self) -> None:
-        """The stream ended: report the partial line still held back."""
-        text, self._held = self._held + self._decoder.decode(b"", final=True), ""
-        if text and self._stream:
-            await self.ctx.report("output", {"stream": self.name, "text": text})
-
-    def tail_text(self) -> str:
-        data = bytes(self.tail[-self._tail_bytes :]) if self._tail_bytes else b""
-        return decode_output(data)
-
-
 class CommandExecutor:
     """Runs ``argv`` (rendered from the task) in the run's working directory.
 
@@ -380,7 +326,12 @@ class CommandExecutor:
         if task_file is not None:
             extra["BACKLOG_TASK_FILE"] = str(task_file)
         env = minimal_env(opts.env_passthrough, extra)
-        out, err = _Stream("stdout", ctx, opts), _Stream("stderr", ctx, opts)
+        out = OutputStream(
+            "stdout", ctx, opts.tail_bytes, opts.stream_output, opts.stream_limit_bytes
+        )
+        err = OutputStream(
+            "stderr", ctx, opts.tail_bytes, opts.stream_output, opts.stream_limit_bytes
+        )
         result: ProcessResult | None = None
         error: Exception | None = None
         stop_flushing = anyio.Event()
