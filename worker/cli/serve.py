@@ -12,13 +12,16 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
 
 from tracker_client.errors import BacklogWorkerError, ConfigError, TrackerError
 from tracker_client.factory import open_tracker
+
+if TYPE_CHECKING:
+    from tracker_client.server_transport import ConnectionLimits
 
 __all__ = ["register", "serve_tracker"]
 
@@ -55,11 +58,25 @@ async def serve_tracker(
     port: int = 7700,
     api_token: str | None = None,
     max_request_bytes: int | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> None:
-    """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted."""
+    """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
+
+    ``limits``: read timeouts and the connection cap (:mod:`tracker_client.server_transport`).
+    """
+    import asyncio
+
     import uvicorn
 
     from tracker_client.server import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from tracker_client.server_transport import (
+        ConnectionLimits,
+        install_loop_error_limiter,
+        protocol_class,
+    )
+
+    limits = limits or ConnectionLimits()
+    install_loop_error_limiter(asyncio.get_running_loop())
 
     _check_url(url)
     server_class = _make_server_class()
@@ -78,6 +95,9 @@ async def serve_tracker(
             lifespan="off",
             ws="none",
             server_header=False,
+            http=protocol_class(limits),
+            # Connections accepted per loop tick: past the cap they are closed at once anyway.
+            backlog=min(2048, limits.max_connections),
         )
         server = server_class(config)
         server.announce = (
@@ -148,6 +168,26 @@ def register(group: click.Group) -> None:
         default=None,
         help="Largest request body accepted (default 16 MiB).",
     )
+    @click.option(
+        "--max-connections",
+        type=click.IntRange(1),
+        default=None,
+        help="Most connections open at once (default: what the open-files limit leaves, <= 1000).",
+    )
+    @click.option(
+        "--header-timeout",
+        type=click.FloatRange(0.1),
+        default=10.0,
+        show_default=True,
+        help="Seconds a request's headers may take to arrive.",
+    )
+    @click.option(
+        "--body-timeout",
+        type=click.FloatRange(0.1),
+        default=60.0,
+        show_default=True,
+        help="Seconds a request's body may take to arrive after its headers.",
+    )
     @click.option("--log-level", default="INFO", show_default=True)
     def serve(
         url: str,
@@ -156,6 +196,9 @@ def register(group: click.Group) -> None:
         token: str | None,
         token_file: Path | None,
         max_request_bytes: int | None,
+        max_connections: int | None,
+        header_timeout: float,
+        body_timeout: float,
         log_level: str,
     ) -> None:
         """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
@@ -174,6 +217,7 @@ def register(group: click.Group) -> None:
                     port=port,
                     api_token=api_token,
                     max_request_bytes=max_request_bytes,
+                    limits=_limits(max_connections, header_timeout, body_timeout),
                 )
             )
         except ConfigError as exc:
@@ -213,6 +257,16 @@ def _warn_about_the_token(host: str, api_token: str | None, *, from_command_line
             TOKEN_ENV,
             extra={"action": "serve_token_on_command_line"},
         )
+
+
+def _limits(max_connections: int | None, header_s: float, body_s: float) -> ConnectionLimits:
+    from tracker_client.server_transport import ConnectionLimits, default_max_connections
+
+    return ConnectionLimits(
+        header_timeout_s=header_s,
+        body_timeout_s=body_s,
+        max_connections=max_connections or default_max_connections(),
+    )
 
 
 def _check_url(url: str) -> None:
