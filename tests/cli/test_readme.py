@@ -1,10 +1,12 @@
-"""The README's "Operating a rail" tour, run command by command against a real rail."""
+"""The README run as written: the top commands on a fresh clone, the "Operating a rail" tour."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,71 @@ def test_readme_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
             upstream = invoke(["task", "add", "-p", "review", "upstream", "--json"])
             task_id = json.loads(upstream.stdout)["id"]
     assert ran >= 15
+
+
+def fenced_sh_after(text: str, marker: str) -> str:
+    """The one command in the first ``sh`` block after ``marker`` (the README's top commands)."""
+    block = re.search(r"```sh\n(.*?)```", text.split(marker, 1)[1], re.S)
+    assert block is not None, f"no sh block after {marker!r}"
+    lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    command = fenced_sh_after(README.read_text(encoding="utf-8"), "**Run the tests**")
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert f"\n{command} || status=$?\n" in ci, command
+    assert "venv" in command  # never into the system Python (externally managed on Debian)
+
+
+def stock_python_path(bindir: Path) -> str:
+    """A ``PATH`` whose ``python3`` is the distribution's own, as on a stock machine.
+
+    Debian's and Ubuntu's ``/usr/bin/python3`` is externally managed: ``pip install`` into it
+    is refused, which is what the README's commands must survive. Elsewhere the ``python3`` on
+    ``PATH`` stands in for it.
+    """
+    path = os.environ.get("PATH", "")
+    system = Path("/usr/bin/python3")
+    if system.exists() and list(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED")):
+        bindir.mkdir()
+        (bindir / "python3").symlink_to(system)
+        path = f"{bindir}{os.pathsep}{path}"
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_readme_quick_start_runs_verbatim_on_a_fresh_clone(tmp_path: Path) -> None:
+    """A fresh clone of HEAD, its README's "Try it" command run as written by ``sh``."""
+    root = README.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-hardlinks", str(root), str(clone)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    command = fenced_sh_after((clone / "README.md").read_text(encoding="utf-8"), "**Try it**")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("BACKLOG_WORKER_", "PYTHON")) and k != "VIRTUAL_ENV"
+    }
+    env["PATH"] = stock_python_path(tmp_path / "bin")
+    proc = subprocess.run(
+        ["sh", "-c", command],
+        cwd=clone,
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=560,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "demo summary" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert (clone / ".venv" / "bin" / "backlog-worker").exists()
