@@ -15,7 +15,9 @@ a client can see:
   ``GET /runs/{id}/events`` needs the admin token (NullTickets accepts any Bearer there);
 * the ``Idempotency-Key`` header becomes the tracker's ``idempotency_key`` (successes only are
   remembered, so a cached 204 or error is never replayed);
-* requests up to ``max_request_bytes`` (16 MiB by default) are read; larger ones get ``413``.
+* requests up to ``max_request_bytes`` (16 MiB by default) are read; larger ones get ``413``;
+  lease routes check the lease before they read a byte of the body, and every body goes through
+  one parser with depth and shape limits (:mod:`tracker_client.server_json`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -223,10 +225,14 @@ async def read_body(request: Request, *, required: bool = True, limit: int | Non
         # Refused before a byte of the body is read (uvicorn then closes the connection).
         raise ApiError(413, "request_too_large", f"request body over {cap} bytes")
     buffer = bytearray()
-    async for chunk in request.stream():
-        buffer += chunk
-        if len(buffer) > cap:
-            raise ApiError(413, "request_too_large", f"request body over {cap} bytes")
+    try:
+        async for chunk in request.stream():
+            buffer += chunk
+            if len(buffer) > cap:
+                raise ApiError(413, "request_too_large", f"request body over {cap} bytes")
+    except ClientDisconnect as exc:
+        # The client went away (or was closed at the body timeout): nobody reads the answer.
+        raise ApiError(400, "client_disconnected", "the body did not arrive") from exc
     raw = bytes(buffer)
     del buffer
     if not raw.strip():

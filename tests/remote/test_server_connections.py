@@ -94,7 +94,7 @@ def test_idle_and_slow_connections_are_closed_and_the_server_still_answers(
 ) -> None:
     cap = 12
     args = ("--max-connections", str(cap), "--header-timeout", "1", "--body-timeout", "2")
-    with serving(tmp_path, *args) as (port, _log):
+    with serving(tmp_path, *args) as (port, log):
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
         slow_headers = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
         for sock in slow_headers:
@@ -114,6 +114,8 @@ def test_idle_and_slow_connections_are_closed_and_the_server_still_answers(
                 assert closed_by_server(sock, 15), "a slow-body connection stayed open"
             # Room again: a normal request is answered.
             assert health(port) == 200
+            text = log.read_text()
+            assert "Traceback" not in text and "unexpected error" not in text, text[-3000:]
         finally:
             for sock in idle + slow_headers + slow_body + over:
                 sock.close()
