@@ -95,6 +95,30 @@ async def test_deep_and_non_json_values_are_400_on_every_route(base: str) -> Non
             assert status == 400, (path, text, body)
             assert body["error"]["code"] == "invalid_json", (path, text, body)
 
+        # Event data on a lease route: the same limits, once the lease is checked.
+        assert (await post(client, "POST", "/tasks", task("{}")))[0] == 201
+        claim_body = {"agent_id": "w", "agent_role": "coder", "lease_ttl_ms": 60_000}
+        lease = (await client.post("/leases/claim", json=claim_body)).json()
+        auth = {"Authorization": f"Bearer {lease['lease_token']}"}
+        events = f"/runs/{lease['run']['id']}/events"
+        for data in (deep, nested(MAX_JSON_DEPTH + 1)):
+            status, body = await post(
+                client, "POST", events, f'{{"kind":"k","data":{data}}}', headers=auth
+            )
+            assert (status, body["error"]["code"]) == (400, "json_too_deep"), body
+        status, body = await post(client, "POST", events, '{"kind":"k","data":NaN}', headers=auth)
+        assert (status, body["error"]["code"]) == (400, "invalid_json"), body
+        ok = await post(
+            client, "POST", events, f'{{"kind":"k","data":{nested(MAX_JSON_DEPTH)}}}', headers=auth
+        )
+        assert ok[0] == 201, ok
+        listed = await client.get(events)
+        assert listed.status_code == 200 and len(listed.json()["items"]) == 1
+        done = await client.post(
+            f"/runs/{lease['run']['id']}/transition", headers=auth, json={"trigger": "complete"}
+        )
+        assert done.status_code == 200, done.text
+
         # What fits is kept and read back, and every list still answers.
         fits = await post(client, "POST", "/tasks", task(nested(MAX_JSON_DEPTH)))
         assert fits[0] == 201, fits
@@ -106,7 +130,8 @@ async def test_deep_and_non_json_values_are_400_on_every_route(base: str) -> Non
         for path in ("/tasks", "/pipelines", "/store/ns", "/artifacts", "/health"):
             assert (await client.get(path)).status_code == 200, path
         stored = (await client.get("/tasks")).json()["items"]
-        assert [json.dumps(t["metadata"]).count("[") for t in stored] == [MAX_JSON_DEPTH // 2]
+        depths = [json.dumps(t["metadata"]).count("[") for t in stored]
+        assert depths == [0, MAX_JSON_DEPTH // 2]
 
 
 def test_depth_scan_matches_the_parsed_depth() -> None:
