@@ -122,3 +122,20 @@ async def test_wrong_lease_or_token_is_refused_before_any_body_is_read(
         _headers_only, url, f"/runs/{run_id}/events", token, BIG
     )
     assert got == 404, body
+
+
+@pytest.mark.anyio
+async def test_release_takes_the_lease_token_with_an_admin_token_set(
+    served: tuple[str, dict[str, Any]],
+) -> None:
+    """``POST /runs/{id}/release`` is a lease route: the lease token, not the admin token."""
+    url, lease = served
+    run_id, token = lease["run"]["id"], lease["lease_token"]
+    async with httpx.AsyncClient(base_url=url) as client:
+        admin = {"Authorization": "Bearer admin-token"}
+        refused = await client.post(f"/runs/{run_id}/release", headers=admin, json={})
+        assert refused.status_code == 401, refused.text
+        auth = {"Authorization": f"Bearer {token}"}
+        released = await client.post(f"/runs/{run_id}/release", headers=auth, json={})
+        assert released.status_code == 200, released.text
+        assert released.json()["released"] is True
