@@ -18,9 +18,24 @@ from pathlib import Path
 
 import click
 
+from worker.cli.systemd_sandbox import (
+    ConfiguredPath,
+    Placement,
+    UnitRefused,
+    config_paths,
+    hardening_lines,
+    install_paths,
+    note_lines,
+    plan_placement,
+)
+from worker.cli.systemd_sandbox import escape as _escape
+from worker.cli.systemd_sandbox import exec_arg as _arg
+from worker.cli.systemd_serve import DEFAULT_RAIL, serve_unit
+
 __all__ = [
     "CONTRIB_EXEC",
     "UnitOptions",
+    "placement_for",
     "register",
     "render_service",
     "render_target",
@@ -33,7 +48,6 @@ CONTRIB_EXEC: tuple[str, ...] = ("/usr/local/bin/backlog-worker",)
 #: Time allowed beyond ``shutdown_grace_s`` for cancelling executors and the final reports.
 STOP_MARGIN_S = 30
 _INSTANCE = re.compile(r"[A-Za-z0-9_.:-]+")
-_PLAIN_ARG = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 
 def stop_timeout_s(shutdown_grace_s: float) -> int:
@@ -56,6 +70,11 @@ class UnitOptions:
     service_user: str = "backlog-worker"
     shutdown_grace_s: float = 30.0
     watchdog_s: int = 30
+    #: Paths the service must reach (the install, what the configs name): see
+    #: :func:`worker.cli.systemd_sandbox.plan_placement`. Empty for the contrib units.
+    paths: tuple[ConfiguredPath, ...] = ()
+    allow_tmp: bool = False
+    memory_deny_write_execute: bool = False
 
     @property
     def conf_dir(self) -> str:
@@ -65,16 +84,12 @@ class UnitOptions:
         return "%E/backlog-worker" if self.user_mode else "/etc/backlog-worker"
 
 
-def _escape(text: str) -> str:
-    """Escape literal text for a unit file: ``%`` starts a specifier, ``$`` a variable."""
-    return text.replace("%", "%%").replace("$", "$$")
-
-
-def _arg(text: str) -> str:
-    """One ExecStart argument; quoted when it holds anything but plain path characters."""
-    if _PLAIN_ARG.fullmatch(text):
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def placement_for(opts: UnitOptions) -> Placement | None:
+    """The sandbox fitted to ``opts.paths`` (None for a user unit, which has no mount
+    namespace); raises :class:`UnitRefused` for a path under ``/tmp`` without ``allow_tmp``."""
+    if opts.user_mode:
+        return None
+    return plan_placement(opts.paths, service_user=opts.service_user, allow_tmp=opts.allow_tmp)
 
 
 def _exec_line(opts: UnitOptions, name: str) -> str:
@@ -91,6 +106,9 @@ def render_service(opts: UnitOptions | None = None) -> str:
             f"instance name {o.instance!r}: use letters, digits, '_', '.', ':' and '-' only"
         )
     name = o.instance if o.instance is not None else "%i"
+    placement = placement_for(o)
+    private_tmp = placement is None or placement.private_tmp
+    notes = note_lines(placement.warnings if placement is not None else ())
     unit = f"backlog-worker-{o.instance}.service" if o.instance else "backlog-worker@.service"
     conf = o.conf_dir
     state = "%S/backlog-worker"
@@ -117,6 +135,7 @@ def render_service(opts: UnitOptions | None = None) -> str:
         "#                  worker sends EXTEND_TIMEOUT_USEC while it drains.",
         "#   reload         systemctl reload: SIGHUP, re-reads the config for new claims;",
         "#                  in-flight tasks keep running.",
+        *notes,
         "",
         "[Unit]",
         f"Description=backlog-worker {name}",
@@ -159,31 +178,16 @@ def render_service(opts: UnitOptions | None = None) -> str:
             f"Group={o.service_user}",
         ]
     lines += [
-        "StateDirectory=backlog-worker",
+        "StateDirectory=backlog-worker" + ("" if private_tmp else " backlog-worker/tmp"),
         "StateDirectoryMode=0750",
         "# The token file stays root-only; the worker reads its private copy. SetCredential=",
         "# is the fallback (a blank token) when the file is absent: embedded-only setups.",
         f"LoadCredential=api-token:{conf}/api-token",
         "SetCredential=api-token:\\n",
-        "UMask=0077",
-        "NoNewPrivileges=yes",
     ]
     if o.user_mode:
-        lines += ["# Namespace sandboxing needs a system unit (or PrivateUsers=) in user mode."]
-    else:
-        lines += [
-            "ProtectSystem=strict",
-            "ProtectHome=yes",
-            "PrivateTmp=yes",
-            "PrivateDevices=yes",
-            "ProtectKernelTunables=yes",
-            "ProtectKernelModules=yes",
-            "ProtectControlGroups=yes",
-            "RestrictSUIDSGID=yes",
-            "LockPersonality=yes",
-            "# Executors that write outside the state directory need, e.g.:",
-            "#ReadWritePaths=/srv/agent-work",
-        ]
+        lines += ["# Mount sandboxing (ProtectSystem=...) needs a system unit in user mode."]
+    lines += hardening_lines(placement, memory_deny_write_execute=o.memory_deny_write_execute)
     wanted = "default.target" if o.user_mode else "multi-user.target"
     lines += [
         "",
@@ -233,7 +237,7 @@ def resolve_exec() -> tuple[str, ...]:
 @click.option("--user", "user_mode", is_flag=True, help="A unit for the per-user manager.")
 @click.option(
     "--config-dir",
-    help="Directory of the per-instance <name>.toml files "
+    help="Directory of the per-instance <name>.toml files and the api-token file "
     "(default /etc/backlog-worker, or %E/backlog-worker with --user).",
 )
 @click.option(
@@ -241,6 +245,44 @@ def resolve_exec() -> tuple[str, ...]:
     help="Print a concrete unit for this one instance instead of the @ template.",
 )
 @click.option("--target", "target", is_flag=True, help="Print backlog-worker.target instead.")
+@click.option(
+    "--tracker-serve",
+    "tracker_serve",
+    is_flag=True,
+    help="Print backlog-tracker.service (tracker serve, token by LoadCredential) instead.",
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A worker config the unit must serve (repeatable): its rail directory, workdir and "
+    "executor directories become ReadWritePaths=, and paths hidden by the sandbox are "
+    "handled as for the install.",
+)
+@click.option(
+    "--allow-tmp",
+    is_flag=True,
+    help="Render even though the install or a configured path is under /tmp or /var/tmp "
+    "(drops PrivateTmp; the unit breaks when /tmp is cleared).",
+)
+@click.option(
+    "--memory-deny-write-execute",
+    is_flag=True,
+    help="Add MemoryDenyWriteExecute=yes: fine for Python executors, fatal for JIT "
+    "runtimes (node, a JVM) that command executors start.",
+)
+@click.option("--rail", default=DEFAULT_RAIL, show_default=True, help="--tracker-serve: the rail.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="--tracker-serve: bind address."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=7700,
+    show_default=True,
+    help="--tracker-serve: port.",
+)
 @click.option(
     "--service-user",
     default="backlog-worker",
@@ -266,17 +308,32 @@ def systemd_unit_command(
     config_dir: str | None,
     instance: str | None,
     target: bool,
+    tracker_serve: bool,
+    configs: tuple[Path, ...],
+    allow_tmp: bool,
+    memory_deny_write_execute: bool,
+    rail: str,
+    host: str,
+    port: int,
     service_user: str,
     shutdown_grace_s: float,
     watchdog_s: int,
 ) -> None:
     """Print a systemd unit for this install (paths resolved) to stdout.
 
+    The sandbox is fitted to where this install and the --config files' paths are: under a
+    home directory, ProtectHome=read-only (with a warning); under /tmp, a refusal unless
+    --allow-tmp; written paths outside the state directory, ReadWritePaths=. Warnings go to
+    stderr and into the unit as NOTE comments.
+
     \b
     System-wide, four workers on one embedded rail:
       backlog-worker systemd-unit > /etc/systemd/system/backlog-worker@.service
       backlog-worker systemd-unit --target > /etc/systemd/system/backlog-worker.target
       systemctl daemon-reload && systemctl enable --now backlog-worker@{1..4}
+    \b
+    The rail over HTTP (loopback; TLS by a reverse proxy):
+      backlog-worker systemd-unit --tracker-serve > /etc/systemd/system/backlog-tracker.service
     """
     if target:
         click.echo(render_target(user_mode=user_mode), nl=False)
@@ -289,19 +346,41 @@ def systemd_unit_command(
         raise click.BadParameter(
             f"{service_user!r} is not a user name", param_hint="--service-user"
         )
-    opts = UnitOptions(
-        exec_start=resolve_exec(),
-        user_mode=user_mode,
-        config_dir=config_dir,
-        instance=instance,
-        service_user=service_user,
-        shutdown_grace_s=shutdown_grace_s,
-        watchdog_s=watchdog_s,
-    )
+    exec_start = resolve_exec()
+    paths = install_paths(exec_start)
+    for config in configs:
+        try:
+            paths += config_paths(config)
+        except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+            raise click.BadParameter(f"{config}: {exc}", param_hint="--config") from None
     try:
-        text = render_service(opts)
+        if tracker_serve:
+            text, warnings = serve_unit(
+                exec_start, paths, rail, host, port, config_dir, service_user, allow_tmp
+            )
+        else:
+            opts = UnitOptions(
+                exec_start=exec_start,
+                user_mode=user_mode,
+                config_dir=config_dir,
+                instance=instance,
+                service_user=service_user,
+                shutdown_grace_s=shutdown_grace_s,
+                watchdog_s=watchdog_s,
+                paths=tuple(paths),
+                allow_tmp=allow_tmp,
+                memory_deny_write_execute=memory_deny_write_execute,
+            )
+            placement = placement_for(opts)
+            text = render_service(opts)
+            warnings = list(placement.warnings) if placement is not None else []
+    except UnitRefused as exc:
+        click.echo(f"backlog-worker: systemd-unit: {exc}", err=True)
+        sys.exit(2)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--instance") from None
+    for warning in warnings:
+        click.echo(f"backlog-worker: warning: {warning}", err=True)
     click.echo(text, nl=False)
 
 
