@@ -6,7 +6,9 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,10 @@ from tests.cli.conftest import invoke
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def tour_commands() -> list[str]:
+def tour_commands(heading: str = "## Operating a rail") -> list[str]:
     """The shell lines of the section's first ``sh`` block, continuations joined."""
     text = README.read_text(encoding="utf-8")
-    section = text.split("## Operating a rail", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None, "the section has no sh block"
     joined = block.group(1).replace("\\\n", " ")
@@ -29,13 +31,7 @@ def tour_commands() -> list[str]:
 
 def test_readme_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"sqlite:///{tmp_path}/rail.db"
-    (tmp_path / "pipelines").mkdir()
-    (tmp_path / "pipelines" / "review.toml").write_text(
-        'name = "from-file"\n[definition]\ninitial = "todo"\n'
-        '[definition.states.todo]\nagent_role = "coder"\n[definition.states.done]\n'
-        'terminal = true\n[[definition.transitions]]\nfrom = "todo"\ntrigger = "complete"\n'
-        'to = "done"\n'
-    )
+    shutil.copytree(README.parent / "examples", tmp_path / "examples")  # the tour cites them
     (tmp_path / "tasks.jsonl").write_text('{"title": "a"}\n{"title": "b", "priority": 2}\n')
     (tmp_path / "worker.toml").write_text(
         '[[roles]]\nname = "writer"\nexecutor = "command"\n[roles.options]\nargv = ["/bin/true"]\n'
@@ -131,3 +127,31 @@ def test_readme_quick_start_runs_verbatim_on_a_fresh_clone(tmp_path: Path) -> No
     assert "demo summary" in proc.stdout
     assert "Traceback" not in proc.stderr
     assert (clone / ".venv" / "bin" / "backlog-worker").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_readme_examples_walkthrough_runs(tmp_path: Path) -> None:
+    """The "Examples" section's commands, as real processes in a copy of the clone's root."""
+    shutil.copytree(README.parent / "examples", tmp_path / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    env["BACKLOG_WORKER_WORKER__WORKDIR"] = str(tmp_path / "runs")
+    commands = tour_commands("## Examples")
+    assert len(commands) >= 4
+    for line in commands:
+        args = shlex.split(line)
+        assert args[0] == "backlog-worker", line
+        proc = subprocess.run(
+            [sys.executable, "-m", "worker", *args[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, (line, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    listed = invoke(["task", "list", "--all", "--json", "--tracker", "sqlite:///./rail.db"])
+    stages = [t["stage"] for t in json.loads(listed.stdout)["items"]]
+    assert stages == ["done"], listed.stdout
