@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.systemd.unitkit import install, needs_analyze, settings, verify
 from worker.cli import main
 from worker.cli.systemd import (
     CONTRIB_EXEC,
@@ -28,51 +27,9 @@ from worker.cli.systemd_serve import ServeOptions, render_tracker_service
 from worker.config import WorkerConfig
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-# Skipped only outside CI: .ci/run installs systemd, so in CI a missing tool is a failure.
-needs_analyze = pytest.mark.skipif(
-    SYSTEMD_ANALYZE is None and not os.environ.get("CI"),
-    reason="systemd-analyze is not installed (apt install systemd)",
-)
-# verify resolves User=/Group= only on some versions and setups; that user is created at
-# install time (README), so its absence here is the only complaint we accept.
-HARMLESS = re.compile(r"(user|group)[^\n]*backlog-worker[^\n]*(not found|no such|unknown)", re.I)
-
-
-def _settings(text: str) -> dict[str, list[str]]:
-    """``Key=value`` settings of a unit (repeated keys collected), comments skipped."""
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line and not line.startswith(("#", "[")) and "=" in line:
-            key, _, value = line.partition("=")
-            out.setdefault(key, []).append(value)
-    return out
-
-
-def _verify(directory: Path, *units: str, user: bool = False) -> list[str]:
-    """Run ``systemd-analyze verify``; return its complaints minus the known-harmless ones."""
-    assert SYSTEMD_ANALYZE is not None, "CI needs systemd-analyze: .ci/run installs systemd"
-    env = {**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"}
-    argv = [SYSTEMD_ANALYZE]
-    if user:
-        runtime = directory / "runtime"
-        runtime.mkdir(mode=0o700, exist_ok=True)
-        env["XDG_RUNTIME_DIR"] = str(runtime)
-        argv.append("--user")
-    argv += ["verify", "--man=no", *(str(directory / unit) for unit in units)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
-    complaints = [
-        line for line in (proc.stdout + proc.stderr).splitlines() if not HARMLESS.search(line)
-    ]
-    if proc.returncode != 0 and not complaints:
-        complaints = [f"exit status {proc.returncode}"]
-    return complaints
-
-
-def _install(directory: Path, files: dict[str, str]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (directory / name).write_text(text)
+_settings = settings
+_verify = verify
+_install = install
 
 
 # -- contrib/systemd -------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def rail_dir(url: str) -> str | None:
     path, _ = parse_sqlite_url(url)
     if path == ":memory:" or not path.startswith("/"):
         return None
-    return os.path.dirname(os.path.normpath(path))
+    return os.path.dirname(os.path.normpath("/" + path.lstrip("/")))
 
 
 def config_paths(config: Path) -> list[ConfiguredPath]:
