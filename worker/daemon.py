@@ -293,7 +293,7 @@ class Worker:
         tracker completes: it is shielded); the run does not, it drains as shutdown says.
         """
         generation = self._finished_gen
-        claimed: tuple[Lease, Role] | None = None
+        claimed: tuple[Lease, Role, float] | None = None
         scope = anyio.CancelScope()
         self._claim_scopes.add(scope)
         try:
@@ -315,8 +315,8 @@ class Worker:
         self._found_no_work = False
         self._claim_cap = self._parallel_claims
         self._idle_round = 0
-        lease, role = claimed
-        await self._supervise(self._start_run(lease, role), role, slot)
+        lease, role, sent_at = claimed
+        await self._supervise(self._start_run(lease, role, sent_at), role, slot)
 
     async def _idle_wait(self, idle_round: int) -> None:
         ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))
@@ -329,7 +329,7 @@ class Worker:
         # mode by a run finishing, since its transition may have made work for us.
         await self._watch.wait(delay, also=self._run_done if self.config.drain else None)
 
-    async def _claim_next(self) -> tuple[Lease, Role] | None:
+    async def _claim_next(self) -> tuple[Lease, Role, float] | None:
         roles = self._roles
         n = len(roles)
         for i in range(n):
@@ -339,7 +339,7 @@ class Worker:
                 continue
             ttl_ms = int(self._lease_ttl_s(role) * 1000)
             try:
-                lease = await self._claim_one(role, ttl_ms)
+                got = await self._claim_one(role, ttl_ms)
             except TrackerError as exc:
                 self.stats.last_error = f"claim {role.name}: {exc}"
                 log.error(
@@ -354,17 +354,19 @@ class Worker:
                     self._give_up(exc)
                     return None
                 continue
-            if lease is not None:
+            if got is not None:
                 self._next_role = (self._next_role + i + 1) % n
-                return lease, role
+                return got[0], role, got[1]
         return None
 
-    async def _claim_one(self, role: Role, ttl_ms: int) -> Lease | None:
+    async def _claim_one(self, role: Role, ttl_ms: int) -> tuple[Lease, float] | None:
+        """A lease for ``role`` (with when its claim was sent: the lease counts from then), or
+        None (no work, or stopped)."""
         # One idempotency key per claim attempt, reused only across retries of that attempt: a
         # lost answer then gives back the same lease instead of stranding it.
         key = str(uuid.uuid4()) if self._keys else None
 
-        async def attempt() -> Lease | None:
+        async def attempt() -> tuple[Lease, float] | None:
             lease: Lease | None = None
             if self._stopping.is_set():
                 return None  # no new claim (nor a retry of one) after a stop
@@ -373,6 +375,7 @@ class Worker:
             shield = anyio.CancelScope(shield=True)
             self._claim_shields.add(shield)
             try:
+                sent_at = anyio.current_time()
                 with shield, self.progress.call("tracker.claim", 2 * self._request_timeout_s):
                     lease = await self.tracker.claim(
                         self.config.agent_id, role.name, ttl_ms, idempotency_key=key
@@ -380,7 +383,7 @@ class Worker:
                     self.progress.tick()  # answered, with or without a task
             finally:
                 self._claim_shields.discard(shield)
-            return lease
+            return None if lease is None else (lease, sent_at)
 
         # A daemon outlives tracker outages; a drain gives up after the report budget.
         return await call_with_retry(
@@ -416,7 +419,7 @@ class Worker:
             self._run_settings[role.name] = settings
         return settings
 
-    def _start_run(self, lease: Lease, role: Role) -> TaskRun:
+    def _start_run(self, lease: Lease, role: Role, sent_at: float) -> TaskRun:
         run = TaskRun(
             tracker=self.tracker,
             lease=lease,
@@ -425,6 +428,7 @@ class Worker:
             settings=self._settings_for(role),
             shutdown=self._shutdown,
             keeper=self._keeper,
+            claimed_at=sent_at,
         )
         self._runs.add(run)
         self._all_idle = anyio.Event()
