@@ -42,9 +42,16 @@ EXTENSIONS = "extensions"
 STRICT_LIMITS = "strict_limits"
 #: Two instances opened on the same name share one rail (writes of one wake waiters of the other).
 MULTI_INSTANCE = "multi_instance"
+#: ``release`` gives the task back at once (a plain NullTickets server: ``released=False``, the
+#: lease is left to expire).
+RELEASE = "release"
+#: The tracker itself refuses definitions that strand tasks (unknown keys, a way out of a
+#: terminal state, a role-less working state) and a requeue into a terminal stage.
+STRICT_DEFINITIONS = "strict_definitions"
 
 ALL_CAPABILITIES = frozenset(
     {CLOCK, OPTIONS, BACKLOG_OPS, WAIT, RUN_DETAILS, EXTENSIONS, STRICT_LIMITS, MULTI_INSTANCE}
+    | {RELEASE, STRICT_DEFINITIONS}
 )
 
 #: A fresh rail starts at this fake time (epoch ms, 2026-09-21).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.contract.support import (
+    RELEASE,
     RUN_DETAILS,
     claim,
     kinds,
@@ -20,7 +21,7 @@ from tracker_client.errors import LeaseLost
 from tracker_client.models import RetryPolicy
 from tracker_client.protocol import Tracker
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.requires(RELEASE)]
 
 
 async def test_release_keeps_the_attempt_budget_and_the_task_claimable_at_once(

@@ -13,6 +13,7 @@ import pytest
 
 from tests.contract.support import (
     BACKLOG_OPS,
+    STRICT_DEFINITIONS,
     all_tasks,
     claim,
     make_pipeline,
@@ -72,6 +73,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
+@pytest.mark.requires(STRICT_DEFINITIONS)
 @pytest.mark.parametrize(
     ("definition", "words"), [pytest.param(d, w, id=rule) for rule, d, w in CASES]
 )
@@ -98,7 +100,7 @@ def test_stored_definitions_are_read_without_the_new_rules() -> None:
     assert parsed.is_terminal("done")
 
 
-@pytest.mark.requires(BACKLOG_OPS)
+@pytest.mark.requires(BACKLOG_OPS, STRICT_DEFINITIONS)
 async def test_requeue_into_a_terminal_stage_is_refused(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
     tid = await tracker.create_task(new_task(pid, retry_policy=RetryPolicy(max_attempts=0)))
