@@ -47,7 +47,7 @@ from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry
 from worker.run_lease import LocalLease
 from worker.run_parts import RunLog, TrackerSink, call_executor, timeout_of
-from worker.scrub import hold_secret, release_secret, scrubber
+from worker.scrub import RunScrubber
 from worker.workdirs import remove_workdir, workdir_name
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
@@ -110,6 +110,8 @@ class TaskRun:
             tracker_expires_ms=lease.expires_at_ms,
         )
         self._lost: LeaseLost | None = None
+        self.scrub = RunScrubber(lease.lease_token.get_secret_value())
+        self._reporting = False  # the executor is done: heartbeat only when the report needs it
         self.scope = anyio.CancelScope()
         self._log = RunLog(
             log,
@@ -129,7 +131,7 @@ class TaskRun:
         """Write one event, retried within the lease; oversized data becomes a marker.
 
         Known secrets in ``kind`` and ``data`` are masked first (:mod:`worker.scrub`)."""
-        scrub = scrubber()
+        scrub = self.scrub.get()
         kind, data = scrub.text(kind), scrub.data(data)
         key = self.new_key()
 
@@ -156,10 +158,7 @@ class TaskRun:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
         self._log.info("task claimed", extra={"action": "run_start"})
         workdir = self._workdir_path()
-        outcome: Outcome | None = None
         ctx: ExecutionContext | None = None
-        token = self.lease.lease_token.get_secret_value()
-        hold_secret(token)  # masked in what any run of this worker writes, until the run ends
         try:
             ctx = ExecutionContext(
                 task=self.lease.task,
@@ -175,49 +174,51 @@ class TaskRun:
             timeout = timeout_of(self.lease, self.role)
             if timeout is not None:
                 ctx.deadline = anyio.current_time() + timeout
-            # The scope's deadline is the lease's end by our clock (moved by each heartbeat that
-            # got through); a heartbeat that finds the lease gone cancels it at once.
-            with self._clock.watch(self.scope):
-                # Heartbeats and periodic flushes come from the worker's keeper.
-                self._ctx = ctx
-                self._keeper.add(self)
-                try:
-                    # its processes get SIGKILL before the lease ends, whatever their grace
-                    bound = kill_deadline.set(self._kill_by)
-                    try:
-                        outcome = await call_executor(self.executor, ctx, timeout)
-                    finally:
-                        kill_deadline.reset(bound)
-                finally:
-                    self._keeper.remove(self)
-                    self._clock.unwatch(self.scope)
-            if self._lost is None and self._clock.expired():
-                self._lost = LeaseLost(
-                    "the lease ran out by the worker's clock before a heartbeat got through",
-                    code="expired_locally",
-                )
-            if self._lost is not None:
-                self._log.warning(
-                    "lease lost (%s): executor cancelled, nothing reported",
-                    self._lost.code,
-                    extra={"action": "lease_lost"},
-                )
-                return RunResult("lost", self._lost.code)
-            if outcome is None:  # cancelled by the worker's shutdown
-                outcome = Failure(
-                    reason="worker_shutdown",
-                    message="the worker shut down before the task finished",
-                    retryable=True,
-                )
-            result = RunResult("report_failed", "not reported")
-            with anyio.CancelScope(shield=True):
-                result = await self._report_under_lease(ctx, outcome)
-            return result
+            # Heartbeats and periodic flushes come from the worker's keeper, until the report is
+            # done (after the executor, heartbeat_once sends one only when the report needs it).
+            self._ctx = ctx
+            self._keeper.add(self)
+            try:
+                return await self._execute_and_report(ctx, timeout)
+            finally:
+                self._keeper.remove(self)
         finally:
-            release_secret(token)
             if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
                     await remove_workdir(workdir, self._workdir_base())
+
+    async def _execute_and_report(self, ctx: ExecutionContext, limit_s: float | None) -> RunResult:
+        outcome: Outcome | None = None
+        # The scope's deadline is the lease's end by our clock (moved by each heartbeat that got
+        # through); a heartbeat that finds the lease gone cancels it at once.
+        with self._clock.watch(self.scope):
+            # its processes get SIGKILL before the lease ends, whatever their grace
+            bound = kill_deadline.set(self._kill_by)
+            try:
+                outcome = await call_executor(self.executor, ctx, limit_s)
+            finally:
+                kill_deadline.reset(bound)
+                self._clock.unwatch(self.scope)
+        self._reporting = True
+        if self._lost is None and self._clock.expired():
+            self._lost = LeaseLost(
+                "the lease ran out by the worker's clock before a heartbeat got through",
+                code="expired_locally",
+            )
+        if self._lost is not None:
+            self._log.warning(
+                "lease lost (%s): executor cancelled, nothing reported",
+                self._lost.code,
+                extra={"action": "lease_lost"},
+            )
+            return RunResult("lost", self._lost.code)
+        if outcome is None:  # cancelled by the worker's shutdown
+            outcome = Failure(
+                reason="worker_shutdown",
+                message="the worker shut down before the task finished",
+                retryable=True,
+            )
+        return await self._report_under_lease(ctx, outcome)
 
     def _workdir_base(self) -> Path:
         return self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
@@ -265,6 +266,11 @@ class TaskRun:
     async def heartbeat_once(self) -> bool:
         """Extend the lease. When it is gone (or could not be extended before running out),
         cancel the executor and return False; nothing more is written for this run."""
+        if self._reporting and self._clock.remaining_s() >= self.settings.lease_ttl_s / 2:
+            # After the executor, the report needs no heartbeat while half the lease is left: a
+            # quick report sends none (on NullTickets each one would reset the lease to 300 s);
+            # one still retrying gets one with at least a sixth of the TTL to spare.
+            return True
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
         sent = anyio.current_time()
         try:
@@ -285,25 +291,16 @@ class TaskRun:
         self._clock.cancel_all()
         return False
 
-    async def _keep_lease_for_report(self) -> None:
-        # Heartbeat during the report only once it is still running with a heartbeat interval
-        # of the lease left: a quick report sends none (see the module doc).
-        while True:
-            await anyio.sleep_until(self._clock.deadline - self.heartbeat_interval_s)
-            if not await self.heartbeat_once():
-                return
-
     # -- final report -------------------------------------------------------------------------
     async def _report_under_lease(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
         """The report, stopped at the lease's end by our clock (or when a heartbeat finds the
         lease gone): past it the task may be someone else's, so nothing more is written."""
         result: RunResult | None = None
-        with self._clock.watch(anyio.CancelScope()) as scope:
+        # Shielded from the worker's shutdown (the report is how a cancelled run gives its task
+        # back), yet ended by its own deadline: the lease's end by our clock.
+        with self._clock.watch(anyio.CancelScope(shield=True)) as scope:
             try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._keep_lease_for_report)
-                    result = await self._report(ctx, outcome)
-                    tg.cancel_scope.cancel()
+                result = await self._report(ctx, outcome)
             finally:
                 self._clock.unwatch(scope)
         if result is not None:
@@ -345,9 +342,11 @@ class TaskRun:
         trigger = outcome.trigger or self.role.default_trigger
         key = self.new_key()
         task = self.lease.task
-        scrub = scrubber()
-        instructions = None if outcome.instructions is None else scrub.text(outcome.instructions)
-        usage = scrub.data(outcome.usage)
+        instructions, usage = outcome.instructions, outcome.usage
+        if instructions is not None or usage is not None:  # else no scrubber is even built
+            scrub = self.scrub.get()
+            instructions = None if instructions is None else scrub.text(instructions)
+            usage = scrub.data(usage)
         try:
             result = await call_with_retry(
                 lambda: self.tracker.transition(
@@ -420,7 +419,7 @@ class TaskRun:
         await self.add_event("error", details)
         key = self.new_key()
         error = f"{failure.reason}: {failure.message}" if failure.message else failure.reason
-        scrub = scrubber()
+        scrub = self.scrub.get()
         error, usage = scrub.text(error), scrub.data(failure.usage)
         result = await call_with_retry(
             lambda: self.tracker.fail(

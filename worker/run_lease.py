@@ -40,7 +40,10 @@ def safety_margin_s(ttl_s: float) -> float:
 class LocalLease:
     """The lease's end on ``anyio.current_time()``'s clock; watched scopes follow its deadline."""
 
+    __slots__ = ("_scopes", "expires_at", "margin_s", "ttl_s")
+
     def __init__(self, ttl_s: float, *, sent_at: float, tracker_expires_ms: int | None) -> None:
+        """A lease of ``ttl_s`` claimed at ``sent_at``; the tracker said ``tracker_expires_ms``."""
         self.ttl_s = ttl_s
         self.margin_s = safety_margin_s(ttl_s)
         self.expires_at = self._end(sent_at, tracker_expires_ms)
@@ -50,7 +53,7 @@ class LocalLease:
         end = sent_at + self.ttl_s
         if tracker_expires_ms is not None:
             left = tracker_expires_ms / 1000 - time.time()
-            if left > 0:  # <= 0: already expired by our wall clock, or skew; trust the TTL
+            if 0 < left < self.ttl_s:  # else: skew, or the TTL is the earlier end anyway
                 end = min(end, anyio.current_time() + left)
         return end
 

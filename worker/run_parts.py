@@ -16,7 +16,6 @@ from plugins.api import ExecutionContext, Executor, Failure, Outcome, Transition
 from tracker_client.models import ArtifactCreate, Lease
 from worker.config import RoleConfig
 from worker.retry import call_with_retry
-from worker.scrub import scrubber
 
 if TYPE_CHECKING:
     from worker.run import TaskRun
@@ -56,7 +55,7 @@ class TrackerSink:
         """Record an artifact, its kind, uri and metadata scrubbed of known secrets."""
         run = self._run
         key = run.new_key()
-        scrub = scrubber()
+        scrub = run.scrub.get()
         artifact = artifact.model_copy(
             update={
                 "kind": scrub.text(artifact.kind),

@@ -3,12 +3,12 @@
 An executor's output is not under the worker's control: a child that prints its environment, a
 token it found, or the worker's own ``/proc/<pid>/environ`` would put secrets in events, artifact
 metadata, the fail error or a transition's instructions, where anyone with read access to the
-rail sees them. So every such write goes through :func:`scrubber` first, which masks (by exact
-value, as the log's redaction does; :mod:`plugins.nullclaw_redact`'s :class:`Redactor` does the
-walking):
+rail sees them. So every such write goes through the run's :class:`RunScrubber`, which masks (by
+exact value, as the log's redaction does; :mod:`plugins.nullclaw_redact`'s :class:`Redactor`
+does the walking):
 
 * the secrets registered with the log (:func:`worker.logs.registered_secrets`: the api token);
-* the lease token of every run this worker holds;
+* the run's own lease token;
 * the values of the worker's environment variables whose names say they are secrets (tracker
   tokens, ``*API_KEY*``, ``*SECRET*``, ``*PASSWORD*``: e.g. a provider key for nullclaw).
 
@@ -28,7 +28,7 @@ from plugins.nullclaw_redact import Redactor
 from plugins.proc_env import SECRET_ENV_PATTERNS
 from worker.logs import registered_secrets
 
-__all__ = ["env_secrets", "hold_secret", "release_secret", "scrubber"]
+__all__ = ["RunScrubber", "env_secrets", "known_secrets", "refresh"]
 
 #: Environment names (upper case, fnmatch) whose values are secrets, besides tracker tokens.
 SECRET_ENV_NAMES: tuple[str, ...] = ("*API_KEY*", "*SECRET*", "*PASSWORD*", "*_TOKEN")
@@ -36,8 +36,7 @@ _SECRET_NAME = re.compile(
     "|".join(fnmatch.translate(p) for p in (*SECRET_ENV_PATTERNS, *SECRET_ENV_NAMES))
 )
 
-_held: dict[str, int] = {}
-_cache: tuple[tuple[object, ...], Redactor] | None = None
+_shared: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -46,29 +45,35 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return tuple(v for n, v in env.items() if v and _SECRET_NAME.match(n.upper()))
 
 
-def hold_secret(secret: str) -> None:
-    """Mask ``secret`` (a lease token) in tracker writes until :func:`release_secret`."""
-    _held[secret] = _held.get(secret, 0) + 1
+def known_secrets() -> tuple[str, ...]:
+    """The registered secrets and the secret environment values (the environment is read
+    once, and again after :func:`refresh` or when a secret is registered)."""
+    global _shared
+    registered = registered_secrets()
+    if _shared is None or _shared[0] != registered:
+        _shared = (registered, (*registered, *env_secrets()))
+    return _shared[1]
 
 
-def release_secret(secret: str) -> None:
-    """Undo one :func:`hold_secret`."""
-    count = _held.get(secret, 0) - 1
-    if count > 0:
-        _held[secret] = count
-    else:
-        _held.pop(secret, None)
+def refresh() -> None:
+    """Read the environment again at the next scrub (after it changed)."""
+    global _shared
+    _shared = None
 
 
-def scrubber() -> Redactor:
-    """The redactor for the secrets known now.
+class RunScrubber:
+    """The redactor of one run: the known secrets plus the run's own lease token."""
 
-    Rebuilt when the registered secrets or the held lease tokens changed, so at every claim
-    and run end; the environment is read at each rebuild (a scan per write would cost more
-    than the write's scrub).
-    """
-    global _cache
-    key = (registered_secrets(), tuple(_held))
-    if _cache is None or _cache[0] != key:
-        _cache = (key, Redactor([*key[0], *key[1], *env_secrets()]))
-    return _cache[1]
+    def __init__(self, lease_token: str) -> None:
+        """Mask ``lease_token`` too."""
+        self._token = lease_token
+        self._base: tuple[str, ...] | None = None
+        self._redactor = Redactor(())
+
+    def get(self) -> Redactor:
+        """The redactor for the secrets known now (built once per run unless they change)."""
+        base = known_secrets()
+        if base is not self._base:
+            self._base = base
+            self._redactor = Redactor([*base, self._token])
+        return self._redactor

@@ -24,6 +24,7 @@ from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.factory import open_tracker
 from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
+from worker import scrub
 from worker.logs import add_secret
 
 pytestmark = pytest.mark.anyio
@@ -59,6 +60,7 @@ def provider_key(monkeypatch: pytest.MonkeyPatch) -> str:
     """A provider key in the worker's environment (as nullclaw's ``api_key_env`` reads it)."""
     key = f"sk-{uuid.uuid4().hex[:24]}"
     monkeypatch.setenv("TESTPROVIDER_API_KEY", key)
+    scrub.refresh()  # the worker reads its environment once; this test changed it
     return key
 
 
