@@ -8,8 +8,10 @@ from urllib.parse import unquote
 from pydantic import BaseModel, SecretStr
 from starlette.requests import Request
 
+from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.runs import check_lease, token_hash
+from tracker_client.errors import LeaseLost
 from tracker_client.models import Lease, Run, Task
 from tracker_client.protocol import Tracker
 from tracker_client.server import ApiError, bearer
@@ -88,20 +90,38 @@ def lease_handle(request: Request, *, lease_id: str = "", run_id: str = "") -> L
     )
 
 
-async def checked_lease(request: Request, run_id: str) -> Lease:
+async def checked_lease(request: Request, run_id: str, operation: str) -> Lease:
     """The lease handle of run ``run_id``, checked against the tracker *before* the body is read.
 
     A wrong token, an unknown run or a gone lease is answered (401/404/410) without reading a
     byte of the body: otherwise any Bearer value could make the server buffer and parse a
     16 MiB body. The write re-checks the lease in its own transaction; this read only refuses
-    early. Trackers other than the embedded one are not pre-checked.
+    early. One exception: a gone lease with an ``Idempotency-Key`` already recorded for
+    ``operation`` is let through, since that is a retry whose answer was lost, and the write
+    replays the answer it recorded (or refuses with a conflict). Trackers other than the
+    embedded one are not pre-checked.
     """
     lease = lease_handle(request, run_id=run_id)
     tracker = tracker_of(request)
-    if isinstance(tracker, TrackerCore):
-        digest = token_hash(lease.lease_token.get_secret_value())
-        # TrackerCore._read: one read-only job on the database thread, as every read is.
-        await tracker._read("check_lease", lambda c: check_lease(c, run_id, digest))
+    if not isinstance(tracker, TrackerCore):
+        return lease
+    digest = token_hash(lease.lease_token.get_secret_value())
+    key = idem_key(request)
+
+    def precheck(ctx: Ctx) -> None:
+        try:
+            check_lease(ctx, run_id, digest)
+        except LeaseLost as exc:
+            if key is None or exc.code == "invalid_token":
+                raise
+            recorded = ctx.scalar(
+                "SELECT 1 FROM idempotency WHERE key = ? AND operation = ?", (key, operation)
+            )
+            if recorded is None:
+                raise
+
+    # TrackerCore._read: one read-only job on the database thread, as every read is.
+    await tracker._read("check_lease", precheck)
     return lease
 
 

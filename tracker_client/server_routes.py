@@ -261,7 +261,7 @@ async def heartbeat(request: Request) -> Response:
 
 @endpoint
 async def add_event(request: Request) -> Response:
-    lease = await checked_lease(request, request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"], "add_event")
     body = parse_model(EventBody, await read_body(request))
     event_id = await tracker_of(request).add_event(
         lease, body.kind, body.data, idempotency_key=idem_key(request)
@@ -281,7 +281,7 @@ async def list_events(request: Request) -> Response:
 
 @endpoint
 async def transition(request: Request) -> Response:
-    lease = await checked_lease(request, request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"], "transition")
     body = parse_model(TransitionBody, await read_body(request))
     result = await tracker_of(request).transition(
         lease,
@@ -297,7 +297,7 @@ async def transition(request: Request) -> Response:
 
 @endpoint
 async def fail(request: Request) -> Response:
-    lease = await checked_lease(request, request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"], "fail")
     body = parse_model(FailBody, await read_body(request))
     result = await tracker_of(request).fail(
         lease,
@@ -312,7 +312,7 @@ async def fail(request: Request) -> Response:
 @endpoint
 async def release(request: Request) -> Response:
     """Extension: give an unfinished run's task back without counting an attempt."""
-    lease = await checked_lease(request, request.path_params["id"])
+    lease = await checked_lease(request, request.path_params["id"], "release")
     body = parse_model(ReleaseBody, await read_body(request))
     result = await tracker_of(request).release(
         lease, body.reason, idempotency_key=idem_key(request)
