@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BUILTIN", "UNLIMITED", "RetryDefaults", "parse_retry"]
+from tracker_client.models import RetryPolicy
+
+__all__ = ["BUILTIN", "UNLIMITED", "RetryDefaults", "given_retry", "parse_retry"]
 
 #: The word that asks for unlimited attempts (``max_attempts`` null means the same).
 UNLIMITED = "unlimited"
@@ -126,3 +128,23 @@ def parse_retry(
                 raise err(f"{key!r} must be a state name or null, got {value!r}")
             out[field] = value
     return out
+
+
+_DELAY_FIELDS = ("retry_delay_ms", "backoff", "max_retry_delay_ms")
+
+
+def given_retry(policy: RetryPolicy | None) -> dict[str, Any]:
+    """The fields of a task's own retry policy that override the rail's default.
+
+    The default (built in < rail options < the pipeline's ``retry``) fills what the policy
+    leaves out; no policy at all is the default whole. The delay is one unit: a policy naming
+    any of ``retry_delay_ms``/``backoff``/``max_retry_delay_ms`` gets its delay as NullTickets
+    reads it (0 ms, constant, no cap for the ones it omits), so ``{"retry_delay_ms": 5000}`` is
+    a constant 5 s. ``max_attempts`` and ``dead_letter_stage`` are inherited one by one.
+    """
+    if policy is None:
+        return {}
+    given = {k: getattr(policy, k) for k in policy.model_fields_set}
+    if any(k in given for k in _DELAY_FIELDS):
+        given.update({k: getattr(policy, k) for k in _DELAY_FIELDS})
+    return given

@@ -20,13 +20,13 @@ from tracker_client.embedded.common import (
     task_from_row,
 )
 from tracker_client.embedded.pipelines import PipelineDef, validate_definition
+from tracker_client.embedded.retrypolicy import given_retry
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
 from tracker_client.models import (
     Assignment,
     Dependency,
     Page,
     Pipeline,
-    RetryPolicy,
     Run,
     Task,
     TaskCreate,
@@ -95,26 +95,6 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "an array"
     return type(value).__name__
-
-
-_DELAY_FIELDS = ("retry_delay_ms", "backoff", "max_retry_delay_ms")
-
-
-def given_retry(policy: RetryPolicy | None) -> dict[str, Any]:
-    """The fields of a task's own retry policy that override the rail's default.
-
-    The default (built in < rail options < the pipeline's ``retry``) fills what the policy
-    leaves out; no policy at all is the default whole. The delay is one unit: a policy naming
-    any of ``retry_delay_ms``/``backoff``/``max_retry_delay_ms`` gets its delay as NullTickets
-    reads it (0 ms, constant, no cap for the ones it omits), so ``{"retry_delay_ms": 5000}`` is
-    a constant 5 s. ``max_attempts`` and ``dead_letter_stage`` are inherited one by one.
-    """
-    if policy is None:
-        return {}
-    given = {k: getattr(policy, k) for k in policy.model_fields_set}
-    if any(k in given for k in _DELAY_FIELDS):
-        given.update({k: getattr(policy, k) for k in _DELAY_FIELDS})
-    return given
 
 
 def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, Any], PipelineDef]:
