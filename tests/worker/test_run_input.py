@@ -6,16 +6,20 @@ an id such as ``x/../../victim`` must neither create nor delete anything outside
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from plugins.api import ExecutionContext
+from tests.remote.fake_nulltickets import FakeNullTickets
 from tests.worker.conftest import FnExecutor
 from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
+from tracker_client.remote import RemoteTracker
 from worker.workdirs import remove_workdir, workdir_name
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +82,56 @@ async def test_rmtree_refuses_a_directory_outside_the_base(tmp_path: Path) -> No
     inside.mkdir()
     assert await remove_workdir(str(inside), base)
     assert not inside.exists()
+
+
+class HostileIds:
+    """The fake NullTickets server, but every claimed run gets the id ``hostile``."""
+
+    def __init__(self, hostile: str) -> None:
+        self.fake = FakeNullTickets(api_token="admin-token")
+        self.hostile = hostile
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        response = self.fake.handle(request)
+        if request.url.path != "/leases/claim" or response.status_code != 200:
+            return response
+        doc = json.loads(response.content)
+        old = doc["run"]["id"]
+        run = self.fake.runs.pop(old)
+        run["id"] = doc["run"]["id"] = self.hostile
+        self.fake.runs[self.hostile] = run
+        for lease in self.fake.leases.values():
+            if lease["run_id"] == old:
+                lease["run_id"] = self.hostile
+        return httpx.Response(200, json=doc, headers={"Connection": "close"})
+
+
+async def test_a_server_answering_a_hostile_run_id_gets_the_work_done_outside_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    base = tmp_path / "work" / "base"
+    base.mkdir(parents=True)
+    victim = tmp_path / "work" / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    server = HostileIds("x/../../victim")
+    remote = RemoteTracker(
+        "http://127.0.0.1:7700",
+        api_token="admin-token",
+        transport=httpx.MockTransport(server.handle),
+    )
+    try:
+        lease = await claim_one(remote)
+        assert lease.run.id == "x/../../victim"
+
+        async def use_workdir(ctx: ExecutionContext) -> None:
+            (ctx.workdir / "scratch.txt").write_text("x")
+
+        result = await run_task(remote, lease, FnExecutor(use_workdir), settings(base))
+    finally:
+        await remote.aclose()
+    # The run went through (the id is fine as a URL path segment), its directory was its own.
+    assert result.status == "transitioned", result
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert list(base.iterdir()) == []
+    assert "not a safe path component" in caplog.text
