@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -82,19 +83,24 @@ def _run_suite(tmp_path: Path) -> tuple[int, int, list[str], str]:
     env["BIN"] = str(SUITE / "serve-as-nulltickets.sh")
     env["PORT"] = str(_free_port())
     env["BACKLOG_WORKER"] = str(_shim(tmp_path))
-    done = subprocess.run(
+    suite = subprocess.Popen(
         ["bash", "test_e2e.sh"],
         cwd=SUITE,
         env=env,
         stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=240,
-        check=False,
+        start_new_session=True,  # its server too is ended if the suite overruns
     )
-    output = done.stdout + done.stderr
+    try:
+        output, _ = suite.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(suite.pid, signal.SIGKILL)
+        output, _ = suite.communicate()
+        raise AssertionError(f"NullTickets' e2e suite overran 240 s:\n{output[-4000:]}") from None
     found = _RESULTS.search(output)
-    assert found is not None, f"no Results line (exit {done.returncode}):\n{output[-4000:]}"
+    assert found is not None, f"no Results line (exit {suite.returncode}):\n{output[-4000:]}"
     return int(found.group(1)), int(found.group(2)), _FAIL.findall(output), output
 
 
