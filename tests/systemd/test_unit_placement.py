@@ -3,6 +3,8 @@ worker config names, against ProtectHome=, PrivateTmp= and ProtectSystem=strict.
 
 from __future__ import annotations
 
+import os
+import pwd
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +21,7 @@ from worker.cli.systemd_sandbox import (
     config_paths,
     install_paths,
     plan_placement,
+    service_home,
 )
 
 
@@ -226,3 +229,30 @@ def test_systemd_analyze_verifies_the_adjusted_units(tmp_path, monkeypatch):
     assert settings(render_service(variants["tmp.service"]))["ReadWritePaths"] == [f'"{work}"']
     for name in variants:
         assert verify(tmp_path / "units", name) == [], name
+
+
+def test_a_directory_the_service_user_owns_is_not_reported_closed():
+    me = pwd.getpwuid(os.getuid()).pw_name
+    with tempfile.TemporaryDirectory() as scratch:
+        Path(scratch).chmod(0o755)
+        home = Path(scratch) / "mine"
+        home.mkdir(mode=0o700)
+        paths = [ConfiguredPath("ExecStart", str(home / "bin" / "backlog-worker"))]
+        placement = plan_placement(paths, service_user=me, allow_tmp=True)
+    assert not any("is closed" in w for w in placement.warnings), placement.warnings
+
+
+def test_a_service_user_whose_home_protect_home_would_hide_gets_it_writable():
+    # Tools executors run write their home (~/.cache, ~/.gitconfig): root's is /root.
+    root_home = pwd.getpwnam("root").pw_dir
+    if not root_home.startswith(("/root", "/home")):
+        pytest.skip(f"root's home is {root_home} here")
+    [home] = service_home("root")
+    assert home.path == root_home and home.writable
+    assert service_home("no-such-user-here") == []
+    result = _run("--service-user", "root")
+    assert result.exit_code == 0, result.output
+    s = settings(result.stdout)
+    assert s["ProtectHome"] == ["read-only"]
+    assert root_home in s["ReadWritePaths"]
+    assert "the home of User=root is" in result.stderr

@@ -27,6 +27,7 @@ from worker.cli.systemd_sandbox import (
     install_paths,
     note_lines,
     plan_placement,
+    service_home,
 )
 from worker.cli.systemd_sandbox import escape as _escape
 from worker.cli.systemd_sandbox import exec_arg as _arg
@@ -347,7 +348,7 @@ def systemd_unit_command(
             f"{service_user!r} is not a user name", param_hint="--service-user"
         )
     exec_start = resolve_exec()
-    paths = install_paths(exec_start)
+    paths = install_paths(exec_start) + ([] if user_mode else service_home(service_user))
     for config in configs:
         try:
             paths += config_paths(config)

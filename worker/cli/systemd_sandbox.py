@@ -19,6 +19,7 @@ its first write). :func:`plan_placement` looks at every such path and decides:
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import stat
 import sys
@@ -41,6 +42,7 @@ __all__ = [
     "note_lines",
     "plan_placement",
     "rail_dir",
+    "service_home",
 ]
 
 _PLAIN_ARG = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
@@ -115,6 +117,19 @@ def install_paths(exec_start: Sequence[str]) -> list[ConfiguredPath]:
     return found
 
 
+def service_home(service_user: str) -> list[ConfiguredPath]:
+    """The service user's home when ``ProtectHome=`` would hide it: tools an executor runs
+    (git, pip, npm) write there (``~/.cache``, ``~/.gitconfig``). Nothing when the user does
+    not exist yet or lives elsewhere (``useradd --home-dir /var/lib/backlog-worker``)."""
+    try:
+        home = pwd.getpwnam(service_user).pw_dir
+    except KeyError:
+        return []
+    if not _under(home, HOME_ROOTS):
+        return []
+    return [ConfiguredPath(f"the home of User={service_user}", home, writable=True)]
+
+
 def rail_dir(url: str) -> str | None:
     """The directory of an embedded rail's file when the URL names an absolute one."""
     from tracker_client.factory import parse_sqlite_url
@@ -164,16 +179,34 @@ def config_paths(config: Path) -> list[ConfiguredPath]:
     return found
 
 
-def _unreachable(path: str) -> str | None:
-    """The first existing ancestor directory others cannot enter (no ``o+x``), if any."""
+def _identity(user: str) -> tuple[int, set[int]] | None:
+    """The uid and group ids of ``user``, or None when it does not exist (yet)."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return entry.pw_uid, set(os.getgrouplist(user, entry.pw_gid))
+
+
+def _unreachable(path: str, who: tuple[int, set[int]] | None) -> str | None:
+    """The first existing ancestor directory the service user cannot enter, if any (by its
+    owner, group and other execute bits; "other" alone when the user does not exist yet)."""
     current = PurePosixPath(os.path.normpath(path))
     for parent in reversed([current, *current.parents]):
         try:
-            mode = os.stat(parent).st_mode
+            st = os.stat(parent)
         except OSError:
             return None
-        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
-            return f"{parent} (mode {stat.S_IMODE(mode):04o})"
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        if who is not None and st.st_uid == who[0]:
+            can = st.st_mode & stat.S_IXUSR
+        elif who is not None and st.st_gid in who[1]:
+            can = st.st_mode & stat.S_IXGRP
+        else:
+            can = st.st_mode & stat.S_IXOTH
+        if not can:
+            return f"{parent} (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
@@ -227,14 +260,17 @@ def plan_placement(
             " /usr/local) for ProtectHome=yes"
         )
     closed: dict[str, list[str]] = {}
+    who = _identity(service_user)
     for p in paths:
-        blocked = _unreachable(p.path)
+        blocked = _unreachable(p.path, who)
         if blocked:
             closed.setdefault(blocked, []).append(p.label)
     for blocked, labels in closed.items():
+        whom = f"User={service_user}" if who is not None else "other users"
         warnings.append(
-            f"{blocked} is closed to other users, and it holds {', '.join(labels)}: unless"
-            f" User={service_user} may enter it (owner or group), the service fails to start"
+            f"{blocked} is closed to {whom}, and it holds {', '.join(labels)}: the service"
+            " cannot reach it and fails to start"
+            + ("" if who is not None else f" unless User={service_user} may enter it")
         )
     read_write: list[str] = []
     for p in paths:
