@@ -126,20 +126,26 @@ def protocol_class(limits: ConnectionLimits) -> type[H11Protocol]:
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
+            self._follow()
+
+        def _follow(self) -> bool:
+            """Re-arm for the request in progress; True if a new one started."""
             cycle = self.cycle
             if cycle is None:
-                return
+                return False
             if cycle is not self._seen_cycle:  # a new request's headers are complete
                 self._seen_cycle = cycle
                 self._disarm()
                 if cycle.more_body:
                     self._arm("body", limits.body_timeout_s)
-            elif self._waiting_for == "body" and not cycle.more_body:
+                return True
+            if self._waiting_for == "body" and not cycle.more_body:
                 self._disarm()
+            return False
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
+            super().on_response_complete()  # may start a pipelined request already buffered
+            if not self.transport.is_closing() and not self._follow():
                 self._arm("headers", limits.header_timeout_s)  # the next request's headers
 
         def connection_lost(self, exc: Exception | None) -> None:

@@ -154,3 +154,47 @@ def test_a_burst_of_connections_at_a_low_fd_limit_logs_a_few_lines(tmp_path: Pat
         lines = log.read_text().splitlines()[before:]
         assert len(lines) <= 20, "\n".join(lines[:40])
         assert not any("Traceback" in line for line in lines), "\n".join(lines[:10])
+
+
+def _read_answers(sock: socket.socket, count: int, within_s: float) -> list[int]:
+    """The statuses of ``count`` answers read from ``sock`` (each with a Content-Length)."""
+    sock.settimeout(within_s)
+    data = b""
+    statuses: list[int] = []
+    while len(statuses) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {statuses}"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        statuses.append(int(head.split(b" ", 2)[1]))
+        found = re.search(rb"(?i)content-length: *(\d+)", head)
+        assert found is not None, head
+        size = int(found.group(1))
+        while len(data) < size:
+            data += sock.recv(65536)
+        data = data[size:]
+    return statuses
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_timeouts_spare_kept_alive_pipelined_and_long_polling_requests(tmp_path: Path) -> None:
+    with serving(tmp_path, "--header-timeout", "1") as (port, _log):
+        get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(get * 3)  # pipelined: the later ones wait while the first is answered
+            assert _read_answers(sock, 3, 10) == [200, 200, 200]
+            sock.sendall(get)  # kept alive, well inside the header timeout
+            assert _read_answers(sock, 1, 10) == [200]
+            # Answering is not limited: a 2.5 s long-poll outlasts the 1 s header timeout, also
+            # when it was pipelined behind another request.
+            poll = b"GET /ops/wait-for-work?timeout_ms=2500 HTTP/1.1\r\nHost: x\r\n\r\n"
+            sock.sendall(poll)
+            assert _read_answers(sock, 1, 20) == [200]
+            sock.sendall(get + poll)
+            assert _read_answers(sock, 2, 20) == [200, 200]
+            # Then idle: closed at the header timeout (uvicorn's own keep-alive is 5 s).
+            started = time.monotonic()
+            assert closed_by_server(sock, 15)
+            assert time.monotonic() - started < 4.5
