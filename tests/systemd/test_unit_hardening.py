@@ -93,7 +93,7 @@ def test_a_user_unit_keeps_the_seccomp_settings_without_mount_namespaces():
 )
 def test_systemd_analyze_security_rates_the_units_ok(tmp_path, name, text):
     # Measured with systemd 252: 7.0 (MEDIUM) before this sandbox; now 1.5 for the worker
-    # (1.4 with --memory-deny-write-execute) and 1.5 for the tracker. What is left is what
+    # (1.4 with --memory-deny-write-execute) and 1.3 for the tracker. What is left is what
     # the executors need: the network (PrivateNetwork, IPAddressDeny), other users' files
     # (PrivateUsers), /proc's system files (ProcSubset), chown/setrlimit (@privileged,
     # @resources: git, tar, nice) and, for the worker, JIT memory.
