@@ -2,8 +2,11 @@
 
 The template ``backlog-worker@.service`` runs one worker per instance (the instance name is the
 worker's name: its config file and its agent id); ``backlog-worker.target`` groups the enabled
-instances. ``contrib/systemd/`` holds the same units rendered for ``/usr/local/bin`` (a test
-keeps them identical to :func:`render_service` output), so the CLI and the files never drift.
+instances; ``--tracker-serve`` prints ``backlog-tracker.service`` (:mod:`worker.cli.systemd_serve`).
+``contrib/systemd/`` holds the same units rendered for ``/usr/local/bin`` (a test keeps them
+identical to the renderers' output), so the CLI and the files never drift. The sandbox is fitted
+to where the install and the ``--config`` files' paths are (:mod:`worker.cli.systemd_sandbox`):
+a unit must work on the machine it is generated on, or say why it cannot.
 """
 
 from __future__ import annotations
