@@ -88,6 +88,13 @@ def test_the_serve_unit_refuses_a_rail_it_cannot_serve(rail, message):
     assert message in result.output
 
 
+@pytest.mark.parametrize("flag", [["--user"], ["--instance", "a"]])
+def test_the_serve_unit_is_one_system_unit(flag):
+    result = _run(*flag)
+    assert result.exit_code == 2
+    assert "--tracker-serve prints one system unit" in result.output
+
+
 def test_a_rail_outside_the_state_directory_is_made_writable(tmp_path):
     result = _run("--rail", "sqlite:///srv/rails/main.db")
     assert result.exit_code == 0, result.output

@@ -350,6 +350,11 @@ def systemd_unit_command(
         raise click.BadParameter(
             f"{service_user!r} is not a user name", param_hint="--service-user"
         )
+    if tracker_serve and (user_mode or instance is not None):
+        raise click.UsageError(
+            "--tracker-serve prints one system unit (the workers' user and state directory):"
+            " drop --user and --instance"
+        )
     exec_start = resolve_exec()
     paths = install_paths(exec_start) + ([] if user_mode else service_home(service_user))
     for config in configs:
