@@ -29,6 +29,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -56,6 +57,7 @@ __all__ = [
     "EXTENSIONS",
     "GENERATION_HEADER",
     "ApiError",
+    "Closing",
     "create_app",
     "error_response",
     "json_response",
@@ -319,6 +321,29 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return error_response(404, "not_found", "Not found")
 
 
+class Closing:
+    """Set once the server stops: long polls (wait-for-work, task wait) answer at once instead
+    of holding up a stop for their whole timeout (an idle worker's poll lasts up to 25 s)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._event: anyio.Event | None = None  # made on first wait: needs a running loop
+
+    def set(self) -> None:
+        """Answer every long poll now, and any that starts later at once."""
+        self.closed = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once :meth:`set` was called."""
+        if self.closed:
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+
 def create_app(
     tracker: Tracker,
     *,
@@ -336,5 +361,6 @@ def create_app(
     app.state.max_request_bytes = max_request_bytes
     app.state.boot_id = secrets.token_hex(4)
     app.state.generation = 0
+    app.state.closing = Closing()  # the serving loop sets it when it stops (long polls end)
     app.add_middleware(AuthMiddleware, api_token=api_token)
     return app

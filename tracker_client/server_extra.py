@@ -17,6 +17,7 @@ from tracker_client.server_helpers import (
     page_json,
     store_path,
     tracker_of,
+    until_closing,
 )
 
 __all__ = [
@@ -154,7 +155,12 @@ async def wait(request: Request) -> Response:
     timeout_ms = int_query(request, "timeout_ms", 30_000)
     if not 0 <= timeout_ms <= MAX_WAIT_MS:
         raise ApiError(400, "invalid_request", f"timeout_ms must be 0..{MAX_WAIT_MS}")
-    result = await tracker_of(request).wait(request.path_params["id"], timeout_s=timeout_ms / 1000)
+    tracker, task_id = tracker_of(request), request.path_params["id"]
+    result = await until_closing(
+        request, lambda: tracker.wait(task_id, timeout_s=timeout_ms / 1000)
+    )
+    if result is None:  # the server is stopping: answer with the state as it is now
+        result = await tracker.wait(task_id, timeout_s=0)
     return json_response(dump(result))
 
 
@@ -173,7 +179,8 @@ async def wait_for_work(request: Request) -> Response:
     if since is not None and since != f"{state.boot_id}:{state.generation}":
         # Something was written since the client last looked (or the server restarted).
         return json_response({"status": "changed"})
-    await tracker_of(request).wait_for_work(timeout_ms / 1000)
+    tracker = tracker_of(request)
+    await until_closing(request, lambda: tracker.wait_for_work(timeout_ms / 1000))
     return json_response({"status": "ok"})
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
+import anyio
 from pydantic import BaseModel, SecretStr
 from starlette.requests import Request
 
@@ -14,7 +16,7 @@ from tracker_client.embedded.runs import check_lease, token_hash
 from tracker_client.errors import LeaseLost
 from tracker_client.models import Lease, Run, Task
 from tracker_client.protocol import Tracker
-from tracker_client.server import ApiError, bearer
+from tracker_client.server import ApiError, Closing, bearer
 
 __all__ = [
     "checked_lease",
@@ -26,7 +28,29 @@ __all__ = [
     "page_json",
     "store_path",
     "tracker_of",
+    "until_closing",
 ]
+
+T = TypeVar("T")
+
+
+async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T | None:
+    """Run the long poll ``wait``; None when the server started stopping first."""
+    closing: Closing = request.app.state.closing
+    if closing.closed:
+        return None
+    result: T | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def poll() -> None:
+            nonlocal result
+            result = await wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(poll)
+        await closing.wait()
+        tg.cancel_scope.cancel()
+    return result
 
 
 def tracker_of(request: Request) -> Tracker:

@@ -53,22 +53,16 @@ def _free_port() -> int:
 
 def _shim(tmp_path: Path) -> Path:
     """What ``serve-as-nulltickets.sh`` runs as ``$BACKLOG_WORKER``: this interpreter's
-    ``backlog-worker``, whatever is on PATH. The rail is created first (the suite starts from
-    an empty database path, as NullTickets does; an operator creates the rail beforehand), and
-    served with NullTickets' default retry policy."""
+    ``backlog-worker``, whatever is on PATH. It serves with ``--create`` (the suite starts
+    from a fresh database path, which NullTickets creates) and NullTickets' default retry policy."""
     shim = tmp_path / "backlog-worker"
     shim.write_text(
         f"#!{sys.executable}\n"
         "import os, sys\n"
         "args = sys.argv[1:]\n"
         "url = args[args.index('--tracker') + 1]\n"
-        "path = url.removeprefix('sqlite://')\n"
-        "if not os.path.exists(path):\n"
-        "    import anyio\n"
-        "    from tracker_client.embedded import EmbeddedTracker\n"
-        "    async def make():\n"
-        "        await (await EmbeddedTracker.open(path)).aclose()\n"
-        "    anyio.run(make)\n"
+        # the suite starts from a fresh database path, which NullTickets creates
+        "args.append('--create')\n"
         # NullTickets' own default retry policy (unlimited, no delay), which its suite expects;
         # a rail's default is bounded with backoff unless it asks for this (README).
         f"args[args.index('--tracker') + 1] = url + {NULLTICKETS_RETRY!r}\n"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import click
 
-from tracker_client.errors import BacklogWorkerError, ConfigError, TrackerError
+from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail, TrackerError
 from tracker_client.factory import open_tracker
 
 if TYPE_CHECKING:
@@ -59,10 +59,13 @@ async def serve_tracker(
     api_token: str | None = None,
     max_request_bytes: int | None = None,
     limits: ConnectionLimits | None = None,
+    create: bool = False,
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
     ``limits``: read timeouts and the connection cap (:mod:`tracker_client.server_transport`).
+    ``create``: start a new rail when the file is missing (else ``no rail at PATH``), for a
+    rail whose pipelines its clients create over HTTP, as on a NullTickets server.
     """
     import asyncio
 
@@ -80,7 +83,10 @@ async def serve_tracker(
 
     _check_url(url)
     server_class = _make_server_class()
-    tracker = await open_tracker(url, create=False)  # serve a rail, never start one
+    try:
+        tracker = await open_tracker(url, create=create)  # a typo never starts a new rail
+    except NoRail as exc:
+        raise NoRail(f"{exc}; or start it here with `tracker serve --create`") from None
     try:
         app = create_app(
             tracker,
@@ -100,6 +106,7 @@ async def serve_tracker(
             backlog=min(2048, limits.max_connections),
         )
         server = server_class(config)
+        server.closing = app.state.closing
         server.announce = (
             f"serving {url} (api auth: {'admin token required' if api_token else 'disabled'})"
         )
@@ -113,10 +120,20 @@ async def serve_tracker(
 def _make_server_class() -> type[Any]:
     import uvicorn
 
+    from tracker_client.server import Closing
+
     class Server(uvicorn.Server):
         """uvicorn's server, announcing the address it really listens on (``--port 0``)."""
 
         announce = ""
+        closing: Closing | None = None
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Answer long polls first: uvicorn waits for every request in flight, and an idle
+            # worker's wait-for-work would hold the stop up for its whole timeout.
+            if self.closing is not None:
+                self.closing.set()
+            await super().shutdown(sockets)
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
@@ -188,6 +205,11 @@ def register(group: click.Group) -> None:
         show_default=True,
         help="Seconds a request's body may take to arrive after its headers.",
     )
+    @click.option(
+        "--create",
+        is_flag=True,
+        help="Start a new rail (mode 0600) if the file is missing (else: no rail at PATH).",
+    )
     @click.option("--log-level", default="INFO", show_default=True)
     def serve(
         url: str,
@@ -199,6 +221,7 @@ def register(group: click.Group) -> None:
         max_connections: int | None,
         header_timeout: float,
         body_timeout: float,
+        create: bool,
         log_level: str,
     ) -> None:
         """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
@@ -218,16 +241,17 @@ def register(group: click.Group) -> None:
                     api_token=api_token,
                     max_request_bytes=max_request_bytes,
                     limits=_limits(max_connections, header_timeout, body_timeout),
+                    create=create,
                 )
             )
         except ConfigError as exc:
-            click.echo(f"backlog-worker: {exc}", err=True)
+            click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_CONFIG)
         except TrackerError as exc:
-            click.echo(f"backlog-worker: tracker: {exc}", err=True)
+            click.echo(f"error: tracker: {exc}", err=True)
             sys.exit(EXIT_TRACKER)
         except BacklogWorkerError as exc:  # pragma: no cover - defensive
-            click.echo(f"backlog-worker: {exc}", err=True)
+            click.echo(f"error: {exc}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
             pass
