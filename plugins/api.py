@@ -13,6 +13,7 @@ empty when ready); ``backlog-worker check`` runs it before any task is claimed.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
+from plugins.artifact_files import digest_file
 from tracker_client.models import ArtifactCreate, Run, Task
 
 __all__ = [
@@ -246,7 +248,11 @@ class ExecutionContext:
         size_bytes: int | None = None,
         meta: Any = None,
     ) -> str:
-        """Record an artifact of this task and run (written at once, not batched)."""
+        """Record an artifact of this task and run (written at once, not batched); its id.
+
+        The tracker stores the reference only: ``uri`` is whatever names the thing (``file://``,
+        ``https://``, ...), and ``sha256``/``size_bytes`` are not checked.
+        """
         await self.flush()
         return await self._sink.emit_artifact(
             ArtifactCreate(
@@ -258,6 +264,42 @@ class ExecutionContext:
                 size_bytes=size_bytes,
                 meta=meta,
             )
+        )
+
+    async def artifact_file(
+        self,
+        path: Path | str,
+        *,
+        kind: str = "file",
+        meta: Any = None,
+        copy_to: Path | str | None = None,
+    ) -> str:
+        """Record a file as an artifact: sha256 and size computed in a worker thread; its id.
+
+        A relative ``path`` is the run's working directory's. The ``file://`` uri names the
+        file itself, which is gone once the worker removes the run's directory (unless
+        ``keep_workdirs``): pass ``copy_to`` (a file path) to copy it there first (atomically,
+        hashed while copying) and record the copy. Only regular files: ValueError otherwise,
+        OSError when it cannot be read or copied. Cancellation stops between 1 MiB chunks.
+        """
+        source = Path(path)
+        if not source.is_absolute():
+            source = self.workdir / source
+        dest = None if copy_to is None else Path(copy_to)
+        stop = threading.Event()
+        try:
+            digest = await anyio.to_thread.run_sync(
+                digest_file, source, dest, stop, abandon_on_cancel=True
+            )
+        except BaseException:
+            stop.set()  # a cancelled caller: the thread gives up at its next chunk
+            raise
+        return await self.artifact(
+            kind,
+            digest.path.as_uri(),
+            sha256=digest.sha256,
+            size_bytes=digest.size_bytes,
+            meta=meta,
         )
 
 

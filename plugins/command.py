@@ -17,6 +17,7 @@ Options (a role's ``[roles.options]`` table; every one is checked when the worke
     stream_limit_bytes = 65536             # per stream; the rest is only in the tail
     cwd = "/srv/repo"                      # default: the run's working directory (templated;
                                            # relative = the worker's directory)
+    artifacts_dir = "/srv/artifacts"       # outcome.json artifacts are copied here first
 
 Placeholders (in ``argv`` items, ``env`` values and ``cwd``): ``{task.id}``, ``{task.title}``,
 ``{task.description}``, ``{task.stage}``, ``{task.pipeline_id}``, ``{task.priority}``,
@@ -29,7 +30,11 @@ The child runs in the run's working directory (unless ``cwd``) with a scrubbed e
 (:func:`minimal_env`) plus ``BACKLOG_TASK_ID``, ``BACKLOG_RUN_ID``, ``BACKLOG_ATTEMPT``,
 ``BACKLOG_WORKDIR`` and ``BACKLOG_TASK_FILE`` (when ``task_file``). If it writes
 ``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
-optional), a mapped exit code uses that trigger instead. Cancellation kills the whole process group.
+optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
+(``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
+recorded, hashed and sized (see :mod:`plugins.command_outcome`); without ``artifacts_dir`` their
+``file://`` uris name the workdir, which is removed after the run unless ``keep_workdirs``.
+Cancellation kills the whole process group.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.command_outcome import (
+    OUTCOME_FILE,
+    read_outcome_file,
+    record_artifacts,
+    resolve_artifacts,
+)
 from plugins.command_stream import OutputStream
 from plugins.command_template import Template, TemplateValues
 from plugins.proc import ProcessResult, SpawnError, minimal_env, run_process
@@ -51,9 +62,7 @@ from tracker_client.errors import ExecutorError
 
 __all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
 
-OUTCOME_FILE = "outcome.json"
 TASK_FILE = "task.json"
-_MAX_OUTCOME_BYTES = 1 << 20
 _OPTION_NAMES = (
     "argv",
     "env",
@@ -68,6 +77,7 @@ _OPTION_NAMES = (
     "stream_output",
     "stream_limit_bytes",
     "cwd",
+    "artifacts_dir",
 )
 
 
@@ -181,6 +191,10 @@ class CommandOptions:
         if cwd is not None and (not isinstance(cwd, str) or not cwd):
             raise ExecutorError("command option 'cwd' must be a non-empty path string")
         self.cwd = None if cwd is None else Template.parse(cwd, "cwd")
+        artifacts_dir = options.get("artifacts_dir")
+        if artifacts_dir is not None and (not isinstance(artifacts_dir, str) or not artifacts_dir):
+            raise ExecutorError("command option 'artifacts_dir' must be a non-empty path string")
+        self.artifacts_dir = None if artifacts_dir is None else Path(artifacts_dir).absolute()
         # relative paths (program, cwd) are the worker's, resolved against where it started
         self.base_dir = Path.cwd()
         if not self.task_file:
@@ -205,37 +219,6 @@ def task_json(ctx: ExecutionContext) -> bytes:
         "workdir": str(ctx.workdir),
     }
     return json.dumps(doc, ensure_ascii=False, indent=2).encode()
-
-
-def read_outcome_file(path: Path) -> dict[str, Any] | None:
-    """Parse ``outcome.json`` (None when absent). Raises ValueError naming what is wrong."""
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(_MAX_OUTCOME_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError(f"cannot read {path.name}: {exc.strerror or exc}") from exc
-    if len(raw) > _MAX_OUTCOME_BYTES:
-        raise ValueError(f"{path.name} is larger than {_MAX_OUTCOME_BYTES} bytes")
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path.name} is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path.name} must hold a JSON object, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - {"trigger", "instructions", "usage"})
-    if unknown:
-        raise ValueError(
-            f"{path.name}: unknown key(s) {', '.join(map(repr, unknown))} "
-            "(allowed: trigger, instructions, usage)"
-        )
-    trigger = doc.get("trigger")
-    if trigger is not None and (not isinstance(trigger, str) or not trigger.strip()):
-        raise ValueError(f"{path.name}: 'trigger' must be a non-empty string, got {trigger!r}")
-    if not isinstance(doc.get("instructions", ""), str | None):
-        raise ValueError(f"{path.name}: 'instructions' must be a string")
-    return doc
 
 
 async def _flush_periodically(ctx: ExecutionContext, stop: anyio.Event) -> None:
@@ -430,6 +413,24 @@ class CommandExecutor:
         trigger = opts.exit_codes[result.returncode]
         if doc is None:
             return Transition(trigger=trigger)
+        declared = doc.get("artifacts") or []
+        try:
+            resolved = await anyio.to_thread.run_sync(resolve_artifacts, ctx.workdir, declared)
+            await record_artifacts(ctx, declared, resolved, opts.artifacts_dir)
+        except ValueError as exc:  # a bad declaration: the same output would fail again
+            return Failure(
+                reason="bad_executor_output",
+                message=f"command {program!r}: {exc}",
+                retryable=False,
+                details=details,
+            )
+        except OSError as exc:  # vanished, unreadable, or the copy could not be written
+            return Failure(
+                reason="artifact_failed",
+                message=f"command {program!r}: {OUTCOME_FILE} artifact: {exc}",
+                retryable=True,
+                details=details,
+            )
         return Transition(
             trigger=doc.get("trigger") or trigger,
             instructions=doc.get("instructions"),

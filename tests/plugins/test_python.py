@@ -81,7 +81,7 @@ async def test_exception_propagates_to_the_worker(tmp_path: Path) -> None:
         ("no_such_module_xyz:f", r"'no_such_module_xyz:f': cannot import module"),
         (f"{MOD}:absent", r"has no attribute 'absent'"),
         (f"{MOD}:NOT_CALLABLE", r"is a int, not a function"),
-        (f"{MOD}:sync_function", r"must be an async function"),
+        (f"{MOD}:AsyncCallable", r"is a class; name a function"),
     ],
 )
 def test_bad_callable_paths_are_named(path: str | None, message: str) -> None:
