@@ -57,6 +57,7 @@ __all__ = [
     "EXIT_TIMEOUT",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
+    "PIPED_WIDTH",
     "DurationType",
     "OpsContext",
     "OpsError",
@@ -183,6 +184,10 @@ def unwrap_groups(run: Callable[..., T], *args: Any) -> T:
         raise
 
 
+#: The console width when stdout is not a terminal: wide enough that no cell is ever folded.
+PIPED_WIDTH = 100_000
+
+
 class SafeConsole(Console):
     """A console that prints user text as text: no markup, no emoji codes, and control
     characters (a task title may hold ESC sequences) shown escaped instead of reaching the
@@ -191,6 +196,10 @@ class SafeConsole(Console):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("highlight", False)
         super().__init__(markup=False, emoji=False, **kwargs)
+        if "width" not in kwargs and not self.is_terminal:
+            # Piped or redirected: a cell is never folded mid-word at 80 columns (or $COLUMNS);
+            # tables take the width their cells need, as one line per row for grep and cut.
+            self.width = PIPED_WIDTH
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         """Escape control characters, then render as plain text."""
