@@ -44,11 +44,18 @@ ENTRY_POINT_GROUP = "backlog_worker.executors"
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """Success: move the task on with ``trigger`` (None = the role's default trigger)."""
+    """Success: move the task on with ``trigger``.
+
+    ``trigger=None`` lets the worker choose it for the task's pipeline and stage (a role's
+    ``[roles.triggers]``, the stage's only way out, its ``default_trigger``: see
+    :mod:`worker.triggers`). ``source`` says where the executor got its answer (``exit code 0 of
+    command 'x'``) for the error when the trigger is refused; it does not take part in equality.
+    """
 
     trigger: str | None = None
     instructions: str | None = None
     usage: Any = None
+    source: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

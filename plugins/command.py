@@ -411,8 +411,9 @@ class CommandExecutor:
                 details=details,
             )
         trigger = opts.exit_codes[result.returncode]
+        source = f"exit code {result.returncode} of command {program!r}"
         if doc is None:
-            return Transition(trigger=trigger)
+            return Transition(trigger=trigger, source=source)
         declared = doc.get("artifacts") or []
         try:
             resolved = await anyio.to_thread.run_sync(resolve_artifacts, ctx.workdir, declared)
@@ -431,8 +432,11 @@ class CommandExecutor:
                 retryable=True,
                 details=details,
             )
+        if doc.get("trigger"):
+            source = f"{OUTCOME_FILE} of command {program!r}"
         return Transition(
             trigger=doc.get("trigger") or trigger,
             instructions=doc.get("instructions"),
             usage=doc.get("usage"),
+            source=source,
         )
