@@ -221,9 +221,14 @@ class Tracker(Protocol):
 
     # -- operations -----------------------------------------------------------------------------
     async def queue_stats(
-        self, *, near_expiry_ms: int = 60_000, stuck_ms: int = 300_000
+        self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
     ) -> QueueStats:
-        """Per-role queue figures."""
+        """Per-role queue figures.
+
+        ``near_expiry_ms=None``: a lease is near expiry when less than a third of its own TTL
+        is left (it missed a heartbeat; a worker heartbeats every third of the TTL). A tracker
+        that doesn't expose lease TTLs (NullTickets) uses a third of the default 60 s TTL.
+        """
 
     # -- KV store -------------------------------------------------------------------------------
     async def store_put(self, namespace: str, key: str, value: Any) -> None:

@@ -58,6 +58,8 @@ NULLTICKETS_DEFAULT_RETRY = {"max_attempts": 5, "retry_delay_ms": 1_000}
 _EXTENSION_FIELDS = ("concurrency_key", "expires_at_ms", "queue_ttl_ms", "max_stale_attempts")
 
 MAX_LEASE_TTL_MS = 86_400_000
+#: A worker's default lease TTL: the near-expiry window of ``queue_stats`` is a third of it.
+DEFAULT_LEASE_TTL_MS = 60_000
 
 
 def item_cursor(page: Page[Any], kind: str) -> str | None:
@@ -332,9 +334,12 @@ class RemoteCore(RemoteBase):
 
     # -- operations ---------------------------------------------------------------------------
     async def queue_stats(
-        self, *, near_expiry_ms: int = 60_000, stuck_ms: int = 300_000
+        self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
     ) -> QueueStats:
-        """``GET /ops/queue``."""
+        """``GET /ops/queue``; ``near_expiry_ms=None`` sends a third of the default lease TTL
+        (the API takes one window and doesn't expose each lease's TTL)."""
+        if near_expiry_ms is None:
+            near_expiry_ms = DEFAULT_LEASE_TTL_MS // 3
         query = encode_query({"near_expiry_ms": near_expiry_ms, "stuck_ms": stuck_ms})
         return self._parse(
             QueueStats, await self._json("GET", f"/ops/queue?{query}"), "GET /ops/queue"

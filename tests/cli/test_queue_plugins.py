@@ -17,11 +17,11 @@ def test_queue_table_and_json(simple: Rail) -> None:
         assert await tracker.claim("w1", "coder", 30_000) is not None
 
     simple.run(claim)
-    stats = simple.json("queue")
+    stats = simple.json("queue", "--near-expiry", "60s")
     coder = next(r for r in stats["roles"] if r["role"] == "coder")
     assert coder["waiting_count"] == 2
     assert coder["running_count"] == 1
-    assert coder["near_expiry_leases"] == 1  # 30 s lease, 60 s near-expiry window
+    assert coder["near_expiry_leases"] == 1  # 30 s lease, an explicit 60 s near-expiry window
     assert {r["role"] for r in stats["roles"]} == {"coder", "checker"}
 
     table = simple.cli("queue")

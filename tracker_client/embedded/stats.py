@@ -23,8 +23,12 @@ def health(ctx: Ctx) -> Health:
     return Health(status="ok", version=VERSION, tasks_by_stage=stages, active_leases=active)
 
 
-def queue_stats(ctx: Ctx, near_expiry_ms: int, stuck_ms: int) -> QueueStats:
-    """One entry per role declared in a non-terminal state of any pipeline."""
+def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueStats:
+    """One entry per role declared in a non-terminal state of any pipeline.
+
+    A lease is near expiry when it ends within ``near_expiry_ms``, or, with None, when less than
+    a third of its own TTL is left: a healthy lease, heartbeated every third of its TTL, never is.
+    """
     now = ctx.now
     roles: list[str] = []
     stage_role: dict[tuple[str, str], str | None] = {}
@@ -37,33 +41,41 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int, stuck_ms: int) -> QueueStats:
     waiting: dict[str, int] = defaultdict(int)
     claimable: dict[str, int] = defaultdict(int)
     oldest: dict[str, int] = {}
+    retrying: dict[str, int] = defaultdict(int)
+    next_retry: dict[str, int] = {}
     # claimable = what some agent could claim now: eligible, dependencies resolved, and its
     # concurrency key not held by a live lease (assignments and per_state are ignored).
-    for role, deps_ok, key_free, eligible, created in conn.execute(
+    # Not yet eligible = a failed run's retry waiting out its delay (nothing else sets a
+    # future eligibility): a draining worker waits for it.
+    for role, deps_ok, key_free, eligible_at, created in conn.execute(
         "SELECT t.role, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u "
         "ON u.id = d.depends_on_task_id WHERE d.task_id = t.id AND u.terminal = 0), "
         "t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM tasks k "
         "WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > ?1), "
-        "t.next_eligible_at_ms <= ?1, t.created_at_ms FROM tasks t "
+        "t.next_eligible_at_ms, t.created_at_ms FROM tasks t "
         "WHERE t.role IS NOT NULL AND t.dead_letter_reason IS NULL AND t.terminal = 0 "
         "AND t.lease_expires_at_ms <= ?1",
         (now,),
     ):
         waiting[role] += 1
-        if eligible and deps_ok and key_free:
+        if eligible_at > now:
+            retrying[role] += 1
+            next_retry[role] = min(eligible_at, next_retry.get(role, eligible_at))
+        elif deps_ok and key_free:
             claimable[role] += 1
             if role not in oldest or created < oldest[role]:
                 oldest[role] = created
     running: dict[str, int] = defaultdict(int)
     near: dict[str, int] = defaultdict(int)
     stuck: dict[str, int] = defaultdict(int)
-    for role, expires, started in conn.execute(
-        "SELECT r.agent_role, t.lease_expires_at_ms, r.started_at_ms FROM tasks t "
+    for role, expires, started, ttl in conn.execute(
+        "SELECT r.agent_role, t.lease_expires_at_ms, r.started_at_ms, t.lease_ttl_ms FROM tasks t "
         "JOIN runs r ON r.id = t.lease_run_id WHERE t.lease_expires_at_ms > ?",
         (now,),
     ):
         running[role] += 1
-        if expires <= now + near_expiry_ms:
+        window = near_expiry_ms if near_expiry_ms is not None else (ttl or 0) / 3
+        if expires <= now + window:
             near[role] += 1
         if started <= now - stuck_ms:
             stuck[role] += 1
@@ -94,6 +106,8 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int, stuck_ms: int) -> QueueStats:
                 running_count=running[r],
                 dead_letter_count=dead[r],
                 max_backlog_depth=max(ctx.opts.cap_for(r), 0),
+                retry_waiting_count=retrying[r],
+                next_retry_at_ms=next_retry.get(r),
             )
             for r in roles
         ],

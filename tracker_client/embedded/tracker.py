@@ -381,7 +381,7 @@ class EmbeddedTracker(ReleaseOps):
 
     # -- operations -----------------------------------------------------------------------------
     async def queue_stats(
-        self, *, near_expiry_ms: int = 60_000, stuck_ms: int = 300_000
+        self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
     ) -> QueueStats:
         """Per-role queue figures."""
         return await self._read(

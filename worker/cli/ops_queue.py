@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from tracker_client.models import Health, QueueStats
 from tracker_client.protocol import Tracker
@@ -36,14 +37,30 @@ def _compact(value: int | None) -> str:
     return str(value)
 
 
-def render_queue(stats: QueueStats, health: Health | None = None) -> RenderableType:
-    """The per-role table of a :class:`QueueStats`, and the census of ``health`` below it."""
+#: One line per column of the queue table (item order = column order).
+LEGEND = (
+    "role: the agent role of the stages counted",
+    "waiting: tasks in its stages without a live lease (incl. not yet eligible or blocked)",
+    "ready: waiting tasks claimable now (eligible, dependencies done, concurrency key free)",
+    "running: live leases",
+    "failed: failed runs of its tasks, all time",
+    "dead: tasks dead-lettered (or cancelled) from its stages",
+    "oldest: age of the oldest ready task",
+    "expiring: live leases with less than a third of their TTL left (a missed heartbeat), "
+    "or ending within --near-expiry",
+    "stuck: runs started longer ago than --stuck and still running",
+    "cap: waiting tasks allowed before creating more fails (none = unlimited)",
+)
+
+
+def render_queue(
+    stats: QueueStats, health: Health | None = None, *, legend: bool = True
+) -> RenderableType:
+    """The per-role table of a :class:`QueueStats`, its legend, and the census of ``health``."""
     table = Table(
         title=f"queue at {fmt_ms(stats.generated_at_ms)}",
         box=box.SIMPLE_HEAD,
         padding=0,  # ten columns: the box's own separators are enough to fit 80 columns
-        caption="ready: claimable now; dead: dead-lettered; oldest: age of the oldest ready "
-        "task; expiring: leases near expiry; stuck: runs running too long",
     )
     table.add_column("role", no_wrap=True)
     for col in ("waiting", "ready", "running", "failed", "dead", "oldest", "expiring", "stuck"):
@@ -69,6 +86,8 @@ def render_queue(stats: QueueStats, health: Health | None = None) -> RenderableT
     if health is not None and health.tasks_by_stage:
         census = "  ".join(f"{s.stage} {s.count}" for s in health.tasks_by_stage)
         parts.append(f"tasks by stage: {census}; active leases: {health.active_leases}")
+    if legend and stats.roles:
+        parts.append(Text("\n".join(LEGEND), style="dim"))
     return Group(*parts)
 
 
@@ -86,10 +105,12 @@ def render_queue(stats: QueueStats, health: Health | None = None) -> RenderableT
 @click.option(
     "--near-expiry",
     type=DurationType(),
-    default="60s",
-    show_default=True,
-    help="A lease expiring within this counts as near expiry.",
+    default=None,
+    help="A lease ending within this counts as expiring. Default: less than a third of its "
+    "own TTL is left (it missed a heartbeat; a remote NullTickets tracker: 20s, a third of "
+    "the default TTL).",
 )
+@click.option("--no-legend", is_flag=True, help="Print the table without the column legend.")
 @click.option(
     "--stuck",
     type=DurationType(),
@@ -102,24 +123,26 @@ def queue(
     watch: bool,
     interval: float,
     iterations: int | None,
-    near_expiry: float,
+    near_expiry: float | None,
+    no_legend: bool,
     stuck: float,
     tracker_url: str | None,
     config_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Per-role figures: waiting, running, failed, dead-lettered, oldest waiting, near-expiry.
+    """Per-role figures: waiting, ready, running, failed, dead, oldest ready, expiring, stuck.
 
     With --json and --watch, prints one JSON object per line per refresh.
     """
     ops = OpsContext.build(tracker_url, config_path, as_json)
-    near_ms, stuck_ms = int(near_expiry * 1000), int(stuck * 1000)
+    near_ms = None if near_expiry is None else int(near_expiry * 1000)
+    stuck_ms = int(stuck * 1000)
 
     async def stats(tracker: Tracker) -> QueueStats:
         return await tracker.queue_stats(near_expiry_ms=near_ms, stuck_ms=stuck_ms)
 
     async def view(tracker: Tracker) -> RenderableType:
-        return render_queue(await stats(tracker), await tracker.health())
+        return render_queue(await stats(tracker), await tracker.health(), legend=not no_legend)
 
     async def once(tracker: Tracker) -> int:
         if ops.as_json:

@@ -1,0 +1,60 @@
+"""``queue``: a healthy lease is not "expiring", and the legend defines every column.
+
+A worker heartbeats every third of its lease TTL, so a lease with less than a third of its own
+TTL left has missed a heartbeat; the old fixed 60 s window equalled the default TTL and counted
+every healthy lease.
+"""
+
+from __future__ import annotations
+
+from tests.cli.conftest import Rail
+from tracker_client.protocol import Tracker
+
+
+def _coder(rail: Rail, *flags: str) -> dict[str, object]:
+    stats = rail.json("queue", *flags)
+    return next(r for r in stats["roles"] if r["role"] == "coder")
+
+
+def test_healthy_leases_are_not_expiring_a_missed_heartbeat_is(simple: Rail) -> None:
+    for i in range(2):
+        simple.add(f"t{i}")
+
+    async def claim(tracker: Tracker) -> None:
+        healthy = await tracker.claim("w1", "coder", 60_000)  # the default TTL, just claimed
+        late = await tracker.claim("w2", "coder", 60_000)
+        assert healthy is not None and late is not None
+        # The late lease has 10 s of its 60 s TTL left: what a lease looks like two heartbeats
+        # (20 s each) after its worker went quiet.
+        await tracker.heartbeat(late, lease_ttl_ms=10_000)
+
+    simple.run(claim)
+    coder = _coder(simple)
+    assert coder["running_count"] == 2
+    assert coder["near_expiry_leases"] == 1
+    # An explicit window still counts every lease ending within it.
+    assert _coder(simple, "--near-expiry", "2m")["near_expiry_leases"] == 2
+    assert _coder(simple, "--near-expiry", "5s")["near_expiry_leases"] == 0
+    table = simple.cli("queue")
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if line.strip().startswith("coder"))
+    # role waiting ready running failed dead oldest expiring stuck cap
+    assert row.split()[3] == "2" and row.split()[7] == "1", row
+
+
+def test_the_legend_defines_every_column(simple: Rail) -> None:
+    from worker.cli.ops_queue import LEGEND
+
+    result = simple.cli("queue")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["role", "waiting"])
+    columns = header.split()
+    assert len(columns) == 10
+    defined = [line.split(":")[0].strip() for line in lines if ":" in line]
+    for column in columns:
+        assert column in defined, f"the legend does not define {column!r}"
+    assert [entry.split(":")[0] for entry in LEGEND] == columns
+    quiet = simple.cli("queue", "--no-legend")
+    assert quiet.exit_code == 0
+    assert LEGEND[0] not in quiet.stdout
