@@ -10,8 +10,9 @@ The shape (DESIGN.md "One task, end to end"):
 2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
    and fails the run with reason ``timeout``.
 3. The outcome is reported under a shield: buffered events, then ``transition`` with the claimed
-   stage and version, or an ``error`` event and ``fail``. A trigger the pipeline refuses fails the
-   run with the allowed triggers listed; a 409 is logged and dropped. The keeper's heartbeats
+   stage and version, or an ``error`` event and ``fail``. The trigger is chosen per pipeline
+   and stage (:mod:`worker.triggers`); one the pipeline refuses fails the run with the allowed
+   triggers and its source listed; a 409 is logged and dropped. The keeper's heartbeats
    stop when the executor ends (on NullTickets each one resets the lease to 300 s, so a worker
    killed mid-report would strand the task that long); the report heartbeats only when it is
    still retrying as the lease nears its end, and stops at the lease's end by our clock.
@@ -23,7 +24,7 @@ import logging
 import os
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from worker.retry import RetryPolicy, call_with_retry
 from worker.run_lease import LocalLease
 from worker.run_parts import RunLog, TrackerSink, call_executor, timeout_of
 from worker.scrub import RunScrubber
+from worker.triggers import PipelineBook, choose_trigger
 from worker.workdirs import remove_workdir, workdir_name
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
@@ -67,6 +69,8 @@ class RunSettings:
     report_flush_s: float = 1.0
     #: False for a tracker that cannot lose an answer (then a key would only cost a record).
     idempotency_keys: bool = True
+    #: Pipeline definitions for choosing triggers, shared by the runs of these settings.
+    pipelines: PipelineBook = field(default_factory=PipelineBook, compare=False)
 
 
 @dataclass(slots=True)
@@ -339,9 +343,20 @@ class TaskRun:
             return RunResult("report_failed", str(exc))
 
     async def _transition(self, outcome: Transition, budget: float) -> RunResult:
-        trigger = outcome.trigger or self.role.default_trigger
-        key = self.new_key()
         task = self.lease.task
+        choice = await choose_trigger(
+            outcome,
+            self.role,
+            task,
+            self.tracker,
+            self.settings.pipelines,
+            policy=self.settings.retry,
+            budget_s=budget,
+        )
+        trigger = choice.trigger
+        if trigger is None:
+            return await self._fail(choice.failure(self.role, task.stage, outcome.usage), budget)
+        key = self.new_key()
         instructions, usage = outcome.instructions, outcome.usage
         if instructions is not None or usage is not None:  # else no scrubber is even built
             scrub = self.scrub.get()
@@ -363,26 +378,14 @@ class TaskRun:
                 action="transition",
             )
         except InvalidTransition as exc:
-            allowed = ", ".join(exc.allowed) or "none"
-            return await self._fail(
-                Failure(
-                    reason="invalid_trigger",
-                    message=(
-                        f"trigger {trigger!r} is not allowed from stage {task.stage!r}; "
-                        f"allowed triggers: {allowed}"
-                    ),
-                    retryable=False,
-                    details={"trigger": trigger, "allowed": exc.allowed},
-                    usage=outcome.usage,
-                ),
-                budget,
-            )
+            failure = choice.failure(self.role, task.stage, outcome.usage, refused=exc.allowed)
+            return await self._fail(failure, budget)
         self._log.info(
             "transitioned %s -> %s (%s)",
             result.previous_stage,
             result.new_stage,
             trigger,
-            extra={"action": "run_transitioned", "trigger": trigger},
+            extra={"action": "run_transitioned", "trigger": trigger, "trigger_from": choice.source},
         )
         return RunResult("transitioned", result.new_stage)
 

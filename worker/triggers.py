@@ -1,0 +1,191 @@
+"""Which trigger a successful run sends, and where it came from (for the log and the error).
+
+A role may serve several pipelines whose stages are left by different triggers, so the trigger
+of an outcome that names none depends on the task's pipeline and stage. First that applies:
+
+1. the executor names one (a ``command``'s ``exit_codes`` entry or ``outcome.json``, a Python
+   executor's ``Transition("approve")``): always sent as it is;
+2. the role's ``[roles.triggers]`` entry ``"<pipeline>.<stage>"``, then ``"<pipeline>"``
+   (pipelines by name);
+3. the stage's only trigger in its pipeline's definition (a stage with one way out);
+4. the role's ``default_trigger``;
+5. ``complete``, when the stage has it or its definition could not be read.
+
+Otherwise nothing is sent and the run fails with reason ``invalid_trigger``, naming the stage's
+triggers. A trigger the tracker refuses fails the same way, naming where it came from.
+
+Definitions come from ``get_pipeline``, once per pipeline id and :class:`PipelineBook` (one per
+role's run settings, so per worker and role): a pipeline never changes once created (neither
+rail can update one), so a cached definition cannot go stale.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from plugins.api import Failure, Transition
+from tracker_client.errors import TrackerError, TrackerUnavailable
+from tracker_client.models import Task
+from tracker_client.protocol import Tracker
+from worker.config import RoleConfig
+from worker.retry import RetryPolicy, call_with_retry
+
+__all__ = [
+    "FALLBACK_TRIGGER",
+    "PipelineBook",
+    "PipelineWays",
+    "TriggerChoice",
+    "choose_trigger",
+]
+
+log = logging.getLogger("backlog_worker.worker")
+
+#: The trigger of last resort (the one the role's ``default_trigger`` used to default to).
+FALLBACK_TRIGGER = "complete"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineWays:
+    """A pipeline's name and, per stage, its outgoing triggers (definition order, no repeats)."""
+
+    id: str
+    name: str
+    ways: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, pipeline_id: str, name: str, definition: Mapping[str, Any]) -> PipelineWays:
+        """Read the ways out of every stage from a definition's ``transitions``."""
+        ways: dict[str, list[str]] = {}
+        transitions = definition.get("transitions")
+        for t in transitions if isinstance(transitions, list) else ():
+            if not isinstance(t, Mapping):
+                continue
+            src, trigger = t.get("from"), t.get("trigger")
+            if isinstance(src, str) and isinstance(trigger, str):
+                out = ways.setdefault(src, [])
+                if trigger not in out:  # a repeated (from, trigger): the first one wins
+                    out.append(trigger)
+        return cls(pipeline_id, name, {stage: tuple(t) for stage, t in ways.items()})
+
+
+class PipelineBook:
+    """Pipeline definitions by id, each fetched once (pipelines are immutable)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, PipelineWays] = {}
+
+    def cached(self, pipeline_id: str) -> PipelineWays | None:
+        """The pipeline if it was fetched already."""
+        return self._by_id.get(pipeline_id)
+
+    async def get(
+        self, tracker: Tracker, pipeline_id: str, *, policy: RetryPolicy, budget_s: float
+    ) -> PipelineWays:
+        """The pipeline, fetched on the first call (``TrackerUnavailable`` retried)."""
+        hit = self._by_id.get(pipeline_id)
+        if hit is None:
+            p = await call_with_retry(
+                lambda: tracker.get_pipeline(pipeline_id),
+                policy=policy,
+                budget_s=budget_s,
+                action="get_pipeline",
+            )
+            hit = self._by_id[pipeline_id] = PipelineWays.of(p.id, p.name, p.definition)
+        return hit
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerChoice:
+    """The trigger to send (None: none could be chosen) and where it came from."""
+
+    trigger: str | None
+    source: str
+    #: The stage's triggers, when its definition was read.
+    allowed: tuple[str, ...] | None = None
+    pipeline: str | None = None
+
+    def failure(
+        self, role: RoleConfig, stage: str, usage: Any, *, refused: list[str] | None = None
+    ) -> Failure:
+        """The run's failure (not retried: the same outcome would fail again) when no trigger
+        could be chosen, or the tracker ``refused`` this one (with the triggers it allows)."""
+        where = f"stage {stage!r}" + (f" of pipeline {self.pipeline!r}" if self.pipeline else "")
+        if refused is not None:
+            message = (
+                f"trigger {self.trigger!r} ({self.source}) is not allowed from {where}; "
+                f"allowed triggers: {', '.join(refused) or 'none'}"
+            )
+            details = {"trigger": self.trigger, "source": self.source, "allowed": refused}
+        else:
+            ways = self.allowed or ()
+            message = (
+                f"no trigger for {where}: {self.source}, and the stage has {len(ways)} ways out "
+                f"({', '.join(ways)}); name one in role {role.name}'s [roles.triggers] "
+                f'("{self.pipeline}.{stage}" = "{ways[0] if ways else FALLBACK_TRIGGER}"), '
+                "its default_trigger, or the executor (e.g. a command's exit_codes)"
+            )
+            details = {"source": self.source, "allowed": list(ways)}
+        return Failure(
+            reason="invalid_trigger", message=message, retryable=False, details=details, usage=usage
+        )
+
+
+def _executor_source(outcome: Transition, role: RoleConfig) -> str:
+    return outcome.source or f"the {role.executor} executor of role {role.name}"
+
+
+async def choose_trigger(
+    outcome: Transition,
+    role: RoleConfig,
+    task: Task,
+    tracker: Tracker,
+    book: PipelineBook,
+    *,
+    policy: RetryPolicy,
+    budget_s: float,
+) -> TriggerChoice:
+    """The trigger of ``outcome`` for ``task`` (see the module's precedence).
+
+    A pipeline that cannot be read (not found, refused) leaves the role's ``default_trigger`` or
+    ``complete``, with a warning; an unreachable tracker raises ``TrackerUnavailable`` (the
+    transition could not be sent either).
+    """
+    if outcome.trigger:
+        return TriggerChoice(outcome.trigger, _executor_source(outcome, role))
+    try:
+        pipeline: PipelineWays | None = await book.get(
+            tracker, task.pipeline_id, policy=policy, budget_s=budget_s
+        )
+    except TrackerUnavailable:
+        raise
+    except TrackerError as exc:
+        log.warning(
+            "pipeline %s cannot be read (%s): its stages' triggers are unknown",
+            task.pipeline_id,
+            exc,
+            extra={"action": "pipeline_unreadable", "task_id": task.id},
+        )
+        pipeline = None
+    if pipeline is None:
+        if role.default_trigger:
+            return TriggerChoice(role.default_trigger, f"role {role.name}'s default_trigger")
+        return TriggerChoice(FALLBACK_TRIGGER, "the built-in default")
+    name, stage = pipeline.name, task.stage
+    ways = pipeline.ways.get(stage, ())
+    for key in (f"{name}.{stage}", name):
+        mapped = role.triggers.get(key)
+        if mapped:
+            return TriggerChoice(
+                mapped, f"pipeline override {key!r} of role {role.name}", ways, name
+            )
+    if len(ways) == 1:
+        return TriggerChoice(ways[0], "the only way out of the stage", ways, name)
+    if role.default_trigger:
+        source = f"role {role.name}'s default_trigger"
+        return TriggerChoice(role.default_trigger, source, ways, name)
+    if FALLBACK_TRIGGER in ways or not ways:
+        return TriggerChoice(FALLBACK_TRIGGER, "the built-in default", ways, name)
+    return TriggerChoice(None, _executor_source(outcome, role) + " named none", ways, name)
