@@ -39,6 +39,7 @@ from worker.config_sources import (
     parse_env,
     role_names,
 )
+from worker.config_token import pick_token
 
 __all__ = [
     "DEFAULT_TRACKER_URL",
@@ -61,6 +62,9 @@ class TrackerConfig:
 
     url: str = DEFAULT_TRACKER_URL
     api_token: str | None = field(default=None, repr=False)
+    #: Where the token came from (``from BACKLOG_WORKER_API_TOKEN``, ``read from FILE
+    #: (--token-file)``), for a refusal to name it; never the token itself. None: no token.
+    api_token_source: str | None = None
     request_timeout_s: float = 10.0
     retry_initial_s: float = 0.2
     retry_max_s: float = 10.0
@@ -76,15 +80,11 @@ class RoleConfig:
     name: str
     executor: str
     options: dict[str, Any] = field(default_factory=dict)
-    #: The trigger of an outcome that names none where its stage has several ways out
-    #: (None: ``complete`` if the stage has it); see :mod:`worker.triggers` for the precedence.
-    default_trigger: str | None = None
+    default_trigger: str = "complete"
     timeout_s: float | None = None
     lease_ttl_s: float | None = None
     #: Cap on this role's share of the worker's slots (None = all slots).
     max_concurrency: int | None = None
-    #: ``"<pipeline>.<stage>"`` or ``"<pipeline>"`` -> the trigger of an outcome naming none.
-    triggers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,41 +152,10 @@ class _RoleSettings(_Strict):
     name: str = Field(min_length=1)
     executor: str = Field(min_length=1)
     options: dict[str, Any] = Field(default_factory=dict)
-    default_trigger: str | None = Field(None, min_length=1)
+    default_trigger: str = Field("complete", min_length=1)
     timeout_s: float | None = Field(None, gt=0)
     lease_ttl_s: float | None = Field(None, gt=0, le=86_400)
     max_concurrency: int | None = Field(None, ge=1)
-    triggers: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("triggers", mode="before")
-    @classmethod
-    def _flatten_triggers(cls, value: Any) -> Any:
-        # An unquoted TOML key ``review.draft = "submit"`` is the table {review = {draft = ...}}.
-        if not isinstance(value, dict):
-            return value
-        flat: dict[Any, Any] = {}
-        for key, item in value.items():
-            if isinstance(item, dict):
-                flat.update({f"{key}.{stage}": t for stage, t in item.items()})
-            else:
-                flat[key] = item
-        return flat
-
-    @field_validator("triggers")
-    @classmethod
-    def _trigger_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, trigger in value.items():
-            parts = key.split(".")
-            if not key or key != key.strip() or not all(parts):
-                raise ValueError(
-                    f'key {key!r} must name a pipeline ("<pipeline>") or one of its stages '
-                    '("<pipeline>.<stage>")'
-                )
-            if not trigger or trigger != trigger.strip():
-                raise ValueError(
-                    f"key {key!r}: the trigger must be a non-empty name, got {trigger!r}"
-                )
-        return value
 
 
 class _Settings(BaseSettings):
@@ -260,22 +229,6 @@ def _default_agent_id() -> str:
     return f"{host}-{instance}" if instance else f"{host}-{os.getpid()}"
 
 
-def _read_token_file(path: Path, sources: Sources) -> str:
-    # systemd's LoadCredential= puts secrets in $CREDENTIALS_DIRECTORY; a relative path is
-    # looked up there first.
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    candidate = Path(creds) / path if creds and not path.is_absolute() else path
-    loc = ("tracker", "api_token_file")
-    try:
-        token = candidate.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        problem = f"{candidate} cannot be read: {exc.strerror or exc}"
-        raise ConfigError(sources.describe(loc, problem)) from exc
-    if not token:
-        raise ConfigError(sources.describe(loc, f"{candidate} is empty"))
-    return token
-
-
 def load_config(
     path: Path | str | None = None,
     **overrides: Any,
@@ -328,9 +281,8 @@ def check_environment() -> None:
 
 
 def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
-    token: str | None = s.tracker.api_token.get_secret_value() if s.tracker.api_token else None
-    if token is None and s.tracker.api_token_file is not None:
-        token = _read_token_file(s.tracker.api_token_file, sources)
+    secret = s.tracker.api_token.get_secret_value() if s.tracker.api_token else None
+    token, token_source = pick_token(secret, s.tracker.api_token_file, sources)
     names = [r.name for r in s.roles]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -345,6 +297,7 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
     tracker = TrackerConfig(
         url=s.tracker.url,
         api_token=token,
+        api_token_source=token_source,
         request_timeout_s=s.tracker.request_timeout_s,
         retry_initial_s=s.tracker.retry_initial_s,
         retry_max_s=s.tracker.retry_max_s,
@@ -375,7 +328,6 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
             timeout_s=r.timeout_s,
             lease_ttl_s=r.lease_ttl_s,
             max_concurrency=r.max_concurrency,
-            triggers=dict(r.triggers),
         )
         for r in s.roles
     )

@@ -50,6 +50,8 @@ NOT_SETTINGS = frozenset(
 #: The command-line flag that sets a dotted key (``run``/``check`` and the operator commands).
 FLAG_NAMES: Mapping[str, str] = {
     "tracker.url": "--tracker",
+    "tracker.api_token": "--token",
+    "tracker.api_token_file": "--token-file",
     "worker.concurrency": "--concurrency",
     "worker.agent_id": "--agent-id",
     "worker.drain": "--drain",

@@ -1,0 +1,70 @@
+"""Which api token a command uses, and a label saying where it came from (never the token).
+
+Both ``tracker.api_token`` and ``tracker.api_token_file`` may be set by different layers (the
+config file names a token file, ``--token`` or ``BACKLOG_WORKER_API_TOKEN`` overrides it): the
+higher layer wins (flag > environment > file), so ``--token-file`` beats a token in the
+environment. The label lets a refusal (401) say which token the tracker refused:
+``from BACKLOG_WORKER_API_TOKEN``, ``from --token``, ``read from /run/tok (--token-file)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tracker_client.errors import ConfigError
+from worker.config_sources import Sources, toml_place
+
+__all__ = ["pick_token"]
+
+_TOKEN = ("tracker", "api_token")
+_TOKEN_FILE = ("tracker", "api_token_file")
+#: A higher layer's setting wins over a lower one's, whichever of the two keys it set.
+_RANK = {"flag": 3, "env": 2, "file": 1}
+
+
+def _where(loc: tuple[str, ...], sources: Sources) -> str:
+    """The flag, variable or ``FILE [table] key`` that set ``loc``."""
+    origin = sources.origin(loc)
+    if origin is None:
+        return ".".join(loc)
+    if origin.kind == "file":
+        return f"{origin.name} {toml_place(loc, {})}"
+    return origin.name
+
+
+def _rank(loc: tuple[str, ...], sources: Sources) -> int:
+    origin = sources.origin(loc)
+    return 0 if origin is None else _RANK[origin.kind]
+
+
+def _read_token_file(path: Path, sources: Sources) -> tuple[str, Path]:
+    # systemd's LoadCredential= puts secrets in $CREDENTIALS_DIRECTORY; a relative path is
+    # looked up there first.
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    candidate = Path(creds) / path if creds and not path.is_absolute() else path
+    try:
+        token = candidate.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        problem = f"{candidate} cannot be read: {exc.strerror or exc}"
+        raise ConfigError(sources.describe(_TOKEN_FILE, problem)) from exc
+    if not token:
+        raise ConfigError(sources.describe(_TOKEN_FILE, f"{candidate} is empty"))
+    return token, candidate
+
+
+def pick_token(
+    token: str | None, token_file: Path | None, sources: Sources
+) -> tuple[str | None, str | None]:
+    """(the api token, where it came from) from the merged settings; (None, None) for none.
+
+    A token file is read here (``ConfigError`` naming its source when it cannot be).
+    """
+    if token_file is not None and (
+        token is None or _rank(_TOKEN_FILE, sources) > _rank(_TOKEN, sources)
+    ):
+        value, path = _read_token_file(token_file, sources)
+        return value, f"read from {path} ({_where(_TOKEN_FILE, sources)})"
+    if token is not None:
+        return token, f"from {_where(_TOKEN, sources)}"
+    return None, None
