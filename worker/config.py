@@ -80,11 +80,15 @@ class RoleConfig:
     name: str
     executor: str
     options: dict[str, Any] = field(default_factory=dict)
-    default_trigger: str = "complete"
+    #: The trigger of an outcome that names none where its stage has several ways out
+    #: (None: ``complete`` if the stage has it); see :mod:`worker.triggers` for the precedence.
+    default_trigger: str | None = None
     timeout_s: float | None = None
     lease_ttl_s: float | None = None
     #: Cap on this role's share of the worker's slots (None = all slots).
     max_concurrency: int | None = None
+    #: ``"<pipeline>.<stage>"`` or ``"<pipeline>"`` -> the trigger of an outcome naming none.
+    triggers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +156,41 @@ class _RoleSettings(_Strict):
     name: str = Field(min_length=1)
     executor: str = Field(min_length=1)
     options: dict[str, Any] = Field(default_factory=dict)
-    default_trigger: str = Field("complete", min_length=1)
+    default_trigger: str | None = Field(None, min_length=1)
     timeout_s: float | None = Field(None, gt=0)
     lease_ttl_s: float | None = Field(None, gt=0, le=86_400)
     max_concurrency: int | None = Field(None, ge=1)
+    triggers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("triggers", mode="before")
+    @classmethod
+    def _flatten_triggers(cls, value: Any) -> Any:
+        # An unquoted TOML key ``review.draft = "submit"`` is the table {review = {draft = ...}}.
+        if not isinstance(value, dict):
+            return value
+        flat: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(item, dict):
+                flat.update({f"{key}.{stage}": t for stage, t in item.items()})
+            else:
+                flat[key] = item
+        return flat
+
+    @field_validator("triggers")
+    @classmethod
+    def _trigger_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, trigger in value.items():
+            parts = key.split(".")
+            if not key or key != key.strip() or not all(parts):
+                raise ValueError(
+                    f'key {key!r} must name a pipeline ("<pipeline>") or one of its stages '
+                    '("<pipeline>.<stage>")'
+                )
+            if not trigger or trigger != trigger.strip():
+                raise ValueError(
+                    f"key {key!r}: the trigger must be a non-empty name, got {trigger!r}"
+                )
+        return value
 
 
 class _Settings(BaseSettings):
@@ -328,6 +363,7 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
             timeout_s=r.timeout_s,
             lease_ttl_s=r.lease_ttl_s,
             max_concurrency=r.max_concurrency,
+            triggers=dict(r.triggers),
         )
         for r in s.roles
     )
