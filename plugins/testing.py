@@ -30,6 +30,8 @@ the traceback in your test), and a return value that is not an outcome raises Ex
 default every ``report`` is written at once, and ``events`` expands any batch the context still
 made (concurrent reports), so it lists exactly what the executor reported; ``sink.written`` has
 the events as a tracker would receive them. Pass ``report_policy`` to exercise batching.
+A ``python`` executor naming a plain ``def`` runs it in its own thread as a worker does, and
+``cancel()`` abandons that thread the same way (``ctx.cancelled`` turns True).
 """
 
 from __future__ import annotations
