@@ -153,22 +153,28 @@ async def choose_trigger(
     ``complete``, with a warning; an unreachable tracker raises ``TrackerUnavailable`` (the
     transition could not be sent either).
     """
-    if outcome.trigger:
-        return TriggerChoice(outcome.trigger, _executor_source(outcome, role))
-    try:
+    explicit = outcome.trigger
+    try:  # for an explicit trigger, only to name the pipeline in an error: one try, no more
         pipeline: PipelineWays | None = await book.get(
-            tracker, task.pipeline_id, policy=policy, budget_s=budget_s
+            tracker, task.pipeline_id, policy=policy, budget_s=0.0 if explicit else budget_s
         )
     except TrackerUnavailable:
-        raise
-    except TrackerError as exc:
-        log.warning(
-            "pipeline %s cannot be read (%s): its stages' triggers are unknown",
-            task.pipeline_id,
-            exc,
-            extra={"action": "pipeline_unreadable", "task_id": task.id},
-        )
+        if not explicit:
+            raise
         pipeline = None
+    except TrackerError as exc:
+        if not explicit:
+            log.warning(
+                "pipeline %s cannot be read (%s): its stages' triggers are unknown",
+                task.pipeline_id,
+                exc,
+                extra={"action": "pipeline_unreadable", "task_id": task.id},
+            )
+        pipeline = None
+    if explicit:
+        name = None if pipeline is None else pipeline.name
+        ways = None if pipeline is None else pipeline.ways.get(task.stage, ())
+        return TriggerChoice(explicit, _executor_source(outcome, role), ways, name)
     if pipeline is None:
         if role.default_trigger:
             return TriggerChoice(role.default_trigger, f"role {role.name}'s default_trigger")
@@ -188,4 +194,4 @@ async def choose_trigger(
         return TriggerChoice(role.default_trigger, source, ways, name)
     if FALLBACK_TRIGGER in ways or not ways:
         return TriggerChoice(FALLBACK_TRIGGER, "the built-in default", ways, name)
-    return TriggerChoice(None, _executor_source(outcome, role) + " named none", ways, name)
+    return TriggerChoice(None, _executor_source(outcome, role) + " names no trigger", ways, name)
