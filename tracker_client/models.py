@@ -303,7 +303,8 @@ class Health(_Model):
 
 
 class RoleStats(_Model):
-    """Per-role queue figures of ``GET /ops/queue``; the last four fields are embedded-only."""
+    """Per-role queue figures of ``GET /ops/queue``; the fields after ``near_expiry_leases``
+    are embedded-only (None from a plain NullTickets server)."""
 
     role: str
     claimable_count: int
@@ -316,6 +317,10 @@ class RoleStats(_Model):
     running_count: int | None = None
     dead_letter_count: int | None = None
     max_backlog_depth: int | None = None
+    #: Waiting tasks whose retry is not due yet (a failed run's delay), and the earliest due
+    #: time (tracker clock, epoch ms; compare with ``generated_at_ms``).
+    retry_waiting_count: int | None = None
+    next_retry_at_ms: int | None = None
 
 
 class QueueStats(_Model):
