@@ -77,8 +77,13 @@ class RunSettings:
 class RunResult:
     """How one run ended, for the worker's counters and logs."""
 
-    status: str  # "transitioned" | "failed" | "lost" | "conflict" | "report_failed"
+    status: str  # "transitioned" | "failed" | "released" | "lost" | "conflict" | "report_failed"
     detail: str = ""
+    #: A failed run's task was dead-lettered (no retry follows).
+    dead_lettered: bool = False
+    #: A failed run's task retries from then (the tracker's clock, epoch ms), when it says so:
+    #: a draining worker waits for it.
+    retry_at_ms: int | None = None
 
 
 class TaskRun:
@@ -408,7 +413,7 @@ class TaskRun:
             how,
             extra={"action": "run_released", "reason": failure.reason},
         )
-        return RunResult("failed", failure.reason)
+        return RunResult("released", failure.reason)
 
     async def _fail(self, failure: Failure, budget: float) -> RunResult:
         if failure.reason == "worker_shutdown":
@@ -440,4 +445,6 @@ class TaskRun:
         self._log.warning(
             "run %s: %s", what, error, extra={"action": "run_failed", "reason": failure.reason}
         )
-        return RunResult("failed", failure.reason)
+        dead = bool(result.dead_lettered)
+        retry_at = None if dead or not result.retry_scheduled else result.next_eligible_at_ms
+        return RunResult("failed", failure.reason, dead_lettered=dead, retry_at_ms=retry_at)
