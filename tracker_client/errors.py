@@ -34,6 +34,7 @@ __all__ = [
     "LeaseLost",
     "NoRail",
     "NotFound",
+    "TokenRefused",
     "TrackerCorrupt",
     "TrackerError",
     "TrackerRejected",
@@ -139,6 +140,23 @@ class TrackerRejected(TrackerError):
     """Any other refusal (4xx); ``code`` keeps the tracker's own error code."""
 
     default_code = "rejected"
+
+
+class TokenRefused(TrackerRejected):
+    """The tracker refused the api token (401/403 on an admin route), or none was sent.
+
+    ``status`` is the HTTP status and ``detail`` the request and the tracker's own words, so a
+    command can say which token it sent (it knows where the token came from; the client not).
+    """
+
+    default_code = "unauthorized"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, status: int = 401, detail: str = ""
+    ) -> None:
+        super().__init__(message, code=code)
+        self.status = status
+        self.detail = detail or message
 
 
 class ValidationFailed(TrackerRejected):

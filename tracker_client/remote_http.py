@@ -47,6 +47,7 @@ from tracker_client.errors import (
     InvalidTransition,
     LeaseLost,
     NotFound,
+    TokenRefused,
     TrackerError,
     TrackerRejected,
     TrackerUnavailable,
@@ -205,9 +206,11 @@ def error_from_response(
             retry_after_s=retry_after,
         )
     if status in (401, 403):
-        return TrackerRejected(
+        return TokenRefused(
             f"{what}: {status} {text} (the tracker refused the api token: check tracker.api_token)",
             code=code or "unauthorized",
+            status=status,
+            detail=f"{what}: {message}",
         )
     if status == 413:
         return ValidationFailed(text, code=code or "request_too_large")

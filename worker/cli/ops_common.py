@@ -38,6 +38,7 @@ from worker.cli.ops_errors import (
     EXIT_TIMEOUT,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    NO_TOKEN,
     OpsError,
     describe,
     escape_controls,
@@ -46,6 +47,7 @@ from worker.cli.ops_errors import (
     input_errors,
     redact_url,
 )
+from worker.cli.ops_token import token_options, token_overrides
 from worker.config import DEFAULT_TRACKER_URL, load_config
 
 __all__ = [
@@ -87,7 +89,9 @@ T = TypeVar("T")
 
 # -- options ----------------------------------------------------------------------------------
 def common_options(func: F) -> F:
-    """Add ``--tracker``, ``--config`` and ``--json`` to an operator command."""
+    """Add ``--tracker``, ``--config``, ``--json``, ``--token`` and ``--token-file`` to an
+    operator command."""
+    func = token_options(func)
     func = click.option(
         "--json",
         "as_json",
@@ -141,19 +145,24 @@ class DurationType(_ParamBase):
 # -- tracker resolution -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TrackerTarget:
-    """The tracker a command talks to: URL, admin token (never printed) and open options."""
+    """The tracker a command talks to: URL, admin token (never printed), where the token came
+    from (``from BACKLOG_WORKER_API_TOKEN``; None: no token) and open options."""
 
     url: str
     api_token: str | None = field(default=None, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict)
+    token_source: str | None = None
 
 
 def resolve_tracker(tracker_url: str | None, config_path: Path | None) -> TrackerTarget:
     """The tracker to use: ``--tracker``, else ``BACKLOG_WORKER_TRACKER_URL`` / the config
-    file's ``[tracker] url`` (see :func:`worker.config.load_config`), else the default.
+    file's ``[tracker] url`` (see :func:`worker.config.load_config`), else the default; the
+    token from ``--token``/``--token-file`` of the running command, else the environment or
+    the config file.
     """
-    cfg = load_config(config_path, **{"tracker.url": tracker_url})
-    return TrackerTarget(cfg.tracker.url, cfg.tracker.api_token, dict(cfg.tracker.options))
+    cfg = load_config(config_path, **{"tracker.url": tracker_url, **token_overrides()})
+    t = cfg.tracker
+    return TrackerTarget(t.url, t.api_token, dict(t.options), t.api_token_source)
 
 
 def _require_existing_rail(url: str) -> None:
@@ -237,9 +246,11 @@ class OpsContext:
         command pointed at a missing file says so instead of creating an empty rail.
         """
         url: str | None = None
+        token_source: str | None = None  # unknown until the configuration is read
         try:
             target = resolve_tracker(self.tracker_url, self.config_path)
             url = target.url
+            token_source = target.token_source or NO_TOKEN
             if not create:
                 _require_existing_rail(url)
 
@@ -259,7 +270,7 @@ class OpsContext:
         except click.ClickException:
             raise
         except BacklogWorkerError as exc:
-            raise fail(exc, url) from None
+            raise fail(exc, url, token_source) from None
         except KeyboardInterrupt:
             click.echo(interrupted() if interrupted else "interrupted", err=True)
             raise click.exceptions.Exit(interrupt_exit) from None

@@ -17,6 +17,7 @@ from tracker_client.errors import (
     BacklogFull,
     BacklogWorkerError,
     ConfigError,
+    TokenRefused,
     TrackerCorrupt,
     TrackerError,
     TrackerUnavailable,
@@ -31,6 +32,7 @@ __all__ = [
     "EXIT_TIMEOUT",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
+    "NO_TOKEN",
     "OpsError",
     "describe",
     "escape_controls",
@@ -57,6 +59,9 @@ EXIT_CODES: Mapping[int, str] = {
     EXIT_TIMEOUT: "wait timed out: the task is still queued or running",
 }
 
+
+#: The ``token_source`` of a command that sent no api token (see :func:`describe`).
+NO_TOKEN = ""
 
 #: Control characters except tab and newline: never sent raw to the operator's terminal.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -93,10 +98,19 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
-def describe(exc: BaseException, tracker_url: str | None = None) -> str:
-    """One line saying what went wrong."""
+def describe(
+    exc: BaseException, tracker_url: str | None = None, token_source: str | None = None
+) -> str:
+    """One line saying what went wrong.
+
+    ``token_source`` says where the api token came from (``from BACKLOG_WORKER_API_TOKEN``,
+    see :attr:`worker.config.TrackerConfig.api_token_source`), :data:`NO_TOKEN` when none was
+    sent, None when unknown: a refused token is then named, never printed.
+    """
     if isinstance(exc, OpsError):
         return exc.message
+    if isinstance(exc, TokenRefused) and token_source is not None:
+        return _refused(exc, token_source)
     if isinstance(exc, BacklogFull):
         return (
             f"backlog of role {exc.role!r} is full: {exc.depth} waiting, cap {exc.cap}; "
@@ -110,9 +124,22 @@ def describe(exc: BaseException, tracker_url: str | None = None) -> str:
     return str(exc) or type(exc).__name__
 
 
-def fail(exc: BaseException, tracker_url: str | None = None) -> click.exceptions.Exit:
-    """Print ``exc`` as one line on stderr; return the Exit to raise."""
-    click.echo(f"error: {escape_controls(describe(exc, tracker_url))}", err=True)
+def _refused(exc: TokenRefused, token_source: str) -> str:
+    if token_source == NO_TOKEN:
+        return (
+            f"the tracker requires an api token and no token was sent ({exc.status}): "
+            f"{exc.detail}; give one with --token-file FILE, BACKLOG_WORKER_API_TOKEN or "
+            "[tracker] api_token_file"
+        )
+    return f"the tracker refused the api token {token_source} ({exc.status}): {exc.detail}"
+
+
+def fail(
+    exc: BaseException, tracker_url: str | None = None, token_source: str | None = None
+) -> click.exceptions.Exit:
+    """Print ``exc`` as one line on stderr; return the Exit to raise (``token_source``: see
+    :func:`describe`)."""
+    click.echo(f"error: {escape_controls(describe(exc, tracker_url, token_source))}", err=True)
     return click.exceptions.Exit(exit_code_for(exc))
 
 
