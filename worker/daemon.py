@@ -17,7 +17,7 @@ second stop skips the grace and abandons claims still at the tracker.
 from __future__ import annotations
 
 import logging
-import random
+import math
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,6 +30,7 @@ from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
 from worker.config import TrackerConfig, WorkerConfig
+from worker.daemon_drain import DrainCheck, idle_delay_s
 from worker.daemon_parts import (
     Role,
     TrackerWatch,
@@ -100,6 +101,7 @@ class Worker:
         self._idle_round = 0
         self._settled = anyio.Event()
         self._found_no_work = False
+        self._drain_check = DrainCheck()
         self._finished_gen = 0  # runs finished so far
         self._empty_seen_gen = 0  # _finished_gen when the last empty claim began
         self._claim_shields: set[anyio.CancelScope] = set()  # claims at the tracker now
@@ -201,14 +203,7 @@ class Worker:
             await self._drain()
             background.cancel_scope.cancel()
         self._set_state(WorkerState.STOPPED)
-        log.info(
-            "worker stopped: %d claimed, %d transitioned, %d failed, %d lost",
-            self.stats.claimed,
-            self.stats.transitioned,
-            self.stats.failed,
-            self.stats.lost,
-            extra={"action": "worker_stopped"},
-        )
+        log.info("worker stopped: %s", self.stats.summary(), extra={"action": "worker_stopped"})
 
     def _set_state(self, state: WorkerState) -> None:
         self.state = state
@@ -256,12 +251,18 @@ class Worker:
                     # Drained only if no run finished since that empty claim began: a
                     # run's fail or transition may have made work that claim could not see.
                     stale = self._empty_seen_gen != self._finished_gen
-                    if self.config.drain and not self._runs and not stale:
-                        log.info("queue drained", extra={"action": "drained"})
-                        break
                     if not stale:
-                        await self._idle_wait(self._idle_round)
-                        self._idle_round += 1  # back off further until a claim finds work
+                        bound = await self._drain_check.after_empty_round(
+                            self.tracker,
+                            [r.name for r in self._roles],
+                            drain=self.config.drain and not self._runs,
+                        )
+                        if bound is None:
+                            log.info("queue drained", extra={"action": "drained"})
+                            break
+                        if bound > 0:
+                            await self._idle_wait(self._idle_round, bound)
+                            self._idle_round += 1  # back off further until a claim finds work
                     self._found_no_work = False
                     self._claim_cap = 1  # probe with one claim; widen once one finds work
                     continue
@@ -316,14 +317,14 @@ class Worker:
         self._claim_cap = self._parallel_claims
         self._idle_round = 0
         lease, role, sent_at = claimed
+        self._drain_check.claimed(lease.task.id)
         await self._supervise(self._start_run(lease, role, sent_at), role, slot)
 
-    async def _idle_wait(self, idle_round: int) -> None:
-        ceiling = min(self.config.idle_max_s, self.config.idle_min_s * (2**idle_round))
-        # "Equal jitter": between half the ceiling and the ceiling, so an idle worker at the
-        # ceiling probes about once per 0.75 x idle_max_s, never in a burst.
-        low = max(self.config.idle_min_s, ceiling / 2)
-        delay = random.uniform(low, max(low, ceiling))
+    async def _idle_wait(self, idle_round: int, bound_s: float = math.inf) -> None:
+        """Back off (``bound_s``: at most that long, e.g. until a retry is due)."""
+        delay = min(
+            idle_delay_s(self.config.idle_min_s, self.config.idle_max_s, idle_round), bound_s
+        )
         self._run_done = anyio.Event()
         # Ended early by a change the tracker signals (new work, a lapsed lease), or in drain
         # mode by a run finishing, since its transition may have made work for us.
@@ -443,6 +444,7 @@ class Worker:
             run._instructions = await instructions_for(self.tracker, run.lease, TRANSITIONS_PAGE)
             result = await run.execute()
             self.stats.count(result)
+            self._drain_check.failed(run.lease.task.id, result.retry_at_ms)
         except Exception as exc:  # a bug in our own reporting must not take the worker down
             self.stats.last_error = f"run {run.lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})

@@ -84,6 +84,10 @@ class WorkerStats:
     claimed: int = 0
     transitioned: int = 0
     failed: int = 0
+    #: Of the failed runs, those whose task was dead-lettered by that fail.
+    dead_lettered: int = 0
+    #: Runs ended by the worker's shutdown and given back (no attempt spent): not failures.
+    released: int = 0
     lost: int = 0
     in_flight: int = 0
     last_error: str | None = None
@@ -95,9 +99,19 @@ class WorkerStats:
             self.transitioned += 1
         elif result.status == "failed":
             self.failed += 1
+            self.dead_lettered += result.dead_lettered
+        elif result.status == "released":
+            self.released += 1
         else:
             self.lost += 1
             self.last_error = f"{result.status}: {result.detail}"
+
+    def summary(self) -> str:
+        """``5 claimed, 3 transitioned, 2 failed (1 dead-lettered), 0 released, 0 lost``."""
+        return (
+            f"{self.claimed} claimed, {self.transitioned} transitioned, {self.failed} failed "
+            f"({self.dead_lettered} dead-lettered), {self.released} released, {self.lost} lost"
+        )
 
 
 class TrackerWatch:
