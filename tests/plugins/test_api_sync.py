@@ -228,21 +228,23 @@ async def tracker(tmp_path: Path) -> AsyncIterator[Tracker]:
         await t.aclose()
 
 
-def worker_for(tracker: Tracker, tmp_path: Path, options: dict[str, Any]) -> Worker:
+def worker_for(
+    tracker: Tracker, tmp_path: Path, options: dict[str, Any], **overrides: Any
+) -> Worker:
     role = Role(
         config=RoleConfig(name="coder", executor="python", options=options),
         executor=PythonExecutor(options),
     )
-    config = WorkerConfig(
-        agent_id="w1",
-        lease_ttl_s=5.0,
-        idle_min_s=0.01,
-        idle_max_s=0.1,
-        report_flush_s=0.05,
-        drain=True,
-        workdir=tmp_path / "runs",
-    )
-    return Worker(tracker, config, [role])
+    settings: dict[str, Any] = {
+        "agent_id": "w1",
+        "lease_ttl_s": 5.0,
+        "idle_min_s": 0.01,
+        "idle_max_s": 0.1,
+        "report_flush_s": 0.05,
+        "drain": True,
+        "workdir": tmp_path / "runs",
+    }
+    return Worker(tracker, WorkerConfig(**{**settings, **overrides}), [role])
 
 
 async def test_worker_runs_a_plain_def_and_keeps_its_copied_artifact(
@@ -293,3 +295,34 @@ async def test_worker_timeout_cancels_a_plain_def_cooperatively(
     assert SAW["cancelled"] is True
     kinds = [e.kind for e in (await tracker.list_task_events(task_id, limit=100)).items]
     assert "started" in kinds and "after_cancel" not in kinds
+
+
+async def test_worker_abandons_a_stubborn_plain_def_when_its_lease_is_revoked(
+    tracker: Tracker, tmp_path: Path
+) -> None:
+    pipeline_id = await tracker.create_pipeline("flow", PIPELINE)
+    [task_id] = await tracker.create_tasks([TaskCreate(pipeline_id=pipeline_id, title="t")])
+    options = {"callable": f"{MOD}:ignores_cancel"}
+    worker = worker_for(tracker, tmp_path, options, drain=False, lease_ttl_s=0.9)
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                while "started" not in [
+                    e.kind for e in (await tracker.list_task_events(task_id, limit=100)).items
+                ]:
+                    await anyio.sleep(0.02)
+                await tracker.cancel(task_id)
+                # the heartbeat finds the lease gone and the run ends, the thread still blocked
+                while worker.stats.in_flight:
+                    await anyio.sleep(0.02)
+                assert SAW["thread"].is_alive()
+                worker.stop()
+    finally:
+        GATE.set()
+    with anyio.fail_after(30):
+        assert await anyio.to_thread.run_sync(DONE.wait, 20)
+    assert SAW["late_refused"] is True
+    kinds = [e.kind for e in (await tracker.list_task_events(task_id, limit=100)).items]
+    assert "late" not in kinds
+    assert (await tracker.get_task(task_id)).dead_letter_reason == "cancelled"
