@@ -31,7 +31,9 @@ from tracker_client.errors import (
 )
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
-from worker.cli.ops_errors import describe, exit_code_for
+from worker.cli.check_report import CheckReport
+from worker.cli.ops_errors import NO_TOKEN, describe, exit_code_for
+from worker.cli.ops_token import token_options, token_overrides
 from worker.cli.systemd import STOP_MARGIN_S
 from worker.config import Config, load_config
 from worker.config_secrets import release_secret_env
@@ -282,6 +284,7 @@ _role_option = click.option(
 @click.option("--max-tasks", type=int, help="Exit after claiming this many tasks.")
 @click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
 @click.option("--log-format", type=click.Choice(["auto", "rich", "plain", "journal", "json"]))
+@token_options
 def run_command(
     config_path: Path | None,
     tracker: str | None,
@@ -303,80 +306,113 @@ def run_command(
             "worker.max_tasks": max_tasks,
             "log_level": log_level,
             "log_format": log_format,
-        }
+        },
+        **token_overrides(),
     )
     url: str | None = None
+    token_source: str | None = None
     try:
         config = _load(config_path, overrides, roles)
         release_secret_env()  # before any child exists: /proc/<pid>/environ no longer has it
         url = config.tracker.url
+        token_source = config.tracker.api_token_source or NO_TOKEN
         _setup_logging(config)
         code = anyio.run(_run, config_path, overrides, roles)
     except (ConfigError, ExecutorError) as exc:
         _fail(str(exc), EXIT_CONFIG)
     except TrackerError as exc:
-        _fail(describe(exc, url), exit_code_for(exc))
+        _fail(describe(exc, url, token_source), exit_code_for(exc))
     sys.exit(code)
 
 
-async def _check(config: Config) -> list[str]:
-    problems: list[str] = []
+async def _check(config: Config, report: CheckReport) -> None:
+    url = config.tracker.url
+    token_source = config.tracker.api_token_source or NO_TOKEN
     try:
         built = build_roles(config)
     except ExecutorError as exc:
-        return [f"executor: {exc}"]
+        report.add("executors", "fail", str(exc), line=f"executor: {exc}")
+        return
     try:
         tracker = await _open(config)
     except TrackerError as exc:
-        return [f"tracker {config.tracker.url}: {exc}"]
+        report.add("tracker", "fail", describe(exc, url), line=f"tracker {url}: {exc}")
+        return
+    check = "tracker"
     try:
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             health = await tracker.health()
-        click.echo(f"ok   tracker {config.tracker.url} answered (version {health.version})")
+        detail = f"tracker {url} answered (version {health.version})"
+        report.add("tracker", "ok", detail)
         # /health needs no token: an authenticated read proves the api token works.
+        check = "api_token"
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             pipelines = await tracker.list_pipelines()
-        click.echo(f"ok   tracker accepted the api token ({len(pipelines)} pipeline(s))")
+        detail = f"tracker accepted the api token ({len(pipelines)} pipeline(s))"
+        report.add("api_token", "ok", detail)
         ceiling = getattr(tracker, "max_lease_ttl_ms", None)
         for role in config.roles:
             ttl = role.lease_ttl_s or config.worker.lease_ttl_s
             if isinstance(ceiling, int) and ttl * 1000 > ceiling:
-                click.echo(
-                    f"warn role {role.name}: lease_ttl_s {ttl:g} exceeds the tracker's "
+                detail = (
+                    f"role {role.name}: lease_ttl_s {ttl:g} exceeds the tracker's "
                     f"{ceiling / 1000:g}s heartbeat reset; it will be clamped"
                 )
+                report.add(f"lease_ttl:{role.name}", "warn", detail)
     except (TrackerUnavailable, TimeoutError) as exc:
-        problems.append(f"tracker {config.tracker.url} unreachable: {exc}")
+        report.add(check, "fail", f"tracker {url} unreachable: {exc}")
     except TrackerError as exc:
-        problems.append(f"tracker {config.tracker.url}: {exc}")
+        report.add(check, "fail", f"tracker {url}: {describe(exc, url, token_source)}")
     finally:
         await tracker.aclose()
     for built_role in built:
         issues = await _readiness([built_role])
-        problems.extend(issues)
+        for issue in issues:
+            report.add(f"role:{built_role.name}", "fail", issue)
         if not issues:
-            click.echo(f"ok   role {built_role.name}: executor {built_role.config.executor} ready")
-    return problems
+            detail = f"role {built_role.name}: executor {built_role.config.executor} ready"
+            report.add(f"role:{built_role.name}", "ok", detail)
 
 
 @click.command("check")
 @_config_option
 @_tracker_option
 @_role_option
-def check_command(config_path: Path | None, tracker: str | None, roles: tuple[str, ...]) -> None:
+@token_options
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='One JSON object on stdout: {"ok": ..., "checks": [{"name", "ok", "level", "detail"}]}.',
+)
+def check_command(
+    config_path: Path | None, tracker: str | None, roles: tuple[str, ...], as_json: bool
+) -> None:
     """Validate the configuration, reach the tracker and check every executor's readiness."""
+    report = CheckReport(as_json=as_json)
+
+    def refuse(exc: ConfigError) -> None:
+        if not as_json:
+            _fail(str(exc), EXIT_CONFIG)
+        report.add("configuration", "fail", str(exc))
+        report.finish()
+        sys.exit(EXIT_CONFIG)
+
     try:
-        config = _load(config_path, _overrides(**{"tracker.url": tracker}), roles)
+        config = _load(
+            config_path, _overrides(**{"tracker.url": tracker}, **token_overrides()), roles
+        )
     except ConfigError as exc:
-        _fail(str(exc), EXIT_CONFIG)
-    click.echo(f"ok   configuration{f' {config.source}' if config.source else ''}")
+        refuse(exc)
+    report.add(
+        "configuration", "ok", f"configuration{f' {config.source}' if config.source else ''}"
+    )
     try:
-        problems = anyio.run(_check, config)
+        anyio.run(_check, config, report)
     except ConfigError as exc:  # no rail at the path: the same error and exit code as `run`
-        _fail(str(exc), EXIT_CONFIG)
-    for problem in problems:
-        click.echo(f"FAIL {problem}")
-    sys.exit(EXIT_FAILURE if problems else EXIT_OK)
+        refuse(exc)
+    report.finish()
+    sys.exit(EXIT_FAILURE if report.failed else EXIT_OK)
 
 
 def register(group: click.Group) -> None:
