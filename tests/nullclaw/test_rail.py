@@ -121,7 +121,8 @@ async def test_failures_land_with_the_right_retry_decision(
         TaskCreate(
             pipeline_id=pipeline_id,
             title="rate limited",
-            retry_policy=RetryPolicy(max_attempts=2, retry_delay_ms=0),
+            # the default delay (0.5-1 s): the drain waits for the retry
+            retry_policy=RetryPolicy(max_attempts=2),
         )
     )
     worker = _worker(tracker, tmp_path, options, drain=True)
