@@ -6,27 +6,23 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich import box
-from rich.table import Table
 
 from tracker_client.errors import NotFound
-from tracker_client.models import CORRUPT_MARKER, Pipeline, Task
 from tracker_client.protocol import Tracker
 from worker.cli.ops_common import (
     EXIT_USAGE,
     OpsContext,
     OpsError,
     common_options,
-    fmt_when,
     input_errors,
-    now_ms,
     resolve_pipeline,
     stdin_is_tty,
 )
+from worker.cli.ops_task_list import task_list
 from worker.cli.ops_task_show import task_show
 from worker.cli.ops_taskopts import TaskFields, build_task, read_task_file, task_field_options
 
-__all__ = ["task_group", "task_state"]
+__all__ = ["task_group"]
 
 
 @click.group("task")
@@ -35,6 +31,7 @@ def task_group() -> None:
 
 
 task_group.add_command(task_show)
+task_group.add_command(task_list)
 
 
 @task_group.command("add")
@@ -102,90 +99,6 @@ def task_add(
         return 0
 
     ops.run(add)
-
-
-def task_state(task: Task, pipelines: dict[str, Pipeline], now: int | None = None) -> str:
-    """A short human state: done, dead-lettered (reason), retry in ..., open; a task whose
-    stored metadata could not be read says so (the tracker shows a marker in its place)."""
-    corrupt = isinstance(task.metadata, dict) and CORRUPT_MARKER in task.metadata
-    if task.dead_letter_reason:
-        return f"dead ({task.dead_letter_reason})" + (", corrupt metadata" if corrupt else "")
-    if corrupt:
-        return "corrupt metadata (dead-lettered at its next claim)"
-    pipeline = pipelines.get(task.pipeline_id)
-    if pipeline is not None:
-        state = (pipeline.definition.get("states") or {}).get(task.stage) or {}
-        if isinstance(state, dict) and state.get("terminal"):
-            return "done"
-    now = now_ms() if now is None else now
-    if task.next_eligible_at_ms > now:
-        return f"retry at {fmt_when(task.next_eligible_at_ms)}"
-    return "open"
-
-
-@task_group.command("list")
-@click.option("--pipeline", "-p", metavar="NAME|ID", help="Only this pipeline.")
-@click.option("--stage", "-s", help="Only tasks in this stage.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--cursor", help="Continue after this cursor (printed by the previous page).")
-@click.option("--all", "all_pages", is_flag=True, help="Follow every page.")
-@common_options
-def task_list(
-    pipeline: str | None,
-    stage: str | None,
-    limit: int,
-    cursor: str | None,
-    all_pages: bool,
-    tracker_url: str | None,
-    config_path: Path | None,
-    as_json: bool,
-) -> None:
-    """List tasks in creation order, a page at a time."""
-    ops = OpsContext.build(tracker_url, config_path, as_json)
-
-    async def show(tracker: Tracker) -> int:
-        pipeline_id = (await resolve_pipeline(tracker, pipeline)).id if pipeline else None
-        items: list[Task] = []
-        next_cursor = cursor
-        while True:
-            page = await tracker.list_tasks(
-                stage=stage, pipeline_id=pipeline_id, limit=limit, cursor=next_cursor
-            )
-            items.extend(page.items)
-            next_cursor = page.next_cursor
-            if not all_pages or next_cursor is None:
-                break
-        if ops.as_json:
-            ops.emit_json({"items": items, "next_cursor": next_cursor})
-            return 0
-        pipelines = {p.id: p for p in await tracker.list_pipelines()}
-        several = len({t.pipeline_id for t in items}) > 1
-        wide = ops.console.width >= 120
-        table = Table(title=f"tasks ({len(items)})", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
-        table.add_column("id", no_wrap=True)
-        table.add_column("title", overflow="fold", ratio=1, min_width=12)
-        if several:
-            table.add_column("pipeline", overflow="fold")
-        for col in ("stage", "prio", "state"):
-            table.add_column(col, overflow="fold")
-        if wide:
-            table.add_column("created", no_wrap=True)
-        now = now_ms()
-        for t in items:
-            p = pipelines.get(t.pipeline_id)
-            cells = [t.id, t.title]
-            if several:
-                cells.append(p.name if p else t.pipeline_id)
-            cells += [t.stage, str(t.priority), task_state(t, pipelines, now)]
-            if wide:
-                cells.append(fmt_when(t.created_at_ms))
-            table.add_row(*cells)
-        ops.print(table)
-        if next_cursor is not None:
-            ops.print(f"more: --cursor {next_cursor}")
-        return 0
-
-    ops.run(show)
 
 
 @task_group.command("cancel", short_help="Cancel a task (a running one loses its lease).")
