@@ -22,13 +22,13 @@ rail can update one), so a cached definition cannot go stale.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from plugins.api import Failure, Transition
 from tracker_client.errors import TrackerError, TrackerUnavailable
-from tracker_client.models import Task
+from tracker_client.models import Pipeline, Task
 from tracker_client.protocol import Tracker
 from worker.config import RoleConfig
 from worker.retry import RetryPolicy, call_with_retry
@@ -39,6 +39,7 @@ __all__ = [
     "PipelineWays",
     "TriggerChoice",
     "choose_trigger",
+    "trigger_problems",
 ]
 
 log = logging.getLogger("backlog_worker.worker")
@@ -195,3 +196,40 @@ async def choose_trigger(
     if FALLBACK_TRIGGER in ways or not ways:
         return TriggerChoice(FALLBACK_TRIGGER, "the built-in default", ways, name)
     return TriggerChoice(None, _executor_source(outcome, role) + " names no trigger", ways, name)
+
+
+def trigger_problems(roles: Sequence[RoleConfig], pipelines: Sequence[Pipeline]) -> list[str]:
+    """What ``backlog-worker check`` warns about each role's ``[roles.triggers]``: an entry that
+    names no stage of the role in the rail's pipelines (a misspelling would never apply), or a
+    trigger one of the stages it names has no transition for (the tracker would refuse it)."""
+    problems: list[str] = []
+    for role in roles:
+        for key, trigger in role.triggers.items():
+            entry = f"role {role.name}: [roles.triggers] {key!r}"
+            stages = [
+                (p.name, stage, ways)
+                for p in pipelines
+                for stage, ways in _role_stages(p, role.name)
+                if key in (p.name, f"{p.name}.{stage}")
+            ]
+            if not stages:
+                problems.append(f"{entry} names no stage of role {role.name} in any pipeline")
+            problems.extend(
+                f"{entry} = {trigger!r}: stage {stage!r} of pipeline {name!r} has no such trigger "
+                f"(it has: {', '.join(ways) or 'none'})"
+                for name, stage, ways in stages
+                if trigger not in ways
+            )
+    return problems
+
+
+def _role_stages(pipeline: Pipeline, role: str) -> list[tuple[str, tuple[str, ...]]]:
+    states = pipeline.definition.get("states")
+    if not isinstance(states, Mapping):
+        return []
+    ways = PipelineWays.of(pipeline.id, pipeline.name, pipeline.definition).ways
+    return [
+        (stage, ways.get(stage, ()))
+        for stage, state in states.items()
+        if isinstance(state, Mapping) and state.get("agent_role") == role
+    ]

@@ -39,6 +39,7 @@ from worker.config import Config, load_config
 from worker.config_secrets import release_secret_env
 from worker.daemon import Role, Worker, WorkerState
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
+from worker.triggers import trigger_problems
 
 __all__ = ["build_roles", "register", "select_roles"]
 
@@ -359,6 +360,8 @@ async def _check(config: Config, report: CheckReport) -> None:
                     f"{ceiling / 1000:g}s heartbeat reset; it will be clamped"
                 )
                 report.add(f"lease_ttl:{role.name}", "warn", detail)
+        for problem in trigger_problems(config.roles, pipelines):
+            report.add("triggers", "warn", problem)
     except (TrackerUnavailable, TimeoutError) as exc:
         report.add(check, "fail", f"tracker {url} unreachable: {exc}")
     except TrackerError as exc:
