@@ -28,6 +28,7 @@ __all__ = [
     "TaskReport",
     "event_summary",
     "fetch_report",
+    "left_out",
     "render_artifacts",
     "render_events",
     "render_task",
@@ -168,8 +169,16 @@ def describe_state(task: TaskDetail, pipeline: Pipeline | None) -> str:
     return "waiting"
 
 
-def render_task(report: TaskReport) -> list[RenderableType]:
-    """The summary grid and the runs table of a task."""
+def left_out(shown: int, total: int, what: str, flag: str) -> str | None:
+    """The line saying how many earlier ``what`` were not shown, or None when none were."""
+    hidden = total - shown
+    if hidden <= 0:
+        return None
+    return f"{hidden} earlier {what} not shown ({flag} N, or --all)"
+
+
+def render_task(report: TaskReport, *, last_runs: int = 0) -> list[RenderableType]:
+    """The summary grid and the runs table of a task (the ``last_runs`` latest; 0 = all)."""
     task = report.task
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -211,11 +220,15 @@ def render_task(report: TaskReport) -> list[RenderableType]:
         grid.add_row(key, value)
     out: list[RenderableType] = [grid]
     if report.runs:
-        runs = Table(title="runs", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+        shown = report.runs[-last_runs:] if last_runs > 0 else report.runs
+        title = "runs"
+        if len(shown) < len(report.runs):
+            title = f"runs (last {len(shown)} of {len(report.runs)})"
+        runs = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
         for col in ("#", "status", "agent", "role", "started", "took"):
             runs.add_column(col, no_wrap=True)
         runs.add_column("error", overflow="fold", ratio=1)
-        for r in report.runs:
+        for r in shown:
             took = fmt_age(r.ended_at_ms - r.started_at_ms) if r.ended_at_ms else "-"
             runs.add_row(
                 str(r.attempt),
@@ -227,6 +240,9 @@ def render_task(report: TaskReport) -> list[RenderableType]:
                 short_json(r.error or "", 160),
             )
         out.append(runs)
+        note = left_out(len(shown), len(report.runs), "runs", "--runs")
+        if note is not None:
+            out.append(note)
     return out
 
 
@@ -270,20 +286,31 @@ def render_artifacts(artifacts: list[Artifact]) -> Table:
 @click.option(
     "--events",
     "last_events",
-    type=int,
-    default=50,
+    type=click.IntRange(min=0),
+    default=20,
     show_default=True,
     help="How many of the latest events to show (0 = all).",
 )
+@click.option(
+    "--runs",
+    "last_runs",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="How many of the latest runs to show (0 = all).",
+)
+@click.option("--all", "show_all", is_flag=True, help="Every run and every event.")
 @common_options
 def task_show(
     task_id: str,
     last_events: int,
+    last_runs: int,
+    show_all: bool,
     tracker_url: str | None,
     config_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Show a task: state, runs, events timeline and artifacts."""
+    """Show a task: state, the latest runs and events, and artifacts (--json: all of them)."""
     ops = OpsContext.build(tracker_url, config_path, as_json)
 
     async def show(tracker: Tracker) -> int:
@@ -291,9 +318,14 @@ def task_show(
         if ops.as_json:
             ops.emit_json(report.as_json())
             return 0
-        ops.print(*render_task(report))
+        runs, events = (0, 0) if show_all else (last_runs, last_events)
+        ops.print(*render_task(report, last_runs=runs))
         if report.events:
-            ops.print(render_events(report.events, report.runs, last=last_events))
+            ops.print(render_events(report.events, report.runs, last=events))
+            shown = min(events, len(report.events)) if events > 0 else len(report.events)
+            note = left_out(shown, len(report.events), "events", "--events")
+            if note is not None:
+                ops.print(note)
         if report.artifacts:
             ops.print(render_artifacts(report.artifacts))
         return 0
