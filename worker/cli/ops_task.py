@@ -84,9 +84,8 @@ def task_add(
             if ops.as_json:
                 ops.emit_json({"ids": ids})
             else:
-                ops.print(f"created {len(ids)} tasks")
-                for task_id in ids:
-                    ops.print(f"  {task_id}")
+                # A count, not thousands of id lines: --json gives the ids.
+                ops.print(f"created {len(ids)} task{'' if len(ids) == 1 else 's'} (ids: --json)")
             return 0
         pipeline = await resolve_pipeline(tracker, fields.pipeline or "")
         task = build_task(pipeline.id, title or "", fields)
