@@ -35,21 +35,31 @@ T = TypeVar("T")
 
 
 async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T | None:
-    """Run the long poll ``wait``; None when the server started stopping first."""
+    """Run the long poll ``wait``; None when the server started stopping first.
+
+    The poll's own error (an unknown task: ``NotFound``) is raised as is, not wrapped in a
+    task group's exception group, so the route answers it as usual.
+    """
     closing: Closing = request.app.state.closing
     if closing.closed:
         return None
     result: T | None = None
+    error: Exception | None = None
     async with anyio.create_task_group() as tg:
 
         async def poll() -> None:
-            nonlocal result
-            result = await wait()
+            nonlocal result, error
+            try:
+                result = await wait()
+            except Exception as exc:
+                error = exc
             tg.cancel_scope.cancel()
 
         tg.start_soon(poll)
         await closing.wait()
         tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
     return result
 
 
