@@ -39,6 +39,7 @@ __all__ = [
     "LogFormat",
     "PlainFormatter",
     "RedactingFilter",
+    "TrackerRunLines",
     "add_secret",
     "configure_logging",
     "detect_format",
@@ -252,6 +253,30 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class TrackerRunLines(logging.Filter):
+    """Drops the embedded tracker's lines that repeat a run's own (``run_start``, ``run_*``).
+
+    In a worker process every claim, transition, retry, release and dead letter after a failed
+    run is logged by the run itself (:class:`worker.run_parts.RunLog`, with the outcome, trigger
+    and duration); the embedded tracker, running in the same process, would log it a second
+    time. Its other lines (expired leases, crash loops, requeues) stay.
+    """
+
+    _REPEATS = frozenset({"task_claimed", "task_finished", "task_released"})
+    #: Dead letters decided by a run's ``fail`` (the run's ``run_failed`` line says so).
+    _RUN_DEAD_LETTERS = frozenset({"max_attempts_exceeded", "permanent_failure"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for a repeated line."""
+        if not record.name.startswith("backlog_worker.tracker"):
+            return True
+        action = getattr(record, "action", None)
+        if action in self._REPEATS:
+            return False
+        reason = getattr(record, "reason", None)
+        return not (action == "task_dead_lettered" and reason in self._RUN_DEAD_LETTERS)
+
+
 _FILTER = RedactingFilter()
 _HANDLER_MARK = "_backlog_worker_handler"
 
@@ -330,12 +355,15 @@ def configure_logging(
     stream: TextIO | None = None,
     secrets: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
+    worker: bool = False,
 ) -> logging.Handler:
     """Install one handler on the root logger (replacing a previous one of ours).
 
     ``level`` applies to the ``backlog_worker`` loggers; chatty libraries (httpx, httpcore,
     uvicorn access) stay at WARNING unless ``level`` is DEBUG. ``secrets`` are registered with
-    :func:`add_secret`. Returns the handler (tests read it; callers normally ignore it).
+    :func:`add_secret`. ``worker``: a worker process, where the embedded tracker's lines that
+    repeat a run's own are dropped (:class:`TrackerRunLines`) unless ``level`` is DEBUG.
+    Returns the handler (tests read it; callers normally ignore it).
     Raises ``ValueError`` naming the bad value for an unknown format or level.
     """
     if fmt not in FORMATS:
@@ -352,6 +380,8 @@ def configure_logging(
 
     handler = _make_handler(chosen, out)
     handler.addFilter(_FILTER)
+    if worker and levelno > logging.DEBUG:
+        handler.addFilter(TrackerRunLines())
     setattr(handler, _HANDLER_MARK, chosen)
 
     root = logging.getLogger()

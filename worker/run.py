@@ -122,10 +122,7 @@ class TaskRun:
         self.scrub = RunScrubber(lease.lease_token.get_secret_value())
         self._reporting = False  # the executor is done: heartbeat only when the report needs it
         self.scope = anyio.CancelScope()
-        self._log = RunLog(
-            log,
-            {"task_id": lease.task.id, "run_id": lease.run.id, "role": role.name},
-        )
+        self._log = RunLog.for_lease(log, lease, role.name)
 
     # -- helpers used by the sink -------------------------------------------------------------
     def lease_remaining_s(self) -> float:
@@ -165,7 +162,7 @@ class TaskRun:
 
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
-        self._log.info("task claimed", extra={"action": "run_start"})
+        self._log.claimed()
         workdir = self._workdir_path()
         ctx: ExecutionContext | None = None
         try:
@@ -441,10 +438,9 @@ class TaskRun:
             budget_s=budget,
             action="fail",
         )
-        what = "dead-lettered" if result.dead_lettered else "failed"
-        self._log.warning(
-            "run %s: %s", what, error, extra={"action": "run_failed", "reason": failure.reason}
-        )
         dead = bool(result.dead_lettered)
+        outcome = "dead_lettered" if dead else "retry_scheduled" if result.retry_scheduled else None
+        extra = {"action": "run_failed", "reason": failure.reason, "outcome": outcome or "failed"}
+        self._log.warning("run %s: %s", "dead-lettered" if dead else "failed", error, extra=extra)
         retry_at = None if dead or not result.retry_scheduled else result.next_eligible_at_ms
         return RunResult("failed", failure.reason, dead_lettered=dead, retry_at_ms=retry_at)

@@ -6,6 +6,7 @@ Split from :mod:`worker.run` to keep that module to the run's life cycle.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -20,22 +21,71 @@ from worker.retry import call_with_retry
 if TYPE_CHECKING:
     from worker.run import TaskRun
 
-__all__ = ["TRACEBACK_TAIL_CHARS", "RunLog", "TrackerSink", "call_executor", "timeout_of"]
+__all__ = [
+    "FINISH_ACTIONS",
+    "TRACEBACK_TAIL_CHARS",
+    "RunLog",
+    "TrackerSink",
+    "call_executor",
+    "timeout_of",
+]
 
 #: How much of a traceback goes into an ``error`` event.
 TRACEBACK_TAIL_CHARS = 4000
 
 
+#: The line ending a run, by action, and its default ``outcome`` (``run_failed`` names its own:
+#: ``retry_scheduled``, ``dead_lettered`` or ``failed``).
+FINISH_ACTIONS: dict[str, str] = {
+    "run_transitioned": "transitioned",
+    "run_failed": "failed",
+    "run_released": "released",
+    "lease_lost": "lost",
+    "report_conflict": "conflict",
+    "report_failed": "report_failed",
+}
+
+
 class RunLog(logging.LoggerAdapter[logging.Logger]):
     """Adds the run's ids to every record and keeps the call's own ``extra`` (``action``...).
 
-    The stock adapter replaces a call's ``extra`` with its own before Python 3.13.
+    A run's life is two lines: :meth:`claimed` (``run_start``, with the attempt and stage) and
+    the one that ends it (an action of :data:`FINISH_ACTIONS`), which gets its ``outcome`` and
+    ``duration_s`` (since the claim) added here. The stock adapter replaces a call's ``extra``
+    with its own before Python 3.13.
     """
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any]) -> None:
+        super().__init__(logger, extra)
+        self._started = time.monotonic()
+
+    @classmethod
+    def for_lease(cls, logger: logging.Logger, lease: Lease, role: str) -> RunLog:
+        """The log of the run of ``lease`` for ``role``: ids, attempt and stage on every line."""
+        ids = {"task_id": lease.task.id, "run_id": lease.run.id, "role": role}
+        return cls(logger, {**ids, "attempt": lease.run.attempt, "stage": lease.task.stage})
+
+    def claimed(self) -> None:
+        """The run's first line."""
+        extra = self.extra or {}
+        self.info(
+            "task claimed at stage %s (attempt %s)",
+            extra.get("stage"),
+            extra.get("attempt"),
+            extra={"action": "run_start"},
+        )
 
     def process(
         self, msg: Any, kwargs: MutableMapping[str, Any]
     ) -> tuple[Any, MutableMapping[str, Any]]:
-        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        extra = {**(self.extra or {}), **kwargs.get("extra", {})}
+        outcome = FINISH_ACTIONS.get(str(extra.get("action")))
+        if outcome is not None:
+            took = round(time.monotonic() - self._started, 3)
+            extra.setdefault("outcome", outcome)
+            extra["duration_s"] = took
+            msg = f"{msg} (took {took:.2f}s)"
+        kwargs["extra"] = extra
         return msg, kwargs
 
 
