@@ -95,7 +95,10 @@ def _setup_logging(config: Config) -> None:
         logging.basicConfig(level=config.log_level, stream=sys.stderr)
         return
     configure_logging(
-        config.log_level, config.log_format, secrets=[t for t in [config.tracker.api_token] if t]
+        config.log_level,
+        config.log_format,
+        secrets=[t for t in [config.tracker.api_token] if t],
+        worker=True,
     )
 
 
