@@ -7,7 +7,16 @@ every healthy lease.
 
 from __future__ import annotations
 
-from tests.cli.conftest import Rail
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.cli.conftest import SIMPLE, Rail, invoke
+from tests.cli.test_remote import TOKEN, served  # noqa: F401  (the served-rail fixture)
+from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
 
 
@@ -58,3 +67,35 @@ def test_the_legend_defines_every_column(simple: Rail) -> None:
     quiet = simple.cli("queue", "--no-legend")
     assert quiet.exit_code == 0
     assert LEGEND[0] not in quiet.stdout
+
+
+def test_a_served_rail_gets_a_third_of_the_default_ttl(
+    served: str,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over HTTP the API takes one window: the CLI asks for 20 s, so a fresh lease of the
+    default 60 s TTL is not expiring (the old 60 s window counted it)."""
+    url = served
+    monkeypatch.setenv("BACKLOG_WORKER_API_TOKEN", TOKEN)
+    definition = tmp_path / "simple.json"
+    definition.write_text(json.dumps({"name": "simple", "definition": SIMPLE}))
+    assert invoke(["pipeline", "create", "-f", str(definition), "--tracker", url]).exit_code == 0
+    assert invoke(["task", "add", "-p", "simple", "t", "--tracker", url]).exit_code == 0
+
+    async def claim() -> None:
+        tracker = await open_tracker(url, api_token=TOKEN)
+        try:
+            assert await tracker.claim("w1", "coder", 60_000) is not None
+        finally:
+            await tracker.aclose()
+
+    anyio.run(claim)
+
+    def coder(*flags: str) -> Any:
+        result = invoke(["queue", "--json", "--tracker", url, *flags])
+        assert result.exit_code == 0, result.output
+        return next(r for r in json.loads(result.stdout)["roles"] if r["role"] == "coder")
+
+    assert coder()["near_expiry_leases"] == 0
+    assert coder("--near-expiry", "2m")["near_expiry_leases"] == 1
