@@ -44,4 +44,4 @@ class Greeter:
         await ctx.report("progress", {"said": said})
         await anyio.sleep(self.delay_s)
         await ctx.report("result", {"said": said, "attempt": ctx.attempt}, flush=True)
-        return Transition()  # trigger None: the role's `default_trigger`
+        return Transition()  # no trigger: the stage's only way out, else `default_trigger`
