@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, Task, TaskCreate
 from tracker_client.protocol import Tracker
 from worker.cli.ops_common import EXIT_USAGE, OpsError, SafeConsole
+from worker.demo_summary import DemoSummary, render_summary, summarise
 
 __all__ = ["PIPELINE", "DemoOptions", "DemoSummary", "demo_tasks", "run_demo", "worker_config"]
 
@@ -92,30 +93,8 @@ class DemoOptions:
     keep_dir: Path | None = None
     timeout_s: float = 90.0
     console: Console | None = None
-
-
-@dataclass
-class DemoSummary:
-    """What happened, computed from the rail after the run."""
-
-    tasks: int = 0
-    done: int = 0
-    dead_lettered: int = 0
-    retried_tasks: int = 0
-    failed_runs: int = 0
-    rejected_tasks: int = 0
-    runs: int = 0
-    runs_by_worker: Counter[str] = field(default_factory=Counter)
-    elapsed_s: float = 0.0
-    #: From task creation to the first claim (worker processes starting up).
-    startup_s: float = 0.0
-    #: From the first claim to the last run's end: the work itself.
-    working_s: float = 0.0
-
-    @property
-    def finished(self) -> int:
-        """Tasks that reached a final stage."""
-        return self.done + self.dead_lettered
+    #: The summary as one JSON object on stdout; the progress lines go to stderr.
+    as_json: bool = False
 
 
 def demo_tasks(pipeline_id: str, count: int) -> list[TaskCreate]:
@@ -222,63 +201,6 @@ def _progress_view(tasks: list[Task], running: int, elapsed: float) -> Renderabl
     if untouched:  # nothing claimed yet: the worker processes are still importing
         return Group(head, table, Text("starting the worker processes...", style="dim"))
     return Group(head, table)
-
-
-async def _summarise(tracker: Tracker, tasks: list[Task], elapsed: float) -> DemoSummary:
-    summary = DemoSummary(tasks=len(tasks), elapsed_s=elapsed)
-    starts: list[int] = []
-    ends: list[int] = []
-    for task in tasks:
-        if task.dead_letter_reason is not None:
-            summary.dead_lettered += 1
-        elif task.stage == "done":
-            summary.done += 1
-        runs = await tracker.list_runs(task.id)
-        failed = sum(1 for r in runs if r.status == "failed")
-        summary.runs += len(runs)
-        summary.failed_runs += failed
-        summary.runs_by_worker.update(r.agent_id for r in runs)
-        starts += [r.started_at_ms for r in runs]
-        ends += [r.ended_at_ms for r in runs if r.ended_at_ms is not None]
-        if failed and task.dead_letter_reason is None:
-            summary.retried_tasks += 1
-        events = await tracker.list_task_events(task.id, limit=1000)
-        if any(
-            e.kind == "transition"
-            and isinstance(e.data, dict)
-            and e.data.get("trigger") == "reject"
-            for e in events.items
-        ):
-            summary.rejected_tasks += 1
-    if starts and ends and tasks:
-        summary.startup_s = max(0, min(starts) - min(t.created_at_ms for t in tasks)) / 1000
-        summary.working_s = max(0, max(ends) - min(starts)) / 1000
-    return summary
-
-
-def render_summary(summary: DemoSummary) -> Table:
-    """The summary table printed at the end of the demo."""
-    table = Table(title="demo summary", show_header=False)
-    table.add_column("", style="bold")
-    table.add_column("", justify="right")
-    window = summary.working_s or summary.elapsed_s
-    rate = summary.finished / window if window > 0 else 0.0
-    rows = [
-        ("tasks", summary.tasks),
-        ("done", summary.done),
-        ("retried after a failure", f"{summary.retried_tasks} ({summary.failed_runs} failed runs)"),
-        ("rejected in review, reworked", summary.rejected_tasks),
-        ("dead-lettered", summary.dead_lettered),
-        ("runs", summary.runs),
-        *((f"  runs by {agent}", n) for agent, n in sorted(summary.runs_by_worker.items())),
-        ("time", f"{summary.elapsed_s:.1f}s"),
-        ("  workers starting up", f"{summary.startup_s:.1f}s"),
-        ("  first claim to last result", f"{summary.working_s:.1f}s"),
-        ("throughput", f"{rate:.1f} tasks/s (while working)"),
-    ]
-    for key, value in rows:
-        table.add_row(key, str(value))
-    return table
 
 
 def _last_error(log: Path) -> str:
@@ -400,8 +322,14 @@ async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
                     tracker, pipeline_id, workers, opts, console
                 )
                 await workers.stop()
-        summary = await _summarise(tracker, tasks, elapsed)
-        console.print(render_summary(summary))
+        summary = await summarise(tracker, tasks, elapsed)
+        if opts.as_json:
+            kept = db_url if opts.keep_dir is not None else None
+            doc = {"ok": problem is None, "problem": problem, "rail": kept, **summary.to_json()}
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            sys.stdout.flush()
+        else:
+            console.print(render_summary(summary))
         if problem:
             console.print(Text(f"demo incomplete: {problem}", style="red"), soft_wrap=True)
             return False
@@ -422,7 +350,7 @@ async def _run(opts: DemoOptions, workdir: Path, console: Console) -> bool:
 
 def run_demo(opts: DemoOptions) -> bool:
     """Run the demo end to end; True when every task finished and the workers behaved."""
-    console = opts.console or SafeConsole()
+    console = opts.console or SafeConsole(stderr=opts.as_json)
     if opts.keep_dir is not None:
         if (opts.keep_dir / "rail.db").exists():
             raise OpsError(

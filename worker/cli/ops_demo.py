@@ -48,8 +48,19 @@ __all__ = ["demo_command"]
     show_default=True,
     help="Give up after this long.",
 )
+@click.option(
+    "as_json",
+    "--json",
+    is_flag=True,
+    help="The summary as one JSON object on stdout (progress lines go to stderr).",
+)
 def demo_command(
-    task_count: int, workers: int, concurrency: int, keep_dir: Path | None, timeout: float
+    task_count: int,
+    workers: int,
+    concurrency: int,
+    keep_dir: Path | None,
+    timeout: float,
+    as_json: bool,
 ) -> None:
     """Watch tasks flow: a temporary embedded rail, a draft -> review -> done pipeline with a
     reject loop and a dead-letter stage, several worker processes, live progress, a summary.
@@ -62,6 +73,7 @@ def demo_command(
         concurrency=concurrency,
         keep_dir=keep_dir,
         timeout_s=timeout,
+        as_json=as_json,
     )
     with input_errors():
         try:
