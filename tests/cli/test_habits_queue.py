@@ -64,6 +64,11 @@ def test_the_legend_defines_every_column(simple: Rail) -> None:
     for column in columns:
         assert column in defined, f"the legend does not define {column!r}"
     assert [entry.split(":")[0] for entry in LEGEND] == columns
+    assert all(len(line) <= 80 for line in LEGEND)
+    assert "stuck: runs started over 5m00s ago and still running" in result.stdout
+    windowed = simple.cli("queue", "--near-expiry", "30s", "--stuck", "1m")
+    assert "expiring: live leases ending within 30.0s" in windowed.stdout
+    assert "stuck: runs started over 1m00s ago" in windowed.stdout
     quiet = simple.cli("queue", "--no-legend")
     assert quiet.exit_code == 0
     assert LEGEND[0] not in quiet.stdout

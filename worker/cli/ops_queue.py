@@ -22,7 +22,7 @@ from worker.cli.ops_common import (
     fmt_ms,
 )
 
-__all__ = ["queue", "render_queue"]
+__all__ = ["LEGEND", "legend", "queue", "render_queue"]
 
 
 def _num(value: int | None) -> str:
@@ -37,24 +37,34 @@ def _compact(value: int | None) -> str:
     return str(value)
 
 
-#: One line per column of the queue table (item order = column order).
+#: One line per column of the queue table, in column order (each fits 80 columns).
 LEGEND = (
     "role: the agent role of the stages counted",
-    "waiting: tasks in its stages without a live lease (incl. not yet eligible or blocked)",
-    "ready: waiting tasks claimable now (eligible, dependencies done, concurrency key free)",
+    "waiting: tasks in its stages without a live lease (incl. scheduled, blocked)",
+    "ready: waiting tasks claimable now (eligible, dependencies done, key free)",
     "running: live leases",
     "failed: failed runs of its tasks, all time",
-    "dead: tasks dead-lettered (or cancelled) from its stages",
+    "dead: tasks dead-lettered or cancelled from its stages",
     "oldest: age of the oldest ready task",
-    "expiring: live leases with less than a third of their TTL left (a missed heartbeat), "
-    "or ending within --near-expiry",
-    "stuck: runs started longer ago than --stuck and still running",
-    "cap: waiting tasks allowed before creating more fails (none = unlimited)",
+    "expiring: live leases with under a third of their TTL left (missed a heartbeat)",
+    "stuck: runs started over {stuck} ago and still running",
+    "cap: waiting tasks allowed before adding more fails (none = unlimited)",
 )
 
 
+def legend(near_expiry_ms: int | None = None, stuck_ms: int = 300_000) -> list[str]:
+    """The legend lines, with the windows this view used."""
+    lines = [line.format(stuck=fmt_age(stuck_ms)) for line in LEGEND]
+    if near_expiry_ms is not None:
+        lines[7] = f"expiring: live leases ending within {fmt_age(near_expiry_ms)}"
+    return lines
+
+
 def render_queue(
-    stats: QueueStats, health: Health | None = None, *, legend: bool = True
+    stats: QueueStats,
+    health: Health | None = None,
+    *,
+    legend_lines: list[str] | None = None,
 ) -> RenderableType:
     """The per-role table of a :class:`QueueStats`, its legend, and the census of ``health``."""
     table = Table(
@@ -86,8 +96,8 @@ def render_queue(
     if health is not None and health.tasks_by_stage:
         census = "  ".join(f"{s.stage} {s.count}" for s in health.tasks_by_stage)
         parts.append(f"tasks by stage: {census}; active leases: {health.active_leases}")
-    if legend and stats.roles:
-        parts.append(Text("\n".join(LEGEND), style="dim"))
+    if legend_lines and stats.roles:
+        parts.append(Text("\n".join(legend_lines), style="dim"))
     return Group(*parts)
 
 
@@ -142,7 +152,8 @@ def queue(
         return await tracker.queue_stats(near_expiry_ms=near_ms, stuck_ms=stuck_ms)
 
     async def view(tracker: Tracker) -> RenderableType:
-        return render_queue(await stats(tracker), await tracker.health(), legend=not no_legend)
+        lines = None if no_legend else legend(near_ms, stuck_ms)
+        return render_queue(await stats(tracker), await tracker.health(), legend_lines=lines)
 
     async def once(tracker: Tracker) -> int:
         if ops.as_json:
