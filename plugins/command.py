@@ -397,7 +397,7 @@ class CommandExecutor:
             return Failure(
                 reason="exit_code",
                 message=f"command {program!r} exited with status {result.returncode} "
-                f"(mapped: {mapped}){suffix}",
+                f"(exit codes mapped to success: {mapped}){suffix}",
                 retryable=retryable,
                 details=details,
             )
