@@ -68,7 +68,9 @@ def task_field_options(func: F) -> F:
         click.option(
             "--max-attempts",
             type=_ATTEMPTS,
-            help="Failures allowed, or 'unlimited' (default: the rail's, 5 unless configured).",
+            help="Attempts before a dead letter: the task is dead-lettered at its Nth failed "
+            "run, in any stage (runs that move it on do not count), or 'unlimited' (default: "
+            "the rail's, 5 unless configured).",
         ),
         click.option("--retry-delay", type=_DURATION, help="Delay before a retry (e.g. 30s)."),
         click.option(
