@@ -51,14 +51,23 @@ STATES = {
 PAGE = 1000
 
 
-@dataclass(frozen=True)
+@dataclass
 class ListedTask:
-    """A task as listed: its role and state, and the words of its state column."""
+    """A task as listed: its role, and its state once known (an open task's needs a read)."""
 
     task: Task
     role: str | None
-    state: str
-    detail: str
+    state: str | None = None
+    detail: str = ""
+
+    async def resolve(self, tracker: Tracker, pipeline: Pipeline | None, now: int) -> None:
+        """Settle ``state`` and the words of the state column (reads an open task's run)."""
+        if self.detail:
+            return
+        coarse = _coarse(self.task, pipeline)
+        detail = await tracker.get_task(self.task.id) if coarse is None else None
+        self.state = task_state(self.task, pipeline, detail, now)
+        self.detail = _describe(self.task, self.state, detail, now)
 
 
 def _stage(pipeline: Pipeline | None, stage: str) -> dict[str, object]:
@@ -158,21 +167,24 @@ async def select_tasks(
             raise _known("role", role, roles, where)
     pipeline_id = scope[0].id if pipeline else None
     now = now_ms()
+    # An open task's state needs its latest run, one read each: only when --state asks for an
+    # open state; otherwise only the tasks shown are read (see ``show``).
+    open_states = bool(set(states) & {"waiting", "running", "failed"})
     listed: list[ListedTask] = []
     for task in await _read_all(tracker, stage, pipeline_id):
         p = pipelines.get(task.pipeline_id)
-        task_role = _role(p, task.stage)
-        if role is not None and task_role != role:
+        entry = ListedTask(task, _role(p, task.stage), _coarse(task, p))
+        if role is not None and entry.role != role:
             continue
-        coarse = _coarse(task, p)
-        if states and coarse is not None and coarse not in states:
+        if states and entry.state is not None and entry.state not in states:
             continue
-        # An open task's state needs its latest run: one read per open task (only those).
-        detail = await tracker.get_task(task.id) if coarse is None else None
-        state = task_state(task, p, detail, now)
-        if states and state not in states:
-            continue
-        listed.append(ListedTask(task, task_role, state, _describe(task, state, detail, now)))
+        if states and entry.state is None:
+            if not open_states:
+                continue
+            await entry.resolve(tracker, p, now)
+            if entry.state not in states:
+                continue
+        listed.append(entry)
     # Python's sort is stable: ties keep the tracker's creation order (it breaks equal
     # creation times by insertion, which a listed task doesn't carry).
     listed.sort(key=lambda t: sort_key(t.task, sort)[:2])
@@ -263,6 +275,9 @@ def task_list(
         if cursor is not None:
             after = after_cursor(listed, cursor, sort)
         shown = after if all_tasks else after[:limit]
+        now = now_ms()
+        for t in shown:
+            await t.resolve(tracker, pipelines.get(t.task.pipeline_id), now)
         more = len(after) - len(shown)
         next_cursor = encode_cursor(shown[-1].task, sort) if more and shown else None
         if ops.as_json:
