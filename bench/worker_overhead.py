@@ -18,7 +18,7 @@ import anyio
 
 from plugins.api import ExecutionContext, Outcome, Transition
 from tracker_client.errors import Unsupported
-from tracker_client.models import Health, Lease, Run, Task, TransitionResult
+from tracker_client.models import Health, Lease, Pipeline, Run, Task, TransitionResult
 from worker.config import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
@@ -39,6 +39,12 @@ _RUN = Run(
     id="r", task_id="t", attempt=1, status="running", agent_id="a", agent_role="b", started_at_ms=0
 )
 _LEASE = Lease(task=_TASK, run=_RUN, lease_id="l", lease_token="0" * 64, expires_at_ms=0)
+_PIPELINE = Pipeline(
+    id="p",
+    name="p",
+    definition={"transitions": [{"from": "todo", "to": "done", "trigger": "complete"}]},
+    created_at_ms=0,
+)
 
 
 class _StubTracker:
@@ -55,6 +61,9 @@ class _StubTracker:
         self.left -= 1
         return _LEASE
 
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        return _PIPELINE  # read once per worker and role: the trigger is chosen per stage
+
     async def transition(self, *args: Any, **kwargs: Any) -> TransitionResult:
         await anyio.lowlevel.checkpoint()
         return TransitionResult(previous_stage="todo", new_stage="done", trigger="complete")
@@ -64,6 +73,9 @@ class _StubTracker:
 
     async def maintenance(self) -> None:
         raise Unsupported("stub")
+
+    async def queue_stats(self) -> None:
+        raise Unsupported("stub")  # a draining worker then relies on its own retry times
 
 
 class _Noop:
