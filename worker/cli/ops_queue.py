@@ -117,8 +117,8 @@ def render_queue(
     type=DurationType(),
     default=None,
     help="A lease ending within this counts as expiring. Default: less than a third of its "
-    "own TTL is left (it missed a heartbeat; a remote NullTickets tracker: 20s, a third of "
-    "the default TTL).",
+    "own TTL is left, i.e. it missed a heartbeat (over HTTP, where the API takes one window: "
+    "20s, a third of the default TTL).",
 )
 @click.option("--no-legend", is_flag=True, help="Print the table without the column legend.")
 @click.option(
