@@ -128,6 +128,10 @@ class DrainCheck:
         # Drained by figures read after the empty claim: confirm with one more claim after them
         # (a retry may have come due in between).
         self._confirm = bound is None
+        if bound is not None:
+            log.debug(
+                "not drained: the next claim within %.3gs", bound, extra={"action": "drain_wait"}
+            )
         return 0.0 if bound is None else bound
 
 
