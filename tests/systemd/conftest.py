@@ -80,3 +80,57 @@ def abstract_receiver() -> Iterator[NotifyReceiver]:
         yield NotifyReceiver(sock, "@" + name)
     finally:
         sock.close()
+
+
+_SENSITIVE_ROOTS = ("/tmp", "/var/tmp", "/home", "/root", "/run/user")
+
+
+def _sensitive(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in _SENSITIVE_ROOTS)
+
+
+@pytest.fixture
+def stable_install(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Render units as for an unremarkable install when this checkout lives where a unit would
+    be refused or adjusted (a CI clone in /tmp, a developer's clone under /home or /root).
+
+    ``systemd-unit`` looks at where it is installed (ExecStart, ``sys.prefix``, the ``worker``
+    package) and refuses /tmp or loosens ProtectHome for /home: right for operators, but it made
+    every unit test depend on the checkout's location. This builds a working stand-in of the
+    running virtualenv in /dev/shm (tmpfs, none of those roots): ``bin/python3`` and
+    ``bin/backlog-worker`` that really run, so ``systemd-analyze verify`` and the tests that
+    start what they rendered still work. Unit modules use it for every test (``pytestmark``);
+    tests about placement fake their own interpreter and prefix on top of it (their
+    monkeypatching comes later and wins).
+    """
+    import shutil
+    import sys
+
+    import worker
+    import worker.cli.systemd as systemd_cli
+
+    real = [sys.prefix, str(Path(worker.__file__).resolve()), *systemd_cli.resolve_exec()[:1]]
+    if not any(_sensitive(p) for p in real) or not os.access("/dev/shm", os.W_OK | os.X_OK):
+        yield
+        return
+    root = Path(tempfile.mkdtemp(prefix="backlog-worker-install-", dir="/dev/shm"))
+    root.chmod(0o755)  # open like /opt: the service user may enter it
+    try:
+        bindir = root / "bin"
+        bindir.mkdir()
+        python = bindir / "python3"
+        python.symlink_to(sys.executable)
+        if sys.prefix != sys.base_prefix:  # a virtualenv: the stand-in is one too, same packages
+            shutil.copy(Path(sys.prefix) / "pyvenv.cfg", root / "pyvenv.cfg")
+            (root / "lib").symlink_to(Path(sys.prefix) / "lib")
+        script = bindir / "backlog-worker"
+        script.write_text(f"#!{python}\nfrom worker.cli import main\nmain()\n")
+        script.chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(python))
+        monkeypatch.setattr(sys, "prefix", str(root))
+        monkeypatch.setattr(worker, "__file__", str(root / "src" / "worker" / "__init__.py"))
+        yield
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -17,6 +17,9 @@ import pytest
 from tests.systemd.unitkit import SYSTEMD_ANALYZE, needs_analyze, security, settings
 from worker.cli.systemd import CONTRIB_EXEC, UnitOptions, render_service
 
+# units render as for an install under /opt wherever this checkout is (conftest.py)
+pytestmark = pytest.mark.usefixtures("stable_install")
+
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
 REPO = Path(__file__).resolve().parents[2]
 SYSCALL_HEADER = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")

@@ -24,6 +24,9 @@ from worker.cli.systemd_sandbox import (
     service_home,
 )
 
+# units render as for an install under /opt wherever this checkout is (conftest.py)
+pytestmark = pytest.mark.usefixtures("stable_install")
+
 
 def _fake_venv(root: Path) -> Path:
     """A virtualenv layout at ``root``: ``bin/python3`` (this interpreter) and the console

@@ -20,6 +20,9 @@ from worker.cli import main
 from worker.cli.systemd import resolve_exec
 from worker.cli.systemd_serve import ServeOptions, is_loopback, render_tracker_service
 
+# units render as for an install under /opt wherever this checkout is (conftest.py)
+pytestmark = pytest.mark.usefixtures("stable_install")
+
 TOKEN = "serve-unit-token-0123456789"
 
 

@@ -26,6 +26,9 @@ from worker.cli.systemd_sandbox import install_paths
 from worker.cli.systemd_serve import ServeOptions, render_tracker_service
 from worker.config import WorkerConfig
 
+# units render as for an install under /opt wherever this checkout is (conftest.py)
+pytestmark = pytest.mark.usefixtures("stable_install")
+
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
 _settings = settings
 _verify = verify
