@@ -21,9 +21,9 @@ SCRIPT = "import json, sys; sys.exit(1 if 'fail' in json.load(sys.stdin)['task']
 def _drain(tmp_path: Path, db: Path) -> list[dict[str, Any]]:
     cfg = write_config(tmp_path, f"sqlite://{db}", token=None, argv=[sys.executable, "-c", SCRIPT])
     cfg.write_text(cfg.read_text() + 'stdin = "task_json"\n')
+    argv = [sys.executable, "-m", "worker", "run", "--config", str(cfg), "--drain"]
     done = subprocess.run(
-        [sys.executable, "-m", "worker", "run", "--config", str(cfg), "--drain"]
-        + ["--log-format", "json", "--log-level", "INFO"],
+        [*argv, "--log-format", "json", "--log-level", "INFO"],
         capture_output=True,
         text=True,
         env=clean_env(),
