@@ -35,7 +35,8 @@ T = TypeVar("T")
 
 
 async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T | None:
-    """Run the long poll ``wait``; None when the server started stopping first.
+    """Run the long poll ``wait``; None when the server started stopping first, or the client
+    went away (nobody would read the answer, and an abandoned poll would hold up a stop).
 
     The poll's own error (an unknown task: ``NotFound``) is raised as is, not wrapped in a
     task group's exception group, so the route answers it as usual.
@@ -55,7 +56,13 @@ async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T
                 error = exc
             tg.cancel_scope.cancel()
 
+        async def client_gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass  # the (empty) body of the GET; the next message comes when it disconnects
+            tg.cancel_scope.cancel()
+
         tg.start_soon(poll)
+        tg.start_soon(client_gone)
         await closing.wait()
         tg.cancel_scope.cancel()
     if error is not None:

@@ -10,9 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
+import httpx
 import pytest
 
+from tests.remote.fixtures import serve_on_port
 from tests.remote.test_serve_cli import _wait_listening
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.server import create_app
 
 _SERVE = [sys.executable, "-m", "worker", "tracker", "serve"]
 
@@ -96,3 +101,29 @@ def test_sigterm_answers_open_long_polls_and_exits_promptly(tmp_path: Path) -> N
         assert took < 5, f"stop took {took:.1f}s with long polls open"
     finally:
         _stop(proc)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.anyio
+async def test_a_long_poll_whose_client_left_is_dropped(tmp_path: Path) -> None:
+    """A drained worker closes its client with a wait-for-work poll still open: the server
+    drops that poll at once instead of keeping it (and any stop) alive for its timeout. Plain
+    uvicorn here, without the serve command's closing signal."""
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        app = create_app(tracker)
+        async with serve_on_port(app) as url:
+            host, port = url.removeprefix("http://").split(":")
+            stream = await anyio.connect_tcp(host, int(port))
+            await stream.send(
+                b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            async with httpx.AsyncClient() as client:  # served after the poll: it is in flight
+                assert (await client.get(f"{url}/health")).status_code == 200
+            await stream.aclose()
+            started = anyio.current_time()
+        took = anyio.current_time() - started  # the server's stop waits for requests in flight
+        print(f"stop after an abandoned long poll took {took:.2f}s")
+        assert took < 5
+    finally:
+        await tracker.aclose()
