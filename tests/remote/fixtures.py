@@ -8,7 +8,10 @@ keeps the test's fake clock and options, so the contract suite runs unchanged th
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -149,3 +152,17 @@ async def served_tcp(
                 await remote.aclose()
     finally:
         await embedded.aclose()
+
+
+def wait_listening(log: Path, proc: subprocess.Popen[bytes], deadline_s: float = 20.0) -> str:
+    """The URL a real ``tracker serve --port 0`` process announces in ``log`` once it listens
+    (``--port 0``: no port races); AssertionError with the log if it exits or stays silent."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found:
+            return found.group(1)
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early: {log.read_text()}")
+        time.sleep(0.05)  # polling a real condition (the log line) under a deadline
+    raise AssertionError(f"server did not announce its address: {log.read_text()}")

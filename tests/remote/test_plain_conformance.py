@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.remote.fixtures import wait_listening
 from tracker_client.embedded import EmbeddedTracker
 
 SERVE = [sys.executable, "-m", "worker", "tracker", "serve"]
@@ -77,18 +77,6 @@ class PlainClient:
         return Answer(response.status_code, parsed, response.headers)
 
 
-def _wait_listening(log: Path, proc: subprocess.Popen[bytes], deadline_s: float = 30.0) -> str:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited early: {log.read_text()}")
-        time.sleep(0.05)
-    raise AssertionError(f"server did not announce its address: {log.read_text()}")
-
-
 @pytest.fixture
 def plain(tmp_path: Path) -> Iterator[PlainClient]:
     """A real ``tracker serve`` process with an admin token (from the environment), on a rail
@@ -111,7 +99,7 @@ def plain(tmp_path: Path) -> Iterator[PlainClient]:
             env=env,
         )
     try:
-        yield PlainClient(_wait_listening(log, proc))
+        yield PlainClient(wait_listening(log, proc, 30.0))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from tests.remote.fake_nulltickets import PIPELINE
+from tests.remote.fixtures import wait_listening
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import TaskCreate
@@ -21,19 +20,6 @@ from tracker_client.remote import RemoteTracker
 from worker.cli import main
 
 TOKEN = "file-token-0123456789"
-
-
-def _wait_listening(log: Path, proc: subprocess.Popen[bytes], deadline_s: float = 20.0) -> str:
-    """The URL the server announces once it listens (``--port 0``: no port races)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited early: {log.read_text()}")
-        time.sleep(0.05)
-    raise AssertionError(f"server did not announce its address: {log.read_text()}")
 
 
 @pytest.mark.slow
@@ -66,7 +52,7 @@ async def test_serve_process_with_a_token_file(tmp_path: Path) -> None:
             env=env,
         )
     try:
-        url = _wait_listening(log, proc)
+        url = wait_listening(log, proc)
         tracker = RemoteTracker(url, api_token=TOKEN)
         try:
             pid = await tracker.create_pipeline("p", PIPELINE)

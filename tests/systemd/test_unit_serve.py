@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner, Result
 
+from tests.remote.fixtures import wait_listening
 from tests.systemd.unitkit import install, needs_analyze, settings, verify
 from tracker_client.embedded import EmbeddedTracker
 from worker.cli import main
@@ -107,19 +105,6 @@ def test_a_rail_outside_the_state_directory_is_made_writable(tmp_path):
     )
 
 
-def _wait_listening(log: Path, proc: subprocess.Popen[bytes], deadline_s: float = 20.0) -> str:
-    """The URL the server announces once it listens (``--port 0``: no port races)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited early: {log.read_text()}")
-        time.sleep(0.05)  # polling a real condition (the log line) under a deadline
-    raise AssertionError(f"server did not announce its address: {log.read_text()}")
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.anyio
 async def test_the_rendered_exec_start_serves_with_the_credential(tmp_path):
@@ -142,7 +127,7 @@ async def test_the_rendered_exec_start_serves_with_the_credential(tmp_path):
             argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=tmp_path
         )
     try:
-        url = _wait_listening(log, proc)
+        url = wait_listening(log, proc)
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             assert (await client.get("/health")).status_code == 200
             assert (await client.get("/pipelines")).status_code == 401
