@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,7 @@ from worker.run_lease import LocalLease
 from worker.run_parts import RunLog, TrackerSink, call_executor, timeout_of
 from worker.scrub import RunScrubber
 from worker.triggers import PipelineBook, choose_trigger
-from worker.workdirs import remove_workdir, workdir_name
+from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
 
 __all__ = ["RunResult", "RunSettings", "TaskRun"]
 
@@ -227,7 +226,8 @@ class TaskRun:
         return await self._report_under_lease(ctx, outcome)
 
     def _workdir_base(self) -> Path:
-        return self.settings.workdir_base or Path(tempfile.gettempdir()) / "backlog-worker"
+        # The worker passes its prepared base; a TaskRun built without one uses the same default.
+        return self.settings.workdir_base or default_workdir_base()[0]
 
     def _workdir_path(self) -> str:
         # Named after the run id (unique; hashed when it is not one safe path component),

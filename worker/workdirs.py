@@ -5,6 +5,12 @@ The run id comes from the tracker, so it is input like any other: an id such as
 A safe id (one plain path component) keeps its readable name ``run-<id>``; any other id is
 named by its SHA-256 instead (stable and collision-free), with a warning. Removal resolves the
 path and refuses anything that is not a direct child of the resolved base.
+
+The base itself, when ``[worker] workdir`` is not set, is per user (:func:`default_workdir_base`):
+a directory shared by every user on the host (the old ``/tmp/backlog-worker``) let another user's
+directory there fail every run, or read and tamper with ours. :func:`prepare_workdir_base` makes
+the default base mode 0700 and refuses one that is not ours; :func:`check_workdir_base` is what
+``backlog-worker check`` reports.
 """
 
 from __future__ import annotations
@@ -14,11 +20,24 @@ import logging
 import os
 import re
 import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import anyio
 
-__all__ = ["SAFE_COMPONENT", "remove_workdir", "workdir_name"]
+from tracker_client.errors import ConfigError
+
+__all__ = [
+    "SAFE_COMPONENT",
+    "check_workdir_base",
+    "default_workdir_base",
+    "prepare_workdir_base",
+    "remove_workdir",
+    "workdir_name",
+]
 
 log = logging.getLogger("backlog_worker.worker")
 
@@ -69,3 +88,111 @@ async def remove_workdir(path: str, base: Path) -> bool:
     Anything else (a path escaping the base, a symlink) is left alone and logged as an error.
     """
     return await anyio.to_thread.run_sync(_remove, path, base)
+
+
+# -- the base directory --------------------------------------------------------------------------
+#: A line of ``backlog-worker check``: how it went.
+CheckLevel = Literal["ok", "warn", "fail"]
+
+#: The last resort: shared by every user, so our directory in it is per uid, 0700 and verified.
+_TMP = "/tmp"  # noqa: S108
+
+
+def _first_abs(value: str | None) -> str | None:
+    # systemd joins several StateDirectory=/RuntimeDirectory= paths with ':'; the first is ours.
+    first = (value or "").split(":", 1)[0]
+    return first if os.path.isabs(first) else None
+
+
+def default_workdir_base(environ: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """The base of run directories when ``[worker] workdir`` is not set, and what chose it.
+
+    First that is set (an absolute path): ``$STATE_DIRECTORY/runs`` (systemd ``StateDirectory=``:
+    on disk, outlives the unit's private ``/tmp``, which is wiped at stop), ``$RUNTIME_DIRECTORY/
+    runs`` (``RuntimeDirectory=``: tmpfs, removed at stop), ``$XDG_RUNTIME_DIR/backlog-worker``
+    (the login session's own tmpfs); else ``$TMPDIR`` (or ``/tmp``) ``/backlog-worker-<uid>``.
+    """
+    env = os.environ if environ is None else environ
+    for var, leaf in (
+        ("STATE_DIRECTORY", "runs"),
+        ("RUNTIME_DIRECTORY", "runs"),
+        ("XDG_RUNTIME_DIR", "backlog-worker"),
+    ):
+        found = _first_abs(env.get(var))
+        if found:
+            return Path(found) / leaf, f"${var}"
+    tmp = _first_abs(env.get("TMPDIR"))
+    return Path(tmp or _TMP) / f"backlog-worker-{os.geteuid()}", "$TMPDIR" if tmp else _TMP
+
+
+_FIX = "set [worker] workdir to a directory of your own (or point TMPDIR elsewhere)"
+
+
+def _unsafe(path: Path) -> str | None:
+    """Why ``path`` is no safe base for our run directories (not ours, open to others), or None."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory (a symlink or a file): remove it, or {_FIX}"
+    if st.st_uid != os.geteuid():
+        return (
+            f"{path} belongs to uid {st.st_uid}, not to this worker (uid {os.geteuid()}): another "
+            f"user made it, so runs there could fail or be tampered with; remove it (as its "
+            f"owner or root), or {_FIX}"
+        )
+    if st.st_mode & 0o022:
+        return (
+            f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"run chmod 700 {path}, or {_FIX}"
+        )
+    return None
+
+
+def prepare_workdir_base(configured: Path | None, environ: Mapping[str, str] | None = None) -> Path:
+    """The base of run directories, ready for runs: ``configured`` as it is (the operator's
+    choice), else :func:`default_workdir_base` created mode 0700 and verified to be ours.
+
+    A default base owned by another user, not a directory, or group/world-writable is refused
+    with a :class:`ConfigError` naming the path and the fix (the worker does not start).
+    """
+    if configured is not None:
+        return configured
+    path, source = default_workdir_base(environ)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigError(
+            f"run directory {path} (the default from {source}) cannot be created: "
+            f"{exc.strerror or exc}; {_FIX}"
+        ) from exc
+    problem = _unsafe(path)
+    if problem is not None:
+        raise ConfigError(f"run directory (the default from {source}): {problem}")
+    return path
+
+
+def _probe(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.rmdir(tempfile.mkdtemp(prefix=".check-", dir=path))
+
+
+def check_workdir_base(configured: Path | None) -> list[tuple[CheckLevel, str]]:
+    """What ``backlog-worker check`` says about the run directory base: (level, text) lines,
+    level ``ok``, ``warn`` or ``fail``. It creates the base if missing (as a run would) and
+    proves it writable by creating and removing a directory in it."""
+    where = "[worker] workdir" if configured is not None else default_workdir_base()[1]
+    try:
+        path = prepare_workdir_base(configured)
+        _probe(path)
+    except ConfigError as exc:
+        return [("fail", str(exc))]
+    except OSError as exc:
+        target = configured if configured is not None else default_workdir_base()[0]
+        return [("fail", f"run directory {target} ({where}) is not writable: {exc.strerror}")]
+    lines: list[tuple[CheckLevel, str]] = [("ok", f"run directory {path} ({where}) is writable")]
+    if configured is not None:
+        problem = _unsafe(path)
+        if problem is not None:
+            lines.append(("warn", f"run directory ([worker] workdir): {problem}"))
+    return lines
