@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
@@ -46,6 +44,7 @@ from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy, call_with_retry, idempotency_keys_needed
 from worker.run import RunSettings, TaskRun
 from worker.sdnotify import ProgressMonitor
+from worker.workdirs import prepare_workdir_base
 
 __all__ = ["Role", "Worker", "WorkerState", "WorkerStats"]
 
@@ -71,6 +70,8 @@ class Worker:
             raise ValueError("a worker needs at least one role")
         self.tracker = tracker
         self.config = config
+        # Per user, 0700 and ours unless configured (ConfigError: the worker does not start).
+        self._workdir_base = prepare_workdir_base(config.workdir)
         self._roles: tuple[Role, ...] = tuple(roles)
         tc = tracker_config or TrackerConfig()
         self._retry = RetryPolicy(initial_s=tc.retry_initial_s, max_s=tc.retry_max_s)
@@ -126,6 +127,18 @@ class Worker:
         self._roles = tuple(roles)
         self._run_settings.clear()
         self._next_role = 0
+        self.progress.stall_after_s = self._progress_budget_s()
+
+    def set_config(self, config: WorkerConfig) -> None:
+        """Apply a reloaded ``[worker]`` section to new claims: slots (a lowered count takes
+        effect as runs end), lease TTL, idling, grace, run directories. The caller keeps the
+        keys that need a restart (see :mod:`worker.reload`) at their running values."""
+        base = prepare_workdir_base(config.workdir)  # a refused base changes nothing
+        self.config, self._workdir_base = config, base
+        self._slots.total_tokens = config.concurrency
+        self._parallel_claims = max(1, min(config.concurrency, 4))
+        self._run_settings.clear()
+        self.progress.stall_after_s = self._progress_budget_s()
 
     @property
     def stopping(self) -> bool:
@@ -412,7 +425,7 @@ class Worker:
                 lease_ttl_s=self._lease_ttl_s(role),
                 retry=self._retry,
                 report_retry_budget_s=self._report_budget_s,
-                workdir_base=self.config.workdir or Path(tempfile.gettempdir()) / "backlog-worker",
+                workdir_base=self._workdir_base,
                 keep_workdirs=self.config.keep_workdirs,
                 report_flush_s=self.config.report_flush_s,
                 idempotency_keys=self._keys,
