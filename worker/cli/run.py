@@ -40,6 +40,7 @@ from worker.config_secrets import release_secret_env
 from worker.daemon import Role, Worker, WorkerState
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
 from worker.triggers import trigger_problems
+from worker.workdirs import check_workdir_base
 
 __all__ = ["build_roles", "register", "select_roles"]
 
@@ -332,6 +333,8 @@ def run_command(
 async def _check(config: Config, report: CheckReport) -> None:
     url = config.tracker.url
     token_source = config.tracker.api_token_source or NO_TOKEN
+    for level, text in check_workdir_base(config.worker.workdir):  # writable, and ours
+        report.add("workdir", level, text)
     try:
         built = build_roles(config)
     except ExecutorError as exc:
