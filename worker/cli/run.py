@@ -38,6 +38,7 @@ from worker.cli.systemd import STOP_MARGIN_S
 from worker.config import Config, load_config
 from worker.config_secrets import release_secret_env
 from worker.daemon import Role, Worker, WorkerState
+from worker.reload import plan_reload
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
 from worker.triggers import trigger_problems
 from worker.workdirs import check_workdir_base
@@ -226,18 +227,24 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
         return max(0.0, drain_deadline - time.monotonic()) + STOP_MARGIN_S
 
     def reload() -> None:
+        nonlocal config
         notifier.reloading()
         try:
-            fresh = _load(config_path, overrides, roles)
-            worker.set_roles(build_roles(fresh))
+            # Roles and most [worker] keys apply to new claims; the rest is named (worker.reload).
+            applied, _ = plan_reload(config, _load(config_path, overrides, roles))
+            built = build_roles(applied)
+            worker.set_config(applied.worker)
+            worker.set_roles(built)
+            config = applied
         except BacklogWorkerError as exc:
             log.error("reload refused: %s", exc, extra={"action": "reload_failed"})
             return
         finally:
             notifier.ready(status=status())
         log.info(
-            "configuration reloaded: roles %s",
+            "configuration reloaded: roles %s, %d slots",
             ", ".join(r.name for r in worker.roles),
+            config.worker.concurrency,
             extra={"action": "reloaded"},
         )
 

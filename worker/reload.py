@@ -1,0 +1,53 @@
+"""What a HUP reload applies, and which changed keys need a restart instead.
+
+Applied to new claims (in-flight runs keep theirs): the roles (executors rebuilt, their options,
+``max_concurrency``, ``timeout_s``, ``lease_ttl_s``, triggers) and the ``[worker]`` keys
+:meth:`~worker.daemon.Worker.set_config` takes (``concurrency`` resizes the slots). Every other
+key (the whole ``[tracker]`` table: its connection is open; ``agent_id``; ``max_tasks``,
+``drain``, ``maintenance_interval_s``; logging) keeps its running value, and each one that
+changed is named in a WARNING, so an edit is never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from worker.config import Config
+
+__all__ = ["RESTART_WORKER_KEYS", "plan_reload"]
+
+log = logging.getLogger("backlog_worker.cli")
+
+#: ``[worker]`` keys read once at start-up: a reload keeps their running values.
+RESTART_WORKER_KEYS = ("agent_id", "max_tasks", "drain", "maintenance_interval_s")
+
+
+def plan_reload(running: Config, fresh: Config) -> tuple[Config, list[str]]:
+    """The configuration to apply (``fresh`` with the restart-only keys of ``running``) and the
+    dotted names of the restart-only keys that changed (each also logged at WARNING)."""
+    pending: list[str] = []
+    for f in dataclasses.fields(running.tracker):
+        if getattr(running.tracker, f.name) != getattr(fresh.tracker, f.name):
+            pending.append(f"tracker.{f.name}")
+    for name in RESTART_WORKER_KEYS:
+        if getattr(running.worker, name) != getattr(fresh.worker, name):
+            pending.append(f"worker.{name}")
+    for name in ("log_level", "log_format"):
+        if getattr(running, name) != getattr(fresh, name):
+            pending.append(name)
+    kept = {name: getattr(running.worker, name) for name in RESTART_WORKER_KEYS}
+    applied = dataclasses.replace(
+        fresh,
+        tracker=running.tracker,
+        worker=dataclasses.replace(fresh.worker, **kept),
+        log_level=running.log_level,
+        log_format=running.log_format,
+    )
+    for key in pending:  # names only: a value may be a token
+        log.warning(
+            "reload: %s changed but needs a restart; the running value is kept",
+            key,
+            extra={"action": "reload_needs_restart", "key": key},
+        )
+    return applied, pending
