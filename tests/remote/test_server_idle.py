@@ -10,9 +10,7 @@ worker round a claim and a new wait. Checked on the server's answers, and with t
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import re
+import functools
 import subprocess
 import sys
 import threading
@@ -24,6 +22,7 @@ import httpx
 import pytest
 
 from tests.remote.fixtures import serve_on_port
+from tests.worker.daemonkit import clean_env, serve_tracker, wait_for
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.server import GENERATION_HEADER, create_app
 
@@ -136,52 +135,15 @@ class CountingProxy:
         self._thread.join(10)
 
 
-def _env() -> dict[str, str]:
-    drop = ("BACKLOG_WORKER_", "NOTIFY_SOCKET", "WATCHDOG_")
-    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-
-
-def _wait_for(predicate: object, timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()  # type: ignore[operator]
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def _says_running(log: Path) -> bool:
+    return "running:" in log.read_text()
 
 
 @pytest.fixture
 def served_rail(tmp_path: Path) -> Iterator[int]:
     """A rail with one pipeline and no task, served by a real ``tracker serve``; its port."""
-    db = tmp_path / "rail.db"
-    flow = tmp_path / "flow.json"
-    flow.write_text(json.dumps({"name": "flow", "definition": PIPELINE}))
-    subprocess.run(
-        [*CLI, "pipeline", "create", "-f", str(flow), "--tracker", f"sqlite://{db}"],
-        check=True,
-        capture_output=True,
-        env=_env(),
-        timeout=60,
-    )
-    log = tmp_path / "serve.log"
-    with log.open("wb") as err:
-        server = subprocess.Popen(
-            [*CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", "--port", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=_env(),
-        )
-    try:
-        found = _wait_for(
-            lambda: re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text()),
-            30,
-            "tracker serve",
-        )
-        yield int(found.group(1))  # type: ignore[attr-defined]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with serve_tracker(tmp_path, token=None) as (url, _db):
+        yield int(url.rsplit(":", 1)[1])
 
 
 @pytest.mark.slow
@@ -210,11 +172,11 @@ def test_three_idle_workers_send_at_most_one_request_a_second(
                         [*CLI, "run", "--config", str(config)],
                         stdout=subprocess.DEVNULL,
                         stderr=err,
-                        env=_env(),
+                        env=clean_env(),
                     )
                 )
         for log in logs:
-            _wait_for(lambda log=log: "running:" in log.read_text(), 60, log.name)
+            wait_for(functools.partial(_says_running, log), 60, log.name)
         # Not a readiness wait: the measurement starts past the start-up claims and the idle
         # back-off's climb to its ceiling (idle_max_s 2 s), and lasts 8 s (8 maintenance passes
         # per worker).

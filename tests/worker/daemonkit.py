@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from anyio.abc import SocketStream
 from anyio.from_thread import start_blocking_portal
 
 from tests.remote.fault_proxy import read_request
+from tests.remote.fixtures import wait_listening
 
 TOKEN = "daemon-test-token-0123456789"
 _CLI = (sys.executable, "-m", "worker")
@@ -174,15 +174,17 @@ def make_rail(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def serve_tracker(tmp_path: Path, token: str = TOKEN) -> Iterator[tuple[str, Path]]:
-    """A real ``tracker serve`` on ``tmp_path/rail.db`` with a token file and the ``flow``
-    pipeline; yields (its URL, the rail file)."""
+def serve_tracker(tmp_path: Path, token: str | None = TOKEN) -> Iterator[tuple[str, Path]]:
+    """A real ``tracker serve`` on ``tmp_path/rail.db`` with the ``flow`` pipeline and a token
+    file (none when ``token`` is None: an open rail); yields (its URL, the rail file)."""
     db = make_rail(tmp_path)
     env = clean_env()
-    token_file = tmp_path / "token"
-    token_file.write_text(token + "\n")
+    serve_args: tuple[str, ...] = ("--port", "0")
+    if token is not None:
+        token_file = tmp_path / "token"
+        token_file.write_text(token + "\n")
+        serve_args += ("--token-file", str(token_file))
     log = tmp_path / "serve.log"
-    serve_args = ("--port", "0", "--token-file", str(token_file))
     with log.open("wb") as stderr:
         proc = subprocess.Popen(
             [*_CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", *serve_args],
@@ -191,13 +193,7 @@ def serve_tracker(tmp_path: Path, token: str = TOKEN) -> Iterator[tuple[str, Pat
             env=env,
         )
     try:
-
-        def listening() -> str | None:
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-            assert proc.poll() is None, f"server exited early: {log.read_text()}"
-            return found.group(1) if found else None
-
-        yield wait_for(listening, 30, "tracker serve to listen"), db
+        yield wait_listening(log, proc, 30), db
     finally:
         proc.terminate()
         try:
