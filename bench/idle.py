@@ -54,17 +54,19 @@ def _cpu_s(pid: int) -> float:
 
 
 class CountingProxy:
-    """Forwards TCP connections to ``upstream_port``; counts connections (one request each:
-    the client sends one request per connection)."""
+    """A TCP proxy to ``upstream`` counting connections (the worker sends one request each) and
+    keeping each request line (what an idle worker sends, when the rate is over)."""
 
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
         self.connections = 0
+        self.lines: list[tuple[float, str]] = []
         self.port = 0
-        self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._run, daemon=True).start()
-        self._ready.wait(10)
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -72,11 +74,16 @@ class CountingProxy:
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
+        server.close()
+        self._loop.run_until_complete(server.wait_closed())
+        self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        first = await reader.readline()
+        self.lines.append((time.monotonic(), first.decode("latin-1").strip()))
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
         except OSError:
             writer.close()
             return
@@ -86,12 +93,17 @@ class CountingProxy:
                 while data := await src.read(65536):
                     dst.write(data)
                     await dst.drain()
-            except (ConnectionError, OSError):
+            except OSError:
                 pass
             finally:
                 dst.close()
 
+        up_writer.write(first)
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
 
 
 def _wait_for(predicate: object, timeout: float, what: str) -> object:

@@ -13,7 +13,6 @@ import asyncio
 import functools
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.idle import CountingProxy
 from tests.remote.fixtures import serve_on_port
 from tests.worker.daemonkit import clean_env, serve_tracker, wait_for
 from tracker_client.embedded import EmbeddedTracker
@@ -80,59 +80,6 @@ async def test_a_write_that_changed_nothing_does_not_move_the_generation(base: s
             assert time.monotonic() < deadline, "the 1 ms lease never expired"
             await asyncio.sleep(0.01)
         assert report.headers[GENERATION_HEADER] != seen
-
-
-class CountingProxy:
-    """A TCP proxy to ``upstream`` counting connections (the worker sends one request each) and
-    keeping each request line (what an idle worker sends, when the rate is over)."""
-
-    def __init__(self, upstream: int) -> None:
-        self.upstream = upstream
-        self.connections = 0
-        self.lines: list[tuple[float, str]] = []
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
-        server.close()
-        self._loop.run_until_complete(server.wait_closed())
-        self._loop.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        first = await reader.readline()
-        self.lines.append((time.monotonic(), first.decode("latin-1").strip()))
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
-        except OSError:
-            writer.close()
-            return
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except OSError:
-                pass
-            finally:
-                dst.close()
-
-        up_writer.write(first)
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
 
 def _says_running(log: Path) -> bool:
