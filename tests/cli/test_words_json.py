@@ -34,10 +34,10 @@ def test_check_json_lists_every_check(rail: Rail, tmp_path: Path) -> None:
     assert code == 0
     assert doc["ok"] is True
     names = [c["name"] for c in doc["checks"]]
-    assert names == ["configuration", "tracker", "api_token", "role:coder"]
+    assert names == ["configuration", "workdir", "tracker", "api_token", "role:coder"]
     for check in doc["checks"]:
         assert check["ok"] is True and check["level"] == "ok" and check["detail"]
-    assert "1 pipeline(s)" in doc["checks"][2]["detail"]
+    assert "1 pipeline(s)" in doc["checks"][3]["detail"]
 
 
 def test_check_json_reports_a_failing_executor(rail: Rail, tmp_path: Path) -> None:
