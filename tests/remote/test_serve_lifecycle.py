@@ -14,8 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.remote.fixtures import serve_on_port
-from tests.remote.test_serve_cli import _wait_listening
+from tests.remote.fixtures import serve_on_port, wait_listening
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.server import create_app
 
@@ -48,7 +47,7 @@ def test_serve_create_starts_a_new_rail_with_mode_0600(tmp_path: Path) -> None:
     db.parent.mkdir()
     proc, log = _serve(tmp_path, db, "--create")
     try:
-        _wait_listening(log, proc)
+        wait_listening(log, proc)
         assert db.exists()
         assert db.stat().st_mode & 0o777 == 0o600
     finally:
@@ -76,7 +75,7 @@ def test_sigterm_answers_open_long_polls_and_exits_promptly(tmp_path: Path) -> N
     db = tmp_path / "rail.db"
     proc, log = _serve(tmp_path, db, "--create")
     try:
-        url = _wait_listening(log, proc)
+        url = wait_listening(log, proc)
         host, port = url.removeprefix("http://").split(":")
         polls = []
         for _ in range(2):
