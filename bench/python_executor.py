@@ -2,7 +2,7 @@
 
     python -m bench.python_executor [--calls 5000]
 
-A plain ``def`` runs in a new daemon thread per call (``plugins.python_sync``); this measures
+A plain ``def`` runs in a new daemon thread per call (``plugins.python.sync``); this measures
 that price with no-op functions on a context whose reports go nowhere.
 """
 
@@ -14,8 +14,8 @@ import time
 import anyio
 
 from plugins.api import ExecutionContext
-from plugins.python import PythonExecutor
-from plugins.python_sync import ThreadContext
+from plugins.python.executor import PythonExecutor
+from plugins.python.sync import ThreadContext
 from plugins.testing import ExecutorHarness, RecordingSink
 
 

@@ -8,7 +8,7 @@ cycle claim -> 1 event -> transition:
 
 1. ``raw``: a minimal httpx client, one connection per request (as the NullTickets contract
    requires), sequential; then ``--concurrency`` loops at once;
-2. ``client``: the same cycle through :class:`~tracker_client.remote.RemoteTracker` (size guard,
+2. ``client``: the same cycle through ``RemoteTracker`` (size guard,
    idempotency keys, error mapping, retries), sequential and concurrent;
 3. ``worker``: ``python -m worker run`` (drain mode, ``python`` executor doing nothing) with
    concurrency 1 and ``--concurrency``; throughput from the rail's own run timestamps.
@@ -36,7 +36,7 @@ import anyio
 import httpx
 
 from tracker_client.models import TaskCreate
-from tracker_client.remote import RemoteTracker
+from tracker_client.nulltickets.client import RemoteTracker
 
 
 def _pipeline(role: str) -> dict[str, Any]:

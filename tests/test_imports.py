@@ -35,14 +35,14 @@ HEAVY = (
     "rich",
     "starlette",
     "uvicorn",
-    "tracker_client.remote",
-    "tracker_client.server",
+    "tracker_client.nulltickets.client",
+    "tracker_client.serve.app",
     "worker.cli.ops",
-    "worker.cli.ops_common",
+    "worker.cli.ops.common",
     "worker.cli.serve",
     "worker.demo",
-    "plugins.command",
-    "plugins.nullclaw",
+    "plugins.command.executor",
+    "plugins.nullclaw.executor",
     "tenacity",  # the retry slow path imports it; a worker whose calls all succeed never does
 )
 
@@ -122,7 +122,7 @@ def test_worker_on_an_embedded_rail_imports_no_heavy_modules(tmp_path: Path) -> 
     with closing(sqlite3.connect(db)) as conn:
         (done,) = conn.execute("SELECT count(*) FROM runs WHERE status = 'completed'").fetchone()
     assert done == 3  # the worker really claimed, executed and transitioned
-    assert {"worker.daemon", "tracker_client.embedded", "plugins.python"} <= modules
+    assert {"worker.daemon", "tracker_client.embedded", "plugins.python.executor"} <= modules
     assert _heavy(modules) == []
 
 

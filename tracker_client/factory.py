@@ -76,7 +76,7 @@ async def open_tracker(
     """
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
-        from tracker_client.remote import RemoteTracker
+        from tracker_client.nulltickets.client import RemoteTracker
 
         return RemoteTracker(url, api_token=api_token, **options)
     if _embedded(url):

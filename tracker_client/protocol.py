@@ -1,7 +1,8 @@
 """The :class:`Tracker` protocol: the domain operations a worker or an operator needs.
 
 Two implementations pass one contract suite (``tests/contract``): the embedded SQLite tracker
-(:mod:`tracker_client.embedded`) and the NullTickets HTTP client (:mod:`tracker_client.remote`).
+(:mod:`tracker_client.embedded`) and the NullTickets HTTP client
+(:mod:`tracker_client.nulltickets.client`).
 Operations are domain verbs, not queries; every method may raise the errors of
 :mod:`tracker_client.errors` and nothing else.
 

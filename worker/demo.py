@@ -32,7 +32,7 @@ from rich.text import Text
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, Task, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.cli.ops_common import EXIT_USAGE, OpsError, SafeConsole
+from worker.cli.ops.common import EXIT_USAGE, OpsError, SafeConsole
 from worker.demo_summary import DemoSummary, render_summary, summarise
 
 __all__ = ["PIPELINE", "DemoOptions", "DemoSummary", "demo_tasks", "run_demo", "worker_config"]

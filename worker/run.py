@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy, Transition
-from plugins.proc import kill_deadline
+from plugins.proc.process import kill_deadline
 from tracker_client.errors import (
     Conflict,
     InvalidTransition,

@@ -4,7 +4,7 @@ An executor's output is not under the worker's control: a child that prints its 
 token it found, or the worker's own ``/proc/<pid>/environ`` would put secrets in events, artifact
 metadata, the fail error or a transition's instructions, where anyone with read access to the
 rail sees them. So every such write goes through the run's :class:`RunScrubber`, which masks (by
-exact value, as the log's redaction does; :mod:`plugins.nullclaw_redact`'s :class:`Redactor`
+exact value, as the log's redaction does; :mod:`plugins.nullclaw.redact`'s :class:`Redactor`
 does the walking):
 
 * the secrets registered with the log (:func:`worker.logs.registered_secrets`: the api token);
@@ -24,8 +24,8 @@ import os
 import re
 from collections.abc import Mapping
 
-from plugins.nullclaw_redact import Redactor
-from plugins.proc_env import SECRET_ENV_PATTERNS
+from plugins.nullclaw.redact import Redactor
+from plugins.proc.env import SECRET_ENV_PATTERNS
 from worker.logs import registered_secrets
 
 __all__ = ["RunScrubber", "env_secrets", "known_secrets", "refresh"]

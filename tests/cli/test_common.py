@@ -13,7 +13,7 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
-from worker.cli.ops_common import (
+from worker.cli.ops.common import (
     DurationType,
     describe,
     exit_code_for,
@@ -83,7 +83,7 @@ def test_ages() -> None:
 
 
 def test_event_summaries() -> None:
-    from worker.cli.ops_task_show import event_summary
+    from worker.cli.ops.task_show import event_summary
 
     transition = {"trigger": "reject", "from": "review", "to": "draft", "instructions": "fix"}
     assert event_summary("transition", transition) == "reject: review -> draft (fix)"

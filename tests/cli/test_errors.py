@@ -53,7 +53,7 @@ def test_remote_tracker_unreachable() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    pytest.importorskip("tracker_client.remote")
+    pytest.importorskip("tracker_client.nulltickets.client")
     result = invoke(["task", "list", "--tracker", f"http://127.0.0.1:{port}"])
     assert result.exit_code == 3
     assert "tracker unreachable at http://127.0.0.1" in result.stderr

@@ -52,7 +52,7 @@ def test_healthy_leases_are_not_expiring_a_missed_heartbeat_is(simple: Rail) -> 
 
 
 def test_the_legend_defines_every_column(simple: Rail) -> None:
-    from worker.cli.ops_queue import LEGEND
+    from worker.cli.ops.queue import LEGEND
 
     result = simple.cli("queue")
     assert result.exit_code == 0, result.output

@@ -90,7 +90,7 @@ def test_terminal_tables_fit_the_terminal(simple: Rail) -> None:
 
 def test_piped_console_is_wide(tmp_path: Path) -> None:
     """The console the commands print with: wide on a pipe, whatever $COLUMNS says."""
-    from worker.cli.ops_common import PIPED_WIDTH, SafeConsole
+    from worker.cli.ops.common import PIPED_WIDTH, SafeConsole
 
     with (tmp_path / "out.txt").open("w") as file:
         assert SafeConsole(file=file).width == PIPED_WIDTH

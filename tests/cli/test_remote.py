@@ -12,12 +12,12 @@ import pytest
 
 from tests.cli.conftest import SIMPLE, invoke
 
-pytest.importorskip("tracker_client.remote")
-pytest.importorskip("tracker_client.server")
+pytest.importorskip("tracker_client.nulltickets.client")
+pytest.importorskip("tracker_client.serve.app")
 
 from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.server import create_app
+from tracker_client.serve.app import create_app
 
 TOKEN = "s3cret-admin-token"
 

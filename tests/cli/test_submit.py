@@ -10,7 +10,7 @@ import anyio
 from tests.cli.conftest import Background, Rail
 from tracker_client.models import ArtifactCreate, Lease
 from tracker_client.protocol import Tracker
-from worker.cli.ops_submit import outcome_message
+from worker.cli.ops.submit import outcome_message
 
 
 async def next_lease(tracker: Tracker, role: str = "coder") -> Lease:

@@ -149,7 +149,7 @@ def test_cancel_all_needs_a_filter_and_confirmation(simple: Rail) -> None:
 
 
 def test_cancel_all_asks_at_a_terminal(simple: Rail, monkeypatch) -> None:
-    import worker.cli.ops_task as ops_task
+    import worker.cli.ops.task as ops_task
 
     monkeypatch.setattr(ops_task, "stdin_is_tty", lambda: True)
     simple.add("t")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from plugins.api import Failure, Transition
-from plugins.nullclaw import NullClawExecutor
+from plugins.nullclaw.executor import NullClawExecutor
 
 from .conftest import RecordingSink, make_ctx, read_record
 

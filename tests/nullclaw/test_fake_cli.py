@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from plugins.api import Failure
-from plugins.nullclaw_result import Answer, classify, find_verdict, split_answer
+from plugins.nullclaw.result import Answer, classify, find_verdict, split_answer
 from tests.plugins.helpers import pid_alive
 
 RETRYABLE = ("RateLimited", "AllProvidersFailed", "CurlFailed")

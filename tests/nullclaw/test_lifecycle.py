@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from plugins.api import Failure, Outcome, Transition
-from plugins.nullclaw import NullClawExecutor
+from plugins.nullclaw.executor import NullClawExecutor
 from tests.plugins.helpers import pid_alive, wait_dead
 
 from .conftest import RecordingSink, make_ctx, wait_pidfile

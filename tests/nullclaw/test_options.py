@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from plugins.api import Transition
-from plugins.nullclaw import NullClawExecutor
-from plugins.nullclaw_home import RunPlaces, build_config, child_env, config_bytes, workspace_for
-from plugins.nullclaw_options import parse_options
+from plugins.nullclaw.executor import NullClawExecutor
+from plugins.nullclaw.home import RunPlaces, build_config, child_env, config_bytes, workspace_for
+from plugins.nullclaw.options import parse_options
 from tracker_client.errors import ExecutorError
 
 from .conftest import RecordingSink, make_ctx, read_record

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from plugins.nullclaw_progress import ProgressForwarder
-from plugins.nullclaw_redact import Redactor
+from plugins.nullclaw.progress import ProgressForwarder
+from plugins.nullclaw.redact import Redactor
 
 from .conftest import RecordingSink, make_ctx
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from plugins.api import Failure, Transition
-from plugins.nullclaw import NullClawExecutor
-from plugins.nullclaw_prompt import (
+from plugins.nullclaw.executor import NullClawExecutor
+from plugins.nullclaw.prompt import (
     PROMPT_GUARD,
     PromptTooLarge,
     check_template,

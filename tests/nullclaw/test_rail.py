@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from plugins.nullclaw import NullClawExecutor
+from plugins.nullclaw.executor import NullClawExecutor
 from tests.plugins.helpers import pid_alive, wait_dead
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, TaskCreate

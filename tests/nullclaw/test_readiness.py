@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from plugins.nullclaw import NullClawExecutor
-from plugins.nullclaw_readiness import check_config_file
+from plugins.nullclaw.executor import NullClawExecutor
+from plugins.nullclaw.readiness import check_config_file
 
 pytestmark = pytest.mark.anyio
 

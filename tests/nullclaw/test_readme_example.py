@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.nullclaw import NullClawExecutor
+from plugins.nullclaw.executor import NullClawExecutor
 from tracker_client.factory import open_tracker
 from worker.config import load_config
 
@@ -55,7 +55,7 @@ def test_worker_config_example_loads_and_builds(
 
 
 def test_every_option_is_documented_in_the_readme_section() -> None:
-    from plugins.nullclaw_options import NullClawOptions
+    from plugins.nullclaw.options import NullClawOptions
 
     text = README.read_text(encoding="utf-8")
     start = text.index("## Running a NullClaw rail")

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from plugins.api import Failure, Transition
-from plugins.command import CommandExecutor
+from plugins.command.executor import CommandExecutor
 from plugins.testing import ExecutorHarness
 from tracker_client.errors import ExecutorError
 from tracker_client.factory import open_tracker

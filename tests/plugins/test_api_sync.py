@@ -18,8 +18,8 @@ import anyio
 import pytest
 
 from plugins.api import Failure, Transition
-from plugins.python import PythonExecutor
-from plugins.python_sync import RunCancelled, ThreadContext
+from plugins.python.executor import PythonExecutor
+from plugins.python.sync import RunCancelled, ThreadContext
 from plugins.testing import ExecutorHarness
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, TaskCreate
@@ -174,7 +174,7 @@ async def test_exceptions_and_bad_results_of_plain_functions(tmp_path: Path) -> 
 STUBBORN_EXIT = f"""
 import anyio, sys, threading
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-from plugins.python import PythonExecutor
+from plugins.python.executor import PythonExecutor
 from plugins.testing import ExecutorHarness
 
 async def main():

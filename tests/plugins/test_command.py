@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from plugins.api import Failure, Transition
-from plugins.command import CommandExecutor
+from plugins.command.executor import CommandExecutor
 from plugins.registry import load_executor
 from plugins.testing import ExecutorHarness
 from tracker_client.errors import ExecutorError

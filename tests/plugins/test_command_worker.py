@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from plugins.command import CommandExecutor
+from plugins.command.executor import CommandExecutor
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 from tracker_client.protocol import Tracker

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from plugins.api import ExecutionContext, Failure, Outcome, ReportPolicy, Transition
-from plugins.python import PythonExecutor
+from plugins.python.executor import PythonExecutor
 from plugins.testing import ExecutorHarness
 from tracker_client.errors import ExecutorError
 

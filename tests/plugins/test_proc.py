@@ -1,4 +1,4 @@
-"""plugins.proc on real subprocesses: group kill, capture caps, spawn errors, env scrubbing."""
+"""plugins.proc.process on real subprocesses: group kill, capture caps, spawn errors, env."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from plugins.proc import SpawnError, decode_output, is_secret_env_name, minimal_env, run_process
+from plugins.proc.process import (
+    SpawnError,
+    decode_output,
+    is_secret_env_name,
+    minimal_env,
+    run_process,
+)
 from tracker_client.errors import ExecutorError
 
 from .helpers import PY, kill_leftovers, pid_alive, wait_dead
@@ -219,7 +225,7 @@ print(pid, flush=True)
 async def test_descendant_escaping_the_group_does_not_hang_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("plugins.proc._DRAIN_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("plugins.proc.process._DRAIN_TIMEOUT_S", 0.3)
     with anyio.fail_after(20):
         # it also inherits stdin and never reads it: feeding 4 MiB must not block the run
         result = await run_process(

@@ -1,6 +1,6 @@
 """The executor guard on its own: a real owner process registers real process groups, then dies.
 
-The owner is a small Python driver using :mod:`plugins.proc_guard` directly; the "executors" are
+The owner is a small Python driver using :mod:`plugins.proc.guard` directly; the "executors" are
 ``sleep`` processes in sessions of their own. Survivors are SIGKILLed at teardown.
 """
 
@@ -15,14 +15,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from plugins.proc import kill_deadline, minimal_env, run_process
+from plugins.proc.process import kill_deadline, minimal_env, run_process
 from tests.plugins.helpers import kill_leftovers, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = """\
 import os, signal, subprocess, sys
-from plugins import proc_guard
+from plugins.proc import guard as proc_guard
 mode = sys.argv[1]
 quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # our pipes stay ours
 keep = subprocess.Popen(["sleep", "60"], start_new_session=True, **quiet)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from plugins.api import Failure, Transition
-from plugins.python import PythonExecutor
+from plugins.python.executor import PythonExecutor
 from plugins.registry import load_executor
 from plugins.testing import ExecutorHarness
 from tracker_client.errors import ExecutorError

@@ -1,7 +1,7 @@
 """Serving an embedded tracker for tests: in-process (ASGI transport) or on a real 127.0.0.1 port.
 
 ``served_asgi`` and ``served_tcp`` are async context managers yielding a :class:`RemoteTracker`
-talking to an :class:`EmbeddedTracker` through ``tracker_client.server``; the embedded tracker
+talking to an :class:`EmbeddedTracker` through ``tracker_client.serve.app``; the embedded tracker
 keeps the test's fake clock and options, so the contract suite runs unchanged through HTTP.
 """
 
@@ -22,8 +22,8 @@ import httpx
 import uvicorn
 
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.remote import RemoteTracker, RetrySettings
-from tracker_client.server import create_app
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
+from tracker_client.serve.app import create_app
 
 #: Retries short enough for tests, long enough to ride out a busy database.
 TEST_RETRY = RetrySettings(attempts=5, initial_s=0.01, max_wait_s=0.2, budget_s=10.0)

@@ -28,8 +28,8 @@ from tracker_client.errors import (
     ValidationFailed,
 )
 from tracker_client.models import TaskCreate
-from tracker_client.remote import RemoteTracker, RetrySettings
-from tracker_client.remote_http import error_from_response, parse_error_body
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
+from tracker_client.nulltickets.transport import error_from_response, parse_error_body
 
 NO_RETRY = RetrySettings(attempts=1)
 FAST = RetrySettings(attempts=3, initial_s=0.001, max_wait_s=0.002)

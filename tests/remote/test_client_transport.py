@@ -14,7 +14,7 @@ import pytest
 from anyio.abc import SocketStream
 
 from tracker_client.errors import ConfigError, TrackerUnavailable
-from tracker_client.remote import RemoteTracker, RetrySettings
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 
 
 class KeepAliveServer:

@@ -25,7 +25,7 @@ from tracker_client.errors import (
     ValidationFailed,
 )
 from tracker_client.models import ArtifactCreate, TaskCreate
-from tracker_client.remote import RemoteTracker, RetrySettings
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 
 FAST = RetrySettings(attempts=4, initial_s=0.001, max_wait_s=0.005, budget_s=5.0)
 ADMIN = "admin-secret-token"

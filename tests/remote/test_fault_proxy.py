@@ -22,7 +22,7 @@ from tests.remote.fault_proxy import FaultProxy
 from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate
-from tracker_client.server import create_app
+from tracker_client.serve.app import create_app
 
 pytest.importorskip("worker.daemon")
 

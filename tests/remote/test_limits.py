@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tracker_client.errors import ValidationFailed
-from tracker_client.remote_limits import TRUNCATION_KEY, json_size, split_bulk, trim_event_data
+from tracker_client.nulltickets.limits import TRUNCATION_KEY, json_size, split_bulk, trim_event_data
 
 BUDGET = 2_000
 

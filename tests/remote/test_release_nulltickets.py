@@ -7,7 +7,7 @@ import pytest
 
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
 from tracker_client.models import RetryPolicy, TaskCreate
-from tracker_client.remote import RemoteTracker, RetrySettings
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ from tests.remote.fixtures import wait_listening
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import TaskCreate
-from tracker_client.remote import RemoteTracker
+from tracker_client.nulltickets.client import RemoteTracker
 from worker.cli import main
 
 TOKEN = "file-token-0123456789"

@@ -16,7 +16,7 @@ import pytest
 
 from tests.remote.fixtures import serve_on_port, wait_listening
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.server import create_app
+from tracker_client.serve.app import create_app
 
 _SERVE = [sys.executable, "-m", "worker", "tracker", "serve"]
 

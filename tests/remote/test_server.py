@@ -20,8 +20,8 @@ from starlette.routing import Route
 from tests.remote.fake_nulltickets import PIPELINE
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate
-from tracker_client.server import create_app
-from tracker_client.server_openapi import QUERY_PARAMS, openapi_document
+from tracker_client.serve.app import create_app
+from tracker_client.serve.openapi import QUERY_PARAMS, openapi_document
 
 ADMIN = "server-admin-token"
 
@@ -226,7 +226,7 @@ async def test_task_without_runs_has_no_latest_run_key(http: httpx.AsyncClient) 
 async def test_wait_for_work_sees_a_write_that_raced_with_its_start(
     embedded: EmbeddedTracker,
 ) -> None:
-    from tracker_client.remote import RemoteTracker
+    from tracker_client.nulltickets.client import RemoteTracker
 
     app = create_app(embedded)
     idle = RemoteTracker("http://127.0.0.1:7700", transport=httpx.ASGITransport(app=app))

@@ -24,7 +24,7 @@ from bench.idle import CountingProxy
 from tests.remote.fixtures import serve_on_port
 from tests.worker.daemonkit import clean_env, serve_tracker, wait_for
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.server import GENERATION_HEADER, create_app
+from tracker_client.serve.app import GENERATION_HEADER, create_app
 
 CLI = [sys.executable, "-m", "worker"]
 PIPELINE = {

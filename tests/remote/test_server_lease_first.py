@@ -21,7 +21,7 @@ import pytest
 
 from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.server import create_app
+from tracker_client.serve.app import create_app
 
 PIPELINE = {
     "initial": "todo",

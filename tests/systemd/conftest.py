@@ -109,7 +109,7 @@ def stable_install(
     import sys
 
     import worker
-    import worker.cli.systemd as systemd_cli
+    import worker.cli.systemd.unit as systemd_cli
 
     real = [sys.prefix, str(Path(worker.__file__).resolve()), *systemd_cli.resolve_exec()[:1]]
     if not any(_sensitive(p) for p in real) or not os.access("/dev/shm", os.W_OK | os.X_OK):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.systemd.unitkit import SYSTEMD_ANALYZE, needs_analyze, security, settings
-from worker.cli.systemd import CONTRIB_EXEC, UnitOptions, render_service
+from worker.cli.systemd.unit import CONTRIB_EXEC, UnitOptions, render_service
 
 # units render as for an install under /opt wherever this checkout is (conftest.py)
 pytestmark = pytest.mark.usefixtures("stable_install")

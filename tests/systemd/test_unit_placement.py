@@ -14,8 +14,7 @@ from click.testing import CliRunner, Result
 
 from tests.systemd.unitkit import install, needs_analyze, settings, verify
 from worker.cli import main
-from worker.cli.systemd import UnitOptions, render_service, resolve_exec
-from worker.cli.systemd_sandbox import (
+from worker.cli.systemd.sandbox import (
     ConfiguredPath,
     UnitRefused,
     config_paths,
@@ -23,6 +22,7 @@ from worker.cli.systemd_sandbox import (
     plan_placement,
     service_home,
 )
+from worker.cli.systemd.unit import UnitOptions, render_service, resolve_exec
 
 # units render as for an install under /opt wherever this checkout is (conftest.py)
 pytestmark = pytest.mark.usefixtures("stable_install")

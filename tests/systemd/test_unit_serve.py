@@ -15,8 +15,8 @@ from tests.remote.fixtures import wait_listening
 from tests.systemd.unitkit import install, needs_analyze, settings, verify
 from tracker_client.embedded import EmbeddedTracker
 from worker.cli import main
-from worker.cli.systemd import resolve_exec
-from worker.cli.systemd_serve import ServeOptions, is_loopback, render_tracker_service
+from worker.cli.systemd.serve import ServeOptions, is_loopback, render_tracker_service
+from worker.cli.systemd.unit import resolve_exec
 
 # units render as for an install under /opt wherever this checkout is (conftest.py)
 pytestmark = pytest.mark.usefixtures("stable_install")

@@ -14,7 +14,9 @@ from click.testing import CliRunner
 
 from tests.systemd.unitkit import install, needs_analyze, settings, verify
 from worker.cli import main
-from worker.cli.systemd import (
+from worker.cli.systemd.sandbox import install_paths
+from worker.cli.systemd.serve import ServeOptions, render_tracker_service
+from worker.cli.systemd.unit import (
     CONTRIB_EXEC,
     UnitOptions,
     render_service,
@@ -22,8 +24,6 @@ from worker.cli.systemd import (
     resolve_exec,
     stop_timeout_s,
 )
-from worker.cli.systemd_sandbox import install_paths
-from worker.cli.systemd_serve import ServeOptions, render_tracker_service
 from worker.config import WorkerConfig
 
 # units render as for an install under /opt wherever this checkout is (conftest.py)
@@ -40,7 +40,7 @@ _install = install
 
 def test_contrib_units_are_what_the_command_renders():
     # One source of truth: regenerate with
-    #   python -c 'from worker.cli.systemd import *; print(render_service(), end="")'
+    #   python -c 'from worker.cli.systemd.unit import *; print(render_service(), end="")'
     # (backlog-tracker.service: render_tracker_service(ServeOptions(exec_start=CONTRIB_EXEC)))
     assert (CONTRIB / "backlog-worker@.service").read_text() == render_service()
     assert (CONTRIB / "backlog-worker.target").read_text() == render_target()

@@ -21,8 +21,8 @@ from tests.remote.fixtures import served_asgi
 from tests.worker.conftest import role, start_worker, wait_until, worker_config
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 from tracker_client.protocol import Tracker
-from tracker_client.remote import RemoteTracker, RetrySettings
 from worker.daemon import Worker, WorkerState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

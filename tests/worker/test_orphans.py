@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.proc_guard import GUARD_NAME
+from plugins.proc.guard import GUARD_NAME
 from tests.plugins.helpers import kill_leftovers, pid_alive
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate

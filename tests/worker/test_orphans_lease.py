@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from plugins.command import CommandExecutor
+from plugins.command.executor import CommandExecutor
 from tests.remote.fixtures import TEST_RETRY, serve_on_port
 from tests.worker.conftest import start_worker, wait_until, worker_config
 from tests.worker.hang_proxy import HangProxy, serve_proxy
@@ -27,8 +27,8 @@ from tests.worker.test_orphans import PIPELINE
 from tests.worker.test_orphans_keys import KEYED_SCRIPT, read_log
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate
-from tracker_client.remote import RemoteTracker
-from tracker_client.server import create_app
+from tracker_client.nulltickets.client import RemoteTracker
+from tracker_client.serve.app import create_app
 from worker.config import RoleConfig
 from worker.daemon import Role, Worker
 

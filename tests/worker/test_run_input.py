@@ -18,8 +18,8 @@ from tests.remote.fake_nulltickets import FakeNullTickets
 from tests.worker.conftest import FnExecutor
 from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.factory import open_tracker
+from tracker_client.nulltickets.client import RemoteTracker
 from tracker_client.protocol import Tracker
-from tracker_client.remote import RemoteTracker
 from worker.workdirs import remove_workdir, workdir_name
 
 pytestmark = pytest.mark.anyio

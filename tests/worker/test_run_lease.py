@@ -31,8 +31,8 @@ from tests.worker.conftest import (
 from tests.worker.hang_proxy import HangProxy, serve_proxy
 from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.remote import RemoteTracker
-from tracker_client.server import create_app
+from tracker_client.nulltickets.client import RemoteTracker
+from tracker_client.serve.app import create_app
 from worker.daemon import Worker
 from worker.run_lease import LocalLease
 

@@ -20,7 +20,7 @@ from plugins.api import ExecutionContext
 from tests.remote.fake_nulltickets import FakeNullTickets
 from tests.worker.conftest import FnExecutor
 from tests.worker.runkit import claim_one, run_task, settings
-from tracker_client.remote import RemoteTracker, RetrySettings
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

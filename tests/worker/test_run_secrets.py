@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from plugins.api import ExecutionContext, Failure, Transition
-from plugins.command import CommandExecutor
+from plugins.command.executor import CommandExecutor
 from tests.worker.conftest import FnExecutor
 from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.factory import open_tracker

@@ -23,14 +23,14 @@ __all__ = ["COMMAND_MODULES", "main"]
 COMMAND_MODULES: dict[str, str] = {
     "run": "worker.cli.run",
     "check": "worker.cli.run",
-    "pipeline": "worker.cli.ops",
-    "task": "worker.cli.ops",
-    "submit": "worker.cli.ops",
-    "queue": "worker.cli.ops",
-    "plugins": "worker.cli.ops",
-    "demo": "worker.cli.ops",
+    "pipeline": "worker.cli.ops.commands",
+    "task": "worker.cli.ops.commands",
+    "submit": "worker.cli.ops.commands",
+    "queue": "worker.cli.ops.commands",
+    "plugins": "worker.cli.ops.commands",
+    "demo": "worker.cli.ops.commands",
     "tracker": "worker.cli.serve",
-    "systemd-unit": "worker.cli.systemd",
+    "systemd-unit": "worker.cli.systemd.unit",
 }
 
 

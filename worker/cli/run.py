@@ -32,9 +32,9 @@ from tracker_client.errors import (
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
 from worker.cli.check_report import CheckReport
-from worker.cli.ops_errors import NO_TOKEN, describe, exit_code_for
-from worker.cli.ops_token import token_options, token_overrides
-from worker.cli.systemd import STOP_MARGIN_S
+from worker.cli.errors import NO_TOKEN, describe, exit_code_for
+from worker.cli.systemd.unit import STOP_MARGIN_S
+from worker.cli.token import token_options, token_overrides
 from worker.config import Config, load_config
 from worker.config_secrets import release_secret_env
 from worker.daemon import Role, Worker, WorkerState

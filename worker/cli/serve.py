@@ -21,7 +21,7 @@ from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail, Track
 from tracker_client.factory import open_tracker
 
 if TYPE_CHECKING:
-    from tracker_client.server_transport import ConnectionLimits
+    from tracker_client.serve.connections import ConnectionLimits
 
 __all__ = ["register", "serve_tracker"]
 
@@ -63,7 +63,7 @@ async def serve_tracker(
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
-    ``limits``: read timeouts and the connection cap (:mod:`tracker_client.server_transport`).
+    ``limits``: read timeouts and the connection cap (:mod:`tracker_client.serve.connections`).
     ``create``: start a new rail when the file is missing (else ``no rail at PATH``), for a
     rail whose pipelines its clients create over HTTP, as on a NullTickets server.
     """
@@ -71,8 +71,8 @@ async def serve_tracker(
 
     import uvicorn
 
-    from tracker_client.server import DEFAULT_MAX_REQUEST_BYTES, create_app
-    from tracker_client.server_transport import (
+    from tracker_client.serve.app import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from tracker_client.serve.connections import (
         ConnectionLimits,
         install_loop_error_limiter,
         protocol_class,
@@ -120,7 +120,7 @@ async def serve_tracker(
 def _make_server_class() -> type[Any]:
     import uvicorn
 
-    from tracker_client.server import Closing
+    from tracker_client.serve.app import Closing
 
     class Server(uvicorn.Server):
         """uvicorn's server, announcing the address it really listens on (``--port 0``)."""
@@ -284,7 +284,7 @@ def _warn_about_the_token(host: str, api_token: str | None, *, from_command_line
 
 
 def _limits(max_connections: int | None, header_s: float, body_s: float) -> ConnectionLimits:
-    from tracker_client.server_transport import ConnectionLimits, default_max_connections
+    from tracker_client.serve.connections import ConnectionLimits, default_max_connections
 
     return ConnectionLimits(
         header_timeout_s=header_s,

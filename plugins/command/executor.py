@@ -1,0 +1,442 @@
+"""The ``command`` executor: run a program per task, exit code -> trigger.
+
+Options (a role's ``[roles.options]`` table; every one is checked when the worker starts)::
+
+    argv = ["./review.sh", "{task.id}", "--title", "{task.title}"]   # required, never a shell;
+                                           # a relative program path is the worker's, not workdir's
+    env = { MODE = "ci", TICKET = "{task.metadata[ticket]}" }        # extra variables
+    env_passthrough = ["HOME", "LC_*"]     # worker variables the child may see (tokens never)
+    stdin = "none"                         # or "task_json": the task JSON on stdin
+    task_file = true                       # write the task JSON to <workdir>/task.json
+    exit_codes = { "0" = "complete", "3" = "reject" }   # "" = the role's default trigger
+    retryable_exit_codes = [75]            # when given, other unmapped codes are not retried
+    timeout_s = 600.0                      # none by default (the worker's task timeout applies)
+    term_grace_s = 5.0                     # SIGTERM -> SIGKILL delay for the process group
+    tail_bytes = 4096                      # stdout/stderr tail kept in events and failures
+    stream_output = true                   # output chunks as "output" events while it runs
+    stream_limit_bytes = 65536             # per stream; the rest is only in the tail
+    cwd = "/srv/repo"                      # default: the run's working directory (templated;
+                                           # relative = the worker's directory)
+    artifacts_dir = "/srv/artifacts"       # outcome.json artifacts are copied here first
+
+Placeholders (in ``argv`` items, ``env`` values and ``cwd``): ``{task.id}``, ``{task.title}``,
+``{task.description}``, ``{task.stage}``, ``{task.pipeline_id}``, ``{task.priority}``,
+``{task.metadata[key]}``, ``{run.id}``, ``{run.agent_id}``, ``{run.agent_role}``, ``{attempt}``,
+``{workdir}``, ``{task_file}``, ``{instructions}``; ``{{``/``}}`` are literal braces. Each one
+becomes exactly one piece of one argument: no shell, no splitting, no attribute lookups. (An
+inline script such as ``python3 -c "..."`` must double its own braces.)
+
+The child runs in the run's working directory (unless ``cwd``) with a scrubbed environment
+(:func:`minimal_env`) plus ``BACKLOG_TASK_ID``, ``BACKLOG_RUN_ID``, ``BACKLOG_ATTEMPT``,
+``BACKLOG_WORKDIR`` and ``BACKLOG_TASK_FILE`` (when ``task_file``). If it writes
+``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
+optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
+(``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
+recorded, hashed and sized (see :mod:`plugins.command.outcome`); without ``artifacts_dir`` their
+``file://`` uris name the workdir, which is removed after the run unless ``keep_workdirs``.
+Cancellation kills the whole process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.command.outcome import (
+    OUTCOME_FILE,
+    read_outcome_file,
+    record_artifacts,
+    resolve_artifacts,
+)
+from plugins.command.stream import OutputStream
+from plugins.command.template import Template, TemplateValues
+from plugins.proc.process import ProcessResult, SpawnError, minimal_env, run_process
+from tracker_client.errors import ExecutorError
+
+__all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
+
+TASK_FILE = "task.json"
+_OPTION_NAMES = (
+    "argv",
+    "env",
+    "env_passthrough",
+    "stdin",
+    "task_file",
+    "exit_codes",
+    "retryable_exit_codes",
+    "timeout_s",
+    "term_grace_s",
+    "tail_bytes",
+    "stream_output",
+    "stream_limit_bytes",
+    "cwd",
+    "artifacts_dir",
+)
+
+
+def _number(options: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    value = options.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ExecutorError(f"command option {name!r} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _int(options: Mapping[str, Any], name: str, default: int) -> int:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ExecutorError(f"command option {name!r} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _bool(options: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = options.get(name, default)
+    if not isinstance(value, bool):
+        raise ExecutorError(f"command option {name!r} must be true or false, got {value!r}")
+    return value
+
+
+def _exit_code(name: str, key: Any) -> int:
+    try:
+        code = int(key)
+    except (TypeError, ValueError):
+        code = -1
+    if isinstance(key, bool) or not 0 <= code <= 255:
+        raise ExecutorError(f"command option {name!r}: {key!r} is not an exit code (0..255)")
+    return code
+
+
+class CommandOptions:
+    """The validated options of a :class:`CommandExecutor` (see the module docstring)."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        unknown = sorted(set(options) - set(_OPTION_NAMES))
+        if unknown:
+            raise ExecutorError(
+                f"unknown command option(s) {', '.join(map(repr, unknown))} "
+                f"(known: {', '.join(_OPTION_NAMES)})"
+            )
+        argv = options.get("argv")
+        if (
+            not isinstance(argv, list | tuple)
+            or not argv
+            or not all(isinstance(a, str) for a in argv)
+        ):
+            raise ExecutorError("command option 'argv' must be a non-empty list of strings")
+        if not argv[0]:
+            raise ExecutorError("command option 'argv': the program (argv[0]) is empty")
+        argv = list(argv)
+        if os.sep in argv[0] and "{" not in argv[0] and not os.path.isabs(argv[0]):
+            # the child starts in its workdir: "./tool" means the worker's ./tool
+            argv[0] = os.path.abspath(argv[0]).replace("{", "{{").replace("}", "}}")
+        self.argv = [Template.parse(a, f"argv[{i}]") for i, a in enumerate(argv)]
+
+        env = options.get("env", {})
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ExecutorError("command option 'env' must be a table of strings")
+        self.env = {k: Template.parse(v, f"env.{k}") for k, v in env.items()}
+
+        passthrough = options.get("env_passthrough", [])
+        if not isinstance(passthrough, list | tuple) or not all(
+            isinstance(n, str) and n for n in passthrough
+        ):
+            raise ExecutorError("command option 'env_passthrough' must be a list of names")
+        self.env_passthrough = list(passthrough)
+
+        stdin = options.get("stdin", "none")
+        if stdin not in ("none", "task_json"):
+            raise ExecutorError(
+                f"command option 'stdin' must be 'none' or 'task_json', got {stdin!r}"
+            )
+        self.stdin_task_json = stdin == "task_json"
+        self.task_file = _bool(options, "task_file", True)
+
+        exit_codes = options.get("exit_codes", {"0": ""})
+        if not isinstance(exit_codes, Mapping) or not exit_codes:
+            raise ExecutorError("command option 'exit_codes' must be a non-empty table")
+        self.exit_codes: dict[int, str | None] = {}
+        for key, trigger in exit_codes.items():
+            code = _exit_code("exit_codes", key)
+            if trigger is not None and not isinstance(trigger, str):
+                raise ExecutorError(
+                    f"command option 'exit_codes': the trigger of {key!r} must be a string"
+                )
+            self.exit_codes[code] = trigger or None
+
+        retryable = options.get("retryable_exit_codes")
+        if retryable is not None and not isinstance(retryable, list | tuple):
+            raise ExecutorError("command option 'retryable_exit_codes' must be a list of codes")
+        self.retryable_exit_codes = (
+            None
+            if retryable is None
+            else {_exit_code("retryable_exit_codes", c) for c in retryable}
+        )
+        self.timeout_s = _number(options, "timeout_s", None)
+        grace = _number(options, "term_grace_s", 5.0)
+        self.term_grace_s = 5.0 if grace is None else grace
+        self.tail_bytes = _int(options, "tail_bytes", 4096)
+        self.stream_output = _bool(options, "stream_output", True)
+        self.stream_limit_bytes = _int(options, "stream_limit_bytes", 65_536)
+        cwd = options.get("cwd")
+        if cwd is not None and (not isinstance(cwd, str) or not cwd):
+            raise ExecutorError("command option 'cwd' must be a non-empty path string")
+        self.cwd = None if cwd is None else Template.parse(cwd, "cwd")
+        artifacts_dir = options.get("artifacts_dir")
+        if artifacts_dir is not None and (not isinstance(artifacts_dir, str) or not artifacts_dir):
+            raise ExecutorError("command option 'artifacts_dir' must be a non-empty path string")
+        self.artifacts_dir = None if artifacts_dir is None else Path(artifacts_dir).absolute()
+        # relative paths (program, cwd) are the worker's, resolved against where it started
+        self.base_dir = Path.cwd()
+        if not self.task_file:
+            for template in [*self.argv, *self.env.values()]:
+                if "task_file" in template.fields:
+                    raise ExecutorError(
+                        f"command option {template.where!r} uses {{task_file}} "
+                        "but 'task_file' is false"
+                    )
+
+
+def task_json(ctx: ExecutionContext) -> bytes:
+    """The JSON a command gets (stdin or ``task.json``): task, run, attempt, instructions, workdir.
+
+    Holds no lease token: :class:`~tracker_client.models.Run` and ``Task`` carry none.
+    """
+    doc = {
+        "task": ctx.task.model_dump(mode="json"),
+        "run": ctx.run.model_dump(mode="json"),
+        "attempt": ctx.attempt,
+        "instructions": ctx.instructions,
+        "workdir": str(ctx.workdir),
+    }
+    return json.dumps(doc, ensure_ascii=False, indent=2).encode()
+
+
+async def _flush_periodically(ctx: ExecutionContext, stop: anyio.Event) -> None:
+    """Write buffered output events on the policy's interval, so the last lines of a command
+    that goes quiet are seen while it runs, not only when it ends.
+
+    Stopped through ``stop`` (never cancelled mid-write, which would drop the batch in flight).
+    """
+    interval = max(ctx.report_policy.flush_interval_s, 0.01)
+    while True:
+        with anyio.move_on_after(interval):
+            await stop.wait()
+        if stop.is_set():
+            return
+        try:
+            await ctx.flush()
+        except Exception:  # the sink's problem surfaces at the next report or the final flush
+            ctx.logger.debug("periodic flush failed", exc_info=True)
+            return
+
+
+def _check_program(program: str, path_env: str) -> list[str]:
+    if os.sep in program:
+        if os.path.isfile(program) and os.access(program, os.X_OK):
+            return []
+        return [f"command {program!r} is not an executable file"]
+    if shutil.which(program, path=path_env) is None:
+        return [f"command {program!r} was not found on PATH ({path_env})"]
+    return []
+
+
+class CommandExecutor:
+    """Runs ``argv`` (rendered from the task) in the run's working directory.
+
+    Outcome: an exit code listed in ``exit_codes`` -> :class:`Transition` with its trigger
+    (``outcome.json`` may override it); any other code, or death by a signal -> :class:`Failure`
+    carrying the code/signal and the stderr tail.
+    """
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = CommandOptions(options)
+
+    @property
+    def program(self) -> str:
+        """argv[0] as configured (may hold placeholders)."""
+        return self.options.argv[0].source
+
+    async def readiness(self) -> list[str]:
+        """Check that argv[0] resolves to an executable file and a fixed ``cwd`` exists
+        (templated values can only be checked per task)."""
+        problems: list[str] = []
+        opts = self.options
+        if not opts.argv[0].has_fields:
+            path_env = minimal_env(opts.env_passthrough)["PATH"]
+            problems += await anyio.to_thread.run_sync(_check_program, self.program, path_env)
+        if opts.cwd is not None and not opts.cwd.has_fields:
+            cwd = opts.base_dir / opts.cwd.source.replace("{{", "{").replace("}}", "}")
+            if not await anyio.Path(cwd).is_dir():
+                problems.append(f"command option 'cwd': {cwd} is not a directory")
+        return problems
+
+    async def execute(self, ctx: ExecutionContext) -> Outcome:
+        """Run the command once for ``ctx`` and map how it ended to an outcome."""
+        opts = self.options
+        payload = task_json(ctx) if (opts.task_file or opts.stdin_task_json) else b""
+        task_file = ctx.workdir / TASK_FILE if opts.task_file else None
+        if task_file is not None:
+            await anyio.Path(task_file).write_bytes(payload)
+        values = TemplateValues(ctx, task_file)
+        try:
+            argv = [t.render(values) for t in opts.argv]
+            extra = {name: t.render(values) for name, t in opts.env.items()}
+            cwd = ctx.workdir if opts.cwd is None else opts.base_dir / opts.cwd.render(values)
+        except KeyError as exc:
+            return Failure(
+                reason="bad_task_input",
+                message=str(exc.args[0]),
+                retryable=False,
+            )
+        extra.update(
+            {
+                "BACKLOG_TASK_ID": ctx.task.id,
+                "BACKLOG_RUN_ID": ctx.run.id,
+                "BACKLOG_ATTEMPT": str(ctx.attempt),
+                "BACKLOG_WORKDIR": str(ctx.workdir),
+            }
+        )
+        if task_file is not None:
+            extra["BACKLOG_TASK_FILE"] = str(task_file)
+        env = minimal_env(opts.env_passthrough, extra)
+        out = OutputStream(
+            "stdout", ctx, opts.tail_bytes, opts.stream_output, opts.stream_limit_bytes
+        )
+        err = OutputStream(
+            "stderr", ctx, opts.tail_bytes, opts.stream_output, opts.stream_limit_bytes
+        )
+        result: ProcessResult | None = None
+        error: Exception | None = None
+        stop_flushing = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            if opts.stream_output:
+                tg.start_soon(_flush_periodically, ctx, stop_flushing)
+            try:
+                with anyio.move_on_after(opts.timeout_s):
+                    result = await run_process(
+                        argv,
+                        cwd=cwd,
+                        env=env,
+                        stdin=payload if opts.stdin_task_json else None,
+                        on_stdout=out,
+                        on_stderr=err,
+                        max_capture_bytes=opts.tail_bytes,
+                        term_grace_s=opts.term_grace_s,
+                    )
+            except Exception as exc:  # kept out of the task group: no ExceptionGroup wrapping
+                error = exc
+            finally:
+                stop_flushing.set()
+        if isinstance(error, SpawnError):
+            return Failure(
+                reason="spawn_failed",
+                message=str(error),
+                retryable=not error.permanent,
+                details={"argv0": argv[0], "spawn_error": error.reason},
+            )
+        if error is not None:
+            raise error
+        await out.finish()
+        await err.finish()
+        tails = {
+            "stdout_tail": out.tail_text(),
+            "stderr_tail": err.tail_text(),
+            "stdout_bytes": out.total,
+            "stderr_bytes": err.total,
+        }
+        if result is None:
+            await ctx.report("exit", {"timed_out": True, **tails}, flush=True)
+            return Failure(
+                reason="timeout",
+                message=f"command {argv[0]!r} did not finish within {opts.timeout_s:g}s "
+                "(its process group was killed)",
+                retryable=True,
+                details=tails,
+            )
+        await ctx.report(
+            "exit",
+            {
+                "returncode": result.returncode,
+                "signal": result.signal,
+                "duration_s": round(result.duration_s, 3),
+                **tails,
+            },
+            flush=True,
+        )
+        return await self._outcome(ctx, argv[0], result, tails)
+
+    async def _outcome(
+        self, ctx: ExecutionContext, program: str, result: ProcessResult, tails: dict[str, Any]
+    ) -> Outcome:
+        opts = self.options
+        details = {"returncode": result.returncode, "signal": result.signal, **tails}
+        last_err = tails["stderr_tail"].strip().splitlines()[-1:] or [""]
+        if result.signal is not None:
+            return Failure(
+                reason="killed",
+                message=f"command {program!r} was killed by signal {result.signal}",
+                retryable=True,
+                details=details,
+            )
+        if result.returncode not in opts.exit_codes:
+            retryable = (
+                opts.retryable_exit_codes is None or result.returncode in opts.retryable_exit_codes
+            )
+            mapped = ", ".join(str(c) for c in sorted(opts.exit_codes))
+            suffix = f": {last_err[0]}" if last_err[0] else ""
+            return Failure(
+                reason="exit_code",
+                message=f"command {program!r} exited with status {result.returncode} "
+                f"(exit codes mapped to success: {mapped}){suffix}",
+                retryable=retryable,
+                details=details,
+            )
+        try:
+            doc = await anyio.to_thread.run_sync(read_outcome_file, ctx.workdir / OUTCOME_FILE)
+        except ValueError as exc:
+            return Failure(
+                reason="bad_executor_output",
+                message=f"command {program!r}: {exc}",
+                retryable=False,
+                details=details,
+            )
+        trigger = opts.exit_codes[result.returncode]
+        source = f"exit code {result.returncode} of command {program!r}"
+        if doc is None:
+            return Transition(trigger=trigger, source=source)
+        declared = doc.get("artifacts") or []
+        try:
+            resolved = await anyio.to_thread.run_sync(resolve_artifacts, ctx.workdir, declared)
+            await record_artifacts(ctx, declared, resolved, opts.artifacts_dir)
+        except ValueError as exc:  # a bad declaration: the same output would fail again
+            return Failure(
+                reason="bad_executor_output",
+                message=f"command {program!r}: {exc}",
+                retryable=False,
+                details=details,
+            )
+        except OSError as exc:  # vanished, unreadable, or the copy could not be written
+            return Failure(
+                reason="artifact_failed",
+                message=f"command {program!r}: {OUTCOME_FILE} artifact: {exc}",
+                retryable=True,
+                details=details,
+            )
+        if doc.get("trigger"):
+            source = f"{OUTCOME_FILE} of command {program!r}"
+        return Transition(
+            trigger=doc.get("trigger") or trigger,
+            instructions=doc.get("instructions"),
+            usage=doc.get("usage"),
+            source=source,
+        )

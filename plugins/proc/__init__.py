@@ -1,0 +1,1 @@
+"""Child processes of executors: spawning, output capture, environment, and the orphan guard."""

@@ -1,0 +1,19 @@
+"""The ``python`` executor: call an async or plain function of the worker's own environment.
+
+``python:PythonExecutor`` (the entry point) resolves lazily, so importing one submodule does not
+load the executor and everything it imports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PythonExecutor"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PythonExecutor":
+        from plugins.python.executor import PythonExecutor
+
+        return PythonExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,146 @@
+"""The ``python`` executor: call a function in the worker's process.
+
+Options::
+
+    callable = "mypkg.jobs:summarise"     # required: "package.module:function"
+
+The function is imported when the worker starts (so ``backlog-worker check`` catches a typo) and
+is called once per task. An ``async def`` is awaited with the
+:class:`~plugins.api.ExecutionContext`; a plain ``def`` runs in its own thread with a
+:class:`~plugins.python.sync.ThreadContext` (blocking ``report``/``artifact``/``artifact_file``,
+and ``cancelled``/``cancel_event`` to stop cooperatively: a thread cannot be interrupted, so a
+cancelled run ends at once and the thread is abandoned, see :mod:`plugins.python.sync`).
+It returns an outcome (:class:`~plugins.api.Transition` / :class:`~plugins.api.Failure`),
+``None`` (= the role's default trigger) or a dict ``{"trigger": ..., "instructions": ...,
+"usage": ...}`` (every key optional). Anything else fails the run with reason
+``bad_executor_output``. An exception it raises fails the run through the worker (an ``error``
+event with the traceback tail). The role's other options reach the function as ``ctx.options``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
+
+from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.python.sync import ThreadContext, run_in_thread
+from tracker_client.errors import ExecutorError
+
+__all__ = ["PythonExecutor", "import_callable", "is_async_callable"]
+
+#: An ``async def f(ctx: ExecutionContext)`` or a plain ``def f(ctx: ThreadContext)``.
+TaskFunction = Callable[[ExecutionContext], Awaitable[Any]] | Callable[[ThreadContext], Any]
+_DICT_KEYS = frozenset({"trigger", "instructions", "usage"})
+
+
+def is_async_callable(obj: Any) -> bool:
+    """True for an async function (or an object with an async ``__call__``)."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(obj, "__call__", None)  # noqa: B004 - an instance with an async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def import_callable(path: str) -> TaskFunction:
+    """Import ``"package.module:function"`` (dotted attributes allowed after the colon).
+
+    Raises :class:`ExecutorError` naming the path when it is malformed, cannot be imported, or
+    is not callable (a class is refused too: it would be instantiated per task).
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ExecutorError(
+            f"python option 'callable' must look like 'package.module:function', got {path!r}"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ExecutorError(
+            f"python option 'callable' {path!r}: cannot import module {module_name!r}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ExecutorError(
+                f"python option 'callable' {path!r}: {module_name!r} has no attribute {attr!r}"
+            )
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ExecutorError(
+            f"python option 'callable' {path!r} is a {type(obj).__name__}, not a function"
+        )
+    if isinstance(obj, type):
+        raise ExecutorError(
+            f"python option 'callable' {path!r} is a class; name a function "
+            "(async def f(ctx) or def f(ctx))"
+        )
+    return cast(TaskFunction, obj)
+
+
+class PythonExecutor:
+    """Calls the configured function with the context and maps what it returns."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        path = options.get("callable")
+        if not isinstance(path, str) or not path:
+            raise ExecutorError("python option 'callable' is required: 'package.module:function'")
+        self.path = path
+        self.function = import_callable(path)
+        self.is_async = is_async_callable(self.function)
+
+    async def readiness(self) -> list[str]:
+        """The function was imported at construction; nothing more to check."""
+        return []
+
+    async def execute(self, ctx: ExecutionContext) -> Outcome:
+        """Call the function (a plain ``def`` in its own thread) and map its result."""
+        if self.is_async:
+            result = await cast(Callable[[ExecutionContext], Awaitable[Any]], self.function)(ctx)
+        else:
+            function = cast(Callable[[ThreadContext], Any], self.function)
+            result = await run_in_thread(function, ThreadContext(ctx), self.path)
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()  # never awaited: close it so no warning fires later
+                return Failure(
+                    reason="bad_executor_output",
+                    message=f"{self.path} returned an awaitable from a plain call; "
+                    "declare it async def to have it awaited",
+                    retryable=False,
+                )
+        return self._outcome(result)
+
+    def _outcome(self, result: Any) -> Outcome:
+        if isinstance(result, Transition | Failure):
+            return result
+        if result is None:
+            return Transition()
+        if isinstance(result, Mapping):
+            unknown = sorted(str(k) for k in set(result) - _DICT_KEYS)
+            trigger = result.get("trigger")
+            instructions = result.get("instructions")
+            problem = None
+            if unknown:
+                problem = f"unknown key(s) {', '.join(map(repr, unknown))}"
+            elif trigger is not None and (not isinstance(trigger, str) or not trigger):
+                problem = f"'trigger' must be a non-empty string, got {trigger!r}"
+            elif instructions is not None and not isinstance(instructions, str):
+                problem = "'instructions' must be a string"
+            if problem is None:
+                return Transition(
+                    trigger=trigger, instructions=instructions, usage=result.get("usage")
+                )
+            return Failure(
+                reason="bad_executor_output",
+                message=f"{self.path} returned a dict with {problem} "
+                "(allowed: trigger, instructions, usage)",
+                retryable=False,
+            )
+        return Failure(
+            reason="bad_executor_output",
+            message=f"{self.path} returned {type(result).__name__}; expected Transition, "
+            "Failure, a dict or None",
+            retryable=False,
+        )

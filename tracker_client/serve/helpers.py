@@ -1,0 +1,187 @@
+"""Small helpers shared by the served tracker's route handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import anyio
+from pydantic import BaseModel, SecretStr
+from starlette.requests import Request
+
+from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.embedded.runs import check_lease, token_hash
+from tracker_client.errors import LeaseLost
+from tracker_client.models import Lease, Run, Task
+from tracker_client.protocol import Tracker
+from tracker_client.serve.app import ApiError, Closing, bearer
+
+__all__ = [
+    "checked_lease",
+    "dump",
+    "idem_key",
+    "int_query",
+    "lease_handle",
+    "limit_query",
+    "page_json",
+    "store_path",
+    "tracker_of",
+    "until_closing",
+]
+
+T = TypeVar("T")
+
+
+async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T | None:
+    """Run the long poll ``wait``; None when the server started stopping first, or the client
+    went away (nobody would read the answer, and an abandoned poll would hold up a stop).
+
+    The poll's own error (an unknown task: ``NotFound``) is raised as is, not wrapped in a
+    task group's exception group, so the route answers it as usual.
+    """
+    closing: Closing = request.app.state.closing
+    if closing.closed:
+        return None
+    result: T | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def poll() -> None:
+            nonlocal result, error
+            try:
+                result = await wait()
+            except Exception as exc:
+                error = exc
+            tg.cancel_scope.cancel()
+
+        async def client_gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass  # the (empty) body of the GET; the next message comes when it disconnects
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(poll)
+        tg.start_soon(client_gone)
+        await closing.wait()
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result
+
+
+def tracker_of(request: Request) -> Tracker:
+    tracker: Tracker = request.app.state.tracker
+    return tracker
+
+
+def idem_key(request: Request) -> str | None:
+    return request.headers.get("idempotency-key") or None
+
+
+def int_query(request: Request, name: str, default: int, code: str = "invalid_request") -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ApiError(400, code, f"query parameter {name}={raw!r} is not an integer") from exc
+
+
+def limit_query(request: Request, default: int) -> int:
+    return int_query(request, "limit", default, "invalid_limit")
+
+
+_PLACEHOLDER_TASK = Task(
+    id="",
+    pipeline_id="",
+    stage="",
+    title="",
+    description="",
+    priority=0,
+    task_version=0,
+    next_eligible_at_ms=0,
+    retry_delay_ms=0,
+    created_at_ms=0,
+    updated_at_ms=0,
+)
+
+
+def lease_handle(request: Request, *, lease_id: str = "", run_id: str = "") -> Lease:
+    """A Lease handle from the path id and the Bearer value; the tracker checks the token."""
+    token = bearer(request)
+    if token is None:  # the auth middleware already refused this
+        raise ApiError(401, "unauthorized", "Missing Authorization header")
+    run = Run(
+        id=run_id,
+        task_id="",
+        attempt=0,
+        status="running",
+        agent_id="",
+        agent_role="",
+        started_at_ms=0,
+    )
+    return Lease(
+        task=_PLACEHOLDER_TASK,
+        run=run,
+        lease_id=lease_id,
+        lease_token=SecretStr(token),
+        expires_at_ms=0,
+    )
+
+
+async def checked_lease(request: Request, run_id: str, operation: str) -> Lease:
+    """The lease handle of run ``run_id``, checked against the tracker *before* the body is read.
+
+    A wrong token, an unknown run or a gone lease is answered (401/404/410) without reading a
+    byte of the body: otherwise any Bearer value could make the server buffer and parse a
+    16 MiB body. The write re-checks the lease in its own transaction; this read only refuses
+    early. One exception: a gone lease with an ``Idempotency-Key`` already recorded for
+    ``operation`` is let through, since that is a retry whose answer was lost, and the write
+    replays the answer it recorded (or refuses with a conflict). Trackers other than the
+    embedded one are not pre-checked.
+    """
+    lease = lease_handle(request, run_id=run_id)
+    tracker = tracker_of(request)
+    if not isinstance(tracker, TrackerCore):
+        return lease
+    digest = token_hash(lease.lease_token.get_secret_value())
+    key = idem_key(request)
+
+    def precheck(ctx: Ctx) -> None:
+        try:
+            check_lease(ctx, run_id, digest)
+        except LeaseLost as exc:
+            if key is None or exc.code == "invalid_token":
+                raise
+            recorded = ctx.scalar(
+                "SELECT 1 FROM idempotency WHERE key = ? AND operation = ?", (key, operation)
+            )
+            if recorded is None:
+                raise
+
+    # TrackerCore._read: one read-only job on the database thread, as every read is.
+    await tracker._read("check_lease", precheck)
+    return lease
+
+
+def store_path(request: Request) -> tuple[str, str]:
+    """(namespace, key) from the raw path, each segment percent-decoded on its own.
+
+    ``/store/team%20a/key%2F1`` is namespace ``team a``, key ``key/1`` (as NullTickets reads it);
+    the decoded path would have split the key at its ``/``.
+    """
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    parts = [unquote(p) for p in raw.split(b"?")[0].decode("latin-1").split("/") if p]
+    if len(parts) != 3:
+        raise ApiError(404, "not_found", "Not found")
+    return parts[1], parts[2]
+
+
+def dump(model: BaseModel) -> Any:
+    return model.model_dump(mode="json")
+
+
+def page_json(page: Any) -> Any:
+    return {"items": [dump(i) for i in page.items], "next_cursor": page.next_cursor}
