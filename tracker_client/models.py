@@ -12,6 +12,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from tracker_client.capabilities import LeaseHandle
+
 __all__ = [
     "CORRUPT_MARKER",
     "DEAD_LETTER_NEVER_MS",
@@ -197,6 +199,11 @@ class Lease(_Model):
     def task_id(self) -> str:
         """The claimed task's id."""
         return self.task.id
+
+    @property
+    def ref(self) -> LeaseHandle:
+        """The small reference lease operations need (no task, no run record)."""
+        return LeaseHandle(self.lease_id, self.run.id, self.lease_token, self.task.id)
 
 
 class Event(_Model):

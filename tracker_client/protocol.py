@@ -12,9 +12,9 @@ the next write; a replay returns the first answer instead of applying twice. Hea
 
 Keys guard against *lost answers*: a write that committed but whose reply never arrived. A
 tracker that cannot lose an answer (the embedded one: the commit and the reply happen in the
-caller's own process, and an error means nothing was committed) sets the class attribute
-``answers_can_be_lost = False``; callers may then skip keys, which saves a lookup and a record
-per write. Without the attribute, assume answers can be lost.
+caller's own process, and an error means nothing was committed) declares
+``answers_can_be_lost=False`` in its :class:`~tracker_client.capabilities.Capabilities`;
+callers may then skip keys, which saves a lookup and a record per write.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -47,21 +48,116 @@ from tracker_client.models import (
     WaitResult,
 )
 
-__all__ = ["Tracker"]
+__all__ = ["LeaseTracker", "Tracker"]
 
 
 @runtime_checkable
-class Tracker(Protocol):
-    """A task rail: pipelines, tasks, leases, runs, artifacts, queue figures and a KV store."""
+class LeaseTracker(Protocol):
+    """The narrow seam a worker needs: claim, the lease's writes, wake-ups and housekeeping.
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    Lease operations take a :class:`~tracker_client.capabilities.LeaseRef` (a claimed
+    ``Lease`` is one), so a server can call them with the ids and token of a request alone.
+    """
+
+    async def capabilities(self) -> Capabilities:
+        """What this tracker can do (read once and kept: it does not change while open)."""
+
     async def aclose(self) -> None:
         """Release connections and threads. Idempotent."""
+
+    async def claim(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        *,
+        per_state: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease | None:
+        """Claim the best eligible task of ``role``; None when there is no work."""
+
+    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
+        """Extend the lease; returns the new ``expires_at_ms``. ``LeaseLost`` when it is gone."""
+
+    async def add_event(
+        self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> int:
+        """Append an event to the lease's run; returns the event id."""
+
+    async def list_task_events(
+        self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
+    ) -> Page[Event]:
+        """Every event of a task (all runs, plus task-level events), in id order.
+
+        ``kind`` keeps only events of that kind (e.g. ``"transition"``: the task's moves).
+        """
+
+    async def transition(
+        self,
+        lease: LeaseRef,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        usage: Any = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
+
+    async def fail(
+        self,
+        lease: LeaseRef,
+        error: str,
+        *,
+        usage: Any = None,
+        retryable: bool = True,
+        idempotency_key: str | None = None,
+    ) -> FailResult:
+        """Fail the run; the task's retry policy decides between retry and dead letter.
+
+        ``retryable=False`` (a permanent failure, e.g. a misconfigured executor) dead-letters the
+        task at once with reason ``permanent_failure`` where the tracker supports it; a plain
+        NullTickets server ignores it and applies its retry policy.
+        """
+
+    async def release(
+        self,
+        lease: LeaseRef,
+        reason: str = "worker_shutdown",
+        *,
+        idempotency_key: str | None = None,
+    ) -> ReleaseResult:
+        """Give an unfinished run's task back (its worker is shutting down): not a failure.
+
+        The run ends ``released``; the task is claimable again at once, its failure count and
+        retry delay untouched. A plain NullTickets server has no such operation: nothing is
+        written and the task returns when the lease expires (``released=False``), which costs
+        no attempt there either, rather than a ``fail`` that would count one.
+        """
+
+    async def add_artifact(
+        self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
+    ) -> str:
+        """Record an artifact; ``NotFound`` for an unknown task or run id."""
+
+    async def maintenance(self) -> MaintenanceReport:
+        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        """Return early when the rail may have new work, else after ``timeout_s``.
+
+        A cheap wake-up for idle workers; returning is a hint, not a promise of work.
+        """
+
+
+@runtime_checkable
+class Tracker(LeaseTracker, Protocol):
+    """The whole rail: the lease seam plus pipelines, tasks, runs, artifacts and a KV store."""
 
     async def health(self) -> Health:
         """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
 
-    # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(
         self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> str:
@@ -76,7 +172,6 @@ class Tracker(Protocol):
     async def get_pipeline(self, pipeline_id: str) -> Pipeline:
         """One pipeline, or ``NotFound``."""
 
-    # -- tasks ----------------------------------------------------------------------------------
     async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
         """Create a task in its pipeline's initial stage; returns its id.
 
@@ -104,7 +199,6 @@ class Tracker(Protocol):
     async def list_runs(self, task_id: str) -> list[Run]:
         """Every run of a task, by attempt (a remote tracker may only know the latest)."""
 
-    # -- dependencies and assignments -----------------------------------------------------------
     async def add_dependency(
         self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
     ) -> None:
@@ -131,84 +225,10 @@ class Tracker(Protocol):
     ) -> None:
         """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
 
-    # -- leases and runs ------------------------------------------------------------------------
-    async def claim(
-        self,
-        agent_id: str,
-        role: str,
-        lease_ttl_ms: int,
-        *,
-        per_state: Mapping[str, int] | None = None,
-        idempotency_key: str | None = None,
-    ) -> Lease | None:
-        """Claim the best eligible task of ``role``; None when there is no work."""
-
-    async def heartbeat(self, lease: Lease, *, lease_ttl_ms: int | None = None) -> int:
-        """Extend the lease; returns the new ``expires_at_ms``. ``LeaseLost`` when it is gone."""
-
-    async def add_event(
-        self, lease: Lease, kind: str, data: Any = None, *, idempotency_key: str | None = None
-    ) -> int:
-        """Append an event to the lease's run; returns the event id."""
-
     async def list_events(
         self, run_id: str, *, limit: int = 100, cursor: str | None = None
     ) -> Page[Event]:
         """A run's events in id order."""
-
-    async def list_task_events(
-        self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
-    ) -> Page[Event]:
-        """Every event of a task (all runs, plus task-level events), in id order.
-
-        ``kind`` keeps only events of that kind (e.g. ``"transition"``: the task's moves).
-        """
-
-    async def transition(
-        self,
-        lease: Lease,
-        trigger: str,
-        *,
-        expected_stage: str | None = None,
-        expected_task_version: int | None = None,
-        instructions: str | None = None,
-        usage: Any = None,
-        idempotency_key: str | None = None,
-    ) -> TransitionResult:
-        """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
-
-    async def fail(
-        self,
-        lease: Lease,
-        error: str,
-        *,
-        usage: Any = None,
-        retryable: bool = True,
-        idempotency_key: str | None = None,
-    ) -> FailResult:
-        """Fail the run; the task's retry policy decides between retry and dead letter.
-
-        ``retryable=False`` (a permanent failure, e.g. a misconfigured executor) dead-letters the
-        task at once with reason ``permanent_failure`` where the tracker supports it; a plain
-        NullTickets server ignores it and applies its retry policy.
-        """
-
-    async def release(
-        self, lease: Lease, reason: str = "worker_shutdown", *, idempotency_key: str | None = None
-    ) -> ReleaseResult:
-        """Give an unfinished run's task back (its worker is shutting down): not a failure.
-
-        The run ends ``released``; the task is claimable again at once, its failure count and
-        retry delay untouched. A plain NullTickets server has no such operation: nothing is
-        written and the task returns when the lease expires (``released=False``), which costs
-        no attempt there either, rather than a ``fail`` that would count one.
-        """
-
-    # -- artifacts ------------------------------------------------------------------------------
-    async def add_artifact(
-        self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
-    ) -> str:
-        """Record an artifact; ``NotFound`` for an unknown task or run id."""
 
     async def list_artifacts(
         self,
@@ -220,7 +240,6 @@ class Tracker(Protocol):
     ) -> Page[Artifact]:
         """Artifacts in creation order."""
 
-    # -- operations -----------------------------------------------------------------------------
     async def queue_stats(
         self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
     ) -> QueueStats:
@@ -231,7 +250,6 @@ class Tracker(Protocol):
         that doesn't expose lease TTLs (NullTickets) uses a third of the default 60 s TTL.
         """
 
-    # -- KV store -------------------------------------------------------------------------------
     async def store_put(self, namespace: str, key: str, value: Any) -> None:
         """Upsert a value."""
 
@@ -258,7 +276,6 @@ class Tracker(Protocol):
     ) -> list[StoreEntry]:
         """Full-text search: every word must match (as a phrase); rank order."""
 
-    # -- backlog extensions (BACKLOG-SEMANTICS.md) ----------------------------------------------
     async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
         """Make a waiting task unclaimable, or revoke a running task's lease.
 
@@ -275,12 +292,3 @@ class Tracker(Protocol):
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
-
-    async def maintenance(self) -> MaintenanceReport:
-        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
-
-    async def wait_for_work(self, timeout_s: float) -> None:
-        """Return early when the rail may have new work, else after ``timeout_s``.
-
-        A cheap wake-up for idle workers; returning is a hint, not a promise of work.
-        """

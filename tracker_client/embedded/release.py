@@ -9,12 +9,13 @@ number still grows (it numbers runs), and a ``released`` event records the reaso
 
 from __future__ import annotations
 
+from tracker_client.capabilities import LeaseRef
 from tracker_client.embedded.common import CLEAR_LEASE, Ctx
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.runs import check_lease, token_hash
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import Lease, ReleaseResult
+from tracker_client.models import ReleaseResult
 
 __all__ = ["ReleaseOps", "release"]
 
@@ -58,11 +59,15 @@ class ReleaseOps(TrackerCore):
     """The ``release`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
 
     async def release(
-        self, lease: Lease, reason: str = "worker_shutdown", *, idempotency_key: str | None = None
+        self,
+        lease: LeaseRef,
+        reason: str = "worker_shutdown",
+        *,
+        idempotency_key: str | None = None,
     ) -> ReleaseResult:
         """Give the lease's unfinished task back: the run ends ``released``, nothing counted."""
         digest = token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run.id
+        run_id = lease.run_id
         return await self._write(
             "release",
             lambda c: idempotent(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
 from tracker_client.embedded import backlog, claims, reads, runs, stats, store, tasks
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.idempotency import idempotent
@@ -55,6 +56,10 @@ class EmbeddedTracker(ReleaseOps):
     #: Every write commits and answers in the caller's process, and an error means nothing was
     #: committed, so an answer is never lost: callers need no idempotency keys (they still work).
     answers_can_be_lost = False
+
+    async def capabilities(self) -> Capabilities:
+        """Everything of BACKLOG-SEMANTICS.md, in process (answers cannot be lost)."""
+        return EMBEDDED
 
     # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(
@@ -232,27 +237,27 @@ class EmbeddedTracker(ReleaseOps):
                 [agent_id, role, lease_ttl_ms, limits],
                 lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits),
                 lambda lease: (
-                    {"lease_id": lease.lease_id, "run_id": lease.run.id} if lease else None
+                    {"lease_id": lease.lease_id, "run_id": lease.run_id} if lease else None
                 ),
                 lambda rec: claims.reissue(c, rec["lease_id"], rec["run_id"]),
             )
 
         return await self._write("claim", op)
 
-    async def heartbeat(self, lease: Lease, *, lease_ttl_ms: int | None = None) -> int:
+    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
         """Extend the lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry."""
         digest = runs.token_hash(lease.lease_token.get_secret_value())
         return await self._write(
             "heartbeat",
-            lambda c: claims.heartbeat(c, lease.lease_id, lease.run.id, digest, lease_ttl_ms),
+            lambda c: claims.heartbeat(c, lease.lease_id, lease.run_id, digest, lease_ttl_ms),
         )
 
     async def add_event(
-        self, lease: Lease, kind: str, data: Any = None, *, idempotency_key: str | None = None
+        self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
     ) -> int:
         """Append an event to the lease's run; returns the event id."""
         digest = runs.token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run.id
+        run_id = lease.run_id
         return await self._write(
             "add_event",
             lambda c: idempotent(
@@ -285,7 +290,7 @@ class EmbeddedTracker(ReleaseOps):
 
     async def transition(
         self,
-        lease: Lease,
+        lease: LeaseRef,
         trigger: str,
         *,
         expected_stage: str | None = None,
@@ -296,7 +301,7 @@ class EmbeddedTracker(ReleaseOps):
     ) -> TransitionResult:
         """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
         digest = runs.token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run.id
+        run_id = lease.run_id
         args = [run_id, digest, trigger, expected_stage, expected_task_version, instructions, usage]
         return await self._write(
             "transition",
@@ -322,7 +327,7 @@ class EmbeddedTracker(ReleaseOps):
 
     async def fail(
         self,
-        lease: Lease,
+        lease: LeaseRef,
         error: str,
         *,
         usage: Any = None,
@@ -334,7 +339,7 @@ class EmbeddedTracker(ReleaseOps):
         ``retryable=False`` dead-letters the task at once (reason ``permanent_failure``).
         """
         digest = runs.token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run.id
+        run_id = lease.run_id
         return await self._write(
             "fail",
             lambda c: idempotent(

@@ -16,6 +16,7 @@ import anyio
 import httpx
 from pydantic import SecretStr, TypeAdapter, ValidationError
 
+from tracker_client.capabilities import NULLTICKETS, NULLTICKETS_LEASE_TTL_MS, Capabilities
 from tracker_client.errors import ConfigError, TrackerRejected, Unsupported
 from tracker_client.nulltickets.transport import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -26,12 +27,10 @@ from tracker_client.nulltickets.transport import (
     loads,
 )
 
-__all__ = ["NULLTICKETS_LEASE_TTL_MS", "Capabilities", "RemoteBase"]
+__all__ = ["NULLTICKETS_LEASE_TTL_MS", "Advertised", "RemoteBase", "declared"]
 
 log = logging.getLogger("backlog_worker.tracker.remote")
 
-#: A NullTickets heartbeat always resets the lease to now + 300 s, whatever TTL was asked.
-NULLTICKETS_LEASE_TTL_MS = 300_000
 
 M = TypeVar("M")
 
@@ -47,7 +46,7 @@ _INT_OPTIONS = ("max_request_bytes", "retry_attempts")
 
 
 @dataclass(frozen=True)
-class Capabilities:
+class Advertised:
     """What the server said about itself in ``GET /health``.
 
     A plain NullTickets server advertises nothing; ``backlog-worker tracker serve`` lists its
@@ -58,7 +57,7 @@ class Capabilities:
     max_request_bytes: int | None = None
 
     @classmethod
-    def from_health(cls, doc: Any) -> Capabilities:
+    def from_health(cls, doc: Any) -> Advertised:
         """Read the capability fields of a ``/health`` answer (absent on NullTickets)."""
         if not isinstance(doc, dict):
             return cls()
@@ -70,6 +69,26 @@ class Capabilities:
             extensions=names or frozenset(),
             max_request_bytes=limit if isinstance(limit, int) and limit > 0 else None,
         )
+
+
+def declared(caps: Advertised) -> Capabilities:
+    """The typed capabilities a served rail's advertised extension names stand for."""
+    ext = caps.extensions
+    if not ext:
+        return NULLTICKETS
+    return Capabilities(
+        answers_can_be_lost=True,
+        max_lease_ttl_ms=None if "heartbeat_ttl" in ext else NULLTICKETS_LEASE_TTL_MS,
+        max_request_bytes=caps.max_request_bytes,
+        backlog_ops={"cancel", "cancel_all", "requeue", "maintenance"} <= ext,
+        wait={"wait", "wait_for_work"} <= ext,
+        run_details={"runs", "task_events", "fail_result"} <= ext,
+        task_extensions="backlog" in ext,
+        release="release" in ext,
+        strict_definitions="backlog" in ext,
+        strict_limits=caps.max_request_bytes is not None,
+        extensions=ext,
+    )
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:
@@ -173,7 +192,7 @@ class RemoteBase:
             max_request_bytes=opts["max_request_bytes"],
             transport=transport,
         )
-        self._caps: Capabilities | None = None
+        self._caps: Advertised | None = None
         self._caps_lock = anyio.Lock()
         self._closed = False
         self._warned: set[str] = set()
@@ -184,9 +203,13 @@ class RemoteBase:
 
     # -- capabilities -------------------------------------------------------------------------
     @property
-    def capabilities(self) -> Capabilities | None:
+    def advertised(self) -> Advertised | None:
         """What ``/health`` advertised; None until the first request."""
         return self._caps
+
+    async def capabilities(self) -> Capabilities:
+        """What this server can do, from ``/health`` (read once; a plain NullTickets: nothing)."""
+        return declared(await self._capabilities())
 
     @property
     def max_lease_ttl_ms(self) -> int | None:
@@ -200,16 +223,16 @@ class RemoteBase:
             return None
         return NULLTICKETS_LEASE_TTL_MS
 
-    def _set_caps(self, caps: Capabilities) -> None:
+    def _set_caps(self, caps: Advertised) -> None:
         self._caps = caps
         self._http.max_request_bytes = caps.max_request_bytes or self._configured_max_request_bytes
 
-    async def _capabilities(self) -> Capabilities:
+    async def _capabilities(self) -> Advertised:
         if self._caps is None:
             async with self._caps_lock:
                 if self._caps is None:
                     response = await self._http.send("GET", "/health", auth="public")
-                    self._set_caps(Capabilities.from_health(loads(response, "GET /health")))
+                    self._set_caps(Advertised.from_health(loads(response, "GET /health")))
         assert self._caps is not None
         return self._caps
 

@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 from pydantic import TypeAdapter
 
+from tracker_client.capabilities import Capabilities
 from tracker_client.errors import TrackerUnavailable
 from tracker_client.models import (
     Artifact,
@@ -43,7 +44,6 @@ from tracker_client.models import (
     TaskDetail,
     WaitResult,
 )
-from tracker_client.nulltickets.base import Capabilities
 from tracker_client.nulltickets.leases import RemoteLeases
 from tracker_client.nulltickets.transport import RetrySettings, encode_query
 from tracker_client.nulltickets.transport import quote_segment as seg

@@ -36,7 +36,7 @@ from tracker_client.models import (
     TaskCreate,
     TaskDetail,
 )
-from tracker_client.nulltickets.base import Capabilities, RemoteBase, log
+from tracker_client.nulltickets.base import Advertised, RemoteBase, log
 from tracker_client.nulltickets.limits import HEADER_ALLOWANCE, split_bulk
 from tracker_client.nulltickets.transport import check_json, dumps, encode_query, loads
 from tracker_client.nulltickets.transport import quote_segment as seg
@@ -78,7 +78,7 @@ class RemoteCore(RemoteBase):
         """``GET /health``; also refreshes what the server advertises about itself."""
         response = await self._http.send("GET", "/health", auth="public")
         doc = loads(response, "GET /health")
-        self._set_caps(Capabilities.from_health(doc))
+        self._set_caps(Advertised.from_health(doc))
         return self._parse(Health, doc, "GET /health")
 
     # -- pipelines ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import (
     InvalidTransition,
     TrackerError,
@@ -86,14 +87,14 @@ class RemoteLeases(RemoteCore):
             return None
         return self._parse(Lease, loads(response, "POST /leases/claim"), "POST /leases/claim")
 
-    async def heartbeat(self, lease: Lease, *, lease_ttl_ms: int | None = None) -> int:
+    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
         """``POST /leases/{lease_id}/heartbeat`` with the lease token and no idempotency key.
 
         Returns the server's new expiry. A NullTickets server always answers now + 300 s.
         """
         # NullTickets ignores the body; the served tracker uses the TTL, and the run id to tell
         # why a lease is gone (revoked by a cancel, expired) when the lease row no longer exists.
-        body: dict[str, Any] = {"run_id": lease.run.id}
+        body: dict[str, Any] = {"run_id": lease.run_id}
         if lease_ttl_ms is not None:
             body["lease_ttl_ms"] = lease_ttl_ms
         doc = await self._json(
@@ -110,7 +111,9 @@ class RemoteLeases(RemoteCore):
                 "POST /leases/{id}/heartbeat: answer without expires_at_ms",
                 code="invalid_response",
             )
-        wanted = lease_ttl_ms or (lease.expires_at_ms - lease.run.started_at_ms)
+        wanted = lease_ttl_ms or (
+            lease.expires_at_ms - lease.run.started_at_ms if isinstance(lease, Lease) else 0
+        )
         if (
             wanted > NULLTICKETS_LEASE_TTL_MS
             and expires < int(time.time() * 1000) + wanted - 60_000
@@ -119,13 +122,13 @@ class RemoteLeases(RemoteCore):
                 "lease_ttl_reset",
                 "the tracker reset the lease to about 300 s on heartbeat (NullTickets does this "
                 "whatever TTL was asked): heartbeat at least every 100 s",
-                task_id=lease.task.id,
-                run_id=lease.run.id,
+                task_id=lease.task_id,
+                run_id=lease.run_id,
             )
         return expires
 
     async def add_event(
-        self, lease: Lease, kind: str, data: Any = None, *, idempotency_key: str | None = None
+        self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
     ) -> int:
         """``POST /runs/{run_id}/events``; data over the size budget is trimmed with a marker."""
         check_json(data, f"event {kind!r} data")
@@ -137,11 +140,11 @@ class RemoteLeases(RemoteCore):
                 "event %r data trimmed to fit the tracker's %d-byte request budget",
                 kind,
                 budget,
-                extra={"action": "event_trimmed", "task_id": lease.task.id, "run_id": lease.run.id},
+                extra={"action": "event_trimmed", "task_id": lease.task_id, "run_id": lease.run_id},
             )
         doc = await self._json(
             "POST",
-            f"/runs/{seg(lease.run.id)}/events",
+            f"/runs/{seg(lease.run_id)}/events",
             body={"kind": kind, "data": payload},
             auth="lease",
             lease_token=lease.lease_token.get_secret_value(),
@@ -167,7 +170,7 @@ class RemoteLeases(RemoteCore):
 
     async def transition(
         self,
-        lease: Lease,
+        lease: LeaseRef,
         trigger: str,
         *,
         expected_stage: str | None = None,
@@ -190,7 +193,7 @@ class RemoteLeases(RemoteCore):
         try:
             doc = await self._json(
                 "POST",
-                f"/runs/{seg(lease.run.id)}/transition",
+                f"/runs/{seg(lease.run_id)}/transition",
                 body=body,
                 auth="lease",
                 lease_token=lease.lease_token.get_secret_value(),
@@ -201,7 +204,7 @@ class RemoteLeases(RemoteCore):
             allowed = exc.allowed
             if not allowed:
                 try:
-                    detail = await self.get_task(lease.task.id)
+                    detail = await self.get_task(lease.task_id)
                     allowed = [t.trigger for t in detail.available_transitions]
                 except TrackerError:
                     allowed = []
@@ -215,7 +218,7 @@ class RemoteLeases(RemoteCore):
 
     async def fail(
         self,
-        lease: Lease,
+        lease: LeaseRef,
         error: str,
         *,
         usage: Any = None,
@@ -238,7 +241,7 @@ class RemoteLeases(RemoteCore):
             body["retryable"] = False
         doc = await self._json(
             "POST",
-            f"/runs/{seg(lease.run.id)}/fail",
+            f"/runs/{seg(lease.run_id)}/fail",
             body=body,
             auth="lease",
             lease_token=lease.lease_token.get_secret_value(),
@@ -249,12 +252,12 @@ class RemoteLeases(RemoteCore):
         if result.dead_lettered is not None:
             return result
         try:
-            task = await self.get_task(lease.task.id)
+            task = await self.get_task(lease.task_id)
         except TrackerError as exc:
             log.warning(
                 "fail recorded, but the task could not be read back: %s",
                 exc,
-                extra={"action": "fail_readback", "task_id": lease.task.id},
+                extra={"action": "fail_readback", "task_id": lease.task_id},
             )
             return result
         dead = task.dead_letter_reason is not None
@@ -267,7 +270,11 @@ class RemoteLeases(RemoteCore):
         )
 
     async def release(
-        self, lease: Lease, reason: str = "worker_shutdown", *, idempotency_key: str | None = None
+        self,
+        lease: LeaseRef,
+        reason: str = "worker_shutdown",
+        *,
+        idempotency_key: str | None = None,
     ) -> ReleaseResult:
         """``POST /runs/{run_id}/release`` (served tracker): the task is claimable again at once
         and the run costs no attempt.
@@ -280,12 +287,12 @@ class RemoteLeases(RemoteCore):
         if not await self._has("release"):
             log.info(
                 "tracker has no release: the lease is left to expire (no attempt counted)",
-                extra={"action": "release_by_expiry", "task_id": lease.task.id},
+                extra={"action": "release_by_expiry", "task_id": lease.task_id},
             )
             return ReleaseResult(released=False, reason=reason)
         doc = await self._json(
             "POST",
-            f"/runs/{seg(lease.run.id)}/release",
+            f"/runs/{seg(lease.run_id)}/release",
             body={"reason": reason},
             auth="lease",
             lease_token=lease.lease_token.get_secret_value(),
