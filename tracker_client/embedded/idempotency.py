@@ -16,7 +16,7 @@ from tracker_client.embedded.common import Ctx
 from tracker_client.errors import Conflict, ValidationFailed
 from tracker_client.jsonlimits import MAX_JSON_DEPTH
 
-__all__ = ["fingerprint", "idempotent"]
+__all__ = ["fingerprint", "idempotent", "no_answer", "replay_none"]
 
 R = TypeVar("R")
 
@@ -82,3 +82,13 @@ def idempotent(
         (key, operation, fp, json.dumps(encode(result), separators=(",", ":")), ctx.now),
     )
     return result
+
+
+def no_answer(_: object) -> None:
+    """Encoder of an operation whose answer is nothing (only "it happened" is recorded)."""
+    return None
+
+
+def replay_none(_: object) -> None:
+    """Decoder of a recorded answer-less operation: the replay answers nothing too."""
+    return None

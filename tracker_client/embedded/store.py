@@ -1,6 +1,7 @@
 """The KV store with FTS5 full-text search (namespace, key and the value's JSON are indexed).
 
-Runs on the database thread inside a transaction.
+The functions run on the database thread inside a transaction; :class:`StoreOps` is the
+tracker's face of them.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import sqlite3
 from typing import Any
 
 from tracker_client.embedded.common import MIB, Ctx, dumps, stored_json
+from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import StoreEntry
 
-__all__ = ["delete", "delete_namespace", "get", "list_namespace", "put", "search"]
+__all__ = ["StoreOps", "delete", "delete_namespace", "get", "list_namespace", "put", "search"]
 
 RESERVED = "search"
 
@@ -124,3 +126,42 @@ def search(
             ) from exc
         raise
     return [_entry(r) for r in rows]
+
+
+class StoreOps(TrackerCore):
+    """The tracker's KV store operations, each one job on the database thread."""
+
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """Upsert a value."""
+        await self._write("store_put", lambda c: put(c, namespace, key, value))
+
+    async def store_get(self, namespace: str, key: str) -> StoreEntry:
+        """One entry, or ``NotFound``."""
+        return await self._read("store_get", lambda c: get(c, namespace, key))
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """Delete a key (absent keys are fine)."""
+        await self._write("store_delete", lambda c: delete(c, namespace, key))
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """All entries of a namespace, sorted by key."""
+        return await self._read("store_list", lambda c: list_namespace(c, namespace))
+
+    async def store_delete_namespace(self, namespace: str) -> None:
+        """Delete a whole namespace."""
+        await self._write("store_delete_namespace", lambda c: delete_namespace(c, namespace))
+
+    async def store_search(
+        self,
+        query: str,
+        *,
+        namespace: str | None = None,
+        limit: int = 10,
+        filter_path: str | None = None,
+        filter_value: str | None = None,
+    ) -> list[StoreEntry]:
+        """Full-text search: every word must match (as a phrase); rank order."""
+        return await self._read(
+            "store_search",
+            lambda c: search(c, query, namespace, limit, filter_path, filter_value),
+        )

@@ -12,19 +12,17 @@ from tracker_client.embedded.common import (
     INT64_MIN,
     MIB,
     Ctx,
-    assignment_from_row,
     check_limit,
     dumps,
     new_id,
     run_from_row,
     task_from_row,
 )
+from tracker_client.embedded.links import dependencies_of, list_assignments
 from tracker_client.embedded.pipelines import PipelineDef, validate_definition
 from tracker_client.embedded.retrypolicy import given_retry
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
 from tracker_client.models import (
-    Assignment,
-    Dependency,
     Page,
     Pipeline,
     Run,
@@ -36,19 +34,14 @@ from tracker_client.models import (
 T = TypeVar("T")
 
 __all__ = [
-    "add_dependency",
-    "assign",
     "create_pipeline",
     "create_tasks",
     "get_task",
-    "list_assignments",
-    "list_dependencies",
     "list_pipelines",
     "list_runs",
     "list_tasks",
     "page_by_creation",
     "parse_created_cursor",
-    "unassign",
 ]
 
 MAX_TITLE_CHARS = 4096
@@ -308,15 +301,6 @@ def list_tasks(
     return Page[Task](items=items, next_cursor=nxt)
 
 
-def _dependencies(ctx: Ctx, task_id: str) -> list[Dependency]:
-    rows = ctx.conn.execute(
-        "SELECT d.depends_on_task_id, coalesce(u.terminal, 0) FROM dependencies d "
-        "LEFT JOIN tasks u ON u.id = d.depends_on_task_id WHERE d.task_id = ? ORDER BY d.seq",
-        (task_id,),
-    ).fetchall()
-    return [Dependency(depends_on_task_id=r[0], resolved=bool(r[1])) for r in rows]
-
-
 def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
     """The task with its latest run, dependencies, assignments and available transitions."""
     row = ctx.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
@@ -329,7 +313,7 @@ def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
         {
             **dict(base),
             "latest_run": None if run is None else run_from_row(run),
-            "dependencies": _dependencies(ctx, task_id),
+            "dependencies": dependencies_of(ctx, task_id),
             "assignments": list_assignments(ctx, task_id),
             "available_transitions": pipeline.available(row["stage"]),
         }
@@ -341,99 +325,3 @@ def list_runs(ctx: Ctx, task_id: str) -> list[Run]:
     ctx.task_row(task_id)
     rows = ctx.conn.execute("SELECT * FROM runs WHERE task_id = ? ORDER BY attempt", (task_id,))
     return [run_from_row(r) for r in rows]
-
-
-# -- dependencies ---------------------------------------------------------------------------------
-def _cycle(ctx: Ctx, task_id: str, upstream: str) -> list[str] | None:
-    """The path upstream -> ... -> task_id along 'depends on' edges, if one exists."""
-    parent: dict[str, str | None] = {upstream: None}
-    stack = [upstream]
-    while stack:
-        node = stack.pop()
-        if node == task_id:
-            path = [node]
-            while parent[path[-1]] is not None:
-                path.append(parent[path[-1]])  # type: ignore[arg-type]
-            return list(reversed(path))
-        for (nxt,) in ctx.conn.execute(
-            "SELECT depends_on_task_id FROM dependencies WHERE task_id = ?", (node,)
-        ):
-            if nxt not in parent:
-                parent[nxt] = node
-                stack.append(nxt)
-    return None
-
-
-def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
-    """Make ``task_id`` wait for ``upstream``; refuses self, cycles and duplicates."""
-    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
-        raise NotFound(f"task {task_id} not found", code="task_not_found")
-    if task_id == upstream:
-        raise ValidationFailed(f"task {task_id} cannot depend on itself", code="invalid_dependency")
-    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (upstream,)) is None:
-        raise NotFound(f"dependency task {upstream} not found", code="dependency_task_not_found")
-    if ctx.one(
-        "SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on_task_id = ?",
-        (task_id, upstream),
-    ):
-        raise Conflict(f"task {task_id} already depends on {upstream}", code="duplicate_dependency")
-    path = _cycle(ctx, task_id, upstream)
-    if path is not None:
-        chain = " -> ".join([task_id, *path])
-        raise ValidationFailed(
-            f"dependency {task_id} -> {upstream} would close a cycle: {chain}",
-            code="invalid_dependency",
-        )
-    ctx.conn.execute(
-        "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) VALUES (?, ?, ?)",
-        (task_id, upstream, ctx.now),
-    )
-    ctx.conn.execute("UPDATE tasks SET has_deps = 1 WHERE id = ?", (task_id,))
-
-
-def list_dependencies(ctx: Ctx, task_id: str) -> list[Dependency]:
-    """The task's dependencies (an unknown task has none)."""
-    return _dependencies(ctx, task_id)
-
-
-# -- assignments ----------------------------------------------------------------------------------
-def assign(ctx: Ctx, task_id: str, agent_id: str, assigned_by: str | None) -> None:
-    """Make ``agent_id`` the task's only active assignee."""
-    if not isinstance(agent_id, str) or not agent_id:
-        raise ValidationFailed("agent_id must be a non-empty string")
-    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
-        raise NotFound(f"task {task_id} not found", code="task_not_found")
-    now = ctx.now
-    ctx.conn.execute(
-        "UPDATE assignments SET active = 0, updated_at_ms = ? "
-        "WHERE task_id = ? AND active = 1 AND agent_id != ?",
-        (now, task_id, agent_id),
-    )
-    ctx.conn.execute(
-        "INSERT INTO assignments (task_id, agent_id, assigned_by, active, created_at_ms, "
-        "updated_at_ms) VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT (task_id, agent_id) DO UPDATE "
-        "SET active = 1, assigned_by = excluded.assigned_by, "
-        "updated_at_ms = excluded.updated_at_ms",
-        (task_id, agent_id, assigned_by, now, now),
-    )
-    ctx.conn.execute("UPDATE tasks SET assignee = ? WHERE id = ?", (agent_id, task_id))
-
-
-def list_assignments(ctx: Ctx, task_id: str) -> list[Assignment]:
-    """All assignments of a task, inactive ones included, oldest first."""
-    rows = ctx.conn.execute(
-        "SELECT * FROM assignments WHERE task_id = ? ORDER BY seq", (task_id,)
-    ).fetchall()
-    return [assignment_from_row(r) for r in rows]
-
-
-def unassign(ctx: Ctx, task_id: str, agent_id: str) -> None:
-    """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
-    cur = ctx.conn.execute(
-        "UPDATE assignments SET active = 0, updated_at_ms = ? "
-        "WHERE task_id = ? AND agent_id = ? AND active = 1",
-        (ctx.now, task_id, agent_id),
-    )
-    if cur.rowcount == 0:
-        raise NotFound(f"task {task_id} has no active assignment of {agent_id}", code="not_found")
-    ctx.conn.execute("UPDATE tasks SET assignee = NULL WHERE id = ?", (task_id,))

@@ -11,16 +11,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
-from tracker_client.embedded import backlog, claims, reads, runs, stats, store, tasks
+from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.idempotency import idempotent
+from tracker_client.embedded.links import LinkOps
 from tracker_client.embedded.release import ReleaseOps
+from tracker_client.embedded.store import StoreOps
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
-    Assignment,
     CancelResult,
-    Dependency,
     Event,
     FailResult,
     Lease,
@@ -29,7 +29,6 @@ from tracker_client.models import (
     QueueStats,
     RequeueResult,
     Run,
-    StoreEntry,
     Task,
     TaskCreate,
     TaskDetail,
@@ -42,15 +41,7 @@ R = TypeVar("R")
 Clock = Callable[[], int]
 
 
-def _ok(_: Any) -> Any:
-    return None
-
-
-def _none(_: Any) -> None:
-    return None
-
-
-class EmbeddedTracker(ReleaseOps):
+class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     #: Every write commits and answers in the caller's process, and an error means nothing was
@@ -150,71 +141,6 @@ class EmbeddedTracker(ReleaseOps):
     async def list_runs(self, task_id: str) -> list[Run]:
         """Every run of a task, by attempt."""
         return await self._read("list_runs", lambda c: tasks.list_runs(c, task_id))
-
-    # -- dependencies and assignments -----------------------------------------------------------
-    async def add_dependency(
-        self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
-    ) -> None:
-        """Make ``task_id`` wait for ``depends_on_task_id``."""
-        await self._write(
-            "add_dependency",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "add_dependency",
-                [task_id, depends_on_task_id],
-                lambda: tasks.add_dependency(c, task_id, depends_on_task_id),
-                _ok,
-                _none,
-            ),
-        )
-
-    async def list_dependencies(self, task_id: str) -> list[Dependency]:
-        """The task's dependencies and whether each is resolved now."""
-        return await self._read("list_dependencies", lambda c: tasks.list_dependencies(c, task_id))
-
-    async def assign(
-        self,
-        task_id: str,
-        agent_id: str,
-        *,
-        assigned_by: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """Make ``agent_id`` the only agent that may claim the task."""
-        await self._write(
-            "assign",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "assign",
-                [task_id, agent_id, assigned_by],
-                lambda: tasks.assign(c, task_id, agent_id, assigned_by),
-                _ok,
-                _none,
-            ),
-        )
-
-    async def list_assignments(self, task_id: str) -> list[Assignment]:
-        """All assignments of a task, inactive ones included."""
-        return await self._read("list_assignments", lambda c: tasks.list_assignments(c, task_id))
-
-    async def unassign(
-        self, task_id: str, agent_id: str, *, idempotency_key: str | None = None
-    ) -> None:
-        """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
-        await self._write(
-            "unassign",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "unassign",
-                [task_id, agent_id],
-                lambda: tasks.unassign(c, task_id, agent_id),
-                _ok,
-                _none,
-            ),
-        )
 
     # -- leases and runs ------------------------------------------------------------------------
     async def claim(
@@ -391,42 +317,6 @@ class EmbeddedTracker(ReleaseOps):
         """Per-role queue figures."""
         return await self._read(
             "queue_stats", lambda c: stats.queue_stats(c, near_expiry_ms, stuck_ms)
-        )
-
-    # -- KV store -------------------------------------------------------------------------------
-    async def store_put(self, namespace: str, key: str, value: Any) -> None:
-        """Upsert a value."""
-        await self._write("store_put", lambda c: store.put(c, namespace, key, value))
-
-    async def store_get(self, namespace: str, key: str) -> StoreEntry:
-        """One entry, or ``NotFound``."""
-        return await self._read("store_get", lambda c: store.get(c, namespace, key))
-
-    async def store_delete(self, namespace: str, key: str) -> None:
-        """Delete a key (absent keys are fine)."""
-        await self._write("store_delete", lambda c: store.delete(c, namespace, key))
-
-    async def store_list(self, namespace: str) -> list[StoreEntry]:
-        """All entries of a namespace, sorted by key."""
-        return await self._read("store_list", lambda c: store.list_namespace(c, namespace))
-
-    async def store_delete_namespace(self, namespace: str) -> None:
-        """Delete a whole namespace."""
-        await self._write("store_delete_namespace", lambda c: store.delete_namespace(c, namespace))
-
-    async def store_search(
-        self,
-        query: str,
-        *,
-        namespace: str | None = None,
-        limit: int = 10,
-        filter_path: str | None = None,
-        filter_value: str | None = None,
-    ) -> list[StoreEntry]:
-        """Full-text search: every word must match (as a phrase); rank order."""
-        return await self._read(
-            "store_search",
-            lambda c: store.search(c, query, namespace, limit, filter_path, filter_value),
         )
 
     # -- backlog extensions ---------------------------------------------------------------------
