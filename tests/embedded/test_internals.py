@@ -351,7 +351,7 @@ async def test_a_write_that_fails_after_writing_is_undone_and_the_group_replayed
 
 async def test_blocking_hand_off_used_off_asyncio(tmp_path: Path) -> None:
     """The path taken on event loops other than asyncio: a helper thread waits for the job."""
-    from tracker_client.embedded.db import _Job
+    from tracker_client.embedded.dbthread import Job as _Job
 
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     try:

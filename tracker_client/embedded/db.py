@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import queue
 import random
 import sqlite3
 import threading
@@ -26,6 +25,12 @@ from typing import Any, TypeVar
 
 import anyio
 
+from tracker_client.embedded.dbthread import (
+    Checkpointer,
+    DbThread,
+    Job,
+    deliver,
+)
 from tracker_client.embedded.migrate import connect
 from tracker_client.embedded.sqlerrors import is_busy, map_sqlite_error, mapped
 from tracker_client.errors import TrackerUnavailable
@@ -35,166 +40,15 @@ __all__ = ["Database"]
 T = TypeVar("T")
 
 
-class _Job:
-    """A closure for the database thread; a write job's ``fn`` runs inside a transaction.
-
-    Its outcome goes to ``fut`` on ``loop`` (asyncio callers) or to ``done`` (any other caller).
-    """
-
-    __slots__ = ("after", "done", "fn", "fut", "loop", "where", "write")
-
-    def __init__(
-        self,
-        fn: Callable[[], Any],
-        *,
-        write: bool = False,
-        where: str = "",
-        after: Callable[[], None] | None = None,
-    ) -> None:
-        self.fn = fn
-        self.write = write
-        self.where = where
-        self.after = after
-        self.done: Callable[[bool, Any], None] = _ignore
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.fut: asyncio.Future[Any] | None = None
-
-
-def _ignore(_ok: bool, _value: Any) -> None:
-    return None
-
-
-def _deliver(outcomes: list[tuple[_Job, bool, Any]]) -> None:
-    """Hand outcomes to their callers: one loop wake-up per event loop, not one per job."""
-    batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-    for job, ok, value in outcomes:
-        if job.loop is None or job.fut is None:
-            job.done(ok, value)
-        else:
-            batches.setdefault(job.loop, []).append((job.fut, ok, value))
-    for loop, batch in batches.items():
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
-            loop.call_soon_threadsafe(_resolve_all, batch)
-
-
-def _resolve_all(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for fut, ok, value in batch:
-        if fut.done():
-            continue
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-
-
-_STOP = _Job(lambda: None)
-
-#: At most this many queued writes share one transaction (group commit).
-MAX_GROUP = 64
-
-
-class _Worker:
-    """One daemon thread running jobs from a queue, in order.
-
-    Writes queued back to back (several slots of one process) are handed to ``write_group``
-    together, which commits them in one transaction: one commit, one lock round, one set of
-    page writes for all of them.
-    """
-
-    def __init__(self, name: str, write_group: Callable[[list[_Job]], None]) -> None:
-        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._write_group = write_group
-        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        pending: _Job | None = None
-        while True:
-            job = pending if pending is not None else self._queue.get()
-            pending = None
-            if job is _STOP:
-                return
-            if not job.write:
-                try:
-                    result = job.fn()
-                except BaseException as exc:  # handed to the caller, never swallowed
-                    _deliver([(job, False, exc)])
-                else:
-                    _deliver([(job, True, result)])
-                continue
-            group = [job]
-            while len(group) < MAX_GROUP:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if not nxt.write or nxt is _STOP:
-                    pending = nxt
-                    break
-                group.append(nxt)
-            self._write_group(group)
-
-    def submit(self, job: _Job) -> None:
-        self._queue.put(job)
-
-    def stop(self) -> None:
-        self._queue.put(_STOP)
-
-
-class _Checkpointer:
-    """Checkpoints the WAL from its own connection and thread, so no commit pays for the fsyncs.
-
-    The main connection runs with ``wal_autocheckpoint = 0``. This thread runs a PASSIVE
-    checkpoint (never blocks writers or readers) once a second, and early after ``every``
-    commits so the WAL stays bounded under heavy load. Each checkpoint costs two fsyncs; doing
-    one every few hundred commits (SQLite's default) cost a third of the commit time.
-    """
-
-    def __init__(self, path: str, busy_timeout_ms: int, every: int = 10_000) -> None:
-        self._path = path
-        self._busy = busy_timeout_ms
-        self.every = every
-        self._wake = threading.Event()
-        self._stop = False
-        self.thread = threading.Thread(
-            target=self._main, name=f"backlog-checkpoint:{os.path.basename(path)}", daemon=True
-        )
-        self.thread.start()
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop = True
-        self._wake.set()
-
-    def _main(self) -> None:
-        try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error:
-            return
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
-            while True:
-                self._wake.wait(1.0)
-                self._wake.clear()
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                if self._stop:
-                    return
-        finally:
-            conn.close()
-
-
 class Database:
     """An open, checked, migrated SQLite connection owned by one thread."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str, worker: _Worker) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, worker: DbThread) -> None:
         self.conn = conn
         self.path = path
         self._worker = worker
         self._closed = False
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         self._commits = 0
         self.busy_timeout_ms = 5000
 
@@ -203,7 +57,7 @@ class Database:
     async def open(cls, path: str, *, synchronous: str, busy_timeout_ms: int) -> Database:
         """Open (creating if needed) and migrate ``path`` on a fresh dedicated thread."""
         db = cls.__new__(cls)
-        worker = _Worker(f"backlog-tracker:{os.path.basename(path)}", db._write_group)
+        worker = DbThread(f"backlog-tracker:{os.path.basename(path)}", db._write_group)
         box: list[sqlite3.Connection] = []
         db._worker = worker
         db._closed = False
@@ -212,14 +66,14 @@ class Database:
         db._commits = 0
         db.busy_timeout_ms = busy_timeout_ms
         try:
-            await db._call(_Job(lambda: box.append(connect(path, synchronous, busy_timeout_ms))))
+            await db._call(Job(lambda: box.append(connect(path, synchronous, busy_timeout_ms))))
         except BaseException:
             worker.stop()
             raise
         db.conn = box[0]
         db.busy_timeout_ms = busy_timeout_ms
         if path != ":memory:":
-            db._checkpointer = _Checkpointer(path, busy_timeout_ms)
+            db._checkpointer = Checkpointer(path, busy_timeout_ms)
         return db
 
     # -- running work ---------------------------------------------------------------------------
@@ -227,7 +81,7 @@ class Database:
         """Run ``fn`` on the database thread and return its result (errors re-raised)."""
         if self._closed:
             raise TrackerUnavailable("the embedded tracker is closed", code="closed")
-        result: T = await self._call(_Job(fn))
+        result: T = await self._call(Job(fn))
         return result
 
     async def run_write(
@@ -236,10 +90,10 @@ class Database:
         """Run ``fn`` in a write transaction on the database thread; ``after`` once committed."""
         if self._closed:
             raise TrackerUnavailable("the embedded tracker is closed", code="closed")
-        result: T = await self._call(_Job(fn, write=True, where=where, after=after))
+        result: T = await self._call(Job(fn, write=True, where=where, after=after))
         return result
 
-    async def _call(self, job: _Job) -> Any:
+    async def _call(self, job: Job) -> Any:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio): hand over through anyio's thread pool
@@ -254,7 +108,7 @@ class Database:
                 return await fut
         return await anyio.to_thread.run_sync(self._blocking_call, job)
 
-    def _blocking_call(self, job: _Job) -> Any:
+    def _blocking_call(self, job: Job) -> Any:
         box: list[tuple[bool, Any]] = []
         ready = threading.Event()
 
@@ -279,7 +133,7 @@ class Database:
             self._checkpointer.stop()
             await anyio.to_thread.run_sync(self._checkpointer.thread.join)
         with contextlib.suppress(Exception):
-            await self._call(_Job(self.conn.close))
+            await self._call(Job(self.conn.close))
         self._worker.stop()
         await anyio.to_thread.run_sync(self._worker.thread.join)
 
@@ -339,7 +193,7 @@ class Database:
         self._committed()
         return result
 
-    def _write_group(self, group: list[_Job]) -> None:
+    def _write_group(self, group: list[Job]) -> None:
         """Run write jobs in one transaction and commit once (group commit).
 
         A job that fails without having changed a row just gets its error; the others commit.
@@ -353,9 +207,9 @@ class Database:
         try:
             self._begin(group[0].where)
         except BaseException as exc:
-            _deliver([(job, False, exc) for job in group])
+            deliver([(job, False, exc) for job in group])
             return
-        outcomes: list[tuple[_Job, bool, Any]] = []
+        outcomes: list[tuple[Job, bool, Any]] = []
         replay = False
         try:
             for job in group:
@@ -379,7 +233,7 @@ class Database:
         except BaseException as exc:
             self._rollback()
             lost = mapped(exc, group[0].where)
-            _deliver([(job, False, lost) for job in group])
+            deliver([(job, False, lost) for job in group])
             return
         if replay:
             for job in group:
@@ -389,7 +243,7 @@ class Database:
             if ok and job.after is not None:
                 with contextlib.suppress(Exception):
                     job.after()
-        _deliver(outcomes)
+        deliver(outcomes)
 
     def read(self, fn: Callable[[], T], where: str) -> T:
         """Run ``fn`` in a deferred (read) transaction, so multi-query reads are consistent."""

@@ -82,7 +82,7 @@ def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connec
             if str(mode).lower() != "wal":
                 raise TrackerUnavailable(f"{path}: could not switch to WAL (mode {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
-        # Checkpoints run on a separate thread (see _Checkpointer), not inside a commit.
+        # Checkpoints run on a separate thread (see dbthread.Checkpointer), not inside a commit.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         # After a checkpoint resets the WAL, give back disk space above 64 MiB.
         conn.execute("PRAGMA journal_size_limit = 67108864")
