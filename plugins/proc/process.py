@@ -26,14 +26,12 @@ this; only a cgroup holds it, which is the job of the service manager (see the s
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import signal as signal_mod
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -42,6 +40,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from plugins.proc.capture import HeadCapture, TailCapture, decode_output
 from plugins.proc.env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env
 from plugins.proc.guard import group_members, kill_deadline, register_group, unregister_group
+from plugins.proc.outcome import ProcessResult, SpawnError, spawn_error
 from tracker_client.errors import ExecutorError
 
 __all__ = [
@@ -64,82 +63,6 @@ _KILL_WAIT_S = 5.0
 _READ_CHUNK = 65_536
 
 OutputCallback = Callable[[bytes], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessResult:
-    """How a process ended and what it printed.
-
-    ``returncode`` follows :mod:`subprocess`: negative ``-N`` when killed by signal ``N``, in which
-    case ``signal`` is ``N`` (else None). ``stdout`` keeps the first ``max_capture_bytes`` bytes
-    (plus a marker when cut); ``stderr`` keeps the last ones (marker first when cut).
-    """
-
-    returncode: int
-    signal: int | None
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool
-    stderr_truncated: bool
-    pid: int
-    duration_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when the process exited with status 0."""
-        return self.returncode == 0
-
-
-class SpawnError(ExecutorError):
-    """The program could not be started. ``reason`` is a stable code: ``not_found``,
-    ``not_executable``, ``argument_too_large``, ``bad_argument``, ``cwd_missing`` or ``os_error``.
-
-    ``argument_too_large`` and ``bad_argument`` depend on the task's data only, so retrying the
-    same task cannot help; the others may be fixed on the host.
-    """
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-    @property
-    def permanent(self) -> bool:
-        """True when a retry of the same arguments cannot succeed."""
-        return self.reason in ("argument_too_large", "bad_argument")
-
-
-def _spawn_error(argv: Sequence[str], cwd: Path, exc: OSError) -> SpawnError:
-    program = argv[0]
-    if exc.errno == errno.E2BIG:
-        size = sum(len(os.fsencode(a)) + 1 for a in argv)
-        biggest = max(len(os.fsencode(a)) for a in argv)
-        return SpawnError(
-            f"cannot start {program!r}: argument list too large ({size} bytes in total, "
-            f"largest argument {biggest} bytes); pass big data on stdin or in a file instead",
-            reason="argument_too_large",
-        )
-    if (
-        isinstance(exc, FileNotFoundError | NotADirectoryError)
-        and exc.filename is not None
-        and os.fsdecode(exc.filename) == os.fsdecode(cwd)
-    ):
-        return SpawnError(
-            f"cannot start {program!r}: working directory {cwd} is missing", reason="cwd_missing"
-        )
-    if isinstance(exc, FileNotFoundError):
-        return SpawnError(
-            f"cannot start {program!r}: no such executable (searched PATH)", reason="not_found"
-        )
-    if isinstance(exc, PermissionError):
-        return SpawnError(
-            f"cannot start {program!r}: permission denied (not executable?)",
-            reason="not_executable",
-        )
-    if exc.errno == errno.ENOEXEC:
-        return SpawnError(
-            f"cannot start {program!r}: not an executable format", reason="not_executable"
-        )
-    return SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", reason="os_error")
 
 
 class _Pump:
@@ -384,7 +307,7 @@ async def run_process(
                 start_new_session=True,
             )
         except OSError as exc:
-            raise _spawn_error(args, cwd, exc) from exc
+            raise spawn_error(args, cwd, exc) from exc
         except ValueError as exc:  # e.g. NUL in an environment value
             raise SpawnError(f"cannot start {args[0]!r}: {exc}", reason="bad_argument") from exc
         register_group(process.pid)  # from now on it dies with this process, even by kill -9
