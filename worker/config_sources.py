@@ -19,6 +19,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from tracker_client import validation
+
 __all__ = [
     "ENV_PREFIX",
     "FLAG_NAMES",
@@ -61,7 +63,7 @@ FLAG_NAMES: Mapping[str, str] = {
 }
 
 Path_ = tuple[str, ...]
-Loc = tuple[str | int, ...]
+Loc = validation.Loc
 _Kind = Literal["model", "dict", "list", "scalar"]
 
 
@@ -178,22 +180,6 @@ def _kind(annotation: Any) -> tuple[_Kind, Any]:
         args = get_args(annotation)
         return "list", args[0] if args else None
     return "scalar", None
-
-
-def _model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
-    """The model whose fields are valid at ``loc`` (None inside free-form tables)."""
-    model: Any = root
-    for part in loc:
-        if isinstance(part, int):
-            continue  # an item of a list of models: its type was taken at the list
-        if model is None or not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        info = model.model_fields.get(part)
-        if info is None:
-            return None
-        kind, inner = _kind(info.annotation)
-        model = inner if kind in ("model", "list") else None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def _env_names(root: type[BaseModel]) -> Iterator[str]:
@@ -313,19 +299,6 @@ def parse_env(environ: Mapping[str, str], root: type[BaseModel]) -> EnvLayers:
 
 
 # -- describing a validation error --------------------------------------------------------------
-def _problem(err: Mapping[str, Any], root: type[BaseModel] | None) -> str:
-    """One pydantic error's text; an unknown key gets the closest known one."""
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] != "extra_forbidden":
-        return msg
-    loc = tuple(err["loc"])
-    model = _model_at(root, loc[:-1]) if root is not None else None
-    if model is None or not loc:
-        return "unknown key"
-    match = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
-    return f"unknown key (did you mean {match[0]!r}?)" if match else "unknown key"
-
-
 def describe_validation(
     exc: ValidationError,
     sources: Sources | None = None,
@@ -333,17 +306,15 @@ def describe_validation(
 ) -> str:
     """A pydantic error as ``source: key: problem; ...`` (without ``sources``: ``key: problem``).
 
-    ``root`` (the validated model) lets an unknown key suggest the closest known one.
+    The one formatter (:func:`tracker_client.validation.describe_validation`) with each key
+    prefixed by the file, variable or flag that set it; ``root`` (the validated model) lets an
+    unknown key suggest the closest known one.
     """
-    parts = []
-    for err in exc.errors():
-        loc: Loc = tuple(err["loc"])
-        problem = _problem(err, root)
-        if sources is not None:
-            parts.append(sources.describe(loc, problem))
-        else:
-            parts.append(f"{'.'.join(str(x) for x in loc) or 'value'}: {problem}")
-    return "; ".join(parts)
+    if sources is None:
+        return validation.describe_validation(exc, root=root)
+    return validation.describe_validation(
+        exc, root=root, place=lambda p: sources.describe(p.loc, p.message)
+    )
 
 
 def role_names(data: Mapping[str, Any]) -> dict[int, str]:

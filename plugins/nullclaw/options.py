@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tracker_client.errors import ExecutorError
+from tracker_client.validation import describe_options
 
 __all__ = [
     "DEFAULT_RETRYABLE_ERRORS",
@@ -179,27 +180,12 @@ def _check_env_name(name: str) -> None:
         raise ValueError(f"environment variable {name!r} is set by the executor itself")
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            known = ", ".join(sorted(NullClawOptions.model_fields))
-            parts.append(f"unknown option {loc!r} (known: {known})")
-        elif loc:
-            parts.append(f"option {loc!r}: {msg}")
-        else:
-            parts.append(msg)
-    return "; ".join(parts)
-
-
 def parse_options(options: Mapping[str, Any]) -> NullClawOptions:
     """Validate a role's options; :class:`ExecutorError` names what is wrong."""
     try:
         parsed = NullClawOptions.model_validate(dict(options))
     except ValidationError as exc:
-        raise ExecutorError(f"nullclaw executor: {_describe(exc)}") from exc
+        raise ExecutorError(f"nullclaw executor: {describe_options(exc, NullClawOptions)}") from exc
     return parsed
 
 

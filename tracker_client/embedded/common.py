@@ -20,6 +20,7 @@ from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import CORRUPT_MARKER, Artifact, Assignment, Event, Run, Task
+from tracker_client.validation import problems
 
 __all__ = [
     "CLEAR_LEASE",
@@ -223,7 +224,8 @@ def task_from_row(row: sqlite3.Row, *, strict: bool = False) -> Task:
     try:
         return _task(row, _loads(row["metadata"], "metadata", where, strict=strict))
     except ValidationError as exc:
-        raise CorruptRow(f"stored row of {where} cannot be read: {exc.errors()[0]['msg']}") from exc
+        problem = problems(exc)[0].message
+        raise CorruptRow(f"stored row of {where} cannot be read: {problem}") from exc
 
 
 def _task(row: sqlite3.Row, metadata: Any) -> Task:

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from tracker_client.models import RetryPolicy, TaskCreate
 from tracker_client.protocol import Tracker
+from tracker_client.validation import describe_validation
 from worker.cli.ops.common import EXIT_USAGE, DurationType, OpsError, resolve_pipeline
 from worker.cli.ops.input import (
-    describe_validation,
     parse_deadline,
     parse_json_flag,
     read_jsonl,
