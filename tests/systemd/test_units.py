@@ -3,7 +3,6 @@ and ``backlog-worker systemd-unit`` prints units for this install."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -74,9 +73,7 @@ def test_template_has_the_supervision_settings():
 
 
 def test_stop_timeout_outlasts_the_default_shutdown_grace():
-    grace = next(
-        f.default for f in dataclasses.fields(WorkerConfig) if f.name == "shutdown_grace_s"
-    )
+    grace = WorkerConfig.model_fields["shutdown_grace_s"].default
     assert isinstance(grace, float)
     [timeout] = _settings((CONTRIB / "backlog-worker@.service").read_text())["TimeoutStopSec"]
     assert int(timeout) == stop_timeout_s(grace) > grace
