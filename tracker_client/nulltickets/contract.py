@@ -1,0 +1,342 @@
+"""The NullTickets wire contract as data: every operation's method, path, auth, body and answer.
+
+One table (:data:`OPERATIONS`) says, per operation, what CONTRACT.md s.5 documents and what the
+served tracker adds. Both sides are derived from it: the served tracker's routes, its auth
+classes, its OpenAPI document, the extension list of ``GET /health`` and the writes that wake
+long polls (:mod:`tracker_client.serve`), and the remote client's plain calls
+(:mod:`tracker_client.nulltickets`). The error half of the contract is
+:mod:`tracker_client.nulltickets.wire_errors`.
+
+Extensions (not in plain NullTickets) are marked twice: an operation that only the served
+tracker has carries the name of its ``/health`` extension in :attr:`Operation.extension`; a
+plain operation whose body or answer the served tracker extends lists the names in
+:attr:`Operation.features`, and each extension body field carries ``"x-extension"`` in its JSON
+schema (the models are in :mod:`tracker_client.nulltickets.wire_models`, re-exported here).
+Extension fields are ignored by a plain server (it ignores unknown fields).
+
+This module is pure data and small helpers: it imports the models and nothing that talks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from types import GenericAlias
+from typing import Any, Literal
+from urllib.parse import quote, unquote
+
+from pydantic import BaseModel
+
+from tracker_client import models as m
+from tracker_client.nulltickets.wire_models import (
+    AssignBody,
+    BulkBody,
+    CancelAllBody,
+    CancelBody,
+    CancelCountAnswer,
+    ClaimBody,
+    DependencyBody,
+    EventBody,
+    EventIdAnswer,
+    ExpiryAnswer,
+    FailBody,
+    HeartbeatBody,
+    IdAnswer,
+    IdsAnswer,
+    PipelineBody,
+    ReleaseBody,
+    RequeueBody,
+    StatusAnswer,
+    StoreBody,
+    TransitionBody,
+)
+
+__all__ = [
+    "EXTENSIONS",
+    "MAX_LEASE_TTL_MS",
+    "OPERATIONS",
+    "AssignBody",
+    "Auth",
+    "BulkBody",
+    "CancelAllBody",
+    "CancelBody",
+    "CancelCountAnswer",
+    "ClaimBody",
+    "DependencyBody",
+    "EventBody",
+    "EventIdAnswer",
+    "ExpiryAnswer",
+    "FailBody",
+    "HeartbeatBody",
+    "IdAnswer",
+    "IdsAnswer",
+    "Operation",
+    "PipelineBody",
+    "Query",
+    "ReleaseBody",
+    "RequeueBody",
+    "StatusAnswer",
+    "StoreBody",
+    "TransitionBody",
+    "format_path",
+    "match",
+    "operation",
+]
+
+#: ``public``: no token; ``admin``: the api token (when one is set); ``lease``: the lease token.
+Auth = Literal["public", "admin", "lease"]
+Method = Literal["GET", "POST", "PUT", "DELETE"]
+#: ``object``: one model; ``list``: a JSON array of it; ``page``: ``{"items", "next_cursor"}``.
+Shape = Literal["object", "list", "page"]
+
+#: Longest lease either side accepts at claim (a NullTickets heartbeat cuts it to 300 s anyway).
+MAX_LEASE_TTL_MS = 86_400_000
+
+#: The extension names a served tracker advertises in ``GET /health`` ``"extensions"``, in the
+#: order it lists them, with what each stands for. A client uses an extension only when listed.
+EXTENSIONS: Mapping[str, str] = {
+    "backlog": "task extensions (concurrency keys, queue TTLs, backoff, caps), fail(retryable)",
+    "heartbeat_ttl": "a heartbeat keeps the lease's own TTL (NullTickets resets it to 300 s)",
+    "fail_result": "fail answers what happened next (retry scheduled or dead-lettered)",
+    "cancel": "POST /tasks/{task_id}/cancel",
+    "cancel_all": "POST /ops/cancel-all",
+    "requeue": "POST /tasks/{task_id}/requeue",
+    "wait": "GET /tasks/{task_id}/wait (long poll until the task finishes)",
+    "wait_for_work": "GET /ops/wait-for-work (long poll until work may be claimable)",
+    "maintenance": "POST /ops/maintenance",
+    "runs": "GET /tasks/{task_id}/runs (every run, with error and usage)",
+    "task_events": "GET /tasks/{task_id}/events (every event of a task)",
+    "release": "POST /runs/{run_id}/release (give a task back without counting an attempt)",
+}
+
+
+# -- the table ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Query:
+    """One query parameter (all optional unless ``required``)."""
+
+    name: str
+    type: Literal["string", "integer"] = "string"
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the wire contract."""
+
+    #: The ``Tracker`` method it carries out, or a route name (``openapi``, ``openapi_well_known``).
+    name: str
+    method: Method
+    #: Path template, e.g. ``/runs/{run_id}/events``; each ``{param}`` is one quoted segment.
+    path: str
+    auth: Auth
+    summary: str
+    #: The request body's model (None: no body is read).
+    body: type[BaseModel] | None = None
+    #: False: an empty body is read as ``{}`` (and a plain server ignores the body).
+    body_required: bool = True
+    #: The success status (``claim`` also answers 204 with no body: no work).
+    status: int = 200
+    #: The success answer's model (None: no body, or a document with no model).
+    response: type[BaseModel] | None = None
+    shape: Shape = "object"
+    query: tuple[Query, ...] = ()
+    #: Error statuses the operation documents (401/500/503 are implied).
+    errors: tuple[int, ...] = ()
+    #: The ``/health`` extension this operation belongs to; None: plain NullTickets.
+    extension: str | None = None
+    #: Extensions that extend this plain operation's body or answer.
+    features: tuple[str, ...] = ()
+    #: A success may make work claimable: it wakes long polls (``wait_for_work``).
+    wakes: bool = False
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The path parameters, in order."""
+        return tuple(_PARAM.findall(self.path))
+
+    @property
+    def answer_type(self) -> Any:
+        """What a success body validates as (``TypeAdapter(op.answer_type)``): the model, a
+        list of it or a ``Page`` of it; None when the answer has no model."""
+        if self.response is None:
+            return None
+        if self.shape == "list":
+            return GenericAlias(list, (self.response,))
+        if self.shape == "page":
+            return m.Page[self.response]  # type: ignore[name-defined]
+        return self.response
+
+    def format(self, **params: str) -> str:
+        """The path with each parameter percent-quoted as one segment (``/`` included)."""
+        return format_path(self, **params)
+
+
+_PARAM = re.compile(r"\{(\w+)\}")
+_LIMIT_CURSOR = (Query("limit", "integer"), Query("cursor"))
+_WAIT = (Query("timeout_ms", "integer"),)
+
+
+def _op(
+    name: str, method: Method, path: str, summary: str, auth: Auth = "admin", **kw: Any
+) -> Operation:
+    return Operation(name=name, method=method, path=path, auth=auth, summary=summary, **kw)
+
+
+# fmt: off
+#: Every operation, in route order: a literal path comes before a parametrised one it overlaps
+#: (``/store/search`` before ``/store/{namespace}``), since the first match wins.
+OPERATIONS: tuple[Operation, ...] = (
+    # health and discovery
+    _op("health", "GET", "/health", "Health, stage census, extensions and limits", "public",
+        response=m.Health),
+    _op("openapi", "GET", "/openapi.json", "This document", "public"),
+    _op("openapi_well_known", "GET", "/.well-known/openapi.json", "This document (well-known)",
+        "public"),
+    # pipelines
+    _op("create_pipeline", "POST", "/pipelines", "Create pipeline", body=PipelineBody,
+        status=201, response=IdAnswer, errors=(400, 409)),
+    _op("list_pipelines", "GET", "/pipelines", "List pipelines, newest first",
+        response=m.Pipeline, shape="list"),
+    _op("get_pipeline", "GET", "/pipelines/{pipeline_id}", "Get pipeline", response=m.Pipeline,
+        errors=(404,)),
+    # tasks
+    _op("create_tasks", "POST", "/tasks/bulk", "Create tasks, all or nothing", body=BulkBody,
+        status=201, response=IdsAnswer, errors=(400, 404, 409, 429), features=("backlog",),
+        wakes=True),
+    _op("create_task", "POST", "/tasks", "Create task", body=m.TaskCreate, status=201,
+        response=IdAnswer, errors=(400, 404, 409, 429), features=("backlog",), wakes=True),
+    _op("list_tasks", "GET", "/tasks", "List tasks (cursor = last item, never skips)",
+        response=m.Task, shape="page", errors=(400,),
+        query=(Query("stage"), Query("pipeline_id"), *_LIMIT_CURSOR)),
+    _op("get_task", "GET", "/tasks/{task_id}", "Get task with latest run and relations",
+        response=m.TaskDetail, errors=(404,)),
+    _op("add_dependency", "POST", "/tasks/{task_id}/dependencies", "Add dependency (cycles "
+        "refused)", body=DependencyBody, status=201, response=StatusAnswer,
+        errors=(400, 404, 409)),
+    _op("list_dependencies", "GET", "/tasks/{task_id}/dependencies", "List dependencies",
+        response=m.Dependency, shape="list"),
+    _op("assign", "POST", "/tasks/{task_id}/assignments", "Assign task", body=AssignBody,
+        status=201, response=StatusAnswer, errors=(400, 404)),
+    _op("list_assignments", "GET", "/tasks/{task_id}/assignments", "List assignments",
+        response=m.Assignment, shape="list"),
+    _op("unassign", "DELETE", "/tasks/{task_id}/assignments/{agent_id}", "Unassign",
+        response=StatusAnswer, errors=(404,), wakes=True),
+    # leases and runs
+    _op("claim", "POST", "/leases/claim", "Claim the best eligible task (204: no work)",
+        body=ClaimBody, response=m.Lease, errors=(400,)),
+    _op("heartbeat", "POST", "/leases/{lease_id}/heartbeat", "Extend the lease by its own TTL",
+        "lease", body=HeartbeatBody, body_required=False, response=ExpiryAnswer,
+        errors=(401, 404, 410), features=("heartbeat_ttl",)),
+    _op("add_event", "POST", "/runs/{run_id}/events", "Add run event", "lease", body=EventBody,
+        status=201, response=EventIdAnswer, errors=(400, 401, 404, 410)),
+    _op("list_events", "GET", "/runs/{run_id}/events", "List run events", response=m.Event,
+        shape="page", errors=(400,), query=_LIMIT_CURSOR),
+    _op("transition", "POST", "/runs/{run_id}/transition", "Complete the run and move the task",
+        "lease", body=TransitionBody, response=m.TransitionResult,
+        errors=(400, 401, 404, 409, 410), wakes=True),
+    _op("fail", "POST", "/runs/{run_id}/fail", "Fail the run (retry or dead letter)", "lease",
+        body=FailBody, response=m.FailResult, errors=(400, 401, 404, 410),
+        features=("fail_result", "backlog"), wakes=True),
+    _op("release", "POST", "/runs/{run_id}/release", "Give an unfinished run's task back (worker "
+        "shutdown): no attempt counted", "lease", body=ReleaseBody, response=m.ReleaseResult,
+        errors=(400, 401, 404, 410), extension="release"),
+    # artifacts, ops
+    _op("add_artifact", "POST", "/artifacts", "Add artifact", body=m.ArtifactCreate, status=201,
+        response=IdAnswer, errors=(400, 404)),
+    _op("list_artifacts", "GET", "/artifacts", "List artifacts", response=m.Artifact,
+        shape="page", errors=(400,),
+        query=(Query("task_id"), Query("run_id"), *_LIMIT_CURSOR)),
+    _op("queue_stats", "GET", "/ops/queue", "Per-role queue figures", response=m.QueueStats,
+        query=(Query("near_expiry_ms", "integer"), Query("stuck_ms", "integer"))),
+    # store
+    _op("store_search", "GET", "/store/search", "Full-text search of the store",
+        response=m.StoreEntry, shape="list", errors=(400,),
+        query=(Query("q", required=True), Query("namespace"), Query("limit", "integer"),
+               Query("filter_path"), Query("filter_value"))),
+    _op("store_put", "PUT", "/store/{namespace}/{key}", "Upsert a value (204)", body=StoreBody,
+        status=204, errors=(400,)),
+    _op("store_get", "GET", "/store/{namespace}/{key}", "Get a value", response=m.StoreEntry,
+        errors=(404,)),
+    _op("store_delete", "DELETE", "/store/{namespace}/{key}", "Delete a key (204)", status=204),
+    _op("store_list", "GET", "/store/{namespace}", "List a namespace", response=m.StoreEntry,
+        shape="list"),
+    _op("store_delete_namespace", "DELETE", "/store/{namespace}", "Delete a namespace (204)",
+        status=204),
+    # extensions
+    _op("cancel", "POST", "/tasks/{task_id}/cancel", "Cancel a waiting or running task (revokes "
+        "its lease)", body=CancelBody, body_required=False, response=m.CancelResult,
+        errors=(404, 409), extension="cancel", wakes=True),
+    _op("requeue", "POST", "/tasks/{task_id}/requeue", "Requeue a dead-lettered or cancelled "
+        "task", body=RequeueBody, body_required=False, response=m.RequeueResult,
+        errors=(400, 404, 409), extension="requeue", wakes=True),
+    _op("wait", "GET", "/tasks/{task_id}/wait", "Wait up to timeout_ms (max 60000) for the task "
+        "to finish", response=m.WaitResult, errors=(400, 404), query=_WAIT,
+        extension="wait"),
+    _op("list_runs", "GET", "/tasks/{task_id}/runs", "Every run of the task", response=m.Run,
+        shape="list", errors=(404,), extension="runs"),
+    _op("list_task_events", "GET", "/tasks/{task_id}/events", "Every event of the task",
+        response=m.Event, shape="page", errors=(400, 404), extension="task_events",
+        query=(*_LIMIT_CURSOR, Query("kind"))),
+    _op("cancel_all", "POST", "/ops/cancel-all", "Cancel every task of a pipeline and/or role",
+        body=CancelAllBody, response=CancelCountAnswer, errors=(400,), extension="cancel_all",
+        wakes=True),
+    _op("maintenance", "POST", "/ops/maintenance", "Reclaim expired leases, expire tasks, purge "
+        "keys", response=m.MaintenanceReport, extension="maintenance", wakes=True),
+    _op("wait_for_work", "GET", "/ops/wait-for-work", "Return when the rail may have new work, "
+        "or after timeout_ms (max 60000)", response=StatusAnswer, errors=(400,),
+        query=(*_WAIT, Query("since")), extension="wait_for_work"),
+)
+# fmt: on
+
+_BY_NAME = {op.name: op for op in OPERATIONS}
+
+
+def operation(name: str) -> Operation:
+    """The operation called ``name`` (a ``Tracker`` method or route name); ``KeyError`` if none."""
+    return _BY_NAME[name]
+
+
+def format_path(op: Operation | str, **params: str) -> str:
+    """``op``'s path with every parameter percent-quoted as one segment (``/`` as ``%2F``).
+
+    A missing or unknown parameter raises ``KeyError``/``TypeError``: a path is never sent
+    half-filled.
+    """
+    op = op if isinstance(op, Operation) else operation(op)
+    unknown = set(params) - set(op.params)
+    if unknown:
+        raise TypeError(f"{op.name}: unknown path parameters {sorted(unknown)}")
+    return _PARAM.sub(lambda hit: quote(str(params[hit.group(1)]), safe=""), op.path)
+
+
+@cache
+def _index() -> dict[tuple[str, int], list[tuple[Operation, tuple[str, ...]]]]:
+    index: dict[tuple[str, int], list[tuple[Operation, tuple[str, ...]]]] = {}
+    for op in OPERATIONS:
+        segments = tuple(op.path.strip("/").split("/"))
+        index.setdefault((op.method, len(segments)), []).append((op, segments))
+    return index
+
+
+def match(method: str, raw_path: str) -> tuple[Operation, dict[str, str]] | None:
+    """The operation a request is for, and its path parameters (each segment percent-decoded on
+    its own, so ``/store/ns/key%2F1`` is key ``key/1``); None for an unknown route.
+
+    ``raw_path`` is the path as sent (no query); the first operation in table order wins.
+    """
+    parts = raw_path.strip("/").split("/")
+    for op, segments in _index().get((method, len(parts)), ()):
+        params: dict[str, str] = {}
+        for want, got in zip(segments, parts, strict=True):
+            if want.startswith("{"):
+                if not got:
+                    break
+                params[want[1:-1]] = unquote(got)
+            elif want != got:
+                break
+        else:
+            return op, params
+    return None

@@ -1,0 +1,188 @@
+"""The bodies and small answers of the NullTickets wire contract, as pydantic models.
+
+Request bodies as CONTRACT.md s.5 documents them (unknown fields are ignored, as NullTickets
+does), plus the served tracker's extension fields, each marked ``"x-extension": <name>`` in its
+JSON schema (the ``/health`` extension that reads it; a plain server ignores the field). The
+operation table that uses them is :mod:`tracker_client.nulltickets.contract`, which re-exports
+every name here. Pure data: imports the models only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracker_client import models as m
+
+__all__ = [
+    "AssignBody",
+    "BulkBody",
+    "CancelAllBody",
+    "CancelBody",
+    "CancelCountAnswer",
+    "ClaimBody",
+    "DependencyBody",
+    "EventBody",
+    "EventIdAnswer",
+    "ExpiryAnswer",
+    "FailBody",
+    "HeartbeatBody",
+    "IdAnswer",
+    "IdsAnswer",
+    "PipelineBody",
+    "ReleaseBody",
+    "RequeueBody",
+    "StatusAnswer",
+    "StoreBody",
+    "TransitionBody",
+]
+
+
+def _ext(name: str) -> Any:
+    """JSON-schema marker of a body field only the served tracker reads (extension ``name``;
+    a test checks every name is one of ``contract.EXTENSIONS``)."""
+    return {"x-extension": name}
+
+
+# -- request bodies (CONTRACT.md s.5; unknown fields are ignored, as NullTickets does) -------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class PipelineBody(_Body):
+    """``POST /pipelines``."""
+
+    name: str
+    definition: Any = Field(json_schema_extra={"type": "object"})
+
+
+class BulkBody(_Body):
+    """``POST /tasks/bulk``: all or nothing."""
+
+    tasks: list[m.TaskCreate]
+
+
+class DependencyBody(_Body):
+    """``POST /tasks/{task_id}/dependencies``."""
+
+    depends_on_task_id: str
+
+
+class AssignBody(_Body):
+    """``POST /tasks/{task_id}/assignments``."""
+
+    agent_id: str
+    assigned_by: str | None = None
+
+
+class ClaimBody(_Body):
+    """``POST /leases/claim``; ``concurrency`` is ``{"per_state": {stage: int}}``."""
+
+    agent_id: str
+    agent_role: str
+    lease_ttl_ms: int = Field(300_000, json_schema_extra={"minimum": 1, "maximum": 86_400_000})
+    concurrency: dict[str, Any] | None = None
+
+
+class HeartbeatBody(_Body):
+    """``POST /leases/{lease_id}/heartbeat``: NullTickets ignores the body."""
+
+    lease_ttl_ms: int | None = Field(None, json_schema_extra=_ext("heartbeat_ttl"))
+    #: Extension: the lease's run, used only to say why a lease is gone (revoked, expired).
+    run_id: str = Field("", json_schema_extra=_ext("heartbeat_ttl"))
+
+
+class EventBody(_Body):
+    """``POST /runs/{run_id}/events``."""
+
+    kind: str
+    data: Any = Field(default_factory=dict)
+
+
+class TransitionBody(_Body):
+    """``POST /runs/{run_id}/transition``."""
+
+    trigger: str
+    instructions: str | None = None
+    usage: Any = None
+    expected_stage: str | None = None
+    expected_task_version: int | None = None
+
+
+class FailBody(_Body):
+    """``POST /runs/{run_id}/fail``."""
+
+    error: str
+    usage: Any = None
+    #: Extension: ``False`` dead-letters at once.
+    retryable: bool = Field(True, json_schema_extra=_ext("backlog"))
+
+
+class ReleaseBody(_Body):
+    """``POST /runs/{run_id}/release`` (extension ``release``)."""
+
+    reason: str = "worker_shutdown"
+
+
+class StoreBody(_Body):
+    """``PUT /store/{namespace}/{key}``."""
+
+    value: Any
+
+
+class CancelBody(_Body):
+    """``POST /tasks/{task_id}/cancel`` (extension ``cancel``)."""
+
+    reason: str = "cancelled"
+
+
+class CancelAllBody(_Body):
+    """``POST /ops/cancel-all`` (extension ``cancel_all``)."""
+
+    pipeline_id: str | None = None
+    role: str | None = None
+
+
+class RequeueBody(_Body):
+    """``POST /tasks/{task_id}/requeue`` (extension ``requeue``)."""
+
+    stage: str | None = None
+    reset_attempts: bool = True
+
+
+# -- small answers ------------------------------------------------------------------------------
+class IdAnswer(_Body):
+    """``{"id": str}``: a created pipeline, task or artifact."""
+
+    id: str
+
+
+class IdsAnswer(_Body):
+    """``{"ids": [str]}``: created tasks, in input order."""
+
+    ids: list[str]
+
+
+class EventIdAnswer(_Body):
+    """``{"id": int}``: a created event."""
+
+    id: int
+
+
+class StatusAnswer(_Body):
+    """``{"status": str}`` (``created``, ``assigned``, ``unassigned``, ``ok``, ``changed``)."""
+
+    status: str
+
+
+class ExpiryAnswer(_Body):
+    """``{"expires_at_ms": int}``: a heartbeat's new expiry."""
+
+    expires_at_ms: int
+
+
+class CancelCountAnswer(_Body):
+    """``{"cancelled": int}``."""
+
+    cancelled: int
