@@ -70,6 +70,9 @@ def test_paths_are_quoted_and_matched_per_segment() -> None:
     assert contract.match("GET", "/store/a/b/c") is None
     assert contract.match("PATCH", "/tasks") is None
     assert contract.match("POST", "/runs//events") is None
+    assert contract.match("GET", "/health/") is None
+    assert contract.match("GET", "health") is None
+    assert contract.match("GET", "/health") == (contract.operation("health"), {})
     with pytest.raises(KeyError):
         contract.format_path("add_event")
     with pytest.raises(TypeError):

@@ -325,9 +325,12 @@ def match(method: str, raw_path: str) -> tuple[Operation, dict[str, str]] | None
     """The operation a request is for, and its path parameters (each segment percent-decoded on
     its own, so ``/store/ns/key%2F1`` is key ``key/1``); None for an unknown route.
 
-    ``raw_path`` is the path as sent (no query); the first operation in table order wins.
+    ``raw_path`` is the path as sent (no query); the first operation in table order wins. An
+    empty segment (``/runs//events``, a trailing ``/``) matches nothing.
     """
-    parts = raw_path.strip("/").split("/")
+    if not raw_path.startswith("/"):
+        return None
+    parts = raw_path[1:].split("/")
     for op, segments in _index().get((method, len(parts)), ()):
         params: dict[str, str] = {}
         for want, got in zip(segments, parts, strict=True):
