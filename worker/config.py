@@ -1,7 +1,9 @@
 """Configuration: a TOML file + ``BACKLOG_WORKER_*`` environment + CLI flags (highest wins).
 
-pydantic-settings reads and validates at the edge (the CLI); everything inward gets frozen
-dataclasses (:class:`Config`, :class:`TrackerConfig`, :class:`WorkerConfig`, :class:`RoleConfig`).
+Every key is defined once, by the pydantic models below (:class:`TrackerConfig`,
+:class:`WorkerConfig`, :class:`RoleConfig`, :class:`ConfigFile`): pydantic-settings merges the
+layers and validates against them at the edge (the CLI), and the same models, frozen, are what
+the daemon and the runs read (:class:`Config` adds the file it came from).
 Environment variables use ``__`` for nesting: ``BACKLOG_WORKER_TRACKER__URL``,
 ``BACKLOG_WORKER_WORKER__CONCURRENCY``; ``BACKLOG_WORKER_API_TOKEN``,
 ``BACKLOG_WORKER_TRACKER_URL`` and ``BACKLOG_WORKER_AGENT_ID`` are accepted as short forms. Every
@@ -16,11 +18,10 @@ import os
 import socket
 import tomllib
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -44,6 +45,7 @@ from worker.config_token import pick_token
 __all__ = [
     "DEFAULT_TRACKER_URL",
     "Config",
+    "ConfigFile",
     "RoleConfig",
     "TrackerConfig",
     "WorkerConfig",
@@ -55,90 +57,46 @@ __all__ = [
 DEFAULT_TRACKER_URL = "sqlite:///./backlog.db"
 
 
-# -- frozen views handed inward -----------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class TrackerConfig:
-    """Where the rail is and how to talk to it."""
+# -- the keys: one definition, validated at the edge and handed inward frozen ------------------
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrackerConfig(_Frozen):
+    """``[tracker]``: where the rail is and how to talk to it."""
 
     url: str = DEFAULT_TRACKER_URL
-    api_token: str | None = field(default=None, repr=False)
-    #: Where the token came from (``from BACKLOG_WORKER_API_TOKEN``, ``read from FILE
-    #: (--token-file)``), for a refusal to name it; never the token itself. None: no token.
-    api_token_source: str | None = None
-    request_timeout_s: float = 10.0
-    retry_initial_s: float = 0.2
-    retry_max_s: float = 10.0
-    #: Upper bound for retrying a final report (transition/fail) while the tracker is down.
-    report_retry_budget_s: float = 600.0
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RoleConfig:
-    """One role this worker serves: its executor, options and defaults."""
-
-    name: str
-    executor: str
-    options: dict[str, Any] = field(default_factory=dict)
-    #: The trigger of an outcome that names none where its stage has several ways out
-    #: (None: ``complete`` if the stage has it); see :mod:`worker.triggers` for the precedence.
-    default_trigger: str | None = None
-    timeout_s: float | None = None
-    lease_ttl_s: float | None = None
-    #: Cap on this role's share of the worker's slots (None = all slots).
-    max_concurrency: int | None = None
-    #: ``"<pipeline>.<stage>"`` or ``"<pipeline>"`` -> the trigger of an outcome naming none.
-    triggers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerConfig:
-    """The daemon's own settings."""
-
-    agent_id: str
-    concurrency: int = 4
-    lease_ttl_s: float = 60.0
-    idle_min_s: float = 0.05
-    idle_max_s: float = 2.0
-    shutdown_grace_s: float = 30.0
-    maintenance_interval_s: float = 5.0
-    max_tasks: int = 0
-    drain: bool = False
-    workdir: Path | None = None
-    keep_workdirs: bool = False
-    report_flush_s: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    """The whole configuration, validated."""
-
-    tracker: TrackerConfig
-    worker: WorkerConfig
-    roles: tuple[RoleConfig, ...]
-    source: Path | None = None
-    log_level: str = "INFO"
-    log_format: str = "auto"
-
-
-# -- pydantic-settings models (the edge) --------------------------------------------------------
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _TrackerSettings(_Strict):
-    url: str = DEFAULT_TRACKER_URL
-    api_token: SecretStr | None = None
+    #: The admin bearer token (never in a repr); from a token file once loaded.
+    api_token: str | None = Field(None, repr=False)
+    #: A file holding the token (relative: looked up in ``$CREDENTIALS_DIRECTORY``).
     api_token_file: Path | None = None
     request_timeout_s: float = Field(10.0, gt=0)
     retry_initial_s: float = Field(0.2, gt=0)
     retry_max_s: float = Field(10.0, gt=0)
+    #: Upper bound for retrying a final report (transition/fail) while the tracker is down.
     report_retry_budget_s: float = Field(600.0, gt=0)
+    #: Extra options for the tracker implementation (free-form).
     options: dict[str, Any] = Field(default_factory=dict)
+    _api_token_source: str | None = PrivateAttr(None)
+
+    @property
+    def api_token_source(self) -> str | None:
+        """Where the token came from (``from BACKLOG_WORKER_API_TOKEN``, ``read from FILE
+        (--token-file)``), for a refusal to name it; never the token itself. None: no token."""
+        return self._api_token_source
+
+    def with_token(self, token: str | None, source: str | None) -> TrackerConfig:
+        """This table with the token the loader picked (see :mod:`worker.config_token`)."""
+        picked = self.model_copy(update={"api_token": token})
+        picked._api_token_source = source
+        return picked
 
 
-class _WorkerSettings(_Strict):
-    agent_id: str | None = None
+class WorkerConfig(_Frozen):
+    """``[worker]``: the daemon's own settings."""
+
+    #: Default (unset or empty): ``<hostname>-<$BACKLOG_WORKER_INSTANCE or pid>``.
+    agent_id: str = Field(default_factory=lambda: _default_agent_id())
     concurrency: int = Field(4, ge=1, le=10_000)
     lease_ttl_s: float = Field(60.0, gt=0, le=86_400)
     idle_min_s: float = Field(0.05, gt=0)
@@ -151,15 +109,27 @@ class _WorkerSettings(_Strict):
     keep_workdirs: bool = False
     report_flush_s: float = Field(1.0, gt=0)
 
+    @field_validator("agent_id", mode="before")
+    @classmethod
+    def _agent_id(cls, value: Any) -> Any:
+        return value if value not in (None, "") else _default_agent_id()
 
-class _RoleSettings(_Strict):
+
+class RoleConfig(_Frozen):
+    """One ``[[roles]]`` table: a role this worker serves, its executor, options and defaults."""
+
     name: str = Field(min_length=1)
     executor: str = Field(min_length=1)
+    #: Handed to the executor as-is (it validates them, see :mod:`plugins.registry`).
     options: dict[str, Any] = Field(default_factory=dict)
+    #: The trigger of an outcome that names none where its stage has several ways out
+    #: (None: ``complete`` if the stage has it); see :mod:`worker.triggers` for the precedence.
     default_trigger: str | None = Field(None, min_length=1)
     timeout_s: float | None = Field(None, gt=0)
     lease_ttl_s: float | None = Field(None, gt=0, le=86_400)
+    #: Cap on this role's share of the worker's slots (None = all slots).
     max_concurrency: int | None = Field(None, ge=1)
+    #: ``"<pipeline>.<stage>"`` or ``"<pipeline>"`` -> the trigger of an outcome naming none.
     triggers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("triggers", mode="before")
@@ -193,16 +163,22 @@ class _RoleSettings(_Strict):
         return value
 
 
-class _Settings(BaseSettings):
-    # The environment is parsed by worker.config_sources (to refuse typos by their own name);
-    # this class merges the layers and validates.
-    model_config = SettingsConfigDict(extra="forbid", case_sensitive=False)
+class ConfigFile(BaseModel):
+    """The top level of a configuration file: its tables and the logging keys."""
 
-    tracker: _TrackerSettings = Field(default_factory=_TrackerSettings)
-    worker: _WorkerSettings = Field(default_factory=_WorkerSettings)
-    roles: list[_RoleSettings] = Field(default_factory=list)
+    model_config = ConfigDict(extra="forbid")
+
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    roles: tuple[RoleConfig, ...] = ()
+    #: DEBUG, INFO, WARNING, ERROR (any case; kept upper-case).
     log_level: str = "INFO"
     log_format: str = "auto"
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
 
     @field_validator("log_format")
     @classmethod
@@ -211,6 +187,25 @@ class _Settings(BaseSettings):
         if value not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}")
         return value
+
+
+class Config(ConfigFile):
+    """The whole configuration, validated and frozen (what the CLI hands the worker)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The file it was read from (None: environment and flags only).
+    source: Path | None = None
+
+
+class _Settings(BaseSettings, ConfigFile):
+    """The layers merged and validated: the keys of :class:`ConfigFile`, no others.
+
+    The environment is parsed by :mod:`worker.config_sources` (to refuse typos by their own
+    name); this class merges the layers.
+    """
+
+    model_config = SettingsConfigDict(extra="forbid", case_sensitive=False)
 
     @classmethod
     def settings_customise_sources(
@@ -316,8 +311,7 @@ def check_environment() -> None:
 
 
 def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
-    secret = s.tracker.api_token.get_secret_value() if s.tracker.api_token else None
-    token, token_source = pick_token(secret, s.tracker.api_token_file, sources)
+    token, token_source = pick_token(s.tracker.api_token, s.tracker.api_token_file, sources)
     names = [r.name for r in s.roles]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -329,49 +323,6 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
             f"({s.worker.idle_min_s:g}): idle_max_s from {sources.label(high)}, "
             f"idle_min_s from {sources.label(low)}"
         )
-    tracker = TrackerConfig(
-        url=s.tracker.url,
-        api_token=token,
-        api_token_source=token_source,
-        request_timeout_s=s.tracker.request_timeout_s,
-        retry_initial_s=s.tracker.retry_initial_s,
-        retry_max_s=s.tracker.retry_max_s,
-        report_retry_budget_s=s.tracker.report_retry_budget_s,
-        options=dict(s.tracker.options),
-    )
-    w = s.worker
-    worker = WorkerConfig(
-        agent_id=w.agent_id or _default_agent_id(),
-        concurrency=w.concurrency,
-        lease_ttl_s=w.lease_ttl_s,
-        idle_min_s=w.idle_min_s,
-        idle_max_s=w.idle_max_s,
-        shutdown_grace_s=w.shutdown_grace_s,
-        maintenance_interval_s=w.maintenance_interval_s,
-        max_tasks=w.max_tasks,
-        drain=w.drain,
-        workdir=w.workdir,
-        keep_workdirs=w.keep_workdirs,
-        report_flush_s=w.report_flush_s,
-    )
-    roles = tuple(
-        RoleConfig(
-            name=r.name,
-            executor=r.executor,
-            options=dict(r.options),
-            default_trigger=r.default_trigger,
-            timeout_s=r.timeout_s,
-            lease_ttl_s=r.lease_ttl_s,
-            max_concurrency=r.max_concurrency,
-            triggers=dict(r.triggers),
-        )
-        for r in s.roles
-    )
-    return Config(
-        tracker=tracker,
-        worker=worker,
-        roles=roles,
-        source=source,
-        log_level=s.log_level.upper(),
-        log_format=s.log_format,
-    )
+    keys = {name: getattr(s, name) for name in ConfigFile.model_fields}
+    keys["tracker"] = s.tracker.with_token(token, token_source)
+    return Config(**keys, source=source)

@@ -176,7 +176,7 @@ def _kind(annotation: Any) -> tuple[_Kind, Any]:
     origin = get_origin(annotation)
     if origin is dict:
         return "dict", None
-    if origin is list:
+    if origin in (list, tuple):
         args = get_args(annotation)
         return "list", args[0] if args else None
     return "scalar", None

@@ -10,10 +10,9 @@ changed is named in a WARNING, so an edit is never silently ignored.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
-from worker.config import Config
+from worker.config import Config, TrackerConfig
 
 __all__ = ["RESTART_WORKER_KEYS", "plan_reload"]
 
@@ -27,9 +26,9 @@ def plan_reload(running: Config, fresh: Config) -> tuple[Config, list[str]]:
     """The configuration to apply (``fresh`` with the restart-only keys of ``running``) and the
     dotted names of the restart-only keys that changed (each also logged at WARNING)."""
     pending: list[str] = []
-    for f in dataclasses.fields(running.tracker):
-        if getattr(running.tracker, f.name) != getattr(fresh.tracker, f.name):
-            pending.append(f"tracker.{f.name}")
+    for name in (*TrackerConfig.model_fields, "api_token_source"):
+        if getattr(running.tracker, name) != getattr(fresh.tracker, name):
+            pending.append(f"tracker.{name}")
     for name in RESTART_WORKER_KEYS:
         if getattr(running.worker, name) != getattr(fresh.worker, name):
             pending.append(f"worker.{name}")
@@ -37,12 +36,13 @@ def plan_reload(running: Config, fresh: Config) -> tuple[Config, list[str]]:
         if getattr(running, name) != getattr(fresh, name):
             pending.append(name)
     kept = {name: getattr(running.worker, name) for name in RESTART_WORKER_KEYS}
-    applied = dataclasses.replace(
-        fresh,
-        tracker=running.tracker,
-        worker=dataclasses.replace(fresh.worker, **kept),
-        log_level=running.log_level,
-        log_format=running.log_format,
+    applied = fresh.model_copy(
+        update={
+            "tracker": running.tracker,
+            "worker": fresh.worker.model_copy(update=kept),
+            "log_level": running.log_level,
+            "log_format": running.log_format,
+        }
     )
     for key in pending:  # names only: a value may be a token
         log.warning(

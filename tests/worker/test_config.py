@@ -105,18 +105,18 @@ def test_example_config_documents_every_key() -> None:
     """config.example.toml promises every key with its default: a new key must be added there."""
     from pydantic import BaseModel
 
-    from worker.config import _RoleSettings, _Settings, _TrackerSettings, _WorkerSettings
+    from worker.config import ConfigFile, RoleConfig, TrackerConfig, WorkerConfig
 
     text = (Path(__file__).parents[2] / "config.example.toml").read_text()
     tables: list[tuple[str, type[BaseModel]]] = [
-        ("", _Settings),
-        ("[tracker]", _TrackerSettings),
-        ("[worker]", _WorkerSettings),
-        ("[[roles]]", _RoleSettings),
+        ("", ConfigFile),
+        ("[tracker]", TrackerConfig),
+        ("[worker]", WorkerConfig),
+        ("[[roles]]", RoleConfig),
     ]
     for table, model in tables:
         for key in model.model_fields:
-            if model is _Settings and key in ("tracker", "worker", "roles"):
+            if model is ConfigFile and key in ("tracker", "worker", "roles"):
                 continue
             shown = f"{key} =" in text or (key in ("options", "triggers") and f".{key}]" in text)
             assert shown, f"{table} {key} is not in config.example.toml"
