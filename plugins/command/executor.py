@@ -1,23 +1,9 @@
 """The ``command`` executor: run a program per task, exit code -> trigger.
 
-Options (a role's ``[roles.options]`` table; every one is checked when the worker starts)::
-
-    argv = ["./review.sh", "{task.id}", "--title", "{task.title}"]   # required, never a shell;
-                                           # a relative program path is the worker's, not workdir's
-    env = { MODE = "ci", TICKET = "{task.metadata[ticket]}" }        # extra variables
-    env_passthrough = ["HOME", "LC_*"]     # worker variables the child may see (tokens never)
-    stdin = "none"                         # or "task_json": the task JSON on stdin
-    task_file = true                       # write the task JSON to <workdir>/task.json
-    exit_codes = { "0" = "complete", "3" = "reject" }   # "" = the role's default trigger
-    retryable_exit_codes = [75]            # when given, other unmapped codes are not retried
-    timeout_s = 600.0                      # none by default (the worker's task timeout applies)
-    term_grace_s = 5.0                     # SIGTERM -> SIGKILL delay for the process group
-    tail_bytes = 4096                      # stdout/stderr tail kept in events and failures
-    stream_output = true                   # output chunks as "output" events while it runs
-    stream_limit_bytes = 65536             # per stream; the rest is only in the tail
-    cwd = "/srv/repo"                      # default: the run's working directory (templated;
-                                           # relative = the worker's directory)
-    artifacts_dir = "/srv/artifacts"       # outcome.json artifacts are copied here first
+Options: a role's ``[roles.options]`` table (``argv``, ``env``, ``env_passthrough``, ``stdin``,
+``task_file``, ``exit_codes``, ``retryable_exit_codes``, ``timeout_s``, ``term_grace_s``,
+``tail_bytes``, ``stream_output``, ``stream_limit_bytes``, ``cwd``, ``artifacts_dir``), every one
+checked when the worker starts: see :mod:`plugins.command.options`.
 
 Placeholders (in ``argv`` items, ``env`` values and ``cwd``): ``{task.id}``, ``{task.title}``,
 ``{task.description}``, ``{task.stage}``, ``{task.pipeline_id}``, ``{task.priority}``,
@@ -43,12 +29,12 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.command.options import CommandOptions, parse_options
 from plugins.command.outcome import (
     OUTCOME_FILE,
     read_outcome_file,
@@ -56,154 +42,12 @@ from plugins.command.outcome import (
     resolve_artifacts,
 )
 from plugins.command.stream import OutputStream
-from plugins.command.template import Template, TemplateValues
+from plugins.command.template import TemplateValues
 from plugins.proc.process import ProcessResult, SpawnError, minimal_env, run_process
-from tracker_client.errors import ExecutorError
 
 __all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
 
 TASK_FILE = "task.json"
-_OPTION_NAMES = (
-    "argv",
-    "env",
-    "env_passthrough",
-    "stdin",
-    "task_file",
-    "exit_codes",
-    "retryable_exit_codes",
-    "timeout_s",
-    "term_grace_s",
-    "tail_bytes",
-    "stream_output",
-    "stream_limit_bytes",
-    "cwd",
-    "artifacts_dir",
-)
-
-
-def _number(options: Mapping[str, Any], name: str, default: float | None) -> float | None:
-    value = options.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ExecutorError(f"command option {name!r} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _int(options: Mapping[str, Any], name: str, default: int) -> int:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ExecutorError(f"command option {name!r} must be an integer >= 0, got {value!r}")
-    return value
-
-
-def _bool(options: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = options.get(name, default)
-    if not isinstance(value, bool):
-        raise ExecutorError(f"command option {name!r} must be true or false, got {value!r}")
-    return value
-
-
-def _exit_code(name: str, key: Any) -> int:
-    try:
-        code = int(key)
-    except (TypeError, ValueError):
-        code = -1
-    if isinstance(key, bool) or not 0 <= code <= 255:
-        raise ExecutorError(f"command option {name!r}: {key!r} is not an exit code (0..255)")
-    return code
-
-
-class CommandOptions:
-    """The validated options of a :class:`CommandExecutor` (see the module docstring)."""
-
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        unknown = sorted(set(options) - set(_OPTION_NAMES))
-        if unknown:
-            raise ExecutorError(
-                f"unknown command option(s) {', '.join(map(repr, unknown))} "
-                f"(known: {', '.join(_OPTION_NAMES)})"
-            )
-        argv = options.get("argv")
-        if (
-            not isinstance(argv, list | tuple)
-            or not argv
-            or not all(isinstance(a, str) for a in argv)
-        ):
-            raise ExecutorError("command option 'argv' must be a non-empty list of strings")
-        if not argv[0]:
-            raise ExecutorError("command option 'argv': the program (argv[0]) is empty")
-        argv = list(argv)
-        if os.sep in argv[0] and "{" not in argv[0] and not os.path.isabs(argv[0]):
-            # the child starts in its workdir: "./tool" means the worker's ./tool
-            argv[0] = os.path.abspath(argv[0]).replace("{", "{{").replace("}", "}}")
-        self.argv = [Template.parse(a, f"argv[{i}]") for i, a in enumerate(argv)]
-
-        env = options.get("env", {})
-        if not isinstance(env, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise ExecutorError("command option 'env' must be a table of strings")
-        self.env = {k: Template.parse(v, f"env.{k}") for k, v in env.items()}
-
-        passthrough = options.get("env_passthrough", [])
-        if not isinstance(passthrough, list | tuple) or not all(
-            isinstance(n, str) and n for n in passthrough
-        ):
-            raise ExecutorError("command option 'env_passthrough' must be a list of names")
-        self.env_passthrough = list(passthrough)
-
-        stdin = options.get("stdin", "none")
-        if stdin not in ("none", "task_json"):
-            raise ExecutorError(
-                f"command option 'stdin' must be 'none' or 'task_json', got {stdin!r}"
-            )
-        self.stdin_task_json = stdin == "task_json"
-        self.task_file = _bool(options, "task_file", True)
-
-        exit_codes = options.get("exit_codes", {"0": ""})
-        if not isinstance(exit_codes, Mapping) or not exit_codes:
-            raise ExecutorError("command option 'exit_codes' must be a non-empty table")
-        self.exit_codes: dict[int, str | None] = {}
-        for key, trigger in exit_codes.items():
-            code = _exit_code("exit_codes", key)
-            if trigger is not None and not isinstance(trigger, str):
-                raise ExecutorError(
-                    f"command option 'exit_codes': the trigger of {key!r} must be a string"
-                )
-            self.exit_codes[code] = trigger or None
-
-        retryable = options.get("retryable_exit_codes")
-        if retryable is not None and not isinstance(retryable, list | tuple):
-            raise ExecutorError("command option 'retryable_exit_codes' must be a list of codes")
-        self.retryable_exit_codes = (
-            None
-            if retryable is None
-            else {_exit_code("retryable_exit_codes", c) for c in retryable}
-        )
-        self.timeout_s = _number(options, "timeout_s", None)
-        grace = _number(options, "term_grace_s", 5.0)
-        self.term_grace_s = 5.0 if grace is None else grace
-        self.tail_bytes = _int(options, "tail_bytes", 4096)
-        self.stream_output = _bool(options, "stream_output", True)
-        self.stream_limit_bytes = _int(options, "stream_limit_bytes", 65_536)
-        cwd = options.get("cwd")
-        if cwd is not None and (not isinstance(cwd, str) or not cwd):
-            raise ExecutorError("command option 'cwd' must be a non-empty path string")
-        self.cwd = None if cwd is None else Template.parse(cwd, "cwd")
-        artifacts_dir = options.get("artifacts_dir")
-        if artifacts_dir is not None and (not isinstance(artifacts_dir, str) or not artifacts_dir):
-            raise ExecutorError("command option 'artifacts_dir' must be a non-empty path string")
-        self.artifacts_dir = None if artifacts_dir is None else Path(artifacts_dir).absolute()
-        # relative paths (program, cwd) are the worker's, resolved against where it started
-        self.base_dir = Path.cwd()
-        if not self.task_file:
-            for template in [*self.argv, *self.env.values()]:
-                if "task_file" in template.fields:
-                    raise ExecutorError(
-                        f"command option {template.where!r} uses {{task_file}} "
-                        "but 'task_file' is false"
-                    )
 
 
 def task_json(ctx: ExecutionContext) -> bytes:
@@ -259,23 +103,23 @@ class CommandExecutor:
     """
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        self.options = CommandOptions(options)
+        self.options: CommandOptions = parse_options(options)
 
     @property
     def program(self) -> str:
         """argv[0] as configured (may hold placeholders)."""
-        return self.options.argv[0].source
+        return self.options.argv_templates[0].source
 
     async def readiness(self) -> list[str]:
         """Check that argv[0] resolves to an executable file and a fixed ``cwd`` exists
         (templated values can only be checked per task)."""
         problems: list[str] = []
         opts = self.options
-        if not opts.argv[0].has_fields:
+        if not opts.argv_templates[0].has_fields:
             path_env = minimal_env(opts.env_passthrough)["PATH"]
             problems += await anyio.to_thread.run_sync(_check_program, self.program, path_env)
-        if opts.cwd is not None and not opts.cwd.has_fields:
-            cwd = opts.base_dir / opts.cwd.source.replace("{{", "{").replace("}}", "}")
+        if opts.cwd_template is not None and not opts.cwd_template.has_fields:
+            cwd = opts.base_dir / opts.cwd_template.source.replace("{{", "{").replace("}}", "}")
             if not await anyio.Path(cwd).is_dir():
                 problems.append(f"command option 'cwd': {cwd} is not a directory")
         return problems
@@ -289,9 +133,10 @@ class CommandExecutor:
             await anyio.Path(task_file).write_bytes(payload)
         values = TemplateValues(ctx, task_file)
         try:
-            argv = [t.render(values) for t in opts.argv]
-            extra = {name: t.render(values) for name, t in opts.env.items()}
-            cwd = ctx.workdir if opts.cwd is None else opts.base_dir / opts.cwd.render(values)
+            argv = [t.render(values) for t in opts.argv_templates]
+            extra = {name: t.render(values) for name, t in opts.env_templates.items()}
+            template = opts.cwd_template
+            cwd = ctx.workdir if template is None else opts.base_dir / template.render(values)
         except KeyError as exc:
             return Failure(
                 reason="bad_task_input",
@@ -417,7 +262,7 @@ class CommandExecutor:
         declared = doc.get("artifacts") or []
         try:
             resolved = await anyio.to_thread.run_sync(resolve_artifacts, ctx.workdir, declared)
-            await record_artifacts(ctx, declared, resolved, opts.artifacts_dir)
+            await record_artifacts(ctx, declared, resolved, opts.artifacts_path)
         except ValueError as exc:  # a bad declaration: the same output would fail again
             return Failure(
                 reason="bad_executor_output",
