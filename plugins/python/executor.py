@@ -14,7 +14,8 @@ It returns an outcome (:class:`~plugins.api.Transition` / :class:`~plugins.api.F
 ``None`` (= the role's default trigger) or a dict ``{"trigger": ..., "instructions": ...,
 "usage": ...}`` (every key optional). Anything else fails the run with reason
 ``bad_executor_output``. An exception it raises fails the run through the worker (an ``error``
-event with the traceback tail). The role's other options reach the function as ``ctx.options``.
+event with the traceback tail). The role's other options reach the function as ``ctx.options``
+(the option is checked by :mod:`plugins.python.options`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.python.options import parse_options, split_callable
 from plugins.python.sync import ThreadContext, run_in_thread
 from tracker_client.errors import ExecutorError
 
@@ -49,11 +51,10 @@ def import_callable(path: str) -> TaskFunction:
     Raises :class:`ExecutorError` naming the path when it is malformed, cannot be imported, or
     is not callable (a class is refused too: it would be instantiated per task).
     """
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ExecutorError(
-            f"python option 'callable' must look like 'package.module:function', got {path!r}"
-        )
+    try:
+        module_name, attr = split_callable(path)
+    except ValueError as exc:
+        raise ExecutorError(f"python option 'callable' {exc}") from None
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:
@@ -83,11 +84,9 @@ class PythonExecutor:
     """Calls the configured function with the context and maps what it returns."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        path = options.get("callable")
-        if not isinstance(path, str) or not path:
-            raise ExecutorError("python option 'callable' is required: 'package.module:function'")
-        self.path = path
-        self.function = import_callable(path)
+        self.options = parse_options(options)
+        self.path = self.options.callable
+        self.function = import_callable(self.path)
         self.is_async = is_async_callable(self.function)
 
     async def readiness(self) -> list[str]:
