@@ -134,3 +134,66 @@ def test_answers_only_the_client_reads() -> None:
         500,
         {"error": {"code": "internal_error", "message": "x"}},
     )
+
+
+def test_served_routes_auth_and_openapi_follow_the_table() -> None:
+    from starlette.routing import Route
+
+    from tracker_client.serve.app import create_app
+    from tracker_client.serve.openapi import openapi_document
+
+    app = create_app(object())  # type: ignore[arg-type]  # routes only; the tracker is not used
+    served = {}
+    for route in app.routes:
+        assert isinstance(route, Route)
+        for method in route.methods or ():
+            if method != "HEAD":
+                served[(method, route.path.replace(":path}", "}"))] = route.name
+    assert served == {(op.method, op.path): op.name for op in contract.OPERATIONS}
+    paths = openapi_document()["paths"]
+    for op in contract.OPERATIONS:
+        doc = paths[op.path][op.method.lower()]
+        assert (doc["operationId"], doc["x-auth"], doc.get("x-extension")) == (
+            op.name,
+            op.auth,
+            op.extension,
+        )
+        assert str(op.status) in doc["responses"]
+        in_path = [p["name"] for p in doc.get("parameters", []) if p["in"] == "path"]
+        assert in_path == list(op.params), op.name
+    # The waking writes (what NullTickets clients' long polls wake on) are exactly these.
+    assert {op.name for op in contract.OPERATIONS if op.wakes} == {
+        "create_task",
+        "create_tasks",
+        "transition",
+        "fail",
+        "unassign",
+        "cancel",
+        "cancel_all",
+        "requeue",
+        "maintenance",
+    }
+
+
+@pytest.mark.anyio
+async def test_auth_classes_come_from_the_table() -> None:
+    import httpx
+
+    from tracker_client.serve.app import create_app
+
+    app = create_app(object(), api_token="admin")  # type: ignore[arg-type]  # auth only
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        for op in contract.OPERATIONS:
+            if op.auth == "public":
+                continue
+            path = op.format(**{p: "x" for p in op.params})
+            response = await http.request(op.method, path)
+            message = response.json()["error"]["message"]
+            assert response.status_code == 401, op.name
+            if op.auth == "lease":
+                assert message == "Missing Authorization header", op.name
+            else:
+                assert message == "Missing or invalid Authorization header", op.name
+        health = await http.get("/health", headers={"Authorization": "Bearer admin"})
+        assert health.status_code == 500  # past auth: the (absent) tracker was asked

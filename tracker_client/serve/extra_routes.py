@@ -1,15 +1,19 @@
 """Route handlers of the served tracker beyond tasks and leases: the KV store and the extension
-routes (cancel, requeue, cancel-all, maintenance, wait, every run, task events)."""
+routes (cancel, requeue, cancel-all, maintenance, wait, every run, task events).
+
+Named after their operations in :data:`tracker_client.nulltickets.contract.OPERATIONS`, as in
+:mod:`tracker_client.serve.routes`. Two quirks are handled here: a store key may hold ``/``
+(read from the raw path, each segment decoded on its own:
+:func:`~tracker_client.serve.helpers.store_path`), and a long poll ends when the server stops
+or its client leaves (:func:`~tracker_client.serve.helpers.until_closing`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tracker_client.serve.app import ApiError, endpoint, json_response, parse_model, read_body
+from tracker_client.nulltickets import contract as c
 from tracker_client.serve.helpers import (
     dump,
     int_query,
@@ -19,86 +23,62 @@ from tracker_client.serve.helpers import (
     tracker_of,
     until_closing,
 )
+from tracker_client.serve.http import ApiError, Handlers, json_response, no_content, read_model
 
-__all__ = [
-    "cancel",
-    "cancel_all",
-    "list_runs",
-    "list_task_events",
-    "maintenance",
-    "requeue",
-    "store_delete",
-    "store_delete_namespace",
-    "store_get",
-    "store_list",
-    "store_put",
-    "store_search",
-    "wait",
-    "wait_for_work",
-]
+__all__ = ["HANDLERS", "MAX_WAIT_MS"]
 
 #: Longest single ``GET /tasks/{id}/wait`` (the client loops for longer waits).
 MAX_WAIT_MS = 60_000
 
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class StoreBody(_Body):
-    value: Any
-
-
-class CancelBody(_Body):
-    reason: str = "cancelled"
-
-
-class CancelAllBody(_Body):
-    pipeline_id: str | None = None
-    role: str | None = None
-
-
-class RequeueBody(_Body):
-    stage: str | None = None
-    reset_attempts: bool = True
+#: This module's handlers by operation name.
+HANDLERS = Handlers()
 
 
 # -- store ----------------------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def store_put(request: Request) -> Response:
-    body = parse_model(StoreBody, await read_body(request))
+    """``PUT /store/{namespace}/{key}``: upsert a value (204). The key is read from the raw path
+    (it may hold ``/``)."""
+    body = await read_model(request, c.StoreBody)
     namespace, key = store_path(request)
     await tracker_of(request).store_put(namespace, key, body.value)
-    return Response(status_code=204, media_type="application/json")
+    return no_content()
 
 
-@endpoint
+@HANDLERS
 async def store_get(request: Request) -> Response:
+    """``GET /store/{namespace}/{key}``: get a value. The key is read from the raw path (it may
+    hold ``/``)."""
     namespace, key = store_path(request)
     return json_response(dump(await tracker_of(request).store_get(namespace, key)))
 
 
-@endpoint
+@HANDLERS
 async def store_delete(request: Request) -> Response:
+    """``DELETE /store/{namespace}/{key}``: delete a key (204). The key is read from the raw path
+    (it may hold ``/``)."""
     namespace, key = store_path(request)
     await tracker_of(request).store_delete(namespace, key)
-    return Response(status_code=204, media_type="application/json")
+    return no_content()
 
 
-@endpoint
+@HANDLERS
 async def store_list(request: Request) -> Response:
+    """``GET /store/{namespace}``: list a namespace."""
     entries = await tracker_of(request).store_list(request.path_params["namespace"])
     return json_response([dump(e) for e in entries])
 
 
-@endpoint
+@HANDLERS
 async def store_delete_namespace(request: Request) -> Response:
+    """``DELETE /store/{namespace}``: delete a namespace (204)."""
     await tracker_of(request).store_delete_namespace(request.path_params["namespace"])
-    return Response(status_code=204, media_type="application/json")
+    return no_content()
 
 
-@endpoint
+@HANDLERS
 async def store_search(request: Request) -> Response:
+    """``GET /store/search``: full-text search of the store."""
     q = request.query_params
     if "q" not in q:
         raise ApiError(400, "missing_param", "query parameter q is required")
@@ -113,33 +93,34 @@ async def store_search(request: Request) -> Response:
 
 
 # -- extensions -----------------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def cancel(request: Request) -> Response:
-    doc = await read_body(request, required=False)
-    body = parse_model(CancelBody, doc if doc is not None else {})
-    result = await tracker_of(request).cancel(request.path_params["id"], reason=body.reason)
+    """``POST /tasks/{task_id}/cancel``: cancel a waiting or running task (revokes its lease)."""
+    body = await read_model(request, c.CancelBody, required=False)
+    result = await tracker_of(request).cancel(request.path_params["task_id"], reason=body.reason)
     return json_response(dump(result))
 
 
-@endpoint
+@HANDLERS
 async def requeue(request: Request) -> Response:
-    doc = await read_body(request, required=False)
-    body = parse_model(RequeueBody, doc if doc is not None else {})
+    """``POST /tasks/{task_id}/requeue``: requeue a dead-lettered or cancelled task."""
+    body = await read_model(request, c.RequeueBody, required=False)
     result = await tracker_of(request).requeue(
-        request.path_params["id"], stage=body.stage, reset_attempts=body.reset_attempts
+        request.path_params["task_id"], stage=body.stage, reset_attempts=body.reset_attempts
     )
     return json_response(dump(result))
 
 
-@endpoint
+@HANDLERS
 async def cancel_all(request: Request) -> Response:
-    body = parse_model(CancelAllBody, await read_body(request))
+    """``POST /ops/cancel-all``: cancel every task of a pipeline and/or role."""
+    body = await read_model(request, c.CancelAllBody)
     count = await tracker_of(request).cancel_all(pipeline_id=body.pipeline_id, role=body.role)
     request.state.changed = count > 0
     return json_response({"cancelled": count})
 
 
-@endpoint
+@HANDLERS
 async def maintenance(request: Request) -> Response:
     """Reclaim expired leases and the like. A pass that changed nothing (what idle workers'
     periodic passes mostly are) wakes no waiter: each wake-up costs every worker a claim."""
@@ -150,12 +131,14 @@ async def maintenance(request: Request) -> Response:
     return json_response(dump(report))
 
 
-@endpoint
+@HANDLERS
 async def wait(request: Request) -> Response:
+    """``GET /tasks/{task_id}/wait``: wait up to timeout_ms (max 60000) for the task to finish. A
+    stopping server answers the state as it is now."""
     timeout_ms = int_query(request, "timeout_ms", 30_000)
     if not 0 <= timeout_ms <= MAX_WAIT_MS:
         raise ApiError(400, "invalid_request", f"timeout_ms must be 0..{MAX_WAIT_MS}")
-    tracker, task_id = tracker_of(request), request.path_params["id"]
+    tracker, task_id = tracker_of(request), request.path_params["task_id"]
     result = await until_closing(
         request, lambda: tracker.wait(task_id, timeout_s=timeout_ms / 1000)
     )
@@ -164,7 +147,7 @@ async def wait(request: Request) -> Response:
     return json_response(dump(result))
 
 
-@endpoint
+@HANDLERS
 async def wait_for_work(request: Request) -> Response:
     """Long-poll until the rail may have new work, or ``timeout_ms`` (max 60000).
 
@@ -184,16 +167,18 @@ async def wait_for_work(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-@endpoint
+@HANDLERS
 async def list_runs(request: Request) -> Response:
-    runs = await tracker_of(request).list_runs(request.path_params["id"])
+    """``GET /tasks/{task_id}/runs``: every run of the task."""
+    runs = await tracker_of(request).list_runs(request.path_params["task_id"])
     return json_response([dump(r) for r in runs])
 
 
-@endpoint
+@HANDLERS
 async def list_task_events(request: Request) -> Response:
+    """``GET /tasks/{task_id}/events``: every event of the task."""
     page = await tracker_of(request).list_task_events(
-        request.path_params["id"],
+        request.path_params["task_id"],
         limit=limit_query(request, 100),
         cursor=request.query_params.get("cursor"),
         kind=request.query_params.get("kind"),

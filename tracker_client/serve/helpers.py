@@ -1,4 +1,9 @@
-"""Small helpers shared by the served tracker's route handlers."""
+"""Small helpers shared by the served tracker's route handlers: the tracker of a request, query
+parameters, the lease handle of a lease route (checked before its body is read), store paths,
+long polls that end when the server stops or the client leaves.
+
+May touch the embedded tracker's lease check (the early refusal of :func:`checked_lease`);
+everything else goes through the ``Tracker`` protocol."""
 
 from __future__ import annotations
 
@@ -10,15 +15,16 @@ import anyio
 from pydantic import BaseModel, SecretStr
 from starlette.requests import Request
 
+from tracker_client.capabilities import LeaseHandle
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.runs import check_lease, token_hash
 from tracker_client.errors import LeaseLost
-from tracker_client.models import Lease, Run, Task
 from tracker_client.protocol import Tracker
-from tracker_client.serve.app import ApiError, Closing, bearer
+from tracker_client.serve.http import ApiError, bearer
 
 __all__ = [
+    "Closing",
     "checked_lease",
     "dump",
     "idem_key",
@@ -32,6 +38,29 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Closing:
+    """Set once the server stops: long polls (wait-for-work, task wait) answer at once instead
+    of holding up a stop for their whole timeout (an idle worker's poll lasts up to 25 s)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._event: anyio.Event | None = None  # made on first wait: needs a running loop
+
+    def set(self) -> None:
+        """Answer every long poll now, and any that starts later at once."""
+        self.closed = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once :meth:`set` was called."""
+        if self.closed:
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T | None:
@@ -71,15 +100,18 @@ async def until_closing(request: Request, wait: Callable[[], Awaitable[T]]) -> T
 
 
 def tracker_of(request: Request) -> Tracker:
+    """The tracker the application serves."""
     tracker: Tracker = request.app.state.tracker
     return tracker
 
 
 def idem_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header (the tracker's ``idempotency_key``), or None."""
     return request.headers.get("idempotency-key") or None
 
 
 def int_query(request: Request, name: str, default: int, code: str = "invalid_request") -> int:
+    """An integer query parameter (``default`` when absent or empty; else 400 ``code``)."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
@@ -90,48 +122,20 @@ def int_query(request: Request, name: str, default: int, code: str = "invalid_re
 
 
 def limit_query(request: Request, default: int) -> int:
+    """The ``limit`` query parameter (a non-integer is 400 ``invalid_limit``)."""
     return int_query(request, "limit", default, "invalid_limit")
 
 
-_PLACEHOLDER_TASK = Task(
-    id="",
-    pipeline_id="",
-    stage="",
-    title="",
-    description="",
-    priority=0,
-    task_version=0,
-    next_eligible_at_ms=0,
-    retry_delay_ms=0,
-    created_at_ms=0,
-    updated_at_ms=0,
-)
-
-
-def lease_handle(request: Request, *, lease_id: str = "", run_id: str = "") -> Lease:
-    """A Lease handle from the path id and the Bearer value; the tracker checks the token."""
+def lease_handle(request: Request, *, lease_id: str = "", run_id: str = "") -> LeaseHandle:
+    """The lease reference of a lease route: the path id and the Bearer value (the tracker
+    checks the token against the lease). The task is not known here, and not needed."""
     token = bearer(request)
     if token is None:  # the auth middleware already refused this
         raise ApiError(401, "unauthorized", "Missing Authorization header")
-    run = Run(
-        id=run_id,
-        task_id="",
-        attempt=0,
-        status="running",
-        agent_id="",
-        agent_role="",
-        started_at_ms=0,
-    )
-    return Lease(
-        task=_PLACEHOLDER_TASK,
-        run=run,
-        lease_id=lease_id,
-        lease_token=SecretStr(token),
-        expires_at_ms=0,
-    )
+    return LeaseHandle(lease_id=lease_id, run_id=run_id, lease_token=SecretStr(token))
 
 
-async def checked_lease(request: Request, run_id: str, operation: str) -> Lease:
+async def checked_lease(request: Request, run_id: str, operation: str) -> LeaseHandle:
     """The lease handle of run ``run_id``, checked against the tracker *before* the body is read.
 
     A wrong token, an unknown run or a gone lease is answered (401/404/410) without reading a
@@ -180,8 +184,10 @@ def store_path(request: Request) -> tuple[str, str]:
 
 
 def dump(model: BaseModel) -> Any:
+    """The model as JSON-ready data."""
     return model.model_dump(mode="json")
 
 
 def page_json(page: Any) -> Any:
+    """A page as ``{"items": [...], "next_cursor"}``."""
     return {"items": [dump(i) for i in page.items], "next_cursor": page.next_cursor}

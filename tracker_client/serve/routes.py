@@ -1,38 +1,21 @@
-"""Route handlers of the served tracker: the NullTickets routes, and the route table.
+"""Route handlers of the served tracker: health, pipelines, tasks, leases, runs, artifacts.
 
-Each handler parses its input (``400 invalid_json`` naming the field), calls the tracker and
-answers the NullTickets JSON shape. Tracker errors become statuses in
-:func:`tracker_client.serve.app.tracker_error_response`. The store and extension handlers are in
-:mod:`tracker_client.serve.extra_routes`.
+Each handler is named after its operation in the wire contract
+(:data:`tracker_client.nulltickets.contract.OPERATIONS`), which gives its method, path, auth
+and body model; it parses its input (``400 invalid_json`` naming the field), calls the tracker
+and answers the NullTickets JSON shape. Tracker errors become statuses through the error table
+(:mod:`tracker_client.nulltickets.wire_errors`). The store and extension handlers are in
+:mod:`tracker_client.serve.extra_routes`; the application that routes to both is
+:mod:`tracker_client.serve.app`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from tracker_client.models import ArtifactCreate, TaskCreate
-from tracker_client.serve.app import EXTENSIONS, endpoint, json_response, parse_model, read_body
-from tracker_client.serve.extra_routes import (
-    cancel,
-    cancel_all,
-    list_runs,
-    list_task_events,
-    maintenance,
-    requeue,
-    store_delete,
-    store_delete_namespace,
-    store_get,
-    store_list,
-    store_put,
-    store_search,
-    wait,
-    wait_for_work,
-)
+from tracker_client.nulltickets import contract as c
 from tracker_client.serve.helpers import (
     checked_lease,
     dump,
@@ -43,126 +26,82 @@ from tracker_client.serve.helpers import (
     page_json,
     tracker_of,
 )
+from tracker_client.serve.http import Handlers, json_response, no_content, read_model
+from tracker_client.serve.openapi import openapi_document
 
-__all__ = ["HEARTBEAT_MAX_BYTES", "ROUTES"]
+__all__ = ["HANDLERS", "HEARTBEAT_MAX_BYTES"]
 
 #: Largest heartbeat body read (``{"lease_ttl_ms": N, "run_id": "..."}`` is under 100 bytes).
 HEARTBEAT_MAX_BYTES = 4096
 
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class PipelineBody(_Body):
-    name: str
-    definition: Any
-
-
-class BulkBody(_Body):
-    tasks: list[TaskCreate]
-
-
-class DependencyBody(_Body):
-    depends_on_task_id: str
-
-
-class AssignBody(_Body):
-    agent_id: str
-    assigned_by: str | None = None
-
-
-class ClaimBody(_Body):
-    agent_id: str
-    agent_role: str
-    lease_ttl_ms: int = 300_000
-    concurrency: dict[str, Any] | None = None
-
-
-class HeartbeatBody(_Body):
-    lease_ttl_ms: int | None = None
-    #: Extension: the lease's run, used only to say why a lease is gone (revoked, expired).
-    run_id: str = ""
-
-
-class EventBody(_Body):
-    kind: str
-    data: Any = Field(default_factory=dict)
-
-
-class TransitionBody(_Body):
-    trigger: str
-    instructions: str | None = None
-    usage: Any = None
-    expected_stage: str | None = None
-    expected_task_version: int | None = None
-
-
-class FailBody(_Body):
-    error: str
-    usage: Any = None
-    retryable: bool = True
-
-
-class ReleaseBody(_Body):
-    reason: str = "worker_shutdown"
+#: This module's handlers by operation name.
+HANDLERS = Handlers()
 
 
 # -- health and discovery -------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def health(request: Request) -> Response:
     """Liveness, stage census, and what this server offers beyond NullTickets."""
     doc = dump(await tracker_of(request).health())
-    doc["extensions"] = list(EXTENSIONS)
+    doc["extensions"] = list(c.EXTENSIONS)
     doc["limits"] = {"max_request_bytes": request.app.state.max_request_bytes}
     return json_response(doc)
 
 
-@endpoint
+@HANDLERS
 async def openapi(request: Request) -> Response:
     """This server's OpenAPI document."""
-    from tracker_client.serve.openapi import openapi_document
-
     return json_response(openapi_document())
 
 
+HANDLERS["openapi_well_known"] = openapi
+
+
 # -- pipelines ------------------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def create_pipeline(request: Request) -> Response:
-    body = parse_model(PipelineBody, await read_body(request))
+    """``POST /pipelines``: create pipeline."""
+    body = await read_model(request, c.PipelineBody)
     pid = await tracker_of(request).create_pipeline(
         body.name, body.definition, idempotency_key=idem_key(request)
     )
     return json_response({"id": pid}, 201)
 
 
-@endpoint
+@HANDLERS
 async def list_pipelines(request: Request) -> Response:
+    """``GET /pipelines``: list pipelines, newest first."""
     return json_response([dump(p) for p in await tracker_of(request).list_pipelines()])
 
 
-@endpoint
+@HANDLERS
 async def get_pipeline(request: Request) -> Response:
-    return json_response(dump(await tracker_of(request).get_pipeline(request.path_params["id"])))
+    """``GET /pipelines/{pipeline_id}``: get pipeline."""
+    return json_response(
+        dump(await tracker_of(request).get_pipeline(request.path_params["pipeline_id"]))
+    )
 
 
 # -- tasks ----------------------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def create_task(request: Request) -> Response:
-    body = parse_model(TaskCreate, await read_body(request))
+    """``POST /tasks``: create task."""
+    body = await read_model(request, TaskCreate)
     tid = await tracker_of(request).create_task(body, idempotency_key=idem_key(request))
     return json_response({"id": tid}, 201)
 
 
-@endpoint
+@HANDLERS
 async def create_tasks(request: Request) -> Response:
-    body = parse_model(BulkBody, await read_body(request))
+    """``POST /tasks/bulk``: create tasks, all or nothing."""
+    body = await read_model(request, c.BulkBody)
     ids = await tracker_of(request).create_tasks(body.tasks, idempotency_key=idem_key(request))
     return json_response({"ids": ids}, 201)
 
 
-@endpoint
+@HANDLERS
 async def list_tasks(request: Request) -> Response:
+    """``GET /tasks``: list tasks (cursor = last item, never skips)."""
     q = request.query_params
     page = await tracker_of(request).list_tasks(
         stage=q.get("stage"),
@@ -173,34 +112,39 @@ async def list_tasks(request: Request) -> Response:
     return json_response(page_json(page))
 
 
-@endpoint
+@HANDLERS
 async def get_task(request: Request) -> Response:
-    detail = dump(await tracker_of(request).get_task(request.path_params["id"]))
+    """``GET /tasks/{task_id}``: get task with latest run and relations. ``latest_run`` is absent,
+    not null, before the first claim (as NullTickets answers)."""
+    detail = dump(await tracker_of(request).get_task(request.path_params["task_id"]))
     if detail.get("latest_run") is None:
         detail.pop("latest_run", None)  # absent, not null, as NullTickets answers
     return json_response(detail)
 
 
-@endpoint
+@HANDLERS
 async def add_dependency(request: Request) -> Response:
-    body = parse_model(DependencyBody, await read_body(request))
+    """``POST /tasks/{task_id}/dependencies``: add dependency (cycles refused)."""
+    body = await read_model(request, c.DependencyBody)
     await tracker_of(request).add_dependency(
-        request.path_params["id"], body.depends_on_task_id, idempotency_key=idem_key(request)
+        request.path_params["task_id"], body.depends_on_task_id, idempotency_key=idem_key(request)
     )
     return json_response({"status": "created"}, 201)
 
 
-@endpoint
+@HANDLERS
 async def list_dependencies(request: Request) -> Response:
-    deps = await tracker_of(request).list_dependencies(request.path_params["id"])
+    """``GET /tasks/{task_id}/dependencies``: list dependencies."""
+    deps = await tracker_of(request).list_dependencies(request.path_params["task_id"])
     return json_response([dump(d) for d in deps])
 
 
-@endpoint
+@HANDLERS
 async def assign(request: Request) -> Response:
-    body = parse_model(AssignBody, await read_body(request))
+    """``POST /tasks/{task_id}/assignments``: assign task."""
+    body = await read_model(request, c.AssignBody)
     await tracker_of(request).assign(
-        request.path_params["id"],
+        request.path_params["task_id"],
         body.agent_id,
         assigned_by=body.assigned_by,
         idempotency_key=idem_key(request),
@@ -208,16 +152,18 @@ async def assign(request: Request) -> Response:
     return json_response({"status": "assigned"}, 201)
 
 
-@endpoint
+@HANDLERS
 async def list_assignments(request: Request) -> Response:
-    found = await tracker_of(request).list_assignments(request.path_params["id"])
+    """``GET /tasks/{task_id}/assignments``: list assignments."""
+    found = await tracker_of(request).list_assignments(request.path_params["task_id"])
     return json_response([dump(a) for a in found])
 
 
-@endpoint
+@HANDLERS
 async def unassign(request: Request) -> Response:
+    """``DELETE /tasks/{task_id}/assignments/{agent_id}``: unassign."""
     await tracker_of(request).unassign(
-        request.path_params["id"],
+        request.path_params["task_id"],
         request.path_params["agent_id"],
         idempotency_key=idem_key(request),
     )
@@ -225,9 +171,11 @@ async def unassign(request: Request) -> Response:
 
 
 # -- leases and runs ------------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def claim(request: Request) -> Response:
-    body = parse_model(ClaimBody, await read_body(request))
+    """``POST /leases/claim``: claim the best eligible task; ``204`` with no body: no work.
+    ``concurrency.per_state`` is read as NullTickets reads it."""
+    body = await read_model(request, c.ClaimBody)
     raw = (body.concurrency or {}).get("per_state")
     per_state: dict[str, int] = {}
     if isinstance(raw, dict):
@@ -243,46 +191,52 @@ async def claim(request: Request) -> Response:
         idempotency_key=idem_key(request),
     )
     if lease is None:
-        return Response(status_code=204, media_type="application/json")
+        return no_content()
     doc = dump(lease)
     doc["lease_token"] = lease.lease_token.get_secret_value()
     return json_response(doc)
 
 
-@endpoint
+@HANDLERS
 async def heartbeat(request: Request) -> Response:
     # A heartbeat's body is a few bytes: a larger one is refused before it is read.
-    doc = await read_body(request, required=False, limit=HEARTBEAT_MAX_BYTES)
-    body = parse_model(HeartbeatBody, doc if doc is not None else {})
-    lease = lease_handle(request, lease_id=request.path_params["id"], run_id=body.run_id)
+    """``POST /leases/{lease_id}/heartbeat``: extend the lease by its own TTL. A body over 4 KiB is
+    refused before it is read."""
+    body = await read_model(request, c.HeartbeatBody, required=False, limit=HEARTBEAT_MAX_BYTES)
+    lease = lease_handle(request, lease_id=request.path_params["lease_id"], run_id=body.run_id)
     expires = await tracker_of(request).heartbeat(lease, lease_ttl_ms=body.lease_ttl_ms)
     return json_response({"expires_at_ms": expires})
 
 
-@endpoint
+@HANDLERS
 async def add_event(request: Request) -> Response:
-    lease = await checked_lease(request, request.path_params["id"], "add_event")
-    body = parse_model(EventBody, await read_body(request))
+    """``POST /runs/{run_id}/events``: add run event (the lease checked before the body)."""
+    lease = await checked_lease(request, request.path_params["run_id"], "add_event")
+    body = await read_model(request, c.EventBody)
     event_id = await tracker_of(request).add_event(
         lease, body.kind, body.data, idempotency_key=idem_key(request)
     )
     return json_response({"id": event_id}, 201)
 
 
-@endpoint
+@HANDLERS
 async def list_events(request: Request) -> Response:
+    """``GET /runs/{run_id}/events``: list run events. Admin token (NullTickets lets any Bearer
+    read events)."""
     page = await tracker_of(request).list_events(
-        request.path_params["id"],
+        request.path_params["run_id"],
         limit=limit_query(request, 100),
         cursor=request.query_params.get("cursor"),
     )
     return json_response(page_json(page))
 
 
-@endpoint
+@HANDLERS
 async def transition(request: Request) -> Response:
-    lease = await checked_lease(request, request.path_params["id"], "transition")
-    body = parse_model(TransitionBody, await read_body(request))
+    """``POST /runs/{run_id}/transition``: complete the run and move the task. The lease is checked
+    before the body is read."""
+    lease = await checked_lease(request, request.path_params["run_id"], "transition")
+    body = await read_model(request, c.TransitionBody)
     result = await tracker_of(request).transition(
         lease,
         body.trigger,
@@ -295,10 +249,12 @@ async def transition(request: Request) -> Response:
     return json_response(dump(result))
 
 
-@endpoint
+@HANDLERS
 async def fail(request: Request) -> Response:
-    lease = await checked_lease(request, request.path_params["id"], "fail")
-    body = parse_model(FailBody, await read_body(request))
+    """``POST /runs/{run_id}/fail``: fail the run (retry or dead letter). The lease is checked
+    before the body is read."""
+    lease = await checked_lease(request, request.path_params["run_id"], "fail")
+    body = await read_model(request, c.FailBody)
     result = await tracker_of(request).fail(
         lease,
         body.error,
@@ -309,11 +265,11 @@ async def fail(request: Request) -> Response:
     return json_response(dump(result))
 
 
-@endpoint
+@HANDLERS
 async def release(request: Request) -> Response:
     """Extension: give an unfinished run's task back without counting an attempt."""
-    lease = await checked_lease(request, request.path_params["id"], "release")
-    body = parse_model(ReleaseBody, await read_body(request))
+    lease = await checked_lease(request, request.path_params["run_id"], "release")
+    body = await read_model(request, c.ReleaseBody)
     result = await tracker_of(request).release(
         lease, body.reason, idempotency_key=idem_key(request)
     )
@@ -321,15 +277,17 @@ async def release(request: Request) -> Response:
 
 
 # -- artifacts, ops -------------------------------------------------------------------------------
-@endpoint
+@HANDLERS
 async def add_artifact(request: Request) -> Response:
-    body = parse_model(ArtifactCreate, await read_body(request))
+    """``POST /artifacts``: add artifact."""
+    body = await read_model(request, ArtifactCreate)
     aid = await tracker_of(request).add_artifact(body, idempotency_key=idem_key(request))
     return json_response({"id": aid}, 201)
 
 
-@endpoint
+@HANDLERS
 async def list_artifacts(request: Request) -> Response:
+    """``GET /artifacts``: list artifacts."""
     q = request.query_params
     page = await tracker_of(request).list_artifacts(
         task_id=q.get("task_id"),
@@ -340,54 +298,11 @@ async def list_artifacts(request: Request) -> Response:
     return json_response(page_json(page))
 
 
-@endpoint
+@HANDLERS
 async def queue_stats(request: Request) -> Response:
+    """``GET /ops/queue``: per-role queue figures."""
     stats = await tracker_of(request).queue_stats(
         near_expiry_ms=int_query(request, "near_expiry_ms", 60_000),
         stuck_ms=int_query(request, "stuck_ms", 300_000),
     )
     return json_response(dump(stats))
-
-
-ROUTES = [
-    Route("/health", health, methods=["GET"]),
-    Route("/openapi.json", openapi, methods=["GET"]),
-    Route("/.well-known/openapi.json", openapi, methods=["GET"]),
-    Route("/pipelines", create_pipeline, methods=["POST"]),
-    Route("/pipelines", list_pipelines, methods=["GET"]),
-    Route("/pipelines/{id}", get_pipeline, methods=["GET"]),
-    Route("/tasks/bulk", create_tasks, methods=["POST"]),
-    Route("/tasks", create_task, methods=["POST"]),
-    Route("/tasks", list_tasks, methods=["GET"]),
-    Route("/tasks/{id}", get_task, methods=["GET"]),
-    Route("/tasks/{id}/dependencies", add_dependency, methods=["POST"]),
-    Route("/tasks/{id}/dependencies", list_dependencies, methods=["GET"]),
-    Route("/tasks/{id}/assignments", assign, methods=["POST"]),
-    Route("/tasks/{id}/assignments", list_assignments, methods=["GET"]),
-    Route("/tasks/{id}/assignments/{agent_id}", unassign, methods=["DELETE"]),
-    Route("/leases/claim", claim, methods=["POST"]),
-    Route("/leases/{id}/heartbeat", heartbeat, methods=["POST"]),
-    Route("/runs/{id}/events", add_event, methods=["POST"]),
-    Route("/runs/{id}/events", list_events, methods=["GET"]),
-    Route("/runs/{id}/transition", transition, methods=["POST"]),
-    Route("/runs/{id}/fail", fail, methods=["POST"]),
-    Route("/runs/{id}/release", release, methods=["POST"]),
-    Route("/artifacts", add_artifact, methods=["POST"]),
-    Route("/artifacts", list_artifacts, methods=["GET"]),
-    Route("/ops/queue", queue_stats, methods=["GET"]),
-    Route("/store/search", store_search, methods=["GET"]),
-    Route("/store/{namespace}/{key:path}", store_put, methods=["PUT"]),
-    Route("/store/{namespace}/{key:path}", store_get, methods=["GET"]),
-    Route("/store/{namespace}/{key:path}", store_delete, methods=["DELETE"]),
-    Route("/store/{namespace}", store_list, methods=["GET"]),
-    Route("/store/{namespace}", store_delete_namespace, methods=["DELETE"]),
-    # extensions (advertised in /health "extensions")
-    Route("/tasks/{id}/cancel", cancel, methods=["POST"]),
-    Route("/tasks/{id}/requeue", requeue, methods=["POST"]),
-    Route("/tasks/{id}/wait", wait, methods=["GET"]),
-    Route("/tasks/{id}/runs", list_runs, methods=["GET"]),
-    Route("/tasks/{id}/events", list_task_events, methods=["GET"]),
-    Route("/ops/cancel-all", cancel_all, methods=["POST"]),
-    Route("/ops/maintenance", maintenance, methods=["POST"]),
-    Route("/ops/wait-for-work", wait_for_work, methods=["GET"]),
-]
