@@ -1,25 +1,32 @@
 """Retrying tracker calls: tenacity, transient errors only, bounded by time.
 
+This is the worker's one retry layer (the HTTP client does not retry for the worker). Writes go
+through :class:`TrackerCalls`, which pairs each logical write with its idempotency key (only when
+the tracker's :class:`~tracker_client.capabilities.Capabilities` say answers can be lost) and
+retries it within a budget; reads use :func:`call_with_retry` directly.
+
 Only :class:`~tracker_client.errors.TrackerUnavailable` is retried; every other tracker error is
 an answer and goes straight to the caller. Backoff is exponential with full jitter between
 ``initial_s`` and ``max_s``; the total time is bounded by a budget (the lease's remaining time
-for heartbeats and run writes, a configured ceiling for final reports). Callers pass the *same*
-idempotency key on every attempt of one logical write, so a retry never applies twice.
+for heartbeats and run writes, a configured ceiling for final reports). The *same* idempotency
+key goes with every attempt of one logical write, so a retry never applies twice.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from tracker_client.capabilities import Capabilities
 from tracker_client.errors import TrackerUnavailable
 
-__all__ = ["RetryPolicy", "call_with_retry", "idempotency_keys_needed"]
+__all__ = ["RetryPolicy", "TrackerCalls", "call_with_retry"]
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -34,12 +41,6 @@ class RetryPolicy:
 
     initial_s: float = 0.2
     max_s: float = 10.0
-
-
-def idempotency_keys_needed(tracker: object) -> bool:
-    """Whether writes to ``tracker`` need idempotency keys: unless it declares
-    ``answers_can_be_lost = False`` (see :mod:`tracker_client.protocol`), they do."""
-    return getattr(tracker, "answers_can_be_lost", True) is not False
 
 
 def _log_retry(action: str) -> Callable[[RetryCallState], None]:
@@ -106,3 +107,45 @@ async def call_with_retry(
         return await fn()
 
     return await retrying(attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerCalls:
+    """How the worker calls its tracker: the retry policy, and whether writes carry keys.
+
+    A write is one logical change: :meth:`write` makes its key once and sends the *same* key on
+    every retry, so a lost answer replays instead of applying twice. Keys are only made when
+    ``keys`` (the tracker's ``answers_can_be_lost``): on the embedded tracker a key would only
+    cost a lookup and a record per write.
+    """
+
+    policy: RetryPolicy
+    keys: bool = True
+
+    @classmethod
+    def of(cls, capabilities: Capabilities, policy: RetryPolicy) -> TrackerCalls:
+        """The calls for a tracker that declared ``capabilities``."""
+        return cls(policy, keys=capabilities.answers_can_be_lost)
+
+    def new_key(self) -> str | None:
+        """A fresh idempotency key for one logical write (None when the tracker needs none)."""
+        return str(uuid.uuid4()) if self.keys else None
+
+    async def write(
+        self,
+        action: str,
+        fn: Callable[[str | None], Awaitable[T]],
+        *,
+        budget_s: float | None,
+    ) -> T:
+        """Send ``fn(key)`` with one fresh key, retrying transient errors within ``budget_s``."""
+        key = self.new_key()
+        return await call_with_retry(
+            lambda: fn(key), policy=self.policy, budget_s=budget_s, action=action
+        )
+
+    async def read(
+        self, action: str, fn: Callable[[], Awaitable[T]], *, budget_s: float | None
+    ) -> T:
+        """Call ``fn`` (a read, or a write needing no key), retried within ``budget_s``."""
+        return await call_with_retry(fn, policy=self.policy, budget_s=budget_s, action=action)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from worker.logs import REDACTED
-from worker.sdnotify import Notifier, ProgressMonitor, format_status, load_credential
+from worker.progress import ProgressMonitor
+from worker.sdnotify import Notifier, format_status, load_credential
 
 
 def _monotonic_usec() -> int:

@@ -14,7 +14,8 @@ from functools import partial
 import anyio
 import pytest
 
-from worker.sdnotify import Notifier, ProgressMonitor, Watchdog, report_status
+from worker.progress import ProgressMonitor
+from worker.sdnotify import Notifier, Watchdog, report_status
 
 INTERVAL = 0.01
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import anyio
 import pytest
 
 from plugins.api import ExecutionContext, Failure, Transition
+from tracker_client.capabilities import Capabilities
 from tracker_client.errors import TrackerUnavailable
 from tracker_client.models import RetryPolicy
 from tracker_client.protocol import Tracker
@@ -348,9 +350,9 @@ async def test_instructions_come_from_the_latest_transition_across_pages(
 ) -> None:
     # Three transitions and a history of progress events, read one transition per page: the
     # instructions must come from the latest transition, wherever its page is.
-    import worker.daemon
+    import worker.daemon.claimer
 
-    monkeypatch.setattr(worker.daemon, "TRANSITIONS_PAGE", 1)
+    monkeypatch.setattr(worker.daemon.claimer, "TRANSITIONS_PAGE", 1)
     [task_id] = await add_tasks(tracker, pipeline_id, 1)
     moves = [
         ("coder", "complete", "first"),
@@ -432,7 +434,7 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
         await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight == 0)
         counting.peak = 0
         # ... and the back-off keeps growing while idle.
-        await wait_until(lambda: worker._idle_round >= 4)
+        await wait_until(lambda: worker.claimer.pacing.idle_round >= 4)
         assert counting.peak == 1
         worker.stop()
     assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
@@ -444,7 +446,7 @@ class KeyRecorder:
 
     def __init__(self, inner: Tracker, *, lossy: bool, fail_first_transition: bool = False) -> None:
         self._inner = inner
-        self.answers_can_be_lost = lossy
+        self._lossy = lossy
         self.keys: list[tuple[str, str | None]] = []
         self._fail_transition = fail_first_transition
 
@@ -461,6 +463,11 @@ class KeyRecorder:
             return await attr(*args, **kwargs)
 
         return recorded
+
+    async def capabilities(self) -> Capabilities:
+        """The real tracker's, declaring whether answers can be lost as ``lossy`` says."""
+        caps = await self._inner.capabilities()
+        return dataclasses.replace(caps, answers_can_be_lost=self._lossy)
 
 
 @pytest.mark.parametrize("lossy", [True, False])

@@ -111,7 +111,7 @@ async def test_a_drain_waits_for_another_workers_run_and_takes_over_its_retry(
                 await a_started.wait()
                 tg.start_soon(run_b)
                 # B found nothing to claim, twice, and waits on: A's run is in flight
-                await wait_until(lambda: b._idle_round >= 2, 20)
+                await wait_until(lambda: b.claimer.pacing.idle_round >= 2, 20)
                 assert not b_done.is_set() and b.state is WorkerState.RUNNING
                 a_may_fail.set()
                 await wait_until(lambda: a.stats.failed == 1, 20)

@@ -33,10 +33,11 @@ async def test_an_idle_worker_makes_one_claim_per_round(tracker: Tracker, pipeli
     worker = Worker(tracker, config, [role("coder", lambda ctx: anyio.sleep(0))])
     async with anyio.create_task_group() as tg:
         await start_worker(tg, worker)
-        await wait_until(lambda: worker._idle_round >= 20)
+        pacing = worker.claimer.pacing
+        await wait_until(lambda: pacing.idle_round >= 20)
         worker.stop()
     # One probe per round (the first round may overlap one more): before, a round sent two.
-    assert claims <= worker._idle_round + 2, (claims, worker._idle_round)
+    assert claims <= pacing.idle_round + 2, (claims, pacing.idle_round)
 
 
 async def test_a_cancel_in_the_same_process_reaches_the_executor_at_once(

@@ -34,7 +34,7 @@ from tracker_client.embedded import EmbeddedTracker
 from tracker_client.nulltickets.client import RemoteTracker
 from tracker_client.serve.app import create_app
 from worker.daemon import Worker
-from worker.run_lease import LocalLease
+from worker.lease import LocalLease
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

@@ -12,13 +12,14 @@ The tracker tells through ``queue_stats`` (embedded and served rails: ``retry_wa
 ``next_retry_at_ms``, ``running_count``). A plain NullTickets server does not; there the worker
 waits only for the retries of its own fails (:class:`OwnRetries`, from each fail's
 ``next_eligible_at_ms``) and does not see other workers' runs.
+
+It may touch the tracker's ``queue_stats`` only.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Sequence
 
@@ -27,7 +28,7 @@ import anyio
 from tracker_client.errors import TrackerError
 from tracker_client.protocol import Tracker
 
-__all__ = ["DUE_GRACE_S", "DUE_POLL_S", "DrainCheck", "OwnRetries", "drain_wait_s", "idle_delay_s"]
+__all__ = ["DUE_GRACE_S", "DUE_POLL_S", "DrainCheck", "OwnRetries", "drain_wait_s"]
 
 log = logging.getLogger("backlog_worker.worker")
 
@@ -133,12 +134,3 @@ class DrainCheck:
                 "not drained: the next claim within %.3gs", bound, extra={"action": "drain_wait"}
             )
         return 0.0 if bound is None else bound
-
-
-def idle_delay_s(idle_min_s: float, idle_max_s: float, idle_round: int) -> float:
-    """The idle back-off of round ``idle_round``: the ceiling doubles from ``idle_min_s`` up to
-    ``idle_max_s``, with "equal jitter" (between half the ceiling and the ceiling), so an idle
-    worker at the ceiling probes about once per 0.75 x ``idle_max_s``, never in a burst."""
-    ceiling = min(idle_max_s, idle_min_s * (2**idle_round))
-    low = max(idle_min_s, ceiling / 2)
-    return random.uniform(low, max(low, ceiling))

@@ -1,0 +1,325 @@
+"""The claim loop: slots, claims, and the runs they start, until stopped, drained or done.
+
+A slot (a :class:`anyio.CapacityLimiter` token) is taken *before* a claim, so the worker never
+holds a lease it cannot start; a freed slot claims again at once. A slot's claim and the run it
+starts share one task. Roles are tried round-robin from the one after the last winner, so none
+starves. How many claims overlap, when to idle and whether an empty round is conclusive is
+:class:`~worker.daemon.pacing.ClaimPacing`'s to say; with no work the loop backs off, woken
+early by the tracker (:class:`~worker.daemon.watch.TrackerWatch`), and a draining worker asks
+:class:`~worker.daemon.drain.DrainCheck` whether it may exit.
+
+A claim already at the tracker when the worker stops completes (it is shielded: a lease the
+tracker granted must not be dropped); a second stop lifts the shield, and the lease expires.
+
+It may touch the tracker (claims and their retries, through :class:`~worker.retry.TrackerCalls`),
+the slots and the runs it starts; the worker's life cycle is :mod:`worker.daemon.worker`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup
+
+from tracker_client.errors import TrackerError
+from tracker_client.models import Lease
+from tracker_client.protocol import Tracker
+from worker.config import WorkerConfig
+from worker.daemon.chores import instructions_for, refuses_token
+from worker.daemon.drain import DrainCheck
+from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step
+from worker.daemon.values import Role, WorkerStats
+from worker.daemon.watch import TrackerWatch
+from worker.keeper import LeaseKeeper
+from worker.progress import ProgressMonitor
+from worker.retry import TrackerCalls
+from worker.run import RunSettings, TaskRun
+
+__all__ = ["Claim", "Claimer", "Signals"]
+
+log = logging.getLogger("backlog_worker.worker")
+
+#: Page size when reading a task's transitions for the instructions that led to its stage.
+TRANSITIONS_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claimed lease, the role it was claimed for and when the claim was sent."""
+
+    lease: Lease
+    role: Role
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """The worker's stop signals, as the claim loop reads them (set by ``Worker.stop``)."""
+
+    #: No claim is sent after it.
+    stopping: anyio.Event
+    #: Executors see it as ``ctx.shutting_down``.
+    shutdown: anyio.Event
+
+
+class Claimer:
+    """Claims for free slots and runs what it claims (see the module docstring)."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        config: WorkerConfig,
+        roles: Sequence[Role],
+        *,
+        signals: Signals,
+        stats: WorkerStats,
+        progress: ProgressMonitor,
+        keeper: LeaseKeeper,
+        watch: TrackerWatch,
+        settings_for: Callable[[Role], RunSettings],
+        give_up: Callable[[TrackerError], None],
+        calls: TrackerCalls,
+        claim_budget_s: float | None,
+        request_timeout_s: float,
+    ) -> None:
+        """``settings_for``: a role's run settings; ``give_up``: end the worker for an error no
+        retry can fix; ``calls``: how claims are retried and keyed (``claim_budget_s``: None,
+        forever); ``request_timeout_s``: a claim stuck past twice this is a watchdog problem."""
+        self._tracker = tracker
+        self._config = config
+        self._roles = tuple(roles)
+        self._signals = signals
+        self._stats = stats
+        self._progress = progress
+        self._keeper = keeper
+        self._watch = watch
+        self._settings_for = settings_for
+        self._give_up = give_up
+        #: Claim overlap, idle back-off and when an empty round is conclusive.
+        self.pacing = ClaimPacing(
+            ClaimPacing.claim_width(config.concurrency), max_tasks=config.max_tasks
+        )
+        self._drain_check = DrainCheck()
+        self._slots = anyio.CapacityLimiter(config.concurrency)
+        self._next_role = 0
+        self._busy: dict[str, int] = {}  # runs in flight, by role
+        #: The runs in flight.
+        self.runs: set[TaskRun] = set()
+        self._changed = anyio.Event()  # set (and replaced) when a claim or a run ends
+        self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
+        self._claims: set[anyio.CancelScope] = set()  # each claim's, cancelled by stop()
+        self._shields: set[anyio.CancelScope] = set()  # claims at the tracker now
+        #: How claims are retried and keyed (replaced once the tracker's capabilities are read).
+        self.calls = calls
+        self._claim_budget_s = claim_budget_s
+        self._request_timeout_s = request_timeout_s
+
+    # -- control ------------------------------------------------------------------------------
+    def reconfigure(self, config: WorkerConfig, roles: Sequence[Role]) -> None:
+        """New claims use ``config``'s slots and overlap and ``roles`` (runs keep theirs)."""
+        self._config, self._roles, self._next_role = config, tuple(roles), 0
+        self._slots.total_tokens = config.concurrency
+        self.pacing.width = ClaimPacing.claim_width(config.concurrency)
+
+    def stop(self, *, immediate: bool) -> None:
+        """Claim no more; ``immediate`` also abandons claims still at the tracker."""
+        if immediate:
+            for shield in self._shields:
+                shield.shield = False
+                shield.cancel()
+        self._scope.cancel()
+        for scope in self._claims:
+            scope.cancel()
+
+    def cancel_runs(self) -> None:
+        """Cancel every run's executor (past the grace); each still makes its final report."""
+        for run in list(self.runs):
+            run.cancel()
+
+    async def wait_idle(self) -> None:
+        """Until no claim is outstanding and no run is in flight."""
+        while self.pacing.in_flight or self.runs:
+            await self._changed.wait()
+
+    async def _settled(self) -> None:
+        while self.pacing.in_flight:
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- the loop -------------------------------------------------------------------------------
+    async def run(self, runs: TaskGroup) -> None:
+        """Claim until stopped, drained or ``max_tasks`` reached (runs start in ``runs``); then
+        wait for the claims still out and, unless stopped meanwhile, for the runs to finish."""
+        with self._scope:
+            await self._loop(runs)
+            # Claims still out may yet start runs, and in-flight runs finish normally, unless a
+            # stop arrives meanwhile (it cancels this scope and the claims).
+            await self.wait_idle()
+        await self._settled()  # a stop cancelled them: they end at once
+
+    async def _loop(self, runs: TaskGroup) -> None:
+        pacing, stopping = self.pacing, self._signals.stopping
+        while not stopping.is_set():
+            step = pacing.next_step()
+            if step is Step.STOP:
+                break
+            if step is Step.SETTLE:
+                await self._settled()
+                continue
+            if step is Step.IDLE:
+                if pacing.round_conclusive() and not await self._idle():
+                    log.info("queue drained", extra={"action": "drained"})
+                    break
+                pacing.probe()
+                continue
+            # Each slot is borrowed on behalf of its own token, so the task that claims and
+            # runs with it (not this loop) can hand it back.
+            slot = object()
+            await self._slots.acquire_on_behalf_of(slot)
+            ticket = pacing.claim_started()
+            if ticket.first_of_round:
+                # A change after this (which the round's claims may miss) ends the next idle
+                # wait at once.
+                self._watch.forget()
+            runs.start_soon(self._claim_and_run, slot, ticket)
+
+    async def _idle(self) -> bool:
+        """After a conclusive empty round: idle (at most until an own retry is due), or False
+        when a draining worker may exit."""
+        config = self._config
+        bound = await self._drain_check.after_empty_round(
+            self._tracker, [r.name for r in self._roles], drain=config.drain and not self.runs
+        )
+        if bound is None:
+            return False
+        if bound > 0:
+            delay = self.pacing.idle_delay_s(config.idle_min_s, config.idle_max_s, bound)
+            # Ended early by a change the tracker signals (new work, a lapsed lease), or in
+            # drain mode by a run finishing, since its transition may have made work for us.
+            await self._watch.wait(delay, also=self._changed if config.drain else None)
+            self.pacing.idled()
+        return True
+
+    async def _claim_and_run(self, slot: object, ticket: ClaimTicket) -> None:
+        """Claim for ``slot``, then run what was claimed in this same task.
+
+        The claim runs in a scope of its own that :meth:`stop` cancels (a claim already at the
+        tracker completes: it is shielded); the run does not, it drains as shutdown says.
+        """
+        claim: Claim | None = None
+        scope = anyio.CancelScope()
+        self._claims.add(scope)
+        try:
+            with scope:
+                if not self._signals.stopping.is_set():
+                    claim = await self._claim_next()
+        finally:
+            self._claims.discard(scope)
+            if claim is None:
+                self._slots.release_on_behalf_of(slot)
+            self.pacing.claim_ended(ticket, found=claim is not None)
+            self._notify()
+        if claim is None:
+            return
+        self._drain_check.claimed(claim.lease.task.id)
+        await self._supervise(claim, slot)
+
+    async def _claim_next(self) -> Claim | None:
+        roles = self._roles
+        n = len(roles)
+        for i in range(n):
+            role = roles[(self._next_role + i) % n]
+            cap = role.config.max_concurrency
+            if cap is not None and self._busy.get(role.name, 0) >= cap:
+                continue
+            ttl_ms = int(self._settings_for(role).lease_ttl_s * 1000)
+            try:
+                claim = await self._claim_one(role, ttl_ms)
+            except TrackerError as exc:
+                self._stats.last_error = f"claim {role.name}: {exc}"
+                log.error(
+                    "claim for role %s failed: %s",
+                    role.name,
+                    exc,
+                    extra={"action": "claim_failed", "role": role.name},
+                )
+                if refuses_token(exc) or self._config.drain:
+                    # Retrying cannot fix a refused token; and a drain that could not ask is
+                    # not a drained queue.
+                    self._give_up(exc)
+                    return None
+                continue
+            if claim is not None:
+                self._next_role = (self._next_role + i + 1) % n
+                return claim
+        return None
+
+    async def _claim_one(self, role: Role, ttl_ms: int) -> Claim | None:
+        """A lease for ``role`` (with when its claim was sent: the lease counts from then), or
+        None (no work, or stopped). One idempotency key per claim, reused only across retries
+        of it: a lost answer then gives back the same lease instead of stranding it."""
+        budget = self._request_timeout_s * 2
+
+        async def attempt(key: str | None) -> Claim | None:
+            lease: Lease | None = None
+            if self._signals.stopping.is_set():
+                return None  # no new claim (nor a retry of one) after a stop
+            # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted;
+            # a second stop lifts the shield (stop()) and the lease, if any, expires unused.
+            shield = anyio.CancelScope(shield=True)
+            self._shields.add(shield)
+            try:
+                sent_at = anyio.current_time()
+                with shield, self._progress.call("tracker.claim", budget):
+                    lease = await self._tracker.claim(
+                        self._config.agent_id, role.name, ttl_ms, idempotency_key=key
+                    )
+                    self._progress.tick()  # answered, with or without a task
+            finally:
+                self._shields.discard(shield)
+            return None if lease is None else Claim(lease, role, sent_at)
+
+        # A daemon outlives tracker outages; a drain gives up after the report budget.
+        return await self.calls.write("claim", attempt, budget_s=self._claim_budget_s)
+
+    # -- runs -----------------------------------------------------------------------------------
+    async def _supervise(self, claim: Claim, slot: object) -> None:
+        role = claim.role
+        run = TaskRun(
+            tracker=self._tracker,
+            lease=claim.lease,
+            role=role.config,
+            executor=role.executor,
+            settings=self._settings_for(role),
+            shutdown=self._signals.shutdown,
+            keeper=self._keeper,
+            claimed_at=claim.sent_at,
+        )
+        stats = self._stats
+        self.runs.add(run)
+        self._busy[role.name] = self._busy.get(role.name, 0) + 1
+        stats.claimed += 1
+        stats.in_flight = len(self.runs)
+        stats.by_role[role.name] = stats.by_role.get(role.name, 0) + 1
+        try:
+            run.instructions = await instructions_for(self._tracker, claim.lease, TRANSITIONS_PAGE)
+            result = await run.execute()
+            stats.count(result)
+            self._drain_check.failed(claim.lease.task.id, result.retry_at_ms)
+        except Exception as exc:  # a bug in our own reporting must not take the worker down
+            stats.last_error = f"run {claim.lease.run.id}: {exc}"
+            log.exception("run crashed", extra={"action": "run_crashed"})
+        finally:
+            self._progress.tick()
+            self.runs.discard(run)
+            self.pacing.run_finished()
+            self._busy[role.name] -= 1
+            stats.in_flight = len(self.runs)
+            self._slots.release_on_behalf_of(slot)
+            self._notify()

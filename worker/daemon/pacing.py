@@ -1,0 +1,150 @@
+"""How fast the worker claims: how many claims overlap, when it idles, when a round says "empty".
+
+A claim costs a tracker round trip, so claiming one task at a time would cap the worker at one
+task per round trip whatever its concurrency. Up to ``width`` claims overlap while work flows.
+The first claim that finds no work stops new claims; once the outstanding ones settle the loop
+idles (backing off, woken early by the tracker) and then probes with a single claim, widening
+again only when that one finds work: an idle worker makes one claim per round.
+
+An empty round is *conclusive* only if no run finished since the empty claim began: a run's
+fail or transition may have made work that claim could not see, so the loop probes again at
+once instead of idling (or, draining, exiting).
+
+:class:`ClaimPacing` is a pure object: no I/O, no clock, randomness injected. The claim loop
+(:mod:`worker.daemon.claimer`) asks it :meth:`~ClaimPacing.next_step` and tells it what each
+claim found.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["ClaimPacing", "ClaimTicket", "Step", "idle_delay_s"]
+
+
+class Step(enum.Enum):
+    """What the claim loop does next."""
+
+    #: Send one more claim (a slot first).
+    CLAIM = "claim"
+    #: Wait until no claim is outstanding, then ask again.
+    SETTLE = "settle"
+    #: The round found no work and every claim settled: idle (or end a drain), then probe.
+    IDLE = "idle"
+    #: ``max_tasks`` claims were made: claim no more.
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTicket:
+    """One claim in flight: the runs finished when it began, and whether it began a round."""
+
+    finished_before: int
+    first_of_round: bool
+
+
+def idle_delay_s(
+    idle_min_s: float,
+    idle_max_s: float,
+    idle_round: int,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """The idle back-off of round ``idle_round``: the ceiling doubles from ``idle_min_s`` up to
+    ``idle_max_s``, with "equal jitter" (between half the ceiling and the ceiling), so an idle
+    worker at the ceiling probes about once per 0.75 x ``idle_max_s``, never in a burst."""
+    ceiling = min(idle_max_s, idle_min_s * (2**idle_round))
+    low = max(idle_min_s, ceiling / 2)
+    return uniform(low, max(low, ceiling))
+
+
+class ClaimPacing:
+    """The claim loop's counters and the decisions read off them (see the module docstring)."""
+
+    def __init__(
+        self,
+        width: int,
+        *,
+        max_tasks: int = 0,
+        uniform: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        """``width``: claims that may overlap while work flows; ``max_tasks``: claims in all
+        (0: no limit); ``uniform``: the jitter's random source."""
+        self.width = width
+        self.max_tasks = max_tasks
+        #: Idle rounds since a claim last found work (the back-off grows with it).
+        self.idle_round = 0
+        #: Claims made or in flight (what ``max_tasks`` counts).
+        self.reserved = 0
+        #: Claims in flight.
+        self.in_flight = 0
+        self._uniform = uniform
+        self._cap = 1  # claims allowed in flight now: 1 while probing, ``width`` once work flows
+        self._found_no_work = False
+        self._finished = 0  # runs finished so far
+        self._empty_seen = 0  # runs finished when the last empty claim began
+
+    @staticmethod
+    def claim_width(concurrency: int) -> int:
+        """The overlap for ``concurrency`` slots: one per slot, at most four."""
+        return max(1, min(concurrency, 4))
+
+    def next_step(self) -> Step:
+        """What the loop does now."""
+        if self.max_tasks and self.reserved >= self.max_tasks:
+            return Step.STOP
+        if self._found_no_work:
+            return Step.SETTLE if self.in_flight else Step.IDLE
+        if self.in_flight >= self._cap:
+            return Step.SETTLE  # what the settled claims find decides the next step
+        return Step.CLAIM
+
+    def claim_started(self) -> ClaimTicket:
+        """A claim is sent; its ticket goes back in :meth:`claim_ended`."""
+        self.reserved += 1
+        self.in_flight += 1
+        return ClaimTicket(self._finished, first_of_round=self.in_flight == 1)
+
+    def claim_ended(self, ticket: ClaimTicket, *, found: bool) -> bool:
+        """A claim came back with a task (``found``) or without; True when it was the last one
+        in flight (the round settled)."""
+        self.in_flight -= 1
+        if found:
+            self._found_no_work = False
+            self._cap = self.width
+            self.idle_round = 0
+        else:
+            self.reserved -= 1
+            self._found_no_work = True
+            self._empty_seen = ticket.finished_before
+        return self.in_flight == 0
+
+    def claim_abandoned(self) -> None:
+        """A claim ended without an answer (cancelled by a stop): it found nothing, it told
+        nothing."""
+        self.in_flight -= 1
+        self.reserved -= 1
+
+    def run_finished(self) -> None:
+        """A run ended (its report may have made work for us)."""
+        self._finished += 1
+
+    def round_conclusive(self) -> bool:
+        """Whether the empty round saw the queue as it is: no run finished since its empty
+        claim began."""
+        return self._empty_seen == self._finished
+
+    def idle_delay_s(self, idle_min_s: float, idle_max_s: float, bound_s: float) -> float:
+        """How long to idle this round (at most ``bound_s``)."""
+        return min(idle_delay_s(idle_min_s, idle_max_s, self.idle_round, self._uniform), bound_s)
+
+    def idled(self) -> None:
+        """An idle wait ended: the next one backs off further until a claim finds work."""
+        self.idle_round += 1
+
+    def probe(self) -> None:
+        """The empty round is dealt with: probe with one claim, widening once one finds work."""
+        self._found_no_work = False
+        self._cap = 1

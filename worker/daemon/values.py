@@ -1,0 +1,74 @@
+"""The worker daemon's public value types: its roles, its life-cycle states, its counters.
+
+Values only; they may touch the run's result type (counted by :class:`WorkerStats`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from plugins.api import Executor
+from worker.config import RoleConfig
+from worker.run import RunResult
+
+__all__ = ["Role", "WorkerState", "WorkerStats"]
+
+
+class WorkerState(enum.Enum):
+    """Lifecycle of a :class:`~worker.daemon.Worker`."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A role this worker serves, with its executor built from the role's options."""
+
+    config: RoleConfig
+    executor: Executor
+
+    @property
+    def name(self) -> str:
+        """The role name claims are made for."""
+        return self.config.name
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Live counters, for logs, ``STATUS=`` and tests."""
+
+    claimed: int = 0
+    transitioned: int = 0
+    failed: int = 0
+    #: Of the failed runs, those whose task was dead-lettered by that fail.
+    dead_lettered: int = 0
+    #: Runs ended by the worker's shutdown and given back (no attempt spent): not failures.
+    released: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    last_error: str | None = None
+    by_role: dict[str, int] = field(default_factory=dict)
+
+    def count(self, result: RunResult) -> None:
+        """Count how a run ended."""
+        if result.status == "transitioned":
+            self.transitioned += 1
+        elif result.status == "failed":
+            self.failed += 1
+            self.dead_lettered += result.dead_lettered
+        elif result.status == "released":
+            self.released += 1
+        else:
+            self.lost += 1
+            self.last_error = f"{result.status}: {result.detail}"
+
+    def summary(self) -> str:
+        """``5 claimed, 3 transitioned, 2 failed (1 dead-lettered), 0 released, 0 lost``."""
+        return (
+            f"{self.claimed} claimed, {self.transitioned} transitioned, {self.failed} failed "
+            f"({self.dead_lettered} dead-lettered), {self.released} released, {self.lost} lost"
+        )

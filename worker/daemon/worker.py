@@ -1,0 +1,261 @@
+"""The worker daemon: its life cycle, the task group it runs, and the staged shutdown.
+
+:meth:`Worker.run` waits for the tracker (a tracker that is down at start-up is waited out),
+reads its :class:`~tracker_client.capabilities.Capabilities` once, and then runs one task group:
+the :class:`~worker.keeper.LeaseKeeper` (heartbeats and flushes of every run), the
+:class:`~worker.daemon.watch.TrackerWatch` (the tracker's wake-ups), the maintenance loop and
+the :class:`~worker.daemon.claimer.Claimer` (claims and the runs they start).
+
+Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming (no claim is sent
+after it); in-flight runs keep heartbeating for ``shutdown_grace_s``; then their executors are
+cancelled and each run makes a shielded final report (a release, reason ``worker_shutdown``). A
+second stop skips the grace and abandons claims still at the tracker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+from anyio.abc import TaskStatus
+
+from tracker_client.capabilities import Capabilities
+from tracker_client.errors import TrackerError
+from tracker_client.protocol import Tracker
+from worker.config import TrackerConfig, WorkerConfig
+from worker.daemon.chores import maintenance_loop
+from worker.daemon.claimer import Claimer, Signals
+from worker.daemon.values import Role, WorkerState, WorkerStats
+from worker.daemon.watch import TrackerWatch
+from worker.keeper import LeaseKeeper
+from worker.progress import ProgressMonitor
+from worker.retry import RetryPolicy, TrackerCalls, call_with_retry
+from worker.run import RunSettings
+from worker.workdirs import prepare_workdir_base
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("backlog_worker.worker")
+
+
+class Worker:
+    """Claims tasks for its roles and runs each through :class:`~worker.run.TaskRun`."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        config: WorkerConfig,
+        roles: Sequence[Role],
+        *,
+        tracker_config: TrackerConfig | None = None,
+        on_state: Callable[[WorkerState], None] | None = None,
+    ) -> None:
+        """``on_state`` is called on every state change (the CLI's systemd notifications)."""
+        if not roles:
+            raise ValueError("a worker needs at least one role")
+        self.tracker = tracker
+        self.config = config
+        self.state = WorkerState.STARTING
+        self.stats = WorkerStats()
+        #: The error that ended the worker (the tracker refused its token; in drain mode, any
+        #: claim that failed for good), or None. The CLI exits non-zero naming it.
+        self.error: TrackerError | None = None
+        self._on_state = on_state
+        self._tc = tracker_config or TrackerConfig()
+        self._retry = RetryPolicy(initial_s=self._tc.retry_initial_s, max_s=self._tc.retry_max_s)
+        # What the tracker can do; until it answered, assume no lease ceiling (read at start).
+        self._caps = Capabilities(max_lease_ttl_ms=None)
+        # Per user, 0700 and ours unless configured (ConfigError: the worker does not start).
+        self._workdir_base = prepare_workdir_base(config.workdir)
+        self._run_settings: dict[str, RunSettings] = {}
+        self._stopping, self._skip_grace = anyio.Event(), anyio.Event()
+        self._signals = Signals(stopping=self._stopping, shutdown=anyio.Event())
+        self._startup_scope = anyio.CancelScope()
+        self._keeper = LeaseKeeper()
+        self._watch = TrackerWatch(tracker, poke=self._keeper.poke)
+        #: Progress of claims, heartbeats and reports, for the systemd watchdog (see healthy).
+        self.progress = ProgressMonitor(stall_after_s=1.0)
+        #: The claim loop and the runs it started (its ``pacing`` says how it claims).
+        self.claimer = Claimer(
+            tracker,
+            config,
+            roles,
+            signals=self._signals,
+            stats=self.stats,
+            progress=self.progress,
+            keeper=self._keeper,
+            watch=self._watch,
+            settings_for=self._settings_for,
+            give_up=self._give_up,
+            calls=TrackerCalls(self._retry),
+            claim_budget_s=self._tc.report_retry_budget_s if config.drain else None,
+            request_timeout_s=self._tc.request_timeout_s,
+        )
+        self._roles: tuple[Role, ...] = tuple(roles)
+        self.progress.stall_after_s = self._progress_budget_s()
+
+    # -- public control -----------------------------------------------------------------------
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """The roles new claims are made for."""
+        return self._roles
+
+    def set_roles(self, roles: Sequence[Role]) -> None:
+        """Replace the roles for new claims (config reload); in-flight runs keep theirs."""
+        if not roles:
+            raise ValueError("a worker needs at least one role")
+        self._roles = tuple(roles)
+        self._reconfigured()
+
+    def set_config(self, config: WorkerConfig) -> None:
+        """Apply a reloaded ``[worker]`` section to new claims: slots (a lowered count takes
+        effect as runs end), lease TTL, idling, grace, run directories. The caller keeps the
+        keys that need a restart (see :mod:`worker.reload`) at their running values."""
+        base = prepare_workdir_base(config.workdir)  # a refused base changes nothing
+        self.config, self._workdir_base = config, base
+        self._reconfigured()
+
+    def _reconfigured(self) -> None:
+        self._run_settings.clear()
+        self.claimer.reconfigure(self.config, self._roles)
+        self.progress.stall_after_s = self._progress_budget_s()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (a further stop skips the grace)."""
+        return self._stopping.is_set()
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Begin the staged shutdown. Idempotent; a second call or ``immediate`` skips the grace
+        and abandons claims still at the tracker (a lease one of them got expires unused)."""
+        immediate = immediate or self._stopping.is_set()
+        if immediate:
+            self._skip_grace.set()
+        self._stopping.set()
+        self._signals.shutdown.set()
+        self._startup_scope.cancel()
+        self.claimer.stop(immediate=immediate)
+
+    def healthy(self) -> bool:
+        """The watchdog probe: True while the worker makes progress (:meth:`progress_problem`)."""
+        return self.progress_problem() is None
+
+    def progress_problem(self) -> str | None:
+        """Why the worker looks wedged, or None. Progress is a tracker round trip that worked:
+        a claim answered (with or without a task), a run finished (both ticked by the claimer),
+        a heartbeat accepted (read off each run's lease). None within the budget, or a claim
+        stuck past its own, is a problem; retries of a failing call are not progress."""
+        if self.state is not WorkerState.RUNNING:
+            return None  # starting and stopping never withhold the watchdog
+        monitor = self.progress
+        now = monitor.clock()
+        for run in self.claimer.runs:
+            # A run's lease was last extended (or claimed) one TTL before it runs out.
+            monitor.tick(at=now - run.settings.lease_ttl_s + run.lease_remaining_s())
+        return monitor.problem()
+
+    def _progress_budget_s(self) -> float:
+        # The longest legitimate quiet period: a lease TTL (a heartbeat every TTL/3, retried
+        # within the lease), a few idle rounds, a couple of request timeouts.
+        ttl = max(self._lease_ttl_s(r) for r in self._roles)
+        return max(ttl, 3 * self.config.idle_max_s, 2 * self._tc.request_timeout_s)
+
+    # -- main loop ----------------------------------------------------------------------------
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until stopped (or drained / ``max_tasks`` reached). Signals readiness once the
+        tracker has answered."""
+        # A tracker that is down at start-up is waited out, but a stop still ends the wait.
+        with self._startup_scope:
+            retry = self._retry
+            await call_with_retry(self.tracker.health, policy=retry, budget_s=None, action="health")
+            self._caps = await call_with_retry(
+                self.tracker.capabilities, policy=retry, budget_s=None, action="capabilities"
+            )
+        if self._startup_scope.cancelled_caught or self._stopping.is_set():
+            self._set_state(WorkerState.STOPPED)
+            task_status.started()
+            return
+        self.claimer.calls = TrackerCalls.of(self._caps, self._retry)
+        self._reconfigured()  # the lease ceiling is known now
+        self._set_state(WorkerState.RUNNING)
+        task_status.started()
+        log.info(
+            "worker %s running: roles %s, %d slots",
+            self.config.agent_id,
+            ", ".join(r.name for r in self._roles),
+            self.config.concurrency,
+            extra={"action": "worker_started"},
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._keeper.run)
+            await tg.start(self._watch.run)
+            tg.start_soon(
+                maintenance_loop, self.tracker, self.stats, self.config.maintenance_interval_s
+            )
+            async with anyio.create_task_group() as runs:
+                await self.claimer.run(runs)
+                self._set_state(WorkerState.DRAINING)
+                self._signals.shutdown.set()
+                await self._drain()
+            tg.cancel_scope.cancel()
+        self._set_state(WorkerState.STOPPED)
+        log.info("worker stopped: %s", self.stats.summary(), extra={"action": "worker_stopped"})
+
+    def _set_state(self, state: WorkerState) -> None:
+        self.state = state
+        if self._on_state is not None:
+            self._on_state(state)
+
+    async def _drain(self) -> None:
+        """In-flight runs get the grace (a second stop ends it), then their executors are
+        cancelled; every run still makes its final report."""
+        claimer = self.claimer
+        if claimer.runs:
+            log.info(
+                "draining %d in-flight task(s), grace %.1fs",
+                len(claimer.runs),
+                self.config.shutdown_grace_s,
+                extra={"action": "drain_start"},
+            )
+            with anyio.move_on_after(self.config.shutdown_grace_s):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_cancel_when, self._skip_grace, tg.cancel_scope)
+                    await claimer.wait_idle()
+                    tg.cancel_scope.cancel()
+            claimer.cancel_runs()
+        await claimer.wait_idle()
+
+    def _give_up(self, exc: TrackerError) -> None:
+        """End the worker because of ``exc`` (kept in :attr:`error` for the exit code)."""
+        if self.error is None:
+            self.error = exc
+            log.error("stopping: %s", exc, extra={"action": "worker_gave_up"})
+        self.stop()
+
+    def _lease_ttl_s(self, role: Role) -> float:
+        """The role's lease TTL, clamped to the longest lease a heartbeat of the tracker keeps
+        (300 s on NullTickets)."""
+        ttl = role.config.lease_ttl_s or self.config.lease_ttl_s
+        ceiling_ms = self._caps.max_lease_ttl_ms
+        return ttl if ceiling_ms is None else min(ttl, ceiling_ms / 1000)
+
+    def _settings_for(self, role: Role) -> RunSettings:
+        """The run settings of ``role`` (built once per role and configuration)."""
+        settings = self._run_settings.get(role.name)
+        if settings is None:
+            settings = self._run_settings[role.name] = RunSettings(
+                lease_ttl_s=self._lease_ttl_s(role),
+                retry=self._retry,
+                report_retry_budget_s=self._tc.report_retry_budget_s,
+                workdir_base=self._workdir_base,
+                keep_workdirs=self.config.keep_workdirs,
+                report_flush_s=self.config.report_flush_s,
+                idempotency_keys=self._caps.answers_can_be_lost,
+            )
+        return settings
+
+
+async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

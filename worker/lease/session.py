@@ -1,0 +1,191 @@
+"""One claimed lease and every write made under it: the worker's side of the lease seam.
+
+A :class:`LeaseSession` is opened for each lease the worker claims and owns it until the run's
+last write: the lease's end by the worker's own clock (:mod:`worker.lease.clock`), the
+idempotency keys (only where the tracker's capabilities say answers can be lost), the retry
+budget of each call (one layer, :class:`~worker.retry.TrackerCalls`: the lease's remaining time
+for heartbeats and run writes, the report budget for the final transition, fail or release),
+and the scrubbing of known secrets from everything written (:mod:`worker.scrub`).
+
+It talks to a :class:`~tracker_client.protocol.LeaseTracker` and hands it ``lease.ref`` (a
+:class:`~tracker_client.capabilities.LeaseRef`), never the whole claimed ``Lease``. It knows
+nothing of executors: :class:`~worker.run.TaskRun` supervises those and writes through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from tracker_client.capabilities import LeaseRef
+from tracker_client.errors import LeaseLost, TrackerUnavailable, ValidationFailed
+from tracker_client.models import (
+    ArtifactCreate,
+    FailResult,
+    Lease,
+    ReleaseResult,
+    TransitionResult,
+)
+from tracker_client.protocol import LeaseTracker
+from worker.lease.clock import LocalLease
+from worker.retry import TrackerCalls
+from worker.scrub import RunScrubber
+
+__all__ = ["LeaseSession"]
+
+
+class LeaseSession:
+    """The lease of one claimed task, from the claim to the last write under it."""
+
+    def __init__(
+        self,
+        tracker: LeaseTracker,
+        lease: Lease,
+        *,
+        calls: TrackerCalls,
+        ttl_s: float,
+        claimed_at: float | None = None,
+    ) -> None:
+        """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
+        now); the lease's end by our clock counts from there."""
+        self.tracker = tracker
+        #: The claimed lease: its task and run, for the executor's context and the log.
+        self.lease = lease
+        #: What lease operations are sent (ids and token, no task).
+        self.ref: LeaseRef = lease.ref
+        self.calls = calls
+        self.ttl_s = ttl_s
+        #: The lease's end on our monotonic clock; scopes doing work under it follow it.
+        self.clock = LocalLease(
+            ttl_s,
+            sent_at=anyio.current_time() if claimed_at is None else claimed_at,
+            tracker_expires_ms=lease.expires_at_ms,
+        )
+        #: Why the lease is gone (a heartbeat said so, or could not get through), or None.
+        self.lost: LeaseLost | None = None
+        #: Masks known secrets and this lease's token in everything written.
+        self.scrub = RunScrubber(lease.lease_token.get_secret_value())
+
+    def remaining_s(self) -> float:
+        """Seconds the lease is still ours (by our own clock, less the safety margin)."""
+        return self.clock.remaining_s()
+
+    def check_expired(self) -> LeaseLost | None:
+        """Why the lease is gone, noting an end by our own clock that no heartbeat reported."""
+        if self.lost is None and self.clock.expired():
+            self.lost = LeaseLost(
+                "the lease ran out by the worker's clock before a heartbeat got through",
+                code="expired_locally",
+            )
+        return self.lost
+
+    # -- keeping the lease ----------------------------------------------------------------------
+    async def heartbeat(self) -> bool:
+        """Extend the lease (retried while it lasts). When it is gone, or could not be extended
+        before running out, every scope watching the clock is cancelled and False returned:
+        nothing more may be written under it."""
+        ttl_ms = int(self.ttl_s * 1000)
+        sent = anyio.current_time()
+        try:
+            expires_ms = await self.calls.read(
+                "heartbeat",
+                lambda: self.tracker.heartbeat(self.ref, lease_ttl_ms=ttl_ms),
+                budget_s=self.remaining_s(),
+            )
+        except LeaseLost as exc:
+            self.lost = exc
+        except TrackerUnavailable as exc:
+            # We could not extend the lease before it ran out: someone else may have it now.
+            self.lost = LeaseLost(f"heartbeat failed until the lease ran out: {exc}")
+        else:
+            self.clock.extended(sent, expires_ms)
+            return True
+        self.clock.cancel_all()
+        return False
+
+    # -- writes during the run --------------------------------------------------------------
+    async def add_event(self, kind: str, data: Any) -> int:
+        """Write one event, retried within the lease; oversized data becomes a marker.
+
+        Known secrets in ``kind`` and ``data`` are masked first."""
+        scrub = self.scrub.get()
+        kind, data = scrub.text(kind), scrub.data(data)
+
+        async def write(payload: Any) -> int:
+            return await self.calls.write(
+                "add_event",
+                lambda key: self.tracker.add_event(self.ref, kind, payload, idempotency_key=key),
+                budget_s=self.remaining_s(),
+            )
+
+        try:
+            return await write(data)
+        except ValidationFailed as exc:
+            return await write({"dropped": True, "reason": str(exc)})
+
+    async def add_artifact(self, artifact: ArtifactCreate) -> str:
+        """Record an artifact, its kind, uri and metadata scrubbed of known secrets."""
+        scrub = self.scrub.get()
+        clean = artifact.model_copy(
+            update={
+                "kind": scrub.text(artifact.kind),
+                "uri": scrub.text(artifact.uri),
+                "meta": scrub.data(artifact.meta),
+            }
+        )
+        return await self.calls.write(
+            "add_artifact",
+            lambda key: self.tracker.add_artifact(clean, idempotency_key=key),
+            budget_s=self.remaining_s(),
+        )
+
+    # -- the final report -------------------------------------------------------------------
+    async def transition(
+        self,
+        trigger: str,
+        *,
+        expected_stage: str,
+        expected_task_version: int,
+        instructions: str | None,
+        usage: Any,
+        budget_s: float,
+    ) -> TransitionResult:
+        """Complete the run and move the task (``InvalidTransition`` keeps the lease)."""
+        if instructions is not None or usage is not None:  # else no scrubber is even built
+            scrub = self.scrub.get()
+            instructions = None if instructions is None else scrub.text(instructions)
+            usage = scrub.data(usage)
+        return await self.calls.write(
+            "transition",
+            lambda key: self.tracker.transition(
+                self.ref,
+                trigger,
+                expected_stage=expected_stage,
+                expected_task_version=expected_task_version,
+                instructions=instructions,
+                usage=usage,
+                idempotency_key=key,
+            ),
+            budget_s=budget_s,
+        )
+
+    async def fail(self, error: str, *, usage: Any, retryable: bool, budget_s: float) -> FailResult:
+        """Fail the run with ``error`` (scrubbed, as is ``usage``)."""
+        scrub = self.scrub.get()
+        error, usage = scrub.text(error), scrub.data(usage)
+        return await self.calls.write(
+            "fail",
+            lambda key: self.tracker.fail(
+                self.ref, error, usage=usage, retryable=retryable, idempotency_key=key
+            ),
+            budget_s=budget_s,
+        )
+
+    async def release(self, reason: str, *, budget_s: float) -> ReleaseResult:
+        """Give the task back unfinished (the worker shuts down): no attempt is counted."""
+        return await self.calls.write(
+            "release",
+            lambda key: self.tracker.release(self.ref, reason, idempotency_key=key),
+            budget_s=budget_s,
+        )

@@ -1,0 +1,69 @@
+"""A run's log: its ids on every line, and the two lines that begin and end it.
+
+It may touch :mod:`logging` only (the claimed lease is read for its ids).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from tracker_client.models import Lease
+
+__all__ = ["FINISH_ACTIONS", "RunLog"]
+
+#: The line ending a run, by action, and its default ``outcome`` (``run_failed`` names its own:
+#: ``retry_scheduled``, ``dead_lettered`` or ``failed``).
+FINISH_ACTIONS: dict[str, str] = {
+    "run_transitioned": "transitioned",
+    "run_failed": "failed",
+    "run_released": "released",
+    "lease_lost": "lost",
+    "report_conflict": "conflict",
+    "report_failed": "report_failed",
+}
+
+
+class RunLog(logging.LoggerAdapter[logging.Logger]):
+    """Adds the run's ids to every record and keeps the call's own ``extra`` (``action``...).
+
+    A run's life is two lines: :meth:`claimed` (``run_start``, with the attempt and stage) and
+    the one that ends it (an action of :data:`FINISH_ACTIONS`), which gets its ``outcome`` and
+    ``duration_s`` (since the claim) added here. The stock adapter replaces a call's ``extra``
+    with its own before Python 3.13.
+    """
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any]) -> None:
+        super().__init__(logger, extra)
+        self._started = time.monotonic()
+
+    @classmethod
+    def for_lease(cls, logger: logging.Logger, lease: Lease, role: str) -> RunLog:
+        """The log of the run of ``lease`` for ``role``: ids, attempt and stage on every line."""
+        ids = {"task_id": lease.task.id, "run_id": lease.run.id, "role": role}
+        return cls(logger, {**ids, "attempt": lease.run.attempt, "stage": lease.task.stage})
+
+    def claimed(self) -> None:
+        """The run's first line."""
+        extra = self.extra or {}
+        self.info(
+            "task claimed at stage %s (attempt %s)",
+            extra.get("stage"),
+            extra.get("attempt"),
+            extra={"action": "run_start"},
+        )
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = {**(self.extra or {}), **kwargs.get("extra", {})}
+        outcome = FINISH_ACTIONS.get(str(extra.get("action")))
+        if outcome is not None:
+            took = round(time.monotonic() - self._started, 3)
+            extra.setdefault("outcome", outcome)
+            extra["duration_s"] = took
+            msg = f"{msg} (took {took:.2f}s)"
+        kwargs["extra"] = extra
+        return msg, kwargs

@@ -1,0 +1,167 @@
+"""A run's final report: its outcome turned into a transition, a fail or a release.
+
+The report runs under a shield (it is how a cancelled run gives its task back) yet ends at the
+lease's end by our clock: past it the task may be someone else's, so nothing more is written.
+First the executor's buffered events; then, for a :class:`~plugins.api.Transition`, the trigger
+chosen per pipeline and stage (:mod:`worker.triggers`) sent with the claimed stage and version
+(one the pipeline refuses fails the run, naming the allowed triggers and the choice's source);
+for a :class:`~plugins.api.Failure`, an ``error`` event and ``fail``, except a shutdown, which
+releases the task without spending an attempt. A 409 is logged and dropped.
+
+It writes through the run's :class:`~worker.lease.LeaseSession` only (and reads pipeline
+definitions for the trigger).
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, TrackerError, Unsupported
+from tracker_client.protocol import Tracker
+from worker.config import RoleConfig
+from worker.lease import LeaseSession
+from worker.run.log import RunLog
+from worker.run.settings import RunResult, RunSettings
+from worker.triggers import choose_trigger
+
+__all__ = ["FinalReport"]
+
+
+class FinalReport:
+    """Reports one run's outcome under its lease (see the module docstring)."""
+
+    def __init__(
+        self,
+        session: LeaseSession,
+        *,
+        tracker: Tracker,
+        role: RoleConfig,
+        settings: RunSettings,
+        log: RunLog,
+    ) -> None:
+        """``tracker``: where pipeline definitions are read (for choosing a trigger)."""
+        self._session = session
+        self._tracker = tracker
+        self._role = role
+        self._settings = settings
+        self._log = log
+
+    async def send(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
+        """The report, stopped at the lease's end by our clock (or when a heartbeat finds the
+        lease gone)."""
+        session = self._session
+        result: RunResult | None = None
+        # Shielded from the worker's shutdown, yet ended by its own deadline.
+        with session.clock.watch(anyio.CancelScope(shield=True)) as scope:
+            try:
+                result = await self._report(ctx, outcome)
+            finally:
+                session.clock.unwatch(scope)
+        if result is not None:
+            return result
+        why = session.lost.code if session.lost is not None else "expired_locally"
+        self._log.warning(
+            "lease lost during the final report (%s); result dropped",
+            why,
+            extra={"action": "lease_lost"},
+        )
+        return RunResult("lost", why)
+
+    async def _report(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
+        budget = self._settings.report_retry_budget_s
+        try:
+            await ctx.flush()
+            if isinstance(outcome, Transition):
+                return await self._transition(outcome, budget)
+            return await self._fail(outcome, budget)
+        except LeaseLost as exc:
+            self._log.warning(
+                "lease lost before the report (%s); result dropped",
+                exc.code,
+                extra={"action": "lease_lost"},
+            )
+            return RunResult("lost", exc.code)
+        except Conflict as exc:
+            self._log.warning(
+                "task changed under us (%s); result dropped",
+                exc.code,
+                extra={"action": "report_conflict"},
+            )
+            return RunResult("conflict", exc.code)
+        except TrackerError as exc:
+            self._log.error("final report failed: %s", exc, extra={"action": "report_failed"})
+            return RunResult("report_failed", str(exc))
+
+    async def _transition(self, outcome: Transition, budget: float) -> RunResult:
+        task, role = self._session.lease.task, self._role
+        choice = await choose_trigger(
+            outcome,
+            role,
+            task,
+            self._tracker,
+            self._settings.pipelines,
+            policy=self._settings.retry,
+            budget_s=budget,
+        )
+        trigger = choice.trigger
+        if trigger is None:
+            return await self._fail(choice.failure(role, task.stage, outcome.usage), budget)
+        try:
+            result = await self._session.transition(
+                trigger,
+                expected_stage=task.stage,
+                expected_task_version=task.task_version,
+                instructions=outcome.instructions,
+                usage=outcome.usage,
+                budget_s=budget,
+            )
+        except InvalidTransition as exc:
+            failure = choice.failure(role, task.stage, outcome.usage, refused=exc.allowed)
+            return await self._fail(failure, budget)
+        self._log.info(
+            "transitioned %s -> %s (%s)",
+            result.previous_stage,
+            result.new_stage,
+            trigger,
+            extra={"action": "run_transitioned", "trigger": trigger, "trigger_from": choice.source},
+        )
+        return RunResult("transitioned", result.new_stage)
+
+    async def _release(self, failure: Failure, budget: float) -> RunResult:
+        """A shutdown is not the task's fault: give the task back without spending an attempt
+        (a NullTickets server, which cannot, is left to let the lease expire)."""
+        try:
+            result = await self._session.release(failure.reason, budget_s=budget)
+            how = "given back" if result.released else "left to its lease's expiry"
+        except Unsupported:
+            how = "left to its lease's expiry"
+        self._log.info(
+            "run ended by shutdown: task %s, no attempt counted",
+            how,
+            extra={"action": "run_released", "reason": failure.reason},
+        )
+        return RunResult("released", failure.reason)
+
+    async def _fail(self, failure: Failure, budget: float) -> RunResult:
+        if failure.reason == "worker_shutdown":
+            return await self._release(failure, budget)
+        session = self._session
+        details = {
+            "reason": failure.reason,
+            "message": failure.message,
+            "retryable": failure.retryable,
+            **dict(failure.details),
+        }
+        await session.add_event("error", details)
+        error = f"{failure.reason}: {failure.message}" if failure.message else failure.reason
+        error = session.scrub.get().text(error)  # the log line shows what the tracker got
+        result = await session.fail(
+            error, usage=failure.usage, retryable=failure.retryable, budget_s=budget
+        )
+        dead = bool(result.dead_lettered)
+        outcome = "dead_lettered" if dead else "retry_scheduled" if result.retry_scheduled else None
+        extra = {"action": "run_failed", "reason": failure.reason, "outcome": outcome or "failed"}
+        self._log.warning("run %s: %s", "dead-lettered" if dead else "failed", error, extra=extra)
+        retry_at = None if dead or not result.retry_scheduled else result.next_eligible_at_ms
+        return RunResult("failed", failure.reason, dead_lettered=dead, retry_at_ms=retry_at)

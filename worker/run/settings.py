@@ -1,0 +1,60 @@
+"""What a run needs from the worker's configuration, and how a run ended.
+
+Values only: built by the worker once per role and configuration, read by
+:class:`~worker.run.TaskRun` and its report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracker_client.models import Lease
+from tracker_client.protocol import LeaseTracker
+from worker.lease import LeaseSession
+from worker.retry import RetryPolicy, TrackerCalls
+from worker.triggers import PipelineBook
+
+__all__ = ["RunResult", "RunSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What a run needs from the worker's configuration."""
+
+    lease_ttl_s: float
+    retry: RetryPolicy
+    report_retry_budget_s: float
+    workdir_base: Path | None = None
+    keep_workdirs: bool = False
+    report_flush_s: float = 1.0
+    #: False for a tracker that cannot lose an answer (then a key would only cost a record).
+    idempotency_keys: bool = True
+    #: Pipeline definitions for choosing triggers, shared by the runs of these settings.
+    pipelines: PipelineBook = field(default_factory=PipelineBook, compare=False)
+
+    @property
+    def calls(self) -> TrackerCalls:
+        """The retry policy and the key rule of every call a run makes."""
+        return TrackerCalls(self.retry, keys=self.idempotency_keys)
+
+    def session(
+        self, tracker: LeaseTracker, lease: Lease, *, claimed_at: float | None = None
+    ) -> LeaseSession:
+        """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now)."""
+        return LeaseSession(
+            tracker, lease, calls=self.calls, ttl_s=self.lease_ttl_s, claimed_at=claimed_at
+        )
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How one run ended, for the worker's counters and logs."""
+
+    status: str  # "transitioned" | "failed" | "released" | "lost" | "conflict" | "report_failed"
+    detail: str = ""
+    #: A failed run's task was dead-lettered (no retry follows).
+    dead_lettered: bool = False
+    #: A failed run's task retries from then (the tracker's clock, epoch ms), when it says so:
+    #: a draining worker waits for it.
+    retry_at_ms: int | None = None

@@ -1,0 +1,238 @@
+"""One claimed task: the executor supervised under its lease, then the final report.
+
+The shape (DESIGN.md "One task, end to end"):
+
+1. The executor runs in the run's own task while the worker's :class:`~worker.keeper.LeaseKeeper`
+   heartbeats the lease every ttl/3 and flushes buffered reports (one keeper task for all runs,
+   instead of two loops per run). A heartbeat that says the lease is gone cancels the executor
+   at once and nothing more is written for the run. So does the lease running out by the
+   worker's own clock (:mod:`worker.lease.clock`), even while a heartbeat hangs unanswered.
+2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
+   and fails the run with reason ``timeout`` (:mod:`worker.run.supervise`, shared with the
+   plugin test harness).
+3. The outcome is reported under a shield (:class:`~worker.run.report.FinalReport`). The
+   keeper's heartbeats stop when the executor ends (on NullTickets each one resets the lease to
+   300 s, so a worker killed mid-report would strand the task that long); the report heartbeats
+   only when it is still retrying as the lease nears its end, and stops at the lease's end by
+   our clock.
+
+Every call under the lease goes through the run's :class:`~worker.lease.LeaseSession`;
+:class:`TaskRun` itself supervises the executor: its context, its workdir, its time limit, the
+kill deadline of its processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
+from plugins.proc.process import kill_deadline
+from tracker_client.errors import TrackerError
+from tracker_client.models import ArtifactCreate, Lease
+from tracker_client.protocol import Tracker
+from worker.config import RoleConfig
+from worker.keeper import LeaseKeeper
+from worker.lease import LeaseSession
+from worker.run.log import RunLog
+from worker.run.report import FinalReport
+from worker.run.settings import RunResult, RunSettings
+from worker.run.supervise import call_executor, timeout_of
+from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
+
+__all__ = ["SessionSink", "TaskRun"]
+
+log = logging.getLogger("backlog_worker.worker")
+
+
+class SessionSink:
+    """The executor's :class:`~plugins.api.ContextSink`: writes under the run's lease."""
+
+    def __init__(self, session: LeaseSession) -> None:
+        """Write through ``session`` (its keys, retry budget and scrubbing)."""
+        self._session = session
+
+    async def emit_events(self, events: list[tuple[str, Any]]) -> None:
+        """Write events in order."""
+        for kind, data in events:
+            await self._session.add_event(kind, data)
+
+    async def emit_artifact(self, artifact: ArtifactCreate) -> str:
+        """Record an artifact."""
+        return await self._session.add_artifact(artifact)
+
+
+class TaskRun:
+    """Supervises one claimed task's executor from the claim to the final report."""
+
+    def __init__(
+        self,
+        *,
+        tracker: Tracker,
+        lease: Lease,
+        role: RoleConfig,
+        executor: Executor,
+        settings: RunSettings,
+        shutdown: anyio.Event,
+        keeper: LeaseKeeper,
+        instructions: str | None = None,
+        claimed_at: float | None = None,
+    ) -> None:
+        """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
+        now); the lease's end by our clock counts from there."""
+        self.session = settings.session(tracker, lease, claimed_at=claimed_at)
+        self.role = role
+        self.executor = executor
+        self.settings = settings
+        #: The instructions of the transition that led the task here (for the context).
+        self.instructions = instructions
+        self._tracker = tracker
+        self._shutdown = shutdown
+        self._keeper = keeper
+        self._ctx: ExecutionContext | None = None
+        self._reporting = False  # the executor is done: heartbeat only when the report needs it
+        self.scope = anyio.CancelScope()
+        self._log = RunLog.for_lease(log, lease, role.name)
+
+    @property
+    def lease(self) -> Lease:
+        """The claimed lease (its task and run)."""
+        return self.session.lease
+
+    def lease_remaining_s(self) -> float:
+        """Seconds the lease is still ours (by our own clock, less the safety margin)."""
+        return self.session.remaining_s()
+
+    # -- the run --------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Cancel the executor (shutdown past its grace); the final report still happens."""
+        self.scope.cancel()
+
+    async def execute(self) -> RunResult:
+        """Run the executor under heartbeats, then report. Never raises for task problems."""
+        self._log.claimed()
+        workdir = self._workdir_path()
+        ctx: ExecutionContext | None = None
+        try:
+            ctx = ExecutionContext(
+                task=self.lease.task,
+                run=self.lease.run,
+                workdir=workdir,
+                sink=SessionSink(self.session),
+                options=self.role.options,
+                instructions=self.instructions,
+                shutdown=self._shutdown,
+                logger=self._log,
+                report_policy=ReportPolicy(flush_interval_s=self.settings.report_flush_s),
+            )
+            timeout = timeout_of(self.lease.task, self.role.timeout_s)
+            if timeout is not None:
+                ctx.deadline = anyio.current_time() + timeout
+            # Heartbeats and periodic flushes come from the worker's keeper, until the report is
+            # done (after the executor, heartbeat_once sends one only when the report needs it).
+            self._ctx = ctx
+            self._keeper.add(self)
+            try:
+                return await self._execute_and_report(ctx, timeout)
+            finally:
+                self._keeper.remove(self)
+        finally:
+            if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
+                with anyio.CancelScope(shield=True):
+                    await remove_workdir(workdir, self._workdir_base())
+
+    async def _execute_and_report(self, ctx: ExecutionContext, limit_s: float | None) -> RunResult:
+        outcome: Outcome | None = None
+        clock = self.session.clock
+        # The scope's deadline is the lease's end by our clock (moved by each heartbeat that got
+        # through); a heartbeat that finds the lease gone cancels it at once.
+        with clock.watch(self.scope):
+            # its processes get SIGKILL before the lease ends, whatever their grace
+            bound = kill_deadline.set(self._kill_by)
+            try:
+                outcome = await call_executor(self.executor, ctx, limit_s)
+            finally:
+                kill_deadline.reset(bound)
+                clock.unwatch(self.scope)
+        self._reporting = True
+        lost = self.session.check_expired()
+        if lost is not None:
+            self._log.warning(
+                "lease lost (%s): executor cancelled, nothing reported",
+                lost.code,
+                extra={"action": "lease_lost"},
+            )
+            return RunResult("lost", lost.code)
+        if outcome is None:  # cancelled by the worker's shutdown
+            outcome = Failure(
+                reason="worker_shutdown",
+                message="the worker shut down before the task finished",
+                retryable=True,
+            )
+        report = FinalReport(
+            self.session,
+            tracker=self._tracker,
+            role=self.role,
+            settings=self.settings,
+            log=self._log,
+        )
+        return await report.send(ctx, outcome)
+
+    def _workdir_base(self) -> Path:
+        # The worker passes its prepared base; a TaskRun built without one uses the same default.
+        return self.settings.workdir_base or default_workdir_base()[0]
+
+    def _workdir_path(self) -> str:
+        # Named after the run id (unique; hashed when it is not one safe path component),
+        # created only if the executor asks for it.
+        return os.path.join(self._workdir_base(), workdir_name(self.lease.run.id))
+
+    def _kill_by(self) -> float:
+        """When the run's processes must be dead: half the safety margin before the lease ends."""
+        clock = self.session.clock
+        return clock.expires_at - clock.margin_s / 2
+
+    # -- kept by the worker's LeaseKeeper ------------------------------------------------------
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """A third of the lease TTL: two heartbeats may fail before the lease runs out."""
+        return self.settings.lease_ttl_s / 3
+
+    @property
+    def flush_interval_s(self) -> float:
+        """How often buffered reports are written when the executor doesn't flush itself."""
+        return self.settings.report_flush_s
+
+    def has_pending_reports(self) -> bool:
+        """Whether the executor's context holds reports not written yet."""
+        return self._ctx is not None and self._ctx.has_buffered_reports
+
+    async def flush_once(self) -> bool:
+        """Write buffered reports, so a quiet executor's last events don't wait for the end of
+        the run. False (stop flushing this run) when the tracker refused them."""
+        if self._ctx is None:
+            return True
+        try:
+            # Shielded: cancelling a flush halfway would lose the batch it took.
+            with anyio.CancelScope(shield=True):
+                await self._ctx.flush()
+        except TrackerError as exc:
+            self._log.warning(
+                "could not write reports: %s", exc, extra={"action": "report_flush_failed"}
+            )
+            return False
+        return True
+
+    async def heartbeat_once(self) -> bool:
+        """Extend the lease. When it is gone (or could not be extended before running out),
+        the executor is cancelled and False returned; nothing more is written for this run."""
+        if self._reporting and self.session.remaining_s() >= self.settings.lease_ttl_s / 2:
+            # After the executor, the report needs no heartbeat while half the lease is left: a
+            # quick report sends none (on NullTickets each one would reset the lease to 300 s);
+            # one still retrying gets one with at least a sixth of the TTL to spare.
+            return True
+        return await self.session.heartbeat()
