@@ -257,7 +257,7 @@ class TrackerRunLines(logging.Filter):
     """Drops the embedded tracker's lines that repeat a run's own (``run_start``, ``run_*``).
 
     In a worker process every claim, transition, retry, release and dead letter after a failed
-    run is logged by the run itself (:class:`worker.run_parts.RunLog`, with the outcome, trigger
+    run is logged by the run itself (:class:`worker.run.log.RunLog`, with the outcome, trigger
     and duration); the embedded tracker, running in the same process, would log it a second
     time. Its other lines (expired leases, crash loops, requeues) stay.
     """
