@@ -151,6 +151,9 @@ class Operation:
     features: tuple[str, ...] = ()
     #: A success may make work claimable: it wakes long polls (``wait_for_work``).
     wakes: bool = False
+    #: What a plain NullTickets server does wrong here, that a client must work around
+    #: (CONTRACT.md s.8); the workaround is documented where the client applies it.
+    quirk: str = ""
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -177,6 +180,7 @@ class Operation:
 _PARAM = re.compile(r"\{(\w+)\}")
 _LIMIT_CURSOR = (Query("limit", "integer"), Query("cursor"))
 _WAIT = (Query("timeout_ms", "integer"),)
+_SKIP = "next_cursor skips one item per page: build the cursor from the last item"
 
 
 def _op(
@@ -205,12 +209,12 @@ OPERATIONS: tuple[Operation, ...] = (
     # tasks
     _op("create_tasks", "POST", "/tasks/bulk", "Create tasks, all or nothing", body=BulkBody,
         status=201, response=IdsAnswer, errors=(400, 404, 409, 429), features=("backlog",),
-        wakes=True),
+        wakes=True, quirk="over 64 KiB the request is dropped unanswered: split it"),
     _op("create_task", "POST", "/tasks", "Create task", body=m.TaskCreate, status=201,
         response=IdAnswer, errors=(400, 404, 409, 429), features=("backlog",), wakes=True),
     _op("list_tasks", "GET", "/tasks", "List tasks (cursor = last item, never skips)",
         response=m.Task, shape="page", errors=(400,),
-        query=(Query("stage"), Query("pipeline_id"), *_LIMIT_CURSOR)),
+        query=(Query("stage"), Query("pipeline_id"), *_LIMIT_CURSOR), quirk=_SKIP),
     _op("get_task", "GET", "/tasks/{task_id}", "Get task with latest run and relations",
         response=m.TaskDetail, errors=(404,)),
     _op("add_dependency", "POST", "/tasks/{task_id}/dependencies", "Add dependency (cycles "
@@ -229,17 +233,20 @@ OPERATIONS: tuple[Operation, ...] = (
         body=ClaimBody, response=m.Lease, errors=(400,)),
     _op("heartbeat", "POST", "/leases/{lease_id}/heartbeat", "Extend the lease by its own TTL",
         "lease", body=HeartbeatBody, body_required=False, response=ExpiryAnswer,
-        errors=(401, 404, 410), features=("heartbeat_ttl",)),
+        errors=(401, 404, 410), features=("heartbeat_ttl",),
+        quirk="the lease is reset to 300 s whatever TTL it was claimed with"),
     _op("add_event", "POST", "/runs/{run_id}/events", "Add run event", "lease", body=EventBody,
         status=201, response=EventIdAnswer, errors=(400, 401, 404, 410)),
     _op("list_events", "GET", "/runs/{run_id}/events", "List run events", response=m.Event,
-        shape="page", errors=(400,), query=_LIMIT_CURSOR),
+        shape="page", errors=(400,), query=_LIMIT_CURSOR,
+        quirk=_SKIP + "; in the lease class at the auth layer: send some Bearer value"),
     _op("transition", "POST", "/runs/{run_id}/transition", "Complete the run and move the task",
         "lease", body=TransitionBody, response=m.TransitionResult,
         errors=(400, 401, 404, 409, 410), wakes=True),
     _op("fail", "POST", "/runs/{run_id}/fail", "Fail the run (retry or dead letter)", "lease",
         body=FailBody, response=m.FailResult, errors=(400, 401, 404, 410),
-        features=("fail_result", "backlog"), wakes=True),
+        features=("fail_result", "backlog"), wakes=True,
+        quirk="answers {\"status\":\"failed\"} only: read the task back to know what followed"),
     _op("release", "POST", "/runs/{run_id}/release", "Give an unfinished run's task back (worker "
         "shutdown): no attempt counted", "lease", body=ReleaseBody, response=m.ReleaseResult,
         errors=(400, 401, 404, 410), extension="release"),
@@ -248,7 +255,7 @@ OPERATIONS: tuple[Operation, ...] = (
         response=IdAnswer, errors=(400, 404)),
     _op("list_artifacts", "GET", "/artifacts", "List artifacts", response=m.Artifact,
         shape="page", errors=(400,),
-        query=(Query("task_id"), Query("run_id"), *_LIMIT_CURSOR)),
+        query=(Query("task_id"), Query("run_id"), *_LIMIT_CURSOR), quirk=_SKIP),
     _op("queue_stats", "GET", "/ops/queue", "Per-role queue figures", response=m.QueueStats,
         query=(Query("near_expiry_ms", "integer"), Query("stuck_ms", "integer"))),
     # store
@@ -257,7 +264,8 @@ OPERATIONS: tuple[Operation, ...] = (
         query=(Query("q", required=True), Query("namespace"), Query("limit", "integer"),
                Query("filter_path"), Query("filter_value"))),
     _op("store_put", "PUT", "/store/{namespace}/{key}", "Upsert a value (204)", body=StoreBody,
-        status=204, errors=(400,)),
+        status=204, errors=(400,),
+        quirk="its 400 error bodies are invalid JSON (an unescaped quote)"),
     _op("store_get", "GET", "/store/{namespace}/{key}", "Get a value", response=m.StoreEntry,
         errors=(404,)),
     _op("store_delete", "DELETE", "/store/{namespace}/{key}", "Delete a key (204)", status=204),

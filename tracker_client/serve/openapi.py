@@ -108,6 +108,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         doc["x-extension"] = op.extension
     if op.features:
         doc["x-extensions"] = list(op.features)
+    if op.quirk:
+        doc["x-nulltickets-quirk"] = op.quirk  # what a plain server does wrong here
     if op.auth != "public":
         doc["security"] = [{"bearer": []}]
     if params := _params(op):
