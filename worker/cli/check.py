@@ -1,0 +1,134 @@
+"""``backlog-worker check``: what ``run`` would do, without claiming anything.
+
+It validates the configuration, reaches the tracker (an authenticated read proves the token),
+warns about lease TTLs the tracker would clamp and triggers no stage has, and asks every
+executor whether it is ready; it exits non-zero on a problem. It may touch the tracker (reads)
+and the executors' readiness only.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import click
+
+from tracker_client.errors import ConfigError, ExecutorError, TrackerError, TrackerUnavailable
+from worker.cli.check_report import CheckReport
+from worker.cli.errors import NO_TOKEN, describe
+from worker.cli.prepare import (
+    EXIT_CONFIG,
+    EXIT_FAILURE,
+    EXIT_OK,
+    build_roles,
+    config_option,
+    fail,
+    load_selected,
+    open_for_worker,
+    overrides_of,
+    readiness,
+    role_option,
+    tracker_option,
+)
+from worker.cli.token import token_options, token_overrides
+from worker.config import Config
+from worker.triggers import trigger_problems
+from worker.workdirs import check_workdir_base
+
+__all__ = ["check_command"]
+
+
+async def _check(config: Config, report: CheckReport) -> None:
+    url = config.tracker.url
+    token_source = config.tracker.api_token_source or NO_TOKEN
+    for level, text in check_workdir_base(config.worker.workdir):  # writable, and ours
+        report.add("workdir", level, text)
+    try:
+        built = build_roles(config)
+    except ExecutorError as exc:
+        report.add("executors", "fail", str(exc), line=f"executor: {exc}")
+        return
+    try:
+        tracker = await open_for_worker(config)
+    except TrackerError as exc:
+        report.add("tracker", "fail", describe(exc, url), line=f"tracker {url}: {exc}")
+        return
+    check = "tracker"
+    try:
+        with anyio.fail_after(config.tracker.request_timeout_s * 2):
+            health = await tracker.health()
+        detail = f"tracker {url} answered (version {health.version})"
+        report.add("tracker", "ok", detail)
+        # /health needs no token: an authenticated read proves the api token works.
+        check = "api_token"
+        with anyio.fail_after(config.tracker.request_timeout_s * 2):
+            pipelines = await tracker.list_pipelines()
+        detail = f"tracker accepted the api token ({len(pipelines)} pipeline(s))"
+        report.add("api_token", "ok", detail)
+        with anyio.fail_after(config.tracker.request_timeout_s * 2):
+            ceiling = (await tracker.capabilities()).max_lease_ttl_ms
+        for role in config.roles:
+            ttl = role.lease_ttl_s or config.worker.lease_ttl_s
+            if ceiling is not None and ttl * 1000 > ceiling:
+                detail = (
+                    f"role {role.name}: lease_ttl_s {ttl:g} exceeds the tracker's "
+                    f"{ceiling / 1000:g}s heartbeat reset; it will be clamped"
+                )
+                report.add(f"lease_ttl:{role.name}", "warn", detail)
+        for problem in trigger_problems(config.roles, pipelines):
+            report.add("triggers", "warn", problem)
+    except (TrackerUnavailable, TimeoutError) as exc:
+        report.add(check, "fail", f"tracker {url} unreachable: {exc}")
+    except TrackerError as exc:
+        report.add(check, "fail", f"tracker {url}: {describe(exc, url, token_source)}")
+    finally:
+        await tracker.aclose()
+    for built_role in built:
+        issues = await readiness([built_role])
+        for issue in issues:
+            report.add(f"role:{built_role.name}", "fail", issue)
+        if not issues:
+            detail = f"role {built_role.name}: executor {built_role.config.executor} ready"
+            report.add(f"role:{built_role.name}", "ok", detail)
+
+
+@click.command("check")
+@config_option
+@tracker_option
+@role_option
+@token_options
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='One JSON object on stdout: {"ok": ..., "checks": [{"name", "ok", "level", "detail"}]}.',
+)
+def check_command(
+    config_path: Path | None, tracker: str | None, roles: tuple[str, ...], as_json: bool
+) -> None:
+    """Validate the configuration, reach the tracker and check every executor's readiness."""
+    report = CheckReport(as_json=as_json)
+
+    def refuse(exc: ConfigError) -> None:
+        if not as_json:
+            fail(str(exc), EXIT_CONFIG)
+        report.add("configuration", "fail", str(exc))
+        report.finish()
+        sys.exit(EXIT_CONFIG)
+
+    try:
+        config = load_selected(
+            config_path, overrides_of(**{"tracker.url": tracker}, **token_overrides()), roles
+        )
+    except ConfigError as exc:
+        refuse(exc)
+    report.add(
+        "configuration", "ok", f"configuration{f' {config.source}' if config.source else ''}"
+    )
+    try:
+        anyio.run(_check, config, report)
+    except ConfigError as exc:  # no rail at the path: the same error and exit code as `run`
+        refuse(exc)
+    report.finish()
+    sys.exit(EXIT_FAILURE if report.failed else EXIT_OK)

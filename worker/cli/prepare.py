@@ -1,0 +1,137 @@
+"""What ``run`` and ``check`` share: the configuration for the selected roles, their
+executors built and asked for readiness, the tracker opened as a worker opens it.
+
+It may touch the configuration, the plugin registry and the tracker factory; no daemon.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from plugins.api import SupportsReadiness
+from tracker_client.errors import ConfigError
+from tracker_client.factory import open_tracker
+from tracker_client.protocol import Tracker
+from worker.config import Config, load_config
+from worker.daemon import Role
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_TRACKER",
+    "build_roles",
+    "config_option",
+    "fail",
+    "load_selected",
+    "open_for_worker",
+    "overrides_of",
+    "readiness",
+    "role_option",
+    "select_roles",
+    "tracker_option",
+]
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_TRACKER = 0, 1, 2, 3
+
+
+def select_roles(config: Config, names: Sequence[str]) -> Config:
+    """Keep only the roles named (all when ``names`` is empty); unknown names are a ConfigError."""
+    if not config.roles:
+        where = f" in {config.source}" if config.source else ""
+        raise ConfigError(f"no [[roles]] configured{where}: a worker needs at least one role")
+    if not names:
+        return config
+    known = {r.name for r in config.roles}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(
+            f"--role {unknown[0]!r} is not configured "
+            f"(configured roles: {', '.join(sorted(known))})"
+        )
+    roles = tuple(r for r in config.roles if r.name in names)
+    return Config(
+        tracker=config.tracker,
+        worker=config.worker,
+        roles=roles,
+        source=config.source,
+        log_level=config.log_level,
+        log_format=config.log_format,
+    )
+
+
+def build_roles(config: Config) -> list[Role]:
+    """Load each role's executor through the plugin registry (``ExecutorError`` names it)."""
+    from plugins.registry import load_executor
+
+    return [Role(config=r, executor=load_executor(r.executor, r.options)) for r in config.roles]
+
+
+def load_selected(
+    config_path: Path | None, overrides: dict[str, Any], roles: Sequence[str]
+) -> Config:
+    """The configuration (file, environment, ``overrides``) with only the ``roles`` named."""
+    return select_roles(load_config(config_path, **overrides), roles)
+
+
+async def open_for_worker(config: Config) -> Tracker:
+    """Open the configured tracker as a worker does (never creating a rail).
+
+    The worker retries transient errors itself (bounded by the lease, :mod:`worker.retry`), so
+    the HTTP client is asked to try once: its own retries would multiply that budget.
+    """
+    options = dict(config.tracker.options)
+    if config.tracker.url.lower().startswith(("http://", "https://")):
+        # The request timeout is a wire option. No retry unless the config says otherwise:
+        # kept until the remote client tries once by default (then only timeout_s stays).
+        options.setdefault("timeout_s", config.tracker.request_timeout_s)
+        options.setdefault("retry_attempts", 1)
+    # create=False: a worker never starts a rail (a typo'd path would be an empty new one).
+    return await open_tracker(
+        config.tracker.url, api_token=config.tracker.api_token, create=False, **options
+    )
+
+
+def fail(message: str, code: int) -> None:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+async def readiness(roles: Sequence[Role]) -> list[str]:
+    """Every role's executor readiness problems, one line each (empty: ready)."""
+    problems: list[str] = []
+    for role in roles:
+        if not isinstance(role.executor, SupportsReadiness):
+            continue
+        try:
+            issues = await role.executor.readiness()
+        except Exception as exc:
+            issues = [f"readiness check crashed: {type(exc).__name__}: {exc}"]
+        problems.extend(f"role {role.name} ({role.config.executor}): {p}" for p in issues)
+    return problems
+
+
+def overrides_of(**flags: Any) -> dict[str, Any]:
+    """The flags that were given (None: not given, the configuration decides)."""
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="BACKLOG_WORKER_CONFIG",
+    help="TOML configuration file (env BACKLOG_WORKER_CONFIG).",
+)
+tracker_option = click.option(
+    "--tracker", help="Tracker URL: sqlite:///path.db or http://host:port."
+)
+role_option = click.option(
+    "--role", "roles", multiple=True, help="Serve only this configured role (repeatable)."
+)
