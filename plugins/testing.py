@@ -25,8 +25,12 @@ reports and artifacts land in lists, and lets the test cancel the run or signal 
             outcome = await harness.run(SlowGreeter({}))
         assert harness.cancelled and outcome.reason == "cancelled"
 
-Differences from a worker, on purpose: an exception raised by the executor propagates (you want
-the traceback in your test), and a return value that is not an outcome raises ExecutorError. By
+The executor is called the way a worker calls it (:mod:`worker.run.supervise`): the same time
+limit and the same outcomes with the same messages (``timeout``: "the executor did not finish
+within 2s"). One difference, on purpose and by default: an exception raised by the executor
+propagates (you want the traceback in your test), and a return value that is not an outcome
+raises ExecutorError with the message a worker would fail the run with. ``raise_errors=False``
+ends such runs as a worker does instead (``executor_error``, ``bad_executor_output``). By
 default every ``report`` is written at once, and ``events`` expands any batch the context still
 made (concurrent reports), so it lists exactly what the executor reported; ``sink.written`` has
 the events as a tracker would receive them. Pass ``report_policy`` to exercise batching.
@@ -47,16 +51,9 @@ from typing import Any
 
 import anyio
 
-from plugins.api import (
-    ExecutionContext,
-    Executor,
-    Failure,
-    Outcome,
-    ReportPolicy,
-    Transition,
-)
-from tracker_client.errors import ExecutorError
+from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
 from tracker_client.models import ArtifactCreate, Run, Task
+from worker.run.supervise import call_executor
 
 __all__ = ["ExecutorHarness", "RecordingSink"]
 
@@ -117,6 +114,8 @@ class ExecutorHarness:
     ``workdir``: used as is (created if missing, never deleted); when None a temporary directory
     is made per run and removed after it unless ``keep_workdir``. ``timeout_s`` sets the
     context's deadline and ends the run with ``Failure(reason="timeout")``, as the worker does.
+    ``raise_errors``: an executor's exception (or a return value that is no outcome) raises, as
+    by default, or ends the run with the worker's ``Failure`` when False.
     """
 
     def __init__(
@@ -139,6 +138,7 @@ class ExecutorHarness:
         keep_workdir: bool = False,
         timeout_s: float | None = None,
         report_policy: ReportPolicy | None = None,
+        raise_errors: bool = True,
     ) -> None:
         now = int(time.time() * 1000)
         self.task = Task(
@@ -170,6 +170,7 @@ class ExecutorHarness:
         self.keep_workdir = keep_workdir
         self.timeout_s = timeout_s
         self.report_policy = report_policy or ReportPolicy(max_events=1)
+        self.raise_errors = raise_errors
         self.sink = RecordingSink()
         self.logger = logging.getLogger("backlog_worker.executor.harness")
         #: True when the last run ended because :meth:`cancel` was called.
@@ -228,7 +229,8 @@ class ExecutorHarness:
         """Execute once and return the outcome. Buffered reports are flushed before returning.
 
         A run ended by :meth:`cancel` returns ``Failure(reason="cancelled")`` (``cancelled`` is
-        then True); a timeout returns ``Failure(reason="timeout")``; exceptions propagate.
+        then True); a timeout returns ``Failure(reason="timeout")``; exceptions propagate unless
+        ``raise_errors=False`` (see the class).
         """
         made_temp = self.workdir is None
         workdir = self.workdir or Path(tempfile.mkdtemp(prefix="executor-harness-"))
@@ -252,16 +254,15 @@ class ExecutorHarness:
             report_policy=self.report_policy,
         )
         self.context = ctx
-        outcome: Any = None
-        finished = False
-        cancel_requested = False
+        outcome: Outcome | None = None
         try:
-            with anyio.CancelScope(deadline=deadline or float("inf")) as scope:
+            with anyio.CancelScope() as scope:
                 self._scope = scope
                 if self._cancel_requested:
                     scope.cancel()
-                outcome = await executor.execute(ctx)
-                finished = True
+                outcome = await call_executor(
+                    executor, ctx, self.timeout_s, raise_errors=self.raise_errors
+                )
         finally:
             self._scope = None
             cancel_requested, self._cancel_requested = self._cancel_requested, False
@@ -269,16 +270,7 @@ class ExecutorHarness:
                 await ctx.flush()
                 if made_temp and not self.keep_workdir:
                     await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
-        if not finished:
-            if cancel_requested:
-                self.cancelled = True
-                return Failure(reason="cancelled", message="cancelled by the test harness")
-            return Failure(
-                reason="timeout", message=f"the executor did not finish within {self.timeout_s}s"
-            )
-        if not isinstance(outcome, Transition | Failure):
-            raise ExecutorError(
-                f"{type(executor).__name__}.execute returned {type(outcome).__name__}, "
-                "not Transition or Failure"
-            )
+        if outcome is None:
+            self.cancelled = cancel_requested
+            return Failure(reason="cancelled", message="cancelled by the test harness")
         return outcome
