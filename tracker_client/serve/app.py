@@ -22,7 +22,8 @@ a client can see:
 Everything a route is (method, path, auth class, body, answer, extension, whether it wakes long
 polls) is read from the wire contract (:mod:`tracker_client.nulltickets.contract`); this module
 only binds the table to the handlers of :mod:`~tracker_client.serve.routes` and
-:mod:`~tracker_client.serve.extra_routes`, and adds auth and the error pages.
+:mod:`~tracker_client.serve.extra_routes` (an operation without one is served by
+:func:`~tracker_client.serve.generic.generic_handler`), and adds auth and the error pages.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tracker_client.nulltickets import contract
 from tracker_client.protocol import Tracker
 from tracker_client.serve import extra_routes, routes
+from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
 from tracker_client.serve.http import GENERATION_HEADER, bearer, endpoint, error_response
 
@@ -70,13 +72,13 @@ def _starlette_path(op: contract.Operation) -> str:
 
 
 def _routes() -> list[Route]:
-    missing = {op.name for op in contract.OPERATIONS} ^ set(_HANDLERS)
-    if missing:  # a contract operation without a handler, or a handler of no operation
-        raise RuntimeError(f"served tracker: operations and handlers differ: {sorted(missing)}")
+    stray = set(_HANDLERS) - {op.name for op in contract.OPERATIONS}
+    if stray:  # a handler of no operation: a renamed or removed row
+        raise RuntimeError(f"served tracker: handlers of no contract operation: {sorted(stray)}")
     return [
         Route(
             _starlette_path(op),
-            endpoint(op, _HANDLERS[op.name]),
+            endpoint(op, _HANDLERS.get(op.name) or generic_handler(op)),
             methods=[op.method],
             name=op.name,
         )
