@@ -4,18 +4,23 @@
   ``sqlite:///:memory:`` or a bare filesystem path -> the embedded tracker. Query parameters
   become options, e.g. ``sqlite:///var/lib/backlog-worker/rail.db?synchronous=FULL&max_backlog_depth=5000``.
 * ``http://host:port`` / ``https://...`` -> the NullTickets client (``api_token`` is the admin
-  bearer token).
+  bearer token; the options of :class:`~tracker_client.nulltickets.options.ClientOptionArgs`,
+  also as query parameters, e.g. ``http://host:7700?timeout_s=5&retry_attempts=3``). It tries
+  each call once unless ``retry=`` (or a ``retry_*`` option) asks for retries.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from tracker_client.errors import ConfigError, NoRail
 from tracker_client.protocol import Tracker
+
+if TYPE_CHECKING:
+    from tracker_client.nulltickets.options import RetrySettings
 
 __all__ = ["open_tracker", "parse_sqlite_url", "require_rail"]
 
@@ -67,17 +72,26 @@ def require_rail(url: str) -> None:
 
 
 async def open_tracker(
-    url: str, *, api_token: str | None = None, create: bool = True, **options: Any
+    url: str,
+    *,
+    api_token: str | None = None,
+    create: bool = True,
+    retry: RetrySettings | None = None,
+    **options: Any,
 ) -> Tracker:
     """Open the tracker ``url`` names. The caller owns it and must ``await tracker.aclose()``.
 
     ``create=False``: an embedded rail file that is missing or empty is ``NoRail`` instead of
-    becoming a new rail (every command but ``pipeline create``).
+    becoming a new rail (every command but ``pipeline create``). ``retry``: how a remote
+    tracker retries a transient failure (``retry_*`` options and URL parameters override single
+    fields; None: it tries once); an embedded tracker answers in process and ignores it.
     """
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         from tracker_client.nulltickets.client import RemoteTracker
 
+        if retry is not None:
+            options["retry"] = retry
         return RemoteTracker(url, api_token=api_token, **options)
     if _embedded(url):
         from tracker_client.embedded import EmbeddedTracker

@@ -29,7 +29,7 @@ from tracker_client.errors import (
 )
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
-from tracker_client.nulltickets.transport import error_from_response, parse_error_body
+from tracker_client.nulltickets.wire_errors import error_for, parse_error_body
 
 NO_RETRY = RetrySettings(attempts=1)
 FAST = RetrySettings(attempts=3, initial_s=0.001, max_wait_s=0.002)
@@ -64,7 +64,7 @@ def _body(code: str, message: str = "m", **extra: object) -> bytes:
     ],
 )
 def test_status_then_code_mapping(status, body, lease_route, kind, code) -> None:
-    exc = error_from_response(status, body, {}, what="POST /x", lease_route=lease_route)
+    exc = error_for(status, body, {}, what="POST /x", lease_route=lease_route)
     assert type(exc) is kind
     assert exc.code == code
 
@@ -73,9 +73,7 @@ def test_backlog_full_carries_role_depth_cap_and_retry_after() -> None:
     body = _body(
         "backlog_full", "backlog of role 'r' is full: 3 waiting, cap 3", role="r", depth=3, cap=3
     )
-    exc = error_from_response(
-        429, body, {"retry-after": "7"}, what="POST /tasks", lease_route=False
-    )
+    exc = error_for(429, body, {"retry-after": "7"}, what="POST /tasks", lease_route=False)
     assert isinstance(exc, BacklogFull)
     assert (exc.role, exc.depth, exc.cap, exc.retry_after_s) == ("r", 3, 3, 7.0)
     assert str(exc) == "backlog of role 'r' is full: 3 waiting, cap 3"

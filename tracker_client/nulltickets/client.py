@@ -1,248 +1,402 @@
 """The NullTickets HTTP client: :class:`RemoteTracker` implements the ``Tracker`` protocol.
 
-It talks to a real NullTickets server (CONTRACT.md) or to ``backlog-worker tracker serve`` (the
-embedded tracker over the same API, with the traps fixed and extension routes). It absorbs the
-server's traps so that the worker cannot tell the difference:
+It talks to a real NullTickets server (CONTRACT.md) or to ``backlog-worker tracker serve`` and
+absorbs the server's traps so that the worker cannot tell the difference. It is composed of
+:class:`~.options.ClientOptions` (every option, parsed once), :class:`~.transport.HttpTransport`
+(one request: connection, credentials, timeouts, size guard, errors; no retry unless asked),
+:class:`~.discovery.Discovery` (``GET /health`` read once), :class:`~.wire.Wire` (a row of the
+contract table turned into a request and its answer into a model) and the quirks, each where it
+is handled: :mod:`.tasks` (retry defaults, bulk splitting, the 500 on unknown artifact ids),
+:mod:`.leases` (TTL clamp, the 300 s reset on heartbeat, event trimming, ``fail`` and allowed
+triggers read back, ``release`` by expiry), :mod:`.reads` (cursors rebuilt from the last item),
+:mod:`.waiting` (long polls, or polling and sleeping on a plain server), :mod:`.limits`.
 
-* one connection per request, timeouts, ``Content-Length`` bodies, requests kept under 60 KB
-  (bulk creates split, oversized event data trimmed with a marker, anything else refused before
-  sending);
-* admin token on admin routes, the lease token replacing it on lease routes;
-* an idempotency key per logical write, reused across its retries only (never on heartbeats, a
-  fresh one per claim so a cached 204 is never replayed);
-* cursors built from the last item (the server's own ``next_cursor`` skips one item per page);
-* error bodies parsed defensively; statuses mapped to :mod:`tracker_client.errors`; transient
-  failures retried by tenacity;
-* dead letters read back from the task after ``fail``; leases over 300 s clamped.
-
-Backlog operations NullTickets lacks raise :class:`~tracker_client.errors.Unsupported` naming the
-operation on a plain server, and use the extension routes when the server is
-``backlog-worker tracker serve`` (detected once, from ``"extensions"`` in ``GET /health``).
-``wait`` polls the task on a plain server; ``wait_for_work`` sleeps.
-
-Splitting a bulk create makes it non-atomic on a NullTickets server (see ``create_tasks``).
+The methods below say only what differs from the table; backlog operations NullTickets lacks
+raise :class:`~tracker_client.errors.Unsupported` naming the operation on a plain server.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Unpack
 
-import anyio
-from pydantic import TypeAdapter
+import httpx
+from pydantic import SecretStr
 
-from tracker_client.capabilities import Capabilities
-from tracker_client.errors import TrackerUnavailable
+from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.models import (
     Artifact,
+    ArtifactCreate,
+    Assignment,
     CancelResult,
+    Dependency,
     Event,
+    FailResult,
+    Health,
+    Lease,
     MaintenanceReport,
     Page,
+    Pipeline,
+    QueueStats,
+    ReleaseResult,
     RequeueResult,
     Run,
+    StoreEntry,
+    Task,
+    TaskCreate,
     TaskDetail,
+    TransitionResult,
     WaitResult,
 )
-from tracker_client.nulltickets.leases import RemoteLeases
-from tracker_client.nulltickets.transport import RetrySettings, encode_query
-from tracker_client.nulltickets.transport import quote_segment as seg
+from tracker_client.nulltickets import leases, reads
+from tracker_client.nulltickets import tasks as writes
+from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
+from tracker_client.nulltickets.discovery import Advertised, Discovery
+from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
+from tracker_client.nulltickets.transport import HttpTransport, check_json
+from tracker_client.nulltickets.waiting import Waiting
+from tracker_client.nulltickets.wire import Wire
 
-__all__ = ["Capabilities", "RemoteTracker", "RetrySettings"]
-
-_RUNS = TypeAdapter(list[Run])
-_EVENT_PAGE = TypeAdapter(Page[Event])
-
-#: Longest single long-poll of ``GET /tasks/{id}/wait``; longer waits loop.
-WAIT_CHUNK_S = 25.0
+__all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 
 
-class RemoteTracker(RemoteLeases):
+class RemoteTracker:
     """The ``Tracker`` protocol over HTTP (NullTickets or ``backlog-worker tracker serve``).
 
-    ``RemoteTracker(url, api_token=None, timeout_s=10.0, connect_timeout_s=5.0, retry=None,
-    retry_attempts=..., retry_initial_s=..., retry_max_wait_s=..., retry_budget_s=...,
-    max_request_bytes=60_000, poll_interval_s=1.0, transport=None)``. Options may also be given
-    as URL query parameters (``http://host:7700?timeout_s=5``); strings are coerced.
-    ``max_lease_ttl_ms`` tells the worker the longest lease that survives a heartbeat
-    (300 s on NullTickets).
+    ``RemoteTracker(url, api_token=None, transport=None, **options)`` with the options of
+    :class:`~.options.ClientOptionArgs` (``timeout_s``, ``connect_timeout_s``, ``retry``,
+    ``retry_attempts``/``retry_initial_s``/``retry_max_wait_s``/``retry_budget_s``,
+    ``max_request_bytes``, ``poll_interval_s``), which may also ride on the URL
+    (``http://host:7700?timeout_s=5``; strings are coerced). A call is tried once unless
+    ``retry``/``retry_attempts`` ask for more. ``transport`` replaces httpx's (tests).
     """
 
-    # -- runs and task events -----------------------------------------------------------------
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_token: str | SecretStr | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[ClientOptionArgs],
+    ) -> None:
+        token = api_token.get_secret_value() if isinstance(api_token, SecretStr) else api_token
+        self.options = ClientOptions.parse(url, api_token=token, **options)
+        self.url = self.options.url
+        self.poll_interval_s = self.options.poll_interval_s
+        self._http = HttpTransport(self.options, transport)
+        self._discovery = Discovery(self._http, self.url)
+        self._wire = Wire(self._http, self._discovery)
+        self._waiting = Waiting(self._wire, self.options.poll_interval_s)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    # -- lifecycle and capabilities -------------------------------------------------------------
+    @property
+    def advertised(self) -> Advertised | None:
+        """What ``/health`` advertised; None until the first request."""
+        return self._discovery.advertised
+
+    async def capabilities(self) -> Capabilities:
+        """What this server can do, from ``/health`` (read once; a plain NullTickets: nothing)."""
+        return await self._discovery.capabilities()
+
+    @property
+    def max_lease_ttl_ms(self) -> int | None:
+        """The longest lease that survives a heartbeat (300 s on NullTickets; None: no limit).
+        Prefer ``capabilities().max_lease_ttl_ms``."""
+        return self._discovery.max_lease_ttl_ms
+
+    async def health(self) -> Health:
+        """``GET /health``; also refreshes what the server advertises about itself."""
+        return self._wire.parse(operation("health"), await self._discovery.health(), Health)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._http.aclose()
+
+    # -- pipelines ------------------------------------------------------------------------------
+    async def create_pipeline(
+        self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> str:
+        """``POST /pipelines``; returns the id. The definition is sent as given (the tracker
+        names what is wrong with one that is no object)."""
+        check_json(definition, "pipeline definition")
+        body = {"name": name, "definition": definition}
+        if isinstance(definition, Mapping):
+            body["definition"] = dict(definition)
+        answer = await self._wire.call(
+            "create_pipeline", body=body, idempotency_key=idempotency_key, into=IdAnswer
+        )
+        return answer.id
+
+    async def list_pipelines(self) -> list[Pipeline]:
+        """``GET /pipelines``, newest first."""
+        return await self._wire.call("list_pipelines", into=list[Pipeline])
+
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        """``GET /pipelines/{pipeline_id}``."""
+        return await self._wire.call("get_pipeline", pipeline_id, into=Pipeline)
+
+    # -- tasks ----------------------------------------------------------------------------------
+    async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
+        """``POST /tasks``; returns the id (see :func:`.tasks.task_body` for what is sent)."""
+        body = await writes.task_body(self._wire, task, "create_task")
+        answer = await self._wire.call(
+            "create_task", body=body, idempotency_key=idempotency_key, into=IdAnswer
+        )
+        return answer.id
+
+    async def create_tasks(
+        self, tasks: Sequence[TaskCreate], *, idempotency_key: str | None = None
+    ) -> list[str]:
+        """``POST /tasks/bulk``, split into requests that fit the server's size limit (only on
+        NullTickets): then each request is atomic but the batch is not; an error carries
+        ``created_ids``, and the *same* ``idempotency_key`` resumes without duplicates."""
+        return await writes.create_tasks(self._wire, tasks, idempotency_key)
+
+    async def list_tasks(
+        self,
+        *,
+        stage: str | None = None,
+        pipeline_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Task]:
+        """``GET /tasks``; ``next_cursor`` is rebuilt from the last item (no skipped task)."""
+        return await reads.list_tasks(self._wire, stage, pipeline_id, limit, cursor)
+
+    async def get_task(self, task_id: str) -> TaskDetail:
+        """``GET /tasks/{task_id}``."""
+        return await reads.get_task(self._wire, task_id)
+
     async def list_runs(self, task_id: str) -> list[Run]:
         """Every run of the task (served tracker); only the latest run on NullTickets."""
-        if await self._has("runs"):
-            doc = await self._json("GET", f"/tasks/{seg(task_id)}/runs")
-            return self._parse(_RUNS, doc, "GET /tasks/{id}/runs")
-        detail = await self.get_task(task_id)
-        return [detail.latest_run] if detail.latest_run is not None else []
+        return await reads.list_runs(self._wire, task_id)
+
+    # -- dependencies and assignments -----------------------------------------------------------
+    async def add_dependency(
+        self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """``POST /tasks/{task_id}/dependencies`` (cycles refused)."""
+        body = {"depends_on_task_id": depends_on_task_id}
+        await self._wire.send("add_dependency", task_id, body=body, idempotency_key=idempotency_key)
+
+    async def list_dependencies(self, task_id: str) -> list[Dependency]:
+        """``GET /tasks/{task_id}/dependencies``."""
+        return await self._wire.call("list_dependencies", task_id, into=list[Dependency])
+
+    async def assign(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        assigned_by: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """``POST /tasks/{task_id}/assignments``."""
+        body = {"agent_id": agent_id}
+        if assigned_by is not None:
+            body["assigned_by"] = assigned_by
+        await self._wire.send("assign", task_id, body=body, idempotency_key=idempotency_key)
+
+    async def list_assignments(self, task_id: str) -> list[Assignment]:
+        """``GET /tasks/{task_id}/assignments``."""
+        return await self._wire.call("list_assignments", task_id, into=list[Assignment])
+
+    async def unassign(
+        self, task_id: str, agent_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """``DELETE /tasks/{task_id}/assignments/{agent_id}``."""
+        await self._wire.send("unassign", task_id, agent_id, idempotency_key=idempotency_key)
+
+    # -- leases and runs ------------------------------------------------------------------------
+    async def claim(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        *,
+        per_state: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease | None:
+        """``POST /leases/claim`` with a fresh key per call; None on 204 (no work).
+
+        The TTL must be 1..86,400,000 ms; on a NullTickets server one over 300 s is clamped.
+        """
+        return await leases.claim(
+            self._wire, agent_id, role, lease_ttl_ms, per_state, idempotency_key
+        )
+
+    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
+        """``POST /leases/{lease_id}/heartbeat`` (no idempotency key); the new expiry. A
+        NullTickets server always answers now + 300 s."""
+        return await leases.heartbeat(self._wire, lease, lease_ttl_ms)
+
+    async def add_event(
+        self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> int:
+        """``POST /runs/{run_id}/events``; data over the size budget is trimmed with a marker."""
+        return await leases.add_event(self._wire, lease, kind, data, idempotency_key)
+
+    async def list_events(
+        self, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Event]:
+        """``GET /runs/{run_id}/events``; cursor rebuilt from the last item."""
+        return await reads.list_events(self._wire, run_id, limit, cursor)
 
     async def list_task_events(
         self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
     ) -> Page[Event]:
         """Every event of the task, or those of one ``kind`` (served tracker only)."""
-        await self._require("task_events", "list_task_events")
-        self._check_limit(limit, "list_task_events")
-        query = encode_query({"limit": limit, "cursor": cursor, "kind": kind})
-        doc = await self._json("GET", f"/tasks/{seg(task_id)}/events?{query}")
-        page = self._parse(_EVENT_PAGE, doc, "GET /tasks/{id}/events")
-        last = page.items[-1].id if page.items and page.next_cursor is not None else None
-        return Page[Event](items=page.items, next_cursor=None if last is None else str(last))
+        return await reads.list_task_events(self._wire, task_id, limit, cursor, kind)
 
-    # -- backlog extensions -------------------------------------------------------------------
+    async def transition(
+        self,
+        lease: LeaseRef,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        usage: Any = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """``POST /runs/{run_id}/transition``; an invalid trigger lists the allowed ones."""
+        fields = {
+            "expected_stage": expected_stage,
+            "expected_task_version": expected_task_version,
+            "instructions": instructions,
+            "usage": usage,
+        }
+        return await leases.transition(self._wire, lease, trigger, fields, idempotency_key)
+
+    async def fail(
+        self,
+        lease: LeaseRef,
+        error: str,
+        *,
+        usage: Any = None,
+        retryable: bool = True,
+        idempotency_key: str | None = None,
+    ) -> FailResult:
+        """``POST /runs/{run_id}/fail``; what happened next is read back from the task when the
+        server does not say (NullTickets). ``retryable=False`` dead-letters at once on the
+        served tracker; NullTickets ignores it."""
+        return await leases.fail(self._wire, lease, error, usage, retryable, idempotency_key)
+
+    async def release(
+        self,
+        lease: LeaseRef,
+        reason: str = "worker_shutdown",
+        *,
+        idempotency_key: str | None = None,
+    ) -> ReleaseResult:
+        """``POST /runs/{run_id}/release`` (served tracker): claimable again at once, no attempt
+        counted. A plain server has no such route and its ``fail`` counts an attempt, so nothing
+        is sent there: the lease is left to expire (``released=False``)."""
+        return await leases.release(self._wire, lease, reason, idempotency_key)
+
+    # -- artifacts and operations ---------------------------------------------------------------
+    async def add_artifact(
+        self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
+    ) -> str:
+        """``POST /artifacts``. After a 500 the ids are checked (NullTickets answers 500, not
+        404, for an unknown ``task_id``/``run_id``): an unknown one is ``NotFound``."""
+        return await writes.add_artifact(self._wire, artifact, idempotency_key)
+
+    async def list_artifacts(
+        self,
+        *,
+        task_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Artifact]:
+        """``GET /artifacts``; cursor rebuilt from the last item."""
+        return await reads.list_artifacts(self._wire, task_id, run_id, limit, cursor)
+
+    async def queue_stats(
+        self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
+    ) -> QueueStats:
+        """``GET /ops/queue`` (``near_expiry_ms=None``: see :func:`.reads.queue_stats`)."""
+        return await reads.queue_stats(self._wire, near_expiry_ms, stuck_ms)
+
+    # -- KV store -------------------------------------------------------------------------------
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """``PUT /store/{namespace}/{key}`` (an upsert; no idempotency key needed)."""
+        check_json(value, f"store value {namespace}/{key}")
+        await self._wire.send("store_put", namespace, key, body={"value": value})
+
+    async def store_get(self, namespace: str, key: str) -> StoreEntry:
+        """``GET /store/{namespace}/{key}``."""
+        return await self._wire.call("store_get", namespace, key, into=StoreEntry)
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """``DELETE /store/{namespace}/{key}``."""
+        await self._wire.send("store_delete", namespace, key)
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """``GET /store/{namespace}``."""
+        return await self._wire.call("store_list", namespace, into=list[StoreEntry])
+
+    async def store_delete_namespace(self, namespace: str) -> None:
+        """``DELETE /store/{namespace}``."""
+        await self._wire.send("store_delete_namespace", namespace)
+
+    async def store_search(
+        self,
+        query: str,
+        *,
+        namespace: str | None = None,
+        limit: int = 10,
+        filter_path: str | None = None,
+        filter_value: str | None = None,
+    ) -> list[StoreEntry]:
+        """``GET /store/search`` (full text)."""
+        params = {
+            "q": query,
+            "namespace": namespace,
+            "limit": limit,
+            "filter_path": filter_path,
+            "filter_value": filter_value,
+        }
+        return await self._wire.call("store_search", query=params, into=list[StoreEntry])
+
+    # -- backlog extensions (served tracker only) ----------------------------------------------
     async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
-        """``POST /tasks/{id}/cancel`` (served tracker only)."""
-        await self._require("cancel", "cancel")
-        doc = await self._json(
-            "POST",
-            f"/tasks/{seg(task_id)}/cancel",
-            body={"reason": reason},
-            idempotency_key=self._key(None),
-        )
-        return self._parse(CancelResult, doc, "POST /tasks/{id}/cancel")
+        """``POST /tasks/{task_id}/cancel``."""
+        return await self._wire.call("cancel", task_id, body={"reason": reason}, into=CancelResult)
 
     async def cancel_all(self, *, pipeline_id: str | None = None, role: str | None = None) -> int:
-        """``POST /ops/cancel-all`` (served tracker only); returns how many were cancelled."""
-        await self._require("cancel_all", "cancel_all")
+        """``POST /ops/cancel-all``; how many tasks were cancelled."""
         body = {k: v for k, v in (("pipeline_id", pipeline_id), ("role", role)) if v is not None}
-        doc = await self._json(
-            "POST", "/ops/cancel-all", body=body, idempotency_key=self._key(None)
-        )
-        count = doc.get("cancelled") if isinstance(doc, dict) else None
-        if not isinstance(count, int):
-            raise TrackerUnavailable(
-                "POST /ops/cancel-all: answer without 'cancelled'", code="invalid_response"
-            )
-        return count
+        answer = await self._wire.call("cancel_all", body=body, into=CancelCountAnswer)
+        return answer.cancelled
 
     async def requeue(
         self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True
     ) -> RequeueResult:
-        """``POST /tasks/{id}/requeue`` (served tracker only)."""
-        await self._require("requeue", "requeue")
+        """``POST /tasks/{task_id}/requeue``."""
         body: dict[str, Any] = {"reset_attempts": reset_attempts}
         if stage is not None:
             body["stage"] = stage
-        doc = await self._json(
-            "POST",
-            f"/tasks/{seg(task_id)}/requeue",
-            body=body,
-            idempotency_key=self._key(None),
-        )
-        return self._parse(RequeueResult, doc, "POST /tasks/{id}/requeue")
+        return await self._wire.call("requeue", task_id, body=body, into=RequeueResult)
 
     async def maintenance(self) -> MaintenanceReport:
-        """``POST /ops/maintenance`` (served tracker only).
-
-        NullTickets reclaims expired leases itself, but only during claims.
-        """
-        await self._require("maintenance", "maintenance")
-        doc = await self._json("POST", "/ops/maintenance", body={})
-        return self._parse(MaintenanceReport, doc, "POST /ops/maintenance")
+        """``POST /ops/maintenance`` (NullTickets reclaims expired leases itself, during
+        claims only)."""
+        return await self._wire.call("maintenance", into=MaintenanceReport)
 
     async def wait_for_work(self, timeout_s: float) -> None:
         """Long-poll ``GET /ops/wait-for-work`` (served tracker); sleep ``timeout_s`` elsewhere.
+        Returning is a hint, not a promise of work."""
+        await self._waiting.wait_for_work(timeout_s)
 
-        Returning is a hint, not a promise of work; a transport failure also just returns (after
-        at most ``timeout_s``) so an idle worker goes back to claiming.
-        """
-        since = self._http.generation  # before any await: a write racing with this call counts
-        timeout_s = max(0.0, timeout_s)
-        if not await self._has("wait_for_work"):
-            await anyio.sleep(timeout_s)
-            return
-        deadline = anyio.current_time() + timeout_s
-        query = encode_query(
-            {"timeout_ms": math.ceil(min(timeout_s, WAIT_CHUNK_S) * 1000), "since": since}
-        )
-        try:
-            await self._call(
-                "GET",
-                f"/ops/wait-for-work?{query}",
-                read_timeout_s=min(timeout_s, WAIT_CHUNK_S) + self._read_timeout() + 1.0,
-                retry=False,
-            )
-        except TrackerUnavailable:
-            await anyio.sleep(max(0.0, deadline - anyio.current_time()))
-
-    def _read_timeout(self) -> float:
-        return self._http.timeout.read or 10.0
-
-    # -- wait ---------------------------------------------------------------------------------
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
-        """Block until the task is finished or ``timeout_s`` passes.
-
-        Long-polls ``GET /tasks/{id}/wait`` on the served tracker; polls ``GET /tasks/{id}``
-        every ``poll_interval_s`` on NullTickets.
-        """
-        deadline = anyio.current_time() + max(0.0, timeout_s)
-        if await self._has("wait"):
-            while True:
-                remaining = max(0.0, deadline - anyio.current_time())
-                chunk = min(remaining, WAIT_CHUNK_S)
-                query = encode_query({"timeout_ms": math.ceil(chunk * 1000)})
-                doc = await self._json(
-                    "GET",
-                    f"/tasks/{seg(task_id)}/wait?{query}",
-                    read_timeout_s=chunk + self._read_timeout() + 1.0,
-                )
-                result = self._parse(WaitResult, doc, "GET /tasks/{id}/wait")
-                if result.finished or anyio.current_time() >= deadline:
-                    return result
-        while True:
-            detail = await self.get_task(task_id)
-            outcome = await self._outcome(detail)
-            if outcome is not None:
-                return await self._finished(detail, outcome)
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                return WaitResult(finished=False, outcome="pending", task=detail)
-            await anyio.sleep(min(self.poll_interval_s, remaining))
-
-    async def _outcome(self, detail: TaskDetail) -> Any:
-        reason = detail.dead_letter_reason
-        if reason is not None:
-            return reason if reason in ("cancelled", "expired") else "dead_lettered"
-        definition = self._pipelines.get(detail.pipeline_id)
-        if definition is None:
-            # Pipelines cannot be changed on NullTickets: cache the definition.
-            definition = (await self.get_pipeline(detail.pipeline_id)).definition
-            self._pipelines[detail.pipeline_id] = definition
-        states = definition.get("states")
-        state = states.get(detail.stage) if isinstance(states, dict) else None
-        if isinstance(state, dict) and state.get("terminal") is True:
-            return "done"
-        return None
-
-    async def _finished(self, detail: TaskDetail, outcome: Any) -> WaitResult:
-        artifacts: list[Artifact] = []
-        cursor: str | None = None
-        while True:
-            page = await self.list_artifacts(task_id=detail.id, limit=1000, cursor=cursor)
-            artifacts.extend(page.items)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        result_event: Event | None = None
-        run_ids = [detail.latest_run.id] if detail.latest_run is not None else []
-        if await self._has("runs"):
-            run_ids = [r.id for r in await self.list_runs(detail.id)] or run_ids
-        for run_id in reversed(run_ids):
-            cursor = None
-            while True:
-                events = await self.list_events(run_id, limit=1000, cursor=cursor)
-                for event in events.items:
-                    if event.kind == "result":
-                        result_event = event
-                cursor = events.next_cursor
-                if cursor is None:
-                    break
-            if result_event is not None:
-                break
-        return WaitResult(
-            finished=True,
-            outcome=outcome,
-            task=detail,
-            artifacts=artifacts,
-            result_event=result_event,
-        )
+        """Block until the task is finished or ``timeout_s`` passes: a long poll on the served
+        tracker, ``GET /tasks/{task_id}`` every ``poll_interval_s`` on NullTickets."""
+        return await self._waiting.wait(task_id, timeout_s)

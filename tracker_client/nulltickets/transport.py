@@ -1,4 +1,4 @@
-"""The HTTP layer of the NullTickets client: one request, its credentials, retries and errors.
+"""The HTTP layer of the NullTickets client: one request, its credentials, size guard and errors.
 
 This is the only module that touches ``httpx``. It implements the transport half of
 CONTRACT.md s.9 ("What a robust worker must do"):
@@ -6,16 +6,21 @@ CONTRACT.md s.9 ("What a robust worker must do"):
 * one TCP connection per request (no keep-alive pool: the real server is single-threaded and a
   connection left idle against it blocks every other client) and ``Connection: close``;
 * explicit connect/read/write timeouts;
-* bodies are serialised once to bytes (so a retry sends the *same* bytes under the same
+* bodies are bytes serialised once (so a retry sends the *same* bytes under the same
   ``Idempotency-Key``) and always carry ``Content-Length``, never chunked encoding;
 * a size guard: a request over ``max_request_bytes`` is refused with ``ValidationFailed`` before
   it is sent, because the server drops requests over 64 KiB without any answer;
 * the admin token on admin routes, the lease token *replacing* it on lease routes (there is no
   session-wide ``Authorization`` header to merge with);
-* error bodies are parsed defensively (two of the server's error bodies are invalid JSON) and
-  dispatched on the status first, then on ``error.code``;
-* resets, timeouts and 5xx become ``TrackerUnavailable``, retried by tenacity (exponential
-  backoff with jitter, a ceiling per wait and a total budget) with the same key and bytes.
+* an error answer becomes an exception through the contract's error table
+  (:func:`~tracker_client.nulltickets.wire_errors.error_for`); resets and timeouts become
+  ``TrackerUnavailable``.
+
+It does not retry unless asked: only when its :class:`RetrySettings` allow more than one attempt
+(an operator command, or a ``retry_attempts`` option) is a ``TrackerUnavailable`` retried, by
+tenacity (exponential backoff with full jitter, a ceiling per wait and a total budget), with the
+same key and bytes. It knows nothing of operations: :mod:`~tracker_client.nulltickets.wire`
+turns an operation of the contract table into the method, path and credentials sent here.
 """
 
 from __future__ import annotations
@@ -23,90 +28,42 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
 import anyio
 import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
-from tracker_client.errors import (
-    BacklogFull,
-    Conflict,
-    InvalidTransition,
-    LeaseLost,
-    NotFound,
-    TokenRefused,
-    TrackerError,
-    TrackerRejected,
-    TrackerUnavailable,
-    Unsupported,
-    ValidationFailed,
-)
+from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
+from tracker_client.nulltickets.options import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    ClientOptions,
+    RetrySettings,
+)
+from tracker_client.nulltickets.wire_errors import error_for
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
-    "Auth",
-    "HttpCore",
+    "Credentials",
+    "HttpTransport",
     "RetrySettings",
     "check_json",
     "dumps",
     "encode_query",
-    "error_from_response",
     "loads",
-    "parse_error_body",
-    "quote_segment",
     "request_size",
 ]
 
 log = logging.getLogger("backlog_worker.tracker.remote")
 
-#: The real server drops requests over 65,536 bytes (request line + headers + body) unanswered.
-DEFAULT_MAX_REQUEST_BYTES = 60_000
-
-#: ``any_bearer``: the admin token, or a placeholder when none is set: NullTickets puts
-#: ``GET /runs/{id}/events`` in its lease class, whose auth layer wants *some* Bearer value.
-Auth = Literal["admin", "lease", "public", "any_bearer"]
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    """How transient failures (``TrackerUnavailable``) are retried.
-
-    ``attempts`` counts the first try (1 = no retry). Waits are exponential from ``initial_s``
-    with full jitter, each at most ``max_wait_s``; retrying stops once ``budget_s`` seconds have
-    passed since the first try. Every retry of one logical call reuses its idempotency key and
-    body bytes.
-    """
-
-    attempts: int = 6
-    initial_s: float = 0.1
-    max_wait_s: float = 5.0
-    budget_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"retry attempts must be >= 1, got {self.attempts}")
-        for name in ("initial_s", "max_wait_s", "budget_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"retry {name} must be >= 0, got {getattr(self, name)}")
-
-
-def quote_segment(value: str) -> str:
-    """Percent-encode one path segment (``/`` included), as the server decodes segments."""
-    return quote(value, safe="")
+#: Which ``Authorization`` a request carries: none (``public``), the api token (``admin``), the
+#: lease token instead of it (``lease``), or ``any_bearer``: the api token, or a placeholder when
+#: none is set (NullTickets puts ``GET /runs/{id}/events`` in its lease class, whose auth layer
+#: wants *some* Bearer value).
+Credentials = Literal["admin", "lease", "public", "any_bearer"]
 
 
 def encode_query(params: Mapping[str, object | None]) -> str:
@@ -125,104 +82,6 @@ def encode_query(params: Mapping[str, object | None]) -> str:
     return "&".join(parts)
 
 
-_CODE_RE = re.compile(rb'"code"\s*:\s*"([A-Za-z0-9_]+)"')
-_MESSAGE_RE = re.compile(rb'"message"\s*:\s*"(.*)"\s*}\s*}\s*$', re.DOTALL)
-
-
-def parse_error_body(body: bytes) -> tuple[str | None, str, dict[str, Any]]:
-    """Read ``{"error":{"code","message",...}}`` from an error answer, whatever shape it has.
-
-    Returns (code, message, the whole ``error`` object). Two of the real server's error bodies
-    are invalid JSON (an unescaped quote in the message): the code and message are then taken
-    with a tolerant pattern. An empty or foreign body gives ``(None, <text excerpt>, {})``.
-    """
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        code_match = _CODE_RE.search(body)
-        msg_match = _MESSAGE_RE.search(body)
-        code = code_match.group(1).decode() if code_match else None
-        if msg_match:
-            message = msg_match.group(1).decode("utf-8", "replace")
-        else:
-            message = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
-        return code, message, {}
-    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
-        err = doc["error"]
-        code = err.get("code") if isinstance(err.get("code"), str) else None
-        message = err.get("message") if isinstance(err.get("message"), str) else ""
-        return code, message or (code or "(no message)"), err
-    return None, body[:200].decode("utf-8", "replace").strip() or "(empty body)", {}
-
-
-def _int_or(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def error_from_response(
-    status: int,
-    body: bytes,
-    headers: Mapping[str, str],
-    *,
-    what: str,
-    lease_route: bool,
-) -> TrackerError:
-    """Map an error answer to the exception tree: status first, then ``error.code``.
-
-    ``what`` names the request (``"POST /tasks"``); ``lease_route`` marks the routes
-    authenticated by the lease token, where 404/410 (and 401: the token no longer matches a
-    lease) mean the lease is lost.
-    """
-    code, message, err = parse_error_body(body)
-    # The tracker's own message, unchanged, when it gave one: the worker sees the same text
-    # from the served tracker as from the embedded one. Without one, say what failed.
-    text = message if code is not None else f"{what}: {status}: {message}"
-    if lease_route and status in (404, 410):
-        return LeaseLost(text, code=code or ("expired" if status == 410 else "not_found"))
-    if lease_route and status == 401:
-        return LeaseLost(text, code="invalid_token")
-    if status == 409:
-        return Conflict(text, code=code)
-    if status == 400 and code == "invalid_transition":
-        allowed = err.get("allowed")
-        names = [a for a in allowed if isinstance(a, str)] if isinstance(allowed, list) else []
-        return InvalidTransition(text, code=code, allowed=names)
-    if status == 400:
-        return ValidationFailed(text, code=code)
-    if status == 404:
-        return NotFound(text, code=code)
-    if status == 429:
-        retry_after: float | None = None
-        try:
-            retry_after = float(headers.get("retry-after", ""))
-        except ValueError:
-            retry_after = None
-        return BacklogFull(
-            text,
-            role=str(err.get("role", "")),
-            depth=_int_or(err.get("depth"), -1),
-            cap=_int_or(err.get("cap"), -1),
-            code=code,
-            retry_after_s=retry_after,
-        )
-    if status in (401, 403):
-        return TokenRefused(
-            f"{what}: {status} {text} (the tracker refused the api token: check tracker.api_token)",
-            code=code or "unauthorized",
-            status=status,
-            detail=f"{what}: {message}",
-        )
-    if status == 413:
-        return ValidationFailed(text, code=code or "request_too_large")
-    if status == 501:
-        return Unsupported(text, code=code)
-    if status >= 500:
-        return TrackerUnavailable(
-            f"{what}: {status} {code or 'error'}: {message}", code=code or "server_error"
-        )
-    return TrackerRejected(text, code=code or f"http_{status}")
-
-
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """httpx's default TLS context, built once per process (building one costs ~50-200 ms,
@@ -230,29 +89,23 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-class HttpCore:
-    """Sends one logical request (with its retries) and returns the successful response."""
+class HttpTransport:
+    """Sends one request (with retries only when its settings ask) and returns a 2xx answer."""
 
     def __init__(
-        self,
-        url: str,
-        *,
-        api_token: str | None,
-        timeout_s: float,
-        connect_timeout_s: float,
-        retry: RetrySettings,
-        max_request_bytes: int,
-        transport: httpx.AsyncBaseTransport | None = None,
+        self, options: ClientOptions, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
-        self._api_token = api_token
-        self.retry = retry
+        self._api_token = options.api_token
+        #: How a ``TrackerUnavailable`` is retried (:data:`~.options.NO_RETRY`: it is not).
+        self.retry = options.retry
         #: The served tracker's ``X-Rail-Generation`` last seen (its count of work-making
         #: writes); ``wait_for_work`` sends it so a write that raced with the wait still wakes it.
         self.generation: str | None = None
-        self.max_request_bytes = max_request_bytes
-        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        #: The size guard; the server's own advertised limit replaces it once known.
+        self.max_request_bytes = options.max_request_bytes
+        self.timeout = httpx.Timeout(options.timeout_s, connect=options.connect_timeout_s)
         self._client = httpx.AsyncClient(
-            base_url=url,
+            base_url=options.url,
             timeout=self.timeout,
             # One connection per request: nothing may sit idle against a single-threaded server.
             limits=httpx.Limits(max_keepalive_connections=0, max_connections=100),
@@ -268,7 +121,7 @@ class HttpCore:
         await self._client.aclose()
 
     def _headers(
-        self, auth: Auth, lease_token: str | None, idempotency_key: str | None, has_body: bool
+        self, auth: Credentials, lease_token: str | None, key: str | None, has_body: bool
     ) -> dict[str, str]:
         headers: dict[str, str] = {}
         if auth == "lease":
@@ -280,8 +133,8 @@ class HttpCore:
             headers["Authorization"] = f"Bearer {self._api_token}"
         elif auth == "any_bearer":
             headers["Authorization"] = "Bearer -"
-        if idempotency_key is not None:
-            headers["Idempotency-Key"] = idempotency_key
+        if key is not None:
+            headers["Idempotency-Key"] = key
         if has_body:
             headers["Content-Type"] = "application/json"
         return headers
@@ -292,7 +145,7 @@ class HttpCore:
         path: str,
         *,
         body: bytes | None,
-        auth: Auth,
+        auth: Credentials,
         lease_token: str | None = None,
         idempotency_key: str | None = None,
         read_timeout_s: float | None = None,
@@ -326,16 +179,17 @@ class HttpCore:
         path: str,
         *,
         body: bytes | None = None,
-        auth: Auth = "admin",
+        auth: Credentials = "admin",
         lease_token: str | None = None,
         idempotency_key: str | None = None,
-        lease_route: bool = False,
         read_timeout_s: float | None = None,
         retry: bool = True,
     ) -> httpx.Response:
-        """Send with retries on ``TrackerUnavailable``; return a 2xx response or raise.
+        """Send ``method path``; return its 2xx answer or raise the contract's exception.
 
-        The same request (bytes, idempotency key) is sent on every retry.
+        ``auth="lease"`` marks a lease route (404/410/401 there mean the lease is lost).
+        ``retry=False`` tries once whatever the settings say (a long poll, a write whose failure
+        must be looked at first); with retries, every try sends the same bytes and key.
         """
         request = self.build(
             method,
@@ -347,8 +201,23 @@ class HttpCore:
             read_timeout_s=read_timeout_s,
         )
         what = f"{method} {path.split('?')[0]}"
-        if not retry or self.retry.attempts <= 1:
+        lease_route = auth == "lease"
+        if not retry or not self.retry.retries:
             return await self._send_once(request, what, lease_route)
+        return await self._send_retrying(request, what, lease_route)
+
+    async def _send_retrying(
+        self, request: httpx.Request, what: str, lease_route: bool
+    ) -> httpx.Response:
+        # Imported here: a client that is never asked to retry never loads tenacity.
+        from tenacity import (
+            AsyncRetrying,
+            retry_if_exception_type,
+            stop_after_attempt,
+            stop_after_delay,
+            wait_random_exponential,
+        )
+
         retrying = AsyncRetrying(
             sleep=anyio.sleep,
             stop=stop_after_attempt(self.retry.attempts) | stop_after_delay(self.retry.budget_s),
@@ -387,11 +256,11 @@ class HttpCore:
         if generation is not None:
             self.generation = generation
         if response.status_code >= 400:
-            raise error_from_response(
+            raise error_for(
                 response.status_code,
                 response.content,
                 response.headers,
-                what=what,
+                what,
                 lease_route=lease_route,
             )
         return response
@@ -406,6 +275,8 @@ def request_size(request: httpx.Request) -> int:
 
 
 def _log_retry(what: str) -> Any:
+    from tenacity import RetryCallState
+
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0

@@ -29,6 +29,7 @@ from tracker_client.errors import (
 )
 from tracker_client.factory import open_tracker, require_rail
 from tracker_client.models import Pipeline
+from tracker_client.nulltickets.options import OPERATOR_RETRY
 from tracker_client.protocol import Tracker
 from worker.cli.errors import (
     EXIT_BACKLOG_FULL,
@@ -255,8 +256,10 @@ class OpsContext:
                 _require_existing_rail(url)
 
             async def main() -> int:
+                # An operator command rides out a short outage itself (the worker instead
+                # retries in its lease session): the remote client retries only when asked.
                 tracker = await open_tracker(
-                    target.url, api_token=target.api_token, **target.options
+                    target.url, api_token=target.api_token, retry=OPERATOR_RETRY, **target.options
                 )
                 try:
                     return (await fn(tracker)) or EXIT_OK

@@ -1,0 +1,236 @@
+"""One operation of the contract table, carried out: the request it makes and the answer it reads.
+
+:class:`Wire` takes an operation's name (a row of :data:`~tracker_client.nulltickets.contract.
+OPERATIONS`), its path parameters, query and body, and derives the rest from the table: method,
+path template, credentials (``auth``), whether the server must list an extension first, and the
+model the success answer validates as. The client's parts (:mod:`.client`, :mod:`.leases`,
+:mod:`.tasks`, :mod:`.waiting`) say only what is particular to an operation.
+
+The rules kept here, for every operation alike:
+
+* the first request of a client reads ``GET /health`` (:class:`~.discovery.Discovery`);
+* an extension operation on a server that does not list it is ``Unsupported`` before anything is
+  sent;
+* idempotency keys: every write carries one, the caller's key for the logical write or a fresh
+  UUID, reused by the retries of that call only, except :data:`UNKEYED` (a heartbeat's replayed
+  key would return an old expiry without extending the lease; store ``PUT``/``DELETE`` are
+  idempotent by nature and the server would cache their errors forever; maintenance changes
+  nothing that a second run would redo);
+* a ``limit`` outside 1..1000 is refused before sending (the server refuses it);
+* NullTickets quirk: ``GET /runs/{run_id}/events`` is an admin operation in the contract, but its
+  auth layer wants *some* Bearer even without an api token (:data:`CREDENTIALS`);
+* a success answer is validated as the table's model: a small wire answer (``{"id"}``,
+  ``{"expires_at_ms"}``, ...) that does not fit is a broken answer (``TrackerUnavailable``,
+  transient); a domain model of the wrong shape is ``TrackerRejected`` naming the field. A 204 or
+  empty answer is None (``claim``: no work). Another 2xx than the table's is accepted as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import TypeAdapter, ValidationError
+
+from tracker_client.capabilities import LeaseRef
+from tracker_client.errors import TrackerRejected, TrackerUnavailable, ValidationFailed
+from tracker_client.nulltickets import wire_models
+from tracker_client.nulltickets.contract import Operation, operation
+from tracker_client.nulltickets.discovery import Discovery
+from tracker_client.nulltickets.transport import (
+    Credentials,
+    HttpTransport,
+    dumps,
+    encode_query,
+    loads,
+)
+
+__all__ = ["CREDENTIALS", "UNKEYED", "Wire", "log"]
+
+log = logging.getLogger("backlog_worker.tracker.remote")
+
+M = TypeVar("M")
+
+#: Writes sent without an ``Idempotency-Key`` (see the module docstring).
+UNKEYED = frozenset(
+    {"heartbeat", "maintenance", "store_put", "store_delete", "store_delete_namespace"}
+)
+
+#: Operations whose credentials differ from the table's ``auth`` on a real NullTickets server.
+CREDENTIALS: Mapping[str, Credentials] = {"list_events": "any_bearer"}
+
+#: Page sizes both servers accept.
+_LIMITS = range(1, 1001)
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+_CHECKED: dict[tuple[str, Any], Operation] = {}
+
+
+def _adapter(answer_type: Any) -> TypeAdapter[Any]:
+    """One TypeAdapter per answer type (building one costs far more than validating with it)."""
+    adapter = _ADAPTERS.get(answer_type)
+    if adapter is None:
+        adapter = _ADAPTERS[answer_type] = TypeAdapter(answer_type)
+    return adapter
+
+
+def _checked(name: str, into: Any) -> Operation:
+    """The operation ``name``, once it is known to answer ``into`` (the caller's type must be
+    the table's, so a client method cannot drift from the contract)."""
+    op = _CHECKED.get((name, into))
+    if op is None:
+        op = operation(name)
+        if op.answer_type != into:
+            raise TypeError(f"{name}: the contract answers {op.answer_type!r}, not {into!r}")
+        _CHECKED[name, into] = op
+    return op
+
+
+class Wire:
+    """Sends contract operations through one transport, after one discovery of the server."""
+
+    def __init__(self, http: HttpTransport, discovery: Discovery) -> None:
+        self.http = http
+        self.discovery = discovery
+        self._warned: set[str] = set()
+
+    @staticmethod
+    def key(idempotency_key: str | None) -> str:
+        """The caller's key for this logical write, or a fresh one (reused across its retries)."""
+        return idempotency_key if idempotency_key else str(uuid.uuid4())
+
+    async def send(
+        self,
+        name: str,
+        *params: str,
+        query: Mapping[str, object | None] | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+        lease: LeaseRef | None = None,
+        idempotency_key: str | None = None,
+        read_timeout_s: float | None = None,
+        retry: bool = True,
+    ) -> httpx.Response:
+        """Send operation ``name`` with its path ``params`` (in the template's order) and
+        return the 2xx answer. ``body`` is JSON-encoded (``raw``: bytes already encoded);
+        ``lease`` gives the token of a lease operation; ``retry=False`` tries once."""
+        return await self._send(
+            operation(name),
+            params,
+            query=query,
+            body=body,
+            raw=raw,
+            lease=lease,
+            idempotency_key=idempotency_key,
+            read_timeout_s=read_timeout_s,
+            retry=retry,
+        )
+
+    async def call(self, name: str, *params: str, into: type[M], **kwargs: Any) -> M:
+        """:meth:`send`, then the answer validated as ``into`` (which must be the table's
+        answer type of ``name``). A 204 or empty answer is refused: use :meth:`call_or_none`."""
+        result = await self.call_or_none(name, *params, into=into, **kwargs)
+        if result is None:
+            op = operation(name)
+            raise TrackerUnavailable(
+                f"{op.method} {op.path}: empty answer", code="invalid_response"
+            )
+        return result
+
+    async def call_or_none(self, name: str, *params: str, into: type[M], **kwargs: Any) -> M | None:
+        """:meth:`call`, with None for a 204 or empty answer (``claim``: no work)."""
+        op = _checked(name, into)
+        response = await self._send(op, params, **kwargs)
+        if response.status_code == 204 or not response.content:
+            return None
+        what = f"{op.method} {op.path}"
+        return self.parse(op, loads(response, what), into)
+
+    async def _send(
+        self,
+        op: Operation,
+        params: tuple[str, ...],
+        *,
+        query: Mapping[str, object | None] | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+        lease: LeaseRef | None = None,
+        idempotency_key: str | None = None,
+        read_timeout_s: float | None = None,
+        retry: bool = True,
+    ) -> httpx.Response:
+        if len(params) != len(op.params):
+            raise TypeError(f"{op.name}: path parameters {op.params}, got {len(params)} values")
+        if op.body is None and (body is not None or raw is not None):
+            raise TypeError(f"{op.name}: the contract reads no body")
+        await self.discovery.get()
+        if op.extension is not None:
+            await self.discovery.require(op.extension, op.name)
+        path = op.format(**dict(zip(op.params, params, strict=True)))
+        if query:
+            path = f"{path}?{self._query(op, query)}"
+        if raw is None and body is not None:
+            raw = dumps(body)
+        key = None
+        if op.method != "GET" and op.name not in UNKEYED:
+            key = self.key(idempotency_key)
+        auth = CREDENTIALS.get(op.name, op.auth)
+        token = None
+        if auth == "lease":
+            if lease is None:
+                raise TypeError(f"{op.name}: a lease operation needs the lease")
+            token = lease.lease_token.get_secret_value()
+        return await self.http.send(
+            op.method,
+            path,
+            body=raw,
+            auth=auth,
+            lease_token=token,
+            idempotency_key=key,
+            read_timeout_s=read_timeout_s,
+            retry=retry,
+        )
+
+    @staticmethod
+    def _query(op: Operation, query: Mapping[str, object | None]) -> str:
+        known = {q.name for q in op.query}
+        unknown = set(query) - known
+        if unknown:
+            raise TypeError(f"{op.name}: unknown query parameters {sorted(unknown)}")
+        limit = query.get("limit")
+        if isinstance(limit, int) and limit not in _LIMITS:
+            raise ValidationFailed(
+                f"{op.name}: limit must be 1..1000, got {limit}", code="invalid_limit"
+            )
+        return encode_query(query)
+
+    @staticmethod
+    def parse(op: Operation, doc: Any, into: type[M]) -> M:
+        """``doc`` validated as ``into`` (see the module docstring for the two failures)."""
+        what = f"{op.method} {op.path}"
+        small = op.response is not None and op.response.__module__ == wire_models.__name__
+        try:
+            validated: M = _adapter(into).validate_python(doc, strict=small or None)
+            return validated
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            if small:
+                fields = ", ".join(repr(str(p)) for p in first["loc"]) or "body"
+                raise TrackerUnavailable(
+                    f"{what}: answer without a valid {fields}", code="invalid_response"
+                ) from exc
+            where = ".".join(str(p) for p in first["loc"]) or "(root)"
+            raise TrackerRejected(
+                f"{what}: the tracker's answer has an unexpected shape at {where}: {first['msg']}",
+                code="invalid_response",
+            ) from exc
+
+    def warn_once(self, key: str, message: str, **extra: Any) -> None:
+        """Log ``message`` as a WARNING the first time ``key`` is seen on this client."""
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, extra={"action": key, **extra})
