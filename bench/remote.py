@@ -61,6 +61,7 @@ def _start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
                 f"sqlite://{db}",
                 "--port",
                 "0",
+                "--create",  # a fresh rail file (serve refuses a missing rail without it)
             ],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
