@@ -57,12 +57,14 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class Signals:
-    """The worker's stop signals, as the claim loop reads them (set by ``Worker.stop``)."""
+    """The worker's stop signals (set by ``Worker.stop``; never re-created)."""
 
     #: No claim is sent after it.
     stopping: anyio.Event
     #: Executors see it as ``ctx.shutting_down``.
     shutdown: anyio.Event
+    #: A second stop: in-flight runs get no more grace, claims at the tracker are abandoned.
+    skip_grace: anyio.Event
 
 
 class Claimer:

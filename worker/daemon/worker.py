@@ -20,18 +20,17 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskStatus
 
-from tracker_client.capabilities import Capabilities
 from tracker_client.errors import TrackerError
 from tracker_client.protocol import Tracker
 from worker.config import TrackerConfig, WorkerConfig
+from worker.daemon.book import SettingsBook
 from worker.daemon.chores import maintenance_loop
 from worker.daemon.claimer import Claimer, Signals
 from worker.daemon.values import Role, WorkerState, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
 from worker.progress import ProgressMonitor
-from worker.retry import RetryPolicy, TrackerCalls, call_with_retry
-from worker.run import RunSettings
+from worker.retry import call_with_retry
 from worker.workdirs import prepare_workdir_base
 
 __all__ = ["Worker"]
@@ -62,15 +61,10 @@ class Worker:
         #: claim that failed for good), or None. The CLI exits non-zero naming it.
         self.error: TrackerError | None = None
         self._on_state = on_state
-        self._tc = tracker_config or TrackerConfig()
-        self._retry = RetryPolicy(initial_s=self._tc.retry_initial_s, max_s=self._tc.retry_max_s)
-        # What the tracker can do; until it answered, assume no lease ceiling (read at start).
-        self._caps = Capabilities(max_lease_ttl_ms=None)
+        tc = tracker_config or TrackerConfig()
         # Per user, 0700 and ours unless configured (ConfigError: the worker does not start).
-        self._workdir_base = prepare_workdir_base(config.workdir)
-        self._run_settings: dict[str, RunSettings] = {}
-        self._stopping, self._skip_grace = anyio.Event(), anyio.Event()
-        self._signals = Signals(stopping=self._stopping, shutdown=anyio.Event())
+        self._book = SettingsBook(config, tc, prepare_workdir_base(config.workdir))
+        self._signals = Signals(anyio.Event(), anyio.Event(), anyio.Event())
         self._startup_scope = anyio.CancelScope()
         self._keeper = LeaseKeeper()
         self._watch = TrackerWatch(tracker, poke=self._keeper.poke)
@@ -86,11 +80,11 @@ class Worker:
             progress=self.progress,
             keeper=self._keeper,
             watch=self._watch,
-            settings_for=self._settings_for,
+            settings_for=self._book.for_role,
             give_up=self._give_up,
-            calls=TrackerCalls(self._retry),
-            claim_budget_s=self._tc.report_retry_budget_s if config.drain else None,
-            request_timeout_s=self._tc.request_timeout_s,
+            calls=self._book.calls,
+            claim_budget_s=tc.report_retry_budget_s if config.drain else None,
+            request_timeout_s=tc.request_timeout_s,
         )
         self._roles: tuple[Role, ...] = tuple(roles)
         self.progress.stall_after_s = self._progress_budget_s()
@@ -113,27 +107,29 @@ class Worker:
         effect as runs end), lease TTL, idling, grace, run directories. The caller keeps the
         keys that need a restart (see :mod:`worker.reload`) at their running values."""
         base = prepare_workdir_base(config.workdir)  # a refused base changes nothing
-        self.config, self._workdir_base = config, base
+        self.config = config
+        self._book.update(config=config, workdir_base=base)
         self._reconfigured()
 
     def _reconfigured(self) -> None:
-        self._run_settings.clear()
+        self._book.update()
         self.claimer.reconfigure(self.config, self._roles)
         self.progress.stall_after_s = self._progress_budget_s()
 
     @property
     def stopping(self) -> bool:
         """Whether :meth:`stop` was called (a further stop skips the grace)."""
-        return self._stopping.is_set()
+        return self._signals.stopping.is_set()
 
     def stop(self, *, immediate: bool = False) -> None:
         """Begin the staged shutdown. Idempotent; a second call or ``immediate`` skips the grace
         and abandons claims still at the tracker (a lease one of them got expires unused)."""
-        immediate = immediate or self._stopping.is_set()
+        signals = self._signals
+        immediate = immediate or signals.stopping.is_set()
         if immediate:
-            self._skip_grace.set()
-        self._stopping.set()
-        self._signals.shutdown.set()
+            signals.skip_grace.set()
+        signals.stopping.set()
+        signals.shutdown.set()
         self._startup_scope.cancel()
         self.claimer.stop(immediate=immediate)
 
@@ -158,8 +154,8 @@ class Worker:
     def _progress_budget_s(self) -> float:
         # The longest legitimate quiet period: a lease TTL (a heartbeat every TTL/3, retried
         # within the lease), a few idle rounds, a couple of request timeouts.
-        ttl = max(self._lease_ttl_s(r) for r in self._roles)
-        return max(ttl, 3 * self.config.idle_max_s, 2 * self._tc.request_timeout_s)
+        ttl = max(self._book.lease_ttl_s(r) for r in self._roles)
+        return max(ttl, 3 * self.config.idle_max_s, 2 * self._book.tracker.request_timeout_s)
 
     # -- main loop ----------------------------------------------------------------------------
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -167,17 +163,18 @@ class Worker:
         tracker has answered."""
         # A tracker that is down at start-up is waited out, but a stop still ends the wait.
         with self._startup_scope:
-            retry = self._retry
+            retry = self._book.retry
             await call_with_retry(self.tracker.health, policy=retry, budget_s=None, action="health")
-            self._caps = await call_with_retry(
+            caps = await call_with_retry(
                 self.tracker.capabilities, policy=retry, budget_s=None, action="capabilities"
             )
-        if self._startup_scope.cancelled_caught or self._stopping.is_set():
+        if self._startup_scope.cancelled_caught or self.stopping:
             self._set_state(WorkerState.STOPPED)
             task_status.started()
             return
-        self.claimer.calls = TrackerCalls.of(self._caps, self._retry)
-        self._reconfigured()  # the lease ceiling is known now
+        self._book.update(capabilities=caps)  # the lease ceiling and the key rule are known now
+        self.claimer.calls = self._book.calls
+        self._reconfigured()
         self._set_state(WorkerState.RUNNING)
         task_status.started()
         log.info(
@@ -220,7 +217,7 @@ class Worker:
             )
             with anyio.move_on_after(self.config.shutdown_grace_s):
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_cancel_when, self._skip_grace, tg.cancel_scope)
+                    tg.start_soon(_cancel_when, self._signals.skip_grace, tg.cancel_scope)
                     await claimer.wait_idle()
                     tg.cancel_scope.cancel()
             claimer.cancel_runs()
@@ -232,28 +229,6 @@ class Worker:
             self.error = exc
             log.error("stopping: %s", exc, extra={"action": "worker_gave_up"})
         self.stop()
-
-    def _lease_ttl_s(self, role: Role) -> float:
-        """The role's lease TTL, clamped to the longest lease a heartbeat of the tracker keeps
-        (300 s on NullTickets)."""
-        ttl = role.config.lease_ttl_s or self.config.lease_ttl_s
-        ceiling_ms = self._caps.max_lease_ttl_ms
-        return ttl if ceiling_ms is None else min(ttl, ceiling_ms / 1000)
-
-    def _settings_for(self, role: Role) -> RunSettings:
-        """The run settings of ``role`` (built once per role and configuration)."""
-        settings = self._run_settings.get(role.name)
-        if settings is None:
-            settings = self._run_settings[role.name] = RunSettings(
-                lease_ttl_s=self._lease_ttl_s(role),
-                retry=self._retry,
-                report_retry_budget_s=self._tc.report_retry_budget_s,
-                workdir_base=self._workdir_base,
-                keep_workdirs=self.config.keep_workdirs,
-                report_flush_s=self.config.report_flush_s,
-                idempotency_keys=self._caps.answers_can_be_lost,
-            )
-        return settings
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:

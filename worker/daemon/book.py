@@ -1,0 +1,75 @@
+"""The run settings of each role, built once per role, configuration and tracker.
+
+A role's :class:`~worker.run.RunSettings` depend on the ``[worker]`` and ``[tracker]`` sections
+and on what the tracker declared (:class:`~tracker_client.capabilities.Capabilities`: the
+longest lease a heartbeat keeps, whether writes need idempotency keys). The book keeps them
+until one of those changes (a reload, the capabilities read at start). No I/O.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracker_client.capabilities import Capabilities
+from worker.config import TrackerConfig, WorkerConfig
+from worker.daemon.values import Role
+from worker.retry import RetryPolicy, TrackerCalls
+from worker.run import RunSettings
+
+__all__ = ["SettingsBook"]
+
+
+class SettingsBook:
+    """Run settings by role (see the module docstring)."""
+
+    def __init__(self, config: WorkerConfig, tracker: TrackerConfig, workdir_base: Path) -> None:
+        """``workdir_base``: the prepared base of run directories."""
+        self.tracker = tracker
+        self.retry = RetryPolicy(initial_s=tracker.retry_initial_s, max_s=tracker.retry_max_s)
+        # Until the tracker answered: no lease ceiling assumed, keys sent.
+        self._caps = Capabilities(max_lease_ttl_ms=None)
+        self._config, self._workdir_base = config, workdir_base
+        self._by_role: dict[str, RunSettings] = {}
+
+    @property
+    def calls(self) -> TrackerCalls:
+        """How the worker's own calls (claims) are retried and keyed."""
+        return TrackerCalls.of(self._caps, self.retry)
+
+    def update(
+        self,
+        *,
+        config: WorkerConfig | None = None,
+        workdir_base: Path | None = None,
+        capabilities: Capabilities | None = None,
+    ) -> None:
+        """New claims use these (runs in flight keep their settings)."""
+        if config is not None:
+            self._config = config
+        if workdir_base is not None:
+            self._workdir_base = workdir_base
+        if capabilities is not None:
+            self._caps = capabilities
+        self._by_role.clear()
+
+    def lease_ttl_s(self, role: Role) -> float:
+        """The role's lease TTL, clamped to the longest lease a heartbeat of the tracker keeps
+        (300 s on NullTickets)."""
+        ttl = role.config.lease_ttl_s or self._config.lease_ttl_s
+        ceiling_ms = self._caps.max_lease_ttl_ms
+        return ttl if ceiling_ms is None else min(ttl, ceiling_ms / 1000)
+
+    def for_role(self, role: Role) -> RunSettings:
+        """The run settings of ``role`` (built once per role and configuration)."""
+        settings = self._by_role.get(role.name)
+        if settings is None:
+            settings = self._by_role[role.name] = RunSettings(
+                lease_ttl_s=self.lease_ttl_s(role),
+                retry=self.retry,
+                report_retry_budget_s=self.tracker.report_retry_budget_s,
+                workdir_base=self._workdir_base,
+                keep_workdirs=self._config.keep_workdirs,
+                report_flush_s=self._config.report_flush_s,
+                idempotency_keys=self._caps.answers_can_be_lost,
+            )
+        return settings
