@@ -1,5 +1,8 @@
-"""Route handlers of the served tracker beyond tasks and leases: the KV store and the extension
-routes (cancel, requeue, cancel-all, maintenance, wait, every run, task events).
+"""Route handlers of the served tracker beyond tasks and leases: the KV store's keyed routes and
+search, and the extension routes that need more than their contract row (cancel-all and
+maintenance say whether they changed anything, the long polls, the task events' ``limit``).
+Extension operations a row says all about (cancel, requeue, every run) have no handler here:
+:mod:`tracker_client.serve.generic` serves them.
 
 Named after their operations in :data:`tracker_client.nulltickets.contract.OPERATIONS`, as in
 :mod:`tracker_client.serve.routes`. Two quirks are handled here: a store key may hold ``/``
@@ -63,20 +66,6 @@ async def store_delete(request: Request) -> Response:
 
 
 @HANDLERS
-async def store_list(request: Request) -> Response:
-    """``GET /store/{namespace}``: list a namespace."""
-    entries = await tracker_of(request).store_list(request.path_params["namespace"])
-    return json_response([dump(e) for e in entries])
-
-
-@HANDLERS
-async def store_delete_namespace(request: Request) -> Response:
-    """``DELETE /store/{namespace}``: delete a namespace (204)."""
-    await tracker_of(request).store_delete_namespace(request.path_params["namespace"])
-    return no_content()
-
-
-@HANDLERS
 async def store_search(request: Request) -> Response:
     """``GET /store/search``: full-text search of the store."""
     q = request.query_params
@@ -93,22 +82,6 @@ async def store_search(request: Request) -> Response:
 
 
 # -- extensions -----------------------------------------------------------------------------------
-@HANDLERS
-async def cancel(request: Request) -> Response:
-    """``POST /tasks/{task_id}/cancel``: cancel a waiting or running task (revokes its lease)."""
-    body = await read_model(request, c.CancelBody, required=False)
-    result = await tracker_of(request).cancel(request.path_params["task_id"], reason=body.reason)
-    return json_response(dump(result))
-
-
-@HANDLERS
-async def requeue(request: Request) -> Response:
-    """``POST /tasks/{task_id}/requeue``: requeue a dead-lettered or cancelled task."""
-    body = await read_model(request, c.RequeueBody, required=False)
-    result = await tracker_of(request).requeue(
-        request.path_params["task_id"], stage=body.stage, reset_attempts=body.reset_attempts
-    )
-    return json_response(dump(result))
 
 
 @HANDLERS
@@ -165,13 +138,6 @@ async def wait_for_work(request: Request) -> Response:
     tracker = tracker_of(request)
     await until_closing(request, lambda: tracker.wait_for_work(timeout_ms / 1000))
     return json_response({"status": "ok"})
-
-
-@HANDLERS
-async def list_runs(request: Request) -> Response:
-    """``GET /tasks/{task_id}/runs``: every run of the task."""
-    runs = await tracker_of(request).list_runs(request.path_params["task_id"])
-    return json_response([dump(r) for r in runs])
 
 
 @HANDLERS

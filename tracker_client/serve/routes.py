@@ -5,7 +5,9 @@ Each handler is named after its operation in the wire contract
 and body model; it parses its input (``400 invalid_json`` naming the field), calls the tracker
 and answers the NullTickets JSON shape. Tracker errors become statuses through the error table
 (:mod:`tracker_client.nulltickets.wire_errors`). The store and extension handlers are in
-:mod:`tracker_client.serve.extra_routes`; the application that routes to both is
+:mod:`tracker_client.serve.extra_routes`; operations whose row says all (list pipelines,
+dependencies, assignments, queue figures, ...) have no handler and are served by
+:mod:`tracker_client.serve.generic`; the application that routes to all is
 :mod:`tracker_client.serve.app`.
 """
 
@@ -20,7 +22,6 @@ from tracker_client.serve.helpers import (
     checked_lease,
     dump,
     idem_key,
-    int_query,
     lease_handle,
     limit_query,
     page_json,
@@ -66,20 +67,6 @@ async def create_pipeline(request: Request) -> Response:
         body.name, body.definition, idempotency_key=idem_key(request)
     )
     return json_response({"id": pid}, 201)
-
-
-@HANDLERS
-async def list_pipelines(request: Request) -> Response:
-    """``GET /pipelines``: list pipelines, newest first."""
-    return json_response([dump(p) for p in await tracker_of(request).list_pipelines()])
-
-
-@HANDLERS
-async def get_pipeline(request: Request) -> Response:
-    """``GET /pipelines/{pipeline_id}``: get pipeline."""
-    return json_response(
-        dump(await tracker_of(request).get_pipeline(request.path_params["pipeline_id"]))
-    )
 
 
 # -- tasks ----------------------------------------------------------------------------------------
@@ -133,13 +120,6 @@ async def add_dependency(request: Request) -> Response:
 
 
 @HANDLERS
-async def list_dependencies(request: Request) -> Response:
-    """``GET /tasks/{task_id}/dependencies``: list dependencies."""
-    deps = await tracker_of(request).list_dependencies(request.path_params["task_id"])
-    return json_response([dump(d) for d in deps])
-
-
-@HANDLERS
 async def assign(request: Request) -> Response:
     """``POST /tasks/{task_id}/assignments``: assign task."""
     body = await read_model(request, c.AssignBody)
@@ -150,13 +130,6 @@ async def assign(request: Request) -> Response:
         idempotency_key=idem_key(request),
     )
     return json_response({"status": "assigned"}, 201)
-
-
-@HANDLERS
-async def list_assignments(request: Request) -> Response:
-    """``GET /tasks/{task_id}/assignments``: list assignments."""
-    found = await tracker_of(request).list_assignments(request.path_params["task_id"])
-    return json_response([dump(a) for a in found])
 
 
 @HANDLERS
@@ -296,13 +269,3 @@ async def list_artifacts(request: Request) -> Response:
         cursor=q.get("cursor"),
     )
     return json_response(page_json(page))
-
-
-@HANDLERS
-async def queue_stats(request: Request) -> Response:
-    """``GET /ops/queue``: per-role queue figures."""
-    stats = await tracker_of(request).queue_stats(
-        near_expiry_ms=int_query(request, "near_expiry_ms", 60_000),
-        stuck_ms=int_query(request, "stuck_ms", 300_000),
-    )
-    return json_response(dump(stats))
