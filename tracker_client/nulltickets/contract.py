@@ -151,6 +151,9 @@ class Operation:
     features: tuple[str, ...] = ()
     #: A success may make work claimable: it wakes long polls (``wait_for_work``).
     wakes: bool = False
+    #: The tracker method takes an ``idempotency_key`` (the ``Idempotency-Key`` header): a
+    #: retried write with the same key is answered as the first one was.
+    idempotent: bool = False
     #: What a plain NullTickets server does wrong here, that a client must work around
     #: (CONTRACT.md s.8); the workaround is documented where the client applies it.
     quirk: str = ""
@@ -201,7 +204,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "public"),
     # pipelines
     _op("create_pipeline", "POST", "/pipelines", "Create pipeline", body=PipelineBody,
-        status=201, response=IdAnswer, errors=(400, 409)),
+        status=201, response=IdAnswer, errors=(400, 409), idempotent=True),
     _op("list_pipelines", "GET", "/pipelines", "List pipelines, newest first",
         response=m.Pipeline, shape="list"),
     _op("get_pipeline", "GET", "/pipelines/{pipeline_id}", "Get pipeline", response=m.Pipeline,
@@ -209,9 +212,11 @@ OPERATIONS: tuple[Operation, ...] = (
     # tasks
     _op("create_tasks", "POST", "/tasks/bulk", "Create tasks, all or nothing", body=BulkBody,
         status=201, response=IdsAnswer, errors=(400, 404, 409, 429), features=("backlog",),
-        wakes=True, quirk="over 64 KiB the request is dropped unanswered: split it"),
+        wakes=True, idempotent=True,
+        quirk="over 64 KiB the request is dropped unanswered: split it"),
     _op("create_task", "POST", "/tasks", "Create task", body=m.TaskCreate, status=201,
-        response=IdAnswer, errors=(400, 404, 409, 429), features=("backlog",), wakes=True),
+        response=IdAnswer, errors=(400, 404, 409, 429), features=("backlog",), wakes=True,
+        idempotent=True),
     _op("list_tasks", "GET", "/tasks", "List tasks (cursor = last item, never skips)",
         response=m.Task, shape="page", errors=(400,),
         query=(Query("stage"), Query("pipeline_id"), *_LIMIT_CURSOR), quirk=_SKIP),
@@ -219,40 +224,40 @@ OPERATIONS: tuple[Operation, ...] = (
         response=m.TaskDetail, errors=(404,)),
     _op("add_dependency", "POST", "/tasks/{task_id}/dependencies", "Add dependency (cycles "
         "refused)", body=DependencyBody, status=201, response=StatusAnswer,
-        errors=(400, 404, 409)),
+        errors=(400, 404, 409), idempotent=True),
     _op("list_dependencies", "GET", "/tasks/{task_id}/dependencies", "List dependencies",
         response=m.Dependency, shape="list"),
     _op("assign", "POST", "/tasks/{task_id}/assignments", "Assign task", body=AssignBody,
-        status=201, response=StatusAnswer, errors=(400, 404)),
+        status=201, response=StatusAnswer, errors=(400, 404), idempotent=True),
     _op("list_assignments", "GET", "/tasks/{task_id}/assignments", "List assignments",
         response=m.Assignment, shape="list"),
     _op("unassign", "DELETE", "/tasks/{task_id}/assignments/{agent_id}", "Unassign",
-        response=StatusAnswer, errors=(404,), wakes=True),
+        response=StatusAnswer, errors=(404,), wakes=True, idempotent=True),
     # leases and runs
     _op("claim", "POST", "/leases/claim", "Claim the best eligible task (204: no work)",
-        body=ClaimBody, response=m.Lease, errors=(400,)),
+        body=ClaimBody, response=m.Lease, errors=(400,), idempotent=True),
     _op("heartbeat", "POST", "/leases/{lease_id}/heartbeat", "Extend the lease by its own TTL",
         "lease", body=HeartbeatBody, body_required=False, response=ExpiryAnswer,
         errors=(401, 404, 410), features=("heartbeat_ttl",),
         quirk="the lease is reset to 300 s whatever TTL it was claimed with"),
     _op("add_event", "POST", "/runs/{run_id}/events", "Add run event", "lease", body=EventBody,
-        status=201, response=EventIdAnswer, errors=(400, 401, 404, 410)),
+        status=201, response=EventIdAnswer, errors=(400, 401, 404, 410), idempotent=True),
     _op("list_events", "GET", "/runs/{run_id}/events", "List run events", response=m.Event,
         shape="page", errors=(400,), query=_LIMIT_CURSOR,
         quirk=_SKIP + "; in the lease class at the auth layer: send some Bearer value"),
     _op("transition", "POST", "/runs/{run_id}/transition", "Complete the run and move the task",
         "lease", body=TransitionBody, response=m.TransitionResult,
-        errors=(400, 401, 404, 409, 410), wakes=True),
+        errors=(400, 401, 404, 409, 410), wakes=True, idempotent=True),
     _op("fail", "POST", "/runs/{run_id}/fail", "Fail the run (retry or dead letter)", "lease",
         body=FailBody, response=m.FailResult, errors=(400, 401, 404, 410),
-        features=("fail_result", "backlog"), wakes=True,
+        features=("fail_result", "backlog"), wakes=True, idempotent=True,
         quirk="answers {\"status\":\"failed\"} only: read the task back to know what followed"),
     _op("release", "POST", "/runs/{run_id}/release", "Give an unfinished run's task back (worker "
         "shutdown): no attempt counted", "lease", body=ReleaseBody, response=m.ReleaseResult,
-        errors=(400, 401, 404, 410), extension="release"),
+        errors=(400, 401, 404, 410), extension="release", idempotent=True),
     # artifacts, ops
     _op("add_artifact", "POST", "/artifacts", "Add artifact", body=m.ArtifactCreate, status=201,
-        response=IdAnswer, errors=(400, 404)),
+        response=IdAnswer, errors=(400, 404), idempotent=True),
     _op("list_artifacts", "GET", "/artifacts", "List artifacts", response=m.Artifact,
         shape="page", errors=(400,),
         query=(Query("task_id"), Query("run_id"), *_LIMIT_CURSOR), quirk=_SKIP),

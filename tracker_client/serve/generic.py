@@ -1,14 +1,18 @@
 """The handler of an operation that has no hand-written one, made from its contract row.
 
 An operation of :data:`tracker_client.nulltickets.contract.OPERATIONS` whose tracker method
-takes its path parameters in order, its body's fields and its query parameters as keywords,
-and returns its answer model (or a list or page of it, or nothing) needs no handler: the
-application serves it with :func:`generic_handler`. A new extension operation is then one
-row in the table and the tracker method (plus the client's call).
+takes its path parameters in order, its body's fields and its query parameters as keywords
+(and ``idempotency_key`` when the row is ``idempotent``), and returns its answer model (or a
+list or page of it, a scalar for a one-field answer, or nothing) needs no handler: the
+application serves it with :func:`generic_handler`. On a lease route of a run
+(``/runs/{run_id}/...``) the method takes the checked lease first instead of the run id: the
+lease is checked before the body is read (:func:`~tracker_client.serve.helpers.checked_lease`).
+A new extension operation is then one row in the table and the tracker method (plus the
+client's call).
 
 Hand-written handlers remain for what a row cannot say: renamed or converted arguments
-(``timeout_ms`` -> seconds), lease checks, raw store paths, long polls, answers reshaped as
-NullTickets shapes them.
+(``timeout_ms`` -> seconds), raw store paths, long polls, answers reshaped as NullTickets
+shapes them.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.nulltickets.contract import Operation
-from tracker_client.serve.helpers import dump, int_query, page_json, tracker_of
+from tracker_client.serve.helpers import (
+    checked_lease,
+    dump,
+    idem_key,
+    int_query,
+    page_json,
+    tracker_of,
+)
 from tracker_client.serve.http import Handler, json_response, no_content, read_model
 
 __all__ = ["generic_handler"]
@@ -35,7 +46,8 @@ def _answer(op: Operation, result: Any) -> Response:
         return json_response(page_json(result), op.status)
     if isinstance(result, BaseModel):
         return json_response(dump(result), op.status)
-    return json_response(result, op.status)
+    (field,) = op.response.model_fields  # a scalar answers a one-field model: {"id": 7}
+    return json_response({field: result}, op.status)
 
 
 def generic_handler(op: Operation) -> Handler:
@@ -46,8 +58,15 @@ def generic_handler(op: Operation) -> Handler:
     ``invalid_request``; absent query parameters are not passed (the method's defaults hold).
     """
 
+    lease_write = op.auth == "lease" and op.params == ("run_id",)
+
     async def handler(request: Request) -> Response:
+        args: list[Any] = [request.path_params[name] for name in op.params]
+        if lease_write:  # checked before a byte of the body is read
+            args = [await checked_lease(request, args[0], op.name)]
         kwargs: dict[str, Any] = {}
+        if op.idempotent:
+            kwargs["idempotency_key"] = idem_key(request)
         if op.body is not None:
             body = await read_model(request, op.body, required=op.body_required)
             kwargs.update({name: getattr(body, name) for name in type(body).model_fields})
@@ -58,7 +77,6 @@ def generic_handler(op: Operation) -> Handler:
                 kwargs[query.name] = int_query(request, query.name, 0)
             else:
                 kwargs[query.name] = request.query_params[query.name]
-        args = [request.path_params[name] for name in op.params]
         method = getattr(tracker_of(request), op.name)
         return _answer(op, await method(*args, **kwargs))
 

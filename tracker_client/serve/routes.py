@@ -6,9 +6,9 @@ and body model; it parses its input (``400 invalid_json`` naming the field), cal
 and answers the NullTickets JSON shape. Tracker errors become statuses through the error table
 (:mod:`tracker_client.nulltickets.wire_errors`). The store and extension handlers are in
 :mod:`tracker_client.serve.extra_routes`; operations whose row says all (list pipelines,
-dependencies, assignments, queue figures, ...) have no handler and are served by
-:mod:`tracker_client.serve.generic`; the application that routes to all is
-:mod:`tracker_client.serve.app`.
+dependencies, assignments, queue figures, the lease writes of a run: events, transition, fail,
+release) have no handler and are served by :mod:`tracker_client.serve.generic`; the
+application that routes to all is :mod:`tracker_client.serve.app`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from starlette.responses import Response
 from tracker_client.models import ArtifactCreate, TaskCreate
 from tracker_client.nulltickets import contract as c
 from tracker_client.serve.helpers import (
-    checked_lease,
     dump,
     idem_key,
     lease_handle,
@@ -56,17 +55,6 @@ async def openapi(request: Request) -> Response:
 
 
 HANDLERS["openapi_well_known"] = openapi
-
-
-# -- pipelines ------------------------------------------------------------------------------------
-@HANDLERS
-async def create_pipeline(request: Request) -> Response:
-    """``POST /pipelines``: create pipeline."""
-    body = await read_model(request, c.PipelineBody)
-    pid = await tracker_of(request).create_pipeline(
-        body.name, body.definition, idempotency_key=idem_key(request)
-    )
-    return json_response({"id": pid}, 201)
 
 
 # -- tasks ----------------------------------------------------------------------------------------
@@ -182,17 +170,6 @@ async def heartbeat(request: Request) -> Response:
 
 
 @HANDLERS
-async def add_event(request: Request) -> Response:
-    """``POST /runs/{run_id}/events``: add run event (the lease checked before the body)."""
-    lease = await checked_lease(request, request.path_params["run_id"], "add_event")
-    body = await read_model(request, c.EventBody)
-    event_id = await tracker_of(request).add_event(
-        lease, body.kind, body.data, idempotency_key=idem_key(request)
-    )
-    return json_response({"id": event_id}, 201)
-
-
-@HANDLERS
 async def list_events(request: Request) -> Response:
     """``GET /runs/{run_id}/events``: list run events. Admin token (NullTickets lets any Bearer
     read events)."""
@@ -202,51 +179,6 @@ async def list_events(request: Request) -> Response:
         cursor=request.query_params.get("cursor"),
     )
     return json_response(page_json(page))
-
-
-@HANDLERS
-async def transition(request: Request) -> Response:
-    """``POST /runs/{run_id}/transition``: complete the run and move the task. The lease is checked
-    before the body is read."""
-    lease = await checked_lease(request, request.path_params["run_id"], "transition")
-    body = await read_model(request, c.TransitionBody)
-    result = await tracker_of(request).transition(
-        lease,
-        body.trigger,
-        expected_stage=body.expected_stage,
-        expected_task_version=body.expected_task_version,
-        instructions=body.instructions,
-        usage=body.usage,
-        idempotency_key=idem_key(request),
-    )
-    return json_response(dump(result))
-
-
-@HANDLERS
-async def fail(request: Request) -> Response:
-    """``POST /runs/{run_id}/fail``: fail the run (retry or dead letter). The lease is checked
-    before the body is read."""
-    lease = await checked_lease(request, request.path_params["run_id"], "fail")
-    body = await read_model(request, c.FailBody)
-    result = await tracker_of(request).fail(
-        lease,
-        body.error,
-        usage=body.usage,
-        retryable=body.retryable,
-        idempotency_key=idem_key(request),
-    )
-    return json_response(dump(result))
-
-
-@HANDLERS
-async def release(request: Request) -> Response:
-    """Extension: give an unfinished run's task back without counting an attempt."""
-    lease = await checked_lease(request, request.path_params["run_id"], "release")
-    body = await read_model(request, c.ReleaseBody)
-    result = await tracker_of(request).release(
-        lease, body.reason, idempotency_key=idem_key(request)
-    )
-    return json_response(dump(result))
 
 
 # -- artifacts, ops -------------------------------------------------------------------------------
