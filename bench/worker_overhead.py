@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Outcome, Transition
+from tracker_client.capabilities import Capabilities
 from tracker_client.errors import Unsupported
 from tracker_client.models import Health, Lease, Pipeline, Run, Task, TransitionResult
 from worker.config import RoleConfig, WorkerConfig
@@ -53,6 +54,9 @@ class _StubTracker:
 
     async def health(self) -> Health:
         return Health(status="ok", version="stub")
+
+    async def capabilities(self) -> Capabilities:
+        return Capabilities(max_lease_ttl_ms=None)  # keys sent, as across a network
 
     async def claim(self, *args: Any, **kwargs: Any) -> Lease | None:
         await anyio.lowlevel.checkpoint()
