@@ -82,15 +82,14 @@ def load_selected(
 async def open_for_worker(config: Config) -> Tracker:
     """Open the configured tracker as a worker does (never creating a rail).
 
-    The worker retries transient errors itself (bounded by the lease, :mod:`worker.retry`), so
-    the HTTP client is asked to try once: its own retries would multiply that budget.
+    The worker retries transient errors itself, in one layer bounded by the lease
+    (:mod:`worker.retry`); the HTTP client tries once, its default (a ``retry_*`` option in
+    ``[tracker.options]`` still turns its own retries on).
     """
     options = dict(config.tracker.options)
     if config.tracker.url.lower().startswith(("http://", "https://")):
-        # The request timeout is a wire option. No retry unless the config says otherwise:
-        # kept until the remote client tries once by default (then only timeout_s stays).
+        # [tracker] request_timeout_s is the HTTP client's timeout (no such option embedded).
         options.setdefault("timeout_s", config.tracker.request_timeout_s)
-        options.setdefault("retry_attempts", 1)
     # create=False: a worker never starts a rail (a typo'd path would be an empty new one).
     return await open_tracker(
         config.tracker.url, api_token=config.tracker.api_token, create=False, **options
