@@ -45,7 +45,7 @@ def _sent_operations() -> set[str]:
             if called in ("send", "call", "call_or_none", "operation") and isinstance(
                 first, ast.Constant
             ):
-                names.add(first.value)
+                names.add(str(first.value))
     return names
 
 

@@ -170,9 +170,13 @@ async def fail(
     # ``retryable`` is honoured by the served tracker; a NullTickets server ignores the field.
     body = _given(error=error, usage=usage, retryable=False if not retryable else None)
     result = await wire.call(
-        "fail", lease.run_id, body=body, lease=lease, idempotency_key=idempotency_key,
+        "fail",
+        lease.run_id,
+        body=body,
+        lease=lease,
+        idempotency_key=idempotency_key,
         into=FailResult,
-    )  # fmt: skip
+    )
     if result.dead_lettered is not None:
         return result
     try:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
@@ -48,7 +48,7 @@ from tracker_client.nulltickets.transport import (
     loads,
 )
 
-__all__ = ["CREDENTIALS", "UNKEYED", "Wire", "log"]
+__all__ = ["CREDENTIALS", "UNKEYED", "Request", "Wire", "log"]
 
 log = logging.getLogger("backlog_worker.tracker.remote")
 
@@ -90,6 +90,24 @@ def _checked(name: str, into: Any) -> Operation:
     return op
 
 
+class Request(TypedDict, total=False):
+    """What a call gives besides the operation and its path parameters."""
+
+    #: Query parameters (None values left out); only those the table lists.
+    query: Mapping[str, object | None]
+    #: The body, JSON-encoded here (``raw``: bytes already encoded, sent as they are).
+    body: Any
+    raw: bytes
+    #: The lease whose token authenticates a lease operation.
+    lease: LeaseRef
+    #: The caller's key for this logical write (None: a fresh one, for keyed writes).
+    idempotency_key: str | None
+    #: A long poll's read timeout, instead of the client's.
+    read_timeout_s: float
+    #: False: tried once whatever the retry settings say.
+    retry: bool
+
+
 class Wire:
     """Sends contract operations through one transport, after one discovery of the server."""
 
@@ -103,37 +121,15 @@ class Wire:
         """The caller's key for this logical write, or a fresh one (reused across its retries)."""
         return idempotency_key if idempotency_key else str(uuid.uuid4())
 
-    async def send(
-        self,
-        name: str,
-        *params: str,
-        query: Mapping[str, object | None] | None = None,
-        body: Any = None,
-        raw: bytes | None = None,
-        lease: LeaseRef | None = None,
-        idempotency_key: str | None = None,
-        read_timeout_s: float | None = None,
-        retry: bool = True,
-    ) -> httpx.Response:
+    async def send(self, name: str, *params: str, **request: Unpack[Request]) -> httpx.Response:
         """Send operation ``name`` with its path ``params`` (in the template's order) and
-        return the 2xx answer. ``body`` is JSON-encoded (``raw``: bytes already encoded);
-        ``lease`` gives the token of a lease operation; ``retry=False`` tries once."""
-        return await self._send(
-            operation(name),
-            params,
-            query=query,
-            body=body,
-            raw=raw,
-            lease=lease,
-            idempotency_key=idempotency_key,
-            read_timeout_s=read_timeout_s,
-            retry=retry,
-        )
+        return the 2xx answer (see :class:`Request` for the rest)."""
+        return await self._send(operation(name), params, **request)
 
-    async def call(self, name: str, *params: str, into: type[M], **kwargs: Any) -> M:
+    async def call(self, name: str, *params: str, into: type[M], **request: Unpack[Request]) -> M:
         """:meth:`send`, then the answer validated as ``into`` (which must be the table's
         answer type of ``name``). A 204 or empty answer is refused: use :meth:`call_or_none`."""
-        result = await self.call_or_none(name, *params, into=into, **kwargs)
+        result = await self.call_or_none(name, *params, into=into, **request)
         if result is None:
             op = operation(name)
             raise TrackerUnavailable(
@@ -141,14 +137,15 @@ class Wire:
             )
         return result
 
-    async def call_or_none(self, name: str, *params: str, into: type[M], **kwargs: Any) -> M | None:
+    async def call_or_none(
+        self, name: str, *params: str, into: type[M], **request: Unpack[Request]
+    ) -> M | None:
         """:meth:`call`, with None for a 204 or empty answer (``claim``: no work)."""
         op = _checked(name, into)
-        response = await self._send(op, params, **kwargs)
+        response = await self._send(op, params, **request)
         if response.status_code == 204 or not response.content:
             return None
-        what = f"{op.method} {op.path}"
-        return self.parse(op, loads(response, what), into)
+        return self.parse(op, loads(response, f"{op.method} {op.path}"), into)
 
     async def _send(
         self,
