@@ -44,7 +44,15 @@ from tracker_client.errors import (
     ValidationFailed,
 )
 
-__all__ = ["ERRORS", "Answer", "WireError", "error_for", "parse_error_body", "response_for"]
+__all__ = [
+    "ERRORS",
+    "Answer",
+    "WireError",
+    "error_body",
+    "error_for",
+    "parse_error_body",
+    "response_for",
+]
 
 
 @dataclass(frozen=True)
