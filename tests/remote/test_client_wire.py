@@ -160,3 +160,18 @@ async def test_unkeyed_writes_carry_no_idempotency_key() -> None:
     assert keyed[("POST", "/pipelines")] and keyed[("POST", "/tasks")]
     assert not keyed[("PUT", "/store/ns/k")]
     assert not keyed[("GET", "/health")]
+
+
+@pytest.mark.anyio
+async def test_a_bad_limit_is_refused_before_any_request() -> None:
+    seen: list[httpx.Request] = []
+    tracker = RemoteTracker(
+        "http://127.0.0.1:7700", transport=httpx.MockTransport(lambda r: seen.append(r) or None)
+    )
+    try:
+        with pytest.raises(ValidationFailed) as info:
+            await tracker.list_tasks(limit=1001)
+    finally:
+        await tracker.aclose()
+    assert info.value.code == "invalid_limit" and "list_tasks" in str(info.value)
+    assert seen == []

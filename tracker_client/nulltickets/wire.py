@@ -164,12 +164,12 @@ class Wire:
             raise TypeError(f"{op.name}: path parameters {op.params}, got {len(params)} values")
         if op.body is None and (body is not None or raw is not None):
             raise TypeError(f"{op.name}: the contract reads no body")
+        path = op.format(**dict(zip(op.params, params, strict=True)))
+        if query:
+            path = f"{path}?{self._query(op, query)}"  # a bad limit is refused before any request
         await self.discovery.get()
         if op.extension is not None:
             await self.discovery.require(op.extension, op.name)
-        path = op.format(**dict(zip(op.params, params, strict=True)))
-        if query:
-            path = f"{path}?{self._query(op, query)}"
         if raw is None and body is not None:
             raw = dumps(body)
         key = None
