@@ -19,7 +19,15 @@ from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
 from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
-from tracker_client.models import CORRUPT_MARKER, Artifact, Assignment, Event, Run, Task
+from tracker_client.models import (
+    CORRUPT_MARKER,
+    Artifact,
+    Assignment,
+    Dependency,
+    Event,
+    Run,
+    Task,
+)
 from tracker_client.validation import problems
 
 __all__ = [
@@ -32,8 +40,10 @@ __all__ = [
     "artifact_from_row",
     "assignment_from_row",
     "check_limit",
+    "dependencies_of",
     "dumps",
     "event_from_row",
+    "list_assignments",
     "new_id",
     "run_from_row",
     "stored_json",
@@ -320,3 +330,21 @@ WriteFn = Callable[[Ctx], Any]
 def stored_json(text: Any, what: str, where: str) -> Any:
     """A stored JSON value for a read: a marker object (and a warning) when it does not parse."""
     return _loads(text, what, where, strict=False)
+
+
+def dependencies_of(ctx: Ctx, task_id: str) -> list[Dependency]:
+    """The task's dependencies, each with whether its upstream is terminal now."""
+    rows = ctx.conn.execute(
+        "SELECT d.depends_on_task_id, coalesce(u.terminal, 0) FROM dependencies d "
+        "LEFT JOIN tasks u ON u.id = d.depends_on_task_id WHERE d.task_id = ? ORDER BY d.seq",
+        (task_id,),
+    ).fetchall()
+    return [Dependency(depends_on_task_id=r[0], resolved=bool(r[1])) for r in rows]
+
+
+def list_assignments(ctx: Ctx, task_id: str) -> list[Assignment]:
+    """All assignments of a task, inactive ones included, oldest first."""
+    rows = ctx.conn.execute(
+        "SELECT * FROM assignments WHERE task_id = ? ORDER BY seq", (task_id,)
+    ).fetchall()
+    return [assignment_from_row(r) for r in rows]

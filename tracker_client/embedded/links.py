@@ -6,7 +6,7 @@ there); :class:`LinkOps` is the tracker's face of them, with idempotency keys on
 
 from __future__ import annotations
 
-from tracker_client.embedded.common import Ctx, assignment_from_row
+from tracker_client.embedded.common import Ctx, dependencies_of, list_assignments
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent, no_answer, replay_none
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
@@ -16,21 +16,9 @@ __all__ = [
     "LinkOps",
     "add_dependency",
     "assign",
-    "dependencies_of",
-    "list_assignments",
     "list_dependencies",
     "unassign",
 ]
-
-
-def dependencies_of(ctx: Ctx, task_id: str) -> list[Dependency]:
-    """The task's dependencies, each with whether its upstream is terminal now."""
-    rows = ctx.conn.execute(
-        "SELECT d.depends_on_task_id, coalesce(u.terminal, 0) FROM dependencies d "
-        "LEFT JOIN tasks u ON u.id = d.depends_on_task_id WHERE d.task_id = ? ORDER BY d.seq",
-        (task_id,),
-    ).fetchall()
-    return [Dependency(depends_on_task_id=r[0], resolved=bool(r[1])) for r in rows]
 
 
 # -- dependencies ---------------------------------------------------------------------------------
@@ -107,14 +95,6 @@ def assign(ctx: Ctx, task_id: str, agent_id: str, assigned_by: str | None) -> No
         (task_id, agent_id, assigned_by, now, now),
     )
     ctx.conn.execute("UPDATE tasks SET assignee = ? WHERE id = ?", (agent_id, task_id))
-
-
-def list_assignments(ctx: Ctx, task_id: str) -> list[Assignment]:
-    """All assignments of a task, inactive ones included, oldest first."""
-    rows = ctx.conn.execute(
-        "SELECT * FROM assignments WHERE task_id = ? ORDER BY seq", (task_id,)
-    ).fetchall()
-    return [assignment_from_row(r) for r in rows]
 
 
 def unassign(ctx: Ctx, task_id: str, agent_id: str) -> None:

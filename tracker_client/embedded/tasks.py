@@ -13,12 +13,13 @@ from tracker_client.embedded.common import (
     MIB,
     Ctx,
     check_limit,
+    dependencies_of,
     dumps,
+    list_assignments,
     new_id,
     run_from_row,
     task_from_row,
 )
-from tracker_client.embedded.links import dependencies_of, list_assignments
 from tracker_client.embedded.pipelines import PipelineDef, validate_definition
 from tracker_client.embedded.retrypolicy import given_retry
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
