@@ -11,11 +11,13 @@ The rules kept here, for every operation alike:
 * the first request of a client reads ``GET /health`` (:class:`~.discovery.Discovery`);
 * an extension operation on a server that does not list it is ``Unsupported`` before anything is
   sent;
-* idempotency keys: every write carries one, the caller's key for the logical write or a fresh
-  UUID, reused by the retries of that call only, except :data:`UNKEYED` (a heartbeat's replayed
-  key would return an old expiry without extending the lease; store ``PUT``/``DELETE`` are
-  idempotent by nature and the server would cache their errors forever; maintenance changes
-  nothing that a second run would redo);
+* idempotency keys: an ``idempotent`` operation of the table carries the caller's key for the
+  logical write or a fresh UUID, reused by the retries of that call only; so do the extension
+  writes of :data:`FRESH_KEYED` (their tracker methods take no key, but a retry after a lost
+  answer must not run them twice). The others carry none: a heartbeat's replayed key would
+  return an old expiry without extending the lease; store ``PUT``/``DELETE`` are idempotent by
+  nature and the server would cache their errors forever; maintenance changes nothing that a
+  second run would redo;
 * a ``limit`` outside 1..1000 is refused before sending (the server refuses it);
 * NullTickets quirk: ``GET /runs/{run_id}/events`` is an admin operation in the contract, but its
   auth layer wants *some* Bearer even without an api token (:data:`CREDENTIALS`);
@@ -48,16 +50,14 @@ from tracker_client.nulltickets.transport import (
     loads,
 )
 
-__all__ = ["CREDENTIALS", "UNKEYED", "Request", "Wire", "log"]
+__all__ = ["CREDENTIALS", "FRESH_KEYED", "Request", "Wire", "log"]
 
 log = logging.getLogger("backlog_worker.tracker.remote")
 
 M = TypeVar("M")
 
-#: Writes sent without an ``Idempotency-Key`` (see the module docstring).
-UNKEYED = frozenset(
-    {"heartbeat", "maintenance", "store_put", "store_delete", "store_delete_namespace"}
-)
+#: Writes whose tracker method takes no key that still get a fresh one per call (see above).
+FRESH_KEYED = frozenset({"cancel", "cancel_all", "requeue"})
 
 #: Operations whose credentials differ from the table's ``auth`` on a real NullTickets server.
 CREDENTIALS: Mapping[str, Credentials] = {"list_events": "any_bearer"}
@@ -173,7 +173,7 @@ class Wire:
         if raw is None and body is not None:
             raw = dumps(body)
         key = None
-        if op.method != "GET" and op.name not in UNKEYED:
+        if op.idempotent or op.name in FRESH_KEYED:
             key = self.key(idempotency_key)
         auth = CREDENTIALS.get(op.name, op.auth)
         token = None
