@@ -155,6 +155,20 @@ class LeaseTracker(Protocol):
 class Tracker(LeaseTracker, Protocol):
     """The whole rail: the lease seam plus pipelines, tasks, runs, artifacts and a KV store."""
 
+    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+        """Call an operation of the wire contract by its name (a row of
+        :data:`tracker_client.nulltickets.contract.OPERATIONS`), with its path parameters in
+        order and its body fields and query parameters as keywords, for an operation whose
+        method takes them so (the shape the served tracker serves from the row alone; not
+        e.g. ``create_task``, which takes a model); answers what the typed method would (a
+        one-field answer is its value).
+
+        The way to an extension operation that has no typed method here: adding one is a row
+        in the table and the embedded tracker's method, and every tracker (embedded, served,
+        remote) answers it. ``Unsupported`` where the server lacks it, ``KeyError`` for a name
+        the table doesn't have.
+        """
+
     async def health(self) -> Health:
         """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
 

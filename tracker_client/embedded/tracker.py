@@ -7,7 +7,7 @@ record where the operation takes a key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
@@ -34,6 +34,7 @@ from tracker_client.models import (
     TaskDetail,
     TransitionResult,
 )
+from tracker_client.nulltickets import contract
 
 __all__ = ["EmbeddedTracker"]
 
@@ -51,6 +52,12 @@ class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps):
     async def capabilities(self) -> Capabilities:
         """Everything of BACKLOG-SEMANTICS.md, in process (answers cannot be lost)."""
         return EMBEDDED
+
+    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+        """The operation of the contract table called ``operation`` (see the protocol)."""
+        op = contract.operation(operation)  # KeyError: not an operation of the contract
+        method: Callable[..., Awaitable[Any]] = getattr(self, op.name)
+        return await method(*params, **arguments)
 
     # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(

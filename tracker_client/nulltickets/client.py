@@ -386,6 +386,10 @@ class RemoteTracker:
             body["stage"] = stage
         return await self._wire.call("requeue", task_id, body=body, into=RequeueResult)
 
+    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+        """Any operation of the contract table by name, from its row alone (see the protocol)."""
+        return await self._wire.generic(operation, *params, **arguments)
+
     async def maintenance(self) -> MaintenanceReport:
         """``POST /ops/maintenance`` (NullTickets reclaims expired leases itself, during
         claims only)."""

@@ -37,9 +37,9 @@ from typing import Any, TypedDict, TypeVar, Unpack
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from tracker_client import models as domain
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import TrackerRejected, TrackerUnavailable, ValidationFailed
-from tracker_client.nulltickets import wire_models
 from tracker_client.nulltickets.contract import Operation, operation
 from tracker_client.nulltickets.discovery import Discovery
 from tracker_client.nulltickets.transport import (
@@ -147,6 +147,33 @@ class Wire:
             return None
         return self.parse(op, loads(response, f"{op.method} {op.path}"), into)
 
+    async def generic(self, name: str, *params: str, **arguments: Any) -> Any:
+        """Operation ``name`` from its table row alone: ``arguments`` named in the row's query
+        go to the query string, the rest (and ``idempotency_key``) to the body; the answer is
+        the row's model, its one field for a one-field answer, or None. Lease operations need
+        their lease and have typed methods: they are refused here."""
+        op = operation(name)
+        if op.auth == "lease":
+            raise TypeError(f"{name}: a lease operation is called through its typed method")
+        key = arguments.pop("idempotency_key", None)
+        names = {q.name for q in op.query}
+        query = {k: v for k, v in arguments.items() if k in names}
+        body = {k: v for k, v in arguments.items() if k not in names}
+        request: Request = {"query": query, "idempotency_key": key}
+        if op.body is not None and (body or op.body_required):
+            request["body"] = op.body.model_validate(body).model_dump(exclude_unset=True)
+        elif body:
+            raise TypeError(f"{name}: unknown arguments {sorted(body)}")
+        if op.answer_type is None:
+            await self._send(op, params, **request)
+            return None
+        answer = await self.call_or_none(name, *params, into=op.answer_type, **request)
+        small = op.response is not None and op.response.__module__ != domain.__name__
+        if answer is not None and op.shape == "object" and small:
+            (field,) = type(answer).model_fields  # a one-field answer is its value: {"count": 7}
+            return getattr(answer, field)
+        return answer
+
     async def _send(
         self,
         op: Operation,
@@ -209,7 +236,7 @@ class Wire:
     def parse(op: Operation, doc: Any, into: type[M]) -> M:
         """``doc`` validated as ``into`` (see the module docstring for the two failures)."""
         what = f"{op.method} {op.path}"
-        small = op.response is not None and op.response.__module__ == wire_models.__name__
+        small = op.response is not None and op.response.__module__ != domain.__name__
         try:
             validated: M = _adapter(into).validate_python(doc, strict=small or None)
             return validated
