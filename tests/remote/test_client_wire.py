@@ -1,7 +1,8 @@
 """The client's plain operations come from the contract table, and it retries only when asked.
 
-* every operation of the table is sent by some part of the client, and the client sends no
-  operation the table lacks (read from the client's source: the operation names it passes);
+* every operation of the table that has a typed protocol method is sent by some part of the
+  client (the others by ``Tracker.call``), and the client sends no operation the table lacks
+  (read from the client's source: the operation names it passes);
 * a client method cannot ask for another answer type than the table's;
 * the default client tries a call once; ``retry=``, ``retry_attempts`` and the URL's
   ``?retry_attempts=`` ask for retries; ``open_tracker(retry=...)`` hands them to the client.
@@ -22,6 +23,7 @@ from tracker_client.models import ArtifactCreate, Pipeline, TaskCreate
 from tracker_client.nulltickets import contract
 from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 from tracker_client.nulltickets.options import NO_RETRY, OPERATOR_RETRY
+from tracker_client.protocol import Tracker
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -53,7 +55,10 @@ def test_the_client_sends_every_operation_of_the_table_and_no_other() -> None:
     table = {op.name for op in contract.OPERATIONS}
     sent = _sent_operations()
     assert sent - table == set()
-    assert table - NOT_CALLED - sent == set()
+    # Every operation with a typed method of the protocol is sent by that method; the others
+    # (extension operations added as a row only) go through the generic Tracker.call.
+    typed = {name for name in dir(Tracker) if not name.startswith("_")}
+    assert (table & typed) - NOT_CALLED - sent == set()
 
 
 def test_the_client_modules_spell_no_route() -> None:
