@@ -109,6 +109,7 @@ EXTENSIONS: Mapping[str, str] = {
     "runs": "GET /tasks/{task_id}/runs (every run, with error and usage)",
     "task_events": "GET /tasks/{task_id}/events (every event of a task)",
     "release": "POST /runs/{run_id}/release (give a task back without counting an attempt)",
+    "count": "GET /ops/count (how many tasks, by stage and/or pipeline, without listing them)",
 }
 
 
@@ -178,6 +179,12 @@ class Operation:
     def format(self, **params: str) -> str:
         """The path with each parameter percent-quoted as one segment (``/`` included)."""
         return format_path(self, **params)
+
+
+class CountAnswer(BaseModel):
+    """``{"count": 7}``: the answer of ``count_tasks``."""
+
+    count: int
 
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -301,6 +308,8 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("wait_for_work", "GET", "/ops/wait-for-work", "Return when the rail may have new work, "
         "or after timeout_ms (max 60000)", response=StatusAnswer, errors=(400,),
         query=(*_WAIT, Query("since")), extension="wait_for_work"),
+    _op("count_tasks", "GET", "/ops/count", "Count tasks, by stage and/or pipeline",
+        response=CountAnswer, query=(Query("stage"), Query("pipeline_id")), extension="count"),
 )
 # fmt: on
 
