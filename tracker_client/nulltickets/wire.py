@@ -49,6 +49,7 @@ from tracker_client.nulltickets.transport import (
     encode_query,
     loads,
 )
+from tracker_client.validation import describe_validation
 
 __all__ = ["CREDENTIALS", "FRESH_KEYED", "Request", "Wire", "log"]
 
@@ -247,9 +248,9 @@ class Wire:
                 raise TrackerUnavailable(
                     f"{what}: answer without a valid {fields}", code="invalid_response"
                 ) from exc
-            where = ".".join(str(p) for p in first["loc"]) or "(root)"
+            where = describe_validation(exc, first_only=True, empty="(root)")
             raise TrackerRejected(
-                f"{what}: the tracker's answer has an unexpected shape at {where}: {first['msg']}",
+                f"{what}: the tracker's answer has an unexpected shape at {where}",
                 code="invalid_response",
             ) from exc
 

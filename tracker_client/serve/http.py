@@ -21,6 +21,7 @@ from tracker_client.errors import TrackerCorrupt, TrackerError
 from tracker_client.nulltickets.contract import Operation
 from tracker_client.nulltickets.wire_errors import error_body, response_for
 from tracker_client.serve.body import BodyRefused, parse_json_body
+from tracker_client.validation import describe_validation
 
 __all__ = [
     "GENERATION_HEADER",
@@ -181,9 +182,8 @@ def parse_model(model: type[M], doc: Any) -> M:
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(body)"
-        raise ApiError(400, "invalid_json", f"Invalid JSON body: {where}: {first['msg']}") from exc
+        where = describe_validation(exc, first_only=True, empty="(body)")
+        raise ApiError(400, "invalid_json", f"Invalid JSON body: {where}") from exc
 
 
 async def read_model(
