@@ -77,6 +77,7 @@ async def open_tracker(
     api_token: str | None = None,
     create: bool = True,
     retry: RetrySettings | None = None,
+    request_timeout_s: float | None = None,
     **options: Any,
 ) -> Tracker:
     """Open the tracker ``url`` names. The caller owns it and must ``await tracker.aclose()``.
@@ -84,7 +85,9 @@ async def open_tracker(
     ``create=False``: an embedded rail file that is missing or empty is ``NoRail`` instead of
     becoming a new rail (every command but ``pipeline create``). ``retry``: how a remote
     tracker retries a transient failure (``retry_*`` options and URL parameters override single
-    fields; None: it tries once); an embedded tracker answers in process and ignores it.
+    fields; None: it tries once); ``request_timeout_s``: a remote tracker's per-request timeout
+    unless a ``timeout_s`` option says otherwise. An embedded tracker answers in process and
+    ignores both.
     """
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
@@ -92,6 +95,8 @@ async def open_tracker(
 
         if retry is not None:
             options["retry"] = retry
+        if request_timeout_s is not None:
+            options.setdefault("timeout_s", request_timeout_s)
         return RemoteTracker(url, api_token=api_token, **options)
     if _embedded(url):
         from tracker_client.embedded import EmbeddedTracker

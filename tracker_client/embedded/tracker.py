@@ -45,12 +45,12 @@ Clock = Callable[[], int]
 class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
-    #: Every write commits and answers in the caller's process, and an error means nothing was
-    #: committed, so an answer is never lost: callers need no idempotency keys (they still work).
-    answers_can_be_lost = False
-
     async def capabilities(self) -> Capabilities:
-        """Everything of BACKLOG-SEMANTICS.md, in process (answers cannot be lost)."""
+        """Everything of BACKLOG-SEMANTICS.md, in process.
+
+        Every write commits and answers in the caller's process, and an error means nothing was
+        committed, so an answer is never lost: callers need no idempotency keys (they still work).
+        """
         return EMBEDDED
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:

@@ -86,13 +86,13 @@ async def open_for_worker(config: Config) -> Tracker:
     (:mod:`worker.retry`); the HTTP client tries once, its default (a ``retry_*`` option in
     ``[tracker.options]`` still turns its own retries on).
     """
-    options = dict(config.tracker.options)
-    if config.tracker.url.lower().startswith(("http://", "https://")):
-        # [tracker] request_timeout_s is the HTTP client's timeout (no such option embedded).
-        options.setdefault("timeout_s", config.tracker.request_timeout_s)
     # create=False: a worker never starts a rail (a typo'd path would be an empty new one).
     return await open_tracker(
-        config.tracker.url, api_token=config.tracker.api_token, create=False, **options
+        config.tracker.url,
+        api_token=config.tracker.api_token,
+        create=False,
+        request_timeout_s=config.tracker.request_timeout_s,
+        **config.tracker.options,
     )
 
 
