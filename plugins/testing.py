@@ -25,7 +25,7 @@ reports and artifacts land in lists, and lets the test cancel the run or signal 
             outcome = await harness.run(SlowGreeter({}))
         assert harness.cancelled and outcome.reason == "cancelled"
 
-The executor is called the way a worker calls it (:mod:`worker.run.supervise`): the same time
+The executor is called the way a worker calls it (:mod:`plugins.supervise`): the same time
 limit and the same outcomes with the same messages (``timeout``: "the executor did not finish
 within 2s"). One difference, on purpose and by default: an exception raised by the executor
 propagates (you want the traceback in your test), and a return value that is not an outcome
@@ -52,8 +52,8 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
+from plugins.supervise import call_executor
 from tracker_client.models import ArtifactCreate, Run, Task
-from worker.run.supervise import call_executor
 
 __all__ = ["ExecutorHarness", "RecordingSink"]
 

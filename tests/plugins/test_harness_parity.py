@@ -1,6 +1,6 @@
 """The harness and a real worker end a run the same way, with the same message.
 
-Both call the executor through :mod:`worker.run.supervise`; these tests run one executor in
+Both call the executor through :mod:`plugins.supervise`; these tests run one executor in
 each (a real :class:`~worker.daemon.Worker` on a real SQLite rail) and compare the failure the
 harness returns with the run's error and ``error`` event as the tracker recorded them.
 """

@@ -1,7 +1,7 @@
 """One claimed task from the claim to the final report.
 
 * :mod:`worker.run.task`: :class:`TaskRun`, the supervisor of the executor under its lease;
-* :mod:`worker.run.supervise`: the executor call and how every way it ends becomes an outcome
+* :mod:`plugins.supervise`: the executor call and how every way it ends becomes an outcome
   (shared with :mod:`plugins.testing`);
 * :mod:`worker.run.report`: the final report (transition, fail or release);
 * :mod:`worker.run.log`, :mod:`worker.run.settings`: the run's log lines and its values.

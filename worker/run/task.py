@@ -8,7 +8,7 @@ The shape (DESIGN.md "One task, end to end"):
    at once and nothing more is written for the run. So does the lease running out by the
    worker's own clock (:mod:`worker.lease.clock`), even while a heartbeat hangs unanswered.
 2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
-   and fails the run with reason ``timeout`` (:mod:`worker.run.supervise`, shared with the
+   and fails the run with reason ``timeout`` (:mod:`plugins.supervise`, shared with the
    plugin test harness).
 3. The outcome is reported under a shield (:class:`~worker.run.report.FinalReport`). The
    keeper's heartbeats stop when the executor ends (on NullTickets each one resets the lease to
@@ -32,6 +32,7 @@ import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
 from plugins.proc.process import kill_deadline
+from plugins.supervise import call_executor, timeout_of
 from tracker_client.errors import TrackerError
 from tracker_client.models import ArtifactCreate, Lease
 from tracker_client.protocol import Tracker
@@ -41,7 +42,6 @@ from worker.lease import LeaseSession
 from worker.run.log import RunLog
 from worker.run.report import FinalReport
 from worker.run.settings import RunResult, RunSettings
-from worker.run.supervise import call_executor, timeout_of
 from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
 
 __all__ = ["SessionSink", "TaskRun"]

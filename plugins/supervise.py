@@ -7,7 +7,8 @@ author sees in a test the very reason and message a worker would record: a timeo
 outcome ``bad_executor_output``. Cancellation from outside (a lost lease, a shutdown, the
 harness's ``cancel()``) is not mapped here: it propagates, and the caller names it.
 
-It may touch the plugin API only: no tracker, no lease.
+It lives with the plugins (the worker imports it, not the other way round) and may touch the
+plugin API only: no tracker, no lease.
 """
 
 from __future__ import annotations
