@@ -60,6 +60,7 @@ class SpawnError(ExecutorError):
 
 
 def spawn_error(argv: Sequence[str], cwd: Path, exc: OSError) -> SpawnError:
+    """The :class:`SpawnError` that names why ``argv`` could not start in ``cwd``."""
     program = argv[0]
     if exc.errno == errno.E2BIG:
         size = sum(len(os.fsencode(a)) + 1 for a in argv)

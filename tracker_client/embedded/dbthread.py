@@ -54,6 +54,7 @@ class Job:
 
 
 def ignore(_ok: bool, _value: Any) -> None:
+    """The callback of a job whose answer nobody awaits."""
     return None
 
 
@@ -71,6 +72,7 @@ def deliver(outcomes: list[tuple[Job, bool, Any]]) -> None:
 
 
 def resolve_all(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    """Settle each future of ``batch`` with its value or exception (on the loop thread)."""
     for fut, ok, value in batch:
         if fut.done():
             continue
@@ -128,9 +130,11 @@ class DbThread:
             self._write_group(group)
 
     def submit(self, job: Job) -> None:
+        """Queue ``job`` for the database thread."""
         self._queue.put(job)
 
     def stop(self) -> None:
+        """Ask the thread to finish the queued jobs and exit."""
         self._queue.put(STOP)
 
 
@@ -155,9 +159,11 @@ class Checkpointer:
         self.thread.start()
 
     def poke(self) -> None:
+        """Count one commit; a checkpoint runs when enough have passed."""
         self._wake.set()
 
     def stop(self) -> None:
+        """Ask the checkpointer thread to exit."""
         self._stop = True
         self._wake.set()
 

@@ -66,6 +66,7 @@ def _statements(sql: str) -> list[str]:
 
 
 def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open the rail file (checked first) with the tracker's pragmas; ``:memory:`` for tests."""
     memory = path == ":memory:"
     if not memory:
         _check_file(path)

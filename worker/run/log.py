@@ -58,6 +58,7 @@ class RunLog(logging.LoggerAdapter[logging.Logger]):
     def process(
         self, msg: Any, kwargs: MutableMapping[str, Any]
     ) -> tuple[Any, MutableMapping[str, Any]]:
+        """Add the run's ids to each record's ``extra`` (a finishing one: outcome, duration)."""
         extra = {**(self.extra or {}), **kwargs.get("extra", {})}
         outcome = FINISH_ACTIONS.get(str(extra.get("action")))
         if outcome is not None:
