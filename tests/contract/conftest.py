@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.support import FakeClock, OpenTracker, TrackerImpl
+from tests.contract.support import DECLARED, FakeClock, OpenTracker, TrackerImpl
 from tracker_client.factory import open_tracker as factory_open_tracker
 from tracker_client.protocol import Tracker
 
@@ -62,11 +62,23 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _needed(request: pytest.FixtureRequest) -> set[str]:
+    return {cap for mark in request.node.iter_markers("requires") for cap in mark.args}
+
+
+async def _skip_unless_declared(tracker: Tracker, needed: set[str], name: str) -> None:
+    """Skip when the tracker itself declares that it lacks a capability the test needs."""
+    caps = await tracker.capabilities()
+    missing = sorted(cap for cap in needed & DECLARED.keys() if not getattr(caps, DECLARED[cap]))
+    if missing:
+        pytest.skip(f"tracker {name!r} declares no capability {', '.join(missing)}")
+
+
 @pytest.fixture(params=[pytest.param(i, id=i.name, marks=i.marks) for i in IMPLEMENTATIONS])
 def tracker_impl(request: pytest.FixtureRequest) -> TrackerImpl:
     """The implementation under test; skips when the test needs a capability it lacks."""
     impl: TrackerImpl = request.param
-    needed = {cap for mark in request.node.iter_markers("requires") for cap in mark.args}
+    needed = _needed(request) - DECLARED.keys()  # the declared ones are read from the tracker
     missing = sorted(needed - impl.capabilities)
     if missing:
         pytest.skip(f"tracker {impl.name!r} lacks capability {', '.join(missing)}")
@@ -81,7 +93,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 async def open_tracker(
-    tracker_impl: TrackerImpl, tmp_path: Path, clock: FakeClock
+    tracker_impl: TrackerImpl, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest
 ) -> AsyncIterator[OpenTracker]:
     """``await open_tracker(name="rail", **options)``: an open tracker, closed after the test.
 
@@ -92,7 +104,9 @@ async def open_tracker(
 
         async def open_(name: str = "rail", **options: Any) -> Tracker:
             cm = tracker_impl.open(tmp_path / f"{name}.db", clock, options)
-            return await stack.enter_async_context(cm)
+            tracker = await stack.enter_async_context(cm)
+            await _skip_unless_declared(tracker, _needed(request), tracker_impl.name)
+            return tracker
 
         yield open_
 

@@ -54,6 +54,21 @@ ALL_CAPABILITIES = frozenset(
     | {RELEASE, STRICT_DEFINITIONS}
 )
 
+#: The capabilities a tracker declares itself (``await tracker.capabilities()``), by the field
+#: of :class:`tracker_client.capabilities.Capabilities` that says so. The suite reads them from
+#: the tracker, as the worker and the CLI do; the others (``clock``, ``options``,
+#: ``multi_instance``) are what the test harness can do with an implementation, declared in its
+#: :class:`TrackerImpl`.
+DECLARED: dict[str, str] = {
+    BACKLOG_OPS: "backlog_ops",
+    WAIT: "wait",
+    RUN_DETAILS: "run_details",
+    EXTENSIONS: "task_extensions",
+    STRICT_LIMITS: "strict_limits",
+    RELEASE: "release",
+    STRICT_DEFINITIONS: "strict_definitions",
+}
+
 #: A fresh rail starts at this fake time (epoch ms, 2026-09-21).
 START_MS = 1_790_000_000_000
 
