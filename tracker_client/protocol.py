@@ -53,7 +53,9 @@ __all__ = ["LeaseTracker", "Tracker"]
 
 @runtime_checkable
 class LeaseTracker(Protocol):
-    """The narrow seam a worker needs: claim, the lease's writes, wake-ups and housekeeping.
+    """The narrow seam a worker needs: health, claim, the lease's writes, wake-ups,
+    housekeeping, the pipeline definitions it picks triggers from and the queue figures a
+    draining worker reads.
 
     Lease operations take a :class:`~tracker_client.capabilities.LeaseRef` (a claimed
     ``Lease`` is one), so a server can call them with the ids and token of a request alone.
@@ -64,6 +66,22 @@ class LeaseTracker(Protocol):
 
     async def aclose(self) -> None:
         """Release connections and threads. Idempotent."""
+
+    async def health(self) -> Health:
+        """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
+
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        """One pipeline, or ``NotFound``."""
+
+    async def queue_stats(
+        self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
+    ) -> QueueStats:
+        """Per-role queue figures.
+
+        ``near_expiry_ms=None``: a lease is near expiry when less than a third of its own TTL
+        is left (it missed a heartbeat; a worker heartbeats every third of the TTL). A tracker
+        that doesn't expose lease TTLs (NullTickets) uses a third of the default 60 s TTL.
+        """
 
     async def claim(
         self,
@@ -169,9 +187,6 @@ class Tracker(LeaseTracker, Protocol):
         the table doesn't have.
         """
 
-    async def health(self) -> Health:
-        """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
-
     async def create_pipeline(
         self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> str:
@@ -182,9 +197,6 @@ class Tracker(LeaseTracker, Protocol):
 
     async def list_pipelines(self) -> list[Pipeline]:
         """All pipelines, newest first."""
-
-    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
-        """One pipeline, or ``NotFound``."""
 
     async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
         """Create a task in its pipeline's initial stage; returns its id.
@@ -253,16 +265,6 @@ class Tracker(LeaseTracker, Protocol):
         cursor: str | None = None,
     ) -> Page[Artifact]:
         """Artifacts in creation order."""
-
-    async def queue_stats(
-        self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
-    ) -> QueueStats:
-        """Per-role queue figures.
-
-        ``near_expiry_ms=None``: a lease is near expiry when less than a third of its own TTL
-        is left (it missed a heartbeat; a worker heartbeats every third of the TTL). A tracker
-        that doesn't expose lease TTLs (NullTickets) uses a third of the default 60 s TTL.
-        """
 
     async def store_put(self, namespace: str, key: str, value: Any) -> None:
         """Upsert a value."""

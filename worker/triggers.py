@@ -29,7 +29,7 @@ from typing import Any
 from plugins.api import Failure, Transition
 from tracker_client.errors import TrackerError, TrackerUnavailable
 from tracker_client.models import Pipeline, Task
-from tracker_client.protocol import Tracker
+from tracker_client.protocol import LeaseTracker
 from worker.config import RoleConfig
 from worker.retry import RetryPolicy, call_with_retry
 
@@ -83,7 +83,7 @@ class PipelineBook:
         return self._by_id.get(pipeline_id)
 
     async def get(
-        self, tracker: Tracker, pipeline_id: str, *, policy: RetryPolicy, budget_s: float
+        self, tracker: LeaseTracker, pipeline_id: str, *, policy: RetryPolicy, budget_s: float
     ) -> PipelineWays:
         """The pipeline, fetched on the first call (``TrackerUnavailable`` retried)."""
         hit = self._by_id.get(pipeline_id)
@@ -142,7 +142,7 @@ async def choose_trigger(
     outcome: Transition,
     role: RoleConfig,
     task: Task,
-    tracker: Tracker,
+    tracker: LeaseTracker,
     book: PipelineBook,
     *,
     policy: RetryPolicy,

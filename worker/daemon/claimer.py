@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
-from tracker_client.protocol import Tracker
+from tracker_client.protocol import LeaseTracker
 from worker.config import WorkerConfig
 from worker.daemon.chores import instructions_for, refuses_token
 from worker.daemon.drain import DrainCheck
@@ -72,7 +72,7 @@ class Claimer:
 
     def __init__(
         self,
-        tracker: Tracker,
+        tracker: LeaseTracker,
         config: WorkerConfig,
         roles: Sequence[Role],
         *,

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import anyio
 
 from tracker_client.errors import TrackerError
-from tracker_client.protocol import Tracker
+from tracker_client.protocol import LeaseTracker
 
 __all__ = ["DUE_GRACE_S", "DUE_POLL_S", "DrainCheck", "OwnRetries", "drain_wait_s"]
 
@@ -73,7 +73,9 @@ class OwnRetries:
         return earliest - now if earliest > now else DUE_POLL_S
 
 
-async def drain_wait_s(tracker: Tracker, roles: Sequence[str], own: OwnRetries) -> float | None:
+async def drain_wait_s(
+    tracker: LeaseTracker, roles: Sequence[str], own: OwnRetries
+) -> float | None:
     """None when the roles are drained (see the module docstring); otherwise the longest wait
     before the next claim: until the earliest retry is due, or ``math.inf`` when only runs are
     in flight elsewhere (the normal idle back-off, ended early by the tracker's wake-up)."""
@@ -114,7 +116,7 @@ class DrainCheck:
             self.own.add(task_id, retry_at_ms)
 
     async def after_empty_round(
-        self, tracker: Tracker, roles: Sequence[str], *, drain: bool
+        self, tracker: LeaseTracker, roles: Sequence[str], *, drain: bool
     ) -> float | None:
         """None: drained, exit. Otherwise the longest idle wait before the next claim (0: claim
         now; ``math.inf``: the normal back-off). ``drain``: the worker drains and has no run in

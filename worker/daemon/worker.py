@@ -21,7 +21,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from tracker_client.errors import TrackerError
-from tracker_client.protocol import Tracker
+from tracker_client.protocol import LeaseTracker
 from worker.config import TrackerConfig, WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.chores import maintenance_loop
@@ -43,7 +43,7 @@ class Worker:
 
     def __init__(
         self,
-        tracker: Tracker,
+        tracker: LeaseTracker,
         config: WorkerConfig,
         roles: Sequence[Role],
         *,

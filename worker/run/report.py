@@ -18,7 +18,7 @@ import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, TrackerError, Unsupported
-from tracker_client.protocol import Tracker
+from tracker_client.protocol import LeaseTracker
 from worker.config import RoleConfig
 from worker.lease import LeaseSession
 from worker.run.log import RunLog
@@ -35,7 +35,7 @@ class FinalReport:
         self,
         session: LeaseSession,
         *,
-        tracker: Tracker,
+        tracker: LeaseTracker,
         role: RoleConfig,
         settings: RunSettings,
         log: RunLog,

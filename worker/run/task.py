@@ -35,7 +35,7 @@ from plugins.proc.process import kill_deadline
 from plugins.supervise import call_executor, timeout_of
 from tracker_client.errors import TrackerError
 from tracker_client.models import ArtifactCreate, Lease
-from tracker_client.protocol import Tracker
+from tracker_client.protocol import LeaseTracker
 from worker.config import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.lease import LeaseSession
@@ -72,7 +72,7 @@ class TaskRun:
     def __init__(
         self,
         *,
-        tracker: Tracker,
+        tracker: LeaseTracker,
         lease: Lease,
         role: RoleConfig,
         executor: Executor,
