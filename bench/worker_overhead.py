@@ -20,7 +20,7 @@ from plugins.api import ExecutionContext, Outcome, Transition
 from tracker_client.capabilities import Capabilities
 from tracker_client.errors import Unsupported
 from tracker_client.models import Health, Lease, Pipeline, Run, Task, TransitionResult
-from worker.config import RoleConfig, WorkerConfig
+from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
 _TASK = Task(

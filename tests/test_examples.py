@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from plugins.registry import load_executor
 from worker.cli import main
 from worker.cli.systemd.unit import UnitOptions, render_service, resolve_exec
-from worker.config import load_config
+from worker.config.models import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -30,7 +30,7 @@ from plugins.api import Failure, Transition
 from tracker_client.errors import TrackerError, TrackerUnavailable
 from tracker_client.models import Pipeline, Task
 from tracker_client.protocol import LeaseTracker
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.retry import RetryPolicy, call_with_retry
 
 __all__ = [

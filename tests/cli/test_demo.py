@@ -12,7 +12,7 @@ import pytest
 from plugins.registry import load_executor
 from tests.cli.conftest import Rail, invoke
 from tracker_client.models import Task
-from worker.config import load_config
+from worker.config.models import load_config
 from worker.demo import demo_tasks, worker_config
 
 

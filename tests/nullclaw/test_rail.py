@@ -14,7 +14,7 @@ from tests.plugins.helpers import pid_alive, wait_dead
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig, WorkerConfig
+from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
 from .conftest import read_record, wait_pidfile

@@ -11,7 +11,7 @@ import pytest
 
 from plugins.nullclaw.executor import NullClawExecutor
 from tracker_client.factory import open_tracker
-from worker.config import load_config
+from worker.config.models import load_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -24,7 +24,7 @@ from tracker_client.errors import ExecutorError
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig, WorkerConfig
+from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
 from .helpers import PY

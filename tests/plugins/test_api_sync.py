@@ -24,7 +24,7 @@ from plugins.testing import ExecutorHarness
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig, WorkerConfig
+from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
 pytestmark = pytest.mark.anyio

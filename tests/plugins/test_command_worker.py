@@ -13,7 +13,7 @@ from plugins.command.executor import CommandExecutor
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig, WorkerConfig
+from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
 from .helpers import PY, kill_leftovers, pid_alive, wait_dead

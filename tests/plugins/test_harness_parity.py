@@ -20,7 +20,7 @@ from plugins.testing import ExecutorHarness
 from tracker_client.factory import open_tracker
 from tracker_client.models import Event, RetryPolicy, Run, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig, WorkerConfig
+from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

@@ -23,7 +23,7 @@ from worker.cli.systemd.unit import (
     resolve_exec,
     stop_timeout_s,
 )
-from worker.config import WorkerConfig
+from worker.config.models import WorkerConfig
 
 # units render as for an install under /opt wherever this checkout is (conftest.py)
 pytestmark = pytest.mark.usefixtures("stable_install")

@@ -15,7 +15,7 @@ import anyio
 from plugins.api import Executor
 from tracker_client.models import Lease, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.retry import RetryPolicy
 from worker.run import RunResult, RunSettings, TaskRun

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tracker_client.errors import ConfigError
-from worker.config import load_config
+from worker.config.models import load_config
 
 ROLE = '[[roles]]\nname = "coder"\nexecutor = "command"\n'
 

@@ -1,6 +1,7 @@
 """config.example.toml against the models: every key it shows (set or commented out) is a real
 key with a valid value, every model key and section is documented in it, and it has no section
-the models lack. The models (:mod:`worker.config`) are the one definition; the example follows.
+the models lack. The models (:mod:`worker.config.models`) are the one definition; the example
+follows.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from plugins.registry import load_executor
 from tracker_client.factory import open_tracker
 from tracker_client.validation import describe_validation
-from worker.config import ConfigFile, RoleConfig, TrackerConfig, WorkerConfig
+from worker.config.models import ConfigFile, RoleConfig, TrackerConfig, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -44,8 +44,8 @@ def test_release_wipes_the_token_from_proc_environ_and_keeps_it_for_reloads(
 ) -> None:
     script = (
         "import json, os, subprocess, sys\n"
-        "from worker.config import load_config\n"
-        "from worker.config_secrets import release_secret_env\n"
+        "from worker.config.models import load_config\n"
+        "from worker.config.secrets import release_secret_env\n"
         "token = load_config().tracker.api_token\n"
         "released = release_secret_env()\n"
         f"child = subprocess.run([sys.executable, '-c', {PEEK!r}, token],\n"

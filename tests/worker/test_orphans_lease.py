@@ -29,7 +29,7 @@ from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker
 from tracker_client.serve.app import create_app
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.daemon import Role, Worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

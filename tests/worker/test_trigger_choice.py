@@ -15,7 +15,7 @@ from tracker_client.errors import NotFound, TrackerUnavailable
 from tracker_client.factory import open_tracker
 from tracker_client.models import Pipeline, Task, TaskCreate
 from tracker_client.protocol import Tracker
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.retry import RetryPolicy
 from worker.triggers import PipelineBook, PipelineWays, TriggerChoice, choose_trigger
 

@@ -20,7 +20,7 @@ from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 from tracker_client.protocol import Tracker
 from worker.cli.run import build_roles
-from worker.config import load_config
+from worker.config.models import load_config
 from worker.daemon import Worker
 
 pytestmark = pytest.mark.anyio

@@ -32,7 +32,7 @@ from worker.cli.prepare import (
     tracker_option,
 )
 from worker.cli.token import token_options, token_overrides
-from worker.config import Config
+from worker.config.models import Config
 from worker.triggers import trigger_problems
 from worker.workdirs import check_workdir_base
 

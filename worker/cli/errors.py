@@ -104,7 +104,7 @@ def describe(
     """One line saying what went wrong.
 
     ``token_source`` says where the api token came from (``from BACKLOG_WORKER_API_TOKEN``,
-    see :attr:`worker.config.TrackerConfig.api_token_source`), :data:`NO_TOKEN` when none was
+    see :attr:`worker.config.models.TrackerConfig.api_token_source`), :data:`NO_TOKEN` when none was
     sent, None when unknown: a refused token is then named, never printed.
     """
     if isinstance(exc, OpsError):

@@ -17,7 +17,7 @@ from plugins.api import SupportsReadiness
 from tracker_client.errors import ConfigError
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
-from worker.config import Config, load_config
+from worker.config.models import Config, load_config
 from worker.daemon import Role
 
 __all__ = [

@@ -47,10 +47,10 @@ from worker.cli.prepare import (
 )
 from worker.cli.systemd.unit import STOP_MARGIN_S
 from worker.cli.token import token_options, token_overrides
-from worker.config import Config
-from worker.config_secrets import release_secret_env
+from worker.config.models import Config
+from worker.config.reload import plan_reload
+from worker.config.secrets import release_secret_env
 from worker.daemon import Worker, WorkerState
-from worker.reload import plan_reload
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
 
 __all__ = ["build_roles", "register", "select_roles"]
@@ -170,7 +170,7 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
         nonlocal config
         notifier.reloading()
         try:
-            # Roles and most [worker] keys apply to new claims; the rest is named (worker.reload).
+            # Roles and most [worker] keys apply to new claims; the rest is named (config.reload).
             applied, _ = plan_reload(config, load_selected(config_path, overrides, roles))
             built = build_roles(applied)
             worker.set_config(applied.worker)

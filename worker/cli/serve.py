@@ -226,7 +226,7 @@ def register(group: click.Group) -> None:
     ) -> None:
         """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
         try:
-            from worker.config import check_environment
+            from worker.config.models import check_environment
 
             check_environment()  # a misspelled BACKLOG_WORKER_API_TOKEN must not serve open
             api_token = _read_token(token, token_file)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracker_client.capabilities import Capabilities
-from worker.config import TrackerConfig, WorkerConfig
+from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.values import Role
 from worker.retry import RetryPolicy, TrackerCalls
 from worker.run import RunSettings

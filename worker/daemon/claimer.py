@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 from tracker_client.protocol import LeaseTracker
-from worker.config import WorkerConfig
+from worker.config.models import WorkerConfig
 from worker.daemon.chores import instructions_for, refuses_token
 from worker.daemon.drain import DrainCheck
 from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step

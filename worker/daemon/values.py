@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 from plugins.api import Executor
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.run import RunResult
 
 __all__ = ["Role", "WorkerState", "WorkerStats"]

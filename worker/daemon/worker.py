@@ -22,7 +22,7 @@ from anyio.abc import TaskStatus
 
 from tracker_client.errors import TrackerError
 from tracker_client.protocol import LeaseTracker
-from worker.config import TrackerConfig, WorkerConfig
+from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.chores import maintenance_loop
 from worker.daemon.claimer import Claimer, Signals
@@ -105,7 +105,7 @@ class Worker:
     def set_config(self, config: WorkerConfig) -> None:
         """Apply a reloaded ``[worker]`` section to new claims: slots (a lowered count takes
         effect as runs end), lease TTL, idling, grace, run directories. The caller keeps the
-        keys that need a restart (see :mod:`worker.reload`) at their running values."""
+        keys that need a restart (see :mod:`worker.config.reload`) at their running values."""
         base = prepare_workdir_base(config.workdir)  # a refused base changes nothing
         self.config = config
         self._book.update(config=config, workdir_base=base)

@@ -19,7 +19,7 @@ import anyio
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, TrackerError, Unsupported
 from tracker_client.protocol import LeaseTracker
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.lease import LeaseSession
 from worker.run.log import RunLog
 from worker.run.settings import RunResult, RunSettings

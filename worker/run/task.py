@@ -36,7 +36,7 @@ from plugins.supervise import call_executor, timeout_of
 from tracker_client.errors import TrackerError
 from tracker_client.models import ArtifactCreate, Lease
 from tracker_client.protocol import LeaseTracker
-from worker.config import RoleConfig
+from worker.config.models import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.lease import LeaseSession
 from worker.run.log import RunLog

@@ -49,7 +49,7 @@ from worker.cli.errors import (
     redact_url,
 )
 from worker.cli.token import token_options, token_overrides
-from worker.config import DEFAULT_TRACKER_URL, load_config
+from worker.config.models import DEFAULT_TRACKER_URL, load_config
 
 __all__ = [
     "DEFAULT_TRACKER_URL",
@@ -157,7 +157,7 @@ class TrackerTarget:
 
 def resolve_tracker(tracker_url: str | None, config_path: Path | None) -> TrackerTarget:
     """The tracker to use: ``--tracker``, else ``BACKLOG_WORKER_TRACKER_URL`` / the config
-    file's ``[tracker] url`` (see :func:`worker.config.load_config`), else the default; the
+    file's ``[tracker] url`` (see :func:`worker.config.models.load_config`), else the default; the
     token from ``--token``/``--token-file`` of the running command, else the environment or
     the config file.
     """

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.cli.ops.common import EXIT_USAGE, OpsError
-from worker.config_sources import describe_validation  # one formatter for config and input
+from worker.config.sources import describe_validation  # one formatter for config and input
 
 __all__ = [
     "describe_validation",

@@ -27,7 +27,7 @@ from worker.cli.ops.common import (
     common_options,
     input_errors,
 )
-from worker.config import RoleConfig, load_config
+from worker.config.models import RoleConfig, load_config
 
 __all__ = ["PluginStatus", "plugins_command", "probe_plugins"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from worker.config import Config, TrackerConfig
+from worker.config.models import Config, TrackerConfig
 
 __all__ = ["RESTART_WORKER_KEYS", "plan_reload"]
 

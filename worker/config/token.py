@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from tracker_client.errors import ConfigError
-from worker.config_sources import Sources, toml_place
+from worker.config.sources import Sources, toml_place
 
 __all__ = ["pick_token"]
 

@@ -8,7 +8,7 @@ Environment variables use ``__`` for nesting: ``BACKLOG_WORKER_TRACKER__URL``,
 ``BACKLOG_WORKER_WORKER__CONCURRENCY``; ``BACKLOG_WORKER_API_TOKEN``,
 ``BACKLOG_WORKER_TRACKER_URL`` and ``BACKLOG_WORKER_AGENT_ID`` are accepted as short forms. Every
 error names its real source (the file's table and key, the variable, the flag), and an unknown
-``BACKLOG_WORKER_*`` variable is refused by name (see :mod:`worker.config_sources`).
+``BACKLOG_WORKER_*`` variable is refused by name (see :mod:`worker.config.sources`).
 ``config.example.toml`` documents every key.
 """
 
@@ -30,8 +30,8 @@ from pydantic_settings import (
 )
 
 from tracker_client.errors import ConfigError
-from worker.config_secrets import settings_environ
-from worker.config_sources import (
+from worker.config.secrets import settings_environ
+from worker.config.sources import (
     FLAG_NAMES,
     Origin,
     Sources,
@@ -40,7 +40,7 @@ from worker.config_sources import (
     parse_env,
     role_names,
 )
-from worker.config_token import pick_token
+from worker.config.token import pick_token
 
 __all__ = [
     "DEFAULT_TRACKER_URL",
@@ -86,7 +86,7 @@ class TrackerConfig(_Frozen):
         return self._api_token_source
 
     def with_token(self, token: str | None, source: str | None) -> TrackerConfig:
-        """This table with the token the loader picked (see :mod:`worker.config_token`)."""
+        """This table with the token the loader picked (see :mod:`worker.config.token`)."""
         picked = self.model_copy(update={"api_token": token})
         picked._api_token_source = source
         return picked
@@ -201,7 +201,7 @@ class Config(ConfigFile):
 class _Settings(BaseSettings, ConfigFile):
     """The layers merged and validated: the keys of :class:`ConfigFile`, no others.
 
-    The environment is parsed by :mod:`worker.config_sources` (to refuse typos by their own
+    The environment is parsed by :mod:`worker.config.sources` (to refuse typos by their own
     name); this class merges the layers.
     """
 
@@ -267,7 +267,7 @@ def load_config(
 
     ``overrides`` are CLI flags as nested dicts or dotted keys (``{"worker.concurrency": 3}``);
     ``None`` values are ignored so unset flags don't mask the file; an error about one names the
-    flag of :data:`~worker.config_sources.FLAG_NAMES` (else ``--key-name``).
+    flag of :data:`~worker.config.sources.FLAG_NAMES` (else ``--key-name``).
     An unknown ``BACKLOG_WORKER_*`` environment variable is refused, naming the closest real one.
     """
     source = Path(path) if path is not None else None
