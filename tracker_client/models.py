@@ -30,8 +30,10 @@ __all__ = [
     "MaintenanceReport",
     "Page",
     "Pipeline",
+    "PurgeResult",
     "QueueStats",
     "ReleaseResult",
+    "RequeueAllResult",
     "RequeueResult",
     "RetryPolicy",
     "RoleStats",
@@ -369,6 +371,21 @@ class RequeueResult(_Model):
     reset_attempts: bool
 
 
+class RequeueAllResult(_Model):
+    """What ``requeue_all`` did to a pipeline's dead letters (or, with ``dry_run``, would do).
+
+    ``requeued`` counts the tasks brought back (on a dry run: that match, nothing written);
+    ``by_reason`` splits it by dead-letter reason; ``batches`` is how many write transactions
+    it took (0 on a dry run): a long replay never holds the write lock for long.
+    """
+
+    pipeline_id: str
+    requeued: int
+    by_reason: dict[str, int] = Field(default_factory=dict)
+    dry_run: bool = False
+    batches: int = 0
+
+
 class WaitResult(_Model):
     """The answer to ``wait``: ``finished`` is False on timeout (the task may still finish).
 
@@ -390,3 +407,20 @@ class MaintenanceReport(_Model):
     crash_looped: int = 0
     expired_tasks: int = 0
     purged_idempotency_keys: int = 0
+    #: Finished tasks purged by retention in this pass (the embedded option ``retention_days``).
+    purged_tasks: int = 0
+
+
+class PurgeResult(_Model):
+    """What a purge of finished tasks did (or, ``dry_run``, would do): rows per table."""
+
+    tasks: int = 0
+    runs: int = 0
+    events: int = 0
+    artifacts: int = 0
+    idempotency_keys: int = 0
+    #: Database pages given back to the file system (0 without incremental auto-vacuum).
+    pages_freed: int = 0
+    #: Tasks last updated before this time (epoch ms) were purged.
+    cutoff_ms: int = 0
+    dry_run: bool = False
