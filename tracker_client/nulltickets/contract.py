@@ -110,6 +110,8 @@ EXTENSIONS: Mapping[str, str] = {
     "task_events": "GET /tasks/{task_id}/events (every event of a task)",
     "release": "POST /runs/{run_id}/release (give a task back without counting an attempt)",
     "count": "GET /ops/count (how many tasks, by stage and/or pipeline, without listing them)",
+    "purge": "POST /ops/purge (delete finished tasks older than an age, in batches)",
+    "requeue_all": "POST /ops/requeue-all (requeue a pipeline's dead letters, in batches)",
 }
 
 
@@ -185,6 +187,25 @@ class CountAnswer(BaseModel):
     """``{"count": 7}``: the answer of ``count_tasks``."""
 
     count: int
+
+
+class RequeueAllBody(BaseModel):
+    """``POST /ops/requeue-all`` (extension ``requeue_all``): which dead letters, and how."""
+
+    pipeline_id: str
+    reason: str | None = None
+    since_ms: int | None = None
+    stage: str | None = None
+    dry_run: bool = False
+    reset_attempts: bool = True
+
+
+class PurgeBody(BaseModel):
+    """``POST /ops/purge`` (extension ``purge``): finished tasks older than ``older_than_ms``."""
+
+    older_than_ms: int
+    dry_run: bool = False
+    pipeline_id: str | None = None
 
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -310,6 +331,12 @@ OPERATIONS: tuple[Operation, ...] = (
         query=(*_WAIT, Query("since")), extension="wait_for_work"),
     _op("count_tasks", "GET", "/ops/count", "Count tasks, by stage and/or pipeline",
         response=CountAnswer, query=(Query("stage"), Query("pipeline_id")), extension="count"),
+    _op("purge", "POST", "/ops/purge", "Delete finished tasks older than older_than_ms, with "
+        "their runs, events and artifact records (dry_run counts)", body=PurgeBody,
+        response=m.PurgeResult, errors=(400,), extension="purge"),
+    _op("requeue_all", "POST", "/ops/requeue-all", "Requeue a pipeline's dead-lettered tasks "
+        "(reason, since_ms, stage; dry_run counts)", body=RequeueAllBody,
+        response=m.RequeueAllResult, errors=(400, 404), extension="requeue_all", wakes=True),
 )
 # fmt: on
 
