@@ -171,6 +171,7 @@ def test_served_routes_auth_and_openapi_follow_the_table() -> None:
         "cancel",
         "cancel_all",
         "requeue",
+        "requeue_all",
         "maintenance",
     }
 
