@@ -1,4 +1,7 @@
-"""``python -m worker`` is ``backlog-worker``."""
+"""``python -m worker`` is ``backlog-worker``.
+
+It touches nothing itself: it imports :mod:`worker.cli` and calls its ``main``.
+"""
 
 from worker.cli import main
 

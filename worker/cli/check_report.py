@@ -4,6 +4,9 @@ Each check has a stable ``name`` (``configuration``, ``tracker``, ``api_token``,
 ``lease_ttl:<role>``, ``role:<role>``, ``executors``), an ``ok`` verdict, a ``level``
 (``ok``, ``warn`` or ``fail``; a warning does not fail the check) and a human ``detail``.
 Text lines print as each check finishes; JSON is written once, at the end.
+
+It may touch stdout only (through :func:`click.echo`); running the checks is
+:mod:`worker.cli.check`'s.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Kept free of heavy imports (no rich, no httpx) so that ``run`` and ``check`` can share the
 operator commands' wording and exit codes without loading their output machinery.
+
+It may touch the rail's error types (:mod:`tracker_client.errors`) and stderr only; it never opens a
+tracker or reads the configuration.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ handling (TERM/INT: staged shutdown, a second one skips the grace; HUP: reload t
 configuration for new claims), tells systemd (ready, status, watchdog) and runs a
 :class:`~worker.daemon.Worker`. ``check`` (:mod:`worker.cli.check`) validates the same things
 without claiming anything; both are registered here.
+
+It may touch everything a running worker needs: the configuration (and the release of its secrets),
+the executors and the tracker (through :mod:`worker.cli.prepare`), signals, systemd
+(:mod:`worker.sdnotify`) and logging; what the worker does is :class:`~worker.daemon.Worker`'s.
 """
 
 from __future__ import annotations

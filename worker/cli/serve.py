@@ -3,6 +3,10 @@
 Workers on other machines then use ``tracker.url = "http://host:port"``. Binds 127.0.0.1 unless
 ``--host`` says otherwise; with ``--token``/``--token-file``/``BACKLOG_WORKER_API_TOKEN`` every
 admin route needs ``Authorization: Bearer <token>`` (lease routes take the lease token).
+
+It may touch the tracker factory (an embedded rail only), the served application
+(:mod:`tracker_client.serve`), uvicorn and its listening socket, and the token (flag, file or
+environment); it runs no worker and no executor.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ They set ``tracker.api_token`` / ``tracker.api_token_file`` as flags, above
 ``BACKLOG_WORKER_API_TOKEN`` and the config file. ``--token`` puts the token where every local
 user can read it (``ps``, ``/proc/PID/cmdline``), so using it prints a warning.
 Kept free of heavy imports: ``run`` and ``check`` use it too.
+
+It may touch the click context and stderr (the warning) only; reading a token file is
+:mod:`worker.config.token`'s.
 """
 
 from __future__ import annotations

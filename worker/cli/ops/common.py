@@ -3,6 +3,11 @@
 Every operator command takes ``--tracker URL``, ``--config FILE`` and ``--json``, opens the
 tracker for the duration of one ``anyio.run``, and turns every expected failure into one line on
 stderr plus an exit code (see :data:`EXIT_CODES`); no traceback ever reaches the operator.
+
+It may touch the tracker factory (one tracker per command, closed at its end), the configuration
+(:func:`~worker.config.models.load_config`), the terminal (rich consoles) and stderr; of the tracker
+it asks only for pipelines, to resolve one by name. What a command asks the tracker is that
+command's own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""``backlog-worker demo``: a temporary rail with workers, live progress and a summary."""
+"""``backlog-worker demo``: a temporary rail with workers, live progress and a summary.
+
+It may touch the command line only: the demo itself (its rail, workers and display) is
+:mod:`worker.demo`'s, imported when the command runs.
+"""
 
 from __future__ import annotations
 

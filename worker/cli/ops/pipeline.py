@@ -1,4 +1,9 @@
-"""``backlog-worker pipeline create|list|show``: define and inspect pipelines (state machines)."""
+"""``backlog-worker pipeline create|list|show``: define and inspect pipelines (state machines).
+
+It may touch the tracker (create, list and read pipelines), the operator's definition file
+(:mod:`worker.cli.ops.input`), the embedded rail's definition rules (checked before any tracker is
+opened) and the terminal.
+"""
 
 from __future__ import annotations
 

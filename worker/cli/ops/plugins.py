@@ -4,6 +4,9 @@ Each installed executor is imported; one used by a configured role is built with
 options and asked for its ``readiness()``; one not used by any role is built with no options
 (many executors need options, which is reported, not a failure). Exit 1 when a configured
 role's executor cannot be loaded or is not ready.
+
+It may touch the configuration, the plugin registry (:mod:`plugins.registry`: executors imported and
+built) and their ``readiness()``, and the terminal; it never opens a tracker.
 """
 
 from __future__ import annotations

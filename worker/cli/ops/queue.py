@@ -1,4 +1,7 @@
-"""``backlog-worker queue [--watch]``: per-role backlog figures, once or as a live view."""
+"""``backlog-worker queue [--watch]``: per-role backlog figures, once or as a live view.
+
+It may touch the tracker (``queue_stats`` and ``health``: reads only) and the terminal.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""``backlog-worker submit TITLE --wait``: enqueue a task and block until it finishes."""
+"""``backlog-worker submit TITLE --wait``: enqueue a task and block until it finishes.
+
+It may touch the tracker (``create_task``, then ``wait``) and the terminal; the task's fields are
+:mod:`worker.cli.ops.taskopts`'s, the artifacts' rendering :mod:`worker.cli.ops.task_show`'s.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 The tracker lists tasks in creation order, filtered by pipeline and stage only. This command
 reads every matching page, derives each task's role (its stage's ``agent_role``) and state
 (:data:`STATES`), filters and sorts them, and prints the first ``--limit``.
+
+It may touch the tracker (reads only: tasks, pipelines) and the terminal.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""``backlog-worker task show``: a task's state, runs, events timeline and artifacts."""
+"""``backlog-worker task show``: a task's state, runs, events timeline and artifacts.
+
+It may touch the tracker (reads only: the task, its pipeline, runs, events and artifacts) and the
+terminal.
+"""
 
 from __future__ import annotations
 

@@ -14,6 +14,10 @@ its first write). :func:`plan_placement` looks at every such path and decides:
 - written to (rail directory, workdir, executor directories) outside the state directory:
   listed in ``ReadWritePaths=``, with a warning when the directory does not exist yet (systemd
   refuses to start a unit whose ``ReadWritePaths=`` is missing).
+
+It may touch the file system read-only (the install's and the configured paths, the ``--config``
+files, the password database) and the embedded rail's URL parser
+(:func:`tracker_client.factory.parse_sqlite_url`); it writes nothing.
 """
 
 from __future__ import annotations

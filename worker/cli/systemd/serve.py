@@ -6,6 +6,9 @@ plain HTTP on a loopback address by default; TLS belongs to a reverse proxy in f
 so it is never on the command line, in the environment or in the unit. Nothing here runs
 executors, so the sandbox is the workers' plus ``MemoryDenyWriteExecute=yes`` (tested: the
 server runs with the kernel's write-xor-execute lock, ``tests/systemd/test_unit_mdwe.py``).
+
+It renders text only: it may touch the shared sandbox (:mod:`worker.cli.systemd.sandbox`) and
+nothing on the machine.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ instances; ``--tracker-serve`` prints ``backlog-tracker.service`` (:mod:`worker.
 identical to the renderers' output), so the CLI and the files never drift. The sandbox is fitted
 to where the install and the ``--config`` files' paths are (:mod:`worker.cli.systemd.sandbox`):
 a unit must work on the machine it is generated on, or say why it cannot.
+
+It may touch the install's paths (the interpreter, the scripts on ``PATH``), the ``--config`` files
+(through the sandbox) and stdout; it writes no file and never calls systemd.
 """
 
 from __future__ import annotations
