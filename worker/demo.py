@@ -6,6 +6,10 @@ metadata decides how they behave (some fail and are retried, some are rejected o
 reworked, one always fails and is dead-lettered), then starts several ``backlog-worker run``
 processes that share the rail, using the ``command`` executor with small Python scripts. It
 shows live progress and ends with a summary table.
+
+It may touch its own directory (a temporary one, or ``--keep-dir``: the rail, the worker configs,
+the scripts and their logs), the embedded rail it creates there, the ``backlog-worker run``
+processes it starts and the terminal; never a rail or configuration of the operator's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The demo's summary: what happened, computed from the rail after the run, as a table or JSON.
 
 Split from :mod:`worker.demo` (the run itself).
+
+It may touch the tracker (reads only: each task's runs and events) and builds rich tables; it prints
+nothing itself.
 """
 
 from __future__ import annotations

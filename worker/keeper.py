@@ -7,6 +7,10 @@ every entry is due ``interval`` after it was (re)scheduled), so adding, removing
 next due run are all O(1). When a run is due the keeper starts that one call in its own task
 group, so a slow heartbeat of one run never delays another's; a call still in flight is not
 started twice.
+
+It touches nothing but the runs it keeps (:class:`Kept`: each run's ``heartbeat_once`` and
+``flush_once``) and anyio's clock; what those calls write is the run's
+:class:`~worker.lease.LeaseSession`'s.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Defence in depth: a redaction filter on the handler masks anything that looks li
 token (64 hex digits), ``Bearer`` credentials, and any secret registered with
 :func:`add_secret` (the configured api token), in messages, tracebacks and extra fields.
 Code must still never log tokens; this only limits the damage when it does.
+
+It may touch the root logger and its handlers, stderr and ``$JOURNAL_STREAM``; it imports nothing of
+the project, so every room of the worker may use it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ an answer and goes straight to the caller. Backoff is exponential with full jitt
 ``initial_s`` and ``max_s``; the total time is bounded by a budget (the lease's remaining time
 for heartbeats and run writes, a configured ceiling for final reports). The *same* idempotency
 key goes with every attempt of one logical write, so a retry never applies twice.
+
+It may touch only the calls it is handed (a tracker method, chosen by the caller) and the rail's
+capabilities and errors; it opens no tracker and knows no operation by name.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ does the walking):
 Token-shaped patterns (64 hex digits) are not masked here, unlike in the log: a sha256 in an
 executor's output or an artifact is data, not a secret. Values shorter than 6 characters are
 never treated as secrets.
+
+It may touch the worker's environment (read: the secret-named variables), the log's registered
+secrets and :mod:`plugins.nullclaw.redact`'s walker; it writes nothing itself.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ Typical use (the daemon)::
 ``Watchdog.run`` pings only while its probe reports progress, and since it is a task on the
 event loop, a loop that is blocked stops the pings too; after ``WatchdogSec`` systemd restarts
 the service.
+
+It may touch ``$NOTIFY_SOCKET`` (one datagram socket), the ``NOTIFY_SOCKET`` and ``WATCHDOG_*``
+variables (unset for children on request), ``$CREDENTIALS_DIRECTORY`` (:func:`load_credential`) and
+the log (:mod:`worker.logs`); it knows nothing of trackers or tasks.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ triggers. A trigger the tracker refuses fails the same way, naming where it came
 Definitions come from ``get_pipeline``, once per pipeline id and :class:`PipelineBook` (one per
 role's run settings, so per worker and role): a pipeline never changes once created (neither
 rail can update one), so a cached definition cannot go stale.
+
+It may touch the tracker's ``get_pipeline`` only (with the read retry of :mod:`worker.retry`, once
+per pipeline) and the role's configuration; sending the trigger is :mod:`worker.run.report`'s.
 """
 
 from __future__ import annotations

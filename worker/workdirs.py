@@ -11,6 +11,9 @@ a directory shared by every user on the host (the old ``/tmp/backlog-worker``) l
 directory there fail every run, or read and tamper with ours. :func:`prepare_workdir_base` makes
 the default base mode 0700 and refuses one that is not ours; :func:`check_workdir_base` is what
 ``backlog-worker check`` reports.
+
+It may touch the workdir base and the run directories directly under it (create, check, remove) and
+the environment variables that place the default base; never a path outside it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ Environment variables use ``__`` for nesting: ``BACKLOG_WORKER_TRACKER__URL``,
 error names its real source (the file's table and key, the variable, the flag), and an unknown
 ``BACKLOG_WORKER_*`` variable is refused by name (see :mod:`worker.config.sources`).
 ``config.example.toml`` documents every key.
+
+It may touch the configuration file (read once per load), the environment (as
+:func:`~worker.config.secrets.settings_environ` gives it) and the host name (the default agent id);
+of the rail it imports :mod:`tracker_client.errors` only.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Applied to new claims (in-flight runs keep theirs): the roles (executors rebuilt
 key (the whole ``[tracker]`` table: its connection is open; ``agent_id``; ``max_tasks``,
 ``drain``, ``maintenance_interval_s``; logging) keeps its running value, and each one that
 changed is named in a WARNING, so an edit is never silently ignored.
+
+No I/O: it compares two loaded configurations and logs the keys that need a restart; applying them
+is :meth:`~worker.daemon.Worker.set_config`'s.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Limits: before the call (process start until the first config load) the token is
 by any process of the same user; the token stays in the worker's memory (a same-user process
 allowed to ptrace it can read that); a token file (``[tracker] api_token_file``, systemd
 ``LoadCredential=``) never puts it in the environment at all, and is the recommended way.
+
+It may touch :data:`os.environ`, ``/proc/self/stat`` and ``/proc/self/mem`` (the token's variables
+only), and imports nothing of the project.
 """
 
 from __future__ import annotations

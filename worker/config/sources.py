@@ -6,6 +6,9 @@ flag; an error about it says which (``worker.toml: [worker] concurrency: ...``,
 blaming the file for what the environment said. The environment is parsed here rather than by
 pydantic-settings so that a misspelled variable is refused by its own name (with the closest real
 name, via :func:`difflib.get_close_matches`) instead of being ignored or reported as a file key.
+
+No I/O: it is handed the file's values and the environment; it may use pydantic and
+:mod:`tracker_client.validation` (the one formatter) only.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ config file names a token file, ``--token`` or ``BACKLOG_WORKER_API_TOKEN`` over
 higher layer wins (flag > environment > file), so ``--token-file`` beats a token in the
 environment. The label lets a refusal (401) say which token the tracker refused:
 ``from BACKLOG_WORKER_API_TOKEN``, ``from --token``, ``read from /run/tok (--token-file)``.
+
+It may touch the token file (read, looked up in ``$CREDENTIALS_DIRECTORY`` first when relative) and
+nothing else; the token itself never reaches a message.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming (
 after it); in-flight runs keep heartbeating for ``shutdown_grace_s``; then their executors are
 cancelled and each run makes a shielded final report (a release, reason ``worker_shutdown``). A
 second stop skips the grace and abandons claims still at the tracker.
+
+It may touch the tracker (``health`` and ``capabilities`` at start, with retries), the workdir base
+(:mod:`worker.workdirs`) and the rooms it runs; claims are the claimer's, signals and systemd the
+CLI's (:mod:`worker.cli.run`).
 """
 
 from __future__ import annotations

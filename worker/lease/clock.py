@@ -10,6 +10,8 @@ The end is the earlier of ``sent + ttl`` (``sent`` = when the claim or heartbeat
 so a slow answer never lengthens it) and the tracker's own ``expires_at_ms`` read against our
 wall clock. A tracker clock behind ours only shortens the lease (safe); one far enough ahead to
 say "already expired" is taken for clock skew and ignored.
+
+It may touch anyio's cancel scopes and the monotonic and wall clocks only: no tracker, no I/O.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ chosen per pipeline and stage (:mod:`worker.triggers`) sent with the claimed sta
 for a :class:`~plugins.api.Failure`, an ``error`` event and ``fail``, except a shutdown, which
 releases the task without spending an attempt. A 409 is logged and dropped.
 
-It writes through the run's :class:`~worker.lease.LeaseSession` only (and reads pipeline
-definitions for the trigger).
+It may touch the tracker through the run's :class:`~worker.lease.LeaseSession` only (and reads
+pipeline definitions for the trigger).
 """
 
 from __future__ import annotations

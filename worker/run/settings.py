@@ -2,6 +2,9 @@
 
 Values only: built by the worker once per role and configuration, read by
 :class:`~worker.run.TaskRun` and its report.
+
+No I/O: it may use the lease, retry and trigger rooms' types to build a run's session and calls, and
+calls nothing itself.
 """
 
 from __future__ import annotations

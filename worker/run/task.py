@@ -19,6 +19,10 @@ The shape (DESIGN.md "One task, end to end"):
 Every call under the lease goes through the run's :class:`~worker.lease.LeaseSession`;
 :class:`TaskRun` itself supervises the executor: its context, its workdir, its time limit, the
 kill deadline of its processes.
+
+It may touch the executor (through :mod:`plugins.supervise`), its processes' kill deadline
+(:mod:`plugins.proc.process`), the run's workdir (:mod:`worker.workdirs`) and the keeper; the
+tracker only through the session and the report.
 """
 
 from __future__ import annotations
