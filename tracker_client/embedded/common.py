@@ -73,6 +73,8 @@ class Options:
     max_stale_attempts: int = 3
     idempotency_ttl_s: int = 86_400
     poll_interval_s: float = 0.05
+    #: Finished tasks older than this are purged by maintenance (0 = kept forever).
+    retention_days: int = 30
     #: The rail's default retry policy (built-in default overridden by ``retry_*`` options).
     retry: RetryDefaults = BUILTIN
 

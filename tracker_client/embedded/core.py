@@ -20,13 +20,13 @@ from typing import Any, Self, TypeVar
 
 import anyio
 
-from tracker_client.embedded import backlog, stats
+from tracker_client.embedded import backlog, retention, stats
 from tracker_client.embedded.common import Ctx, Options
 from tracker_client.embedded.db import Database
 from tracker_client.embedded.options import parse_options
 from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.errors import ConfigError
-from tracker_client.models import Health, MaintenanceReport, WaitResult
+from tracker_client.models import Health, MaintenanceReport, PurgeResult, WaitResult
 
 __all__ = ["TrackerCore"]
 
@@ -41,8 +41,11 @@ def _wall_ms() -> int:
 #: Writes that never make work claimable nor revoke a lease: they do not wake waiters here.
 QUIET_WRITES = frozenset(
     {"claim", "heartbeat", "add_event", "add_artifact", "store_put", "store_delete"}
-    | {"store_delete_namespace"}
+    | {"store_delete_namespace", "purge", "vacuum"}
 )
+#: Purge batches one maintenance pass runs at most (the next pass goes on where it stopped).
+MAINTENANCE_PURGE_BATCHES = 20
+_DAY_MS = 86_400_000
 #: ``wait_for_work`` returns this long after the earliest live lease's expiry, so that the claim
 #: it prompts finds the lease lapsed by the tracker's clock.
 LAPSE_MARGIN_S = 0.01
@@ -72,7 +75,8 @@ class TrackerCore:
         Options (strings from a URL are coerced): ``synchronous`` (``NORMAL``; ``FULL`` for
         power-loss durability), ``busy_timeout_ms`` (5000), ``max_backlog_depth`` (100000, 0 =
         unlimited), ``role_backlog_depth`` (role -> cap), ``max_stale_attempts`` (3),
-        ``idempotency_ttl_s`` (86400), ``poll_interval_s`` (0.05). ``clock`` returns epoch ms.
+        ``idempotency_ttl_s`` (86400), ``poll_interval_s`` (0.05), ``retention_days`` (30, 0 =
+        keep finished tasks forever). ``clock`` returns epoch ms.
         Raises ``ConfigError`` for a bad option, ``TrackerCorrupt`` for a file that is not ours.
         """
         if clock is not None and not callable(clock):
@@ -212,8 +216,36 @@ class TrackerCore:
             self._waiters -= 1
 
     async def maintenance(self) -> MaintenanceReport:
-        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
-        return await self._write("maintenance", backlog.maintenance)
+        """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys,
+        and purge finished tasks older than ``retention_days`` (a bounded number of small
+        batches per pass; see :mod:`.retention`)."""
+        report = await self._write("maintenance", backlog.maintenance)
+        days = self._opts.retention_days
+        if days <= 0:
+            return report
+        purged = await retention.purge(
+            self._read,
+            self._write,
+            cutoff_ms=int(self._clock()) - days * _DAY_MS,
+            max_batches=MAINTENANCE_PURGE_BATCHES,
+        )
+        return report.model_copy(update={"purged_tasks": purged.tasks})
+
+    async def purge(
+        self, *, older_than_ms: int, dry_run: bool = False, pipeline_id: str | None = None
+    ) -> PurgeResult:
+        """Purge finished tasks last updated more than ``older_than_ms`` ago (with their runs,
+        events, artifact records, links and idempotency records), in small transactions, then
+        vacuum the freed pages; ``dry_run`` only counts. Waiting and running work, and a
+        finished task an unfinished one depends on, are never purged."""
+        age = retention.check_age(older_than_ms)
+        return await retention.purge(
+            self._read,
+            self._write,
+            cutoff_ms=int(self._clock()) - age,
+            pipeline_id=pipeline_id,
+            dry_run=bool(dry_run),
+        )
 
     async def wait_for_work(self, timeout_s: float) -> None:
         """Return early when something was written that may make work (here: see the module

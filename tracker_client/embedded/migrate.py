@@ -79,6 +79,10 @@ def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connec
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         if not memory:
             _check_ours(conn, path)
+            # Only a file with no table yet takes auto_vacuum (before WAL writes its header):
+            # then retention's incremental_vacuum shrinks it. An older file keeps NONE.
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise TrackerUnavailable(f"{path}: could not switch to WAL (mode {mode})")

@@ -74,6 +74,20 @@ def _caps(value: Any) -> dict[str, int]:
     return {str(k): _int(f"{name}[{k}]", v, 0) for k, v in raw.items()}
 
 
+#: The longest retention accepted (100 years): more is a typo; 0 already means forever.
+_MAX_RETENTION_DAYS = 36_600
+
+
+def _retention(value: Any) -> int:
+    days = _int("retention_days", value, 0)
+    if days > _MAX_RETENTION_DAYS:
+        raise ConfigError(
+            f"embedded tracker option retention_days: at most {_MAX_RETENTION_DAYS} "
+            f"(0 keeps finished tasks forever), got {days}"
+        )
+    return days
+
+
 def parse_options(options: Mapping[str, Any]) -> Options:
     """Build :class:`Options` from keyword/URL options; ``ConfigError`` names what is wrong."""
     known = {
@@ -84,6 +98,7 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         "max_stale_attempts",
         "idempotency_ttl_s",
         "poll_interval_s",
+        "retention_days",
         *_RETRY,
     }
     unknown = sorted(set(options) - known)
@@ -106,6 +121,7 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         max_stale_attempts=_int("max_stale_attempts", options.get("max_stale_attempts", 3), 0),
         idempotency_ttl_s=_int("idempotency_ttl_s", options.get("idempotency_ttl_s", 86_400), 0),
         poll_interval_s=_float("poll_interval_s", options.get("poll_interval_s", 0.05)),
+        retention_days=_retention(options.get("retention_days", 30)),
         retry=BUILTIN.merged(
             parse_retry(
                 {k: v for k, v in options.items() if k in _RETRY},
