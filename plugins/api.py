@@ -8,6 +8,11 @@ Cancellation arrives as anyio cancellation (lease lost, timeout, shutdown past i
 executor that owns subprocesses must kill their whole process group before re-raising.
 An executor may also implement ``async def readiness(self) -> list[str]`` (one line per problem,
 empty when ready); ``backlog-worker check`` runs it before any task is claimed.
+
+It may touch the run's working directory (created on first use), the files an executor names as
+artifacts (through :mod:`plugins.artifact_files`) and the :class:`ContextSink` it is given; it never
+sees a tracker or a lease (the sink is the worker's, or a list in tests), and of the rail it imports
+:mod:`tracker_client.models` only.
 """
 
 from __future__ import annotations

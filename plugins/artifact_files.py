@@ -2,6 +2,9 @@
 
 Used by :meth:`plugins.api.ExecutionContext.artifact_file` (and through it by the ``command``
 executor's ``outcome.json`` artifacts). Blocking: call it in a worker thread.
+
+It may touch the file it hashes (read) and the copy's destination (directories created, the copy
+written through a temporary file); nothing of the tracker or the worker.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ A role may also name a factory directly as ``"package.module:attribute"``.
 Every problem is an :class:`~tracker_client.errors.ExecutorError` naming the plugin: not
 installed (with the installed ones listed), failing to import, rejecting its options, or
 building something that is not an executor.
+
+It may touch the installed packages' entry points and the modules they name (imported), and calls
+the factories; it never runs an executor.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ made (concurrent reports), so it lists exactly what the executor reported; ``sin
 the events as a tracker would receive them. Pass ``report_policy`` to exercise batching.
 A ``python`` executor naming a plain ``def`` runs it in its own thread as a worker does, and
 ``cancel()`` abandons that thread the same way (``ctx.cancelled`` turns True).
+
+It may touch a working directory (the test's, or a temporary one removed after the run), the
+executor and :mod:`plugins.supervise`; no tracker, no lease, no worker.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 ``command:CommandExecutor`` (the entry point) resolves lazily, so importing one submodule does not
 load the executor and everything it imports.
+
+Its modules may touch the plugin API, :mod:`plugins.proc` (the child and its process group), the
+run's working directory and ``artifacts_dir``; never the tracker or the worker.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
 recorded, hashed and sized (see :mod:`plugins.command.outcome`); without ``artifacts_dir`` their
 ``file://`` uris name the workdir, which is removed after the run unless ``keep_workdirs``.
 Cancellation kills the whole process group.
+
+It may touch the child (through :func:`~plugins.proc.process.run_process`), ``PATH`` (to find the
+program), the run's working directory (``task.json``, ``outcome.json``) and the context's reports
+and artifacts; never the tracker, the lease or the worker.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ must stay inside it (no absolute path, no ``..`` or symlink leading out); ``kind
 ``file``; ``meta`` (an object) is recorded with ``"path"`` added. The files are hashed and sized
 by :meth:`~plugins.api.ExecutionContext.artifact_file`, and copied to
 ``<artifacts_dir>/<task id>/<run id>/<path>`` first when the executor has ``artifacts_dir``.
+
+It may touch the run's working directory only (``outcome.json`` read, the declared paths resolved
+inside it); hashing and copying the files is the context's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """A command's output stream: a bounded tail, and live ``output`` events up to a limit.
 
 Split from :mod:`plugins.command.executor`.
+
+It may touch the run's context (``output`` events through ``ctx.report``) only: no process, no file.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Unlike ``str.format`` there is no attribute or item lookup on live objects: a template may only
 name the fields listed in :data:`FIELDS` (plus ``task.metadata[key]``), checked when the
 executor is built, and every field renders to plain text inside one argument.
+
+Pure text: it may touch the run's values (task, run, paths) only; no file, no process.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 ``nullclaw:NullClawExecutor`` (the entry point) resolves lazily, so importing one submodule does not
 load the executor and everything it imports.
+
+Its modules may touch the plugin API, :mod:`plugins.proc` (the ``nullclaw`` child), the run's HOME
+and workspace, ``answers_dir`` and the provider key variable; never the tracker or the worker.
 """
 
 from __future__ import annotations

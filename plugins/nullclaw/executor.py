@@ -17,6 +17,10 @@ The NullClaw CLI is hostile to naive wrapping (``CLI.md``); this executor handle
 A successful answer is written to ``<workspace>/.backlog-worker/answer-<run id>.md`` (or
 ``<answers_dir>/<task id>/answer-<run id>.md``), recorded as a ``file`` artifact (sha256, size)
 and its head is reported in a ``result`` event.
+
+It may touch the ``nullclaw`` child (through :mod:`plugins.proc.process`), its HOME and workspace
+(:mod:`plugins.nullclaw.home`), the prompt and answer files and the context's reports; never the
+tracker or the lease: everything goes through the :class:`~plugins.api.ExecutionContext`.
 """
 
 from __future__ import annotations

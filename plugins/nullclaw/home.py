@@ -15,6 +15,10 @@ The workspace (``NULLCLAW_WORKSPACE``, also the process's cwd) follows the ``wor
 ``run`` = a fresh ``<run workdir>/workspace``; ``task`` = ``<workspace_dir>/<task id>``, kept
 across the task's runs and stages; ``shared`` = ``<workspace_dir>`` itself for every run. The
 HOME is never inside the workspace, so the agent's file tools do not see the config.
+
+It may touch the run's generated HOME and workspace directories (created 0700, the config written
+0600) and the environment (read: the allowlist and the key variable); an existing ``home`` is used
+as is, never written.
 """
 
 from __future__ import annotations

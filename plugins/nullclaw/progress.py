@@ -7,6 +7,9 @@ task sends what is buffered every ``progress_interval_s`` or as soon as one stre
 After ``progress_max_bytes`` of text in total, one last event says the rest is dropped, so a
 chatty agent costs a bounded number of tracker writes. The last few KiB of each stream are kept
 regardless (:meth:`tail`) for failure details.
+
+It may touch the run's context (``progress`` events through ``ctx.report``) and the redactor only:
+no process, no file.
 """
 
 from __future__ import annotations

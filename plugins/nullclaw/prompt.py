@@ -16,6 +16,9 @@ command and a prompt beginning with ``-`` could be read as a flag, so such a pro
 ``max_prompt_arg_bytes`` is either refused (``oversized_prompt = "fail"``) or written to a file in
 the workspace, and nullclaw gets a short ``-m`` asking it to read that file
 (``oversized_prompt = "file"``, the default).
+
+Pure text: nothing here reads or writes a file (an oversized prompt's file is written by the
+executor where :func:`plan_prompt` says).
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ nullclaw itself accepts that config (``nullclaw agent -m /help`` runs a local sl
 after loading it; ``config_probe = false`` skips this); the API key variable is set; ``curl`` is
 on PATH (nullclaw sends every LLM request through it); a ``workspace_dir`` is usable. Nothing
 here contacts the LLM provider.
+
+It may touch ``PATH``, the ``nullclaw`` binary (``version`` and the local ``/help`` probe, run with
+a temporary HOME removed after), the config file and ``workspace_dir`` (checked) and the environment
+(read); never the tracker.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The key has to reach nullclaw (``NULLCLAW_API_KEY``), so the agent can see it: a
 running ``env``, or a verbose diagnostic line, would put it in the output. Every text that leaves
 the run (progress events, the answer artifact and ``result`` event, failure messages and
 details) goes through :class:`Redactor` first.
+
+Pure text: it touches nothing and imports nothing of the project, so the worker's own scrubber
+(:mod:`worker.scrub`) reuses it.
 """
 
 from __future__ import annotations

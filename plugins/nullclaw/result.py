@@ -12,6 +12,9 @@ The rules (CLI.md s.4-5):
 * death by a signal names the signal (``nullclaw_killed``, retryable).
 
 Output is decoded as UTF-8 with replacement characters, so no byte sequence can crash this.
+
+Pure: it may touch a finished run's bytes and the plugin API's outcome types only; no process, no
+file.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Bounded capture of process output: the head of one stream, the tail of another."""
+"""Bounded capture of process output: the head of one stream, the tail of another.
+
+Pure: no I/O, and it imports nothing of the project.
+"""
 
 from __future__ import annotations
 

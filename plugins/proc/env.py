@@ -1,6 +1,9 @@
 """Child-process environments built from scratch, so tracker tokens never reach a child.
 
 Re-exported by :mod:`plugins.proc.process`; executors normally import from there.
+
+It may touch the worker's environment (read only: copied by allowlist, never changed); it imports
+nothing of the project.
 """
 
 from __future__ import annotations

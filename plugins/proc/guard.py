@@ -30,6 +30,10 @@ worker dies is not covered. Nor is anything when the guard itself is killed toge
 worker (a worker notices a dead or stuck guard at its next executor start or end, starts a new
 one and registers its running groups again). A worker that is alive but frozen (``SIGSTOP``, a
 blocked event loop) keeps its pipe open: the guard does nothing until it dies.
+
+It may touch one helper process (spawned with :func:`os.posix_spawn`), its pipe, ``/proc`` (a
+group's and a session's members) and signals to the registered groups; it imports nothing of the
+project.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 A failed ``exec`` names the cause in words (missing working directory, no such executable,
 argument list too large, not executable), with ``reason`` for callers that branch on it.
+
+No I/O: it names what the ``OSError`` says; of the rail it uses :mod:`tracker_client.errors` only.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ the worker is gone. A descendant that leaves the session on purpose (``setsid``)
 this; only a cgroup holds it, which is the job of the service manager (see the systemd unit).
 
 :func:`minimal_env` builds a child environment from scratch so tracker tokens never reach a child.
+
+It may touch the child, its process group and pipes, the orphan guard (:mod:`plugins.proc.guard`)
+and the worker's environment (read, by :func:`minimal_env`); it knows nothing of executors, the
+tracker or the worker.
 """
 
 from __future__ import annotations

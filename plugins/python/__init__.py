@@ -2,6 +2,9 @@
 
 ``python:PythonExecutor`` (the entry point) resolves lazily, so importing one submodule does not
 load the executor and everything it imports.
+
+Its modules may touch the plugin API and the function's module (imported into the worker's process)
+and start no process; never the tracker or the worker.
 """
 
 from __future__ import annotations

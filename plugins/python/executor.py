@@ -16,6 +16,10 @@ It returns an outcome (:class:`~plugins.api.Transition` / :class:`~plugins.api.F
 ``bad_executor_output``. An exception it raises fails the run through the worker (an ``error``
 event with the traceback tail). The role's other options reach the function as ``ctx.options``
 (the option is checked by :mod:`plugins.python.options`).
+
+It may touch the module it imports (once, when the worker builds the executor) and the function it
+calls (in the worker's process, with the run's context); it starts no process and never sees the
+tracker.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ its grace) the run ends at once as it would for an async function; the thread is
 doubles as an interruptible sleep), every later context call raises :class:`RunCancelled`, and
 whatever the function returns is discarded. A function that never looks keeps running in the
 background (a daemon thread: it does not hold the worker's exit) until it returns.
+
+It may touch the run's :class:`~plugins.api.ExecutionContext` (through the worker's event loop) and
+one daemon thread per call; nothing of the tracker or the worker.
 """
 
 from __future__ import annotations
