@@ -8,6 +8,8 @@ CONTRACT.md, answers that can be lost on the wire, a lease reset to 300 s by eve
 :class:`LeaseRef` is what a lease operation needs (lease id, run id, task id, token). A claimed
 :class:`~tracker_client.models.Lease` is one; :class:`LeaseHandle` is the small concrete one a
 server builds from a path and a Bearer header, with no task to fabricate.
+
+No I/O, and it imports nothing of the project (pydantic only), so every floor may use it.
 """
 
 from __future__ import annotations

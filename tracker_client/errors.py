@@ -20,6 +20,8 @@ Every error the project raises on purpose is a :class:`BacklogWorkerError`::
 
 Foreign exceptions (``httpx``, ``sqlite3``, ``OSError``) are mapped once, at the boundary that
 talks to them, with ``raise ... from exc``; nothing above that boundary catches them.
+
+It imports nothing, so every room of every floor may use it.
 """
 
 from __future__ import annotations

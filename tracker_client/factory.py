@@ -7,6 +7,10 @@
   bearer token; the options of :class:`~tracker_client.nulltickets.options.ClientOptionArgs`,
   also as query parameters, e.g. ``http://host:7700?timeout_s=5&retry_attempts=3``). It tries
   each call once unless ``retry=`` (or a ``retry_*`` option) asks for retries.
+
+It may touch the embedded tracker (:mod:`tracker_client.embedded`) and the NullTickets client
+(:mod:`tracker_client.nulltickets.client`), each imported only when a URL names it, and the rail's
+file (:func:`require_rail` checks it exists and is not empty).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ refuses it with :class:`~tracker_client.errors.ValidationFailed` naming the limi
 
 The walk also refuses what is not portable JSON: NaN and infinities (not JSON at all), strings
 or keys with lone surrogates (not encodable as UTF-8), non-string object keys and non-JSON types.
+
+Pure: it may use :mod:`tracker_client.errors` only; the embedded tracker, the HTTP transport and the
+served tracker's body parser call it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ tracker that cannot lose an answer (the embedded one: the commit and the reply h
 caller's own process, and an error means nothing was committed) declares
 ``answers_can_be_lost=False`` in its :class:`~tracker_client.capabilities.Capabilities`;
 callers may then skip keys, which saves a lookup and a record per write.
+
+No I/O: it imports only :mod:`tracker_client.models` and :mod:`~tracker_client.capabilities` (no
+implementation), so a caller can depend on the seam without loading SQLite or httpx.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ polls) is read from the wire contract (:mod:`tracker_client.nulltickets.contract
 only binds the table to the handlers of :mod:`~tracker_client.serve.routes` and
 :mod:`~tracker_client.serve.extra_routes` (an operation without one is served by
 :func:`~tracker_client.serve.generic.generic_handler`), and adds auth and the error pages.
+
+It may touch the tracker it is given (through the ``Tracker`` protocol, by its handlers; the caller
+opens and closes it), Starlette, the wire contract and the api token (compared in constant time);
+the server and its sockets are :mod:`worker.cli.serve`'s.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Depth: a stored value (metadata, definition, event data, store value...) may nes
 :data:`~tracker_client.jsonlimits.MAX_JSON_DEPTH` levels, and the tracker enforces that per
 field; a request body wraps its fields in at most :data:`BODY_WRAPPER_LEVELS` more (``{"tasks":
 [{"metadata": ...}]}``), so a body deeper than both together can only be refused.
+
+Pure: it may touch the raw bytes it is given and :mod:`tracker_client.jsonlimits`'s depth limit
+only; no request, no tracker.
 """
 
 from __future__ import annotations

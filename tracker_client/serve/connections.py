@@ -14,6 +14,9 @@ of every loop tick (47,000 traceback lines in 7 s were seen). Here:
   limit leaves after a reserve); one more is closed as soon as it is accepted;
 * the event loop's error log (where accept failures go) keeps one line per kind of failure per
   :data:`LOG_INTERVAL_S`, with the count of the ones it held back.
+
+It may touch uvicorn's HTTP protocol (a subclass of its h11 connection), the event loop's exception
+handler and the descriptor limit (:mod:`resource`); never a request's content or the tracker.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Named after their operations in :data:`tracker_client.nulltickets.contract.OPERA
 (read from the raw path, each segment decoded on its own:
 :func:`~tracker_client.serve.helpers.store_path`), and a long poll ends when the server stops
 or its client leaves (:func:`~tracker_client.serve.helpers.until_closing`).
+
+They may touch the request, the tracker of the request (through the ``Tracker`` protocol) and the
+wire contract; never the storage directly.
 """
 
 from __future__ import annotations

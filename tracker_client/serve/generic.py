@@ -13,6 +13,10 @@ client's call).
 Hand-written handlers remain for what a row cannot say: renamed or converted arguments
 (``timeout_ms`` -> seconds), raw store paths, long polls, answers reshaped as NullTickets
 shapes them.
+
+It may touch the request (path, query and body, through :mod:`~tracker_client.serve.http`), the
+contract row and the tracker method the row names (through the ``Tracker`` protocol); nothing of the
+storage.
 """
 
 from __future__ import annotations

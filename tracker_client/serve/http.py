@@ -3,7 +3,7 @@ endpoint wrapper, reading and validating a body, the Bearer header.
 
 Handlers (:mod:`~tracker_client.serve.routes`, :mod:`~tracker_client.serve.extra_routes`)
 import this room; the application (:mod:`~tracker_client.serve.app`) sits on top of them. It
-knows Starlette requests and responses and the error table
+may touch Starlette requests and responses and the error table
 (:mod:`tracker_client.nulltickets.wire_errors`), never the tracker's storage.
 """
 

@@ -4,6 +4,9 @@ contract (:data:`tracker_client.nulltickets.contract.OPERATIONS`).
 Paths, methods, auth, query parameters, statuses and which model each body and answer is come
 from the table; object schemas come from the pydantic models, so the shapes cannot drift from
 what the server reads and dumps. Only the error object's schema is written here.
+
+Pure: it may touch the contract table and the models (:mod:`tracker_client.models`) only, never a
+request or the tracker.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ and answers the NullTickets JSON shape. Tracker errors become statuses through t
 dependencies, assignments, queue figures, the lease writes of a run: events, transition, fail,
 release) have no handler and are served by :mod:`tracker_client.serve.generic`; the
 application that routes to all is :mod:`tracker_client.serve.app`.
+
+They may touch the request, the tracker of the request (through the ``Tracker`` protocol; a lease
+route's lease is checked first by :mod:`~tracker_client.serve.helpers`) and the wire contract; never
+the storage directly.
 """
 
 from __future__ import annotations
