@@ -1,18 +1,21 @@
-"""Backlog operations (BACKLOG-SEMANTICS.md): cancel, cancel-all, requeue, maintenance, and the
-"is it finished?" check behind ``wait``. Runs on the database thread inside a transaction.
+"""Backlog operations (BACKLOG-SEMANTICS.md): cancel, cancel-all, requeue, requeue-all (one
+batch at a time), maintenance, and the "is it finished?" check behind ``wait``. Runs on the
+database thread inside a transaction; touches the tasks and their events only.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from tracker_client.embedded.claims import expire_deadlines, reclaim_expired
 from tracker_client.embedded.common import Ctx, artifact_from_row, event_from_row
+from tracker_client.embedded.pipelines import PipelineDef
 from tracker_client.embedded.reads import TASK_EVENTS
 from tracker_client.embedded.runs import dead_letter
 from tracker_client.embedded.tasks import get_task
-from tracker_client.errors import Conflict, ValidationFailed
+from tracker_client.errors import Conflict, NotFound, ValidationFailed
 from tracker_client.models import (
     CancelResult,
     MaintenanceReport,
@@ -20,7 +23,18 @@ from tracker_client.models import (
     WaitResult,
 )
 
-__all__ = ["cancel", "cancel_all", "finished_state", "maintenance", "requeue"]
+__all__ = [
+    "REQUEUE_BATCH",
+    "DeadLetters",
+    "cancel",
+    "cancel_all",
+    "count_dead_letters",
+    "dead_letters",
+    "finished_state",
+    "maintenance",
+    "requeue",
+    "requeue_batch",
+]
 
 Outcome = Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
 
@@ -82,8 +96,11 @@ def requeue(ctx: Ctx, task_id: str, stage: str | None, reset_attempts: bool) -> 
     task = ctx.task_row(task_id)
     if task["dead_letter_reason"] is None:
         raise Conflict(f"task {task_id} is not dead-lettered", code="not_dead_lettered")
-    pipeline = ctx.pipeline(task["pipeline_id"])
-    target = stage if stage is not None else (task["dead_letter_from_stage"] or task["stage"])
+    return _requeue_row(ctx, task, stage, reset_attempts)
+
+
+def _check_target(pipeline: PipelineDef, target: str) -> None:
+    """``ValidationFailed`` unless ``target`` is a working stage of ``pipeline``."""
     if target not in pipeline.states:
         raise ValidationFailed(
             f"requeue: stage {target!r} is not a state of pipeline {pipeline.name!r} "
@@ -97,6 +114,17 @@ def requeue(ctx: Ctx, task_id: str, stage: str | None, reset_attempts: bool) -> 
             f"({', '.join(working)})",
             code="terminal_stage",
         )
+
+
+def _requeue_row(
+    ctx: Ctx, task: sqlite3.Row, stage: str | None, reset_attempts: bool
+) -> RequeueResult:
+    """Requeue one dead-lettered task row: the one write both ``requeue`` and the batches of
+    ``requeue_all`` make (stage rules, attempt reset, event, log line)."""
+    task_id = task["id"]
+    pipeline = ctx.pipeline(task["pipeline_id"])
+    target = stage if stage is not None else (task["dead_letter_from_stage"] or task["stage"])
+    _check_target(pipeline, target)
     version = int(task["task_version"]) + 1
     # The deadline was for the original wait; a requeued task must not expire again at once.
     ctx.conn.execute(
@@ -134,6 +162,98 @@ def requeue(ctx: Ctx, task_id: str, stage: str | None, reset_attempts: bool) -> 
     return RequeueResult(
         task_id=task_id, stage=target, task_version=version, reset_attempts=bool(reset_attempts)
     )
+
+
+# -- requeue_all: a pipeline's dead letters, in batches --------------------------------------------
+#: Tasks requeued per write transaction by ``requeue_all``: the write lock is held for one batch
+#: at a time, so claims and other writers get in between two batches of a long replay.
+REQUEUE_BATCH = 200
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The dead letters one ``requeue_all`` call takes, fixed (and checked) when it begins.
+
+    Only tasks dead-lettered no later than ``until_ms`` (the call's start; a dead-lettered
+    task's ``updated_at_ms`` is when it was dead-lettered: nothing else writes it) and, with a
+    ``since_ms``, no earlier than ``until_ms - since_ms``. A task requeued by the call and
+    dead-lettered again while it runs is therefore not taken twice: the call is idempotent.
+    """
+
+    pipeline_id: str
+    reason: str | None
+    since_ms: int | None
+    stage: str | None
+    until_ms: int
+
+    def where(self, after_seq: int = 0) -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition (and its parameters) selecting these tasks after ``after_seq``."""
+        sql = (
+            "pipeline_id = ? AND dead_letter_reason IS NOT NULL AND seq > ? AND updated_at_ms <= ?"
+        )
+        params: list[Any] = [self.pipeline_id, after_seq, self.until_ms]
+        if self.reason is not None:
+            sql += " AND dead_letter_reason = ?"
+            params.append(self.reason)
+        if self.since_ms is not None:
+            sql += " AND updated_at_ms >= ?"
+            params.append(self.until_ms - self.since_ms)
+        return sql, tuple(params)
+
+
+def dead_letters(
+    ctx: Ctx, pipeline_id: str, reason: str | None, since_ms: int | None, stage: str | None
+) -> DeadLetters:
+    """Check a ``requeue_all`` call's input (each bad field named, before anything is written)."""
+    if not isinstance(pipeline_id, str) or not pipeline_id:
+        raise ValidationFailed("requeue_all: pipeline_id must be a non-empty string")
+    if reason is not None and (not isinstance(reason, str) or not reason):
+        raise ValidationFailed("requeue_all: reason must be a non-empty string (or left out)")
+    if since_ms is not None and (
+        isinstance(since_ms, bool) or not isinstance(since_ms, int) or since_ms <= 0
+    ):
+        raise ValidationFailed(
+            f"requeue_all: since_ms must be a positive integer, not {since_ms!r}"
+        )
+    pipeline = ctx.pipelines.get(ctx.conn, pipeline_id)
+    if pipeline is None:
+        raise NotFound(
+            f"requeue_all: pipeline {pipeline_id!r} not found", code="pipeline_not_found"
+        )
+    if stage is not None:
+        _check_target(pipeline, stage)
+    return DeadLetters(pipeline_id, reason, since_ms, stage, ctx.now)
+
+
+def count_dead_letters(ctx: Ctx, chosen: DeadLetters) -> dict[str, int]:
+    """How many of the chosen dead letters there are now, by reason (a dry run's answer)."""
+    sql, params = chosen.where()
+    rows = ctx.conn.execute(
+        f"SELECT dead_letter_reason, count(*) FROM tasks WHERE {sql} "
+        "GROUP BY dead_letter_reason ORDER BY dead_letter_reason",
+        params,
+    )
+    return {str(reason): int(n) for reason, n in rows}
+
+
+def requeue_batch(
+    ctx: Ctx, chosen: DeadLetters, after_seq: int, reset_attempts: bool
+) -> tuple[dict[str, int], int | None]:
+    """Requeue the next :data:`REQUEUE_BATCH` chosen tasks after ``after_seq``, in seq order.
+
+    Returns what was requeued, by reason, and the seq to continue after (None: none left).
+    """
+    sql, params = chosen.where(after_seq)
+    rows = ctx.conn.execute(
+        f"SELECT * FROM tasks WHERE {sql} ORDER BY seq LIMIT ?", (*params, REQUEUE_BATCH)
+    ).fetchall()
+    done: dict[str, int] = {}
+    for task in rows:
+        _requeue_row(ctx, task, chosen.stage, reset_attempts)
+        reason = str(task["dead_letter_reason"])
+        done[reason] = done.get(reason, 0) + 1
+    more = len(rows) == REQUEUE_BATCH
+    return done, int(rows[-1]["seq"]) if more else None
 
 
 def maintenance(ctx: Ctx) -> MaintenanceReport:

@@ -7,6 +7,8 @@ record where the operation takes a key.
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,6 +29,7 @@ from tracker_client.models import (
     Page,
     Pipeline,
     QueueStats,
+    RequeueAllResult,
     RequeueResult,
     Run,
     Task,
@@ -347,4 +350,40 @@ class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps):
         """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was)."""
         return await self._write(
             "requeue", lambda c: backlog.requeue(c, task_id, stage, reset_attempts)
+        )
+
+    async def requeue_all(
+        self,
+        *,
+        pipeline_id: str,
+        reason: str | None = None,
+        since_ms: int | None = None,
+        stage: str | None = None,
+        dry_run: bool = False,
+        reset_attempts: bool = True,
+    ) -> RequeueAllResult:
+        """Requeue every dead-lettered task of a pipeline (dead-lettered for ``reason``, within
+        the last ``since_ms``), each as :meth:`requeue` would, a bounded batch per transaction;
+        ``dry_run`` only counts. The input is checked before anything is written."""
+
+        def check(c: Ctx) -> tuple[backlog.DeadLetters, dict[str, int]]:
+            chosen = backlog.dead_letters(c, pipeline_id, reason, since_ms, stage)
+            return chosen, backlog.count_dead_letters(c, chosen)
+
+        chosen, counted = await self._read("requeue_all", check)
+        done, batches = Counter(counted if dry_run else {}), 0
+        after: int | None = 0
+        while not dry_run and after is not None:
+            job = functools.partial(
+                backlog.requeue_batch, chosen=chosen, after_seq=after, reset_attempts=reset_attempts
+            )
+            batch, after = await self._write("requeue_all", job)
+            done.update(batch)
+            batches += 1
+        return RequeueAllResult(
+            pipeline_id=pipeline_id,
+            requeued=sum(done.values()),
+            by_reason=dict(sorted(done.items())),
+            dry_run=bool(dry_run),
+            batches=batches,
         )
