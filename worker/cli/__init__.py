@@ -29,6 +29,7 @@ COMMAND_MODULES: dict[str, str] = {
     "queue": "worker.cli.ops.commands",
     "plugins": "worker.cli.ops.commands",
     "demo": "worker.cli.ops.commands",
+    "purge": "worker.cli.ops.commands",
     "tracker": "worker.cli.serve",
     "systemd-unit": "worker.cli.systemd.unit",
 }

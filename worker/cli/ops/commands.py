@@ -1,8 +1,8 @@
 """The operator subcommands of ``backlog-worker``: run a rail without curl and jq.
 
 ``pipeline create|list|show``, ``task add|list|show|cancel|requeue|cancel-all``,
-``submit ... --wait``, ``queue [--watch]``, ``plugins`` and ``demo``. Each lives in a sibling
-``ops_*`` module; this one only registers them. Exit codes: see
+``submit ... --wait``, ``queue [--watch]``, ``plugins``, ``demo`` and ``purge``. Each lives in
+a sibling ``ops_*`` module; this one only registers them. Exit codes: see
 :data:`worker.cli.ops.common.EXIT_CODES`.
 """
 
@@ -13,6 +13,7 @@ import click
 from worker.cli.ops.demo import demo_command
 from worker.cli.ops.pipeline import pipeline_group
 from worker.cli.ops.plugins import plugins_command
+from worker.cli.ops.purge import purge_command
 from worker.cli.ops.queue import queue
 from worker.cli.ops.submit import submit
 from worker.cli.ops.task import task_group
@@ -24,3 +25,4 @@ def register(group: click.Group) -> None:
     """Add the operator subcommands to the ``backlog-worker`` group."""
     for command in (pipeline_group, task_group, submit, queue, plugins_command, demo_command):
         group.add_command(command)
+    group.add_command(purge_command)
