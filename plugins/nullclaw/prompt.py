@@ -17,8 +17,8 @@ command and a prompt beginning with ``-`` could be read as a flag, so such a pro
 the workspace, and nullclaw gets a short ``-m`` asking it to read that file
 (``oversized_prompt = "file"``, the default).
 
-Pure text: nothing here reads or writes a file (an oversized prompt's file is written by the
-executor where :func:`plan_prompt` says).
+Pure text: it touches no file (an oversized prompt's file is written by the executor where
+:func:`plan_prompt` says).
 """
 
 from __future__ import annotations
