@@ -27,7 +27,7 @@ from types import GenericAlias
 from typing import Any, Literal
 from urllib.parse import quote, unquote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tracker_client import models as m
 from tracker_client.nulltickets.wire_models import (
@@ -203,8 +203,9 @@ class RequeueAllBody(BaseModel):
 class PurgeBody(BaseModel):
     """``POST /ops/purge`` (extension ``purge``): finished tasks older than ``older_than_ms``."""
 
-    older_than_ms: int
-    dry_run: bool = False
+    #: Strict: ``true`` or ``"7"`` would otherwise be read as a 1 or 7 ms age (purge it all).
+    older_than_ms: int = Field(strict=True)
+    dry_run: bool = Field(default=False, strict=True)
     pipeline_id: str | None = None
 
 
