@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from tracker_client.errors import NotFound
+from tracker_client.errors import NotFound, Unsupported
+from tracker_client.models import RequeueAllResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_USAGE,
@@ -20,7 +21,14 @@ from worker.cli.ops.common import (
 )
 from worker.cli.ops.task_list import task_list
 from worker.cli.ops.task_show import task_show
-from worker.cli.ops.taskopts import TaskFields, build_task, read_task_file, task_field_options
+from worker.cli.ops.taskopts import (
+    DeadLetterReplay,
+    TaskFields,
+    build_task,
+    dead_letter_replay_options,
+    read_task_file,
+    task_field_options,
+)
 
 __all__ = ["task_group"]
 
@@ -125,29 +133,47 @@ def task_cancel(
     ops.run(cancel)
 
 
-@task_group.command("requeue")
-@click.argument("task_id")
+@task_group.command(
+    "requeue", short_help="Requeue a dead-lettered task, or every one of a pipeline."
+)
+@click.argument("task_id", required=False)
 @click.option("--stage", help="Stage to requeue into (default: where it was dead-lettered).")
 @click.option(
     "--keep-attempts",
     is_flag=True,
     help="Keep the failure count (default: the retry budget restarts).",
 )
+@dead_letter_replay_options
 @common_options
 def task_requeue(
-    task_id: str,
+    task_id: str | None,
     stage: str | None,
     keep_attempts: bool,
     tracker_url: str | None,
     config_path: Path | None,
     as_json: bool,
+    **kwargs: Any,
 ) -> None:
-    """Bring a dead-lettered or cancelled task back to work."""
+    """Bring a dead-lettered or cancelled task back to work, or (--dead-lettered) every
+    dead-lettered task of a pipeline.
+
+    \b
+    backlog-worker task requeue TASK_ID [--stage S] [--keep-attempts]
+    backlog-worker task requeue --dead-lettered -p review --reason crash_loop --since 1h --dry-run
+    """
     ops = OpsContext.build(tracker_url, config_path, as_json)
+    replay = DeadLetterReplay.pop_from(kwargs)
+    with input_errors():
+        replay.check(task_id)
+    if replay.dead_lettered:
+        ops.run(lambda tracker: _requeue_dead_letters(ops, tracker, replay, stage, keep_attempts))
+        return
 
     async def requeue(tracker: Tracker) -> int:
         try:
-            result = await tracker.requeue(task_id, stage=stage, reset_attempts=not keep_attempts)
+            result = await tracker.requeue(
+                task_id or "", stage=stage, reset_attempts=not keep_attempts
+            )
         except NotFound:
             raise OpsError(f"unknown task {task_id!r}") from None
         if ops.as_json:
@@ -158,6 +184,41 @@ def task_requeue(
         return 0
 
     ops.run(requeue)
+
+
+async def _requeue_dead_letters(
+    ops: OpsContext,
+    tracker: Tracker,
+    replay: DeadLetterReplay,
+    stage: str | None,
+    keep_attempts: bool,
+) -> int:
+    """``task requeue --dead-lettered``: the rail's ``requeue_all`` operation, then one line."""
+    pipeline = await resolve_pipeline(tracker, replay.pipeline or "")
+    try:
+        result: RequeueAllResult = await tracker.call(
+            "requeue_all",
+            pipeline_id=pipeline.id,
+            reason=replay.reason,
+            since_ms=replay.since_ms(),
+            stage=stage,
+            dry_run=replay.dry_run,
+            reset_attempts=not keep_attempts,
+        )
+    except Unsupported as exc:
+        raise OpsError(f"task requeue --dead-lettered: {exc}") from None
+    if ops.as_json:
+        ops.emit_json(result)
+        return 0
+    n = result.requeued
+    what = f"{n} dead-lettered task{'' if n == 1 else 's'} of pipeline {pipeline.name}"
+    split = ", ".join(f"{why} {count}" for why, count in result.by_reason.items())
+    if result.dry_run:
+        ops.print(f"dry run: {what} would be requeued ({split or 'none match'}); nothing written")
+    else:
+        budget = "fresh retry budget" if not keep_attempts else "failure count kept"
+        ops.print(f"requeued {what} ({f'{split}; ' if split else ''}{budget})")
+    return 0
 
 
 @task_group.command("cancel-all", short_help="Cancel every open task of a pipeline or role.")
