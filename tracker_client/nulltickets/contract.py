@@ -194,10 +194,11 @@ class RequeueAllBody(BaseModel):
 
     pipeline_id: str
     reason: str | None = None
-    since_ms: int | None = None
+    #: Strict, as purge's: ``"3600000"`` or ``true`` is refused, not read as a number or flag.
+    since_ms: int | None = Field(default=None, strict=True)
     stage: str | None = None
-    dry_run: bool = False
-    reset_attempts: bool = True
+    dry_run: bool = Field(default=False, strict=True)
+    reset_attempts: bool = Field(default=True, strict=True)
 
 
 class PurgeBody(BaseModel):
