@@ -8,6 +8,8 @@ with nothing written. On a plain NullTickets server the operation is ``Unsupport
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.contract.support import (
@@ -197,3 +199,33 @@ async def test_requeue_all_is_unsupported_on_a_plain_nulltickets_server() -> Non
         await remote.aclose()
     assert str(info.value).startswith("requeue_all is not supported")
     assert [r.url.path for r in fake.requests] == ["/health"]  # nothing else was sent
+
+
+async def test_the_served_route_refuses_a_bad_body_naming_the_field(tmp_path: Path) -> None:
+    import httpx
+
+    from tracker_client.embedded import EmbeddedTracker
+    from tracker_client.serve.app import create_app
+
+    embedded = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await make_pipeline(embedded)
+        ids = [await _dead(embedded, pid, "cancelled") for _ in range(2)]
+        transport = httpx.ASGITransport(app=create_app(embedded))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            assert "requeue_all" in (await http.get("/health")).json()["extensions"]
+            for body, field in [
+                ({}, "pipeline_id"),
+                ({"pipeline_id": pid, "since_ms": "3600000"}, "since_ms"),
+                ({"pipeline_id": pid, "dry_run": "yes"}, "dry_run"),
+                ({"pipeline_id": pid, "reset_attempts": 1}, "reset_attempts"),
+                ({"pipeline_id": pid, "since_ms": -1}, "since_ms"),
+            ]:
+                answer = await http.post("/ops/requeue-all", json=body)
+                assert answer.status_code == 400, (body, answer.text)
+                assert field in answer.json()["error"]["message"], answer.text
+            assert await _reasons(embedded, ids) == ["cancelled", "cancelled"]
+            answer = await http.post("/ops/requeue-all", json={"pipeline_id": pid})
+            assert answer.status_code == 200 and answer.json()["requeued"] == 2
+    finally:
+        await embedded.aclose()
