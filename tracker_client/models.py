@@ -66,7 +66,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
-class RetryPolicy(_Model):
+class _CreateModel(_Model):
+    # A create input refuses unknown fields (``TaskCreate(depends_on=[...])`` is an error naming
+    # ``depends_on``, not a silently dropped option). Answers stay lenient (``_Model``), and the
+    # served tracker reads request bodies with ``extra="ignore"`` so a plain NullTickets client
+    # sending a field we don't know is still accepted as NullTickets would.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
+class RetryPolicy(_CreateModel):
     """A task's retry policy, fixed at creation.
 
     ``max_attempts`` set to None = unlimited failures; left out, the embedded/served tracker
@@ -84,7 +92,7 @@ class RetryPolicy(_Model):
     max_retry_delay_ms: int | None = None
 
 
-class TaskCreate(_Model):
+class TaskCreate(_CreateModel):
     """The body of ``POST /tasks`` (and one item of ``POST /tasks/bulk``).
 
     The last four fields are embedded-tracker extensions (BACKLOG-SEMANTICS.md); a NullTickets
@@ -107,6 +115,14 @@ class TaskCreate(_Model):
     queue_ttl_ms: int | None = None
     #: Consecutive stale runs (lease expiries) before the task is dead-lettered ``crash_loop``.
     max_stale_attempts: int | None = None
+    #: Not claimable before this time (epoch ms); in the past = due now. Embedded extension.
+    run_at_ms: int | None = None
+    #: Not claimable for this long from creation (``run_at_ms = now + delay_ms``).
+    delay_ms: int | None = None
+    #: While a task with this key is waiting or running, a create answers its id instead.
+    dedupe_key: str | None = None
+    #: Keep deduping for this long after the task with the key finished.
+    dedupe_window_ms: int | None = None
 
 
 class Task(_Model):
@@ -130,6 +146,9 @@ class Task(_Model):
     # embedded extensions
     concurrency_key: str | None = None
     expires_at_ms: int | None = None
+    #: The time a delayed task was scheduled for (None = created due).
+    run_at_ms: int | None = None
+    dedupe_key: str | None = None
 
 
 class Run(_Model):
@@ -221,7 +240,7 @@ class Event(_Model):
     task_id: str | None = None
 
 
-class ArtifactCreate(_Model):
+class ArtifactCreate(_CreateModel):
     """The body of ``POST /artifacts``."""
 
     kind: str

@@ -180,7 +180,9 @@ def parse_model(model: type[M], doc: Any) -> M:
     if not isinstance(doc, dict):
         raise ApiError(400, "invalid_json", "Invalid JSON body: expected an object")
     try:
-        return model.model_validate(doc)
+        # extra="ignore": unknown fields are ignored as NullTickets does, even where the model
+        # itself (a create input such as TaskCreate) refuses them when built in code.
+        return model.model_validate(doc, extra="ignore")
     except ValidationError as exc:
         where = describe_validation(exc, first_only=True, empty="(body)")
         raise ApiError(400, "invalid_json", f"Invalid JSON body: {where}") from exc
