@@ -112,6 +112,8 @@ EXTENSIONS: Mapping[str, str] = {
     "count": "GET /ops/count (how many tasks, by stage and/or pipeline, without listing them)",
     "purge": "POST /ops/purge (delete finished tasks older than an age, in batches)",
     "requeue_all": "POST /ops/requeue-all (requeue a pipeline's dead letters, in batches)",
+    "delayed_tasks": "task create run_at_ms / delay_ms (not claimable before)",
+    "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
 }
 
 
