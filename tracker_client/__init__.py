@@ -6,6 +6,7 @@ path, or ``sqlite:///:memory:``) for the embedded tracker, ``http(s)://...`` for
 
 from tracker_client.errors import *  # noqa: F403
 from tracker_client.models import *  # noqa: F403
+from tracker_client.producer import Rail, Submission, SyncRail, connect, connect_sync
 from tracker_client.protocol import Tracker
 
-__all__ = ["Tracker"]
+__all__ = ["Rail", "Submission", "SyncRail", "Tracker", "connect", "connect_sync"]
