@@ -428,6 +428,8 @@ class MaintenanceReport(_Model):
     purged_idempotency_keys: int = 0
     #: Finished tasks purged by retention in this pass (the embedded option ``retention_days``).
     purged_tasks: int = 0
+    #: Tasks created by schedule ticks in this pass (extension ``schedules``).
+    scheduled_tasks: int = 0
 
 
 class PurgeResult(_Model):
@@ -443,3 +445,44 @@ class PurgeResult(_Model):
     #: Tasks last updated before this time (epoch ms) were purged.
     cutoff_ms: int = 0
     dry_run: bool = False
+
+
+class ScheduleCreate(_CreateModel):
+    """The body of ``POST /schedules`` (extension ``schedules``): a task every cron tick."""
+
+    name: str = Field(min_length=1, max_length=200)
+    pipeline_id: str
+    #: 5 fields (minute first), or 6 with seconds first; parsed by ``cronsim``.
+    cron: str
+    #: An IANA zone (``Europe/Paris``): the cron's wall clock, DST included.
+    timezone: str = "UTC"
+    title: str = Field(min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    priority: int = 0
+    #: Ticks missed while nothing ran: ``skip`` them, or ``catch_up`` with one task for all.
+    missed: Literal["skip", "catch_up"] = "skip"
+    #: Update the schedule of this name if there is one (declared schedules at worker start).
+    replace: bool = Field(default=False, strict=True)
+
+
+class Schedule(_Model):
+    """A periodic schedule stored in the rail, and where its ticks stand."""
+
+    name: str
+    pipeline_id: str
+    cron: str
+    timezone: str
+    title: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    priority: int = 0
+    missed: Literal["skip", "catch_up"] = "skip"
+    paused: bool = False
+    #: The next tick not yet fired (epoch ms).
+    next_tick_ms: int
+    last_tick_ms: int | None = None
+    last_task_id: str | None = None
+    #: Tasks created so far (a catch-up task counts once).
+    tasks_created: int = 0
+    last_error: str | None = None
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
