@@ -114,6 +114,7 @@ EXTENSIONS: Mapping[str, str] = {
     "requeue_all": "POST /ops/requeue-all (requeue a pipeline's dead letters, in batches)",
     "delayed_tasks": "task create run_at_ms / delay_ms (not claimable before)",
     "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
+    "schedules": "/schedules (periodic tasks on cron ticks, fired by maintenance)",
 }
 
 
@@ -341,6 +342,19 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("requeue_all", "POST", "/ops/requeue-all", "Requeue a pipeline's dead-lettered tasks "
         "(reason, since_ms, stage; dry_run counts)", body=RequeueAllBody,
         response=m.RequeueAllResult, errors=(400, 404), extension="requeue_all", wakes=True),
+    _op("create_schedule", "POST", "/schedules", "Create (or, replace, update) a periodic "
+        "schedule", body=m.ScheduleCreate, status=201, response=m.Schedule,
+        errors=(400, 404, 409), extension="schedules"),
+    _op("list_schedules", "GET", "/schedules", "List schedules by name", response=m.Schedule,
+        shape="list", extension="schedules"),
+    _op("get_schedule", "GET", "/schedules/{name}", "Get a schedule", response=m.Schedule,
+        errors=(404,), extension="schedules"),
+    _op("pause_schedule", "POST", "/schedules/{name}/pause", "Pause a schedule (no ticks fire)",
+        response=m.Schedule, errors=(404,), extension="schedules"),
+    _op("resume_schedule", "POST", "/schedules/{name}/resume", "Resume a schedule from the "
+        "next future tick", response=m.Schedule, errors=(404,), extension="schedules"),
+    _op("delete_schedule", "DELETE", "/schedules/{name}", "Remove a schedule (its tasks stay)",
+        response=m.Schedule, errors=(404,), extension="schedules"),
 )
 # fmt: on
 
