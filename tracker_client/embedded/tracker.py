@@ -18,6 +18,7 @@ from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.links import LinkOps
 from tracker_client.embedded.release import ReleaseOps
+from tracker_client.embedded.schedules import ScheduleOps
 from tracker_client.embedded.store import StoreOps
 from tracker_client.models import (
     Artifact,
@@ -45,7 +46,7 @@ R = TypeVar("R")
 Clock = Callable[[], int]
 
 
-class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps):
+class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps, ScheduleOps):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     async def capabilities(self) -> Capabilities:
