@@ -349,6 +349,9 @@ class RoleStats(_Model):
     #: time (tracker clock, epoch ms; compare with ``generated_at_ms``).
     retry_waiting_count: int | None = None
     next_retry_at_ms: int | None = None
+    #: Waiting delayed tasks whose run_at is still ahead (``scheduled``), and the earliest.
+    scheduled_count: int | None = None
+    next_scheduled_at_ms: int | None = None
 
 
 class QueueStats(_Model):
@@ -450,7 +453,8 @@ class PurgeResult(_Model):
 class ScheduleCreate(_CreateModel):
     """The body of ``POST /schedules`` (extension ``schedules``): a task every cron tick."""
 
-    name: str = Field(min_length=1, max_length=200)
+    #: The schedule's name (not ``name``: ``tracker.call(name, ...)`` takes that one).
+    schedule: str = Field(min_length=1, max_length=200)
     pipeline_id: str
     #: 5 fields (minute first), or 6 with seconds first; parsed by ``cronsim``.
     cron: str

@@ -260,6 +260,8 @@ def _task(row: sqlite3.Row, metadata: Any) -> Task:
             "updated_at_ms": row["updated_at_ms"],
             "concurrency_key": row["concurrency_key"],
             "expires_at_ms": row["expires_at_ms"],
+            "run_at_ms": row["run_at_ms"],
+            "dedupe_key": row["dedupe_key"],
         }
     )
 

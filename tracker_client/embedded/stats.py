@@ -43,22 +43,27 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     oldest: dict[str, int] = {}
     retrying: dict[str, int] = defaultdict(int)
     next_retry: dict[str, int] = {}
+    scheduled: dict[str, int] = defaultdict(int)
+    next_scheduled: dict[str, int] = {}
     # claimable = what some agent could claim now: eligible, dependencies resolved, and its
     # concurrency key not held by a live lease (assignments and per_state are ignored).
-    # Not yet eligible = a failed run's retry waiting out its delay (nothing else sets a
-    # future eligibility): a draining worker waits for it.
-    for role, deps_ok, key_free, eligible_at, created in conn.execute(
+    # Not yet eligible = a delayed task before its run_at (scheduled), or a failed run's retry
+    # waiting out its delay: a draining worker waits for a retry.
+    for role, deps_ok, key_free, eligible_at, created, run_at in conn.execute(
         "SELECT t.role, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u "
         "ON u.id = d.depends_on_task_id WHERE d.task_id = t.id AND u.terminal = 0), "
         "t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM tasks k "
         "WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > ?1), "
-        "t.next_eligible_at_ms, t.created_at_ms FROM tasks t "
+        "t.next_eligible_at_ms, t.created_at_ms, t.run_at_ms FROM tasks t "
         "WHERE t.role IS NOT NULL AND t.dead_letter_reason IS NULL AND t.terminal = 0 "
         "AND t.lease_expires_at_ms <= ?1",
         (now,),
     ):
         waiting[role] += 1
-        if eligible_at > now:
+        if eligible_at > now and run_at is not None and run_at > now:
+            scheduled[role] += 1
+            next_scheduled[role] = min(eligible_at, next_scheduled.get(role, eligible_at))
+        elif eligible_at > now:
             retrying[role] += 1
             next_retry[role] = min(eligible_at, next_retry.get(role, eligible_at))
         elif deps_ok and key_free:
@@ -108,6 +113,8 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
                 max_backlog_depth=max(ctx.opts.cap_for(r), 0),
                 retry_waiting_count=retrying[r],
                 next_retry_at_ms=next_retry.get(r),
+                scheduled_count=scheduled[r],
+                next_scheduled_at_ms=next_scheduled.get(r),
             )
             for r in roles
         ],

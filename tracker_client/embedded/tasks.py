@@ -20,6 +20,7 @@ from tracker_client.embedded.common import (
     run_from_row,
     task_from_row,
 )
+from tracker_client.embedded.createopts import dedupe_hit, dedupe_of, run_at_of
 from tracker_client.embedded.pipelines import PipelineDef, validate_definition
 from tracker_client.embedded.retrypolicy import given_retry
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
@@ -150,6 +151,8 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         expires = ctx.now + _int(spec.queue_ttl_ms, f"{at}queue_ttl_ms", low=1)
     elif pipeline.default_queue_ttl_ms is not None:
         expires = ctx.now + pipeline.default_queue_ttl_ms
+    run_at = run_at_of(ctx, spec, at)
+    dedupe_key, dedupe_window = dedupe_of(spec, at)
     initial = pipeline.initial
     values: dict[str, Any] = {
         "id": new_id(),
@@ -173,6 +176,12 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         "terminal": int(pipeline.is_terminal(initial)),
         "has_deps": int(bool(deps)),
         "assignee": spec.assigned_agent_id,
+        # A delayed task: the claim scan skips it until next_eligible_at_ms (a past run_at
+        # is due now); run_at_ms keeps the scheduled time for `queue` and `task show`.
+        "next_eligible_at_ms": run_at if run_at is not None and run_at > ctx.now else 0,
+        "run_at_ms": run_at,
+        "dedupe_key": dedupe_key,
+        "dedupe_window_ms": dedupe_window,
     }
     values["_deps"] = deps
     values["_assigned_by"] = spec.assigned_by
@@ -182,17 +191,38 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
 _COLUMNS = (
     "id, pipeline_id, stage, title, description, priority, metadata, retry_delay_ms, "
     "max_attempts, dead_letter_stage, backoff, max_retry_delay_ms, created_at_ms, updated_at_ms, "
-    "concurrency_key, expires_at_ms, max_stale_attempts, role, terminal, has_deps, assignee"
+    "concurrency_key, expires_at_ms, max_stale_attempts, role, terminal, has_deps, assignee, "
+    "next_eligible_at_ms, run_at_ms, dedupe_key, dedupe_window_ms"
 )
 _INSERT = f"INSERT INTO tasks ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(', ')))})"
 _KEYS = tuple(c.strip() for c in _COLUMNS.split(","))
 
 
+def _deduped(ctx: Ctx, prepared: list[tuple[dict[str, Any], PipelineDef]]) -> list[str | None]:
+    """Per item, the id of the task it dedupes to (an existing one, or an earlier item of the
+    same batch), or None when it is to be created."""
+    out: list[str | None] = []
+    batch: dict[str, str] = {}
+    for values, _p in prepared:
+        key = values["dedupe_key"]
+        hit = None if key is None else batch.get(key) or dedupe_hit(ctx, key)
+        if key is not None and hit is None:
+            batch[key] = values["id"]
+        out.append(hit)
+    return out
+
+
 def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[str]:
-    """Create tasks all-or-nothing; ``BacklogFull`` when a role's cap would be passed."""
+    """Create tasks all-or-nothing; ``BacklogFull`` when a role's cap would be passed.
+
+    An item whose ``dedupe_key`` is held (:mod:`.createopts`) is not created: its place in the
+    answer holds the existing task's id.
+    """
     if not specs:
         raise ValidationFailed("bulk create needs at least one task", code="invalid_request")
-    prepared = [_prepare(ctx, spec, i if bulk else None) for i, spec in enumerate(specs)]
+    checked = [_prepare(ctx, spec, i if bulk else None) for i, spec in enumerate(specs)]
+    hits = _deduped(ctx, checked)
+    prepared = [item for item, hit in zip(checked, hits, strict=True) if hit is None]
     adding: dict[str, int] = {}
     for values, _p in prepared:
         if values["role"] is not None and not values["terminal"]:
@@ -227,6 +257,15 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
                 (tid, values["assignee"], values["_assigned_by"], ctx.now, ctx.now),
             )
         ids.append(tid)
+    created = iter(ids)
+    answer = [hit if hit is not None else next(created) for hit in hits]
+    if len(answer) > len(ids):
+        ctx.log(
+            "task_deduped",
+            f"{len(answer) - len(ids)} create(s) answered an existing task by dedupe key",
+            task_id=next(h for h in hits if h is not None),
+            count=len(answer) - len(ids),
+        )
     if prepared:
         first = prepared[0][0]
         ctx.log(
@@ -238,7 +277,7 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
             role=first["role"],
             count=len(ids),
         )
-    return ids
+    return answer
 
 
 # -- task reads -----------------------------------------------------------------------------------

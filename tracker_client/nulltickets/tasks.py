@@ -44,6 +44,14 @@ __all__ = [
 NULLTICKETS_DEFAULT_RETRY = {"max_attempts": 5, "retry_delay_ms": 1_000}
 #: TaskCreate fields only the embedded tracker (and the served one) understands.
 _EXTENSION_FIELDS = ("concurrency_key", "expires_at_ms", "queue_ttl_ms", "max_stale_attempts")
+#: TaskCreate fields that need a later ``/health`` extension (an older served tracker, with
+#: ``backlog`` but not these, would ignore them silently too).
+_LATER_FIELDS = {
+    "run_at_ms": "delayed_tasks",
+    "delay_ms": "delayed_tasks",
+    "dedupe_key": "dedupe",
+    "dedupe_window_ms": "dedupe",
+}
 
 
 async def task_body(wire: Wire, task: TaskCreate, what: str) -> dict[str, Any]:
@@ -61,9 +69,14 @@ async def task_body(wire: Wire, task: TaskCreate, what: str) -> dict[str, Any]:
         # As given: an explicit ``max_attempts: null`` asks for unlimited attempts, while an
         # omitted one gets the rail's bounded default (served tracker; NullTickets: null).
         body["retry_policy"] = task.retry_policy.model_dump(mode="json", exclude_unset=True)
-    if await wire.discovery.has("backlog"):
+    later = [
+        name
+        for name, ext in _LATER_FIELDS.items()
+        if body.get(name) is not None and not await wire.discovery.has(ext)
+    ]
+    if await wire.discovery.has("backlog") and not later:
         return body
-    used = [name for name in _EXTENSION_FIELDS if body.get(name) is not None]
+    used = [name for name in _EXTENSION_FIELDS if body.get(name) is not None] + later
     policy = body.get("retry_policy") or {}
     if policy.get("backoff", "constant") != "constant" or policy.get("max_retry_delay_ms"):
         used.append("retry_policy.backoff")
