@@ -113,7 +113,7 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
             f"pipeline_id: pipeline {spec.pipeline_id!r} not found", code="pipeline_not_found"
         )
     values = {
-        "name": spec.name,
+        "name": spec.schedule,
         "pipeline_id": spec.pipeline_id,
         "cron": spec.cron,
         "timezone": spec.timezone,
@@ -124,7 +124,7 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
         "next_tick_ms": first_tick,
         "now": ctx.now,
     }
-    old = ctx.one("SELECT * FROM schedules WHERE name = ?", (spec.name,))
+    old = ctx.one("SELECT * FROM schedules WHERE name = ?", (spec.schedule,))
     if old is None:
         ctx.conn.execute(
             "INSERT INTO schedules (name, pipeline_id, cron, timezone, title, metadata, "
@@ -134,7 +134,9 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
             values,
         )
     elif not spec.replace:
-        raise Conflict(f"name: a schedule named {spec.name!r} exists", code="schedule_exists")
+        raise Conflict(
+            f"schedule: a schedule named {spec.schedule!r} exists", code="schedule_exists"
+        )
     else:
         if (old["cron"], old["timezone"]) == (spec.cron, spec.timezone):
             values["next_tick_ms"] = old["next_tick_ms"]  # same ticks: none skipped or doubled
@@ -144,7 +146,7 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
             ":missed, next_tick_ms = :next_tick_ms, updated_at_ms = :now WHERE name = :name",
             values,
         )
-    return _schedule(_row(ctx, spec.name))
+    return _schedule(_row(ctx, spec.schedule))
 
 
 def set_paused(ctx: Ctx, name: str, paused: bool) -> Schedule:
@@ -204,13 +206,13 @@ def _fire(ctx: Ctx, row: sqlite3.Row) -> int:
     """Fire one schedule's due ticks; returns the tasks created."""
     zone, cron, old = _zone(row["timezone"]), row["cron"], int(row["next_tick_ms"])
     edge, due, made = ctx.now - MISSED_AFTER_MS, old, 0
-    if due <= edge:  # missed ticks: count them (bounded), then apply the policy
+    if due < edge:  # missed ticks: count them (bounded), then apply the policy
         counted, ticks = 1, ticks_after(cron, zone, due)
         due = next(ticks)
-        while due <= edge and counted < MAX_COUNTED:
+        while due < edge and counted < MAX_COUNTED:
             counted, due = counted + 1, next(ticks)
-        if due <= edge:
-            due = next(ticks_after(cron, zone, edge))
+        if due < edge:
+            due = next(ticks_after(cron, zone, edge - 1))
         if row["missed"] == "catch_up":
             extra = {"missed_ticks": counted, "caught_up": True}
             made += bool(_make_task(ctx, row, zone, old, extra))
