@@ -1,0 +1,84 @@
+"""The README's "From your application" examples, run verbatim as real processes against a
+real rail file and the same file served on 127.0.0.1 (the code blocks are read from README.md,
+so the README cannot drift from what works)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.producer.conftest import ROOT, TOKEN, count_tasks, make_rail, served
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def blocks() -> dict[str, str]:
+    """The section's python code blocks, by the file name their first comment gives."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## From your application\n", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"```python\n(.*?)```", section, re.S)
+    named = {re.match(r"# (\S+):", code).group(1): code for code in found}  # type: ignore[union-attr]
+    assert set(named) == {"app.py", "script.py"}, named.keys()
+    return named
+
+
+def run(code: str, tmp_path: Path, url: str, token: str | None) -> list[str]:
+    """Run one block as a script in ``tmp_path``; its output lines (exit 0 expected)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    env["BACKLOG_WORKER_TRACKER_URL"] = url
+    if token is not None:
+        env["BACKLOG_WORKER_API_TOKEN"] = token
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("where", ["embedded", "served"])
+def test_the_readme_examples_run_verbatim(where: str, tmp_path: Path) -> None:
+    path = make_rail(tmp_path / "rail.db")
+    code = blocks()
+
+    def both(url: str, token: str | None) -> None:
+        draft, outcome, checks = run(code["app.py"], tmp_path, url, token)[0].split()
+        assert (outcome, checks) == ("pending", "3")
+        assert run(code["app.py"], tmp_path, url, token)[1] == "not needed after all"
+        assert run(code["script.py"], tmp_path, url, token) == ["8 draft pending"]
+        assert re.fullmatch(r"[0-9a-f-]{36}", draft)
+
+    if where == "embedded":
+        both(f"sqlite:///{path}", None)
+    else:
+        with served(path) as url:
+            both(url, TOKEN)
+    assert count_tasks(path) == 2 * 5 + 8
+
+
+def test_the_default_url_is_the_rail_in_the_working_directory(tmp_path: Path) -> None:
+    make_rail(tmp_path / "rail.db")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    done = subprocess.run(
+        [sys.executable, "-c", blocks()["script.py"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert count_tasks(tmp_path / "rail.db") == 8
