@@ -30,6 +30,7 @@ COMMAND_MODULES: dict[str, str] = {
     "plugins": "worker.cli.ops.commands",
     "demo": "worker.cli.ops.commands",
     "purge": "worker.cli.ops.commands",
+    "schedule": "worker.cli.ops.commands",
     "tracker": "worker.cli.serve",
     "systemd-unit": "worker.cli.systemd.unit",
 }

@@ -1,8 +1,8 @@
 """The operator subcommands of ``backlog-worker``: run a rail without curl and jq.
 
 ``pipeline create|list|show``, ``task add|list|show|cancel|requeue|cancel-all``,
-``submit ... --wait``, ``queue [--watch]``, ``plugins``, ``demo`` and ``purge``. Each lives in
-a sibling ``ops_*`` module; this one only registers them. Exit codes: see
+``submit ... --wait``, ``queue [--watch]``, ``plugins``, ``demo``, ``purge`` and ``schedule``.
+Each lives in a sibling ``ops_*`` module; this one only registers them. Exit codes: see
 :data:`worker.cli.ops.common.EXIT_CODES`.
 """
 
@@ -15,6 +15,7 @@ from worker.cli.ops.pipeline import pipeline_group
 from worker.cli.ops.plugins import plugins_command
 from worker.cli.ops.purge import purge_command
 from worker.cli.ops.queue import queue
+from worker.cli.ops.schedule import schedule_group
 from worker.cli.ops.submit import submit
 from worker.cli.ops.task import task_group
 
@@ -26,3 +27,4 @@ def register(group: click.Group) -> None:
     for command in (pipeline_group, task_group, submit, queue, plugins_command, demo_command):
         group.add_command(command)
     group.add_command(purge_command)
+    group.add_command(schedule_group)
