@@ -106,7 +106,9 @@ def _schedule(sub: Submission, at: str, now_s: float) -> dict[str, int]:
     if sub.delay is not None:
         seconds = to_seconds(sub.delay, f"{at}delay")
         if seconds > MAX_AHEAD_S:
-            raise ValidationFailed(f"{at}delay {seconds:.0f} s is more than ten years ahead")
+            raise ValidationFailed(
+                f"{at}delay must be at most ten years, not {seconds:.0f} s (seconds, not ms?)"
+            )
         return {"delay_ms": round(seconds * 1000)}
     if sub.run_at is not None:
         if not isinstance(sub.run_at, datetime):
@@ -121,7 +123,7 @@ def _schedule(sub: Submission, at: str, now_s: float) -> dict[str, int]:
         when = sub.run_at.timestamp()
         if when - now_s > MAX_AHEAD_S:
             raise ValidationFailed(
-                f"{at}run_at {sub.run_at.isoformat()} is more than ten years ahead"
+                f"{at}run_at must be at most ten years ahead, not {sub.run_at.isoformat()}"
             )
         return {"run_at_ms": round(when * 1000)}  # in the past: due now
     return {}
