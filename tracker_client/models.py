@@ -17,6 +17,7 @@ from tracker_client.capabilities import LeaseHandle
 __all__ = [
     "CORRUPT_MARKER",
     "DEAD_LETTER_NEVER_MS",
+    "MAX_AHEAD_MS",
     "Artifact",
     "ArtifactCreate",
     "Assignment",
@@ -90,6 +91,11 @@ class RetryPolicy(_CreateModel):
     dead_letter_stage: str | None = None
     backoff: Literal["constant", "exponential"] = "constant"
     max_retry_delay_ms: int | None = None
+
+
+#: The furthest ahead a task may be scheduled (``run_at_ms``/``delay_ms``) or deduped
+#: (``dedupe_window_ms``): ten years. Further is almost surely a unit mistake, so it is refused.
+MAX_AHEAD_MS = 10 * 366 * 86_400_000
 
 
 class TaskCreate(_CreateModel):

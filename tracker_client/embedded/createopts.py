@@ -12,13 +12,10 @@ from typing import Any
 
 from tracker_client.embedded.common import Ctx
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import TaskCreate
+from tracker_client.models import MAX_AHEAD_MS, TaskCreate
 
 __all__ = ["MAX_AHEAD_MS", "MAX_DEDUPE_KEY_CHARS", "dedupe_hit", "dedupe_of", "run_at_of"]
 
-#: The furthest ahead a task may be scheduled or deduped: ten years. Further is almost surely a
-#: unit mistake (seconds passed as milliseconds), so it is refused rather than stored.
-MAX_AHEAD_MS = 10 * 366 * 86_400_000
 MAX_DEDUPE_KEY_CHARS = 1024
 
 

@@ -94,6 +94,18 @@ def render_queue(
             "none" if cap == 0 else _compact(cap),
         )
     parts: list[RenderableType] = [table]
+    scheduled = [r for r in stats.roles if r.scheduled_count]
+    if scheduled:
+        # Delayed tasks not due yet (counted in "waiting", never in "ready"): a line, not an
+        # eleventh column, so the table still fits 80 columns.
+        parts.append(
+            "scheduled (delayed, not due yet): "
+            + ", ".join(
+                f"{r.role} {r.scheduled_count}"
+                + (f" (next {fmt_ms(r.next_scheduled_at_ms)})" if r.next_scheduled_at_ms else "")
+                for r in scheduled
+            )
+        )
     if not stats.roles:
         parts.append("no roles yet: create a pipeline first")
     if health is not None and health.tasks_by_stage:

@@ -165,7 +165,10 @@ def describe_state(task: TaskDetail, pipeline: Pipeline | None) -> str:
     run = task.latest_run
     if run is not None and run.status == "running":
         return f"running (attempt {run.attempt}, agent {run.agent_id})"
-    if task.next_eligible_at_ms > now_ms():
+    now = now_ms()
+    if task.next_eligible_at_ms > now and task.run_at_ms is not None and task.run_at_ms > now:
+        return f"scheduled for {fmt_ms(task.next_eligible_at_ms)}"
+    if task.next_eligible_at_ms > now:
         return f"waiting for retry at {fmt_ms(task.next_eligible_at_ms)}"
     blocked = [d.depends_on_task_id for d in task.dependencies if not d.resolved]
     if blocked:
@@ -208,6 +211,10 @@ def render_task(report: TaskReport, *, last_runs: int = 0) -> list[RenderableTyp
         rows.append(("concurrency key", task.concurrency_key))
     if task.expires_at_ms:
         rows.append(("expires", fmt_ms(task.expires_at_ms)))
+    if task.run_at_ms is not None:
+        rows.append(("scheduled for", fmt_ms(task.run_at_ms)))
+    if task.dedupe_key:
+        rows.append(("dedupe key", task.dedupe_key))
     for dep in task.dependencies:
         resolved = "done" if dep.resolved else "open"
         rows.append(("depends on", f"{dep.depends_on_task_id} ({resolved})"))

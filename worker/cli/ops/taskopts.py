@@ -6,15 +6,17 @@ Flags only: parsing and checking them touches no tracker (the commands in :mod:`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from pydantic import ValidationError
 
-from tracker_client.models import RetryPolicy, TaskCreate
+from tracker_client.models import MAX_AHEAD_MS, RetryPolicy, TaskCreate
 from tracker_client.protocol import Tracker
 from tracker_client.validation import describe_validation
 from worker.cli.ops.common import EXIT_USAGE, DurationType, OpsError, resolve_pipeline
@@ -105,10 +107,51 @@ def task_field_options(func: F) -> F:
             help="Lease expiries in a row before dead-lettering (crash loop).",
         ),
         click.option("--idempotency-key", metavar="KEY", help="Make a retried create safe."),
+        click.option(
+            "--delay", type=_DURATION, help="Not claimable before this long from now (e.g. 10m)."
+        ),
+        click.option(
+            "--at",
+            "run_at",
+            metavar="TIME",
+            help="Not claimable before this time (ISO 8601, local when naive; past = now).",
+        ),
+        click.option(
+            "--dedupe-key",
+            metavar="KEY",
+            help="While a task with this key waits or runs, answer its id instead.",
+        ),
+        click.option(
+            "--dedupe-window",
+            type=_DURATION,
+            help="With --dedupe-key: keep deduping this long after that task finished.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def parse_run_at(value: str) -> int:
+    """``--at``: ISO 8601 (local time when naive) or epoch ms -> epoch ms; over ten years ahead
+    is refused (a unit mistake, not a plan)."""
+    text = value.strip()
+    try:
+        when = int(text) if text.isdigit() else int(datetime.fromisoformat(text).timestamp() * 1e3)
+    except ValueError:
+        msg = f"--at {value!r} is neither an ISO 8601 time (2026-01-31T18:00) nor epoch ms"
+        raise OpsError(msg, EXIT_USAGE) from None
+    if when > time.time() * 1000 + MAX_AHEAD_MS:
+        raise OpsError(f"--at {value!r} is more than ten years ahead", EXIT_USAGE)
+    return when
+
+
+def _ahead_ms(seconds: float, flag: str) -> int:
+    """A duration flag as ms, at most ten years (``DurationType`` already refuses negatives)."""
+    ms = int(seconds * 1000)
+    if ms > MAX_AHEAD_MS:
+        raise OpsError(f"{flag} is more than ten years", EXIT_USAGE)
+    return ms
 
 
 @dataclass(frozen=True)
@@ -133,6 +176,10 @@ class TaskFields:
     queue_ttl: float | None = None
     max_stale_attempts: int | None = None
     idempotency_key: str | None = None
+    delay: float | None = None
+    run_at: str | None = None
+    dedupe_key: str | None = None
+    dedupe_window: float | None = None
 
     @classmethod
     def pop_from(cls, kwargs: dict[str, Any]) -> TaskFields:
@@ -190,7 +237,27 @@ class TaskFields:
             payload["queue_ttl_ms"] = int(self.queue_ttl * 1000)
         if self.max_stale_attempts is not None:
             payload["max_stale_attempts"] = self.max_stale_attempts
+        payload.update(self._delay_and_dedupe())
         return payload
+
+    def _delay_and_dedupe(self) -> dict[str, Any]:
+        """``--delay``/``--at`` and ``--dedupe-key``/``--dedupe-window`` as TaskCreate fields."""
+        out: dict[str, Any] = {}
+        if self.delay is not None and self.run_at is not None:
+            raise OpsError("give --delay or --at, not both", EXIT_USAGE)
+        if self.delay is not None:
+            out["delay_ms"] = _ahead_ms(self.delay, "--delay")
+        if self.run_at is not None:
+            out["run_at_ms"] = parse_run_at(self.run_at)
+        if self.dedupe_window is not None and self.dedupe_key is None:
+            raise OpsError("--dedupe-window needs --dedupe-key", EXIT_USAGE)
+        if self.dedupe_key is not None:
+            if not self.dedupe_key.strip():
+                raise OpsError("--dedupe-key is empty", EXIT_USAGE)
+            out["dedupe_key"] = self.dedupe_key
+        if self.dedupe_window is not None:
+            out["dedupe_window_ms"] = _ahead_ms(self.dedupe_window, "--dedupe-window")
+        return out
 
 
 def _validate(payload: Mapping[str, Any], where: str) -> TaskCreate:
