@@ -54,6 +54,8 @@ COVERED = {
         "test_executor_plugin_is_found_through_its_entry_point"
     ),
     "executor-plugin/tests/test_greeter.py": "test_executor_plugin_own_tests_pass",
+    "producer/enqueue.py": "test_producer_examples_enqueue_on_a_rail",
+    "producer/wsgi_app.py": "test_producer_examples_enqueue_on_a_rail",
 }
 
 
@@ -274,3 +276,69 @@ def test_executor_plugin_own_tests_pass(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " passed" in proc.stdout
+
+
+def test_producer_examples_enqueue_on_a_rail(tmp_path: Path) -> None:
+    """examples/producer: the enqueue script as its docstring runs it, and the WSGI app's
+    routes (in process, on the same real rail file: submit, read, a bad title refused)."""
+    import io
+    import runpy
+
+    from tracker_client import connect_sync
+
+    env = worker_env(tmp_path)
+    rail = f"sqlite:///{tmp_path / 'rail.db'}"
+    made = backlog_worker(
+        "pipeline",
+        "create",
+        "-f",
+        str(EXAMPLES / "pipelines" / "review.toml"),
+        "--tracker",
+        rail,
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr
+    script = [sys.executable, str(EXAMPLES / "producer" / "enqueue.py"), "--tracker", rail]
+    first = subprocess.run(
+        [*script, "Write the changelog"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    after = subprocess.run(
+        [*script, "--after", first[0], "--wait", "0.2", "Ship it"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert re.fullmatch(r"(\S{36})\n\1 pending draft\n", after), after
+    app_module = runpy.run_path(str(EXAMPLES / "producer" / "wsgi_app.py"))
+    with connect_sync(rail) as shared:
+        app = app_module["make_app"](shared)
+
+        def call(method: str, path: str, body: bytes = b"") -> tuple[str, Any]:
+            answer: list[str] = []
+            environ = {
+                "REQUEST_METHOD": method,
+                "PATH_INFO": path,
+                "CONTENT_LENGTH": str(len(body)),
+                "wsgi.input": io.BytesIO(body),
+            }
+            out = b"".join(app(environ, lambda status, _headers: answer.append(status)))
+            return answer[0], json.loads(out)
+
+        status, doc = call("POST", "/tasks", b'{"title": "From the web", "metadata": {"n": 1}}')
+        assert status == "201 Created"
+        assert call("GET", f"/tasks/{doc['id']}") == (
+            "200 OK",
+            {"id": doc["id"], "stage": "draft", "title": "From the web"},
+        )
+        status, doc = call("POST", "/tasks", b'{"title": ""}')
+        assert (status, doc["error"]) == (
+            "400 Bad Request",
+            "title must be a non-empty string, not ''",
+        )
