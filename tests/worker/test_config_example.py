@@ -16,7 +16,13 @@ from pydantic import BaseModel, ValidationError
 from plugins.registry import load_executor
 from tracker_client.factory import open_tracker
 from tracker_client.validation import describe_validation
-from worker.config.models import ConfigFile, RoleConfig, TrackerConfig, WorkerConfig
+from worker.config.models import (
+    ConfigFile,
+    RoleConfig,
+    ScheduleConfig,
+    TrackerConfig,
+    WorkerConfig,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -27,6 +33,7 @@ TABLES: dict[str, type[BaseModel]] = {
     "[tracker]": TrackerConfig,
     "[worker]": WorkerConfig,
     "[[roles]]": RoleConfig,
+    "[[schedules]]": ScheduleConfig,
 }
 
 
@@ -73,7 +80,8 @@ def test_every_section_is_documented_and_real() -> None:
     data = full_example()
     sections = {name for name, info in ConfigFile.model_fields.items() if info.annotation}
     tables = {key for key, value in data.items() if isinstance(value, dict | list)}
-    assert tables == {"tracker", "worker", "roles"} == sections - {"log_level", "log_format"}
+    expected = {"tracker", "worker", "roles", "schedules"}
+    assert tables == expected == sections - {"log_level", "log_format"}
     text = EXAMPLE.read_text()
     for header in ("[tracker]", "[worker]", "[[roles]]"):
         assert f"\n{header}\n" in text, f"{header} is not a section of config.example.toml"
@@ -87,6 +95,7 @@ def test_example_config_documents_every_key() -> None:
         "[tracker]": set(data["tracker"]),
         "[worker]": set(data["worker"]),
         "[[roles]]": set(data["roles"][0]),
+        "[[schedules]]": set(data["schedules"][0]),
     }
     for table, model in TABLES.items():
         for key in model.model_fields:

@@ -142,6 +142,15 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
     if problems:
         raise ExecutorError("executors not ready:\n  " + "\n  ".join(problems))
     tracker = await open_for_worker(config)
+    if config.schedules:  # stored (created or updated by name) before the first claim
+        from worker.cli.ops.schedule import declare_schedules
+
+        try:
+            await declare_schedules(tracker, config.schedules)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await tracker.aclose()
+            raise
     drain_deadline = 0.0
     worker: Worker
 

@@ -23,7 +23,7 @@ import socket
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -51,6 +51,7 @@ __all__ = [
     "Config",
     "ConfigFile",
     "RoleConfig",
+    "ScheduleConfig",
     "TrackerConfig",
     "WorkerConfig",
     "check_environment",
@@ -167,6 +168,46 @@ class RoleConfig(_Frozen):
         return value
 
 
+class ScheduleConfig(_Frozen):
+    """One ``[[schedules]]`` table: a periodic schedule the worker stores (creates or updates,
+    by name) in the rail at start; ``backlog-worker schedule`` shows and pauses it."""
+
+    name: str = Field(min_length=1, max_length=200)
+    #: The pipeline's name or id.
+    pipeline: str = Field(min_length=1)
+    #: 5 fields, or 6 with seconds first (checked with ``cronsim``, as the rail checks it).
+    cron: str
+    timezone: str = "UTC"
+    title: str = Field(min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    priority: int = 0
+    missed: Literal["skip", "catch_up"] = "skip"
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from datetime import datetime
+
+        from cronsim import CronSim, CronSimError
+
+        try:
+            CronSim(value, datetime.now())
+        except CronSimError as exc:
+            raise ValueError(f"{value!r} is not a cron expression: {exc}") from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(value)
+        except (ValueError, LookupError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+
 class ConfigFile(BaseModel):
     """The top level of a configuration file: its tables and the logging keys."""
 
@@ -175,6 +216,7 @@ class ConfigFile(BaseModel):
     tracker: TrackerConfig = Field(default_factory=TrackerConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     roles: tuple[RoleConfig, ...] = ()
+    schedules: tuple[ScheduleConfig, ...] = ()
     #: DEBUG, INFO, WARNING, ERROR (any case; kept upper-case).
     log_level: str = "INFO"
     log_format: str = "auto"

@@ -9,6 +9,7 @@ and the pipeline list) and the terminal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from rich import box
 from rich.table import Table
 
 from tracker_client.embedded.schedules import check
-from tracker_client.errors import ValidationFailed
+from tracker_client.errors import ConfigError, NotFound, Unsupported, ValidationFailed
 from tracker_client.models import Schedule
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
@@ -31,8 +32,9 @@ from worker.cli.ops.common import (
     resolve_pipeline,
 )
 from worker.cli.ops.input import parse_json_flag
+from worker.config.models import ScheduleConfig
 
-__all__ = ["schedule_fields", "schedule_group"]
+__all__ = ["declare_schedules", "schedule_fields", "schedule_group"]
 
 
 @click.group("schedule")
@@ -65,6 +67,33 @@ def schedule_fields(
         flag = "NAME" if message.startswith("schedule") else "--" + message.split(":", 1)[0]
         raise OpsError(f"{flag}: {message.split(': ', 1)[-1]}", EXIT_USAGE) from None
     return fields
+
+
+async def declare_schedules(tracker: Tracker, declared: Sequence[ScheduleConfig]) -> None:
+    """Store the config's ``[[schedules]]`` in the rail at worker start: each created, or
+    updated by name (its next tick kept when cron and zone are unchanged; a pause set with
+    ``schedule pause`` stays). ``ConfigError`` names the table of an unknown pipeline, a
+    refused field, or a rail without the ``schedules`` extension."""
+    for n, item in enumerate(declared, start=1):
+        where = f"[[schedules]] #{n} ({item.name})"
+        try:
+            pipeline = (await resolve_pipeline(tracker, item.pipeline)).id
+            await tracker.call(
+                "create_schedule",
+                schedule=item.name,
+                pipeline_id=pipeline,
+                cron=item.cron,
+                timezone=item.timezone,
+                title=item.title,
+                metadata=dict(item.metadata),
+                priority=item.priority,
+                missed=item.missed,
+                replace=True,
+            )
+        except (OpsError, ValidationFailed, NotFound) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        except Unsupported as exc:
+            raise ConfigError(f"{where}: this rail has no schedules ({exc})") from None
 
 
 def _table(schedules: list[Schedule]) -> Table:
