@@ -7,16 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.producer.conftest import Target
 from tracker_client import Rail, Submission, connect
-from tracker_client.errors import NotFound, Unsupported, ValidationFailed
-from tracker_client.models import TaskCreate
+from tracker_client.errors import NotFound, ValidationFailed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
-
-SCHEDULING = "delay_ms" in TaskCreate.model_fields
 
 
 async def tasks_in(rail: Rail) -> int:
@@ -166,21 +164,6 @@ async def test_wait_cancel_requeue_and_replay(target: Target) -> None:
             await rail.task("")
 
 
-@pytest.mark.skipif(SCHEDULING, reason="TaskCreate has the scheduling fields")
-async def test_scheduling_options_unsupported_until_the_models_have_them(target: Target) -> None:
-    async with connect(target.url, token=target.token) as rail:
-        options: list[tuple[str, Any]] = [
-            ("delay", 10),
-            ("run_at", datetime.now(UTC)),
-            ("dedupe_key", "k"),
-        ]
-        for option, value in options:
-            with pytest.raises(Unsupported, match=option):
-                await rail.submit("review", "x", **{option: value})
-        assert await tasks_in(rail) == 0
-
-
-@pytest.mark.skipif(not SCHEDULING, reason="TaskCreate lacks the scheduling fields")
 async def test_delay_run_at_and_dedupe_key_reach_the_rail(target: Target) -> None:
     async with connect(target.url, token=target.token) as rail:
         later = await rail.submit("review", "later", delay=timedelta(minutes=10))
@@ -191,3 +174,19 @@ async def test_delay_run_at_and_dedupe_key_reach_the_rail(target: Target) -> Non
         first = await rail.submit("review", "once", dedupe_key="nightly")
         assert await rail.submit("review", "again", dedupe_key="nightly") == first
         assert await tasks_in(rail) == 3
+
+
+async def test_wait_answers_done_while_a_worker_finishes_the_task(target: Target) -> None:
+    async with connect(target.url, token=target.token) as rail:
+        tid = await rail.submit("review", "finish me")
+
+        async def work() -> None:
+            for role, trigger in (("writer", "submit"), ("reviewer", "approve")):
+                lease = await rail.tracker.claim("agent-1", role, 60_000)
+                assert lease is not None and lease.task.id == tid
+                await rail.tracker.transition(lease, trigger)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(work)
+            result = await rail.wait(tid, timeout=30)
+        assert (result.finished, result.outcome, result.task.stage) == (True, "done", "done")

@@ -134,8 +134,8 @@ def build_task(
 ) -> TaskCreate:
     """The :class:`TaskCreate` for ``sub`` in ``pipeline_id``; every option checked first.
 
-    ``ValidationFailed`` names a bad value; ``Unsupported`` names an option this tracker
-    cannot honour (a plain NullTickets server, or a tracker whose models lack the field).
+    ``ValidationFailed`` names a bad value; ``Unsupported`` names an option a plain NullTickets
+    server cannot honour (``capabilities().task_extensions`` is False).
     """
     _text(sub.title, "title", at)
     if not isinstance(sub.description, str):
@@ -165,14 +165,10 @@ def build_task(
     if sub.concurrency_key is not None:
         values["concurrency_key"] = _text(sub.concurrency_key, "concurrency_key", at)
     used = [opt for opt, key in _EXTENSION_OPTIONS.items() if key in values]
-    lacking = [opt for opt in used if _EXTENSION_OPTIONS[opt] not in TaskCreate.model_fields]
-    if not caps.task_extensions:
-        lacking = used
-    if lacking:
-        where = "this tracker" if caps.task_extensions else "a plain NullTickets server"
+    if used and not caps.task_extensions:
         raise Unsupported(
-            f"{at}{', '.join(lacking)}: not supported by {where} (it would be silently "
-            "ignored); nothing was written"
+            f"{at}{', '.join(used)}: not supported by a plain NullTickets server (it would "
+            "silently ignore it); nothing was written"
         )
     values.update(
         pipeline_id=pipeline_id,
