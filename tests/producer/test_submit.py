@@ -190,3 +190,12 @@ async def test_wait_answers_done_while_a_worker_finishes_the_task(target: Target
             tg.start_soon(work)
             result = await rail.wait(tid, timeout=30)
         assert (result.finished, result.outcome, result.task.stage) == (True, "done", "done")
+
+
+async def test_a_delayed_task_is_not_claimable_before_its_time(target: Target) -> None:
+    async with connect(target.url, token=target.token) as rail:
+        await rail.submit("review", "later", delay=600)
+        assert await rail.tracker.claim("agent-1", "writer", 60_000) is None
+        due = await rail.submit("review", "due", run_at=datetime.now(UTC) - timedelta(hours=1))
+        lease = await rail.tracker.claim("agent-1", "writer", 60_000)
+        assert lease is not None and lease.task.id == due  # a run_at in the past is due now

@@ -71,3 +71,12 @@ def test_a_missing_rail_file_is_no_rail_and_leaves_no_thread(tmp_path: Path) -> 
         pass
     assert threading.active_count() <= before
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_eight_threads_submitting_one_dedupe_key_make_one_task(target: Target) -> None:
+    with connect_sync(target.url, token=target.token) as rail, ThreadPoolExecutor(8) as pool:
+        ids = set(
+            pool.map(lambda n: rail.submit("review", f"nightly {n}", dedupe_key="k"), range(8))
+        )
+    assert len(ids) == 1
+    assert count_tasks(target.path) == 1
