@@ -228,3 +228,25 @@ async def test_the_served_route_refuses_a_bad_body_naming_the_field(tmp_path: Pa
             assert (await http.get("/schedules/n")).json()["cron"] == "0 3 * * *"
     finally:
         await embedded.aclose()
+
+
+async def test_a_stored_schedule_whose_ticks_cannot_be_computed_is_paused_with_the_reason(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    import sqlite3
+
+    from tracker_client.embedded import EmbeddedTracker
+
+    path = str(tmp_path / "rail.db")
+    async with await EmbeddedTracker.open(path, clock=clock) as embedded:
+        pid = await make_pipeline(embedded)
+        first = (await _add(embedded, pid)).next_tick_ms
+        await _add(embedded, pid, "healthy")
+    with sqlite3.connect(path) as conn:  # as if a tzdata update had dropped the zone
+        conn.execute("UPDATE schedules SET timezone = 'Gone/Zone' WHERE name = 'nightly'")
+    clock.now_ms = first + 1_000
+    async with await EmbeddedTracker.open(path, clock=clock) as embedded:
+        assert (await embedded.maintenance()).scheduled_tasks == 1  # the healthy one fired
+        broken = await embedded.get_schedule("nightly")
+        assert broken.paused and broken.last_error is not None
+        assert "Gone/Zone" in broken.last_error

@@ -237,7 +237,22 @@ def fire_due(ctx: Ctx) -> int:
         "SELECT * FROM schedules WHERE paused = 0 AND next_tick_ms <= ? ORDER BY next_tick_ms",
         (ctx.now,),
     ).fetchall()
-    return sum(_fire(ctx, row) for row in rows)
+    made = 0
+    for row in rows:
+        ctx.conn.execute("SAVEPOINT schedule_fire")
+        try:
+            made += _fire(ctx, row)
+            ctx.conn.execute("RELEASE schedule_fire")
+        except (CronSimError, ValidationFailed, StopIteration) as exc:
+            ctx.conn.execute("ROLLBACK TO schedule_fire")
+            ctx.conn.execute("RELEASE schedule_fire")
+            # A stored cron or zone this build cannot read (a tzdata or cronsim change): the
+            # schedule is paused with the reason, instead of failing every maintenance pass.
+            ctx.conn.execute(
+                "UPDATE schedules SET paused = 1, last_error = ?, updated_at_ms = ? WHERE name = ?",
+                (f"paused: cannot compute its ticks: {exc}", ctx.now, row["name"]),
+            )
+    return made
 
 
 class ScheduleOps(TrackerCore):
