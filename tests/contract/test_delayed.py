@@ -76,6 +76,7 @@ async def test_an_undelayed_task_has_no_run_at(tracker: Tracker) -> None:
         ({"delay_ms": MAX_AHEAD_MS + 1}, "delay_ms is more than ten years ahead"),
         ({"run_at_ms": 10**17}, "run_at_ms is more than ten years ahead"),
         ({"delay_ms": 5, "run_at_ms": 5}, "give run_at_ms or delay_ms, not both"),
+        ({"delay_ms": 60_000, "queue_ttl_ms": 60_000}, "would expire .* before it is due"),
     ],
 )
 async def test_bad_delays_are_refused_naming_the_field_and_write_nothing(

@@ -152,6 +152,11 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     elif pipeline.default_queue_ttl_ms is not None:
         expires = ctx.now + pipeline.default_queue_ttl_ms
     run_at = run_at_of(ctx, spec, at)
+    if run_at is not None and expires is not None and expires <= run_at:
+        raise ValidationFailed(
+            f"{at}the task would expire (expires_at_ms {expires}) before it is due "
+            f"(run_at_ms {run_at}): it could never run"
+        )
     dedupe_key, dedupe_window = dedupe_of(spec, at)
     initial = pipeline.initial
     values: dict[str, Any] = {
