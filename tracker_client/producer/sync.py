@@ -10,6 +10,7 @@ It touches what :mod:`tracker_client.producer.rail` touches, through it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -41,6 +42,7 @@ class SyncRail:
         self._portal: BlockingPortal | None = None
         self._rail_cm: Any = None
         self._rail: Rail | None = None
+        self._lock = threading.Lock()  # open and close from several threads at once
 
     def __enter__(self) -> SyncRail:
         return self.open()
@@ -49,8 +51,12 @@ class SyncRail:
         """Start the event-loop thread and open the tracker (``with`` does it for you); for an
         app that keeps one rail for its lifetime: ``rail = connect_sync(url).open()``, then
         ``rail.close()`` at shutdown."""
-        if self._portal is not None:
-            return self
+        with self._lock:
+            if self._portal is None:
+                self._start()
+        return self
+
+    def _start(self) -> None:
         self._portal_cm = start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
         try:
@@ -58,9 +64,8 @@ class SyncRail:
             self._rail = self._portal.call(self._rail_cm.__aenter__)
         except BaseException:
             self._portal_cm.__exit__(None, None, None)
-            self._portal = self._portal_cm = None
+            self._portal = self._portal_cm = self._rail_cm = None
             raise
-        return self
 
     def __exit__(
         self,
@@ -72,8 +77,9 @@ class SyncRail:
 
     def close(self) -> None:
         """Close the tracker and stop the event-loop thread. Idempotent."""
-        portal, portal_cm, rail_cm = self._portal, self._portal_cm, self._rail_cm
-        self._portal = self._portal_cm = self._rail_cm = self._rail = None
+        with self._lock:
+            portal, portal_cm, rail_cm = self._portal, self._portal_cm, self._rail_cm
+            self._portal = self._portal_cm = self._rail_cm = self._rail = None
         if portal is None or portal_cm is None:
             return
         try:
