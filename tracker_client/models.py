@@ -496,3 +496,30 @@ class Schedule(_Model):
     last_error: str | None = None
     created_at_ms: int = 0
     updated_at_ms: int = 0
+
+
+class RateLimitSet(_CreateModel):
+    """The body of ``PUT /rate-limits/{role}`` (extension ``rate_limits``): a fleet-wide limit."""
+
+    #: ``N/period`` (period ``s``, ``min`` or ``h``; N >= 1), e.g. ``20/min``; None = no rate.
+    rate: str | None = None
+    #: At most this many tasks of the role leased at once across the fleet; None = no cap.
+    max_running: int | None = Field(default=None, strict=True)
+
+
+class RateLimit(_Model):
+    """A role's fleet-wide rate limit and concurrency cap, as stored in the rail, and its state."""
+
+    role: str
+    #: The rate as set (``5/s``), its tokens per period, and the period; None = no rate.
+    rate: str | None = None
+    rate_count: int | None = None
+    period_ms: int | None = None
+    max_running: int | None = None
+    #: Tokens in the bucket now (a claim spends one), and when the next one comes (None = full
+    #: or no rate).
+    tokens: float | None = None
+    next_token_at_ms: int | None = None
+    #: Tasks of the role leased now.
+    running: int = 0
+    updated_at_ms: int = 0

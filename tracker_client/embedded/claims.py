@@ -20,6 +20,7 @@ from tracker_client.embedded.common import (
     run_from_row,
     task_from_row,
 )
+from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Run, Task
@@ -173,6 +174,9 @@ def claim(
     if overdue:
         expire_deadlines(ctx)
     limits = _limits(per_state)
+    allowed, rate_limit = admit(ctx, role)  # the role's fleet-wide rate and cap (extension)
+    if not allowed:
+        return None
     while True:
         picked = _pick(ctx, agent_id, role, limits)
         if picked is None:
@@ -186,7 +190,10 @@ def claim(
             )
             dead_letter(ctx, picked, "corrupt_row", None)
             continue
-        return _lease(ctx, picked, parsed, agent_id, role, lease_ttl_ms)
+        lease = _lease(ctx, picked, parsed, agent_id, role, lease_ttl_ms)
+        if rate_limit is not None:
+            spend(ctx, rate_limit)
+        return lease
 
 
 def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqlite3.Row | None:

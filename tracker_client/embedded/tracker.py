@@ -17,6 +17,7 @@ from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.links import LinkOps
+from tracker_client.embedded.ratelimits import RateLimitOps
 from tracker_client.embedded.release import ReleaseOps
 from tracker_client.embedded.schedules import ScheduleOps
 from tracker_client.embedded.store import StoreOps
@@ -46,7 +47,7 @@ R = TypeVar("R")
 Clock = Callable[[], int]
 
 
-class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps, ScheduleOps):
+class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     async def capabilities(self) -> Capabilities:
