@@ -115,6 +115,7 @@ EXTENSIONS: Mapping[str, str] = {
     "delayed_tasks": "task create run_at_ms / delay_ms (not claimable before)",
     "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
     "schedules": "/schedules (periodic tasks on cron ticks, fired by maintenance)",
+    "rate_limits": "/rate-limits (fleet-wide claim rate and leased-task cap per role)",
 }
 
 
@@ -355,6 +356,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "next future tick", response=m.Schedule, errors=(404,), extension="schedules"),
     _op("delete_schedule", "DELETE", "/schedules/{name}", "Remove a schedule (its tasks stay)",
         response=m.Schedule, errors=(404,), extension="schedules"),
+    _op("list_rate_limits", "GET", "/rate-limits", "Every role's rate limit, by role",
+        response=m.RateLimit, shape="list", extension="rate_limits"),
+    _op("set_rate_limit", "PUT", "/rate-limits/{role}", "Set a role's fleet-wide claim rate "
+        "and/or cap of leased tasks", body=m.RateLimitSet, response=m.RateLimit, errors=(400,),
+        extension="rate_limits", wakes=True),
+    _op("clear_rate_limit", "DELETE", "/rate-limits/{role}", "Remove a role's rate limit",
+        response=m.RateLimit, errors=(404,), extension="rate_limits", wakes=True),
 )
 # fmt: on
 
