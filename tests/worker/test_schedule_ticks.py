@@ -1,8 +1,9 @@
 """Schedule ticks driven by workers: real processes on one embedded file, and restarts.
 
 Three ``python -m worker run`` processes declare the same ``[[schedules]]`` (a 1-second cron)
-and run their maintenance loops for about ten seconds on one rail: every tick between the first
-and the last made exactly one task (none twice, none missing). The restart tests use the fake
+and run their maintenance loops for about ten seconds on one rail (an embedded file, and a real
+``tracker serve`` on 127.0.0.1): every tick between the first and the last made exactly one task
+(none twice, none missing). The restart tests use the fake
 clock: a rail reopened after hours of downtime applies the schedule's missed-tick policy, and a
 worker restarting with the same declaration neither skips nor repeats a tick, nor lifts a pause.
 """
@@ -36,12 +37,14 @@ PIPELINE = {
 HOUR_MS = 3_600_000
 
 
-def _config(tmp_path: Path, db: Path) -> Path:
+def _config(tmp_path: Path, url: str, token: str | None = None) -> Path:
     path = tmp_path / "worker.toml"
+    auth = f'api_token = "{token}"' if token else ""
     path.write_text(
         f"""
 [tracker]
-url = "sqlite:///{db}"
+url = "{url}"
+{auth}
 
 [worker]
 concurrency = 2
@@ -90,12 +93,9 @@ def _wait_for(predicate: object, timeout: float) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.timeout(120)
-async def test_three_worker_processes_make_one_task_per_one_second_tick(tmp_path: Path) -> None:
-    db = tmp_path / "rail.db"
-    async with await EmbeddedTracker.open(str(db)) as tracker:
-        await tracker.create_pipeline("flow", PIPELINE)
-    config = _config(tmp_path, db)
+def _three_workers_for_ten_ticks(config: Path, db: Path) -> None:
+    """Three worker processes on ``config`` until the rail ``db`` has ten ticks' tasks; then
+    every tick between the first and the last has exactly one task."""
     procs = [_spawn(config, n) for n in range(3)]
     try:
         _wait_for(lambda: len(_ticks(db)) >= 10, 60)  # about ten seconds of ticks
@@ -103,7 +103,7 @@ async def test_three_worker_processes_make_one_task_per_one_second_tick(tmp_path
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         codes = [proc.wait(30) for proc in procs]
-    logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("worker-*.log")))
+    logs = "\n".join(p.read_text() for p in sorted(config.parent.glob("worker-*.log")))
     assert codes == [0, 0, 0], logs
     ticks = sorted(_ticks(db))
     assert len(ticks) == len(set(ticks)), "a tick made two tasks"
@@ -113,6 +113,22 @@ async def test_three_worker_processes_make_one_task_per_one_second_tick(tmp_path
         metadata = json.loads(conn.execute("SELECT metadata FROM tasks LIMIT 1").fetchone()[0])
     assert created == len(ticks)
     assert metadata["schedule"] == "every-second" and metadata["source"] == "test"
+
+
+@pytest.mark.timeout(120)
+async def test_three_worker_processes_make_one_task_per_one_second_tick(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    async with await EmbeddedTracker.open(str(db)) as tracker:
+        await tracker.create_pipeline("flow", PIPELINE)
+    _three_workers_for_ten_ticks(_config(tmp_path, f"sqlite:///{db}"), db)
+
+
+@pytest.mark.timeout(120)
+def test_three_workers_on_a_served_rail_make_one_task_per_tick(tmp_path: Path) -> None:
+    from tests.worker.daemonkit import TOKEN, serve_tracker
+
+    with serve_tracker(tmp_path) as (url, db):  # a real `tracker serve` on 127.0.0.1
+        _three_workers_for_ten_ticks(_config(tmp_path, url, TOKEN), db)
 
 
 @pytest.mark.parametrize(("policy", "made"), [("skip", 0), ("catch_up", 1)])
