@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     "demo": "worker.cli.ops.commands",
     "purge": "worker.cli.ops.commands",
     "schedule": "worker.cli.ops.commands",
+    "limit": "worker.cli.ops.commands",
     "tracker": "worker.cli.serve",
     "systemd-unit": "worker.cli.systemd.unit",
 }

@@ -1,7 +1,8 @@
 """The operator subcommands of ``backlog-worker``: run a rail without curl and jq.
 
 ``pipeline create|list|show``, ``task add|list|show|cancel|requeue|cancel-all``,
-``submit ... --wait``, ``queue [--watch]``, ``plugins``, ``demo``, ``purge`` and ``schedule``.
+``submit ... --wait``, ``queue [--watch]``, ``plugins``, ``demo``, ``purge``, ``schedule``
+and ``limit``.
 Each lives in a sibling ``ops_*`` module; this one only registers them. Exit codes: see
 :data:`worker.cli.ops.common.EXIT_CODES`.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import click
 
 from worker.cli.ops.demo import demo_command
+from worker.cli.ops.limit import limit_group
 from worker.cli.ops.pipeline import pipeline_group
 from worker.cli.ops.plugins import plugins_command
 from worker.cli.ops.purge import purge_command
@@ -28,3 +30,4 @@ def register(group: click.Group) -> None:
         group.add_command(command)
     group.add_command(purge_command)
     group.add_command(schedule_group)
+    group.add_command(limit_group)
