@@ -360,9 +360,9 @@ OPERATIONS: tuple[Operation, ...] = (
         response=m.RateLimit, shape="list", extension="rate_limits"),
     _op("set_rate_limit", "PUT", "/rate-limits/{role}", "Set a role's fleet-wide claim rate "
         "and/or cap of leased tasks", body=m.RateLimitSet, response=m.RateLimit, errors=(400,),
-        extension="rate_limits", wakes=True),
+        extension="rate_limits"),
     _op("clear_rate_limit", "DELETE", "/rate-limits/{role}", "Remove a role's rate limit",
-        response=m.RateLimit, errors=(404,), extension="rate_limits", wakes=True),
+        response=m.RateLimit, errors=(404,), extension="rate_limits"),
 )
 # fmt: on
 
