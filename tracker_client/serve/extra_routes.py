@@ -102,7 +102,10 @@ async def maintenance(request: Request) -> Response:
     periodic passes mostly are) wakes no waiter: each wake-up costs every worker a claim."""
     report = await tracker_of(request).maintenance()
     request.state.changed = bool(
-        report.expired_leases or report.expired_tasks or report.crash_looped
+        report.expired_leases
+        or report.expired_tasks
+        or report.crash_looped
+        or report.scheduled_tasks  # a schedule's tick made claimable work
     )
     return json_response(dump(report))
 
