@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cli.conftest import Rail
+from tracker_client.protocol import Tracker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,3 +46,20 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
     assert result.exit_code == 2, result.output
     assert says in result.stderr, result.stderr
     assert simple.path.read_bytes() == before
+
+
+def test_queue_shows_a_role_held_back_by_its_limit(simple: Rail) -> None:
+    for title in ("a", "b", "c"):
+        assert simple.cli("task", "add", "-p", "simple", title).exit_code == 0
+    simple.json("limit", "set", "coder", "--rate", "1/h")
+    full = simple.cli("queue", "--no-legend")
+    assert "rate-limited (fleet-wide): coder 1/h" in full.stdout
+    assert "holding" not in full.stdout  # a token is left: nothing is held back yet
+
+    async def claim_one(tracker: Tracker) -> None:
+        assert await tracker.claim("agent-1", "coder", 60_000) is not None
+
+    simple.run(claim_one)
+    held = simple.cli("queue", "--no-legend")
+    assert held.exit_code == 0
+    assert "coder 1/h holding 2 ready back, next token" in " ".join(held.stdout.split())

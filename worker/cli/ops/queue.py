@@ -5,6 +5,7 @@ It may touch the tracker (``queue_stats`` and ``health``: reads only) and the te
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -15,7 +16,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tracker_client.models import Health, QueueStats
+from tracker_client.errors import Unsupported
+from tracker_client.models import Health, QueueStats, RateLimit
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     DurationType,
@@ -63,13 +65,38 @@ def legend(near_expiry_ms: int | None = None, stuck_ms: int = 300_000) -> list[s
     return lines
 
 
+def _limit(limit: RateLimit, stats: QueueStats) -> str:
+    """One role's limit and whether it holds its ready tasks back now."""
+    parts = [limit.rate] if limit.rate else []
+    if limit.max_running is not None:
+        parts.append(f"max {limit.max_running} running")
+    ready = next((r.claimable_count for r in stats.roles if r.role == limit.role), 0)
+    at_cap = limit.max_running is not None and limit.running >= limit.max_running
+    out_of_tokens = limit.rate is not None and (limit.tokens or 0) < 1
+    if ready and (at_cap or out_of_tokens):
+        when = f", next token {fmt_ms(limit.next_token_at_ms)}" if out_of_tokens else ""
+        parts.append(f"holding {ready} ready back{when}")
+    return f"{limit.role} {' '.join(parts)}"
+
+
+async def rate_limits(tracker: Tracker) -> list[RateLimit]:
+    """The rail's rate limits; none where the tracker has no such extension (NullTickets)."""
+    try:
+        found: list[RateLimit] = await tracker.call("list_rate_limits")
+    except Unsupported:
+        return []
+    return found
+
+
 def render_queue(
     stats: QueueStats,
     health: Health | None = None,
     *,
     legend_lines: list[str] | None = None,
+    limits: Sequence[RateLimit] = (),
 ) -> RenderableType:
-    """The per-role table of a :class:`QueueStats`, its legend, and the census of ``health``."""
+    """The per-role table of a :class:`QueueStats`, its legend, the census of ``health``, and
+    the fleet-wide rate limits and caps (``limits``) holding roles back."""
     table = Table(
         title=f"queue at {fmt_ms(stats.generated_at_ms)}",
         box=box.SIMPLE_HEAD,
@@ -106,6 +133,8 @@ def render_queue(
                 for r in scheduled
             )
         )
+    if limits:
+        parts.append("rate-limited (fleet-wide): " + ", ".join(_limit(x, stats) for x in limits))
     if not stats.roles:
         parts.append("no roles yet: create a pipeline first")
     if health is not None and health.tasks_by_stage:
@@ -168,7 +197,12 @@ def queue(
 
     async def view(tracker: Tracker) -> RenderableType:
         lines = None if no_legend else legend(near_ms, stuck_ms)
-        return render_queue(await stats(tracker), await tracker.health(), legend_lines=lines)
+        return render_queue(
+            await stats(tracker),
+            await tracker.health(),
+            legend_lines=lines,
+            limits=await rate_limits(tracker),
+        )
 
     async def once(tracker: Tracker) -> int:
         if ops.as_json:
