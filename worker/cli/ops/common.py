@@ -305,6 +305,15 @@ class OpsContext:
         soft = all(isinstance(o, str) for o in objects)
         self.console.print(*objects, soft_wrap=soft)
 
+    def emit_list(self, items: list[T], table: Callable[[list[T]], Any], empty: str) -> None:
+        """A listing: JSON with ``--json``, else ``empty`` when there is nothing, else its table."""
+        if self.as_json:
+            self.emit_json(items)
+        elif not items:
+            self.print(empty)
+        else:
+            self.print(table(items))
+
 
 def to_jsonable(data: Any) -> Any:
     """Pydantic models and containers of them -> plain JSON values."""

@@ -105,12 +105,7 @@ def list_(tracker_url: str | None, config_path: Path | None, as_json: bool) -> N
 
     async def run(tracker: Tracker) -> int:
         limits: list[RateLimit] = await tracker.call("list_rate_limits")
-        if ops.as_json:
-            ops.emit_json(limits)
-        elif not limits:
-            ops.print("no rate limits")
-        else:
-            ops.print(_table(limits))
+        ops.emit_list(limits, _table, "no rate limits")
         return 0
 
     ops.run(run)

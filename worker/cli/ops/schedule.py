@@ -199,12 +199,7 @@ def list_(tracker_url: str | None, config_path: Path | None, as_json: bool) -> N
 
     async def run(tracker: Tracker) -> int:
         schedules: list[Schedule] = await tracker.call("list_schedules")
-        if ops.as_json:
-            ops.emit_json(schedules)
-        elif not schedules:
-            ops.print("no schedules")
-        else:
-            ops.print(_table(schedules))
+        ops.emit_list(schedules, _table, "no schedules")
         return 0
 
     ops.run(run)
