@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -146,3 +146,57 @@ def simple(rail: Rail) -> Rail:
     """A rail with the ``simple`` pipeline."""
     rail.pipeline()
     return rail
+
+
+@contextmanager
+def served_in_thread(
+    path: Path,
+    *,
+    api_token: str | None = None,
+    setup: Callable[[Any], Awaitable[Any]] | None = None,
+    **options: Any,
+) -> Iterator[str]:
+    """The rail at ``path`` served by uvicorn on 127.0.0.1 in a thread; yields its URL.
+
+    ``setup(tracker)`` runs on the embedded tracker before it is served; ``options`` open it.
+    """
+    from tests.remote.fixtures import serve_on_port
+    from tracker_client.embedded import EmbeddedTracker
+    from tracker_client.serve.app import create_app
+
+    ready, stop = threading.Event(), threading.Event()
+    urls: list[str] = []
+    errors: list[BaseException] = []
+
+    async def serve() -> None:
+        embedded = await EmbeddedTracker.open(str(path), **options)
+        try:
+            if setup is not None:
+                await setup(embedded)
+            async with serve_on_port(create_app(embedded, api_token=api_token)) as url:
+                urls.append(url)
+                ready.set()
+                await anyio.to_thread.run_sync(stop.wait)
+        finally:
+            await embedded.aclose()
+
+    def target() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as exc:
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    assert ready.wait(20), "server did not start"
+    if errors:
+        raise errors[0]
+    try:
+        yield urls[0]
+    finally:
+        stop.set()
+        thread.join(20)
+        assert not thread.is_alive()
+        if errors:
+            raise errors[0]

@@ -7,7 +7,6 @@ sees finished tasks ten days old without any waiting. Embedded file and served o
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.cli.conftest import SIMPLE, Rail, invoke
-from tests.remote.fixtures import serve_on_port
+from tests.cli.conftest import SIMPLE, Rail, invoke, served_in_thread
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate
-from tracker_client.serve.app import create_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,35 +99,8 @@ def served(tmp_path: Path) -> Iterator[str]:
     """The seeded rail served by uvicorn on 127.0.0.1 in a thread (no token); its URL."""
     path = tmp_path / "served.db"
     _seed(path, finished=3, waiting=1)
-    ready, stop = threading.Event(), threading.Event()
-    urls: list[str] = []
-    errors: list[BaseException] = []
-
-    async def serve() -> None:
-        embedded = await EmbeddedTracker.open(str(path))
-        async with embedded, serve_on_port(create_app(embedded)) as url:
-            urls.append(url)
-            ready.set()
-            await anyio.to_thread.run_sync(stop.wait)
-
-    def target() -> None:
-        try:
-            anyio.run(serve)
-        except BaseException as exc:
-            errors.append(exc)
-            ready.set()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    assert ready.wait(20), "server did not start"
-    if errors:
-        raise errors[0]
-    try:
-        yield urls[0]
-    finally:
-        stop.set()
-        thread.join(20)
-        assert not thread.is_alive()
+    with served_in_thread(path) as url:
+        yield url
 
 
 def test_purge_on_a_served_rail(served: str) -> None:

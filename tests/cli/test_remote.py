@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
-from tests.cli.conftest import SIMPLE, invoke
+from tests.cli.conftest import SIMPLE, invoke, served_in_thread
 
 pytest.importorskip("tracker_client.nulltickets.client")
 pytest.importorskip("tracker_client.serve.app")
 
-from tests.remote.fixtures import serve_on_port
-from tracker_client.embedded import EmbeddedTracker
-from tracker_client.serve.app import create_app
 
 TOKEN = "s3cret-admin-token"
 
@@ -25,40 +20,8 @@ TOKEN = "s3cret-admin-token"
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     """A rail served with an api token by uvicorn in a thread; yields its URL."""
-    ready, stop = threading.Event(), threading.Event()
-    urls: list[str] = []
-    errors: list[BaseException] = []
-
-    async def serve() -> None:
-        embedded = await EmbeddedTracker.open(str(tmp_path / "served.db"), max_backlog_depth=3)
-        try:
-            async with serve_on_port(create_app(embedded, api_token=TOKEN)) as url:
-                urls.append(url)
-                ready.set()
-                await anyio.to_thread.run_sync(stop.wait)
-        finally:
-            await embedded.aclose()
-
-    def target() -> None:
-        try:
-            anyio.run(serve)
-        except BaseException as exc:
-            errors.append(exc)
-            ready.set()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    assert ready.wait(20), "server did not start"
-    if errors:
-        raise errors[0]
-    try:
-        yield urls[0]
-    finally:
-        stop.set()
-        thread.join(20)
-        assert not thread.is_alive()
-        if errors:
-            raise errors[0]
+    with served_in_thread(tmp_path / "served.db", api_token=TOKEN, max_backlog_depth=3) as url:
+        yield url
 
 
 def remote(url: str, *args: str) -> tuple[int, str, str]:

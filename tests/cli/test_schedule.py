@@ -8,18 +8,14 @@ file is left byte for byte as it was.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-import anyio
 import pytest
 
-from tests.cli.conftest import SIMPLE, Rail, invoke
-from tests.remote.fixtures import serve_on_port
-from tracker_client.embedded import EmbeddedTracker
-from tracker_client.serve.app import create_app
+from tests.cli.conftest import SIMPLE, Rail, invoke, served_in_thread
+from tracker_client.protocol import Tracker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -88,37 +84,12 @@ def test_a_taken_name_is_refused_and_the_first_schedule_stays(simple: Rail) -> N
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     """A rail with the ``simple`` pipeline served by uvicorn on 127.0.0.1 in a thread."""
-    path = tmp_path / "served.db"
-    ready, stop = threading.Event(), threading.Event()
-    urls: list[str] = []
-    errors: list[BaseException] = []
 
-    async def serve() -> None:
-        embedded = await EmbeddedTracker.open(str(path))
+    async def setup(embedded: Tracker) -> None:
         await embedded.create_pipeline("simple", SIMPLE)
-        async with embedded, serve_on_port(create_app(embedded)) as url:
-            urls.append(url)
-            ready.set()
-            await anyio.to_thread.run_sync(stop.wait)
 
-    def target() -> None:
-        try:
-            anyio.run(serve)
-        except BaseException as exc:
-            errors.append(exc)
-            ready.set()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    assert ready.wait(20), "server did not start"
-    if errors:
-        raise errors[0]
-    try:
-        yield urls[0]
-    finally:
-        stop.set()
-        thread.join(20)
-        assert not thread.is_alive()
+    with served_in_thread(tmp_path / "served.db", setup=setup) as url:
+        yield url
 
 
 def test_schedules_on_a_served_rail(served: str) -> None:
