@@ -1,0 +1,1 @@
+-- 0005: OTLP span storage (issue 13: the served tracker ingests OTLP). Reserved; filled in by that change.

@@ -1,0 +1,1 @@
+-- 0006: live worker registry (issue 13: backlog-worker workers). Reserved; filled in by that change.

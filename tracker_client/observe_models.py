@@ -1,0 +1,110 @@
+"""Typed models of what the rail shows about itself: OTLP spans linked to tasks, live workers.
+
+Kept beside :mod:`tracker_client.models` (the NullTickets data) because none of this is in the
+NullTickets task model: spans come from its OTLP ingest (CONTRACT.md s.5, ``POST /v1/traces``)
+and workers are an extension of this project's rails. Every tracker answers them through
+``await tracker.call("list_spans", task_id)`` / ``tracker.call("list_workers")`` when its
+capabilities list the ``spans`` / ``workers`` extension.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "OtlpIngestResult",
+    "RunningTask",
+    "Span",
+    "WorkerInfo",
+    "WorkerRegister",
+    "WorkerState",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
+
+
+class OtlpIngestResult(_Model):
+    """The answer of ``POST /v1/traces`` and ``POST /otlp/v1/traces``, as NullTickets gives it:
+    ``stored`` is ``"json"`` when the spans were parsed, ``"blob"`` when the body was kept as is
+    (any non-JSON content type; ``accepted_spans`` is then 0)."""
+
+    batch_id: int
+    accepted_spans: int
+    stored: Literal["json", "blob"]
+
+
+class Span(_Model):
+    """One span of an ingested OTLP/JSON batch, linked to a task and/or run when it carries the
+    ``nulltickets.task_id`` / ``nulltickets.run_id`` attributes. Times are Unix nanoseconds."""
+
+    batch_id: int
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None = None
+    name: str
+    kind: int | None = None
+    start_time_unix_nano: int | None = None
+    end_time_unix_nano: int | None = None
+    status_code: int | None = None
+    status_message: str | None = None
+    service_name: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    #: The span's attributes flattened to ``{key: value}`` (OTLP ``AnyValue`` unwrapped).
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+#: ``alive``: seen within its stated refresh window; ``lost``: silent longer than
+#: ``lost_after_ms`` (killed, host gone, partitioned); ``stopped``: said goodbye on shutdown.
+WorkerState = Literal["alive", "lost", "stopped"]
+
+
+class WorkerRegister(BaseModel):
+    """The body of ``PUT /workers/{worker_id}``: a worker saying who it is (and that it is still
+    alive: the same call refreshes ``last_seen_at_ms``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str
+    pid: int
+    version: str
+    roles: list[str]
+    slots: int
+    #: The worker's agent id (the ``agent_id`` of its claims): how its running tasks are found.
+    agent_id: str
+    started_at_ms: int
+    #: How long after its last refresh the rail reports the worker ``lost``.
+    lost_after_ms: int = 60_000
+    #: True on a clean shutdown: the worker is then ``stopped``, not ``lost``.
+    stopping: bool = False
+
+
+class RunningTask(_Model):
+    """A task a worker runs now (a ``running`` run whose agent is the worker's)."""
+
+    task_id: str
+    run_id: str
+    role: str
+    started_at_ms: int
+
+
+class WorkerInfo(_Model):
+    """One worker as the rail knows it: its registration, when it was last seen, its state and
+    what it runs now."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    roles: list[str]
+    slots: int
+    agent_id: str
+    started_at_ms: int
+    last_seen_at_ms: int
+    lost_after_ms: int
+    state: WorkerState
+    running: list[RunningTask] = Field(default_factory=list)
