@@ -44,6 +44,7 @@ __all__ = [
     "Task",
     "TaskCreate",
     "TaskDetail",
+    "TaskFollow",
     "TransitionResult",
     "WaitResult",
 ]
@@ -426,6 +427,22 @@ class WaitResult(_Model):
     task: TaskDetail
     artifacts: list[Artifact] = Field(default_factory=list)
     result_event: Event | None = None
+
+
+class TaskFollow(_Model):
+    """The answer to ``follow_task`` (extension ``follow``): the task's events after the cursor
+    (oldest first), the cursor to go on from, and whether the task is finished.
+
+    ``finished`` is True only once no event is left to read and the task is finished
+    (``outcome`` as in :class:`WaitResult`; ``"pending"`` while it goes on).
+    """
+
+    events: list[Event] = Field(default_factory=list)
+    #: The id of the last event answered (or the cursor given, ``"0"`` for none): pass it back.
+    next_cursor: str
+    finished: bool
+    outcome: Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
+    stage: str
 
 
 class MaintenanceReport(_Model):
