@@ -7,7 +7,9 @@ lease (not by claims, heartbeats, events, artifacts, the store, or a maintenance
 nothing: those would make idle workers wake each other up). Writes of other processes are
 noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``. ``wait_for_work`` also
 returns once the earliest live lease lapses, so an idle worker reclaims a dead worker's task
-right after its lease expires instead of at its next back-off round.
+right after its lease expires instead of at its next back-off round. Followers of a task's
+events (``follow_task``, :mod:`.follow`) wait on a second event that every write here sets
+(events and claims included), so they never wake the workers' waiters.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class TrackerCore:
         self._rng = random.SystemRandom()
         self._changed = anyio.Event()
         self._waiters = 0
+        self._written = anyio.Event()  # set by every write while someone follows a task
+        self._followers = 0
         self._dv = 0
         self._dv_at = -1e18
         self._wal_signature: tuple[int, int, int] | None = None
@@ -128,9 +132,11 @@ class TrackerCore:
         except BaseException:
             if where not in QUIET_WRITES:
                 self._notify()  # it may have committed before failing to answer
+            self._wake_followers()
             raise
         if where not in QUIET_WRITES and not _idle_maintenance(result):
             self._notify()
+        self._wake_followers()
         return result
 
     async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
@@ -150,6 +156,12 @@ class TrackerCore:
     def _notify(self) -> None:
         if self._waiters:
             event, self._changed = self._changed, anyio.Event()
+            event.set()
+
+    def _wake_followers(self) -> None:
+        """Wake this instance's followers: any write may be an event or a state change of theirs."""
+        if self._followers:
+            event, self._written = self._written, anyio.Event()
             event.set()
 
     async def _sleep_until_change(self, event: anyio.Event, version: int, limit_s: float) -> None:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
 from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
 from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.follow import FollowOps
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.links import LinkOps
 from tracker_client.embedded.ratelimits import RateLimitOps
@@ -47,7 +48,7 @@ R = TypeVar("R")
 Clock = Callable[[], int]
 
 
-class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps):
+class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps, FollowOps):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     async def capabilities(self) -> Capabilities:
