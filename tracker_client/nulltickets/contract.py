@@ -27,7 +27,7 @@ from types import GenericAlias
 from typing import Any, Literal
 from urllib.parse import quote, unquote
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from tracker_client import models as m
 from tracker_client.nulltickets.wire_models import (
@@ -37,6 +37,7 @@ from tracker_client.nulltickets.wire_models import (
     CancelBody,
     CancelCountAnswer,
     ClaimBody,
+    CountAnswer,
     DependencyBody,
     EventBody,
     EventIdAnswer,
@@ -45,13 +46,17 @@ from tracker_client.nulltickets.wire_models import (
     HeartbeatBody,
     IdAnswer,
     IdsAnswer,
+    OtlpTracesBody,
     PipelineBody,
+    PurgeBody,
     ReleaseBody,
+    RequeueAllBody,
     RequeueBody,
     StatusAnswer,
     StoreBody,
     TransitionBody,
 )
+from tracker_client.observe_models import OtlpIngestResult, Span
 
 __all__ = [
     "EXTENSIONS",
@@ -64,6 +69,7 @@ __all__ = [
     "CancelBody",
     "CancelCountAnswer",
     "ClaimBody",
+    "CountAnswer",
     "DependencyBody",
     "EventBody",
     "EventIdAnswer",
@@ -73,9 +79,12 @@ __all__ = [
     "IdAnswer",
     "IdsAnswer",
     "Operation",
+    "OtlpTracesBody",
     "PipelineBody",
+    "PurgeBody",
     "Query",
     "ReleaseBody",
+    "RequeueAllBody",
     "RequeueBody",
     "StatusAnswer",
     "StoreBody",
@@ -116,6 +125,7 @@ EXTENSIONS: Mapping[str, str] = {
     "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
     "schedules": "/schedules (periodic tasks on cron ticks, fired by maintenance)",
     "rate_limits": "/rate-limits (fleet-wide claim rate and leased-task cap per role)",
+    "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
 }
 
 
@@ -164,6 +174,11 @@ class Operation:
     #: What a plain NullTickets server does wrong here, that a client must work around
     #: (CONTRACT.md s.8); the workaround is documented where the client applies it.
     quirk: str = ""
+    #: The tracker method takes the whole body as this one keyword argument (an OTLP
+    #: document: ``call("ingest_traces", document=...)``), not the body's fields.
+    body_param: str | None = None
+    #: Another content type than JSON is read too, as raw bytes (OTLP: stored as a blob).
+    raw_body: bool = False
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -185,33 +200,6 @@ class Operation:
     def format(self, **params: str) -> str:
         """The path with each parameter percent-quoted as one segment (``/`` included)."""
         return format_path(self, **params)
-
-
-class CountAnswer(BaseModel):
-    """``{"count": 7}``: the answer of ``count_tasks``."""
-
-    count: int
-
-
-class RequeueAllBody(BaseModel):
-    """``POST /ops/requeue-all`` (extension ``requeue_all``): which dead letters, and how."""
-
-    pipeline_id: str
-    reason: str | None = None
-    #: Strict, as purge's: ``"3600000"`` or ``true`` is refused, not read as a number or flag.
-    since_ms: int | None = Field(default=None, strict=True)
-    stage: str | None = None
-    dry_run: bool = Field(default=False, strict=True)
-    reset_attempts: bool = Field(default=True, strict=True)
-
-
-class PurgeBody(BaseModel):
-    """``POST /ops/purge`` (extension ``purge``): finished tasks older than ``older_than_ms``."""
-
-    #: Strict: ``true`` or ``"7"`` would otherwise be read as a 1 or 7 ms age (purge it all).
-    older_than_ms: int = Field(strict=True)
-    dry_run: bool = Field(default=False, strict=True)
-    pipeline_id: str | None = None
 
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -236,6 +224,13 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("openapi", "GET", "/openapi.json", "This document", "public"),
     _op("openapi_well_known", "GET", "/.well-known/openapi.json", "This document (well-known)",
         "public"),
+    # OTLP ingest (JSON spans parsed and linked to nulltickets.task_id / run_id; else a blob)
+    _op("ingest_traces", "POST", "/v1/traces", "OTLP ingest: JSON spans parsed and linked to "
+        "their task and run; any other content type stored as a blob", body=OtlpTracesBody,
+        response=OtlpIngestResult, errors=(400, 413), body_param="document", raw_body=True),
+    _op("ingest_traces_collector", "POST", "/otlp/v1/traces", "OTLP ingest at the collector's "
+        "path (as POST /v1/traces)", body=OtlpTracesBody, response=OtlpIngestResult,
+        errors=(400, 413), body_param="document", raw_body=True),
     # pipelines
     _op("create_pipeline", "POST", "/pipelines", "Create pipeline", body=PipelineBody,
         status=201, response=IdAnswer, errors=(400, 409), idempotent=True),
@@ -363,6 +358,9 @@ OPERATIONS: tuple[Operation, ...] = (
         extension="rate_limits"),
     _op("clear_rate_limit", "DELETE", "/rate-limits/{role}", "Remove a role's rate limit",
         response=m.RateLimit, errors=(404,), extension="rate_limits"),
+    _op("list_spans", "GET", "/tasks/{task_id}/spans", "The task's OTLP spans (or one run's), by "
+        "start time", response=Span, shape="list", errors=(400,),
+        query=(Query("run_id"), Query("limit", "integer")), extension="spans"),
 )
 # fmt: on
 

@@ -22,6 +22,7 @@ __all__ = [
     "CancelBody",
     "CancelCountAnswer",
     "ClaimBody",
+    "CountAnswer",
     "DependencyBody",
     "EventBody",
     "EventIdAnswer",
@@ -30,8 +31,11 @@ __all__ = [
     "HeartbeatBody",
     "IdAnswer",
     "IdsAnswer",
+    "OtlpTracesBody",
     "PipelineBody",
+    "PurgeBody",
     "ReleaseBody",
+    "RequeueAllBody",
     "RequeueBody",
     "StatusAnswer",
     "StoreBody",
@@ -151,6 +155,38 @@ class RequeueBody(_Body):
     reset_attempts: bool = True
 
 
+class RequeueAllBody(BaseModel):
+    """``POST /ops/requeue-all`` (extension ``requeue_all``): which dead letters, and how."""
+
+    pipeline_id: str
+    reason: str | None = None
+    #: Strict, as purge's: ``"3600000"`` or ``true`` is refused, not read as a number or flag.
+    since_ms: int | None = Field(default=None, strict=True)
+    stage: str | None = None
+    dry_run: bool = Field(default=False, strict=True)
+    reset_attempts: bool = Field(default=True, strict=True)
+
+
+class PurgeBody(BaseModel):
+    """``POST /ops/purge`` (extension ``purge``): finished tasks older than ``older_than_ms``."""
+
+    #: Strict: ``true`` or ``"7"`` would otherwise be read as a 1 or 7 ms age (purge it all).
+    older_than_ms: int = Field(strict=True)
+    dry_run: bool = Field(default=False, strict=True)
+    pipeline_id: str | None = None
+
+
+class OtlpTracesBody(_Body):
+    """``POST /v1/traces`` and ``POST /otlp/v1/traces`` with a JSON content type: an OTLP/JSON
+    ``ExportTraceServiceRequest`` (CONTRACT.md s.5). Documents the body only: the tracker reads
+    the whole document (``ingest_traces(document=...)``), checking each span itself; any other
+    content type is stored as a blob."""
+
+    model_config = ConfigDict(extra="allow")
+
+    resourceSpans: list[dict[str, Any]] = Field(default_factory=list)
+
+
 # -- small answers ------------------------------------------------------------------------------
 class IdAnswer(_Body):
     """``{"id": str}``: a created pipeline, task or artifact."""
@@ -186,3 +222,9 @@ class CancelCountAnswer(_Body):
     """``{"cancelled": int}``."""
 
     cancelled: int
+
+
+class CountAnswer(BaseModel):
+    """``{"count": 7}``: the answer of ``count_tasks``."""
+
+    count: int
