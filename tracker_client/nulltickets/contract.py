@@ -125,6 +125,7 @@ EXTENSIONS: Mapping[str, str] = {
     "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
     "schedules": "/schedules (periodic tasks on cron ticks, fired by maintenance)",
     "rate_limits": "/rate-limits (fleet-wide claim rate and leased-task cap per role)",
+    "follow": "GET /tasks/{task_id}/follow (long poll for a task's new events until it ends)",
     "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
 }
 
@@ -317,6 +318,10 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("wait", "GET", "/tasks/{task_id}/wait", "Wait up to timeout_ms (max 60000) for the task "
         "to finish", response=m.WaitResult, errors=(400, 404), query=_WAIT,
         extension="wait"),
+    _op("follow_task", "GET", "/tasks/{task_id}/follow", "Wait up to timeout_ms (max 60000) "
+        "for events after the cursor, or the task's end", response=m.TaskFollow,
+        errors=(400, 404), query=(Query("after"), *_WAIT, Query("limit", "integer")),
+        extension="follow"),
     _op("list_runs", "GET", "/tasks/{task_id}/runs", "Every run of the task", response=m.Run,
         shape="list", errors=(404,), extension="runs"),
     _op("list_task_events", "GET", "/tasks/{task_id}/events", "Every event of the task",
