@@ -56,7 +56,7 @@ from tracker_client.nulltickets.wire_models import (
     StoreBody,
     TransitionBody,
 )
-from tracker_client.observe_models import OtlpIngestResult, Span
+from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo, WorkerRegister
 
 __all__ = [
     "EXTENSIONS",
@@ -125,6 +125,7 @@ EXTENSIONS: Mapping[str, str] = {
     "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
     "schedules": "/schedules (periodic tasks on cron ticks, fired by maintenance)",
     "rate_limits": "/rate-limits (fleet-wide claim rate and leased-task cap per role)",
+    "workers": "/workers (live workers: who registered, last seen, alive/lost/stopped, runs)",
     "follow": "GET /tasks/{task_id}/follow (long poll for a task's new events until it ends)",
     "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
 }
@@ -363,6 +364,14 @@ OPERATIONS: tuple[Operation, ...] = (
         extension="rate_limits"),
     _op("clear_rate_limit", "DELETE", "/rate-limits/{role}", "Remove a role's rate limit",
         response=m.RateLimit, errors=(404,), extension="rate_limits"),
+    _op("register_worker", "PUT", "/workers/{worker_id}", "Register a worker or refresh it (an "
+        "upsert: last seen now)", body=WorkerRegister, response=WorkerInfo, errors=(400,),
+        extension="workers"),
+    _op("list_workers", "GET", "/workers", "Registered workers with their state and runs",
+        response=WorkerInfo, shape="list", errors=(400,), query=(Query("state"),),
+        extension="workers"),
+    _op("forget_worker", "DELETE", "/workers/{worker_id}", "Remove a worker's registration",
+        response=WorkerInfo, errors=(404,), extension="workers"),
     _op("list_spans", "GET", "/tasks/{task_id}/spans", "The task's OTLP spans (or one run's), by "
         "start time", response=Span, shape="list", errors=(400,),
         query=(Query("run_id"), Query("limit", "integer")), extension="spans"),
