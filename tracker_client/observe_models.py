@@ -81,6 +81,9 @@ class WorkerRegister(BaseModel):
     lost_after_ms: int = 60_000
     #: True on a clean shutdown: the worker is then ``stopped``, not ``lost``.
     stopping: bool = False
+    #: The runs the worker holds at this refresh. Only read when several registered workers
+    #: share one ``agent_id`` (a configured one): each then shows the runs it said it holds.
+    run_ids: list[str] | None = None
 
 
 class RunningTask(_Model):
