@@ -16,6 +16,8 @@ wire contract; never the storage directly.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -123,6 +125,26 @@ async def wait(request: Request) -> Response:
     )
     if result is None:  # the server is stopping: answer with the state as it is now
         result = await tracker.wait(task_id, timeout_s=0)
+    return json_response(dump(result))
+
+
+@HANDLERS
+async def follow_task(request: Request) -> Response:
+    """``GET /tasks/{task_id}/follow``: the task's events after ``after`` as soon as there is one
+    or the task is finished, else after timeout_ms (max 60000). A stopping server answers what
+    there is now."""
+    timeout_ms = int_query(request, "timeout_ms", 30_000)
+    if not 0 <= timeout_ms <= MAX_WAIT_MS:
+        raise ApiError(400, "invalid_request", f"timeout_ms must be 0..{MAX_WAIT_MS}")
+    tracker, task_id = tracker_of(request), request.path_params["task_id"]
+    args = {"after": request.query_params.get("after") or None, "limit": limit_query(request, 100)}
+
+    async def follow(wait_ms: int) -> Any:
+        return await tracker.call("follow_task", task_id, timeout_ms=wait_ms, **args)
+
+    result = await until_closing(request, lambda: follow(timeout_ms))
+    if result is None:  # the server is stopping: answer with what there is now
+        result = await follow(0)
     return json_response(dump(result))
 
 
