@@ -121,7 +121,8 @@ class ExecutionContext:
     Attributes: ``task``, ``run``, ``attempt``, ``workdir`` (this run's own directory, created
     on first access so executors that never touch files don't pay for it),
     ``instructions`` (of the transition that led here, if any), ``options`` (the role's
-    executor options), ``logger`` and ``deadline`` (``anyio.current_time()`` seconds, or None).
+    executor options), ``logger``, ``deadline`` (``anyio.current_time()`` seconds, or None) and
+    ``traceparent`` (the run's trace context when the worker traces, or None).
     """
 
     def __init__(
@@ -137,6 +138,7 @@ class ExecutionContext:
         shutdown: anyio.Event | None = None,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         report_policy: ReportPolicy | None = None,
+        traceparent: str | None = None,
     ) -> None:
         self.task = task
         self.run = run
@@ -146,6 +148,10 @@ class ExecutionContext:
         self.options: Mapping[str, Any] = dict(options or {})
         self.instructions = instructions
         self.deadline = deadline
+        #: The W3C ``traceparent`` of the worker's span for this run, when tracing is on: an
+        #: executor's own spans join the run's trace under it (child processes get it as the
+        #: ``TRACEPARENT`` environment variable); None otherwise.
+        self.traceparent = traceparent
         self.logger = logger or logging.getLogger("backlog_worker.executor")
         self._sink = sink
         self._shutdown = shutdown or anyio.Event()

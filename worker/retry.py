@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import anyio
 
 from tracker_client.capabilities import Capabilities
 from tracker_client.errors import TrackerUnavailable
+from worker.telemetry import NOOP, Telemetry
 
 __all__ = ["RetryPolicy", "TrackerCalls", "call_with_retry"]
 
@@ -124,11 +126,15 @@ class TrackerCalls:
 
     policy: RetryPolicy
     keys: bool = True
+    #: Told of every attempt (its time and error) when enabled; the no-op costs nothing.
+    telemetry: Telemetry = NOOP
 
     @classmethod
-    def of(cls, capabilities: Capabilities, policy: RetryPolicy) -> TrackerCalls:
+    def of(
+        cls, capabilities: Capabilities, policy: RetryPolicy, telemetry: Telemetry = NOOP
+    ) -> TrackerCalls:
         """The calls for a tracker that declared ``capabilities``."""
-        return cls(policy, keys=capabilities.answers_can_be_lost)
+        return cls(policy, keys=capabilities.answers_can_be_lost, telemetry=telemetry)
 
     def new_key(self) -> str | None:
         """A fresh idempotency key for one logical write (None when the tracker needs none)."""
@@ -144,11 +150,36 @@ class TrackerCalls:
         """Send ``fn(key)`` with one fresh key, retrying transient errors within ``budget_s``."""
         key = self.new_key()
         return await call_with_retry(
-            lambda: fn(key), policy=self.policy, budget_s=budget_s, action=action
+            self._observed(action, lambda: fn(key)),
+            policy=self.policy,
+            budget_s=budget_s,
+            action=action,
         )
 
     async def read(
         self, action: str, fn: Callable[[], Awaitable[T]], *, budget_s: float | None
     ) -> T:
         """Call ``fn`` (a read, or a write needing no key), retried within ``budget_s``."""
-        return await call_with_retry(fn, policy=self.policy, budget_s=budget_s, action=action)
+        return await call_with_retry(
+            self._observed(action, fn), policy=self.policy, budget_s=budget_s, action=action
+        )
+
+    def _observed(self, action: str, fn: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``fn`` timed for the telemetry (``fn`` itself when it is off)."""
+        telemetry = self.telemetry
+        if not telemetry.enabled:
+            return fn
+
+        async def timed() -> T:
+            started = time.time_ns()
+            try:
+                answer = await fn()
+            except BaseException as exc:
+                telemetry.tracker_call(
+                    action, started_ns=started, ended_ns=time.time_ns(), error=exc
+                )
+                raise
+            telemetry.tracker_call(action, started_ns=started, ended_ns=time.time_ns(), error=None)
+            return answer
+
+        return timed

@@ -23,6 +23,7 @@ from worker.config.models import (
     TrackerConfig,
     WorkerConfig,
 )
+from worker.config.telemetry import MetricsConfig, TracingConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -34,6 +35,8 @@ TABLES: dict[str, type[BaseModel]] = {
     "[worker]": WorkerConfig,
     "[[roles]]": RoleConfig,
     "[[schedules]]": ScheduleConfig,
+    "[metrics]": MetricsConfig,
+    "[tracing]": TracingConfig,
 }
 
 
@@ -80,7 +83,7 @@ def test_every_section_is_documented_and_real() -> None:
     data = full_example()
     sections = {name for name, info in ConfigFile.model_fields.items() if info.annotation}
     tables = {key for key, value in data.items() if isinstance(value, dict | list)}
-    expected = {"tracker", "worker", "roles", "schedules"}
+    expected = {"tracker", "worker", "roles", "schedules", "metrics", "tracing"}
     assert tables == expected == sections - {"log_level", "log_format"}
     text = EXAMPLE.read_text()
     for header in ("[tracker]", "[worker]", "[[roles]]"):
@@ -96,6 +99,8 @@ def test_example_config_documents_every_key() -> None:
         "[worker]": set(data["worker"]),
         "[[roles]]": set(data["roles"][0]),
         "[[schedules]]": set(data["schedules"][0]),
+        "[metrics]": set(data["metrics"]),
+        "[tracing]": set(data["tracing"]),
     }
     for table, model in TABLES.items():
         for key in model.model_fields:

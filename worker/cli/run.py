@@ -56,6 +56,7 @@ from worker.config.reload import plan_reload
 from worker.config.secrets import release_secret_env
 from worker.daemon import Worker, WorkerState
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
+from worker.telemetry.setup import build as build_telemetry
 
 __all__ = ["build_roles", "register", "select_roles"]
 
@@ -203,7 +204,12 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
 
     try:
         worker = Worker(
-            tracker, config.worker, built, tracker_config=config.tracker, on_state=on_state
+            tracker,
+            config.worker,
+            built,
+            tracker_config=config.tracker,
+            on_state=on_state,
+            telemetry=build_telemetry(config.metrics, config.tracing),
         )
         with notifier:
             async with anyio.create_task_group() as tg:

@@ -44,6 +44,7 @@ from worker.config.sources import (
     parse_env,
     role_names,
 )
+from worker.config.telemetry import MetricsConfig, TracingConfig
 from worker.config.token import pick_token
 
 __all__ = [
@@ -217,6 +218,8 @@ class ConfigFile(BaseModel):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     roles: tuple[RoleConfig, ...] = ()
     schedules: tuple[ScheduleConfig, ...] = ()
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     #: DEBUG, INFO, WARNING, ERROR (any case; kept upper-case).
     log_level: str = "INFO"
     log_format: str = "auto"

@@ -17,12 +17,15 @@ import logging
 
 from worker.config.models import Config, TrackerConfig
 
-__all__ = ["RESTART_WORKER_KEYS", "plan_reload"]
+__all__ = ["RESTART_TOP_KEYS", "RESTART_WORKER_KEYS", "plan_reload"]
 
 log = logging.getLogger("backlog_worker.cli")
 
 #: ``[worker]`` keys read once at start-up: a reload keeps their running values.
 RESTART_WORKER_KEYS = ("agent_id", "max_tasks", "drain", "maintenance_interval_s")
+#: Top-level keys and tables read once at start-up (the logging set-up, the metrics listener
+#: and the trace exporter).
+RESTART_TOP_KEYS = ("log_level", "log_format", "metrics", "tracing")
 
 
 def plan_reload(running: Config, fresh: Config) -> tuple[Config, list[str]]:
@@ -35,7 +38,7 @@ def plan_reload(running: Config, fresh: Config) -> tuple[Config, list[str]]:
     for name in RESTART_WORKER_KEYS:
         if getattr(running.worker, name) != getattr(fresh.worker, name):
             pending.append(f"worker.{name}")
-    for name in ("log_level", "log_format"):
+    for name in RESTART_TOP_KEYS:
         if getattr(running, name) != getattr(fresh, name):
             pending.append(name)
     kept = {name: getattr(running.worker, name) for name in RESTART_WORKER_KEYS}
@@ -43,8 +46,7 @@ def plan_reload(running: Config, fresh: Config) -> tuple[Config, list[str]]:
         update={
             "tracker": running.tracker,
             "worker": fresh.worker.model_copy(update=kept),
-            "log_level": running.log_level,
-            "log_format": running.log_format,
+            **{name: getattr(running, name) for name in RESTART_TOP_KEYS},
         }
     )
     for key in pending:  # names only: a value may be a token

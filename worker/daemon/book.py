@@ -15,6 +15,7 @@ from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.values import Role
 from worker.retry import RetryPolicy, TrackerCalls
 from worker.run import RunSettings
+from worker.telemetry import NOOP, Telemetry
 
 __all__ = ["SettingsBook"]
 
@@ -22,9 +23,17 @@ __all__ = ["SettingsBook"]
 class SettingsBook:
     """Run settings by role (see the module docstring)."""
 
-    def __init__(self, config: WorkerConfig, tracker: TrackerConfig, workdir_base: Path) -> None:
-        """``workdir_base``: the prepared base of run directories."""
+    def __init__(
+        self,
+        config: WorkerConfig,
+        tracker: TrackerConfig,
+        workdir_base: Path,
+        telemetry: Telemetry = NOOP,
+    ) -> None:
+        """``workdir_base``: the prepared base of run directories; ``telemetry``: told of every
+        tracker call the runs and claims make."""
         self.tracker = tracker
+        self.telemetry = telemetry
         self.retry = RetryPolicy(initial_s=tracker.retry_initial_s, max_s=tracker.retry_max_s)
         # Until the tracker answered: no lease ceiling assumed, keys sent.
         self._caps = Capabilities(max_lease_ttl_ms=None)
@@ -34,7 +43,7 @@ class SettingsBook:
     @property
     def calls(self) -> TrackerCalls:
         """How the worker's own calls (claims) are retried and keyed."""
-        return TrackerCalls.of(self._caps, self.retry)
+        return TrackerCalls.of(self._caps, self.retry, self.telemetry)
 
     def update(
         self,
@@ -71,5 +80,6 @@ class SettingsBook:
                 keep_workdirs=self._config.keep_workdirs,
                 report_flush_s=self._config.report_flush_s,
                 idempotency_keys=self._caps.answers_can_be_lost,
+                telemetry=self.telemetry,
             )
         return settings

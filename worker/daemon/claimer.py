@@ -18,6 +18,7 @@ the slots and the runs it starts; the worker's life cycle is :mod:`worker.daemon
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from worker.keeper import LeaseKeeper
 from worker.progress import ProgressMonitor
 from worker.retry import TrackerCalls
 from worker.run import RunSettings, TaskRun
+from worker.telemetry import NOOP, Telemetry
 
 __all__ = ["Claim", "Claimer", "Signals"]
 
@@ -53,6 +55,9 @@ class Claim:
     lease: Lease
     role: Role
     sent_at: float
+    #: Wall-clock ns when the claim was sent and answered (for the run's telemetry).
+    started_ns: int = 0
+    ended_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +91,14 @@ class Claimer:
         calls: TrackerCalls,
         claim_budget_s: float | None,
         request_timeout_s: float,
+        telemetry: Telemetry = NOOP,
     ) -> None:
         """``settings_for``: a role's run settings; ``give_up``: end the worker for an error no
         retry can fix; ``calls``: how claims are retried and keyed (``claim_budget_s``: None,
-        forever); ``request_timeout_s``: a claim stuck past twice this is a watchdog problem."""
+        forever); ``request_timeout_s``: a claim stuck past twice this is a watchdog problem;
+        ``telemetry``: told of each claim and run."""
         self._tracker = tracker
+        self._telemetry = telemetry
         self._config = config
         self._roles = tuple(roles)
         self._signals = signals
@@ -244,6 +252,7 @@ class Claimer:
             try:
                 claim = await self._claim_one(role, ttl_ms)
             except TrackerError as exc:
+                self._telemetry.claim_failed(role.name, exc)
                 self._stats.last_error = f"claim {role.name}: {exc}"
                 log.error(
                     "claim for role %s failed: %s",
@@ -277,7 +286,7 @@ class Claimer:
             shield = anyio.CancelScope(shield=True)
             self._shields.add(shield)
             try:
-                sent_at = anyio.current_time()
+                sent_at, started_ns = anyio.current_time(), time.time_ns()
                 with shield, self._progress.call("tracker.claim", budget):
                     lease = await self._tracker.claim(
                         self._config.agent_id, role.name, ttl_ms, idempotency_key=key
@@ -285,7 +294,11 @@ class Claimer:
                     self._progress.tick()  # answered, with or without a task
             finally:
                 self._shields.discard(shield)
-            return None if lease is None else Claim(lease, role, sent_at)
+            ended_ns = time.time_ns()
+            self._telemetry.claim_answered(
+                role.name, found=lease is not None, started_ns=started_ns, ended_ns=ended_ns
+            )
+            return None if lease is None else Claim(lease, role, sent_at, started_ns, ended_ns)
 
         # A daemon outlives tracker outages; a drain gives up after the report budget.
         return await self.calls.write("claim", attempt, budget_s=self._claim_budget_s)
@@ -302,6 +315,12 @@ class Claimer:
             shutdown=self._signals.shutdown,
             keeper=self._keeper,
             claimed_at=claim.sent_at,
+            telemetry=self._telemetry.run(
+                claim.lease,
+                role.name,
+                claim_started_ns=claim.started_ns,
+                claim_ended_ns=claim.ended_ns,
+            ),
         )
         stats = self._stats
         self.runs.add(run)

@@ -35,6 +35,7 @@ from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
 from worker.progress import ProgressMonitor
 from worker.retry import call_with_retry
+from worker.telemetry import NOOP, Telemetry, WorkerView
 from worker.workdirs import prepare_workdir_base
 
 __all__ = ["Worker"]
@@ -53,8 +54,10 @@ class Worker:
         *,
         tracker_config: TrackerConfig | None = None,
         on_state: Callable[[WorkerState], None] | None = None,
+        telemetry: Telemetry = NOOP,
     ) -> None:
-        """``on_state`` is called on every state change (the CLI's systemd notifications)."""
+        """``on_state`` is called on every state change (the CLI's systemd notifications);
+        ``telemetry``: the worker's metrics and traces (:func:`worker.telemetry.setup.build`)."""
         if not roles:
             raise ValueError("a worker needs at least one role")
         self.tracker = tracker
@@ -65,9 +68,10 @@ class Worker:
         #: claim that failed for good), or None. The CLI exits non-zero naming it.
         self.error: TrackerError | None = None
         self._on_state = on_state
+        self.telemetry = telemetry
         tc = tracker_config or TrackerConfig()
         # Per user, 0700 and ours unless configured (ConfigError: the worker does not start).
-        self._book = SettingsBook(config, tc, prepare_workdir_base(config.workdir))
+        self._book = SettingsBook(config, tc, prepare_workdir_base(config.workdir), telemetry)
         self._signals = Signals(anyio.Event(), anyio.Event(), anyio.Event())
         self._startup_scope = anyio.CancelScope()
         self._keeper = LeaseKeeper()
@@ -89,6 +93,7 @@ class Worker:
             calls=self._book.calls,
             claim_budget_s=tc.report_retry_budget_s if config.drain else None,
             request_timeout_s=tc.request_timeout_s,
+            telemetry=telemetry,
         )
         self._roles: tuple[Role, ...] = tuple(roles)
         self.progress.stall_after_s = self._progress_budget_s()
@@ -188,7 +193,16 @@ class Worker:
             self.config.concurrency,
             extra={"action": "worker_started"},
         )
+        self.telemetry.attach(
+            WorkerView(
+                tracker=self.tracker,
+                slots=lambda: (len(self.claimer.runs), self.config.concurrency),
+                roles=lambda: [r.name for r in self._roles],
+                agent_id=self.config.agent_id,
+            )
+        )
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self.telemetry.serve)
             await tg.start(self._keeper.run)
             await tg.start(self._watch.run)
             tg.start_soon(
@@ -200,6 +214,8 @@ class Worker:
                 self._signals.shutdown.set()
                 await self._drain()
             tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self.telemetry.aclose()  # the last spans, before the process exits
         self._set_state(WorkerState.STOPPED)
         log.info("worker stopped: %s", self.stats.summary(), extra={"action": "worker_stopped"})
 

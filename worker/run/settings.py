@@ -16,6 +16,7 @@ from tracker_client.models import Lease
 from tracker_client.protocol import LeaseTracker
 from worker.lease import LeaseSession
 from worker.retry import RetryPolicy, TrackerCalls
+from worker.telemetry import NOOP, Telemetry
 from worker.triggers import PipelineBook
 
 __all__ = ["RunResult", "RunSettings"]
@@ -35,11 +36,13 @@ class RunSettings:
     idempotency_keys: bool = True
     #: Pipeline definitions for choosing triggers, shared by the runs of these settings.
     pipelines: PipelineBook = field(default_factory=PipelineBook, compare=False)
+    #: The worker's metrics and traces (the no-op when both are off).
+    telemetry: Telemetry = field(default=NOOP, compare=False)
 
     @property
     def calls(self) -> TrackerCalls:
         """The retry policy and the key rule of every call a run makes."""
-        return TrackerCalls(self.retry, keys=self.idempotency_keys)
+        return TrackerCalls(self.retry, keys=self.idempotency_keys, telemetry=self.telemetry)
 
     def session(
         self, tracker: LeaseTracker, lease: Lease, *, claimed_at: float | None = None

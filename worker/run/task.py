@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from worker.lease import LeaseSession
 from worker.run.log import RunLog
 from worker.run.report import FinalReport
 from worker.run.settings import RunResult, RunSettings
+from worker.telemetry import RunTelemetry
 from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
 
 __all__ = ["SessionSink", "TaskRun"]
@@ -85,9 +87,11 @@ class TaskRun:
         keeper: LeaseKeeper,
         instructions: str | None = None,
         claimed_at: float | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
-        now); the lease's end by our clock counts from there."""
+        now); the lease's end by our clock counts from there. ``telemetry``: the run's span and
+        metrics (none by default)."""
         self.session = settings.session(tracker, lease, claimed_at=claimed_at)
         self.role = role
         self.executor = executor
@@ -101,6 +105,7 @@ class TaskRun:
         self._reporting = False  # the executor is done: heartbeat only when the report needs it
         self.scope = anyio.CancelScope()
         self._log = RunLog.for_lease(log, lease, role.name)
+        self.telemetry = telemetry or RunTelemetry()
 
     @property
     def lease(self) -> Lease:
@@ -118,6 +123,13 @@ class TaskRun:
 
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
+        started = time.time_ns()
+        with self.telemetry as obs:
+            result = await self._execute()
+            obs.finished(result, duration_ns=time.time_ns() - started)
+        return result
+
+    async def _execute(self) -> RunResult:
         self._log.claimed()
         workdir = self._workdir_path()
         ctx: ExecutionContext | None = None
@@ -132,6 +144,7 @@ class TaskRun:
                 shutdown=self._shutdown,
                 logger=self._log,
                 report_policy=ReportPolicy(flush_interval_s=self.settings.report_flush_s),
+                traceparent=self.telemetry.traceparent,
             )
             timeout = timeout_of(self.lease.task, self.role.timeout_s)
             if timeout is not None:
@@ -158,7 +171,8 @@ class TaskRun:
             # its processes get SIGKILL before the lease ends, whatever their grace
             bound = kill_deadline.set(self._kill_by)
             try:
-                outcome = await call_executor(self.executor, ctx, limit_s)
+                with self.telemetry.phase("executor"):
+                    outcome = await call_executor(self.executor, ctx, limit_s)
             finally:
                 kill_deadline.reset(bound)
                 clock.unwatch(self.scope)
@@ -184,7 +198,8 @@ class TaskRun:
             settings=self.settings,
             log=self._log,
         )
-        return await report.send(ctx, outcome)
+        with self.telemetry.phase("report"):
+            return await report.send(ctx, outcome)
 
     def _workdir_base(self) -> Path:
         # The worker passes its prepared base; a TaskRun built without one uses the same default.

@@ -1,0 +1,58 @@
+"""The ``[metrics]`` and ``[tracing]`` tables: what the worker exposes and exports about itself.
+
+Both are off by default (no listener, no exporter, nothing imported). Values only; the
+telemetry itself is :mod:`worker.telemetry`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["MetricsConfig", "TracingConfig", "parse_listen"]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``"127.0.0.1:9464"`` (or ``"[::1]:9464"``) as ``(host, port)``; ValueError naming what is
+    wrong otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"must be HOST:PORT (e.g. 127.0.0.1:9464), got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"port must be a number from 0 to 65535, got {port!r}")
+    return host, int(port)
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricsConfig(_Table):
+    """``[metrics]``: a Prometheus ``/metrics`` endpoint of the worker (opt-in)."""
+
+    #: Where ``/metrics`` is served (``"127.0.0.1:9464"``); None (the default): nowhere.
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen(value)
+        return value
+
+
+class TracingConfig(_Table):
+    """``[tracing]``: OpenTelemetry spans of claims and runs (opt-in; the ``otel`` extra)."""
+
+    enabled: bool = False
+    #: ``rail``: spans go into the worker's own rail (shown by ``task show``); ``otlp``: to an
+    #: OTLP/HTTP collector at ``endpoint``.
+    export: Literal["rail", "otlp"] = "rail"
+    #: The collector's traces URL for ``export = "otlp"`` (e.g. http://127.0.0.1:4318/v1/traces).
+    endpoint: str | None = None
+    service_name: str = "backlog-worker"
+    #: Fraction of runs traced (parent-based ratio sampling).
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
