@@ -1,0 +1,129 @@
+"""What the dashboard's pages read from the rail, in the shapes their templates show.
+
+Every read goes through the ``Tracker`` protocol. An extension the rail may lack (every run,
+task events, spans, workers, schedules, rate limits) is read with :func:`optional`, which
+answers None when the rail does not have it, so the page says "not available on this rail"
+instead of failing. A task's state (waiting, running, failed, dead, done) is derived as
+``backlog-worker task list`` derives it: from its stage, dead-letter reason and latest run.
+
+It may touch the tracker (reads only) and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tracker_client.errors import NotFound, Unsupported
+from tracker_client.models import Pipeline, Task, TaskDetail
+from tracker_client.protocol import Tracker
+
+__all__ = [
+    "STATES",
+    "Catalog",
+    "ListedTask",
+    "optional",
+    "task_state",
+]
+
+T = TypeVar("T")
+
+#: The states a task is in, one each (as ``task list --state`` names them).
+STATES = ("waiting", "running", "failed", "dead", "done")
+
+#: What a rail without an extension raises when it is called (a remote rail: ``Unsupported``;
+#: the table lacks the name: ``KeyError``; an embedded rail without the room: no method).
+_ABSENT = (Unsupported, KeyError, AttributeError, NotImplementedError)
+
+
+async def optional(read: Callable[[], Awaitable[T]]) -> T | None:
+    """``await read()``, or None when the rail lacks the operation it calls."""
+    try:
+        return await read()
+    except _ABSENT:
+        return None
+
+
+@dataclass
+class Catalog:
+    """The rail's pipelines, by id, and the stages each defines (filters, roles, states)."""
+
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)
+
+    @classmethod
+    async def read(cls, tracker: Tracker) -> Catalog:
+        """Every pipeline of the rail."""
+        return cls({p.id: p for p in await tracker.list_pipelines()})
+
+    def stage(self, pipeline_id: str, stage: str) -> dict[str, Any]:
+        """The definition of ``stage`` in the pipeline (empty when unknown)."""
+        pipeline = self.pipelines.get(pipeline_id)
+        states = (pipeline.definition.get("states") or {}) if pipeline else {}
+        found = states.get(stage) if isinstance(states, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    def stages(self, pipeline_id: str | None = None) -> list[str]:
+        """The stage names of one pipeline, or of all, sorted and distinct."""
+        scope = [self.pipelines[pipeline_id]] if pipeline_id else list(self.pipelines.values())
+        names = {s for p in scope for s in (p.definition.get("states") or {})}
+        return sorted(names)
+
+    def find(self, ref: str) -> Pipeline | None:
+        """A pipeline by id or by name."""
+        if ref in self.pipelines:
+            return self.pipelines[ref]
+        return next((p for p in self.pipelines.values() if p.name == ref), None)
+
+    def name(self, pipeline_id: str) -> str:
+        """A pipeline's name (its id when unknown)."""
+        pipeline = self.pipelines.get(pipeline_id)
+        return pipeline.name if pipeline else pipeline_id
+
+
+def _coarse(task: Task, catalog: Catalog) -> str | None:
+    if task.dead_letter_reason:
+        return "dead"
+    if catalog.stage(task.pipeline_id, task.stage).get("terminal"):
+        return "done"
+    return None
+
+
+def task_state(task: Task, catalog: Catalog, detail: TaskDetail | None) -> str:
+    """One of :data:`STATES`; an open task's needs its ``detail`` (the latest run)."""
+    coarse = _coarse(task, catalog)
+    if coarse is not None:
+        return coarse
+    run = detail.latest_run if detail is not None else None
+    if run is not None and run.status == "running":
+        return "running"
+    if run is not None and run.status in ("failed", "stale"):
+        return "failed"
+    return "waiting"
+
+
+@dataclass
+class ListedTask:
+    """A task as the task list shows it: its pipeline's name, its role and its state."""
+
+    task: Task
+    pipeline: str
+    role: str
+    state: str
+
+    @classmethod
+    async def read(cls, tracker: Tracker, task: Task, catalog: Catalog) -> ListedTask:
+        """Derive the row of ``task`` (an open task costs one read of its latest run)."""
+        detail: TaskDetail | None = None
+        if _coarse(task, catalog) is None:
+            try:
+                detail = await tracker.get_task(task.id)
+            except NotFound:  # purged between the listing and now
+                detail = None
+        role = catalog.stage(task.pipeline_id, task.stage).get("agent_role")
+        return cls(
+            task,
+            catalog.name(task.pipeline_id),
+            role if isinstance(role, str) else "",
+            task_state(task, catalog, detail),
+        )
