@@ -39,9 +39,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tracker_client.dashboard import DashboardSettings, create_dashboard
 from tracker_client.nulltickets import contract
 from tracker_client.protocol import Tracker
 from tracker_client.serve import extra_routes, routes
@@ -61,6 +62,9 @@ __all__ = [
 
 #: The served tracker reads requests up to this size (NullTickets: 64 KiB).
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+#: Where the web dashboard is mounted (:mod:`tracker_client.dashboard`; its own login).
+DASHBOARD_PATH = "/ui"
 
 #: Advertised in ``GET /health``; the client uses the extension routes only when listed.
 EXTENSIONS = tuple(contract.EXTENSIONS)
@@ -109,8 +113,8 @@ class AuthMiddleware:
         self._token = api_token.encode() if api_token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        if scope["type"] != "http" or _is_dashboard(scope):
+            await self.app(scope, receive, send)  # the dashboard asks for the token itself
             return
         found = contract.match(scope["method"], _raw_path(scope))
         auth = found[0].auth if found is not None else "admin"
@@ -133,6 +137,11 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+def _is_dashboard(scope: Scope) -> bool:
+    path: str = scope["path"]
+    return path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/")
+
+
 async def _not_found(request: Request, exc: Exception) -> Response:
     if isinstance(exc, HTTPException) and exc.status_code not in (404, 405):
         return error_response(exc.status_code, "http_error", str(exc.detail))
@@ -145,9 +154,11 @@ def create_app(
     api_token: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> Starlette:
-    """The ASGI app serving ``tracker``. The caller owns the tracker (opens and closes it)."""
+    """The ASGI app serving ``tracker``, with the web dashboard at :data:`DASHBOARD_PATH`
+    (read-only without ``api_token``). The caller owns the tracker (opens and closes it)."""
+    dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
     app = Starlette(
-        routes=ROUTES,
+        routes=[*ROUTES, Mount(DASHBOARD_PATH, app=dashboard)],
         exception_handlers={404: _not_found, 405: _not_found, HTTPException: _not_found},
     )
     app.state.tracker = tracker
