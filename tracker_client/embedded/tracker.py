@@ -22,6 +22,7 @@ from tracker_client.embedded.ratelimits import RateLimitOps
 from tracker_client.embedded.release import ReleaseOps
 from tracker_client.embedded.schedules import ScheduleOps
 from tracker_client.embedded.store import StoreOps
+from tracker_client.embedded.workers import WorkerOps
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -48,7 +49,9 @@ R = TypeVar("R")
 Clock = Callable[[], int]
 
 
-class EmbeddedTracker(LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps, FollowOps):
+class EmbeddedTracker(
+    LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps, FollowOps, WorkerOps
+):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     async def capabilities(self) -> Capabilities:
