@@ -6,8 +6,10 @@ implementation. Today that is ``embedded``; the remote helper adds ``remote-asgi
 ``remote-tcp`` by defining ``IMPLEMENTATIONS`` in ``tests/remote/contract_impls.py``.
 
 A test that needs something not every implementation can do carries
-``@pytest.mark.requires(CAPABILITY, ...)`` (capabilities in :mod:`tests.contract.support`); it is
-skipped, with the missing capability named, for implementations that lack it.
+``@pytest.mark.requires(CAPABILITY, ...)`` (capabilities in :mod:`tests.contract.support`, or the
+name of a wire extension such as ``"spans"``, read from the tracker's
+``capabilities().extensions``); it is skipped, with the missing capability named, for
+implementations that lack it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 import pytest
 
 from tests.contract.support import DECLARED, FakeClock, OpenTracker, TrackerImpl
+from tracker_client.capabilities import Capabilities
 from tracker_client.factory import open_tracker as factory_open_tracker
+from tracker_client.nulltickets.contract import EXTENSIONS as WIRE_EXTENSIONS
 from tracker_client.protocol import Tracker
 
 
@@ -66,10 +70,21 @@ def _needed(request: pytest.FixtureRequest) -> set[str]:
     return {cap for mark in request.node.iter_markers("requires") for cap in mark.args}
 
 
+def _read_from_tracker(cap: str) -> bool:
+    """A capability the tracker declares itself: a flag of DECLARED, or a wire extension."""
+    return cap in DECLARED or cap in WIRE_EXTENSIONS
+
+
+def _lacks(caps: Capabilities, cap: str) -> bool:
+    if cap in DECLARED:
+        return not getattr(caps, DECLARED[cap])
+    return cap in WIRE_EXTENSIONS and cap not in caps.extensions
+
+
 async def _skip_unless_declared(tracker: Tracker, needed: set[str], name: str) -> None:
     """Skip when the tracker itself declares that it lacks a capability the test needs."""
     caps = await tracker.capabilities()
-    missing = sorted(cap for cap in needed & DECLARED.keys() if not getattr(caps, DECLARED[cap]))
+    missing = sorted(cap for cap in needed if _lacks(caps, cap))
     if missing:
         pytest.skip(f"tracker {name!r} declares no capability {', '.join(missing)}")
 
@@ -78,7 +93,8 @@ async def _skip_unless_declared(tracker: Tracker, needed: set[str], name: str) -
 def tracker_impl(request: pytest.FixtureRequest) -> TrackerImpl:
     """The implementation under test; skips when the test needs a capability it lacks."""
     impl: TrackerImpl = request.param
-    needed = _needed(request) - DECLARED.keys()  # the declared ones are read from the tracker
+    # the declared ones are read from the tracker
+    needed = {cap for cap in _needed(request) if not _read_from_tracker(cap)}
     missing = sorted(needed - impl.capabilities)
     if missing:
         pytest.skip(f"tracker {impl.name!r} lacks capability {', '.join(missing)}")
