@@ -25,8 +25,10 @@ from worker.cli.ops.common import (
     fmt_age,
     fmt_ms,
     fmt_when,
+    input_errors,
     now_ms,
 )
+from worker.cli.ops.task_follow import Follow, follow_options
 
 __all__ = [
     "TaskReport",
@@ -311,24 +313,30 @@ def render_artifacts(artifacts: list[Artifact]) -> Table:
     help="How many of the latest runs to show (0 = all).",
 )
 @click.option("--all", "show_all", is_flag=True, help="Every run and every event.")
+@follow_options
 @common_options
 def task_show(
     task_id: str,
     last_events: int,
     last_runs: int,
     show_all: bool,
+    follow: bool,
+    poll_interval: float | None,
     tracker_url: str | None,
     config_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Show a task: state, the latest runs and events, and artifacts (--json: all of them)."""
+    """Show a task: state, the latest runs and events, and artifacts (--json: all of them);
+    with --follow, then its new events until it finishes."""
     ops = OpsContext.build(tracker_url, config_path, as_json)
+    with input_errors():
+        following = Follow.checked(task_id, follow, poll_interval, summary=event_summary)
 
     async def show(tracker: Tracker) -> int:
         report = await fetch_report(tracker, task_id)
         if ops.as_json:
-            ops.emit_json(report.as_json())
-            return 0
+            ops.emit_json(report.as_json(), compact=follow)  # --follow: JSON lines
+            return await following.run(ops, tracker, report.runs, report.events)
         runs, events = (0, 0) if show_all else (last_runs, last_events)
         ops.print(*render_task(report, last_runs=runs))
         if report.events:
@@ -339,6 +347,6 @@ def task_show(
                 ops.print(note)
         if report.artifacts:
             ops.print(render_artifacts(report.artifacts))
-        return 0
+        return await following.run(ops, tracker, report.runs, report.events)
 
-    ops.run(show)
+    ops.run(show, interrupted=following.interrupted)
