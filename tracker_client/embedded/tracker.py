@@ -21,6 +21,7 @@ from tracker_client.embedded.links import LinkOps
 from tracker_client.embedded.ratelimits import RateLimitOps
 from tracker_client.embedded.release import ReleaseOps
 from tracker_client.embedded.schedules import ScheduleOps
+from tracker_client.embedded.spans import SpanOps
 from tracker_client.embedded.store import StoreOps
 from tracker_client.embedded.workers import WorkerOps
 from tracker_client.models import (
@@ -50,7 +51,7 @@ Clock = Callable[[], int]
 
 
 class EmbeddedTracker(
-    LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps, FollowOps, WorkerOps
+    LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps, FollowOps, WorkerOps, SpanOps
 ):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
