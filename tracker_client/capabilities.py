@@ -82,7 +82,7 @@ EMBEDDED = Capabilities(
     release=True,
     strict_definitions=True,
     strict_limits=True,
-    extensions=frozenset({"follow", "workers"}),
+    extensions=frozenset({"follow", "workers", "spans"}),
 )
 
 
