@@ -151,12 +151,20 @@ class Wire:
     async def generic(self, name: str, *params: str, **arguments: Any) -> Any:
         """Operation ``name`` from its table row alone: ``arguments`` named in the row's query
         go to the query string, the rest (and ``idempotency_key``) to the body; the answer is
-        the row's model, its one field for a one-field answer, or None. Lease operations need
-        their lease and have typed methods: they are refused here."""
+        the row's model, its one field for a one-field answer, or None. A row with a
+        ``body_param`` sends that one argument as the whole body (``ingest_traces(document=)``).
+        Lease operations need their lease and have typed methods: they are refused here."""
         op = operation(name)
         if op.auth == "lease":
             raise TypeError(f"{name}: a lease operation is called through its typed method")
         key = arguments.pop("idempotency_key", None)
+        if op.body_param is not None:  # the whole body is this one argument (OTLP document)
+            if set(arguments) != {op.body_param}:
+                raise TypeError(f"{name}: takes {op.body_param}= only, got {sorted(arguments)}")
+            document = dict(arguments[op.body_param])
+            return await self.call_or_none(
+                name, *params, into=op.answer_type, body=document, idempotency_key=key
+            )
         names = {q.name for q in op.query}
         query = {k: v for k, v in arguments.items() if k in names}
         body = {k: v for k, v in arguments.items() if k not in names}
@@ -169,8 +177,9 @@ class Wire:
             await self._send(op, params, **request)
             return None
         answer = await self.call_or_none(name, *params, into=op.answer_type, **request)
-        small = op.response is not None and op.response.__module__ != domain.__name__
-        if answer is not None and op.shape == "object" and small:
+        wire_model = op.response is not None and op.response.__module__ != domain.__name__
+        one_field = wire_model and op.response is not None and len(op.response.model_fields) == 1
+        if answer is not None and op.shape == "object" and one_field:
             (field,) = type(answer).model_fields  # a one-field answer is its value: {"count": 7}
             return getattr(answer, field)
         return answer
