@@ -39,7 +39,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tracker_client.dashboard import DashboardSettings, create_dashboard
@@ -113,8 +113,8 @@ class AuthMiddleware:
         self._token = api_token.encode() if api_token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_dashboard(scope):
-            await self.app(scope, receive, send)  # the dashboard asks for the token itself
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
         found = contract.match(scope["method"], _raw_path(scope))
         auth = found[0].auth if found is not None else "admin"
@@ -137,9 +137,23 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _is_dashboard(scope: Scope) -> bool:
-    path: str = scope["path"]
-    return path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/")
+class DashboardMount:
+    """Hands requests under :data:`DASHBOARD_PATH` to the dashboard (which asks for the token
+    itself: a login form) before the API's auth; the API's route table stays the contract's."""
+
+    def __init__(self, app: ASGIApp, dashboard: ASGIApp) -> None:
+        self.app = app
+        self.dashboard = dashboard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] == "http" and (
+            path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/")
+        ):
+            root = scope.get("root_path", "") + DASHBOARD_PATH
+            await self.dashboard({**scope, "root_path": root}, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -156,9 +170,8 @@ def create_app(
 ) -> Starlette:
     """The ASGI app serving ``tracker``, with the web dashboard at :data:`DASHBOARD_PATH`
     (read-only without ``api_token``). The caller owns the tracker (opens and closes it)."""
-    dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
     app = Starlette(
-        routes=[*ROUTES, Mount(DASHBOARD_PATH, app=dashboard)],
+        routes=ROUTES,
         exception_handlers={404: _not_found, 405: _not_found, HTTPException: _not_found},
     )
     app.state.tracker = tracker
@@ -167,4 +180,6 @@ def create_app(
     app.state.generation = 0
     app.state.closing = Closing()  # the serving loop sets it when it stops (long polls end)
     app.add_middleware(AuthMiddleware, api_token=api_token)
+    dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
+    app.add_middleware(DashboardMount, dashboard=dashboard)  # outermost: before the API's auth
     return app
