@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import click
 
+from worker.cli.ops.dashboard import dashboard_command
 from worker.cli.ops.demo import demo_command
 from worker.cli.ops.limit import limit_group
 from worker.cli.ops.pipeline import pipeline_group
@@ -31,3 +32,4 @@ def register(group: click.Group) -> None:
     group.add_command(purge_command)
     group.add_command(schedule_group)
     group.add_command(limit_group)
+    group.add_command(dashboard_command)
