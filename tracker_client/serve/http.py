@@ -33,8 +33,10 @@ __all__ = [
     "error_response",
     "json_response",
     "no_content",
+    "parse_body",
     "parse_model",
     "read_body",
+    "read_bytes",
     "read_model",
     "tracker_error_response",
 ]
@@ -140,16 +142,9 @@ def endpoint(op: Operation, handler: Handler) -> Handler:
     return wrapped
 
 
-async def read_body(request: Request, *, required: bool = True, limit: int | None = None) -> Any:
-    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``/``json_too_deep``).
-
-    Every route reads its body here, so every route gets the same depth and shape limits
-    (:func:`tracker_client.serve.body.parse_json_body`). ``limit`` lowers the size cap for a
-    route whose bodies are small. Lease routes call this only after the lease was checked.
-    """
-    cap: int = request.app.state.max_request_bytes
-    if limit is not None:
-        cap = min(cap, limit)
+async def read_bytes(request: Request, cap: int) -> bytes:
+    """The raw body, or ``ApiError`` 413 over ``cap`` bytes (refused on its declared
+    ``Content-Length`` before a byte is read) or 400 when the client left mid-body."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         # Refused before a byte of the body is read (uvicorn then closes the connection).
@@ -163,8 +158,12 @@ async def read_body(request: Request, *, required: bool = True, limit: int | Non
     except ClientDisconnect as exc:
         # The client went away (or was closed at the body timeout): nobody reads the answer.
         raise ApiError(400, "client_disconnected", "the body did not arrive") from exc
-    raw = bytes(buffer)
-    del buffer
+    return bytes(buffer)
+
+
+def parse_body(raw: bytes, *, required: bool = True) -> Any:
+    """The JSON document of a raw body (None for an empty optional one), or ``ApiError`` 400
+    (``invalid_json``/``json_too_deep``), through the one parser with depth and shape limits."""
     if not raw.strip():
         if required:
             raise ApiError(400, "invalid_json", "Invalid JSON body: the body is empty")
@@ -173,6 +172,19 @@ async def read_body(request: Request, *, required: bool = True, limit: int | Non
         return parse_json_body(raw)
     except BodyRefused as exc:
         raise ApiError(400, exc.code, str(exc)) from exc
+
+
+async def read_body(request: Request, *, required: bool = True, limit: int | None = None) -> Any:
+    """The JSON body, or ``ApiError`` (413 over the limit, 400 ``invalid_json``/``json_too_deep``).
+
+    Every route reads its body here, so every route gets the same depth and shape limits
+    (:func:`tracker_client.serve.body.parse_json_body`). ``limit`` lowers the size cap for a
+    route whose bodies are small. Lease routes call this only after the lease was checked.
+    """
+    cap: int = request.app.state.max_request_bytes
+    if limit is not None:
+        cap = min(cap, limit)
+    return parse_body(await read_bytes(request, cap), required=required)
 
 
 def parse_model(model: type[M], doc: Any) -> M:
