@@ -18,6 +18,8 @@ a client can see:
 * requests up to ``max_request_bytes`` (16 MiB by default) are read; larger ones get ``413``;
   lease routes check the lease before they read a byte of the body, and every body goes through
   one parser with depth and shape limits (:mod:`tracker_client.serve.body`).
+* OTLP ingest (``POST /v1/traces``, ``/otlp/v1/traces``) as NullTickets', with its own smaller
+  body limit (4 MiB; 413 over it) and 400s naming what is wrong (:mod:`tracker_client.serve.otlp`).
 
 Everything a route is (method, path, auth class, body, answer, extension, whether it wakes long
 polls) is read from the wire contract (:mod:`tracker_client.nulltickets.contract`); this module
@@ -45,7 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tracker_client.dashboard import DashboardSettings, create_dashboard
 from tracker_client.nulltickets import contract
 from tracker_client.protocol import Tracker
-from tracker_client.serve import extra_routes, routes
+from tracker_client.serve import extra_routes, otlp, routes
 from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
 from tracker_client.serve.http import GENERATION_HEADER, bearer, endpoint, error_response
@@ -69,7 +71,7 @@ DASHBOARD_PATH = "/ui"
 #: Advertised in ``GET /health``; the client uses the extension routes only when listed.
 EXTENSIONS = tuple(contract.EXTENSIONS)
 
-_HANDLERS = {**routes.HANDLERS, **extra_routes.HANDLERS}
+_HANDLERS = {**routes.HANDLERS, **extra_routes.HANDLERS, **otlp.HANDLERS}
 
 
 def _starlette_path(op: contract.Operation) -> str:
@@ -167,6 +169,7 @@ def create_app(
     *,
     api_token: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_otlp_bytes: int = otlp.DEFAULT_MAX_OTLP_BYTES,
 ) -> Starlette:
     """The ASGI app serving ``tracker``, with the web dashboard at :data:`DASHBOARD_PATH`
     (read-only without ``api_token``). The caller owns the tracker (opens and closes it)."""
@@ -176,6 +179,7 @@ def create_app(
     )
     app.state.tracker = tracker
     app.state.max_request_bytes = max_request_bytes
+    app.state.max_otlp_bytes = max_otlp_bytes  # POST /v1/traces bodies (413 over it)
     app.state.boot_id = secrets.token_hex(4)
     app.state.generation = 0
     app.state.closing = Closing()  # the serving loop sets it when it stops (long polls end)
