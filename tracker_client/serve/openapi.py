@@ -59,6 +59,7 @@ _ERROR_TEXT = {
     404: "Not found (or the lease is gone, on lease routes)",
     409: "Conflict",
     410: "Lease expired or revoked",
+    413: "Request body over the limit",
     429: "Backlog of the role is full (Retry-After)",
 }
 
@@ -118,12 +119,12 @@ def _operation(op: Operation) -> dict[str, Any]:
     if params := _params(op):
         doc["parameters"] = params
     if op.body is not None:
-        doc["requestBody"] = {
-            "required": op.body_required,
-            "content": {
-                "application/json": {"schema": {"$ref": _REF.format(model=op.body.__name__)}}
-            },
+        content: dict[str, Any] = {
+            "application/json": {"schema": {"$ref": _REF.format(model=op.body.__name__)}}
         }
+        if op.raw_body:  # any other content type: the bytes as they are (OTLP protobuf)
+            content["application/x-protobuf"] = {"schema": {"type": "string", "format": "binary"}}
+        doc["requestBody"] = {"required": op.body_required, "content": content}
     ok: dict[str, Any] = {"description": "OK"}
     if (schema := _answer_schema(op)) is not None:
         ok["content"] = {"application/json": {"schema": schema}}
