@@ -237,7 +237,7 @@ class TaskRun:
             return True
         try:
             # Shielded: cancelling a flush halfway would lose the batch it took.
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), self.telemetry.within():
                 await self._ctx.flush()
         except TrackerError as exc:
             self._log.warning(
@@ -254,4 +254,5 @@ class TaskRun:
             # quick report sends none (on NullTickets each one would reset the lease to 300 s);
             # one still retrying gets one with at least a sixth of the TTL to spare.
             return True
-        return await self.session.heartbeat()
+        with self.telemetry.within():  # the keeper's task: make the run current for its trace
+            return await self.session.heartbeat()

@@ -17,7 +17,7 @@ runs in the worker's task group (a metrics listener, an exporter's flushing).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -74,7 +74,13 @@ class RunTelemetry:
     def finished(self, result: RunResult, *, duration_ns: int) -> None:
         """The run ended (``result.status``: transitioned, failed, released, lost, ...)."""
 
+    def within(self) -> AbstractContextManager[None]:
+        """Around work done for this run in another task (the keeper's heartbeats and report
+        flushes): a trace makes the run current there too, so those calls become its children."""
+        return _NO_CONTEXT
 
+
+_NO_CONTEXT: AbstractContextManager[None] = nullcontext()
 _NO_RUN = RunTelemetry()
 
 
@@ -204,3 +210,12 @@ class _RunFanOut(RunTelemetry):
     def finished(self, result: RunResult, *, duration_ns: int) -> None:
         for p in self.parts:
             p.finished(result, duration_ns=duration_ns)
+
+    @contextmanager
+    def within(self) -> Iterator[None]:
+        from contextlib import ExitStack
+
+        with ExitStack() as stack:
+            for p in self.parts:
+                stack.enter_context(p.within())
+            yield
