@@ -114,6 +114,10 @@ class WorkerConfig(_Frozen):
     workdir: Path | None = None
     keep_workdirs: bool = False
     report_flush_s: float = Field(1.0, gt=0)
+    #: Register in the rail's worker list (``backlog-worker workers``), refreshed every
+    #: ``lost_after_s / 4``; the rail shows the worker ``lost`` once silent that long.
+    presence: bool = True
+    lost_after_s: float = Field(60.0, ge=0.5, le=86_400)
 
     @field_validator("agent_id", mode="before")
     @classmethod
