@@ -30,6 +30,7 @@ from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.chores import maintenance_loop
 from worker.daemon.claimer import Claimer, Signals
+from worker.daemon.presence import Presence
 from worker.daemon.values import Role, WorkerState, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
@@ -96,6 +97,8 @@ class Worker:
             telemetry=telemetry,
         )
         self._roles: tuple[Role, ...] = tuple(roles)
+        #: The worker's entry in the rail's worker list (``backlog-worker workers``).
+        self.presence = Presence(tracker, self)
         self.progress.stall_after_s = self._progress_budget_s()
 
     # -- public control -----------------------------------------------------------------------
@@ -203,6 +206,7 @@ class Worker:
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.telemetry.serve)
+            tg.start_soon(self.presence.run, caps)
             await tg.start(self._keeper.run)
             await tg.start(self._watch.run)
             tg.start_soon(
@@ -214,6 +218,7 @@ class Worker:
                 self._signals.shutdown.set()
                 await self._drain()
             tg.cancel_scope.cancel()
+        await self.presence.goodbye()  # stopped, not lost (bounded, never raises)
         with anyio.CancelScope(shield=True):
             await self.telemetry.aclose()  # the last spans, before the process exits
         self._set_state(WorkerState.STOPPED)
