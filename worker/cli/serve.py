@@ -62,11 +62,13 @@ async def serve_tracker(
     port: int = 7700,
     api_token: str | None = None,
     max_request_bytes: int | None = None,
+    max_otlp_bytes: int | None = None,
     limits: ConnectionLimits | None = None,
     create: bool = False,
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
+    ``max_otlp_bytes``: the OTLP ingest body limit (``POST /v1/traces``; default 4 MiB).
     ``limits``: read timeouts and the connection cap (:mod:`tracker_client.serve.connections`).
     ``create``: start a new rail when the file is missing (else ``no rail at PATH``), for a
     rail whose pipelines its clients create over HTTP, as on a NullTickets server.
@@ -81,6 +83,7 @@ async def serve_tracker(
         install_loop_error_limiter,
         protocol_class,
     )
+    from tracker_client.serve.otlp import DEFAULT_MAX_OTLP_BYTES
 
     limits = limits or ConnectionLimits()
     install_loop_error_limiter(asyncio.get_running_loop())
@@ -96,6 +99,7 @@ async def serve_tracker(
             tracker,
             api_token=api_token,
             max_request_bytes=max_request_bytes or DEFAULT_MAX_REQUEST_BYTES,
+            max_otlp_bytes=max_otlp_bytes or DEFAULT_MAX_OTLP_BYTES,
         )
         config = uvicorn.Config(
             app,
@@ -190,6 +194,12 @@ def register(group: click.Group) -> None:
         help="Largest request body accepted (default 16 MiB).",
     )
     @click.option(
+        "--max-otlp-bytes",
+        type=click.IntRange(1024),
+        default=None,
+        help="Largest OTLP trace body accepted on /v1/traces (default 4 MiB; 413 over it).",
+    )
+    @click.option(
         "--max-connections",
         type=click.IntRange(1),
         default=None,
@@ -222,6 +232,7 @@ def register(group: click.Group) -> None:
         token: str | None,
         token_file: Path | None,
         max_request_bytes: int | None,
+        max_otlp_bytes: int | None,
         max_connections: int | None,
         header_timeout: float,
         body_timeout: float,
@@ -244,6 +255,7 @@ def register(group: click.Group) -> None:
                     port=port,
                     api_token=api_token,
                     max_request_bytes=max_request_bytes,
+                    max_otlp_bytes=max_otlp_bytes,
                     limits=_limits(max_connections, header_timeout, body_timeout),
                     create=create,
                 )
