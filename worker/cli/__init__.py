@@ -32,6 +32,7 @@ COMMAND_MODULES: dict[str, str] = {
     "purge": "worker.cli.ops.commands",
     "schedule": "worker.cli.ops.commands",
     "limit": "worker.cli.ops.commands",
+    "workers": "worker.cli.ops.commands",
     "dashboard": "worker.cli.ops.commands",
     "tracker": "worker.cli.serve",
     "systemd-unit": "worker.cli.systemd.unit",

@@ -21,6 +21,7 @@ from worker.cli.ops.queue import queue
 from worker.cli.ops.schedule import schedule_group
 from worker.cli.ops.submit import submit
 from worker.cli.ops.task import task_group
+from worker.cli.ops.workers import workers_command
 
 __all__ = ["register"]
 
@@ -32,4 +33,5 @@ def register(group: click.Group) -> None:
     group.add_command(purge_command)
     group.add_command(schedule_group)
     group.add_command(limit_group)
+    group.add_command(workers_command)
     group.add_command(dashboard_command)
