@@ -154,19 +154,21 @@ def clear_cookie(response: Response, root: str) -> None:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """A ``application/x-www-form-urlencoded`` body as one value per field (the first).
+    """A ``application/x-www-form-urlencoded`` body (or none at all) as one value per field.
 
     ``BadForm`` (415) for another content type, (413) past :data:`MAX_FORM_BYTES`, (400) for
     a body that is not UTF-8 or repeats a field.
     """
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/x-www-form-urlencoded":
+    if kind not in ("application/x-www-form-urlencoded", ""):
         raise BadForm(415, "the form must be sent as application/x-www-form-urlencoded")
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_FORM_BYTES:
             raise BadForm(413, f"the form is larger than {MAX_FORM_BYTES} bytes")
+    if body and not kind:
+        raise BadForm(415, "the form must be sent as application/x-www-form-urlencoded")
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
     except (UnicodeDecodeError, ValueError) as exc:

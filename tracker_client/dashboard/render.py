@@ -34,6 +34,9 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 
+#: Instants from here on are sentinels, not dates (``datetime`` ends at year 9999).
+_YEAR_10000_MS = 253_402_300_800_000
+
 #: The longest JSON shown for one value (an event's data, a task's metadata).
 MAX_JSON_CHARS = 4000
 
@@ -42,6 +45,8 @@ def when(ms: int | None) -> str:
     """An epoch-ms instant as ``2026-01-02 03:04:05Z`` (``-`` for none)."""
     if not ms:
         return "-"
+    if not 0 < ms < _YEAR_10000_MS:
+        return "never"  # a "never eligible" sentinel (a dead-lettered task's)
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
@@ -66,6 +71,8 @@ def ago(ms: int | None) -> str:
     """How long ago the epoch-ms instant ``ms`` was (``in 5s`` when it is ahead)."""
     if not ms:
         return "-"
+    if not 0 < ms < _YEAR_10000_MS:
+        return "never"
     delta = int(time.time() * 1000) - ms
     return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
 
