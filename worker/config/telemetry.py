@@ -35,6 +35,9 @@ class MetricsConfig(_Table):
 
     #: Where ``/metrics`` is served (``"127.0.0.1:9464"``); None (the default): nowhere.
     listen: str | None = None
+    #: Seconds between two reads of the queue figures of the worker's roles (one
+    #: ``queue_stats`` call each time; a failed read is counted and the last figures kept).
+    queue_interval_s: float = Field(15.0, ge=0.05, le=3600.0)
 
     @field_validator("listen")
     @classmethod
