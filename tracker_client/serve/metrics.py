@@ -1,0 +1,444 @@
+"""Prometheus metrics of the served tracker (``tracker serve --metrics-listen``), and the small
+``/metrics`` listener the worker's metrics use too.
+
+The served tracker's metrics (:class:`ServedMetrics`) live in their own registry and are read on
+their own port, never on the API port:
+
+* every request, by contract operation (the row's name, so the label is bounded: ``ui`` for the
+  dashboard, ``unknown`` for no route) and status class: ``backlog_tracker_requests_total`` and
+  ``backlog_tracker_request_duration_seconds`` (long polls count their whole wait);
+* the queue per role, read from ``queue_stats`` at scrape time (cached :data:`QUEUE_CACHE_S`);
+* lease expiries and crash loops from the maintenance reports the server answers;
+* claims answered "no work" while the role's rate limit or cap was exhausted (the claim itself
+  is not touched: the limits are read after the answer went out, so this is an estimate);
+* open and refused connections, when the server tells them.
+
+:func:`serve_metrics` answers ``GET /metrics`` on a socket bound beforehand (:func:`bind`, so an
+address in use is an error at start, not later), on asyncio or trio; with a token, only to
+``Authorization: Bearer <token>`` (401 otherwise). Nothing secret is ever a label or a value.
+
+It may touch the ASGI messages of the API (status, the claim's request body, the maintenance
+answer), the tracker through the ``Tracker`` protocol (``queue_stats``, ``list_rate_limits``)
+and the metrics socket; no worker code.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tracker_client.errors import ConfigError
+from tracker_client.nulltickets import contract
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from tracker_client.models import QueueStats
+    from tracker_client.protocol import Tracker
+
+__all__ = [
+    "CONTENT_TYPE",
+    "QUEUE_CACHE_S",
+    "MetricsMiddleware",
+    "ServedMetrics",
+    "bind",
+    "queue_families",
+    "serve_metrics",
+]
+
+log = logging.getLogger("backlog_worker.metrics")
+
+# No ``*_created`` series beside each counter and histogram: they double what is scraped and
+# no alert here reads them (process-wide, and only the metrics' own processes import this).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+#: The text exposition format every Prometheus reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: Seconds a scrape reuses the queue figures of the one before (scrapes from several servers).
+QUEUE_CACHE_S = 2.0
+#: Seconds the rate limits are reused for telling a refused claim from an empty queue.
+LIMITS_CACHE_S = 1.0
+#: Request durations, seconds: from a cached read to a whole long poll.
+REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_MAX_REQUEST_HEAD = 16 * 1024  # bytes of a /metrics request line and headers
+_MAX_CLAIM_BODY = 64 * 1024  # bytes of a claim body read for its role (larger: not looked at)
+_READ_TIMEOUT_S = 10.0
+_MAX_SCRAPERS = 16  # connections to the metrics port served at once; more are closed
+
+
+def bind(host: str, port: int, *, what: str) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free one); ``ConfigError`` naming
+    ``what`` (the setting) and the reason when it can't be bound."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        return socket.create_server(address[:2], family=family, backlog=64)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"{what}: cannot listen on {host}:{port}: {reason}") from None
+
+
+def listening_on(sock: socket.socket) -> str:
+    """``HOST:PORT`` the socket really listens on (the port chosen for port 0)."""
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve_metrics(
+    sock: socket.socket, render: Callable[[], Awaitable[bytes]], *, token: str | None = None
+) -> None:
+    """Answer ``GET /metrics`` with ``render()`` on ``sock`` until cancelled (the socket is then
+    closed). ``token``: the bearer token a scrape must send (401 without it)."""
+    expected = token.encode() if token else None
+    limit = anyio.Semaphore(_MAX_SCRAPERS)
+    listener = await anyio.abc.SocketListener.from_socket(sock)
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            if limit.value == 0:
+                return  # too many scrapers at once: close this one
+            async with limit:
+                with anyio.move_on_after(_READ_TIMEOUT_S):
+                    head = await _read_head(stream)
+                    if head is not None:
+                        await stream.send(await _answer(head, render, expected))
+
+    async with listener:
+        await listener.serve(handle)
+
+
+async def _read_head(stream: anyio.abc.SocketStream) -> bytes | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > _MAX_REQUEST_HEAD:
+            return None
+        try:
+            data += await stream.receive(4096)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            return None
+    return data.split(b"\r\n\r\n", 1)[0]
+
+
+async def _answer(
+    head: bytes, render: Callable[[], Awaitable[bytes]], token: bytes | None
+) -> bytes:
+    lines = head.split(b"\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3:
+        return _response(400, b"bad request\n")
+    method, target = parts[0], parts[1].split(b"?", 1)[0]
+    if target != b"/metrics":
+        return _response(404, b"not found: the metrics are at /metrics\n")
+    if method not in (b"GET", b"HEAD"):
+        return _response(405, b"method not allowed\n", extra=b"Allow: GET, HEAD\r\n")
+    if token is not None and not _authorized(lines[1:], token):
+        return _response(
+            401,
+            b"unauthorized: send Authorization: Bearer <api token>\n",
+            extra=b'WWW-Authenticate: Bearer realm="metrics"\r\n',
+        )
+    try:
+        body = await render()
+    except Exception:
+        log.exception("rendering the metrics failed", extra={"action": "metrics_failed"})
+        return _response(500, b"rendering the metrics failed\n")
+    return _response(200, body, content_type=CONTENT_TYPE.encode(), head=method == b"HEAD")
+
+
+def _authorized(headers: list[bytes], token: bytes) -> bool:
+    for line in headers:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"authorization":
+            scheme, _, given = value.strip().partition(b" ")
+            return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
+    return False
+
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}
+_REASONS |= {405: b"Method Not Allowed", 500: b"Internal Server Error"}
+
+
+def _response(
+    status: int,
+    body: bytes,
+    *,
+    content_type: bytes = b"text/plain; charset=utf-8",
+    extra: bytes = b"",
+    head: bool = False,
+) -> bytes:
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n"
+        % (status, _REASONS[status], content_type, len(body))
+        + extra
+        + b"\r\n"
+        + (b"" if head else body)
+    )
+
+
+# -- the queue figures, shared with the worker's metrics ------------------------------------------
+
+
+def queue_families(
+    prefix: str, stats: QueueStats, roles: Iterable[str] | None = None
+) -> Iterator[GaugeMetricFamily]:
+    """The queue gauges of ``stats`` (``<prefix>_queue_waiting``, ``_running``, ``_scheduled``,
+    ``_dead_lettered``, ``_oldest_waiting_age_seconds``) for ``roles`` (default: every role in
+    it; a role no pipeline declares reads 0). A figure the rail doesn't give (a plain NullTickets
+    server has no running count) is left out rather than guessed."""
+    names = list(roles) if roles is not None else [r.role for r in stats.roles]
+    families = {
+        "waiting": "Tasks waiting to be claimed (due or not), by role.",
+        "running": "Tasks leased now, by role.",
+        "scheduled": "Waiting delayed tasks whose run_at is still ahead, by role.",
+        "dead_lettered": "Dead-lettered tasks (failed for good), by role.",
+        "oldest_waiting_age_seconds": "Age of the oldest claimable task, by role (0: none).",
+    }
+    out = {
+        k: GaugeMetricFamily(f"{prefix}_queue_{k}", doc, labels=["role"])
+        for k, doc in families.items()
+    }
+    for role in names:
+        row = stats.for_role(role)
+        if row is None:
+            for family in out.values():
+                family.add_metric([role], 0.0)
+            continue
+        waiting = row.waiting_count if row.waiting_count is not None else row.claimable_count
+        out["waiting"].add_metric([role], float(waiting))
+        if row.running_count is not None:
+            out["running"].add_metric([role], float(row.running_count))
+        if row.scheduled_count is not None:
+            out["scheduled"].add_metric([role], float(row.scheduled_count))
+        dead = row.dead_letter_count
+        out["dead_lettered"].add_metric(
+            [role], float(dead if dead is not None else row.failed_count)
+        )
+        age_ms = row.oldest_claimable_age_ms or 0
+        out["oldest_waiting_age_seconds"].add_metric([role], age_ms / 1000)
+    yield from out.values()
+
+
+# -- the served tracker's metrics -----------------------------------------------------------------
+
+
+@dataclass
+class _Cached:
+    stats: QueueStats | None = None
+    at: float = -1e9
+    limits: dict[str, Any] = field(default_factory=dict)
+    limits_at: float = -1e9
+
+
+class ServedMetrics:
+    """The served tracker's registry and what fills it (see the module docstring)."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        *,
+        open_connections: Callable[[], int] | None = None,
+        refused_connections: Callable[[], int] | None = None,
+    ) -> None:
+        """``tracker``: read at scrape time for the queue; ``open_connections`` and
+        ``refused_connections``: the server's counts, when it has them."""
+        self.tracker = tracker
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "backlog_tracker_requests",
+            "API requests answered, by contract operation and status class (2xx..5xx).",
+            ["operation", "status_class"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "backlog_tracker_request_duration_seconds",
+            "Time to answer an API request, by contract operation (long polls: the whole wait).",
+            ["operation"],
+            buckets=REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        self.lease_expiries = Counter(
+            "backlog_tracker_lease_expiries",
+            "Expired leases reclaimed by the maintenance passes this server answered.",
+            registry=self.registry,
+        )
+        self.crash_looped = Counter(
+            "backlog_tracker_crash_looped",
+            "Tasks dead-lettered as crash loops by the maintenance passes this server answered.",
+            registry=self.registry,
+        )
+        self.maintenance = Counter(
+            "backlog_tracker_maintenance_passes",
+            "Maintenance passes this server answered.",
+            registry=self.registry,
+        )
+        self.rate_limited = Counter(
+            "backlog_tracker_claims_rate_limited",
+            "Claims answered no work while the role's rate limit or running cap was exhausted.",
+            ["role"],
+            registry=self.registry,
+        )
+        self.queue_errors = Counter(
+            "backlog_tracker_queue_stats_errors",
+            "Scrapes whose queue figures could not be read (the last ones are shown).",
+            registry=self.registry,
+        )
+        self._cache = _Cached()
+        self.registry.register(_Live(self, open_connections, refused_connections))
+
+    def middleware(self, app: ASGIApp) -> MetricsMiddleware:
+        """The API app wrapped so its requests are counted (``Starlette.add_middleware``)."""
+        return MetricsMiddleware(app, self)
+
+    async def render(self) -> bytes:
+        """The exposition text, with fresh queue figures (cached :data:`QUEUE_CACHE_S`)."""
+        now = time.monotonic()
+        if now - self._cache.at >= QUEUE_CACHE_S:
+            try:
+                self._cache.stats = await self.tracker.queue_stats()
+            except Exception as exc:  # a scrape shows the last figures
+                self.queue_errors.inc()
+                log.warning("metrics: queue figures unavailable: %s", exc)
+            self._cache.at = now
+        return generate_latest(self.registry)
+
+    async def note_empty_claim(self, role: str) -> None:
+        """A claim of ``role`` answered no work: count it when the role's limit is exhausted."""
+        now = time.monotonic()
+        cache = self._cache
+        if now - cache.limits_at >= LIMITS_CACHE_S:
+            cache.limits_at = now
+            try:
+                limits = await self.tracker.call("list_rate_limits")
+            except Exception:  # no rate limits (plain rail), or unreadable
+                limits = []
+            cache.limits = {limit.role: limit for limit in limits}
+        limit = cache.limits.get(role)
+        if limit is None:
+            return
+        capped = limit.max_running is not None and limit.running >= limit.max_running
+        if capped or (limit.tokens is not None and limit.tokens < 1.0):
+            self.rate_limited.labels(role=role).inc()
+
+    def note_maintenance(self, body: bytes) -> None:
+        """A maintenance pass answered ``body`` (its report)."""
+        self.maintenance.inc()
+        try:
+            report = json.loads(body)
+            self.lease_expiries.inc(int(report.get("expired_leases") or 0))
+            self.crash_looped.inc(int(report.get("crash_looped") or 0))
+        except (ValueError, TypeError, AttributeError):
+            return
+
+
+class _Live(Collector):
+    """What is read at scrape time: the queue (from the cache) and the connections."""
+
+    def __init__(
+        self,
+        metrics: ServedMetrics,
+        open_connections: Callable[[], int] | None,
+        refused_connections: Callable[[], int] | None,
+    ) -> None:
+        self._metrics = metrics
+        self._open = open_connections
+        self._refused = refused_connections
+
+    def collect(self) -> Iterator[Any]:
+        stats = self._metrics._cache.stats
+        if stats is not None:
+            yield from queue_families("backlog_tracker", stats)
+        if self._open is not None:
+            yield GaugeMetricFamily(
+                "backlog_tracker_open_connections", "API connections open now.", self._open()
+            )
+        if self._refused is not None:
+            from prometheus_client.core import CounterMetricFamily
+
+            yield CounterMetricFamily(
+                "backlog_tracker_connections_refused",
+                "API connections closed at once for being over --max-connections.",
+                self._refused(),
+            )
+
+
+def _operation(scope: Scope) -> str:
+    path: str = scope["path"]
+    if path == "/ui" or path.startswith("/ui/"):
+        return "ui"
+    raw: bytes = scope.get("raw_path") or path.encode()
+    found = contract.match(scope["method"], raw.split(b"?")[0].decode("latin-1"))
+    return found[0].name if found is not None else "unknown"
+
+
+class MetricsMiddleware:
+    """Counts and times every API request (outermost: refused ones too)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServedMetrics) -> None:
+        """Wrap ``app``."""
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, noting its status, time and (claim, maintenance) its content."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        operation = _operation(scope)
+        status = 500
+        body = bytearray()
+        received = bytearray()
+        started = time.perf_counter()
+
+        async def tee_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and len(received) <= _MAX_CLAIM_BODY:
+                received.extend(message.get("body", b""))
+            return message
+
+        async def tee_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body" and operation == "maintenance":
+                body.extend(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, tee_receive if operation == "claim" else receive, tee_send)
+        finally:
+            metrics = self.metrics
+            metrics.duration.labels(operation=operation).observe(time.perf_counter() - started)
+            metrics.requests.labels(operation=operation, status_class=f"{status // 100}xx").inc()
+        if operation == "maintenance" and status == 200:
+            metrics.note_maintenance(bytes(body))
+        elif operation == "claim" and status == 204 and len(received) <= _MAX_CLAIM_BODY:
+            role = _role_of(bytes(received))
+            if role is not None:
+                await metrics.note_empty_claim(role)
+
+
+def _role_of(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    role = data.get("role") if isinstance(data, dict) else None
+    return role if isinstance(role, str) else None
