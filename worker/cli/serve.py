@@ -65,6 +65,7 @@ async def serve_tracker(
     max_otlp_bytes: int | None = None,
     limits: ConnectionLimits | None = None,
     create: bool = False,
+    metrics_listen: tuple[str, int] | None = None,
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
@@ -72,6 +73,8 @@ async def serve_tracker(
     ``limits``: read timeouts and the connection cap (:mod:`tracker_client.serve.connections`).
     ``create``: start a new rail when the file is missing (else ``no rail at PATH``), for a
     rail whose pipelines its clients create over HTTP, as on a NullTickets server.
+    ``metrics_listen``: serve Prometheus ``/metrics`` there (:mod:`tracker_client.serve.metrics`;
+    bound first: an address in use is a ConfigError before anything is served).
     """
     import asyncio
 
@@ -90,6 +93,7 @@ async def serve_tracker(
 
     _check_url(url)
     server_class = _make_server_class()
+    metrics_sock = None if metrics_listen is None else _bind_metrics(*metrics_listen)
     try:
         tracker = await open_tracker(url, create=create)  # a typo never starts a new rail
     except NoRail as exc:
@@ -118,11 +122,39 @@ async def serve_tracker(
         server.announce = (
             f"serving {url} (api auth: {'admin token required' if api_token else 'disabled'})"
         )
-        await server.serve()
+        async with anyio.create_task_group() as tg:
+            if metrics_sock is not None:
+                _start_metrics(tg, metrics_sock, app, tracker, server, limits, api_token)
+            await server.serve()
+            tg.cancel_scope.cancel()
         if not server.started:
             raise ConfigError(f"could not listen on {host}:{port} (in use, or not permitted?)")
     finally:
         await tracker.aclose()
+
+
+def _bind_metrics(host: str, port: int) -> socket.socket:
+    from tracker_client.serve.metrics import bind, listening_on
+
+    sock = bind(host, port, what="--metrics-listen")
+    log.info("metrics on http://%s/metrics", listening_on(sock), extra={"action": "metrics_on"})
+    return sock
+
+
+def _start_metrics(
+    tg: Any, sock: socket.socket, app: Any, tracker: Any, server: Any, limits: Any, token: Any
+) -> None:
+    """Count the API's requests and answer ``/metrics`` on ``sock`` beside the server (the
+    metrics port asks for the api token when the rail has one)."""
+    from tracker_client.serve.metrics import MetricsMiddleware, ServedMetrics, serve_metrics
+
+    metrics = ServedMetrics(
+        tracker,
+        open_connections=lambda: len(server.server_state.connections),
+        refused_connections=lambda: limits.refused,
+    )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    tg.start_soon(lambda: serve_metrics(sock, metrics.render, token=token))
 
 
 def _make_server_class() -> type[Any]:
@@ -224,6 +256,12 @@ def register(group: click.Group) -> None:
         is_flag=True,
         help="Start a new rail (mode 0600) if the file is missing (else: no rail at PATH).",
     )
+    @click.option(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="Serve Prometheus /metrics there (own port; needs the api token when one is set).",
+    )
     @click.option("--log-level", default="INFO", show_default=True)
     def serve(
         url: str,
@@ -237,6 +275,7 @@ def register(group: click.Group) -> None:
         header_timeout: float,
         body_timeout: float,
         create: bool,
+        metrics_listen: str | None,
         log_level: str,
     ) -> None:
         """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
@@ -246,6 +285,7 @@ def register(group: click.Group) -> None:
             check_environment()  # a misspelled BACKLOG_WORKER_API_TOKEN must not serve open
             api_token = _read_token(token, token_file)
             _check_url(url)
+            listen = _metrics_listen(metrics_listen)
             _setup_logging(log_level, api_token)
             _warn_about_the_token(host, api_token, from_command_line=token is not None)
             anyio.run(
@@ -258,6 +298,7 @@ def register(group: click.Group) -> None:
                     max_otlp_bytes=max_otlp_bytes,
                     limits=_limits(max_connections, header_timeout, body_timeout),
                     create=create,
+                    metrics_listen=listen,
                 )
             )
         except ConfigError as exc:
@@ -297,6 +338,15 @@ def _warn_about_the_token(host: str, api_token: str | None, *, from_command_line
             TOKEN_ENV,
             extra={"action": "serve_token_on_command_line"},
         )
+
+
+def _metrics_listen(value: str | None) -> tuple[str, int] | None:
+    from worker.config.telemetry import parse_listen
+
+    try:
+        return None if value is None else parse_listen(value)
+    except ValueError as exc:
+        raise ConfigError(f"--metrics-listen: {exc}") from None
 
 
 def _limits(max_connections: int | None, header_s: float, body_s: float) -> ConnectionLimits:
