@@ -3,7 +3,9 @@
 A task is purgeable when it is finished (terminal, dead-lettered, cancelled), holds no live
 lease, was last updated before the cutoff, and no unfinished task depends on it (a dependency on
 a dead-lettered task blocks its dependent; deleting it would unblock it). With the task go its
-runs, events, artifact records, dependency and assignment rows.
+runs, events, artifact records, dependency and assignment rows, and its OTLP spans. Spans linked
+to no task of the rail, and OTLP blobs, go once received before the cutoff (a purge of every
+pipeline only, as idempotency records).
 
 Candidates are found in a read (no write lock, along the ``tasks_order`` index: a task updated
 before the cutoff was created before it) and deleted by id in write transactions of at most
@@ -13,7 +15,8 @@ Afterwards ``PRAGMA incremental_vacuum`` gives freed pages back to the file syst
 :data:`VACUUM_STEP` pages (a no-op on a file without ``auto_vacuum = INCREMENTAL``, see
 :mod:`.migrate`).
 
-This room touches the tables of tasks and what hangs off them, and ``idempotency``; it is driven
+This room touches the tables of tasks and what hangs off them, ``idempotency`` and the span
+tables (``spans``, ``span_batches``); it is driven
 by :class:`~.core.TrackerCore` (``maintenance`` and ``purge``).
 """
 
@@ -139,13 +142,20 @@ def _delete(ctx: Ctx, ids: Sequence[str], cutoff: int, pipeline: str | None) -> 
     if not live:
         return Batch()
     conn, q, t = ctx.conn, _marks(live), tuple(live)
+    spans = conn.execute(
+        f"DELETE FROM spans WHERE id IN (SELECT id FROM spans WHERE task_id IN ({q}) LIMIT ?)",
+        (*t, ROW_BUDGET),
+    ).rowcount
+    if spans >= ROW_BUDGET:
+        return Batch(done=False)
     runs_of = f"SELECT id FROM runs WHERE task_id IN ({q})"
+    budget = ROW_BUDGET - spans
     events = conn.execute(
         f"DELETE FROM events WHERE id IN (SELECT id FROM events WHERE run_id IN ({runs_of}) "
         f"UNION ALL SELECT id FROM events WHERE task_id IN ({q}) AND run_id IS NULL LIMIT ?)",
-        (*t, *t, ROW_BUDGET),
+        (*t, *t, budget),
     ).rowcount
-    if events >= ROW_BUDGET:
+    if events >= budget:
         return Batch(events=events, done=False)
     artifacts = conn.execute(
         f"DELETE FROM artifacts WHERE task_id IN ({q}) OR run_id IN ({runs_of})", (*t, *t)
@@ -169,6 +179,28 @@ def _drop_keys(ctx: Ctx, cutoff: int) -> int:
             (cutoff, ROW_BUDGET),
         ).rowcount
     )
+
+
+#: Spans received before the cutoff that no task of the rail holds.
+_UNLINKED_SPANS = (
+    "DELETE FROM spans WHERE id IN (SELECT s.id FROM span_batches b JOIN spans s "
+    "ON s.batch_id = b.id WHERE b.received_at_ms < ? AND (s.task_id IS NULL OR NOT EXISTS "
+    "(SELECT 1 FROM tasks t WHERE t.id = s.task_id)) LIMIT ?)"
+)
+#: Blobs, and JSON batches whose spans are all gone, received before the cutoff.
+_EMPTY_BATCHES = (
+    "DELETE FROM span_batches WHERE id IN (SELECT b.id FROM span_batches b "
+    "WHERE b.received_at_ms < ? AND (b.stored = 'blob' OR NOT EXISTS "
+    "(SELECT 1 FROM spans s WHERE s.batch_id = b.id)) LIMIT ?)"
+)
+
+
+def _drop_spans(ctx: Ctx, cutoff: int) -> int:
+    """Old spans of no task and old blobs and emptied batches, at most :data:`ROW_BUDGET`."""
+    spans = int(ctx.conn.execute(_UNLINKED_SPANS, (cutoff, ROW_BUDGET)).rowcount)
+    if spans >= ROW_BUDGET:
+        return spans
+    return spans + int(ctx.conn.execute(_EMPTY_BATCHES, (cutoff, ROW_BUDGET - spans)).rowcount)
 
 
 def _vacuum_step(ctx: Ctx) -> int:
@@ -226,10 +258,13 @@ async def purge(
                 break
     keys = pages = 0
     if not dry_run:
+        spans = 0
         if pipeline_id is None:
             while (n := await write("purge", lambda c: _drop_keys(c, cutoff_ms))) > 0:
                 keys += n
-        if total.tasks or keys:
+            while (n := await write("purge", lambda c: _drop_spans(c, cutoff_ms))) > 0:
+                spans += n
+        if total.tasks or keys or spans:
             while (n := await write("vacuum", _vacuum_step)) > 0:
                 pages += n
     return PurgeResult(
