@@ -1,5 +1,4 @@
-"""Prometheus metrics of the served tracker (``tracker serve --metrics-listen``), and the small
-``/metrics`` listener the worker's metrics use too.
+"""Prometheus metrics of the served tracker (``tracker serve --metrics-listen``).
 
 The served tracker's metrics (:class:`ServedMetrics`) live in their own registry and are read on
 their own port, never on the API port:
@@ -13,9 +12,9 @@ their own port, never on the API port:
   is not touched: the limits are read after the answer went out, so this is an estimate);
 * open and refused connections, when the server tells them.
 
-:func:`serve_metrics` answers ``GET /metrics`` on a socket bound beforehand (:func:`bind`, so an
-address in use is an error at start, not later), on asyncio or trio; with a token, only to
-``Authorization: Bearer <token>`` (401 otherwise). Nothing secret is ever a label or a value.
+They are answered by :func:`~tracker_client.serve.metrics_http.serve_metrics` on a socket bound
+before the API serves; on a rail with an api token, only to ``Authorization: Bearer <token>``
+(401 otherwise). Nothing secret is ever a label or a value.
 
 It may touch the ASGI messages of the API (status, the claim's request body, the maintenance
 answer), the tracker through the ``Tracker`` protocol (``queue_stats``, ``list_rate_limits``)
@@ -24,29 +23,30 @@ and the metrics socket; no worker code.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import anyio.abc
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
-    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tracker_client.errors import ConfigError
 from tracker_client.nulltickets import contract
+from tracker_client.serve.metrics_http import (
+    CONTENT_TYPE,
+    bind,
+    listening_on,
+    queue_families,
+    serve_metrics,
+)
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -57,183 +57,24 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTENT_TYPE",
     "QUEUE_CACHE_S",
+    "REQUEST_BUCKETS",
     "MetricsMiddleware",
     "ServedMetrics",
     "bind",
+    "listening_on",
     "queue_families",
     "serve_metrics",
 ]
 
 log = logging.getLogger("backlog_worker.metrics")
 
-# No ``*_created`` series beside each counter and histogram: they double what is scraped and
-# no alert here reads them (process-wide, and only the metrics' own processes import this).
-disable_created_metrics()  # type: ignore[no-untyped-call]
-
-#: The text exposition format every Prometheus reads.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Seconds a scrape reuses the queue figures of the one before (scrapes from several servers).
 QUEUE_CACHE_S = 2.0
 #: Seconds the rate limits are reused for telling a refused claim from an empty queue.
 LIMITS_CACHE_S = 1.0
 #: Request durations, seconds: from a cached read to a whole long poll.
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-_MAX_REQUEST_HEAD = 16 * 1024  # bytes of a /metrics request line and headers
 _MAX_CLAIM_BODY = 64 * 1024  # bytes of a claim body read for its role (larger: not looked at)
-_READ_TIMEOUT_S = 10.0
-_MAX_SCRAPERS = 16  # connections to the metrics port served at once; more are closed
-
-
-def bind(host: str, port: int, *, what: str) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (port 0: any free one); ``ConfigError`` naming
-    ``what`` (the setting) and the reason when it can't be bound."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, _, _, _, address = infos[0]
-        return socket.create_server(address[:2], family=family, backlog=64)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ConfigError(f"{what}: cannot listen on {host}:{port}: {reason}") from None
-
-
-def listening_on(sock: socket.socket) -> str:
-    """``HOST:PORT`` the socket really listens on (the port chosen for port 0)."""
-    host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-async def serve_metrics(
-    sock: socket.socket, render: Callable[[], Awaitable[bytes]], *, token: str | None = None
-) -> None:
-    """Answer ``GET /metrics`` with ``render()`` on ``sock`` until cancelled (the socket is then
-    closed). ``token``: the bearer token a scrape must send (401 without it)."""
-    expected = token.encode() if token else None
-    limit = anyio.Semaphore(_MAX_SCRAPERS)
-    listener = await anyio.abc.SocketListener.from_socket(sock)
-
-    async def handle(stream: anyio.abc.SocketStream) -> None:
-        async with stream:
-            if limit.value == 0:
-                return  # too many scrapers at once: close this one
-            async with limit:
-                with anyio.move_on_after(_READ_TIMEOUT_S):
-                    head = await _read_head(stream)
-                    if head is not None:
-                        await stream.send(await _answer(head, render, expected))
-
-    async with listener:
-        await listener.serve(handle)
-
-
-async def _read_head(stream: anyio.abc.SocketStream) -> bytes | None:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        if len(data) > _MAX_REQUEST_HEAD:
-            return None
-        try:
-            data += await stream.receive(4096)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-            return None
-    return data.split(b"\r\n\r\n", 1)[0]
-
-
-async def _answer(
-    head: bytes, render: Callable[[], Awaitable[bytes]], token: bytes | None
-) -> bytes:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split()
-    if len(parts) != 3:
-        return _response(400, b"bad request\n")
-    method, target = parts[0], parts[1].split(b"?", 1)[0]
-    if target != b"/metrics":
-        return _response(404, b"not found: the metrics are at /metrics\n")
-    if method not in (b"GET", b"HEAD"):
-        return _response(405, b"method not allowed\n", extra=b"Allow: GET, HEAD\r\n")
-    if token is not None and not _authorized(lines[1:], token):
-        return _response(
-            401,
-            b"unauthorized: send Authorization: Bearer <api token>\n",
-            extra=b'WWW-Authenticate: Bearer realm="metrics"\r\n',
-        )
-    try:
-        body = await render()
-    except Exception:
-        log.exception("rendering the metrics failed", extra={"action": "metrics_failed"})
-        return _response(500, b"rendering the metrics failed\n")
-    return _response(200, body, content_type=CONTENT_TYPE.encode(), head=method == b"HEAD")
-
-
-def _authorized(headers: list[bytes], token: bytes) -> bool:
-    for line in headers:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"authorization":
-            scheme, _, given = value.strip().partition(b" ")
-            return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
-    return False
-
-
-_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}
-_REASONS |= {405: b"Method Not Allowed", 500: b"Internal Server Error"}
-
-
-def _response(
-    status: int,
-    body: bytes,
-    *,
-    content_type: bytes = b"text/plain; charset=utf-8",
-    extra: bytes = b"",
-    head: bool = False,
-) -> bytes:
-    return (
-        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n"
-        % (status, _REASONS[status], content_type, len(body))
-        + extra
-        + b"\r\n"
-        + (b"" if head else body)
-    )
-
-
-# -- the queue figures, shared with the worker's metrics ------------------------------------------
-
-
-def queue_families(
-    prefix: str, stats: QueueStats, roles: Iterable[str] | None = None
-) -> Iterator[GaugeMetricFamily]:
-    """The queue gauges of ``stats`` (``<prefix>_queue_waiting``, ``_running``, ``_scheduled``,
-    ``_dead_lettered``, ``_oldest_waiting_age_seconds``) for ``roles`` (default: every role in
-    it; a role no pipeline declares reads 0). A figure the rail doesn't give (a plain NullTickets
-    server has no running count) is left out rather than guessed."""
-    names = list(roles) if roles is not None else [r.role for r in stats.roles]
-    families = {
-        "waiting": "Tasks waiting to be claimed (due or not), by role.",
-        "running": "Tasks leased now, by role.",
-        "scheduled": "Waiting delayed tasks whose run_at is still ahead, by role.",
-        "dead_lettered": "Dead-lettered tasks (failed for good), by role.",
-        "oldest_waiting_age_seconds": "Age of the oldest claimable task, by role (0: none).",
-    }
-    out = {
-        k: GaugeMetricFamily(f"{prefix}_queue_{k}", doc, labels=["role"])
-        for k, doc in families.items()
-    }
-    for role in names:
-        row = stats.for_role(role)
-        if row is None:
-            for family in out.values():
-                family.add_metric([role], 0.0)
-            continue
-        waiting = row.waiting_count if row.waiting_count is not None else row.claimable_count
-        out["waiting"].add_metric([role], float(waiting))
-        if row.running_count is not None:
-            out["running"].add_metric([role], float(row.running_count))
-        if row.scheduled_count is not None:
-            out["scheduled"].add_metric([role], float(row.scheduled_count))
-        dead = row.dead_letter_count
-        out["dead_lettered"].add_metric(
-            [role], float(dead if dead is not None else row.failed_count)
-        )
-        age_ms = row.oldest_claimable_age_ms or 0
-        out["oldest_waiting_age_seconds"].add_metric([role], age_ms / 1000)
-    yield from out.values()
 
 
 # -- the served tracker's metrics -----------------------------------------------------------------

@@ -12,7 +12,7 @@ The listen address is bound when the metrics are built (before the worker claims
 an address that can't be bound is a ``ConfigError`` naming ``[metrics] listen``.
 
 It may touch its registry, its listening socket (through
-:func:`tracker_client.serve.metrics.serve_metrics`) and the tracker's ``queue_stats``; no task
+:func:`tracker_client.serve.metrics_http.serve_metrics`) and the tracker's ``queue_stats``; no task
 data beyond a run's role and how it ended.
 """
 
@@ -45,7 +45,7 @@ from tracker_client.errors import (
     Unsupported,
     ValidationFailed,
 )
-from tracker_client.serve.metrics import bind, listening_on, queue_families, serve_metrics
+from tracker_client.serve.metrics_http import bind, listening_on, queue_families, serve_metrics
 from worker.config.telemetry import MetricsConfig, parse_listen
 from worker.telemetry import RunTelemetry, Telemetry, WorkerView
 
