@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -63,7 +64,11 @@ def bind(host: str, port: int, *, what: str) -> socket.socket:
         family, _, _, _, address = infos[0]
         return socket.create_server(address[:2], family=family, backlog=64)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
+        # create_server's own message repeats the address; the errno's text says it plainly
+        if exc.errno and not isinstance(exc, socket.gaierror):
+            reason = os.strerror(exc.errno)
+        else:
+            reason = exc.strerror or str(exc)
         raise ConfigError(f"{what}: cannot listen on {host}:{port}: {reason}") from None
 
 
