@@ -7,8 +7,9 @@ telemetry itself is :mod:`worker.telemetry`'s.
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["MetricsConfig", "TracingConfig", "parse_listen"]
 
@@ -59,3 +60,28 @@ class TracingConfig(_Table):
     service_name: str = "backlog-worker"
     #: Fraction of runs traced (parent-based ratio sampling).
     sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value
+
+    @field_validator("service_name")
+    @classmethod
+    def _service_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _otlp_needs_endpoint(self) -> TracingConfig:
+        if self.enabled and self.export == "otlp" and self.endpoint is None:
+            raise ValueError(
+                'export = "otlp" needs endpoint (the collector\'s traces URL, '
+                'e.g. "http://127.0.0.1:4318/v1/traces")'
+            )
+        return self
