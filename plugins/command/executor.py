@@ -14,7 +14,8 @@ inline script such as ``python3 -c "..."`` must double its own braces.)
 
 The child runs in the run's working directory (unless ``cwd``) with a scrubbed environment
 (:func:`minimal_env`) plus ``BACKLOG_TASK_ID``, ``BACKLOG_RUN_ID``, ``BACKLOG_ATTEMPT``,
-``BACKLOG_WORKDIR`` and ``BACKLOG_TASK_FILE`` (when ``task_file``). If it writes
+``BACKLOG_WORKDIR``, ``BACKLOG_TASK_FILE`` (when ``task_file``) and ``TRACEPARENT`` (when the
+worker traces: the run span's W3C trace context, for the child's own spans). If it writes
 ``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
 optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
 (``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
@@ -47,7 +48,7 @@ from plugins.command.outcome import (
 )
 from plugins.command.stream import OutputStream
 from plugins.command.template import TemplateValues
-from plugins.proc.process import ProcessResult, SpawnError, minimal_env, run_process
+from plugins.proc.process import ProcessResult, SpawnError, minimal_env, run_process, trace_env
 
 __all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
 
@@ -157,6 +158,7 @@ class CommandExecutor:
         )
         if task_file is not None:
             extra["BACKLOG_TASK_FILE"] = str(task_file)
+        extra.update(trace_env(ctx.traceparent))  # the run's trace, when the worker traces
         env = minimal_env(opts.env_passthrough, extra)
         out = OutputStream(
             "stdout", ctx, opts.tail_bytes, opts.stream_output, opts.stream_limit_bytes

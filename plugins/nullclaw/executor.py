@@ -4,7 +4,8 @@ The NullClaw CLI is hostile to naive wrapping (``CLI.md``); this executor handle
 
 * a private HOME with a generated ``.nullclaw/config.json`` (or an existing HOME), an absolute
   ``NULLCLAW_WORKSPACE`` per the workspace policy, and an environment built from scratch (an
-  allowlist; never the tracker's tokens) -- :mod:`plugins.nullclaw.home`;
+  allowlist; never the tracker's tokens; ``TRACEPARENT`` when the worker traces the run) --
+  :mod:`plugins.nullclaw.home`;
 * a prompt rendered from a documented template, never beginning with ``/``; an oversized
   prompt goes through a workspace file (or fails, by option) -- :mod:`plugins.nullclaw.prompt`;
 * stdin ``/dev/null``, pipes read concurrently, its own process group killed as a whole
@@ -149,7 +150,7 @@ class NullClawExecutor:
                 details={"prompt_bytes": exc.size, "limit_bytes": exc.limit},
             )
         try:
-            env = child_env(opts, places)
+            env = child_env(opts, places, traceparent=ctx.traceparent)
         except KeyError as exc:
             return Failure(
                 "nullclaw_config_error",

@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 
 from plugins.nullclaw.options import FORBIDDEN_ENV_PREFIXES, NullClawOptions
-from plugins.proc.process import minimal_env
+from plugins.proc.process import minimal_env, trace_env
 
 __all__ = [
     "CONFIG_MAX_BYTES",
@@ -180,8 +180,10 @@ def child_env(
     places: RunPlaces,
     *,
     environ: Mapping[str, str] | None = None,
+    traceparent: str | None = None,
 ) -> dict[str, str]:
-    """nullclaw's whole environment: PATH/LANG, the passthrough allowlist, HOME, workspace, key.
+    """nullclaw's whole environment: PATH/LANG, the passthrough allowlist, HOME, workspace, key,
+    and ``TRACEPARENT`` (the run's trace context, when the worker traces).
 
     Built from scratch (:func:`plugins.proc.process.minimal_env`), so nothing else of the worker's
     environment (tracker tokens included) reaches nullclaw. Raises KeyError naming the
@@ -193,5 +195,6 @@ def child_env(
         if not source.get(options.api_key_env):
             raise KeyError(options.api_key_env)
         extra["NULLCLAW_API_KEY"] = source[options.api_key_env]
+    extra.update(trace_env(traceparent))
     env = minimal_env(options.env_passthrough, extra, base=source)
     return {k: v for k, v in env.items() if not k.upper().startswith(FORBIDDEN_ENV_PREFIXES)}

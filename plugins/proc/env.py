@@ -11,9 +11,10 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["SECRET_ENV_PATTERNS", "is_secret_env_name", "minimal_env"]
+__all__ = ["SECRET_ENV_PATTERNS", "is_secret_env_name", "minimal_env", "trace_env"]
 
 logger = logging.getLogger("backlog_worker.executor.proc")
 
@@ -73,3 +74,18 @@ def minimal_env(
                 extra={"action": "env_secret_dropped"},
             )
     return env
+
+
+#: A W3C ``traceparent`` (version 00): what :func:`trace_env` passes on.
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def trace_env(traceparent: str | None) -> dict[str, str]:
+    """``{"TRACEPARENT": traceparent}`` for a child's environment when the worker traces the
+    run (the run's W3C trace context, so the child's own spans join its trace: the
+    OpenTelemetry SDKs read it as an environment carrier), else nothing. A value that is not a
+    version-00 traceparent is not passed (it can only be a bug, and would break the child's
+    propagator)."""
+    if traceparent is None or _TRACEPARENT.fullmatch(traceparent) is None:
+        return {}
+    return {"TRACEPARENT": traceparent}

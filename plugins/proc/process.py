@@ -42,7 +42,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from plugins.proc.capture import HeadCapture, TailCapture, decode_output
-from plugins.proc.env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env
+from plugins.proc.env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env, trace_env
 from plugins.proc.guard import group_members, kill_deadline, register_group, unregister_group
 from plugins.proc.outcome import ProcessResult, SpawnError, spawn_error
 from tracker_client.errors import ExecutorError
@@ -56,6 +56,7 @@ __all__ = [
     "kill_deadline",
     "minimal_env",
     "run_process",
+    "trace_env",
 ]
 
 logger = logging.getLogger("backlog_worker.executor.proc")

@@ -52,7 +52,7 @@ class ThreadContext:
     """What a plain ``def`` function gets: the run's context, with blocking methods.
 
     Attributes as on :class:`~plugins.api.ExecutionContext`: ``task``, ``run``, ``attempt``,
-    ``options``, ``instructions``, ``logger``, ``deadline``; plus ``cancel_event``
+    ``options``, ``instructions``, ``logger``, ``deadline``, ``traceparent``; plus ``cancel_event``
     (a :class:`threading.Event`, set when the run is cancelled) for cooperative stopping.
     """
 
@@ -66,6 +66,7 @@ class ThreadContext:
         self.instructions: str | None = ctx.instructions
         self.logger = ctx.logger
         self.deadline: float | None = ctx.deadline
+        self.traceparent: str | None = ctx.traceparent
         self.cancel_event = threading.Event()
         self._token = anyio.lowlevel.current_token()
         # the loop's clock (anyio.current_time) as seen from time.monotonic, for time_remaining
