@@ -1,0 +1,151 @@
+"""The PostgreSQL rail's connections: a psycopg pool, one transaction per operation, errors.
+
+Every operation borrows a pooled connection on a worker thread (``anyio.to_thread``; the domain
+functions are synchronous), runs in one transaction and gives the connection back. A write
+first takes the rail's write lock, ``pg_advisory_xact_lock`` on the schema's name: writes of
+every host are serialised as the embedded rail's ``BEGIN IMMEDIATE`` serialises processes, which
+keeps the rules that read before they write (backlog caps, concurrency keys, dedupe, rate
+limits) exact. Reads run ``REPEATABLE READ READ ONLY`` (one snapshot) and take no lock.
+
+psycopg's exceptions become the tracker's here, once: a dropped connection or an unreachable
+server is ``TrackerUnavailable``, a statement timeout too (code ``timeout``: the transaction was
+rolled back, nothing half-granted), an out-of-range value ``ValidationFailed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import psycopg
+import psycopg_pool
+
+from tracker_client.errors import TrackerError, TrackerUnavailable, ValidationFailed
+from tracker_client.postgres.dialect import PgConn, configure_types, row_factory
+from tracker_client.postgres.migrate import migrate
+
+__all__ = ["Database", "map_pg_error"]
+
+T = TypeVar("T")
+
+
+def map_pg_error(exc: BaseException, where: str) -> BaseException:
+    """The tracker error for a psycopg/pool exception raised doing ``where``; others unchanged."""
+    if isinstance(exc, TrackerError) or not isinstance(
+        exc, psycopg.Error | psycopg_pool.PoolTimeout | psycopg_pool.PoolClosed
+    ):
+        return exc
+    err: TrackerError
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        err = TrackerUnavailable(f"{where}: statement timeout ({text})", code="timeout")
+    elif isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
+        err = TrackerUnavailable(f"{where}: conflicting transaction ({text})", code="busy")
+    elif isinstance(exc, psycopg.DataError):
+        err = ValidationFailed(f"{where}: invalid argument ({text})")
+    elif isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+        err = TrackerUnavailable(f"{where}: PostgreSQL unavailable ({text})", code="unavailable")
+    elif isinstance(exc, psycopg_pool.PoolClosed):
+        err = TrackerUnavailable("the PostgreSQL tracker is closed", code="closed")
+    else:
+        err = TrackerUnavailable(f"{where}: PostgreSQL error ({text})", code="postgres_error")
+    err.__cause__ = exc
+    return err
+
+
+class Database:
+    """A pool of connections to one rail (a schema of one PostgreSQL database)."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], schema: str, shown: str) -> None:
+        self.pool = pool
+        self.schema = schema
+        #: The URL without credentials (for messages and ``tracker.path``).
+        self.shown = shown
+        self.lock_name = f"backlog-worker:write:{schema}"
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        conninfo: str,
+        *,
+        schema: str,
+        shown: str,
+        pool_size: int,
+        statement_timeout_ms: int,
+        connect_timeout_s: float = 10.0,
+    ) -> Database:
+        """Open the pool, then create and migrate the schema (under the advisory lock)."""
+        options = f"-c search_path={schema} -c statement_timeout={statement_timeout_ms}"
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            configure_types(conn)
+            conn.row_factory = row_factory
+
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"options": options, "connect_timeout": max(1, int(connect_timeout_s))},
+            configure=configure,
+            open=False,
+            timeout=connect_timeout_s,
+            name=f"backlog-rail:{schema}",
+        )
+
+        def start() -> None:
+            try:
+                pool.open(wait=True, timeout=connect_timeout_s)
+                with pool.connection() as conn:
+                    migrate(conn, schema)
+            except BaseException as exc:
+                pool.close()
+                err = map_pg_error(exc, f"opening {shown}")
+                if isinstance(exc, psycopg_pool.PoolTimeout):
+                    err = TrackerUnavailable(
+                        f"opening {shown}: no connection to PostgreSQL within "
+                        f"{connect_timeout_s:g} s (is the server up and the URL right?)",
+                        code="unavailable",
+                    )
+                if err is exc:
+                    raise
+                raise err from exc
+
+        await anyio.to_thread.run_sync(start)
+        return cls(pool, schema, shown)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise TrackerUnavailable("the PostgreSQL tracker is closed", code="closed")
+
+    async def run(self, fn: Callable[[PgConn], T], where: str, *, write: bool) -> T:
+        """Run ``fn`` in one transaction on a pooled connection (``write``: under the lock)."""
+        self._check()
+        lock = self.lock_name
+
+        def job() -> T:
+            try:
+                with self.pool.connection() as raw:
+                    conn = PgConn(raw)
+                    if write:
+                        raw.execute(
+                            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,)
+                        )
+                    else:
+                        raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    return fn(conn)
+            except BaseException as exc:
+                err = map_pg_error(exc, where)
+                if err is exc:
+                    raise
+                raise err from exc
+
+        return await anyio.to_thread.run_sync(job)
+
+    async def aclose(self) -> None:
+        """Close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await anyio.to_thread.run_sync(self.pool.close)

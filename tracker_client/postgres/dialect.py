@@ -1,0 +1,234 @@
+"""The embedded rail's SQL on PostgreSQL: a connection with ``sqlite3``'s face over psycopg.
+
+The PostgreSQL rail keeps one copy of the rules of BACKLOG-SEMANTICS.md: the embedded rail's
+domain functions (:mod:`tracker_client.embedded.tasks`, ``runs``, ``backlog``, ...), which take a
+``Ctx`` whose ``conn`` answers ``execute(sql, params)``. :class:`PgConn` is such a connection on
+one psycopg connection inside one transaction. Its SQL is the embedded SQL, rewritten once per
+distinct statement (cached) by :func:`translate`:
+
+* ``?`` and ``?NNN`` placeholders -> psycopg's ``%s`` / ``%(pNNN)s`` (``%`` escaped);
+* ``CASE WHEN ? THEN`` (a bound flag) -> ``CASE WHEN (?) <> 0 THEN``;
+* ``INDEXED BY name`` dropped (the planner picks PostgreSQL's partial indexes itself);
+* ``INSERT OR REPLACE`` / ``INSERT OR IGNORE`` -> ``ON CONFLICT ... DO UPDATE`` / ``DO NOTHING``;
+* an ``INSERT`` into a table with a generated key gets ``RETURNING`` it (``cursor.lastrowid``);
+* ``PRAGMA`` (file housekeeping with no PostgreSQL meaning) answers ``0``.
+
+Parameters are bound on the client (psycopg's ``ClientCursor``): a literal has no type until
+the column gives it one, as in SQLite, so ``? IS NULL`` and text ids work unchanged; ``bool`` is
+bound as ``0``/``1`` (the schema keeps SQLite's integer flags). Rows answer ``row["name"]``,
+``row[0]`` and unpacking, as ``sqlite3.Row`` does.
+
+Statements that are PostgreSQL's own (the claim, the store search, migrations) are in
+``schema/`` and the modules that run them, not here. No I/O of its own beyond the connection.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Buffer
+from psycopg.types.numeric import Int8Dumper, NumericLoader
+
+__all__ = ["PgConn", "PgCursor", "Row", "configure_types", "row_factory", "translate"]
+
+#: Tables whose key is generated (``lastrowid`` is that column of the inserted row).
+GENERATED_KEYS = {
+    "events": "id",
+    "store": "id",
+    "tasks": "seq",
+    "pipelines": "seq",
+    "dependencies": "seq",
+    "assignments": "seq",
+    "artifacts": "seq",
+    "span_batches": "id",
+}
+#: Conflict targets of ``INSERT OR REPLACE`` (the table's primary key).
+PRIMARY_KEYS = {"rate_limits": ("role",), "schedules": ("name",), "store": ("namespace", "key")}
+
+_INDEXED_BY = re.compile(r"\s+INDEXED\s+BY\s+\w+", re.IGNORECASE)
+_PLACEHOLDER = re.compile(r"\?(\d*)")
+_CASE_FLAG = re.compile(r"CASE\s+WHEN\s+(\?\d*)\s+THEN", re.IGNORECASE)
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_OR_REPLACE = re.compile(
+    r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)(.*)$", re.IGNORECASE | re.DOTALL
+)
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\s+", re.IGNORECASE)
+_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.IGNORECASE)
+
+
+class Row:
+    """One result row: by column name, by position, iterable (``sqlite3.Row``'s face)."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, values: Sequence[Any], index: dict[str, int]) -> None:
+        self._values = values
+        self._index = index
+
+    def __getitem__(self, key: int | str) -> Any:
+        if isinstance(key, str):
+            return self._values[self._index[key]]
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def keys(self) -> list[str]:
+        """The column names, in order."""
+        return list(self._index)
+
+    def __repr__(self) -> str:
+        return f"Row({dict(zip(self._index, self._values, strict=True))!r})"
+
+
+def row_factory(cursor: psycopg.Cursor[Any]) -> Any:
+    """psycopg row factory making :class:`Row` objects."""
+    names = [c.name for c in cursor.description or ()]
+    index = {name: i for i, name in enumerate(names)}
+
+    def make(values: Sequence[Any]) -> Row:
+        return Row(values, index)
+
+    return make
+
+
+class _BoolAsInt(Int8Dumper):
+    """``True``/``False`` as ``1``/``0``: the schema keeps SQLite's integer flags."""
+
+    def dump(self, obj: Any) -> Buffer | None:
+        return b"1" if obj else b"0"
+
+
+class _NumericAsNumber(NumericLoader):
+    """``numeric`` (``sum`` of bigints) as ``int`` when integral, else ``float``, as SQLite."""
+
+    def load(self, data: Buffer) -> Any:
+        value: Decimal = super().load(data)
+        if value == value.to_integral_value():
+            return int(value)
+        return float(value)
+
+
+def configure_types(conn: psycopg.Connection[Any]) -> None:
+    """Register the bool dumper and numeric loader on ``conn`` (once per pooled connection)."""
+    conn.adapters.register_dumper(bool, _BoolAsInt)
+    conn.adapters.register_loader("numeric", _NumericAsNumber)
+
+
+@lru_cache(maxsize=1024)
+def translate(sql: str, named: bool = False) -> tuple[str, bool, str | None]:
+    """(psycopg SQL, whether placeholders are numbered, the generated key it returns or None).
+
+    ``named``: the parameters are a mapping and the placeholders ``:name``.
+    """
+    text = _INDEXED_BY.sub("", sql)
+    # A bound flag is 0/1 here (see _BoolAsInt): as a CASE condition it needs a comparison.
+    text = _CASE_FLAG.sub(r"CASE WHEN (\1) <> 0 THEN", text)
+    stripped = text.strip()
+    if stripped.upper().startswith("PRAGMA"):
+        return "SELECT 0", False, None
+    match = _OR_REPLACE.match(text)
+    if match is not None:
+        table, cols, rest = match.group(1), match.group(2), match.group(3)
+        keys = PRIMARY_KEYS[table]
+        names = [c.strip() for c in cols.split(",")]
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in names if c not in keys)
+        text = (
+            f"INSERT INTO {table} ({cols}){rest} ON CONFLICT ({', '.join(keys)}) "
+            f"DO UPDATE SET {updates}"
+        )
+    elif _OR_IGNORE.match(text):
+        text = _OR_IGNORE.sub("INSERT INTO ", text) + " ON CONFLICT DO NOTHING"
+    returning = None
+    insert = _INSERT.match(text)
+    if insert is not None and "RETURNING" not in text.upper():
+        returning = GENERATED_KEYS.get(insert.group(1).lower())
+        if returning is not None:
+            text += f" RETURNING {returning}"
+    text = text.replace("%", "%%")
+    numbered = False
+
+    def placeholder(m: re.Match[str]) -> str:
+        nonlocal numbered
+        if m.group(1):
+            numbered = True
+            return f"%(p{m.group(1)})s"
+        return "%s"
+
+    text = _NAMED.sub(r"%(\1)s", text) if named else _PLACEHOLDER.sub(placeholder, text)
+    return text, numbered, returning
+
+
+class PgCursor:
+    """The answer of one statement: rows, ``rowcount``, ``lastrowid`` (``sqlite3``'s face)."""
+
+    __slots__ = ("_cur", "_rows", "lastrowid", "rowcount")
+
+    def __init__(self, cur: psycopg.Cursor[Any], returning: str | None) -> None:
+        self._cur = cur
+        self.rowcount = cur.rowcount
+        self.lastrowid: int | None = None
+        self._rows: list[Any] | None = None
+        if returning is not None:
+            row = cur.fetchone()
+            self.lastrowid = None if row is None else int(row[0])
+            self._rows = []
+
+    def fetchone(self) -> Any:
+        """The next row or None."""
+        if self._rows is not None:
+            return self._rows.pop(0) if self._rows else None
+        if self._cur.description is None:
+            return None
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows."""
+        if self._rows is not None:
+            rows, self._rows = self._rows, []
+            return rows
+        if self._cur.description is None:
+            return []
+        return self._cur.fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+
+class PgConn:
+    """One psycopg connection inside one transaction, as the embedded domain functions use it."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (the embedded code checks before a rollback)."""
+        return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
+        """Run one embedded-dialect statement (see :func:`translate`)."""
+        if isinstance(params, Mapping):
+            text, _, returning = translate(sql, True)
+            cur = psycopg.ClientCursor(self.raw)
+            cur.execute(text, dict(params))
+            return PgCursor(cur, returning)
+        text, numbered, returning = translate(sql)
+        args: Any = tuple(params)
+        if numbered:
+            args = {f"p{i}": v for i, v in enumerate(params, start=1)}
+        elif not params:
+            args = None
+        cur = psycopg.ClientCursor(self.raw)
+        cur.execute(text.replace("%%", "%") if args is None else text, args)
+        return PgCursor(cur, returning)

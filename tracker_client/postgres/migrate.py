@@ -1,0 +1,98 @@
+"""The PostgreSQL rail's numbered migrations, applied at open under an advisory lock.
+
+``schema/NNNN_name.sql`` are applied in order, each in the opening transaction, and recorded in
+``<schema>.backlog_schema``. The transaction first takes ``pg_advisory_xact_lock`` on the schema's
+name, so several hosts opening one rail at once apply each migration exactly once: the first
+migrates, the others wait for its commit and find nothing left to do.
+
+A schema that holds tables but no ``backlog_schema`` belongs to someone else, and one written by
+a newer build has versions this build does not know: both are refused with ``TrackerCorrupt``
+before anything is written. Runs on a pool thread with a plain psycopg connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tracker_client.errors import TrackerCorrupt
+
+__all__ = ["SCHEMA_VERSION", "migrate", "migrations"]
+
+log = logging.getLogger("backlog_worker.tracker")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
+    found: list[tuple[int, str, str]] = []
+    for entry in resources.files("tracker_client.postgres").joinpath("schema").iterdir():
+        number, _, _rest = entry.name.partition("_")
+        if entry.name.endswith(".sql") and number.isdigit():
+            found.append((int(number), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    for expected, (version, name, _sql) in enumerate(found, start=1):
+        if version != expected:
+            raise RuntimeError(f"postgres schema migrations are not numbered 1..n: {name}")
+    return found
+
+
+#: The schema version this build writes (the highest migration number).
+SCHEMA_VERSION = len(migrations())
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Create ``schema`` if needed and apply the migrations it lacks; returns how many."""
+    ident = sql.Identifier(schema)
+    applied = 0
+    with conn.transaction():
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            (f"backlog-worker:migrate:{schema}",),
+        )
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        tables = {
+            str(r[0])
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+            ).fetchall()
+        }
+        if tables and "backlog_schema" not in tables:
+            raise TrackerCorrupt(
+                f"schema {schema!r} holds tables of another application "
+                f"({', '.join(sorted(tables)[:5])}); refusing to touch it"
+            )
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.backlog_schema (version integer PRIMARY KEY, "
+                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        row = conn.execute(
+            sql.SQL("SELECT coalesce(max(version), 0) FROM {}.backlog_schema").format(ident)
+        ).fetchone()
+        version = int(row[0]) if row is not None else 0
+        if version > SCHEMA_VERSION:
+            raise TrackerCorrupt(
+                f"schema {schema!r} was written by a newer backlog-worker (schema version "
+                f"{version}, this build knows up to {SCHEMA_VERSION}); upgrade to open it"
+            )
+        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+        for number, name, text in migrations():
+            if number <= version:
+                continue
+            conn.execute(text.encode())
+            conn.execute(
+                "INSERT INTO backlog_schema (version, name) VALUES (%s, %s)", (number, name)
+            )
+            applied += 1
+            log.info(
+                "applied postgres schema migration %s to schema %s",
+                name,
+                schema,
+                extra={"action": "schema_migrated", "task_id": None, "run_id": None},
+            )
+    return applied

@@ -1,0 +1,118 @@
+"""``postgresql://`` URLs: the connection, the rail's own options, and the shared rail options.
+
+``postgresql://user[:password]@host[:port]/db?schema=backlog&pool_size=10&statement_timeout_ms=30000``
+
+* ``schema``: the PostgreSQL schema holding the rail (a lowercase identifier; default ``backlog``).
+  Several rails can share a database, one schema each.
+* ``pool_size``: the most connections this process opens (1..1000; default 10).
+* ``statement_timeout_ms``: PostgreSQL's ``statement_timeout`` for every statement (0 = none;
+  default 30000). A statement past it is rolled back and answered ``TrackerUnavailable``.
+* the embedded rail's options (``max_backlog_depth``, ``role_backlog_depth``,
+  ``max_stale_attempts``, ``idempotency_ttl_s``, ``poll_interval_s``, ``retention_days``,
+  ``retry_*``), with the same meaning;
+* anything else is a libpq connection parameter (``sslmode``, ``application_name``, ...).
+
+No I/O: parsing only. Each bad value is a ``ConfigError`` naming the option.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from tracker_client.errors import ConfigError
+
+__all__ = ["PgOptions", "parse_postgres_url", "redact"]
+
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: The embedded rail's options, which the PostgreSQL rail honours the same way.
+SHARED = frozenset(
+    {
+        "max_backlog_depth",
+        "role_backlog_depth",
+        "max_stale_attempts",
+        "idempotency_ttl_s",
+        "poll_interval_s",
+        "retention_days",
+        "retry_max_attempts",
+        "retry_delay_ms",
+        "retry_backoff",
+        "retry_max_delay_ms",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PgOptions:
+    """The rail's own settings (the shared ones go to the embedded option parser)."""
+
+    schema: str = "backlog"
+    pool_size: int = 10
+    statement_timeout_ms: int = 30_000
+
+
+def _int(name: str, value: Any, low: int, high: int) -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        n = int(value.strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"postgresql tracker option {name}: expected an integer, got {value!r}"
+        ) from None
+    if not low <= n <= high:
+        raise ConfigError(f"postgresql tracker option {name}: must be {low}..{high}, got {n}")
+    return n
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (for messages, logs and ``tracker.path``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def parse_postgres_url(
+    url: str, extra: dict[str, Any]
+) -> tuple[str, PgOptions, dict[str, Any], str]:
+    """(libpq conninfo, rail options, shared rail options, the URL to show). ``ConfigError``."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a postgresql:// url: {redact(url)!r}")
+    if not parts.path.strip("/"):
+        raise ConfigError(f"tracker url {redact(url)!r} names no database (postgresql://host/db)")
+    query = {**dict(parse_qsl(parts.query, keep_blank_values=True)), **extra}
+    own: dict[str, Any] = {}
+    shared: dict[str, Any] = {}
+    libpq: dict[str, str] = {}
+    for key, value in query.items():
+        if key in ("schema", "pool_size", "statement_timeout_ms"):
+            own[key] = value
+        elif key in SHARED:
+            shared[key] = value
+        elif isinstance(value, str):
+            libpq[key] = value
+        else:
+            raise ConfigError(f"unknown postgresql tracker option {key!r}")
+    schema = str(own.get("schema", "backlog"))
+    if not _SCHEMA.match(schema):
+        raise ConfigError(
+            f"postgresql tracker option schema: expected a lowercase identifier "
+            f"(letters, digits, _; at most 63), got {schema!r}"
+        )
+    opts = PgOptions(
+        schema=schema,
+        pool_size=_int("pool_size", own.get("pool_size", 10), 1, 1000),
+        statement_timeout_ms=_int(
+            "statement_timeout_ms", own.get("statement_timeout_ms", 30_000), 0, 86_400_000
+        ),
+    )
+    conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
+    return conninfo, opts, shared, redact(conninfo)

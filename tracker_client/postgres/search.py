@@ -1,0 +1,73 @@
+"""The store's full-text search on PostgreSQL: ``tsvector`` instead of SQLite's FTS5.
+
+Every word of the query must match, each as a phrase of its tokens (``phraseto_tsquery``), as
+the embedded rail's FTS5 expression does; best match first (``ts_rank``). ``filter_path`` is a
+JSON path (``$.a.b``) whose value must equal ``filter_value`` as text. Runs in a read
+transaction through the rail's connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.store import match_expression
+from tracker_client.errors import ValidationFailed
+from tracker_client.models import StoreEntry
+
+__all__ = ["search"]
+
+
+def search(
+    ctx: Ctx,
+    query: str,
+    namespace: str | None,
+    limit: int,
+    filter_path: str | None,
+    filter_value: str | None,
+) -> list[StoreEntry]:
+    """Entries matching every word of ``query``, best first."""
+    from tracker_client.embedded.store import _entry
+
+    match_expression(query)  # the same checks and messages as the embedded rail
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationFailed(
+            f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
+        )
+    words = query.split()
+    terms = " && ".join(["phraseto_tsquery('simple', ?)"] * len(words))
+    sql = f"SELECT s.*, ts_rank(s.search, {terms}) AS rank FROM store s WHERE s.search @@ ({terms})"
+    params: list[Any] = [*words, *words]
+    if namespace is not None:
+        sql += " AND s.namespace = ?"
+        params.append(namespace)
+    if filter_path is not None:
+        if not isinstance(filter_path, str) or not filter_path.startswith("$"):
+            raise ValidationFailed(
+                f"filter_path must be a JSON path starting with '$', got {filter_path!r}",
+                code="invalid_query",
+            )
+        if not _valid_path(ctx, filter_path):
+            raise ValidationFailed(
+                f"filter_path {filter_path!r} is not a valid JSON path", code="invalid_query"
+            )
+        sql += " AND jsonb_path_query_first(s.value::jsonb, ?::jsonpath) #>> '{}' = ?"
+        params += [filter_path, filter_value]
+    sql += " ORDER BY rank DESC, s.id LIMIT ?"
+    params.append(limit)
+    return [_entry(r) for r in ctx.conn.execute(sql, tuple(params)).fetchall()]
+
+
+def _valid_path(ctx: Ctx, path: str) -> bool:
+    """Whether PostgreSQL reads ``path`` as a JSON path (checked before the search uses it)."""
+    conn = ctx.conn
+    conn.execute("SAVEPOINT filter_path")
+    try:
+        conn.execute("SELECT ?::jsonpath", (path,))
+    except psycopg.Error:
+        conn.execute("ROLLBACK TO SAVEPOINT filter_path")
+        return False
+    conn.execute("RELEASE SAVEPOINT filter_path")
+    return True

@@ -1,0 +1,200 @@
+"""``PostgresTracker``: the :class:`~tracker_client.protocol.Tracker` on a PostgreSQL schema.
+
+It is the embedded rail's API and rules (it subclasses
+:class:`~tracker_client.embedded.EmbeddedTracker`, so every operation runs the same domain
+function, with one source for BACKLOG-SEMANTICS.md) over a different core: each operation's
+transaction runs on a pooled psycopg connection (:mod:`.db`), the embedded SQL rewritten by
+:mod:`.dialect`. What PostgreSQL does differently is here: the claim (one statement,
+``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search (``tsvector``), wake-ups
+(``LISTEN/NOTIFY``, :mod:`.wake`) and the declared capabilities, which leave out the
+extensions this rail does not have yet (``spans``, ``workers``, ``follow``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any, Self, TypeVar, cast
+
+import anyio
+
+from tracker_client.capabilities import Capabilities
+from tracker_client.embedded import backlog
+from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.core import QUIET_WRITES, _idle_maintenance, _wall_ms
+from tracker_client.embedded.options import parse_options
+from tracker_client.embedded.pipelines import PipelineCache
+from tracker_client.embedded.tracker import EmbeddedTracker
+from tracker_client.errors import ConfigError, Unsupported
+from tracker_client.models import Health, StoreEntry, WaitResult
+from tracker_client.nulltickets import contract
+from tracker_client.postgres import search
+from tracker_client.postgres.db import Database
+from tracker_client.postgres.dialect import PgConn
+from tracker_client.postgres.options import PgOptions, parse_postgres_url
+
+__all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
+
+R = TypeVar("R")
+Clock = Callable[[], int]
+
+#: Extensions of the contract this rail does not serve yet (issue 13 adds them to the embedded
+#: rail first); ``call`` answers ``Unsupported`` for their operations.
+MISSING_EXTENSIONS = frozenset({"spans", "workers", "follow"})
+
+#: The PostgreSQL rail: the embedded rail's rules, over a network connection (an answer can be
+#: lost between the commit and the reply, so callers send idempotency keys).
+POSTGRES = Capabilities(
+    answers_can_be_lost=True,
+    max_lease_ttl_ms=None,
+    backlog_ops=True,
+    wait=True,
+    run_details=True,
+    task_extensions=True,
+    release=True,
+    strict_definitions=True,
+    strict_limits=True,
+    extensions=frozenset(contract.EXTENSIONS) - MISSING_EXTENSIONS,
+)
+
+VERSION = "backlog-worker-postgres/1"
+
+
+class PostgresTracker(EmbeddedTracker):
+    """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
+
+    _db: Database  # type: ignore[assignment]
+
+    def __init__(self, db: Database, opts: Any, clock: Clock, pg: PgOptions) -> None:
+        super().__init__(cast(Any, db), opts, clock)
+        self._pg = pg
+
+    @classmethod
+    async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
+        """Open (creating the schema and migrating if needed) the rail ``path`` names.
+
+        ``path`` is a ``postgresql://`` URL (see :mod:`.options`); ``options`` add to its query.
+        ``ConfigError`` for a bad option, ``TrackerUnavailable`` when the server can't be
+        reached, ``TrackerCorrupt`` for a schema that is not ours or is newer.
+        """
+        if clock is not None and not callable(clock):
+            raise ConfigError("postgresql tracker option clock: must be a callable returning ms")
+        conninfo, pg, shared, shown = parse_postgres_url(path, dict(options))
+        opts = parse_options(shared)
+        db = await Database.open(
+            conninfo,
+            schema=pg.schema,
+            shown=shown,
+            pool_size=pg.pool_size,
+            statement_timeout_ms=pg.statement_timeout_ms,
+        )
+        return cls(db, opts, clock or _wall_ms, pg)
+
+    @property
+    def path(self) -> str:
+        """The rail's URL, without a password."""
+        return self._db.shown
+
+    async def capabilities(self) -> Capabilities:
+        """The embedded rail's capabilities minus the extensions not here yet; answers over a
+        network can be lost, so callers send idempotency keys."""
+        return POSTGRES
+
+    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+        """The contract operation ``operation``; ``Unsupported`` for an extension not here yet."""
+        op = contract.operation(operation)  # KeyError: not an operation of the contract
+        if op.extension in MISSING_EXTENSIONS:
+            raise Unsupported(
+                f"the PostgreSQL rail has no {op.extension} extension yet ({operation})"
+            )
+        method: Callable[..., Awaitable[Any]] = getattr(self, op.name)
+        return await method(*params, **arguments)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _pg_ctx(self, conn: PgConn) -> Ctx:
+        # The domain functions only call execute() and in_transaction on their connection.
+        return Ctx(cast(sqlite3.Connection, conn), int(self._clock()), self._opts, self._pipelines)
+
+    async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
+        box: list[Ctx] = []
+
+        def body(conn: PgConn) -> R:
+            ctx = self._pg_ctx(conn)
+            box[:] = [ctx]
+            return fn(ctx)
+
+        try:
+            result = await self._db.run(body, where, write=True)
+        except BaseException:
+            if where not in QUIET_WRITES:
+                self._notify()  # it may have committed before failing to answer
+            if where == "create_pipeline":
+                self._pipelines = PipelineCache()  # a rolled-back create may be cached
+            raise
+        if box:
+            box[0].flush_logs()
+        if where not in QUIET_WRITES and not _idle_maintenance(result):
+            self._notify()
+        return result
+
+    async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
+        return await self._db.run(lambda conn: fn(self._pg_ctx(conn)), where, write=False)
+
+    # -- what PostgreSQL does its own way -------------------------------------------------------
+    async def health(self) -> Health:
+        """Tasks per stage and live leases; ``TrackerUnavailable`` when the server is down."""
+        found = await super().health()
+        return found.model_copy(update={"version": VERSION})
+
+    async def store_search(
+        self,
+        query: str,
+        *,
+        namespace: str | None = None,
+        limit: int = 10,
+        filter_path: str | None = None,
+        filter_value: str | None = None,
+    ) -> list[StoreEntry]:
+        """Full-text search: every word must match (as a phrase); rank order."""
+        return await self._read(
+            "store_search",
+            lambda c: search.search(c, query, namespace, limit, filter_path, filter_value),
+        )
+
+    async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
+        """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
+        deadline = anyio.current_time() + max(0.0, float(timeout_s))
+        self._waiters += 1
+        try:
+            while True:
+                event = self._changed
+                result = await self._read("wait", lambda c: backlog.finished_state(c, task_id))
+                remaining = deadline - anyio.current_time()
+                if result.finished or remaining <= 0:
+                    return result
+                with anyio.move_on_after(min(remaining, self._opts.poll_interval_s * 4)):
+                    await event.wait()
+        finally:
+            self._waiters -= 1
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        """Return early when a write here may have made work, when the earliest live lease
+        lapses, else after ``timeout_s``."""
+        self._waiters += 1
+        try:
+            event = self._changed
+            now_ms = int(self._clock())
+            next_expiry = await self._read(
+                "wait_for_work",
+                lambda c: c.scalar(
+                    "SELECT min(lease_expires_at_ms) FROM tasks WHERE lease_expires_at_ms > ?",
+                    (now_ms,),
+                ),
+            )
+            limit = max(0.0, float(timeout_s))
+            if next_expiry is not None:
+                limit = min(limit, (int(next_expiry) - now_ms) / 1000 + 0.01)
+            with anyio.move_on_after(limit):
+                await event.wait()
+        finally:
+            self._waiters -= 1
