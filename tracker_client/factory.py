@@ -8,6 +8,10 @@
   also as query parameters, e.g. ``http://host:7700?timeout_s=5&retry_attempts=3``). It tries
   each call once unless ``retry=`` (or a ``retry_*`` option) asks for retries.
 
+* ``postgresql://user@host:port/db?schema=..&pool_size=..&statement_timeout_ms=..`` (or
+  ``postgres://``) -> the PostgreSQL rail (:mod:`tracker_client.postgres`, the ``postgres``
+  extra), with the embedded rail's options too.
+
 It may touch the embedded tracker (:mod:`tracker_client.embedded`) and the NullTickets client
 (:mod:`tracker_client.nulltickets.client`), each imported only when a URL names it, and the rail's
 file (:func:`require_rail` checks it exists and is not empty).
@@ -109,6 +113,16 @@ async def open_tracker(
             require_rail(url)
         path, url_options = parse_sqlite_url(url)
         return await EmbeddedTracker.open(path, **{**url_options, **options})
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from tracker_client.postgres import PostgresTracker
+        except ImportError as exc:
+            raise ConfigError(
+                f"tracker url {scheme}://...: the PostgreSQL rail needs the postgres extra "
+                f"(pip install 'backlog-worker[postgres]'): {exc}"
+            ) from exc
+        return await PostgresTracker.open(url, **options)
     raise ConfigError(
-        f"tracker url {url!r}: unknown scheme {scheme!r} (use sqlite:///path.db or http://host:port)"
+        f"tracker url {url!r}: unknown scheme {scheme!r} (use sqlite:///path.db, "
+        "http://host:port or postgresql://host/db)"
     )
