@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.contract.support import DECLARED, FakeClock, OpenTracker, TrackerImpl
+from tests.postgres.contract_impl import POSTGRES
 from tracker_client.capabilities import Capabilities
 from tracker_client.factory import open_tracker as factory_open_tracker
 from tracker_client.nulltickets.contract import EXTENSIONS as WIRE_EXTENSIONS
@@ -40,8 +41,9 @@ async def _open_embedded(path: Path, clock: FakeClock, options: Any) -> AsyncIte
 
 EMBEDDED = TrackerImpl(name="embedded", open=_open_embedded)
 
-#: Every implementation the suite runs against.
-IMPLEMENTATIONS: list[TrackerImpl] = [EMBEDDED]
+#: Every implementation the suite runs against (the PostgreSQL rail: a schema of one real
+#: server per test process, tests/postgres/contract_impl.py).
+IMPLEMENTATIONS: list[TrackerImpl] = [EMBEDDED, POSTGRES]
 
 
 def _load_extra_implementations() -> None:
