@@ -281,5 +281,5 @@ def _role_of(body: bytes) -> str | None:
         data = json.loads(body)
     except ValueError:
         return None
-    role = data.get("role") if isinstance(data, dict) else None
+    role = data.get("agent_role") if isinstance(data, dict) else None
     return role if isinstance(role, str) else None
