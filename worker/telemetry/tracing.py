@@ -265,7 +265,7 @@ class WorkerTracing(Telemetry):
                 "counted, not logged again",
                 count,
                 type(error).__name__,
-                getattr(error, "code", "") or error,
+                error,
                 extra={"action": "tracing_refused"},
             )
 
