@@ -130,6 +130,8 @@ class TaskCreate(_CreateModel):
     dedupe_key: str | None = None
     #: Keep deduping for this long after the task with the key finished.
     dedupe_window_ms: int | None = None
+    #: The task that spawned this one (extension ``subtasks``): cancelling it cancels this.
+    parent_id: str | None = None
 
 
 class Task(_Model):
@@ -156,6 +158,8 @@ class Task(_Model):
     #: The time a delayed task was scheduled for (None = created due).
     run_at_ms: int | None = None
     dedupe_key: str | None = None
+    #: The task that spawned this one (extension ``subtasks``; None on plain NullTickets).
+    parent_id: str | None = None
 
 
 class Run(_Model):
@@ -217,6 +221,8 @@ class Lease(_Model):
     lease_id: str
     lease_token: SecretStr
     expires_at_ms: int
+    #: The latest checkpoint of the task's earlier runs (extension ``checkpoints``; None: none).
+    previous_checkpoint: Any = None
 
     @property
     def run_id(self) -> str:
@@ -389,6 +395,8 @@ class CancelResult(_Model):
     stage: str
     revoked_lease: bool
     dead_letter_reason: str = "cancelled"
+    #: Unfinished descendants (subtasks) cancelled with it, in the same write.
+    cancelled_descendants: int = 0
 
 
 class RequeueResult(_Model):
