@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.models import (
     Artifact,
@@ -97,8 +98,22 @@ class LeaseTracker(Protocol):
     ) -> Lease | None:
         """Claim the best eligible task of ``role``; None when there is no work."""
 
-    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
-        """Extend the lease; returns the new ``expires_at_ms``. ``LeaseLost`` when it is gone."""
+    async def heartbeat(
+        self, lease: LeaseRef, *, lease_ttl_ms: int | None = None, checkpoint: Any = UNSET
+    ) -> int:
+        """Extend the lease; returns the new ``expires_at_ms``. ``LeaseLost`` when it is gone.
+
+        ``checkpoint`` (extension ``checkpoints``; left out: unchanged) replaces the run's
+        checkpoint in the same write: one JSON value of at most 64 KiB, else
+        ``ValidationFailed`` naming the limit and nothing written (the lease not extended).
+        ``Unsupported`` where the rail lacks the extension
+        (:func:`tracker_client.agents.save_checkpoint` falls back to the KV store there).
+        """
+
+    async def checkpoint(self, lease: LeaseRef, data: Any) -> None:
+        """Replace the run's checkpoint with ``data`` (extension ``checkpoints``; the limits of
+        :meth:`heartbeat`'s ``checkpoint``). The next claim of the task hands the latest
+        checkpoint of its runs as ``Lease.previous_checkpoint``."""
 
     async def add_event(
         self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
@@ -122,9 +137,17 @@ class LeaseTracker(Protocol):
         expected_task_version: int | None = None,
         instructions: str | None = None,
         usage: Any = None,
+        wait_for: Sequence[str] = (),
         idempotency_key: str | None = None,
     ) -> TransitionResult:
-        """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
+        """Complete the run and move the task; ``InvalidTransition`` keeps the lease.
+
+        ``wait_for`` (extension ``fan_in``): task ids the task then waits for, the dependency
+        edges added in the same write; refused whole, nothing written, for an unknown id
+        (``NotFound``), the task itself or a cycle (``Conflict`` ``dependency_cycle`` naming
+        it). ``Unsupported`` where the rail lacks it (:func:`tracker_client.agents.
+        transition_waiting` adds the edges one by one there).
+        """
 
     async def fail(
         self,
@@ -311,3 +334,24 @@ class Tracker(LeaseTracker, Protocol):
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
+
+    async def list_upstream(self, task_id: str) -> list[Upstream]:
+        """Each dependency of the task: its stage, outcome, last ``result`` and artifacts
+        (extension ``upstream``; :func:`tracker_client.agents.upstream_of` composes it from
+        plain reads where the rail lacks it). ``NotFound`` for an unknown task."""
+
+    async def transition_task(
+        self,
+        task_id: str,
+        trigger: str,
+        *,
+        expected_stage: str,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Move a task waiting in a stage with no role (a human step) along ``trigger``
+        (extension ``human_steps``). ``Conflict`` ``not_a_human_step`` for a task in a stage
+        with a role, leased, finished or dead-lettered, ``expected_stage_mismatch`` when it
+        is no longer in ``expected_stage``; ``InvalidTransition`` lists the allowed triggers.
+        The instructions are recorded as a worker's transition records them."""
