@@ -95,6 +95,8 @@ class HeartbeatBody(_Body):
     lease_ttl_ms: int | None = Field(None, json_schema_extra=_ext("heartbeat_ttl"))
     #: Extension: the lease's run, used only to say why a lease is gone (revoked, expired).
     run_id: str = Field("", json_schema_extra=_ext("heartbeat_ttl"))
+    #: Extension: the run's checkpoint, written with the heartbeat (absent: left as it is).
+    checkpoint: Any = Field(None, json_schema_extra=_ext("checkpoints"))
 
 
 class EventBody(_Body):
@@ -112,6 +114,8 @@ class TransitionBody(_Body):
     usage: Any = None
     expected_stage: str | None = None
     expected_task_version: int | None = None
+    #: Extension: task ids the moved task waits for (dependency edges added in the same write).
+    wait_for: list[str] = Field(default_factory=list, json_schema_extra=_ext("fan_in"))
 
 
 class FailBody(_Body):
