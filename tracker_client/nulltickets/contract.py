@@ -30,6 +30,7 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel
 
 from tracker_client import models as m
+from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
 from tracker_client.nulltickets.wire_models import (
     AssignBody,
     BulkBody,
@@ -127,6 +128,12 @@ EXTENSIONS: Mapping[str, str] = {
     "rate_limits": "/rate-limits (fleet-wide claim rate and leased-task cap per role)",
     "workers": "/workers (live workers: who registered, last seen, alive/lost/stopped, runs)",
     "follow": "GET /tasks/{task_id}/follow (long poll for a task's new events until it ends)",
+    "subtasks": "task create parent_id (a task's children; cancel cascades to them)",
+    "fan_in": "transition wait_for (dependency edges added in the transition's own write)",
+    "upstream": "GET /tasks/{task_id}/upstream (each dependency's outcome, result, artifacts)",
+    "checkpoints": "POST /runs/{run_id}/checkpoint, heartbeat checkpoint, claim's "
+    "previous_checkpoint",
+    "human_steps": "POST /tasks/{task_id}/transition (move a task waiting in a role-less stage)",
     "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
 }
 
@@ -243,11 +250,11 @@ OPERATIONS: tuple[Operation, ...] = (
     # tasks
     _op("create_tasks", "POST", "/tasks/bulk", "Create tasks, all or nothing", body=BulkBody,
         status=201, response=IdsAnswer, errors=(400, 404, 409, 429),
-        features=("backlog", "delayed_tasks", "dedupe"), wakes=True, idempotent=True,
+        features=("backlog", "delayed_tasks", "dedupe", "subtasks"), wakes=True, idempotent=True,
         quirk="over 64 KiB the request is dropped unanswered: split it"),
     _op("create_task", "POST", "/tasks", "Create task", body=m.TaskCreate, status=201,
         response=IdAnswer, errors=(400, 404, 409, 429),
-        features=("backlog", "delayed_tasks", "dedupe"), wakes=True, idempotent=True),
+        features=("backlog", "delayed_tasks", "dedupe", "subtasks"), wakes=True, idempotent=True),
     _op("list_tasks", "GET", "/tasks", "List tasks (cursor = last item, never skips)",
         response=m.Task, shape="page", errors=(400,),
         query=(Query("stage"), Query("pipeline_id"), *_LIMIT_CURSOR), quirk=_SKIP),
@@ -266,10 +273,11 @@ OPERATIONS: tuple[Operation, ...] = (
         response=StatusAnswer, errors=(404,), wakes=True, idempotent=True),
     # leases and runs
     _op("claim", "POST", "/leases/claim", "Claim the best eligible task (204: no work)",
-        body=ClaimBody, response=m.Lease, errors=(400,), idempotent=True),
+        body=ClaimBody, response=m.Lease, errors=(400,), idempotent=True,
+        features=("checkpoints",)),
     _op("heartbeat", "POST", "/leases/{lease_id}/heartbeat", "Extend the lease by its own TTL",
         "lease", body=HeartbeatBody, body_required=False, response=ExpiryAnswer,
-        errors=(401, 404, 410), features=("heartbeat_ttl",),
+        errors=(400, 401, 404, 410), features=("heartbeat_ttl", "checkpoints"),
         quirk="the lease is reset to 300 s whatever TTL it was claimed with"),
     _op("add_event", "POST", "/runs/{run_id}/events", "Add run event", "lease", body=EventBody,
         status=201, response=EventIdAnswer, errors=(400, 401, 404, 410), idempotent=True),
@@ -278,7 +286,7 @@ OPERATIONS: tuple[Operation, ...] = (
         quirk=_SKIP + "; in the lease class at the auth layer: send some Bearer value"),
     _op("transition", "POST", "/runs/{run_id}/transition", "Complete the run and move the task",
         "lease", body=TransitionBody, response=m.TransitionResult,
-        errors=(400, 401, 404, 409, 410), wakes=True, idempotent=True),
+        errors=(400, 401, 404, 409, 410), wakes=True, idempotent=True, features=("fan_in",)),
     _op("fail", "POST", "/runs/{run_id}/fail", "Fail the run (retry or dead letter)", "lease",
         body=FailBody, response=m.FailResult, errors=(400, 401, 404, 410),
         features=("fail_result", "backlog"), wakes=True, idempotent=True,
@@ -286,6 +294,9 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("release", "POST", "/runs/{run_id}/release", "Give an unfinished run's task back (worker "
         "shutdown): no attempt counted", "lease", body=ReleaseBody, response=m.ReleaseResult,
         errors=(400, 401, 404, 410), extension="release", idempotent=True),
+    _op("checkpoint", "POST", "/runs/{run_id}/checkpoint", "Replace the run's checkpoint (one "
+        "JSON value, at most 64 KiB; the next claim of the task hands it back)", "lease",
+        body=CheckpointBody, status=204, errors=(400, 401, 404, 410), extension="checkpoints"),
     # artifacts, ops
     _op("add_artifact", "POST", "/artifacts", "Add artifact", body=m.ArtifactCreate, status=201,
         response=IdAnswer, errors=(400, 404), idempotent=True),
@@ -323,6 +334,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "for events after the cursor, or the task's end", response=m.TaskFollow,
         errors=(400, 404), query=(Query("after"), *_WAIT, Query("limit", "integer")),
         extension="follow"),
+    _op("list_upstream", "GET", "/tasks/{task_id}/upstream", "Each dependency of the task: "
+        "stage, outcome, last result and artifacts", response=Upstream, shape="list",
+        errors=(404,), extension="upstream"),
+    _op("transition_task", "POST", "/tasks/{task_id}/transition", "Move a task waiting in a "
+        "stage with no role (a human step), with a worker transition's checks",
+        body=TaskTransitionBody, response=m.TransitionResult, errors=(400, 404, 409),
+        extension="human_steps", wakes=True, idempotent=True),
     _op("list_runs", "GET", "/tasks/{task_id}/runs", "Every run of the task", response=m.Run,
         shape="list", errors=(404,), extension="runs"),
     _op("list_task_events", "GET", "/tasks/{task_id}/events", "Every event of the task",
