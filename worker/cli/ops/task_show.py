@@ -1,7 +1,7 @@
-"""``backlog-worker task show``: a task's state, runs, events timeline and artifacts.
+"""``backlog-worker task show``: a task's state, runs, events timeline, artifacts and spans.
 
-It may touch the tracker (reads only: the task, its pipeline, runs, events and artifacts) and the
-terminal.
+It may touch the tracker (reads only: the task, its pipeline, runs, events, artifacts and spans)
+and the terminal.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Artifact, Event, Pipeline, Run, TaskDetail
+from tracker_client.observe_models import Span
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     OpsContext,
@@ -29,6 +30,7 @@ from worker.cli.ops.common import (
     now_ms,
 )
 from worker.cli.ops.task_follow import Follow, follow_options
+from worker.cli.ops.task_spans import fetch_spans, render_spans
 
 __all__ = [
     "TaskReport",
@@ -81,21 +83,27 @@ class TaskReport:
         events: list[Event],
         artifacts: list[Artifact],
         pipeline: Pipeline | None,
+        spans: list[Span] | None = None,
     ) -> None:
         self.task = task
         self.runs = runs
         self.events = events
         self.artifacts = artifacts
         self.pipeline = pipeline
+        #: None: the rail has no ``spans`` extension (nothing is shown of them).
+        self.spans = spans
 
     def as_json(self) -> dict[str, Any]:
         """The JSON shape of ``task show --json``."""
-        return {
+        shape = {
             "task": self.task.model_dump(mode="json"),
             "runs": [r.model_dump(mode="json") for r in self.runs],
             "events": [e.model_dump(mode="json") for e in self.events],
             "artifacts": [a.model_dump(mode="json") for a in self.artifacts],
         }
+        if self.spans is not None:
+            shape["spans"] = [s.model_dump(mode="json") for s in self.spans]
+        return shape
 
 
 async def _all_task_events(tracker: Tracker, task: TaskDetail, runs: list[Run]) -> list[Event]:
@@ -148,7 +156,8 @@ async def fetch_report(tracker: Tracker, task_id: str) -> TaskReport:
         pipeline: Pipeline | None = await tracker.get_pipeline(task.pipeline_id)
     except NotFound:
         pipeline = None
-    return TaskReport(task, runs, events, artifacts, pipeline)
+    spans = await fetch_spans(tracker, task_id)
+    return TaskReport(task, runs, events, artifacts, pipeline, spans)
 
 
 def _is_terminal(pipeline: Pipeline | None, stage: str) -> bool:
@@ -347,6 +356,8 @@ def task_show(
                 ops.print(note)
         if report.artifacts:
             ops.print(render_artifacts(report.artifacts))
+        if report.spans:
+            ops.print(render_spans(report.spans, report.runs))
         return await following.run(ops, tracker, report.runs, report.events)
 
     ops.run(show, interrupted=following.interrupted)
