@@ -57,8 +57,12 @@ def map_pg_error(exc: BaseException, where: str) -> BaseException:
 class Database:
     """A pool of connections to one rail (a schema of one PostgreSQL database)."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], schema: str, shown: str) -> None:
+    def __init__(
+        self, pool: psycopg_pool.ConnectionPool[Any], schema: str, shown: str, conninfo: str
+    ) -> None:
         self.pool = pool
+        #: libpq's connection string (the wake-up listener opens its own connection with it).
+        self.conninfo = conninfo
         self.schema = schema
         #: The URL without credentials (for messages and ``tracker.path``).
         self.shown = shown
@@ -113,7 +117,7 @@ class Database:
                 raise err from exc
 
         await anyio.to_thread.run_sync(start)
-        return cls(pool, schema, shown)
+        return cls(pool, schema, shown, conninfo)
 
     def _check(self) -> None:
         if self._closed:

@@ -12,6 +12,7 @@ extensions this rail does not have yet (``spans``, ``workers``, ``follow``).
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any, Self, TypeVar, cast
@@ -32,6 +33,7 @@ from tracker_client.postgres import search
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
 from tracker_client.postgres.options import PgOptions, parse_postgres_url
+from tracker_client.postgres.wake import Listener, channel_name
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
 
@@ -58,6 +60,10 @@ POSTGRES = Capabilities(
 )
 
 VERSION = "backlog-worker-postgres/1"
+#: A waiter with a live wake-up listener still looks this often (a lost NOTIFY costs no more).
+SAFETY_TICK_S = 5.0
+#: How long the first waiter waits for ``LISTEN`` to be in place before it polls instead.
+LISTEN_START_S = 5.0
 
 
 class PostgresTracker(EmbeddedTracker):
@@ -68,6 +74,9 @@ class PostgresTracker(EmbeddedTracker):
     def __init__(self, db: Database, opts: Any, clock: Clock, pg: PgOptions) -> None:
         super().__init__(cast(Any, db), opts, clock)
         self._pg = pg
+        self._channel = channel_name(pg.schema)
+        self._instance = secrets.token_hex(8)
+        self._listener: Listener | None = None
 
     @classmethod
     async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
@@ -89,6 +98,13 @@ class PostgresTracker(EmbeddedTracker):
             statement_timeout_ms=pg.statement_timeout_ms,
         )
         return cls(db, opts, clock or _wall_ms, pg)
+
+    async def aclose(self) -> None:
+        """Stop the wake-up listener and close every connection. Idempotent."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await anyio.to_thread.run_sync(listener.stop())
+        await super().aclose()
 
     @property
     def path(self) -> str:
@@ -121,7 +137,11 @@ class PostgresTracker(EmbeddedTracker):
         def body(conn: PgConn) -> R:
             ctx = self._pg_ctx(conn)
             box[:] = [ctx]
-            return fn(ctx)
+            result = fn(ctx)
+            if where not in QUIET_WRITES and not _idle_maintenance(result):
+                # Delivered at commit, to every host's listener (see .wake).
+                conn.raw.execute("SELECT pg_notify(%s, %s)", (self._channel, self._instance))
+            return result
 
         try:
             result = await self._db.run(body, where, write=True)
@@ -161,6 +181,17 @@ class PostgresTracker(EmbeddedTracker):
             lambda c: search.search(c, query, namespace, limit, filter_path, filter_value),
         )
 
+    async def _tick(self) -> float:
+        """How long a waiter may sleep without looking: the slow safety tick while the
+        wake-up listener is up (started here on first use), else the poll interval."""
+        listener = self._listener
+        if listener is None:
+            listener = self._listener = Listener(
+                self._db.conninfo, self._channel, self._instance, self._notify
+            )
+            await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
+        return SAFETY_TICK_S if listener.healthy else self._opts.poll_interval_s
+
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
         deadline = anyio.current_time() + max(0.0, float(timeout_s))
@@ -172,7 +203,7 @@ class PostgresTracker(EmbeddedTracker):
                 remaining = deadline - anyio.current_time()
                 if result.finished or remaining <= 0:
                     return result
-                with anyio.move_on_after(min(remaining, self._opts.poll_interval_s * 4)):
+                with anyio.move_on_after(min(remaining, await self._tick())):
                     await event.wait()
         finally:
             self._waiters -= 1
@@ -182,6 +213,7 @@ class PostgresTracker(EmbeddedTracker):
         lapses, else after ``timeout_s``."""
         self._waiters += 1
         try:
+            tick = await self._tick()
             event = self._changed
             now_ms = int(self._clock())
             next_expiry = await self._read(
@@ -191,7 +223,7 @@ class PostgresTracker(EmbeddedTracker):
                     (now_ms,),
                 ),
             )
-            limit = max(0.0, float(timeout_s))
+            limit = min(max(0.0, float(timeout_s)), tick)
             if next_expiry is not None:
                 limit = min(limit, (int(next_expiry) - now_ms) / 1000 + 0.01)
             with anyio.move_on_after(limit):
