@@ -112,7 +112,12 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
                 page = context.new_page()
                 page.set_default_timeout(20_000)
                 dialogs: list[str] = []
-                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+                def dialog(d: Any) -> None:  # an alert() that ran: the test fails on it
+                    dialogs.append(d.message)
+                    d.dismiss()
+
+                page.on("dialog", dialog)
                 yield Browser(url, ids, page, dialogs, artifacts_dir())
             finally:
                 context.close()
