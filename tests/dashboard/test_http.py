@@ -295,6 +295,16 @@ async def test_spans_and_workers_are_shown_when_the_rail_has_them(served: Served
         assert "not available on this rail" in workers
 
 
+async def test_repeated_failed_logins_are_throttled(served: Served) -> None:
+    http, _, _ = served
+    for _ in range(10):
+        assert (await http.post("/ui/login", data={"token": "guess"})).status_code == 401
+    blocked = await http.post("/ui/login", data={"token": TOKEN})
+    assert blocked.status_code == 429  # even the right token waits out the window
+    assert int(blocked.headers["retry-after"]) >= 1
+    assert "set-cookie" not in blocked.headers
+
+
 def test_the_session_table_is_bounded() -> None:
     sessions = Sessions(limit=2)
     first, second, third = sessions.open(), sessions.open(), sessions.open()

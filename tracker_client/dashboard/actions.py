@@ -11,6 +11,7 @@ It may touch the tracker (``cancel``, ``requeue``), the session table and the re
 from __future__ import annotations
 
 import logging
+import math
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -60,8 +61,16 @@ async def login(request: Request) -> Response:
     except auth.BadForm as exc:
         return dash.error(request, None, exc.status, "Bad request", str(exc))
     nxt = _safe_next(root, form.get("next"))
+    client = request.client.host if request.client else "?"
+    wait_s = dash.throttle.wait_s(client)
+    if wait_s:
+        response = dash.error(
+            request, None, 429, "Too many failed logins", f"Try again in {math.ceil(wait_s)} s."
+        )
+        response.headers["Retry-After"] = str(math.ceil(wait_s))
+        return response
     if not dash.token_matches(form.get("token") or None):
-        client = request.client.host if request.client else "?"
+        dash.throttle.failed(client)
         log.warning("dashboard: failed login from %s", client)
         context = {"next": nxt, "failed": True}
         return dash.render(request, None, "login.html", context, status=401)

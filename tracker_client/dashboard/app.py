@@ -63,6 +63,7 @@ class Dashboard:
         self.tracker = tracker
         self.settings = settings
         self.sessions = auth.Sessions(limit=settings.max_sessions)
+        self.throttle = auth.LoginThrottle()
         self._token = settings.admin_token.encode() if settings.admin_token else None
 
     @property
