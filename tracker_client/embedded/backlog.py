@@ -68,7 +68,31 @@ def cancel(ctx: Ctx, task_id: str, reason: str) -> CancelResult:
             f"task {task_id} is already in terminal stage {task['stage']!r}",
             code="already_finished",
         )
-    return _cancel_row(ctx, task, reason)
+    result = _cancel_row(ctx, task, reason)
+    descendants = _cancel_descendants(ctx, task, reason)
+    if not descendants:
+        return result
+    return result.model_copy(update={"cancelled_descendants": descendants})
+
+
+def _cancel_descendants(ctx: Ctx, task: sqlite3.Row, reason: str) -> int:
+    """Cancel the unfinished descendants of ``task`` (its subtasks, theirs...; extension
+    ``subtasks``) with ``reason``; how many. A rail without the ``parent_id`` column has none."""
+    if "parent_id" not in task.keys():  # noqa: SIM118 (a Row: `in` looks at its values)
+        return 0
+    count = 0
+    todo = [task["id"]]
+    while todo:
+        parent = todo.pop()
+        for (child_id,) in ctx.conn.execute(
+            "SELECT id FROM tasks WHERE parent_id = ? ORDER BY seq", (parent,)
+        ).fetchall():
+            todo.append(child_id)
+            child = ctx.task_row(child_id)  # fresh: a cancel above may have dead-lettered it
+            if child["dead_letter_reason"] is None and not child["terminal"]:
+                _cancel_row(ctx, child, reason)
+                count += 1
+    return count
 
 
 def cancel_all(ctx: Ctx, pipeline_id: str | None, role: str | None) -> int:
@@ -87,7 +111,9 @@ def cancel_all(ctx: Ctx, pipeline_id: str | None, role: str | None) -> int:
         f"SELECT * FROM tasks WHERE {' AND '.join(where)} ORDER BY seq", tuple(params)
     ).fetchall()
     for task in rows:
-        _cancel_row(ctx, task, "cancelled")
+        fresh = ctx.task_row(task["id"])
+        if fresh["dead_letter_reason"] is None:  # else: dead-lettered by an upstream's cancel
+            _cancel_row(ctx, fresh, "cancelled")
     return len(rows)
 
 

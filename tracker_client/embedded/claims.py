@@ -12,7 +12,10 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Mapping
+from typing import Any
 
+from tracker_client.agent_models import UNSET
+from tracker_client.embedded.checkpoints import previous_checkpoint, write_checkpoint
 from tracker_client.embedded.common import (
     CLEAR_LEASE,
     CorruptRow,
@@ -276,13 +279,22 @@ def _lease(
         lease_id=lease_id,
         lease_token=token,  # pydantic wraps it in SecretStr
         expires_at_ms=expires,
+        previous_checkpoint=previous_checkpoint(ctx, task),
     )
 
 
 def heartbeat(
-    ctx: Ctx, lease_id: str, run_id: str, token_sha256: str, lease_ttl_ms: int | None
+    ctx: Ctx,
+    lease_id: str,
+    run_id: str,
+    token_sha256: str,
+    lease_ttl_ms: int | None,
+    checkpoint: Any = UNSET,
 ) -> int:
     """Extend a live lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry.
+
+    A ``checkpoint`` given replaces the run's (:func:`.agents.write_checkpoint`) in the same
+    write; one over the limit is refused and the lease is not extended.
 
     ``run_id`` may be empty (NullTickets' heartbeat names only the lease): it is then found
     from ``lease_id``.
@@ -299,6 +311,8 @@ def heartbeat(
         if run_id is None:
             raise LeaseLost(f"lease {lease_id} not found", code="not_found")
     lease = check_lease(ctx, run_id, token_sha256, lease_id=lease_id)
+    if checkpoint is not UNSET:
+        write_checkpoint(ctx, lease, run_id, checkpoint)
     ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["lease_ttl_ms"])
     expires = ctx.now + ttl
     ctx.conn.execute(
@@ -333,4 +347,5 @@ def reissue(ctx: Ctx, lease_id: str, run_id: str) -> Lease:
         lease_id=lease_id,
         lease_token=token,
         expires_at_ms=task["lease_expires_at_ms"],
+        previous_checkpoint=previous_checkpoint(ctx, task, before_attempt=run["attempt"]),
     )

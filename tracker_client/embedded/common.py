@@ -262,8 +262,18 @@ def _task(row: sqlite3.Row, metadata: Any) -> Task:
             "expires_at_ms": row["expires_at_ms"],
             "run_at_ms": row["run_at_ms"],
             "dedupe_key": row["dedupe_key"],
+            "parent_id": _parent_of(row),
         }
     )
+
+
+def _parent_of(row: sqlite3.Row) -> str | None:
+    """The row's ``parent_id`` (extension ``subtasks``; a rail without the column: None)."""
+    try:
+        parent: str | None = row["parent_id"]
+    except (IndexError, KeyError):
+        return None
+    return parent
 
 
 def run_from_row(row: sqlite3.Row) -> Run:

@@ -104,7 +104,7 @@ def _nonempty_str(value: Any) -> bool:
 
 #: The keys a definition, a state and a transition may have (NullTickets' plus our extensions).
 TOP_KEYS = ("initial", "states", "transitions", "default_queue_ttl_ms", "retry")
-STATE_KEYS = ("agent_role", "description", "terminal", "workflow_id")
+STATE_KEYS = ("agent_role", "description", "terminal", "workflow_id", "human")
 TRANSITION_KEYS = ("from", "to", "trigger", "instructions", "required_gates")
 
 
@@ -134,10 +134,19 @@ def _strict_rules(
                 f"{t.from_state!r}: a terminal state is finished and has no way out"
             )
     for s in states.values():
-        if not s.terminal and s.agent_role is None:
+        human = definition["states"][s.name].get("human", False)
+        if not isinstance(human, bool):
+            raise _fail(f"state {s.name!r}: 'human' must be true or false")
+        if human and (s.terminal or s.agent_role is not None):
+            raise _fail(
+                f"state {s.name!r} is a human step: it has no agent_role and is not terminal "
+                "(a person moves the task on with `backlog-worker task transition`)"
+            )
+        if not s.terminal and s.agent_role is None and not human:
             raise _fail(
                 f"state {s.name!r} is not terminal and has no agent_role: no worker can claim a "
-                "task there, so it could never leave (give it an agent_role or make it terminal)"
+                "task there, so it could never leave (give it an agent_role, make it terminal, "
+                'or mark it a human step with "human": true)'
             )
 
 

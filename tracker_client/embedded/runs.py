@@ -9,8 +9,11 @@ import hashlib
 import hmac
 import random
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
+from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
+from tracker_client.embedded import fanin
 from tracker_client.embedded.common import CLEAR_LEASE, MIB, Ctx, dumps
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
@@ -91,8 +94,14 @@ def transition(
     expected_task_version: int | None,
     instructions: str | None,
     usage: Any,
+    wait_for: Sequence[str] = (),
 ) -> TransitionResult:
-    """Complete the run and move its task along ``trigger``; errors leave everything unchanged."""
+    """Complete the run and move its task along ``trigger``; errors leave everything unchanged.
+
+    ``wait_for`` (extension ``fan_in``): the task then waits for these tasks, the edges added
+    here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
+    resolves: the task is dead-lettered at once (the upstream-failure rule).
+    """
     task = check_lease(ctx, run_id, token_sha256)
     stage = task["stage"]
     if expected_stage is not None and expected_stage != stage:
@@ -116,6 +125,7 @@ def transition(
             allowed=allowed,
         )
     usage_text = _usage(usage)
+    edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
     now = ctx.now
     to = move.to_state
     ctx.conn.execute(
@@ -143,6 +153,12 @@ def transition(
         role=task["role"],
         outcome="transition",
     )
+    if edges:
+        fanin.add_edges(ctx, task["id"], edges)
+        dead = fanin.dead_upstream(ctx, task["id"])
+        if dead is not None and not pipeline.is_terminal(to):
+            reason = fanin.upstream_reason(dead)
+            dead_letter(ctx, ctx.task_row(task["id"]), reason, None, upstream=dead["id"])
     return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
 
 
@@ -235,9 +251,51 @@ def fail(
 
 
 def dead_letter(
-    ctx: Ctx, task: sqlite3.Row, reason: str, run_id: str | None, *, kind: str = "dead_letter"
+    ctx: Ctx,
+    task: sqlite3.Row,
+    reason: str,
+    run_id: str | None,
+    *,
+    kind: str = "dead_letter",
+    upstream: str | None = None,
 ) -> str:
-    """Make the task unclaimable until requeued, in its dead-letter stage; returns the stage."""
+    """Make the task unclaimable until requeued, in its dead-letter stage; returns the stage.
+
+    Its waiting dependents follow, down the graph, in the same write (:func:`_propagate`):
+    a dead-lettered or cancelled dependency never resolves.
+    """
+    stage = _dead_letter_one(ctx, task, reason, run_id, kind, upstream)
+    _propagate(ctx, task["id"], kind == "cancelled" or reason == UPSTREAM_CANCELLED)
+    return stage
+
+
+def _propagate(ctx: Ctx, root: str, cancelled: bool) -> None:
+    """Dead-letter every unfinished task that waits (transitively) on ``root``, with reason
+    ``upstream_cancelled`` (the chain began with a cancel) or ``upstream_dead_lettered``; a
+    leased one loses its lease (its run ends ``cancelled``, as a cancel ends it)."""
+    reason = UPSTREAM_CANCELLED if cancelled else UPSTREAM_DEAD_LETTERED
+    todo = [root]
+    while todo:
+        upstream = todo.pop()
+        for row in fanin.waiting_on(ctx, upstream):
+            run_id = row["lease_run_id"]
+            if run_id is not None:
+                ctx.conn.execute(
+                    "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?",
+                    (ctx.now, run_id),
+                )
+            _dead_letter_one(ctx, row, reason, run_id, "dead_letter", upstream)
+            todo.append(row["id"])
+
+
+def _dead_letter_one(
+    ctx: Ctx,
+    task: sqlite3.Row,
+    reason: str,
+    run_id: str | None,
+    kind: str,
+    upstream: str | None,
+) -> str:
     pipeline = ctx.pipeline(task["pipeline_id"])
     from_stage = task["stage"]
     dls = task["dead_letter_stage"]
@@ -268,6 +326,7 @@ def dead_letter(
             "failed_attempts": int(task["failed_attempts"]),
             "from_stage": from_stage,
             "dead_letter_stage": dls if dls in pipeline.states else None,
+            **({} if upstream is None else {"upstream_task_id": upstream}),
         },
     )
     ctx.log(

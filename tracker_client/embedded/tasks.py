@@ -158,6 +158,12 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
             f"(run_at_ms {run_at}): it could never run"
         )
     dedupe_key, dedupe_window = dedupe_of(spec, at)
+    parent = spec.parent_id
+    if parent is not None and (
+        not isinstance(parent, str)
+        or ctx.one("SELECT 1 FROM tasks WHERE id = ?", (parent,)) is None
+    ):
+        raise NotFound(f"{at}parent task {parent} not found", code="parent_not_found")
     initial = pipeline.initial
     values: dict[str, Any] = {
         "id": new_id(),
@@ -189,6 +195,7 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         "dedupe_window_ms": dedupe_window,
     }
     values["_deps"] = deps
+    values["_parent"] = parent
     values["_assigned_by"] = spec.assigned_by
     return values, pipeline
 
@@ -249,6 +256,8 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
     for values, _p in prepared:
         conn.execute(_INSERT, tuple(values[k] for k in _KEYS))
         tid = values["id"]
+        if values["_parent"] is not None:  # extension subtasks (a column of schema 7)
+            conn.execute("UPDATE tasks SET parent_id = ? WHERE id = ?", (values["_parent"], tid))
         for dep in values["_deps"]:
             conn.execute(
                 "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) "
