@@ -12,8 +12,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
 from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
+from tracker_client.embedded.agents import AgentOps
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.follow import FollowOps
 from tracker_client.embedded.idempotency import idempotent
@@ -51,7 +53,15 @@ Clock = Callable[[], int]
 
 
 class EmbeddedTracker(
-    LinkOps, ReleaseOps, StoreOps, ScheduleOps, RateLimitOps, FollowOps, WorkerOps, SpanOps
+    LinkOps,
+    ReleaseOps,
+    StoreOps,
+    ScheduleOps,
+    RateLimitOps,
+    FollowOps,
+    WorkerOps,
+    SpanOps,
+    AgentOps,
 ):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
@@ -193,12 +203,17 @@ class EmbeddedTracker(
 
         return await self._write("claim", op)
 
-    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
-        """Extend the lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry."""
+    async def heartbeat(
+        self, lease: LeaseRef, *, lease_ttl_ms: int | None = None, checkpoint: Any = UNSET
+    ) -> int:
+        """Extend the lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry.
+        A ``checkpoint`` given replaces the run's in the same write."""
         digest = runs.token_hash(lease.lease_token.get_secret_value())
         return await self._write(
             "heartbeat",
-            lambda c: claims.heartbeat(c, lease.lease_id, lease.run_id, digest, lease_ttl_ms),
+            lambda c: claims.heartbeat(
+                c, lease.lease_id, lease.run_id, digest, lease_ttl_ms, checkpoint
+            ),
         )
 
     async def add_event(
@@ -246,12 +261,17 @@ class EmbeddedTracker(
         expected_task_version: int | None = None,
         instructions: str | None = None,
         usage: Any = None,
+        wait_for: Sequence[str] = (),
         idempotency_key: str | None = None,
     ) -> TransitionResult:
-        """Complete the run and move the task; ``InvalidTransition`` keeps the lease."""
+        """Complete the run and move the task; ``InvalidTransition`` keeps the lease.
+        ``wait_for``: the task then waits for these tasks (edges added in the same write)."""
         digest = runs.token_hash(lease.lease_token.get_secret_value())
         run_id = lease.run_id
+        waits: Any = wait_for if isinstance(wait_for, str) else list(wait_for)  # a str: refused
         args = [run_id, digest, trigger, expected_stage, expected_task_version, instructions, usage]
+        if waits:  # the key's fingerprint of a plain transition stays as it was
+            args.append(waits)
         return await self._write(
             "transition",
             lambda c: idempotent(
@@ -268,6 +288,7 @@ class EmbeddedTracker(
                     expected_task_version,
                     instructions,
                     usage,
+                    waits,
                 ),
                 lambda r: r.model_dump(mode="json"),
                 TransitionResult.model_validate,
