@@ -82,7 +82,8 @@ EMBEDDED = Capabilities(
     release=True,
     strict_definitions=True,
     strict_limits=True,
-    extensions=frozenset({"follow", "workers", "spans"}),
+    extensions=frozenset({"follow", "workers", "spans"})
+    | frozenset({"subtasks", "fan_in", "upstream", "checkpoints", "human_steps"}),
 )
 
 
