@@ -20,6 +20,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tracker_client.agent_models import MAX_CHECKPOINT_BYTES, UNSET
 from tracker_client.models import ArtifactCreate, TaskCreate
 from tracker_client.nulltickets import contract as c
 from tracker_client.serve.helpers import (
@@ -35,8 +36,9 @@ from tracker_client.serve.openapi import openapi_document
 
 __all__ = ["HANDLERS", "HEARTBEAT_MAX_BYTES"]
 
-#: Largest heartbeat body read (``{"lease_ttl_ms": N, "run_id": "..."}`` is under 100 bytes).
-HEARTBEAT_MAX_BYTES = 4096
+#: Largest heartbeat body read (``{"lease_ttl_ms": N, "run_id": "..."}`` is under 100 bytes; a
+#: checkpoint adds at most 64 KiB, and a larger one gets the tracker's 400 naming the limit).
+HEARTBEAT_MAX_BYTES = 4096 + 4 * MAX_CHECKPOINT_BYTES
 
 #: This module's handlers by operation name.
 HANDLERS = Handlers()
@@ -165,11 +167,14 @@ async def claim(request: Request) -> Response:
 @HANDLERS
 async def heartbeat(request: Request) -> Response:
     # A heartbeat's body is a few bytes: a larger one is refused before it is read.
-    """``POST /leases/{lease_id}/heartbeat``: extend the lease by its own TTL. A body over 4 KiB is
-    refused before it is read."""
+    """``POST /leases/{lease_id}/heartbeat``: extend the lease by its own TTL (and write the run's
+    ``checkpoint`` when the body has one). A body over 260 KiB is refused before it is read."""
     body = await read_model(request, c.HeartbeatBody, required=False, limit=HEARTBEAT_MAX_BYTES)
     lease = lease_handle(request, lease_id=request.path_params["lease_id"], run_id=body.run_id)
-    expires = await tracker_of(request).heartbeat(lease, lease_ttl_ms=body.lease_ttl_ms)
+    checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else UNSET
+    expires = await tracker_of(request).heartbeat(
+        lease, lease_ttl_ms=body.lease_ttl_ms, checkpoint=checkpoint
+    )
     return json_response({"expires_at_ms": expires})
 
 
