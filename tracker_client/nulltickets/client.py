@@ -23,6 +23,7 @@ from typing import Any, Unpack
 import httpx
 from pydantic import SecretStr
 
+from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.models import (
     Artifact,
@@ -231,10 +232,17 @@ class RemoteTracker:
             self._wire, agent_id, role, lease_ttl_ms, per_state, idempotency_key
         )
 
-    async def heartbeat(self, lease: LeaseRef, *, lease_ttl_ms: int | None = None) -> int:
+    async def heartbeat(
+        self, lease: LeaseRef, *, lease_ttl_ms: int | None = None, checkpoint: Any = UNSET
+    ) -> int:
         """``POST /leases/{lease_id}/heartbeat`` (no idempotency key); the new expiry. A
-        NullTickets server always answers now + 300 s."""
-        return await leases.heartbeat(self._wire, lease, lease_ttl_ms)
+        NullTickets server always answers now + 300 s, and has no checkpoints."""
+        return await leases.heartbeat(self._wire, lease, lease_ttl_ms, checkpoint)
+
+    async def checkpoint(self, lease: LeaseRef, data: Any) -> None:
+        """``POST /runs/{run_id}/checkpoint`` (extension ``checkpoints``)."""
+        check_json(data, "checkpoint")
+        await self._wire.send("checkpoint", lease.run_id, body={"data": data}, lease=lease)
 
     async def add_event(
         self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
@@ -263,14 +271,17 @@ class RemoteTracker:
         expected_task_version: int | None = None,
         instructions: str | None = None,
         usage: Any = None,
+        wait_for: Sequence[str] = (),
         idempotency_key: str | None = None,
     ) -> TransitionResult:
-        """``POST /runs/{run_id}/transition``; an invalid trigger lists the allowed ones."""
+        """``POST /runs/{run_id}/transition``; an invalid trigger lists the allowed ones.
+        ``wait_for`` needs the ``fan_in`` extension (``Unsupported`` before anything is sent)."""
         fields = {
             "expected_stage": expected_stage,
             "expected_task_version": expected_task_version,
             "instructions": instructions,
             "usage": usage,
+            "wait_for": wait_for if isinstance(wait_for, str) else list(wait_for),
         }
         return await leases.transition(self._wire, lease, trigger, fields, idempotency_key)
 
@@ -385,6 +396,35 @@ class RemoteTracker:
         if stage is not None:
             body["stage"] = stage
         return await self._wire.call("requeue", task_id, body=body, into=RequeueResult)
+
+    async def list_upstream(self, task_id: str) -> list[Upstream]:
+        """``GET /tasks/{task_id}/upstream`` (extension ``upstream``)."""
+        return await self._wire.call("list_upstream", task_id, into=list[Upstream])
+
+    async def transition_task(
+        self,
+        task_id: str,
+        trigger: str,
+        *,
+        expected_stage: str,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """``POST /tasks/{task_id}/transition`` (extension ``human_steps``; a plain NullTickets
+        server moves a task only under a lease: ``Unsupported``)."""
+        body: dict[str, Any] = {"trigger": trigger, "expected_stage": expected_stage}
+        if expected_task_version is not None:
+            body["expected_task_version"] = expected_task_version
+        if instructions is not None:
+            body["instructions"] = instructions
+        return await self._wire.call(
+            "transition_task",
+            task_id,
+            body=body,
+            idempotency_key=idempotency_key,
+            into=TransitionResult,
+        )
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """Any operation of the contract table by name, from its row alone (see the protocol)."""

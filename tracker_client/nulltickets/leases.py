@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import InvalidTransition, TrackerError, ValidationFailed
 from tracker_client.models import FailResult, Lease, ReleaseResult, TransitionResult
@@ -77,11 +78,19 @@ async def claim(
     return await wire.call_or_none("claim", body=body, idempotency_key=idempotency_key, into=Lease)
 
 
-async def heartbeat(wire: Wire, lease: LeaseRef, lease_ttl_ms: int | None) -> int:
-    """``heartbeat``: the server's new expiry; warns once when NullTickets cut the TTL."""
+async def heartbeat(
+    wire: Wire, lease: LeaseRef, lease_ttl_ms: int | None, checkpoint: Any = UNSET
+) -> int:
+    """``heartbeat``: the server's new expiry; warns once when NullTickets cut the TTL. A
+    ``checkpoint`` needs the ``checkpoints`` extension (``Unsupported`` before anything is
+    sent on a server without it: a plain server would extend the lease and drop it)."""
     # NullTickets ignores the body; the served tracker uses the TTL, and the run id to tell
     # why a lease is gone (revoked by a cancel, expired) when the lease row no longer exists.
     body = _given(run_id=lease.run_id, lease_ttl_ms=lease_ttl_ms)
+    if checkpoint is not UNSET:
+        check_json(checkpoint, "checkpoint")
+        await wire.discovery.require("checkpoints", "heartbeat with a checkpoint")
+        body["checkpoint"] = checkpoint
     answer = await wire.call("heartbeat", lease.lease_id, body=body, lease=lease, into=ExpiryAnswer)
     expires = answer.expires_at_ms
     wanted = lease_ttl_ms or (
@@ -131,6 +140,10 @@ async def transition(
     task when the server did not say)."""
     check_json(fields.get("usage"), "transition usage")
     body = {"trigger": trigger, **_given(**fields)}
+    if body.get("wait_for") == []:
+        del body["wait_for"]
+    elif "wait_for" in body:  # a plain server would move the task and drop the edges
+        await wire.discovery.require("fan_in", "transition with wait_for")
     try:
         return await wire.call(
             "transition",

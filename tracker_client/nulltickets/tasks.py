@@ -51,6 +51,7 @@ _LATER_FIELDS = {
     "delay_ms": "delayed_tasks",
     "dedupe_key": "dedupe",
     "dedupe_window_ms": "dedupe",
+    "parent_id": "subtasks",
 }
 
 
