@@ -46,9 +46,10 @@ def test_the_table_is_consistent() -> None:
         assert op.method != "GET" or op.body is None, op.name
     # Every advertised extension is used by the table, and the table names no other.
     assert used == set(contract.EXTENSIONS)
-    # The lease class is NullTickets' (plus release); GET /runs/{id}/events is admin here.
+    # The lease class is NullTickets' (plus release, checkpoint); GET /runs/{id}/events is
+    # admin here.
     lease = {op.name for op in contract.OPERATIONS if op.auth == "lease"}
-    assert lease == {"heartbeat", "add_event", "transition", "fail", "release"}
+    assert lease == {"heartbeat", "add_event", "transition", "fail", "release", "checkpoint"}
     assert contract.operation("list_events").auth == "admin"
 
 
@@ -173,6 +174,7 @@ def test_served_routes_auth_and_openapi_follow_the_table() -> None:
         "requeue",
         "requeue_all",
         "maintenance",
+        "transition_task",
     }
 
 
