@@ -134,8 +134,8 @@ async def test_workers_sharing_an_agent_id_each_show_their_own_runs(rail: Tracke
     await _register(rail, "p1", agent_id="fleet", started_at_ms=1, run_ids=[one.run_id])
     await _register(rail, "p2", agent_id="fleet", started_at_ms=2, run_ids=[two.run_id])
     fresh = await claim(rail, agent="fleet")  # reported by no one yet: the newest alive one
-    by_id = {w.id: [r.run_id for r in w.running] for w in await _list(rail)}
-    assert by_id == {"p1": [one.run_id], "p2": [two.run_id, fresh.run_id]}
+    by_id = {w.id: sorted(r.run_id for r in w.running) for w in await _list(rail)}
+    assert by_id == {"p1": [one.run_id], "p2": sorted([two.run_id, fresh.run_id])}
 
 
 async def test_forget_worker(rail: Tracker) -> None:
