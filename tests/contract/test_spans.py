@@ -16,6 +16,7 @@ import pytest
 from tests.contract.otlpdocs import T0, TRACE, document, span, value
 from tests.contract.support import CLOCK, FakeClock, claim, make_pipeline, new_task
 from tracker_client.errors import ValidationFailed
+from tracker_client.models import PurgeResult
 from tracker_client.observe_models import OtlpIngestResult, Span
 from tracker_client.protocol import Tracker
 
@@ -91,7 +92,7 @@ async def test_ingest_answers_as_nulltickets_and_batches_count_up(tracker: Track
 
 
 async def test_attribute_values_are_unwrapped_to_plain_json(tracker: Tracker) -> None:
-    nested = {"list": [1, "two", 3.5, True], "map": {"k": ["v"]}}
+    nested: dict[str, Any] = {"list": [1, "two", 3.5, True], "map": {"k": ["v"]}}
     doc = document(
         span(0, "values", task="t-values", text="x", count=-7, f=0.25, ok=False, **nested)
     )
@@ -226,7 +227,7 @@ async def test_spans_go_with_their_purged_task_and_unlinked_ones_after_the_reten
     await tracker.transition(lease, "complete")
     clock.advance(2 * 86_400_000)
     fresh = await ingest(tracker, document(span(4, "fresh", task="elsewhere")))
-    result = await tracker.purge(older_than_ms=86_400_000)
+    result: PurgeResult = await tracker.call("purge", older_than_ms=86_400_000)
     assert result.tasks == 1
     assert await spans_of(tracker, done_id) == []
     assert [s.name for s in await spans_of(tracker, kept_id)] == ["kept"]  # its task is waiting
