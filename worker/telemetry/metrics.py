@@ -107,6 +107,23 @@ def _bounded(value: str, allowed: frozenset[str]) -> str:
     return value if value in allowed else "other"
 
 
+class _Children:
+    """A metric's children by label values, looked up once: ``labels()`` takes a lock and
+    checks every value on each call, which the hot paths (several per task) need not pay."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._cache: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._cache.get(values)
+        if child is None:
+            child = self._cache[values] = self._metric.labels(*values)
+        return child
+
+
 def _version() -> str:
     try:
         return metadata.version("backlog-worker")
@@ -205,15 +222,21 @@ class WorkerMetrics(Telemetry):
         info.labels(version=_version(), python=platform.python_version()).set(1)
         reg.register(_Live(self))
         ProcessCollector(registry=reg)  # process_cpu_seconds_total, resident memory, fds
+        self._claims = _Children(self.claims)  # (role, result)
+        self._runs = _Children(self.runs)  # (role, outcome)
+        self._run_duration = _Children(self.run_duration)  # (role,)
+        self._phase_duration = _Children(self.phase_duration)  # (role, phase)
+        self._tracker_duration = _Children(self.tracker_duration)  # (action,)
+        self._tracker_errors = _Children(self.tracker_errors)  # (action, kind)
 
     # -- the hooks ------------------------------------------------------------------------------
     def claim_answered(self, role: str, *, found: bool, started_ns: int, ended_ns: int) -> None:
         """Count the claim (``task`` or ``empty``)."""
-        self.claims.labels(role=role, result="task" if found else "empty").inc()
+        self._claims(role, "task" if found else "empty").inc()
 
     def claim_failed(self, role: str, error: BaseException) -> None:
         """Count the claim that failed for good."""
-        self.claims.labels(role=role, result="error").inc()
+        self._claims(role, "error").inc()
 
     def tracker_call(
         self, action: str, *, started_ns: int, ended_ns: int, error: BaseException | None
@@ -222,10 +245,10 @@ class WorkerMetrics(Telemetry):
         lease ending) is neither an error nor a latency."""
         if error is not None and not isinstance(error, Exception):
             return
-        label = _bounded(action, ACTIONS)
-        self.tracker_duration.labels(action=label).observe((ended_ns - started_ns) / 1e9)
+        label = action if action in ACTIONS else "other"
+        self._tracker_duration(label).observe((ended_ns - started_ns) / 1e9)
         if error is not None:
-            self.tracker_errors.labels(action=label, kind=error_kind(error)).inc()
+            self._tracker_errors(label, error_kind(error)).inc()
 
     def run(
         self, lease: Lease, role: str, *, claim_started_ns: int, claim_ended_ns: int
@@ -280,14 +303,12 @@ class _RunMetrics(RunTelemetry):
         try:
             yield
         finally:
-            self._metrics.phase_duration.labels(role=self._role, phase=name).observe(
-                time.perf_counter() - started
-            )
+            self._metrics._phase_duration(self._role, name).observe(time.perf_counter() - started)
 
     def finished(self, result: RunResult, *, duration_ns: int) -> None:
         m, role = self._metrics, self._role
-        m.runs.labels(role=role, outcome=_bounded(result.status, OUTCOMES)).inc()
-        m.run_duration.labels(role=role).observe(duration_ns / 1e9)
+        m._runs(role, _bounded(result.status, OUTCOMES)).inc()
+        m._run_duration(role).observe(duration_ns / 1e9)
         if result.dead_lettered:
             m.dead_lettered.labels(role=role).inc()
         if result.status == "lost":
