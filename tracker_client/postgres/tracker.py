@@ -14,22 +14,24 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self, TypeVar, cast
 
 import anyio
 
 from tracker_client.capabilities import Capabilities
 from tracker_client.embedded import backlog
+from tracker_client.embedded.claims import reissue
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import QUIET_WRITES, _idle_maintenance, _wall_ms
+from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.options import parse_options
 from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import ConfigError, Unsupported
-from tracker_client.models import Health, StoreEntry, WaitResult
+from tracker_client.models import Health, Lease, StoreEntry, WaitResult
 from tracker_client.nulltickets import contract
-from tracker_client.postgres import search
+from tracker_client.postgres import claims, search
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
 from tracker_client.postgres.options import PgOptions, parse_postgres_url
@@ -161,6 +163,33 @@ class PostgresTracker(EmbeddedTracker):
         return await self._db.run(lambda conn: fn(self._pg_ctx(conn)), where, write=False)
 
     # -- what PostgreSQL does its own way -------------------------------------------------------
+    async def claim(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        *,
+        per_state: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease | None:
+        """Claim the best eligible task of ``role``: one statement (see :mod:`.claims`)."""
+        limits = dict(per_state or {})
+
+        def op(c: Ctx) -> Lease | None:
+            return idempotent(
+                c,
+                idempotency_key,
+                "claim",
+                [agent_id, role, lease_ttl_ms, limits],
+                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits),
+                lambda lease: (
+                    {"lease_id": lease.lease_id, "run_id": lease.run_id} if lease else None
+                ),
+                lambda rec: reissue(c, rec["lease_id"], rec["run_id"]),
+            )
+
+        return await self._write("claim", op)
+
     async def health(self) -> Health:
         """Tasks per stage and live leases; ``TrackerUnavailable`` when the server is down."""
         found = await super().health()

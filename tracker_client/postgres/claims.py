@@ -1,0 +1,145 @@
+"""The PostgreSQL claim: one statement (``sql/claim.sql``) picks and leases the best task.
+
+Around it, in the same transaction, the embedded rail's own steps: the housekeeping a claim does
+first (reclaim expired leases, dead-letter past-deadline tasks), the role's fleet-wide rate limit
+and cap (:mod:`tracker_client.embedded.ratelimits`: admitted before, a token spent after), and a
+row that cannot be read (its stored JSON is broken) dead-lettered as ``corrupt_row`` instead of
+handed out. Runs on a pool thread inside the rail's write transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from importlib import resources
+
+from tracker_client.embedded.claims import (
+    _HOUSEKEEPING,
+    _fresh_ids,
+    _limits,
+    check_ttl,
+    expire_deadlines,
+    reclaim_expired,
+)
+from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
+from tracker_client.embedded.ratelimits import admit, spend
+from tracker_client.embedded.runs import dead_letter, token_hash
+from tracker_client.errors import ValidationFailed
+from tracker_client.models import Lease, Run
+from tracker_client.postgres.dialect import PgConn, Row
+
+__all__ = ["CLAIM_SQL", "claim"]
+
+#: The claim statement (psycopg placeholders).
+CLAIM_SQL = (
+    resources.files("tracker_client.postgres").joinpath("sql", "claim.sql").read_text("utf-8")
+)
+
+
+def claim(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    per_state: Mapping[str, object] | None,
+) -> Lease | None:
+    """Claim the best eligible task of ``role`` for ``agent_id``, or None."""
+    check_ttl(lease_ttl_ms)
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationFailed("agent_id must be a non-empty string")
+    if not isinstance(role, str) or not role:
+        raise ValidationFailed("role must be a non-empty string")
+    now = ctx.now
+    lapsed, overdue = ctx.conn.execute(_HOUSEKEEPING, (now,)).fetchone()
+    if lapsed:
+        reclaim_expired(ctx)
+    if overdue:
+        expire_deadlines(ctx)
+    limits = json.dumps(_limits(per_state))
+    allowed, rate_limit = admit(ctx, role)
+    if not allowed:
+        return None
+    raw = ctx.conn
+    assert isinstance(raw, PgConn)
+    while True:
+        run_id, lease_id, token = _fresh_ids()
+        params = {
+            "role": role,
+            "agent": agent_id,
+            "now": now,
+            "expires": now + lease_ttl_ms,
+            "ttl": lease_ttl_ms,
+            "limits": limits,
+            "run_id": run_id,
+            "lease_id": lease_id,
+            "token_sha256": token_hash(token),
+        }
+        with raw.raw.cursor() as cur:
+            cur.execute(CLAIM_SQL, params)
+            row: Row | None = cur.fetchone()
+        if row is None:
+            return None
+        try:
+            task = task_from_row(row, strict=True)
+        except CorruptRow as exc:
+            _refuse_corrupt(ctx, row, run_id, str(exc))
+            continue
+        if rate_limit is not None:
+            spend(ctx, rate_limit)
+        return _lease(ctx, row, task, run_id, lease_id, token, agent_id, role)
+
+
+def _refuse_corrupt(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
+    """Undo the lease of an unreadable row and dead-letter it, naming why (the role goes on)."""
+    ctx.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+    ctx.conn.execute(
+        f"UPDATE tasks SET last_attempt = last_attempt - 1, {CLEAR_LEASE} WHERE seq = ?",
+        (row["seq"],),
+    )
+    fresh = ctx.task_row(row["id"])
+    ctx.event(row["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": error})
+    dead_letter(ctx, fresh, "corrupt_row", None)
+
+
+def _lease(
+    ctx: Ctx,
+    row: Row,
+    task: object,
+    run_id: str,
+    lease_id: str,
+    token: str,
+    agent_id: str,
+    role: str,
+) -> Lease:
+    attempt = int(row["last_attempt"])
+    run = Run.model_validate(
+        {
+            "id": run_id,
+            "task_id": row["id"],
+            "attempt": attempt,
+            "status": "running",
+            "agent_id": agent_id,
+            "agent_role": role,
+            "started_at_ms": ctx.now,
+            "ended_at_ms": None,
+            "error": None,
+            "usage": None,
+        }
+    )
+    ctx.log(
+        "task_claimed",
+        f"task {row['id']} claimed by {agent_id} (attempt {attempt})",
+        task_id=row["id"],
+        run_id=run_id,
+        role=role,
+        agent_id=agent_id,
+    )
+    return Lease.model_validate(
+        {
+            "task": task,
+            "run": run,
+            "lease_id": lease_id,
+            "lease_token": token,  # pydantic wraps it in SecretStr
+            "expires_at_ms": int(row["lease_expires_at_ms"]),
+        }
+    )
