@@ -178,16 +178,16 @@ def clean_env() -> dict[str, str]:
 
 
 @contextmanager
-def process(args: list[str], log: Path) -> Iterator[str]:
-    """``python -m worker ARGS`` as a real process; yields the URL it announces, stops it by its
-    pid (SIGTERM) at the end."""
+def process(args: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``python -m worker ARGS`` as a real process (``env`` added to a clean environment);
+    yields the URL it announces, stops it by its pid (SIGTERM) at the end."""
     with log.open("wb") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "worker", *args],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             stdin=subprocess.DEVNULL,
-            env=clean_env(),
+            env={**clean_env(), **(env or {})},
         )
     try:
         yield wait_listening(log, proc)

@@ -35,15 +35,23 @@ def test_the_dashboard_of_an_embedded_rail_is_read_only_without_a_token(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_the_dashboard_of_a_served_rail_logs_in_and_acts_through_the_api(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", ["--token-file", "BACKLOG_WORKER_API_TOKEN"])
+def test_the_dashboard_of_a_served_rail_logs_in_and_acts_through_the_api(
+    tmp_path: Path, source: str
+) -> None:
     ids = seed_file(tmp_path / "rail.db")
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     serve = ["tracker", "serve", "--tracker", f"sqlite:///{tmp_path / 'rail.db'}", "--port", "0"]
     with process([*serve, "--token-file", str(token)], tmp_path / "serve.log") as rail:
-        dash = ["dashboard", "--tracker", rail, "--port", "0", "--token-file", str(token)]
+        dash = ["dashboard", "--tracker", rail, "--port", "0"]
+        env = {}
+        if source == "--token-file":
+            dash += ["--token-file", str(token)]
+        else:
+            env[source] = TOKEN
         with (
-            process(dash, tmp_path / "dashboard.log") as url,
+            process(dash, tmp_path / "dashboard.log", env) as url,
             httpx.Client(base_url=url) as http,
         ):
             assert http.get("/ui/").status_code == 303  # to the login form
