@@ -15,14 +15,22 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import anyio
 import pytest
 
+from tests.remote.fake_nulltickets import FakeNullTickets
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
+from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.protocol import Tracker
+from worker.config.models import WorkerConfig
+from worker.daemon.claimer import Claimer
+from worker.daemon.presence import Presence
+from worker.daemon.values import Role
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -66,9 +74,10 @@ async def rail(db: Path, tasks: int) -> AsyncIterator[Tracker]:
     tracker = await open_tracker(f"sqlite:///{db}")
     try:
         pid = await tracker.create_pipeline("flow", PIPELINE)
-        await tracker.create_tasks(
-            [TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(tasks)]
-        )
+        if tasks:
+            await tracker.create_tasks(
+                [TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(tasks)]
+            )
         yield tracker
     finally:
         await tracker.aclose()
@@ -191,3 +200,70 @@ async def test_a_worker_keeps_working_when_its_registration_is_refused(tmp_path:
         log = (tmp_path / "worker-0.log").read_text()
         assert log.count("could not refresh this worker in the rail's worker list") == 1
         assert "agent_id" in log
+
+
+class _Source:
+    """The worker as Presence reads it, without a claim loop (no runs in flight)."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.roles: tuple[Role, ...] = (cast(Role, SimpleNamespace(name="coder")),)
+        self.config = config
+
+    @property
+    def claimer(self) -> Claimer:
+        raise AssertionError("the claim loop is read only when there are runs")
+
+
+class _NoRuns(_Source):
+    @property
+    def claimer(self) -> Claimer:
+        return cast(Claimer, SimpleNamespace(runs=set()))
+
+
+async def test_a_plain_nulltickets_rail_gets_no_registration() -> None:
+    fake = FakeNullTickets()
+    tracker = RemoteTracker(
+        "http://127.0.0.1:7700", retry=RetrySettings(attempts=1), transport=fake.transport()
+    )
+    try:
+        presence = Presence(tracker, _Source(WorkerConfig(agent_id="a")))
+        with anyio.fail_after(5):
+            await presence.run(await tracker.capabilities())  # returns at once: no extension
+        await presence.goodbye()
+        assert not presence.active
+        assert [r.url.path for r in fake.requests] == ["/health"]
+    finally:
+        await tracker.aclose()
+
+
+async def test_presence_off_registers_nothing(tmp_path: Path) -> None:
+    async with rail(tmp_path / "rail.db", 0) as tracker:
+        presence = Presence(tracker, _NoRuns(WorkerConfig(agent_id="a", presence=False)))
+        await presence.run(await tracker.capabilities())
+        assert await tracker.call("list_workers") == []
+
+
+async def test_a_failing_refresh_is_logged_once_per_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with rail(tmp_path / "rail.db", 0) as tracker:
+        source = _NoRuns(WorkerConfig(agent_id="x" * 300))
+        presence = Presence(tracker, source)
+        caps = await tracker.capabilities()
+        with caplog.at_level("INFO", logger="backlog_worker.presence"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(presence.run, caps)
+                with anyio.fail_after(10):
+                    while not presence.active:  # run() found the extension and registers
+                        await anyio.sleep(0.01)
+                for _ in range(3):
+                    assert not await presence.refresh()  # refused: agent_id too long
+                source.config = WorkerConfig(agent_id="fine", lost_after_s=0.5)
+                assert await presence.refresh()
+                tg.cancel_scope.cancel()
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum("could not refresh" in m for m in messages) == 1
+        assert sum("worker list again" in m for m in messages) == 1
+        await presence.goodbye()
+        (listed,) = await tracker.call("list_workers")
+        assert (listed.id, listed.state, listed.agent_id) == (presence.worker_id, "stopped", "fine")

@@ -113,7 +113,7 @@ class Presence:
             return  # a lease-only seam (a test double) has no contract calls
         self._rail = tracker
         log.info(
-            "registered as %s in the rail's worker list (refresh every %.1fs, lost after %.0fs)",
+            "registering as %s in the rail's worker list (refresh every %gs, lost after %gs)",
             self.worker_id,
             self.interval_s(),
             self._source.config.lost_after_s,
@@ -139,7 +139,7 @@ class Presence:
                 why = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
                 log.warning(
                     "could not refresh this worker in the rail's worker list (%s); "
-                    "retrying every %.1fs",
+                    "retrying every %gs",
                     why or type(exc).__name__,
                     self.interval_s(),
                     extra={"action": "presence_failed", "worker_id": self.worker_id},
