@@ -229,6 +229,8 @@ async def test_an_open_rail_is_read_only_by_default(open_rail: Served) -> None:
     assert "read-only" in refused.text
     assert (await tracker.get_task(ids.running)).dead_letter_reason is None
     assert (await http.get("/ui/login")).status_code == 303  # nothing to log in to
+    slash = await http.get("/ui")
+    assert slash.status_code == 307 and slash.headers["location"].endswith("/ui/")
 
 
 async def test_allow_actions_opts_an_open_rail_in(embedded: tuple[EmbeddedTracker, Seeded]) -> None:
