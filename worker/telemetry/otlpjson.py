@@ -22,6 +22,8 @@ __all__ = ["any_value", "document", "span_json"]
 
 def any_value(value: object) -> dict[str, Any]:
     """One attribute value as an OTLP ``AnyValue`` (sequences as ``arrayValue``)."""
+    if type(value) is str:  # by far the most common: checked first
+        return {"stringValue": value}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
@@ -29,7 +31,7 @@ def any_value(value: object) -> dict[str, Any]:
     if isinstance(value, float):
         return {"doubleValue": value}
     if isinstance(value, str):
-        return {"stringValue": value}
+        return {"stringValue": str(value)}
     if isinstance(value, bytes):
         return {"stringValue": value.decode("utf-8", "replace")}
     if isinstance(value, Sequence):
@@ -37,13 +39,30 @@ def any_value(value: object) -> dict[str, Any]:
     return {"stringValue": str(value)}
 
 
-def _attributes(attributes: Mapping[str, object] | None) -> list[dict[str, Any]]:
-    return [{"key": k, "value": any_value(v)} for k, v in (attributes or {}).items()]
+#: Encoded ``{"key", "value"}`` pairs of one document, by ``(key, value)``.
+_Cache = dict[tuple[str, object], dict[str, Any]]
 
 
-def span_json(span: ReadableSpan) -> dict[str, Any]:
+def _attributes(attributes: Mapping[str, object] | None, cache: _Cache) -> list[dict[str, Any]]:
+    # The spans of a batch repeat the same few pairs (task and run ids, role): encoded once.
+    out = []
+    for key, value in (attributes or {}).items():
+        try:
+            encoded = cache.get((key, value))
+        except TypeError:  # an unhashable value: encoded each time
+            out.append({"key": key, "value": any_value(value)})
+            continue
+        if encoded is None:
+            encoded = cache[(key, value)] = {"key": key, "value": any_value(value)}
+        out.append(encoded)
+    return out
+
+
+def span_json(span: ReadableSpan, cache: _Cache | None = None) -> dict[str, Any]:
     """One span (OTLP ``Span``): ids in hex, times as decimal strings, kind and status codes
-    as OTLP's integers (the SDK's ``SpanKind`` counts from INTERNAL = 0, OTLP's from 1)."""
+    as OTLP's integers (the SDK's ``SpanKind`` counts from INTERNAL = 0, OTLP's from 1).
+    ``cache``: attribute pairs already encoded for the same document."""
+    cache = {} if cache is None else cache
     ctx = span.get_span_context()
     assert ctx is not None  # a span the SDK finished always has one
     out: dict[str, Any] = {
@@ -53,7 +72,7 @@ def span_json(span: ReadableSpan) -> dict[str, Any]:
         "kind": span.kind.value + 1,
         "startTimeUnixNano": str(span.start_time or 0),
         "endTimeUnixNano": str(span.end_time or 0),
-        "attributes": _attributes(span.attributes),
+        "attributes": _attributes(span.attributes, cache),
         "status": {"code": span.status.status_code.value},
     }
     if span.parent is not None:
@@ -67,7 +86,7 @@ def span_json(span: ReadableSpan) -> dict[str, Any]:
             {
                 "timeUnixNano": str(e.timestamp),
                 "name": e.name,
-                "attributes": _attributes(e.attributes),
+                "attributes": _attributes(e.attributes, cache),
             }
             for e in span.events
         ]
@@ -76,14 +95,15 @@ def span_json(span: ReadableSpan) -> dict[str, Any]:
 
 def document(spans: Iterable[ReadableSpan]) -> dict[str, Any]:
     """The spans as one ``ExportTraceServiceRequest``, grouped by resource and by scope."""
+    cache: _Cache = {}
     resources: dict[int, tuple[dict[str, Any], dict[tuple[str, str], list[dict[str, Any]]]]] = {}
     for span in spans:
         key = id(span.resource)
         if key not in resources:
-            resources[key] = ({"attributes": _attributes(span.resource.attributes)}, {})
+            resources[key] = ({"attributes": _attributes(span.resource.attributes, cache)}, {})
         scope = span.instrumentation_scope
         name = (scope.name, scope.version or "") if scope is not None else ("", "")
-        resources[key][1].setdefault(name, []).append(span_json(span))
+        resources[key][1].setdefault(name, []).append(span_json(span, cache))
     return {
         "resourceSpans": [
             {

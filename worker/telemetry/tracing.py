@@ -200,7 +200,7 @@ class WorkerTracing(Telemetry):
             f"tracker.{action}",
             context=trace.set_span_in_context(where.span),
             kind=SpanKind.CLIENT,
-            attributes={**where.run.ids, "backlog.tracker_call": action},
+            attributes=where.run.ids,
             start_time=started_ns,
         )
         if error is not None:
@@ -228,7 +228,7 @@ class WorkerTracing(Telemetry):
         """Hand over the last spans (within :data:`CLOSE_BUDGET_S`) and stop the exporter."""
         with anyio.move_on_after(CLOSE_BUDGET_S):
             if self._rail is not None:
-                await self._send()
+                await self._send(everything=True)
             else:
                 await anyio.to_thread.run_sync(self.provider.shutdown, abandon_on_cancel=True)
         if self.dropped:
@@ -239,15 +239,22 @@ class WorkerTracing(Telemetry):
                 extra={"action": "tracing_summary"},
             )
 
-    async def _send(self) -> None:
-        """Send the queue in batches; stop at the first refusal (the rest waits for the next
-        tick). Cancelled mid-send, the batch goes back to the queue."""
+    async def _send(self, *, everything: bool = False) -> None:
+        """Send what is queued, then go on while full batches are waiting (``everything``: to
+        the last span); stop at the first refusal (the rest waits for the next tick).
+        Cancelled mid-send, the batch goes back to the queue."""
         rail = self._rail
         assert rail is not None
-        while rail.spans and self._tracker is not None:
+        first = True
+        while self._tracker is not None and (
+            len(rail.spans) >= (1 if first or everything else BATCH_SPANS)
+        ):
+            first = False
             batch = [rail.spans.popleft() for _ in range(min(len(rail.spans), BATCH_SPANS))]
             try:
-                await self._tracker.call("ingest_traces", document=otlpjson.document(batch))
+                # encoded in a thread: the event loop goes on claiming and reporting meanwhile
+                document = await anyio.to_thread.run_sync(otlpjson.document, batch)
+                await self._tracker.call("ingest_traces", document=document)
             except Exception as exc:  # a refusal must never reach the worker
                 self._refuse(len(batch), exc)
                 return
