@@ -73,7 +73,7 @@ def check_wait_for(ctx: Ctx, task_id: str, wait_for: Sequence[str]) -> list[str]
                 code="dependency_cycle",
             )
         if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (upstream,)) is None:
-            raise NotFound(f"wait_for: task {upstream} not found", code="task_not_found")
+            raise NotFound(f"wait_for: task {upstream} not found", code="wait_for_not_found")
         if ctx.one(
             "SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on_task_id = ?",
             (task_id, upstream),

@@ -194,6 +194,8 @@ ERRORS: tuple[WireError, ...] = (
         lease_route=True,
         read=lambda a: LeaseLost(a.text, code=a.code or "expired"),
     ),
+    # ... but not an unknown task a transition's wait_for names (extension fan_in).
+    WireError(404, NotFound, wire_code="wait_for_not_found", lease_route=True, serves=()),
     WireError(
         404,
         LeaseLost,
