@@ -22,14 +22,18 @@ import anyio
 import pytest
 
 from tests.remote.fake_nulltickets import FakeNullTickets
+from tests.remote.fixtures import serve_on_port
+from tests.worker.hang_proxy import HangProxy, serve_proxy
+from tracker_client.embedded import EmbeddedTracker
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.protocol import Tracker
+from tracker_client.serve.app import create_app
 from worker.config.models import WorkerConfig
 from worker.daemon.claimer import Claimer
-from worker.daemon.presence import Presence
+from worker.daemon.presence import GOODBYE_TIMEOUT_S, Presence
 from worker.daemon.values import Role
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -267,3 +271,37 @@ async def test_a_failing_refresh_is_logged_once_per_outage(
         await presence.goodbye()
         (listed,) = await tracker.call("list_workers")
         assert (listed.id, listed.state, listed.agent_id) == (presence.worker_id, "stopped", "fine")
+
+
+async def test_a_hung_rail_holds_a_refresh_and_the_goodbye_only_so_long(tmp_path: Path) -> None:
+    """Through a real proxy that never answers ``/workers`` (the client's own timeout is a
+    minute): a refresh gives up after its interval, the goodbye after GOODBYE_TIMEOUT_S."""
+    embedded = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        async with serve_on_port(create_app(embedded)) as url:
+            proxy = HangProxy(upstream_port=int(url.rsplit(":", 1)[1]), hang_markers=(b"/workers",))
+            async with serve_proxy(proxy) as proxy_url:
+                remote = RemoteTracker(proxy_url, timeout_s=60, retry=RetrySettings(attempts=1))
+                try:
+                    source = _NoRuns(WorkerConfig(agent_id="a", lost_after_s=2.0))
+                    presence = Presence(remote, source)
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(presence.run, await remote.capabilities())
+                        with anyio.fail_after(10):
+                            while proxy.hung == 0:  # the first registration hangs
+                                await anyio.sleep(0.01)
+                        started = time.monotonic()
+                        assert not await presence.refresh()
+                        assert time.monotonic() - started < 5  # its bound: 1 s
+                        started = time.monotonic()
+                        await presence.goodbye()
+                        assert time.monotonic() - started < GOODBYE_TIMEOUT_S + 5
+                        proxy.hanging = False  # the rail answers again
+                        assert await presence.refresh()
+                        tg.cancel_scope.cancel()
+                    (listed,) = await embedded.list_workers()
+                    assert (listed.id, listed.state) == (presence.worker_id, "alive")
+                finally:
+                    await remote.aclose()
+    finally:
+        await embedded.aclose()
