@@ -21,7 +21,7 @@ import anyio
 import psycopg
 import psycopg_pool
 
-from tracker_client.errors import TrackerError, TrackerUnavailable, ValidationFailed
+from tracker_client.errors import ConfigError, TrackerError, TrackerUnavailable, ValidationFailed
 from tracker_client.postgres.dialect import PgConn, configure_types, row_factory
 from tracker_client.postgres.migrate import migrate
 
@@ -82,6 +82,16 @@ class Database:
     ) -> Database:
         """Open the pool, then create and migrate the schema (under the advisory lock)."""
         options = f"-c search_path={schema} -c statement_timeout={statement_timeout_ms}"
+        kwargs: dict[str, Any] = {
+            "options": options,
+            "connect_timeout": max(1, int(connect_timeout_s)),
+        }
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"tracker url {shown!r}: {exc}") from None
+        if "application_name" not in given:
+            kwargs["application_name"] = "backlog-worker"
 
         def configure(conn: psycopg.Connection[Any]) -> None:
             configure_types(conn)
@@ -91,7 +101,7 @@ class Database:
             conninfo,
             min_size=1,
             max_size=pool_size,
-            kwargs={"options": options, "connect_timeout": max(1, int(connect_timeout_s))},
+            kwargs=kwargs,
             configure=configure,
             open=False,
             timeout=connect_timeout_s,
