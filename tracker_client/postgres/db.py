@@ -110,9 +110,11 @@ class Database:
 
         def start() -> None:
             try:
-                pool.open(wait=True, timeout=connect_timeout_s)
-                with pool.connection() as conn:
+                # One direct connection first: an unreachable server fails at once with
+                # libpq's own reason (the pool would retry until its timeout).
+                with psycopg.connect(conninfo, **kwargs) as conn:
                     migrate(conn, schema)
+                pool.open(wait=True, timeout=connect_timeout_s)
             except BaseException as exc:
                 pool.close()
                 err = map_pg_error(exc, f"opening {shown}")
