@@ -4,7 +4,7 @@ Every read goes through the ``Tracker`` protocol. An extension the rail may lack
 task events, spans, workers, schedules, rate limits) is read with :func:`optional`, which
 answers None when the rail does not have it, so the page says "not available on this rail"
 instead of failing. A task's state (waiting, running, failed, dead, done) is derived as
-``backlog-worker task list`` derives it: from its stage, dead-letter reason and latest run.
+``backlog-worker task list`` derives it (:mod:`tracker_client.task_states`).
 
 It may touch the tracker (reads only) and nothing else.
 """
@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Pipeline, Task, TaskDetail
 from tracker_client.protocol import Tracker
+from tracker_client.task_states import STATES as _STATES
+from tracker_client.task_states import coarse_state, task_state
 
 __all__ = [
     "STATES",
@@ -30,7 +32,7 @@ __all__ = [
 T = TypeVar("T")
 
 #: The states a task is in, one each (as ``task list --state`` names them).
-STATES = ("waiting", "running", "failed", "dead", "done")
+STATES = tuple(_STATES)
 
 #: What a rail without an extension raises when it is called (a remote rail: ``Unsupported``;
 #: the table lacks the name: ``KeyError``; an embedded rail without the room: no method).
@@ -81,27 +83,6 @@ class Catalog:
         return pipeline.name if pipeline else pipeline_id
 
 
-def _coarse(task: Task, catalog: Catalog) -> str | None:
-    if task.dead_letter_reason:
-        return "dead"
-    if catalog.stage(task.pipeline_id, task.stage).get("terminal"):
-        return "done"
-    return None
-
-
-def task_state(task: Task, catalog: Catalog, detail: TaskDetail | None) -> str:
-    """One of :data:`STATES`; an open task's needs its ``detail`` (the latest run)."""
-    coarse = _coarse(task, catalog)
-    if coarse is not None:
-        return coarse
-    run = detail.latest_run if detail is not None else None
-    if run is not None and run.status == "running":
-        return "running"
-    if run is not None and run.status in ("failed", "stale"):
-        return "failed"
-    return "waiting"
-
-
 @dataclass
 class ListedTask:
     """A task as the task list shows it: its pipeline's name, its role and its state."""
@@ -115,7 +96,7 @@ class ListedTask:
     async def read(cls, tracker: Tracker, task: Task, catalog: Catalog) -> ListedTask:
         """Derive the row of ``task`` (an open task costs one read of its latest run)."""
         detail: TaskDetail | None = None
-        if _coarse(task, catalog) is None:
+        if coarse_state(task, catalog.stage(task.pipeline_id, task.stage)) is None:
             try:
                 detail = await tracker.get_task(task.id)
             except NotFound:  # purged between the listing and now
@@ -125,5 +106,5 @@ class ListedTask:
             task,
             catalog.name(task.pipeline_id),
             role if isinstance(role, str) else "",
-            task_state(task, catalog, detail),
+            task_state(task, catalog.stage(task.pipeline_id, task.stage), detail),
         )

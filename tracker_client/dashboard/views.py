@@ -157,7 +157,7 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
     events, next_events = await _timeline(dash, task_id, runs, cursor)
     artifacts = (await dash.tracker.list_artifacts(task_id=task_id, limit=200)).items
     spans: list[Span] | None = await optional(lambda: dash.tracker.call("list_spans", task_id))
-    state = task_state(detail, catalog, detail)
+    state = task_state(detail, catalog.stage(detail.pipeline_id, detail.stage), detail)
     context = {
         "task": detail,
         "pipeline": catalog.name(detail.pipeline_id),

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from tracker_client.models import CORRUPT_MARKER, Pipeline, Task, TaskDetail
 from tracker_client.protocol import Tracker
+from tracker_client.task_states import STATES, coarse_state, stage_definition, task_state
 from worker.cli.ops.common import (
     EXIT_USAGE,
     OpsContext,
@@ -30,7 +31,7 @@ from worker.cli.ops.common import (
 )
 
 __all__ = [
-    "STATES",
+    "STATES",  # re-exported from tracker_client.task_states
     "ListedTask",
     "decode_cursor",
     "encode_cursor",
@@ -38,16 +39,6 @@ __all__ = [
     "task_list",
     "task_state",
 ]
-
-#: The states ``--state`` selects; every task is in exactly one.
-STATES = {
-    "waiting": "open and not running: never run yet, or moved here by a transition "
-    "(incl. blocked on dependencies, assigned, or scheduled for later)",
-    "running": "its latest run holds a lease",
-    "failed": "open and not running, its latest run failed or lost its lease: to be retried",
-    "dead": "dead-lettered: out of retries, cancelled, expired or crash-looping",
-    "done": "in a terminal stage",
-}
 
 #: Tasks read per tracker call.
 PAGE = 1000
@@ -66,44 +57,15 @@ class ListedTask:
         """Settle ``state`` and the words of the state column (reads an open task's run)."""
         if self.detail:
             return
-        coarse = _coarse(self.task, pipeline)
+        coarse = coarse_state(self.task, stage_definition(pipeline, self.task.stage))
         detail = await tracker.get_task(self.task.id) if coarse is None else None
-        self.state = task_state(self.task, pipeline, detail, now)
+        self.state = task_state(self.task, stage_definition(pipeline, self.task.stage), detail)
         self.detail = _describe(self.task, self.state, detail, now)
 
 
-def _stage(pipeline: Pipeline | None, stage: str) -> dict[str, object]:
-    if pipeline is None:
-        return {}
-    state = (pipeline.definition.get("states") or {}).get(stage)
-    return state if isinstance(state, dict) else {}
-
-
 def _role(pipeline: Pipeline | None, stage: str) -> str | None:
-    role = _stage(pipeline, stage).get("agent_role")
+    role = stage_definition(pipeline, stage).get("agent_role")
     return role if isinstance(role, str) else None
-
-
-def _coarse(task: Task, pipeline: Pipeline | None) -> str | None:
-    """The state readable from the listed task alone; None when it needs the latest run."""
-    if task.dead_letter_reason:
-        return "dead"
-    if _stage(pipeline, task.stage).get("terminal"):
-        return "done"
-    return None
-
-
-def task_state(task: Task, pipeline: Pipeline | None, detail: TaskDetail | None, now: int) -> str:
-    """One of :data:`STATES` (``detail`` is needed for an open task)."""
-    coarse = _coarse(task, pipeline)
-    if coarse is not None:
-        return coarse
-    run = detail.latest_run if detail is not None else None
-    if run is not None and run.status == "running":
-        return "running"
-    if run is not None and run.status in ("failed", "stale"):
-        return "failed"
-    return "waiting"
 
 
 def _describe(task: Task, state: str, detail: TaskDetail | None, now: int) -> str:
@@ -175,7 +137,9 @@ async def select_tasks(
     listed: list[ListedTask] = []
     for task in await _read_all(tracker, stage, pipeline_id):
         p = pipelines.get(task.pipeline_id)
-        entry = ListedTask(task, _role(p, task.stage), _coarse(task, p))
+        entry = ListedTask(
+            task, _role(p, task.stage), coarse_state(task, stage_definition(p, task.stage))
+        )
         if role is not None and entry.role != role:
             continue
         if states and entry.state is not None and entry.state not in states:

@@ -1,0 +1,57 @@
+"""A task's state as operators see it (waiting, running, failed, dead, done): one rule for every
+front end (``task list --state``, the dashboard's filter).
+
+The stage census of a rail says where tasks are; this says what they are doing, from the task
+itself, its stage's definition in its pipeline, and (for an open task) its latest run. Pure
+functions over the models: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tracker_client.models import Pipeline, Task, TaskDetail
+
+__all__ = ["STATES", "coarse_state", "stage_definition", "task_state"]
+
+#: Every state, with what it means; every task is in exactly one.
+STATES: Mapping[str, str] = {
+    "waiting": "open and not running: never run yet, or moved here by a transition "
+    "(incl. blocked on dependencies, assigned, or scheduled for later)",
+    "running": "its latest run holds a lease",
+    "failed": "open and not running, its latest run failed or lost its lease: to be retried",
+    "dead": "dead-lettered: out of retries, cancelled, expired or crash-looping",
+    "done": "in a terminal stage",
+}
+
+
+def stage_definition(pipeline: Pipeline | None, stage: str) -> Mapping[str, object]:
+    """The definition of ``stage`` in ``pipeline`` (empty when either is unknown)."""
+    if pipeline is None:
+        return {}
+    states = pipeline.definition.get("states") or {}
+    found = states.get(stage) if isinstance(states, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def coarse_state(task: Task, stage: Mapping[str, object]) -> str | None:
+    """``dead`` or ``done`` when the listed task alone says so; None when the state needs the
+    task's latest run (``stage``: its stage's definition)."""
+    if task.dead_letter_reason:
+        return "dead"
+    if stage.get("terminal"):
+        return "done"
+    return None
+
+
+def task_state(task: Task, stage: Mapping[str, object], detail: TaskDetail | None) -> str:
+    """One of :data:`STATES` (``detail``, the task read whole, is needed for an open task)."""
+    coarse = coarse_state(task, stage)
+    if coarse is not None:
+        return coarse
+    run = detail.latest_run if detail is not None else None
+    if run is not None and run.status == "running":
+        return "running"
+    if run is not None and run.status in ("failed", "stale"):
+        return "failed"
+    return "waiting"
