@@ -15,11 +15,12 @@ lowercase or uppercase hex of 32 (trace) and 16 (span) digits, not all zero; 64-
 (times, ``intValue``) may be JSON numbers or decimal strings; enums are integers (their names
 are read too).
 
-Pure: no I/O, no tracker; it may use :mod:`tracker_client.jsonlimits` and the errors only.
+Pure: no I/O, no tracker; it may use the errors only.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_client.errors import ValidationFailed
-from tracker_client.jsonlimits import check_json_limits
 
 __all__ = [
     "MAX_SPANS",
@@ -48,6 +48,7 @@ MAX_VALUE_DEPTH = 16
 _MAX_INT64 = 2**63 - 1
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
 _SPAN_ID = re.compile(r"[0-9a-fA-F]{16}")
+_INT = re.compile(r"-?\d{1,19}")
 _KINDS = {
     "SPAN_KIND_UNSPECIFIED": 0,
     "SPAN_KIND_INTERNAL": 1,
@@ -76,22 +77,40 @@ class ParsedSpan:
     task_id: str | None = None
     run_id: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: ``attributes`` as the JSON text stored.
+    attributes_json: str = "{}"
 
 
-def _bad(where: str, message: str) -> ValidationFailed:
-    return ValidationFailed(f"OTLP document: {where}: {message}", code="invalid_otlp")
+#: Where a field is: a path, or (where, suffix) / (where, key, index), spelled out only for an
+#: error (formatting a path for every value would cost more than reading the value).
+Where = str | tuple[Any, ...]
 
 
-def _list(parent: Mapping[str, Any], key: str, where: str) -> list[Any]:
+def _path(where: Where) -> str:
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        parts.append(f"{where[1]}[{where[2]}]" if len(where) == 3 else str(where[1]))
+        where = where[0]
+    parts.append(where)
+    return "".join(reversed(parts))
+
+
+def _bad(where: Where, message: str) -> ValidationFailed:
+    return ValidationFailed(f"OTLP document: {_path(where)}: {message}", code="invalid_otlp")
+
+
+def _list(parent: Mapping[str, Any], key: str, where: Where) -> list[Any]:
     value = parent.get(key)
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _bad(f"{where}{key}", f"expected an array, got {type(value).__name__}")
+        raise _bad((where, key), f"expected an array, got {type(value).__name__}")
     return value
 
 
-def _object(value: Any, where: str) -> Mapping[str, Any]:
+def _object(value: Any, where: Where) -> Mapping[str, Any]:
+    if type(value) is dict:
+        return value
     if not isinstance(value, Mapping):
         raise _bad(where, f"expected an object, got {type(value).__name__}")
     return value
@@ -137,47 +156,47 @@ def _enum(value: Any, names: Mapping[str, int], where: str) -> int | None:
     raise _bad(where, f"expected one of {sorted(names.values())}, got {value!r:.80}")
 
 
-def _any_value(value: Any, where: str, depth: int = 0) -> Any:
+def _any_value(value: Any, where: Where, depth: int = 0) -> Any:
     """An OTLP ``AnyValue`` as plain JSON (``{}``, no known field, is null)."""
     if depth > MAX_VALUE_DEPTH:
         raise _bad(where, f"nested deeper than {MAX_VALUE_DEPTH} arrayValue/kvlistValue levels")
     value = _object(value, where)
     if "stringValue" in value:
         text = value["stringValue"]
-        if not isinstance(text, str):
-            raise _bad(f"{where}.stringValue", f"expected a string, got {text!r:.80}")
+        if type(text) is not str:
+            raise _bad((where, ".stringValue"), f"expected a string, got {text!r:.80}")
         return text
+    if "intValue" in value:
+        raw = value["intValue"]
+        if type(raw) is str and _INT.fullmatch(raw):
+            raw = int(raw)
+        if type(raw) is not int or not -(2**63) <= raw <= _MAX_INT64:
+            raise _bad((where, ".intValue"), f"expected a 64-bit integer, got {raw!r:.80}")
+        return raw
     if "boolValue" in value:
         flag = value["boolValue"]
         if not isinstance(flag, bool):
-            raise _bad(f"{where}.boolValue", f"expected true or false, got {flag!r:.80}")
+            raise _bad((where, ".boolValue"), f"expected true or false, got {flag!r:.80}")
         return flag
-    if "intValue" in value:
-        raw = value["intValue"]
-        if isinstance(raw, str) and re.fullmatch(r"-?\d{1,19}", raw):
-            raw = int(raw)
-        if isinstance(raw, bool) or not isinstance(raw, int) or not -(2**63) <= raw <= _MAX_INT64:
-            raise _bad(f"{where}.intValue", f"expected a 64-bit integer, got {raw!r:.80}")
-        return raw
     if "doubleValue" in value:
-        return _double(value["doubleValue"], f"{where}.doubleValue")
+        return _double(value["doubleValue"], (where, ".doubleValue"))
     if "bytesValue" in value:
         data = value["bytesValue"]
         if not isinstance(data, str):
-            raise _bad(f"{where}.bytesValue", f"expected a base64 string, got {data!r:.80}")
+            raise _bad((where, ".bytesValue"), f"expected a base64 string, got {data!r:.80}")
         return data
     if "arrayValue" in value:
-        array = _object(value["arrayValue"], f"{where}.arrayValue")
-        items = _list(array, "values", f"{where}.arrayValue.")
-        at = f"{where}.arrayValue.values"
-        return [_any_value(v, f"{at}[{n}]", depth + 1) for n, v in enumerate(items)]
+        array = _object(value["arrayValue"], (where, ".arrayValue"))
+        items = _list(array, "values", (where, ".arrayValue."))
+        at = (where, ".arrayValue.values")
+        return [_any_value(v, (*at, n), depth + 1) for n, v in enumerate(items)]
     if "kvlistValue" in value:
-        pairs = _object(value["kvlistValue"], f"{where}.kvlistValue")
-        return _attributes(pairs, "values", f"{where}.kvlistValue.", depth + 1)
+        pairs = _object(value["kvlistValue"], (where, ".kvlistValue"))
+        return _attributes(pairs, "values", (where, ".kvlistValue."), depth + 1)
     return None
 
 
-def _double(raw: Any, where: str) -> Any:
+def _double(raw: Any, where: Where) -> Any:
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise _bad(where, f"expected a number, got {raw!r:.80}")
     if isinstance(raw, str):
@@ -189,17 +208,18 @@ def _double(raw: Any, where: str) -> Any:
     return raw
 
 
-def _attributes(parent: Mapping[str, Any], key: str, where: str, depth: int = 0) -> dict[str, Any]:
+def _attributes(
+    parent: Mapping[str, Any], key: str, where: Where, depth: int = 0
+) -> dict[str, Any]:
     """A ``KeyValue`` list as ``{key: value}`` (a repeated key: the last one wins)."""
     found: dict[str, Any] = {}
     for n, pair in enumerate(_list(parent, key, where)):
-        at = f"{where}{key}[{n}]"
-        pair = _object(pair, at)
+        pair = _object(pair, (where, key, n))
         name = pair.get("key")
-        if not isinstance(name, str):
-            raise _bad(f"{at}.key", f"expected a string, got {name!r:.80}")
+        if type(name) is not str:
+            raise _bad(((where, key, n), ".key"), f"expected a string, got {name!r:.80}")
         raw = pair.get("value")
-        found[name] = None if raw is None else _any_value(raw, f"{at}.value", depth)
+        found[name] = None if raw is None else _any_value(raw, ((where, key, n), ".value"), depth)
     return found
 
 
@@ -220,6 +240,11 @@ def _span(span: Any, where: str, service: str | None) -> ParsedSpan:
     if message is not None and not isinstance(message, str):
         raise _bad(f"{where}.status.message", f"expected a string, got {message!r:.80}")
     attributes = _attributes(span, "attributes", f"{where}.")
+    try:  # one C-speed pass: what is stored must be finite numbers and valid UTF-8
+        text = json.dumps(attributes, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        (text + name + (message or "")).encode("utf-8")
+    except ValueError as exc:  # NaN/Infinity as Python floats, lone surrogates
+        raise _bad(where, f"not storable as JSON text: {exc}") from None
     parent = span.get("parentSpanId")
     return ParsedSpan(
         trace_id=_hex_id(span, "traceId", where),
@@ -235,16 +260,17 @@ def _span(span: Any, where: str, service: str | None) -> ParsedSpan:
         task_id=_link(attributes, TASK_ATTRIBUTE),
         run_id=_link(attributes, RUN_ATTRIBUTE),
         attributes=attributes,
+        attributes_json=text,
     )
 
 
 def parse_traces(document: Any) -> list[ParsedSpan]:
     """Every span of the OTLP/JSON ``document``, in document order; ``ValidationFailed`` (code
-    ``invalid_otlp``, or ``json_too_deep``/``invalid_json`` for what no JSON store keeps)
-    naming the first thing wrong. ``{}`` and ``{"resourceSpans": []}`` are valid: no spans."""
+    ``invalid_otlp``) naming the first thing wrong. Only what is stored is read and checked
+    (values nest at most :data:`MAX_VALUE_DEPTH` levels; strings are valid UTF-8). ``{}`` and
+    ``{"resourceSpans": []}`` are valid: no spans."""
     if not isinstance(document, Mapping):
         raise _bad("(document)", f"expected an object, got {type(document).__name__}")
-    check_json_limits(document, "OTLP document")
     spans: list[ParsedSpan] = []
     for r, resource_spans in enumerate(_list(document, "resourceSpans", "")):
         at = f"resourceSpans[{r}]"
@@ -252,6 +278,11 @@ def parse_traces(document: Any) -> list[ParsedSpan]:
         resource = _object(resource_spans.get("resource") or {}, f"{at}.resource")
         service = _attributes(resource, "attributes", f"{at}.resource.").get("service.name")
         service_name = service if isinstance(service, str) and service else None
+        if service_name is not None and not service_name.isascii():
+            try:
+                service_name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _bad(f"{at}.resource", "service.name is not valid UTF-8") from None
         for s, scope_spans in enumerate(_list(resource_spans, "scopeSpans", f"{at}.")):
             scope_at = f"{at}.scopeSpans[{s}]"
             scope_spans = _object(scope_spans, scope_at)

@@ -68,7 +68,6 @@ def store_spans(
                     "SELECT task_id FROM runs WHERE id = ?", (s.run_id,)
                 )
             task_id = task_of_run[s.run_id]
-        attributes = json.dumps(s.attributes, separators=(",", ":"), ensure_ascii=False)
         rows.append(
             (
                 batch_id,
@@ -84,7 +83,7 @@ def store_spans(
                 s.service_name,
                 task_id,
                 s.run_id,
-                attributes,
+                s.attributes_json,
             )
         )
     ctx.conn.executemany(_INSERT, rows)
