@@ -119,8 +119,9 @@ async def serve_tracker(
         )
         server = server_class(config)
         server.closing = app.state.closing
+        shown = tracker.path if url.startswith("postgres") else url  # no password shown
         server.announce = (
-            f"serving {url} (api auth: {'admin token required' if api_token else 'disabled'})"
+            f"serving {shown} (api auth: {'admin token required' if api_token else 'disabled'})"
         )
         async with anyio.create_task_group() as tg:
             if metrics_sock is not None:
@@ -360,9 +361,12 @@ def _limits(max_connections: int | None, header_s: float, body_s: float) -> Conn
 
 
 def _check_url(url: str) -> None:
+    if url.startswith(("postgresql://", "postgres://")):
+        return  # a PostgreSQL rail, served to NullTickets-API clients
     if not (url.startswith("sqlite:") or url.startswith("/") or url.startswith(".")):
         raise ConfigError(
             f"--tracker {url!r}: tracker serve shares an embedded rail; give sqlite:///path.db"
+            " (or a PostgreSQL rail, postgresql://host/db)"
         )
 
 
