@@ -1,4 +1,5 @@
-"""``backlog-worker task add|list|cancel|requeue|cancel-all`` (``show`` is in ops_task_show)."""
+"""``backlog-worker task add|list|cancel|requeue|cancel-all`` (``show`` is in ops_task_show,
+``transition`` in ops_task_transition)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from worker.cli.ops.common import (
 )
 from worker.cli.ops.task_list import task_list
 from worker.cli.ops.task_show import task_show
+from worker.cli.ops.task_transition import task_transition
 from worker.cli.ops.taskopts import (
     DeadLetterReplay,
     TaskFields,
@@ -40,6 +42,7 @@ def task_group() -> None:
 
 task_group.add_command(task_show)
 task_group.add_command(task_list)
+task_group.add_command(task_transition)
 
 
 @task_group.command("add")
