@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ __all__ = ["outcome_message", "submit"]
 
 #: Longest single ``wait`` call; a longer wait loops (keeps remote requests short).
 WAIT_SLICE_S = 30.0
+#: ``submit --wait``'s slices: how soon a task reaching a human step is said to be waiting.
+HUMAN_CHECK_S = 5.0
 
 
 def outcome_message(task_id: str, result: WaitResult, waited_s: float | None) -> tuple[int, str]:
@@ -73,15 +76,61 @@ def outcome_message(task_id: str, result: WaitResult, waited_s: float | None) ->
 
 
 async def wait_until_finished(
-    tracker: Tracker, task_id: str, timeout_s: float | None
+    tracker: Tracker,
+    task_id: str,
+    timeout_s: float | None,
+    *,
+    slice_s: float = WAIT_SLICE_S,
+    pending: Callable[[WaitResult], Awaitable[None]] | None = None,
 ) -> WaitResult:
-    """``tracker.wait`` in slices until finished or ``timeout_s`` (None = forever) has passed."""
+    """``tracker.wait`` in slices until finished or ``timeout_s`` (None = forever) has passed;
+    ``pending`` sees each unfinished slice's answer (the first one at once)."""
     deadline = math.inf if timeout_s is None else anyio.current_time() + timeout_s
+    first = True
     while True:
         remaining = deadline - anyio.current_time()
-        result = await tracker.wait(task_id, timeout_s=max(0.0, min(WAIT_SLICE_S, remaining)))
+        wait_s = 0.0 if first and pending is not None else min(slice_s, remaining)
+        first = False
+        result = await tracker.wait(task_id, timeout_s=max(0.0, wait_s))
         if result.finished or anyio.current_time() >= deadline:
             return result
+        if pending is not None:
+            await pending(result)
+
+
+class HumanStepNotice:
+    """Says once per stage, on stderr, that a waited task sits at a human step (a stage with no
+    role): ``waiting for a human at stage S: backlog-worker task transition ID <trigger>``."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self._tracker = tracker
+        self._said: set[tuple[str, int]] = set()
+        self._roles: dict[str, dict[str, Any]] = {}
+
+    async def __call__(self, result: WaitResult) -> None:
+        """Look at one unfinished wait's answer."""
+        task = result.task
+        run = task.latest_run
+        if task.dead_letter_reason is not None or (run is not None and run.status == "running"):
+            return
+        if (task.stage, task.task_version) in self._said:
+            return
+        states = self._roles.get(task.pipeline_id)
+        if states is None:
+            definition = (await self._tracker.get_pipeline(task.pipeline_id)).definition
+            states = self._roles[task.pipeline_id] = dict(definition.get("states") or {})
+        state = states.get(task.stage)
+        if not isinstance(state, dict) or state.get("agent_role") or state.get("terminal"):
+            return
+        self._said.add((task.stage, task.task_version))
+        triggers = "|".join(t.trigger for t in task.available_transitions) or "(none)"
+        click.echo(
+            escape_controls(
+                f"waiting for a human at stage {task.stage}: backlog-worker task transition "
+                f"{task.id} <trigger>  (triggers: {triggers})"
+            ),
+            err=True,
+        )
 
 
 @click.command("submit", short_help="Submit a task; with --wait, block until it finishes.")
@@ -142,7 +191,13 @@ def submit(
             else contextlib.nullcontext()
         )
         with status:
-            result = await wait_until_finished(tracker, task_id, timeout)
+            result = await wait_until_finished(
+                tracker,
+                task_id,
+                timeout,
+                slice_s=HUMAN_CHECK_S,
+                pending=HumanStepNotice(tracker),
+            )
         code, message = outcome_message(task_id, result, anyio.current_time() - started)
         if ops.as_json:
             ops.emit_json({"id": task_id, **result.model_dump(mode="json")})
