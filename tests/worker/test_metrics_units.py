@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +215,24 @@ def test_nothing_is_imported_when_metrics_are_off() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+async def test_scrapers_that_reset_mid_answer_do_not_end_the_listener() -> None:
+    sock = bind("127.0.0.1", 0, what="test")
+    port = sock.getsockname()[1]
+
+    async def render() -> bytes:
+        await anyio.sleep(0.05)  # the scraper is gone by the time the answer is sent
+        return b"x 1\n" * 50_000
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve_metrics(sock, render))
+        for _ in range(5):
+            raw = socket.create_connection(("127.0.0.1", port))
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw.close()  # a reset, not a goodbye
+        async with httpx.AsyncClient(timeout=10) as client:
+            answer = await client.get(f"http://127.0.0.1:{port}/metrics")
+        tg.cancel_scope.cancel()
+    assert answer.status_code == 200 and answer.text.startswith("x 1\n")

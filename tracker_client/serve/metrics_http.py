@@ -13,6 +13,7 @@ It may touch its socket and the render callback it is given; nothing of the trac
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
@@ -88,14 +89,17 @@ async def serve_metrics(
     listener = await anyio.abc.SocketListener.from_socket(sock)
 
     async def handle(stream: anyio.abc.SocketStream) -> None:
-        async with stream:
-            if limit.value == 0:
-                return  # too many scrapers at once: close this one
-            async with limit:
-                with anyio.move_on_after(READ_TIMEOUT_S):
-                    head = await _read_head(stream)
-                    if head is not None:
-                        await stream.send(await _answer(head, render, expected))
+        # A scraper that goes away mid-answer is its own loss: never the listener's (nor the
+        # worker's, whose task group this runs in).
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async with stream:
+                if limit.value == 0:
+                    return  # too many scrapers at once: close this one
+                async with limit:
+                    with anyio.move_on_after(READ_TIMEOUT_S):
+                        head = await _read_head(stream)
+                        if head is not None:
+                            await stream.send(await _answer(head, render, expected))
 
     async with listener:
         await listener.serve(handle)

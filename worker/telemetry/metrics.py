@@ -264,8 +264,17 @@ class WorkerMetrics(Telemetry):
         """Answer ``/metrics`` and refresh the queue figures until cancelled."""
         log.info("metrics on http://%s/metrics", self.address, extra={"action": "metrics_on"})
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: serve_metrics(self.socket, self.render))
+            tg.start_soon(self._listen)
             await self._refresh_queue()
+
+    async def _listen(self) -> None:
+        try:
+            await serve_metrics(self.socket, self.render)
+        except Exception:  # the worker goes on without /metrics rather than stop
+            log.exception(
+                "the metrics listener failed: /metrics is not served until the worker restarts",
+                extra={"action": "metrics_failed"},
+            )
 
     async def aclose(self) -> None:
         """Close the listening socket (when :meth:`serve` never ran)."""
