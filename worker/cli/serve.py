@@ -119,7 +119,11 @@ async def serve_tracker(
         )
         server = server_class(config)
         server.closing = app.state.closing
-        shown = tracker.path if url.startswith("postgres") else url  # no password shown
+        shown = url
+        if url.startswith("postgres"):
+            from tracker_client.postgres.options import redact
+
+            shown = redact(url)  # no password in the log
         server.announce = (
             f"serving {shown} (api auth: {'admin token required' if api_token else 'disabled'})"
         )
