@@ -256,6 +256,28 @@ async def test_a_bad_listen_value_is_a_config_error(
     assert _waiting(await tracker.queue_stats()) == 1  # nothing claimed
 
 
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        (
+            "queue_interval_s = 0",
+            "[metrics] queue_interval_s: Input should be greater than or equal",
+        ),
+        ("queue_interval = 1", "[metrics] queue_interval: unknown key"),
+    ],
+)
+async def test_a_bad_metrics_key_is_a_config_error(
+    tracker: Tracker, pipeline_id: str, tmp_path: Path, line: str, says: str
+) -> None:
+    await add_tasks(tracker, pipeline_id, 1)
+    config = write_worker_config(tmp_path, ["true"])
+    config.write_text(config.read_text().replace("queue_interval_s = 0.1", line))
+    done = await anyio.to_thread.run_sync(_run, config)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert _waiting(await tracker.queue_stats()) == 1  # nothing claimed
+
+
 async def test_a_port_in_use_is_a_clear_error_before_any_claim(
     tracker: Tracker, pipeline_id: str, tmp_path: Path
 ) -> None:
