@@ -28,6 +28,7 @@ from tests.contract.support import FakeClock
 from tests.remote.fixtures import serve_on_port, wait_listening
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.serve.app import create_app
+from tracker_client.serve.otlp import DEFAULT_MAX_OTLP_BYTES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -35,6 +36,7 @@ PATHS = ("/v1/traces", "/otlp/v1/traces")
 TOKEN = "otlp-admin-token-0123"
 LIMIT = 64 * 1024
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}
 ONE = document(span(0, "e2e.ingest", task="task-e2e", run="run-e2e"))
 
 
@@ -204,6 +206,28 @@ async def test_a_body_over_the_otlp_limit_is_413_and_stores_nothing(
     exact += b" " * (LIMIT - len(exact))  # exactly the limit is accepted
     plain = {"Content-Type": "application/json"}
     assert (await http.post("/v1/traces", content=exact, headers=plain)).status_code == 200
+
+
+async def test_the_default_limit_takes_thousands_of_spans_and_refuses_over_4_mib(
+    tmp_path: Path,
+) -> None:
+    tracker = await EmbeddedTracker.open(str(tmp_path / "big.db"))
+    try:
+        async with (
+            serve_on_port(create_app(tracker)) as url,
+            httpx.AsyncClient(base_url=url, timeout=60) as client,
+        ):
+            many = document(*(span(n, f"s{n}", task="big") for n in range(3000)))
+            body = _json(many)
+            assert 1024 * 1024 < len(body) < DEFAULT_MAX_OTLP_BYTES  # parsed off the loop
+            answer = await client.post("/v1/traces", content=body, headers=JSON)
+            assert answer.json()["accepted_spans"] == 3000
+            over = b" " * (DEFAULT_MAX_OTLP_BYTES + 1)  # under the 16 MiB request limit
+            assert (await client.post("/v1/traces", content=over, headers=JSON)).status_code == 413
+            listed = (await client.get("/tasks/big/spans", params={"limit": 1000})).json()
+            assert len(listed) == 1000 and listed[0]["name"] == "s0"
+    finally:
+        await tracker.aclose()
 
 
 async def test_the_routes_need_the_admin_token(rail: Rail) -> None:

@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Awaitable
 from typing import Protocol, runtime_checkable
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -35,6 +36,8 @@ __all__ = ["DEFAULT_MAX_OTLP_BYTES", "HANDLERS", "BlobIngest", "is_json"]
 
 #: The largest OTLP body read (after gzip decoding too); larger ones get 413.
 DEFAULT_MAX_OTLP_BYTES = 4 * 1024 * 1024
+#: Bodies larger than this are parsed in a worker thread.
+_OFF_LOOP_BYTES = 64 * 1024
 #: The content type a blob is stored under when the request named none.
 _NO_TYPE = "application/octet-stream"
 
@@ -86,7 +89,9 @@ async def _ingest(request: Request, operation: str) -> Response:
     raw = _decoded(request, await read_bytes(request, cap), cap)
     tracker = tracker_of(request)
     if is_json(content_type):
-        document = parse_body(raw)
+        # A large body is parsed off the event loop (the other requests go on meanwhile).
+        big = len(raw) > _OFF_LOOP_BYTES
+        document = await anyio.to_thread.run_sync(parse_body, raw) if big else parse_body(raw)
         if not isinstance(document, dict):
             raise ApiError(400, "invalid_otlp", "OTLP document: expected a JSON object")
         result: OtlpIngestResult = await tracker.call(operation, document=document)
