@@ -3,9 +3,9 @@
 What an application (a web handler, a script, a job) needs to put work on the rail and follow
 it, without knowing pipeline ids or the tracker's models: submit by pipeline *name or id*
 (names resolved once and cached), submit many all-or-nothing, wait for a result, cancel,
-requeue, replay a pipeline's dead letters, read a task. Works on the embedded rail (a SQLite
-file), a served rail and a plain NullTickets server; on the latter an option it cannot honour
-is ``Unsupported`` naming it, never silently dropped.
+requeue, replay a pipeline's dead letters, read a task, move one at a human step. Works on the
+embedded rail (a SQLite file), a served rail and a plain NullTickets server; on the latter an
+option it cannot honour is ``Unsupported`` naming it, never silently dropped.
 
 It touches the tracker only (opened by :func:`tracker_client.factory.open_tracker`).
 """
@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from tracker_client import agents
 from tracker_client.capabilities import Capabilities
 from tracker_client.errors import NotFound, Unsupported, ValidationFailed
 from tracker_client.factory import open_tracker
@@ -28,6 +29,7 @@ from tracker_client.models import (
     RequeueAllResult,
     RequeueResult,
     TaskDetail,
+    TransitionResult,
     WaitResult,
 )
 from tracker_client.producer.options import Submission, build_task, submission_from, to_seconds
@@ -205,6 +207,34 @@ class Rail:
         if not isinstance(reason, str) or not reason:
             raise ValidationFailed(f"reason must be a non-empty string, not {reason!r}")
         return await self.tracker.cancel(_id(task_id), reason=reason)
+
+    async def transition(
+        self,
+        task_id: str,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        instructions: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Move a task waiting at a human step (a stage with no role) along ``trigger``; the
+        ``instructions`` reach the next stage's run. ``expected_stage`` None: the task's stage,
+        read first (a move by someone else in between is still ``Conflict``). A retry with the
+        same ``idempotency_key`` must be the same request: give ``expected_stage`` then.
+
+        ``Conflict`` ``not_a_human_step`` / ``expected_stage_mismatch``, ``InvalidTransition``
+        listing the allowed triggers; ``Unsupported`` on a plain NullTickets server.
+        """
+        if not isinstance(trigger, str) or not trigger:
+            raise ValidationFailed(f"trigger must be a non-empty string, not {trigger!r}")
+        return await agents.transition_task(
+            self.tracker,
+            _id(task_id),
+            trigger,
+            expected_stage=expected_stage,
+            instructions=instructions,
+            idempotency_key=_key(idempotency_key),
+        )
 
     async def requeue(
         self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True

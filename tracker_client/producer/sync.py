@@ -24,6 +24,7 @@ from tracker_client.models import (
     RequeueAllResult,
     RequeueResult,
     TaskDetail,
+    TransitionResult,
     WaitResult,
 )
 from tracker_client.producer.options import Submission
@@ -165,6 +166,26 @@ class SyncRail:
     def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
         """Cancel a waiting or running task. See ``Rail.cancel``."""
         result: CancelResult = self._run(self.rail.cancel, task_id, reason=reason)
+        return result
+
+    def transition(
+        self,
+        task_id: str,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        instructions: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Move a task waiting at a human step. See ``Rail.transition``."""
+        result: TransitionResult = self._run(
+            self.rail.transition,
+            task_id,
+            trigger,
+            expected_stage=expected_stage,
+            instructions=instructions,
+            idempotency_key=idempotency_key,
+        )
         return result
 
     def requeue(
