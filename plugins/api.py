@@ -12,7 +12,7 @@ empty when ready); ``backlog-worker check`` runs it before any task is claimed.
 It may touch the run's working directory (created on first use), the files an executor names as
 artifacts (through :mod:`plugins.artifact_files`) and the :class:`ContextSink` it is given; it never
 sees a tracker or a lease (the sink is the worker's, or a list in tests), and of the rail it imports
-:mod:`tracker_client.models` only.
+the data models only (:mod:`tracker_client.models`, :mod:`tracker_client.agent_models`).
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
+from plugins.agent import AgentSink, AgentUnsupported, Store, checkpoint_json
 from plugins.artifact_files import digest_file
+from tracker_client.agent_models import Upstream
 from tracker_client.models import ArtifactCreate, Run, Task
 
 __all__ = [
@@ -55,12 +57,20 @@ class Transition:
     ``[roles.triggers]``, the stage's only way out, its ``default_trigger``: see
     :mod:`worker.triggers`). ``source`` says where the executor got its answer (``exit code 0 of
     command 'x'``) for the error when the trigger is refused; it does not take part in equality.
+    ``wait_for``: task ids (e.g. from ``ctx.spawn``) the task then waits for: the dependency
+    edges are added with the move, so its next stage is claimed only when all are terminal.
     """
 
     trigger: str | None = None
     instructions: str | None = None
     usage: Any = None
     source: str | None = field(default=None, compare=False)
+    wait_for: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.wait_for, str):
+            raise ValueError("Transition.wait_for must be a list of task ids, not one string")
+        object.__setattr__(self, "wait_for", tuple(self.wait_for))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +131,12 @@ class ExecutionContext:
     Attributes: ``task``, ``run``, ``attempt``, ``workdir`` (this run's own directory, created
     on first access so executors that never touch files don't pay for it),
     ``instructions`` (of the transition that led here, if any), ``options`` (the role's
-    executor options), ``logger``, ``deadline`` (``anyio.current_time()`` seconds, or None) and
-    ``traceparent`` (the run's trace context when the worker traces, or None).
+    executor options), ``logger``, ``deadline`` (``anyio.current_time()`` seconds, or None),
+    ``traceparent`` (the run's trace context when the worker traces, or None),
+    ``previous_checkpoint`` (the latest checkpoint of the task's earlier attempts, or None) and
+    ``upstream`` (the task's dependencies as they ended, read when the run starts at a later
+    stage; ``await read_upstream()`` reads them any time). Agent calls (``store``, ``spawn``,
+    ``checkpoint``) go to a sink implementing :class:`plugins.agent.AgentSink`.
     """
 
     def __init__(
@@ -139,6 +153,8 @@ class ExecutionContext:
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         report_policy: ReportPolicy | None = None,
         traceparent: str | None = None,
+        previous_checkpoint: Any = None,
+        upstream: list[Upstream] | None = None,
     ) -> None:
         self.task = task
         self.run = run
@@ -153,6 +169,8 @@ class ExecutionContext:
         #: ``TRACEPARENT`` environment variable); None otherwise.
         self.traceparent = traceparent
         self.logger = logger or logging.getLogger("backlog_worker.executor")
+        self.previous_checkpoint = previous_checkpoint
+        self.upstream: list[Upstream] = list(upstream or [])
         self._sink = sink
         self._shutdown = shutdown or anyio.Event()
         self._policy = report_policy or ReportPolicy()
@@ -205,6 +223,46 @@ class ExecutionContext:
         if self.deadline is None:
             return None
         return max(0.0, self.deadline - anyio.current_time())
+
+    # -- agent calls (plugins.agent) ---------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The rail's KV store (namespaced JSON values, full-text search): shared memory."""
+        return Store(self._sink)
+
+    def _agent(self, call: str) -> AgentSink:
+        if not isinstance(self._sink, AgentSink):
+            raise AgentUnsupported(f"ctx.{call}: this context's sink has no agent operations")
+        return self._sink
+
+    async def spawn(
+        self,
+        pipeline: str,
+        title: str,
+        *,
+        description: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        **options: Any,
+    ) -> str:
+        """Create a subtask (its parent: this task) in ``pipeline`` (name or id); its id.
+        ``options``: any other task field (``concurrency_key``, ``run_at_ms``, ...)."""
+        fields = {"title": title, "description": description, "priority": priority, **options}
+        fields["metadata"] = dict(metadata or {})
+        return await self._agent("spawn").spawn(pipeline, fields)
+
+    async def checkpoint(self, data: Any) -> None:
+        """Keep ``data`` (JSON, at most 64 KiB: ``ValueError`` naming the limit, nothing kept)
+        for the task's next attempt (``ctx.previous_checkpoint``). Cheap to call often: the
+        latest wins and goes out with the next heartbeat, at least every few seconds, and a
+        pending one before the run's report."""
+        checkpoint_json(data)
+        await self._agent("checkpoint").save_checkpoint(data)
+
+    async def read_upstream(self) -> list[Upstream]:
+        """Read the task's dependencies now (stage, outcome, ``result``, artifacts)."""
+        self.upstream = await self._agent("read_upstream").read_upstream()
+        return self.upstream
 
     # -- reporting --------------------------------------------------------------------------------
     async def report(self, kind: str, data: Any = None, *, flush: bool = False) -> None:

@@ -37,12 +37,19 @@ the events as a tracker would receive them. Pass ``report_policy`` to exercise b
 A ``python`` executor naming a plain ``def`` runs it in its own thread as a worker does, and
 ``cancel()`` abandons that thread the same way (``ctx.cancelled`` turns True).
 
+Agents test the same way: ``ExecutorHarness(previous_checkpoint=..., upstream=[Upstream(...)],
+store={"notes": {"k": 1}}, pipelines=["research"])`` hands the run what a rail would, and
+``harness.sink.store`` / ``.spawned`` / ``.checkpoints`` show what ``ctx.store``,
+``ctx.spawn`` and ``ctx.checkpoint`` did (the same checks as a worker's: a value that is not
+JSON, a checkpoint over 64 KiB, an unknown pipeline).
+
 It may touch a working directory (the test's, or a temporary one removed after the run), the
 executor and :mod:`plugins.supervise`; no tracker, no lease, no worker.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -56,21 +63,40 @@ import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
 from plugins.supervise import call_executor
-from tracker_client.models import ArtifactCreate, Run, Task
+from tracker_client.agent_models import Upstream
+from tracker_client.errors import NotFound
+from tracker_client.models import ArtifactCreate, Run, StoreEntry, Task
 
 __all__ = ["ExecutorHarness", "RecordingSink"]
 
 
 class RecordingSink:
-    """A :class:`~plugins.api.ContextSink` that keeps everything in lists.
+    """A :class:`~plugins.api.ContextSink` (and :class:`~plugins.agent.AgentSink`) that keeps
+    everything in memory.
 
     ``written`` holds the events exactly as the context wrote them (a batch of one kind is one
     event ``{"batch": [...]}``); ``events`` expands batches back into one entry per report.
+    The agent calls land in ``store`` (``{namespace: {key: value}}``; ``search`` matches every
+    word of the query, case-insensitively, in the key or the value's JSON), ``spawned``
+    (``(pipeline, fields, id)``; ids ``subtask-1``, ...; with ``pipelines`` set, an unknown one is
+    ``NotFound`` naming it, as on a rail) and ``checkpoints`` (every ``ctx.checkpoint``, in order;
+    a worker writes only the latest of those made between two heartbeats).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        store: Mapping[str, Mapping[str, Any]] | None = None,
+        pipelines: list[str] | None = None,
+        upstream: list[Upstream] | None = None,
+    ) -> None:
         self.written: list[tuple[str, Any]] = []
         self.artifacts: list[ArtifactCreate] = []
+        self.store: dict[str, dict[str, Any]] = {ns: dict(v) for ns, v in (store or {}).items()}
+        self.pipelines = pipelines
+        self.spawned: list[tuple[str, dict[str, Any], str]] = []
+        self.checkpoints: list[Any] = []
+        self.upstream: list[Upstream] = list(upstream or [])
         self._changed: anyio.Event | None = None
 
     @property
@@ -98,6 +124,67 @@ class RecordingSink:
         self.artifacts.append(artifact)
         self._notify()
         return f"artifact-{len(self.artifacts)}"
+
+    # -- agent calls (plugins.agent.AgentSink), in memory ---------------------------------------
+    async def store_get(self, namespace: str, key: str) -> Any:
+        """The value, or None when absent."""
+        return self.store.get(namespace, {}).get(key)
+
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """Keep a (JSON-round-tripped) copy, as a rail would."""
+        self.store.setdefault(namespace, {})[key] = json.loads(json.dumps(value))
+        self._notify()
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """Forget a key."""
+        self.store.get(namespace, {}).pop(key, None)
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """The namespace's entries, sorted by key."""
+        return [self._entry(namespace, k) for k in sorted(self.store.get(namespace, {}))]
+
+    async def store_search(
+        self, query: str, *, namespace: str | None, limit: int
+    ) -> list[StoreEntry]:
+        """Entries where every word of ``query`` occurs (key or value), in key order."""
+        words = query.lower().split()
+        hits: list[StoreEntry] = []
+        for ns in sorted(self.store):
+            if namespace is not None and ns != namespace:
+                continue
+            for key in sorted(self.store[ns]):
+                text = f"{key} {json.dumps(self.store[ns][key], ensure_ascii=False)}".lower()
+                if all(w in text for w in words):
+                    hits.append(self._entry(ns, key))
+        return hits[:limit]
+
+    def _entry(self, namespace: str, key: str) -> StoreEntry:
+        now = int(time.time() * 1000)
+        value = self.store[namespace][key]
+        return StoreEntry(
+            namespace=namespace, key=key, value=value, created_at_ms=now, updated_at_ms=now
+        )
+
+    async def spawn(self, pipeline: str, fields: Mapping[str, Any]) -> str:
+        """Record a subtask; its id (``subtask-N``)."""
+        if self.pipelines is not None and pipeline not in self.pipelines:
+            known = ", ".join(sorted(self.pipelines)) or "none"
+            raise NotFound(
+                f"pipeline {pipeline!r} not found (known: {known})", code="pipeline_not_found"
+            )
+        child = f"subtask-{len(self.spawned) + 1}"
+        self.spawned.append((pipeline, dict(fields), child))
+        self._notify()
+        return child
+
+    async def save_checkpoint(self, data: Any) -> None:
+        """Record a checkpoint."""
+        self.checkpoints.append(data)
+        self._notify()
+
+    async def read_upstream(self) -> list[Upstream]:
+        """The upstream the harness was given."""
+        return list(self.upstream)
 
     def _notify(self) -> None:
         if self._changed is not None:
@@ -142,7 +229,14 @@ class ExecutorHarness:
         timeout_s: float | None = None,
         report_policy: ReportPolicy | None = None,
         raise_errors: bool = True,
+        previous_checkpoint: Any = None,
+        upstream: list[Upstream] | None = None,
+        store: Mapping[str, Mapping[str, Any]] | None = None,
+        pipelines: list[str] | None = None,
     ) -> None:
+        """The task's fields, the run's ``attempt``, and what the rail would hand the run:
+        ``previous_checkpoint``, ``upstream``, the ``store``'s initial contents and the known
+        ``pipelines`` for ``ctx.spawn`` (None: any name)."""
         now = int(time.time() * 1000)
         self.task = Task(
             id=task_id or str(uuid.uuid4()),
@@ -174,7 +268,8 @@ class ExecutorHarness:
         self.timeout_s = timeout_s
         self.report_policy = report_policy or ReportPolicy(max_events=1)
         self.raise_errors = raise_errors
-        self.sink = RecordingSink()
+        self.previous_checkpoint = previous_checkpoint
+        self.sink = RecordingSink(store=store, pipelines=pipelines, upstream=upstream)
         self.logger = logging.getLogger("backlog_worker.executor.harness")
         #: True when the last run ended because :meth:`cancel` was called.
         self.cancelled = False
@@ -255,6 +350,8 @@ class ExecutorHarness:
             shutdown=self._shutdown,
             logger=self.logger,
             report_policy=self.report_policy,
+            previous_checkpoint=self.previous_checkpoint,
+            upstream=self.sink.upstream,
         )
         self.context = ctx
         outcome: Outcome | None = None

@@ -10,6 +10,9 @@ and the scrubbing of known secrets from everything written (:mod:`worker.scrub`)
 It talks to a :class:`~tracker_client.protocol.LeaseTracker` and hands it ``lease.ref`` (a
 :class:`~tracker_client.capabilities.LeaseRef`), never the whole claimed ``Lease``. It knows
 nothing of executors: :class:`~worker.run.TaskRun` supervises those and writes through it.
+The agent operations (store, subtasks, upstream, checkpoints) are :attr:`LeaseSession.agent`'s
+(:mod:`worker.lease.agents`), made on first use; a pending checkpoint rides on the next
+heartbeat.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any
 
 import anyio
 
+from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import LeaseRef
-from tracker_client.errors import LeaseLost, TrackerUnavailable, ValidationFailed
+from tracker_client.errors import LeaseLost, TrackerUnavailable, Unsupported, ValidationFailed
 from tracker_client.models import (
     ArtifactCreate,
     FailResult,
@@ -28,6 +32,7 @@ from tracker_client.models import (
     TransitionResult,
 )
 from tracker_client.protocol import LeaseTracker
+from worker.lease.agents import AgentCalls
 from worker.lease.clock import LocalLease
 from worker.retry import TrackerCalls
 from worker.scrub import RunScrubber
@@ -66,6 +71,16 @@ class LeaseSession:
         self.lost: LeaseLost | None = None
         #: Masks known secrets and this lease's token in everything written.
         self.scrub = RunScrubber(lease.lease_token.get_secret_value())
+        self._agent: AgentCalls | None = None
+        #: Why the rail refused the last checkpoint a heartbeat carried (None: no refusal).
+        self.checkpoint_error: str | None = None
+
+    @property
+    def agent(self) -> AgentCalls:
+        """The run's agent operations (made on first use: most runs never ask)."""
+        if self._agent is None:
+            self._agent = AgentCalls(self)
+        return self._agent
 
     def remaining_s(self) -> float:
         """Seconds the lease is still ours (by our own clock, less the safety margin)."""
@@ -87,12 +102,17 @@ class LeaseSession:
         nothing more may be written under it."""
         ttl_ms = int(self.ttl_s * 1000)
         sent = anyio.current_time()
+        agent = self._agent
+        data = agent.take_checkpoint() if agent is not None else UNSET
         try:
-            expires_ms = await self.calls.read(
-                "heartbeat",
-                lambda: self.tracker.heartbeat(self.ref, lease_ttl_ms=ttl_ms),
-                budget_s=self.remaining_s(),
-            )
+            if data is UNSET:
+                expires_ms = await self.calls.read(
+                    "heartbeat",
+                    lambda: self.tracker.heartbeat(self.ref, lease_ttl_ms=ttl_ms),
+                    budget_s=self.remaining_s(),
+                )
+            else:
+                expires_ms = await self._heartbeat_with(data, ttl_ms)
         except LeaseLost as exc:
             self.lost = exc
         except TrackerUnavailable as exc:
@@ -103,6 +123,51 @@ class LeaseSession:
             return True
         self.clock.cancel_all()
         return False
+
+    async def _heartbeat_with(self, data: Any, ttl_ms: int) -> int:
+        """A heartbeat carrying the pending checkpoint; one the rail refuses is dropped (and
+        the heartbeat sent without it), one not sent is kept for the next try."""
+        assert self._agent is not None
+        agent = self._agent
+        try:
+            expires: int = await self.calls.read(
+                "heartbeat",
+                lambda: agent.write_checkpoint(data, heartbeat=True, ttl_ms=ttl_ms),
+                budget_s=self.remaining_s(),
+            )
+            return expires
+        except (ValidationFailed, Unsupported) as exc:
+            self.checkpoint_error = str(exc)
+        except TrackerUnavailable:
+            agent.restore_checkpoint(data)
+            raise
+        return await self.calls.read(
+            "heartbeat",
+            lambda: self.tracker.heartbeat(self.ref, lease_ttl_ms=ttl_ms),
+            budget_s=self.remaining_s(),
+        )
+
+    def checkpoint_due(self) -> bool:
+        """Whether a pending checkpoint should be written before the next heartbeat."""
+        return self._agent is not None and self._agent.checkpoint_due()
+
+    async def flush_checkpoint(self) -> None:
+        """Write a pending checkpoint now (before the report, or when due between heartbeats).
+        ``ValidationFailed``/``Unsupported`` when the rail refuses it (dropped); a tracker
+        outage keeps it pending and raises."""
+        agent = self._agent
+        if agent is None or not agent.checkpoint_pending:
+            return
+        data = agent.take_checkpoint()
+        try:
+            await self.calls.read(
+                "checkpoint",
+                lambda: agent.write_checkpoint(data, heartbeat=False, ttl_ms=None),
+                budget_s=self.remaining_s(),
+            )
+        except TrackerUnavailable:
+            agent.restore_checkpoint(data)
+            raise
 
     # -- writes during the run --------------------------------------------------------------
     async def add_event(self, kind: str, data: Any) -> int:
@@ -150,12 +215,28 @@ class LeaseSession:
         instructions: str | None,
         usage: Any,
         budget_s: float,
+        wait_for: tuple[str, ...] = (),
     ) -> TransitionResult:
-        """Complete the run and move the task (``InvalidTransition`` keeps the lease)."""
+        """Complete the run and move the task (``InvalidTransition`` keeps the lease).
+        ``wait_for``: the task then waits for these tasks (see :mod:`worker.lease.agents`)."""
         if instructions is not None or usage is not None:  # else no scrubber is even built
             scrub = self.scrub.get()
             instructions = None if instructions is None else scrub.text(instructions)
             usage = scrub.data(usage)
+        if wait_for:
+            return await self.calls.write(
+                "transition",
+                lambda key: self.agent.transition_waiting(
+                    trigger,
+                    wait_for,
+                    expected_stage=expected_stage,
+                    expected_task_version=expected_task_version,
+                    instructions=instructions,
+                    usage=usage,
+                    idempotency_key=key,
+                ),
+                budget_s=budget_s,
+            )
         return await self.calls.write(
             "transition",
             lambda key: self.tracker.transition(

@@ -2,11 +2,13 @@
 
 The report runs under a shield (it is how a cancelled run gives its task back) yet ends at the
 lease's end by our clock: past it the task may be someone else's, so nothing more is written.
-First the executor's buffered events; then, for a :class:`~plugins.api.Transition`, the trigger
-chosen per pipeline and stage (:mod:`worker.triggers`) sent with the claimed stage and version
-(one the pipeline refuses fails the run, naming the allowed triggers and the choice's source);
-for a :class:`~plugins.api.Failure`, an ``error`` event and ``fail``, except a shutdown, which
-releases the task without spending an attempt. A 409 is logged and dropped.
+First the executor's buffered events and pending checkpoint; then, for a
+:class:`~plugins.api.Transition`, the trigger chosen per pipeline and stage
+(:mod:`worker.triggers`) sent with the claimed stage and version (one the pipeline refuses fails
+the run, naming the allowed triggers and the choice's source; a ``wait_for`` the rail refuses,
+an unknown task or a cycle, fails it ``bad_wait_for``); for a :class:`~plugins.api.Failure`, an
+``error`` event and ``fail``, except a shutdown, which releases the task without spending an
+attempt. A 409 is logged and dropped.
 
 It may touch the tracker through the run's :class:`~worker.lease.LeaseSession` only (and reads
 pipeline definitions for the trigger).
@@ -17,7 +19,16 @@ from __future__ import annotations
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
-from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, TrackerError, Unsupported
+from tracker_client.errors import (
+    Conflict,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    TrackerError,
+    TrackerUnavailable,
+    Unsupported,
+    ValidationFailed,
+)
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.lease import LeaseSession
@@ -26,6 +37,9 @@ from worker.run.settings import RunResult, RunSettings
 from worker.triggers import choose_trigger
 
 __all__ = ["FinalReport"]
+
+#: The code of a ``wait_for`` that would close a dependency cycle (or name the task itself).
+CYCLE = "dependency_cycle"
 
 
 class FinalReport:
@@ -72,6 +86,7 @@ class FinalReport:
         budget = self._settings.report_retry_budget_s
         try:
             await ctx.flush()
+            await self._checkpoint()
             if isinstance(outcome, Transition):
                 return await self._transition(outcome, budget)
             return await self._fail(outcome, budget)
@@ -92,6 +107,16 @@ class FinalReport:
         except TrackerError as exc:
             self._log.error("final report failed: %s", exc, extra={"action": "report_failed"})
             return RunResult("report_failed", str(exc))
+
+    async def _checkpoint(self) -> None:
+        """The run's pending checkpoint first (the next attempt's ``previous_checkpoint``); one
+        the rail refuses, or that cannot be written, is logged and the report goes on."""
+        try:
+            await self._session.flush_checkpoint()
+        except (ValidationFailed, Unsupported, TrackerUnavailable) as exc:
+            self._log.warning(
+                "checkpoint not written: %s", exc, extra={"action": "checkpoint_failed"}
+            )
 
     async def _transition(self, outcome: Transition, budget: float) -> RunResult:
         task, role = self._session.lease.task, self._role
@@ -115,9 +140,22 @@ class FinalReport:
                 instructions=outcome.instructions,
                 usage=outcome.usage,
                 budget_s=budget,
+                wait_for=tuple(outcome.wait_for),
             )
         except InvalidTransition as exc:
             failure = choice.failure(role, task.stage, outcome.usage, refused=exc.allowed)
+            return await self._fail(failure, budget)
+        except (NotFound, Conflict, Unsupported) as exc:
+            if not outcome.wait_for or (isinstance(exc, Conflict) and exc.code != CYCLE):
+                raise
+            # The rail refused the edges (an unknown task, a cycle): the same output would
+            # be refused again, so the run fails for good, naming what is wrong.
+            failure = Failure(
+                reason="bad_wait_for",
+                message=f"Transition({trigger!r}, wait_for={list(outcome.wait_for)}): {exc}",
+                retryable=False,
+                usage=outcome.usage,
+            )
             return await self._fail(failure, budget)
         self._log.info(
             "transitioned %s -> %s (%s)",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,9 @@ import anyio
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
 from plugins.proc.process import kill_deadline
 from plugins.supervise import call_executor, timeout_of
-from tracker_client.errors import TrackerError
-from tracker_client.models import ArtifactCreate, Lease
+from tracker_client.agent_models import Upstream
+from tracker_client.errors import TrackerError, Unsupported, ValidationFailed
+from tracker_client.models import ArtifactCreate, Lease, StoreEntry
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.keeper import LeaseKeeper
@@ -56,7 +58,9 @@ log = logging.getLogger("backlog_worker.worker")
 
 
 class SessionSink:
-    """The executor's :class:`~plugins.api.ContextSink`: writes under the run's lease."""
+    """The executor's :class:`~plugins.api.ContextSink` and :class:`~plugins.agent.AgentSink`:
+    writes under the run's lease, the agent calls through the session's
+    :class:`~worker.lease.agents.AgentCalls`."""
 
     def __init__(self, session: LeaseSession) -> None:
         """Write through ``session`` (its keys, retry budget and scrubbing)."""
@@ -70,6 +74,40 @@ class SessionSink:
     async def emit_artifact(self, artifact: ArtifactCreate) -> str:
         """Record an artifact."""
         return await self._session.add_artifact(artifact)
+
+    async def store_get(self, namespace: str, key: str) -> Any:
+        """The value under the key, or None."""
+        return await self._session.agent.store_get(namespace, key)
+
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """Upsert a JSON value."""
+        await self._session.agent.store_put(namespace, key, value)
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """Delete a key."""
+        await self._session.agent.store_delete(namespace, key)
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """A namespace's entries."""
+        return await self._session.agent.store_list(namespace)
+
+    async def store_search(
+        self, query: str, *, namespace: str | None, limit: int
+    ) -> list[StoreEntry]:
+        """The rail's full-text search."""
+        return await self._session.agent.store_search(query, namespace=namespace, limit=limit)
+
+    async def spawn(self, pipeline: str, fields: Mapping[str, Any]) -> str:
+        """Create a subtask of the run's task."""
+        return await self._session.agent.spawn(pipeline, fields)
+
+    async def save_checkpoint(self, data: Any) -> None:
+        """Keep the checkpoint; the keeper writes the latest (see :mod:`worker.lease.agents`)."""
+        self._session.agent.keep_checkpoint(data)
+
+    async def read_upstream(self) -> list[Upstream]:
+        """The task's dependencies as they ended."""
+        return await self._session.agent.read_upstream()
 
 
 class TaskRun:
@@ -134,6 +172,7 @@ class TaskRun:
         workdir = self._workdir_path()
         ctx: ExecutionContext | None = None
         try:
+            previous, upstream = await self._agent_inputs()
             ctx = ExecutionContext(
                 task=self.lease.task,
                 run=self.lease.run,
@@ -145,6 +184,8 @@ class TaskRun:
                 logger=self._log,
                 report_policy=ReportPolicy(flush_interval_s=self.settings.report_flush_s),
                 traceparent=self.telemetry.traceparent,
+                previous_checkpoint=previous,
+                upstream=upstream,
             )
             timeout = timeout_of(self.lease.task, self.role.timeout_s)
             if timeout is not None:
@@ -161,6 +202,29 @@ class TaskRun:
             if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
                     await remove_workdir(workdir, self._workdir_base())
+
+    async def _agent_inputs(self) -> tuple[Any, list[Upstream] | None]:
+        """What the rail hands the run: the previous attempts' checkpoint (no read where the
+        claim carries it) and, at a later stage (the task moved, maybe waiting on subtasks),
+        its upstream. A read that fails is logged; the run goes on without it."""
+        lease = self.lease
+        first = lease.previous_checkpoint is None and lease.run.attempt <= 1
+        if first and lease.task.task_version <= 1:
+            return None, None  # a new task's first run: nothing to read
+        previous: Any = None
+        upstream: list[Upstream] | None = None
+        agent = self.session.agent
+        try:
+            previous = await agent.previous_checkpoint()
+            if lease.task.task_version > 1:
+                upstream = await agent.read_upstream()
+        except TrackerError as exc:
+            self._log.warning(
+                "could not read the run's checkpoint or upstream: %s",
+                exc,
+                extra={"action": "agent_inputs_failed"},
+            )
+        return previous, upstream
 
     async def _execute_and_report(self, ctx: ExecutionContext, limit_s: float | None) -> RunResult:
         outcome: Outcome | None = None
@@ -227,8 +291,11 @@ class TaskRun:
         return self.settings.report_flush_s
 
     def has_pending_reports(self) -> bool:
-        """Whether the executor's context holds reports not written yet."""
-        return self._ctx is not None and self._ctx.has_buffered_reports
+        """Whether the executor's context holds reports not written yet (or a checkpoint that
+        is due before the next heartbeat)."""
+        if self._ctx is None:
+            return False
+        return self._ctx.has_buffered_reports or self.session.checkpoint_due()
 
     async def flush_once(self) -> bool:
         """Write buffered reports, so a quiet executor's last events don't wait for the end of
@@ -239,6 +306,8 @@ class TaskRun:
             # Shielded: cancelling a flush halfway would lose the batch it took.
             with anyio.CancelScope(shield=True), self.telemetry.within():
                 await self._ctx.flush()
+                if self.session.checkpoint_due():
+                    await self._flush_checkpoint()
         except TrackerError as exc:
             self._log.warning(
                 "could not write reports: %s", exc, extra={"action": "report_flush_failed"}
@@ -255,4 +324,19 @@ class TaskRun:
             # one still retrying gets one with at least a sixth of the TTL to spare.
             return True
         with self.telemetry.within():  # the keeper's task: make the run current for its trace
-            return await self.session.heartbeat()
+            alive = await self.session.heartbeat()
+        error, self.session.checkpoint_error = self.session.checkpoint_error, None
+        if error is not None:
+            self._log.warning(
+                "checkpoint not written: %s", error, extra={"action": "checkpoint_failed"}
+            )
+        return alive
+
+    async def _flush_checkpoint(self) -> None:
+        """Write a pending checkpoint now; one the rail refuses is logged and dropped."""
+        try:
+            await self.session.flush_checkpoint()
+        except (ValidationFailed, Unsupported) as exc:
+            self._log.warning(
+                "checkpoint not written: %s", exc, extra={"action": "checkpoint_failed"}
+            )
