@@ -93,3 +93,15 @@ async def test_cancelling_a_child_leaves_its_parent_and_siblings(tracker: Tracke
     assert result.cancelled_descendants == 0
     state = {t.id: t.dead_letter_reason for t in await all_tasks(tracker)}
     assert state == {parent: None, one: "cancelled", two: None}
+
+
+@pytest.mark.requires(BACKLOG_OPS)
+async def test_cancel_all_cascades_to_children_in_other_pipelines(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker)
+    other = await make_pipeline(tracker, simple_pipeline("builder"))
+    parent = await tracker.create_task(new_task(pid, "parent"))
+    child = await tracker.create_task(new_task(other, "child", parent_id=parent))
+    outside = await tracker.create_task(new_task(other, "outside"))
+    assert await tracker.cancel_all(pipeline_id=pid) == 1
+    state = {t.id: t.dead_letter_reason for t in await all_tasks(tracker)}
+    assert state == {parent: "cancelled", child: "cancelled", outside: None}

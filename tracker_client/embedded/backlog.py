@@ -96,7 +96,8 @@ def _cancel_descendants(ctx: Ctx, task: sqlite3.Row, reason: str) -> int:
 
 
 def cancel_all(ctx: Ctx, pipeline_id: str | None, role: str | None) -> int:
-    """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
+    """Cancel every waiting and running task of a pipeline and/or role, and their unfinished
+    descendants; returns the count of the tasks matched."""
     if pipeline_id is None and role is None:
         raise ValidationFailed("cancel_all needs a pipeline_id or a role (or both)")
     where = ["dead_letter_reason IS NULL", "terminal = 0"]
@@ -112,8 +113,9 @@ def cancel_all(ctx: Ctx, pipeline_id: str | None, role: str | None) -> int:
     ).fetchall()
     for task in rows:
         fresh = ctx.task_row(task["id"])
-        if fresh["dead_letter_reason"] is None:  # else: dead-lettered by an upstream's cancel
+        if fresh["dead_letter_reason"] is None:  # else: dead-lettered by a cancel above
             _cancel_row(ctx, fresh, "cancelled")
+        _cancel_descendants(ctx, fresh, "cancelled")
     return len(rows)
 
 
