@@ -23,7 +23,7 @@ from typing import Any, Unpack
 import httpx
 from pydantic import SecretStr
 
-from tracker_client.agent_models import UNSET, Upstream
+from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.models import (
     Artifact,
@@ -51,6 +51,7 @@ from tracker_client.models import (
 )
 from tracker_client.nulltickets import leases, reads
 from tracker_client.nulltickets import tasks as writes
+from tracker_client.nulltickets.agents import AgentCalls
 from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
@@ -61,7 +62,7 @@ from tracker_client.nulltickets.wire import Wire
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 
 
-class RemoteTracker:
+class RemoteTracker(AgentCalls):
     """The ``Tracker`` protocol over HTTP (NullTickets or ``backlog-worker tracker serve``).
 
     ``RemoteTracker(url, api_token=None, transport=None, **options)`` with the options of
@@ -239,11 +240,6 @@ class RemoteTracker:
         NullTickets server always answers now + 300 s, and has no checkpoints."""
         return await leases.heartbeat(self._wire, lease, lease_ttl_ms, checkpoint)
 
-    async def checkpoint(self, lease: LeaseRef, data: Any) -> None:
-        """``POST /runs/{run_id}/checkpoint`` (extension ``checkpoints``)."""
-        check_json(data, "checkpoint")
-        await self._wire.send("checkpoint", lease.run_id, body={"data": data}, lease=lease)
-
     async def add_event(
         self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
     ) -> int:
@@ -396,35 +392,6 @@ class RemoteTracker:
         if stage is not None:
             body["stage"] = stage
         return await self._wire.call("requeue", task_id, body=body, into=RequeueResult)
-
-    async def list_upstream(self, task_id: str) -> list[Upstream]:
-        """``GET /tasks/{task_id}/upstream`` (extension ``upstream``)."""
-        return await self._wire.call("list_upstream", task_id, into=list[Upstream])
-
-    async def transition_task(
-        self,
-        task_id: str,
-        trigger: str,
-        *,
-        expected_stage: str,
-        expected_task_version: int | None = None,
-        instructions: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> TransitionResult:
-        """``POST /tasks/{task_id}/transition`` (extension ``human_steps``; a plain NullTickets
-        server moves a task only under a lease: ``Unsupported``)."""
-        body: dict[str, Any] = {"trigger": trigger, "expected_stage": expected_stage}
-        if expected_task_version is not None:
-            body["expected_task_version"] = expected_task_version
-        if instructions is not None:
-            body["instructions"] = instructions
-        return await self._wire.call(
-            "transition_task",
-            task_id,
-            body=body,
-            idempotency_key=idempotency_key,
-            into=TransitionResult,
-        )
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """Any operation of the contract table by name, from its row alone (see the protocol)."""
