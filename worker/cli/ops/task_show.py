@@ -15,6 +15,7 @@ from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 
+from tracker_client.agents import parent_of
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Artifact, Event, Pipeline, Run, TaskDetail
 from tracker_client.observe_models import Span
@@ -226,6 +227,8 @@ def render_task(report: TaskReport, *, last_runs: int = 0) -> list[RenderableTyp
         rows.append(("scheduled for", fmt_ms(task.run_at_ms)))
     if task.dedupe_key:
         rows.append(("dedupe key", task.dedupe_key))
+    if (parent := parent_of(task)) is not None:
+        rows.append(("parent", parent))
     for dep in task.dependencies:
         resolved = "done" if dep.resolved else "open"
         rows.append(("depends on", f"{dep.depends_on_task_id} ({resolved})"))
