@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.cli.conftest import Rail
-from tracker_client.models import Event, TaskDetail
+from tracker_client.models import Event, TaskCreate, TaskDetail
 from tracker_client.protocol import Tracker
 from worker.daemon.chores import instructions_for
 
@@ -199,3 +199,22 @@ def test_submit_wait_says_the_task_waits_for_a_human_and_ends_when_moved(rail: R
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_task_show_names_a_subtasks_parent(rail: Rail) -> None:
+    rail.pipeline("essays", APPROVAL)
+    parent = rail.add("outline", pipeline="essays")
+
+    async def spawn(tracker: Tracker) -> str:
+        pid = (await tracker.get_task(parent)).pipeline_id
+        return await tracker.create_task(
+            TaskCreate(pipeline_id=pid, title="part", parent_id=parent)
+        )
+
+    child = rail.run(spawn)
+    shown = cli(rail, "task", "show", child)
+    assert shown.returncode == 0, shown.stderr
+    assert any(line.split()[:2] == ["parent", parent] for line in shown.stdout.splitlines())
+    assert (
+        json.loads(cli(rail, "task", "show", child, "--json").stdout)["task"]["parent_id"] == parent
+    )
