@@ -8,7 +8,8 @@ checked when the worker starts: see :mod:`plugins.command.options`.
 Placeholders (in ``argv`` items, ``env`` values and ``cwd``): ``{task.id}``, ``{task.title}``,
 ``{task.description}``, ``{task.stage}``, ``{task.pipeline_id}``, ``{task.priority}``,
 ``{task.metadata[key]}``, ``{run.id}``, ``{run.agent_id}``, ``{run.agent_role}``, ``{attempt}``,
-``{workdir}``, ``{task_file}``, ``{instructions}``; ``{{``/``}}`` are literal braces. Each one
+``{workdir}``, ``{task_file}``, ``{instructions}``, ``{store.<namespace>.<key>}`` (read from
+the rail's store at the start); ``{{``/``}}`` are literal braces. Each one
 becomes exactly one piece of one argument: no shell, no splitting, no attribute lookups. (An
 inline script such as ``python3 -c "..."`` must double its own braces.)
 
@@ -21,7 +22,8 @@ optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
 (``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
 recorded, hashed and sized (see :mod:`plugins.command.outcome`); without ``artifacts_dir`` their
 ``file://`` uris name the workdir, which is removed after the run unless ``keep_workdirs``.
-Cancellation kills the whole process group.
+As an agent (the store, subtasks with ``wait_for``, ``checkpoint.json``, ``upstream.json``): see
+:mod:`plugins.command.agent`. Cancellation kills the whole process group.
 
 It may touch the child (through :func:`~plugins.proc.process.run_process`), ``PATH`` (to find the
 program), the run's working directory (``task.json``, ``outcome.json``) and the context's reports
@@ -39,6 +41,12 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.command.agent import (
+    apply_outcome,
+    read_store_fields,
+    save_checkpoint_file,
+    write_inputs,
+)
 from plugins.command.options import CommandOptions, parse_options
 from plugins.command.outcome import (
     OUTCOME_FILE,
@@ -49,6 +57,7 @@ from plugins.command.outcome import (
 from plugins.command.stream import OutputStream
 from plugins.command.template import TemplateValues
 from plugins.proc.process import ProcessResult, SpawnError, minimal_env, run_process, trace_env
+from tracker_client.errors import NotFound, TrackerError
 
 __all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
 
@@ -136,7 +145,14 @@ class CommandExecutor:
         task_file = ctx.workdir / TASK_FILE if opts.task_file else None
         if task_file is not None:
             await anyio.Path(task_file).write_bytes(payload)
-        values = TemplateValues(ctx, task_file)
+        templates = [*opts.argv_templates, *opts.env_templates.values()]
+        if opts.cwd_template is not None:
+            templates.append(opts.cwd_template)
+        store = await read_store_fields(ctx, templates) if opts.uses_store else None
+        written = None
+        if ctx.previous_checkpoint is not None or ctx.upstream:
+            written = await anyio.to_thread.run_sync(write_inputs, ctx, ctx.workdir)
+        values = TemplateValues(ctx, task_file, store)
         try:
             argv = [t.render(values) for t in opts.argv_templates]
             extra = {name: t.render(values) for name, t in opts.env_templates.items()}
@@ -199,6 +215,15 @@ class CommandExecutor:
             raise error
         await out.finish()
         await err.finish()
+        try:  # however the child ended, a checkpoint it wrote is kept for the next attempt
+            if ctx.workdir_created:
+                await save_checkpoint_file(ctx, ctx.workdir, written)
+        except ValueError as exc:
+            return Failure(
+                reason="bad_executor_output",
+                message=f"command {argv[0]!r}: {exc}",
+                retryable=False,
+            )
         tails = {
             "stdout_tail": out.tail_text(),
             "stderr_tail": err.tail_text(),
@@ -283,6 +308,15 @@ class CommandExecutor:
                 retryable=True,
                 details=details,
             )
+        try:
+            wait_for = await apply_outcome(ctx, doc)
+        except (ValueError, TrackerError) as exc:  # a bad value, an unknown pipeline
+            return Failure(
+                reason="bad_executor_output",
+                message=f"command {program!r}: {OUTCOME_FILE}: {exc}",
+                retryable=not isinstance(exc, ValueError | NotFound),
+                details=details,
+            )
         if doc.get("trigger"):
             source = f"{OUTCOME_FILE} of command {program!r}"
         return Transition(
@@ -290,4 +324,5 @@ class CommandExecutor:
             instructions=doc.get("instructions"),
             usage=doc.get("usage"),
             source=source,
+            wait_for=wait_for,
         )

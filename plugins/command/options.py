@@ -172,6 +172,12 @@ class CommandOptions(BaseModel):
         return self._cwd
 
     @property
+    def uses_store(self) -> bool:
+        """Whether a template names ``{store.ns.key}`` (read from the rail before each run)."""
+        templates = [*self._argv, *self._env.values(), *([self._cwd] if self._cwd else [])]
+        return any(f.startswith("store.") for t in templates for f in t.fields)
+
+    @property
     def base_dir(self) -> Path:
         """The worker's directory when the options were read: relative paths (program, cwd)
         are resolved against it."""

@@ -5,10 +5,11 @@ Split from :mod:`plugins.command.executor`. The file is read after a mapped exit
     {"trigger": "approve", "instructions": "...", "usage": {...},
      "artifacts": [{"path": "out/report.md", "kind": "report", "meta": {"lines": 12}}]}
 
-Every key is optional. Each artifact's ``path`` is relative to the run's working directory and
-must stay inside it (no absolute path, no ``..`` or symlink leading out); ``kind`` defaults to
-``file``; ``meta`` (an object) is recorded with ``"path"`` added. The files are hashed and sized
-by :meth:`~plugins.api.ExecutionContext.artifact_file`, and copied to
+Every key is optional; ``store``, ``spawn`` and ``wait_for`` are the agent keys
+(:mod:`plugins.command.agent`). Each artifact's ``path`` is relative to the run's working
+directory and must stay inside it (no absolute path, no ``..`` or symlink leading out); ``kind``
+defaults to ``file``; ``meta`` (an object) is recorded with ``"path"`` added. The files are
+hashed and sized by :meth:`~plugins.api.ExecutionContext.artifact_file`, and copied to
 ``<artifacts_dir>/<task id>/<run id>/<path>`` first when the executor has ``artifacts_dir``.
 
 It may touch the run's working directory only (``outcome.json`` read, the declared paths resolved
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from plugins.api import ExecutionContext
+from plugins.command.agent import check_agent_keys
 
 __all__ = [
     "MAX_ARTIFACTS",
@@ -38,7 +40,7 @@ __all__ = [
 OUTCOME_FILE = "outcome.json"
 MAX_ARTIFACTS = 100
 _MAX_OUTCOME_BYTES = 1 << 20
-_KEYS = ("trigger", "instructions", "usage", "artifacts")
+_KEYS = ("trigger", "instructions", "usage", "artifacts", "store", "spawn", "wait_for")
 _ARTIFACT_KEYS = ("path", "kind", "meta")
 
 
@@ -111,6 +113,7 @@ def read_outcome_file(path: Path) -> dict[str, Any] | None:
         raise ValueError(f"{path.name}: 'instructions' must be a string")
     if "artifacts" in doc:
         doc["artifacts"] = _artifacts(path.name, doc["artifacts"])
+    check_agent_keys(path.name, doc)
     return doc
 
 

@@ -1,8 +1,9 @@
 """Safe ``{placeholder}`` templates for the ``command`` executor's argv and env.
 
 Unlike ``str.format`` there is no attribute or item lookup on live objects: a template may only
-name the fields listed in :data:`FIELDS` (plus ``task.metadata[key]``), checked when the
-executor is built, and every field renders to plain text inside one argument.
+name the fields listed in :data:`FIELDS` (plus ``task.metadata[key]`` and
+``store.<namespace>.<key>``, a value of the rail's store read at the run's start), checked when
+the executor is built, and every field renders to plain text inside one argument.
 
 Pure text: it may touch the run's values (task, run, paths) only; no file, no process.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from plugins.api import ExecutionContext
 from tracker_client.errors import ExecutorError
 
-__all__ = ["FIELDS", "Template", "TemplateValues"]
+__all__ = ["FIELDS", "STORE_FIELD", "Template", "TemplateValues"]
 
 #: Every plain placeholder a template may use.
 FIELDS = (
@@ -38,6 +39,9 @@ FIELDS = (
     "instructions",
 )
 _METADATA = re.compile(r"^task\.metadata\[([^\[\]]+)\]$")
+#: ``{store.<namespace>.<key>}``: the value in the rail's store, read when the run starts (the
+#: namespace has no dot; the key is the rest). An absent key renders as empty text.
+STORE_FIELD = re.compile(r"^store\.([^.\[\]{}]+)\.([^\[\]{}]+)$")
 
 
 def _text(value: Any) -> str:
@@ -55,13 +59,22 @@ def _text(value: Any) -> str:
 class TemplateValues:
     """The values of one run, looked up by field name."""
 
-    def __init__(self, ctx: ExecutionContext, task_file: Path | None) -> None:
+    def __init__(
+        self,
+        ctx: ExecutionContext,
+        task_file: Path | None,
+        store: dict[str, Any] | None = None,
+    ) -> None:
+        """``store``: the values of the ``{store.ns.key}`` fields, read before rendering."""
         self.ctx = ctx
         self.task_file = task_file
+        self.store = store or {}
 
     def get(self, field: str, where: str) -> str:
         """The text of ``field``; KeyError (with a message) for an absent metadata key."""
         ctx = self.ctx
+        if field.startswith("store."):
+            return _text(self.store.get(field))
         match = _METADATA.match(field)
         if match:
             key = match.group(1)
@@ -128,11 +141,11 @@ class Template:
                     f"command option {where!r}: placeholder {{{field}}} may not use a "
                     "conversion or format spec"
                 )
-            if field not in FIELDS and not _METADATA.match(field):
+            if field not in FIELDS and not _METADATA.match(field) and not STORE_FIELD.match(field):
                 raise ExecutorError(
                     f"command option {where!r}: unknown placeholder {{{field}}} "
                     f"(known: {', '.join('{' + f + '}' for f in FIELDS)}, "
-                    "{task.metadata[key]})"
+                    "{task.metadata[key]}, {store.namespace.key})"
                 )
             parts.append((literal, field))
         return cls(source=source, where=where, parts=tuple(parts))
