@@ -46,6 +46,7 @@ QUIET_WRITES = frozenset(
     | {"store_delete_namespace", "purge", "vacuum"}
     | {"ingest_traces", "ingest_trace_blob"}
     | {"checkpoint"}
+    | {"register_worker", "forget_worker"}
 )
 #: Purge batches one maintenance pass runs at most (the next pass goes on where it stopped).
 MAINTENANCE_PURGE_BATCHES = 20
