@@ -305,3 +305,20 @@ async def test_a_hung_rail_holds_a_refresh_and_the_goodbye_only_so_long(tmp_path
                     await remote.aclose()
     finally:
         await embedded.aclose()
+
+
+async def test_a_registration_wakes_no_idle_worker_in_the_process(tmp_path: Path) -> None:
+    async with rail(tmp_path / "rail.db", 0) as tracker:
+        # Refreshed every 0.125 s for the whole wait.
+        presence = Presence(tracker, _NoRuns(WorkerConfig(agent_id="a", lost_after_s=0.5)))
+        seen: list[int] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(presence.run, await tracker.capabilities())
+            started = time.monotonic()
+            await tracker.wait_for_work(1.5)
+            waited = time.monotonic() - started
+            tg.cancel_scope.cancel()
+        for worker in await tracker.call("list_workers"):
+            seen.append(worker.last_seen_at_ms - presence.started_at_ms)
+        assert seen and seen[0] >= 1000  # refreshed during the wait
+        assert waited >= 1.4  # the wait ran its course: no refresh woke it
