@@ -124,7 +124,10 @@ async def test_a_drain_is_counted_exactly(
             done = value(
                 found, "backlog_worker_runs_finished_total", role="coder", outcome="transitioned"
             )
-            queue_empty = value(found, "backlog_worker_queue_waiting", role="coder") == 0
+            # the queue figures lag by up to queue_interval_s: wait for a read after the last run
+            queue_empty = value(found, "backlog_worker_queue_waiting", role="coder") == 0 and (
+                value(found, "backlog_worker_queue_running", role="coder") == 0
+            )
             return found if done == 5 and queue_empty else None
 
         found: Samples = await poll(all_finished, "5 runs finished")
