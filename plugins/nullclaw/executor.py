@@ -37,8 +37,10 @@ from typing import Any
 
 import anyio
 
+from plugins.agent import AgentUnsupported
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
 from plugins.nullclaw.home import agent_argv, child_env, prepare_places, write_private
+from plugins.nullclaw.memory import keep_partial, recall, remember, resume_text
 from plugins.nullclaw.options import NullClawOptions, load_template, parse_options
 from plugins.nullclaw.progress import ProgressForwarder
 from plugins.nullclaw.prompt import (
@@ -52,11 +54,13 @@ from plugins.nullclaw.readiness import check_readiness
 from plugins.nullclaw.redact import Redactor
 from plugins.nullclaw.result import Answer, classify, find_verdict
 from plugins.proc.process import ProcessResult, SpawnError, run_process
-from tracker_client.errors import ExecutorError
+from tracker_client.errors import ExecutorError, TrackerError
 
 __all__ = ["NullClawExecutor"]
 
 _OUTPUT_DIR = ".backlog-worker"
+#: nullclaw's own header lines, not part of its answer (taken off a partial answer).
+_HEADER = re.compile(r"^(Sending to [^\n]*\n|Session: [^\n]*\n)+")
 # our own logger, not ctx.logger: a LoggerAdapter (the worker's) would drop our "action" extra
 log = logging.getLogger("backlog_worker.executor.nullclaw")
 
@@ -120,6 +124,8 @@ class NullClawExecutor:
                 f"cannot prepare nullclaw's home/workspace: {exc}",
                 retryable=True,
             )
+        memory = await self._recall(ctx)
+        resume = resume_text(ctx.previous_checkpoint) if opts.resume else ""
         prompt = render_prompt(
             self._template,
             title=ctx.task.title,
@@ -133,6 +139,8 @@ class NullClawExecutor:
             pipeline_id=ctx.task.pipeline_id,
             workspace=places.workspace,
             triggers=opts.triggers,
+            memory=memory,
+            resume=resume,
         )
         try:
             plan = plan_prompt(
@@ -168,8 +176,52 @@ class NullClawExecutor:
         )
         return await self._run(ctx, plan, places.workspace, env)
 
+    async def _recall(self, ctx: ExecutionContext) -> str:
+        """The memory block for the prompt; a store that cannot be read is logged, not fatal."""
+        if self.options.memory is None:
+            return ""
+        try:
+            return await recall(ctx, self.options.memory)
+        except (TrackerError, AgentUnsupported) as exc:
+            log.warning(
+                "nullclaw memory not read: %s",
+                exc,
+                extra={"action": "nullclaw_memory_failed", "task_id": ctx.task.id},
+            )
+            return ""
+
+    async def _keep_partial(self, ctx: ExecutionContext, tail: str, workspace: Path) -> None:
+        """Checkpoint what nullclaw said before it failed or was cut off (option ``resume``)."""
+        if not self.options.resume:
+            return
+        kept = None if self.options.workspace == "run" else str(workspace)
+        text = _HEADER.sub("", tail)
+        try:
+            await keep_partial(ctx, text, kept)
+        except (ValueError, AgentUnsupported) as exc:
+            log.warning("nullclaw partial answer not kept: %s", exc)
+
     async def _run(
         self, ctx: ExecutionContext, plan: PromptPlan, workspace: Path, env: dict[str, str]
+    ) -> Outcome:
+        forwarders: list[ProgressForwarder] = []  # this run's (the executor serves many runs)
+        try:
+            return await self._run_once(ctx, plan, workspace, env, forwarders)
+        except anyio.get_cancelled_exc_class():
+            # cut off (lease lost, shutdown): the checkpoint is kept in memory, and the report
+            # (which still runs) writes it
+            if forwarders:
+                with anyio.CancelScope(shield=True):
+                    await self._keep_partial(ctx, forwarders[0].tail("stdout"), workspace)
+            raise
+
+    async def _run_once(
+        self,
+        ctx: ExecutionContext,
+        plan: PromptPlan,
+        workspace: Path,
+        env: dict[str, str],
+        forwarders: list[ProgressForwarder],
     ) -> Outcome:
         opts = self.options
         limit = opts.timeout_s
@@ -185,6 +237,7 @@ class NullClawExecutor:
             forward_stderr=opts.progress_stderr,
             redactor=redactor,
         )
+        forwarders.append(forwarder)
         result: ProcessResult | None = None
         spawn_error: ExecutorError | None = None
         async with anyio.create_task_group() as tg:
@@ -212,6 +265,7 @@ class NullClawExecutor:
                 limit,
                 extra={"action": "nullclaw_timeout", "task_id": ctx.task.id, "run_id": ctx.run.id},
             )
+            await self._keep_partial(ctx, forwarder.tail("stdout"), workspace)
             return Failure(
                 "timeout",
                 f"nullclaw did not finish within {limit:g}s; its process group was killed",
@@ -246,6 +300,8 @@ class NullClawExecutor:
                     "run_id": ctx.run.id,
                 },
             )
+            if outcome.retryable:
+                await self._keep_partial(ctx, forwarder.tail("stdout"), workspace)
             return outcome
         if redactor:
             outcome = replace(outcome, text=redactor.text(outcome.text))
@@ -312,6 +368,11 @@ class NullClawExecutor:
             },
             flush=True,
         )
+        if opts.memory is not None:
+            try:
+                await remember(ctx, opts.memory, answer.text)
+            except (TrackerError, AgentUnsupported, ValueError) as exc:
+                log.warning("nullclaw answer not written to memory: %s", exc)
         log.info(
             "nullclaw answered for task %s (%d bytes)",
             ctx.task.id,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from plugins.nullclaw.memory import MemoryOptions
 from tracker_client.errors import ExecutorError
 from tracker_client.validation import describe_options
 
@@ -110,6 +111,11 @@ class NullClawOptions(BaseModel):
     version_timeout_s: float = Field(10.0, gt=0)
     #: readiness also runs ``nullclaw agent -m /help`` to let nullclaw check its config.
     config_probe: bool = True
+    #: The rail's store as memory: searched into the prompt, the answer written back
+    #: (:mod:`plugins.nullclaw.memory`); None = off.
+    memory: MemoryOptions | None = None
+    #: A failed or cut-off run's partial answer is checkpointed and handed to the next attempt.
+    resume: bool = True
 
     @model_validator(mode="after")
     def _coherent(self) -> NullClawOptions:

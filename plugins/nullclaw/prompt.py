@@ -6,9 +6,11 @@ literal dollar). Placeholders:
 ``$title``, ``$description``, ``$metadata`` (the task metadata as indented JSON, ``(none)`` when
 empty), ``$instructions`` (of the transition that led to this stage, ``(none)`` when empty),
 ``$task_id``, ``$run_id``, ``$attempt``, ``$stage``, ``$pipeline_id``, ``$workspace`` (absolute
-path of nullclaw's workspace) and ``$verdict_instructions`` (the line asking a reviewer for a
+path of nullclaw's workspace), ``$verdict_instructions`` (the line asking a reviewer for a
 verdict when the role has ``triggers``; empty otherwise; appended at the end when a custom
-template does not use it).
+template does not use it), ``$memory`` (notes found in the store, option ``memory``) and
+``$resume`` (an interrupted earlier attempt's partial answer); the last two are appended, before
+the verdict line, when they have text and the template does not use them.
 
 Two CLI traps are handled here (CLI.md s.2): a prompt beginning with ``/`` would run a slash
 command and a prompt beginning with ``-`` could be read as a flag, so such a prompt gets the line
@@ -70,6 +72,8 @@ PLACEHOLDERS = frozenset(
         "pipeline_id",
         "workspace",
         "verdict_instructions",
+        "memory",
+        "resume",
     }
 )
 
@@ -149,9 +153,22 @@ def render_prompt(
     pipeline_id: str,
     workspace: Path,
     triggers: dict[str, str],
+    memory: str = "",
+    resume: str = "",
 ) -> str:
     """Render the prompt; the result never begins with ``/`` or ``-`` and is never empty."""
     tpl_text = DEFAULT_TEMPLATE if template is None else template
+    used = string.Template(tpl_text).get_identifiers()
+    extra = "".join(
+        f"${name}\n\n"
+        for name, text in (("memory", memory), ("resume", resume))
+        if text
+        if name not in used
+    )
+    if extra and "$verdict_instructions" in tpl_text:  # the verdict line stays last
+        tpl_text = tpl_text.replace("$verdict_instructions", extra + "$verdict_instructions", 1)
+    elif extra:
+        tpl_text = tpl_text.rstrip("\n") + "\n\n" + extra
     verdict = verdict_instructions(triggers)
     if verdict and "verdict_instructions" not in string.Template(tpl_text).get_identifiers():
         tpl_text = tpl_text.rstrip("\n") + "\n$verdict_instructions\n"
@@ -172,6 +189,8 @@ def render_prompt(
         "pipeline_id": pipeline_id,
         "workspace": str(workspace),
         "verdict_instructions": verdict,
+        "memory": memory,
+        "resume": resume,
     }
     text = _clean(string.Template(tpl_text).substitute(values))
     text = _BLANK_RUNS.sub("\n\n", text).strip("\n")
