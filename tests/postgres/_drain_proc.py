@@ -47,7 +47,7 @@ async def drain(url: str, agent: str) -> None:
 
 
 if __name__ == "__main__":
-    mode, *args = sys.argv[1:]
+    mode, url, agent = sys.argv[1:]
     if mode != "drain":
         raise SystemExit(f"unknown mode {mode!r}")
-    anyio.run(drain, *args)
+    anyio.run(drain, url, agent)

@@ -105,7 +105,7 @@ async def test_four_hosts_drain_every_task_exactly_once_despite_a_sigkill(
             f"SELECT count(DISTINCT task_id) FROM {schema}.runs WHERE status = 'completed'"
         ).fetchone()
         assert total == (TASKS,)
-        statuses = dict(
+        statuses: dict[str, int] = dict(
             conn.execute(f"SELECT status, count(*) FROM {schema}.runs GROUP BY status").fetchall()
         )
         assert set(statuses) <= {"completed", "stale"}

@@ -97,6 +97,7 @@ async def test_a_password_never_shows_in_the_path_or_errors(pg_server: PgServer)
     url = fresh_schema_url(_key()).replace("backlog@", "backlog:s3cret-pw@")
     tracker = await open_tracker(url)  # trust auth: the password is not checked
     try:
+        assert isinstance(tracker, PostgresTracker)
         assert "s3cret-pw" not in tracker.path
         assert "***" in tracker.path
     finally:
@@ -216,3 +217,20 @@ async def test_two_instances_never_claim_one_task_twice(pg_server: PgServer) -> 
     finally:
         await first.aclose()
         await second.aclose()
+
+
+async def test_extensions_not_here_yet_are_unsupported_and_undeclared(pg_server: PgServer) -> None:
+    from tracker_client.errors import Unsupported
+    from tracker_client.postgres.tracker import MISSING_EXTENSIONS
+
+    tracker = await open_tracker(fresh_schema_url(_key()))
+    try:
+        caps = await tracker.capabilities()
+        assert not caps.extensions & MISSING_EXTENSIONS
+        assert {"schedules", "rate_limits", "wait_for_work"} <= caps.extensions
+        with pytest.raises(Unsupported, match="no spans extension"):
+            await tracker.call("list_spans", "some-task")
+        with pytest.raises(Unsupported, match="no workers extension"):
+            await tracker.list_workers()  # type: ignore[attr-defined]
+    finally:
+        await tracker.aclose()

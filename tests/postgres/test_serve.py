@@ -27,7 +27,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_healthy(base: str, proc: subprocess.Popen[bytes], deadline_s: float = 60) -> dict:
+def _wait_healthy(
+    base: str, proc: subprocess.Popen[bytes], deadline_s: float = 60
+) -> dict[str, object]:
     deadline = time.monotonic() + deadline_s
     while True:
         if proc.poll() is not None:

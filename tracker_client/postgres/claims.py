@@ -21,6 +21,7 @@ from tracker_client.embedded.claims import (
     expire_deadlines,
     reclaim_expired,
 )
+from tracker_client.embedded.checkpoints import previous_checkpoint
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
@@ -141,5 +142,6 @@ def _lease(
             "lease_id": lease_id,
             "lease_token": token,  # pydantic wraps it in SecretStr
             "expires_at_ms": int(row["lease_expires_at_ms"]),
+            "previous_checkpoint": previous_checkpoint(ctx, row),  # type: ignore[arg-type]
         }
     )
