@@ -94,6 +94,8 @@ def test_readme_gives_tracker_serve_one_port_and_a_loopback_listen_address() -> 
         (m.group(1), m.group(2))
         for line in text.splitlines()
         if "base_url" not in line  # an LLM endpoint, not the tracker
+        and "/metrics" not in line  # a Prometheus endpoint ([metrics] listen), not the tracker
+        and "/v1/traces" not in line  # an OTLP collector ([tracing] endpoint), not the tracker
         for m in re.finditer(r"https?://([\w.-]+):(\d+)", line)
     }
     assert ports, "no tracker URL in the README"
