@@ -236,3 +236,32 @@ async def test_scrapers_that_reset_mid_answer_do_not_end_the_listener() -> None:
             answer = await client.get(f"http://127.0.0.1:{port}/metrics")
         tg.cancel_scope.cancel()
     assert answer.status_code == 200 and answer.text.startswith("x 1\n")
+
+
+def test_the_listener_works_on_trio_too() -> None:
+    """The worker runs on anyio only (tests/worker/test_daemon.py runs it on trio): so does its
+    ``/metrics`` listener."""
+    pytest.importorskip("trio", minversion="0.26")
+    sock = bind("127.0.0.1", 0, what="test")
+    port = sock.getsockname()[1]
+
+    async def render() -> bytes:
+        return b"x 1\n"
+
+    def scrape() -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while chunk := raw.recv(4096):
+                data += chunk
+            return data
+
+    async def main() -> bytes:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: serve_metrics(sock, render))
+            answer = await anyio.to_thread.run_sync(scrape)
+            tg.cancel_scope.cancel()
+        return answer
+
+    answer = anyio.run(main, backend="trio")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nx 1\n")
