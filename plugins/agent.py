@@ -115,14 +115,18 @@ class Store:
 
     def __init__(self, sink: object) -> None:
         self._sink = sink
+        self._agent_sink: AgentSink | None = None
 
     def _agent(self, call: str) -> AgentSink:
+        if self._agent_sink is not None:
+            return self._agent_sink
         sink = self._sink
         if not isinstance(sink, AgentSink):
             raise AgentUnsupported(
                 f"ctx.{call}: this context's sink ({type(sink).__name__}) has no agent "
                 "operations (the worker's and plugins.testing's have)"
             )
+        self._agent_sink = sink
         return sink
 
     async def get(self, namespace: str, key: str) -> Any:

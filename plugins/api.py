@@ -172,6 +172,8 @@ class ExecutionContext:
         self.previous_checkpoint = previous_checkpoint
         self.upstream: list[Upstream] = list(upstream or [])
         self._sink = sink
+        self._agent_sink: AgentSink | None = None
+        self._store: Store | None = None
         self._shutdown = shutdown or anyio.Event()
         self._policy = report_policy or ReportPolicy()
         self._buffer: list[tuple[str, Any]] = []
@@ -228,12 +230,17 @@ class ExecutionContext:
     @property
     def store(self) -> Store:
         """The rail's KV store (namespaced JSON values, full-text search): shared memory."""
-        return Store(self._sink)
+        if self._store is None:
+            self._store = Store(self._sink)
+        return self._store
 
     def _agent(self, call: str) -> AgentSink:
-        if not isinstance(self._sink, AgentSink):
-            raise AgentUnsupported(f"ctx.{call}: this context's sink has no agent operations")
-        return self._sink
+        agent = self._agent_sink
+        if agent is None:  # checked once: a protocol isinstance costs microseconds
+            if not isinstance(self._sink, AgentSink):
+                raise AgentUnsupported(f"ctx.{call}: this context's sink has no agent operations")
+            agent = self._agent_sink = self._sink
+        return agent
 
     async def spawn(
         self,

@@ -182,8 +182,10 @@ class AgentCalls:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def keep_checkpoint(self, data: Any) -> None:
-        """Keep ``data`` (already checked) as the checkpoint to write next; latest wins."""
-        self._pending = self._session.scrub.get().data(data)
+        """Keep ``data`` (already checked) as the checkpoint to write next; latest wins. Kept
+        by reference: a value changed after the call is written as it is then (and checked
+        again by the rail's limit)."""
+        self._pending = data
 
     @property
     def checkpoint_pending(self) -> bool:
@@ -210,14 +212,18 @@ class AgentCalls:
             self._pending = data
 
     async def write_checkpoint(self, data: Any, *, heartbeat: bool, ttl_ms: int | None) -> Any:
-        """Write ``data`` (with a heartbeat: its new expiry is answered)."""
-        tracker = self._session.tracker
-        ref = self._session.ref
-        if isinstance(tracker, Tracker):
-            return await agents.save_checkpoint(
-                tracker, ref, data, heartbeat=heartbeat, lease_ttl_ms=ttl_ms
-            )
-        if heartbeat:
-            return await tracker.heartbeat(ref, lease_ttl_ms=ttl_ms, checkpoint=data)
-        await tracker.checkpoint(ref, data)
-        return None
+        """Write ``data`` (scrubbed now: only what is written pays for it; with a heartbeat, its
+        new expiry is answered). The lease seam's own operations where the rail has the
+        extension; else :func:`tracker_client.agents.save_checkpoint`'s KV way."""
+        session = self._session
+        tracker, ref = session.tracker, session.ref
+        clean = session.scrub.get().data(data)
+        if "checkpoints" in (await tracker.capabilities()).extensions:
+            if heartbeat:
+                return await tracker.heartbeat(ref, lease_ttl_ms=ttl_ms, checkpoint=clean)
+            await tracker.checkpoint(ref, clean)
+            return None
+        rail = self.rail("ctx.checkpoint")
+        return await agents.save_checkpoint(
+            rail, ref, clean, heartbeat=heartbeat, lease_ttl_ms=ttl_ms
+        )
