@@ -56,6 +56,10 @@ COVERED = {
     "executor-plugin/tests/test_greeter.py": "test_executor_plugin_own_tests_pass",
     "producer/enqueue.py": "test_producer_examples_enqueue_on_a_rail",
     "producer/wsgi_app.py": "test_producer_examples_enqueue_on_a_rail",
+    **dict.fromkeys(
+        ["agents/planner.toml", "agents/research.toml", "agents/worker.toml", "agents/agents.py"],
+        "test_agents_example_runs_in_its_own_module",
+    ),
 }
 
 
@@ -99,6 +103,11 @@ def test_every_example_file_is_covered_by_a_test() -> None:
     assert on_disk == set(COVERED)
     tests = set(globals())
     assert set(COVERED.values()) <= tests
+
+
+def test_agents_example_runs_in_its_own_module() -> None:
+    """examples/agents/ runs end to end in tests/test_example_agents.py (real processes)."""
+    assert (ROOT / "tests" / "test_example_agents.py").is_file()
 
 
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
