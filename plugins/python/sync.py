@@ -2,9 +2,10 @@
 
 A sync function gets a :class:`ThreadContext` instead of the async
 :class:`~plugins.api.ExecutionContext`: the same task, run, options and working directory, and
-blocking ``report``/``flush``/``artifact``/``artifact_file`` that run the async methods on the
-worker's event loop (``anyio.from_thread.run``), so it never blocks the loop and never touches
-it from the wrong thread.
+blocking ``report``/``flush``/``artifact``/``artifact_file`` (and the agent calls: ``store``,
+``spawn``, ``checkpoint``, ``read_upstream``) that run the async methods on the worker's event
+loop (``anyio.from_thread.run``), so it never blocks the loop and never touches it from the
+wrong thread.
 
 A thread cannot be interrupted. When the run is cancelled (lease lost, timeout, shutdown past
 its grace) the run ends at once as it would for an async function; the thread is abandoned:
@@ -33,12 +34,14 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from plugins.api import ExecutionContext
-from tracker_client.models import Run, Task
+from tracker_client.agent_models import Upstream
+from tracker_client.models import Run, StoreEntry, Task
 
 __all__ = ["RunCancelled", "ThreadContext", "run_in_thread"]
 
 log = logging.getLogger("backlog_worker.executor.python")
 T = TypeVar("T")
+_Entries = list[StoreEntry]  # ThreadStore.list shadows the builtin in its class body
 
 #: How long a cancelled run waits for the context calls its thread has in flight to unwind.
 _UNWIND_S = 5.0
@@ -67,6 +70,10 @@ class ThreadContext:
         self.logger = ctx.logger
         self.deadline: float | None = ctx.deadline
         self.traceparent: str | None = ctx.traceparent
+        self.previous_checkpoint: Any = ctx.previous_checkpoint
+        self.upstream: list[Upstream] = list(ctx.upstream)
+        #: The rail's store, blocking (``get``/``put``/``delete``/``list``/``search``).
+        self.store = ThreadStore(self)
         self.cancel_event = threading.Event()
         self._token = anyio.lowlevel.current_token()
         # the loop's clock (anyio.current_time) as seen from time.monotonic, for time_remaining
@@ -135,6 +142,19 @@ class ThreadContext:
             lambda: self._ctx.artifact_file(path, kind=kind, meta=meta, copy_to=copy_to)
         )
 
+    def spawn(self, pipeline: str, title: str, **fields: Any) -> str:
+        """:meth:`ExecutionContext.spawn`, blocking; the subtask's id."""
+        return self._call(lambda: self._ctx.spawn(pipeline, title, **fields))
+
+    def checkpoint(self, data: Any) -> None:
+        """:meth:`ExecutionContext.checkpoint`, blocking (the check; the write is paced)."""
+        self._call(lambda: self._ctx.checkpoint(data))
+
+    def read_upstream(self) -> list[Upstream]:
+        """:meth:`ExecutionContext.read_upstream`, blocking."""
+        self.upstream = self._call(self._ctx.read_upstream)
+        return self.upstream
+
     def _check(self) -> None:
         if self.cancel_event.is_set():
             raise RunCancelled(f"run {self.run.id} was cancelled; its context is closed")
@@ -169,6 +189,38 @@ class ThreadContext:
             scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(_UNWIND_S):
             await self._idle.wait()
+
+
+class ThreadStore:
+    """``ctx.store`` for a plain ``def``: :class:`plugins.agent.Store`'s calls, blocking."""
+
+    def __init__(self, tctx: ThreadContext) -> None:
+        self._tctx = tctx
+
+    def get(self, namespace: str, key: str) -> Any:
+        """The value, or None when absent."""
+        store = self._tctx._ctx.store
+        return self._tctx._call(lambda: store.get(namespace, key))
+
+    def put(self, namespace: str, key: str, value: Any) -> None:
+        """Store a JSON value (ValueError otherwise, nothing written)."""
+        store = self._tctx._ctx.store
+        self._tctx._call(lambda: store.put(namespace, key, value))
+
+    def delete(self, namespace: str, key: str) -> None:
+        """Delete a key."""
+        store = self._tctx._ctx.store
+        self._tctx._call(lambda: store.delete(namespace, key))
+
+    def list(self, namespace: str) -> _Entries:
+        """Every entry of the namespace, sorted by key."""
+        store = self._tctx._ctx.store
+        return self._tctx._call(lambda: store.list(namespace))
+
+    def search(self, query: str, *, namespace: str | None = None, limit: int = 10) -> _Entries:
+        """Full-text search, best first."""
+        store = self._tctx._ctx.store
+        return self._tctx._call(lambda: store.search(query, namespace=namespace, limit=limit))
 
 
 async def run_in_thread(

@@ -254,3 +254,29 @@ async def test_command_unknown_store_placeholder_shape_is_refused_at_build() -> 
 
     with pytest.raises(ExecutorError, match=r"\{store\.namespace\.key\}"):
         CommandExecutor({"argv": ["x", "{store.onlyns}"]})
+
+
+# -- a plain def (the python executor runs it in a thread with a blocking context) ------------
+def sync_agent(ctx: Any) -> Transition:
+    """A plain ``def`` agent: the same calls, blocking."""
+    ctx.store.put("notes", "from-thread", {"prev": ctx.previous_checkpoint})
+    child = ctx.spawn("research", "child", priority=2)
+    ctx.checkpoint({"child": child})
+    hits = [e.key for e in ctx.store.search("thread", namespace="notes")]
+    ctx.report("seen", {"hits": hits, "upstream": [u.task_id for u in ctx.read_upstream()]})
+    return Transition("split", wait_for=[child])
+
+
+async def test_a_plain_def_gets_the_agent_calls_blocking() -> None:
+    from plugins.python.executor import PythonExecutor
+
+    up = Upstream(task_id="t9", title="x", stage="done", outcome="done")
+    harness = ExecutorHarness(
+        pipelines=["research"], previous_checkpoint={"n": 1}, upstream=[up], attempt=2
+    )
+    exe = PythonExecutor({"callable": "tests.plugins.test_agent_ctx:sync_agent"})
+    outcome = await harness.run(exe)
+    assert outcome == Transition("split", wait_for=("subtask-1",))
+    assert harness.sink.store["notes"]["from-thread"] == {"prev": {"n": 1}}
+    assert harness.sink.checkpoints == [{"child": "subtask-1"}]
+    assert harness.events_of("seen") == [{"hits": ["from-thread"], "upstream": ["t9"]}]
