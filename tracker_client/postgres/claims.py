@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from importlib import resources
 
+from tracker_client.embedded.checkpoints import previous_checkpoint
 from tracker_client.embedded.claims import (
     _HOUSEKEEPING,
     _fresh_ids,
@@ -21,7 +22,6 @@ from tracker_client.embedded.claims import (
     expire_deadlines,
     reclaim_expired,
 )
-from tracker_client.embedded.checkpoints import previous_checkpoint
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash

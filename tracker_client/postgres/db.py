@@ -14,6 +14,7 @@ rolled back, nothing half-granted), an out-of-range value ``ValidationFailed``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,6 +27,8 @@ from tracker_client.postgres.dialect import PgConn, configure_types, row_factory
 from tracker_client.postgres.migrate import migrate
 
 __all__ = ["Database", "map_pg_error"]
+
+_BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 T = TypeVar("T")
 
@@ -67,6 +70,12 @@ class Database:
         #: The URL without credentials (for messages and ``tracker.path``).
         self.shown = shown
         self.lock_name = f"backlog-worker:write:{schema}"
+        # The schema is a checked identifier; the literal is quoted by psycopg all the same.
+        self._begin_write = (
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended("
+            + psycopg.sql.quote(self.lock_name)
+            + ", 0))"
+        ).encode()
         self._closed = False
 
     @classmethod
@@ -83,6 +92,7 @@ class Database:
         """Open the pool, then create and migrate the schema (under the advisory lock)."""
         options = f"-c search_path={schema} -c statement_timeout={statement_timeout_ms}"
         kwargs: dict[str, Any] = {
+            "autocommit": True,
             "options": options,
             "connect_timeout": max(1, int(connect_timeout_s)),
         }
@@ -136,21 +146,29 @@ class Database:
             raise TrackerUnavailable("the PostgreSQL tracker is closed", code="closed")
 
     async def run(self, fn: Callable[[PgConn], T], where: str, *, write: bool) -> T:
-        """Run ``fn`` in one transaction on a pooled connection (``write``: under the lock)."""
+        """Run ``fn`` in one transaction on a pooled connection (``write``: under the lock).
+
+        The pooled connections are in autocommit mode and the transaction is spelled out, so
+        ``BEGIN`` travels with the lock and ``COMMIT`` with what ``fn`` queued to run just
+        before it (``PgConn.before_commit``: the wake-up ``NOTIFY``): one round trip each.
+        """
         self._check()
-        lock = self.lock_name
+        begin = self._begin_write if write else _BEGIN_READ
 
         def job() -> T:
             try:
                 with self.pool.connection() as raw:
                     conn = PgConn(raw)
-                    if write:
-                        raw.execute(
-                            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,)
-                        )
-                    else:
-                        raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    return fn(conn)
+                    raw.execute(begin)
+                    try:
+                        result = fn(conn)
+                        raw.execute("".join([*conn.before_commit, "COMMIT"]).encode())
+                    except BaseException:
+                        if not raw.closed:
+                            with contextlib.suppress(psycopg.Error):
+                                raw.execute(b"ROLLBACK")
+                        raise
+                    return result
             except BaseException as exc:
                 err = map_pg_error(exc, where)
                 if err is exc:

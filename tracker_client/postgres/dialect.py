@@ -206,10 +206,12 @@ class PgCursor:
 class PgConn:
     """One psycopg connection inside one transaction, as the embedded domain functions use it."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("before_commit", "raw")
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
+        #: SQL (each ending in ``;``) the transaction runs right before its ``COMMIT``.
+        self.before_commit: list[str] = []
 
     @property
     def in_transaction(self) -> bool:

@@ -79,6 +79,8 @@ class PostgresTracker(EmbeddedTracker):
         self._channel = channel_name(pg.schema)
         self._instance = secrets.token_hex(8)
         self._listener: Listener | None = None
+        # Channel and instance are hex names of ours: safe to spell in the statement.
+        self._notify_sql = f"SELECT pg_notify('{self._channel}', '{self._instance}');"
 
     @classmethod
     async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
@@ -132,7 +134,7 @@ class PostgresTracker(EmbeddedTracker):
             result = fn(ctx)
             if where not in QUIET_WRITES and not _idle_maintenance(result):
                 # Delivered at commit, to every host's listener (see .wake).
-                conn.raw.execute("SELECT pg_notify(%s, %s)", (self._channel, self._instance))
+                conn.before_commit.append(self._notify_sql)
             return result
 
         try:
