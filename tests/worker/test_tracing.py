@@ -6,7 +6,8 @@
   has status ERROR and its outcome; the keeper's heartbeats hang under their run.
 * ``export = "otlp"``: a collector on 127.0.0.1 receives the same spans as OTLP/HTTP protobuf.
 * Off: the process imports no ``opentelemetry`` module and children get no ``TRACEPARENT``; on
-  without the extra: a config error naming it, and no task is claimed.
+  without the extra (or, for ``otlp``, without its exporter): a config error naming it, and no
+  task is claimed.
 """
 
 from __future__ import annotations
@@ -214,9 +215,22 @@ async def test_tracing_off_imports_nothing_and_sets_no_traceparent(tmp_path: Pat
 async def test_tracing_on_without_the_extra_is_a_config_error(tmp_path: Path) -> None:
     db = tmp_path / "rail.db"
     ids = await seed(db, [("flow", "coder", "waiting")])
-    done = drain(_config(tmp_path, db, "[tracing]\nenabled = true"), block_otel=True)
+    done = drain(_config(tmp_path, db, "[tracing]\nenabled = true"), block="opentelemetry")
     assert done.code == 2, done.log  # a config error
     assert "pip install 'backlog-worker[otel]'" in done.log, done.log
     assert "Traceback" not in done.log
     assert _run_ids(db, ids["waiting"]) == []  # nothing claimed
     assert not (tmp_path / f"tp-{ids['waiting']}.txt").exists()
+
+
+async def test_otlp_without_its_exporter_is_a_config_error(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    ids = await seed(db, [("flow", "coder", "waiting")])
+    tracing = (
+        '[tracing]\nenabled = true\nexport = "otlp"\nendpoint = "http://127.0.0.1:9/v1/traces"'
+    )
+    done = drain(_config(tmp_path, db, tracing), block="opentelemetry.exporter")
+    assert done.code == 2, done.log
+    assert 'export = "otlp" needs the OTLP/HTTP exporter' in done.log, done.log
+    assert "Traceback" not in done.log
+    assert _run_ids(db, ids["waiting"]) == []

@@ -22,16 +22,16 @@ from tests.worker.daemonkit import clean_env
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy, TaskCreate
 
-#: ``python -c`` prologue: optionally make ``opentelemetry`` unimportable, record at exit which
+#: ``python -c`` prologue: optionally make a package unimportable, record at exit which
 #: of its modules the process loaded, then run the CLI with the remaining arguments.
 WRAPPER = """
 import atexit, json, sys
-record, block = sys.argv[1], sys.argv[2] == "block"
+record, block = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
-if block:
+if block != "-":
     class _Block:
         def find_spec(self, name, path=None, target=None):
-            if name == "opentelemetry" or name.startswith("opentelemetry."):
+            if name == block or name.startswith(block + "."):
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
             return None
     sys.meta_path.insert(0, _Block())
@@ -55,15 +55,14 @@ class Drained:
     otel_modules: list[str]
 
 
-def drain(
-    config: Path, *, timeout_s: float = 60.0, block_otel: bool = False, **env: str
-) -> Drained:
-    """Run ``backlog-worker run --config CONFIG --drain`` to its end."""
+def drain(config: Path, *, timeout_s: float = 60.0, block: str = "-", **env: str) -> Drained:
+    """Run ``backlog-worker run --config CONFIG --drain`` to its end (``block``: a package
+    the process can't import, as if it were not installed)."""
     import json
 
     record = config.with_name("modules.json")
     log = config.with_name("worker.log")
-    argv = [sys.executable, "-c", WRAPPER, str(record), "block" if block_otel else "-"]
+    argv = [sys.executable, "-c", WRAPPER, str(record), block]
     argv += ["run", "--config", str(config), "--drain"]
     with log.open("wb") as fh:
         proc = subprocess.Popen(

@@ -161,7 +161,15 @@ class WorkerTracing(Telemetry):
         )
         self._rail: _RailQueue | None = None
         if config.export == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+            except ImportError as exc:
+                raise ConfigError(
+                    '[tracing] export = "otlp" needs the OTLP/HTTP exporter, which is not '
+                    "installed: pip install 'backlog-worker[otel]' (the otel extra)"
+                ) from exc
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
             exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=CLOSE_BUDGET_S)
