@@ -231,3 +231,31 @@ async def test_rail_export_in_process_and_flush_at_close(
     assert {"claim", "run", "executor", "report", "tracker.transition"} <= set(names)
     assert {s.service_name for s in spans} == {"in-process"}
     assert tracing.exported == len(spans) and tracing.dropped == 0
+
+
+async def test_with_metrics_too_the_spans_and_heartbeats_are_the_same(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    from worker.config.telemetry import MetricsConfig
+    from worker.telemetry import FanOut
+
+    both = build(MetricsConfig(listen="127.0.0.1:0"), TracingConfig(enabled=True))
+    assert isinstance(both, FanOut)
+    seen: list[str | None] = []
+
+    async def slow(ctx: ExecutionContext) -> None:
+        seen.append(ctx.traceparent)
+        await anyio.sleep(0.5)  # two heartbeats at a 0.6 s lease
+
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    worker = Worker(tracker, worker_config(lease_ttl_s=0.6), [role("coder", slow)], telemetry=both)
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: worker.stats.transitioned == 1)
+        worker.stop()
+    spans = await tracker.call("list_spans", task_id)
+    [run] = [s for s in spans if s.name == "run"]
+    beats = [s for s in spans if s.name == "tracker.heartbeat"]
+    assert beats and {s.parent_span_id for s in beats} == {run.span_id}
+    [tp] = seen  # the fan-out hands on the tracing part's context
+    assert tp is not None and tp.startswith(f"00-{run.trace_id}-{run.span_id}-")
