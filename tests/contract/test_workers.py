@@ -19,16 +19,14 @@ from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.protocol import Tracker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60), pytest.mark.requires("workers")]
 
 DAY_MS = 86_400_000
 
 
 @pytest.fixture
 async def rail(tracker: Tracker) -> Tracker:
-    """The tracker, or a skip naming the extension when it does not list ``workers``."""
-    if "workers" not in (await tracker.capabilities()).extensions:
-        pytest.skip("tracker declares no extension workers")
+    """The tracker (one listing ``workers``: the module requires it)."""
     return tracker
 
 
