@@ -54,7 +54,8 @@ _HOUSEKEEPING = (
 )
 _UNRESOLVED = (
     "SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
-    "WHERE d.task_id = (SELECT id FROM tasks WHERE seq = ?) AND u.terminal = 0 LIMIT 1"
+    "WHERE d.task_id = (SELECT id FROM tasks WHERE seq = ?) "
+    "AND (u.terminal = 0 OR u.dead_letter_reason IS NOT NULL) LIMIT 1"
 )
 _KEY_HELD = (
     "SELECT 1 FROM tasks WHERE concurrency_key = ? AND lease_expires_at_ms > ? AND seq != ? LIMIT 1"

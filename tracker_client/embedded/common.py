@@ -347,9 +347,11 @@ def stored_json(text: Any, what: str, where: str) -> Any:
 
 
 def dependencies_of(ctx: Ctx, task_id: str) -> list[Dependency]:
-    """The task's dependencies, each with whether its upstream is terminal now."""
+    """The task's dependencies, each with whether its upstream is resolved now: terminal and
+    not dead-lettered (a dead-lettered or cancelled upstream never resolves)."""
     rows = ctx.conn.execute(
-        "SELECT d.depends_on_task_id, coalesce(u.terminal, 0) FROM dependencies d "
+        "SELECT d.depends_on_task_id, coalesce(u.terminal = 1 AND u.dead_letter_reason IS NULL, 0) "
+        "FROM dependencies d "
         "LEFT JOIN tasks u ON u.id = d.depends_on_task_id WHERE d.task_id = ? ORDER BY d.seq",
         (task_id,),
     ).fetchall()

@@ -51,7 +51,8 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     # waiting out its delay: a draining worker waits for a retry.
     for role, deps_ok, key_free, eligible_at, created, run_at in conn.execute(
         "SELECT t.role, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u "
-        "ON u.id = d.depends_on_task_id WHERE d.task_id = t.id AND u.terminal = 0), "
+        "ON u.id = d.depends_on_task_id WHERE d.task_id = t.id "
+        "AND (u.terminal = 0 OR u.dead_letter_reason IS NOT NULL)), "
         "t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM tasks k "
         "WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > ?1), "
         "t.next_eligible_at_ms, t.created_at_ms, t.run_at_ms FROM tasks t "
