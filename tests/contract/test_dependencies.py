@@ -93,7 +93,8 @@ async def test_resolution_flips_back_when_the_upstream_leaves_its_terminal_stage
     tracker: Tracker,
 ) -> None:
     # Dependencies are re-evaluated at every claim: an upstream dead-lettered into a terminal
-    # stage resolves them; requeued out of it, they are unresolved again.
+    # stage does not resolve them (a dead letter never resolves: the dependent is dead-lettered
+    # upstream_dead_lettered); requeued out of it, they are still unresolved.
     pid = await make_pipeline(tracker)
     builds = await make_pipeline(tracker, simple_pipeline("builder"))
     policy = RetryPolicy(max_attempts=1, dead_letter_stage="failed")
@@ -101,7 +102,7 @@ async def test_resolution_flips_back_when_the_upstream_leaves_its_terminal_stage
     downstream = await tracker.create_task(new_task(pid, dependencies=[upstream]))
     await tracker.fail(await claim(tracker, "builder"), "broken")
     assert (await tracker.get_task(upstream)).stage == "failed"
-    assert [d.resolved for d in await tracker.list_dependencies(downstream)] == [True]
+    assert [d.resolved for d in await tracker.list_dependencies(downstream)] == [False]
 
     await tracker.requeue(upstream)
     assert (await tracker.get_task(upstream)).stage == "todo"

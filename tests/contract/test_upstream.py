@@ -172,3 +172,21 @@ async def test_waiting_for_an_already_dead_lettered_task_dead_letters_the_waiter
     assert result.new_stage == "summarise"
     task = await tracker.get_task(parent)
     assert (task.stage, task.dead_letter_reason) == ("summarise", "upstream_dead_lettered")
+
+
+@pytest.mark.requires("fan_in", BACKLOG_OPS)
+async def test_a_dependent_requeued_before_its_upstream_still_waits(tracker: Tracker) -> None:
+    works = await make_pipeline(tracker, simple_pipeline("worker"))
+    pid = await make_pipeline(tracker)
+    policy = RetryPolicy(max_attempts=1, dead_letter_stage="failed")
+    upstream = await tracker.create_task(new_task(works, "upstream", retry_policy=policy))
+    child = await tracker.create_task(new_task(pid, "child", dependencies=[upstream]))
+    await tracker.fail(await claim(tracker, "worker"), "broken")
+    await tracker.requeue(child)  # the upstream is still dead-lettered (in a terminal stage)
+    assert [d.resolved for d in await tracker.list_dependencies(child)] == [False]
+    assert await tracker.claim("a", "coder", 60_000) is None
+    coder = [r for r in (await tracker.queue_stats()).roles if r.role == "coder"]
+    assert [r.claimable_count for r in coder] in ([], [0])
+    await tracker.requeue(upstream)
+    await tracker.transition(await claim(tracker, "worker"), "complete")
+    assert (await claim(tracker)).task.id == child
