@@ -57,6 +57,7 @@ _LIVE_RUNS = (
     "WHERE t.lease_expires_at_ms > ? AND r.status = 'running' "
     "ORDER BY r.started_at_ms, r.id"
 )
+_LIVE_RUNS_OF = _LIVE_RUNS.replace("ORDER BY", "AND r.agent_id = ? ORDER BY")
 
 
 def state_of(row: sqlite3.Row | Mapping[str, Any], now_ms: int) -> WorkerState:
@@ -131,7 +132,11 @@ def _owners(ctx: Ctx, rows: Iterable[sqlite3.Row]) -> dict[str, list[RunningTask
     running: dict[str, list[RunningTask]] = {}
     if not by_agent:
         return running
-    for run in ctx.conn.execute(_LIVE_RUNS, (ctx.now,)):
+    sql: str = _LIVE_RUNS
+    params: tuple[Any, ...] = (ctx.now,)
+    if len(by_agent) == 1:  # one worker's answer (a refresh): only its agent's runs
+        sql, params = _LIVE_RUNS_OF, (ctx.now, *by_agent)
+    for run in ctx.conn.execute(sql, params):
         sharers = by_agent.get(run["agent_id"])
         if not sharers:
             continue
