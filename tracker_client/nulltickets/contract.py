@@ -60,6 +60,7 @@ from tracker_client.nulltickets.wire_models import (
 from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo, WorkerRegister
 
 __all__ = [
+    "CONNECTION_EXTENSIONS",
     "EXTENSIONS",
     "MAX_LEASE_TTL_MS",
     "OPERATIONS",
@@ -135,7 +136,13 @@ EXTENSIONS: Mapping[str, str] = {
     "previous_checkpoint",
     "human_steps": "POST /tasks/{task_id}/transition (move a task waiting in a role-less stage)",
     "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
+    "keep_alive": "persistent connections: a client may send many requests on one connection "
+    "(idle ones are closed after 5 s)",
 }
+
+
+#: Extensions of the connection, not of an operation: no row names them.
+CONNECTION_EXTENSIONS = frozenset({"keep_alive"})
 
 
 # -- the table ----------------------------------------------------------------------------------
