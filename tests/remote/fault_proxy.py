@@ -1,6 +1,6 @@
-"""A fault-injecting HTTP proxy on 127.0.0.1 for one-request-per-connection clients.
+"""A fault-injecting HTTP proxy on 127.0.0.1, for one-request-per-connection and keep-alive clients.
 
-Each accepted connection gets a fate, drawn from a seeded RNG:
+Each request gets a fate, drawn from a seeded RNG:
 
 * ``reset``: the request is read, then the connection is reset (RST) without forwarding it;
 * ``drop``: the request is forwarded, the server answers (and has committed), then the client's
@@ -9,13 +9,15 @@ Each accepted connection gets a fate, drawn from a seeded RNG:
 * ``pass``: forwarded as-is.
 
 The proxy reads a whole request (headers + ``Content-Length`` body), sends it upstream on a fresh
-connection and relays the answer up to the server's end of stream (the client sends
-``Connection: close``, so the server closes after answering).
+connection with ``Connection: close`` (so the server closes after answering) and relays the
+answer up to the server's end of stream. A client on a persistent connection (``keep_alive``)
+gets the answer without the server's ``connection: close`` and sends its next request on the same
+connection: a ``reset`` or ``drop`` then kills a kept-alive connection mid-request, as a server
+restart or an idle timeout racing a request would.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import socket
 import struct
@@ -53,6 +55,22 @@ async def read_request(stream: SocketStream) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
+def _closing(request: bytes) -> tuple[bytes, bool]:
+    """``request`` with ``Connection: close`` (for the upstream), and whether the client sent it."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    kept = [lines[0]] + [ln for ln in lines[1:] if not ln.lower().startswith(b"connection:")]
+    asked = any(ln.lower().replace(b" ", b"") == b"connection:close" for ln in lines[1:])
+    return b"\r\n".join([*kept, b"Connection: close"]) + b"\r\n\r\n" + body, asked
+
+
+def _kept_alive(response: bytes) -> bytes:
+    """The answer without the server's ``connection: close`` (the client keeps its connection)."""
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
 def reset(stream: SocketStream) -> None:
     """Make the coming close an RST (SO_LINGER 0), as a crashed or overloaded server would."""
     sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
@@ -85,33 +103,42 @@ class FaultProxy:
         return "pass"
 
     async def handle(self, client: SocketStream) -> None:
-        """Serve one client connection."""
+        """Serve one client connection: its requests, one after the other, until one closes it."""
         async with client:
-            request = await read_request(client)
-            if not request:
-                return
-            fate = self._fate()
-            self.stats[fate] += 1
-            if fate == "reset":
-                reset(client)
-                return
-            if fate == "delay":
-                await anyio.sleep(self._rng.uniform(0, self.max_delay_s))
-            response = b""
-            try:
-                async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
-                    await upstream.send(request)
-                    while True:
-                        try:
-                            response += await upstream.receive()
-                        except (anyio.EndOfStream, anyio.BrokenResourceError):
-                            break
-            except OSError:
-                self.stats["upstream_error"] += 1
-                reset(client)
-                return
-            if fate == "drop":
-                reset(client)  # the server committed; the client never hears of it
-                return
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await client.send(response)
+            while await self._one(client):
+                self.stats["kept_alive"] += 1
+
+    async def _one(self, client: SocketStream) -> bool:
+        """Serve one request; True when the client keeps the connection for another."""
+        request = await read_request(client)
+        if not request:
+            return False
+        request, close = _closing(request)
+        fate = self._fate()
+        self.stats[fate] += 1
+        if fate == "reset":
+            reset(client)
+            return False
+        if fate == "delay":
+            await anyio.sleep(self._rng.uniform(0, self.max_delay_s))
+        response = b""
+        try:
+            async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
+                await upstream.send(request)
+                while True:
+                    try:
+                        response += await upstream.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        break
+        except OSError:
+            self.stats["upstream_error"] += 1
+            reset(client)
+            return False
+        if fate == "drop":
+            reset(client)  # the server committed; the client never hears of it
+            return False
+        try:
+            await client.send(response if close else _kept_alive(response))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return not close

@@ -141,6 +141,9 @@ async def test_two_workers_drain_300_tasks_exactly_once_through_a_faulty_proxy(
     assert codes == [0, 0], [(tmp_path / f"worker-{i}.log").read_text()[-3000:] for i in range(2)]
     # The proxy really did inject faults.
     assert proxy.stats["reset"] > 0 and proxy.stats["drop"] > 0 and proxy.stats["delay"] > 0
+    # The workers used persistent connections (the served tracker advertises keep_alive), so
+    # faults hit kept-alive connections mid-request too.
+    assert proxy.stats["kept_alive"] > 0
     # Exactly once: every task done at version 2 with exactly one completed run; none running.
     per_task = _query(
         db,

@@ -104,6 +104,9 @@ class Discovery:
         self._http.max_request_bytes = (
             advertised.max_request_bytes or self._configured_max_request_bytes
         )
+        # Persistent connections only with a server that says it takes them (a plain
+        # NullTickets server is single-threaded: one idle connection would block it).
+        self._http.use_keep_alive("keep_alive" in advertised.extensions)
 
     async def get(self) -> Advertised:
         """What the server advertises, reading ``/health`` the first time only."""

@@ -4,7 +4,11 @@ This is the only module that touches ``httpx``. It implements the transport half
 CONTRACT.md s.9 ("What a robust worker must do"):
 
 * one TCP connection per request (no keep-alive pool: the real server is single-threaded and a
-  connection left idle against it blocks every other client) and ``Connection: close``;
+  connection left idle against it blocks every other client) and ``Connection: close``, until
+  the server advertises the ``keep_alive`` extension (``tracker serve``): then a small pool of
+  persistent connections (:meth:`HttpTransport.use_keep_alive`), idle ones dropped before the
+  server's own keep-alive timeout; a read whose reused connection was closed under it is sent
+  once more on a fresh one, a write is left to the caller's retry (same key, same bytes);
 * explicit connect/read/write timeouts;
 * bodies are bytes serialised once (so a retry sends the *same* bytes under the same
   ``Idempotency-Key``) and always carry ``Content-Length``, never chunked encoding;
@@ -89,6 +93,13 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+#: Idle persistent connections are dropped after this (the served tracker closes them at 5 s:
+#: the client lets go first, so a request is seldom sent on a connection the server is closing).
+KEEP_ALIVE_EXPIRY_S = 2.0
+#: Persistent connections kept idle at most (a worker's slots share them).
+KEEP_ALIVE_CONNECTIONS = 32
+
+
 class HttpTransport:
     """Sends one request (with retries only when its settings ask) and returns a 2xx answer."""
 
@@ -115,10 +126,41 @@ class HttpTransport:
             follow_redirects=False,
             trust_env=False,
         )
+        self._options = options
+        self._transport = transport
+        #: The keep-alive client once the server advertised ``keep_alive`` (else None).
+        self._pooled: httpx.AsyncClient | None = None
+
+    @property
+    def keep_alive(self) -> bool:
+        """True once requests go over persistent connections."""
+        return self._pooled is not None
+
+    def use_keep_alive(self, enabled: bool) -> None:
+        """Send the next requests over persistent connections (``enabled``), or one connection
+        per request. Called by discovery with what ``/health`` advertised."""
+        if not enabled or self._pooled is not None:
+            return
+        self._pooled = httpx.AsyncClient(
+            base_url=self._options.url,
+            timeout=self.timeout,
+            limits=httpx.Limits(
+                max_keepalive_connections=KEEP_ALIVE_CONNECTIONS,
+                max_connections=100,
+                keepalive_expiry=KEEP_ALIVE_EXPIRY_S,
+            ),
+            headers={"Accept": "application/json"},
+            transport=self._transport,
+            verify=_tls_context(),
+            follow_redirects=False,
+            trust_env=False,
+        )
 
     async def aclose(self) -> None:
-        """Close the client. Idempotent."""
+        """Close the client (and its persistent connections). Idempotent."""
         await self._client.aclose()
+        if self._pooled is not None:
+            await self._pooled.aclose()
 
     def _headers(
         self, auth: Credentials, lease_token: str | None, key: str | None, has_body: bool
@@ -160,9 +202,8 @@ class HttpTransport:
                 write=self.timeout.write,
                 pool=self.timeout.pool,
             )
-        request = self._client.build_request(
-            method, path, content=body, headers=headers, timeout=timeout
-        )
+        client = self._pooled or self._client
+        request = client.build_request(method, path, content=body, headers=headers, timeout=timeout)
         size = request_size(request)
         if size > self.max_request_bytes:
             raise ValidationFailed(
@@ -233,15 +274,35 @@ class HttpTransport:
                 return await self._send_once(request, what, lease_route)
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
+    async def _exchange(self, request: httpx.Request) -> httpx.Response:
+        pooled = self._pooled
+        if pooled is None or request.headers.get("connection") == "close":
+            return await self._read(self._client, request)
+        try:
+            return await self._read(pooled, request)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            # A reused connection closed under the request (the server's idle timeout, a
+            # restart). A read is sent again on a fresh connection; a write is not (whether it
+            # was applied is unknown): it fails as TrackerUnavailable, and the caller's retry
+            # sends it again with the same Idempotency-Key, as on a closing connection.
+            if request.method != "GET":
+                raise
+            return await self._read(pooled, request)
+
+    @staticmethod
+    async def _read(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+        response = await client.send(request)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
+
     async def _send_once(
         self, request: httpx.Request, what: str, lease_route: bool
     ) -> httpx.Response:
         try:
-            response = await self._client.send(request)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
+            response = await self._exchange(request)
         except httpx.TimeoutException as exc:
             raise TrackerUnavailable(
                 f"{what}: no answer within the timeout ({type(exc).__name__})", code="timeout"

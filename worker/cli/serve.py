@@ -114,6 +114,9 @@ async def serve_tracker(
             ws="none",
             server_header=False,
             http=protocol_class(limits),
+            # Idle persistent connections close after this (the ``keep_alive`` extension says
+            # 5 s; the client lets go of its own at 2 s).
+            timeout_keep_alive=5,
             # Connections accepted per loop tick: past the cap they are closed at once anyway.
             backlog=min(2048, limits.max_connections),
         )
