@@ -21,7 +21,8 @@ from typing import Any
 
 import anyio
 
-from bench.worker import PIPELINE, _drain, _spawn, _wait
+from bench.rss import reap
+from bench.worker import PIPELINE, _drain, _spawn
 from tests.postgres.server import PgServer, find_bindir
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -75,7 +76,7 @@ def _pg_drain(server: PgServer, n: int, procs: int, concurrency: int) -> dict[st
     config = _config(server.root, url, concurrency)
     wall = time.perf_counter()
     workers = [_spawn(config) for _ in range(procs)]
-    reaped = [_wait(p) for p in workers]
+    reaped = reap(workers)
     wall = time.perf_counter() - wall
     with psycopg.connect(server.url) as conn:
         row = conn.execute(

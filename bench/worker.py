@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from bench.rss import reap
 from plugins.api import ExecutionContext, Outcome, Transition
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -95,10 +96,10 @@ def _spawn(config: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> tuple[float, float]:
-    """Reap ``proc``: (peak RSS in MiB, CPU seconds user + system)."""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime  # ru_maxrss: KiB on Linux
+    """Reap ``proc``: (its own peak RSS in MiB, CPU seconds user + system). The peak is its
+    ``VmHWM``, sampled (:mod:`bench.rss`): ``wait4``'s ``ru_maxrss`` counts the forked copy of
+    this benchmark process too."""
+    return reap([proc])[0]
 
 
 def _drain(n: int, procs: int, concurrency: int) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def _drain(n: int, procs: int, concurrency: int) -> dict[str, Any]:
         config = _config(tmp, db, concurrency, drain=True)
         wall = time.perf_counter()
         workers = [_spawn(config) for _ in range(procs)]
-        reaped = [_wait(p) for p in workers]
+        reaped = reap(workers)
         wall = time.perf_counter() - wall
         with sqlite3.connect(db) as conn:
             first, last, done = conn.execute(
