@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from tracker_client import models as m
 from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
+from tracker_client.nulltickets.batch_models import ClaimManyBody
 from tracker_client.nulltickets.wire_models import (
     AssignBody,
     BulkBody,
@@ -136,6 +137,8 @@ EXTENSIONS: Mapping[str, str] = {
     "previous_checkpoint",
     "human_steps": "POST /tasks/{task_id}/transition (move a task waiting in a role-less stage)",
     "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
+    "claim_many": "POST /leases/claim-many (up to n leases of a role in one write: one "
+    "housekeeping pass and one candidate scan for all of them)",
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }
@@ -281,6 +284,10 @@ OPERATIONS: tuple[Operation, ...] = (
     # leases and runs
     _op("claim", "POST", "/leases/claim", "Claim the best eligible task (204: no work)",
         body=ClaimBody, response=m.Lease, errors=(400,), idempotent=True,
+        features=("checkpoints",)),
+    _op("claim_many", "POST", "/leases/claim-many", "Claim up to n (1..100) eligible tasks of a "
+        "role in one write, by claim's rules (a list; empty: no work)", body=ClaimManyBody,
+        response=m.Lease, shape="list", errors=(400,), extension="claim_many", idempotent=True,
         features=("checkpoints",)),
     _op("heartbeat", "POST", "/leases/{lease_id}/heartbeat", "Extend the lease by its own TTL",
         "lease", body=HeartbeatBody, body_required=False, response=ExpiryAnswer,
