@@ -16,6 +16,7 @@ from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
 from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
 from tracker_client.embedded.agents import AgentOps
+from tracker_client.embedded.claim_many import ClaimManyOps
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.follow import FollowOps
 from tracker_client.embedded.idempotency import idempotent
@@ -62,6 +63,7 @@ class EmbeddedTracker(
     WorkerOps,
     SpanOps,
     AgentOps,
+    ClaimManyOps,
 ):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
