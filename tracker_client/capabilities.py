@@ -83,7 +83,8 @@ EMBEDDED = Capabilities(
     strict_definitions=True,
     strict_limits=True,
     extensions=frozenset({"follow", "workers", "spans"})
-    | frozenset({"subtasks", "fan_in", "upstream", "checkpoints", "human_steps"}),
+    | frozenset({"subtasks", "fan_in", "upstream", "checkpoints", "human_steps"})
+    | frozenset({"claim_many"}),
 )
 
 
