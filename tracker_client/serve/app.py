@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tracker_client.dashboard import DashboardSettings, create_dashboard
 from tracker_client.nulltickets import contract
 from tracker_client.protocol import Tracker
-from tracker_client.serve import extra_routes, otlp, routes
+from tracker_client.serve import batch_routes, extra_routes, otlp, routes
 from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
 from tracker_client.serve.http import GENERATION_HEADER, bearer, endpoint, error_response
@@ -71,7 +71,7 @@ DASHBOARD_PATH = "/ui"
 #: Advertised in ``GET /health``; the client uses the extension routes only when listed.
 EXTENSIONS = tuple(contract.EXTENSIONS)
 
-_HANDLERS = {**routes.HANDLERS, **extra_routes.HANDLERS, **otlp.HANDLERS}
+_HANDLERS = {**routes.HANDLERS, **extra_routes.HANDLERS, **otlp.HANDLERS, **batch_routes.HANDLERS}
 
 
 def _starlette_path(op: contract.Operation) -> str:
