@@ -45,7 +45,7 @@ QUIET_WRITES = frozenset(
     {"claim", "heartbeat", "add_event", "add_artifact", "store_put", "store_delete"}
     | {"store_delete_namespace", "purge", "vacuum"}
     | {"ingest_traces", "ingest_trace_blob"}
-    | {"checkpoint"}
+    | {"checkpoint", "claim_many"}
     | {"register_worker", "forget_worker"}
 )
 #: Purge batches one maintenance pass runs at most (the next pass goes on where it stopped).
