@@ -234,3 +234,40 @@ async def test_extensions_not_here_yet_are_unsupported_and_undeclared(pg_server:
             await tracker.list_workers()  # type: ignore[attr-defined]
     finally:
         await tracker.aclose()
+
+
+async def test_concurrent_claims_hold_one_lease_per_concurrency_key(pg_server: PgServer) -> None:
+    # Claims of several instances run at once (the write lock in shared mode); a second lease on
+    # one key is refused by the unique index and that claim runs again alone.
+    url = fresh_schema_url(_key(), pool_size=4)
+    first, second = await open_tracker(url), await open_tracker(url)
+    try:
+        pid = await make_pipeline(first)
+        keyed = [
+            new_task(pid, f"k{n}-{i}", concurrency_key=f"key-{n}")
+            for n in range(4)
+            for i in range(10)
+        ]
+        await first.create_tasks([*keyed, *(new_task(pid, f"free-{i}") for i in range(10))])
+        leases: list[Any] = []
+
+        async def grab(tracker: Any, agent: str) -> None:
+            while (lease := await tracker.claim(agent, "coder", 60_000)) is not None:
+                leases.append(lease)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(4):
+                tg.start_soon(grab, first, f"a{n}")
+                tg.start_soon(grab, second, f"b{n}")
+        keys = [lease.task.concurrency_key for lease in leases]
+        assert sorted(k for k in keys if k) == [f"key-{n}" for n in range(4)]
+        assert keys.count(None) == 10
+        assert len({lease.task.id for lease in leases}) == len(leases) == 14
+        # The key frees when its lease ends: the next task of that key is claimable then.
+        done = next(lease for lease in leases if lease.task.concurrency_key == "key-0")
+        await first.transition(done, "complete")
+        again = await claim(second, agent="c")
+        assert again.task.concurrency_key == "key-0" and again.task.id != done.task.id
+    finally:
+        await first.aclose()
+        await second.aclose()

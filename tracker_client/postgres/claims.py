@@ -1,10 +1,18 @@
 """The PostgreSQL claim: one statement (``sql/claim.sql``) picks and leases the best task.
 
-Around it, in the same transaction, the embedded rail's own steps: the housekeeping a claim does
-first (reclaim expired leases, dead-letter past-deadline tasks), the role's fleet-wide rate limit
-and cap (:mod:`tracker_client.embedded.ratelimits`: admitted before, a token spent after), and a
-row that cannot be read (its stored JSON is broken) dead-lettered as ``corrupt_row`` instead of
-handed out. Runs on a pool thread inside the rail's write transaction.
+Claims of every host run at once: the transaction holds the rail's write lock in shared mode
+(other writes take it exclusively). What only one claim at a time may do raises
+:class:`~.db.NeedExclusive` and the claim runs again holding the lock alone: housekeeping (lapsed
+leases, past deadlines), a ``per_state`` limit (a count), a role with a rate limit or cap (its
+token bucket), a corrupt row. A second live lease on one concurrency key is refused by a unique
+index (schema 4) and also sends the claim round again alone.
+
+Around the statement, in the same transaction, the embedded rail's own steps: the
+housekeeping a claim does first (reclaim expired leases, dead-letter past-deadline tasks), the
+role's fleet-wide rate limit and cap (:mod:`tracker_client.embedded.ratelimits`: admitted
+before, a token spent after), and a row that cannot be read (its stored JSON is broken)
+dead-lettered as ``corrupt_row`` instead of handed out. Runs on a pool thread inside the rail's
+write transaction.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import Lease, Run
+from tracker_client.postgres.db import NeedExclusive
 from tracker_client.postgres.dialect import PgConn, Row
 
 __all__ = ["CLAIM_SQL", "claim"]
@@ -51,17 +60,22 @@ def claim(
     if not isinstance(role, str) or not role:
         raise ValidationFailed("role must be a non-empty string")
     now = ctx.now
+    raw = ctx.conn
+    assert isinstance(raw, PgConn)  # the PostgreSQL rail's Ctx
     lapsed, overdue = ctx.conn.execute(_HOUSEKEEPING, (now,)).fetchone()
+    limited = _limits(per_state)
+    if raw.shared and (lapsed or overdue or limited):
+        raise NeedExclusive  # housekeeping writes, per_state counts: one claim at a time
     if lapsed:
         reclaim_expired(ctx)
     if overdue:
         expire_deadlines(ctx)
-    limits = json.dumps(_limits(per_state))
+    limits = json.dumps(limited)
     allowed, rate_limit = admit(ctx, role)
+    if raw.shared and rate_limit is not None:
+        raise NeedExclusive  # a rate or cap of the role: its tokens and count, one at a time
     if not allowed:
         return None
-    raw = ctx.conn
-    assert isinstance(raw, PgConn)
     while True:
         run_id, lease_id, token = _fresh_ids()
         params = {
@@ -83,6 +97,8 @@ def claim(
         try:
             task = task_from_row(row, strict=True)
         except CorruptRow as exc:
+            if raw.shared:
+                raise NeedExclusive from exc
             _refuse_corrupt(ctx, row, run_id, str(exc))
             continue
         if rate_limit is not None:

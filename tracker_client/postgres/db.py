@@ -26,11 +26,16 @@ from tracker_client.errors import ConfigError, TrackerError, TrackerUnavailable,
 from tracker_client.postgres.dialect import PgConn, configure_types, row_factory
 from tracker_client.postgres.migrate import migrate
 
-__all__ = ["Database", "map_pg_error"]
+__all__ = ["Database", "NeedExclusive", "map_pg_error"]
 
 _BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 T = TypeVar("T")
+
+
+class NeedExclusive(Exception):
+    """Raised inside a shared-mode claim that must run alone (its transaction is rolled back and
+    the claim run again under the exclusive write lock)."""
 
 
 def map_pg_error(exc: BaseException, where: str) -> BaseException:
@@ -71,11 +76,9 @@ class Database:
         self.shown = shown
         self.lock_name = f"backlog-worker:write:{schema}"
         # The schema is a checked identifier; the literal is quoted by psycopg all the same.
-        self._begin_write = (
-            "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended("
-            + psycopg.sql.quote(self.lock_name)
-            + ", 0))"
-        ).encode()
+        key = f"hashtextextended({psycopg.sql.quote(self.lock_name)}, 0)"
+        self._begin_write = f"BEGIN; SELECT pg_advisory_xact_lock({key})".encode()
+        self._begin_shared = f"BEGIN; SELECT pg_advisory_xact_lock_shared({key})".encode()
         self._closed = False
 
     @classmethod
@@ -145,30 +148,46 @@ class Database:
         if self._closed:
             raise TrackerUnavailable("the PostgreSQL tracker is closed", code="closed")
 
-    async def run(self, fn: Callable[[PgConn], T], where: str, *, write: bool) -> T:
+    async def run(
+        self, fn: Callable[[PgConn], T], where: str, *, write: bool, shared: bool = False
+    ) -> T:
         """Run ``fn`` in one transaction on a pooled connection (``write``: under the lock).
+
+        ``shared`` (claims): the write lock in shared mode, so claims of every host run at once
+        and only other writes wait; ``fn`` raises :class:`NeedExclusive` for what it can only
+        do alone, and a unique-key clash with a concurrent claim (a concurrency key leased
+        twice, one idempotency key) also sends it round again, holding the lock exclusively.
 
         The pooled connections are in autocommit mode and the transaction is spelled out, so
         ``BEGIN`` travels with the lock and ``COMMIT`` with what ``fn`` queued to run just
         before it (``PgConn.before_commit``: the wake-up ``NOTIFY``): one round trip each.
         """
         self._check()
-        begin = self._begin_write if write else _BEGIN_READ
+
+        def attempt(begin: bytes, is_shared: bool) -> T:
+            with self.pool.connection() as raw:
+                conn = PgConn(raw, shared=is_shared)
+                raw.execute(begin)
+                try:
+                    result = fn(conn)
+                    raw.execute("".join([*conn.before_commit, "COMMIT"]).encode())
+                except BaseException:
+                    if not raw.closed:
+                        with contextlib.suppress(psycopg.Error):
+                            raw.execute(b"ROLLBACK")
+                    raise
+                return result
 
         def job() -> T:
             try:
-                with self.pool.connection() as raw:
-                    conn = PgConn(raw)
-                    raw.execute(begin)
+                if not write:
+                    return attempt(_BEGIN_READ, False)
+                if shared:
                     try:
-                        result = fn(conn)
-                        raw.execute("".join([*conn.before_commit, "COMMIT"]).encode())
-                    except BaseException:
-                        if not raw.closed:
-                            with contextlib.suppress(psycopg.Error):
-                                raw.execute(b"ROLLBACK")
-                        raise
-                    return result
+                        return attempt(self._begin_shared, True)
+                    except (NeedExclusive, psycopg.errors.UniqueViolation):
+                        pass
+                return attempt(self._begin_write, False)
             except BaseException as exc:
                 err = map_pg_error(exc, where)
                 if err is exc:

@@ -7,6 +7,7 @@ one psycopg connection inside one transaction. Its SQL is the embedded SQL, rewr
 distinct statement (cached) by :func:`translate`:
 
 * ``?`` and ``?NNN`` placeholders -> psycopg's ``%s`` / ``%(pNNN)s`` (``%`` escaped);
+* ``coalesce(<comparison>, 0)`` -> ``coalesce((<comparison>)::int, 0)``;
 * ``CASE WHEN ? THEN`` (a bound flag) -> ``CASE WHEN (?) <> 0 THEN``;
 * ``INDEXED BY name`` dropped (the planner picks PostgreSQL's partial indexes itself);
 * ``INSERT OR REPLACE`` / ``INSERT OR IGNORE`` -> ``ON CONFLICT ... DO UPDATE`` / ``DO NOTHING``;
@@ -123,6 +124,37 @@ def configure_types(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("numeric", _NumericAsNumber)
 
 
+_COALESCE = re.compile(r"\bcoalesce\(", re.IGNORECASE)
+_PREDICATE = re.compile(r"\s(=|<>|!=|<=|>=|<|>|AND|OR|IS)\s", re.IGNORECASE)
+
+
+def _int_predicates(text: str) -> str:
+    """``coalesce(<comparison>, 0)`` -> ``coalesce((<comparison>)::int, 0)``: SQLite's
+    comparisons are integers, PostgreSQL's booleans, and COALESCE wants one type."""
+    out, pos = [], 0
+    for match in _COALESCE.finditer(text):
+        if match.start() < pos:
+            continue
+        depth, i, split = 1, match.end(), -1
+        while i < len(text) and depth:
+            ch = text[i]
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif ch == "," and depth == 1 and split < 0:
+                split = i
+            i += 1
+        if split < 0 or depth:
+            continue
+        first, rest = text[match.end() : split], text[split + 1 : i - 1]
+        if rest.strip() == "0" and _PREDICATE.search(first):
+            out.append(text[pos : match.end()] + f"({first})::int," + text[split + 1 : i])
+            pos = i
+    out.append(text[pos:])
+    return "".join(out)
+
+
 @lru_cache(maxsize=1024)
 def translate(sql: str, named: bool = False) -> tuple[str, bool, str | None]:
     """(psycopg SQL, whether placeholders are numbered, the generated key it returns or None).
@@ -132,6 +164,7 @@ def translate(sql: str, named: bool = False) -> tuple[str, bool, str | None]:
     text = _INDEXED_BY.sub("", sql)
     # A bound flag is 0/1 here (see _BoolAsInt): as a CASE condition it needs a comparison.
     text = _CASE_FLAG.sub(r"CASE WHEN (\1) <> 0 THEN", text)
+    text = _int_predicates(text)
     stripped = text.strip()
     if stripped.upper().startswith("PRAGMA"):
         return "SELECT 0", False, None
@@ -206,10 +239,12 @@ class PgCursor:
 class PgConn:
     """One psycopg connection inside one transaction, as the embedded domain functions use it."""
 
-    __slots__ = ("before_commit", "raw")
+    __slots__ = ("before_commit", "raw", "shared")
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], *, shared: bool = False) -> None:
         self.raw = raw
+        #: The transaction holds the write lock in shared mode (a claim beside other claims).
+        self.shared = shared
         #: SQL (each ending in ``;``) the transaction runs right before its ``COMMIT``.
         self.before_commit: list[str] = []
 

@@ -126,6 +126,7 @@ class PostgresTracker(EmbeddedTracker):
         return Ctx(cast(sqlite3.Connection, conn), int(self._clock()), self._opts, self._pipelines)
 
     async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
+        """Run ``fn`` in a write transaction (a claim: beside other claims, see .claims)."""
         box: list[Ctx] = []
 
         def body(conn: PgConn) -> R:
@@ -138,7 +139,7 @@ class PostgresTracker(EmbeddedTracker):
             return result
 
         try:
-            result = await self._db.run(body, where, write=True)
+            result = await self._db.run(body, where, write=True, shared=where == "claim")
         except BaseException:
             if where not in QUIET_WRITES:
                 self._notify()  # it may have committed before failing to answer

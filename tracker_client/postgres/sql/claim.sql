@@ -2,7 +2,8 @@
 --
 -- The same rules as the embedded claim (tracker_client/embedded/claims.py): highest priority
 -- first, then creation order; skip delayed rows, leased rows, rows assigned to another agent,
--- rows with an unresolved dependency (an upstream not in a terminal stage), rows whose
+-- rows with an unresolved dependency (an upstream not in a terminal stage, or dead-lettered or
+-- cancelled: such a dependency never resolves), rows whose
 -- concurrency key is held by another live lease, and stages at their per_state limit (leases
 -- held in that stage, any role). No candidate cap: the scan goes on until a row qualifies.
 -- The scan walks the partial index tasks_claim (claimable rows only); FOR UPDATE SKIP LOCKED
@@ -21,7 +22,7 @@ WITH picked AS (
       AND (t.assignee IS NULL OR t.assignee = %(agent)s)
       AND (t.has_deps = 0 OR NOT EXISTS (
           SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id
-          WHERE d.task_id = t.id AND u.terminal = 0))
+          WHERE d.task_id = t.id AND (u.terminal = 0 OR u.dead_letter_reason IS NOT NULL)))
       AND (t.concurrency_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM tasks k
           WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > %(now)s
