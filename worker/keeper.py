@@ -55,6 +55,8 @@ class LeaseKeeper:
     def __init__(self) -> None:
         self._queues: dict[tuple[str, float], dict[Kept, float]] = {}
         self._calls: dict[tuple[str, Kept], anyio.CancelScope] = {}
+        #: Runs poked while their heartbeat was in flight: one more heartbeat when it returns.
+        self._again: set[Kept] = set()
         self._wake = anyio.Event()
         self._sleep_until = math.inf
         self._tick = math.inf  # the shortest interval seen: how long an idle keeper sleeps
@@ -73,6 +75,7 @@ class LeaseKeeper:
         """Stop keeping ``run``; a heartbeat of it still in flight is cancelled."""
         for queue in self._queues.values():
             queue.pop(run, None)
+        self._again.discard(run)
         scope = self._calls.get((_HEARTBEAT, run))
         if scope is not None:
             scope.cancel()
@@ -80,13 +83,16 @@ class LeaseKeeper:
     def poke(self) -> None:
         """Heartbeat every kept run now instead of at its turn (the tracker signalled a change
         that may be a cancel: a heartbeat is how a run learns its lease was revoked). A run
-        whose heartbeat is in flight is not sent a second one; each run's next turn is one
-        interval after this heartbeat, so poking adds no heartbeats of its own later."""
+        whose heartbeat is in flight is not sent a second one beside it, but one more right
+        after it returns (it may have been answered before the change); each run's next turn
+        is one interval after this heartbeat, so poking adds no heartbeats of its own later."""
         now = anyio.current_time()
         for (kind, _), queue in self._queues.items():
             if kind == _HEARTBEAT:
                 for run in queue:
                     queue[run] = now
+                    if (_HEARTBEAT, run) in self._calls:
+                        self._again.add(run)
         self._wake.set()
 
     def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
@@ -136,9 +142,16 @@ class LeaseKeeper:
                 keep = await (run.heartbeat_once() if kind == _HEARTBEAT else run.flush_once())
             finally:
                 del self._calls[(kind, run)]
+            key = (kind, run.heartbeat_interval_s if kind == _HEARTBEAT else run.flush_interval_s)
+            queue = self._queues.get(key)
             if not keep:
-                queue = self._queues.get(
-                    (kind, run.heartbeat_interval_s if kind == _HEARTBEAT else run.flush_interval_s)
-                )
+                self._again.discard(run)
                 if queue is not None:
                     queue.pop(run, None)
+            elif kind == _HEARTBEAT and run in self._again:
+                self._again.discard(run)
+                if queue is not None and run in queue:
+                    # due now, at the front (the queue's order is its due order)
+                    del queue[run]
+                    self._queues[key] = {run: anyio.current_time(), **queue}
+                    self._wake.set()

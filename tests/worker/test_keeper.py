@@ -109,3 +109,24 @@ async def test_a_lost_lease_stops_the_heartbeats() -> None:
         await anyio.sleep(0.05)
         assert run.beats == beats == 1
         tg.cancel_scope.cancel()
+
+
+async def test_a_poke_during_a_heartbeat_in_flight_sends_another_after_it() -> None:
+    """The tracker signalled a change (maybe a cancel) while a run's heartbeat was already on
+    its way: that heartbeat may have been answered before the change, so the run gets one
+    more as soon as it returns, not a whole interval later."""
+    keeper = LeaseKeeper()
+    run = Recorder(3600, 3600)  # no heartbeat of its own for an hour
+    async with anyio.create_task_group() as tg:
+        await tg.start(keeper.run)
+        keeper.add(run)
+        run.blocking = True
+        keeper.poke()
+        await run.in_beat.wait()  # the first poke's heartbeat is in flight...
+        keeper.poke()  # ...then came a change
+        await anyio.sleep(0)
+        assert run.beats == 1  # never two heartbeats of one run at once
+        run.blocking = False
+        run.block.set()
+        await until(lambda: run.beats == 2, timeout=5)
+        tg.cancel_scope.cancel()
