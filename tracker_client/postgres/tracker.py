@@ -62,6 +62,10 @@ POSTGRES = Capabilities(
 )
 
 VERSION = "backlog-worker-postgres/1"
+#: Writes that run beside each other (the write lock in shared mode; every other write takes it
+#: alone): claims (see .claims) and the lease's own writes, which touch only their task's row
+#: and run and make nothing claimable (a lapsed lease is reclaimed by an exclusive claim).
+SHARED_WRITES = frozenset({"claim", "heartbeat", "add_event"})
 #: A waiter with a live wake-up listener still looks this often (a lost NOTIFY costs no more).
 SAFETY_TICK_S = 5.0
 #: How long the first waiter waits for ``LISTEN`` to be in place before it polls instead.
@@ -139,7 +143,7 @@ class PostgresTracker(EmbeddedTracker):
             return result
 
         try:
-            result = await self._db.run(body, where, write=True, shared=where == "claim")
+            result = await self._db.run(body, where, write=True, shared=where in SHARED_WRITES)
         except BaseException:
             if where not in QUIET_WRITES:
                 self._notify()  # it may have committed before failing to answer
