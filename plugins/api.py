@@ -254,6 +254,10 @@ class ExecutionContext:
     ) -> str:
         """Create a subtask (its parent: this task) in ``pipeline`` (name or id); its id.
         ``options``: any other task field (``concurrency_key``, ``run_at_ms``, ...)."""
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ValueError(
+                f"ctx.spawn: metadata must be a mapping, got {type(metadata).__name__}"
+            )
         fields = {"title": title, "description": description, "priority": priority, **options}
         fields["metadata"] = dict(metadata or {})
         return await self._agent("spawn").spawn(pipeline, fields)

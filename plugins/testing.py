@@ -60,12 +60,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from pydantic import ValidationError
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
 from plugins.supervise import call_executor
 from tracker_client.agent_models import Upstream
 from tracker_client.errors import NotFound
-from tracker_client.models import ArtifactCreate, Run, StoreEntry, Task
+from tracker_client.models import ArtifactCreate, Run, StoreEntry, Task, TaskCreate
 
 __all__ = ["ExecutorHarness", "RecordingSink"]
 
@@ -172,6 +173,13 @@ class RecordingSink:
             raise NotFound(
                 f"pipeline {pipeline!r} not found (known: {known})", code="pipeline_not_found"
             )
+        try:  # the worker's check: the rail's task model refuses unknown or bad fields
+            TaskCreate(pipeline_id=pipeline, **fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            )
+            raise ValueError(f"ctx.spawn: bad subtask: {problems}; nothing written") from None
         child = f"subtask-{len(self.spawned) + 1}"
         self.spawned.append((pipeline, dict(fields), child))
         self._notify()

@@ -139,6 +139,13 @@ def check_agent_keys(name: str, doc: dict[str, Any]) -> None:
                     raise ValueError(f"{where}: {key!r} must be a non-empty string")
             if not isinstance(item.get("wait", True), bool):
                 raise ValueError(f"{where}: 'wait' must be true or false")
+            if not isinstance(item.get("metadata", {}), dict):
+                raise ValueError(f"{where}: 'metadata' must be an object")
+            if not isinstance(item.get("description", ""), str):
+                raise ValueError(f"{where}: 'description' must be a string")
+            priority = item.get("priority", 0)
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise ValueError(f"{where}: 'priority' must be an integer")
     wait_for = doc.get("wait_for")
     if wait_for is not None and (
         not isinstance(wait_for, list) or not all(isinstance(i, str) and i for i in wait_for)

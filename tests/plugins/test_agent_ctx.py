@@ -101,8 +101,20 @@ class Calls:
         ),
         (lambda ctx: ctx.checkpoint(object()), ["checkpoint", "not JSON"]),
         (lambda ctx: ctx.spawn("nope", "child"), ["'nope'", "not found", "research"]),
+        (lambda ctx: ctx.spawn("research", "c", metadata=[1]), ["metadata", "list"]),
+        (lambda ctx: ctx.spawn("research", "c", colour="red"), ["bad subtask", "colour"]),
     ],
-    ids=["set", "nan", "namespace", "limit", "oversized", "object", "pipeline"],
+    ids=[
+        "set",
+        "nan",
+        "namespace",
+        "limit",
+        "oversized",
+        "object",
+        "pipeline",
+        "metadata",
+        "field",
+    ],
 )
 async def test_bad_agent_input_is_refused_naming_it_and_nothing_is_recorded(
     call: Any, words: list[str]
@@ -211,9 +223,19 @@ async def test_command_unchanged_checkpoint_is_not_written_again(tmp_path: Path)
         ({"spawn": [{"title": "no pipeline"}]}, ["spawn[0]", "'pipeline'"]),
         ({"spawn": [{"pipeline": "p", "title": "t", "colour": 1}]}, ["spawn[0]", "'colour'"]),
         ({"wait_for": "abc"}, ["'wait_for' must be a list of task ids"]),
+        ({"spawn": [{"pipeline": "p", "title": "t", "metadata": [1]}]}, ["'metadata'"]),
+        ({"spawn": [{"pipeline": "p", "title": "t", "priority": "high"}]}, ["'priority'"]),
         ({"spawn": [{"pipeline": "nope", "title": "t"}]}, ["'nope'", "not found"]),
     ],
-    ids=["store", "spawn-pipeline", "spawn-key", "wait_for", "unknown-pipeline"],
+    ids=[
+        "store",
+        "spawn-pipeline",
+        "spawn-key",
+        "wait_for",
+        "metadata",
+        "priority",
+        "unknown-pipeline",
+    ],
 )
 async def test_command_bad_agent_outcome_fails_naming_it_and_writes_nothing(
     tmp_path: Path, doc: dict[str, Any], words: list[str]

@@ -94,6 +94,8 @@ async def bad(ctx):
     try:
         if case == "spawn":
             await ctx.spawn("no-such-pipeline", "child")
+        elif case == "field":
+            await ctx.spawn("research", "child", colour="red")
         elif case == "value":
             await ctx.store.put("memory", "bad-value", {1, 2})
         elif case == "checkpoint":
@@ -302,6 +304,16 @@ class Rail:
     def data(self, task_id: str, kind: str) -> list[Any]:
         return [e.data for e in self.events(task_id) if e.kind == kind]
 
+    def tasks(self, pipeline: str) -> list[str]:
+        """The ids of the pipeline's tasks."""
+
+        async def read(tracker: Tracker) -> list[str]:
+            pid = next(p.id for p in await tracker.list_pipelines() if p.name == pipeline)
+            return [t.id for t in (await tracker.list_tasks(pipeline_id=pid)).items]
+
+        result: list[str] = self.call(read)
+        return result
+
     def store(self, namespace: str) -> dict[str, Any]:
         async def read(tracker: Tracker) -> dict[str, Any]:
             return {e.key: e.value for e in await tracker.store_list(namespace)}
@@ -377,13 +389,17 @@ def test_a_human_step_with_instructions(rail: Rail) -> None:
 def test_bad_agent_inputs_are_named_and_the_other_writes_stay(rail: Rail) -> None:
     ids = {
         case: rail.add("bad", case, metadata={"case": case})
-        for case in ("spawn", "value", "checkpoint", "wait_for")
+        for case in ("spawn", "field", "value", "checkpoint", "wait_for")
     }
     rail.drain()
     for case, task in ids.items():
         assert rail.data(task, "before")[0] == {"case": case}
         assert rail.store("memory")[f"ok-{case}"] is True
-    refused = {case: rail.data(ids[case], "refused") for case in ("spawn", "value", "checkpoint")}
+    refused = {
+        case: rail.data(ids[case], "refused") for case in ("spawn", "field", "value", "checkpoint")
+    }
+    assert "colour" in refused["field"][0]["message"]
+    assert refused["field"][0]["type"] == "ValueError"
     assert "no-such-pipeline" in refused["spawn"][0]["message"]
     assert "not found" in refused["spawn"][0]["message"]
     assert "bad-value" in refused["value"][0]["message"]
@@ -393,8 +409,10 @@ def test_bad_agent_inputs_are_named_and_the_other_writes_stay(rail: Rail) -> Non
     assert "64 KiB" in refused["checkpoint"][0]["message"]
     # nothing was written: the retried attempt sees no checkpoint
     assert rail.data(ids["checkpoint"], "previous") == [{"value": None}, {"value": None}]
-    for case in ("spawn", "value", "checkpoint"):
+    for case in ("spawn", "field", "value", "checkpoint"):
         assert rail.task(ids[case]).stage == "done"
+    # nothing was spawned by the refused calls
+    assert rail.tasks("research") == []
     # a wait_for naming an unknown task fails the run for good, naming it
     waiting = rail.task(ids["wait_for"])
     assert waiting.dead_letter_reason is not None and waiting.stage == "todo"
