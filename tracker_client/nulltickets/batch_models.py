@@ -1,4 +1,4 @@
-"""The wire models of the batching extensions: ``claim_many`` (and, with it, its limit).
+"""The wire models of the batching extensions: ``claim_many`` and ``finish`` (and their limits).
 
 Pure data, imported by the contract table (:mod:`tracker_client.nulltickets.contract`), the
 served tracker and the remote client; it imports pydantic only.
@@ -10,10 +10,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MAX_CLAIM_MANY", "ClaimManyBody", "per_state_of"]
+from tracker_client.models import FailResult, TransitionResult
+from tracker_client.nulltickets.wire_models import EventBody, FailBody, TransitionBody
+
+__all__ = [
+    "MAX_CLAIM_MANY",
+    "MAX_FINISH_EVENTS",
+    "ClaimManyBody",
+    "FinishBody",
+    "FinishResult",
+    "per_state_of",
+]
 
 #: The most leases one ``claim_many`` hands out (a worker asks for its free slots).
 MAX_CLAIM_MANY = 100
+#: The most events one ``finish`` writes before its transition or fail.
+MAX_FINISH_EVENTS = 100
 
 
 class ClaimManyBody(BaseModel):
@@ -27,6 +39,25 @@ class ClaimManyBody(BaseModel):
     #: How many leases at most (1..:data:`MAX_CLAIM_MANY`); fewer when less work is eligible.
     n: int = Field(json_schema_extra={"minimum": 1, "maximum": MAX_CLAIM_MANY})
     concurrency: dict[str, Any] | None = None
+
+
+class FinishBody(BaseModel):
+    """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
+    transition *or* its fail, written together (all or nothing)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    events: list[EventBody] = Field(default_factory=list)
+    transition: TransitionBody | None = None
+    fail: FailBody | None = None
+
+
+class FinishResult(BaseModel):
+    """What ``finish`` did: the events' ids, and the transition's or the fail's answer."""
+
+    event_ids: list[int]
+    transition: TransitionResult | None = None
+    fail: FailResult | None = None
 
 
 def per_state_of(concurrency: object) -> dict[str, int]:
