@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from tracker_client import models as m
 from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
-from tracker_client.nulltickets.batch_models import ClaimManyBody
+from tracker_client.nulltickets.batch_models import ClaimManyBody, FinishBody, FinishResult
 from tracker_client.nulltickets.wire_models import (
     AssignBody,
     BulkBody,
@@ -139,6 +139,8 @@ EXTENSIONS: Mapping[str, str] = {
     "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
     "claim_many": "POST /leases/claim-many (up to n leases of a role in one write: one "
     "housekeeping pass and one candidate scan for all of them)",
+    "finish": "POST /runs/{run_id}/finish (a run's last events and its transition or fail in "
+    "one write, all or nothing)",
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }
@@ -311,6 +313,10 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("checkpoint", "POST", "/runs/{run_id}/checkpoint", "Replace the run's checkpoint (one "
         "JSON value, at most 64 KiB; the next claim of the task hands it back)", "lease",
         body=CheckpointBody, status=204, errors=(400, 401, 404, 410), extension="checkpoints"),
+    _op("finish", "POST", "/runs/{run_id}/finish", "Write the run's last events, then its "
+        "transition or its fail: one write, all or nothing", "lease", body=FinishBody,
+        response=FinishResult, errors=(400, 401, 404, 409, 410), extension="finish", wakes=True,
+        idempotent=True),
     # artifacts, ops
     _op("add_artifact", "POST", "/artifacts", "Add artifact", body=m.ArtifactCreate, status=201,
         response=IdAnswer, errors=(400, 404), idempotent=True),
