@@ -18,6 +18,7 @@ from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
 from tracker_client.embedded.agents import AgentOps
 from tracker_client.embedded.claim_many import ClaimManyOps
 from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.finish import FinishOps
 from tracker_client.embedded.follow import FollowOps
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.links import LinkOps
@@ -64,6 +65,7 @@ class EmbeddedTracker(
     SpanOps,
     AgentOps,
     ClaimManyOps,
+    FinishOps,
 ):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
