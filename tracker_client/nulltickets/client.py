@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
 import httpx
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import Capabilities, LeaseRef
@@ -49,9 +49,10 @@ from tracker_client.models import (
     TransitionResult,
     WaitResult,
 )
-from tracker_client.nulltickets import leases, reads
+from tracker_client.nulltickets import batching, leases, reads
 from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
+from tracker_client.nulltickets.batch_models import FinishResult
 from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
@@ -306,6 +307,19 @@ class RemoteTracker(AgentCalls):
         counted. A plain server has no such route and its ``fail`` counts an attempt, so nothing
         is sent there: the lease is left to expire (``released=False``)."""
         return await leases.release(self._wire, lease, reason, idempotency_key)
+
+    async def finish(
+        self,
+        lease: LeaseRef,
+        *,
+        events: Sequence[BaseModel | Mapping[str, Any]] = (),
+        transition: BaseModel | Mapping[str, Any] | None = None,
+        fail: BaseModel | Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> FinishResult:
+        """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
+        transition or fail in one request, written all or nothing."""
+        return await batching.finish(self._wire, lease, events, transition, fail, idempotency_key)
 
     # -- artifacts and operations ---------------------------------------------------------------
     async def add_artifact(
