@@ -91,6 +91,8 @@ async def bad(ctx):
     await ctx.store.put("memory", f"ok-{case}", True)
     if case == "wait_for":
         return Transition("complete", wait_for=["no-such-task"])
+    if case == "cycle":
+        return Transition("complete", wait_for=[ctx.task.id])
     try:
         if case == "spawn":
             await ctx.spawn("no-such-pipeline", "child")
@@ -389,7 +391,7 @@ def test_a_human_step_with_instructions(rail: Rail) -> None:
 def test_bad_agent_inputs_are_named_and_the_other_writes_stay(rail: Rail) -> None:
     ids = {
         case: rail.add("bad", case, metadata={"case": case})
-        for case in ("spawn", "field", "value", "checkpoint", "wait_for")
+        for case in ("spawn", "field", "value", "checkpoint", "wait_for", "cycle")
     }
     rail.drain()
     for case, task in ids.items():
@@ -418,3 +420,9 @@ def test_bad_agent_inputs_are_named_and_the_other_writes_stay(rail: Rail) -> Non
     assert waiting.dead_letter_reason is not None and waiting.stage == "todo"
     (error,) = rail.data(ids["wait_for"], "error")
     assert error["reason"] == "bad_wait_for" and "no-such-task" in error["message"]
+    # so does one that would close a cycle (here: the task itself), naming it
+    cycle = rail.task(ids["cycle"])
+    assert cycle.dead_letter_reason is not None and cycle.stage == "todo"
+    (error,) = rail.data(ids["cycle"], "error")
+    assert error["reason"] == "bad_wait_for" and "cycle" in error["message"]
+    assert ids["cycle"] in error["message"]
