@@ -44,6 +44,17 @@ HEAVY = (
     "plugins.command.executor",
     "plugins.nullclaw.executor",
     "tenacity",  # the retry slow path imports it; a worker whose calls all succeed never does
+    # issue 16 (memory): the producer API (connect/Rail: agent models, difflib), the other
+    # rails and the optional features stay out of an embedded worker that does not use them
+    "tracker_client.producer",
+    "tracker_client.postgres",
+    "tracker_client.serve",
+    "tracker_client.nulltickets.transport",
+    "psycopg",
+    "psycopg_pool",
+    "jinja2",
+    "prometheus_client",
+    "opentelemetry",
 )
 
 PIPELINE = {
