@@ -148,3 +148,46 @@ async def test_a_pending_checkpoint_is_written_alone_once_the_interval_passed(
     await drain(tracker, tmp_path, WaitsForItsCheckpoint(tmp_path / "rail.db"), lease_ttl_s=60)
     assert (await tracker.get_task(task_id)).stage == "done"
     assert counts == {"heartbeat": 0, "heartbeat_with_checkpoint": 0, "checkpoint": 1}
+
+
+class ChangesItsCheckpointAfterTheCall:
+    """Checkpoints a value, then grows it past 64 KiB (kept by reference): the rail refuses it
+    when it is written; the run goes on and ends well, nothing of it stored."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture, db: Path) -> None:
+        self.caplog = caplog
+        self.db = db
+
+    async def execute(self, ctx: ExecutionContext) -> Outcome:
+        state = {"blob": ""}
+        await ctx.checkpoint(state)
+        state["blob"] = "x" * 70_000
+        with anyio.fail_after(20):
+            while not any("checkpoint not written" in r.getMessage() for r in self.caplog.records):
+                await anyio.sleep(0.02)
+        await ctx.report("after", {"ok": True}, flush=True)
+        return Transition("complete")
+
+
+@pytest.mark.parametrize("path", ["heartbeat", "flush"])
+async def test_a_checkpoint_the_rail_refuses_is_logged_and_the_run_goes_on(
+    tracker: Tracker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+) -> None:
+    if path == "flush":  # written alone, long before the first heartbeat
+        monkeypatch.setattr(lease_agents, "CHECKPOINT_INTERVAL_S", 0.1)
+    task_id = await add_task(tracker)
+    executor = ChangesItsCheckpointAfterTheCall(caplog, tmp_path / "rail.db")
+    with caplog.at_level("WARNING", logger="backlog_worker.worker"):
+        await drain(tracker, tmp_path, executor, lease_ttl_s=1.5 if path == "heartbeat" else 60)
+    assert (await tracker.get_task(task_id)).stage == "done"
+    (message,) = {r.getMessage() for r in caplog.records if "checkpoint not written" in r.message}
+    assert "too large" in message and "65536" in message
+    events = (await tracker.list_task_events(task_id, limit=100)).items
+    assert [e.data for e in events if e.kind == "after"] == [{"ok": True}]
+    with sqlite3.connect(f"file:{tmp_path / 'rail.db'}?mode=ro", uri=True) as conn:
+        stored = conn.execute("SELECT checkpoint FROM runs WHERE task_id = ?", (task_id,))
+        assert [row[0] for row in stored] == [None]
