@@ -175,6 +175,13 @@ class AgentCalls:
             "list_upstream", lambda: agents.upstream_of(rail, task_id), budget_s=self._budget()
         )
 
+    async def upstream_at_start(self) -> list[Upstream] | None:
+        """The upstream a run at a later stage starts with (None on a lease-only seam, which
+        has no task reads)."""
+        if _whole_rail(self._session.tracker) is None:
+            return None
+        return await self.read_upstream()
+
     async def previous_checkpoint(self) -> Any:
         """The latest checkpoint of the task's earlier runs: the claim's (no read at all on a
         rail with the extension), else the plain rail's KV entry (one read); None without."""

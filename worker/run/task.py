@@ -217,7 +217,7 @@ class TaskRun:
         try:
             previous = await agent.previous_checkpoint()
             if lease.task.task_version > 1:
-                upstream = await agent.read_upstream()
+                upstream = await agent.upstream_at_start()
         except TrackerError as exc:
             self._log.warning(
                 "could not read the run's checkpoint or upstream: %s",
