@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tracker_client.agent_models import UNSET
@@ -54,6 +55,11 @@ R = TypeVar("R")
 Clock = Callable[[], int]
 
 
+#: What the embedded rail declares: :data:`~tracker_client.capabilities.EMBEDDED`'s powers and
+#: every extension of the wire contract (it implements each operation of the table).
+_CAPABILITIES = replace(EMBEDDED, extensions=frozenset(contract.EXTENSIONS))
+
+
 class EmbeddedTracker(
     LinkOps,
     ReleaseOps,
@@ -75,7 +81,7 @@ class EmbeddedTracker(
         Every write commits and answers in the caller's process, and an error means nothing was
         committed, so an answer is never lost: callers need no idempotency keys (they still work).
         """
-        return EMBEDDED
+        return _CAPABILITIES
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """The operation of the contract table called ``operation`` (see the protocol)."""

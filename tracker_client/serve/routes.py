@@ -47,9 +47,12 @@ HANDLERS = Handlers()
 # -- health and discovery -------------------------------------------------------------------------
 @HANDLERS
 async def health(request: Request) -> Response:
-    """Liveness, stage census, and what this server offers beyond NullTickets."""
-    doc = dump(await tracker_of(request).health())
-    doc["extensions"] = list(c.EXTENSIONS)
+    """Liveness, stage census, and what this server offers beyond NullTickets: the extensions
+    of the table that the tracker served declares (a rail still being built lacks some)."""
+    tracker = tracker_of(request)
+    doc = dump(await tracker.health())
+    have = (await tracker.capabilities()).extensions
+    doc["extensions"] = [name for name in c.EXTENSIONS if name in have]
     doc["limits"] = {"max_request_bytes": request.app.state.max_request_bytes}
     return json_response(doc)
 
