@@ -79,7 +79,7 @@ class _CostFinder(importlib.abc.MetaPathFinder):
                 if finder._stack:
                     finder._stack[-1] += total
 
-        loader.exec_module = exec_module  # type: ignore[union-attr]
+        loader.exec_module = exec_module  # type: ignore[union-attr,method-assign]
 
 
 def _child(root: str, config: str, costs_out: str) -> None:
@@ -97,8 +97,6 @@ def _child(root: str, config: str, costs_out: str) -> None:
     finally:
         if finder is not None:
             Path(costs_out).write_text(json.dumps(finder.costs))
-            if os.environ.get("MEMDUMP"):
-                Path(os.environ["MEMDUMP"]).write_text(json.dumps(finder.costs))
 
 
 def _run(root: Path, tasks: int, concurrency: int, profiled: bool) -> dict[str, Any]:
