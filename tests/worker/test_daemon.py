@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable
 from typing import Any
 
 import anyio
@@ -391,10 +392,12 @@ async def test_stop_ends_a_start_up_wait_for_a_down_tracker(
 
 
 class CountingTracker:
-    """The real tracker, with claims counted and their overlap measured."""
+    """The real tracker, with claims (and ``claim_many`` calls) counted and their overlap
+    measured; ``batching=False`` hides ``claim_many`` from its capabilities."""
 
-    def __init__(self, inner: Tracker) -> None:
+    def __init__(self, inner: Tracker, *, batching: bool = False) -> None:
         self._inner = inner
+        self._batching = batching
         self.claims = 0
         self.in_flight = 0
         self.peak = 0
@@ -402,12 +405,26 @@ class CountingTracker:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    async def capabilities(self) -> Capabilities:
+        caps = await self._inner.capabilities()
+        if self._batching:
+            return caps
+        return dataclasses.replace(caps, extensions=caps.extensions - {"claim_many"})
+
     async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._counted(self._inner.claim(*args, **kwargs))
+
+    async def call(self, operation: str, *args: Any, **kwargs: Any) -> Any:
+        if operation != "claim_many":
+            return await self._inner.call(operation, *args, **kwargs)
+        return await self._counted(self._inner.call(operation, *args, **kwargs))
+
+    async def _counted(self, claim: Awaitable[Any]) -> Any:
         self.claims += 1
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
-            return await self._inner.claim(*args, **kwargs)
+            return await claim
         finally:
             self.in_flight -= 1
 
@@ -438,6 +455,34 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
         assert counting.peak == 1
         worker.stop()
     assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
+
+
+async def test_free_slots_claim_together_with_claim_many(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    await add_tasks(tracker, pipeline_id, 200)
+    counting = CountingTracker(tracker, batching=True)
+
+    async def work(ctx: ExecutionContext) -> None:
+        await anyio.sleep(0)
+
+    worker = Worker(
+        counting,  # type: ignore[arg-type]
+        worker_config(concurrency=8, idle_min_s=0.05, idle_max_s=0.05),
+        [role("coder", work)],
+    )
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: worker.stats.transitioned == 200)
+        # Fewer claim requests than tasks: the slots free at once shared one claim_many.
+        assert counting.claims < 200
+        await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight == 0)
+        counting.peak = 0
+        await wait_until(lambda: worker.claimer.pacing.idle_round >= 4)
+        assert counting.peak == 1  # idle: one claim per back-off round
+        worker.stop()
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 200}
+    assert worker.stats.claimed == 200
 
 
 class KeyRecorder:

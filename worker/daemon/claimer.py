@@ -1,7 +1,9 @@
 """The claim loop: slots, claims, and the runs they start, until stopped, drained or done.
 
 A slot (a :class:`anyio.CapacityLimiter` token) is taken *before* a claim, so the worker never
-holds a lease it cannot start; a freed slot claims again at once. A slot's claim and the run it
+holds a lease it cannot start; a freed slot claims again at once. On a rail with ``claim_many``
+every slot free at that moment joins the claim: one request (one housekeeping pass, one
+candidate scan) leases for all of them. A slot's claim and the run it
 starts share one task. Roles are tried round-robin from the one after the last winner, so none
 starves. How many claims overlap, when to idle and whether an empty round is conclusive is
 :class:`~worker.daemon.pacing.ClaimPacing`'s to say; with no work the loop backs off, woken
@@ -21,13 +23,15 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import anyio
 from anyio.abc import TaskGroup
 
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
-from tracker_client.protocol import LeaseTracker
+from tracker_client.nulltickets.batch_models import MAX_CLAIM_MANY
+from tracker_client.protocol import LeaseTracker, Tracker
 from worker.config.models import WorkerConfig
 from worker.daemon.chores import instructions_for, refuses_token
 from worker.daemon.drain import DrainCheck
@@ -126,6 +130,8 @@ class Claimer:
         self.calls = calls
         self._claim_budget_s = claim_budget_s
         self._request_timeout_s = request_timeout_s
+        #: Free slots claim together (``claim_many``): None until the rail's capabilities are read.
+        self._batch: bool | None = None
 
     # -- control ------------------------------------------------------------------------------
     def reconfigure(self, config: WorkerConfig, roles: Sequence[Role]) -> None:
@@ -192,12 +198,34 @@ class Claimer:
             # runs with it (not this loop) can hand it back.
             slot = object()
             await self._slots.acquire_on_behalf_of(slot)
-            ticket = pacing.claim_started()
-            if ticket.first_of_round:
+            slots = [slot, *self._free_slots()] if await self._batching() else [slot]
+            tickets = [pacing.claim_started() for _ in slots]
+            if tickets[0].first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle
                 # wait at once.
                 self._watch.forget()
-            runs.start_soon(self._claim_and_run, slot, ticket)
+            runs.start_soon(self._claim_and_run, slots, tickets, runs)
+
+    async def _batching(self) -> bool:
+        """Whether free slots are claimed together: the rail has ``claim_many`` (read once)."""
+        if self._batch is None:
+            caps = await self._tracker.capabilities()
+            self._batch = "claim_many" in caps.extensions and isinstance(self._tracker, Tracker)
+        return self._batch
+
+    def _free_slots(self) -> list[object]:
+        """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
+        borrowed for one batch claim."""
+        room = MAX_CLAIM_MANY - 1
+        pacing = self.pacing
+        if pacing.max_tasks:
+            room = min(room, pacing.max_tasks - pacing.reserved - 1)
+        slots: list[object] = []
+        while len(slots) < room and self._slots.available_tokens >= 1:
+            slot = object()
+            self._slots.acquire_on_behalf_of_nowait(slot)
+            slots.append(slot)
+        return slots
 
     async def _idle(self) -> bool:
         """After a conclusive empty round: idle (at most until an own retry is due), or False
@@ -216,41 +244,52 @@ class Claimer:
             self.pacing.idled()
         return True
 
-    async def _claim_and_run(self, slot: object, ticket: ClaimTicket) -> None:
-        """Claim for ``slot``, then run what was claimed in this same task.
+    async def _claim_and_run(
+        self, slots: list[object], tickets: list[ClaimTicket], runs: TaskGroup
+    ) -> None:
+        """Claim for ``slots`` (one claim, or one ``claim_many`` for several), then run what was
+        claimed: the first lease in this same task, the others in tasks of their own.
 
         The claim runs in a scope of its own that :meth:`stop` cancels (a claim already at the
-        tracker completes: it is shielded); the run does not, it drains as shutdown says.
+        tracker completes: it is shielded); the runs do not, they drain as shutdown says.
         """
-        claim: Claim | None = None
+        claims: list[Claim] = []
         scope = anyio.CancelScope()
         self._claims.add(scope)
         try:
             with scope:
                 if not self._signals.stopping.is_set():
-                    claim = await self._claim_next()
+                    claims = await self._claim_next(len(slots))
         finally:
             self._claims.discard(scope)
-            if claim is None:
-                self._slots.release_on_behalf_of(slot)
-            self.pacing.claim_ended(ticket, found=claim is not None)
+            for i, (slot, ticket) in enumerate(zip(slots, tickets, strict=True)):
+                if i >= len(claims):
+                    self._slots.release_on_behalf_of(slot)
+                self.pacing.claim_ended(ticket, found=i < len(claims))
             self._notify()
-        if claim is None:
-            return
-        self._drain_check.claimed(claim.lease.task.id)
-        await self._supervise(claim, slot)
+        for claim in claims:
+            self._drain_check.claimed(claim.lease.task.id)
+        for claim, slot in zip(claims[1:], slots[1:], strict=False):
+            runs.start_soon(self._supervise, claim, slot)
+        if claims:
+            await self._supervise(claims[0], slots[0])
 
-    async def _claim_next(self) -> Claim | None:
+    async def _claim_next(self, want: int) -> list[Claim]:
+        """Up to ``want`` leases, roles tried round-robin from the one after the last winner."""
         roles = self._roles
         n = len(roles)
+        got: list[Claim] = []
         for i in range(n):
             role = roles[(self._next_role + i) % n]
+            room = want - len(got)
             cap = role.config.max_concurrency
-            if cap is not None and self._busy.get(role.name, 0) >= cap:
+            if cap is not None:
+                room = min(room, cap - self._busy.get(role.name, 0))
+            if room <= 0:
                 continue
             ttl_ms = int(self._settings_for(role).lease_ttl_s * 1000)
             try:
-                claim = await self._claim_one(role, ttl_ms)
+                claims = await self._claim_some(role, ttl_ms, room)
             except TrackerError as exc:
                 self._telemetry.claim_failed(role.name, exc)
                 self._stats.last_error = f"claim {role.name}: {exc}"
@@ -264,23 +303,26 @@ class Claimer:
                     # Retrying cannot fix a refused token; and a drain that could not ask is
                     # not a drained queue.
                     self._give_up(exc)
-                    return None
+                    return got
                 continue
-            if claim is not None:
+            if claims:
                 self._next_role = (self._next_role + i + 1) % n
-                return claim
-        return None
+                got.extend(claims)
+                if len(got) >= want:
+                    break
+        return got
 
-    async def _claim_one(self, role: Role, ttl_ms: int) -> Claim | None:
-        """A lease for ``role`` (with when its claim was sent: the lease counts from then), or
-        None (no work, or stopped). One idempotency key per claim, reused only across retries
-        of it: a lost answer then gives back the same lease instead of stranding it."""
+    async def _claim_some(self, role: Role, ttl_ms: int, n: int) -> list[Claim]:
+        """Up to ``n`` leases for ``role`` (with when the claim was sent: the leases count from
+        then): one ``claim``, or one ``claim_many`` for more than one; empty: no work, or
+        stopped. One idempotency key per claim, reused only across retries of it: a lost answer
+        then gives back the same leases instead of stranding them."""
         budget = self._request_timeout_s * 2
 
-        async def attempt(key: str | None) -> Claim | None:
-            lease: Lease | None = None
+        async def attempt(key: str | None) -> list[Claim]:
+            leases: list[Lease] = []
             if self._signals.stopping.is_set():
-                return None  # no new claim (nor a retry of one) after a stop
+                return []  # no new claim (nor a retry of one) after a stop
             # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted;
             # a second stop lifts the shield (stop()) and the lease, if any, expires unused.
             shield = anyio.CancelScope(shield=True)
@@ -288,20 +330,34 @@ class Claimer:
             try:
                 sent_at, started_ns = anyio.current_time(), time.time_ns()
                 with shield, self._progress.call("tracker.claim", budget):
-                    lease = await self._tracker.claim(
-                        self._config.agent_id, role.name, ttl_ms, idempotency_key=key
-                    )
+                    leases = await self._send_claim(role.name, ttl_ms, n, key)
                     self._progress.tick()  # answered, with or without a task
             finally:
                 self._shields.discard(shield)
             ended_ns = time.time_ns()
-            self._telemetry.claim_answered(
-                role.name, found=lease is not None, started_ns=started_ns, ended_ns=ended_ns
-            )
-            return None if lease is None else Claim(lease, role, sent_at, started_ns, ended_ns)
+            for found in [True] * len(leases) or [False]:  # one per lease, as claims would
+                self._telemetry.claim_answered(
+                    role.name, found=found, started_ns=started_ns, ended_ns=ended_ns
+                )
+            return [Claim(lease, role, sent_at, started_ns, ended_ns) for lease in leases]
 
         # A daemon outlives tracker outages; a drain gives up after the report budget.
         return await self.calls.write("claim", attempt, budget_s=self._claim_budget_s)
+
+    async def _send_claim(self, role: str, ttl_ms: int, n: int, key: str | None) -> list[Lease]:
+        agent = self._config.agent_id
+        if n > 1:  # only when batching: the rail is a whole Tracker with claim_many
+            leases: list[Lease] = await cast(Tracker, self._tracker).call(
+                "claim_many",
+                agent_id=agent,
+                agent_role=role,
+                lease_ttl_ms=ttl_ms,
+                n=n,
+                idempotency_key=key,
+            )
+            return leases
+        lease = await self._tracker.claim(agent, role, ttl_ms, idempotency_key=key)
+        return [] if lease is None else [lease]
 
     # -- runs -----------------------------------------------------------------------------------
     async def _supervise(self, claim: Claim, slot: object) -> None:
