@@ -55,7 +55,7 @@ async def read_request(stream: SocketStream) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def _closing(request: bytes) -> tuple[bytes, bool]:
+def closing_request(request: bytes) -> tuple[bytes, bool]:
     """``request`` with ``Connection: close`` (for the upstream), and whether the client sent it."""
     head, _, body = request.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
@@ -64,7 +64,7 @@ def _closing(request: bytes) -> tuple[bytes, bool]:
     return b"\r\n".join([*kept, b"Connection: close"]) + b"\r\n\r\n" + body, asked
 
 
-def _kept_alive(response: bytes) -> bytes:
+def kept_alive_answer(response: bytes) -> bytes:
     """The answer without the server's ``connection: close`` (the client keeps its connection)."""
     head, _, body = response.partition(b"\r\n\r\n")
     lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
@@ -113,7 +113,7 @@ class FaultProxy:
         request = await read_request(client)
         if not request:
             return False
-        request, close = _closing(request)
+        request, close = closing_request(request)
         fate = self._fate()
         self.stats[fate] += 1
         if fate == "reset":
@@ -138,7 +138,7 @@ class FaultProxy:
             reset(client)  # the server committed; the client never hears of it
             return False
         try:
-            await client.send(response if close else _kept_alive(response))
+            await client.send(response if close else kept_alive_answer(response))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             return False
         return not close

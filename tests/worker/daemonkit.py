@@ -3,7 +3,8 @@
 * :class:`RouteFaults`: a TCP proxy on 127.0.0.1 in front of a served tracker whose faults are
   switched per route while the test runs: ``"hang"`` (the request is read, never answered, the
   connection stays open: a tracker that accepts and then wedges) or an HTTP status to answer
-  instead of forwarding (``503``). It counts every request by ``METHOD /path``.
+  instead of forwarding (``503``). It counts every request by ``METHOD /path``, and serves
+  kept-alive clients (each request forwarded on a fresh upstream connection).
 * :func:`serve_tracker`: a real ``backlog-worker tracker serve --port 0 --token-file`` process.
 * :func:`spawn_worker`: a real ``backlog-worker run`` process, stderr to a file.
 """
@@ -26,7 +27,7 @@ import anyio
 from anyio.abc import SocketStream
 from anyio.from_thread import start_blocking_portal
 
-from tests.remote.fault_proxy import read_request
+from tests.remote.fault_proxy import closing_request, kept_alive_answer, read_request
 from tests.remote.fixtures import wait_listening
 
 TOKEN = "daemon-test-token-0123456789"
@@ -128,36 +129,46 @@ class RouteFaults:
 
     async def _handle(self, client: SocketStream) -> None:
         async with client:
-            request = await read_request(client)
-            if not request:
-                return
-            method, _, rest = request.partition(b" ")
-            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-            fate = self._fate(f"{method.decode()} {path.decode()}")
-            if fate == "hang":
+            while await self._one(client):
+                pass
+
+    async def _one(self, client: SocketStream) -> bool:
+        """One request (a kept-alive client sends the next on the same connection): True
+        when the connection stays open for another."""
+        request = await read_request(client)
+        if not request:
+            return False
+        method, _, rest = request.partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        fate = self._fate(f"{method.decode()} {path.decode()}")
+        if fate == "hang":
+            with self._lock:
+                self.hung += 1
+            try:
+                await anyio.sleep_forever()
+            finally:
                 with self._lock:
-                    self.hung += 1
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    with self._lock:
-                        self.hung -= 1
-            if isinstance(fate, int):
-                body = json.dumps({"error": {"code": "injected", "message": "injected"}}).encode()
-                head = (
-                    f"HTTP/1.1 {fate} Injected\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                )
-                await client.send(head.encode() + body)
-                return
-            response = b""
-            async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
-                await upstream.send(request)
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
-                    while True:
-                        response += await upstream.receive()
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await client.send(response)
+                    self.hung -= 1
+        if isinstance(fate, int):
+            body = json.dumps({"error": {"code": "injected", "message": "injected"}}).encode()
+            head = (
+                f"HTTP/1.1 {fate} Injected\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            await client.send(head.encode() + body)
+            return False
+        request, close = closing_request(request)
+        response = b""
+        async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
+            await upstream.send(request)
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    response += await upstream.receive()
+        try:
+            await client.send(response if close else kept_alive_answer(response))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return not close
 
 
 def make_rail(tmp_path: Path) -> Path:

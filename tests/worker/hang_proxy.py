@@ -2,7 +2,9 @@
 
 A hung request is read in full and then never answered: the connection stays open, as a tracker
 that accepted the connection but is stuck (a blocked process, a lost packet on a half-open link)
-would leave it. Only a client-side timeout or a cancellation gets the caller out.
+would leave it. Only a client-side timeout or a cancellation gets the caller out. A client on a
+persistent connection (the served tracker advertises ``keep_alive``) sends its next request on
+the same connection, each forwarded upstream on a fresh one (``Connection: close``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import SocketStream
 
-from tests.remote.fault_proxy import read_request
+from tests.remote.fault_proxy import closing_request, kept_alive_answer, read_request
 
 
 @dataclass
@@ -31,27 +33,36 @@ class HangProxy:
     _forever: anyio.Event = field(default_factory=anyio.Event)
 
     async def handle(self, client: SocketStream) -> None:
-        """Serve one client connection (one request, ``Connection: close``)."""
+        """Serve one client connection: its requests, one after the other."""
         async with client:
-            request = await read_request(client)
-            if not request:
-                return
-            line = request.split(b"\r\n", 1)[0]
-            self.seen.append(line)
-            if self.hanging and any(marker in line for marker in self.hang_markers):
-                self.hung += 1
-                await self._forever.wait()  # never answered; ends when the proxy stops
-                return
-            response = b""
-            async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
-                await upstream.send(request)
-                while True:
-                    try:
-                        response += await upstream.receive()
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        break
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await client.send(response)
+            while await self._one(client):
+                pass
+
+    async def _one(self, client: SocketStream) -> bool:
+        """Serve one request; True when the client keeps the connection for another."""
+        request = await read_request(client)
+        if not request:
+            return False
+        line = request.split(b"\r\n", 1)[0]
+        self.seen.append(line)
+        if self.hanging and any(marker in line for marker in self.hang_markers):
+            self.hung += 1
+            await self._forever.wait()  # never answered; ends when the proxy stops
+            return False
+        request, close = closing_request(request)
+        response = b""
+        async with await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
+            await upstream.send(request)
+            while True:
+                try:
+                    response += await upstream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+        try:
+            await client.send(response if close else kept_alive_answer(response))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return not close
 
 
 @contextlib.asynccontextmanager
