@@ -19,10 +19,12 @@ concurrency:
 
 Rounds interleave the systems (round 1: every system with 1 process, then with 2; round 2 ...)
 so a machine's load drifts over all of them alike. Throughput is the queue's own timestamps
-(first start -> last finish), so process start-up is excluded; peak RSS (max over the worker
-processes) and CPU per task (user + system of the worker processes, start-up included; brokers
-and ``tracker serve`` not counted) come from ``wait4``. Read the figures as ratios within one
-run: the "x arq" columns are the median of each round's ratio against arq's run of that round.
+(first start -> last finish), so process start-up is excluded; peak RSS is the max over the
+worker processes of their own ``VmHWM`` (:mod:`bench.rss`), CPU per task the user + system time
+of the worker processes from ``wait4`` (start-up included; brokers and ``tracker serve`` not
+counted). Read the figures as ratios within one
+run: the "x arq" columns are the median of each round's ratio against arq's run of that round
+(CPU per task is the figure a loaded machine moves least).
 """
 
 from __future__ import annotations
@@ -291,8 +293,11 @@ def _print(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]
         f"{args.tasks} no-op tasks, concurrency {args.concurrency}, {args.runs} run(s) each "
         "(median; tasks/s range in brackets)"
     )
-    print("| system | procs | tasks/s | peak RSS MiB | CPU us/task | x arq tasks/s | x arq RSS |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| system | procs | tasks/s | peak RSS MiB | CPU us/task | x arq tasks/s | x arq RSS "
+        "| x arq CPU |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for procs in args.procs:
         base = results.get(("arq", procs), [])
         for name in SYSTEMS:
@@ -305,7 +310,7 @@ def _print(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]
             print(
                 f"| {name} | {procs} | {statistics.median(tps):.0f} [{min(tps):.0f}-{max(tps):.0f}]"
                 f" | {rss:.1f} | {cpu:.0f} | {_ratio(rows, base, 'tasks_per_s')} | "
-                f"{_ratio(rows, base, 'peak_rss_mib')} |"
+                f"{_ratio(rows, base, 'peak_rss_mib')} | {_ratio(rows, base, 'cpu_us_per_task')} |"
             )
 
 
