@@ -9,6 +9,7 @@ rail refuses the registration keeps working (the failure is logged once).
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -124,6 +125,21 @@ async def until(
         await anyio.sleep(0.05)
 
 
+async def _reported(db: Path, tasks_by_pid: dict[int, str], timeout: float = 60) -> None:
+    """Until each worker's own registration lists the run of its task (read off the file)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT w.pid, r.task_id FROM workers w, json_each(w.run_ids) j "
+                "JOIN runs r ON r.id = j.value"
+            ).fetchall()
+        if all((pid, task) in rows for pid, task in tasks_by_pid.items()):
+            return
+        assert time.monotonic() < deadline, f"runs not reported in {timeout}s: {rows}"
+        await anyio.sleep(0.05)
+
+
 def _running(by_pid: dict[int, WorkerInfo], pid: int) -> list[str]:
     return [r.task_id for r in by_pid[pid].running] if pid in by_pid else []
 
@@ -181,6 +197,9 @@ async def test_workers_sharing_an_agent_id_each_show_their_own_run(tmp_path: Pat
             assert {both[p].agent_id for p in pids} == {"fleet"}
             first, second = (_running(both, p)[0] for p in pids)
             assert first != second
+            # Until a worker's refresh has reported its run, the rail shows a run of a shared
+            # agent id on the newest alive worker: kill only once both runs were reported.
+            await _reported(db, {pids[0]: first, pids[1]: second})
             procs[0].send_signal(signal.SIGKILL)  # its run keeps its lease (30 s) meanwhile
             procs[0].wait(10)
             after = await until(tracker, lambda w: w[pids[0]].state == "lost", "lost")
