@@ -6,8 +6,8 @@ function, with one source for BACKLOG-SEMANTICS.md) over a different core: each 
 transaction runs on a pooled psycopg connection (:mod:`.db`), the embedded SQL rewritten by
 :mod:`.dialect`. What PostgreSQL does differently is here: the claim (one statement,
 ``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search (``tsvector``), wake-ups
-(``LISTEN/NOTIFY``, :mod:`.wake`) and the declared capabilities, which leave out the
-extensions this rail does not have yet (``spans``, ``workers``, ``follow``).
+(``LISTEN/NOTIFY``, :mod:`.wake`; followers of a task's events on a channel of their own,
+:mod:`.follow`), span inserts (:mod:`.spans`) and the declared capabilities.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from tracker_client.nulltickets import contract
 from tracker_client.postgres import claims, search
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
+from tracker_client.postgres.follow import FOLLOW_QUIET, PgFollowOps, follow_channel, notify_sql
 from tracker_client.postgres.options import PgOptions, parse_postgres_url
+from tracker_client.postgres.spans import PgSpanOps
 from tracker_client.postgres.wake import Listener, channel_name
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
@@ -42,9 +44,9 @@ __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
 R = TypeVar("R")
 Clock = Callable[[], int]
 
-#: Extensions of the contract this rail does not serve yet (issue 13 adds them to the embedded
-#: rail first); ``call`` answers ``Unsupported`` for their operations.
-MISSING_EXTENSIONS = frozenset({"spans", "workers", "follow"})
+#: Extensions of the contract this rail does not serve yet (none now: spans, workers and follow
+#: arrived after the rail); ``call`` answers ``Unsupported`` for their operations.
+MISSING_EXTENSIONS: frozenset[str] = frozenset()
 
 #: The PostgreSQL rail: the embedded rail's rules, over a network connection (an answer can be
 #: lost between the commit and the reply, so callers send idempotency keys).
@@ -72,7 +74,7 @@ SAFETY_TICK_S = 5.0
 LISTEN_START_S = 5.0
 
 
-class PostgresTracker(EmbeddedTracker):
+class PostgresTracker(PgFollowOps, PgSpanOps, EmbeddedTracker):
     """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
 
     _db: Database  # type: ignore[assignment]
@@ -85,6 +87,7 @@ class PostgresTracker(EmbeddedTracker):
         self._listener: Listener | None = None
         # Channel and instance are hex names of ours: safe to spell in the statement.
         self._notify_sql = f"SELECT pg_notify('{self._channel}', '{self._instance}');"
+        self._follow_sql = notify_sql(follow_channel(pg.schema), self._instance)
 
     @classmethod
     async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
@@ -140,6 +143,8 @@ class PostgresTracker(EmbeddedTracker):
             if where not in QUIET_WRITES and not _idle_maintenance(result):
                 # Delivered at commit, to every host's listener (see .wake).
                 conn.before_commit.append(self._notify_sql)
+            if where not in FOLLOW_QUIET:
+                conn.before_commit.append(self._follow_sql)  # followers of every host
             return result
 
         try:
@@ -149,11 +154,13 @@ class PostgresTracker(EmbeddedTracker):
                 self._notify()  # it may have committed before failing to answer
             if where == "create_pipeline":
                 self._pipelines = PipelineCache()  # a rolled-back create may be cached
+            self._wake_followers()
             raise
         if box:
             box[0].flush_logs()
         if where not in QUIET_WRITES and not _idle_maintenance(result):
             self._notify()
+        self._wake_followers()
         return result
 
     async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:

@@ -1,0 +1,148 @@
+"""Following a task's events on the PostgreSQL rail (extension ``follow``), on every host.
+
+``follow_task`` is the embedded long poll (:mod:`tracker_client.embedded.follow`: the same checks
+and the same ``follow_state`` read) with PostgreSQL's wake-ups. A follower must wake for an
+event or a state change written by ANY host, and those writes (events, claims) are the ones the
+workers' channel leaves quiet (:mod:`.wake`), so followers have a channel of their own:
+
+* an instance with followers LISTENs on the follow channel (a :class:`~.wake.Listener` of its
+  own, started by the first follower) and keeps a row in ``followers`` (schema 5) alive, with an
+  expiry on the server's clock a little past its longest wait;
+* every write but a heartbeat or a store/trace/registry write queues
+  :func:`notify_sql` before its ``COMMIT``: a ``pg_notify`` on the follow channel sent only while
+  a live ``followers`` row exists, so a rail nobody follows pays one index probe per write and
+  no NOTIFY (whose commit-time queue lock would serialise the writers);
+* the instance's own writes wake its followers in process (``_wake_followers``).
+
+A notification racing the first read of a follow is covered by a short safety tick
+(:data:`FOLLOW_TICK_S`). This room writes only the ``followers`` table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+import anyio
+
+from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.follow import FollowOps, _check, follow_state
+from tracker_client.models import TaskFollow
+from tracker_client.postgres.db import Database
+from tracker_client.postgres.dialect import PgConn
+from tracker_client.postgres.wake import Listener
+
+__all__ = ["FOLLOW_QUIET", "FOLLOW_TICK_S", "PgFollowOps", "follow_channel", "notify_sql"]
+
+#: Writes that change nothing a follower reads (events, stage, dead-letter reason).
+FOLLOW_QUIET = frozenset(
+    {"heartbeat", "store_put", "store_delete", "store_delete_namespace", "purge", "vacuum"}
+    | {"ingest_traces", "ingest_trace_blob", "register_worker", "forget_worker"}
+)
+#: A following instance's row outlives its longest wait by this much (seconds).
+INTEREST_MARGIN_S = 30
+#: A follower with a live listener still looks this often (a write racing its first read).
+FOLLOW_TICK_S = 1.0
+#: How long the first follower waits for ``LISTEN`` before it polls instead.
+LISTEN_START_S = 5.0
+
+_INTEREST = (
+    "INSERT INTO followers (instance, expires_at) "
+    "VALUES (?, clock_timestamp() + make_interval(secs => ?)) "
+    "ON CONFLICT (instance) DO UPDATE SET "
+    "expires_at = GREATEST(followers.expires_at, EXCLUDED.expires_at)"
+)
+_FORGET_STALE = "DELETE FROM followers WHERE expires_at < clock_timestamp() - interval '1 hour'"
+
+
+def follow_channel(schema: str) -> str:
+    """The follow NOTIFY channel of a rail (an identifier under PostgreSQL's 63 bytes)."""
+    return "backlog_f_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+def notify_sql(channel: str, instance: str) -> str:
+    """The statement a write runs before ``COMMIT`` (``channel``/``instance``: hex names)."""
+    return (
+        f"SELECT pg_notify('{channel}', '{instance}') WHERE EXISTS "
+        "(SELECT 1 FROM followers WHERE expires_at > clock_timestamp());"
+    )
+
+
+class PgFollowOps(FollowOps):
+    """The ``follow_task`` operation of ``PostgresTracker``."""
+
+    _db: Database  # type: ignore[assignment]
+    _instance: str
+    _follow_listener: Listener | None = None
+    #: ``anyio.current_time()`` until which this instance's ``followers`` row is known alive.
+    _interest_until: float = 0.0
+
+    async def _follow_interest(self, wait_s: float) -> float:
+        """Listen on the follow channel and keep this instance's row alive; the safety tick."""
+        listener = self._follow_listener
+        if listener is None:
+            listener = self._follow_listener = Listener(
+                self._db.conninfo,
+                follow_channel(self._db.schema),
+                self._instance,
+                self._wake_followers,
+            )
+            await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
+        now = anyio.current_time()
+        if self._interest_until < now + wait_s + 1:
+            lasts = int(wait_s) + INTEREST_MARGIN_S
+
+            def register(conn: PgConn) -> None:
+                conn.execute(_FORGET_STALE)
+                conn.execute(_INTEREST, (self._instance, lasts))
+
+            await self._db.run(register, "follow_task", write=True, shared=True)
+            self._interest_until = now + lasts
+        return FOLLOW_TICK_S if listener.healthy else self._opts.poll_interval_s
+
+    async def follow_task(
+        self, task_id: str, *, after: str | None = None, timeout_ms: int = 30_000, limit: int = 100
+    ) -> TaskFollow:
+        """The task's events after the cursor ``after`` (an event id; None: from the first),
+        oldest first and at most ``limit``, as soon as there is one or the task is finished,
+        else after ``timeout_ms`` (at most 60000) with none (see
+        :meth:`tracker_client.embedded.follow.FollowOps.follow_task`); woken by writes of
+        every host.
+
+        ``NotFound`` for an unknown task; ``ValidationFailed`` for a bad cursor, timeout or limit.
+        """
+        _check(timeout_ms, limit)
+        deadline = anyio.current_time() + timeout_ms / 1000
+        self._followers += 1
+        try:
+            tick = await self._follow_interest(timeout_ms / 1000)
+            while True:
+                woken = self._written
+
+                def look(c: Ctx) -> TaskFollow:
+                    return follow_state(c, task_id, after, limit)
+
+                answer = await self._read("follow_task", look)
+                remaining = deadline - anyio.current_time()
+                if answer.events or answer.finished or remaining <= 0:
+                    return answer
+                with anyio.move_on_after(min(remaining, tick)):
+                    await woken.wait()
+        finally:
+            self._followers -= 1
+
+    async def aclose(self) -> None:
+        """Stop following: the follow listener and this instance's row go. Idempotent."""
+        listener, self._follow_listener = self._follow_listener, None
+        if listener is not None:
+            await anyio.to_thread.run_sync(listener.stop())
+            with contextlib.suppress(Exception):  # best effort: the row expires anyway
+                await self._db.run(
+                    lambda conn: conn.execute(
+                        "DELETE FROM followers WHERE instance = ?", (self._instance,)
+                    ),
+                    "follow_task",
+                    write=True,
+                    shared=True,
+                )
+        await super().aclose()

@@ -1,0 +1,71 @@
+"""OTLP ingest on the PostgreSQL rail (extension ``spans``): the embedded room, batched inserts.
+
+The embedded :mod:`tracker_client.embedded.spans` stores a document's spans with one
+``executemany``; the PostgreSQL connection face (:class:`~.dialect.PgConn`) has only
+``execute``, so :class:`PgSpanOps` hands the embedded function a connection that adds
+``executemany`` (psycopg's own, one statement text for every row, in the same transaction).
+Blobs are ``bytea`` (schema 2). Everything else (checks, listing, retention) is the embedded
+code unchanged. This room writes ``span_batches`` and ``spans`` only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+
+import anyio
+import psycopg
+
+from tracker_client.embedded import otlpjson
+from tracker_client.embedded.common import Ctx
+from tracker_client.embedded.spans import SpanOps, store_spans
+from tracker_client.observe_models import OtlpIngestResult
+from tracker_client.postgres.dialect import PgConn, PgCursor, translate
+
+__all__ = ["PgSpanOps"]
+
+
+class _ManyConn:
+    """A :class:`PgConn` with ``executemany`` (what the embedded span insert calls)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: PgConn) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the transaction is open (as :class:`PgConn`)."""
+        return self._conn.in_transaction
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
+        """One statement, as :meth:`PgConn.execute`."""
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one positional-placeholder statement once per row."""
+        text, numbered, _returning = translate(sql)
+        if numbered:
+            raise ValueError("executemany: numbered placeholders are not supported")
+        batch = [tuple(r) for r in rows]
+        if batch:
+            with psycopg.ClientCursor(self._conn.raw) as cur:
+                cur.executemany(text, batch)
+
+
+def _with_many(ctx: Ctx) -> Ctx:
+    conn = cast(PgConn, ctx.conn)
+    many = Ctx(cast(sqlite3.Connection, _ManyConn(conn)), ctx.now, ctx.opts, ctx.pipelines)
+    many.logs = ctx.logs
+    return many
+
+
+class PgSpanOps(SpanOps):
+    """The ``spans`` extension of ``PostgresTracker`` (only the batched insert differs)."""
+
+    async def ingest_traces(self, document: Mapping[str, Any]) -> OtlpIngestResult:
+        """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (see
+        :meth:`SpanOps.ingest_traces`): checked first, then one transaction."""
+        spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
+        return await self._write("ingest_traces", lambda c: store_spans(_with_many(c), spans))
