@@ -46,9 +46,11 @@ FOLLOW_TICK_S = 1.0
 #: How long the first follower waits for ``LISTEN`` before it polls instead.
 LISTEN_START_S = 5.0
 
+# psycopg's own placeholders: these run on the raw connection (no domain rule is involved, so
+# the write lock's shared mode, which the dialect polices, does not apply to them).
 _INTEREST = (
     "INSERT INTO followers (instance, expires_at) "
-    "VALUES (?, clock_timestamp() + make_interval(secs => ?)) "
+    "VALUES (%s, clock_timestamp() + make_interval(secs => %s)) "
     "ON CONFLICT (instance) DO UPDATE SET "
     "expires_at = GREATEST(followers.expires_at, EXCLUDED.expires_at)"
 )
@@ -93,8 +95,8 @@ class PgFollowOps(FollowOps):
             lasts = int(wait_s) + INTEREST_MARGIN_S
 
             def register(conn: PgConn) -> None:
-                conn.execute(_FORGET_STALE)
-                conn.execute(_INTEREST, (self._instance, lasts))
+                conn.raw.execute(_FORGET_STALE.encode())
+                conn.raw.execute(_INTEREST.encode(), (self._instance, lasts))
 
             await self._db.run(register, "follow_task", write=True, shared=True)
             self._interest_until = now + lasts
@@ -138,8 +140,8 @@ class PgFollowOps(FollowOps):
             await anyio.to_thread.run_sync(listener.stop())
             with contextlib.suppress(Exception):  # best effort: the row expires anyway
                 await self._db.run(
-                    lambda conn: conn.execute(
-                        "DELETE FROM followers WHERE instance = ?", (self._instance,)
+                    lambda conn: conn.raw.execute(
+                        b"DELETE FROM followers WHERE instance = %s", (self._instance,)
                     ),
                     "follow_task",
                     write=True,
