@@ -34,6 +34,7 @@ COMMAND_MODULES: dict[str, str] = {
     "limit": "worker.cli.ops.commands",
     "workers": "worker.cli.ops.commands",
     "dashboard": "worker.cli.ops.commands",
+    "rail": "worker.cli.ops.rail",
     "tracker": "worker.cli.serve",
     "systemd-unit": "worker.cli.systemd.unit",
 }

@@ -1,0 +1,94 @@
+"""``backlog-worker rail copy SOURCE_URL TARGET_URL [--force]``: move a rail to another engine.
+
+The operator's face of :func:`tracker_client.postgres.copy.copy_rail`: an embedded file
+(``sqlite:///old.db``) to PostgreSQL (``postgresql://user@host/db``) or back, every row with
+its ids, versions and timestamps, verified by per-table counts. A non-empty target is refused
+(``--force`` replaces its rows; never merges); a running task's lease arrives lapsed, so the
+target reclaims it as it would a dead worker's. URLs are printed without passwords. This room
+touches the two rails (through ``copy_rail``) and the terminal only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import click
+
+from tracker_client.postgres.copy import DEFAULT_BATCH, CopyReport, copy_rail
+from worker.cli.errors import input_errors
+
+__all__ = ["rail_group", "register"]
+
+
+def _summary(report: CopyReport) -> list[str]:
+    lines = [f"copied {report.source} -> {report.target}"]
+    if report.replaced:
+        gone = ", ".join(f"{t} ({n})" for t, n in report.replaced.items())
+        lines.append(f"replaced the target's rows (--force): {gone}")
+    width = max((len(t) for t in report.tables), default=0)
+    lines += [f"  {t:<{width}}  {n} row(s)" for t, n in report.tables.items()]
+    lines.append(
+        f"counts verified on both sides; {report.lapsed_leases} running lease(s) arrived lapsed "
+        "(the target reclaims them as a dead worker's)"
+    )
+    return lines
+
+
+@click.group("rail", short_help="Move a rail between engines (rail copy).")
+def rail_group() -> None:
+    """Operations on whole rails."""
+
+
+@rail_group.command("copy", short_help="Copy a rail (sqlite:// <-> postgresql://), verified.")
+@click.argument("source_url")
+@click.argument("target_url")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace the rows of a non-empty target with the source's (in one transaction).",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1, 100_000), default=DEFAULT_BATCH, show_default=True
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def copy_command(
+    source_url: str, target_url: str, force: bool, batch_size: int, as_json: bool
+) -> None:
+    """Copy every row of the rail at SOURCE_URL into the rail at TARGET_URL: pipelines, tasks,
+    runs, events, artifact records, dependencies, assignments, schedules, rate limits, the
+    store, spans and the worker registry, with ids, versions and timestamps as they are.
+
+    The target is created if needed and written in one transaction: a failure (a table whose
+    counts differ at the end is named) leaves it as it was. A target with rows is refused
+    unless --force, which replaces them (it never merges two rails). A running task's lease
+    arrives lapsed: the target's next claim reclaims it, as it would a dead worker's. Stop the
+    source's workers first for a clean cut-over.
+
+    \b
+    backlog-worker rail copy sqlite:///var/lib/backlog-worker/rail.db postgresql://w@db/backlog
+    """
+    with input_errors():
+        report = anyio.run(
+            lambda: copy_rail(source_url, target_url, force=force, batch_size=batch_size)
+        )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "source": report.source,
+                    "target": report.target,
+                    "tables": report.tables,
+                    "replaced": report.replaced,
+                    "lapsed_leases": report.lapsed_leases,
+                }
+            )
+        )
+        return
+    for line in _summary(report):
+        click.echo(line)
+
+
+def register(group: click.Group) -> None:
+    """Add ``rail`` to the ``backlog-worker`` group."""
+    group.add_command(rail_group)
