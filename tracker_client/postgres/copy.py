@@ -272,7 +272,14 @@ async def _open(url: str, what: str, *, write: bool) -> _Side:
     if kind == "sqlite":
         path, _ = parse_sqlite_url(url)
         return await anyio.to_thread.run_sync(lambda: _SqliteSide(path, shown, write=write))
-    return await anyio.to_thread.run_sync(lambda: _PgSide(db, shown, write=write))
+    import psycopg
+
+    try:
+        return await anyio.to_thread.run_sync(lambda: _PgSide(db, shown, write=write))
+    except psycopg.Error as exc:  # libpq's reason, never the connection string
+        from tracker_client.postgres.db import map_pg_error
+
+        raise map_pg_error(exc, f"opening {shown}") from None
 
 
 # -- the copy ------------------------------------------------------------------------------------
