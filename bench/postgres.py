@@ -1,14 +1,17 @@
 """Worker throughput and memory on the PostgreSQL rail, beside the embedded rail, in one run.
 
-    python -m bench.postgres [--tasks 2000] [--concurrency 10] [--phases pg1,pg2,embedded1]
+    python -m bench.postgres [--tasks 2000] [--concurrency 10] [--pool-size 4]
+                             [--phases pg1,pg2,procrastinate1,procrastinate2,embedded1]
 
 The no-op drain of :mod:`bench.worker` (real ``python -m worker run --drain`` processes, the
 ``python`` executor calling :func:`bench.worker.noop`) on a PostgreSQL started for the run
 (Debian's binaries in a temp dir on a free 127.0.0.1 port, see ``tests/postgres/server.py``),
 with 1 and 2 worker processes; ``embedded1`` is :mod:`bench.worker`'s one-process drain on SQLite
 for the peak-RSS comparison. Throughput is measured on the rail's own timestamps (first claim ->
-last transition), peak RSS and CPU per task from ``wait4``. procrastinate is not measured yet
-(issue 14 item 8).
+last transition), peak RSS and CPU per task from ``wait4``. ``procrastinate1``/``2`` are
+procrastinate's workers on the same server in the same run (:func:`bench.peers.procrastinate_drain`,
+the ``bench`` extra: ``pip install -e '.[bench]'``); the last column is each PostgreSQL rail row
+against procrastinate's with as many processes.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from tests.postgres.server import PgServer, find_bindir
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
-PHASES = ("pg1", "pg2", "embedded1")
+PHASES = ("pg1", "pg2", "procrastinate1", "procrastinate2", "embedded1")
 
 
 def _config(tmp: Path, url: str, concurrency: int) -> Path:
@@ -67,11 +70,13 @@ async def _seed(url: str, n: int) -> None:
         await tracker.aclose()
 
 
-def _pg_drain(server: PgServer, n: int, procs: int, concurrency: int) -> dict[str, Any]:
+def _pg_drain(
+    server: PgServer, n: int, procs: int, concurrency: int, pool_size: int = 4
+) -> dict[str, Any]:
     import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    url = f"{server.url}?schema={schema}&pool_size=4"
+    url = f"{server.url}?schema={schema}&pool_size={pool_size}"
     anyio.run(_seed, url, n)
     config = _config(server.root, url, concurrency)
     wall = time.perf_counter()
@@ -104,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--pool-size", type=int, default=4, help="connections per worker")
     parser.add_argument("--phases", default=",".join(PHASES))
     args = parser.parse_args()
     phases = [p for p in args.phases.split(",") if p]
@@ -121,18 +127,29 @@ def main() -> None:
         for phase in phases:
             if phase == "embedded1":
                 rows.append({"rail": "embedded", **_drain(args.tasks, 1, args.concurrency)})
+            elif phase.startswith("procrastinate"):
+                from bench.peers import procrastinate_drain  # bench.peers imports this module
+
+                assert server is not None
+                procs = int(phase.removeprefix("procrastinate"))
+                found = procrastinate_drain(server, args.tasks, procs, args.concurrency)
+                rows.append({"rail": "procrastinate", "procs": procs, **found})
             else:
                 assert server is not None
-                rows.append(_pg_drain(server, args.tasks, int(phase[2:]), args.concurrency))
+                procs = int(phase[2:])
+                rows.append(_pg_drain(server, args.tasks, procs, args.concurrency, args.pool_size))
     finally:
         if server is not None:
             server.destroy()
-    print("| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    peer = {r["procs"]: r["tasks_per_s"] for r in rows if r["rail"] == "procrastinate"}
+    print("| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | x procrastinate |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        ratio = peer.get(r["procs"]) if r["rail"] == "postgres" else None
+        shown = f"{r['tasks_per_s'] / ratio:.1f}" if ratio else "-"
         print(
             f"| {r['rail']} | {r['procs']} | {r['done']} | {r['tasks_per_s']:.0f} | "
-            f"{r['peak_rss_mib']:.1f} | {r['cpu_us_per_task']:.0f} |"
+            f"{r['peak_rss_mib']:.1f} | {r['cpu_us_per_task']:.0f} | {shown} |"
         )
 
 

@@ -18,10 +18,12 @@ write transaction.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping
 from importlib import resources
 
 from tracker_client.embedded.checkpoints import previous_checkpoint
+from tracker_client.embedded.claim_many import check_n
 from tracker_client.embedded.claims import (
     _HOUSEKEEPING,
     _fresh_ids,
@@ -29,17 +31,23 @@ from tracker_client.embedded.claims import (
     check_ttl,
     expire_deadlines,
     reclaim_expired,
+    reissue,
 )
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
-from tracker_client.errors import ValidationFailed
+from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Run
-from tracker_client.postgres.db import NeedExclusive
-from tracker_client.postgres.dialect import PgConn, Row
+from tracker_client.nulltickets.batch_models import per_state_of
+from tracker_client.postgres.dialect import NeedExclusive, PgConn, Row
 
-__all__ = ["CLAIM_SQL", "claim"]
+__all__ = ["CLAIM_SQL", "PgClaimManyOps", "claim", "claim_many"]
 
+#: The embedded claim's housekeeping question and whether the role has a rate limit or cap, in
+#: one round trip (a role without one skips the token bucket's read).
+_PREFLIGHT = _HOUSEKEEPING + ", EXISTS (SELECT 1 FROM rate_limits WHERE role = ?2)"
 #: The claim statement (psycopg placeholders).
 CLAIM_SQL = (
     resources.files("tracker_client.postgres").joinpath("sql", "claim.sql").read_text("utf-8")
@@ -54,6 +62,47 @@ def claim(
     per_state: Mapping[str, object] | None,
 ) -> Lease | None:
     """Claim the best eligible task of ``role`` for ``agent_id``, or None."""
+    admitted = _prepare(ctx, agent_id, role, lease_ttl_ms, per_state)
+    if admitted is None:
+        return None
+    return _claim_one(ctx, agent_id, role, lease_ttl_ms, *admitted)
+
+
+def claim_many(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    n: int,
+    per_state: Mapping[str, object] | None,
+) -> list[Lease]:
+    """Up to ``n`` leases of ``role``, best first: the one-statement claim ``n`` times in one
+    transaction (each ``SKIP LOCKED``, so claims of other hosts run beside it). The rules are
+    the claim's; a rate-limited role (run alone) is admitted again before each lease, as the
+    embedded ``claim_many`` does."""
+    check_n(n)
+    admitted = _prepare(ctx, agent_id, role, lease_ttl_ms, per_state)
+    leases: list[Lease] = []
+    while admitted is not None and len(leases) < n:
+        lease = _claim_one(ctx, agent_id, role, lease_ttl_ms, *admitted)
+        if lease is None:
+            break
+        leases.append(lease)
+        if admitted[1] is not None:  # a token was spent: the next lease is admitted afresh
+            allowed, rate_limit = admit(ctx, role)
+            admitted = (admitted[0], rate_limit) if allowed else None
+    return leases
+
+
+def _prepare(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    per_state: Mapping[str, object] | None,
+) -> tuple[str, sqlite3.Row | None] | None:
+    """Check the arguments, do the housekeeping, admit the role: (the per_state limits as
+    JSON, the role's rate-limit row or None), or None when the role may not lease now."""
     check_ttl(lease_ttl_ms)
     if not isinstance(agent_id, str) or not agent_id:
         raise ValidationFailed("agent_id must be a non-empty string")
@@ -62,7 +111,7 @@ def claim(
     now = ctx.now
     raw = ctx.conn
     assert isinstance(raw, PgConn)  # the PostgreSQL rail's Ctx
-    lapsed, overdue = ctx.conn.execute(_HOUSEKEEPING, (now,)).fetchone()
+    lapsed, overdue, limited_role = ctx.conn.execute(_PREFLIGHT, (now, role)).fetchone()
     limited = _limits(per_state)
     if raw.shared and (lapsed or overdue or limited):
         raise NeedExclusive  # housekeeping writes, per_state counts: one claim at a time
@@ -70,12 +119,26 @@ def claim(
         reclaim_expired(ctx)
     if overdue:
         expire_deadlines(ctx)
-    limits = json.dumps(limited)
-    allowed, rate_limit = admit(ctx, role)
+    allowed, rate_limit = admit(ctx, role) if limited_role else (True, None)
     if raw.shared and rate_limit is not None:
         raise NeedExclusive  # a rate or cap of the role: its tokens and count, one at a time
     if not allowed:
         return None
+    return json.dumps(limited), rate_limit
+
+
+def _claim_one(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    limits: str,
+    rate_limit: sqlite3.Row | None,
+) -> Lease | None:
+    """Run the claim statement (a corrupt row met is dead-lettered and the scan goes on)."""
+    now = ctx.now
+    raw = ctx.conn
+    assert isinstance(raw, PgConn)
     while True:
         run_id, lease_id, token = _fresh_ids()
         params = {
@@ -89,6 +152,7 @@ def claim(
             "lease_id": lease_id,
             "token_sha256": token_hash(token),
         }
+        raw.flush()  # the claim is a server-side (prepared) statement on the connection itself
         with raw.raw.cursor() as cur:
             cur.execute(CLAIM_SQL, params)
             row: Row | None = cur.fetchone()
@@ -161,3 +225,44 @@ def _lease(
             "previous_checkpoint": previous_checkpoint(ctx, row),  # type: ignore[arg-type]
         }
     )
+
+
+class PgClaimManyOps(TrackerCore):
+    """``claim_many`` on PostgreSQL: the one-statement claim ``n`` times in one transaction,
+    beside other hosts' claims (the embedded one scans candidates and runs alone)."""
+
+    async def claim_many(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
+        the key answers the same leases (fresh tokens; one gone since is left out)."""
+        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+
+        def op(c: Ctx) -> list[Lease]:
+            def replay(record: object) -> list[Lease]:
+                out: list[Lease] = []
+                for item in record if isinstance(record, list) else []:
+                    try:
+                        out.append(reissue(c, item["lease_id"], item["run_id"]))
+                    except LeaseLost:
+                        continue  # expired or finished since: not handed out again
+                return out
+
+            return idempotent(
+                c,
+                idempotency_key,
+                "claim_many",
+                [agent_id, agent_role, lease_ttl_ms, n, limits],
+                lambda: claim_many(c, agent_id, agent_role, lease_ttl_ms, n, limits),
+                lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
+                replay,
+            )
+
+        return await self._write("claim_many", op)

@@ -5,7 +5,9 @@ functions are synchronous), runs in one transaction and gives the connection bac
 first takes the rail's write lock, ``pg_advisory_xact_lock`` on the schema's name: writes of
 every host are serialised as the embedded rail's ``BEGIN IMMEDIATE`` serialises processes, which
 keeps the rules that read before they write (backlog caps, concurrency keys, dedupe, rate
-limits) exact. Reads run ``REPEATABLE READ READ ONLY`` (one snapshot) and take no lock.
+limits) exact. The hot path (claims and a lease's own writes) takes it in shared mode instead,
+beside each other, each locking its task's row (see ``run``). Reads run ``REPEATABLE READ
+READ ONLY`` (one snapshot) and take no lock.
 
 psycopg's exceptions become the tracker's here, once: a dropped connection or an unreachable
 server is ``TrackerUnavailable``, a statement timeout too (code ``timeout``: the transaction was
@@ -23,19 +25,25 @@ import psycopg
 import psycopg_pool
 
 from tracker_client.errors import ConfigError, TrackerError, TrackerUnavailable, ValidationFailed
-from tracker_client.postgres.dialect import PgConn, configure_types, row_factory
+from tracker_client.postgres.dialect import NeedExclusive, PgConn, configure_types, row_factory
 from tracker_client.postgres.migrate import migrate
 
 __all__ = ["Database", "NeedExclusive", "map_pg_error"]
 
-_BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+#: What sends a shared-mode write round again holding the lock alone: a write it may not make
+#: shared (:class:`NeedExclusive`), a unique key another write took first (a concurrency key
+#: leased twice, one idempotency key), a deadlock between row locks, and a refusal (a lost
+#: lease, a conflict): alone, the operation answers as the embedded rail would (a replayed
+#: idempotency key, say, whose first call was still running), and a refusal writes nothing.
+_RUN_ALONE = (
+    NeedExclusive,
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DeadlockDetected,
+    TrackerError,
+)
 
 T = TypeVar("T")
-
-
-class NeedExclusive(Exception):
-    """Raised inside a shared-mode claim that must run alone (its transaction is rolled back and
-    the claim run again under the exclusive write lock)."""
 
 
 def map_pg_error(exc: BaseException, where: str) -> BaseException:
@@ -77,8 +85,8 @@ class Database:
         self.lock_name = f"backlog-worker:write:{schema}"
         # The schema is a checked identifier; the literal is quoted by psycopg all the same.
         key = f"hashtextextended({psycopg.sql.quote(self.lock_name)}, 0)"
-        self._begin_write = f"BEGIN; SELECT pg_advisory_xact_lock({key})".encode()
-        self._begin_shared = f"BEGIN; SELECT pg_advisory_xact_lock_shared({key})".encode()
+        self._begin_write = f"BEGIN; SELECT pg_advisory_xact_lock({key});"
+        self._begin_shared = f"BEGIN; SELECT pg_advisory_xact_lock_shared({key});"
         self._closed = False
 
     @classmethod
@@ -153,26 +161,28 @@ class Database:
     ) -> T:
         """Run ``fn`` in one transaction on a pooled connection (``write``: under the lock).
 
-        ``shared`` (claims): the write lock in shared mode, so claims of every host run at once
-        and only other writes wait; ``fn`` raises :class:`NeedExclusive` for what it can only
-        do alone, and a unique-key clash with a concurrent claim (a concurrency key leased
-        twice, one idempotency key) also sends it round again, holding the lock exclusively.
+        ``shared`` (claims, a lease's writes): the write lock in shared mode, so they run at
+        once on every host and only other writes wait; what they may not do shared raises
+        :class:`NeedExclusive` (see ``dialect.SHARED_OK``) and, as a unique-key clash, a
+        deadlock or a refusal does (:data:`_RUN_ALONE`), sends them round again holding the
+        lock exclusively.
 
-        The pooled connections are in autocommit mode and the transaction is spelled out, so
-        ``BEGIN`` travels with the lock and ``COMMIT`` with what ``fn`` queued to run just
-        before it (``PgConn.before_commit``: the wake-up ``NOTIFY``): one round trip each.
+        The pooled connections are in autocommit mode and the transaction is spelled out:
+        ``BEGIN`` and the lock travel with the first statement, and ``COMMIT`` with the writes
+        whose answer nobody reads and what ``fn`` queued to run just before it
+        (``PgConn.before_commit``: the wake-up ``NOTIFY``), one round trip each.
         """
         self._check()
 
-        def attempt(begin: bytes, is_shared: bool) -> T:
+        def attempt(begin: str, is_shared: bool) -> T:
             with self.pool.connection() as raw:
-                conn = PgConn(raw, shared=is_shared)
-                raw.execute(begin)
+                conn = PgConn(raw, shared=is_shared, write=write, begin=begin)
                 try:
                     result = fn(conn)
-                    raw.execute("".join([*conn.before_commit, "COMMIT"]).encode())
+                    raw.execute(conn.commit_sql())
                 except BaseException:
-                    if not raw.closed:
+                    idle = psycopg.pq.TransactionStatus.IDLE
+                    if not raw.closed and raw.info.transaction_status != idle:
                         with contextlib.suppress(psycopg.Error):
                             raw.execute(b"ROLLBACK")
                     raise
@@ -185,7 +195,7 @@ class Database:
                 if shared:
                     try:
                         return attempt(self._begin_shared, True)
-                    except (NeedExclusive, psycopg.errors.UniqueViolation):
+                    except _RUN_ALONE:
                         pass
                 return attempt(self._begin_write, False)
             except BaseException as exc:

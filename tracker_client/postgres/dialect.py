@@ -35,7 +35,46 @@ import psycopg
 from psycopg.adapt import Buffer
 from psycopg.types.numeric import Int8Dumper, NumericLoader
 
-__all__ = ["PgConn", "PgCursor", "Row", "configure_types", "row_factory", "translate"]
+from tracker_client.embedded.runs import _LEASE
+
+__all__ = [
+    "SHARED_OK",
+    "NeedExclusive",
+    "PgConn",
+    "PgCursor",
+    "Row",
+    "configure_types",
+    "row_factory",
+    "translate",
+]
+
+
+class NeedExclusive(Exception):
+    """Raised inside a shared-mode write that must run alone (its transaction is rolled back
+    and the write run again under the exclusive write lock)."""
+
+
+#: The writes a transaction holding the write lock in shared mode may make (a claim, a lease's
+#: own writes: each touches only its task's row, locked, and its run). Any other write (a
+#: dead letter and its propagation, fan-in edges, a checkpoint's artifacts ...) raises
+#: :class:`NeedExclusive` and the operation runs again alone: the rules that read other rows
+#: before they write stay exact (a whitelist: a write not foreseen here is never run shared).
+SHARED_OK = (
+    "INSERT INTO events ",
+    "INSERT INTO idempotency ",
+    "UPDATE runs SET status = 'completed', ",
+    "UPDATE runs SET status = 'failed', ",
+    "UPDATE runs SET status = 'released', ",
+    "UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL, ",
+    "UPDATE tasks SET failed_attempts = ?, stale_streak = 0, ",
+    "UPDATE tasks SET next_eligible_at_ms = ?, updated_at_ms = ? WHERE seq = ?",
+    "UPDATE tasks SET updated_at_ms = ?, lease_expires_at_ms = 0, ",
+    "UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?",
+)
+#: The lease read of every lease write (``runs.check_lease``): in a write it locks the task's
+#: row (``FOR NO KEY UPDATE``: an event's foreign-key check still passes beside it), so a
+#: heartbeat, a transition and a claim's reissue of one lease run one after the other.
+_LOCKED_LEASE = {_LEASE: _LEASE + " FOR NO KEY UPDATE OF t"}
 
 #: Tables whose key is generated (``lastrowid`` is that column of the inserted row).
 GENERATED_KEYS = {
@@ -236,36 +275,104 @@ class PgCursor:
         return iter(self.fetchall())
 
 
+#: Writes whose answer no caller reads (the lease writes' updates, the idempotency record):
+#: queued and sent with the next statement or with ``COMMIT``, in the same round trip. An
+#: error in one (a unique key, say) surfaces there, inside the same transaction, all the same.
+DEFERRED = tuple(p for p in SHARED_OK if not p.startswith("INSERT INTO events"))
+
+
 class PgConn:
-    """One psycopg connection inside one transaction, as the embedded domain functions use it."""
+    """One psycopg connection inside one transaction, as the embedded domain functions use it.
 
-    __slots__ = ("before_commit", "raw", "shared")
+    Round trips are saved twice: ``begin`` (the transaction's ``BEGIN`` and write lock) travels
+    with the first statement, and :data:`DEFERRED` writes with the next statement or the
+    ``COMMIT`` (several statements in one simple query, the parameters bound on the client).
+    """
 
-    def __init__(self, raw: psycopg.Connection[Any], *, shared: bool = False) -> None:
+    __slots__ = ("before_commit", "begin", "pending", "raw", "shared", "write")
+
+    def __init__(
+        self,
+        raw: psycopg.Connection[Any],
+        *,
+        shared: bool = False,
+        write: bool = False,
+        begin: str = "",
+    ) -> None:
         self.raw = raw
         #: The transaction holds the write lock in shared mode (a claim beside other claims).
         self.shared = shared
+        #: A write transaction (the lease read locks the task row).
+        self.write = write
+        #: ``BEGIN`` (and the lock), each ending in ``;``, not sent yet.
+        self.begin = begin
+        #: Bound statements (each ending in ``;``) not sent yet: ``begin`` and deferred writes.
+        self.pending: list[str] = [begin] if begin else []
         #: SQL (each ending in ``;``) the transaction runs right before its ``COMMIT``.
         self.before_commit: list[str] = []
 
     @property
     def in_transaction(self) -> bool:
         """Whether a transaction is open (the embedded code checks before a rollback)."""
+        if self.begin and self.pending and self.pending[0] == self.begin:
+            return True  # BEGIN not sent yet, but the transaction is ours all the same
         return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def commit_sql(self) -> bytes:
+        """What is still to send, then ``before_commit``, then ``COMMIT``: one round trip."""
+        return "".join([*self.pending, *self.before_commit, "COMMIT"]).encode()
+
+    def flush(self) -> None:
+        """Send what is pending now (before a statement run on ``raw`` itself)."""
+        if self.pending:
+            sql, self.pending = "".join(self.pending), []
+            self.raw.execute(sql.encode())
+
+    def run(self, text: str, args: Any) -> psycopg.Cursor[Any]:
+        """Send what is pending and ``text`` (psycopg SQL) in one round trip; the cursor is
+        left on ``text``'s result."""
+        cur = psycopg.ClientCursor(self.raw)
+        if not self.pending:
+            cur.execute(text.replace("%%", "%") if args is None else text, args)
+            return cur
+        bound = text.replace("%%", "%") if args is None else cur.mogrify(text, args)
+        sql, self.pending = "".join([*self.pending, bound]), []
+        cur.execute(sql.encode())
+        while cur.nextset():
+            pass
+        return cur
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
         """Run one embedded-dialect statement (see :func:`translate`)."""
+        if self.shared and not sql.startswith(("SELECT", *SHARED_OK)):
+            raise NeedExclusive(sql[:60])
+        if self.write:
+            sql = _LOCKED_LEASE.get(sql, sql)
         if isinstance(params, Mapping):
             text, _, returning = translate(sql, True)
+            args: Any = dict(params)
+        else:
+            text, numbered, returning = translate(sql)
+            args = tuple(params)
+            if numbered:
+                args = {f"p{i}": v for i, v in enumerate(params, start=1)}
+            elif not params:
+                args = None
+        if sql.startswith(DEFERRED):
             cur = psycopg.ClientCursor(self.raw)
-            cur.execute(text, dict(params))
-            return PgCursor(cur, returning)
-        text, numbered, returning = translate(sql)
-        args: Any = tuple(params)
-        if numbered:
-            args = {f"p{i}": v for i, v in enumerate(params, start=1)}
-        elif not params:
-            args = None
-        cur = psycopg.ClientCursor(self.raw)
-        cur.execute(text.replace("%%", "%") if args is None else text, args)
-        return PgCursor(cur, returning)
+            bound = text.replace("%%", "%") if args is None else cur.mogrify(text, args)
+            self.pending.append(bound + ";")
+            return _DONE
+        return PgCursor(self.run(text, args), returning)
+
+
+class _Done(PgCursor):
+    """The answer of a deferred write: no rows (no caller reads it)."""
+
+    def __init__(self) -> None:
+        self.rowcount = -1
+        self.lastrowid = None
+        self._rows = []
+
+
+_DONE = _Done()

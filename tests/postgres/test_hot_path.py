@@ -1,0 +1,235 @@
+"""The PostgreSQL rail's hot path: round trips per operation, and its rules under concurrency.
+
+Claims, heartbeats, events, transitions, fails, releases and ``finish`` run beside each other
+(the write lock in shared mode, the task's row locked by the lease read); what they may not do
+shared (a dead letter and its propagation, fan-in edges) sends them round again alone. These
+tests count the statements each operation sends to a real server (psycopg's own ``execute``,
+wrapped to count, nothing answered for it) and drive two instances at once over one rail:
+dependencies resolve once, concurrency keys hold one lease, a replayed idempotency key answers
+the first call's result, a dead letter propagates.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
+from tests.postgres.server import PgServer, fresh_schema_url
+from tracker_client.factory import open_tracker
+from tracker_client.models import RetryPolicy
+from tracker_client.postgres.dialect import SHARED_OK, NeedExclusive, PgConn
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+
+def _url(**options: Any) -> str:
+    return fresh_schema_url(f"hot-{uuid.uuid4()}", **options)
+
+
+class _Sent:
+    """Counts the queries psycopg sends (one ``execute`` is one round trip)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
+    counter = _Sent()
+    real = psycopg.Cursor.execute
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.count += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    return counter
+
+
+async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent: _Sent) -> None:
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(4)])
+        trips: dict[str, int] = {}
+
+        async def count(name: str, call: Any) -> Any:
+            before = sent.count
+            result = await call
+            trips[name] = sent.count - before
+            return result
+
+        key = uuid.uuid4().hex
+        leases = await count(
+            "claim_many",
+            tracker.call(
+                "claim_many",
+                agent_id="a",
+                agent_role="coder",
+                lease_ttl_ms=60_000,
+                n=3,
+                idempotency_key=key,
+            ),
+        )
+        assert len(leases) == 3
+        await count("claim", tracker.claim("a", "coder", 60_000, idempotency_key=key))
+        await count("heartbeat", tracker.heartbeat(leases[0]))
+        await count(
+            "add_event", tracker.add_event(leases[0], "note", {"n": 1}, idempotency_key=key)
+        )
+        await count("transition", tracker.transition(leases[0], "complete", idempotency_key=key))
+        await count("fail", tracker.fail(leases[1], "boom", idempotency_key=key))
+        await count("release", tracker.call("release", leases[2], reason="later"))
+        # BEGIN and the lock travel with the first statement, the writes nobody reads with
+        # the COMMIT; a claim of n leases is n claim statements more.
+        assert trips == {
+            "claim_many": 6,
+            "claim": 4,
+            "heartbeat": 2,
+            "add_event": 4,
+            "transition": 4,
+            "fail": 4,
+            "release": 3,
+        }
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_replayed_key_answers_the_first_result_even_when_concurrent(
+    pg_server: PgServer,
+) -> None:
+    url = _url(pool_size=4)
+    first, second = await open_tracker(url), await open_tracker(url)
+    try:
+        pid = await make_pipeline(first)
+        await first.create_task(new_task(pid))
+        lease = await claim(first)
+        results: list[Any] = []
+
+        async def report(tracker: Any) -> None:
+            results.append(await tracker.transition(lease, "complete", idempotency_key="same"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report, first)
+            tg.start_soon(report, second)
+        assert len(results) == 2 and results[0] == results[1]
+        assert results[0].new_stage == "done"
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_dependents_are_claimed_once_their_upstreams_finish_concurrently(
+    pg_server: PgServer,
+) -> None:
+    url = _url(pool_size=4)
+    first, second = await open_tracker(url), await open_tracker(url)
+    try:
+        pid = await make_pipeline(first)
+        ups = await first.create_tasks([new_task(pid, f"up{i}") for i in range(20)])
+        downs = await first.create_tasks(
+            [new_task(pid, f"down{i}", dependencies=[ups[i], ups[(i + 1) % 20]]) for i in range(20)]
+        )
+        done: dict[str, set[str]] = {}
+        got: list[str] = []
+
+        async def drain(tracker: Any, agent: str) -> None:
+            while (lease := await tracker.claim(agent, "coder", 60_000)) is not None:
+                if lease.task.id in downs:
+                    i = downs.index(lease.task.id)
+                    assert {ups[i], ups[(i + 1) % 20]} <= done["up"]
+                got.append(lease.task.id)
+                await tracker.transition(lease, "complete")
+                done.setdefault("up", set()).add(lease.task.id)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(drain, first, f"a{n}")
+                tg.start_soon(drain, second, f"b{n}")
+        # A worker that found nothing while upstreams were still leased stops early: finish.
+        await drain(first, "last")
+        assert sorted(got) == sorted([*ups, *downs])
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_claim_many_of_two_instances_never_share_a_task_or_a_key(
+    pg_server: PgServer,
+) -> None:
+    url = _url(pool_size=4)
+    first, second = await open_tracker(url), await open_tracker(url)
+    try:
+        pid = await make_pipeline(first)
+        keyed = [new_task(pid, f"k{i}", concurrency_key=f"key-{i % 3}") for i in range(9)]
+        await first.create_tasks([*keyed, *(new_task(pid, f"free{i}") for i in range(40))])
+        leases: list[Any] = []
+
+        async def grab(tracker: Any, agent: str) -> None:
+            while got := await tracker.call(
+                "claim_many", agent_id=agent, agent_role="coder", lease_ttl_ms=60_000, n=5
+            ):
+                leases.extend(got)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(grab, first, f"a{n}")
+                tg.start_soon(grab, second, f"b{n}")
+        keys = [lease.task.concurrency_key for lease in leases if lease.task.concurrency_key]
+        assert sorted(keys) == ["key-0", "key-1", "key-2"]
+        assert len({lease.task.id for lease in leases}) == len(leases) == 43
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_dead_letter_from_a_shared_fail_propagates_to_dependents(
+    pg_server: PgServer,
+) -> None:
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        up = await tracker.create_task(
+            new_task(
+                pid, "up", retry_policy=RetryPolicy(max_attempts=1, dead_letter_stage="failed")
+            )
+        )
+        down = await tracker.create_task(new_task(pid, "down", dependencies=[up]))
+        lease = await claim(tracker)
+        result = await tracker.fail(lease, "boom")
+        assert result.dead_lettered and result.dead_letter_reason == "max_attempts_exceeded"
+        dependent = await tracker.get_task(down)
+        assert dependent.dead_letter_reason == "upstream_dead_lettered"
+        assert await tracker.claim("a", "coder", 60_000) is None
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_transition_with_wait_for_runs_alone_and_waits(pg_server: PgServer) -> None:
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        other = await tracker.create_task(new_task(pid, "other", priority=-1))
+        await tracker.create_task(new_task(pid, "first", priority=5))
+        lease = await claim(tracker)
+        moved = await tracker.transition(lease, "complete", wait_for=[other])
+        assert moved.new_stage == "done"
+        second = await claim(tracker)
+        assert second.task.id == other
+    finally:
+        await tracker.aclose()
+
+
+def test_a_shared_transaction_refuses_a_write_it_may_not_make_alone_naming_it() -> None:
+    # No server needed: the check comes before anything is sent.
+    conn = PgConn.__new__(PgConn)
+    conn.shared, conn.write, conn.pending, conn.begin = True, True, [], ""
+    with pytest.raises(NeedExclusive, match="INSERT INTO dependencies"):
+        conn.execute("INSERT INTO dependencies (task_id) VALUES (?)", ("t",))
+    assert not conn.pending  # nothing queued
+    assert all(p.startswith(("INSERT", "UPDATE")) for p in SHARED_OK)
