@@ -65,16 +65,19 @@ POSTGRES = Capabilities(
 
 VERSION = "backlog-worker-postgres/1"
 #: Writes that run beside each other (the write lock in shared mode; every other write takes it
-#: alone): claims (see .claims) and the lease's own writes, which touch only their task's row
-#: and run and make nothing claimable (a lapsed lease is reclaimed by an exclusive claim).
-SHARED_WRITES = frozenset({"claim", "heartbeat", "add_event"})
+#: alone): claims (see .claims) and the lease's own writes, which lock and touch only their
+#: task's row and run; a write they may not make shared (a dead letter, fan-in edges: see
+#: ``dialect.SHARED_OK``) sends them round again alone.
+SHARED_WRITES = frozenset(
+    {"claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish", "release"}
+)
 #: A waiter with a live wake-up listener still looks this often (a lost NOTIFY costs no more).
 SAFETY_TICK_S = 5.0
 #: How long the first waiter waits for ``LISTEN`` to be in place before it polls instead.
 LISTEN_START_S = 5.0
 
 
-class PostgresTracker(PgFollowOps, PgSpanOps, EmbeddedTracker):
+class PostgresTracker(PgFollowOps, PgSpanOps, claims.PgClaimManyOps, EmbeddedTracker):
     """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
 
     _db: Database  # type: ignore[assignment]
