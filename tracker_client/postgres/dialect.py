@@ -129,10 +129,23 @@ class Row:
         return f"Row({dict(zip(self._index, self._values, strict=True))!r})"
 
 
+@lru_cache(maxsize=256)
+def _index(names: tuple[bytes, ...]) -> dict[str, int]:
+    return {name.decode(): i for i, name in enumerate(names)}
+
+
 def row_factory(cursor: psycopg.Cursor[Any]) -> Any:
-    """psycopg row factory making :class:`Row` objects."""
-    names = [c.name for c in cursor.description or ()]
-    index = {name: i for i, name in enumerate(names)}
+    """psycopg row factory making :class:`Row` objects.
+
+    The column names come from the result itself (``cursor.description`` builds a ``Column``
+    per column, type looked up: a task row's 40 of them on every statement), their index
+    cached per distinct set of names.
+    """
+    result = cursor.pgresult
+    if result is None or not result.nfields:
+        index: dict[str, int] = {}
+    else:
+        index = _index(tuple(result.fname(i) or b"" for i in range(result.nfields)))
 
     def make(values: Sequence[Any]) -> Row:
         return Row(values, index)
@@ -239,6 +252,12 @@ def translate(sql: str, named: bool = False) -> tuple[str, bool, str | None]:
     return text, numbered, returning
 
 
+def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement answered rows (``description`` without building its columns)."""
+    result = cur.pgresult
+    return result is not None and result.nfields > 0
+
+
 class PgCursor:
     """The answer of one statement: rows, ``rowcount``, ``lastrowid`` (``sqlite3``'s face)."""
 
@@ -258,7 +277,7 @@ class PgCursor:
         """The next row or None."""
         if self._rows is not None:
             return self._rows.pop(0) if self._rows else None
-        if self._cur.description is None:
+        if not _has_rows(self._cur):
             return None
         return self._cur.fetchone()
 
@@ -267,7 +286,7 @@ class PgCursor:
         if self._rows is not None:
             rows, self._rows = self._rows, []
             return rows
-        if self._cur.description is None:
+        if not _has_rows(self._cur):
             return []
         return self._cur.fetchall()
 
