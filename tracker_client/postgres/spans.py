@@ -50,6 +50,7 @@ class _ManyConn:
             raise ValueError("executemany: numbered placeholders are not supported")
         batch = [tuple(r) for r in rows]
         if batch:
+            self._conn.flush()  # what the dialect still holds goes first, in order
             with psycopg.ClientCursor(self._conn.raw) as cur:
                 cur.executemany(text, batch)
 
