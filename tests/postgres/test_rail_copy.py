@@ -17,7 +17,7 @@ import pytest
 
 from tests.contract.otlpdocs import document, span
 from tests.contract.support import claim, make_pipeline, new_task
-from tests.postgres.server import PgServer, fresh_schema_url
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tests.worker.daemonkit import PIPELINE_TOML, clean_env, write_config
 from tracker_client.errors import ConfigError, NoRail
 from tracker_client.factory import open_tracker
@@ -119,7 +119,8 @@ async def test_every_kind_of_row_arrives_and_reads_back_the_same(
 ) -> None:
     source = tmp_path / "old.db"
     ids = await _populate(source)
-    target = _url()
+    key = f"copy-{uuid.uuid4()}"
+    target = fresh_schema_url(key)
     report = await copy_rail(f"sqlite:///{source}", target, batch_size=2)
     assert report.tables["tasks"] == 6 and report.tables["spans"] == 2
     assert report.tables["span_batches"] == 2 and report.lapsed_leases == 1
@@ -139,6 +140,14 @@ async def test_every_kind_of_row_arrives_and_reads_back_the_same(
     finally:
         await old.aclose()
         await new.aclose()
+
+    import psycopg
+
+    with psycopg.connect(pg_server.url) as conn:  # the OTLP blob, byte for byte, as bytea
+        blobs = conn.execute(
+            f"SELECT blob FROM {schema_name(key)}.span_batches WHERE stored = 'blob'"
+        ).fetchall()
+    assert [bytes(b[0]) for b in blobs] == [b"\x00\x01\xffproto"]
 
     # And back: the PostgreSQL rail into a new embedded file reads the same (FTS refilled).
     back = tmp_path / "back.db"
