@@ -89,8 +89,53 @@ def encode_query(params: Mapping[str, object | None]) -> str:
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """httpx's default TLS context, built once per process (building one costs ~50-200 ms,
-    which every tracker instance and every short-lived CLI call would otherwise pay)."""
+    which every tracker instance and every short-lived CLI call would otherwise pay). Only an
+    ``https://`` tracker builds it: see :class:`_PlainHttpTransport`."""
     return httpx.create_ssl_context()
+
+
+class _PlainHttpTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport for an ``http://`` tracker, built without an SSL context.
+
+    ``httpx.AsyncHTTPTransport`` makes an ``ssl.SSLContext`` even for plain HTTP (with
+    ``verify=False`` too), and OpenSSL's context costs ~6-7 MiB of RSS (certifi's bundle on top):
+    a worker on a plain-http rail paid it for nothing. httpcore's pool builds its (verifying)
+    default context only when it opens a TLS connection, so it is handed none. Everything else
+    (request/response mapping, httpcore errors mapped to httpx's) is the parent's, which reaches
+    the pool as ``self._pool``: the test that counts SSL contexts catches a release that moves it.
+    """
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        import httpcore
+
+        # The parent's __init__ is the part that builds the context: its pool is built here.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=None,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+        )
+
+
+def _client(
+    url: str, transport: httpx.AsyncBaseTransport | None, limits: httpx.Limits, **kw: Any
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for ``url``: TLS verified with :func:`_tls_context` for
+    ``https://``; no SSL context at all for ``http://`` (:class:`_PlainHttpTransport`)."""
+    if transport is None and not url.lower().startswith("https:"):
+        transport = _PlainHttpTransport(limits)
+    verify: ssl.SSLContext | bool = _tls_context() if transport is None else True
+    return httpx.AsyncClient(
+        base_url=url,
+        limits=limits,
+        transport=transport,
+        verify=verify,
+        follow_redirects=False,
+        trust_env=False,
+        **kw,
+    )
 
 
 #: Idle persistent connections are dropped after this (the served tracker closes them at 5 s:
@@ -115,16 +160,13 @@ class HttpTransport:
         #: The size guard; the server's own advertised limit replaces it once known.
         self.max_request_bytes = options.max_request_bytes
         self.timeout = httpx.Timeout(options.timeout_s, connect=options.connect_timeout_s)
-        self._client = httpx.AsyncClient(
-            base_url=options.url,
-            timeout=self.timeout,
+        self._client = _client(
+            options.url,
+            transport,
             # One connection per request: nothing may sit idle against a single-threaded server.
-            limits=httpx.Limits(max_keepalive_connections=0, max_connections=100),
+            httpx.Limits(max_keepalive_connections=0, max_connections=100),
+            timeout=self.timeout,
             headers={"Connection": "close", "Accept": "application/json"},
-            transport=transport,
-            verify=_tls_context(),
-            follow_redirects=False,
-            trust_env=False,
         )
         self._options = options
         self._transport = transport
@@ -141,19 +183,16 @@ class HttpTransport:
         per request. Called by discovery with what ``/health`` advertised."""
         if not enabled or self._pooled is not None:
             return
-        self._pooled = httpx.AsyncClient(
-            base_url=self._options.url,
-            timeout=self.timeout,
-            limits=httpx.Limits(
+        self._pooled = _client(
+            self._options.url,
+            self._transport,
+            httpx.Limits(
                 max_keepalive_connections=KEEP_ALIVE_CONNECTIONS,
                 max_connections=100,
                 keepalive_expiry=KEEP_ALIVE_EXPIRY_S,
             ),
+            timeout=self.timeout,
             headers={"Accept": "application/json"},
-            transport=self._transport,
-            verify=_tls_context(),
-            follow_redirects=False,
-            trust_env=False,
         )
 
     async def aclose(self) -> None:
