@@ -92,7 +92,7 @@ async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent
             "claim": 4,
             "heartbeat": 2,
             "add_event": 4,
-            "transition": 4,
+            "transition": 1,
             "fail": 4,
             "release": 3,
         }
@@ -221,6 +221,69 @@ async def test_a_transition_with_wait_for_runs_alone_and_waits(pg_server: PgServ
         assert moved.new_stage == "done"
         second = await claim(tracker)
         assert second.task.id == other
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_one_trip_transition_writes_what_the_embedded_one_writes(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    from tracker_client.errors import Conflict
+
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        task_id = await tracker.create_task(new_task(pid))
+        lease = await claim(tracker)
+        before = sent.count
+        moved = await tracker.transition(
+            lease, "complete", usage={"tokens": 3}, idempotency_key="k"
+        )
+        assert sent.count - before == 1  # BEGIN, lock, the function, NOTIFY, COMMIT together
+        assert (moved.previous_stage, moved.new_stage, moved.trigger) == (
+            "todo",
+            "done",
+            "complete",
+        )
+        # A replay answers the record (the embedded path: the lease is gone); another request
+        # under the key is refused naming the key.
+        assert (
+            await tracker.transition(lease, "complete", usage={"tokens": 3}, idempotency_key="k")
+            == moved
+        )
+        with pytest.raises(Conflict, match="idempotency key 'k'"):
+            await tracker.transition(lease, "complete", idempotency_key="k")
+        detail = await tracker.get_task(task_id)
+        assert (detail.stage, detail.task_version) == ("done", 2)
+        assert detail.latest_run is not None and detail.latest_run.status == "completed"
+        assert detail.latest_run.usage == {"tokens": 3}
+        events = (await tracker.list_task_events(task_id, kind="transition")).items
+        assert [e.data for e in events] == [
+            {"trigger": "complete", "from": "todo", "to": "done", "instructions": ""}
+        ]
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_one_trip_transition_of_a_revoked_lease_is_refused_as_embedded(
+    pg_server: PgServer,
+) -> None:
+    from tracker_client.errors import InvalidTransition, LeaseLost
+
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        first = await tracker.create_task(new_task(pid, "a", priority=2))
+        await tracker.create_task(new_task(pid, "b"))
+        lease = await claim(tracker)
+        await tracker.cancel(first)
+        with pytest.raises(LeaseLost) as lost:
+            await tracker.transition(lease, "complete")
+        assert lost.value.code == "revoked"
+        other = await claim(tracker)
+        with pytest.raises(InvalidTransition, match="not allowed"):
+            await tracker.transition(other, "nope")
+        assert (await tracker.transition(other, "complete")).new_stage == "done"
     finally:
         await tracker.aclose()
 

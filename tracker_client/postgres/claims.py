@@ -34,7 +34,6 @@ from tracker_client.embedded.claims import (
     reissue,
 )
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
@@ -42,6 +41,7 @@ from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Run
 from tracker_client.nulltickets.batch_models import per_state_of
 from tracker_client.postgres.dialect import NeedExclusive, PgConn, Row
+from tracker_client.postgres.hot import PgHotOps
 
 __all__ = ["CLAIM_SQL", "PgClaimManyOps", "claim", "claim_many"]
 
@@ -227,7 +227,7 @@ def _lease(
     )
 
 
-class PgClaimManyOps(TrackerCore):
+class PgClaimManyOps(PgHotOps):
     """``claim_many`` on PostgreSQL: the one-statement claim ``n`` times in one transaction,
     beside other hosts' claims (the embedded one scans candidates and runs alone)."""
 
@@ -265,4 +265,6 @@ class PgClaimManyOps(TrackerCore):
                 replay,
             )
 
-        return await self._write("claim_many", op)
+        leases = await self._write("claim_many", op)
+        self._remember(leases)  # their transitions can take one round trip (see .hot)
+        return leases

@@ -17,7 +17,7 @@ rolled back, nothing half-granted), an out-of-range value ``ValidationFailed``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -198,6 +198,42 @@ class Database:
                     except _RUN_ALONE:
                         pass
                 return attempt(self._begin_write, False)
+            except BaseException as exc:
+                err = map_pg_error(exc, where)
+                if err is exc:
+                    raise
+                raise err from exc
+
+        return await anyio.to_thread.run_sync(job)
+
+    async def one_trip(
+        self, call: str, params: Mapping[str, Any], where: str, before_commit: Sequence[str]
+    ) -> Any:
+        """``call`` (one ``SELECT`` of a function, psycopg placeholders) in a shared-mode write
+        transaction, all in ONE round trip: ``BEGIN``, the write lock, the call,
+        ``before_commit``, ``COMMIT``. Returns the call's value; nothing is retried here."""
+        self._check()
+
+        def job() -> Any:
+            try:
+                with self.pool.connection() as raw:
+                    cur = psycopg.ClientCursor(raw)
+                    body = cur.mogrify(call, params)
+                    text = "".join([self._begin_shared, body, ";", *before_commit, "COMMIT"])
+                    try:
+                        cur.execute(text.encode())
+                        cur.nextset()  # BEGIN -> the lock
+                        cur.nextset()  # the lock -> the call
+                        row = cur.fetchone()
+                        while cur.nextset():
+                            pass
+                    except BaseException:
+                        idle = psycopg.pq.TransactionStatus.IDLE
+                        if not raw.closed and raw.info.transaction_status != idle:
+                            with contextlib.suppress(psycopg.Error):
+                                raw.execute(b"ROLLBACK")
+                        raise
+                    return None if row is None else row[0]
             except BaseException as exc:
                 err = map_pg_error(exc, where)
                 if err is exc:

@@ -1,0 +1,174 @@
+"""The PostgreSQL rail's one-round-trip transition (``bw_transition``, schema 6).
+
+A worker's plain transition (no ``wait_for``) is the most frequent write after the claim. The
+embedded ``transition`` reads the lease, works out the move from the pipeline and writes; over a
+network each of those is a round trip. Here the move is worked out first, in Python, from what
+this instance handed out: a claim remembers its lease's pipeline and stage (:meth:`_remember`),
+and the pipeline is the cached, parsed one (the embedded rail's own rules: ``find``,
+``role_of``, ``is_terminal``, the event's text, the idempotency fingerprint and record). The
+function then checks, with the task's row locked, that the lease is live under this token and
+the task still in that pipeline and stage, and writes; ``BEGIN``, the write lock (shared), the
+call, the wake-up ``NOTIFY`` and ``COMMIT`` travel together (:meth:`.db.Database.one_trip`).
+
+Whenever it cannot answer exactly (a lease it did not hand out, an unknown move, a replayed
+key, a lost lease, a moved task, INFO logging on, which wants the queue depth) it writes
+nothing and the embedded ``transition`` runs, which answers it the embedded way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from tracker_client.capabilities import LeaseRef
+from tracker_client.embedded.common import MIB, dumps
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.embedded.idempotency import fingerprint
+from tracker_client.embedded.pipelines import PipelineCache
+from tracker_client.embedded.runs import token_hash
+from tracker_client.errors import TrackerError
+from tracker_client.models import Lease, TransitionResult
+
+__all__ = ["REMEMBERED", "PgHotOps"]
+
+log = logging.getLogger("backlog_worker.tracker")
+
+#: Leases remembered per instance (the oldest forgotten first: its transition takes the
+#: embedded path, nothing else changes).
+REMEMBERED = 4096
+
+_CALL = (
+    "SELECT bw_transition(%(run)s::text, %(token)s::text, %(pipeline)s::text, %(stage)s::text, "
+    "%(version)s::bigint, %(to)s::text, %(role)s::text, %(terminal)s::bigint, %(usage)s::text, "
+    "%(event)s::text, %(now)s::bigint, %(key)s::text, %(fp)s::text, %(result)s::text)"
+)
+
+
+class PgHotOps(TrackerCore):
+    """``transition`` in one round trip where this instance can work the move out itself."""
+
+    _notify_sql: str
+    _follow_sql: str
+
+    def _remember(self, leases: Sequence[Lease]) -> None:
+        """Note the pipeline and stage of leases handed out (see the module docstring)."""
+        known: dict[str, tuple[str, str]] | None = self.__dict__.get("_leased")
+        if known is None:
+            known = self.__dict__["_leased"] = {}
+        for lease in leases:
+            if len(known) >= REMEMBERED:
+                known.pop(next(iter(known)))
+            known[lease.run_id] = (lease.task.pipeline_id, lease.task.stage)
+
+    async def transition(
+        self,
+        lease: LeaseRef,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        usage: Any = None,
+        wait_for: Sequence[str] = (),
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Complete the run and move the task (one round trip when the move is known here)."""
+        done = await self._one_trip_transition(
+            lease,
+            trigger,
+            expected_stage,
+            expected_task_version,
+            instructions,
+            usage,
+            wait_for,
+            idempotency_key,
+        )
+        if done is not None:
+            return done
+        moved: TransitionResult = await super().transition(  # type: ignore[misc]  # embedded
+            lease,
+            trigger,
+            expected_stage=expected_stage,
+            expected_task_version=expected_task_version,
+            instructions=instructions,
+            usage=usage,
+            wait_for=wait_for,
+            idempotency_key=idempotency_key,
+        )
+        return moved
+
+    async def _one_trip_transition(
+        self,
+        lease: LeaseRef,
+        trigger: Any,
+        expected_stage: str | None,
+        expected_task_version: int | None,
+        instructions: str | None,
+        usage: Any,
+        wait_for: Sequence[str],
+        key: str | None,
+    ) -> TransitionResult | None:
+        known: dict[str, tuple[str, str]] = self.__dict__.get("_leased") or {}
+        where = known.pop(lease.run_id, None)
+        if where is None or wait_for or log.isEnabledFor(logging.INFO):
+            return None
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            return None  # the embedded path refuses it, naming it
+        pid, stage = where
+        cache: PipelineCache = self._pipelines
+        pipeline = cache._by_id.get(pid)  # parsed at the claim; never fetched here
+        if pipeline is None or not isinstance(trigger, str):
+            return None
+        if expected_stage is not None and expected_stage != stage:
+            return None
+        move = pipeline.find(stage, trigger)
+        if move is None:
+            return None
+        to = move.to_state
+        text = instructions if instructions is not None else (move.instructions or "")
+        digest = token_hash(lease.lease_token.get_secret_value())
+        try:
+            usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
+            event = dumps(
+                {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
+            )
+            args = [
+                lease.run_id,
+                digest,
+                trigger,
+                expected_stage,
+                expected_task_version,
+                instructions,
+                usage,
+            ]
+            fp = None if key is None else fingerprint(args)
+        except TrackerError:
+            return None  # the embedded path refuses it, in its own order
+        result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+        params = {
+            "run": lease.run_id,
+            "token": digest,
+            "pipeline": pid,
+            "stage": stage,
+            "version": expected_task_version,
+            "to": to,
+            "role": pipeline.role_of(to),
+            "terminal": int(pipeline.is_terminal(to)),
+            "usage": usage_text,
+            "event": event,
+            "now": int(self._clock()),
+            "key": key,
+            "fp": fp,
+            "result": json.dumps(result.model_dump(mode="json"), separators=(",", ":")),
+        }
+        db: Any = self._db
+        try:
+            done = await db.one_trip(
+                _CALL, params, "transition", [self._notify_sql, self._follow_sql]
+            )
+        finally:
+            self._notify()  # committed or not: a waiter looks again, as after any write
+            self._wake_followers()
+        return result if done else None
