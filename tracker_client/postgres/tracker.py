@@ -195,7 +195,10 @@ class PostgresTracker(PgFollowOps, PgSpanOps, claims.PgClaimManyOps, EmbeddedTra
                 lambda rec: reissue(c, rec["lease_id"], rec["run_id"]),
             )
 
-        return await self._write("claim", op)
+        lease = await self._write("claim", op)
+        if lease is not None:
+            self._remember([lease])  # its transition can take one round trip (see .hot)
+        return lease
 
     async def health(self) -> Health:
         """Tasks per stage and live leases; ``TrackerUnavailable`` when the server is down."""
