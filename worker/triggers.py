@@ -15,8 +15,9 @@ Otherwise nothing is sent and the run fails with reason ``invalid_trigger``, nam
 triggers. A trigger the tracker refuses fails the same way, naming where it came from.
 
 Definitions come from ``get_pipeline``, once per pipeline id and :class:`PipelineBook` (one per
-role's run settings, so per worker and role): a pipeline never changes once created (neither
-rail can update one), so a cached definition cannot go stale.
+role's run settings, so per worker and role; runs starting together share one request): a
+pipeline never changes once created (neither rail can update one), so a cached definition cannot
+go stale.
 
 It may touch the tracker's ``get_pipeline`` only (with the read retry of :mod:`worker.retry`, once
 per pipeline) and the role's configuration; sending the trigger is :mod:`worker.run.report`'s.
@@ -28,6 +29,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from plugins.api import Failure, Transition
 from tracker_client.errors import TrackerError, TrackerUnavailable
@@ -75,11 +78,30 @@ class PipelineWays:
         return cls(pipeline_id, name, {stage: tuple(t) for stage, t in ways.items()})
 
 
+class _Flight:
+    """One ``get_pipeline`` in flight: the callers that arrive meanwhile wait for its answer."""
+
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: PipelineWays | None = None
+        #: The error that answers every waiter (a cancelled fetch leaves None: a waiter retries).
+        self.error: Exception | None = None
+
+
 class PipelineBook:
-    """Pipeline definitions by id, each fetched once (pipelines are immutable)."""
+    """Pipeline definitions by id, each fetched once (pipelines are immutable).
+
+    Single-flight: when several runs of one pipeline start at once, the first asks the tracker
+    and the others await its answer (one ``GET /pipelines/{id}``, not one per run). An error
+    answers every waiter and is not cached (the next call asks again); a fetch cancelled with
+    its run (its lease lost, the worker stopping) hands the question to one of the waiters.
+    """
 
     def __init__(self) -> None:
         self._by_id: dict[str, PipelineWays] = {}
+        self._flights: dict[str, _Flight] = {}
 
     def cached(self, pipeline_id: str) -> PipelineWays | None:
         """The pipeline if it was fetched already."""
@@ -89,8 +111,25 @@ class PipelineBook:
         self, tracker: LeaseTracker, pipeline_id: str, *, policy: RetryPolicy, budget_s: float
     ) -> PipelineWays:
         """The pipeline, fetched on the first call (``TrackerUnavailable`` retried)."""
-        hit = self._by_id.get(pipeline_id)
-        if hit is None:
+        while True:
+            hit = self._by_id.get(pipeline_id)
+            if hit is not None:
+                return hit
+            flight = self._flights.get(pipeline_id)
+            if flight is None:
+                return await self._fetch(tracker, pipeline_id, policy, budget_s)
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            if flight.result is not None:
+                return flight.result
+            # The fetch was cancelled: ask again (this caller may become the one asking).
+
+    async def _fetch(
+        self, tracker: LeaseTracker, pipeline_id: str, policy: RetryPolicy, budget_s: float
+    ) -> PipelineWays:
+        flight = self._flights[pipeline_id] = _Flight()
+        try:
             p = await call_with_retry(
                 lambda: tracker.get_pipeline(pipeline_id),
                 policy=policy,
@@ -98,7 +137,14 @@ class PipelineBook:
                 action="get_pipeline",
             )
             hit = self._by_id[pipeline_id] = PipelineWays.of(p.id, p.name, p.definition)
-        return hit
+            flight.result = hit
+            return hit
+        except Exception as exc:
+            flight.error = exc
+            raise
+        finally:
+            del self._flights[pipeline_id]
+            flight.done.set()
 
 
 @dataclass(frozen=True, slots=True)
