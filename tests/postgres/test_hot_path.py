@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
-from tests.postgres.server import PgServer, fresh_schema_url
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy
 from tracker_client.postgres.dialect import SHARED_OK, NeedExclusive, PgConn
@@ -88,8 +88,8 @@ async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent
         # BEGIN and the lock travel with the first statement, the writes nobody reads with
         # the COMMIT; a claim of n leases is n claim statements more.
         assert trips == {
-            "claim_many": 6,
-            "claim": 4,
+            "claim_many": 1,
+            "claim": 1,
             "heartbeat": 2,
             "add_event": 4,
             "transition": 1,
@@ -284,6 +284,55 @@ async def test_a_one_trip_transition_of_a_revoked_lease_is_refused_as_embedded(
         with pytest.raises(InvalidTransition, match="not allowed"):
             await tracker.transition(other, "nope")
         assert (await tracker.transition(other, "complete")).new_stage == "done"
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.parametrize("batch", [False, True])
+async def test_a_corrupt_row_is_refused_and_the_claim_goes_on(
+    pg_server: PgServer, batch: bool
+) -> None:
+    key = f"hot-{uuid.uuid4()}"
+    tracker = await open_tracker(fresh_schema_url(key))
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        bad = await tracker.create_task(new_task(pid, "bad", priority=9))
+        good = await tracker.create_task(new_task(pid, "good"))
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            conn.execute(
+                f"UPDATE {schema_name(key)}.tasks SET metadata = '{{broken' WHERE id = %s", (bad,)
+            )
+        if batch:
+            leases = await tracker.call(
+                "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=5
+            )
+        else:
+            leases = [await claim(tracker)]
+        assert [lease.task.id for lease in leases] == [good]
+        refused = await tracker.list_task_events(bad, kind="corrupt_row")
+        assert len(refused.items) == 1
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            row = conn.execute(
+                f"SELECT dead_letter_reason, lease_run_id FROM {schema_name(key)}.tasks "
+                "WHERE id = %s",
+                (bad,),
+            ).fetchone()
+        assert row == ("corrupt_row", None)
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_one_trip_claim_hands_out_the_previous_checkpoint(pg_server: PgServer) -> None:
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        await tracker.create_task(new_task(pid))
+        first = await claim(tracker)
+        await tracker.heartbeat(first, checkpoint={"step": 2})
+        await tracker.call("release", first, reason="later")
+        again = await claim(tracker)
+        assert again.task.id == first.task.id
+        assert again.previous_checkpoint == {"step": 2}
     finally:
         await tracker.aclose()
 

@@ -18,9 +18,11 @@ write transaction.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Mapping
 from importlib import resources
+from typing import Any, cast
 
 from tracker_client.embedded.checkpoints import previous_checkpoint
 from tracker_client.embedded.claim_many import check_n
@@ -34,16 +36,20 @@ from tracker_client.embedded.claims import (
     reissue,
 )
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
-from tracker_client.embedded.idempotency import idempotent
+from tracker_client.embedded.core import QUIET_WRITES
+from tracker_client.embedded.idempotency import fingerprint, idempotent
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
-from tracker_client.errors import LeaseLost, ValidationFailed
+from tracker_client.errors import LeaseLost, TrackerError, ValidationFailed
 from tracker_client.models import Lease, Run
 from tracker_client.nulltickets.batch_models import per_state_of
 from tracker_client.postgres.dialect import NeedExclusive, PgConn, Row
+from tracker_client.postgres.follow import FOLLOW_QUIET
 from tracker_client.postgres.hot import PgHotOps
 
 __all__ = ["CLAIM_SQL", "PgClaimManyOps", "claim", "claim_many"]
+
+log = logging.getLogger("backlog_worker.tracker")
 
 #: The embedded claim's housekeeping question and whether the role has a rate limit or cap, in
 #: one round trip (a role without one skips the token bucket's read).
@@ -227,6 +233,13 @@ def _lease(
     )
 
 
+_CLAIM_CALL = (
+    "SELECT * FROM bw_claim(%(op)s::text, %(role)s::text, %(agent)s::text, %(now)s::bigint, "
+    "%(ttl)s::bigint, %(runs)s::text[], %(leases)s::text[], %(tokens)s::text[], %(key)s::text, "
+    "%(fp)s::text)"
+)
+
+
 class PgClaimManyOps(PgHotOps):
     """``claim_many`` on PostgreSQL: the one-statement claim ``n`` times in one transaction,
     beside other hosts' claims (the embedded one scans candidates and runs alone)."""
@@ -244,6 +257,13 @@ class PgClaimManyOps(PgHotOps):
         """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
         the key answers the same leases (fresh tokens; one gone since is left out)."""
         limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+        args = [agent_id, agent_role, lease_ttl_ms, n, limits]
+        fast = await self._one_trip_claim(
+            "claim_many", agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key, args
+        )
+        if fast is not None:
+            self._remember(fast)
+            return fast
 
         def op(c: Ctx) -> list[Lease]:
             def replay(record: object) -> list[Lease]:
@@ -268,3 +288,90 @@ class PgClaimManyOps(PgHotOps):
         leases = await self._write("claim_many", op)
         self._remember(leases)  # their transitions can take one round trip (see .hot)
         return leases
+
+    async def _one_trip_claim(
+        self,
+        op: str,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        n: int,
+        limits: Mapping[str, object],
+        key: str | None,
+        args: list[Any],
+    ) -> list[Lease] | None:
+        """Up to ``n`` leases through ``bw_claim`` (schema 7) in one round trip, or None when
+        the embedded-path claim must run (it answers what this one leaves: bad arguments, a
+        replayed key, housekeeping due, a rate limit, ``per_state`` limits, INFO logging)."""
+        if limits or log.isEnabledFor(logging.INFO):
+            return None
+        try:
+            check_ttl(lease_ttl_ms)
+            check_n(n)
+            fp = None if key is None else fingerprint(args)
+        except TrackerError:
+            return None
+        if not (isinstance(agent_id, str) and agent_id and isinstance(role, str) and role):
+            return None
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            return None
+        ids = [_fresh_ids() for _ in range(n)]
+        now = int(self._clock())
+        params = {
+            "op": op,
+            "role": role,
+            "agent": agent_id,
+            "now": now,
+            "ttl": lease_ttl_ms,
+            "runs": [i[0] for i in ids],
+            "leases": [i[1] for i in ids],
+            "tokens": [token_hash(i[2]) for i in ids],
+            "key": key,
+            "fp": fp,
+        }
+        db: Any = self._db
+        after = [] if op in QUIET_WRITES else [self._notify_sql]
+        if op not in FOLLOW_QUIET:
+            after.append(self._follow_sql)
+        rows = await db.one_trip(_CLAIM_CALL, params, op, after, rows=True)
+        if rows is None:
+            return None
+        self._wake_followers()
+        by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
+        leases: list[Lease] = []
+        for row in rows:
+            run_id = str(row["lease_run_id"])
+            lease_id, token = by_run[run_id]
+            lease = await self._handed_out(row, now, run_id, lease_id, token, agent_id, role)
+            if lease is not None:
+                leases.append(lease)
+        if rows and not leases:
+            return None  # every row was unreadable (refused): the embedded claim goes on
+        return leases
+
+    async def _handed_out(
+        self, row: Row, now: int, run_id: str, lease_id: str, token: str, agent: str, role: str
+    ) -> Lease | None:
+        """The lease of a row ``bw_claim`` leased; a row that says it has a checkpoint has it
+        read, and an unreadable row is refused alone, the embedded way (dead-lettered
+        ``corrupt_row``; None)."""
+        try:
+            task = task_from_row(cast(Any, row), strict=True)
+        except CorruptRow as exc:
+            error = str(exc)
+            await self._write("claim", lambda c: _refuse_leased(c, row, run_id, error))
+            return None
+        if row["checkpointed"]:
+            return await self._write(
+                "claim", lambda c: _lease(c, row, task, run_id, lease_id, token, agent, role)
+            )
+        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines)
+        return _lease(ctx, row, task, run_id, lease_id, token, agent, role)
+
+
+def _refuse_leased(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
+    """Refuse a corrupt row ``bw_claim`` leased, if the lease is still that claim's."""
+    held = ctx.scalar("SELECT lease_run_id FROM tasks WHERE seq = ?", (row["seq"],))
+    if held == run_id:
+        ctx.conn.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", (run_id,))
+        _refuse_corrupt(ctx, row, run_id, error)

@@ -43,6 +43,13 @@ _RUN_ALONE = (
     TrackerError,
 )
 
+#: The SQLSTATE a hot-path function raises for what it leaves to the embedded path.
+DECLINED = "BW001"
+
+#: What else a hot-path function's transaction may meet that the embedded path answers
+#: exactly (run alone if need be): a unique key a concurrent write took first, a deadlock.
+_DECLINES = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
+
 T = TypeVar("T")
 
 
@@ -207,11 +214,20 @@ class Database:
         return await anyio.to_thread.run_sync(job)
 
     async def one_trip(
-        self, call: str, params: Mapping[str, Any], where: str, before_commit: Sequence[str]
+        self,
+        call: str,
+        params: Mapping[str, Any],
+        where: str,
+        before_commit: Sequence[str],
+        *,
+        rows: bool = False,
     ) -> Any:
         """``call`` (one ``SELECT`` of a function, psycopg placeholders) in a shared-mode write
         transaction, all in ONE round trip: ``BEGIN``, the write lock, the call,
-        ``before_commit``, ``COMMIT``. Returns the call's value; nothing is retried here."""
+        ``before_commit``, ``COMMIT``. Returns the call's value (``rows``: its rows), or None
+        when the function declined (raised SQLSTATE ``BW001``, or met :data:`_DECLINES`: rolled
+        back, nothing written);
+        nothing is retried here."""
         self._check()
 
         def job() -> Any:
@@ -224,16 +240,22 @@ class Database:
                         cur.execute(text.encode())
                         cur.nextset()  # BEGIN -> the lock
                         cur.nextset()  # the lock -> the call
-                        row = cur.fetchone()
+                        found = cur.fetchall()
                         while cur.nextset():
                             pass
-                    except BaseException:
+                    except BaseException as exc:
                         idle = psycopg.pq.TransactionStatus.IDLE
                         if not raw.closed and raw.info.transaction_status != idle:
                             with contextlib.suppress(psycopg.Error):
                                 raw.execute(b"ROLLBACK")
+                        if isinstance(exc, _DECLINES) or (
+                            isinstance(exc, psycopg.Error) and exc.sqlstate == DECLINED
+                        ):
+                            return None  # rolled back: the embedded path answers it
                         raise
-                    return None if row is None else row[0]
+                    if rows:
+                        return found
+                    return found[0][0] if found else None
             except BaseException as exc:
                 err = map_pg_error(exc, where)
                 if err is exc:
