@@ -181,6 +181,13 @@ class PostgresTracker(PgFollowOps, PgSpanOps, claims.PgClaimManyOps, EmbeddedTra
     ) -> Lease | None:
         """Claim the best eligible task of ``role``: one statement (see :mod:`.claims`)."""
         limits = dict(per_state or {})
+        args = [agent_id, role, lease_ttl_ms, limits]
+        fast = await self._one_trip_claim(
+            "claim", agent_id, role, lease_ttl_ms, 1, limits, idempotency_key, args
+        )
+        if fast is not None:  # one round trip (see .claims)
+            self._remember(fast)
+            return fast[0] if fast else None
 
         def op(c: Ctx) -> Lease | None:
             return idempotent(
