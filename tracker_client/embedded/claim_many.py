@@ -15,7 +15,7 @@ the picking rules are :mod:`.claims`' own helpers, reused, not copied.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tracker_client.embedded import claims
 from tracker_client.embedded.common import CorruptRow, Ctx, task_from_row
@@ -117,6 +117,40 @@ def _pick_many(
     return picks, corrupt
 
 
+def keyed_claim_many(
+    c: Ctx,
+    claim: Callable[[Ctx, str, str, int, int, Mapping[str, int] | None], list[Lease]],
+    idempotency_key: str | None,
+    agent_id: str,
+    agent_role: str,
+    lease_ttl_ms: int,
+    n: int,
+    limits: Mapping[str, int] | None,
+) -> list[Lease]:
+    """``claim(c, ...)`` under ``idempotency_key`` (the transaction's own): a replay answers
+    the leases the first one got, with fresh tokens, leaving out one gone since. ``claim`` is
+    the rail's own ``claim_many`` (this module's, or the PostgreSQL rail's one statement)."""
+
+    def replay(record: object) -> list[Lease]:
+        out: list[Lease] = []
+        for item in record if isinstance(record, list) else []:
+            try:
+                out.append(claims.reissue(c, item["lease_id"], item["run_id"]))
+            except LeaseLost:
+                continue  # expired or finished since: not handed out again
+        return out
+
+    return idempotent(
+        c,
+        idempotency_key,
+        "claim_many",
+        [agent_id, agent_role, lease_ttl_ms, n, limits],
+        lambda: claim(c, agent_id, agent_role, lease_ttl_ms, n, limits),
+        lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
+        replay,
+    )
+
+
 class ClaimManyOps(TrackerCore):
     """The ``claim_many`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
 
@@ -138,23 +172,8 @@ class ClaimManyOps(TrackerCore):
         limits = per_state_of(dict(concurrency) if concurrency is not None else None)
 
         def op(c: Ctx) -> list[Lease]:
-            def replay(record: object) -> list[Lease]:
-                out: list[Lease] = []
-                for item in record if isinstance(record, list) else []:
-                    try:
-                        out.append(claims.reissue(c, item["lease_id"], item["run_id"]))
-                    except LeaseLost:
-                        continue  # expired or finished since: not handed out again
-                return out
-
-            return idempotent(
-                c,
-                idempotency_key,
-                "claim_many",
-                [agent_id, agent_role, lease_ttl_ms, n, limits],
-                lambda: claim_many(c, agent_id, agent_role, lease_ttl_ms, n, limits),
-                lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
-                replay,
+            return keyed_claim_many(
+                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
             )
 
         return await self._write("claim_many", op)

@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, cast
 
 from tracker_client.embedded.checkpoints import previous_checkpoint
-from tracker_client.embedded.claim_many import check_n
+from tracker_client.embedded.claim_many import check_n, keyed_claim_many
 from tracker_client.embedded.claims import (
     _HOUSEKEEPING,
     _fresh_ids,
@@ -33,14 +33,13 @@ from tracker_client.embedded.claims import (
     check_ttl,
     expire_deadlines,
     reclaim_expired,
-    reissue,
 )
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
 from tracker_client.embedded.core import QUIET_WRITES
-from tracker_client.embedded.idempotency import fingerprint, idempotent
+from tracker_client.embedded.idempotency import fingerprint
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
-from tracker_client.errors import LeaseLost, TrackerError, ValidationFailed
+from tracker_client.errors import TrackerError, ValidationFailed
 from tracker_client.models import Lease, Run
 from tracker_client.nulltickets.batch_models import per_state_of
 from tracker_client.postgres.dialect import NeedExclusive, PgConn, Row
@@ -266,23 +265,8 @@ class PgClaimManyOps(PgHotOps):
             return fast
 
         def op(c: Ctx) -> list[Lease]:
-            def replay(record: object) -> list[Lease]:
-                out: list[Lease] = []
-                for item in record if isinstance(record, list) else []:
-                    try:
-                        out.append(reissue(c, item["lease_id"], item["run_id"]))
-                    except LeaseLost:
-                        continue  # expired or finished since: not handed out again
-                return out
-
-            return idempotent(
-                c,
-                idempotency_key,
-                "claim_many",
-                [agent_id, agent_role, lease_ttl_ms, n, limits],
-                lambda: claim_many(c, agent_id, agent_role, lease_ttl_ms, n, limits),
-                lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
-                replay,
+            return keyed_claim_many(
+                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
             )
 
         leases = await self._write("claim_many", op)
