@@ -269,12 +269,27 @@ def run_command(
         url = config.tracker.url
         token_source = config.tracker.api_token_source or NO_TOKEN
         _setup_logging(config)
-        code = anyio.run(_run, config_path, overrides, roles)
+        code = anyio.run(
+            _run, config_path, overrides, roles, backend_options={"use_uvloop": _has_uvloop()}
+        )
     except (ConfigError, ExecutorError) as exc:
         fail(str(exc), EXIT_CONFIG)
     except TrackerError as exc:
         fail(describe(exc, url, token_source), exit_code_for(exc))
     sys.exit(code)
+
+
+def _has_uvloop() -> bool:
+    """uvloop runs the worker's loop where it is installed (as it runs ``tracker serve``'s).
+
+    Measured interleaved, same run, 2 busy cores: ``bench.worker`` (3,000 no-op tasks, embedded)
+    ~15 % less worker CPU per task (median 600 against 702 us, 1 process) and tasks/s not worse;
+    ``bench.remote --phases worker`` (1,000 tasks, c=10) the same tasks/s and CPU per task within
+    noise (6 rounds each: median 247 against 228 tasks/s, 3.33 against 3.38 ms). Its cost: ~2.3
+    MiB more peak RSS (49.7-50.3 against 47.5-47.7 MiB)."""
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def register(group: click.Group) -> None:
