@@ -20,20 +20,17 @@ from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_FAILURE,
     EXIT_OK,
-    EXIT_TIMEOUT,
     EXIT_USAGE,
     DurationType,
     OpsContext,
     OpsError,
     common_options,
     escape_controls,
-    fmt_age,
-    fmt_when,
     input_errors,
-    now_ms,
     resolve_pipeline,
 )
-from worker.cli.ops.task_show import render_artifacts, short_json
+from worker.cli.ops.outcome import outcome_message, short_json
+from worker.cli.ops.task_show import render_artifacts
 from worker.cli.ops.taskopts import TaskFields, build_task, task_field_options
 
 __all__ = ["outcome_message", "submit"]
@@ -42,37 +39,6 @@ __all__ = ["outcome_message", "submit"]
 WAIT_SLICE_S = 30.0
 #: ``submit --wait``'s slices: how soon a task reaching a human step is said to be waiting.
 HUMAN_CHECK_S = 5.0
-
-
-def outcome_message(task_id: str, result: WaitResult, waited_s: float | None) -> tuple[int, str]:
-    """The exit code and the one-line message for a wait's result."""
-    task = result.task
-    run = task.latest_run
-    if result.outcome == "done":
-        return EXIT_OK, f"task {task_id} done: stage {task.stage}"
-    if result.outcome == "pending":
-        if run is not None and run.status == "running":
-            where = f"running in stage {task.stage!r} (attempt {run.attempt}, agent {run.agent_id})"
-        elif task.next_eligible_at_ms > now_ms():
-            retry = fmt_when(task.next_eligible_at_ms)
-            where = f"queued in stage {task.stage!r}, retrying at {retry}"
-        else:
-            where = f"queued in stage {task.stage!r}"
-        took = f" after {fmt_age(int((waited_s or 0) * 1000))}" if waited_s is not None else ""
-        return EXIT_TIMEOUT, (
-            f"timed out{took} waiting for task {task_id}; it stays {where} and may still "
-            f"finish (follow it: backlog-worker task show {task_id})"
-        )
-    if result.outcome == "cancelled":
-        return EXIT_FAILURE, f"task {task_id} was cancelled (stage {task.stage})"
-    if result.outcome == "expired":
-        return EXIT_FAILURE, f"task {task_id} expired before a worker finished it"
-    reason = task.dead_letter_reason or "dead_lettered"
-    error = f"; last error: {short_json(run.error, 200)}" if run is not None and run.error else ""
-    return EXIT_FAILURE, (
-        f"task {task_id} dead-lettered ({reason}) in stage {task.stage}"
-        f" after {run.attempt if run else 0} attempt(s){error}"
-    )
 
 
 async def wait_until_finished(

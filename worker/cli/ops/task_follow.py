@@ -3,7 +3,7 @@
 After ``task show`` has printed the task, each event written after it is printed as it comes
 (time, run, kind and a one-line rendering of its data; with ``--json`` one JSON object per line),
 until the task is finished (terminal stage, dead-lettered, cancelled, expired); the command then
-exits with the code ``submit --wait`` gives that outcome (:func:`~.submit.outcome_message`).
+exits with the code ``submit --wait`` gives that outcome (:func:`~.outcome.outcome_message`).
 
 Where the rail has the ``follow`` extension (the embedded tracker, ``tracker serve``) the events
 come from ``follow_task``, a long poll that answers as soon as an event is written; elsewhere
@@ -35,6 +35,7 @@ from worker.cli.ops.common import (
     escape_controls,
     fmt_when,
 )
+from worker.cli.ops.outcome import outcome_message
 
 __all__ = [
     "DEFAULT_POLL_S",
@@ -233,8 +234,6 @@ class Follow:
 
     def _end(self, ops: OpsContext, result: WaitResult) -> int:
         # Imported here: submit renders with task_show, which imports this module for --follow.
-        from worker.cli.ops.submit import outcome_message
-
         code, message = outcome_message(self.task_id, result, None)
         if ops.as_json:
             end = {"finished": True, "outcome": result.outcome, "exit_code": code}

@@ -30,6 +30,7 @@ from worker.cli.ops.common import (
     input_errors,
     now_ms,
 )
+from worker.cli.ops.outcome import short_json
 from worker.cli.ops.task_follow import Follow, follow_options
 from worker.cli.ops.task_spans import fetch_spans, render_spans
 
@@ -44,12 +45,6 @@ __all__ = [
     "short_json",
     "task_show",
 ]
-
-
-def short_json(data: Any, limit: int = 160) -> str:
-    """Compact JSON, cut to ``limit`` characters."""
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def event_summary(kind: str, data: Any) -> str:
