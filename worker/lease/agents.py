@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pydantic import ValidationError
 
@@ -36,7 +36,27 @@ from tracker_client.models import StoreEntry, TaskCreate, TransitionResult
 from tracker_client.protocol import Tracker
 
 if TYPE_CHECKING:
-    from worker.lease.session import LeaseSession
+    from tracker_client.capabilities import LeaseRef
+    from tracker_client.models import Lease
+    from tracker_client.protocol import LeaseTracker
+    from worker.retry import TrackerCalls
+    from worker.scrub import RunScrubber
+
+
+class LeaseSession(Protocol):
+    """What the agent calls use of the run's :class:`worker.lease.LeaseSession` (typed here so
+    this module doesn't import the session that builds it)."""
+
+    tracker: LeaseTracker
+    lease: Lease
+    ref: LeaseRef
+    calls: TrackerCalls
+    scrub: RunScrubber
+
+    def remaining_s(self) -> float:
+        """Seconds the lease is still ours."""
+        ...
+
 
 __all__ = ["CHECKPOINT_INTERVAL_S", "AgentCalls"]
 

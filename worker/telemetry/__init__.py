@@ -20,14 +20,33 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from tracker_client.models import Lease
     from tracker_client.protocol import LeaseTracker
-    from worker.run.settings import RunResult
 
-__all__ = ["NOOP", "RunTelemetry", "Telemetry", "WorkerView"]
+__all__ = ["NOOP", "RunEnd", "RunTelemetry", "Telemetry", "WorkerView"]
+
+
+class RunEnd(Protocol):
+    """How a run ended, as the telemetry reads it (:class:`worker.run.settings.RunResult` is
+    one; typed here so the telemetry doesn't import the runs it observes)."""
+
+    @property
+    def status(self) -> str:
+        """``transitioned``, ``failed``, ``released``, ``lost``, ``conflict``, ``report_failed``."""
+        ...
+
+    @property
+    def detail(self) -> str:
+        """A short code (a lost lease's reason)."""
+        ...
+
+    @property
+    def dead_lettered(self) -> bool:
+        """A failed run's task was dead-lettered."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +90,7 @@ class RunTelemetry:
         """Around one phase of the run: ``executor``, ``report``."""
         yield
 
-    def finished(self, result: RunResult, *, duration_ns: int) -> None:
+    def finished(self, result: RunEnd, *, duration_ns: int) -> None:
         """The run ended (``result.status``: transitioned, failed, released, lost, ...)."""
 
     def within(self) -> AbstractContextManager[None]:
@@ -207,7 +226,7 @@ class _RunFanOut(RunTelemetry):
                 stack.enter_context(p.phase(name))
             yield
 
-    def finished(self, result: RunResult, *, duration_ns: int) -> None:
+    def finished(self, result: RunEnd, *, duration_ns: int) -> None:
         for p in self.parts:
             p.finished(result, duration_ns=duration_ns)
 

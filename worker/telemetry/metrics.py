@@ -47,11 +47,10 @@ from tracker_client.errors import (
 )
 from tracker_client.serve.metrics_http import bind, listening_on, queue_families, serve_metrics
 from worker.config.telemetry import MetricsConfig, parse_listen
-from worker.telemetry import RunTelemetry, Telemetry, WorkerView
+from worker.telemetry import RunEnd, RunTelemetry, Telemetry, WorkerView
 
 if TYPE_CHECKING:
     from tracker_client.models import Lease, QueueStats
-    from worker.run.settings import RunResult
 
 __all__ = [
     "ACTIONS",
@@ -314,7 +313,7 @@ class _RunMetrics(RunTelemetry):
         finally:
             self._metrics._phase_duration(self._role, name).observe(time.perf_counter() - started)
 
-    def finished(self, result: RunResult, *, duration_ns: int) -> None:
+    def finished(self, result: RunEnd, *, duration_ns: int) -> None:
         m, role = self._metrics, self._role
         m._runs(role, _bounded(result.status, OUTCOMES)).inc()
         m._run_duration(role).observe(duration_ns / 1e9)

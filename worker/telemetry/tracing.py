@@ -43,7 +43,7 @@ import anyio
 
 from tracker_client.errors import ConfigError
 from worker.config.telemetry import TracingConfig
-from worker.telemetry import RunTelemetry, Telemetry, WorkerView
+from worker.telemetry import RunEnd, RunTelemetry, Telemetry, WorkerView
 
 try:
     from opentelemetry import trace
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
 
     from tracker_client.models import Lease
-    from worker.run.settings import RunResult
 
 __all__ = [
     "BATCH_SPANS",
@@ -369,7 +368,7 @@ class _RunTrace(RunTelemetry):
             span.end()
             _CURRENT.reset(token)
 
-    def finished(self, result: RunResult, *, duration_ns: int) -> None:
+    def finished(self, result: RunEnd, *, duration_ns: int) -> None:
         """The outcome on the run span (``backlog.outcome``), status ERROR when it failed."""
         span = self._span
         if span is None or self.closed:
