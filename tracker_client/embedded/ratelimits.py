@@ -20,11 +20,18 @@ import sqlite3
 from typing import Any
 
 from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import RateLimit
 
-__all__ = ["PERIODS_MS", "RateLimitOps", "admit", "parse_rate", "spend"]
+__all__ = [
+    "PERIODS_MS",
+    "admit",
+    "clear_limit",
+    "list_limits",
+    "parse_rate",
+    "set_limit",
+    "spend",
+]
 
 #: The periods a rate may name, in milliseconds.
 PERIODS_MS = {"s": 1_000, "sec": 1_000, "min": 60_000, "m": 60_000, "h": 3_600_000}
@@ -150,24 +157,6 @@ def clear_limit(ctx: Ctx, role: str) -> RateLimit:
     return answer
 
 
-class RateLimitOps(TrackerCore):
-    """The tracker's face of the ``rate_limits`` extension: set, list and clear."""
-
-    async def set_rate_limit(
-        self, role: str, *, rate: str | None = None, max_running: int | None = None
-    ) -> RateLimit:
-        """Set ``role``'s fleet-wide rate (``"20/min"``) and/or cap of leased tasks."""
-        return await self._write("set_rate_limit", lambda c: set_limit(c, role, rate, max_running))
-
-    async def list_rate_limits(self) -> list[RateLimit]:
-        """Every role's limit, by role, with its tokens, next token and leased tasks."""
-        return await self._read(
-            "list_rate_limits",
-            lambda c: [
-                _model(c, r) for r in c.conn.execute("SELECT * FROM rate_limits ORDER BY role")
-            ],
-        )
-
-    async def clear_rate_limit(self, role: str) -> RateLimit:
-        """Remove ``role``'s limit: its claims are no longer limited."""
-        return await self._write("clear_rate_limit", lambda c: clear_limit(c, role))
+def list_limits(ctx: Ctx) -> list[RateLimit]:
+    """Every role's limit, by role, with its tokens, next token and leased tasks."""
+    return [_model(ctx, r) for r in ctx.conn.execute("SELECT * FROM rate_limits ORDER BY role")]

@@ -23,7 +23,7 @@ from tracker_client.embedded.finish import FinishOps
 from tracker_client.embedded.follow import FollowOps
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.links import LinkOps
-from tracker_client.embedded.ratelimits import RateLimitOps
+from tracker_client.embedded.ratelimit_ops import RateLimitOps
 from tracker_client.embedded.release import ReleaseOps
 from tracker_client.embedded.schedules import ScheduleOps
 from tracker_client.embedded.spans import SpanOps
