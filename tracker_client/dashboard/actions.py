@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from tracker_client.dashboard import auth
-from tracker_client.dashboard.app import BadParam, Dashboard
+from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.errors import Conflict, TrackerRejected, Unsupported
 
 __all__ = ["login", "login_form", "logout", "task_action"]

@@ -15,9 +15,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tracker_client.dashboard.app import BadParam, Dashboard
 from tracker_client.dashboard.auth import Viewer
 from tracker_client.dashboard.data import STATES, Catalog, ListedTask, optional, task_state
+from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import Event, Page, Run, Task
 from tracker_client.observe_models import Span, WorkerInfo
