@@ -128,7 +128,7 @@ def main() -> None:
             if phase == "embedded1":
                 rows.append({"rail": "embedded", **_drain(args.tasks, 1, args.concurrency)})
             elif phase.startswith("procrastinate"):
-                from bench.peers import procrastinate_drain  # bench.peers imports this module
+                from bench.peer_drains import procrastinate_drain
 
                 assert server is not None
                 procs = int(phase.removeprefix("procrastinate"))
