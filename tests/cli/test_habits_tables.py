@@ -12,6 +12,7 @@ import pty
 import shutil
 import struct
 import subprocess
+import sys
 import termios
 from pathlib import Path
 
@@ -19,7 +20,10 @@ import pytest
 
 from tests.cli.conftest import Rail
 
-EXE = shutil.which("backlog-worker") or "backlog-worker"
+#: The script installed beside the interpreter running the tests (the venv's), so the command
+#: run is this tree's, not another install found earlier on PATH.
+_BESIDE = Path(sys.executable).parent / "backlog-worker"
+EXE = str(_BESIDE) if _BESIDE.exists() else shutil.which("backlog-worker") or "backlog-worker"
 TITLE = " ".join(f"word{i:02d}" for i in range(40))  # ~280 characters
 
 
