@@ -84,7 +84,7 @@ EMBEDDED = Capabilities(
     strict_limits=True,
     extensions=frozenset({"follow", "workers", "spans"})
     | frozenset({"subtasks", "fan_in", "upstream", "checkpoints", "human_steps"})
-    | frozenset({"claim_many", "finish"}),
+    | frozenset({"claim_many", "finish", "finish_many"}),
 )
 
 

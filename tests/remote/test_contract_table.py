@@ -172,6 +172,7 @@ def test_served_routes_auth_and_openapi_follow_the_table() -> None:
         "transition",
         "fail",
         "finish",
+        "finish_many",
         "unassign",
         "cancel",
         "cancel_all",

@@ -24,7 +24,7 @@ from tracker_client.embedded.idempotency import idempotent
 from tracker_client.errors import ValidationFailed
 from tracker_client.nulltickets.batch_models import MAX_FINISH_EVENTS, FinishResult
 
-__all__ = ["FinishOps", "finish"]
+__all__ = ["FinishOps", "Prepared", "finish", "finish_keyed", "prepare"]
 
 Part = BaseModel | Mapping[str, Any]
 
@@ -40,9 +40,13 @@ def _plain(value: Part | None) -> dict[str, Any] | None:
     raise ValidationFailed(f"finish: expected an object, got {type(value).__name__}")
 
 
-def _check(
-    events: Sequence[Part], transition: Part | None, fail: Part | None
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
+#: A ``finish`` checked and made plain: (events, transition, fail).
+Prepared = tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]
+
+
+def prepare(events: Sequence[Part], transition: Part | None, fail: Part | None) -> Prepared:
+    """``finish``'s parts checked (exactly one of transition and fail, at most
+    :data:`MAX_FINISH_EVENTS` events) and made plain dicts; ``ValidationFailed`` otherwise."""
     if (transition is None) == (fail is None):
         raise ValidationFailed(
             "finish: give exactly one of transition or fail", code="invalid_finish"
@@ -96,6 +100,23 @@ def finish(
     return FinishResult(event_ids=ids, fail=failed)
 
 
+def finish_keyed(
+    ctx: Ctx, run_id: str, digest: str, parts: Prepared, rng: Any, key: str | None
+) -> FinishResult:
+    """:func:`finish` under the idempotency record of ``key`` (a replay answers the first
+    answer): what one ``finish`` and each item of a ``finish_many`` write."""
+    plain, moved, failed = parts
+    return idempotent(
+        ctx,
+        key,
+        "finish",
+        [run_id, digest, plain, moved, failed],
+        lambda: finish(ctx, run_id, digest, plain, moved, failed, rng),
+        lambda r: r.model_dump(mode="json"),
+        FinishResult.model_validate,
+    )
+
+
 class FinishOps(TrackerCore):
     """The ``finish`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
 
@@ -110,18 +131,10 @@ class FinishOps(TrackerCore):
     ) -> FinishResult:
         """Write ``events`` (``{kind, data}`` each) and then ``transition`` (``transition``'s
         fields) or ``fail`` (``fail``'s), all or nothing, in one write."""
-        plain, moved, failed = _check(events, transition, fail)
+        parts = prepare(events, transition, fail)
         digest = runs.token_hash(lease.lease_token.get_secret_value())
         run_id = lease.run_id
         return await self._write(
             "finish",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "finish",
-                [run_id, digest, plain, moved, failed],
-                lambda: finish(c, run_id, digest, plain, moved, failed, self._rng),
-                lambda r: r.model_dump(mode="json"),
-                FinishResult.model_validate,
-            ),
+            lambda c: finish_keyed(c, run_id, digest, parts, self._rng, idempotency_key),
         )

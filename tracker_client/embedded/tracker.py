@@ -20,6 +20,7 @@ from tracker_client.embedded.agents import AgentOps
 from tracker_client.embedded.claim_many import ClaimManyOps
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.finish import FinishOps
+from tracker_client.embedded.finish_many import FinishManyOps
 from tracker_client.embedded.follow import FollowOps
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.embedded.links import LinkOps
@@ -72,6 +73,7 @@ class EmbeddedTracker(
     AgentOps,
     ClaimManyOps,
     FinishOps,
+    FinishManyOps,
 ):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 

@@ -1,4 +1,5 @@
-"""The wire models of the batching extensions: ``claim_many`` and ``finish`` (and their limits).
+"""The wire models of the batching extensions: ``claim_many``, ``finish`` and ``finish_many``
+(and their limits).
 
 Pure data, imported by the contract table (:mod:`tracker_client.nulltickets.contract`), the
 served tracker and the remote client; it imports pydantic only.
@@ -6,19 +7,31 @@ served tracker and the remote client; it imports pydantic only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracker_client.capabilities import LeaseRef
+from tracker_client.errors import TrackerError, ValidationFailed
 from tracker_client.models import FailResult, TransitionResult
 from tracker_client.nulltickets.wire_models import EventBody, FailBody, TransitionBody
 
 __all__ = [
     "MAX_CLAIM_MANY",
     "MAX_FINISH_EVENTS",
+    "MAX_FINISH_MANY",
     "ClaimManyBody",
     "FinishBody",
+    "FinishItem",
+    "FinishManyBody",
+    "FinishManyEntry",
+    "FinishManyItemBody",
+    "FinishManyOutcome",
+    "FinishManyResult",
     "FinishResult",
+    "check_items",
     "per_state_of",
 ]
 
@@ -26,6 +39,8 @@ __all__ = [
 MAX_CLAIM_MANY = 100
 #: The most events one ``finish`` writes before its transition or fail.
 MAX_FINISH_EVENTS = 100
+#: The most runs one ``finish_many`` reports (a worker sends the reports of runs ending together).
+MAX_FINISH_MANY = 100
 
 
 class ClaimManyBody(BaseModel):
@@ -58,6 +73,80 @@ class FinishResult(BaseModel):
     event_ids: list[int]
     transition: TransitionResult | None = None
     fail: FailResult | None = None
+
+
+@dataclass(frozen=True)
+class FinishItem:
+    """One run's part of a ``finish_many``: what ``finish`` takes, with its lease and key.
+
+    ``transition`` holds ``transition``'s fields (trigger, expected_stage,
+    expected_task_version, instructions, usage, wait_for), ``fail`` ``fail``'s (error, usage,
+    retryable); exactly one of them. Each item is written all or nothing, as ``finish`` writes.
+    """
+
+    lease: LeaseRef
+    events: tuple[Mapping[str, Any], ...] = ()
+    transition: Mapping[str, Any] | None = None
+    fail: Mapping[str, Any] | None = None
+    #: The item's own key: a replay answers the first answer (keyed as a ``finish`` would be).
+    idempotency_key: str | None = None
+
+
+class FinishManyItemBody(FinishBody):
+    """One item of ``POST /runs/finish-many``: a run, its lease token (the item's credential:
+    the request itself carries the api token, as ``claim`` does), its key and its ``finish``."""
+
+    run_id: str
+    lease_token: str
+    idempotency_key: str | None = None
+
+
+class FinishManyBody(BaseModel):
+    """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of up to
+    :data:`MAX_FINISH_MANY` runs, each written all or nothing, independently of the others."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[FinishManyItemBody] = Field(
+        json_schema_extra={"minItems": 1, "maxItems": MAX_FINISH_MANY}
+    )
+
+
+class FinishManyEntry(BaseModel):
+    """One item's answer: its status as ``finish`` would have answered it, and its result
+    (a success) or its error object (``{"code", "message", ...}``, as an error answer has)."""
+
+    status: int
+    result: FinishResult | None = None
+    error: dict[str, Any] | None = None
+
+
+class FinishManyResult(BaseModel):
+    """``finish_many``'s answer: one entry per item, in the items' order."""
+
+    results: list[FinishManyEntry]
+
+
+#: What ``finish_many`` gives per item: its result, or the error that refused it (nothing of
+#: that item written).
+FinishManyOutcome = FinishResult | TrackerError
+
+
+def check_items(items: Sequence[FinishItem]) -> None:
+    """The batch's own limits (each item's are its ``finish``'s): a list of 1..
+    :data:`MAX_FINISH_MANY` :class:`FinishItem`; ``ValidationFailed`` naming what is wrong."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise ValidationFailed("finish_many: items must be a list of FinishItem")
+    if not 1 <= len(items) <= MAX_FINISH_MANY:
+        raise ValidationFailed(
+            f"finish_many: items: 1 to {MAX_FINISH_MANY}, got {len(items)}",
+            code="too_many_items" if items else "invalid_request",
+        )
+    for i, item in enumerate(items):
+        if not isinstance(item, FinishItem):
+            raise ValidationFailed(
+                f"finish_many: items[{i}]: expected a FinishItem, got {type(item).__name__}"
+            )
 
 
 def per_state_of(concurrency: object) -> dict[str, int]:

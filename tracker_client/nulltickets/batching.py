@@ -1,26 +1,41 @@
-"""The remote client's batching calls: ``finish`` (a lease operation, so a typed call).
+"""The remote client's batching calls: ``finish`` and ``finish_many`` (typed calls).
 
 ``claim_many`` needs none: it is an admin operation, and ``RemoteTracker.call("claim_many",
 ...)`` sends it from its contract row. ``finish`` carries the lease token, and lease operations
-are not sent through ``call``: :func:`finish` is what ``RemoteTracker.finish`` sends. Both need
-the extension listed in ``/health`` (``Unsupported`` before anything is sent, on a plain
-NullTickets server). May touch: the wire (one request).
+are not sent through ``call``: :func:`finish` is what ``RemoteTracker.finish`` sends.
+``finish_many`` carries a lease token per item and answers per item: :func:`finish_many` reads
+each entry back as ``finish``'s answer or the exception its error would be on ``finish``'s
+route. All need the extension listed in ``/health`` (``Unsupported`` before anything is sent,
+on a plain NullTickets server). May touch: the wire (one request).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from tracker_client.capabilities import LeaseRef
-from tracker_client.errors import ValidationFailed
-from tracker_client.nulltickets.batch_models import MAX_FINISH_EVENTS, FinishResult
+from tracker_client.errors import TrackerUnavailable, ValidationFailed
+from tracker_client.nulltickets.batch_models import (
+    MAX_FINISH_EVENTS,
+    FinishItem,
+    FinishManyEntry,
+    FinishManyOutcome,
+    FinishManyResult,
+    FinishResult,
+    check_items,
+)
 from tracker_client.nulltickets.transport import check_json
 from tracker_client.nulltickets.wire import Wire
+from tracker_client.nulltickets.wire_errors import error_for
 
-__all__ = ["finish"]
+__all__ = ["finish", "finish_many"]
+
+#: What an item's error is read as: an error answer of ``finish``'s own route.
+_ITEM_ROUTE = "POST /runs/{run_id}/finish"
 
 
 def _plain(value: BaseModel | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -62,3 +77,46 @@ async def finish(
         idempotency_key=idempotency_key,
         into=FinishResult,
     )
+
+
+def _item_body(item: FinishItem) -> dict[str, Any]:
+    """An item as the wire carries it (its own checks are the server's, answered per item)."""
+    body: dict[str, Any] = {
+        "run_id": item.lease.run_id,
+        "lease_token": item.lease.lease_token.get_secret_value(),
+        "events": [dict(e) for e in item.events],
+    }
+    if item.idempotency_key is not None:
+        body["idempotency_key"] = item.idempotency_key
+    if item.transition is not None:
+        body["transition"] = dict(item.transition)
+    if item.fail is not None:
+        body["fail"] = dict(item.fail)
+    return body
+
+
+def _outcome(entry: FinishManyEntry) -> FinishManyOutcome:
+    if entry.status == 200 and entry.result is not None:
+        return entry.result
+    if entry.error is None:
+        return TrackerUnavailable(
+            f"POST /runs/finish-many: an entry with status {entry.status} and no error",
+            code="invalid_response",
+        )
+    raw = json.dumps({"error": entry.error}).encode()
+    return error_for(entry.status, raw, {}, _ITEM_ROUTE, lease_route=True)
+
+
+async def finish_many(wire: Wire, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
+    """``POST /runs/finish-many``: each item's ``finish`` in one request; per item, its result
+    or the exception its error entry is (a lost lease, a stale version: as on ``finish``)."""
+    check_items(items)
+    body = {"items": [_item_body(item) for item in items]}
+    check_json(body, "finish_many")
+    answer = await wire.call("finish_many", body=body, into=FinishManyResult)
+    if len(answer.results) != len(items):
+        raise TrackerUnavailable(
+            f"POST /runs/finish-many: {len(answer.results)} entries for {len(items)} items",
+            code="invalid_response",
+        )
+    return [_outcome(entry) for entry in answer.results]

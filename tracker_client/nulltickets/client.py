@@ -52,7 +52,7 @@ from tracker_client.models import (
 from tracker_client.nulltickets import batching, leases, reads
 from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
-from tracker_client.nulltickets.batch_models import FinishResult
+from tracker_client.nulltickets.batch_models import FinishItem, FinishManyOutcome, FinishResult
 from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
@@ -320,6 +320,11 @@ class RemoteTracker(AgentCalls):
         """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
         transition or fail in one request, written all or nothing."""
         return await batching.finish(self._wire, lease, events, transition, fail, idempotency_key)
+
+    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
+        """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of many
+        runs in one request; per item, its ``finish`` answer or the error refusing it."""
+        return await batching.finish_many(self._wire, items)
 
     # -- artifacts and operations ---------------------------------------------------------------
     async def add_artifact(

@@ -31,7 +31,13 @@ from pydantic import BaseModel
 
 from tracker_client import models as m
 from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
-from tracker_client.nulltickets.batch_models import ClaimManyBody, FinishBody, FinishResult
+from tracker_client.nulltickets.batch_models import (
+    ClaimManyBody,
+    FinishBody,
+    FinishManyBody,
+    FinishManyResult,
+    FinishResult,
+)
 from tracker_client.nulltickets.wire_models import (
     AssignBody,
     BulkBody,
@@ -141,6 +147,8 @@ EXTENSIONS: Mapping[str, str] = {
     "housekeeping pass and one candidate scan for all of them)",
     "finish": "POST /runs/{run_id}/finish (a run's last events and its transition or fail in "
     "one write, all or nothing)",
+    "finish_many": "POST /runs/finish-many (the final reports of up to 100 runs in one write, "
+    "each all or nothing under its own lease token and idempotency key)",
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }
@@ -317,6 +325,11 @@ OPERATIONS: tuple[Operation, ...] = (
         "transition or its fail: one write, all or nothing", "lease", body=FinishBody,
         response=FinishResult, errors=(400, 401, 404, 409, 410), extension="finish", wakes=True,
         idempotent=True),
+    _op("finish_many", "POST", "/runs/finish-many", "Write the final reports of many runs "
+        "(each finish's events, then its transition or fail; each under its own lease token and "
+        "idempotency key, all or nothing) in one write: one answer entry per item",
+        body=FinishManyBody, response=FinishManyResult, errors=(400,), extension="finish_many",
+        wakes=True),
     # artifacts, ops
     _op("add_artifact", "POST", "/artifacts", "Add artifact", body=m.ArtifactCreate, status=201,
         response=IdAnswer, errors=(400, 404), idempotent=True),

@@ -1,9 +1,10 @@
-"""Route handlers of the served tracker's batching extensions: ``claim_many``.
+"""Route handlers of the served tracker's batching extensions: ``claim_many``, ``finish_many``.
 
-A row alone cannot say it: the leases' tokens are answered in clear (as ``claim`` answers its
-one). Named after its
-operation in :data:`tracker_client.nulltickets.contract.OPERATIONS`, as in
-:mod:`tracker_client.serve.routes`.
+A row alone cannot say them: ``claim_many`` answers the leases' tokens in clear (as ``claim``
+answers its one); ``finish_many`` reads a lease token per item (the request itself carries the
+api token, as ``claim`` does) and answers each item's outcome as the status and error object
+``finish`` would have answered it. Named after their operations in
+:data:`tracker_client.nulltickets.contract.OPERATIONS`, as in :mod:`tracker_client.serve.routes`.
 
 It may touch the request and the tracker of the request (through ``call`` by operation name);
 never the storage directly.
@@ -11,10 +12,16 @@ never the storage directly.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import SecretStr
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tracker_client.nulltickets.batch_models import ClaimManyBody
+from tracker_client.capabilities import LeaseHandle
+from tracker_client.errors import TrackerCorrupt, TrackerError
+from tracker_client.nulltickets.batch_models import ClaimManyBody, FinishItem, FinishManyBody
+from tracker_client.nulltickets.wire_errors import response_for
 from tracker_client.serve.helpers import dump, idem_key, tracker_of
 from tracker_client.serve.http import Handlers, json_response, read_model
 
@@ -44,3 +51,32 @@ async def claim_many(request: Request) -> Response:
         doc["lease_token"] = lease.lease_token.get_secret_value()
         docs.append(doc)
     return json_response(docs)
+
+
+def _entry(outcome: Any) -> dict[str, Any]:
+    """One item's answer entry: ``{"status": 200, "result"}`` or its error as ``finish``'s."""
+    if isinstance(outcome, TrackerError):
+        if isinstance(outcome, TrackerCorrupt):
+            raise outcome  # the storage itself: the whole request fails, as any request would
+        status, body, _headers = response_for(outcome)
+        return {"status": status, "error": body["error"]}
+    return {"status": 200, "result": dump(outcome)}
+
+
+@HANDLERS
+async def finish_many(request: Request) -> Response:
+    """``POST /runs/finish-many``: each item's ``finish`` under its own lease token and key, in
+    one write; ``{"results": [...]}``, one entry per item in the items' order."""
+    body = await read_model(request, FinishManyBody)
+    items = [
+        FinishItem(
+            lease=LeaseHandle(lease_id="", run_id=i.run_id, lease_token=SecretStr(i.lease_token)),
+            events=tuple(e.model_dump() for e in i.events),
+            transition=None if i.transition is None else i.transition.model_dump(),
+            fail=None if i.fail is None else i.fail.model_dump(),
+            idempotency_key=i.idempotency_key,
+        )
+        for i in body.items
+    ]
+    outcomes = await tracker_of(request).call("finish_many", items=items)
+    return json_response({"results": [_entry(o) for o in outcomes]})
