@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("backlog_worker.tracker")
+#: Actions this process never logs, skipped before any work (tracker serve mutes per-task ones).
+MUTED_ACTIONS: set[str] = set()
 
 MIB = 1024 * 1024
 #: SET clause that drops a task's lease.
@@ -183,7 +185,7 @@ class Ctx:
         **more: Any,
     ) -> None:
         """Queue an INFO log line for after the commit, with the role's depth after the change."""
-        if not log.isEnabledFor(logging.INFO):
+        if action in MUTED_ACTIONS or not log.isEnabledFor(logging.INFO):
             return
         extra: dict[str, Any] = {"action": action, "task_id": task_id, "run_id": run_id}
         if role is not None:
