@@ -1,18 +1,25 @@
-"""Peak RSS of an idle-to-busy worker (embedded rail, no-op ``python`` executor) and where it goes.
+"""Peak RSS of an idle-to-busy worker (no-op ``python`` executor) and where it goes.
 
     python -m bench.memory [--tasks 2000] [--concurrency 10] [--root DIR ...] [--top 15]
+                           [--rail embedded,served] [--python PATH] [--no-profile]
 
 Each ``--root`` is a source tree to measure (default: this one; add a worktree of an older
-commit, ``git worktree add /tmp/before HEAD~3``, to compare before/after in the same run). Per
-root, two real ``worker run`` processes on a fresh SQLite rail, each started idle on an empty
-queue, then given N no-op tasks, stopped by SIGTERM once all are done:
+commit, ``git worktree add /tmp/before HEAD~3``, to compare before/after in the same run).
+``--rail``: the worker on the SQLite file itself (``embedded``) and/or through a ``tracker
+serve`` process of this tree on that file (``served``; the server's memory is not counted).
+``--python``: the interpreter of the measured worker (default: this one), e.g. a clean venv's
+``.venv/bin/python`` as CI builds it: this machine's site-packages may run ``.pth`` files at
+start-up that a clean venv does not. Per root and rail, two real ``worker run`` processes on a
+fresh SQLite rail, each started idle on an empty queue (registered in the rail's worker list),
+then given N no-op tasks, stopped by SIGTERM once all are done:
 
 1. clean: its own peak RSS (``VmHWM``, sampled by :mod:`bench.rss`; ``wait4``'s figure counts
    the forked copy of this process);
 2. profiled: the same with an import hook that reads the RSS around each module's execution, so
    each module's own cost (its RSS growth less its imports') is printed, top ``--top`` modules
-   and per top-level package. The hook's own cost is small but not zero: the clean run's figure
-   is the one to quote.
+   and per top-level package (``--no-profile`` skips it). The hook's own cost is small but not
+   zero: the clean run's figure is the one to quote. Its anonymous and file-backed RSS
+   (``/proc/<pid>/smaps_rollup``, read once all tasks are done) are printed too.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -99,7 +107,9 @@ def _child(root: str, config: str, costs_out: str) -> None:
             Path(costs_out).write_text(json.dumps(finder.costs))
 
 
-def _run(root: Path, tasks: int, concurrency: int, profiled: bool) -> dict[str, Any]:
+def _run(
+    root: Path, rail: str, python: str, tasks: int, concurrency: int, profiled: bool
+) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import anyio
 
@@ -110,27 +120,82 @@ def _run(root: Path, tasks: int, concurrency: int, profiled: bool) -> dict[str, 
         tmp = Path(tmp_s)
         db = tmp / "rail.db"
         anyio.run(_seed, db, 0)
-        config = _config(tmp, db, concurrency, drain=False)
-        costs = tmp / "costs.json" if profiled else None
-        argv = [sys.executable, __file__, "--child", str(root), str(config), str(costs or "")]
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        server = _serve(db) if rail == "served" else None
         try:
-            _wait_for(lambda: _opened(proc.pid, db), 30, "the worker to open the rail", proc)
-            time.sleep(1.0)  # idle on an empty queue first (a benchmark, not a test)
-            idle = (vm_hwm_kib(proc.pid) or 0) / 1024
-            _add(db, tasks)
-            _wait_for(lambda: _completed(db) >= tasks, 300, f"{tasks} completed runs", proc)
+            config = _config(tmp, db, concurrency, drain=False)
+            if server is not None:
+                text = config.read_text().replace(f"sqlite:///{db}", server[1])
+                config.write_text(text)
+            costs = tmp / "costs.json" if profiled else None
+            argv = [python, __file__, "--child", str(root), str(config), str(costs or "")]
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            proc = subprocess.Popen(
+                argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            smaps: dict[str, int] = {}
+            try:
+                _wait_for(lambda: _registered(db, proc.pid), 30, "the worker to register", proc)
+                time.sleep(1.0)  # idle on an empty queue first (a benchmark, not a test)
+                idle = (vm_hwm_kib(proc.pid) or 0) / 1024
+                _add(db, tasks)
+                _wait_for(lambda: _completed(db) >= tasks, 300, f"{tasks} completed runs", proc)
+                smaps = _smaps(proc.pid)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+            ((peak, cpu),) = reap([proc])
         finally:
-            proc.send_signal(signal.SIGTERM)
-        ((peak, cpu),) = reap([proc])
+            if server is not None:
+                server[0].terminate()
+                server[0].wait(30)
         if proc.returncode != 0:
             stderr = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
             raise SystemExit(f"worker exited {proc.returncode}: {stderr}")
-        out: dict[str, Any] = {"idle_mib": idle, "peak_mib": peak, "cpu_s": cpu}
+        out: dict[str, Any] = {"idle_mib": idle, "peak_mib": peak, "cpu_s": cpu, **smaps}
         if costs is not None:
             out["costs"] = json.loads(costs.read_text())
         return out
+
+
+def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``tracker serve`` of this tree on ``db`` (port 0, 127.0.0.1): the process and its URL."""
+    log = db.with_suffix(".log")
+    argv = [sys.executable, "-m", "worker", "tracker", "serve", "--tracker", f"sqlite://{db}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*argv, "--port", "0"], stdout=subprocess.DEVNULL, stderr=stderr, env=env
+        )
+    found: list[str] = []
+
+    def listening() -> bool:
+        found[:] = re.findall(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+        return bool(found)
+
+    try:
+        _wait_for(listening, 30, "tracker serve to listen", proc)
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
+    return proc, found[0]
+
+
+def _registered(db: Path, pid: int) -> bool:
+    """Whether worker ``pid`` is in the rail's worker list (config read, tracker answered)."""
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT 1 FROM workers WHERE pid = ?", (pid,)).fetchone() is not None
+
+
+def _smaps(pid: int) -> dict[str, int]:
+    """``Rss``, ``Anonymous`` and the file-backed rest (KiB) from ``/proc/<pid>/smaps_rollup``."""
+    fields: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            name, _, value = line.partition(":")
+            fields[name] = int(value.split()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return {"rss_kib": fields.get("Rss", 0), "anon_kib": fields.get("Anonymous", 0)}
 
 
 def _wait_for(check: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
@@ -142,14 +207,6 @@ def _wait_for(check: Any, timeout_s: float, what: str, proc: subprocess.Popen[by
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
         time.sleep(0.02)  # polling a real condition under a deadline
-
-
-def _opened(pid: int, db: Path) -> bool:
-    """Whether process ``pid`` has the rail's file open (it is up: config read, tracker open)."""
-    try:
-        return any(os.readlink(fd) == str(db) for fd in Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return False
 
 
 def _add(db: Path, n: int) -> None:
@@ -181,12 +238,16 @@ def _completed(db: Path) -> int:
         )
 
 
-def _report(root: Path, clean: dict[str, Any], profiled: dict[str, Any], top: int) -> None:
-    costs: dict[str, int] = profiled["costs"]
+def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, top: int) -> None:
+    rss, anon = clean.get("rss_kib", 0) / 1024, clean.get("anon_kib", 0) / 1024
     print(
-        f"{root}: peak RSS idle {clean['idle_mib']:.1f} MiB, busy {clean['peak_mib']:.1f} MiB "
-        f"(profiled run {profiled['peak_mib']:.1f})"
+        f"{label}: peak RSS idle {clean['idle_mib']:.1f} MiB, busy {clean['peak_mib']:.1f} MiB "
+        f"(at the end: {rss:.1f} MiB, {anon:.1f} anonymous, {rss - anon:.1f} file-backed)"
+        + (f" (profiled run {profiled['peak_mib']:.1f})" if profiled else "")
     )
+    if profiled is None:
+        return
+    costs: dict[str, int] = profiled["costs"]
     print(f"  imports: {len(costs)} modules, {sum(costs.values()) / 1024:.1f} MiB of RSS growth")
     packages: dict[str, int] = {}
     for name, kib in costs.items():
@@ -217,15 +278,26 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--root", action="append", type=Path, default=[])
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--rail", default="embedded", help="embedded, served or both (a,b)")
+    parser.add_argument("--python", default=sys.executable, help="the worker's interpreter")
+    parser.add_argument("--no-profile", action="store_true", help="skip the import profile")
     args = parser.parse_args()
     roots = [r.resolve() for r in args.root] or [ROOT]
     for root in roots:
         if not (root / "worker" / "cli").is_dir():
             parser.error(f"--root {root}: not a source tree of this project (no worker/cli)")
-    for root in roots:
-        clean = _run(root, args.tasks, args.concurrency, profiled=False)
-        profiled = _run(root, args.tasks, args.concurrency, profiled=True)
-        _report(root, clean, profiled, args.top)
+    rails = [r.strip() for r in args.rail.split(",") if r.strip()]
+    for rail in rails:
+        if rail not in ("embedded", "served"):
+            parser.error(f"--rail {rail!r}: not a rail (embedded, served)")
+    if not os.access(args.python, os.X_OK):
+        parser.error(f"--python {args.python}: not an executable interpreter")
+    for rail in rails:
+        for root in roots:
+            run = (root, rail, args.python, args.tasks, args.concurrency)
+            clean = _run(*run, profiled=False)
+            profiled = None if args.no_profile else _run(*run, profiled=True)
+            _report(f"{root} [{rail}]", clean, profiled, args.top)
 
 
 if __name__ == "__main__":
