@@ -22,7 +22,7 @@ __all__ = ["COMMAND_MODULES", "main"]
 #: ``tests/test_imports.py`` checks this table against what the modules really register.
 COMMAND_MODULES: dict[str, str] = {
     "run": "worker.cli.run",
-    "check": "worker.cli.run",
+    "check": "worker.cli.check",
     "pipeline": "worker.cli.ops.commands",
     "task": "worker.cli.ops.commands",
     "submit": "worker.cli.ops.commands",

@@ -36,7 +36,7 @@ from worker.config.models import Config
 from worker.triggers import trigger_problems
 from worker.workdirs import check_workdir_base
 
-__all__ = ["check_command"]
+__all__ = ["check_command", "register"]
 
 
 async def _check(config: Config, report: CheckReport) -> None:
@@ -132,3 +132,8 @@ def check_command(
         refuse(exc)
     report.finish()
     sys.exit(EXIT_FAILURE if report.failed else EXIT_OK)
+
+
+def register(group: click.Group) -> None:
+    """Add ``check`` to the CLI."""
+    group.add_command(check_command)

@@ -4,7 +4,7 @@ It loads the configuration, opens the tracker, builds every role's executor, ins
 handling (TERM/INT: staged shutdown, a second one skips the grace; HUP: reload the
 configuration for new claims), tells systemd (ready, status, watchdog) and runs a
 :class:`~worker.daemon.Worker`. ``check`` (:mod:`worker.cli.check`) validates the same things
-without claiming anything; both are registered here.
+without claiming anything, and registers itself (``run`` does not import it).
 
 It may touch everything a running worker needs: the configuration (and the release of its secrets),
 the executors and the tracker (through :mod:`worker.cli.prepare`), signals, systemd
@@ -32,7 +32,6 @@ from tracker_client.errors import (
     ExecutorError,
     TrackerError,
 )
-from worker.cli.check import check_command
 from worker.cli.errors import NO_TOKEN, describe, exit_code_for
 from worker.cli.prepare import (
     EXIT_CONFIG,
@@ -49,10 +48,9 @@ from worker.cli.prepare import (
     select_roles,
     tracker_option,
 )
-from worker.cli.systemd.unit import STOP_MARGIN_S
+from worker.cli.systemd import STOP_MARGIN_S
 from worker.cli.token import token_options, token_overrides
 from worker.config.models import Config
-from worker.config.reload import plan_reload
 from worker.config.secrets import release_secret_env
 from worker.daemon import Worker, WorkerState
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
@@ -183,6 +181,8 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
     def reload() -> None:
         nonlocal config
         notifier.reloading()
+        from worker.config.reload import plan_reload  # only on SIGHUP
+
         try:
             # Roles and most [worker] keys apply to new claims; the rest is named (config.reload).
             applied, _ = plan_reload(config, load_selected(config_path, overrides, roles))
@@ -293,6 +293,5 @@ def _has_uvloop() -> bool:
 
 
 def register(group: click.Group) -> None:
-    """Add ``run`` and ``check`` to the CLI."""
+    """Add ``run`` to the CLI (``check`` is :mod:`worker.cli.check`'s)."""
     group.add_command(run_command)
-    group.add_command(check_command)

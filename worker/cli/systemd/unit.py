@@ -24,6 +24,7 @@ from pathlib import Path
 
 import click
 
+from worker.cli.systemd import STOP_MARGIN_S
 from worker.cli.systemd.sandbox import (
     ConfiguredPath,
     Placement,
@@ -41,6 +42,7 @@ from worker.cli.systemd.serve import DEFAULT_RAIL, serve_unit
 
 __all__ = [
     "CONTRIB_EXEC",
+    "STOP_MARGIN_S",
     "UnitOptions",
     "placement_for",
     "register",
@@ -52,8 +54,6 @@ __all__ = [
 
 #: The executable path the units in ``contrib/systemd`` name (a system-wide pip install).
 CONTRIB_EXEC: tuple[str, ...] = ("/usr/local/bin/backlog-worker",)
-#: Time allowed beyond ``shutdown_grace_s`` for cancelling executors and the final reports.
-STOP_MARGIN_S = 30
 _INSTANCE = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
