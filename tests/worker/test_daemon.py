@@ -216,7 +216,8 @@ class FlakyTracker:
 
 async def test_tracker_outage_is_retried_and_recovers(tracker: Tracker, pipeline_id: str) -> None:
     await add_tasks(tracker, pipeline_id, 4)
-    flaky = FlakyTracker(tracker, {"health", "claim", "transition"})
+    # The reports go out batched (the rail has finish_many): its outage is the reports'.
+    flaky = FlakyTracker(tracker, {"health", "claim", "transition", "finish_many"})
     done = 0
 
     async def work(ctx: ExecutionContext) -> None:
@@ -229,7 +230,7 @@ async def test_tracker_outage_is_retried_and_recovers(tracker: Tracker, pipeline
         # Down at start-up: the worker keeps retrying instead of dying.
         await wait_until(lambda: flaky.failures >= 3)
         assert worker.state is WorkerState.STARTING
-        flaky.failing = {"transition"}
+        flaky.failing = {"transition", "finish_many"}
         await wait_until(lambda: done >= 1)
         await wait_until(lambda: flaky.failures >= 6)
         flaky.failing = set()  # back up: the pending transitions go through
@@ -510,9 +511,15 @@ class KeyRecorder:
         return recorded
 
     async def capabilities(self) -> Capabilities:
-        """The real tracker's, declaring whether answers can be lost as ``lossy`` says."""
+        """The real tracker's, declaring whether answers can be lost as ``lossy`` says, and
+        without ``finish_many`` (each report its own call; the batched reports' keys are
+        tests/worker/test_report_batch.py's)."""
         caps = await self._inner.capabilities()
-        return dataclasses.replace(caps, answers_can_be_lost=self._lossy)
+        return dataclasses.replace(
+            caps,
+            answers_can_be_lost=self._lossy,
+            extensions=caps.extensions - {"finish_many"},
+        )
 
 
 @pytest.mark.parametrize("lossy", [True, False])

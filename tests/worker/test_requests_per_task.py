@@ -179,7 +179,8 @@ def _completed(tmp_path: Path) -> int:
 def _check(counts: Counting, *, plain: bool, events_per_task: int) -> None:
     """Per task: one claim, ``events_per_task`` event writes and one transition on a plain
     rail; on the served rail at most as many requests (claims may be batched in
-    ``claim-many``, a run's last events and its transition in one ``finish``); the rest is the
+    ``claim-many``, the final reports of runs ending together in one ``finish-many``); the rest
+    is the
     process's own, at most :data:`PER_PROCESS`."""
     claims = counts.per_route("POST /leases/claim")  # and /leases/claim-many
     events = counts.per_route("POST /runs/{id}/events")
@@ -192,8 +193,9 @@ def _check(counts: Counting, *, plain: bool, events_per_task: int) -> None:
         assert counts.per_route("POST /runs/{id}/transition") == TASKS, counts.counts
         assert events == events_per_task * TASKS, counts.counts
         assert TASKS <= claims <= TASKS + PER_PROCESS, counts.counts
-    else:
-        assert ends == TASKS, counts.counts
+    else:  # the final reports go batched (finish-many): at most one request per task
+        assert ends == 0, counts.counts
+        assert 1 <= counts.per_route("POST /runs/finish-many") <= TASKS, counts.counts
         assert events <= events_per_task * TASKS, counts.counts
     total = sum(counts.counts.values())
     assert total <= (2 + events_per_task) * TASKS + PER_PROCESS, counts.counts

@@ -13,6 +13,7 @@ from pathlib import Path
 from tracker_client.capabilities import Capabilities
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.values import Role
+from worker.lease.batch import ReportBatcher
 from worker.retry import RetryPolicy, TrackerCalls
 from worker.run import RunSettings
 from worker.telemetry import NOOP, Telemetry
@@ -38,6 +39,7 @@ class SettingsBook:
         # Until the tracker answered: no lease ceiling assumed, keys sent.
         self._caps = Capabilities(max_lease_ttl_ms=None)
         self._config, self._workdir_base = config, workdir_base
+        self._reports: ReportBatcher | None = None
         self._by_role: dict[str, RunSettings] = {}
 
     @property
@@ -51,14 +53,17 @@ class SettingsBook:
         config: WorkerConfig | None = None,
         workdir_base: Path | None = None,
         capabilities: Capabilities | None = None,
+        reports: ReportBatcher | None = None,
     ) -> None:
-        """New claims use these (runs in flight keep their settings)."""
+        """New claims use these (runs in flight keep their settings). ``reports``: the
+        batcher of final reports, given with the capabilities that allow it."""
         if config is not None:
             self._config = config
         if workdir_base is not None:
             self._workdir_base = workdir_base
         if capabilities is not None:
             self._caps = capabilities
+            self._reports = reports
         self._by_role.clear()
 
     def lease_ttl_s(self, role: Role) -> float:
@@ -81,5 +86,6 @@ class SettingsBook:
                 report_flush_s=self._config.report_flush_s,
                 idempotency_keys=self._caps.answers_can_be_lost,
                 telemetry=self.telemetry,
+                reports=self._reports,
             )
         return settings

@@ -34,6 +34,7 @@ from worker.daemon.presence import Presence
 from worker.daemon.values import Role, WorkerState, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
+from worker.lease.batch import batcher_for
 from worker.progress import ProgressMonitor
 from worker.retry import call_with_retry
 from worker.telemetry import NOOP, Telemetry, WorkerView
@@ -184,7 +185,8 @@ class Worker:
             self._set_state(WorkerState.STOPPED)
             task_status.started()
             return
-        self._book.update(capabilities=caps)  # the lease ceiling and the key rule are known now
+        # The lease ceiling, the key rule and whether reports can be batched are known now.
+        self._book.update(capabilities=caps, reports=batcher_for(self.tracker, caps.extensions))
         self.claimer.calls = self._book.calls
         self._reconfigured()
         self._set_state(WorkerState.RUNNING)

@@ -1,5 +1,6 @@
 """A run's failure report as one request where the rail has ``finish``: the ``error`` event and
-the fail together, written all or nothing (else the event, then the fail, as two writes).
+the fail together, written all or nothing (else the event, then the fail, as two writes); where
+the worker batches reports (``finish_many``), the pair is one item of the batch.
 
 Called by :class:`~worker.run.report.FinalReport` for a failed run. What is written is scrubbed
 of known secrets as the session's own writes are; event data the rail refuses (too large) falls
@@ -9,7 +10,7 @@ writes only, through the session's retrying calls.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import ValidationFailed
@@ -43,20 +44,28 @@ async def fail_with_event(
     retryable: bool,
     budget_s: float,
 ) -> FailResult:
-    """Write the ``kind`` event and fail the run: one ``finish`` where the rail has it."""
+    """Write the ``kind`` event and fail the run: one ``finish`` where the rail has it (in the
+    worker's batch of reports where it batches them)."""
     tracker = session.tracker
-    if isinstance(tracker, _Finishing) and "finish" in (await tracker.capabilities()).extensions:
+    batched = session.reports is not None
+    if batched or (
+        isinstance(tracker, _Finishing) and "finish" in (await tracker.capabilities()).extensions
+    ):
         scrub = session.scrub.get()
         event = {"kind": scrub.text(kind), "data": scrub.data(data)}
         body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
         try:
-            result = await session.calls.write(
-                "fail",
-                lambda key: tracker.finish(
-                    session.ref, events=[event], fail=body, idempotency_key=key
-                ),
-                budget_s=budget_s,
-            )
+            if batched:
+                result = await session.finish_item((event,), body, budget_s)
+            else:
+                finishing = cast(_Finishing, tracker)
+                result = await session.calls.write(
+                    "fail",
+                    lambda key: finishing.finish(
+                        session.ref, events=[event], fail=body, idempotency_key=key
+                    ),
+                    budget_s=budget_s,
+                )
         except ValidationFailed:
             pass  # the event's data, refused: the two writes below make it a marker
         else:

@@ -12,7 +12,9 @@ It talks to a :class:`~tracker_client.protocol.LeaseTracker` and hands it ``leas
 nothing of executors: :class:`~worker.run.TaskRun` supervises those and writes through it.
 The agent operations (store, subtasks, upstream, checkpoints) are :attr:`LeaseSession.agent`'s
 (:mod:`worker.lease.agents`), made on first use; a pending checkpoint rides on the next
-heartbeat.
+heartbeat. Where the worker batches final reports (:mod:`worker.lease.batch`: the rail has
+``finish_many``), the transition and the fail go through its batcher, each still under this
+session's retries, key and token.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from tracker_client.models import (
     ReleaseResult,
     TransitionResult,
 )
+from tracker_client.nulltickets.batch_models import FinishItem, FinishResult
 from tracker_client.protocol import LeaseTracker
 from worker.lease.agents import AgentCalls
+from worker.lease.batch import ReportBatcher
 from worker.lease.clock import LocalLease
 from worker.retry import TrackerCalls
 from worker.scrub import RunScrubber
@@ -51,10 +55,13 @@ class LeaseSession:
         calls: TrackerCalls,
         ttl_s: float,
         claimed_at: float | None = None,
+        reports: ReportBatcher | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
-        now); the lease's end by our clock counts from there."""
+        now); the lease's end by our clock counts from there. ``reports``: the worker's batcher
+        of final reports (None: each report is its own call)."""
         self.tracker = tracker
+        self.reports = reports
         #: The claimed lease: its task and run, for the executor's context and the log.
         self.lease = lease
         #: What lease operations are sent (ids and token, no task).
@@ -237,6 +244,24 @@ class LeaseSession:
                 ),
                 budget_s=budget_s,
             )
+        reports = self.reports
+        if reports is not None:
+            body = {
+                "trigger": trigger,
+                "expected_stage": expected_stage,
+                "expected_task_version": expected_task_version,
+                "instructions": instructions,
+                "usage": usage,
+            }
+            done = await self.calls.write(
+                "transition",
+                lambda key: reports.finish(
+                    FinishItem(lease=self.ref, transition=body, idempotency_key=key)
+                ),
+                budget_s=budget_s,
+            )
+            assert done.transition is not None
+            return done.transition
         return await self.calls.write(
             "transition",
             lambda key: self.tracker.transition(
@@ -255,10 +280,31 @@ class LeaseSession:
         """Fail the run with ``error`` (scrubbed, as is ``usage``)."""
         scrub = self.scrub.get()
         error, usage = scrub.text(error), scrub.data(usage)
+        if self.reports is not None:
+            done = await self.finish_item(
+                (), {"error": error, "usage": usage, "retryable": retryable}, budget_s
+            )
+            assert done.fail is not None
+            return done.fail
         return await self.calls.write(
             "fail",
             lambda key: self.tracker.fail(
                 self.ref, error, usage=usage, retryable=retryable, idempotency_key=key
+            ),
+            budget_s=budget_s,
+        )
+
+    async def finish_item(
+        self, events: tuple[dict[str, Any], ...], fail: dict[str, Any], budget_s: float
+    ) -> FinishResult:
+        """``events`` (scrubbed by the caller) and the fail ``fail`` through the worker's
+        batcher, under this session's retries and key (the session must have one)."""
+        reports = self.reports
+        assert reports is not None
+        return await self.calls.write(
+            "fail",
+            lambda key: reports.finish(
+                FinishItem(lease=self.ref, events=events, fail=fail, idempotency_key=key)
             ),
             budget_s=budget_s,
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 from tracker_client.models import Lease
 from tracker_client.protocol import LeaseTracker
 from worker.lease import LeaseSession
+from worker.lease.batch import ReportBatcher
 from worker.retry import RetryPolicy, TrackerCalls
 from worker.telemetry import NOOP, Telemetry
 from worker.triggers import PipelineBook
@@ -38,6 +39,8 @@ class RunSettings:
     pipelines: PipelineBook = field(default_factory=PipelineBook, compare=False)
     #: The worker's metrics and traces (the no-op when both are off).
     telemetry: Telemetry = field(default=NOOP, compare=False)
+    #: The worker's batcher of final reports (the rail has ``finish_many``), or None.
+    reports: ReportBatcher | None = field(default=None, compare=False)
 
     @property
     def calls(self) -> TrackerCalls:
@@ -49,7 +52,12 @@ class RunSettings:
     ) -> LeaseSession:
         """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now)."""
         return LeaseSession(
-            tracker, lease, calls=self.calls, ttl_s=self.lease_ttl_s, claimed_at=claimed_at
+            tracker,
+            lease,
+            calls=self.calls,
+            ttl_s=self.lease_ttl_s,
+            claimed_at=claimed_at,
+            reports=self.reports,
         )
 
 
