@@ -56,7 +56,7 @@ from worker.daemon import Worker, WorkerState
 from worker.sdnotify import Notifier, Watchdog, format_status, report_status
 from worker.telemetry.setup import build as build_telemetry
 
-__all__ = ["build_roles", "register", "select_roles"]
+__all__ = ["build_roles", "register", "select_roles", "uvloop_wanted"]
 
 log = logging.getLogger("backlog_worker.cli")
 
@@ -269,8 +269,9 @@ def run_command(
         url = config.tracker.url
         token_source = config.tracker.api_token_source or NO_TOKEN
         _setup_logging(config)
+        use_uvloop = uvloop_wanted(config.worker.event_loop)
         code = anyio.run(
-            _run, config_path, overrides, roles, backend_options={"use_uvloop": _has_uvloop()}
+            _run, config_path, overrides, roles, backend_options={"use_uvloop": use_uvloop}
         )
     except (ConfigError, ExecutorError) as exc:
         fail(str(exc), EXIT_CONFIG)
@@ -279,17 +280,27 @@ def run_command(
     sys.exit(code)
 
 
-def _has_uvloop() -> bool:
-    """uvloop runs the worker's loop where it is installed (as it runs ``tracker serve``'s).
+def uvloop_wanted(event_loop: str) -> bool:
+    """Whether the worker's loop runs on uvloop, from ``[worker] event_loop``.
 
-    Measured interleaved, same run, 2 busy cores: ``bench.worker`` (3,000 no-op tasks, embedded)
-    ~15 % less worker CPU per task (median 600 against 702 us, 1 process) and tasks/s not worse;
-    ``bench.remote --phases worker`` (1,000 tasks, c=10) the same tasks/s and CPU per task within
-    noise (6 rounds each: median 247 against 228 tasks/s, 3.33 against 3.38 ms). Its cost: ~2.3
-    MiB more peak RSS (49.7-50.3 against 47.5-47.7 MiB)."""
+    ``auto``: where uvloop is installed (as ``tracker serve`` does). Measured interleaved, same
+    run, 2 busy cores: ``bench.worker`` (3,000 no-op tasks, embedded) ~15 % less worker CPU per
+    task (median 600 against 702 us, 1 process) and tasks/s not worse; ``bench.remote --phases
+    worker`` the same within noise. Its cost: ~2 MiB more peak RSS (``python -m bench.memory``:
+    its extension module and what it imports), which ``asyncio`` saves. ``uvloop`` where it is
+    not installed is a ``ConfigError`` naming the key.
+    """
     import importlib.util
 
-    return importlib.util.find_spec("uvloop") is not None
+    if event_loop == "asyncio":
+        return False
+    installed = importlib.util.find_spec("uvloop") is not None
+    if event_loop == "uvloop" and not installed:
+        raise ConfigError(
+            '[worker] event_loop = "uvloop": uvloop is not installed (pip install uvloop, or '
+            'use "auto" or "asyncio")'
+        )
+    return installed
 
 
 def register(group: click.Group) -> None:
