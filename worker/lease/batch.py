@@ -4,7 +4,8 @@ Ten no-op runs of one claim end within a millisecond of each other; each would s
 transition (a request, a transaction). Where the rail declares ``finish_many``, a run's final
 transition or fail goes through the worker's one :class:`ReportBatcher` instead, which sends
 what is waiting as one call: *natural batching*, with no timer. A report that finds no batch in
-flight is sent at once (a lone run waits for nothing); reports arriving while one is in flight
+flight is sent after one scheduling pass (so the runs ending in that same pass join it; a lone
+run waits for nothing more); reports arriving while one is in flight
 wait for it and go together in the next, sent by the first of them (the batch's leader, woken
 when the one before is answered). Throughput sets the batch size; latency is one round trip at
 most.
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from tracker_client.errors import TrackerError, TrackerUnavailable
 from tracker_client.nulltickets.batch_models import (
@@ -96,6 +98,10 @@ class ReportBatcher:
     async def _lead(self) -> None:
         """Send the first reports of the queue as one call and hand each its outcome."""
         self._sending = True
+        # One scheduling pass first (shielded: it cannot be cancelled): runs ending in this
+        # same pass (a claim's no-op runs end together) join this batch instead of waiting a
+        # round trip for the next.
+        await anyio.lowlevel.cancel_shielded_checkpoint()
         batch = self._queue[: self._max]
         del self._queue[: len(batch)]
         self.calls += 1
