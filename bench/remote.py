@@ -1,7 +1,8 @@
 """Throughput against the served tracker: a raw HTTP client, the RemoteTracker, and the worker.
 
     python -m bench.remote [--tasks 500] [--concurrency 4] [--skip-worker]
-                           [--phases raw,raw-ka,client,worker]
+                           [--phases raw,raw-ka,client,worker] [--rounds 1]
+                           [--ab OLD_TREE] [--server-arg=--http=h11 ...]
 
 One ``backlog-worker tracker serve`` process on 127.0.0.1 (its own SQLite file in a temp dir)
 serves every phase; each phase drains its own pipeline (own role) of N no-op tasks through the
@@ -17,7 +18,11 @@ cycle claim -> 1 event -> transition:
    concurrency 1 and ``--concurrency``; throughput from the rail's own run timestamps (it
    claims free slots together with ``claim_many`` where the server advertises it).
 
-Run it from a worktree of an older commit too, in the same period, to compare before/after.
+Before/after in one run: ``--ab /tmp/wt-old`` (a ``git worktree`` of the older commit) starts a
+second server from that tree beside this tree's; every phase runs on each in turn (``--rounds``
+times, alternating which goes first) with the same clients and worker, and the table gives both
+sides' medians and their ratios. A phase left out of ``--phases`` is not run (``raw`` is the base
+of the "vs raw" column).
 
 Prints tasks/s, per-cycle p50/p99 (ms), the ratios to the raw client and, for the worker, the
 CPU time per task of the worker and of the server (less sensitive than tasks/s to a busy
@@ -54,8 +59,15 @@ def _pipeline(role: str) -> dict[str, Any]:
     }
 
 
-def _start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(
+    db: Path, root: Path | None = None, extra: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``tracker serve`` on a fresh rail file; from the source tree ``root`` when given (an
+    older commit's worktree: the A/B switch), else from this one."""
     log = db.with_suffix(".log")
+    env = dict(os.environ)
+    if root is not None:
+        env["PYTHONPATH"] = str(root)
     with log.open("wb") as stderr:
         proc = subprocess.Popen(
             [
@@ -69,9 +81,12 @@ def _start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
                 "--port",
                 "0",
                 "--create",  # a fresh rail file (serve refuses a missing rail without it)
+                *(extra or []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            cwd=root,
+            env=env,
         )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -159,7 +174,6 @@ async def _client_loop(url: str, role: str, agent: str, cycles: list[float]) -> 
 
 
 async def _phase(url: str, kind: str, role: str, n: int, loops: int) -> dict[str, Any]:
-    await _seed(url, role, n)
     cycles: list[float] = []
     counts: list[int] = []
     loop = {"raw": _raw_loop, "raw-ka": _raw_ka_loop}.get(kind, _client_loop)
@@ -244,6 +258,90 @@ callable = "bench.worker:noop"
     }
 
 
+class _Served:
+    """One ``tracker serve`` of the run: its process, URL and rail file."""
+
+    def __init__(self, tmp: Path, name: str, root: Path | None, extra: list[str]) -> None:
+        self.db = tmp / f"{name}.db"
+        self.proc, self.url = _start_server(self.db, root, extra)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then wait)."""
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def _phases(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(row name, kind, loops) of every phase asked for, in order."""
+    phases = set(args.phases.split(","))
+    if args.skip_worker:
+        phases.discard("worker")
+    c = args.concurrency
+    rows = []
+    for kind in ("raw", "raw-ka", "client", "worker"):
+        if kind in phases:
+            sep = " c=" if kind == "worker" else " x"
+            rows += [(f"{kind}{sep}1", kind, 1), (f"{kind}{sep}{c}", kind, c)]
+    return rows
+
+
+def _run(served: _Served, tmp: Path, kind: str, role: str, n: int, loops: int) -> dict[str, Any]:
+    if kind == "worker":
+        return _worker_phase(served.url, served.db, tmp, role, n, loops, served.proc.pid)
+    anyio.run(_seed, served.url, role, n)
+    before = _cpu_s(served.proc.pid)
+    result = anyio.run(_phase, served.url, kind, role, n, loops)
+    result["server_cpu_ms"] = (_cpu_s(served.proc.pid) - before) * 1000 / n
+    return result
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if key in r]
+    return statistics.median(values) if values else None
+
+
+def _cell(value: float | None, width: int, digits: int = 2) -> str:
+    return f"{'-' if value is None else f'{value:.{digits}f}':>{width}}"
+
+
+def _print_table(
+    rows: list[tuple[str, str, int]], results: dict[str, list[dict[str, Any]]]
+) -> None:
+    print(
+        f"{'phase':<14}{'tasks/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs raw':>9}"
+        f"{'worker CPU ms/task':>20}{'server CPU ms/task':>20}"
+    )
+    for name, _kind, loops in rows:
+        runs = results[name]
+        rate = _median(runs, "tasks_per_s")
+        base = results.get(f"raw x{loops}")
+        ratio = None if base is None or rate is None else rate / (_median(base, "tasks_per_s") or 1)
+        print(
+            f"{name:<14}{_cell(rate, 10, 1)}{_cell(_median(runs, 'p50_ms'), 9)}"
+            f"{_cell(_median(runs, 'p99_ms'), 9)}{_cell(ratio, 9)}"
+            f"{_cell(_median(runs, 'worker_cpu_ms'), 20)}"
+            f"{_cell(_median(runs, 'server_cpu_ms'), 20)}"
+        )
+
+
+def _print_ab(
+    rows: list[tuple[str, str, int]],
+    old: dict[str, list[dict[str, Any]]],
+    new: dict[str, list[dict[str, Any]]],
+) -> None:
+    print(
+        f"{'phase':<14}{'tasks/s A':>11}{'B':>9}{'B/A':>7}{'server CPU ms A':>17}{'B':>7}{'B/A':>7}"
+    )
+    for name, _, _ in rows:
+        ra, rb = _median(old[name], "tasks_per_s"), _median(new[name], "tasks_per_s")
+        ca, cb = _median(old[name], "server_cpu_ms"), _median(new[name], "server_cpu_ms")
+        print(
+            f"{name:<14}{_cell(ra, 11, 1)}{_cell(rb, 9, 1)}{_cell((rb or 0) / (ra or 1), 7)}"
+            f"{_cell(ca, 17)}{_cell(cb, 7)}{_cell((ca or 0) / (cb or 1), 7)}"
+        )
+    print("B/A: tasks/s of B over A; server CPU: A's over B (how many times less CPU B uses)")
+
+
 def main() -> None:
     """Run the phases and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -251,45 +349,64 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--skip-worker", action="store_true")
     parser.add_argument("--phases", default="raw,raw-ka,client,worker")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each phase (median shown)")
+    parser.add_argument(
+        "--server-root",
+        type=Path,
+        default=None,
+        help="run tracker serve from this source tree (the clients and the worker stay this"
+        " tree's)",
+    )
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="one more argument for tracker serve (repeatable), e.g. --server-arg=--http=h11",
+    )
+    parser.add_argument(
+        "--ab",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="A/B in one run: a second server A from the source tree ROOT (e.g. a worktree of an"
+        " older commit) beside B (this tree, or --server-root); each phase alternates A, B",
+    )
+    parser.add_argument(
+        "--ab-arg", action="append", default=[], help="one more argument for server A"
+    )
     args = parser.parse_args()
-    n, c = args.tasks, args.concurrency
-    phases = set(args.phases.split(","))
-    if args.skip_worker:
-        phases.discard("worker")
+    n = args.tasks
+    rows = _phases(args)
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {"A": {}, "B": {}}
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        db = tmp / "served.db"
-        server, url = _start_server(db)
+        servers: dict[str, _Served] = {}
         try:
-            results: dict[str, dict[str, Any]] = {}
-            results["raw x1"] = anyio.run(_phase, url, "raw", "raw1", n, 1)
-            results[f"raw x{c}"] = anyio.run(_phase, url, "raw", "rawc", n, c)
-            for kind in ("raw-ka", "client"):
-                if kind in phases:
-                    role = kind.replace("-", "")
-                    results[f"{kind} x1"] = anyio.run(_phase, url, kind, f"{role}1", n, 1)
-                    results[f"{kind} x{c}"] = anyio.run(_phase, url, kind, f"{role}c", n, c)
-            if "worker" in phases:
-                results["worker c=1"] = _worker_phase(url, db, tmp, "worker1", n, 1, server.pid)
-                results[f"worker c={c}"] = _worker_phase(url, db, tmp, "workerc", n, c, server.pid)
+            servers["B"] = _Served(tmp, "served", args.server_root, args.server_arg)
+            if args.ab is not None:
+                servers["A"] = _Served(tmp, "served-a", args.ab, args.ab_arg)
+            for rnd in range(args.rounds):
+                for name, kind, loops in rows:
+                    for side in sorted(servers, reverse=rnd % 2 == 1):  # A first, then B first
+                        role = f"{kind.replace('-', '')}{loops}{side}{rnd}".lower()
+                        run = _run(servers[side], tmp, kind, role, n, loops)
+                        results[side].setdefault(name, []).append(run)
         finally:
-            server.terminate()
-            server.wait(30)
+            for served in servers.values():
+                served.stop()
     print(f"served tracker, {n} tasks per phase, cycle = claim -> 1 event -> transition")
-    print(
-        f"{'phase':<14}{'tasks/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs raw':>9}"
-        f"{'worker CPU ms/task':>20}{'server CPU ms/task':>20}"
-    )
-    for name, r in results.items():
-        base = results["raw x1"] if name.endswith("1") else results[f"raw x{c}"]
-        ratio = r["tasks_per_s"] / base["tasks_per_s"]
-        p50 = f"{r['p50_ms']:.2f}" if "p50_ms" in r else "-"
-        p99 = f"{r['p99_ms']:.2f}" if "p99_ms" in r else "-"
-        wcpu = f"{r['worker_cpu_ms']:.2f}" if "worker_cpu_ms" in r else "-"
-        scpu = f"{r['server_cpu_ms']:.2f}" if "server_cpu_ms" in r else "-"
-        print(
-            f"{name:<14}{r['tasks_per_s']:>10.1f}{p50:>9}{p99:>9}{ratio:>9.2f}{wcpu:>20}{scpu:>20}"
-        )
+    if args.ab is None:
+        if args.server_root is not None or args.server_arg:
+            print(f"server from {args.server_root or 'this tree'} {' '.join(args.server_arg)}")
+        _print_table(rows, results["B"])
+        return
+    print(f"A: server from {args.ab} {' '.join(args.ab_arg)}")
+    print(f"B: server from {args.server_root or 'this tree'} {' '.join(args.server_arg)}")
+    print(f"medians of {args.rounds} round(s), the sides alternating which goes first")
+    for side in ("A", "B"):
+        print(f"-- {side}")
+        _print_table(rows, results[side])
+    _print_ab(rows, results["A"], results["B"])
 
 
 if __name__ == "__main__":

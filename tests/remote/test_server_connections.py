@@ -27,6 +27,9 @@ from tracker_client.embedded import EmbeddedTracker
 
 SERVE = [sys.executable, "-m", "worker", "tracker", "serve"]
 
+#: Both of uvicorn's HTTP/1.1 protocols are guarded alike (httptools is the default).
+HTTP = pytest.mark.parametrize("http", ["h11", "httptools"])
+
 
 async def _make_rail(path: Path) -> None:
     await (await EmbeddedTracker.open(str(path))).aclose()
@@ -89,12 +92,13 @@ def closed_by_server(sock: socket.socket, within_s: float) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+@HTTP
 def test_idle_and_slow_connections_are_closed_and_the_server_still_answers(
-    tmp_path: Path,
+    tmp_path: Path, http: str
 ) -> None:
     cap = 12
-    args = ("--max-connections", str(cap), "--header-timeout", "1", "--body-timeout", "2")
-    with serving(tmp_path, *args) as (port, log):
+    limits = ("--max-connections", str(cap), "--header-timeout", "1", "--body-timeout", "2")
+    with serving(tmp_path, *limits, "--http", http) as (port, log):
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
         slow_headers = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
         for sock in slow_headers:
@@ -127,8 +131,12 @@ def _low_fd_limit() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_burst_of_connections_at_a_low_fd_limit_logs_a_few_lines(tmp_path: Path) -> None:
-    with serving(tmp_path, "--header-timeout", "2", preexec=_low_fd_limit) as (port, log):
+@HTTP
+def test_a_burst_of_connections_at_a_low_fd_limit_logs_a_few_lines(
+    tmp_path: Path, http: str
+) -> None:
+    args = ("--header-timeout", "2", "--http", http)
+    with serving(tmp_path, *args, preexec=_low_fd_limit) as (port, log):
         before = len(log.read_text().splitlines())
         burst: list[socket.socket] = []
         try:
@@ -179,8 +187,11 @@ def _read_answers(sock: socket.socket, count: int, within_s: float) -> list[int]
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_timeouts_spare_kept_alive_pipelined_and_long_polling_requests(tmp_path: Path) -> None:
-    with serving(tmp_path, "--header-timeout", "1") as (port, _log):
+@HTTP
+def test_timeouts_spare_kept_alive_pipelined_and_long_polling_requests(
+    tmp_path: Path, http: str
+) -> None:
+    with serving(tmp_path, "--header-timeout", "1", "--http", http) as (port, _log):
         get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(get * 3)  # pipelined: the later ones wait while the first is answered

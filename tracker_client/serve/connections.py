@@ -15,8 +15,12 @@ of every loop tick (47,000 traceback lines in 7 s were seen). Here:
 * the event loop's error log (where accept failures go) keeps one line per kind of failure per
   :data:`LOG_INTERVAL_S`, with the count of the ones it held back.
 
-It may touch uvicorn's HTTP protocol (a subclass of its h11 connection), the event loop's exception
-handler and the descriptor limit (:mod:`resource`); never a request's content or the tracker.
+Both of uvicorn's HTTP/1.1 protocols are guarded alike (:func:`protocol_class`): h11's
+pure-Python one and httptools' (a C parser; the default where it is installed).
+
+It may touch uvicorn's HTTP protocols (a subclass of its h11 or httptools connection), the
+event loop's exception handler and the descriptor limit (:mod:`resource`); never a request's
+content or the tracker.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_HEADER_TIMEOUT_S",
+    "HTTP_IMPLEMENTATIONS",
     "LOG_INTERVAL_S",
     "ConnectionLimits",
     "RateLimitedLog",
+    "default_http",
     "default_max_connections",
     "install_loop_error_limiter",
     "protocol_class",
@@ -99,87 +105,163 @@ class ConnectionLimits:
     warn: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
 
 
-def protocol_class(limits: ConnectionLimits) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with ``limits`` (pass it as ``uvicorn.Config(http=...)``)."""
+#: The HTTP/1.1 implementations ``tracker serve --http`` offers (uvicorn's two).
+HTTP_IMPLEMENTATIONS = ("h11", "httptools")
+
+
+def default_http() -> str:
+    """``httptools`` where it is installed (its C parser costs the server less CPU per request
+    than h11's pure-Python one, measured with ``bench.remote``), else ``h11``."""
+    import importlib.util
+
+    return "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
+
+
+class _Watch:
+    """The deadlines of one connection, whichever protocol class parses it.
+
+    Both uvicorn protocols keep the request in progress as ``cycle`` (a new object per request,
+    made once its headers are complete; ``more_body`` until its body is complete), and call
+    ``on_response_complete`` once an answer is sent.
+    """
+
+    def __init__(self, conn: Any, limits: ConnectionLimits) -> None:
+        self._conn = conn
+        self._limits = limits
+        self._deadline: asyncio.TimerHandle | None = None
+        self._waiting_for = ""
+        self._seen_cycle: Any = None
+
+    def made(self, transport: asyncio.Transport) -> None:
+        """A new connection: closed at once over the cap, else its headers are awaited."""
+        limits = self._limits
+        if len(self._conn.connections) > limits.max_connections:
+            limits.refused += 1
+            limits.warn(
+                logging.WARNING,
+                "connection_cap",
+                "%d connections open, the most this server keeps (--max-connections):"
+                " closing new ones until some end",
+                len(self._conn.connections) - 1,
+                extra={"action": "serve_connection_cap"},
+            )
+            transport.abort()  # frees the descriptor now
+            return
+        self.arm("headers", limits.header_timeout_s)
+
+    def follow(self) -> bool:
+        """Re-arm for the request in progress; True if a new one started."""
+        cycle = self._conn.cycle
+        if cycle is None:
+            return False
+        if cycle is not self._seen_cycle:  # a new request's headers are complete
+            self._seen_cycle = cycle
+            self.disarm()
+            if cycle.more_body:
+                self.arm("body", self._limits.body_timeout_s)
+            return True
+        if self._waiting_for == "body" and not cycle.more_body:
+            self.disarm()
+        return False
+
+    def answered(self) -> None:
+        """An answer went out: await the next request's headers, unless one is in progress
+        already (pipelined: h11 starts it now, httptools parsed it earlier). Answering is never
+        limited."""
+        conn = self._conn
+        if conn.transport.is_closing() or self.follow():
+            return
+        cycle = conn.cycle
+        if cycle is not None and not cycle.response_complete:
+            return
+        self.arm("headers", self._limits.header_timeout_s)
+
+    def arm(self, what: str, seconds: float) -> None:
+        """Close the connection unless ``what`` arrives within ``seconds``."""
+        self.disarm()
+        self._waiting_for = what
+        self._deadline = self._conn.loop.call_later(seconds, self._late)
+
+    def disarm(self) -> None:
+        """No deadline (the connection is answering, or gone)."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._waiting_for = ""
+
+    def _late(self) -> None:
+        limits = self._limits
+        what = self._waiting_for
+        self._deadline = None
+        self._waiting_for = ""
+        limits.timed_out += 1
+        limits.warn(
+            logging.INFO,
+            f"late_{what}",
+            "closed a connection whose request %s did not arrive within %.0f s",
+            what,
+            limits.header_timeout_s if what == "headers" else limits.body_timeout_s,
+            extra={"action": "serve_connection_timeout"},
+        )
+        self._conn.transport.close()
+
+
+def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.Protocol]:
+    """uvicorn's ``http`` protocol (:data:`HTTP_IMPLEMENTATIONS`) with ``limits`` (pass it as
+    ``uvicorn.Config(http=...)``): closes a connection whose headers or body are late, and any
+    over the cap. The two subclasses differ only in their base."""
+    if http not in HTTP_IMPLEMENTATIONS:
+        raise ValueError(f"unknown HTTP implementation {http!r}: expected h11 or httptools")
+    if http == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        class GuardedHttpToolsProtocol(HttpToolsProtocol):
+            """httptools' connection with the deadlines of :class:`_Watch`."""
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._watch = _Watch(self, limits)
+
+            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+                super().connection_made(transport)
+                self._watch.made(transport)
+
+            def data_received(self, data: bytes) -> None:
+                super().data_received(data)
+                self._watch.follow()
+
+            def on_response_complete(self) -> None:
+                super().on_response_complete()  # may start a pipelined request parsed earlier
+                self._watch.answered()
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self._watch.disarm()
+                super().connection_lost(exc)
+
+        return GuardedHttpToolsProtocol
 
     class GuardedH11Protocol(H11Protocol):
-        """Closes a connection whose headers or body are late, and any over the cap."""
+        """h11's connection with the deadlines of :class:`_Watch`."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._deadline: asyncio.TimerHandle | None = None
-            self._waiting_for = ""
-            self._seen_cycle: object = None
+            self._watch = _Watch(self, limits)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > limits.max_connections:
-                limits.refused += 1
-                limits.warn(
-                    logging.WARNING,
-                    "connection_cap",
-                    "%d connections open, the most this server keeps (--max-connections):"
-                    " closing new ones until some end",
-                    len(self.connections) - 1,
-                    extra={"action": "serve_connection_cap"},
-                )
-                transport.abort()  # frees the descriptor now
-                return
-            self._arm("headers", limits.header_timeout_s)
+            self._watch.made(transport)
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            self._follow()
-
-        def _follow(self) -> bool:
-            """Re-arm for the request in progress; True if a new one started."""
-            cycle = self.cycle
-            if cycle is None:
-                return False
-            if cycle is not self._seen_cycle:  # a new request's headers are complete
-                self._seen_cycle = cycle
-                self._disarm()
-                if cycle.more_body:
-                    self._arm("body", limits.body_timeout_s)
-                return True
-            if self._waiting_for == "body" and not cycle.more_body:
-                self._disarm()
-            return False
+            self._watch.follow()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()  # may start a pipelined request already buffered
-            if not self.transport.is_closing() and not self._follow():
-                self._arm("headers", limits.header_timeout_s)  # the next request's headers
+            self._watch.answered()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self._watch.disarm()
             super().connection_lost(exc)
-
-        def _arm(self, what: str, seconds: float) -> None:
-            self._disarm()
-            self._waiting_for = what
-            self._deadline = self.loop.call_later(seconds, self._late)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-            self._waiting_for = ""
-
-        def _late(self) -> None:
-            what = self._waiting_for
-            self._deadline = None
-            self._waiting_for = ""
-            limits.timed_out += 1
-            limits.warn(
-                logging.INFO,
-                f"late_{what}",
-                "closed a connection whose request %s did not arrive within %.0f s",
-                what,
-                limits.header_timeout_s if what == "headers" else limits.body_timeout_s,
-                extra={"action": "serve_connection_timeout"},
-            )
-            self.transport.close()
 
     return GuardedH11Protocol
 

@@ -66,6 +66,7 @@ async def serve_tracker(
     limits: ConnectionLimits | None = None,
     create: bool = False,
     metrics_listen: tuple[str, int] | None = None,
+    http: str | None = None,
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
@@ -75,6 +76,8 @@ async def serve_tracker(
     rail whose pipelines its clients create over HTTP, as on a NullTickets server.
     ``metrics_listen``: serve Prometheus ``/metrics`` there (:mod:`tracker_client.serve.metrics`;
     bound first: an address in use is a ConfigError before anything is served).
+    ``http``: uvicorn's HTTP/1.1 implementation, ``h11`` or ``httptools`` (default: httptools
+    where installed; :func:`~tracker_client.serve.connections.default_http`).
     """
     import asyncio
 
@@ -83,6 +86,7 @@ async def serve_tracker(
     from tracker_client.serve.app import DEFAULT_MAX_REQUEST_BYTES, create_app
     from tracker_client.serve.connections import (
         ConnectionLimits,
+        default_http,
         install_loop_error_limiter,
         protocol_class,
     )
@@ -92,6 +96,11 @@ async def serve_tracker(
     install_loop_error_limiter(asyncio.get_running_loop())
 
     _check_url(url)
+    http = http or default_http()
+    try:
+        protocol = protocol_class(limits, http)
+    except ImportError as exc:  # --http httptools where it is not installed
+        raise ConfigError(f"--http {http}: {exc.name or exc} is not installed") from None
     server_class = _make_server_class()
     metrics_sock = None if metrics_listen is None else _bind_metrics(*metrics_listen)
     try:
@@ -113,7 +122,7 @@ async def serve_tracker(
             lifespan="off",
             ws="none",
             server_header=False,
-            http=protocol_class(limits),
+            http=protocol,
             # Idle persistent connections close after this (the ``keep_alive`` extension says
             # 5 s; the client lets go of its own at 2 s).
             timeout_keep_alive=5,
@@ -128,7 +137,8 @@ async def serve_tracker(
 
             shown = redact(url)  # no password in the log
         server.announce = (
-            f"serving {shown} (api auth: {'admin token required' if api_token else 'disabled'})"
+            f"serving {shown} (api auth: {'admin token required' if api_token else 'disabled'};"
+            f" http: {http})"
         )
         async with anyio.create_task_group() as tg:
             if metrics_sock is not None:
@@ -270,7 +280,18 @@ def register(group: click.Group) -> None:
         metavar="HOST:PORT",
         help="Serve Prometheus /metrics there (own port; needs the api token when one is set).",
     )
+    @click.option(
+        "--http",
+        type=click.Choice(["h11", "httptools"]),
+        default=None,
+        help="HTTP/1.1 parser (default: httptools where installed, the cheaper per request).",
+    )
     @click.option("--log-level", default="INFO", show_default=True)
+    @click.option(
+        "--log-tasks",
+        is_flag=True,
+        help="Also log each task's claim, finish and creation (at INFO; always at DEBUG).",
+    )
     def serve(
         url: str,
         host: str,
@@ -284,7 +305,9 @@ def register(group: click.Group) -> None:
         body_timeout: float,
         create: bool,
         metrics_listen: str | None,
+        http: str | None,
         log_level: str,
+        log_tasks: bool,
     ) -> None:
         """Serve an embedded tracker over the NullTickets HTTP API (plus extensions)."""
         try:
@@ -294,7 +317,7 @@ def register(group: click.Group) -> None:
             api_token = _read_token(token, token_file)
             _check_url(url)
             listen = _metrics_listen(metrics_listen)
-            _setup_logging(log_level, api_token)
+            _setup_logging(log_level, api_token, log_tasks=log_tasks)
             _warn_about_the_token(host, api_token, from_command_line=token is not None)
             anyio.run(
                 lambda: serve_tracker(
@@ -307,6 +330,7 @@ def register(group: click.Group) -> None:
                     limits=_limits(max_connections, header_timeout, body_timeout),
                     create=create,
                     metrics_listen=listen,
+                    http=http,
                 ),
                 backend_options={"use_uvloop": _has_uvloop()},
             )
@@ -386,7 +410,11 @@ def _check_url(url: str) -> None:
         )
 
 
-def _setup_logging(level: str, api_token: str | None) -> None:
+def _setup_logging(level: str, api_token: str | None, *, log_tasks: bool = False) -> None:
+    """The server's log at ``level``; the tracker's per-task lines only with ``log_tasks`` or at
+    DEBUG (:mod:`tracker_client.serve.tasklines` says why)."""
+    from tracker_client.serve.tasklines import log_task_lines
+
     try:
         from worker.logs import configure_logging
 
@@ -395,3 +423,4 @@ def _setup_logging(level: str, api_token: str | None) -> None:
         if isinstance(exc, ValueError):
             raise ConfigError(f"--log-level: {exc}") from exc
         logging.basicConfig(level=level.upper(), stream=sys.stderr)  # pragma: no cover
+    log_task_lines(log_tasks or logging.getLogger("backlog_worker").isEnabledFor(logging.DEBUG))
