@@ -25,6 +25,7 @@ import psycopg
 import psycopg_pool
 
 from tracker_client.errors import ConfigError, TrackerError, TrackerUnavailable, ValidationFailed
+from tracker_client.postgres import aio
 from tracker_client.postgres.dialect import NeedExclusive, PgConn, configure_types, row_factory
 from tracker_client.postgres.migrate import migrate
 
@@ -81,9 +82,16 @@ class Database:
     """A pool of connections to one rail (a schema of one PostgreSQL database)."""
 
     def __init__(
-        self, pool: psycopg_pool.ConnectionPool[Any], schema: str, shown: str, conninfo: str
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        schema: str,
+        shown: str,
+        conninfo: str,
+        lane: aio.Lane | None = None,
     ) -> None:
         self.pool = pool
+        #: The hot path's async connections (see :mod:`.aio`); None: every call on the pool.
+        self.lane = lane
         #: libpq's connection string (the wake-up listener opens its own connection with it).
         self.conninfo = conninfo
         self.schema = schema
@@ -121,14 +129,16 @@ class Database:
         if "application_name" not in given:
             kwargs["application_name"] = "backlog-worker"
 
-        def configure(conn: psycopg.Connection[Any]) -> None:
+        def configure(conn: Any) -> None:
             configure_types(conn)
             conn.row_factory = row_factory
 
+        # pool_size bounds the process's connections: the hot path's async lane takes half.
+        lane_size = max(1, pool_size // 2)
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=1,
-            max_size=pool_size,
+            max_size=max(1, pool_size - lane_size),
             kwargs=kwargs,
             configure=configure,
             open=False,
@@ -157,7 +167,7 @@ class Database:
                 raise err from exc
 
         await anyio.to_thread.run_sync(start)
-        return cls(pool, schema, shown, conninfo)
+        return cls(pool, schema, shown, conninfo, aio.Lane(conninfo, kwargs, lane_size, configure))
 
     def _check(self) -> None:
         if self._closed:
@@ -226,47 +236,101 @@ class Database:
         transaction, all in ONE round trip: ``BEGIN``, the write lock, the call,
         ``before_commit``, ``COMMIT``. Returns the call's value (``rows``: its rows), or None
         when the function declined (raised SQLSTATE ``BW001``, or met :data:`_DECLINES`: rolled
-        back, nothing written);
-        nothing is retried here."""
+        back, nothing written); nothing is retried here. On asyncio it runs on the event loop
+        (the async lane, :mod:`.aio`), else on a pool thread."""
         self._check()
+        lane = self.lane
+        try:
+            if lane is not None and aio.usable():
+                served, found = await lane.run(
+                    lambda conn: self._one_trip_async(conn, call, params, before_commit)
+                )
+                if served:
+                    return _answer(found, rows)
 
-        def job() -> Any:
-            try:
+            def job() -> Any:
                 with self.pool.connection() as raw:
-                    cur = psycopg.ClientCursor(raw)
-                    body = cur.mogrify(call, params)
-                    text = "".join([self._begin_shared, body, ";", *before_commit, "COMMIT"])
-                    try:
-                        cur.execute(text.encode())
-                        cur.nextset()  # BEGIN -> the lock
-                        cur.nextset()  # the lock -> the call
-                        found = cur.fetchall()
-                        while cur.nextset():
-                            pass
-                    except BaseException as exc:
-                        idle = psycopg.pq.TransactionStatus.IDLE
-                        if not raw.closed and raw.info.transaction_status != idle:
-                            with contextlib.suppress(psycopg.Error):
-                                raw.execute(b"ROLLBACK")
-                        if isinstance(exc, _DECLINES) or (
-                            isinstance(exc, psycopg.Error) and exc.sqlstate == DECLINED
-                        ):
-                            return None  # rolled back: the embedded path answers it
-                        raise
-                    if rows:
-                        return found
-                    return found[0][0] if found else None
-            except BaseException as exc:
-                err = map_pg_error(exc, where)
-                if err is exc:
-                    raise
-                raise err from exc
+                    return self._one_trip_sync(raw, call, params, before_commit)
 
-        return await anyio.to_thread.run_sync(job)
+            return _answer(await anyio.to_thread.run_sync(job), rows)
+        except BaseException as exc:
+            err = map_pg_error(exc, where)
+            if err is exc:
+                raise
+            raise err from exc
+
+    def _text(self, cur: Any, call: str, params: Mapping[str, Any], after: Sequence[str]) -> bytes:
+        body = cur.mogrify(call, params)
+        return "".join([self._begin_shared, body, ";", *after, "COMMIT"]).encode()
+
+    def _one_trip_sync(
+        self,
+        raw: psycopg.Connection[Any],
+        call: str,
+        params: Mapping[str, Any],
+        after: Sequence[str],
+    ) -> list[Any] | None:
+        cur = psycopg.ClientCursor(raw)
+        try:
+            cur.execute(self._text(cur, call, params, after))
+            cur.nextset()  # BEGIN -> the lock
+            cur.nextset()  # the lock -> the call
+            found = cur.fetchall()
+            while cur.nextset():
+                pass
+            return found
+        except BaseException as exc:
+            idle = psycopg.pq.TransactionStatus.IDLE
+            if not raw.closed and raw.info.transaction_status != idle:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute(b"ROLLBACK")
+            if _declined(exc):
+                return None  # rolled back: the embedded path answers it
+            raise
+
+    async def _one_trip_async(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        call: str,
+        params: Mapping[str, Any],
+        after: Sequence[str],
+    ) -> list[Any] | None:
+        cur = psycopg.AsyncClientCursor(conn)
+        try:
+            await cur.execute(self._text(cur, call, params, after))
+            cur.nextset()  # BEGIN -> the lock
+            cur.nextset()  # the lock -> the call
+            found = await cur.fetchall()
+            while cur.nextset():
+                pass
+            return found
+        except BaseException as exc:
+            idle = psycopg.pq.TransactionStatus.IDLE
+            if not conn.closed and conn.info.transaction_status != idle:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute(b"ROLLBACK")
+            if _declined(exc):
+                return None  # rolled back: the embedded path answers it
+            raise
 
     async def aclose(self) -> None:
         """Close every connection. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self.lane is not None:
+            self.lane.close()
         await anyio.to_thread.run_sync(self.pool.close)
+
+
+def _declined(exc: BaseException) -> bool:
+    """Whether a hot-path function's error means "the embedded path answers it"."""
+    return isinstance(exc, _DECLINES) or (
+        isinstance(exc, psycopg.Error) and exc.sqlstate == DECLINED
+    )
+
+
+def _answer(found: list[Any] | None, rows: bool) -> Any:
+    if found is None or rows:
+        return found
+    return found[0][0] if found else None

@@ -4,7 +4,9 @@
 
 * ``schema``: the PostgreSQL schema holding the rail (a lowercase identifier; default ``backlog``).
   Several rails can share a database, one schema each.
-* ``pool_size``: the most connections this process opens (1..1000; default 10).
+* ``pool_size``: the most connections this process opens (1..1000; default 10): half of them
+  (at least one) are the hot path's async connections, the rest the thread pool's (at least
+  one), plus a wake-up listener.
 * ``statement_timeout_ms``: PostgreSQL's ``statement_timeout`` for every statement (0 = none;
   default 30000). A statement past it is rolled back and answered ``TrackerUnavailable``.
 * the embedded rail's options (``max_backlog_depth``, ``role_backlog_depth``,

@@ -1,0 +1,131 @@
+"""The hot path's own connections: psycopg ``AsyncConnection`` s on the event loop itself.
+
+The one-round-trip calls (claims, a plain transition: :meth:`.db.Database.one_trip`) are most of
+a worker's traffic. On the pool (:mod:`.db`) each went through a worker thread: ``anyio``'s
+hand-off, the pool's lock and condition, psycopg's blocking wait, the hand-back, a few hundred
+microseconds of CPU per call against a round trip that costs less. Here they run on the event
+loop (psycopg's async connection, waiting through the loop's reader), on a small set of
+connections of their own, at most :attr:`Lane.size` at once (the rest queue).
+
+A lane belongs to one event loop (psycopg's async connection waits on the loop that runs it):
+used from another loop while a call is in flight it answers None and the caller takes the
+thread path; used from another loop later it drops its connections and opens new ones. Only
+asyncio has psycopg's async support: elsewhere :func:`usable` is False. A connection that
+failed, was cancelled mid-call or is left inside a transaction is closed, never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import psycopg
+import sniffio
+
+__all__ = ["Lane", "usable"]
+
+
+def usable() -> bool:
+    """Whether the running event loop is asyncio (psycopg's async connection needs it)."""
+    try:
+        return sniffio.current_async_library() == "asyncio"
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
+class Lane:
+    """Up to ``size`` async connections, opened on first use and kept for the next call."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        kwargs: dict[str, Any],
+        size: int,
+        configure: Callable[[Any], None],
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        #: The most connections open at once (calls beyond it wait for one).
+        self.size = size
+        self._configure = configure
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._busy = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._free: anyio.Semaphore | None = None
+        self._closed = False
+
+    def _bind(self) -> bool:
+        """Tie the lane to the running loop (False: another loop has a call in flight)."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return True
+        if self._busy:
+            return False
+        self._drop_idle()
+        self._loop = loop
+        self._free = anyio.Semaphore(self.size)
+        return True
+
+    async def _get(self) -> psycopg.AsyncConnection[Any]:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._kwargs)
+        self._configure(conn)
+        return conn
+
+    def _put(self, conn: psycopg.AsyncConnection[Any], healthy: bool) -> None:
+        idle = psycopg.pq.TransactionStatus.IDLE
+        if (
+            healthy
+            and not self._closed
+            and not conn.closed
+            and conn.info.transaction_status == idle
+        ):
+            self._idle.append(conn)
+        else:
+            _finish(conn)
+
+    async def run(self, job: Callable[[psycopg.AsyncConnection[Any]], Any]) -> tuple[bool, Any]:
+        """``(True, await job(conn))`` on a lane connection, or ``(False, None)`` when the
+        lane can't serve this loop now (the caller takes the thread path). The call is shielded
+        from cancellation, as a thread's call is: it ends, and its answer is read."""
+        if self._closed or not self._bind():
+            return False, None
+        free = self._free
+        assert free is not None
+        result: Any = None
+        with anyio.CancelScope(shield=True):
+            async with free:
+                self._busy += 1
+                conn: psycopg.AsyncConnection[Any] | None = None
+                healthy = False
+                try:
+                    conn = await self._get()
+                    result = await job(conn)
+                    healthy = True
+                finally:
+                    self._busy -= 1
+                    if conn is not None:
+                        self._put(conn, healthy)
+        return True, result
+
+    def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            _finish(conn)
+
+    def close(self) -> None:
+        """Close the idle connections; one in use is closed when its call ends. Idempotent."""
+        self._closed = True
+        self._drop_idle()
+
+
+def _finish(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Close a connection without awaiting (libpq's own close: no loop needed)."""
+    with contextlib.suppress(Exception):
+        conn.pgconn.finish()
