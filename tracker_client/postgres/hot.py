@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracker_client.capabilities import LeaseRef
@@ -110,12 +110,68 @@ class PgHotOps(TrackerCore):
         wait_for: Sequence[str],
         key: str | None,
     ) -> TransitionResult | None:
+        args = [
+            lease.run_id,
+            token_hash(lease.lease_token.get_secret_value()),
+            trigger,
+            expected_stage,
+            expected_task_version,
+            instructions,
+            usage,
+        ]
+        planned = self._plan_move(
+            lease,
+            trigger,
+            expected_stage,
+            expected_task_version,
+            instructions,
+            usage,
+            wait_for,
+            key,
+            lambda result: (args, result.model_dump(mode="json")),
+        )
+        if planned is None:
+            return None
+        params, result = planned
+        db: Any = self._db
+        try:
+            done = await db.one_trip(
+                _CALL, params, "transition", [self._notify_sql, self._follow_sql]
+            )
+        finally:
+            self._notify()  # committed or not: a waiter looks again, as after any write
+            self._wake_followers()
+        return result if done else None
+
+    def _plan_move(
+        self,
+        lease: LeaseRef,
+        trigger: Any,
+        expected_stage: Any,
+        expected_task_version: Any,
+        instructions: Any,
+        usage: Any,
+        wait_for: Any,
+        key: Any,
+        record: Callable[[TransitionResult], tuple[Any, Any]],
+    ) -> tuple[dict[str, Any], TransitionResult] | None:
+        """The parameters of ``bw_transition``/``bw_move`` for a plain transition of a lease
+        this instance handed out, and its answer; None when the embedded path must answer
+        (see the module docstring). ``record(result)``: the idempotency fingerprint's
+        arguments and the recorded answer."""
         known: dict[str, tuple[str, str]] = self.__dict__.get("_leased") or {}
         where = known.pop(lease.run_id, None)
         if where is None or wait_for or log.isEnabledFor(logging.INFO):
             return None
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
             return None  # the embedded path refuses it, naming it
+        if not (expected_stage is None or isinstance(expected_stage, str)):
+            return None
+        if not (instructions is None or isinstance(instructions, str)):
+            return None
+        version = expected_task_version
+        if not (version is None or (isinstance(version, int) and not isinstance(version, bool))):
+            return None
         pid, stage = where
         cache: PipelineCache = self._pipelines
         pipeline = cache._by_id.get(pid)  # parsed at the claim; never fetched here
@@ -128,31 +184,22 @@ class PgHotOps(TrackerCore):
             return None
         to = move.to_state
         text = instructions if instructions is not None else (move.instructions or "")
-        digest = token_hash(lease.lease_token.get_secret_value())
+        result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
         try:
             usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
             event = dumps(
                 {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
             )
-            args = [
-                lease.run_id,
-                digest,
-                trigger,
-                expected_stage,
-                expected_task_version,
-                instructions,
-                usage,
-            ]
+            args, answer = record(result)
             fp = None if key is None else fingerprint(args)
         except TrackerError:
             return None  # the embedded path refuses it, in its own order
-        result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
         params = {
             "run": lease.run_id,
-            "token": digest,
+            "token": token_hash(lease.lease_token.get_secret_value()),
             "pipeline": pid,
             "stage": stage,
-            "version": expected_task_version,
+            "version": version,
             "to": to,
             "role": pipeline.role_of(to),
             "terminal": int(pipeline.is_terminal(to)),
@@ -161,14 +208,6 @@ class PgHotOps(TrackerCore):
             "now": int(self._clock()),
             "key": key,
             "fp": fp,
-            "result": json.dumps(result.model_dump(mode="json"), separators=(",", ":")),
+            "result": json.dumps(answer, separators=(",", ":")),
         }
-        db: Any = self._db
-        try:
-            done = await db.one_trip(
-                _CALL, params, "transition", [self._notify_sql, self._follow_sql]
-            )
-        finally:
-            self._notify()  # committed or not: a waiter looks again, as after any write
-            self._wake_followers()
-        return result if done else None
+        return params, result

@@ -32,6 +32,7 @@ from tracker_client.errors import ConfigError, Unsupported
 from tracker_client.models import Health, Lease, StoreEntry, WaitResult
 from tracker_client.nulltickets import contract
 from tracker_client.postgres import claims, search
+from tracker_client.postgres.batch import PgFinishManyOps
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
 from tracker_client.postgres.follow import FOLLOW_QUIET, PgFollowOps, follow_channel, notify_sql
@@ -77,7 +78,9 @@ SAFETY_TICK_S = 5.0
 LISTEN_START_S = 5.0
 
 
-class PostgresTracker(PgFollowOps, PgSpanOps, claims.PgClaimManyOps, EmbeddedTracker):
+class PostgresTracker(
+    PgFollowOps, PgSpanOps, PgFinishManyOps, claims.PgClaimManyOps, EmbeddedTracker
+):
     """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
 
     _db: Database  # type: ignore[assignment]

@@ -1,0 +1,216 @@
+"""The PostgreSQL rail's batched reports and its async lane, against a real server.
+
+``finish_many``'s plain transitions go in one round trip (``bw_finish_many``, see
+``tracker_client/postgres/batch.py``) and write what the embedded path writes, keyed as a
+``finish`` is; every other item is answered by the embedded path in its place. The hot path's
+calls run on the event loop's own connections (``tracker_client/postgres/aio.py``): a dropped
+connection there is ``TrackerUnavailable`` and the next call gets a fresh one, a cancelled call
+still ends (its answer read), and several loops may use one tracker in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
+from tests.postgres.server import PgServer, fresh_schema_url
+from tracker_client.errors import Conflict, LeaseLost, TrackerUnavailable
+from tracker_client.factory import open_tracker
+from tracker_client.nulltickets.batch_models import FinishItem, FinishResult
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+_PLAIN = {
+    "trigger": "complete",
+    "expected_stage": None,
+    "expected_task_version": None,
+    "instructions": None,
+    "usage": None,
+}
+
+
+def _url(**options: Any) -> str:
+    return fresh_schema_url(f"batch-{uuid.uuid4()}", **options)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
+    """The one-trip paths step aside at INFO (see tests/postgres/test_hot_path.py)."""
+    caplog.set_level(logging.WARNING, logger="backlog_worker.tracker")
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
+    """Counts the queries psycopg sends, on the pool and on the async lane."""
+    counter = _Sent()
+    real, real_async = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.count += 1
+        return real(self, *args, **kwargs)
+
+    async def counting_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.count += 1
+        return await real_async(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting_async)
+    return counter
+
+
+async def test_plain_transitions_of_a_batch_take_one_round_trip(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    tracker: Any = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        ids = await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(5)])
+        leases = await tracker.call(
+            "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=5
+        )
+        items = [
+            FinishItem(lease=lease, transition=_PLAIN, idempotency_key=f"k{i}")
+            for i, lease in enumerate(leases)
+        ]
+        before = sent.count
+        out = await tracker.finish_many(items)
+        assert sent.count - before == 1
+        assert all(isinstance(o, FinishResult) for o in out)
+        moves = [o.transition for o in out if isinstance(o, FinishResult)]
+        assert [m.new_stage for m in moves if m is not None] == ["done"] * 5
+        for task_id in ids:
+            detail = await tracker.get_task(task_id)
+            assert (detail.stage, detail.task_version) == ("done", 2)
+            assert detail.latest_run is not None and detail.latest_run.status == "completed"
+            events = (await tracker.list_task_events(task_id, kind="transition")).items
+            assert [e.data for e in events] == [
+                {"trigger": "complete", "from": "todo", "to": "done", "instructions": ""}
+            ]
+        # A replay under the keys answers the recorded answers, writing nothing more; a plain
+        # finish under one of the keys is the same finish (its record is a finish's).
+        assert await tracker.finish_many(items) == out
+        again = await tracker.finish(leases[0], transition=_PLAIN, idempotency_key="k0")
+        assert again == out[0]
+        with pytest.raises(Conflict, match="idempotency key 'k1'"):
+            await tracker.finish(leases[1], transition={"trigger": "other"}, idempotency_key="k1")
+        runs = await tracker.list_runs(ids[0])
+        assert [r.status for r in runs] == ["completed"]
+    finally:
+        await tracker.aclose()
+
+
+async def test_items_the_fast_path_leaves_are_answered_in_their_place(
+    pg_server: PgServer,
+) -> None:
+    tracker: Any = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(4)])
+        leases = await tracker.call(
+            "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=4
+        )
+        revoked = leases[3]
+        await tracker.cancel(revoked.task.id)
+        items = [
+            FinishItem(lease=leases[0], transition=_PLAIN),
+            FinishItem(lease=leases[1], fail={"error": "boom", "retryable": True}),
+            FinishItem(
+                lease=leases[2], events=({"kind": "note", "data": {"n": 1}},), transition=_PLAIN
+            ),
+            FinishItem(lease=revoked, transition=_PLAIN),
+        ]
+        out = await tracker.finish_many(items)
+        first, failed, noted, lost = out
+        assert isinstance(first, FinishResult) and first.transition is not None
+        assert isinstance(failed, FinishResult) and failed.fail is not None
+        assert isinstance(noted, FinishResult) and len(noted.event_ids) == 1
+        assert isinstance(lost, LeaseLost)
+        assert (await tracker.get_task(leases[0].task.id)).stage == "done"
+        assert (await tracker.get_task(leases[2].task.id)).stage == "done"
+        assert (await tracker.get_task(leases[1].task.id)).latest_run.status == "failed"
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_lane_connection_dropped_is_unavailable_then_replaced(
+    pg_server: PgServer,
+) -> None:
+    app = "lane" + uuid.uuid4().hex[:10]
+    tracker = await open_tracker(_url(application_name=app, pool_size=2))
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(3)])
+        first = await claim(tracker)  # the lane's connection is open now
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (app,),
+            ).fetchall()
+        assert killed and all(ok for (ok,) in killed)
+        with pytest.raises(TrackerUnavailable) as err:
+            await tracker.claim("a", "coder", 60_000)
+        assert err.value.code == "unavailable"
+        second = await claim(tracker)  # a fresh connection
+        assert second.task.id != first.task.id
+        assert (await tracker.transition(second, "complete")).new_stage == "done"
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_cancelled_hot_call_still_ends_and_the_lane_goes_on(pg_server: PgServer) -> None:
+    tracker: Any = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        task_id = await tracker.create_task(new_task(pid))
+        lease = await claim(tracker)
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # already cancelled when the call starts: shielded, it runs
+            await tracker.transition(lease, "complete", idempotency_key="once")
+        assert (await tracker.get_task(task_id)).stage == "done"
+        await tracker.create_task(new_task(pid, "next"))
+        assert (await claim(tracker)).task.title == "next"
+    finally:
+        await tracker.aclose()
+
+
+def test_one_tracker_serves_two_event_loops_in_turn(pg_server: PgServer) -> None:
+    """A tracker opened on one loop and then used from another (a blocking portal's thread,
+    say): the lane drops the first loop's connections and opens new ones on the second."""
+
+    async def setup() -> tuple[Any, str]:
+        tracker: Any = await open_tracker(_url())
+        pid = await make_pipeline(tracker, simple_pipeline())
+        await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(2)])
+        await claim(tracker)
+        return tracker, pid
+
+    tracker, _pid = anyio.run(setup)
+    answers: list[Any] = []
+
+    def other_loop() -> None:
+        async def use() -> None:
+            try:
+                answers.append(await claim(tracker))
+            finally:
+                await tracker.aclose()
+
+        anyio.run(use)
+
+    thread = threading.Thread(target=other_loop)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(answers) == 1 and answers[0].task.title in {"t0", "t1"}
