@@ -302,6 +302,17 @@ class ExecutionContext:
             if events:
                 await self._sink.emit_events(self._coalesce(events))
 
+    def take_reports(self) -> list[tuple[str, Any]] | None:
+        """The buffered events, merged as :meth:`flush` writes them, taken out of the buffer
+        for the caller to write (the worker sends a run's last events with its final report,
+        one request). None while a flush is in flight: then :meth:`flush` is the way."""
+        if self._lock.locked():
+            return None
+        events, self._buffer = self._buffer, []
+        self._buffered_bytes = 0
+        self._last_flush = time.monotonic()
+        return self._coalesce(events) if events else []
+
     def _coalesce(self, events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         run_kind: str | None = None
