@@ -2,6 +2,7 @@
 
     python -m bench.memory [--tasks 2000] [--concurrency 10] [--root DIR ...] [--top 15]
                            [--rail embedded,served] [--python PATH] [--no-profile]
+                           [--event-loop auto|asyncio|uvloop]
 
 Each ``--root`` is a source tree to measure (default: this one; add a worktree of an older
 commit, ``git worktree add /tmp/before HEAD~3``, to compare before/after in the same run).
@@ -25,8 +26,6 @@ then given N no-op tasks, stopped by SIGTERM once all are done:
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import re
@@ -37,78 +36,79 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _PAGE_KIB
-
-
-class _CostFinder(importlib.abc.MetaPathFinder):
-    """Wraps every module's ``exec_module``: RSS before/after, less its nested imports."""
-
-    def __init__(self) -> None:
-        self.costs: dict[str, int] = {}  # module -> own KiB
-        self._stack: list[int] = []  # nested imports' KiB, per module being executed
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                self._wrap(spec)
-                return spec
-        return None
-
-    def _wrap(self, spec: importlib.machinery.ModuleSpec) -> None:
-        """Time the loader's ``exec_module`` on the loader itself (an instance attribute), so
-        what else it offers (resource readers) stays; class loaders (builtins) are left alone."""
+#: The measured worker: ``worker run --config CONFIG`` from ROOT, run as ``python -c`` so that it
+#: imports only what the worker does (not this module's argparse, sqlite3, subprocess...), with a
+#: no-op callable of its own (``bench.worker:noop`` would import that module's benchmark tools).
+#: With a COSTS path, an import hook reads the RSS around each module's execution and writes each
+#: module's own cost (its RSS growth less its nested imports') there at exit.
+_CHILD = """
+import sys
+root, config, costs_out = sys.argv[1:4]
+sys.path.insert(0, root)
+noop = type(sys)("bench_memory_noop")
+async def run(ctx):
+    from plugins.api import Transition
+    return Transition()
+noop.run = run
+sys.modules[noop.__name__] = noop
+if costs_out:
+    import importlib.abc, json, os
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    def rss_kib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page_kib
+    costs, stack = {}, []
+    class CostFinder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None and spec.loader is not None:
+                    wrap(spec)
+                    return spec
+            return None
+    def wrap(spec):
+        # on the loader instance, so what else it offers (resource readers) stays
         loader = spec.loader
         inner = getattr(loader, "exec_module", None)
         if inner is None or isinstance(loader, type):
             return
-        finder = self
-
-        def exec_module(module: ModuleType) -> None:
-            before = _rss_kib()
-            finder._stack.append(0)
+        def exec_module(module):
+            before = rss_kib()
+            stack.append(0)
             try:
                 inner(module)
             finally:
-                nested = finder._stack.pop()
-                total = _rss_kib() - before
-                finder.costs[spec.name] = total - nested
-                if finder._stack:
-                    finder._stack[-1] += total
-
-        loader.exec_module = exec_module  # type: ignore[union-attr,method-assign]
-
-
-def _child(root: str, config: str, costs_out: str) -> None:
-    """The measured worker: ``worker run --config`` from ``root`` (import hook if ``costs_out``)."""
-    sys.path.insert(0, root)
-    finder = None
+                nested = stack.pop()
+                total = rss_kib() - before
+                costs[spec.name] = total - nested
+                if stack:
+                    stack[-1] += total
+        loader.exec_module = exec_module
+    sys.meta_path.insert(0, CostFinder())
+sys.argv = ["backlog-worker", "run", "--config", config]
+from worker.cli import main
+try:
+    main()
+finally:
     if costs_out:
-        finder = _CostFinder()
-        sys.meta_path.insert(0, finder)
-    sys.argv = ["backlog-worker", "run", "--config", config]
-    from worker.cli import main
-
-    try:
-        main()
-    finally:
-        if finder is not None:
-            Path(costs_out).write_text(json.dumps(finder.costs))
+        with open(costs_out, "w") as f:
+            json.dump(costs, f)
+"""
 
 
 def _run(
-    root: Path, rail: str, python: str, tasks: int, concurrency: int, profiled: bool
+    root: Path,
+    rail: str,
+    python: str,
+    event_loop: str | None,
+    tasks: int,
+    concurrency: int,
+    profiled: bool,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import anyio
@@ -123,11 +123,14 @@ def _run(
         server = _serve(db) if rail == "served" else None
         try:
             config = _config(tmp, db, concurrency, drain=False)
+            text = config.read_text().replace("bench.worker:noop", "bench_memory_noop:run")
             if server is not None:
-                text = config.read_text().replace(f"sqlite:///{db}", server[1])
-                config.write_text(text)
+                text = text.replace(f"sqlite:///{db}", server[1])
+            if event_loop is not None:
+                text = text.replace("[worker]\n", f'[worker]\nevent_loop = "{event_loop}"\n', 1)
+            config.write_text(text)
             costs = tmp / "costs.json" if profiled else None
-            argv = [python, __file__, "--child", str(root), str(config), str(costs or "")]
+            argv = [python, "-c", _CHILD, str(root), str(config), str(costs or "")]
             env = {**os.environ, "PYTHONPATH": str(root)}
             proc = subprocess.Popen(
                 argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -270,9 +273,6 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
 
 def main() -> None:
     """Measure each root and print its peak RSS and top import costs."""
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        _child(sys.argv[2], sys.argv[3], sys.argv[4])
-        return
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=10)
@@ -281,6 +281,11 @@ def main() -> None:
     parser.add_argument("--rail", default="embedded", help="embedded, served or both (a,b)")
     parser.add_argument("--python", default=sys.executable, help="the worker's interpreter")
     parser.add_argument("--no-profile", action="store_true", help="skip the import profile")
+    parser.add_argument(
+        "--event-loop",
+        choices=["auto", "asyncio", "uvloop"],
+        help="[worker] event_loop for every root (default: unset; older roots lack the key)",
+    )
     args = parser.parse_args()
     roots = [r.resolve() for r in args.root] or [ROOT]
     for root in roots:
@@ -294,7 +299,7 @@ def main() -> None:
         parser.error(f"--python {args.python}: not an executable interpreter")
     for rail in rails:
         for root in roots:
-            run = (root, rail, args.python, args.tasks, args.concurrency)
+            run = (root, rail, args.python, args.event_loop, args.tasks, args.concurrency)
             clean = _run(*run, profiled=False)
             profiled = None if args.no_profile else _run(*run, profiled=True)
             _report(f"{root} [{rail}]", clean, profiled, args.top)
