@@ -9,7 +9,7 @@ executor, a no-op job) in a subprocess that prints its ``sys.modules`` at exit:
   pulls rich and pygments), no server (starlette, uvicorn, the dashboard's jinja2), no other
   rail, no telemetry that is off; with ``[worker] event_loop = "asyncio"``, no uvloop;
 * on a served rail (a real ``tracker serve`` on 127.0.0.1): no embedded tracker (nor cronsim)
-  in the worker, nor the server side.
+  in the worker, nor the server side, nor httpx's command-line client (rich, pygments).
 
 ``ssl`` is not pinned: asyncio, anyio's asyncio backend and uvloop import it themselves (measured
 with ``python -m bench.memory``; it costs ~5 MiB with OpenSSL's libcrypto).
@@ -76,8 +76,9 @@ NOT_EMBEDDED = (
     "tracker_client.nulltickets.client",
     "tracker_client.nulltickets.transport",
 )
-#: What a worker on a served rail does not import besides: the embedded rail.
-NOT_SERVED = ("tracker_client.embedded", "cronsim")
+#: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
+#: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out.
+NOT_SERVED = ("tracker_client.embedded", "cronsim", "httpx._main", "rich", "pygments")
 
 PIPELINE = {
     "initial": "todo",
@@ -85,11 +86,15 @@ PIPELINE = {
     "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
 }
 
-# The real `backlog-worker run`, in process, printing its modules and loop class at exit.
+# The real `backlog-worker run`, in process, printing its modules (those imported: a module marked
+# absent is None) and the loop class of each task at exit.
 _RUN = """
 import asyncio, atexit, json, sys
 loops = []
-atexit.register(lambda: print(json.dumps({"modules": sorted(sys.modules), "loops": loops})))
+def report():
+    modules = sorted(name for name, module in sys.modules.items() if module is not None)
+    print(json.dumps({"modules": modules, "loops": loops}))
+atexit.register(report)
 import plugins.api
 async def job(ctx):
     loops.append(type(asyncio.get_running_loop()).__module__)

@@ -268,6 +268,8 @@ def run_command(
         release_secret_env()  # before any child exists: /proc/<pid>/environ no longer has it
         url = config.tracker.url
         token_source = config.tracker.api_token_source or NO_TOKEN
+        if url.lower().startswith(("http://", "https://")):
+            _skip_httpx_cli()  # a remote rail: its client imports httpx
         _setup_logging(config)
         use_uvloop = uvloop_wanted(config.worker.event_loop)
         code = anyio.run(
@@ -278,6 +280,20 @@ def run_command(
     except TrackerError as exc:
         fail(describe(exc, url, token_source), exit_code_for(exc))
     sys.exit(code)
+
+
+def _skip_httpx_cli() -> None:
+    """Keep httpx's command-line client out of a worker process.
+
+    ``import httpx`` imports ``httpx._main`` (its ``httpx`` command: click, rich, pygments) when
+    those are installed, as they are here (rich is this project's). A worker never runs that
+    command, and on a remote rail it cost 3.9 MiB of peak RSS (``bench.memory --rail served``:
+    52.4 against 48.5 MiB, same run). Marking the module absent makes httpx take its own
+    fallback (``from ._main import main`` in a ``try``/``except ImportError``); everything else
+    of httpx is unchanged. It is done in the ``run`` command of a remote rail only, before the
+    tracker is opened; where httpx is already imported it changes nothing.
+    """
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 def uvloop_wanted(event_loop: str) -> bool:
