@@ -19,6 +19,7 @@ writing them in two calls changes no answer. It touches what the one-trip transi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,20 +32,14 @@ from tracker_client.nulltickets.batch_models import (
     FinishResult,
     check_items,
 )
-from tracker_client.postgres.hot import PgHotOps
+from tracker_client.postgres.hot import MOVE_FIELDS, PgHotOps
 
 __all__ = ["PgFinishManyOps"]
 
-_FIELDS = (
-    *("run", "token", "pipeline", "stage", "version", "to", "role", "terminal", "usage"),
-    *("event", "key", "fp", "result"),
-)
-_CALL = (
-    "SELECT bw_finish_many(%(run)s::text[], %(token)s::text[], %(pipeline)s::text[], "
-    "%(stage)s::text[], %(version)s::bigint[], %(to)s::text[], %(role)s::text[], "
-    "%(terminal)s::bigint[], %(usage)s::text[], %(event)s::text[], %(now)s::bigint, "
-    "%(key)s::text[], %(fp)s::text[], %(result)s::text[])"
-)
+#: ``bw_finish_many_tx`` (schema 9): the lock, wake-ups and ``bw_move`` per item.
+_CALL = "SELECT bw_finish_many_tx(%s::text, %s::text, %s::text, %s::text, %s::bigint, %s::jsonb)"
+#: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
+_ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
 
 
 class PgFinishManyOps(PgHotOps):
@@ -112,18 +107,19 @@ class PgFinishManyOps(PgHotOps):
         return planned[0], answers[0]
 
     async def _one_trip_many(self, params: list[dict[str, Any]]) -> list[bool]:
-        """``bw_finish_many`` over the planned items: per item whether it was written (all
+        """``bw_finish_many_tx`` over the planned items: per item whether it was written (all
         False when the call declined: nothing written)."""
-        batch: dict[str, Any] = {f: [p[f] for p in params] for f in _FIELDS}
-        batch["now"] = int(self._clock())
+        items = [{f: p[f] for f in _ITEM_FIELDS} for p in params]
+        text = json.dumps(items, separators=(",", ":"))
         db: Any = self._db
         try:
-            done = await db.one_trip(
-                _CALL, batch, "finish_many", [self._notify_sql, self._follow_sql]
+            found = await db.one_call(
+                _CALL, [*self._wake_args(), int(self._clock()), text], "finish_many"
             )
         finally:
             self._notify()  # committed or not: a waiter looks again, as after any write
             self._wake_followers()
+        done = found[0][0] if found else None
         if not isinstance(done, list) or len(done) != len(params):
             return [False] * len(params)
         return [bool(ok) for ok in done]

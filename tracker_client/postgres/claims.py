@@ -232,11 +232,16 @@ def _lease(
     )
 
 
+#: ``bw_claim_tx`` (schema 9): the lock, ``bw_claim`` and the wake-ups in one statement.
 _CLAIM_CALL = (
-    "SELECT * FROM bw_claim(%(op)s::text, %(role)s::text, %(agent)s::text, %(now)s::bigint, "
-    "%(ttl)s::bigint, %(runs)s::text[], %(leases)s::text[], %(tokens)s::text[], %(key)s::text, "
-    "%(fp)s::text)"
+    "SELECT * FROM bw_claim_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text, "
+    "%s::text, %s::bigint, %s::bigint, %s::text, %s::text, %s::text, %s::text, %s::text)"
 )
+
+
+def _array(values: list[str]) -> str:
+    """A PostgreSQL array literal of ids and hex digests (no character there needs quoting)."""
+    return "{" + ",".join(values) + "}"
 
 
 class PgClaimManyOps(PgHotOps):
@@ -301,23 +306,21 @@ class PgClaimManyOps(PgHotOps):
             return None
         ids = [_fresh_ids() for _ in range(n)]
         now = int(self._clock())
-        params = {
-            "op": op,
-            "role": role,
-            "agent": agent_id,
-            "now": now,
-            "ttl": lease_ttl_ms,
-            "runs": [i[0] for i in ids],
-            "leases": [i[1] for i in ids],
-            "tokens": [token_hash(i[2]) for i in ids],
-            "key": key,
-            "fp": fp,
-        }
+        params = [
+            *self._wake_args(notify=op not in QUIET_WRITES, follow=op not in FOLLOW_QUIET),
+            op,
+            role,
+            agent_id,
+            now,
+            lease_ttl_ms,
+            _array([i[0] for i in ids]),
+            _array([i[1] for i in ids]),
+            _array([token_hash(i[2]) for i in ids]),
+            key,
+            fp,
+        ]
         db: Any = self._db
-        after = [] if op in QUIET_WRITES else [self._notify_sql]
-        if op not in FOLLOW_QUIET:
-            after.append(self._follow_sql)
-        rows = await db.one_trip(_CLAIM_CALL, params, op, after, rows=True)
+        rows = await db.one_call(_CLAIM_CALL, params, op)
         if rows is None:
             return None
         self._wake_followers()

@@ -17,8 +17,8 @@ rolled back, nothing half-granted), an out-of-range value ``ValidationFailed``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import anyio
 import psycopg
@@ -223,95 +223,38 @@ class Database:
 
         return await anyio.to_thread.run_sync(job)
 
-    async def one_trip(
-        self,
-        call: str,
-        params: Mapping[str, Any],
-        where: str,
-        before_commit: Sequence[str],
-        *,
-        rows: bool = False,
-    ) -> Any:
-        """``call`` (one ``SELECT`` of a function, psycopg placeholders) in a shared-mode write
-        transaction, all in ONE round trip: ``BEGIN``, the write lock, the call,
-        ``before_commit``, ``COMMIT``. Returns the call's value (``rows``: its rows), or None
-        when the function declined (raised SQLSTATE ``BW001``, or met :data:`_DECLINES`: rolled
-        back, nothing written); nothing is retried here. On asyncio it runs on the event loop
-        (the async lane, :mod:`.aio`), else on a pool thread."""
+    async def one_call(self, call: str, params: Sequence[Any], where: str) -> list[Any] | None:
+        """``call``, one prepared statement of a hot-path function that takes the write lock
+        (shared) and sends its wake-ups itself (schema 9's ``bw_*_tx``), in its own implicit
+        transaction: ONE round trip, nothing for the server to parse or plan after the first
+        time on a connection. Returns its rows, or None when it declined (raised SQLSTATE
+        ``BW001``, or met :data:`_DECLINES`: rolled back, nothing written); nothing is retried
+        here. On asyncio it runs on the event loop (the async lane, :mod:`.aio`), else on a
+        pool thread."""
         self._check()
         lane = self.lane
         try:
             if lane is not None and aio.usable():
-                served, found = await lane.run(
-                    lambda conn: self._one_trip_async(conn, call, params, before_commit)
-                )
+                served, found = await lane.run(lambda conn: _call_async(conn, call, params))
                 if served:
-                    return _answer(found, rows)
+                    return cast(list[Any] | None, found)
 
-            def job() -> Any:
+            def job() -> list[Any] | None:
                 with self.pool.connection() as raw:
-                    return self._one_trip_sync(raw, call, params, before_commit)
+                    try:
+                        found: list[Any] = raw.execute(call, params, prepare=True).fetchall()
+                        return found
+                    except psycopg.Error as exc:
+                        if _declined(exc):
+                            return None  # rolled back: the embedded path answers it
+                        raise
 
-            return _answer(await anyio.to_thread.run_sync(job), rows)
+            return await anyio.to_thread.run_sync(job)
         except BaseException as exc:
             err = map_pg_error(exc, where)
             if err is exc:
                 raise
             raise err from exc
-
-    def _text(self, cur: Any, call: str, params: Mapping[str, Any], after: Sequence[str]) -> bytes:
-        body = cur.mogrify(call, params)
-        return "".join([self._begin_shared, body, ";", *after, "COMMIT"]).encode()
-
-    def _one_trip_sync(
-        self,
-        raw: psycopg.Connection[Any],
-        call: str,
-        params: Mapping[str, Any],
-        after: Sequence[str],
-    ) -> list[Any] | None:
-        cur = psycopg.ClientCursor(raw)
-        try:
-            cur.execute(self._text(cur, call, params, after))
-            cur.nextset()  # BEGIN -> the lock
-            cur.nextset()  # the lock -> the call
-            found = cur.fetchall()
-            while cur.nextset():
-                pass
-            return found
-        except BaseException as exc:
-            idle = psycopg.pq.TransactionStatus.IDLE
-            if not raw.closed and raw.info.transaction_status != idle:
-                with contextlib.suppress(psycopg.Error):
-                    raw.execute(b"ROLLBACK")
-            if _declined(exc):
-                return None  # rolled back: the embedded path answers it
-            raise
-
-    async def _one_trip_async(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        call: str,
-        params: Mapping[str, Any],
-        after: Sequence[str],
-    ) -> list[Any] | None:
-        cur = psycopg.AsyncClientCursor(conn)
-        try:
-            await cur.execute(self._text(cur, call, params, after))
-            cur.nextset()  # BEGIN -> the lock
-            cur.nextset()  # the lock -> the call
-            found = await cur.fetchall()
-            while cur.nextset():
-                pass
-            return found
-        except BaseException as exc:
-            idle = psycopg.pq.TransactionStatus.IDLE
-            if not conn.closed and conn.info.transaction_status != idle:
-                with contextlib.suppress(psycopg.Error):
-                    await conn.execute(b"ROLLBACK")
-            if _declined(exc):
-                return None  # rolled back: the embedded path answers it
-            raise
 
     async def aclose(self) -> None:
         """Close every connection. Idempotent."""
@@ -330,7 +273,13 @@ def _declined(exc: BaseException) -> bool:
     )
 
 
-def _answer(found: list[Any] | None, rows: bool) -> Any:
-    if found is None or rows:
-        return found
-    return found[0][0] if found else None
+async def _call_async(
+    conn: psycopg.AsyncConnection[Any], call: str, params: Sequence[Any]
+) -> list[Any] | None:
+    try:
+        cur = await conn.execute(call, params, prepare=True)
+        return await cur.fetchall()
+    except psycopg.Error as exc:
+        if _declined(exc):
+            return None  # rolled back (autocommit: the statement was its transaction)
+        raise

@@ -31,7 +31,7 @@ from tracker_client.embedded.runs import token_hash
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease, TransitionResult
 
-__all__ = ["REMEMBERED", "PgHotOps"]
+__all__ = ["MOVE_FIELDS", "REMEMBERED", "PgHotOps"]
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -39,18 +39,37 @@ log = logging.getLogger("backlog_worker.tracker")
 #: embedded path, nothing else changes).
 REMEMBERED = 4096
 
+#: ``bw_transition_tx`` (schema 9): the lock, wake-ups and ``bw_transition`` in one statement.
 _CALL = (
-    "SELECT bw_transition(%(run)s::text, %(token)s::text, %(pipeline)s::text, %(stage)s::text, "
-    "%(version)s::bigint, %(to)s::text, %(role)s::text, %(terminal)s::bigint, %(usage)s::text, "
-    "%(event)s::text, %(now)s::bigint, %(key)s::text, %(fp)s::text, %(result)s::text)"
+    "SELECT bw_transition_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text, "
+    "%s::text, %s::text, %s::bigint, %s::text, %s::text, %s::bigint, %s::text, %s::text, "
+    "%s::bigint, %s::text, %s::text, %s::text)"
+)
+#: The order of ``bw_transition``'s / ``bw_move``'s parameters after the lock and wake-ups.
+MOVE_FIELDS = (
+    *("run", "token", "pipeline", "stage", "version", "to", "role", "terminal", "usage"),
+    *("event", "now", "key", "fp", "result"),
 )
 
 
 class PgHotOps(TrackerCore):
     """``transition`` in one round trip where this instance can work the move out itself."""
 
-    _notify_sql: str
-    _follow_sql: str
+    _channel: str
+    _follow_channel: str
+    _instance: str
+
+    def _wake_args(self, *, notify: bool = True, follow: bool = True) -> list[Any]:
+        """The first parameters of a ``bw_*_tx`` call: the write lock's name, the rail's
+        channel (None: a quiet write), the follow channel (None: nothing a follower reads),
+        this instance's name (its own listener ignores what it sent)."""
+        db: Any = self._db
+        return [
+            db.lock_name,
+            self._channel if notify else None,
+            self._follow_channel if follow else None,
+            self._instance,
+        ]
 
     def _remember(self, leases: Sequence[Lease]) -> None:
         """Note the pipeline and stage of leases handed out (see the module docstring)."""
@@ -135,13 +154,13 @@ class PgHotOps(TrackerCore):
         params, result = planned
         db: Any = self._db
         try:
-            done = await db.one_trip(
-                _CALL, params, "transition", [self._notify_sql, self._follow_sql]
+            found = await db.one_call(
+                _CALL, [*self._wake_args(), *(params[f] for f in MOVE_FIELDS)], "transition"
             )
         finally:
             self._notify()  # committed or not: a waiter looks again, as after any write
             self._wake_followers()
-        return result if done else None
+        return result if found and found[0][0] else None
 
     def _plan_move(
         self,

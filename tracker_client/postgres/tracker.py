@@ -93,7 +93,8 @@ class PostgresTracker(
         self._listener: Listener | None = None
         # Channel and instance are hex names of ours: safe to spell in the statement.
         self._notify_sql = f"SELECT pg_notify('{self._channel}', '{self._instance}');"
-        self._follow_sql = notify_sql(follow_channel(pg.schema), self._instance)
+        self._follow_channel = follow_channel(pg.schema)
+        self._follow_sql = notify_sql(self._follow_channel, self._instance)
 
     @classmethod
     async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
