@@ -64,10 +64,14 @@ def claim_many(
         ctx.event(row["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": error})
         dead_letter(ctx, row, "corrupt_row", None)
     leases: list[Lease] = []
+    rate_limit: sqlite3.Row | None = None
     for row, parsed in picks:
-        allowed, rate_limit = admit(ctx, role)  # re-read: the previous lease spent a token
-        if not allowed:
-            break
+        if rate_limit is not None or not leases:
+            # Re-read before each lease: the previous one spent a token. A role without a
+            # limit row (the first answer None) gets none within this write: asked once.
+            allowed, rate_limit = admit(ctx, role)
+            if not allowed:
+                break
         leases.append(claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms))
         if rate_limit is not None:
             spend(ctx, rate_limit)

@@ -90,15 +90,38 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+#: One encoder for every stored value: ``json.dumps`` with these options builds a new
+#: ``JSONEncoder`` on each call (about half the cost of encoding a small event).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+#: Types a flat object's values may have for :func:`dumps` to skip the full walk (a float may
+#: be NaN, a container may nest: those take the walk of :func:`check_json_limits`).
+_FLAT_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def _flat_ascii(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` is one object of ASCII-text keys and plain scalars (ASCII text, int,
+    bool, null): nested one level deep, nothing to refuse, so it passes
+    :func:`check_json_limits` without the walk (the common event: ``{"step": 1}``)."""
+    for key, item in value.items():
+        kind = type(item)
+        if type(key) is not str or kind not in _FLAT_TYPES or not key.isascii():
+            return False
+        if kind is str and not item.isascii():
+            return False
+    return True
+
+
 def dumps(value: Any, what: str, *, max_bytes: int | None = None) -> str:
     """Canonical JSON text of ``value``; else ``ValidationFailed`` naming ``what``.
 
     Every stored JSON value goes through here, so the depth/shape limits of
-    :mod:`tracker_client.jsonlimits` hold on every embedded write path.
+    :mod:`tracker_client.jsonlimits` hold on every embedded write path (a flat object of ASCII
+    text and plain scalars passes them by construction, so it skips the walk).
     """
-    check_json_limits(value, what)
+    if type(value) is not dict or not _flat_ascii(value):
+        check_json_limits(value, what)
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text: str = _ENCODE(value)
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(f"{what} is not JSON-serialisable: {exc}") from exc
     if max_bytes is not None and len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
@@ -243,39 +266,13 @@ def task_from_row(row: sqlite3.Row, *, strict: bool = False) -> Task:
 
 
 def _task(row: sqlite3.Row, metadata: Any) -> Task:
-    return Task.model_validate(
-        {
-            "id": row["id"],
-            "pipeline_id": row["pipeline_id"],
-            "stage": row["stage"],
-            "title": row["title"],
-            "description": row["description"],
-            "priority": row["priority"],
-            "metadata": metadata,
-            "task_version": row["task_version"],
-            "next_eligible_at_ms": row["next_eligible_at_ms"],
-            "retry_delay_ms": row["retry_delay_ms"],
-            "max_attempts": row["max_attempts"],
-            "dead_letter_stage": row["dead_letter_stage"],
-            "dead_letter_reason": row["dead_letter_reason"],
-            "created_at_ms": row["created_at_ms"],
-            "updated_at_ms": row["updated_at_ms"],
-            "concurrency_key": row["concurrency_key"],
-            "expires_at_ms": row["expires_at_ms"],
-            "run_at_ms": row["run_at_ms"],
-            "dedupe_key": row["dedupe_key"],
-            "parent_id": _parent_of(row),
-        }
-    )
-
-
-def _parent_of(row: sqlite3.Row) -> str | None:
-    """The row's ``parent_id`` (extension ``subtasks``; a rail without the column: None)."""
-    try:
-        parent: str | None = row["parent_id"]
-    except (IndexError, KeyError):
-        return None
-    return parent
+    # The row as a dict, its parsed metadata in place: a ``sqlite3.Row`` looks a name up by a
+    # case-insensitive scan of its columns, so twenty lookups cost more than the validation.
+    # The model ignores the columns that are not its fields (lease, role, seq ...); a row
+    # without ``parent_id`` (a rail before the subtasks column) reads as None, the default.
+    fields = dict(zip(row.keys(), row, strict=True))
+    fields["metadata"] = metadata
+    return Task.model_validate(fields)
 
 
 def run_from_row(row: sqlite3.Row) -> Run:

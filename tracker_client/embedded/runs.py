@@ -44,7 +44,16 @@ def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
     return LeaseLost(f"no active lease for run {run_id}", code="not_found")
 
 
-_LEASE = "SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?"
+#: The task columns a lease write reads (``check_lease``'s row): the lease itself, what the
+#: lease writes (transition, fail with its retry policy, events, heartbeat, checkpoint,
+#: release) read of their task. Not ``t.*``: title, description and metadata are never read
+#: there, and decoding the whole row cost more than the lookup.
+_LEASE = (
+    "SELECT t.seq, t.id, t.pipeline_id, t.stage, t.role, t.task_version, t.failed_attempts, "
+    "t.max_attempts, t.retry_delay_ms, t.backoff, t.max_retry_delay_ms, t.checkpointed, "
+    "t.lease_id, t.lease_run_id, t.lease_token_sha256, t.lease_expires_at_ms, t.lease_ttl_ms "
+    "FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?"
+)
 
 
 def check_lease(
@@ -52,7 +61,8 @@ def check_lease(
 ) -> sqlite3.Row:
     """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``.
 
-    Returns the task's row (the lease lives on it: ``lease_id``, ``lease_expires_at_ms``, ...).
+    Returns the task's row with the columns of :data:`_LEASE` (the lease lives on it:
+    ``lease_id``, ``lease_expires_at_ms``, ...); a write needing more reads the row itself.
     """
     row = ctx.one(_LEASE, (run_id,))
     if (
