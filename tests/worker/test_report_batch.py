@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from plugins.api import ExecutionContext, Failure
+from plugins.api import ExecutionContext, Failure, Transition
 from tracker_client.capabilities import Capabilities
 from tracker_client.errors import Conflict, TrackerUnavailable
 from tracker_client.models import Lease
@@ -303,3 +303,89 @@ async def test_no_batcher_where_the_rail_lacks_finish_many(tracker: Tracker) -> 
     assert batcher_for(tracker, caps.extensions - {"finish_many"}) is None
     with pytest.raises(ValueError, match="max_items: 1 to 100, got 0"):
         ReportBatcher(Gate(tracker), max_items=0)
+
+
+class EventCounting(Counting):
+    """:class:`Counting`, also counting ``add_event`` calls (events written on their own)."""
+
+    def __init__(self, inner: Tracker) -> None:
+        super().__init__(inner)
+        self.alone: list[str] = []
+
+    async def add_event(self, lease: Any, kind: str, data: Any, **kw: Any) -> int:
+        self.alone.append(kind)
+        written: int = await self._inner.add_event(lease, kind, data, **kw)
+        return written
+
+
+async def _run_one(tracker: Tracker, pipeline_id: str, work: Any) -> tuple[str, EventCounting]:
+    [tid] = await add_tasks(tracker, pipeline_id, 1)
+    counting = EventCounting(tracker)
+    config = worker_config(drain=True, report_flush_s=60.0)  # nothing flushed before the end
+    worker = Worker(counting, config, [role("coder", work)])  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    return tid, counting
+
+
+async def test_a_runs_last_events_ride_with_its_report(tracker: Tracker, pipeline_id: str) -> None:
+    async def work(ctx: ExecutionContext) -> None:
+        await ctx.report("step", {"n": 1})
+        await ctx.report("result", {"answer": 42})
+
+    tid, counting = await _run_one(tracker, pipeline_id, work)
+
+    [item] = counting.items
+    assert [e["kind"] for e in item.events] == ["step", "result"] and item.transition
+    assert counting.alone == []  # no request of their own
+    events = (await tracker.list_task_events(tid, limit=100)).items
+    assert [e.kind for e in events if e.kind in ("step", "result", "transition")] == [
+        "step",
+        "result",
+        "transition",
+    ]
+
+
+async def test_an_oversized_last_event_becomes_a_marker_and_the_report_goes_through(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    [lease] = await _leases(tracker, pipeline_id, 1)
+    counting = EventCounting(tracker)
+    batcher = ReportBatcher(counting.finish_many)
+    calls = TrackerCalls(FAST_RETRY, keys=False)
+    s = LeaseSession(counting, lease, calls=calls, ttl_s=30.0, reports=batcher)  # type: ignore[arg-type]
+
+    moved = await s.transition(
+        "complete",
+        expected_stage="todo",
+        expected_task_version=1,
+        instructions=None,
+        usage=None,
+        budget_s=10.0,
+        events=[("step", {"n": 1}), ("huge", {"blob": "x" * 2_000_000})],
+    )
+
+    assert moved.new_stage == "review"
+    # The item was refused whole (nothing of it written); the events then went alone (the
+    # huge one refused again, so written as a marker) and the report without them.
+    assert [len(i.events) for i in counting.items] == [2, 0]
+    assert counting.alone == ["step", "huge", "huge"]
+    events = (await tracker.list_events(lease.run.id, limit=100)).items
+    assert [(e.kind, e.data.get("dropped")) for e in events if e.kind != "transition"] == [
+        ("step", None),
+        ("huge", True),
+    ]
+
+
+async def test_a_refused_report_keeps_the_runs_last_events(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    async def work(ctx: ExecutionContext) -> Any:
+        await ctx.report("step", {"n": 1})
+        return Transition("no-such-trigger")
+
+    tid, _ = await _run_one(tracker, pipeline_id, work)
+
+    assert [e.data for e in (await tracker.list_task_events(tid, kind="step")).items] == [{"n": 1}]
+    [error] = (await tracker.list_task_events(tid, kind="error")).items
+    assert error.data["reason"] == "invalid_trigger"

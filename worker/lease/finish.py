@@ -10,7 +10,8 @@ writes only, through the session's retrying calls.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import ValidationFailed
@@ -43,33 +44,43 @@ async def fail_with_event(
     usage: Any,
     retryable: bool,
     budget_s: float,
+    before: Sequence[tuple[str, Any]] = (),
 ) -> FailResult:
-    """Write the ``kind`` event and fail the run: one ``finish`` where the rail has it (in the
-    worker's batch of reports where it batches them)."""
+    """Write the run's last events ``before``, the ``kind`` event and fail the run: one item of
+    the worker's batch where it batches reports, one ``finish`` where the rail has it."""
+    if session.reports is not None:  # events refused there are written alone, as markers
+        return await session.fail(
+            error,
+            usage=usage,
+            retryable=retryable,
+            budget_s=budget_s,
+            events=(*before, (kind, data)),
+        )
+    await session.add_events(before)
     tracker = session.tracker
-    batched = session.reports is not None
-    if batched or (
-        isinstance(tracker, _Finishing) and "finish" in (await tracker.capabilities()).extensions
-    ):
+    if isinstance(tracker, _Finishing) and "finish" in (await tracker.capabilities()).extensions:
         scrub = session.scrub.get()
         event = {"kind": scrub.text(kind), "data": scrub.data(data)}
         body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
         try:
-            if batched:
-                result = await session.finish_item((event,), body, budget_s)
-            else:
-                finishing = cast(_Finishing, tracker)
-                result = await session.calls.write(
-                    "fail",
-                    lambda key: finishing.finish(
-                        session.ref, events=[event], fail=body, idempotency_key=key
-                    ),
-                    budget_s=budget_s,
-                )
+            return await _finish(session, tracker, event, body, budget_s)
         except ValidationFailed:
             pass  # the event's data, refused: the two writes below make it a marker
-        else:
-            assert result.fail is not None
-            return result.fail
     await session.add_event(kind, data)
     return await session.fail(error, usage=usage, retryable=retryable, budget_s=budget_s)
+
+
+async def _finish(
+    session: LeaseSession,
+    tracker: _Finishing,
+    event: dict[str, Any],
+    body: dict[str, Any],
+    budget_s: float,
+) -> FailResult:
+    result = await session.calls.write(
+        "fail",
+        lambda key: tracker.finish(session.ref, events=[event], fail=body, idempotency_key=key),
+        budget_s=budget_s,
+    )
+    assert result.fail is not None
+    return result.fail

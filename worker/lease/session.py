@@ -19,6 +19,7 @@ session's retries, key and token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -223,13 +224,29 @@ class LeaseSession:
         usage: Any,
         budget_s: float,
         wait_for: tuple[str, ...] = (),
+        events: Sequence[tuple[str, Any]] = (),
     ) -> TransitionResult:
         """Complete the run and move the task (``InvalidTransition`` keeps the lease).
-        ``wait_for``: the task then waits for these tasks (see :mod:`worker.lease.agents`)."""
+        ``wait_for``: the task then waits for these tasks (see :mod:`worker.lease.agents`).
+        ``events``: the run's last events (kind, data), written first; with the report in one
+        item where reports are batched."""
         if instructions is not None or usage is not None:  # else no scrubber is even built
             scrub = self.scrub.get()
             instructions = None if instructions is None else scrub.text(instructions)
             usage = scrub.data(usage)
+        reports = self.reports
+        if reports is not None and not wait_for:
+            body = {
+                "trigger": trigger,
+                "expected_stage": expected_stage,
+                "expected_task_version": expected_task_version,
+                "instructions": instructions,
+                "usage": usage,
+            }
+            done = await self.report_batched(events, transition=body, budget_s=budget_s)
+            assert done.transition is not None
+            return done.transition
+        await self.add_events(events)
         if wait_for:
             return await self.calls.write(
                 "transition",
@@ -244,24 +261,6 @@ class LeaseSession:
                 ),
                 budget_s=budget_s,
             )
-        reports = self.reports
-        if reports is not None:
-            body = {
-                "trigger": trigger,
-                "expected_stage": expected_stage,
-                "expected_task_version": expected_task_version,
-                "instructions": instructions,
-                "usage": usage,
-            }
-            done = await self.calls.write(
-                "transition",
-                lambda key: reports.finish(
-                    FinishItem(lease=self.ref, transition=body, idempotency_key=key)
-                ),
-                budget_s=budget_s,
-            )
-            assert done.transition is not None
-            return done.transition
         return await self.calls.write(
             "transition",
             lambda key: self.tracker.transition(
@@ -276,16 +275,25 @@ class LeaseSession:
             budget_s=budget_s,
         )
 
-    async def fail(self, error: str, *, usage: Any, retryable: bool, budget_s: float) -> FailResult:
-        """Fail the run with ``error`` (scrubbed, as is ``usage``)."""
+    async def fail(
+        self,
+        error: str,
+        *,
+        usage: Any,
+        retryable: bool,
+        budget_s: float,
+        events: Sequence[tuple[str, Any]] = (),
+    ) -> FailResult:
+        """Fail the run with ``error`` (scrubbed, as is ``usage``); ``events`` as
+        :meth:`transition`'s."""
         scrub = self.scrub.get()
         error, usage = scrub.text(error), scrub.data(usage)
         if self.reports is not None:
-            done = await self.finish_item(
-                (), {"error": error, "usage": usage, "retryable": retryable}, budget_s
-            )
+            body = {"error": error, "usage": usage, "retryable": retryable}
+            done = await self.report_batched(events, fail=body, budget_s=budget_s)
             assert done.fail is not None
             return done.fail
+        await self.add_events(events)
         return await self.calls.write(
             "fail",
             lambda key: self.tracker.fail(
@@ -294,20 +302,52 @@ class LeaseSession:
             budget_s=budget_s,
         )
 
-    async def finish_item(
-        self, events: tuple[dict[str, Any], ...], fail: dict[str, Any], budget_s: float
+    async def add_events(self, events: Sequence[tuple[str, Any]]) -> None:
+        """Write ``events`` (kind, data) one by one, as :meth:`add_event` does."""
+        for kind, data in events:
+            await self.add_event(kind, data)
+
+    async def report_batched(
+        self,
+        events: Sequence[tuple[str, Any]],
+        *,
+        transition: dict[str, Any] | None = None,
+        fail: dict[str, Any] | None = None,
+        budget_s: float,
     ) -> FinishResult:
-        """``events`` (scrubbed by the caller) and the fail ``fail`` through the worker's
-        batcher, under this session's retries and key (the session must have one)."""
+        """The final report through the worker's batcher (the session must have one): the
+        run's last ``events`` (scrubbed here) and its ``transition`` or ``fail`` (scrubbed by
+        the caller) as one item, under this session's retries and key. Events the rail refuses
+        (too large) are then written alone, as :meth:`add_event` writes them (a marker), and
+        the report sent without them."""
         reports = self.reports
         assert reports is not None
-        return await self.calls.write(
-            "fail",
-            lambda key: reports.finish(
-                FinishItem(lease=self.ref, events=events, fail=fail, idempotency_key=key)
-            ),
-            budget_s=budget_s,
-        )
+        action = "transition" if transition is not None else "fail"
+
+        async def send(evs: tuple[dict[str, Any], ...]) -> FinishResult:
+            return await self.calls.write(
+                action,
+                lambda key: reports.finish(
+                    FinishItem(
+                        lease=self.ref,
+                        events=evs,
+                        transition=transition,
+                        fail=fail,
+                        idempotency_key=key,
+                    )
+                ),
+                budget_s=budget_s,
+            )
+
+        if not events:
+            return await send(())
+        scrub = self.scrub.get()
+        clean = tuple({"kind": scrub.text(k), "data": scrub.data(d)} for k, d in events)
+        try:
+            return await send(clean)
+        except ValidationFailed:
+            await self.add_events(events)
+            return await send(())
 
     async def release(self, reason: str, *, budget_s: float) -> ReleaseResult:
         """Give the task back unfinished (the worker shuts down): no attempt is counted."""

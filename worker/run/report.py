@@ -2,7 +2,8 @@
 
 The report runs under a shield (it is how a cancelled run gives its task back) yet ends at the
 lease's end by our clock: past it the task may be someone else's, so nothing more is written.
-First the executor's buffered events and pending checkpoint; then, for a
+First the pending checkpoint and the executor's buffered events (where the worker batches
+reports, those ride with the report in its item: one request); then, for a
 :class:`~plugins.api.Transition`, the trigger chosen per pipeline and stage
 (:mod:`worker.triggers`) sent with the claimed stage and version (one the pipeline refuses fails
 the run, naming the allowed triggers and the choice's source; a ``wait_for`` the rail refuses,
@@ -15,6 +16,9 @@ pipeline definitions for the trigger).
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import Any
 
 import anyio
 
@@ -29,6 +33,7 @@ from tracker_client.errors import (
     Unsupported,
     ValidationFailed,
 )
+from tracker_client.nulltickets.batch_models import MAX_FINISH_EVENTS
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.lease import LeaseSession
@@ -86,11 +91,11 @@ class FinalReport:
     async def _report(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
         budget = self._settings.report_retry_budget_s
         try:
-            await ctx.flush()
+            events = await self._last_events(ctx)
             await self._checkpoint()
             if isinstance(outcome, Transition):
-                return await self._transition(outcome, budget)
-            return await self._fail(outcome, budget)
+                return await self._transition(outcome, budget, events)
+            return await self._fail(outcome, budget, events)
         except LeaseLost as exc:
             self._log.warning(
                 "lease lost before the report (%s); result dropped",
@@ -109,6 +114,17 @@ class FinalReport:
             self._log.error("final report failed: %s", exc, extra={"action": "report_failed"})
             return RunResult("report_failed", str(exc))
 
+    async def _last_events(self, ctx: ExecutionContext) -> list[tuple[str, Any]]:
+        """The run's buffered events, to go with the report where reports are batched (one
+        item, one request); else (or while a flush is in flight) flushed now, and none."""
+        if self._session.reports is not None:
+            taken = ctx.take_reports()
+            if taken is not None and len(taken) < MAX_FINISH_EVENTS:
+                return taken
+            await self._session.add_events(taken or ())
+        await ctx.flush()
+        return []
+
     async def _checkpoint(self) -> None:
         """The run's pending checkpoint first (the next attempt's ``previous_checkpoint``); one
         the rail refuses, or that cannot be written, is logged and the report goes on."""
@@ -119,7 +135,9 @@ class FinalReport:
                 "checkpoint not written: %s", exc, extra={"action": "checkpoint_failed"}
             )
 
-    async def _transition(self, outcome: Transition, budget: float) -> RunResult:
+    async def _transition(
+        self, outcome: Transition, budget: float, events: list[tuple[str, Any]]
+    ) -> RunResult:
         task, role = self._session.lease.task, self._role
         choice = await choose_trigger(
             outcome,
@@ -132,7 +150,10 @@ class FinalReport:
         )
         trigger = choice.trigger
         if trigger is None:
-            return await self._fail(choice.failure(role, task.stage, outcome.usage), budget)
+            return await self._fail(choice.failure(role, task.stage, outcome.usage), budget, events)
+        if outcome.wait_for:  # not a batched report: the events go first, on their own
+            await self._session.add_events(events)
+            events = []
         try:
             result = await self._session.transition(
                 trigger,
@@ -142,12 +163,17 @@ class FinalReport:
                 usage=outcome.usage,
                 budget_s=budget,
                 wait_for=tuple(outcome.wait_for),
+                events=events,
             )
         except InvalidTransition as exc:
+            # A refused batched item wrote nothing: its events go with the fail.
             failure = choice.failure(role, task.stage, outcome.usage, refused=exc.allowed)
-            return await self._fail(failure, budget)
+            return await self._fail(failure, budget, events)
         except (NotFound, Conflict, Unsupported) as exc:
             if not outcome.wait_for or (isinstance(exc, Conflict) and exc.code != CYCLE):
+                if events:  # the refused item wrote nothing: keep the run's last events
+                    with contextlib.suppress(TrackerError):
+                        await self._session.add_events(events)
                 raise
             # The rail refused the edges (an unknown task, a cycle): the same output would
             # be refused again, so the run fails for good, naming what is wrong.
@@ -157,7 +183,7 @@ class FinalReport:
                 retryable=False,
                 usage=outcome.usage,
             )
-            return await self._fail(failure, budget)
+            return await self._fail(failure, budget, events)
         self._log.info(
             "transitioned %s -> %s (%s)",
             result.previous_stage,
@@ -167,9 +193,12 @@ class FinalReport:
         )
         return RunResult("transitioned", result.new_stage)
 
-    async def _release(self, failure: Failure, budget: float) -> RunResult:
+    async def _release(
+        self, failure: Failure, budget: float, events: list[tuple[str, Any]]
+    ) -> RunResult:
         """A shutdown is not the task's fault: give the task back without spending an attempt
         (a NullTickets server, which cannot, is left to let the lease expire)."""
+        await self._session.add_events(events)
         try:
             result = await self._session.release(failure.reason, budget_s=budget)
             how = "given back" if result.released else "left to its lease's expiry"
@@ -182,9 +211,11 @@ class FinalReport:
         )
         return RunResult("released", failure.reason)
 
-    async def _fail(self, failure: Failure, budget: float) -> RunResult:
+    async def _fail(
+        self, failure: Failure, budget: float, events: list[tuple[str, Any]]
+    ) -> RunResult:
         if failure.reason == "worker_shutdown":
-            return await self._release(failure, budget)
+            return await self._release(failure, budget, events)
         session = self._session
         details = {
             "reason": failure.reason,
@@ -203,6 +234,7 @@ class FinalReport:
             usage=failure.usage,
             retryable=failure.retryable,
             budget_s=budget,
+            before=events,
         )
         dead = bool(result.dead_lettered)
         outcome = "dead_lettered" if dead else "retry_scheduled" if result.retry_scheduled else None
