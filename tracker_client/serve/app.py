@@ -26,21 +26,23 @@ polls) is read from the wire contract (:mod:`tracker_client.nulltickets.contract
 only binds the table to the handlers of :mod:`~tracker_client.serve.routes` and
 :mod:`~tracker_client.serve.extra_routes` (an operation without one is served by
 :func:`~tracker_client.serve.generic.generic_handler`), and adds auth and the error pages.
+A request is matched once, against the table's index (no middleware stack, no linear route
+list): the served tracker's own cost per request is then its handler's and uvicorn's.
 
 It may touch the tracker it is given (through the ``Tracker`` protocol, by its handlers; the caller
-opens and closes it), Starlette, the wire contract and the api token (compared in constant time);
-the server and its sockets are :mod:`worker.cli.serve`'s.
+opens and closes it), Starlette's requests and responses, the wire contract and the api token
+(compared in constant time); the server and its sockets are :mod:`worker.cli.serve`'s.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
+from starlette.datastructures import State
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -50,15 +52,15 @@ from tracker_client.protocol import Tracker
 from tracker_client.serve import batch_routes, extra_routes, otlp, routes
 from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
-from tracker_client.serve.http import GENERATION_HEADER, bearer, endpoint, error_response
+from tracker_client.serve.http import GENERATION_HEADER, Handler, endpoint, error_response, log
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "EXTENSIONS",
     "GENERATION_HEADER",
     "ROUTES",
-    "AuthMiddleware",
     "Closing",
+    "ServedApp",
     "create_app",
 ]
 
@@ -74,94 +76,175 @@ EXTENSIONS = tuple(contract.EXTENSIONS)
 _HANDLERS = {**routes.HANDLERS, **extra_routes.HANDLERS, **otlp.HANDLERS, **batch_routes.HANDLERS}
 
 
-def _starlette_path(op: contract.Operation) -> str:
-    """The route path of ``op``. A store key may hold ``/`` (sent as ``%2F``, which Starlette
-    decodes before matching): it matches with the ``path`` converter, and the handler reads
-    the key back from the raw path (:func:`~tracker_client.serve.helpers.store_path`)."""
-    return op.path.replace("{key}", "{key:path}")
-
-
-def _routes() -> list[Route]:
+def _endpoints() -> dict[str, Handler]:
     stray = set(_HANDLERS) - {op.name for op in contract.OPERATIONS}
     if stray:  # a handler of no operation: a renamed or removed row
         raise RuntimeError(f"served tracker: handlers of no contract operation: {sorted(stray)}")
-    return [
-        Route(
-            _starlette_path(op),
-            endpoint(op, _HANDLERS.get(op.name) or generic_handler(op)),
-            methods=[op.method],
-            name=op.name,
-        )
+    return {
+        op.name: endpoint(op, _HANDLERS.get(op.name) or generic_handler(op))
         for op in contract.OPERATIONS
-    ]
+    }
 
 
-#: Every route, in the contract's order (the first match wins).
-ROUTES = _routes()
+#: Each operation's endpoint (its handler wrapped by :func:`~tracker_client.serve.http.endpoint`).
+ENDPOINTS = _endpoints()
+
+#: Every route, in the contract's order, as Starlette routes: what the API serves, for whoever
+#: reads the table (tests, the OpenAPI check). Requests are dispatched by
+#: :func:`tracker_client.nulltickets.contract.match` (an index by method and segment count).
+ROUTES = [
+    Route(
+        op.path.replace("{key}", "{key:path}"),
+        ENDPOINTS[op.name],
+        methods=[op.method],
+        name=op.name,
+    )
+    for op in contract.OPERATIONS
+]
+
+_UNAUTHORIZED_LEASE = "Missing Authorization header"
+_UNAUTHORIZED_ADMIN = "Missing or invalid Authorization header"
+
+#: Answers one request, given the receive and send channels to use.
+Call = Callable[[Receive, Send], Awaitable[None]]
+#: Wraps the dispatch of every request (the metrics): ``(operation name, scope, receive, send,
+#: call)``; the observer answers the request through ``call`` (with channels of its own).
+Observer = Callable[[str, Scope, Receive, Send, Call], Awaitable[None]]
 
 
-def _raw_path(scope: Scope) -> str:
-    raw: bytes = scope.get("raw_path") or scope["path"].encode()
-    return raw.split(b"?")[0].decode("latin-1")
+def _bearer(scope: Scope) -> bytes | None:
+    """The value of ``Authorization: Bearer <value>`` (exact scheme, one space), or None."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            if not value.startswith(b"Bearer ") or len(value) == len(b"Bearer "):
+                return None
+            return bytes(value[len(b"Bearer ") :])
+    return None
 
 
-class AuthMiddleware:
-    """The auth class of each route is the contract's: public routes need nothing; lease routes
-    need *a* Bearer value, which the tracker then checks against the lease; admin routes (and
-    unknown ones, as on NullTickets) need the admin token when one is set."""
+class ServedApp:
+    """The served tracker's ASGI application: one function per request, no middleware stack.
 
-    def __init__(self, app: ASGIApp, api_token: str | None) -> None:
-        self.app = app
+    A request is matched once against the contract (:func:`~tracker_client.nulltickets.\
+contract.match`); the row gives its auth class and its endpoint. Public routes need nothing;
+    lease routes need *a* Bearer value, which the tracker then checks against the lease; admin
+    routes (and unknown ones, as on NullTickets) need the admin token when one is set (compared
+    in constant time). Requests under :data:`DASHBOARD_PATH` go to the dashboard, which asks
+    for the token itself (a login form). Unknown routes (and a known path with another method)
+    are 404 ``not_found``; anything an endpoint lets escape is a JSON 500.
+
+    ``state`` holds what handlers read through ``request.app.state``: the tracker, the body
+    limits, the generation counter and the :class:`Closing` of long polls.
+    """
+
+    def __init__(self, tracker: Tracker, dashboard: ASGIApp, api_token: str | None) -> None:
+        self.state = State()
+        self.state.tracker = tracker
+        self.routes = ROUTES
+        self.dashboard = dashboard
         self._token = api_token.encode() if api_token else None
+        self._observer: Observer | None = None
+
+    def observe(self, observer: Observer) -> None:
+        """Wrap every request's dispatch in ``observer`` (the served metrics)."""
+        self._observer = observer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one request (``lifespan`` is not used: the server runs with it off)."""
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
             return
-        found = contract.match(scope["method"], _raw_path(scope))
-        auth = found[0].auth if found is not None else "admin"
-        value = bearer(Request(scope))
+        scope["app"] = self
+        path: str = scope["path"]
+        if path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/"):
+            root = scope.get("root_path", "") + DASHBOARD_PATH
+            await self._observed("ui", scope, receive, send, self._ui({**scope, "root_path": root}))
+            return
+        raw: bytes = scope.get("raw_path") or path.encode()
+        method: str = scope["method"]
+        found = contract.match("GET" if method == "HEAD" else method, _path_of(raw))
+        if found is None:
+            await self._observed("unknown", scope, receive, send, self._unknown(scope))
+            return
+        op, params = found
+        scope["path_params"] = params
+        await self._observed(op.name, scope, receive, send, self._answer(op, scope))
+
+    async def _observed(
+        self,
+        name: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        call: Call,
+    ) -> None:
+        if self._observer is None:
+            await call(receive, send)
+        else:
+            await self._observer(name, scope, receive, send, call)
+
+    def _ui(self, scope: Scope) -> Call:
+        async def call(receive: Receive, send: Send) -> None:
+            await self.dashboard(scope, receive, send)
+
+        return call
+
+    def _unknown(self, scope: Scope) -> Call:
+        async def call(receive: Receive, send: Send) -> None:
+            refused = self._refused("admin", scope)
+            await (refused or error_response(404, "not_found", "Not found"))(scope, receive, send)
+
+        return call
+
+    def _answer(self, op: contract.Operation, scope: Scope) -> Call:
+        async def call(receive: Receive, send: Send) -> None:
+            refused = self._refused(op.auth, scope)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+            started = False
+
+            async def sending(message: Any) -> None:
+                nonlocal started
+                started = True
+                await send(message)
+
+            try:
+                response = await ENDPOINTS[op.name](Request(scope, receive, sending))
+                await response(scope, receive, sending)
+            except Exception:
+                if started:
+                    raise  # uvicorn closes the connection and logs it
+                log.exception(
+                    "unexpected error on %s %s",
+                    scope["method"],
+                    scope["path"],
+                    extra={"action": "server_error"},
+                )
+                await error_response(500, "internal_error", "Internal server error")(
+                    scope, receive, send
+                )
+
+        return call
+
+    def _refused(self, auth: str, scope: Scope) -> Any:
+        """The 401 answer when the request lacks what its auth class needs, else None."""
+        if auth == "public":
+            return None
+        value = _bearer(scope)
         if auth == "lease":
             if value is None:
-                response = error_response(401, "unauthorized", "Missing Authorization header")
-                await response(scope, receive, send)
-                return
-        elif (
-            auth == "admin"
-            and self._token is not None
-            and (value is None or not hmac.compare_digest(value.encode(), self._token))
+                return error_response(401, "unauthorized", _UNAUTHORIZED_LEASE)
+            return None
+        if self._token is not None and (
+            value is None or not hmac.compare_digest(value, self._token)
         ):
-            response = error_response(
-                401, "unauthorized", "Missing or invalid Authorization header"
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+            return error_response(401, "unauthorized", _UNAUTHORIZED_ADMIN)
+        return None
 
 
-class DashboardMount:
-    """Hands requests under :data:`DASHBOARD_PATH` to the dashboard (which asks for the token
-    itself: a login form) before the API's auth; the API's route table stays the contract's."""
-
-    def __init__(self, app: ASGIApp, dashboard: ASGIApp) -> None:
-        self.app = app
-        self.dashboard = dashboard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        if scope["type"] == "http" and (
-            path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/")
-        ):
-            root = scope.get("root_path", "") + DASHBOARD_PATH
-            await self.dashboard({**scope, "root_path": root}, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
-async def _not_found(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, HTTPException) and exc.status_code not in (404, 405):
-        return error_response(exc.status_code, "http_error", str(exc.detail))
-    return error_response(404, "not_found", "Not found")
+def _path_of(raw: bytes) -> str:
+    """The path as sent, without a query string (some ASGI servers keep it in ``raw_path``)."""
+    return raw.partition(b"?")[0].decode("latin-1")
 
 
 def create_app(
@@ -170,20 +253,14 @@ def create_app(
     api_token: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_otlp_bytes: int = otlp.DEFAULT_MAX_OTLP_BYTES,
-) -> Starlette:
+) -> ServedApp:
     """The ASGI app serving ``tracker``, with the web dashboard at :data:`DASHBOARD_PATH`
     (read-only without ``api_token``). The caller owns the tracker (opens and closes it)."""
-    app = Starlette(
-        routes=ROUTES,
-        exception_handlers={404: _not_found, 405: _not_found, HTTPException: _not_found},
-    )
-    app.state.tracker = tracker
+    dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
+    app = ServedApp(tracker, dashboard, api_token)
     app.state.max_request_bytes = max_request_bytes
     app.state.max_otlp_bytes = max_otlp_bytes  # POST /v1/traces bodies (413 over it)
     app.state.boot_id = secrets.token_hex(4)
     app.state.generation = 0
     app.state.closing = Closing()  # the serving loop sets it when it stops (long polls end)
-    app.add_middleware(AuthMiddleware, api_token=api_token)
-    dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
-    app.add_middleware(DashboardMount, dashboard=dashboard)  # outermost: before the API's auth
     return app

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,6 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tracker_client.nulltickets import contract
 from tracker_client.serve.metrics_http import (
     CONTENT_TYPE,
     bind,
@@ -49,7 +48,7 @@ from tracker_client.serve.metrics_http import (
 )
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import Message, Receive, Scope, Send
 
     from tracker_client.models import QueueStats
     from tracker_client.protocol import Tracker
@@ -58,10 +57,10 @@ __all__ = [
     "CONTENT_TYPE",
     "QUEUE_CACHE_S",
     "REQUEST_BUCKETS",
-    "MetricsMiddleware",
     "ServedMetrics",
     "bind",
     "listening_on",
+    "observe",
     "queue_families",
     "serve_metrics",
 ]
@@ -144,9 +143,16 @@ class ServedMetrics:
         self._cache = _Cached()
         self.registry.register(_Live(self, open_connections, refused_connections))
 
-    def middleware(self, app: ASGIApp) -> MetricsMiddleware:
-        """The API app wrapped so its requests are counted (``Starlette.add_middleware``)."""
-        return MetricsMiddleware(app, self)
+    async def observe(
+        self,
+        operation: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        call: Callable[[Receive, Send], Awaitable[None]],
+    ) -> None:
+        """The served app's observer (``app.observe(metrics.observe)``): :func:`observe`."""
+        await observe(self, operation, scope, receive, send, call)
 
     async def render(self) -> bytes:
         """The exposition text, with fresh queue figures (cached :data:`QUEUE_CACHE_S`)."""
@@ -220,60 +226,46 @@ class _Live(Collector):
             )
 
 
-def _operation(scope: Scope) -> str:
-    path: str = scope["path"]
-    if path == "/ui" or path.startswith("/ui/"):
-        return "ui"
-    raw: bytes = scope.get("raw_path") or path.encode()
-    found = contract.match(scope["method"], raw.split(b"?")[0].decode("latin-1"))
-    return found[0].name if found is not None else "unknown"
+async def observe(
+    metrics: ServedMetrics,
+    operation: str,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    call: Callable[[Receive, Send], Awaitable[None]],
+) -> None:
+    """Count and time one API request (refused ones too), noting (claim, maintenance) its
+    content: the served app's observer (``app.observe``), given the request's operation."""
+    status = 500
+    body = bytearray()
+    received = bytearray()
+    started = time.perf_counter()
 
+    async def tee_receive() -> Message:
+        message = await receive()
+        if message["type"] == "http.request" and len(received) <= _MAX_CLAIM_BODY:
+            received.extend(message.get("body", b""))
+        return message
 
-class MetricsMiddleware:
-    """Counts and times every API request (outermost: refused ones too)."""
+    async def tee_send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+        elif message["type"] == "http.response.body" and operation == "maintenance":
+            body.extend(message.get("body", b""))
+        await send(message)
 
-    def __init__(self, app: ASGIApp, metrics: ServedMetrics) -> None:
-        """Wrap ``app``."""
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on, noting its status, time and (claim, maintenance) its content."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        operation = _operation(scope)
-        status = 500
-        body = bytearray()
-        received = bytearray()
-        started = time.perf_counter()
-
-        async def tee_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.request" and len(received) <= _MAX_CLAIM_BODY:
-                received.extend(message.get("body", b""))
-            return message
-
-        async def tee_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            elif message["type"] == "http.response.body" and operation == "maintenance":
-                body.extend(message.get("body", b""))
-            await send(message)
-
-        try:
-            await self.app(scope, tee_receive if operation == "claim" else receive, tee_send)
-        finally:
-            metrics = self.metrics
-            metrics.duration.labels(operation=operation).observe(time.perf_counter() - started)
-            metrics.requests.labels(operation=operation, status_class=f"{status // 100}xx").inc()
-        if operation == "maintenance" and status == 200:
-            metrics.note_maintenance(bytes(body))
-        elif operation == "claim" and status == 204 and len(received) <= _MAX_CLAIM_BODY:
-            role = _role_of(bytes(received))
-            if role is not None:
-                await metrics.note_empty_claim(role)
+    try:
+        await call(tee_receive if operation == "claim" else receive, tee_send)
+    finally:
+        metrics.duration.labels(operation=operation).observe(time.perf_counter() - started)
+        metrics.requests.labels(operation=operation, status_class=f"{status // 100}xx").inc()
+    if operation == "maintenance" and status == 200:
+        metrics.note_maintenance(bytes(body))
+    elif operation == "claim" and status == 204 and len(received) <= _MAX_CLAIM_BODY:
+        role = _role_of(bytes(received))
+        if role is not None:
+            await metrics.note_empty_claim(role)
 
 
 def _role_of(body: bytes) -> str | None:

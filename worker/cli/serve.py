@@ -164,14 +164,14 @@ def _start_metrics(
 ) -> None:
     """Count the API's requests and answer ``/metrics`` on ``sock`` beside the server (the
     metrics port asks for the api token when the rail has one)."""
-    from tracker_client.serve.metrics import MetricsMiddleware, ServedMetrics, serve_metrics
+    from tracker_client.serve.metrics import ServedMetrics, serve_metrics
 
     metrics = ServedMetrics(
         tracker,
         open_connections=lambda: len(server.server_state.connections),
         refused_connections=lambda: limits.refused,
     )
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.observe(metrics.observe)
     tg.start_soon(lambda: serve_metrics(sock, metrics.render, token=token))
 
 
