@@ -447,7 +447,7 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
     async with anyio.create_task_group() as tg:
         await start_worker(tg, worker)
         await wait_until(lambda: worker.stats.transitioned == 200)
-        assert 2 <= counting.peak <= 4  # overlapping, but bounded
+        assert 2 <= counting.peak <= 8  # overlapping, one per slot at most
         # Idle: each back-off round makes a single claim, not one per free slot.
         await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight == 0)
         counting.peak = 0

@@ -102,7 +102,7 @@ def test_an_abandoned_claim_frees_its_reservation_and_says_nothing() -> None:
 
 
 def test_a_reload_changes_the_width_of_the_next_rounds() -> None:
-    assert [ClaimPacing.claim_width(n) for n in (0, 1, 3, 4, 16)] == [1, 1, 3, 4, 4]
+    assert [ClaimPacing.claim_width(n) for n in (0, 1, 3, 4, 16, 100)] == [1, 1, 3, 4, 16, 32]
     pacing = ClaimPacing(1)
     pacing.claim_ended(pacing.claim_started(), found=True)
     pacing.width = 3
