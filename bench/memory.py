@@ -20,7 +20,10 @@ then given N no-op tasks, stopped by SIGTERM once all are done:
    each module's own cost (its RSS growth less its imports') is printed, top ``--top`` modules
    and per top-level package (``--no-profile`` skips it). The hook's own cost is small but not
    zero: the clean run's figure is the one to quote. Its anonymous and file-backed RSS
-   (``/proc/<pid>/smaps_rollup``, read once all tasks are done) are printed too.
+   (``/proc/<pid>/smaps_rollup``, read once all tasks are done) are printed too, and its peak
+   by part (:data:`PARTS`): the modules it imported, loaded part by part into a fresh
+   interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this project), the rest of
+   its peak being what it allocated while running.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: module's own cost (its RSS growth less its nested imports') there at exit.
 _CHILD = """
 import sys
-root, config, costs_out = sys.argv[1:4]
+root, config, costs_out, order_out = sys.argv[1:5]
 sys.path.insert(0, root)
 noop = type(sys)("bench_memory_noop")
 async def run(ctx):
@@ -95,9 +98,62 @@ from worker.cli import main
 try:
     main()
 finally:
+    import json
     if costs_out:
         with open(costs_out, "w") as f:
             json.dump(costs, f)
+    if order_out:  # what the worker imported, in order (None: a module it marked absent)
+        with open(order_out, "w") as f:
+            json.dump([[name, module is None] for name, module in sys.modules.items()], f)
+"""
+
+#: The parts of a worker's memory, in the order they are imported by :data:`_PARTS_CHILD`:
+#: (label, top-level names). Each part is charged what its modules add to what came before, so
+#: shared dependencies go to the first part that needs them.
+PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("OpenSSL (_hashlib, ssl)", ("_hashlib", "hashlib", "hmac", "_ssl", "ssl")),
+    ("asyncio, anyio", ("asyncio", "anyio", "sniffio")),
+    ("uvloop", ("uvloop",)),
+    ("sqlite3, click", ("sqlite3", "click")),
+    ("pydantic, pydantic-core", ("pydantic_core", "pydantic", "annotated_types")),
+    ("pydantic-settings", ("pydantic_settings", "dotenv")),
+    ("httpx, httpcore, h11", ("httpx", "httpcore", "h11", "idna", "certifi")),
+    ("other libraries, stdlib", ()),
+    ("this project", ("worker", "tracker_client", "plugins")),
+)
+
+#: Imports a worker's modules (the order file of a clean run) part by part into a fresh
+#: interpreter and prints each part's RSS growth as JSON; names the worker marked absent stay so.
+_PARTS_CHILD = """
+import importlib, json, sys
+root, order_file, parts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+sys.path.insert(0, root)
+def rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4
+order = json.load(open(order_file))
+for name, absent in order:
+    if absent:
+        sys.modules[name] = None
+names = [n for n, absent in order if not absent and n not in ("__main__", "bench_memory_noop")]
+out = [["interpreter", rss_kib()]]
+project = tuple(parts[-1][1])
+for label, tops in parts:
+    before = rss_kib()
+    for name in names:
+        top = name.split(".")[0]
+        if tops and top not in tops or not tops and top in project:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+        if top == "pydantic" and "_pm" not in globals():
+            import pydantic
+            class _pm(pydantic.BaseModel):  # the model machinery, as the first model builds it
+                x: int = 0
+    out.append([label, rss_kib() - before])
+print(json.dumps(out))
 """
 
 
@@ -130,7 +186,8 @@ def _run(
                 text = text.replace("[worker]\n", f'[worker]\nevent_loop = "{event_loop}"\n', 1)
             config.write_text(text)
             costs = tmp / "costs.json" if profiled else None
-            argv = [python, "-c", _CHILD, str(root), str(config), str(costs or "")]
+            order = tmp / "order.json"
+            argv = [python, "-c", _CHILD, str(root), str(config), str(costs or ""), str(order)]
             env = {**os.environ, "PYTHONPATH": str(root)}
             proc = subprocess.Popen(
                 argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -156,7 +213,17 @@ def _run(
         out: dict[str, Any] = {"idle_mib": idle, "peak_mib": peak, "cpu_s": cpu, **smaps}
         if costs is not None:
             out["costs"] = json.loads(costs.read_text())
+        else:
+            out["parts"] = _parts(python, root, order)
         return out
+
+
+def _parts(python: str, root: Path, order: Path) -> list[tuple[str, float]]:
+    """(part, MiB) of :data:`PARTS` for the worker whose imports ``order`` lists."""
+    argv = [python, "-c", _PARTS_CHILD, str(root), str(order), json.dumps(PARTS)]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
+    return [(label, kib / 1024) for label, kib in json.loads(done.stdout.splitlines()[-1])]
 
 
 def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -247,6 +314,13 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
         f"{label}: peak RSS idle {clean['idle_mib']:.1f} MiB, busy {clean['peak_mib']:.1f} MiB "
         f"(at the end: {rss:.1f} MiB, {anon:.1f} anonymous, {rss - anon:.1f} file-backed)"
         + (f" (profiled run {profiled['peak_mib']:.1f})" if profiled else "")
+    )
+    parts = clean.get("parts", [])
+    imported = sum(mib for _, mib in parts)
+    print(
+        "  by part (imported in this order into a fresh interpreter): "
+        + ", ".join(f"{label} {mib:.1f}" for label, mib in parts)
+        + f"; running (threads, caches, data) {clean['peak_mib'] - imported:.1f} MiB"
     )
     if profiled is None:
         return
