@@ -23,7 +23,6 @@ targets for: worker-plain / raw (>= 0.9) and worker-served / worker-plain (>= 4)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sqlite3
@@ -34,48 +33,17 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 
+from bench.plain import PlainHealth
 from bench.remote import _cpu_s, _seed, _start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- the plain server (a process of its own) ------------------------------------------------------
-class PlainHealth:
-    """ASGI middleware: ``/health`` answered without ``extensions`` and ``limits``, as a plain
-    NullTickets server answers it (so clients use none of the served tracker's extensions)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/health":
-            await self.app(scope, receive, send)
-            return
-        start: dict[str, Any] = {}
-        body: list[bytes] = []
-
-        async def capture(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-            else:
-                body.append(message.get("body", b""))
-
-        await self.app(scope, receive, capture)
-        doc = json.loads(b"".join(body))
-        doc.pop("extensions", None)
-        doc.pop("limits", None)
-        out = json.dumps(doc).encode()
-        headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(out)).encode()))
-        await send({"type": "http.response.start", "status": start["status"], "headers": headers})
-        await send({"type": "http.response.body", "body": out})
-
-
 def _serve_plain(db: str) -> None:
     """The plain server: the served app on ``db`` behind :class:`PlainHealth`; prints its URL."""
     import socket

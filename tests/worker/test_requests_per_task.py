@@ -12,7 +12,6 @@ instructions that transition carried; a new task never is (its version tells it 
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
+from bench.plain import PlainHealth
 from tests.remote.fixtures import serve_on_port
 from tests.worker.daemonkit import clean_env
 from tracker_client.embedded import EmbeddedTracker
@@ -82,7 +82,7 @@ class Counting:
 
     def __init__(self, app: Any, *, plain: bool) -> None:
         self.app = app
-        self.plain = plain
+        self._inner = PlainHealth(app) if plain else app
         self.counts: Counter[str] = Counter()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -91,27 +91,7 @@ class Counting:
             return
         path = scope["path"]
         self.counts[f"{scope['method']} {_ID.sub('/{id}', path)}"] += 1
-        if not (self.plain and path == "/health"):
-            await self.app(scope, receive, send)
-            return
-        start: dict[str, Any] = {}
-        body: list[bytes] = []
-
-        async def capture(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-            else:
-                body.append(message.get("body", b""))
-
-        await self.app(scope, receive, capture)
-        doc = json.loads(b"".join(body))
-        doc.pop("extensions", None)
-        doc.pop("limits", None)
-        out = json.dumps(doc).encode()
-        headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(out)).encode()))
-        await send({"type": "http.response.start", "status": start["status"], "headers": headers})
-        await send({"type": "http.response.body", "body": out})
+        await self._inner(scope, receive, send)
 
     def per_route(self, prefix: str) -> int:
         """Requests counted whose ``METHOD /route`` starts with ``prefix``."""
