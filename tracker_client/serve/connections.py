@@ -34,6 +34,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from tracker_client.serve.coalesce import CoalescingTransport
+
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -132,8 +134,8 @@ class _Watch:
         self._waiting_for = ""
         self._seen_cycle: Any = None
 
-    def made(self, transport: asyncio.Transport) -> None:
-        """A new connection: closed at once over the cap, else its headers are awaited."""
+    def made(self, transport: asyncio.Transport) -> bool:
+        """A new connection: closed at once over the cap (False), else its headers are awaited."""
         limits = self._limits
         if len(self._conn.connections) > limits.max_connections:
             limits.refused += 1
@@ -146,8 +148,9 @@ class _Watch:
                 extra={"action": "serve_connection_cap"},
             )
             transport.abort()  # frees the descriptor now
-            return
+            return False
         self.arm("headers", limits.header_timeout_s)
+        return True
 
     def follow(self) -> bool:
         """Re-arm for the request in progress; True if a new one started."""
@@ -209,7 +212,8 @@ class _Watch:
 def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.Protocol]:
     """uvicorn's ``http`` protocol (:data:`HTTP_IMPLEMENTATIONS`) with ``limits`` (pass it as
     ``uvicorn.Config(http=...)``): closes a connection whose headers or body are late, and any
-    over the cap. The two subclasses differ only in their base."""
+    over the cap; each answer is sent in one write (:mod:`~tracker_client.serve.coalesce`).
+    The two subclasses differ only in their base."""
     if http not in HTTP_IMPLEMENTATIONS:
         raise ValueError(f"unknown HTTP implementation {http!r}: expected h11 or httptools")
     if http == "httptools":
@@ -224,13 +228,15 @@ def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.
 
             def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
                 super().connection_made(transport)
-                self._watch.made(transport)
+                if self._watch.made(transport):
+                    self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
 
             def data_received(self, data: bytes) -> None:
                 super().data_received(data)
                 self._watch.follow()
 
             def on_response_complete(self) -> None:
+                self.transport.flush()  # type: ignore[attr-defined]
                 super().on_response_complete()  # may start a pipelined request parsed earlier
                 self._watch.answered()
 
@@ -249,13 +255,15 @@ def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._watch.made(transport)
+            if self._watch.made(transport):
+                self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             self._watch.follow()
 
         def on_response_complete(self) -> None:
+            self.transport.flush()  # type: ignore[attr-defined]
             super().on_response_complete()  # may start a pipelined request already buffered
             self._watch.answered()
 
