@@ -10,6 +10,10 @@ Phases (each on a fresh SQLite file in a temp dir, workers as real ``python -m w
 Throughput is measured on the tracker's own timestamps (first claim -> last transition), so
 process start-up is excluded; peak RSS and the worker's CPU time (user + system, per task: a
 figure that stays comparable on a busy machine where tasks/s does not) come from ``wait4``.
+
+Before/after in one run: ``--ab /tmp/wt-old --rounds 5`` (a ``git worktree`` of the older
+commit) runs each drain phase with that tree's worker (A, seeded by that tree too) and with this
+tree's (B) in turn, alternating which goes first, and prints both sides' medians and ratios.
 """
 
 from __future__ import annotations
@@ -85,13 +89,32 @@ async def _seed(db: Path, n: int) -> str:
         await tracker.aclose()
 
 
-def _spawn(config: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+#: This source tree (a worker of another tree is started with ``root``).
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spawn(config: Path, root: Path | None = None) -> subprocess.Popen[bytes]:
+    """A ``python -m worker run`` of this tree (or of the source tree ``root``)."""
+    tree = str(root or ROOT)
     return subprocess.Popen(
         [sys.executable, "-m", "worker", "run", "--config", str(config)],
-        env=env,
+        env={**os.environ, "PYTHONPATH": tree},
+        cwd=tree,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+    )
+
+
+def _seed_with(root: Path, db: Path, n: int) -> None:
+    """Seed ``db`` with the tracker of the source tree ``root`` (its own schema version)."""
+    code = "import sys, anyio, pathlib, bench.worker as w; anyio.run(w._seed, "
+    code += "pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+    subprocess.run(
+        [sys.executable, "-c", code, str(db), str(n)],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
 
 
@@ -102,14 +125,18 @@ def _wait(proc: subprocess.Popen[bytes]) -> tuple[float, float]:
     return reap([proc])[0]
 
 
-def _drain(n: int, procs: int, concurrency: int) -> dict[str, Any]:
+def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> dict[str, Any]:
+    """``procs`` workers (of this tree, or of ``root``) drain ``n`` no-op tasks."""
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         db = tmp / "rail.db"
-        anyio.run(_seed, db, n)
+        if root is None:
+            anyio.run(_seed, db, n)
+        else:
+            _seed_with(root, db, n)
         config = _config(tmp, db, concurrency, drain=True)
         wall = time.perf_counter()
-        workers = [_spawn(config) for _ in range(procs)]
+        workers = [_spawn(config, root) for _ in range(procs)]
         reaped = reap(workers)
         wall = time.perf_counter() - wall
         with sqlite3.connect(db) as conn:
@@ -189,11 +216,25 @@ def main() -> None:
         default=",".join(PHASES),
         help=f"comma-separated subset of {','.join(PHASES)} (default: all)",
     )
+    parser.add_argument(
+        "--ab",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="before/after in one run: drains of the source tree ROOT (A, e.g. a worktree of an"
+        " older commit) and of this tree (B) in turn",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="drains per side with --ab")
     args = parser.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         parser.error(f"unknown phase {unknown[0]!r} (phases: {', '.join(PHASES)})")
+    if args.ab is not None:
+        if not (args.ab / "worker" / "__main__.py").is_file():
+            parser.error(f"--ab {args.ab}: not a source tree of this project (no worker/)")
+        _ab(args.ab, [p for p in (1, 2) if f"drain{p}" in phases], args)
+        return
     for procs in (1, 2):
         if f"drain{procs}" not in phases:
             continue
@@ -212,6 +253,30 @@ def main() -> None:
         f"idle worker: CPU {idle['idle_cpu_pct']:.2f}% of a core; pickup latency "
         f"p50 {idle['pickup_p50_ms']:.1f} ms, p95 {idle['pickup_p95_ms']:.1f} ms"
     )
+
+
+def _ab(old: Path, procs_list: list[int], args: argparse.Namespace) -> None:
+    """Each drain phase with the worker of ``old`` (A) and of this tree (B), alternating."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rnd in range(args.rounds):
+        for procs in procs_list:
+            for side in ("A", "B") if rnd % 2 == 0 else ("B", "A"):
+                root = old if side == "A" else None
+                r = _drain(args.tasks, procs, args.concurrency, root)
+                runs.setdefault((side, procs), []).append(r)
+                print(
+                    f"round {rnd + 1} {side} {procs} process(es): {r['tasks_per_s']:.0f} tasks/s, "
+                    f"{r['cpu_us_per_task']:.0f} us/task, exit codes {r['exit_codes']}",
+                    flush=True,
+                )
+    print(f"A: {old}\nB: {ROOT}\nmedians of {args.rounds} round(s), {args.tasks} tasks each")
+    print(f"{'procs':<6}{'tasks/s A':>10}{'B':>8}{'B/A':>7}{'CPU us/task A':>15}{'B':>6}{'A/B':>7}")
+    for procs in procs_list:
+        a, b = runs[("A", procs)], runs[("B", procs)]
+        ta, tb = (statistics.median(r["tasks_per_s"] for r in x) for x in (a, b))
+        ca, cb = (statistics.median(r["cpu_us_per_task"] for r in x) for x in (a, b))
+        print(f"{procs:<6}{ta:>10.0f}{tb:>8.0f}{tb / ta:>7.2f}{ca:>15.0f}{cb:>6.0f}{ca / cb:>7.2f}")
+    print("B/A: tasks/s of B over A; A/B: how many times less worker CPU per task B uses")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,49 @@
+"""``bench.worker``'s same-run A/B switch: a real drain of another source tree beside this one.
+
+The benchmark's figures are not asserted (a benchmark, not a test); what is pinned is that
+``--ab ROOT`` runs the older tree's worker on a rail that tree seeded (both sides drain every
+task) and that a ROOT which is not a source tree of this project is refused by name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.worker", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_ab_refuses_a_root_that_is_not_a_source_tree(tmp_path: Path) -> None:
+    done = _bench("--ab", str(tmp_path), "--phases", "drain1")
+    assert done.returncode == 2
+    assert f"--ab {tmp_path}: not a source tree of this project" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_ab_drains_with_both_trees_workers() -> None:
+    # This tree stands in for the older one: both sides are real worker processes.
+    done = _bench("--ab", str(ROOT), "--tasks", "200", "--phases", "drain1", "--rounds", "1")
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(
+        r"round 1 ([AB]) 1 process\(es\): \d+ tasks/s, .* exit codes \[0\]", done.stdout
+    )
+    assert sorted(rows) == ["A", "B"], done.stdout
+    assert re.search(r"^1\s+\d+\s+\d+\s+[\d.]+\s+\d+\s+\d+\s+[\d.]+$", done.stdout, re.M), (
+        done.stdout
+    )
