@@ -118,11 +118,10 @@ class DbThread:
                     deliver([(job, True, result)])
                 continue
             group = [job]
-            while len(group) < MAX_GROUP:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            # Only this thread takes from the queue, so a queue seen non-empty stays so (and
+            # an empty one costs no raised queue.Empty per group).
+            while len(group) < MAX_GROUP and not self._queue.empty():
+                nxt = self._queue.get_nowait()
                 if not nxt.write or nxt is STOP:
                     pending = nxt
                     break
