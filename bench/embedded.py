@@ -6,8 +6,10 @@ Phase 1: one process, one tracker, one sequential loop (latency-bound: three com
 cycle). Phase 2: one process, ``--slots`` concurrent loops on one tracker, as a worker daemon
 with that many slots (their writes share commits). Phase 3: ``--processes`` processes, one
 sequential loop each, on one file. Each phase prints cycles/s and p50/p99 per operation
-(milliseconds); ``--synchronous FULL`` measures power-loss durability. A benchmark, not a
-test: it asserts nothing about speed, only that every task was transitioned exactly once.
+(milliseconds) and the CPU per cycle (phase 3: of the child processes, start-up included);
+``--synchronous FULL`` measures power-loss durability. A benchmark, not a test: it asserts
+nothing about speed, only that every task was transitioned exactly once. Before/after: run it
+in a ``git worktree`` of the older commit and here, in turn.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -153,11 +156,12 @@ def main() -> None:
         if args.slots > 1:
             slotted = str(Path(tmp) / "slots.db")
             anyio.run(_setup, slotted, args.tasks, args.synchronous)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             lat = anyio.run(_drain, slotted, "bench-s", args.synchronous, args.slots)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             assert anyio.run(_count_done, slotted) == args.tasks == len(lat["cycle"])
             _report(f"1 process, {args.slots} concurrent slots", args.tasks, wall, lat)
+            print(f"  CPU per cycle (all threads of the process): {cpu / args.tasks * 1e6:.0f} us")
 
         many = str(Path(tmp) / "many.db")
         anyio.run(_setup, many, args.tasks, args.synchronous)
@@ -175,12 +179,17 @@ def main() -> None:
             p.start()
         for r in ready:
             r.wait()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu0 = before.ru_utime + before.ru_stime
         t0 = time.perf_counter()
         go.set()
         results = [out.get() for _ in procs]
         wall = time.perf_counter() - t0
         for p in procs:
             p.join()
+        # The children's CPU, start-up and waiting for the go included (they are reaped now).
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = children.ru_utime + children.ru_stime - cpu0
         merged: dict[str, list[float]] = {op: [] for op in OPS}
         for res in results:
             for op in OPS:
@@ -189,6 +198,7 @@ def main() -> None:
         assert done == args.tasks == len(merged["cycle"]), (done, len(merged["cycle"]))
         per = ", ".join(str(len(r["cycle"])) for r in results)
         _report(f"{args.processes} processes (per process: {per})", done, wall, merged)
+        print(f"  CPU per cycle (the processes, start-up included): {cpu / done * 1e6:.0f} us")
         print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
