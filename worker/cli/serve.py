@@ -12,7 +12,6 @@ environment); it runs no worker and no executor.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import click
 
 from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail, TrackerError
 from tracker_client.factory import open_tracker
+from worker.cli.serve_token import TOKEN_ENV, read_token, warn_about_the_token
 
 if TYPE_CHECKING:
     from tracker_client.serve.connections import ConnectionLimits
@@ -32,27 +32,6 @@ __all__ = ["register", "serve_tracker"]
 log = logging.getLogger("backlog_worker.server")
 
 EXIT_CONFIG, EXIT_TRACKER = 2, 3
-TOKEN_ENV = "BACKLOG_WORKER_API_TOKEN"  # noqa: S105 - the variable name, not a secret
-
-
-def _read_token(token: str | None, token_file: Path | None) -> str | None:
-    """The api token from ``--token``, ``--token-file`` or the environment (in that order)."""
-    if token is not None and token_file is not None:
-        raise ConfigError("use either --token or --token-file, not both")
-    if token_file is not None:
-        try:
-            value = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"--token-file {token_file}: {exc.strerror or exc}") from exc
-        if not value:
-            raise ConfigError(f"--token-file {token_file}: the file is empty")
-        return value
-    if token is not None:
-        if not token.strip():
-            raise ConfigError("--token: the token is empty")
-        return token.strip()
-    env = os.environ.get(TOKEN_ENV, "").strip()
-    return env or None
 
 
 async def serve_tracker(
@@ -314,11 +293,11 @@ def register(group: click.Group) -> None:
             from worker.config.models import check_environment
 
             check_environment()  # a misspelled BACKLOG_WORKER_API_TOKEN must not serve open
-            api_token = _read_token(token, token_file)
+            api_token = read_token(token, token_file)
             _check_url(url)
             listen = _metrics_listen(metrics_listen)
             _setup_logging(log_level, api_token, log_tasks=log_tasks)
-            _warn_about_the_token(host, api_token, from_command_line=token is not None)
+            warn_about_the_token(host, api_token, from_command_line=token is not None)
             anyio.run(
                 lambda: serve_tracker(
                     url,
@@ -353,32 +332,6 @@ def _has_uvloop() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("uvloop") is not None
-
-
-def _warn_about_the_token(host: str, api_token: str | None, *, from_command_line: bool) -> None:
-    """Say loudly what is open without a token, and that ``--token`` is readable by others."""
-    if api_token is None:
-        reach = (
-            "any local user or process"
-            if host in ("127.0.0.1", "localhost", "::1")
-            else "anyone who can reach it"
-        )
-        log.warning(
-            "serving on %s without an api token: every admin route is open to %s (create and"
-            " cancel tasks and pipelines, claim work, read and write the store, run"
-            " maintenance); give one with --token-file or %s",
-            host,
-            reach,
-            TOKEN_ENV,
-            extra={"action": "serve_unauthenticated"},
-        )
-    elif from_command_line:
-        log.warning(
-            "--token puts the api token on the command line, where every local user can read"
-            " it (/proc/PID/cmdline, ps); prefer --token-file or %s",
-            TOKEN_ENV,
-            extra={"action": "serve_token_on_command_line"},
-        )
 
 
 def _metrics_listen(value: str | None) -> tuple[str, int] | None:
