@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task
-from tests.postgres.server import PgServer, fresh_schema_url
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.factory import open_tracker
 from tracker_client.postgres.tracker import SAFETY_TICK_S
 
@@ -56,3 +57,94 @@ async def test_another_instance_wakes_idle_waiters_at_once(pg_server: PgServer) 
     finally:
         await idle.aclose()
         await writer.aclose()
+
+
+def _notes_until_marker(conn: Any, channel: str) -> list[str]:
+    """The payloads ``conn`` (LISTENing on ``channel``) received before a marker this sends:
+    notifications arrive in commit order, so what comes before it is all that was sent."""
+    import psycopg
+
+    marker = uuid.uuid4().hex
+    with psycopg.connect(conn.info.dsn, autocommit=True) as sender:
+        sender.execute("SELECT pg_notify(%s, %s)", (channel, marker))
+    got: list[str] = []
+    for note in conn.notifies(timeout=30):
+        if note.payload == marker:
+            return got
+        got.append(note.payload)
+    raise AssertionError(f"the marker never came (got {got})")
+
+
+async def test_moves_notify_only_while_an_instance_is_idle(pg_server: PgServer) -> None:
+    """A plain transition or finish_many of a busy rail sends no NOTIFY (nobody waits for what
+    it brings); once a claim came back short, they do. Other writes always notify."""
+    import psycopg
+
+    from tracker_client.nulltickets.batch_models import FinishItem
+    from tracker_client.postgres.wake import channel_name
+
+    key = f"idle-{uuid.uuid4()}"
+    tracker: Any = await open_tracker(fresh_schema_url(key))
+    with psycopg.connect(pg_server.url, autocommit=True) as listen:
+        try:
+            channel = channel_name(schema_name(key))
+            listen.execute(f'LISTEN "{channel}"')
+            pid = await make_pipeline(tracker)
+            await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(4)])
+            assert _notes_until_marker(listen, channel)  # the creates notified
+            busy = await tracker.call(
+                "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=2
+            )
+            assert len(busy) == 2  # a full claim: not idle
+            await tracker.transition(busy[0], "complete")
+            await tracker.finish_many(
+                [FinishItem(lease=busy[1], transition={"trigger": "complete"})]
+            )
+            assert _notes_until_marker(listen, channel) == []
+            await tracker.create_task(new_task(pid, "more"))
+            assert len(_notes_until_marker(listen, channel)) == 1  # not a move: notifies
+
+            rest = await tracker.call(
+                "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=5
+            )
+            assert len(rest) == 3  # short: this instance is idle now
+            await tracker.transition(rest[0], "complete")
+            await tracker.finish_many(
+                [FinishItem(lease=rest[1], transition={"trigger": "complete"})]
+            )
+            assert len(_notes_until_marker(listen, channel)) == 2
+        finally:
+            await tracker.aclose()
+
+
+async def test_a_one_trip_move_wakes_a_waiter_of_another_instance(pg_server: PgServer) -> None:
+    import psycopg
+
+    key = f"waitmove-{uuid.uuid4()}"
+    url = fresh_schema_url(key)
+    mover, waiter = await open_tracker(url), await open_tracker(url)
+    try:
+        pid = await make_pipeline(mover)
+        await mover.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+        lease = await claim(mover)  # a full claim of one: the mover is busy, not idle
+        result: list[Any] = []
+
+        async def wait() -> None:
+            result.append(await waiter.wait(lease.task.id, timeout_s=30))
+
+        with anyio.fail_after(WOKEN_WITHIN_S + 10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                with psycopg.connect(pg_server.url, autocommit=True) as conn:
+                    while not conn.execute(
+                        f"SELECT count(*) FROM {schema_name(key)}.waiters"
+                    ).fetchone()[0]:  # type: ignore[index]
+                        await anyio.sleep(0.01)  # polling a real condition: the waiter's row
+                await anyio.sleep(0)
+                start = anyio.current_time()
+                await mover.transition(lease, "complete")  # the one-trip move
+        assert anyio.current_time() - start < WOKEN_WITHIN_S
+        assert result and result[0].finished and result[0].outcome == "done"
+    finally:
+        await mover.aclose()
+        await waiter.aclose()

@@ -267,6 +267,8 @@ class PgClaimManyOps(PgHotOps):
         )
         if fast is not None:
             self._remember(fast)
+            if len(fast) < n:
+                await self._claimed_short()
             return fast
 
         def op(c: Ctx) -> list[Lease]:
@@ -276,6 +278,8 @@ class PgClaimManyOps(PgHotOps):
 
         leases = await self._write("claim_many", op)
         self._remember(leases)  # their transitions can take one round trip (see .hot)
+        if len(leases) < n:
+            await self._claimed_short()
         return leases
 
     async def _one_trip_claim(

@@ -71,6 +71,10 @@ class PgHotOps(TrackerCore):
             self._instance,
         ]
 
+    async def _claimed_short(self) -> None:
+        """A claim leased fewer than asked (the rail's tracker keeps a ``waiters`` row then:
+        see :mod:`.idle`); nothing here."""
+
     def _remember(self, leases: Sequence[Lease]) -> None:
         """Note the pipeline and stage of leases handed out (see the module docstring)."""
         known: dict[str, tuple[str, str]] | None = self.__dict__.get("_leased")

@@ -31,7 +31,7 @@ from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import ConfigError, Unsupported
 from tracker_client.models import Health, Lease, StoreEntry, WaitResult
 from tracker_client.nulltickets import contract
-from tracker_client.postgres import claims, search
+from tracker_client.postgres import claims, idle, search
 from tracker_client.postgres.batch import PgFinishManyOps
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
@@ -79,7 +79,12 @@ LISTEN_START_S = 5.0
 
 
 class PostgresTracker(
-    PgFollowOps, PgSpanOps, PgFinishManyOps, claims.PgClaimManyOps, EmbeddedTracker
+    PgFollowOps,
+    idle.PgIdleOps,
+    PgSpanOps,
+    PgFinishManyOps,
+    claims.PgClaimManyOps,
+    EmbeddedTracker,
 ):
     """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
 
@@ -191,6 +196,8 @@ class PostgresTracker(
         )
         if fast is not None:  # one round trip (see .claims)
             self._remember(fast)
+            if not fast:
+                await self._claimed_short()
             return fast[0] if fast else None
 
         def op(c: Ctx) -> Lease | None:
@@ -209,6 +216,8 @@ class PostgresTracker(
         lease = await self._write("claim", op)
         if lease is not None:
             self._remember([lease])  # its transition can take one round trip (see .hot)
+        else:
+            await self._claimed_short()
         return lease
 
     async def health(self) -> Health:
@@ -231,16 +240,21 @@ class PostgresTracker(
             lambda c: search.search(c, query, namespace, limit, filter_path, filter_value),
         )
 
-    async def _tick(self) -> float:
+    async def _tick(self, wait_s: float | None = None) -> float:
         """How long a waiter may sleep without looking: the slow safety tick while the
-        wake-up listener is up (started here on first use), else the poll interval."""
+        wake-up listener is up (started here on first use), else the poll interval. A ``wait``
+        of up to ``wait_s`` keeps this instance's ``waiters`` row alive (see :mod:`.idle`;
+        a short tick just after it was written)."""
         listener = self._listener
         if listener is None:
             listener = self._listener = Listener(
                 self._db.conninfo, self._channel, self._instance, self._notify
             )
             await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
-        return SAFETY_TICK_S if listener.healthy else self._opts.poll_interval_s
+        fresh = wait_s is not None and await self._wait_interest(wait_s)
+        if not listener.healthy:
+            return self._opts.poll_interval_s
+        return idle.FRESH_TICK_S if fresh else SAFETY_TICK_S
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
@@ -248,12 +262,14 @@ class PostgresTracker(
         self._waiters += 1
         try:
             while True:
+                # Before the look: a write committed after the row is seen notifies.
+                tick = await self._tick(deadline - anyio.current_time())
                 event = self._changed
                 result = await self._read("wait", lambda c: backlog.finished_state(c, task_id))
                 remaining = deadline - anyio.current_time()
                 if result.finished or remaining <= 0:
                     return result
-                with anyio.move_on_after(min(remaining, await self._tick())):
+                with anyio.move_on_after(min(remaining, tick)):
                     await event.wait()
         finally:
             self._waiters -= 1
