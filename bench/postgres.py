@@ -1,7 +1,8 @@
 """Worker throughput and memory on the PostgreSQL rail, beside the embedded rail, in one run.
 
-    python -m bench.postgres [--tasks 2000] [--concurrency 10] [--pool-size 4]
+    python -m bench.postgres [--tasks 2000] [--concurrency 10] [--pool-size 4] [--rounds 1]
                              [--phases pg1,pg2,procrastinate1,procrastinate2,embedded1]
+                             [--ab OLD_TREE]
 
 The no-op drain of :mod:`bench.worker` (real ``python -m worker run --drain`` processes, the
 ``python`` executor calling :func:`bench.worker.noop`) on a PostgreSQL started for the run
@@ -12,11 +13,22 @@ last transition), peak RSS and CPU per task from ``wait4``. ``procrastinate1``/`
 procrastinate's workers on the same server in the same run (:func:`bench.peers.procrastinate_drain`,
 the ``bench`` extra: ``pip install -e '.[bench]'``); the last column is each PostgreSQL rail row
 against procrastinate's with as many processes.
+
+This machine may be shared and noisy: ``--rounds N`` runs every phase N times, round-robin (each
+round runs each phase once), and prints the median of each column with every round's tasks/s;
+``server CPU us/task`` is the PostgreSQL server's own CPU (its processes' user + system time)
+over the drain. ``--ab OLD_TREE`` adds ``pgold1``/``pgold2`` phases: the same drains with the
+worker processes (and the seeding, so the schema is that tree's) of another source tree, e.g.
+``git worktree add /tmp/before <sha>``, interleaved with this tree's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +43,7 @@ from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
 PHASES = ("pg1", "pg2", "procrastinate1", "procrastinate2", "embedded1")
+OLD_PHASES = ("pgold1", "pgold2")
 
 
 def _config(tmp: Path, url: str, concurrency: int) -> Path:
@@ -70,29 +83,64 @@ async def _seed(url: str, n: int) -> None:
         await tracker.aclose()
 
 
+def _server_cpu_s(server: PgServer) -> float:
+    """CPU seconds of the server's processes so far: the postmaster's own and reaped children's,
+    plus its live children's (the backends)."""
+    assert server.proc is not None
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(pid: int | str) -> list[str]:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    total = sum(int(x) for x in fields(server.proc.pid)[11:15])
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                child = fields(entry)
+            except OSError:
+                continue
+            if int(child[1]) == server.proc.pid:
+                total += int(child[11]) + int(child[12])
+    return total / tick
+
+
 def _pg_drain(
-    server: PgServer, n: int, procs: int, concurrency: int, pool_size: int = 4
+    server: PgServer,
+    n: int,
+    procs: int,
+    concurrency: int,
+    pool_size: int = 4,
+    root: Path | None = None,
 ) -> dict[str, Any]:
+    """A drain by ``procs`` workers of ``root``'s tree (None: this one, seeded in process)."""
     import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     url = f"{server.url}?schema={schema}&pool_size={pool_size}"
-    anyio.run(_seed, url, n)
+    if root is None:
+        anyio.run(_seed, url, n)
+    else:  # that tree's migrations and seeding
+        code = f"import anyio; from bench.postgres import _seed; anyio.run(_seed, {url!r}, {n})"
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
     config = _config(server.root, url, concurrency)
+    cpu = _server_cpu_s(server)
     wall = time.perf_counter()
-    workers = [_spawn(config) for _ in range(procs)]
+    workers = [_spawn_in(config, root) for _ in range(procs)]
     reaped = reap(workers)
     wall = time.perf_counter() - wall
+    cpu = _server_cpu_s(server) - cpu
     with psycopg.connect(server.url) as conn:
         row = conn.execute(
             f"SELECT min(started_at_ms), max(ended_at_ms), count(*) FROM {schema}.runs "
             "WHERE status = 'completed'"
         ).fetchone()
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
     assert row is not None
     first, last, done = row
     span = (last - first) / 1000 if done else 0.0
     return {
-        "rail": "postgres",
+        "rail": "postgres" if root is None else "postgres (old tree)",
         "procs": procs,
         "done": done,
         "tasks_per_s": done / span if span else 0.0,
@@ -100,8 +148,43 @@ def _pg_drain(
         "wall_s": wall,
         "peak_rss_mib": max(rss for rss, _ in reaped),
         "cpu_us_per_task": sum(cpu for _, cpu in reaped) / done * 1e6 if done else 0.0,
+        "server_cpu_us_per_task": cpu / done * 1e6 if done else 0.0,
         "exit_codes": [p.returncode for p in workers],
     }
+
+
+def _spawn_in(config: Path, root: Path | None) -> subprocess.Popen[bytes]:
+    if root is None:
+        return _spawn(config)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker", "run", "--config", str(config)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _phase(
+    phase: str, server: PgServer | None, args: argparse.Namespace, old: Path | None
+) -> dict[str, Any]:
+    if phase == "embedded1":
+        return {"rail": "embedded", **_drain(args.tasks, 1, args.concurrency)}
+    assert server is not None
+    if phase.startswith("procrastinate"):
+        from bench.peer_drains import procrastinate_drain
+
+        procs = int(phase.removeprefix("procrastinate"))
+        found = procrastinate_drain(server, args.tasks, procs, args.concurrency)
+        return {"rail": "procrastinate", "procs": procs, **found}
+    root = old if phase.startswith("pgold") else None
+    procs = int(phase.removeprefix("pgold" if root else "pg"))
+    return _pg_drain(server, args.tasks, procs, args.concurrency, args.pool_size, root)
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(float(r.get(key, 0.0)) for r in rows)
 
 
 def main() -> None:
@@ -111,45 +194,55 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--pool-size", type=int, default=4, help="connections per worker")
     parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each phase (median)")
+    parser.add_argument("--ab", type=Path, default=None, help="an older tree: pgold1/pgold2 too")
     args = parser.parse_args()
     phases = [p for p in args.phases.split(",") if p]
-    unknown = sorted(set(phases) - set(PHASES))
+    if args.ab is not None:
+        if not (args.ab / "tracker_client" / "postgres").is_dir():
+            parser.error(f"--ab {args.ab}: not a source tree with tracker_client/postgres")
+        phases += [p for p in OLD_PHASES if p.replace("old", "") in phases]
+    unknown = sorted(set(phases) - set(PHASES) - set(OLD_PHASES))
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; known: {', '.join(PHASES)}")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     bindir = find_bindir()
     if bindir is None and any(p.startswith("pg") for p in phases):
         parser.error("PostgreSQL is not installed: apt-get install postgresql")
-    rows: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in phases}
     server = PgServer.create(bindir) if bindir is not None else None
     try:
         if server is not None:
             server.start()
-        for phase in phases:
-            if phase == "embedded1":
-                rows.append({"rail": "embedded", **_drain(args.tasks, 1, args.concurrency)})
-            elif phase.startswith("procrastinate"):
-                from bench.peer_drains import procrastinate_drain
-
-                assert server is not None
-                procs = int(phase.removeprefix("procrastinate"))
-                found = procrastinate_drain(server, args.tasks, procs, args.concurrency)
-                rows.append({"rail": "procrastinate", "procs": procs, **found})
-            else:
-                assert server is not None
-                procs = int(phase[2:])
-                rows.append(_pg_drain(server, args.tasks, procs, args.concurrency, args.pool_size))
+        for _ in range(args.rounds):
+            for phase in phases:
+                runs[phase].append(_phase(phase, server, args, args.ab))
     finally:
         if server is not None:
             server.destroy()
-    peer = {r["procs"]: r["tasks_per_s"] for r in rows if r["rail"] == "procrastinate"}
-    print("| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | x procrastinate |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        ratio = peer.get(r["procs"]) if r["rail"] == "postgres" else None
-        shown = f"{r['tasks_per_s'] / ratio:.1f}" if ratio else "-"
+    peer = {
+        int(p.removeprefix("procrastinate")): _median(rows, "tasks_per_s")
+        for p, rows in runs.items()
+        if p.startswith("procrastinate")
+    }
+    print(
+        "| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | server CPU us/task "
+        "| x procrastinate | tasks/s per round |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for rows in runs.values():
+        first = rows[0]
+        rate = _median(rows, "tasks_per_s")
+        ratio = peer.get(first["procs"]) if first["rail"].startswith("postgres") else None
+        shown = f"{rate / ratio:.1f}" if ratio else "-"
+        server_cpu = _median(rows, "server_cpu_us_per_task")
+        each = ", ".join(f"{r['tasks_per_s']:.0f}" for r in rows)
         print(
-            f"| {r['rail']} | {r['procs']} | {r['done']} | {r['tasks_per_s']:.0f} | "
-            f"{r['peak_rss_mib']:.1f} | {r['cpu_us_per_task']:.0f} | {shown} |"
+            f"| {first['rail']} | {first['procs']} | {first['done']} | {rate:.0f} | "
+            f"{_median(rows, 'peak_rss_mib'):.1f} | {_median(rows, 'cpu_us_per_task'):.0f} | "
+            f"{f'{server_cpu:.0f}' if server_cpu else '-'} | {shown} | "
+            f"{each} |"
         )
 
 
