@@ -79,12 +79,27 @@ async def call_with_retry(
     try:  # the common case costs one call, not a tenacity state machine
         return await fn()
     except TrackerUnavailable as exc:
-        log.warning(
-            "%s: tracker unavailable (%s); retrying",
-            action,
-            exc,
-            extra={"action": "tracker_retry", "op": action},
-        )
+        _log_unavailable(action, exc)
+    return await _retrying(fn, policy=policy, budget_s=budget_s, action=action)
+
+
+def _log_unavailable(action: str, exc: TrackerUnavailable) -> None:
+    log.warning(
+        "%s: tracker unavailable (%s); retrying",
+        action,
+        exc,
+        extra={"action": "tracker_retry", "op": action},
+    )
+
+
+async def _retrying(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    budget_s: float | None,
+    action: str,
+) -> T:
+    """The retries after a first attempt that found the tracker unavailable."""
     # Imported here: the fast path above is nearly every call, and a worker on the embedded
     # tracker need never load tenacity (~0.4 MiB of its resident memory).
     from tenacity import (
@@ -148,21 +163,31 @@ class TrackerCalls:
         budget_s: float | None,
     ) -> T:
         """Send ``fn(key)`` with one fresh key, retrying transient errors within ``budget_s``."""
-        key = self.new_key()
-        return await call_with_retry(
-            self._observed(action, lambda: fn(key)),
-            policy=self.policy,
-            budget_s=budget_s,
-            action=action,
+        key = str(uuid.uuid4()) if self.keys else None
+        if self.telemetry.enabled:
+            return await call_with_retry(
+                self._observed(action, lambda: fn(key)),
+                policy=self.policy,
+                budget_s=budget_s,
+                action=action,
+            )
+        # Telemetry off (the no-op): the first attempt as a plain call, no wrapper, no closure
+        # (nearly every call ends here); call_with_retry's retries only after it failed.
+        try:
+            return await fn(key)
+        except TrackerUnavailable as exc:
+            _log_unavailable(action, exc)
+        return await _retrying(
+            lambda: fn(key), policy=self.policy, budget_s=budget_s, action=action
         )
 
     async def read(
         self, action: str, fn: Callable[[], Awaitable[T]], *, budget_s: float | None
     ) -> T:
         """Call ``fn`` (a read, or a write needing no key), retried within ``budget_s``."""
-        return await call_with_retry(
-            self._observed(action, fn), policy=self.policy, budget_s=budget_s, action=action
-        )
+        if self.telemetry.enabled:
+            fn = self._observed(action, fn)
+        return await call_with_retry(fn, policy=self.policy, budget_s=budget_s, action=action)
 
     def _observed(self, action: str, fn: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
         """``fn`` timed for the telemetry (``fn`` itself when it is off)."""

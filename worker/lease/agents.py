@@ -51,7 +51,11 @@ class LeaseSession(Protocol):
     lease: Lease
     ref: LeaseRef
     calls: TrackerCalls
-    scrub: RunScrubber
+
+    @property
+    def scrub(self) -> RunScrubber:
+        """The run's scrubber of known secrets."""
+        ...
 
     def remaining_s(self) -> float:
         """Seconds the lease is still ours."""

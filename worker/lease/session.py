@@ -38,7 +38,7 @@ from tracker_client.nulltickets.batch_models import FinishItem, FinishResult
 from tracker_client.protocol import LeaseTracker
 from worker.lease.agents import AgentCalls
 from worker.lease.batch import ReportBatcher
-from worker.lease.clock import LocalLease
+from worker.lease.clock import LocalLease, loop_time
 from worker.retry import TrackerCalls
 from worker.scrub import RunScrubber
 
@@ -72,16 +72,23 @@ class LeaseSession:
         #: The lease's end on our monotonic clock; scopes doing work under it follow it.
         self.clock = LocalLease(
             ttl_s,
-            sent_at=anyio.current_time() if claimed_at is None else claimed_at,
+            sent_at=loop_time() if claimed_at is None else claimed_at,
             tracker_expires_ms=lease.expires_at_ms,
         )
         #: Why the lease is gone (a heartbeat said so, or could not get through), or None.
         self.lost: LeaseLost | None = None
-        #: Masks known secrets and this lease's token in everything written.
-        self.scrub = RunScrubber(lease.lease_token.get_secret_value())
+        self._scrub: RunScrubber | None = None
         self._agent: AgentCalls | None = None
         #: Why the rail refused the last checkpoint a heartbeat carried (None: no refusal).
         self.checkpoint_error: str | None = None
+
+    @property
+    def scrub(self) -> RunScrubber:
+        """Masks known secrets and this lease's token in everything written (made on first
+        use: a no-op run's transition writes nothing to scrub)."""
+        if self._scrub is None:
+            self._scrub = RunScrubber(self.lease.lease_token.get_secret_value())
+        return self._scrub
 
     @property
     def agent(self) -> AgentCalls:

@@ -3,8 +3,8 @@
 Values only: built by the worker once per role and configuration, read by
 :class:`~worker.run.TaskRun` and its report.
 
-No I/O: it may use the lease, retry and trigger rooms' types to build a run's session and calls, and
-calls nothing itself.
+No I/O: it may use the lease, retry and trigger rooms' types (and the plugin API's report
+policy) to build a run's session and calls, and calls nothing itself.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plugins.api import ReportPolicy
 from tracker_client.models import Lease
 from tracker_client.protocol import LeaseTracker
 from worker.lease import LeaseSession
@@ -41,11 +42,25 @@ class RunSettings:
     telemetry: Telemetry = field(default=NOOP, compare=False)
     #: The worker's batcher of final reports (the rail has ``finish_many``), or None.
     reports: ReportBatcher | None = field(default=None, compare=False)
+    _calls: TrackerCalls = field(init=False, repr=False, compare=False)
+    _report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Built once for all the runs of these settings (values: every run would build equal ones).
+        calls = TrackerCalls(self.retry, keys=self.idempotency_keys, telemetry=self.telemetry)
+        object.__setattr__(self, "_calls", calls)
+        policy = ReportPolicy(flush_interval_s=self.report_flush_s)
+        object.__setattr__(self, "_report_policy", policy)
 
     @property
     def calls(self) -> TrackerCalls:
         """The retry policy and the key rule of every call a run makes."""
-        return TrackerCalls(self.retry, keys=self.idempotency_keys, telemetry=self.telemetry)
+        return self._calls
+
+    @property
+    def report_policy(self) -> ReportPolicy:
+        """How a run's context batches its reports (its flush interval: ``report_flush_s``)."""
+        return self._report_policy
 
     def session(
         self, tracker: LeaseTracker, lease: Lease, *, claimed_at: float | None = None
