@@ -9,8 +9,8 @@ group, so a slow heartbeat of one run never delays another's; a call still in fl
 started twice.
 
 It touches nothing but the runs it keeps (:class:`Kept`: each run's ``heartbeat_once`` and
-``flush_once``) and anyio's clock; what those calls write is the run's
-:class:`~worker.lease.LeaseSession`'s.
+``flush_once``) and anyio's clock (read as :func:`worker.lease.clock.loop_time` reads it); what
+those calls write is the run's :class:`~worker.lease.LeaseSession`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
+
+from worker.lease.clock import loop_time
 
 __all__ = ["Kept", "LeaseKeeper"]
 
@@ -67,7 +69,7 @@ class LeaseKeeper:
 
     def add(self, run: Kept) -> None:
         """Start keeping ``run``: its first heartbeat and flush are one interval from now."""
-        now = anyio.current_time()
+        now = loop_time()
         self._schedule(_HEARTBEAT, run.heartbeat_interval_s, run, now)
         self._schedule(_FLUSH, run.flush_interval_s, run, now)
 
