@@ -179,7 +179,11 @@ class ExecutionContext:
         self._buffer: list[tuple[str, Any]] = []
         self._buffered_bytes = 0
         self._last_flush = time.monotonic()
-        self._lock = anyio.Lock()
+        self._lock: anyio.Lock | None = None  # made by the first flush that writes
+
+    def _flushing(self) -> bool:
+        """Whether a flush is writing now."""
+        return self._lock is not None and self._lock.locked()
 
     # -- state ------------------------------------------------------------------------------------
     @property
@@ -293,8 +297,10 @@ class ExecutionContext:
 
     async def flush(self) -> None:
         """Write buffered events now (merging runs of one kind). Safe to call concurrently."""
-        if not self._buffer and not self._lock.locked():
+        if not self._buffer and not self._flushing():
             return  # nothing to write and no flush in flight to wait for
+        if self._lock is None:
+            self._lock = anyio.Lock()
         async with self._lock:
             events, self._buffer = self._buffer, []
             self._buffered_bytes = 0
@@ -306,7 +312,7 @@ class ExecutionContext:
         """The buffered events, merged as :meth:`flush` writes them, taken out of the buffer
         for the caller to write (the worker sends a run's last events with its final report,
         one request). None while a flush is in flight: then :meth:`flush` is the way."""
-        if self._lock.locked():
+        if self._flushing():
             return None
         events, self._buffer = self._buffer, []
         self._buffered_bytes = 0

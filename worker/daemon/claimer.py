@@ -51,6 +51,9 @@ log = logging.getLogger("backlog_worker.worker")
 #: Page size when reading a task's transitions for the instructions that led to its stage.
 TRANSITIONS_PAGE = 1000
 
+#: The name of a run's task, as anyio names a task started with ``Claimer._supervise``.
+_SUPERVISE = f"{__name__}.Claimer._supervise"
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -122,7 +125,8 @@ class Claimer:
         self._busy: dict[str, int] = {}  # runs in flight, by role
         #: The runs in flight.
         self.runs: set[TaskRun] = set()
-        self._changed = anyio.Event()  # set (and replaced) when a claim or a run ends
+        #: Set (and dropped) when a claim or a run ends; made only when someone waits for it.
+        self._changed: anyio.Event | None = None
         self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
         self._claims: set[anyio.CancelScope] = set()  # each claim's, cancelled by stop()
         self._shields: set[anyio.CancelScope] = set()  # claims at the tracker now
@@ -158,15 +162,25 @@ class Claimer:
     async def wait_idle(self) -> None:
         """Until no claim is outstanding and no run is in flight."""
         while self.pacing.in_flight or self.runs:
-            await self._changed.wait()
+            await self._next_change().wait()
 
     async def _settled(self) -> None:
         while self.pacing.in_flight:
-            await self._changed.wait()
+            await self._next_change().wait()
+
+    def _next_change(self) -> anyio.Event:
+        """The event the next claim or run to end sets."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = anyio.Event()
+        return changed
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        # No event while nobody waits: two ends per run would otherwise make two events.
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
 
     # -- the loop -------------------------------------------------------------------------------
     async def run(self, runs: TaskGroup) -> None:
@@ -240,7 +254,7 @@ class Claimer:
             delay = self.pacing.idle_delay_s(config.idle_min_s, config.idle_max_s, bound)
             # Ended early by a change the tracker signals (new work, a lapsed lease), or in
             # drain mode by a run finishing, since its transition may have made work for us.
-            await self._watch.wait(delay, also=self._changed if config.drain else None)
+            await self._watch.wait(delay, also=self._next_change() if config.drain else None)
             self.pacing.idled()
         return True
 
@@ -270,7 +284,8 @@ class Claimer:
         for claim in claims:
             self._drain_check.claimed(claim.lease.task.id)
         for claim, slot in zip(claims[1:], slots[1:], strict=False):
-            runs.start_soon(self._supervise, claim, slot)
+            # named as anyio would name it, without working the name out for every run
+            runs.start_soon(self._supervise, claim, slot, name=_SUPERVISE)
         if claims:
             await self._supervise(claims[0], slots[0])
 
@@ -385,7 +400,10 @@ class Claimer:
         stats.in_flight = len(self.runs)
         stats.by_role[role.name] = stats.by_role.get(role.name, 0) + 1
         try:
-            run.instructions = await instructions_for(self._tracker, claim.lease, TRANSITIONS_PAGE)
+            if claim.lease.task.task_version > 1:  # else there is no transition to read
+                run.instructions = await instructions_for(
+                    self._tracker, claim.lease, TRANSITIONS_PAGE
+                )
             result = await run.execute()
             stats.count(result)
             self._drain_check.failed(claim.lease.task.id, result.retry_at_ms)

@@ -47,6 +47,8 @@ class RunLog(logging.LoggerAdapter[logging.Logger]):
 
     def claimed(self) -> None:
         """The run's first line."""
+        if not self.isEnabledFor(logging.INFO):
+            return  # (a worker logging at WARNING: not even the arguments are gathered)
         extra = self.extra or {}
         self.info(
             "task claimed at stage %s (attempt %s)",

@@ -18,6 +18,7 @@ pipeline definitions for the trigger).
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 import anyio
@@ -184,6 +185,8 @@ class FinalReport:
                 usage=outcome.usage,
             )
             return await self._fail(failure, budget, events)
+        if not self._log.isEnabledFor(logging.INFO):
+            return RunResult("transitioned", result.new_stage)
         self._log.info(
             "transitioned %s -> %s (%s)",
             result.previous_stage,

@@ -36,7 +36,7 @@ from typing import Any
 
 import anyio
 
-from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
+from plugins.api import ExecutionContext, Executor, Failure, Outcome
 from plugins.proc.process import kill_deadline
 from plugins.supervise import call_executor, timeout_of
 from tracker_client.agent_models import Upstream
@@ -55,6 +55,9 @@ from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
 __all__ = ["SessionSink", "TaskRun"]
 
 log = logging.getLogger("backlog_worker.worker")
+
+#: The telemetry of a run given none (the no-op base: its hooks are skipped).
+_NO_TELEMETRY = RunTelemetry()
 
 
 class SessionSink:
@@ -143,7 +146,9 @@ class TaskRun:
         self._reporting = False  # the executor is done: heartbeat only when the report needs it
         self.scope = anyio.CancelScope()
         self._log = RunLog.for_lease(log, lease, role.name)
-        self.telemetry = telemetry or RunTelemetry()
+        self.telemetry = telemetry or _NO_TELEMETRY
+        #: The telemetry does something (not the no-op base): else its hooks are skipped.
+        self._observed = type(self.telemetry) is not RunTelemetry
 
     @property
     def lease(self) -> Lease:
@@ -161,6 +166,8 @@ class TaskRun:
 
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
+        if not self._observed:  # the no-op telemetry: no span, no timing
+            return await self._execute()
         started = time.time_ns()
         with self.telemetry as obs:
             result = await self._execute()
@@ -172,7 +179,15 @@ class TaskRun:
         workdir = self._workdir_path()
         ctx: ExecutionContext | None = None
         try:
-            previous, upstream = await self._agent_inputs()
+            lease = self.lease
+            if (
+                lease.task.task_version <= 1
+                and lease.run.attempt <= 1
+                and lease.previous_checkpoint is None
+            ):
+                previous, upstream = None, None  # as _agent_inputs answers: no call needed
+            else:
+                previous, upstream = await self._agent_inputs()
             ctx = ExecutionContext(
                 task=self.lease.task,
                 run=self.lease.run,
@@ -182,7 +197,7 @@ class TaskRun:
                 instructions=self.instructions,
                 shutdown=self._shutdown,
                 logger=self._log,
-                report_policy=ReportPolicy(flush_interval_s=self.settings.report_flush_s),
+                report_policy=self.settings.report_policy,
                 traceparent=self.telemetry.traceparent,
                 previous_checkpoint=previous,
                 upstream=upstream,
@@ -262,6 +277,8 @@ class TaskRun:
             settings=self.settings,
             log=self._log,
         )
+        if not self._observed:
+            return await report.send(ctx, outcome)
         with self.telemetry.phase("report"):
             return await report.send(ctx, outcome)
 
