@@ -7,8 +7,9 @@ under the write lock held alone. Here the items that are plain transitions of le
 instance handed out (no events, no ``wait_for``: the worker's usual report) are worked out in
 Python as the one-trip transition works them out (:meth:`.hot.PgHotOps._plan_move`, keyed as a
 ``finish`` is: same fingerprint, same recorded answer) and written by ``bw_finish_many``
-(schema 8) in one statement: ``BEGIN``, the shared write lock, the call, the wake-up ``NOTIFY``
-and ``COMMIT`` travel together (:meth:`.db.Database.one_trip`).
+(schema 8) in one statement: ``bw_finish_many_tx`` (schema 9) takes the shared write lock, runs
+it over the batch (one JSON parameter) and sends the wake-ups, one prepared statement in its
+own transaction (:meth:`.db.Database.one_call`).
 
 Every other item (a fail, events, a lease handed out by another instance), every item the
 function answers it did not write (a lost lease, a replayed key, a moved task: it writes nothing

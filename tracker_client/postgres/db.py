@@ -1,7 +1,9 @@
 """The PostgreSQL rail's connections: a psycopg pool, one transaction per operation, errors.
 
 Every operation borrows a pooled connection on a worker thread (``anyio.to_thread``; the domain
-functions are synchronous), runs in one transaction and gives the connection back. A write
+functions are synchronous), runs in one transaction and gives the connection back; the hot
+path's one-statement calls (:meth:`Database.one_call`) run on the event loop instead, on async
+connections of their own (:mod:`.aio`). A write
 first takes the rail's write lock, ``pg_advisory_xact_lock`` on the schema's name: writes of
 every host are serialised as the embedded rail's ``BEGIN IMMEDIATE`` serialises processes, which
 keeps the rules that read before they write (backlog caps, concurrency keys, dedupe, rate

@@ -7,8 +7,9 @@ this instance handed out: a claim remembers its lease's pipeline and stage (:met
 and the pipeline is the cached, parsed one (the embedded rail's own rules: ``find``,
 ``role_of``, ``is_terminal``, the event's text, the idempotency fingerprint and record). The
 function then checks, with the task's row locked, that the lease is live under this token and
-the task still in that pipeline and stage, and writes; ``BEGIN``, the write lock (shared), the
-call, the wake-up ``NOTIFY`` and ``COMMIT`` travel together (:meth:`.db.Database.one_trip`).
+the task still in that pipeline and stage, and writes; ``bw_transition_tx`` (schema 9) takes the
+write lock (shared) and sends the wake-ups itself, one prepared statement in its own
+transaction (:meth:`.db.Database.one_call`).
 
 Whenever it cannot answer exactly (a lease it did not hand out, an unknown move, a replayed
 key, a lost lease, a moved task, INFO logging on, which wants the queue depth) it writes
