@@ -1,7 +1,8 @@
 """The HTTP layer of the NullTickets client: one request, its credentials, size guard and errors.
 
-This is the only module that touches ``httpx``. It implements the transport half of
-CONTRACT.md s.9 ("What a robust worker must do"):
+This is the only module that touches ``httpx`` (with its wire room for ``http://`` trackers,
+:mod:`~tracker_client.nulltickets.lean`: sockets and parsing in less CPU than httpcore's). It
+implements the transport half of CONTRACT.md s.9 ("What a robust worker must do"):
 
 * one TCP connection per request (no keep-alive pool: the real server is single-threaded and a
   connection left idle against it blocks every other client) and ``Connection: close``, until
@@ -123,9 +124,21 @@ def _client(
     url: str, transport: httpx.AsyncBaseTransport | None, limits: httpx.Limits, **kw: Any
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for ``url``: TLS verified with :func:`_tls_context` for
-    ``https://``; no SSL context at all for ``http://`` (:class:`_PlainHttpTransport`)."""
+    ``https://``; no SSL context at all for ``http://``: the lean transport
+    (:class:`~tracker_client.nulltickets.lean.LeanTransport`), or httpx's own
+    (:class:`_PlainHttpTransport`) when :data:`~tracker_client.nulltickets.lean.DISABLE_ENV`
+    asks for it. An injected transport is used as it is."""
     if transport is None and not url.lower().startswith("https:"):
-        transport = _PlainHttpTransport(limits)
+        from tracker_client.nulltickets import lean
+
+        if lean.lean_enabled():
+            transport = lean.LeanTransport(
+                keep_alive=bool(limits.max_keepalive_connections),
+                max_idle=limits.max_keepalive_connections or 0,
+                expiry_s=limits.keepalive_expiry or KEEP_ALIVE_EXPIRY_S,
+            )
+        else:
+            transport = _PlainHttpTransport(limits)
     verify: ssl.SSLContext | bool = _tls_context() if transport is None else True
     return httpx.AsyncClient(
         base_url=url,

@@ -1,0 +1,410 @@
+"""The lean HTTP/1.1 transport on real 127.0.0.1 sockets, side by side with httpx's own.
+
+Every fault a raw socket server can produce (an answer cut short, a malformed status line,
+headers without end, no answer at all, a refused connection, a close before any answer) must
+fail through the lean transport exactly as through httpx's transport: the same
+``TrackerUnavailable`` code and the same httpx exception under it. Good answers (chunked, with
+``Content-Length``, running to the close, bigger than one read) read the same. A real uvicorn
+app checks the whole client on it, in both connection modes; a recording server checks the pool
+(one connection reused in keep-alive mode, one per request otherwise, a connection the server
+closed never reused, idle ones dropped after the expiry and at close).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from tests.remote.fixtures import serve_on_port
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.errors import TrackerUnavailable
+from tracker_client.models import TaskCreate
+from tracker_client.nulltickets import lean
+from tracker_client.nulltickets.client import RemoteTracker
+from tracker_client.nulltickets.options import ClientOptions
+from tracker_client.nulltickets.transport import HttpTransport, _client, _PlainHttpTransport
+from tracker_client.serve.app import create_app
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+#: The event loops a worker may run on (``[worker] event_loop``, and trio through anyio).
+LOOPS = pytest.mark.parametrize(
+    "anyio_backend",
+    [("asyncio", {}), ("asyncio", {"use_uvloop": True}), ("trio", {})],
+    ids=["asyncio", "uvloop", "trio"],
+)
+Handler = Callable[[anyio.abc.SocketStream], Awaitable[None]]
+OK = b'{"status":"ok"}'
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler) -> AsyncIterator[str]:
+    """A TCP listener on 127.0.0.1 running ``handler`` per connection; yields its URL."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def guarded(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            with suppress(anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError):
+                await handler(stream)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, guarded)
+        yield f"http://127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+    await listener.aclose()
+
+
+async def _request_head(stream: anyio.abc.SocketStream) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive()
+    return data
+
+
+def _answering(answer: bytes) -> Handler:
+    """A handler that reads one request, sends ``answer`` and closes."""
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        await _request_head(stream)
+        await stream.send(answer)
+
+    return handle
+
+
+async def _silent(stream: anyio.abc.SocketStream) -> None:
+    await _request_head(stream)
+    await anyio.sleep_forever()
+
+
+async def _hang_up(stream: anyio.abc.SocketStream) -> None:
+    await _request_head(stream)
+
+
+def _transport(kind: str, keep_alive: bool = False) -> httpx.AsyncBaseTransport:
+    if kind == "lean":
+        return lean.LeanTransport(keep_alive=keep_alive)
+    return _PlainHttpTransport(httpx.Limits(max_keepalive_connections=32 if keep_alive else 0))
+
+
+async def _get(url: str, kind: str, path: str = "/health") -> httpx.Response:
+    http = HttpTransport(ClientOptions.parse(url, timeout_s=0.5), _transport(kind))
+    try:
+        return await http.send("GET", path, auth="public")
+    finally:
+        await http.aclose()
+
+
+async def _outcome(url: str, kind: str) -> tuple[str, str]:
+    """What a GET through ``kind`` ends in: (TrackerUnavailable code, httpx exception)."""
+    with pytest.raises(TrackerUnavailable) as info:
+        await _get(url, kind)
+    return str(info.value.code), type(info.value.__cause__).__name__
+
+
+CUT = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10
+CUT_CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab"
+MALFORMED = b"HTTP/1.1 abc\r\n\r\n"
+NOT_HTTP = b"hello there\r\n\r\n"
+ENDLESS_HEAD = b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"y" * 200_000
+
+
+@LOOPS
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (_answering(CUT), ("connection_error", "RemoteProtocolError")),
+        (_answering(CUT_CHUNKED), ("connection_error", "RemoteProtocolError")),
+        (_answering(MALFORMED), ("connection_error", "RemoteProtocolError")),
+        (_answering(NOT_HTTP), ("connection_error", "RemoteProtocolError")),
+        (_answering(ENDLESS_HEAD), ("connection_error", "RemoteProtocolError")),
+        (_hang_up, ("connection_error", "RemoteProtocolError")),
+        (_silent, ("timeout", "ReadTimeout")),
+    ],
+    ids=["cut", "cut-chunked", "malformed-status", "not-http", "endless-head", "hang-up", "silent"],
+)
+async def test_a_fault_fails_as_through_httpx_transport(
+    handler: Handler, expected: tuple[str, str]
+) -> None:
+    async with raw_server(handler) as url:
+        seen = {kind: await _outcome(url, kind) for kind in ("lean", "httpx")}
+    assert seen == {"lean": expected, "httpx": expected}
+
+
+async def test_a_refused_connection_fails_as_through_httpx_transport() -> None:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()  # nothing listens there now
+    url = f"http://127.0.0.1:{port}"
+    seen = {kind: await _outcome(url, kind) for kind in ("lean", "httpx")}
+    assert seen == {kind: ("connection_error", "ConnectError") for kind in ("lean", "httpx")}
+
+
+BIG = json.dumps({"items": ["z" * 1000] * 300}).encode()
+
+
+def _chunked(body: bytes, size: int) -> bytes:
+    parts = [
+        b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size])
+        for i in range(0, len(body), size)
+    ]
+    return b"".join(parts) + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "body"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), OK), OK),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(OK, 4), OK),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + OK, OK),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK, OK),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BIG), BIG), BIG),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(BIG, 70_000), BIG),
+    ],
+    ids=["content-length", "chunked", "to-the-close", "after-1xx", "big-http-1.0", "big-chunked"],
+)
+async def test_an_answer_reads_the_same_through_both(answer: bytes, body: bytes) -> None:
+    async with raw_server(_answering(answer)) as url:
+        responses = {kind: await _get(url, kind) for kind in ("lean", "httpx")}
+    for response in responses.values():
+        assert response.status_code == 200 and response.content == body
+    assert responses["lean"].http_version == responses["httpx"].http_version
+
+
+async def test_a_head_answer_ends_with_its_headers() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n"
+    async with raw_server(_answering(answer)) as url:
+        for kind in ("lean", "httpx"):
+            async with httpx.AsyncClient(transport=_transport(kind)) as client:
+                response = await client.head(f"{url}/health")
+            assert (response.status_code, response.content) == (200, b"")
+
+
+async def test_a_second_answer_nobody_asked_for_retires_the_connection() -> None:
+    server = Recorder()
+    one = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), OK)
+
+    async def twice(stream: anyio.abc.SocketStream) -> None:
+        server.connections.append([await _request_head(stream)])
+        await stream.send(one + one)
+        await anyio.sleep_forever()
+
+    async with raw_server(twice) as url:
+        transport = lean.LeanTransport(keep_alive=True)
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            for _ in range(2):
+                assert (await client.get("/x")).content == OK
+    assert len(server.connections) == 2
+
+
+class Recorder:
+    """An HTTP/1.1 server offering keep-alive: each connection's requests, and closes seen."""
+
+    def __init__(self, close_after: int = 0) -> None:
+        self.connections: list[list[bytes]] = []
+        self.closed_by_client = 0
+        #: Close each connection after this many answers (0: never).
+        self.close_after = close_after
+        self.closed_by_server = 0
+
+    async def handle(self, stream: anyio.abc.SocketStream) -> None:
+        requests: list[bytes] = []
+        self.connections.append(requests)
+        buffer = b""
+        while True:
+            try:
+                chunk = await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                self.closed_by_client += 1
+                return
+            buffer += chunk
+            while b"\r\n\r\n" in buffer:
+                head, _, rest = buffer.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                if len(rest) < length:
+                    break
+                requests.append(head + b"\r\n\r\n" + rest[:length])
+                buffer = rest[length:]
+                await stream.send(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), OK)
+                )
+                if self.close_after and len(requests) >= self.close_after:
+                    await stream.aclose()
+                    self.closed_by_server += 1
+                    return
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(5):
+        while not condition():
+            await anyio.sleep(0.005)  # polling a real condition (the server's state)
+
+
+@LOOPS
+async def test_keep_alive_reuses_one_connection_and_closes_it_at_the_end() -> None:
+    server = Recorder()
+    async with raw_server(server.handle) as url:
+        transport = lean.LeanTransport(keep_alive=True)
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            for _ in range(3):
+                assert (await client.post("/x", content=b'{"a":1}')).content == OK
+            assert server.closed_by_client == 0
+        await _until(lambda: server.closed_by_client == 1)
+    assert [len(c) for c in server.connections] == [3]
+    with pytest.raises(RuntimeError, match="closed"):
+        await transport.handle_async_request(httpx.Request("GET", url))
+
+
+async def test_one_connection_per_request_without_keep_alive() -> None:
+    server = Recorder()
+    async with raw_server(server.handle) as url:
+        transport = lean.LeanTransport(keep_alive=False)
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            for _ in range(3):
+                await client.get("/x", headers={"Connection": "close"})
+        await _until(lambda: server.closed_by_client == 3)
+    assert [len(c) for c in server.connections] == [1, 1, 1]
+
+
+@LOOPS
+async def test_a_connection_the_server_closed_is_not_reused() -> None:
+    server = Recorder(close_after=1)
+    async with (
+        raw_server(server.handle) as url,
+        httpx.AsyncClient(base_url=url, transport=lean.LeanTransport(keep_alive=True)) as client,
+    ):
+        for n in range(1, 4):
+            await client.post("/x", content=b"{}")
+            await _until(lambda: server.closed_by_server == n)  # noqa: B023 (awaited here)
+    assert [len(c) for c in server.connections] == [1, 1, 1]
+
+
+@LOOPS
+async def test_idle_connections_past_the_expiry_or_the_cap_are_dropped() -> None:
+    server = Recorder()
+    async with raw_server(server.handle) as url:
+        transport = lean.LeanTransport(keep_alive=True, max_idle=1, expiry_s=0.05)
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(client.get, "/x")
+            # Three at once made three connections; one idle one is kept.
+            await _until(lambda: server.closed_by_client == 2)
+            await anyio.sleep(0.1)  # past the idle expiry (the time itself is what is tested)
+            await client.get("/x")
+            await _until(lambda: server.closed_by_client == 3)
+    assert len(server.connections) == 4
+
+
+async def test_keep_alive_with_no_idle_room_closes_each_connection() -> None:
+    server = Recorder()
+    async with raw_server(server.handle) as url:
+        transport = lean.LeanTransport(keep_alive=True, max_idle=0)
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            for _ in range(2):
+                assert (await client.get("/x")).content == OK
+        await _until(lambda: server.closed_by_client == 2)
+    assert [len(c) for c in server.connections] == [1, 1]
+
+
+async def test_the_wire_bytes_are_one_request_with_its_credentials() -> None:
+    server = Recorder()
+    async with raw_server(server.handle) as url:
+        http = HttpTransport(ClientOptions.parse(url, api_token="admin-secret"))
+        try:
+            await http.send(
+                "POST",
+                "/runs/r1/events",
+                body=b'{"k":1}',
+                auth="lease",
+                lease_token="lease-secret",
+                idempotency_key="key-1",
+            )
+        finally:
+            await http.aclose()
+    ((request,),) = server.connections
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    assert lines[0] == b"post /runs/r1/events http/1.1" and body == b'{"k":1}'
+    assert b"authorization: bearer lease-secret" in lines and b"admin-secret" not in head
+    assert {b"content-length: 7", b"connection: close", b"idempotency-key: key-1"} <= set(lines)
+
+
+def test_the_lean_transport_is_used_for_http_unless_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limits = httpx.Limits(max_keepalive_connections=0)
+    monkeypatch.delenv(lean.DISABLE_ENV, raising=False)
+    assert isinstance(_client("http://127.0.0.1:9", None, limits)._transport, lean.LeanTransport)
+    injected = httpx.MockTransport(lambda request: httpx.Response(200))
+    assert _client("http://127.0.0.1:9", injected, limits)._transport is injected
+    https = _client("https://127.0.0.1:9", None, limits)._transport
+    assert isinstance(https, httpx.AsyncHTTPTransport) and not isinstance(https, lean.LeanTransport)
+    monkeypatch.setenv(lean.DISABLE_ENV, "httpx")
+    assert type(_client("http://127.0.0.1:9", None, limits)._transport) is _PlainHttpTransport
+
+
+async def _chunked_app(
+    scope: dict[str, object], receive: object, send: Callable[..., Awaitable[None]]
+) -> None:
+    """A bare ASGI app answering in three body messages: uvicorn sends it chunked."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    for part in (b'{"status":', b'"ok",', b'"n":1}'):
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def test_a_chunked_answer_from_uvicorn() -> None:
+    async with serve_on_port(_chunked_app) as url:
+        response = await _get(url, "lean", "/anything")
+    assert response.headers["transfer-encoding"] == "chunked"
+    assert response.json() == {"status": "ok", "n": 1}
+
+
+@pytest.mark.parametrize("keep_alive", [True, False], ids=["served", "plain"])
+async def test_a_whole_task_over_uvicorn(tmp_path: Path, keep_alive: bool) -> None:
+    embedded = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    pipeline = {
+        "initial": "todo",
+        "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+        "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+    }
+    try:
+        async with serve_on_port(create_app(embedded)) as url:
+            tracker = RemoteTracker(url)
+            try:
+                await tracker.health()
+                pooled = tracker._http._pooled
+                if not keep_alive and pooled is not None:
+                    tracker._http._pooled = None  # as a plain server's client: one per request
+                    await pooled.aclose()
+                assert tracker._http.keep_alive is keep_alive
+                assert isinstance(tracker._http._client._transport, lean.LeanTransport)
+                pid = await tracker.create_pipeline("p", pipeline)
+                tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+                lease = await tracker.claim("a", "coder", 60_000)
+                assert lease is not None
+                await tracker.add_event(lease, "step", {"n": 1})
+                assert (await tracker.transition(lease, "complete")).new_stage == "done"
+            finally:
+                await tracker.aclose()
+        assert (await embedded.get_task(tid)).stage == "done"
+    finally:
+        await embedded.aclose()
