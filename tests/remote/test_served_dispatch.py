@@ -85,3 +85,34 @@ async def test_path_parameters_are_decoded_per_segment(http: httpx.AsyncClient) 
 
 def test_the_route_table_is_the_contract_in_order() -> None:
     assert [route.name for route in ROUTES] == [op.name for op in contract.OPERATIONS]
+
+
+@pytest.mark.anyio
+async def test_answers_written_by_the_models_own_json_read_back_as_sent(
+    http: httpx.AsyncClient,
+) -> None:
+    pid = (await http.post("/pipelines", json={"name": "p", "definition": PIPELINE})).json()["id"]
+    metadata = {"name": "Zoë ✓", "ratio": 0.1, "big": 10**20, "tiny": 1e-7, "nested": [None, True]}
+    task = {"pipeline_id": pid, "title": "t", "metadata": metadata}
+    assert (await http.post("/tasks", json=task)).status_code == 201
+    claim = await http.post(
+        "/leases/claim", json={"agent_id": "w", "agent_role": "coder", "lease_ttl_ms": 60_000}
+    )
+    lease = claim.json()
+    assert claim.headers["content-type"] == "application/json"
+    assert lease["task"]["metadata"] == metadata
+    assert set(lease) == {
+        "task",
+        "run",
+        "lease_id",
+        "lease_token",
+        "expires_at_ms",
+        "previous_checkpoint",
+    }
+    token = lease["lease_token"]
+    assert len(token) > 20 and "*" not in token  # in clear, as NullTickets answers it
+    run = lease["run"]["id"]
+    auth = {"Authorization": f"Bearer {token}"}
+    moved = await http.post(f"/runs/{run}/transition", json={"trigger": "complete"}, headers=auth)
+    assert moved.status_code == 200, moved.text
+    assert moved.json() == {"previous_stage": "todo", "new_stage": "done", "trigger": "complete"}

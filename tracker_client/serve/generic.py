@@ -30,13 +30,19 @@ from starlette.responses import Response
 from tracker_client.nulltickets.contract import Operation
 from tracker_client.serve.helpers import (
     checked_lease,
-    dump,
     idem_key,
     int_query,
+    model_json,
     page_json,
     tracker_of,
 )
-from tracker_client.serve.http import Handler, json_response, no_content, read_model
+from tracker_client.serve.http import (
+    Handler,
+    json_response,
+    no_content,
+    raw_json_response,
+    read_model,
+)
 
 __all__ = ["generic_handler"]
 
@@ -45,11 +51,11 @@ def _answer(op: Operation, result: Any) -> Response:
     if op.response is None or result is None:
         return no_content()
     if op.shape == "list":
-        return json_response([dump(item) for item in result], op.status)
+        return raw_json_response(b"[" + b",".join(map(model_json, result)) + b"]", op.status)
     if op.shape == "page":
         return json_response(page_json(result), op.status)
     if isinstance(result, BaseModel):
-        return json_response(dump(result), op.status)
+        return raw_json_response(model_json(result), op.status)
     (field,) = op.response.model_fields  # a scalar answers a one-field model: {"id": 7}
     return json_response({field: result}, op.status)
 

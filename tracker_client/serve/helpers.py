@@ -31,6 +31,7 @@ __all__ = [
     "int_query",
     "lease_handle",
     "limit_query",
+    "model_json",
     "page_json",
     "store_path",
     "tracker_of",
@@ -186,6 +187,11 @@ def store_path(request: Request) -> tuple[str, str]:
 def dump(model: BaseModel) -> Any:
     """The model as JSON-ready data."""
     return model.model_dump(mode="json")
+
+
+def model_json(model: BaseModel) -> bytes:
+    """The model as compact JSON text (the same document :func:`dump` gives, encoded)."""
+    return model.model_dump_json().encode()
 
 
 def page_json(page: Any) -> Any:

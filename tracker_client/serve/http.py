@@ -35,6 +35,7 @@ __all__ = [
     "no_content",
     "parse_body",
     "parse_model",
+    "raw_json_response",
     "read_body",
     "read_bytes",
     "read_model",
@@ -76,6 +77,13 @@ class Handlers(dict[str, Handler]):
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """A compact JSON answer."""
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def raw_json_response(body: bytes, status: int = 200) -> Response:
+    """An answer whose JSON text is already made (a model's own ``model_dump_json``, which
+    pydantic writes in one pass, at well under half the CPU of dumping to Python data and
+    encoding that)."""
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def no_content(status: int = 204) -> Response:
