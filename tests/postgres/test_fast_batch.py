@@ -214,3 +214,43 @@ def test_one_tracker_serves_two_event_loops_in_turn(pg_server: PgServer) -> None
     thread.join(60)
     assert not thread.is_alive()
     assert len(answers) == 1 and answers[0].task.title in {"t0", "t1"}
+
+
+async def test_without_the_lane_the_hot_calls_run_on_the_pool(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    """The same one-statement calls on a pool thread (what a loop other than asyncio, or a
+    second loop while the lane is busy, gets): one round trip each, the same answers."""
+    tracker: Any = await open_tracker(_url())
+    try:
+        tracker._db.lane = None  # every call on the pool (see Database.lane)
+        pid = await make_pipeline(tracker, simple_pipeline())
+        ids = await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(3)])
+        before = sent.count
+        leases = await tracker.call(
+            "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=2
+        )
+        single = await tracker.claim("a", "coder", 60_000)
+        moved = await tracker.transition(single, "complete", idempotency_key="t")
+        out = await tracker.finish_many(
+            [
+                FinishItem(lease=lease, transition=_PLAIN, idempotency_key=lease.run_id)
+                for lease in leases
+            ]
+        )
+        assert sent.count - before == 4
+        assert [lease.task.id for lease in [*leases, single]] == ids
+        assert moved.new_stage == "done"
+        assert all(isinstance(o, FinishResult) and o.transition is not None for o in out)
+        assert {(await tracker.get_task(i)).stage for i in ids} == {"done"}
+        assert (
+            await tracker.finish_many(
+                [
+                    FinishItem(lease=lease, transition=_PLAIN, idempotency_key=lease.run_id)
+                    for lease in leases
+                ]
+            )
+            == out
+        )  # replayed from the records
+    finally:
+        await tracker.aclose()
