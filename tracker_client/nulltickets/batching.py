@@ -1,4 +1,5 @@
-"""The remote client's batching calls: ``finish`` and ``finish_many`` (typed calls).
+"""The remote client's batching calls: ``finish`` and ``finish_many`` (typed calls, the methods
+of :class:`BatchCalls`, a base of :class:`~tracker_client.nulltickets.client.RemoteTracker`).
 
 ``claim_many`` needs none: it is an admin operation, and ``RemoteTracker.call("claim_many",
 ...)`` sends it from its contract row. ``finish`` carries the lease token, and lease operations
@@ -32,7 +33,7 @@ from tracker_client.nulltickets.transport import check_json
 from tracker_client.nulltickets.wire import Wire
 from tracker_client.nulltickets.wire_errors import error_for
 
-__all__ = ["finish", "finish_many"]
+__all__ = ["BatchCalls", "finish", "finish_many"]
 
 #: What an item's error is read as: an error answer of ``finish``'s own route.
 _ITEM_ROUTE = "POST /runs/{run_id}/finish"
@@ -120,3 +121,28 @@ async def finish_many(wire: Wire, items: Sequence[FinishItem]) -> list[FinishMan
             code="invalid_response",
         )
     return [_outcome(entry) for entry in answer.results]
+
+
+class BatchCalls:
+    """The batching calls of the remote client (over its ``_wire``): a base of
+    :class:`~tracker_client.nulltickets.client.RemoteTracker`."""
+
+    _wire: Wire
+
+    async def finish(
+        self,
+        lease: LeaseRef,
+        *,
+        events: Sequence[BaseModel | Mapping[str, Any]] = (),
+        transition: BaseModel | Mapping[str, Any] | None = None,
+        fail: BaseModel | Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> FinishResult:
+        """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
+        transition or fail in one request, written all or nothing."""
+        return await finish(self._wire, lease, events, transition, fail, idempotency_key)
+
+    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
+        """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of many
+        runs in one request; per item, its ``finish`` answer or the error refusing it."""
+        return await finish_many(self._wire, items)

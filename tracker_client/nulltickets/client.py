@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
 import httpx
-from pydantic import BaseModel, SecretStr
+from pydantic import SecretStr
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import Capabilities, LeaseRef
@@ -49,10 +49,10 @@ from tracker_client.models import (
     TransitionResult,
     WaitResult,
 )
-from tracker_client.nulltickets import batching, leases, reads
+from tracker_client.nulltickets import leases, reads
 from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
-from tracker_client.nulltickets.batch_models import FinishItem, FinishManyOutcome, FinishResult
+from tracker_client.nulltickets.batching import BatchCalls
 from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
@@ -63,7 +63,7 @@ from tracker_client.nulltickets.wire import Wire
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 
 
-class RemoteTracker(AgentCalls):
+class RemoteTracker(AgentCalls, BatchCalls):
     """The ``Tracker`` protocol over HTTP (NullTickets or ``backlog-worker tracker serve``).
 
     ``RemoteTracker(url, api_token=None, transport=None, **options)`` with the options of
@@ -307,24 +307,6 @@ class RemoteTracker(AgentCalls):
         counted. A plain server has no such route and its ``fail`` counts an attempt, so nothing
         is sent there: the lease is left to expire (``released=False``)."""
         return await leases.release(self._wire, lease, reason, idempotency_key)
-
-    async def finish(
-        self,
-        lease: LeaseRef,
-        *,
-        events: Sequence[BaseModel | Mapping[str, Any]] = (),
-        transition: BaseModel | Mapping[str, Any] | None = None,
-        fail: BaseModel | Mapping[str, Any] | None = None,
-        idempotency_key: str | None = None,
-    ) -> FinishResult:
-        """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
-        transition or fail in one request, written all or nothing."""
-        return await batching.finish(self._wire, lease, events, transition, fail, idempotency_key)
-
-    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
-        """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of many
-        runs in one request; per item, its ``finish`` answer or the error refusing it."""
-        return await batching.finish_many(self._wire, items)
 
     # -- artifacts and operations ---------------------------------------------------------------
     async def add_artifact(
