@@ -1,0 +1,57 @@
+"""The served tracker's extensions by name: what ``GET /health`` lists and what each stands for.
+
+Pure data, re-exported by the contract table (:mod:`tracker_client.nulltickets.contract`),
+whose rows name an extension in :attr:`~tracker_client.nulltickets.contract.Operation.extension`
+or :attr:`~tracker_client.nulltickets.contract.Operation.features`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["CONNECTION_EXTENSIONS", "EXTENSIONS"]
+
+#: The extension names a served tracker advertises in ``GET /health`` ``"extensions"``, in the
+#: order it lists them, with what each stands for. A client uses an extension only when listed.
+EXTENSIONS: Mapping[str, str] = {
+    "backlog": "task extensions (concurrency keys, queue TTLs, backoff, caps), fail(retryable)",
+    "heartbeat_ttl": "a heartbeat keeps the lease's own TTL (NullTickets resets it to 300 s)",
+    "fail_result": "fail answers what happened next (retry scheduled or dead-lettered)",
+    "cancel": "POST /tasks/{task_id}/cancel",
+    "cancel_all": "POST /ops/cancel-all",
+    "requeue": "POST /tasks/{task_id}/requeue",
+    "wait": "GET /tasks/{task_id}/wait (long poll until the task finishes)",
+    "wait_for_work": "GET /ops/wait-for-work (long poll until work may be claimable)",
+    "maintenance": "POST /ops/maintenance",
+    "runs": "GET /tasks/{task_id}/runs (every run, with error and usage)",
+    "task_events": "GET /tasks/{task_id}/events (every event of a task)",
+    "release": "POST /runs/{run_id}/release (give a task back without counting an attempt)",
+    "count": "GET /ops/count (how many tasks, by stage and/or pipeline, without listing them)",
+    "purge": "POST /ops/purge (delete finished tasks older than an age, in batches)",
+    "requeue_all": "POST /ops/requeue-all (requeue a pipeline's dead letters, in batches)",
+    "delayed_tasks": "task create run_at_ms / delay_ms (not claimable before)",
+    "dedupe": "task create dedupe_key / dedupe_window_ms (answers the existing task's id)",
+    "schedules": "/schedules (periodic tasks on cron ticks, fired by maintenance)",
+    "rate_limits": "/rate-limits (fleet-wide claim rate and leased-task cap per role)",
+    "workers": "/workers (live workers: who registered, last seen, alive/lost/stopped, runs)",
+    "follow": "GET /tasks/{task_id}/follow (long poll for a task's new events until it ends)",
+    "subtasks": "task create parent_id (a task's children; cancel cascades to them)",
+    "fan_in": "transition wait_for (dependency edges added in the transition's own write)",
+    "upstream": "GET /tasks/{task_id}/upstream (each dependency's outcome, result, artifacts)",
+    "checkpoints": "POST /runs/{run_id}/checkpoint, heartbeat checkpoint, claim's "
+    "previous_checkpoint",
+    "human_steps": "POST /tasks/{task_id}/transition (move a task waiting in a role-less stage)",
+    "spans": "GET /tasks/{task_id}/spans (the OTLP spans ingested for a task, by start time)",
+    "claim_many": "POST /leases/claim-many (up to n leases of a role in one write: one "
+    "housekeeping pass and one candidate scan for all of them)",
+    "finish": "POST /runs/{run_id}/finish (a run's last events and its transition or fail in "
+    "one write, all or nothing)",
+    "finish_many": "POST /runs/finish-many (the final reports of up to 100 runs in one write, "
+    "each all or nothing under its own lease token and idempotency key)",
+    "keep_alive": "persistent connections: a client may send many requests on one connection "
+    "(idle ones are closed after 5 s)",
+}
+
+
+#: Extensions of the connection, not of an operation: no row names them.
+CONNECTION_EXTENSIONS = frozenset({"keep_alive"})
