@@ -84,6 +84,10 @@ def import_callable(path: str) -> TaskFunction:
     return cast(TaskFunction, obj)
 
 
+#: What a function may return as is (a tuple: ``Transition | Failure`` is built at each use).
+_OUTCOMES = (Transition, Failure)
+
+
 class PythonExecutor:
     """Calls the configured function with the context and maps what it returns."""
 
@@ -100,9 +104,10 @@ class PythonExecutor:
     async def execute(self, ctx: ExecutionContext) -> Outcome:
         """Call the function (a plain ``def`` in its own thread) and map its result."""
         if self.is_async:
-            result = await cast(Callable[[ExecutionContext], Awaitable[Any]], self.function)(ctx)
+            # (the casts' types as strings: a subscripted Callable is built at each evaluation)
+            result = await cast("Callable[[ExecutionContext], Awaitable[Any]]", self.function)(ctx)
         else:
-            function = cast(Callable[[ThreadContext], Any], self.function)
+            function = cast("Callable[[ThreadContext], Any]", self.function)
             result = await run_in_thread(function, ThreadContext(ctx), self.path)
             if inspect.isawaitable(result):
                 if inspect.iscoroutine(result):
@@ -116,7 +121,7 @@ class PythonExecutor:
         return self._outcome(result)
 
     def _outcome(self, result: Any) -> Outcome:
-        if isinstance(result, Transition | Failure):
+        if isinstance(result, _OUTCOMES):
             return result
         if result is None:
             return Transition()

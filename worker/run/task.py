@@ -250,7 +250,10 @@ class TaskRun:
             # its processes get SIGKILL before the lease ends, whatever their grace
             bound = kill_deadline.set(self._kill_by)
             try:
-                with self.telemetry.phase("executor"):
+                if self._observed:
+                    with self.telemetry.phase("executor"):
+                        outcome = await call_executor(self.executor, ctx, limit_s)
+                else:
                     outcome = await call_executor(self.executor, ctx, limit_s)
             finally:
                 kill_deadline.reset(bound)
