@@ -162,6 +162,10 @@ class LeaseSession:
             budget_s=self.remaining_s(),
         )
 
+    def checkpoint_pending(self) -> bool:
+        """Whether the executor kept a checkpoint not written yet."""
+        return self._agent is not None and self._agent.checkpoint_pending
+
     def checkpoint_due(self) -> bool:
         """Whether a pending checkpoint should be written before the next heartbeat."""
         return self._agent is not None and self._agent.checkpoint_due()
@@ -327,34 +331,36 @@ class LeaseSession:
         the caller) as one item, under this session's retries and key. Events the rail refuses
         (too large) are then written alone, as :meth:`add_event` writes them (a marker), and
         the report sent without them."""
-        reports = self.reports
-        assert reports is not None
-        action = "transition" if transition is not None else "fail"
-
-        async def send(evs: tuple[dict[str, Any], ...]) -> FinishResult:
-            return await self.calls.write(
-                action,
-                lambda key: reports.finish(
-                    FinishItem(
-                        lease=self.ref,
-                        events=evs,
-                        transition=transition,
-                        fail=fail,
-                        idempotency_key=key,
-                    )
-                ),
-                budget_s=budget_s,
-            )
-
         if not events:
-            return await send(())
+            return await self._finish((), transition, fail, budget_s)
         scrub = self.scrub.get()
         clean = tuple({"kind": scrub.text(k), "data": scrub.data(d)} for k, d in events)
         try:
-            return await send(clean)
+            return await self._finish(clean, transition, fail, budget_s)
         except ValidationFailed:
             await self.add_events(events)
-            return await send(())
+            return await self._finish((), transition, fail, budget_s)
+
+    async def _finish(
+        self,
+        events: tuple[dict[str, Any], ...],
+        transition: dict[str, Any] | None,
+        fail: dict[str, Any] | None,
+        budget_s: float,
+    ) -> FinishResult:
+        """One item through the batcher, under this session's retries and key."""
+        reports = self.reports
+        assert reports is not None
+        ref = self.ref
+        return await self.calls.write(
+            "transition" if transition is not None else "fail",
+            lambda key: reports.finish(
+                FinishItem(
+                    lease=ref, events=events, transition=transition, fail=fail, idempotency_key=key
+                )
+            ),
+            budget_s=budget_s,
+        )
 
     async def release(self, reason: str, *, budget_s: float) -> ReleaseResult:
         """Give the task back unfinished (the worker shuts down): no attempt is counted."""

@@ -42,8 +42,10 @@ class RunLog(logging.LoggerAdapter[logging.Logger]):
     @classmethod
     def for_lease(cls, logger: logging.Logger, lease: Lease, role: str) -> RunLog:
         """The log of the run of ``lease`` for ``role``: ids, attempt and stage on every line."""
-        ids = {"task_id": lease.task.id, "run_id": lease.run.id, "role": role}
-        return cls(logger, {**ids, "attempt": lease.run.attempt, "stage": lease.task.stage})
+        task, run = lease.task, lease.run
+        ids = {"task_id": task.id, "run_id": run.id, "role": role}
+        ids["attempt"], ids["stage"] = run.attempt, task.stage
+        return cls(logger, ids)
 
     def claimed(self) -> None:
         """The run's first line."""

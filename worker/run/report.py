@@ -93,7 +93,8 @@ class FinalReport:
         budget = self._settings.report_retry_budget_s
         try:
             events = await self._last_events(ctx)
-            await self._checkpoint()
+            if self._session.checkpoint_pending():  # else nothing to write (most runs)
+                await self._checkpoint()
             if isinstance(outcome, Transition):
                 return await self._transition(outcome, budget, events)
             return await self._fail(outcome, budget, events)
