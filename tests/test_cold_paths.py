@@ -78,7 +78,15 @@ NOT_EMBEDDED = (
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
 #: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out.
-NOT_SERVED = ("tracker_client.embedded", "cronsim", "httpx._main", "rich", "pygments")
+NOT_SERVED = (
+    "tracker_client.embedded",
+    "cronsim",
+    "httpx._main",
+    "rich",
+    "pygments",
+    "httpcore",
+    "h11",
+)
 
 PIPELINE = {
     "initial": "todo",
