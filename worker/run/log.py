@@ -43,7 +43,7 @@ class RunLog(logging.LoggerAdapter[logging.Logger]):
     def for_lease(cls, logger: logging.Logger, lease: Lease, role: str) -> RunLog:
         """The log of the run of ``lease`` for ``role``: ids, attempt and stage on every line."""
         task, run = lease.task, lease.run
-        ids = {"task_id": task.id, "run_id": run.id, "role": role}
+        ids: dict[str, Any] = {"task_id": task.id, "run_id": run.id, "role": role}
         ids["attempt"], ids["stage"] = run.attempt, task.stage
         return cls(logger, ids)
 
