@@ -18,6 +18,7 @@ CLI's (:mod:`worker.cli.run`).
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Sequence
 
@@ -206,20 +207,28 @@ class Worker:
                 agent_id=self.config.agent_id,
             )
         )
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self.telemetry.serve)
-            tg.start_soon(self.presence.run, caps)
-            await tg.start(self._keeper.run)
-            await tg.start(self._watch.run)
-            tg.start_soon(
-                maintenance_loop, self.tracker, self.stats, self.config.maintenance_interval_s
-            )
-            async with anyio.create_task_group() as runs:
-                await self.claimer.run(runs)
-                self._set_state(WorkerState.DRAINING)
-                self._signals.shutdown.set()
-                await self._drain()
-            tg.cancel_scope.cancel()
+        # What start-up built (modules, configuration, models: nearly all of the heap) is set
+        # aside from the cyclic collector while the worker runs, so the collections that a busy
+        # worker's short-lived objects trigger no longer walk it (~6 % of the loop thread's
+        # instructions per no-op run); given back to it when the worker stops.
+        gc.freeze()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.telemetry.serve)
+                tg.start_soon(self.presence.run, caps)
+                await tg.start(self._keeper.run)
+                await tg.start(self._watch.run)
+                tg.start_soon(
+                    maintenance_loop, self.tracker, self.stats, self.config.maintenance_interval_s
+                )
+                async with anyio.create_task_group() as runs:
+                    await self.claimer.run(runs)
+                    self._set_state(WorkerState.DRAINING)
+                    self._signals.shutdown.set()
+                    await self._drain()
+                tg.cancel_scope.cancel()
+        finally:
+            gc.unfreeze()
         await self.presence.goodbye()  # stopped, not lost (bounded, never raises)
         with anyio.CancelScope(shield=True):
             await self.telemetry.aclose()  # the last spans, before the process exits
