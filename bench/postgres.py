@@ -37,7 +37,7 @@ from typing import Any
 import anyio
 
 from bench.rss import reap
-from bench.worker import PIPELINE, _drain, _spawn
+from bench.worker import PIPELINE, _drain, _spawn, noop_config
 from tests.postgres.server import PgServer, find_bindir
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -47,26 +47,7 @@ OLD_PHASES = ("pgold1", "pgold2")
 
 
 def _config(tmp: Path, url: str, concurrency: int) -> Path:
-    path = tmp / f"bench-{uuid.uuid4().hex[:8]}.toml"
-    path.write_text(
-        f"""
-log_level = "WARNING"
-[tracker]
-url = "{url}"
-[worker]
-concurrency = {concurrency}
-drain = true
-idle_min_s = 0.05
-idle_max_s = 2.0
-lease_ttl_s = 60
-[[roles]]
-name = "bench"
-executor = "python"
-[roles.options]
-callable = "bench.worker:noop"
-"""
-    )
-    return path
+    return noop_config(tmp / f"bench-{uuid.uuid4().hex[:8]}.toml", url, concurrency=concurrency)
 
 
 async def _seed(url: str, n: int) -> None:

@@ -47,6 +47,7 @@ from typing import Any
 import anyio
 import httpx
 
+from bench.worker import noop_config
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker
 
@@ -207,24 +208,8 @@ def _worker_phase(
     url: str, db: Path, tmp: Path, role: str, n: int, concurrency: int, server_pid: int
 ) -> dict[str, Any]:
     anyio.run(_seed, url, role, n)
-    config = tmp / f"{role}.toml"
-    config.write_text(
-        f"""
-log_level = "WARNING"
-[tracker]
-url = "{url}"
-[worker]
-concurrency = {concurrency}
-drain = true
-idle_min_s = 0.05
-idle_max_s = 0.5
-lease_ttl_s = 60
-[[roles]]
-name = "{role}"
-executor = "python"
-[roles.options]
-callable = "bench.worker:noop"
-"""
+    config = noop_config(
+        tmp / f"{role}.toml", url, concurrency=concurrency, role=role, idle_max_s=0.5
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     server_cpu = _cpu_s(server_pid)

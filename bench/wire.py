@@ -39,6 +39,7 @@ import httpx
 
 from bench.plain import PlainHealth
 from bench.remote import _cpu_s, _seed, _start_server
+from bench.worker import noop_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,24 +126,8 @@ async def _raw(url: str, role: str, loops: int) -> None:
 
 def _worker(url: str, tmp: Path, role: str, concurrency: int) -> float:
     """Drain ``role`` with a real worker process; its CPU seconds."""
-    config = tmp / f"{role}.toml"
-    config.write_text(
-        f"""
-log_level = "WARNING"
-[tracker]
-url = "{url}"
-[worker]
-concurrency = {concurrency}
-drain = true
-idle_min_s = 0.05
-idle_max_s = 0.5
-lease_ttl_s = 60
-[[roles]]
-name = "{role}"
-executor = "python"
-[roles.options]
-callable = "bench.worker:noop"
-"""
+    config = noop_config(
+        tmp / f"{role}.toml", url, concurrency=concurrency, role=role, idle_max_s=0.5
     )
     before = os.times()
     subprocess.run(

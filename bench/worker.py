@@ -51,27 +51,40 @@ async def noop(ctx: ExecutionContext) -> Outcome:
     return Transition()
 
 
-def _config(tmp: Path, db: Path, concurrency: int, drain: bool) -> Path:
-    path = tmp / "bench.toml"
+def noop_config(
+    path: Path,
+    url: str,
+    *,
+    concurrency: int,
+    drain: bool = True,
+    role: str = "bench",
+    idle_max_s: float = 2.0,
+) -> Path:
+    """Write the benchmarks' worker configuration to ``path``: one ``role`` running
+    :func:`noop` on the rail at ``url``, logging warnings only."""
     path.write_text(
         f"""
 log_level = "WARNING"
 [tracker]
-url = "sqlite:///{db}"
+url = "{url}"
 [worker]
 concurrency = {concurrency}
 drain = {"true" if drain else "false"}
 idle_min_s = 0.05
-idle_max_s = 2.0
+idle_max_s = {idle_max_s}
 lease_ttl_s = 60
 [[roles]]
-name = "bench"
+name = "{role}"
 executor = "python"
 [roles.options]
 callable = "bench.worker:noop"
 """
     )
     return path
+
+
+def _config(tmp: Path, db: Path, concurrency: int, drain: bool) -> Path:
+    return noop_config(tmp / "bench.toml", f"sqlite:///{db}", concurrency=concurrency, drain=drain)
 
 
 async def _seed(db: Path, n: int) -> str:
