@@ -75,9 +75,10 @@ class SettingsBook:
 
     def for_role(self, role: Role) -> RunSettings:
         """The run settings of ``role`` (built once per role and configuration)."""
-        settings = self._by_role.get(role.name)
+        name = role.config.name
+        settings = self._by_role.get(name)
         if settings is None:
-            settings = self._by_role[role.name] = RunSettings(
+            settings = self._by_role[name] = RunSettings(
                 lease_ttl_s=self.lease_ttl_s(role),
                 retry=self.retry,
                 report_retry_budget_s=self.tracker.report_retry_budget_s,

@@ -51,8 +51,7 @@ log = logging.getLogger("backlog_worker.worker")
 #: Page size when reading a task's transitions for the instructions that led to its stage.
 TRANSITIONS_PAGE = 1000
 
-#: The name of a run's task, as anyio names a task started with ``Claimer._supervise``.
-_SUPERVISE = f"{__name__}.Claimer._supervise"
+_SUPERVISE = f"{__name__}.Claimer._supervise"  # a run task's name, as anyio names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +124,7 @@ class Claimer:
         self._busy: dict[str, int] = {}  # runs in flight, by role
         #: The runs in flight.
         self.runs: set[TaskRun] = set()
-        #: Set (and dropped) when a claim or a run ends; made only when someone waits for it.
-        self._changed: anyio.Event | None = None
+        self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
         self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
         self._claims: set[anyio.CancelScope] = set()  # each claim's, cancelled by stop()
         self._shields: set[anyio.CancelScope] = set()  # claims at the tracker now
@@ -170,16 +168,14 @@ class Claimer:
 
     def _next_change(self) -> anyio.Event:
         """The event the next claim or run to end sets."""
-        changed = self._changed
-        if changed is None:
-            changed = self._changed = anyio.Event()
-        return changed
+        if self._changed is None:
+            self._changed = anyio.Event()
+        return self._changed
 
     def _notify(self) -> None:
         # No event while nobody waits: two ends per run would otherwise make two events.
-        changed = self._changed
+        changed, self._changed = self._changed, None
         if changed is not None:
-            self._changed = None
             changed.set()
 
     # -- the loop -------------------------------------------------------------------------------
@@ -376,10 +372,11 @@ class Claimer:
 
     # -- runs -----------------------------------------------------------------------------------
     async def _supervise(self, claim: Claim, slot: object) -> None:
-        role = claim.role
+        role, lease = claim.role, claim.lease
+        name = role.name
         run = TaskRun(
             tracker=self._tracker,
-            lease=claim.lease,
+            lease=lease,
             role=role.config,
             executor=role.executor,
             settings=self._settings_for(role),
@@ -387,34 +384,29 @@ class Claimer:
             keeper=self._keeper,
             claimed_at=claim.sent_at,
             telemetry=self._telemetry.run(
-                claim.lease,
-                role.name,
-                claim_started_ns=claim.started_ns,
-                claim_ended_ns=claim.ended_ns,
+                lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
             ),
         )
-        stats = self._stats
-        self.runs.add(run)
-        self._busy[role.name] = self._busy.get(role.name, 0) + 1
+        stats, runs, busy = self._stats, self.runs, self._busy
+        runs.add(run)
+        busy[name] = busy.get(name, 0) + 1
         stats.claimed += 1
-        stats.in_flight = len(self.runs)
-        stats.by_role[role.name] = stats.by_role.get(role.name, 0) + 1
+        stats.in_flight = len(runs)
+        stats.by_role[name] = stats.by_role.get(name, 0) + 1
         try:
-            if claim.lease.task.task_version > 1:  # else there is no transition to read
-                run.instructions = await instructions_for(
-                    self._tracker, claim.lease, TRANSITIONS_PAGE
-                )
+            if lease.task.task_version > 1:  # else there is no transition to read
+                run.instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
             result = await run.execute()
             stats.count(result)
-            self._drain_check.failed(claim.lease.task.id, result.retry_at_ms)
+            self._drain_check.failed(lease.task.id, result.retry_at_ms)
         except Exception as exc:  # a bug in our own reporting must not take the worker down
-            stats.last_error = f"run {claim.lease.run.id}: {exc}"
+            stats.last_error = f"run {lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})
         finally:
             self._progress.tick()
-            self.runs.discard(run)
+            runs.discard(run)
             self.pacing.run_finished()
-            self._busy[role.name] -= 1
-            stats.in_flight = len(self.runs)
+            busy[name] -= 1
+            stats.in_flight = len(runs)
             self._slots.release_on_behalf_of(slot)
             self._notify()
