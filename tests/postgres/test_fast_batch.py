@@ -10,7 +10,6 @@ still ends (its answer read), and several loops may use one tracker in turn.
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from typing import Any
@@ -41,9 +40,8 @@ def _url(**options: Any) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
-    """The one-trip paths step aside at INFO (see tests/postgres/test_hot_path.py)."""
-    caplog.set_level(logging.WARNING, logger="backlog_worker.tracker")
+def _quiet(quiet_tracker_log: None) -> None:
+    """Every test here counts the one-trip paths (see conftest's ``quiet_tracker_log``)."""
 
 
 class _Sent:

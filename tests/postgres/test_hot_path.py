@@ -11,7 +11,6 @@ the first call's result, a dead letter propagates.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
@@ -33,11 +32,8 @@ def _url(**options: Any) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
-    """The one-trip paths step aside when the tracker logs at INFO (it then wants the queue
-    depth for its lines), so these counts hold at WARNING, whatever an earlier test of the same
-    process left the logging at."""
-    caplog.set_level(logging.WARNING, logger="backlog_worker.tracker")
+def _quiet(quiet_tracker_log: None) -> None:
+    """Every test here counts the one-trip paths (see conftest's ``quiet_tracker_log``)."""
 
 
 class _Sent:

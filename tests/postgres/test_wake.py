@@ -75,6 +75,7 @@ def _notes_until_marker(conn: Any, channel: str) -> list[str]:
     raise AssertionError(f"the marker never came (got {got})")
 
 
+@pytest.mark.usefixtures("quiet_tracker_log")  # the moves' one-trip path is what is counted
 async def test_moves_notify_only_while_an_instance_is_idle(pg_server: PgServer) -> None:
     """A plain transition or finish_many of a busy rail sends no NOTIFY (nobody waits for what
     it brings); once a claim came back short, they do. Other writes always notify."""
