@@ -89,16 +89,22 @@ def _start_server(
             cwd=root,
             env=env,
         )
+    return proc, listening_url(proc, log, "tracker serve")
+
+
+def listening_url(proc: subprocess.Popen[bytes], log: Path, what: str) -> str:
+    """The ``http://127.0.0.1:PORT`` a server process started by a bench says in ``log`` it
+    listens on (within 30 s; SystemExit naming ``what`` if it exits or stays silent)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
         if found:
-            return proc, found.group(1)
+            return found.group(1)
         if proc.poll() is not None:
-            raise SystemExit(f"tracker serve exited with {proc.returncode}: {log.read_text()}")
+            raise SystemExit(f"{what} exited with {proc.returncode}: {log.read_text()}")
         time.sleep(0.05)
     proc.kill()
-    raise SystemExit("tracker serve did not start listening")
+    raise SystemExit(f"{what} did not start listening")
 
 
 async def _seed(url: str, role: str, n: int) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sqlite3
 import statistics
 import subprocess
@@ -38,7 +37,7 @@ import anyio
 import httpx
 
 from bench.plain import PlainHealth
-from bench.remote import _cpu_s, _seed, _start_server
+from bench.remote import _cpu_s, _seed, _start_server, listening_url
 from bench.worker import noop_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,16 +80,7 @@ def _start_plain(db: Path) -> tuple[subprocess.Popen[bytes], str]:
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if found:
-            return proc, found.group(1)
-        if proc.poll() is not None:
-            raise SystemExit(f"plain server exited: {log.read_text()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("plain server did not start")
+    return proc, listening_url(proc, log, "plain server")
 
 
 # -- phases ------------------------------------------------------------------------------------
