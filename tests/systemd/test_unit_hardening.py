@@ -148,6 +148,9 @@ def _sandboxed(tmp_path: Path, flags: list[str], *argv: str, timeout: float = 12
         cmd[cmd.index("--seccomp") + 1 : cmd.index("--seccomp") + 1] = [str(allowed)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
     env["PYTHONPATH"] = str(REPO)
+    # The command is looked up on PATH by execvp: the running install's scripts come first
+    # (CI runs ``.venv/bin/python -m pytest`` without activating the venv).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     proc = subprocess.run(
         [*cmd, "--", *argv],
         capture_output=True,
