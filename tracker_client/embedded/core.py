@@ -193,9 +193,15 @@ class TrackerCore:
             raise error
 
     async def _poll_until_moved(self, version: int) -> None:
-        """Return once another connection's commit moved ``data_version`` past ``version``."""
+        """Return once another connection's commit moved ``data_version`` past ``version``.
+
+        Each look comes after ``poll_interval_s`` +-25 % (uniform): processes polling one file
+        do not fall into step, and neither does a periodic task of the same process (anyio's
+        ``wait_all_tasks_blocked``, sleeping 0.1 s between looks, locked into phase with a
+        fixed 0.05 s poll and always saw the poller's timer just fired, so it never returned).
+        """
         while True:
-            await anyio.sleep(self._opts.poll_interval_s)
+            await anyio.sleep(self._opts.poll_interval_s * (0.75 + 0.5 * random.random()))
             # The stat gate can miss a same-size rewrite within one mtime tick, so a real
             # check still runs at least once a second.
             stale = anyio.current_time() - self._dv_at > 1.0
