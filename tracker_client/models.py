@@ -22,20 +22,15 @@ __all__ = [
     "ArtifactCreate",
     "Assignment",
     "AvailableTransition",
-    "CancelResult",
     "Dependency",
     "Event",
     "FailResult",
     "Health",
     "Lease",
-    "MaintenanceReport",
     "Page",
     "Pipeline",
-    "PurgeResult",
     "QueueStats",
     "ReleaseResult",
-    "RequeueAllResult",
-    "RequeueResult",
     "RetryPolicy",
     "RoleStats",
     "Run",
@@ -44,9 +39,7 @@ __all__ = [
     "Task",
     "TaskCreate",
     "TaskDetail",
-    "TaskFollow",
     "TransitionResult",
-    "WaitResult",
 ]
 
 #: The key of the marker object an embedded read shows in place of a stored JSON value that
@@ -386,165 +379,3 @@ class StoreEntry(_Model):
     value: Any
     created_at_ms: int
     updated_at_ms: int
-
-
-class CancelResult(_Model):
-    """What ``cancel`` did: the task's stage after it, and whether a live lease was revoked."""
-
-    task_id: str
-    stage: str
-    revoked_lease: bool
-    dead_letter_reason: str = "cancelled"
-    #: Unfinished descendants (subtasks) cancelled with it, in the same write.
-    cancelled_descendants: int = 0
-
-
-class RequeueResult(_Model):
-    """What ``requeue`` did."""
-
-    task_id: str
-    stage: str
-    task_version: int
-    reset_attempts: bool
-
-
-class RequeueAllResult(_Model):
-    """What ``requeue_all`` did to a pipeline's dead letters (or, with ``dry_run``, would do).
-
-    ``requeued`` counts the tasks brought back (on a dry run: that match, nothing written);
-    ``by_reason`` splits it by dead-letter reason; ``batches`` is how many write transactions
-    it took (0 on a dry run): a long replay never holds the write lock for long.
-    """
-
-    pipeline_id: str
-    requeued: int
-    by_reason: dict[str, int] = Field(default_factory=dict)
-    dry_run: bool = False
-    batches: int = 0
-
-
-class WaitResult(_Model):
-    """The answer to ``wait``: ``finished`` is False on timeout (the task may still finish).
-
-    ``outcome`` is ``"done"`` (terminal stage), ``"dead_lettered"``, ``"cancelled"``, ``"expired"``,
-    or ``"pending"`` on timeout.
-    """
-
-    finished: bool
-    outcome: Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
-    task: TaskDetail
-    artifacts: list[Artifact] = Field(default_factory=list)
-    result_event: Event | None = None
-
-
-class TaskFollow(_Model):
-    """The answer to ``follow_task`` (extension ``follow``): the task's events after the cursor
-    (oldest first), the cursor to go on from, and whether the task is finished.
-
-    ``finished`` is True only once no event is left to read and the task is finished
-    (``outcome`` as in :class:`WaitResult`; ``"pending"`` while it goes on).
-    """
-
-    events: list[Event] = Field(default_factory=list)
-    #: The id of the last event answered (or the cursor given, ``"0"`` for none): pass it back.
-    next_cursor: str
-    finished: bool
-    outcome: Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
-    stage: str
-
-
-class MaintenanceReport(_Model):
-    """What one maintenance pass did."""
-
-    expired_leases: int = 0
-    crash_looped: int = 0
-    expired_tasks: int = 0
-    purged_idempotency_keys: int = 0
-    #: Finished tasks purged by retention in this pass (the embedded option ``retention_days``).
-    purged_tasks: int = 0
-    #: Tasks created by schedule ticks in this pass (extension ``schedules``).
-    scheduled_tasks: int = 0
-
-
-class PurgeResult(_Model):
-    """What a purge of finished tasks did (or, ``dry_run``, would do): rows per table."""
-
-    tasks: int = 0
-    runs: int = 0
-    events: int = 0
-    artifacts: int = 0
-    idempotency_keys: int = 0
-    #: Database pages given back to the file system (0 without incremental auto-vacuum).
-    pages_freed: int = 0
-    #: Tasks last updated before this time (epoch ms) were purged.
-    cutoff_ms: int = 0
-    dry_run: bool = False
-
-
-class ScheduleCreate(_CreateModel):
-    """The body of ``POST /schedules`` (extension ``schedules``): a task every cron tick."""
-
-    #: The schedule's name (not ``name``: ``tracker.call(name, ...)`` takes that one).
-    schedule: str = Field(min_length=1, max_length=200)
-    pipeline_id: str
-    #: 5 fields (minute first), or 6 with seconds first; parsed by ``cronsim``.
-    cron: str
-    #: An IANA zone (``Europe/Paris``): the cron's wall clock, DST included.
-    timezone: str = "UTC"
-    title: str = Field(min_length=1)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    priority: int = 0
-    #: Ticks missed while nothing ran: ``skip`` them, or ``catch_up`` with one task for all.
-    missed: Literal["skip", "catch_up"] = "skip"
-    #: Update the schedule of this name if there is one (declared schedules at worker start).
-    replace: bool = Field(default=False, strict=True)
-
-
-class Schedule(_Model):
-    """A periodic schedule stored in the rail, and where its ticks stand."""
-
-    name: str
-    pipeline_id: str
-    cron: str
-    timezone: str
-    title: str
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    priority: int = 0
-    missed: Literal["skip", "catch_up"] = "skip"
-    paused: bool = False
-    #: The next tick not yet fired (epoch ms).
-    next_tick_ms: int
-    last_tick_ms: int | None = None
-    last_task_id: str | None = None
-    #: Tasks created so far (a catch-up task counts once).
-    tasks_created: int = 0
-    last_error: str | None = None
-    created_at_ms: int = 0
-    updated_at_ms: int = 0
-
-
-class RateLimitSet(_CreateModel):
-    """The body of ``PUT /rate-limits/{role}`` (extension ``rate_limits``): a fleet-wide limit."""
-
-    #: ``N/period`` (period ``s``, ``min`` or ``h``; N >= 1), e.g. ``20/min``; None = no rate.
-    rate: str | None = None
-    #: At most this many tasks of the role leased at once across the fleet; None = no cap.
-    max_running: int | None = Field(default=None, strict=True)
-
-
-class RateLimit(_Model):
-    """A role's fleet-wide rate limit and concurrency cap, as stored in the rail, and its state."""
-
-    role: str
-    #: The rate as set (``5/s``), its tokens per period, and the period; None = no rate.
-    rate: str | None = None
-    rate_count: int | None = None
-    period_ms: int | None = None
-    max_running: int | None = None
-    #: Tokens in the bucket now (a claim spends one), and when the next one comes (None = full
-    #: or no rate).
-    tokens: float | None = None
-    next_token_at_ms: int | None = None
-    #: Tasks of the role leased now.
-    running: int = 0
-    updated_at_ms: int = 0

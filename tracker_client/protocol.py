@@ -31,26 +31,23 @@ from tracker_client.models import (
     Artifact,
     ArtifactCreate,
     Assignment,
-    CancelResult,
     Dependency,
     Event,
     FailResult,
     Health,
     Lease,
-    MaintenanceReport,
     Page,
     Pipeline,
     QueueStats,
     ReleaseResult,
-    RequeueResult,
     Run,
     StoreEntry,
     Task,
     TaskCreate,
     TaskDetail,
     TransitionResult,
-    WaitResult,
 )
+from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
 __all__ = ["LeaseTracker", "Tracker"]
 

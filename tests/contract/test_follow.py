@@ -24,7 +24,7 @@ from tests.contract.support import (
     new_task,
 )
 from tracker_client.errors import NotFound, ValidationFailed
-from tracker_client.models import TaskFollow
+from tracker_client.ops_models import TaskFollow
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60), pytest.mark.requires("follow")]

@@ -21,8 +21,8 @@ import pytest
 from tests.contract.support import CLOCK, FakeClock, claim, make_pipeline, new_task, simple_pipeline
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.factory import open_tracker
-from tracker_client.models import RateLimit
 from tracker_client.protocol import Tracker
+from tracker_client.schedule_models import RateLimit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -27,7 +27,8 @@ from tests.contract.support import (
 )
 from tracker_client.embedded import backlog
 from tracker_client.errors import NotFound, Unsupported, ValidationFailed
-from tracker_client.models import RequeueAllResult, RetryPolicy
+from tracker_client.models import RetryPolicy
+from tracker_client.ops_models import RequeueAllResult
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.requires(BACKLOG_OPS), pytest.mark.timeout(60)]

@@ -22,8 +22,9 @@ from tests.contract.support import FakeClock, OpenTracker, claim, make_pipeline,
 from tests.remote.fake_nulltickets import FakeNullTickets
 from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import ConfigError, NotFound, Unsupported, ValidationFailed
-from tracker_client.models import ArtifactCreate, PurgeResult
+from tracker_client.models import ArtifactCreate
 from tracker_client.nulltickets.client import RemoteTracker
+from tracker_client.ops_models import PurgeResult
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

@@ -26,8 +26,9 @@ from tests.contract.support import (
 )
 from tracker_client.embedded.schedules import MISSED_AFTER_MS
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
-from tracker_client.models import Schedule, Task
+from tracker_client.models import Task
 from tracker_client.protocol import Tracker
+from tracker_client.schedule_models import Schedule
 
 pytestmark = [
     pytest.mark.anyio,

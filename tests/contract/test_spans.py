@@ -16,8 +16,8 @@ import pytest
 from tests.contract.otlpdocs import T0, TRACE, document, span, value
 from tests.contract.support import CLOCK, FakeClock, claim, make_pipeline, new_task
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import PurgeResult
 from tracker_client.observe_models import OtlpIngestResult, Span
+from tracker_client.ops_models import PurgeResult
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60), pytest.mark.requires("spans")]

@@ -18,7 +18,8 @@ from tests.contract.support import (
     make_pipeline,
     new_task,
 )
-from tracker_client.models import ArtifactCreate, RetryPolicy, WaitResult
+from tracker_client.models import ArtifactCreate, RetryPolicy
+from tracker_client.ops_models import WaitResult
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.requires(WAIT)]

@@ -23,7 +23,7 @@ import pytest
 from tests.contract.support import FakeClock
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import ConfigError
-from tracker_client.models import Schedule
+from tracker_client.schedule_models import Schedule
 from worker.cli.ops.schedule import declare_schedules
 from worker.config.models import ScheduleConfig, load_config
 

@@ -16,12 +16,7 @@ from tracker_client.embedded.reads import TASK_EVENTS
 from tracker_client.embedded.runs import dead_letter
 from tracker_client.embedded.tasks import get_task
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
-from tracker_client.models import (
-    CancelResult,
-    MaintenanceReport,
-    RequeueResult,
-    WaitResult,
-)
+from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
 __all__ = [
     "REQUEUE_BATCH",

@@ -28,7 +28,8 @@ from tracker_client.embedded.db import Database
 from tracker_client.embedded.options import parse_options
 from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.errors import ConfigError
-from tracker_client.models import Health, MaintenanceReport, PurgeResult, WaitResult
+from tracker_client.models import Health
+from tracker_client.ops_models import MaintenanceReport, PurgeResult, WaitResult
 
 __all__ = ["TrackerCore"]
 

@@ -21,7 +21,7 @@ from tracker_client.embedded import reads
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import NotFound, ValidationFailed
-from tracker_client.models import TaskFollow
+from tracker_client.ops_models import TaskFollow
 
 __all__ = ["MAX_FOLLOW_MS", "FollowOps", "follow_state"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.ratelimits import clear_limit, list_limits, set_limit
-from tracker_client.models import RateLimit
+from tracker_client.schedule_models import RateLimit
 
 __all__ = ["RateLimitOps"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from tracker_client.embedded.common import Ctx
 from tracker_client.errors import NotFound, ValidationFailed
-from tracker_client.models import RateLimit
+from tracker_client.schedule_models import RateLimit
 
 __all__ = [
     "PERIODS_MS",

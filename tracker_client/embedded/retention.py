@@ -29,7 +29,7 @@ from typing import Any
 
 from tracker_client.embedded.common import Ctx
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import PurgeResult
+from tracker_client.ops_models import PurgeResult
 
 __all__ = [
     "BATCH_TASKS",

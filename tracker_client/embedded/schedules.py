@@ -36,7 +36,9 @@ from tracker_client.embedded import tasks
 from tracker_client.embedded.common import Ctx, dumps, stored_json
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import Conflict, NotFound, TrackerError, ValidationFailed
-from tracker_client.models import MaintenanceReport, Schedule, ScheduleCreate, TaskCreate
+from tracker_client.models import TaskCreate
+from tracker_client.ops_models import MaintenanceReport
+from tracker_client.schedule_models import Schedule, ScheduleCreate
 from tracker_client.validation import problems
 
 __all__ = [

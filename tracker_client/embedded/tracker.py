@@ -33,15 +33,12 @@ from tracker_client.embedded.workers import WorkerOps
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
-    CancelResult,
     Event,
     FailResult,
     Lease,
     Page,
     Pipeline,
     QueueStats,
-    RequeueAllResult,
-    RequeueResult,
     Run,
     Task,
     TaskCreate,
@@ -49,6 +46,7 @@ from tracker_client.models import (
     TransitionResult,
 )
 from tracker_client.nulltickets import contract
+from tracker_client.ops_models import CancelResult, RequeueAllResult, RequeueResult
 
 __all__ = ["EmbeddedTracker"]
 

@@ -29,25 +29,21 @@ from tracker_client.models import (
     Artifact,
     ArtifactCreate,
     Assignment,
-    CancelResult,
     Dependency,
     Event,
     FailResult,
     Health,
     Lease,
-    MaintenanceReport,
     Page,
     Pipeline,
     QueueStats,
     ReleaseResult,
-    RequeueResult,
     Run,
     StoreEntry,
     Task,
     TaskCreate,
     TaskDetail,
     TransitionResult,
-    WaitResult,
 )
 from tracker_client.nulltickets import leases, reads
 from tracker_client.nulltickets import tasks as writes
@@ -59,6 +55,7 @@ from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, 
 from tracker_client.nulltickets.transport import HttpTransport, check_json
 from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
+from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 

@@ -29,6 +29,8 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel
 
 from tracker_client import models as m
+from tracker_client import ops_models as om
+from tracker_client import schedule_models as sm
 from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
 from tracker_client.nulltickets.batch_models import (
     ClaimManyBody,
@@ -310,16 +312,16 @@ OPERATIONS: tuple[Operation, ...] = (
         status=204),
     # extensions
     _op("cancel", "POST", "/tasks/{task_id}/cancel", "Cancel a waiting or running task (revokes "
-        "its lease)", body=CancelBody, body_required=False, response=m.CancelResult,
+        "its lease)", body=CancelBody, body_required=False, response=om.CancelResult,
         errors=(404, 409), extension="cancel", wakes=True),
     _op("requeue", "POST", "/tasks/{task_id}/requeue", "Requeue a dead-lettered or cancelled "
-        "task", body=RequeueBody, body_required=False, response=m.RequeueResult,
+        "task", body=RequeueBody, body_required=False, response=om.RequeueResult,
         errors=(400, 404, 409), extension="requeue", wakes=True),
     _op("wait", "GET", "/tasks/{task_id}/wait", "Wait up to timeout_ms (max 60000) for the task "
-        "to finish", response=m.WaitResult, errors=(400, 404), query=_WAIT,
+        "to finish", response=om.WaitResult, errors=(400, 404), query=_WAIT,
         extension="wait"),
     _op("follow_task", "GET", "/tasks/{task_id}/follow", "Wait up to timeout_ms (max 60000) "
-        "for events after the cursor, or the task's end", response=m.TaskFollow,
+        "for events after the cursor, or the task's end", response=om.TaskFollow,
         errors=(400, 404), query=(Query("after"), *_WAIT, Query("limit", "integer")),
         extension="follow"),
     _op("list_upstream", "GET", "/tasks/{task_id}/upstream", "Each dependency of the task: "
@@ -338,7 +340,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body=CancelAllBody, response=CancelCountAnswer, errors=(400,), extension="cancel_all",
         wakes=True),
     _op("maintenance", "POST", "/ops/maintenance", "Reclaim expired leases, expire tasks, purge "
-        "keys", response=m.MaintenanceReport, extension="maintenance", wakes=True),
+        "keys", response=om.MaintenanceReport, extension="maintenance", wakes=True),
     _op("wait_for_work", "GET", "/ops/wait-for-work", "Return when the rail may have new work, "
         "or after timeout_ms (max 60000)", response=StatusAnswer, errors=(400,),
         query=(*_WAIT, Query("since")), extension="wait_for_work"),
@@ -346,30 +348,30 @@ OPERATIONS: tuple[Operation, ...] = (
         response=CountAnswer, query=(Query("stage"), Query("pipeline_id")), extension="count"),
     _op("purge", "POST", "/ops/purge", "Delete finished tasks older than older_than_ms, with "
         "their runs, events and artifact records (dry_run counts)", body=PurgeBody,
-        response=m.PurgeResult, errors=(400,), extension="purge"),
+        response=om.PurgeResult, errors=(400,), extension="purge"),
     _op("requeue_all", "POST", "/ops/requeue-all", "Requeue a pipeline's dead-lettered tasks "
         "(reason, since_ms, stage; dry_run counts)", body=RequeueAllBody,
-        response=m.RequeueAllResult, errors=(400, 404), extension="requeue_all", wakes=True),
+        response=om.RequeueAllResult, errors=(400, 404), extension="requeue_all", wakes=True),
     _op("create_schedule", "POST", "/schedules", "Create (or, replace, update) a periodic "
-        "schedule", body=m.ScheduleCreate, status=201, response=m.Schedule,
+        "schedule", body=sm.ScheduleCreate, status=201, response=sm.Schedule,
         errors=(400, 404, 409), extension="schedules"),
-    _op("list_schedules", "GET", "/schedules", "List schedules by name", response=m.Schedule,
+    _op("list_schedules", "GET", "/schedules", "List schedules by name", response=sm.Schedule,
         shape="list", extension="schedules"),
-    _op("get_schedule", "GET", "/schedules/{name}", "Get a schedule", response=m.Schedule,
+    _op("get_schedule", "GET", "/schedules/{name}", "Get a schedule", response=sm.Schedule,
         errors=(404,), extension="schedules"),
     _op("pause_schedule", "POST", "/schedules/{name}/pause", "Pause a schedule (no ticks fire)",
-        response=m.Schedule, errors=(404,), extension="schedules"),
+        response=sm.Schedule, errors=(404,), extension="schedules"),
     _op("resume_schedule", "POST", "/schedules/{name}/resume", "Resume a schedule from the "
-        "next future tick", response=m.Schedule, errors=(404,), extension="schedules"),
+        "next future tick", response=sm.Schedule, errors=(404,), extension="schedules"),
     _op("delete_schedule", "DELETE", "/schedules/{name}", "Remove a schedule (its tasks stay)",
-        response=m.Schedule, errors=(404,), extension="schedules"),
+        response=sm.Schedule, errors=(404,), extension="schedules"),
     _op("list_rate_limits", "GET", "/rate-limits", "Every role's rate limit, by role",
-        response=m.RateLimit, shape="list", extension="rate_limits"),
+        response=sm.RateLimit, shape="list", extension="rate_limits"),
     _op("set_rate_limit", "PUT", "/rate-limits/{role}", "Set a role's fleet-wide claim rate "
-        "and/or cap of leased tasks", body=m.RateLimitSet, response=m.RateLimit, errors=(400,),
+        "and/or cap of leased tasks", body=sm.RateLimitSet, response=sm.RateLimit, errors=(400,),
         extension="rate_limits"),
     _op("clear_rate_limit", "DELETE", "/rate-limits/{role}", "Remove a role's rate limit",
-        response=m.RateLimit, errors=(404,), extension="rate_limits"),
+        response=sm.RateLimit, errors=(404,), extension="rate_limits"),
     _op("register_worker", "PUT", "/workers/{worker_id}", "Register a worker or refresh it (an "
         "upsert: last seen now)", body=WorkerRegister, response=WorkerInfo, errors=(400,),
         extension="workers"),

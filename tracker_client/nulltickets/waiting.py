@@ -15,9 +15,10 @@ from typing import Any
 import anyio
 
 from tracker_client.errors import TrackerUnavailable
-from tracker_client.models import Artifact, Event, Pipeline, TaskDetail, WaitResult
+from tracker_client.models import Artifact, Event, Pipeline, TaskDetail
 from tracker_client.nulltickets.reads import get_task, list_artifacts, list_events, list_runs
 from tracker_client.nulltickets.wire import Wire
+from tracker_client.ops_models import WaitResult
 
 __all__ = ["WAIT_CHUNK_S", "Waiting"]
 

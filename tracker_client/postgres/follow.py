@@ -27,7 +27,7 @@ import anyio
 
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.follow import FollowOps, _check, follow_state
-from tracker_client.models import TaskFollow
+from tracker_client.ops_models import TaskFollow
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
 from tracker_client.postgres.wake import Listener

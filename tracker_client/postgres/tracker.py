@@ -29,8 +29,9 @@ from tracker_client.embedded.options import parse_options
 from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import ConfigError, Unsupported
-from tracker_client.models import Health, Lease, StoreEntry, WaitResult
+from tracker_client.models import Health, Lease, StoreEntry
 from tracker_client.nulltickets import contract
+from tracker_client.ops_models import WaitResult
 from tracker_client.postgres import claims, idle, search
 from tracker_client.postgres.batch import PgFinishManyOps
 from tracker_client.postgres.db import Database

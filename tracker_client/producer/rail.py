@@ -23,15 +23,8 @@ from tracker_client import agents
 from tracker_client.capabilities import Capabilities
 from tracker_client.errors import NotFound, Unsupported, ValidationFailed
 from tracker_client.factory import open_tracker
-from tracker_client.models import (
-    CancelResult,
-    Pipeline,
-    RequeueAllResult,
-    RequeueResult,
-    TaskDetail,
-    TransitionResult,
-    WaitResult,
-)
+from tracker_client.models import Pipeline, TaskDetail, TransitionResult
+from tracker_client.ops_models import CancelResult, RequeueAllResult, RequeueResult, WaitResult
 from tracker_client.producer.options import Submission, build_task, submission_from, to_seconds
 from tracker_client.protocol import Tracker
 

@@ -19,14 +19,8 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from tracker_client.models import (
-    CancelResult,
-    RequeueAllResult,
-    RequeueResult,
-    TaskDetail,
-    TransitionResult,
-    WaitResult,
-)
+from tracker_client.models import TaskDetail, TransitionResult
+from tracker_client.ops_models import CancelResult, RequeueAllResult, RequeueResult, WaitResult
 from tracker_client.producer.options import Submission
 from tracker_client.producer.rail import Rail, connect
 

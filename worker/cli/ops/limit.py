@@ -16,8 +16,8 @@ from rich.table import Table
 
 from tracker_client.embedded.ratelimits import parse_rate
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import RateLimit
 from tracker_client.protocol import Tracker
+from tracker_client.schedule_models import RateLimit
 from worker.cli.ops.common import (
     EXIT_USAGE,
     OpsContext,

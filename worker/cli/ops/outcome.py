@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tracker_client.models import WaitResult
+from tracker_client.ops_models import WaitResult
 from worker.cli.ops.common import (
     EXIT_FAILURE,
     EXIT_OK,

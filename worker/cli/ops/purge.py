@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from tracker_client.models import PurgeResult
+from tracker_client.ops_models import PurgeResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_USAGE,

@@ -17,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tracker_client.errors import Unsupported
-from tracker_client.models import Health, QueueStats, RateLimit
+from tracker_client.models import Health, QueueStats
 from tracker_client.protocol import Tracker
+from tracker_client.schedule_models import RateLimit
 from worker.cli.ops.common import (
     DurationType,
     OpsContext,

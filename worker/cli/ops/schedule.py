@@ -19,8 +19,8 @@ from rich.table import Table
 
 from tracker_client.embedded.schedules import check
 from tracker_client.errors import ConfigError, NotFound, Unsupported, ValidationFailed
-from tracker_client.models import Schedule
 from tracker_client.protocol import Tracker
+from tracker_client.schedule_models import Schedule
 from worker.cli.ops.common import (
     EXIT_USAGE,
     OpsContext,

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import click
 
-from tracker_client.models import WaitResult
+from tracker_client.ops_models import WaitResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_FAILURE,

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from tracker_client.errors import NotFound, Unsupported
-from tracker_client.models import RequeueAllResult
+from tracker_client.ops_models import RequeueAllResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_USAGE,

@@ -24,7 +24,8 @@ import anyio
 import click
 
 from tracker_client.errors import NotFound, Unsupported
-from tracker_client.models import Event, Page, Run, TaskFollow, WaitResult
+from tracker_client.models import Event, Page, Run
+from tracker_client.ops_models import TaskFollow, WaitResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_OK,
