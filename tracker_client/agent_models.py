@@ -52,7 +52,7 @@ class Upstream(BaseModel):
     """One dependency of a task as its next run sees it (extension ``upstream``): where it
     ended, the data of its last ``result`` event and its artifacts."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     task_id: str
     title: str
@@ -67,7 +67,7 @@ class CheckpointBody(BaseModel):
     """``POST /runs/{run_id}/checkpoint`` (extension ``checkpoints``): the run's checkpoint, one
     JSON value of at most :data:`MAX_CHECKPOINT_BYTES` (the latest replaces the earlier)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     data: Any
 
@@ -77,7 +77,7 @@ class TaskTransitionBody(BaseModel):
     a stage with no role (a human step) along ``trigger``, with the optimistic checks of a
     worker's transition. ``instructions`` reach the next run as a worker's would."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trigger: str
     #: The stage the operator saw: a task moved meanwhile is 409 ``expected_stage_mismatch``.

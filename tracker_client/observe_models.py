@@ -67,7 +67,7 @@ class WorkerRegister(BaseModel):
     """The body of ``PUT /workers/{worker_id}``: a worker saying who it is (and that it is still
     alive: the same call refreshes ``last_seen_at_ms``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     host: str
     pid: int

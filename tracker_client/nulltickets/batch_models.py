@@ -46,7 +46,7 @@ MAX_FINISH_MANY = 100
 class ClaimManyBody(BaseModel):
     """``POST /leases/claim-many`` (extension ``claim_many``): ``claim``'s body and ``n``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     agent_id: str
     agent_role: str
@@ -60,7 +60,7 @@ class FinishBody(BaseModel):
     """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
     transition *or* its fail, written together (all or nothing)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     events: list[EventBody] = Field(default_factory=list)
     transition: TransitionBody | None = None
@@ -69,6 +69,8 @@ class FinishBody(BaseModel):
 
 class FinishResult(BaseModel):
     """What ``finish`` did: the events' ids, and the transition's or the fail's answer."""
+
+    model_config = ConfigDict(defer_build=True)
 
     event_ids: list[int]
     transition: TransitionResult | None = None
@@ -105,7 +107,7 @@ class FinishManyBody(BaseModel):
     """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of up to
     :data:`MAX_FINISH_MANY` runs, each written all or nothing, independently of the others."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     items: list[FinishManyItemBody] = Field(
         json_schema_extra={"minItems": 1, "maxItems": MAX_FINISH_MANY}
@@ -116,6 +118,8 @@ class FinishManyEntry(BaseModel):
     """One item's answer: its status as ``finish`` would have answered it, and its result
     (a success) or its error object (``{"code", "message", ...}``, as an error answer has)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     status: int
     result: FinishResult | None = None
     error: dict[str, Any] | None = None
@@ -123,6 +127,8 @@ class FinishManyEntry(BaseModel):
 
 class FinishManyResult(BaseModel):
     """``finish_many``'s answer: one entry per item, in the items' order."""
+
+    model_config = ConfigDict(defer_build=True)
 
     results: list[FinishManyEntry]
 

@@ -51,7 +51,7 @@ def _ext(name: str) -> Any:
 
 # -- request bodies (CONTRACT.md s.5; unknown fields are ignored, as NullTickets does) -------------
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
 
 class PipelineBody(_Body):
@@ -162,6 +162,8 @@ class RequeueBody(_Body):
 class RequeueAllBody(BaseModel):
     """``POST /ops/requeue-all`` (extension ``requeue_all``): which dead letters, and how."""
 
+    model_config = ConfigDict(defer_build=True)
+
     pipeline_id: str
     reason: str | None = None
     #: Strict, as purge's: ``"3600000"`` or ``true`` is refused, not read as a number or flag.
@@ -173,6 +175,8 @@ class RequeueAllBody(BaseModel):
 
 class PurgeBody(BaseModel):
     """``POST /ops/purge`` (extension ``purge``): finished tasks older than ``older_than_ms``."""
+
+    model_config = ConfigDict(defer_build=True)
 
     #: Strict: ``true`` or ``"7"`` would otherwise be read as a 1 or 7 ms age (purge it all).
     older_than_ms: int = Field(strict=True)
@@ -186,7 +190,7 @@ class OtlpTracesBody(_Body):
     the whole document (``ingest_traces(document=...)``), checking each span itself; any other
     content type is stored as a blob."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     resourceSpans: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -230,5 +234,7 @@ class CancelCountAnswer(_Body):
 
 class CountAnswer(BaseModel):
     """``{"count": 7}``: the answer of ``count_tasks``."""
+
+    model_config = ConfigDict(defer_build=True)
 
     count: int
