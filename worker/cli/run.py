@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -80,14 +80,18 @@ def _setup_logging(config: Config) -> None:
 
 
 async def _watch_signals(
-    worker: Worker, reload: Callable[[], None], task_status: anyio.abc.TaskStatus[None]
+    worker: Worker,
+    reload: Callable[[], Coroutine[Any, Any, None]],
+    task_status: anyio.abc.TaskStatus[None],
 ) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         task_status.started()
         async with anyio.create_task_group() as tg:
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    reload()
+                    # In a task of its own: storing [[schedules]] waits on the tracker, and a
+                    # TERM must still be heard meanwhile (reloads run one at a time).
+                    tg.start_soon(reload)
                     continue
                 immediate = worker.stopping or worker.state in (
                     WorkerState.DRAINING,
@@ -178,29 +182,39 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
             return None
         return max(0.0, drain_deadline - time.monotonic()) + STOP_MARGIN_S
 
-    def reload() -> None:
-        nonlocal config
-        notifier.reloading()
-        from worker.config.reload import plan_reload  # only on SIGHUP
+    reloading = anyio.Lock()
 
-        try:
-            # Roles and most [worker] keys apply to new claims; the rest is named (config.reload).
-            applied, _ = plan_reload(config, load_selected(config_path, overrides, roles))
-            built = build_roles(applied)
-            worker.set_config(applied.worker)
-            worker.set_roles(built)
-            config = applied
-        except BacklogWorkerError as exc:
-            log.error("reload refused: %s", exc, extra={"action": "reload_failed"})
-            return
-        finally:
+    async def reload() -> None:
+        nonlocal config
+        async with reloading:
+            notifier.reloading()
+            from worker.config.reload import plan_reload  # only on SIGHUP
+
+            try:
+                # Roles and most [worker] keys apply to new claims; the rest is named
+                # (config.reload); changed [[schedules]] are stored in the rail as at start.
+                applied, _ = plan_reload(config, load_selected(config_path, overrides, roles))
+                built = build_roles(applied)
+                worker.set_config(applied.worker)
+                worker.set_roles(built)
+                previous, config = config, applied
+            except BacklogWorkerError as exc:
+                notifier.ready(status=status())
+                log.error("reload refused: %s", exc, extra={"action": "reload_failed"})
+                return
+            if applied.schedules != previous.schedules:
+                from worker.cli.ops.schedule import reload_schedules
+
+                stored = await reload_schedules(tracker, previous.schedules, applied.schedules)
+                if not stored:  # kept as running: the next reload tries them again
+                    config = applied.model_copy(update={"schedules": previous.schedules})
             notifier.ready(status=status())
-        log.info(
-            "configuration reloaded: roles %s, %d slots",
-            ", ".join(r.name for r in worker.roles),
-            config.worker.concurrency,
-            extra={"action": "reloaded"},
-        )
+            log.info(
+                "configuration reloaded: roles %s, %d slots",
+                ", ".join(r.name for r in worker.roles),
+                config.worker.concurrency,
+                extra={"action": "reloaded"},
+            )
 
     try:
         worker = Worker(

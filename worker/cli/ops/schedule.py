@@ -9,6 +9,7 @@ and the pipeline list) and the terminal.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,13 @@ from rich import box
 from rich.table import Table
 
 from tracker_client.embedded.schedules import check
-from tracker_client.errors import ConfigError, NotFound, Unsupported, ValidationFailed
+from tracker_client.errors import (
+    ConfigError,
+    NotFound,
+    TrackerError,
+    Unsupported,
+    ValidationFailed,
+)
 from tracker_client.protocol import Tracker
 from tracker_client.schedule_models import Schedule
 from worker.cli.ops.common import (
@@ -34,7 +41,9 @@ from worker.cli.ops.common import (
 from worker.cli.ops.input import parse_json_flag
 from worker.config.models import ScheduleConfig
 
-__all__ = ["declare_schedules", "schedule_fields", "schedule_group"]
+__all__ = ["declare_schedules", "reload_schedules", "schedule_fields", "schedule_group"]
+
+log = logging.getLogger("backlog_worker.cli")
 
 
 @click.group("schedule")
@@ -72,12 +81,18 @@ def schedule_fields(
 async def declare_schedules(tracker: Tracker, declared: Sequence[ScheduleConfig]) -> None:
     """Store the config's ``[[schedules]]`` in the rail at worker start: each created, or
     updated by name (its next tick kept when cron and zone are unchanged; a pause set with
-    ``schedule pause`` stays). ``ConfigError`` names the table of an unknown pipeline, a
-    refused field, or a rail without the ``schedules`` extension."""
-    for n, item in enumerate(declared, start=1):
+    ``schedule pause`` stays). ``ConfigError`` names the table of an unknown pipeline (found
+    before anything is written), a refused field, or a rail without the ``schedules``
+    extension."""
+    pipelines: list[str] = []
+    for n, item in enumerate(declared, start=1):  # every pipeline known before any write
+        try:
+            pipelines.append((await resolve_pipeline(tracker, item.pipeline)).id)
+        except (OpsError, NotFound) as exc:
+            raise ConfigError(f"[[schedules]] #{n} ({item.name}): {exc}") from None
+    for n, (item, pipeline) in enumerate(zip(declared, pipelines, strict=True), start=1):
         where = f"[[schedules]] #{n} ({item.name})"
         try:
-            pipeline = (await resolve_pipeline(tracker, item.pipeline)).id
             await tracker.call(
                 "create_schedule",
                 schedule=item.name,
@@ -94,6 +109,33 @@ async def declare_schedules(tracker: Tracker, declared: Sequence[ScheduleConfig]
             raise ConfigError(f"{where}: {exc}") from None
         except Unsupported as exc:
             raise ConfigError(f"{where}: this rail has no schedules ({exc})") from None
+
+
+async def reload_schedules(
+    tracker: Tracker, running: Sequence[ScheduleConfig], fresh: Sequence[ScheduleConfig]
+) -> bool:
+    """Store a reloaded config's ``[[schedules]]`` as :func:`declare_schedules` does at start
+    (an unchanged schedule keeps its next tick and its pause). A schedule no longer declared
+    stays in the rail and is named in the log with the command that removes it. False (the
+    error logged, naming the table) when the rail refused one or could not be reached: the
+    caller keeps the running set, so the next reload tries again."""
+    try:
+        await declare_schedules(tracker, fresh)
+    except (ConfigError, TrackerError) as exc:
+        log.error("reload: [[schedules]] not stored: %s", exc, extra={"action": "reload_failed"})
+        return False
+    kept = {item.name for item in fresh}
+    for item in running:
+        if item.name not in kept:
+            log.warning(
+                "reload: schedule %s is no longer in the config; it stays in the rail and "
+                "keeps firing (backlog-worker schedule remove %s)",
+                item.name,
+                item.name,
+                extra={"action": "reload_schedule_kept", "schedule": item.name},
+            )
+    log.info("reload: [[schedules]] stored (%d)", len(fresh), extra={"action": "reload_schedules"})
+    return True
 
 
 def _table(schedules: list[Schedule]) -> Table:
