@@ -1,9 +1,10 @@
 """``backlog-worker check``: what ``run`` would do, without claiming anything.
 
 It validates the configuration, reaches the tracker (an authenticated read proves the token),
-warns about lease TTLs the tracker would clamp and triggers no stage has, and asks every
-executor whether it is ready; it exits non-zero on a problem. It may touch the tracker (reads)
-and the executors' readiness only.
+warns about lease TTLs the tracker would clamp and triggers no stage has, finds what ``run``
+would refuse in ``[metrics]`` and ``[tracing]`` (:mod:`.check_telemetry`), and asks every
+executor whether it is ready; it exits non-zero on a problem. It may touch the tracker (reads),
+the executors' readiness and one short-lived metrics socket only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import click
 
 from tracker_client.errors import ConfigError, ExecutorError, TrackerError, TrackerUnavailable
 from worker.cli.check_report import CheckReport
+from worker.cli.check_telemetry import check_telemetry
 from worker.cli.errors import NO_TOKEN, describe
 from worker.cli.prepare import (
     EXIT_CONFIG,
@@ -49,6 +51,7 @@ async def _check(config: Config, report: CheckReport) -> None:
     except ExecutorError as exc:
         report.add("executors", "fail", str(exc), line=f"executor: {exc}")
         return
+    check_telemetry(config, report)  # whatever the tracker answers
     try:
         tracker = await open_for_worker(config)
     except TrackerError as exc:
