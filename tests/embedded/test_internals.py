@@ -381,3 +381,21 @@ def test_run_and_lease_ids_are_canonical_uuid4() -> None:
     run_id, lease_id, token = _fresh_ids()
     assert uuid.UUID(run_id).version == uuid.UUID(lease_id).version == 4
     assert len(token) == 64 and int(token, 16) >= 0
+
+
+def test_claimed_run_ids_are_in_creation_order() -> None:
+    """A claim's run id leads with the claim's time (ids append to the runs b-tree), still a
+    canonical UUIDv4 text, unique within one millisecond."""
+    import uuid
+
+    from tracker_client.embedded.claims import _fresh_ids
+
+    now = 1_767_000_000_000
+    same_ms = {_fresh_ids(now)[0] for _ in range(1000)}
+    assert len(same_ms) == 1000
+    for run_id in same_ms:
+        parsed = uuid.UUID(run_id)
+        assert str(parsed) == run_id and parsed.version == 4
+        assert parsed.int >> 80 == now
+    later = [_fresh_ids(now + step)[0] for step in (1, 2, 1000, 86_400_000)]
+    assert max(same_ms) < later[0] and later == sorted(later)

@@ -72,10 +72,18 @@ def _uuid4(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _fresh_ids() -> tuple[str, str, str]:
-    """A run id, a lease id (UUIDv4) and a lease token (32 random bytes, hex): one urandom call."""
+def _fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
+    """A run id, a lease id (UUIDv4) and a lease token (32 random bytes, hex): one urandom call.
+
+    With ``now_ms`` the run id's first 48 bits are that time (the rest stays random, 74 bits,
+    in the UUIDv4 layout): runs are keyed by id and their events indexed by it, so ids in
+    creation order append to those b-trees where random ones wrote one page of each per run
+    (a claim of ten and its finish then commit ~17 pages instead of ~31)."""
     raw = os.urandom(64)
-    return _uuid4(raw[:16]), _uuid4(raw[16:32]), raw[32:].hex()
+    if now_ms is None:
+        return _uuid4(raw[:16]), _uuid4(raw[16:32]), raw[32:].hex()
+    run = (now_ms & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + raw[6:16]
+    return _uuid4(run), _uuid4(raw[16:32]), raw[32:].hex()
 
 
 def check_ttl(lease_ttl_ms: int) -> int:
@@ -238,7 +246,7 @@ def _lease(
     now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
-    run_id, lease_id, token = _fresh_ids()
+    run_id, lease_id, token = _fresh_ids(now)
     expires = now + lease_ttl_ms
     conn.execute(
         "INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms) "
