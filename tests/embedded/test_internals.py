@@ -399,3 +399,21 @@ def test_claimed_run_ids_are_in_creation_order() -> None:
         assert parsed.int >> 80 == now
     later = [_fresh_ids(now + step)[0] for step in (1, 2, 1000, 86_400_000)]
     assert max(same_ms) < later[0] and later == sorted(later)
+
+
+def test_new_ids_lead_with_the_time() -> None:
+    """Task (and pipeline, artifact) ids lead with the wall-clock ms (ids made together append to
+    the b-trees keyed by them), still canonical UUIDv4 text, unique within one millisecond."""
+    import time
+    import uuid
+
+    from tracker_client.embedded.common import new_id
+
+    before = time.time_ns() // 1_000_000
+    ids = [new_id() for _ in range(1000)]
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == 1000
+    for task_id in ids:
+        parsed = uuid.UUID(task_id)
+        assert str(parsed) == task_id and parsed.version == 4
+        assert before <= parsed.int >> 80 <= after

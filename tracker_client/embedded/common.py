@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,8 +88,13 @@ class Options:
 
 
 def new_id() -> str:
-    """A lowercase UUIDv4, as NullTickets ids are."""
-    return str(uuid.uuid4())
+    """A lowercase UUID in the UUIDv4 text layout, as NullTickets ids are, leading with the
+    time (48 bits of wall-clock ms, then 74 random bits): tasks are found by a unique index on
+    the id and runs by (task_id, attempt), so ids in creation order append to those b-trees
+    (a claim of ten tasks created together writes one page of each instead of ten)."""
+    raw = bytearray((time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF).to_bytes(6, "big"))
+    raw += os.urandom(10)
+    return str(uuid.UUID(bytes=bytes(raw), version=4))
 
 
 #: One encoder for every stored value: ``json.dumps`` with these options builds a new
