@@ -19,24 +19,16 @@ from typing import Any
 import pytest
 
 from tests.worker.daemonkit import clean_env, make_rail
+from tests.worker.tracekit import BLOCK_IMPORTS
 
 pytestmark = pytest.mark.timeout(60)
 
 #: ``python -c`` wrapper: argv[1] is a package made unimportable (``-``: none), then check's argv.
-_WRAPPER = """
-import sys
-block = sys.argv.pop(1)
-if block != "-":
-    class _Block:
-        def find_spec(self, name, path=None, target=None):
-            if name == block or name.startswith(block + "."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-    sys.meta_path.insert(0, _Block())
-from worker.cli import main
-sys.argv[0] = "backlog-worker"
-main()
-"""
+_WRAPPER = (
+    "import sys\nblock = sys.argv.pop(1)\n"
+    + BLOCK_IMPORTS
+    + "from worker.cli import main\nsys.argv[0] = 'backlog-worker'\nmain()\n"
+)
 
 
 def _check(tmp_path: Path, extra: str, block: str = "-") -> tuple[int, dict[str, Any]]:

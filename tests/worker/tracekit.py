@@ -24,10 +24,9 @@ from tracker_client.models import RetryPolicy, TaskCreate
 
 #: ``python -c`` prologue: optionally make a package unimportable, record at exit which
 #: of its modules the process loaded, then run the CLI with the remaining arguments.
-WRAPPER = """
-import atexit, json, sys
-record, block = sys.argv[1], sys.argv[2]
-del sys.argv[1:3]
+#: Python source making the package named by ``block`` (``-``: none) unimportable, as if it
+#: were not installed (an import hook first on ``sys.meta_path``).
+BLOCK_IMPORTS = """
 if block != "-":
     class _Block:
         def find_spec(self, name, path=None, target=None):
@@ -35,6 +34,16 @@ if block != "-":
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
             return None
     sys.meta_path.insert(0, _Block())
+"""
+
+WRAPPER = (
+    """
+import atexit, json, sys
+record, block = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+"""
+    + BLOCK_IMPORTS
+    + """
 def _record():
     with open(record, "w") as fh:
         json.dump(sorted(m for m in sys.modules if m.startswith("opentelemetry")), fh)
@@ -43,6 +52,7 @@ from worker.cli import main
 sys.argv[0] = "backlog-worker"
 main()
 """
+)
 
 
 @dataclass
