@@ -274,14 +274,15 @@ def _lease(
             "usage": None,
         }
     )
-    ctx.log(
-        "task_claimed",
-        f"task {task_id} claimed by {agent_id} (attempt {attempt})",
-        task_id=task_id,
-        run_id=run_id,
-        role=role,
-        agent_id=agent_id,
-    )
+    if ctx.will_log("task_claimed"):
+        ctx.log(
+            "task_claimed",
+            f"task {task_id} claimed by {agent_id} (attempt {attempt})",
+            task_id=task_id,
+            run_id=run_id,
+            role=role,
+            agent_id=agent_id,
+        )
     return Lease(
         task=parsed,
         run=run,

@@ -204,6 +204,11 @@ class Ctx:
             )
         )
 
+    def will_log(self, action: str) -> bool:
+        """Whether :meth:`log` would queue ``action``'s line: the hot paths ask first, so a
+        rail logging at WARNING does not even format the message."""
+        return action not in MUTED_ACTIONS and log.isEnabledFor(logging.INFO)
+
     def log(
         self,
         action: str,
@@ -215,7 +220,7 @@ class Ctx:
         **more: Any,
     ) -> None:
         """Queue an INFO log line for after the commit, with the role's depth after the change."""
-        if action in MUTED_ACTIONS or not log.isEnabledFor(logging.INFO):
+        if not self.will_log(action):
             return
         extra: dict[str, Any] = {"action": action, "task_id": task_id, "run_id": run_id}
         if role is not None:

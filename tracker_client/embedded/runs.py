@@ -155,14 +155,15 @@ def transition(
         "transition",
         {"trigger": trigger, "from": stage, "to": to, "instructions": text},
     )
-    ctx.log(
-        "task_finished",
-        f"task {task['id']} {stage} -> {to} ({trigger})",
-        task_id=task["id"],
-        run_id=run_id,
-        role=task["role"],
-        outcome="transition",
-    )
+    if ctx.will_log("task_finished"):
+        ctx.log(
+            "task_finished",
+            f"task {task['id']} {stage} -> {to} ({trigger})",
+            task_id=task["id"],
+            run_id=run_id,
+            role=task["role"],
+            outcome="transition",
+        )
     if edges:
         fanin.add_edges(ctx, task["id"], edges)
         dead = fanin.dead_upstream(ctx, task["id"])
@@ -240,14 +241,15 @@ def fail(
                 "next_eligible_at_ms": eligible,
             },
         )
-        ctx.log(
-            "task_finished",
-            f"task {task['id']} failed (attempt {failed}), retry at {eligible}",
-            task_id=task["id"],
-            run_id=run_id,
-            role=task["role"],
-            outcome="retry_scheduled",
-        )
+        if ctx.will_log("task_finished"):
+            ctx.log(
+                "task_finished",
+                f"task {task['id']} failed (attempt {failed}), retry at {eligible}",
+                task_id=task["id"],
+                run_id=run_id,
+                role=task["role"],
+                outcome="retry_scheduled",
+            )
         return FailResult(retry_scheduled=True, dead_lettered=False, next_eligible_at_ms=eligible)
     fresh = ctx.task_row(task["id"])
     reason = "max_attempts_exceeded" if retryable else "permanent_failure"
