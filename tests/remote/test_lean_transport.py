@@ -28,8 +28,10 @@ from tracker_client.errors import TrackerUnavailable
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets import lean
 from tracker_client.nulltickets.client import RemoteTracker
+from tracker_client.nulltickets.connections import PlainHttpTransport as _PlainHttpTransport
+from tracker_client.nulltickets.connections import http_client as _client
 from tracker_client.nulltickets.options import ClientOptions
-from tracker_client.nulltickets.transport import HttpTransport, _client, _PlainHttpTransport
+from tracker_client.nulltickets.transport import HttpTransport
 from tracker_client.serve.app import create_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

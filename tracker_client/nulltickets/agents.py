@@ -15,7 +15,7 @@ from typing import Any
 from tracker_client.agent_models import Upstream
 from tracker_client.capabilities import LeaseRef
 from tracker_client.models import TransitionResult
-from tracker_client.nulltickets.transport import check_json
+from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.wire import Wire
 
 __all__ = ["AgentCalls"]

@@ -29,7 +29,7 @@ from tracker_client.nulltickets.batch_models import (
     FinishResult,
     check_items,
 )
-from tracker_client.nulltickets.transport import check_json
+from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.wire import Wire
 from tracker_client.nulltickets.wire_errors import error_for
 

@@ -49,10 +49,11 @@ from tracker_client.nulltickets import leases, reads
 from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
 from tracker_client.nulltickets.batching import BatchCalls
+from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
-from tracker_client.nulltickets.transport import HttpTransport, check_json
+from tracker_client.nulltickets.transport import HttpTransport
 from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult

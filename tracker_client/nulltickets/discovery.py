@@ -17,8 +17,9 @@ import anyio
 
 from tracker_client.capabilities import NULLTICKETS, NULLTICKETS_LEASE_TTL_MS, Capabilities
 from tracker_client.errors import Unsupported
+from tracker_client.nulltickets.codec import loads
 from tracker_client.nulltickets.contract import operation
-from tracker_client.nulltickets.transport import HttpTransport, loads
+from tracker_client.nulltickets.transport import HttpTransport
 
 __all__ = ["NULLTICKETS_LEASE_TTL_MS", "Advertised", "Discovery", "declared"]
 

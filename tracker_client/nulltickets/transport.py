@@ -1,8 +1,10 @@
 """The HTTP layer of the NullTickets client: one request, its credentials, size guard and errors.
 
-This is the only module that touches ``httpx`` (with its wire room for ``http://`` trackers,
-:mod:`~tracker_client.nulltickets.lean`: sockets and parsing in less CPU than httpcore's). It
-implements the transport half of CONTRACT.md s.9 ("What a robust worker must do"):
+This is the module that sends over ``httpx``: the clients it sends on are built once by
+:mod:`~tracker_client.nulltickets.connections` (TLS, the lean transport of
+:mod:`~tracker_client.nulltickets.lean` for ``http://``, the pools' limits), and the bodies it
+sends are bytes made by :mod:`~tracker_client.nulltickets.codec`. It implements the transport
+half of CONTRACT.md s.9 ("What a robust worker must do"):
 
 * one TCP connection per request (no keep-alive pool: the real server is single-threaded and a
   connection left idle against it blocks every other client) and ``Connection: close``, until
@@ -30,19 +32,18 @@ turns an operation of the contract table into the method, path and credentials s
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import ssl
-from collections.abc import Mapping
 from typing import Any, Literal
-from urllib.parse import quote
 
 import anyio
 import httpx
 
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
-from tracker_client.jsonlimits import check_json_limits
+from tracker_client.nulltickets.connections import (
+    KEEP_ALIVE_CONNECTIONS,
+    KEEP_ALIVE_EXPIRY_S,
+    http_client,
+)
 from tracker_client.nulltickets.options import (
     DEFAULT_MAX_REQUEST_BYTES,
     ClientOptions,
@@ -55,10 +56,6 @@ __all__ = [
     "Credentials",
     "HttpTransport",
     "RetrySettings",
-    "check_json",
-    "dumps",
-    "encode_query",
-    "loads",
     "request_size",
 ]
 
@@ -69,93 +66,6 @@ log = logging.getLogger("backlog_worker.tracker.remote")
 #: none is set (NullTickets puts ``GET /runs/{id}/events`` in its lease class, whose auth layer
 #: wants *some* Bearer value).
 Credentials = Literal["admin", "lease", "public", "any_bearer"]
-
-
-def encode_query(params: Mapping[str, object | None]) -> str:
-    """Build a query string the way the server can read it.
-
-    NullTickets does not percent-decode query values on ``/tasks``, ``/artifacts`` and
-    ``/runs/{id}/events``, so ``:`` in cursors must travel as-is (httpx would send ``%3A`` and the
-    server would answer ``invalid_cursor``). Only characters that would break the query are
-    escaped. None values are left out.
-    """
-    parts = []
-    for key, value in params.items():
-        if value is None:
-            continue
-        parts.append(f"{key}={quote(str(value), safe=':@-._~!$()*,;/')}")
-    return "&".join(parts)
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """httpx's default TLS context, built once per process (building one costs ~50-200 ms,
-    which every tracker instance and every short-lived CLI call would otherwise pay). Only an
-    ``https://`` tracker builds it: see :class:`_PlainHttpTransport`."""
-    return httpx.create_ssl_context()
-
-
-class _PlainHttpTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport for an ``http://`` tracker, built without an SSL context.
-
-    ``httpx.AsyncHTTPTransport`` makes an ``ssl.SSLContext`` even for plain HTTP (with
-    ``verify=False`` too), and OpenSSL's context costs ~6-7 MiB of RSS (certifi's bundle on top):
-    a worker on a plain-http rail paid it for nothing. httpcore's pool builds its (verifying)
-    default context only when it opens a TLS connection, so it is handed none. Everything else
-    (request/response mapping, httpcore errors mapped to httpx's) is the parent's, which reaches
-    the pool as ``self._pool``: the test that counts SSL contexts catches a release that moves it.
-    """
-
-    def __init__(self, limits: httpx.Limits) -> None:
-        import httpcore
-
-        # The parent's __init__ is the part that builds the context: its pool is built here.
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=None,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-        )
-
-
-def _client(
-    url: str, transport: httpx.AsyncBaseTransport | None, limits: httpx.Limits, **kw: Any
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for ``url``: TLS verified with :func:`_tls_context` for
-    ``https://``; no SSL context at all for ``http://``: the lean transport
-    (:class:`~tracker_client.nulltickets.lean.LeanTransport`), or httpx's own
-    (:class:`_PlainHttpTransport`) when :data:`~tracker_client.nulltickets.lean.DISABLE_ENV`
-    asks for it. An injected transport is used as it is."""
-    if transport is None and not url.lower().startswith("https:"):
-        from tracker_client.nulltickets import lean
-
-        if lean.lean_enabled():
-            transport = lean.LeanTransport(
-                keep_alive=bool(limits.max_keepalive_connections),
-                max_idle=limits.max_keepalive_connections or 0,
-                expiry_s=limits.keepalive_expiry or KEEP_ALIVE_EXPIRY_S,
-            )
-        else:
-            transport = _PlainHttpTransport(limits)
-    verify: ssl.SSLContext | bool = _tls_context() if transport is None else True
-    return httpx.AsyncClient(
-        base_url=url,
-        limits=limits,
-        transport=transport,
-        verify=verify,
-        follow_redirects=False,
-        trust_env=False,
-        **kw,
-    )
-
-
-#: Idle persistent connections are dropped after this (the served tracker closes them at 5 s:
-#: the client lets go first, so a request is seldom sent on a connection the server is closing).
-KEEP_ALIVE_EXPIRY_S = 2.0
-#: Persistent connections kept idle at most (a worker's slots share them).
-KEEP_ALIVE_CONNECTIONS = 32
 
 
 class HttpTransport:
@@ -173,7 +83,7 @@ class HttpTransport:
         #: The size guard; the server's own advertised limit replaces it once known.
         self.max_request_bytes = options.max_request_bytes
         self.timeout = httpx.Timeout(options.timeout_s, connect=options.connect_timeout_s)
-        self._client = _client(
+        self._client = http_client(
             options.url,
             transport,
             # One connection per request: nothing may sit idle against a single-threaded server.
@@ -196,7 +106,7 @@ class HttpTransport:
         per request. Called by discovery with what ``/health`` advertised."""
         if not enabled or self._pooled is not None:
             return
-        self._pooled = _client(
+        self._pooled = http_client(
             self._options.url,
             self._transport,
             httpx.Limits(
@@ -403,34 +313,3 @@ def _log_retry(what: str) -> Any:
         )
 
     return before_sleep
-
-
-def check_json(value: Any, what: str) -> Any:
-    """Refuse (``ValidationFailed`` naming ``what``) a value that is not plain JSON.
-
-    Sets, bytes, arbitrary objects and NaN would otherwise be coerced or fail mid-request; a
-    value nested past :data:`~tracker_client.jsonlimits.MAX_JSON_DEPTH` is refused here as the
-    served tracker would refuse it (and before it could overflow the encoder).
-    """
-    check_json_limits(value, what)
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationFailed(f"{what} must be JSON: {exc}", code="invalid_json") from exc
-    return value
-
-
-def dumps(value: Any) -> bytes:
-    """Compact, deterministic JSON bytes (a retry must send identical bytes)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def loads(response: httpx.Response, what: str) -> Any:
-    """Parse a success body; a body that is not JSON is a transient, broken answer."""
-    try:
-        return json.loads(response.content)
-    except ValueError as exc:
-        raise TrackerUnavailable(
-            f"{what}: the tracker answered {response.status_code} with a body that is not JSON",
-            code="invalid_response",
-        ) from exc

@@ -40,15 +40,10 @@ from pydantic import TypeAdapter, ValidationError
 from tracker_client import models as domain
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import TrackerRejected, TrackerUnavailable, ValidationFailed
+from tracker_client.nulltickets.codec import dumps, encode_query, loads
 from tracker_client.nulltickets.contract import Operation, operation
 from tracker_client.nulltickets.discovery import Discovery
-from tracker_client.nulltickets.transport import (
-    Credentials,
-    HttpTransport,
-    dumps,
-    encode_query,
-    loads,
-)
+from tracker_client.nulltickets.transport import Credentials, HttpTransport
 from tracker_client.validation import describe_validation
 
 __all__ = ["CREDENTIALS", "FRESH_KEYED", "Request", "Wire", "log"]

@@ -1,0 +1,96 @@
+"""The connections of the NullTickets client: which ``httpx.AsyncClient`` a request is sent on.
+
+:class:`~tracker_client.nulltickets.transport.HttpTransport` sends every request on a client
+built here once (one for ``Connection: close`` requests, one for persistent connections once the
+server advertises ``keep_alive``). What is decided here, and only at build time: TLS (a context
+for ``https://``, built once per process; none at all for ``http://``, where an SSL context
+would cost ~6-7 MiB of RSS for nothing), which transport carries ``http://`` (the lean one of
+:mod:`~tracker_client.nulltickets.lean`, or httpx's own without an SSL context) and the pool's
+limits. It stands apart from the transport because none of it is looked at per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "KEEP_ALIVE_CONNECTIONS",
+    "KEEP_ALIVE_EXPIRY_S",
+    "PlainHttpTransport",
+    "http_client",
+    "tls_context",
+]
+
+#: Idle persistent connections are dropped after this (the served tracker closes them at 5 s:
+#: the client lets go first, so a request is seldom sent on a connection the server is closing).
+KEEP_ALIVE_EXPIRY_S = 2.0
+#: Persistent connections kept idle at most (a worker's slots share them).
+KEEP_ALIVE_CONNECTIONS = 32
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, built once per process (building one costs ~50-200 ms,
+    which every tracker instance and every short-lived CLI call would otherwise pay). Only an
+    ``https://`` tracker builds it: see :class:`PlainHttpTransport`."""
+    return httpx.create_ssl_context()
+
+
+class PlainHttpTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport for an ``http://`` tracker, built without an SSL context.
+
+    ``httpx.AsyncHTTPTransport`` makes an ``ssl.SSLContext`` even for plain HTTP (with
+    ``verify=False`` too), and OpenSSL's context costs ~6-7 MiB of RSS (certifi's bundle on top):
+    a worker on a plain-http rail paid it for nothing. httpcore's pool builds its (verifying)
+    default context only when it opens a TLS connection, so it is handed none. Everything else
+    (request/response mapping, httpcore errors mapped to httpx's) is the parent's, which reaches
+    the pool as ``self._pool``: the test that counts SSL contexts catches a release that moves it.
+    """
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        import httpcore
+
+        # The parent's __init__ is the part that builds the context: its pool is built here.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=None,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+        )
+
+
+def http_client(
+    url: str, transport: httpx.AsyncBaseTransport | None, limits: httpx.Limits, **kw: Any
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for ``url``: TLS verified with :func:`tls_context` for
+    ``https://``; no SSL context at all for ``http://``: the lean transport
+    (:class:`~tracker_client.nulltickets.lean.LeanTransport`), or httpx's own
+    (:class:`PlainHttpTransport`) when :data:`~tracker_client.nulltickets.lean.DISABLE_ENV`
+    asks for it. An injected transport is used as it is."""
+    if transport is None and not url.lower().startswith("https:"):
+        from tracker_client.nulltickets import lean
+
+        if lean.lean_enabled():
+            transport = lean.LeanTransport(
+                keep_alive=bool(limits.max_keepalive_connections),
+                max_idle=limits.max_keepalive_connections or 0,
+                expiry_s=limits.keepalive_expiry or KEEP_ALIVE_EXPIRY_S,
+            )
+        else:
+            transport = PlainHttpTransport(limits)
+    verify: ssl.SSLContext | bool = tls_context() if transport is None else True
+    return httpx.AsyncClient(
+        base_url=url,
+        limits=limits,
+        transport=transport,
+        verify=verify,
+        follow_redirects=False,
+        trust_env=False,
+        **kw,
+    )
