@@ -9,11 +9,12 @@ and by the task's end (completed, dead-lettered, cancelled). Bad input is refuse
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from tests.contract.support import (
     BACKLOG_OPS,
@@ -45,16 +46,47 @@ async def follower(open_tracker: OpenTracker) -> Tracker:
     return await open_tracker()
 
 
+def _waiting(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` is suspended on a future that is not done (asyncio's own record)."""
+    waiter = getattr(task, "_fut_waiter", None)
+    return waiter is not None and not waiter.done()
+
+
+async def _until_waiting(root: int) -> None:
+    """Return once the task ``root`` and every task it started (transitively) are waiting.
+
+    The follower is then registered with its tracker: ``follow_task`` counts itself a
+    follower and takes the wake-up event before its first await that waits (the read on the
+    database thread, in process; through the ASGI transport the served app runs inside the
+    follower's task, so its tasks are in this tree). Only the follower's tree is looked at,
+    every turn of the loop: ``anyio.wait_all_tasks_blocked`` wants *every* task of the loop
+    waiting at one look, looking every 0.1 s, and in CI's full run it once never returned
+    within the test's 7 s (the traceback: cancelled in its ``sleep(0.1)``), so nothing was
+    written and the follow was never answered. Over TCP the server's side is not in the tree:
+    a write may then come before the follow reaches the server, which answers it at once.
+    """
+    while True:
+        await anyio.lowlevel.checkpoint()
+        parents = {t.id: t.parent_id for t in anyio.get_running_tasks()}
+        tree = {root}
+        while grown := {i for i, p in parents.items() if p in tree} - tree:
+            tree |= grown
+        tasks = {id(t): t for t in asyncio.all_tasks() if id(t) in tree}
+        if root not in tasks or all(_waiting(t) for t in tasks.values()):
+            return  # waiting, or already answered
+
+
 async def _follow_in_background(
     tg: TaskGroup, tracker: Tracker, task_id: str, after: str
 ) -> list[TaskFollow]:
+    """Start a follower of ``task_id`` after ``after``; return (its answer's list) once it waits."""
     got: list[TaskFollow] = []
 
-    async def follow() -> None:
+    async def follow(*, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started(anyio.get_current_task().id)
         got.append(await _follow(tracker, task_id, after=after, timeout_ms=LONG_MS))
 
-    tg.start_soon(follow)
-    await anyio.wait_all_tasks_blocked()  # the follower is waiting (in process: on its event)
+    await _until_waiting(await tg.start(follow))
     return got
 
 
@@ -106,6 +138,30 @@ async def test_a_waiting_follower_is_woken_by_an_event_and_by_the_end(follower: 
             await follower.fail(lease, "broken", retryable=False)
     assert (ended[0].finished, ended[0].outcome) == (True, "dead_lettered")
     assert [e.kind for e in ended[0].events] == ["dead_letter"]
+
+
+async def test_a_follower_is_woken_while_another_task_keeps_the_loop_busy(
+    follower: Tracker,
+) -> None:
+    """A task of the same loop that never waits (one that yields every turn: a busy client)
+    neither keeps the follower from being woken nor this suite from seeing it wait (anyio's
+    ``wait_all_tasks_blocked`` would wait for that task for ever)."""
+    pid = await make_pipeline(follower)
+    tid = await follower.create_task(new_task(pid))
+    lease = await claim(follower)
+
+    async def busy() -> None:
+        while True:
+            await anyio.lowlevel.checkpoint()
+
+    with anyio.fail_after(LONG_MS / 1000 - 1):
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(busy)
+            async with anyio.create_task_group() as tg:
+                got = await _follow_in_background(tg, follower, tid, "0")
+                await follower.add_event(lease, "progress", {"step": 1})
+            outer.cancel_scope.cancel()
+    assert [e.kind for e in got[0].events] == ["progress"]
 
 
 @pytest.mark.requires(BACKLOG_OPS)
