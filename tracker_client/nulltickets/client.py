@@ -11,8 +11,13 @@ is handled: :mod:`.tasks` (retry defaults, bulk splitting, the 500 on unknown ar
 triggers read back, ``release`` by expiry), :mod:`.reads` (cursors rebuilt from the last item),
 :mod:`.waiting` (long polls, or polling and sleeping on a plain server), :mod:`.limits`.
 
-The methods below say only what differs from the table; backlog operations NullTickets lacks
-raise :class:`~tracker_client.errors.Unsupported` naming the operation on a plain server.
+Its methods are in five parts: here the lifecycle and the admin and producer side (pipelines,
+tasks, dependencies, assignments, artifacts, the backlog operations), and a base class each for
+the lease and run calls a worker makes (:class:`~.runs.RunCalls`), the KV store
+(:class:`~.store.StoreCalls`), the agent extensions (:class:`~.agents.AgentCalls`) and the
+batching ones (:class:`~.batching.BatchCalls`). The methods say only what differs from the
+table; backlog operations NullTickets lacks raise :class:`~tracker_client.errors.Unsupported`
+naming the operation on a plain server.
 """
 
 from __future__ import annotations
@@ -23,29 +28,22 @@ from typing import Any, Unpack
 import httpx
 from pydantic import SecretStr
 
-from tracker_client.agent_models import UNSET
-from tracker_client.capabilities import Capabilities, LeaseRef
+from tracker_client.capabilities import Capabilities
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
     Assignment,
     Dependency,
-    Event,
-    FailResult,
     Health,
-    Lease,
     Page,
     Pipeline,
     QueueStats,
-    ReleaseResult,
     Run,
-    StoreEntry,
     Task,
     TaskCreate,
     TaskDetail,
-    TransitionResult,
 )
-from tracker_client.nulltickets import leases, reads
+from tracker_client.nulltickets import reads
 from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
 from tracker_client.nulltickets.batching import BatchCalls
@@ -53,6 +51,8 @@ from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.contract import CancelCountAnswer, IdAnswer, operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
+from tracker_client.nulltickets.runs import RunCalls
+from tracker_client.nulltickets.store import StoreCalls
 from tracker_client.nulltickets.transport import HttpTransport
 from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
@@ -61,7 +61,7 @@ from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueRe
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 
 
-class RemoteTracker(AgentCalls, BatchCalls):
+class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
     """The ``Tracker`` protocol over HTTP (NullTickets or ``backlog-worker tracker serve``).
 
     ``RemoteTracker(url, api_token=None, transport=None, **options)`` with the options of
@@ -214,98 +214,6 @@ class RemoteTracker(AgentCalls, BatchCalls):
         """``DELETE /tasks/{task_id}/assignments/{agent_id}``."""
         await self._wire.send("unassign", task_id, agent_id, idempotency_key=idempotency_key)
 
-    # -- leases and runs ------------------------------------------------------------------------
-    async def claim(
-        self,
-        agent_id: str,
-        role: str,
-        lease_ttl_ms: int,
-        *,
-        per_state: Mapping[str, int] | None = None,
-        idempotency_key: str | None = None,
-    ) -> Lease | None:
-        """``POST /leases/claim`` with a fresh key per call; None on 204 (no work).
-
-        The TTL must be 1..86,400,000 ms; on a NullTickets server one over 300 s is clamped.
-        """
-        return await leases.claim(
-            self._wire, agent_id, role, lease_ttl_ms, per_state, idempotency_key
-        )
-
-    async def heartbeat(
-        self, lease: LeaseRef, *, lease_ttl_ms: int | None = None, checkpoint: Any = UNSET
-    ) -> int:
-        """``POST /leases/{lease_id}/heartbeat`` (no idempotency key); the new expiry. A
-        NullTickets server always answers now + 300 s, and has no checkpoints."""
-        return await leases.heartbeat(self._wire, lease, lease_ttl_ms, checkpoint)
-
-    async def add_event(
-        self, lease: LeaseRef, kind: str, data: Any = None, *, idempotency_key: str | None = None
-    ) -> int:
-        """``POST /runs/{run_id}/events``; data over the size budget is trimmed with a marker."""
-        return await leases.add_event(self._wire, lease, kind, data, idempotency_key)
-
-    async def list_events(
-        self, run_id: str, *, limit: int = 100, cursor: str | None = None
-    ) -> Page[Event]:
-        """``GET /runs/{run_id}/events``; cursor rebuilt from the last item."""
-        return await reads.list_events(self._wire, run_id, limit, cursor)
-
-    async def list_task_events(
-        self, task_id: str, *, limit: int = 100, cursor: str | None = None, kind: str | None = None
-    ) -> Page[Event]:
-        """Every event of the task, or those of one ``kind`` (served tracker only)."""
-        return await reads.list_task_events(self._wire, task_id, limit, cursor, kind)
-
-    async def transition(
-        self,
-        lease: LeaseRef,
-        trigger: str,
-        *,
-        expected_stage: str | None = None,
-        expected_task_version: int | None = None,
-        instructions: str | None = None,
-        usage: Any = None,
-        wait_for: Sequence[str] = (),
-        idempotency_key: str | None = None,
-    ) -> TransitionResult:
-        """``POST /runs/{run_id}/transition``; an invalid trigger lists the allowed ones.
-        ``wait_for`` needs the ``fan_in`` extension (``Unsupported`` before anything is sent)."""
-        fields = {
-            "expected_stage": expected_stage,
-            "expected_task_version": expected_task_version,
-            "instructions": instructions,
-            "usage": usage,
-            "wait_for": wait_for if isinstance(wait_for, str) else list(wait_for),
-        }
-        return await leases.transition(self._wire, lease, trigger, fields, idempotency_key)
-
-    async def fail(
-        self,
-        lease: LeaseRef,
-        error: str,
-        *,
-        usage: Any = None,
-        retryable: bool = True,
-        idempotency_key: str | None = None,
-    ) -> FailResult:
-        """``POST /runs/{run_id}/fail``; what happened next is read back from the task when the
-        server does not say (NullTickets). ``retryable=False`` dead-letters at once on the
-        served tracker; NullTickets ignores it."""
-        return await leases.fail(self._wire, lease, error, usage, retryable, idempotency_key)
-
-    async def release(
-        self,
-        lease: LeaseRef,
-        reason: str = "worker_shutdown",
-        *,
-        idempotency_key: str | None = None,
-    ) -> ReleaseResult:
-        """``POST /runs/{run_id}/release`` (served tracker): claimable again at once, no attempt
-        counted. A plain server has no such route and its ``fail`` counts an attempt, so nothing
-        is sent there: the lease is left to expire (``released=False``)."""
-        return await leases.release(self._wire, lease, reason, idempotency_key)
-
     # -- artifacts and operations ---------------------------------------------------------------
     async def add_artifact(
         self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
@@ -330,47 +238,6 @@ class RemoteTracker(AgentCalls, BatchCalls):
     ) -> QueueStats:
         """``GET /ops/queue`` (``near_expiry_ms=None``: see :func:`.reads.queue_stats`)."""
         return await reads.queue_stats(self._wire, near_expiry_ms, stuck_ms)
-
-    # -- KV store -------------------------------------------------------------------------------
-    async def store_put(self, namespace: str, key: str, value: Any) -> None:
-        """``PUT /store/{namespace}/{key}`` (an upsert; no idempotency key needed)."""
-        check_json(value, f"store value {namespace}/{key}")
-        await self._wire.send("store_put", namespace, key, body={"value": value})
-
-    async def store_get(self, namespace: str, key: str) -> StoreEntry:
-        """``GET /store/{namespace}/{key}``."""
-        return await self._wire.call("store_get", namespace, key, into=StoreEntry)
-
-    async def store_delete(self, namespace: str, key: str) -> None:
-        """``DELETE /store/{namespace}/{key}``."""
-        await self._wire.send("store_delete", namespace, key)
-
-    async def store_list(self, namespace: str) -> list[StoreEntry]:
-        """``GET /store/{namespace}``."""
-        return await self._wire.call("store_list", namespace, into=list[StoreEntry])
-
-    async def store_delete_namespace(self, namespace: str) -> None:
-        """``DELETE /store/{namespace}``."""
-        await self._wire.send("store_delete_namespace", namespace)
-
-    async def store_search(
-        self,
-        query: str,
-        *,
-        namespace: str | None = None,
-        limit: int = 10,
-        filter_path: str | None = None,
-        filter_value: str | None = None,
-    ) -> list[StoreEntry]:
-        """``GET /store/search`` (full text)."""
-        params = {
-            "q": query,
-            "namespace": namespace,
-            "limit": limit,
-            "filter_path": filter_path,
-            "filter_value": filter_value,
-        }
-        return await self._wire.call("store_search", query=params, into=list[StoreEntry])
 
     # -- backlog extensions (served tracker only) ----------------------------------------------
     async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
