@@ -315,19 +315,36 @@ class Tracker(LeaseTracker, Protocol):
     ) -> list[StoreEntry]:
         """Full-text search: every word must match (as a phrase); rank order."""
 
-    async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
+    async def cancel(
+        self, task_id: str, *, reason: str = "cancelled", idempotency_key: str | None = None
+    ) -> CancelResult:
         """Make a waiting task unclaimable, or revoke a running task's lease.
 
-        ``Conflict`` when the task is already terminal, dead-lettered or cancelled.
+        ``Conflict`` when the task is already terminal, dead-lettered or cancelled. A retry
+        with the same ``idempotency_key`` (after a lost answer) gets the first answer, not that
+        ``Conflict``; the same key with other arguments is ``Conflict`` (idempotency_conflict).
         """
 
-    async def cancel_all(self, *, pipeline_id: str | None = None, role: str | None = None) -> int:
-        """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
+    async def cancel_all(
+        self,
+        *,
+        pipeline_id: str | None = None,
+        role: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Cancel every waiting and running task of a pipeline and/or role; returns the count
+        (a retry with the same ``idempotency_key`` gets the first count, not 0)."""
 
     async def requeue(
-        self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True
+        self,
+        task_id: str,
+        *,
+        stage: str | None = None,
+        reset_attempts: bool = True,
+        idempotency_key: str | None = None,
     ) -> RequeueResult:
-        """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was)."""
+        """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was);
+        a retry with the same ``idempotency_key`` gets the first answer."""
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""

@@ -257,3 +257,26 @@ async def test_requeued_expired_task_does_not_expire_again_at_once(
     assert (await tracker.get_task(tid)).dead_letter_reason == "expired"
     await tracker.requeue(tid)
     assert (await claim(tracker)).task.id == tid
+
+
+async def test_a_keyed_cancel_requeue_and_cancel_all_replay_their_first_answer(
+    tracker: Tracker,
+) -> None:
+    # A client retrying after a lost answer sends the same key: it gets the first answer, not
+    # the Conflict (already cancelled) or the 0 (nothing left) a second run would give.
+    pid = await make_pipeline(tracker)
+    tid = await tracker.create_task(new_task(pid))
+    first = await tracker.cancel(tid, reason="stop", idempotency_key="k-cancel")
+    assert await tracker.cancel(tid, reason="stop", idempotency_key="k-cancel") == first
+    with pytest.raises(Conflict):
+        await tracker.cancel(tid, reason="stop")  # unkeyed: it is cancelled already
+    with pytest.raises(Conflict) as info:
+        await tracker.cancel(tid, reason="other", idempotency_key="k-cancel")
+    assert info.value.code == "idempotency_conflict"
+    again = await tracker.requeue(tid, idempotency_key="k-requeue")
+    assert await tracker.requeue(tid, idempotency_key="k-requeue") == again
+    assert (await tracker.get_task(tid)).dead_letter_reason is None  # requeued once
+    await tracker.create_tasks([new_task(pid, "b"), new_task(pid, "c")])
+    assert await tracker.cancel_all(pipeline_id=pid, idempotency_key="k-all") == 3
+    assert await tracker.cancel_all(pipeline_id=pid, idempotency_key="k-all") == 3
+    assert await tracker.cancel_all(pipeline_id=pid) == 0

@@ -199,6 +199,31 @@ async def test_idempotency_key_header_is_honoured_and_a_204_is_not_cached(
 
 
 @pytest.mark.anyio
+async def test_a_retried_cancel_requeue_and_cancel_all_replay_with_their_key(
+    http: httpx.AsyncClient,
+) -> None:
+    # CONTRACT s.3: Idempotency-Key holds for POST on every route; a plain client retrying the
+    # extension writes after a lost answer gets the first answer (not 409, not a count of 0).
+    tid, _ = await _task(http)
+    key = {"Idempotency-Key": "cancel-1"}
+    first = await http.post(f"/tasks/{tid}/cancel", json={"reason": "stop"}, headers=key)
+    again = await http.post(f"/tasks/{tid}/cancel", json={"reason": "stop"}, headers=key)
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert first.json() == again.json() and first.json()["revoked_lease"] is True
+    assert (await http.post(f"/tasks/{tid}/cancel", json={"reason": "stop"})).status_code == 409
+    rkey = {"Idempotency-Key": "requeue-1"}
+    first = await http.post(f"/tasks/{tid}/requeue", json={}, headers=rkey)
+    again = await http.post(f"/tasks/{tid}/requeue", json={}, headers=rkey)
+    assert (first.status_code, again.status_code, first.json()) == (200, 200, again.json())
+    pid = (await http.get(f"/tasks/{tid}")).json()["pipeline_id"]
+    akey = {"Idempotency-Key": "all-1"}
+    body = {"pipeline_id": pid}
+    first = await http.post("/ops/cancel-all", json=body, headers=akey)
+    again = await http.post("/ops/cancel-all", json=body, headers=akey)
+    assert first.json() == again.json() == {"cancelled": 1}
+
+
+@pytest.mark.anyio
 async def test_oversized_request_is_413(http: httpx.AsyncClient) -> None:
     big = await http.post(
         "/tasks", json={"pipeline_id": "p", "title": "t", "description": "d" * 60_000}

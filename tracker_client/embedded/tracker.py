@@ -7,16 +7,15 @@ record where the operation takes a key.
 
 from __future__ import annotations
 
-import functools
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
-from tracker_client.embedded import backlog, claims, reads, runs, stats, tasks
+from tracker_client.embedded import claims, reads, runs, stats, tasks
 from tracker_client.embedded.agents import AgentOps
+from tracker_client.embedded.backlog_ops import BacklogOps
 from tracker_client.embedded.claim_many import ClaimManyOps
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.finish import FinishOps
@@ -46,7 +45,6 @@ from tracker_client.models import (
     TransitionResult,
 )
 from tracker_client.nulltickets import contract
-from tracker_client.ops_models import CancelResult, RequeueAllResult, RequeueResult
 
 __all__ = ["EmbeddedTracker"]
 
@@ -72,6 +70,7 @@ class EmbeddedTracker(
     ClaimManyOps,
     FinishOps,
     FinishManyOps,
+    BacklogOps,
 ):
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
@@ -371,57 +370,4 @@ class EmbeddedTracker(
         """Per-role queue figures."""
         return await self._read(
             "queue_stats", lambda c: stats.queue_stats(c, near_expiry_ms, stuck_ms)
-        )
-
-    # -- backlog extensions ---------------------------------------------------------------------
-    async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
-        """Make a waiting task unclaimable, or revoke a running task's lease."""
-        return await self._write("cancel", lambda c: backlog.cancel(c, task_id, reason))
-
-    async def cancel_all(self, *, pipeline_id: str | None = None, role: str | None = None) -> int:
-        """Cancel every waiting and running task of a pipeline and/or role; returns the count."""
-        return await self._write("cancel_all", lambda c: backlog.cancel_all(c, pipeline_id, role))
-
-    async def requeue(
-        self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True
-    ) -> RequeueResult:
-        """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was)."""
-        return await self._write(
-            "requeue", lambda c: backlog.requeue(c, task_id, stage, reset_attempts)
-        )
-
-    async def requeue_all(
-        self,
-        *,
-        pipeline_id: str,
-        reason: str | None = None,
-        since_ms: int | None = None,
-        stage: str | None = None,
-        dry_run: bool = False,
-        reset_attempts: bool = True,
-    ) -> RequeueAllResult:
-        """Requeue every dead-lettered task of a pipeline (dead-lettered for ``reason``, within
-        the last ``since_ms``), each as :meth:`requeue` would, a bounded batch per transaction;
-        ``dry_run`` only counts. The input is checked before anything is written."""
-
-        def check(c: Ctx) -> tuple[backlog.DeadLetters, dict[str, int]]:
-            chosen = backlog.dead_letters(c, pipeline_id, reason, since_ms, stage)
-            return chosen, backlog.count_dead_letters(c, chosen)
-
-        chosen, counted = await self._read("requeue_all", check)
-        done, batches = Counter(counted if dry_run else {}), 0
-        after: int | None = 0
-        while not dry_run and after is not None:
-            job = functools.partial(
-                backlog.requeue_batch, chosen=chosen, after_seq=after, reset_attempts=reset_attempts
-            )
-            batch, after = await self._write("requeue_all", job)
-            done.update(batch)
-            batches += 1
-        return RequeueAllResult(
-            pipeline_id=pipeline_id,
-            requeued=sum(done.values()),
-            by_reason=dict(sorted(done.items())),
-            dry_run=bool(dry_run),
-            batches=batches,
         )

@@ -240,24 +240,48 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         return await reads.queue_stats(self._wire, near_expiry_ms, stuck_ms)
 
     # -- backlog extensions (served tracker only) ----------------------------------------------
-    async def cancel(self, task_id: str, *, reason: str = "cancelled") -> CancelResult:
-        """``POST /tasks/{task_id}/cancel``."""
-        return await self._wire.call("cancel", task_id, body={"reason": reason}, into=CancelResult)
+    async def cancel(
+        self, task_id: str, *, reason: str = "cancelled", idempotency_key: str | None = None
+    ) -> CancelResult:
+        """``POST /tasks/{task_id}/cancel`` (``Idempotency-Key``: the key, or a fresh one that
+        the retries of this call reuse)."""
+        return await self._wire.call(
+            "cancel",
+            task_id,
+            body={"reason": reason},
+            idempotency_key=idempotency_key,
+            into=CancelResult,
+        )
 
-    async def cancel_all(self, *, pipeline_id: str | None = None, role: str | None = None) -> int:
+    async def cancel_all(
+        self,
+        *,
+        pipeline_id: str | None = None,
+        role: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
         """``POST /ops/cancel-all``; how many tasks were cancelled."""
         body = {k: v for k, v in (("pipeline_id", pipeline_id), ("role", role)) if v is not None}
-        answer = await self._wire.call("cancel_all", body=body, into=CancelCountAnswer)
+        answer = await self._wire.call(
+            "cancel_all", body=body, idempotency_key=idempotency_key, into=CancelCountAnswer
+        )
         return answer.cancelled
 
     async def requeue(
-        self, task_id: str, *, stage: str | None = None, reset_attempts: bool = True
+        self,
+        task_id: str,
+        *,
+        stage: str | None = None,
+        reset_attempts: bool = True,
+        idempotency_key: str | None = None,
     ) -> RequeueResult:
         """``POST /tasks/{task_id}/requeue``."""
         body: dict[str, Any] = {"reset_attempts": reset_attempts}
         if stage is not None:
             body["stage"] = stage
-        return await self._wire.call("requeue", task_id, body=body, into=RequeueResult)
+        return await self._wire.call(
+            "requeue", task_id, body=body, idempotency_key=idempotency_key, into=RequeueResult
+        )
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """Any operation of the contract table by name, from its row alone (see the protocol)."""

@@ -180,10 +180,10 @@ OPERATIONS: tuple[Operation, ...] = (
     # extensions
     _op("cancel", "POST", "/tasks/{task_id}/cancel", "Cancel a waiting or running task (revokes "
         "its lease)", body=CancelBody, body_required=False, response=om.CancelResult,
-        errors=(404, 409), extension="cancel", wakes=True),
+        errors=(404, 409), extension="cancel", wakes=True, idempotent=True),
     _op("requeue", "POST", "/tasks/{task_id}/requeue", "Requeue a dead-lettered or cancelled "
         "task", body=RequeueBody, body_required=False, response=om.RequeueResult,
-        errors=(400, 404, 409), extension="requeue", wakes=True),
+        errors=(400, 404, 409), extension="requeue", wakes=True, idempotent=True),
     _op("wait", "GET", "/tasks/{task_id}/wait", "Wait up to timeout_ms (max 60000) for the task "
         "to finish", response=om.WaitResult, errors=(400, 404), query=_WAIT,
         extension="wait"),
@@ -205,7 +205,7 @@ OPERATIONS: tuple[Operation, ...] = (
         query=(*_LIMIT_CURSOR, Query("kind"))),
     _op("cancel_all", "POST", "/ops/cancel-all", "Cancel every task of a pipeline and/or role",
         body=CancelAllBody, response=CancelCountAnswer, errors=(400,), extension="cancel_all",
-        wakes=True),
+        wakes=True, idempotent=True),
     _op("maintenance", "POST", "/ops/maintenance", "Reclaim expired leases, expire tasks, purge "
         "keys", response=om.MaintenanceReport, extension="maintenance", wakes=True),
     _op("wait_for_work", "GET", "/ops/wait-for-work", "Return when the rail may have new work, "

@@ -12,9 +12,8 @@ The rules kept here, for every operation alike:
 * an extension operation on a server that does not list it is ``Unsupported`` before anything is
   sent;
 * idempotency keys: an ``idempotent`` operation of the table carries the caller's key for the
-  logical write or a fresh UUID, reused by the retries of that call only; so do the extension
-  writes of :data:`FRESH_KEYED` (their tracker methods take no key, but a retry after a lost
-  answer must not run them twice). The others carry none: a heartbeat's replayed key would
+  logical write or a fresh UUID, reused by the retries of that call only (so a retry after a
+  lost answer never runs the write twice). The others carry none: a heartbeat's replayed key would
   return an old expiry without extending the lease; store ``PUT``/``DELETE`` are idempotent by
   nature and the server would cache their errors forever; maintenance changes nothing that a
   second run would redo;
@@ -46,15 +45,13 @@ from tracker_client.nulltickets.discovery import Discovery
 from tracker_client.nulltickets.transport import Credentials, HttpTransport
 from tracker_client.validation import describe_validation
 
-__all__ = ["CREDENTIALS", "FRESH_KEYED", "Request", "Wire", "log"]
+__all__ = ["CREDENTIALS", "Request", "Wire", "log"]
 
 log = logging.getLogger("backlog_worker.tracker.remote")
 
 M = TypeVar("M")
 
 #: Writes whose tracker method takes no key that still get a fresh one per call (see above).
-FRESH_KEYED = frozenset({"cancel", "cancel_all", "requeue"})
-
 #: Operations whose credentials differ from the table's ``auth`` on a real NullTickets server.
 CREDENTIALS: Mapping[str, Credentials] = {"list_events": "any_bearer"}
 
@@ -205,7 +202,7 @@ class Wire:
         if raw is None and body is not None:
             raw = dumps(body)
         key = None
-        if op.idempotent or op.name in FRESH_KEYED:
+        if op.idempotent:
             key = self.key(idempotency_key)
         auth = CREDENTIALS.get(op.name, op.auth)
         token = None

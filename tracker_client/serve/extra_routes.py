@@ -24,6 +24,7 @@ from starlette.responses import Response
 from tracker_client.nulltickets import contract as c
 from tracker_client.serve.helpers import (
     dump,
+    idem_key,
     int_query,
     limit_query,
     page_json,
@@ -93,7 +94,9 @@ async def store_search(request: Request) -> Response:
 async def cancel_all(request: Request) -> Response:
     """``POST /ops/cancel-all``: cancel every task of a pipeline and/or role."""
     body = await read_model(request, c.CancelAllBody)
-    count = await tracker_of(request).cancel_all(pipeline_id=body.pipeline_id, role=body.role)
+    count = await tracker_of(request).cancel_all(
+        pipeline_id=body.pipeline_id, role=body.role, idempotency_key=idem_key(request)
+    )
     request.state.changed = count > 0
     return json_response({"cancelled": count})
 
