@@ -217,13 +217,11 @@ class Worker:
         # And the youngest generation is collected after BUSY_GC_GEN0 net allocations instead of
         # 700: ten runs in flight hold more than 700 objects at their peak, so each claim's
         # batch set off a collection (~70 us, finding next to nothing: the runs' objects die
-        # by reference count); cyclic garbage still goes, a little later. Not over HTTP: each
-        # request leaves an httpx Response <-> BoundAsyncStream cycle (~26 cyclic objects per
-        # request) that only the collector frees, and 20,000 of them held ~4 MiB more at a busy
-        # worker's peak through tracker serve (bench.memory --rail served: 51.1 against 47.9).
+        # by reference count); cyclic garbage still goes, a little later. (Over HTTP each
+        # request used to leave an httpx response cycle, ~4 MiB of it at 20,000: the transport
+        # breaks it now, see HttpTransport._read.)
         thresholds = gc.get_threshold()
-        if caps.max_request_bytes is None:  # no wire between the worker and its rail
-            gc.set_threshold(max(thresholds[0], BUSY_GC_GEN0), *thresholds[1:])
+        gc.set_threshold(max(thresholds[0], BUSY_GC_GEN0), *thresholds[1:])
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.telemetry.serve)
