@@ -11,7 +11,7 @@ Extensions (not in plain NullTickets) are marked twice: an operation that only t
 tracker has carries the name of its ``/health`` extension in :attr:`Operation.extension`; a
 plain operation whose body or answer the served tracker extends lists the names in
 :attr:`Operation.features`, and each extension body field carries ``"x-extension"`` in its JSON
-schema (the models are in :mod:`tracker_client.nulltickets.wire_models`, re-exported here).
+schema (the models are in :mod:`tracker_client.nulltickets.wire_models`; import them from there).
 Extension fields are ignored by a plain server (it ignores unknown fields).
 
 This module is the contract's one import path and holds the lookups over the table
@@ -29,65 +29,15 @@ from urllib.parse import unquote
 from tracker_client.nulltickets.contract_types import MAX_LEASE_TTL_MS, Auth, Operation, Query
 from tracker_client.nulltickets.extensions import CONNECTION_EXTENSIONS, EXTENSIONS
 from tracker_client.nulltickets.operations import OPERATIONS
-from tracker_client.nulltickets.wire_models import (
-    AssignBody,
-    BulkBody,
-    CancelAllBody,
-    CancelBody,
-    CancelCountAnswer,
-    ClaimBody,
-    CountAnswer,
-    DependencyBody,
-    EventBody,
-    EventIdAnswer,
-    ExpiryAnswer,
-    FailBody,
-    HeartbeatBody,
-    IdAnswer,
-    IdsAnswer,
-    OtlpTracesBody,
-    PipelineBody,
-    PurgeBody,
-    ReleaseBody,
-    RequeueAllBody,
-    RequeueBody,
-    StatusAnswer,
-    StoreBody,
-    TransitionBody,
-)
 
 __all__ = [
     "CONNECTION_EXTENSIONS",
     "EXTENSIONS",
     "MAX_LEASE_TTL_MS",
     "OPERATIONS",
-    "AssignBody",
     "Auth",
-    "BulkBody",
-    "CancelAllBody",
-    "CancelBody",
-    "CancelCountAnswer",
-    "ClaimBody",
-    "CountAnswer",
-    "DependencyBody",
-    "EventBody",
-    "EventIdAnswer",
-    "ExpiryAnswer",
-    "FailBody",
-    "HeartbeatBody",
-    "IdAnswer",
-    "IdsAnswer",
     "Operation",
-    "OtlpTracesBody",
-    "PipelineBody",
-    "PurgeBody",
     "Query",
-    "ReleaseBody",
-    "RequeueAllBody",
-    "RequeueBody",
-    "StatusAnswer",
-    "StoreBody",
-    "TransitionBody",
     "format_path",
     "match",
     "operation",

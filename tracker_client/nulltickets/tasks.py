@@ -27,10 +27,10 @@ from tracker_client.errors import (
 )
 from tracker_client.models import ArtifactCreate, TaskCreate, TaskDetail
 from tracker_client.nulltickets.codec import check_json, dumps
-from tracker_client.nulltickets.contract import IdAnswer, IdsAnswer
 from tracker_client.nulltickets.limits import HEADER_ALLOWANCE, split_bulk
 from tracker_client.nulltickets.reads import get_task
 from tracker_client.nulltickets.wire import Wire, log
+from tracker_client.nulltickets.wire_models import IdAnswer, IdsAnswer
 
 __all__ = [
     "NULLTICKETS_DEFAULT_RETRY",

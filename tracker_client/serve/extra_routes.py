@@ -21,7 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tracker_client.nulltickets import contract as c
+from tracker_client.nulltickets import wire_models as w
 from tracker_client.serve.helpers import (
     dump,
     idem_key,
@@ -48,7 +48,7 @@ HANDLERS = Handlers()
 async def store_put(request: Request) -> Response:
     """``PUT /store/{namespace}/{key}``: upsert a value (204). The key is read from the raw path
     (it may hold ``/``)."""
-    body = await read_model(request, c.StoreBody)
+    body = await read_model(request, w.StoreBody)
     namespace, key = store_path(request)
     await tracker_of(request).store_put(namespace, key, body.value)
     return no_content()
@@ -93,7 +93,7 @@ async def store_search(request: Request) -> Response:
 @HANDLERS
 async def cancel_all(request: Request) -> Response:
     """``POST /ops/cancel-all``: cancel every task of a pipeline and/or role."""
-    body = await read_model(request, c.CancelAllBody)
+    body = await read_model(request, w.CancelAllBody)
     count = await tracker_of(request).cancel_all(
         pipeline_id=body.pipeline_id, role=body.role, idempotency_key=idem_key(request)
     )

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from tracker_client.agent_models import MAX_CHECKPOINT_BYTES, UNSET
 from tracker_client.models import ArtifactCreate, TaskCreate
 from tracker_client.nulltickets import contract as c
+from tracker_client.nulltickets import wire_models as w
 from tracker_client.serve.helpers import (
     dump,
     idem_key,
@@ -86,7 +87,7 @@ async def create_task(request: Request) -> Response:
 @HANDLERS
 async def create_tasks(request: Request) -> Response:
     """``POST /tasks/bulk``: create tasks, all or nothing."""
-    body = await read_model(request, c.BulkBody)
+    body = await read_model(request, w.BulkBody)
     ids = await tracker_of(request).create_tasks(body.tasks, idempotency_key=idem_key(request))
     return json_response({"ids": ids}, 201)
 
@@ -117,7 +118,7 @@ async def get_task(request: Request) -> Response:
 @HANDLERS
 async def add_dependency(request: Request) -> Response:
     """``POST /tasks/{task_id}/dependencies``: add dependency (cycles refused)."""
-    body = await read_model(request, c.DependencyBody)
+    body = await read_model(request, w.DependencyBody)
     await tracker_of(request).add_dependency(
         request.path_params["task_id"], body.depends_on_task_id, idempotency_key=idem_key(request)
     )
@@ -127,7 +128,7 @@ async def add_dependency(request: Request) -> Response:
 @HANDLERS
 async def assign(request: Request) -> Response:
     """``POST /tasks/{task_id}/assignments``: assign task."""
-    body = await read_model(request, c.AssignBody)
+    body = await read_model(request, w.AssignBody)
     await tracker_of(request).assign(
         request.path_params["task_id"],
         body.agent_id,
@@ -153,7 +154,7 @@ async def unassign(request: Request) -> Response:
 async def claim(request: Request) -> Response:
     """``POST /leases/claim``: claim the best eligible task; ``204`` with no body: no work.
     ``concurrency.per_state`` is read as NullTickets reads it."""
-    body = await read_model(request, c.ClaimBody)
+    body = await read_model(request, w.ClaimBody)
     raw = (body.concurrency or {}).get("per_state")
     per_state: dict[str, int] = {}
     if isinstance(raw, dict):
@@ -181,7 +182,7 @@ async def heartbeat(request: Request) -> Response:
     # A heartbeat's body is a few bytes: a larger one is refused before it is read.
     """``POST /leases/{lease_id}/heartbeat``: extend the lease by its own TTL (and write the run's
     ``checkpoint`` when the body has one). A body over 260 KiB is refused before it is read."""
-    body = await read_model(request, c.HeartbeatBody, required=False, limit=HEARTBEAT_MAX_BYTES)
+    body = await read_model(request, w.HeartbeatBody, required=False, limit=HEARTBEAT_MAX_BYTES)
     lease = lease_handle(request, lease_id=request.path_params["lease_id"], run_id=body.run_id)
     checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else UNSET
     expires = await tracker_of(request).heartbeat(
