@@ -12,16 +12,12 @@ It may touch the configuration and one short-lived listening socket; nothing is 
 from __future__ import annotations
 
 import errno
-import importlib
 
 from tracker_client.errors import ConfigError
 from worker.cli.check_report import CheckReport
 from worker.config.models import Config
 
 __all__ = ["check_telemetry"]
-
-#: The modules ``run`` imports for an OTLP/HTTP exporter (the ``otel`` extra).
-_OTLP_MODULE = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
 
 
 def check_telemetry(config: Config, report: CheckReport) -> None:
@@ -58,15 +54,10 @@ def _check_metrics(listen: str, report: CheckReport) -> None:
 def _check_tracing(config: Config, report: CheckReport) -> None:
     tracing = config.tracing
     try:
-        importlib.import_module("worker.telemetry.tracing")
+        from worker.telemetry import tracing as module  # ConfigError without the otel extra
+
         if tracing.export == "otlp":
-            try:
-                importlib.import_module(_OTLP_MODULE)
-            except ImportError:
-                raise ConfigError(
-                    '[tracing] export = "otlp" needs the OTLP/HTTP exporter, which is not '
-                    "installed: pip install 'backlog-worker[otel]' (the otel extra)"
-                ) from None
+            module.otlp_exporter()
     except ConfigError as exc:
         report.add("tracing", "fail", str(exc))
         return

@@ -69,6 +69,7 @@ __all__ = [
     "FLUSH_INTERVAL_S",
     "MAX_QUEUED_SPANS",
     "WorkerTracing",
+    "otlp_exporter",
     "traceparent_of",
 ]
 
@@ -99,6 +100,19 @@ def _error(span: Span, error: BaseException) -> None:
     code = getattr(error, "code", None)
     span.set_attribute("error.type", kind)
     span.set_status(Status(StatusCode.ERROR, f"{kind} ({code})" if code else kind))
+
+
+def otlp_exporter() -> Any:
+    """The OTLP/HTTP span exporter class (``export = "otlp"``); ``ConfigError`` naming the
+    ``otel`` extra when it is not installed (``backlog-worker check`` asks this too)."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        raise ConfigError(
+            '[tracing] export = "otlp" needs the OTLP/HTTP exporter, which is not '
+            "installed: pip install 'backlog-worker[otel]' (the otel extra)"
+        ) from exc
+    return OTLPSpanExporter
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,18 +174,9 @@ class WorkerTracing(Telemetry):
         )
         self._rail: _RailQueue | None = None
         if config.export == "otlp":
-            try:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                    OTLPSpanExporter,
-                )
-            except ImportError as exc:
-                raise ConfigError(
-                    '[tracing] export = "otlp" needs the OTLP/HTTP exporter, which is not '
-                    "installed: pip install 'backlog-worker[otel]' (the otel extra)"
-                ) from exc
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=CLOSE_BUDGET_S)
+            exporter = otlp_exporter()(endpoint=config.endpoint, timeout=CLOSE_BUDGET_S)
             self.provider.add_span_processor(BatchSpanProcessor(exporter))
         else:
             self._rail = _RailQueue()
