@@ -1,6 +1,6 @@
 """The worker over the wire against a raw client, in the same run (issue 16's wire targets).
 
-    python -m bench.wire [--tasks 3000] [--concurrency 10] [--rounds 3]
+    python -m bench.wire [--tasks 3000] [--concurrency 10] [--rounds 3] [--ab DIR]
 
 Three phases per round, each draining its own N no-op tasks (claim -> transition):
 
@@ -18,6 +18,10 @@ protocol (the same routes, one request per connection, no extension used). Throu
 rail's own run timestamps (first start -> last end). Rounds interleave the phases. Prints each
 phase's median tasks/s, worker and server CPU per task, and the two ratios the issue sets
 targets for: worker-plain / raw (>= 0.9) and worker-served / worker-plain (>= 4).
+
+``--ab DIR``: an older source tree (``git worktree add /tmp/before HEAD~1``) whose worker runs
+two more phases, ``ab-plain`` and ``ab-served``, on the same servers in the same rounds; the
+ratios of this tree's worker to that one's are printed too (the before/after of a change).
 """
 
 from __future__ import annotations
@@ -114,16 +118,16 @@ async def _raw(url: str, role: str, loops: int) -> None:
             tg.start_soon(loop, i)
 
 
-def _worker(url: str, tmp: Path, role: str, concurrency: int) -> float:
-    """Drain ``role`` with a real worker process; its CPU seconds."""
+def _worker(url: str, tmp: Path, role: str, concurrency: int, root: Path = ROOT) -> float:
+    """Drain ``role`` with a real worker process of the source tree ``root``; its CPU seconds."""
     config = noop_config(
         tmp / f"{role}.toml", url, concurrency=concurrency, role=role, idle_max_s=0.5
     )
     before = os.times()
     subprocess.run(
         [sys.executable, "-m", "worker", "run", "--config", str(config)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
         stdout=subprocess.DEVNULL,
         check=True,
     )
@@ -142,10 +146,12 @@ def _rate(db: Path, role: str, n: int) -> float:
         ).fetchone()
     if done != n:
         raise SystemExit(f"{role}: {done} of {n} tasks done")
-    return n / max((last - first) / 1000, 1e-9)
+    return float(n / max((last - first) / 1000, 1e-9))
 
 
-def _round(tmp: Path, k: int, n: int, c: int) -> dict[str, tuple[float, float, float]]:
+def _round(
+    tmp: Path, k: int, n: int, c: int, ab: Path | None
+) -> dict[str, tuple[float, float, float]]:
     out: dict[str, tuple[float, float, float]] = {}
     plain_db, served_db = tmp / f"plain{k}.db", tmp / f"served{k}.db"
     for db in (plain_db, served_db):  # both files made by tracker serve --create
@@ -155,11 +161,15 @@ def _round(tmp: Path, k: int, n: int, c: int) -> dict[str, tuple[float, float, f
     plain, plain_url = _start_plain(plain_db)
     served, served_url = _start_server(served_db)
     try:
-        for phase, url, db, proc in (
+        phases = [
             ("raw", plain_url, plain_db, plain),
             ("worker-plain", plain_url, plain_db, plain),
             ("worker-served", served_url, served_db, served),
-        ):
+        ]
+        if ab is not None:
+            phases += [("ab-plain", plain_url, plain_db, plain)]
+            phases += [("ab-served", served_url, served_db, served)]
+        for phase, url, db, proc in phases:
             role = phase.replace("-", "_")
             anyio.run(_seed, url, role, n)
             server_cpu = _cpu_s(proc.pid)
@@ -168,7 +178,8 @@ def _round(tmp: Path, k: int, n: int, c: int) -> dict[str, tuple[float, float, f
                 anyio.run(_raw, url, role, c)
                 own = time.process_time() - cpu0
             else:
-                own = _worker(url, tmp, role, c)
+                root = ab if ab is not None and phase.startswith("ab-") else ROOT
+                own = _worker(url, tmp, role, c, root)
             server_cpu = _cpu_s(proc.pid) - server_cpu
             out[phase] = (_rate(db, role, n), own * 1000 / n, server_cpu * 1000 / n)
     finally:
@@ -183,6 +194,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ab", type=Path, default=None, help="an older tree's worker too")
     parser.add_argument("--serve-plain", metavar="DB", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_plain:
@@ -191,12 +203,12 @@ def main() -> None:
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
-            rounds.append(_round(Path(tmp), k, args.tasks, args.concurrency))
+            rounds.append(_round(Path(tmp), k, args.tasks, args.concurrency, args.ab))
     print(
         f"{args.tasks} no-op tasks per phase, concurrency {args.concurrency}, {args.rounds} rounds"
     )
     print(f"{'phase':15}{'tasks/s':>10}{'client CPU ms/task':>20}{'server CPU ms/task':>20}")
-    for phase in ("raw", "worker-plain", "worker-served"):
+    for phase in rounds[0]:
         rate, own, server = (statistics.median(r[phase][i] for r in rounds) for i in range(3))
         print(f"{phase:15}{rate:10.1f}{own:20.3f}{server:20.3f}")
     plain_vs_raw = statistics.median(r["worker-plain"][0] / r["raw"][0] for r in rounds)
@@ -205,6 +217,10 @@ def main() -> None:
     )
     print(f"worker-plain / raw:           {plain_vs_raw:.2f} (target >= 0.9)")
     print(f"worker-served / worker-plain: {served_vs_plain:.2f} (target >= 4)")
+    if args.ab is not None:
+        for mine, theirs in (("worker-plain", "ab-plain"), ("worker-served", "ab-served")):
+            ratio = statistics.median(r[mine][0] / r[theirs][0] for r in rounds)
+            print(f"{mine} / {theirs} ({args.ab}): {ratio:.2f}")
 
 
 if __name__ == "__main__":

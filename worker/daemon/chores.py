@@ -4,9 +4,10 @@
   none: a remote server reclaims expired leases itself on claim);
 * :func:`instructions_for`: the instructions of the transition that led a claimed task to its
   stage;
-* :func:`refuses_token`: whether a claim's error is the tracker refusing the worker's token.
+* :func:`refuses_token`: whether a claim's error is the tracker refusing the worker's token;
+* :func:`send_claim`: one claim request, ``claim`` or ``claim_many``.
 
-They may touch the tracker (reads and ``maintenance``) and the worker's counters.
+They may touch the tracker (reads, claims and ``maintenance``) and the worker's counters.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
+from typing import cast
 
 import anyio
 
 from tracker_client.errors import TrackerError, TrackerRejected, TrackerUnavailable, Unsupported
 from tracker_client.models import Event, Lease
-from tracker_client.protocol import LeaseTracker
+from tracker_client.protocol import LeaseTracker, Tracker
 from worker.daemon.values import WorkerStats
 
-__all__ = ["instructions_for", "maintenance_loop", "refuses_token"]
+__all__ = ["instructions_for", "maintenance_loop", "refuses_token", "send_claim"]
 
 log = logging.getLogger("backlog_worker.worker")
 
@@ -82,3 +84,22 @@ async def instructions_for(tracker: LeaseTracker, lease: Lease, page_size: int) 
 def refuses_token(exc: TrackerError) -> bool:
     """Whether ``exc`` is the tracker refusing the worker's api token (401/403 on a claim)."""
     return isinstance(exc, TrackerRejected) and exc.code in ("unauthorized", "forbidden")
+
+
+async def send_claim(
+    tracker: LeaseTracker, agent: str, role: str, ttl_ms: int, n: int, key: str | None
+) -> list[Lease]:
+    """Up to ``n`` leases for ``role`` in one request: ``claim``, or ``claim_many`` for more
+    than one (the claimer asks for several only on a whole Tracker declaring it)."""
+    if n > 1:
+        leases: list[Lease] = await cast(Tracker, tracker).call(
+            "claim_many",
+            agent_id=agent,
+            agent_role=role,
+            lease_ttl_ms=ttl_ms,
+            n=n,
+            idempotency_key=key,
+        )
+        return leases
+    lease = await tracker.claim(agent, role, ttl_ms, idempotency_key=key)
+    return [] if lease is None else [lease]

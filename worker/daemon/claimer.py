@@ -1,14 +1,15 @@
 """The claim loop: slots, claims, and the runs they start, until stopped, drained or done.
 
 A slot (a :class:`anyio.CapacityLimiter` token) is taken *before* a claim, so the worker never
-holds a lease it cannot start; a freed slot claims again at once. On a rail with ``claim_many``
-every slot free at that moment joins the claim: one request (one housekeeping pass, one
-candidate scan) leases for all of them. A slot's claim and the run it
-starts share one task. Roles are tried round-robin from the one after the last winner, so none
-starves. How many claims overlap, when to idle and whether an empty round is conclusive is
-:class:`~worker.daemon.pacing.ClaimPacing`'s to say; with no work the loop backs off, woken
-early by the tracker (:class:`~worker.daemon.watch.TrackerWatch`), and a draining worker asks
-:class:`~worker.daemon.drain.DrainCheck` whether it may exit.
+holds a lease it cannot start; a freed slot claims again at once. A run's slot goes back when
+its executor returns, so the next claim overlaps its final report (at most ``concurrency``
+reports outstanding so). On a rail with ``claim_many`` every slot free at that moment joins the
+claim: one request (one housekeeping pass, one candidate scan) leases for all of them. A slot's
+claim and the run it starts share one task. Roles are tried round-robin from the one after the
+last winner, so none starves. How many claims overlap, when to idle and whether an empty round
+is conclusive is :class:`~worker.daemon.pacing.ClaimPacing`'s to say; with no work the loop
+backs off, woken early by the tracker (:class:`~worker.daemon.watch.TrackerWatch`), and a
+draining worker asks :class:`~worker.daemon.drain.DrainCheck` whether it may exit.
 
 A claim already at the tracker when the worker stops completes (it is shielded: a lease the
 tracker granted must not be dropped); a second stop lifts the shield, and the lease expires.
@@ -22,8 +23,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -33,10 +32,10 @@ from tracker_client.models import Lease
 from tracker_client.nulltickets.batch_models import MAX_CLAIM_MANY
 from tracker_client.protocol import LeaseTracker, Tracker
 from worker.config.models import WorkerConfig
-from worker.daemon.chores import instructions_for, refuses_token
+from worker.daemon.chores import instructions_for, refuses_token, send_claim
 from worker.daemon.drain import DrainCheck
 from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step
-from worker.daemon.values import Role, WorkerStats
+from worker.daemon.values import Claim, Role, Signals, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
 from worker.progress import ProgressMonitor
@@ -52,30 +51,6 @@ log = logging.getLogger("backlog_worker.worker")
 TRANSITIONS_PAGE = 1000
 
 _SUPERVISE = f"{__name__}.Claimer._supervise"  # a run task's name, as anyio names it
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A claimed lease, the role it was claimed for and when the claim was sent."""
-
-    lease: Lease
-    role: Role
-    sent_at: float
-    #: Wall-clock ns when the claim was sent and answered (for the run's telemetry).
-    started_ns: int = 0
-    ended_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Signals:
-    """The worker's stop signals (set by ``Worker.stop``; never re-created)."""
-
-    #: No claim is sent after it.
-    stopping: anyio.Event
-    #: Executors see it as ``ctx.shutting_down``.
-    shutdown: anyio.Event
-    #: A second stop: in-flight runs get no more grace, claims at the tracker are abandoned.
-    skip_grace: anyio.Event
 
 
 class Claimer:
@@ -121,7 +96,8 @@ class Claimer:
         self._drain_check = DrainCheck()
         self._slots = anyio.CapacityLimiter(config.concurrency)
         self._next_role = 0
-        self._busy: dict[str, int] = {}  # runs in flight, by role
+        self._busy: dict[str, int] = {}  # runs executing, by role
+        self._reporting = 0  # runs whose executor returned and slot went back, still reporting
         #: The runs in flight.
         self.runs: set[TaskRun] = set()
         self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
@@ -134,6 +110,11 @@ class Claimer:
         self._request_timeout_s = request_timeout_s
         #: Free slots claim together (``claim_many``): None until the rail's capabilities are read.
         self._batch: bool | None = None
+
+    @property
+    def executing(self) -> int:
+        """Runs holding a slot: their executor is running (or they report with the slot kept)."""
+        return len(self.runs) - self._reporting
 
     # -- control ------------------------------------------------------------------------------
     def reconfigure(self, config: WorkerConfig, roles: Sequence[Role]) -> None:
@@ -341,7 +322,9 @@ class Claimer:
             try:
                 sent_at, started_ns = anyio.current_time(), time.time_ns()
                 with shield, self._progress.call("tracker.claim", budget):
-                    leases = await self._send_claim(role.name, ttl_ms, n, key)
+                    leases = await send_claim(
+                        self._tracker, self._config.agent_id, role.name, ttl_ms, n, key
+                    )
                     self._progress.tick()  # answered, with or without a task
             finally:
                 self._shields.discard(shield)
@@ -355,25 +338,16 @@ class Claimer:
         # A daemon outlives tracker outages; a drain gives up after the report budget.
         return await self.calls.write("claim", attempt, budget_s=self._claim_budget_s)
 
-    async def _send_claim(self, role: str, ttl_ms: int, n: int, key: str | None) -> list[Lease]:
-        agent = self._config.agent_id
-        if n > 1:  # only when batching: the rail is a whole Tracker with claim_many
-            leases: list[Lease] = await cast(Tracker, self._tracker).call(
-                "claim_many",
-                agent_id=agent,
-                agent_role=role,
-                lease_ttl_ms=ttl_ms,
-                n=n,
-                idempotency_key=key,
-            )
-            return leases
-        lease = await self._tracker.claim(agent, role, ttl_ms, idempotency_key=key)
-        return [] if lease is None else [lease]
-
     # -- runs -----------------------------------------------------------------------------------
     async def _supervise(self, claim: Claim, slot: object) -> None:
         role, lease = claim.role, claim.lease
         name = role.name
+        freed = False  # the slot went back when the executor returned (see _executed)
+
+        def executed() -> None:
+            nonlocal freed
+            freed = self._executed(slot, name)
+
         run = TaskRun(
             tracker=self._tracker,
             lease=lease,
@@ -386,6 +360,7 @@ class Claimer:
             telemetry=self._telemetry.run(
                 lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
             ),
+            on_executed=executed,
         )
         stats, runs, busy = self._stats, self.runs, self._busy
         runs.add(run)
@@ -406,7 +381,22 @@ class Claimer:
             self._progress.tick()
             runs.discard(run)
             self.pacing.run_finished()
-            busy[name] -= 1
             stats.in_flight = len(runs)
-            self._slots.release_on_behalf_of(slot)
+            if freed:
+                self._reporting -= 1
+            else:
+                busy[name] -= 1
+                self._slots.release_on_behalf_of(slot)
             self._notify()
+
+    def _executed(self, slot: object, role: str) -> bool:
+        """A run's executor returned: its slot (and its place in the role's cap) goes back now,
+        so the next claim overlaps this run's final report, unless ``concurrency`` reports are
+        already outstanding (the worker then holds at most twice ``concurrency`` leases).
+        Whether the slot went back."""
+        if self._reporting >= self._config.concurrency:
+            return False
+        self._reporting += 1
+        self._busy[role] -= 1
+        self._slots.release_on_behalf_of(slot)
+        return True

@@ -1,4 +1,4 @@
-"""The worker daemon's public value types: its roles, its life-cycle states, its counters.
+"""The worker daemon's value types: its roles, life-cycle states, counters, claims and signals.
 
 Values only; they may touch the run's result type (counted by :class:`WorkerStats`).
 """
@@ -8,11 +8,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import anyio
+
 from plugins.api import Executor
+from tracker_client.models import Lease
 from worker.config.models import RoleConfig
 from worker.run import RunResult
 
-__all__ = ["Role", "WorkerState", "WorkerStats"]
+__all__ = ["Claim", "Role", "Signals", "WorkerState", "WorkerStats"]
 
 
 class WorkerState(enum.Enum):
@@ -72,3 +75,27 @@ class WorkerStats:
             f"{self.claimed} claimed, {self.transitioned} transitioned, {self.failed} failed "
             f"({self.dead_lettered} dead-lettered), {self.released} released, {self.lost} lost"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claimed lease, the role it was claimed for and when the claim was sent."""
+
+    lease: Lease
+    role: Role
+    sent_at: float
+    #: Wall-clock ns when the claim was sent and answered (for the run's telemetry).
+    started_ns: int = 0
+    ended_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """The worker's stop signals (set by ``Worker.stop``; never re-created)."""
+
+    #: No claim is sent after it.
+    stopping: anyio.Event
+    #: Executors see it as ``ctx.shutting_down``.
+    shutdown: anyio.Event
+    #: A second stop: in-flight runs get no more grace, claims at the tracker are abandoned.
+    skip_grace: anyio.Event

@@ -204,7 +204,7 @@ class Worker:
         self.telemetry.attach(
             WorkerView(
                 tracker=self.tracker,
-                slots=lambda: (len(self.claimer.runs), self.config.concurrency),
+                slots=lambda: (self.claimer.executing, self.config.concurrency),
                 roles=lambda: [r.name for r in self._roles],
                 agent_id=self.config.agent_id,
             )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +129,13 @@ class TaskRun:
         instructions: str | None = None,
         claimed_at: float | None = None,
         telemetry: RunTelemetry | None = None,
+        on_executed: Callable[[], None] | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``telemetry``: the run's span and
-        metrics (none by default)."""
+        metrics (none by default). ``on_executed``: called once the executor has returned (or
+        been cancelled), before the final report is sent: the worker frees the run's slot there,
+        so the next claim overlaps this report."""
         self.session = settings.session(tracker, lease, claimed_at=claimed_at)
         self.role = role
         self.executor = executor
@@ -149,6 +152,7 @@ class TaskRun:
         self.telemetry = telemetry or _NO_TELEMETRY
         #: The telemetry does something (not the no-op base): else its hooks are skipped.
         self._observed = type(self.telemetry) is not RunTelemetry
+        self._on_executed = on_executed
 
     @property
     def lease(self) -> Lease:
@@ -259,6 +263,8 @@ class TaskRun:
                 kill_deadline.reset(bound)
                 clock.unwatch(self.scope)
         self._reporting = True
+        if self._on_executed is not None:
+            self._on_executed()
         lost = self.session.check_expired()
         if lost is not None:
             self._log.warning(
