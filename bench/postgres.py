@@ -207,6 +207,7 @@ def main() -> None:
         for p, rows in runs.items()
         if p.startswith("procrastinate")
     }
+    print(f"PostgreSQL rail through {_psycopg_impl()}")
     print(
         "| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | server CPU us/task "
         "| x procrastinate | tasks/s per round |"
@@ -225,6 +226,21 @@ def main() -> None:
             f"{f'{server_cpu:.0f}' if server_cpu else '-'} | {shown} | "
             f"{each} |"
         )
+
+
+def _psycopg_impl() -> str:
+    """Which psycopg the worker processes load (its version and libpq implementation: the
+    bundled ``binary`` wheel, ``c`` built against the system libpq, or ``python``): the peak
+    RSS column depends on it."""
+    try:
+        import psycopg
+    except ImportError:
+        return "no psycopg (pip install -e '.[postgres]')"
+    libpq = psycopg.pq.version()
+    return (
+        f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__} implementation, "
+        f"libpq {libpq // 10000}.{libpq % 100})"
+    )
 
 
 if __name__ == "__main__":
