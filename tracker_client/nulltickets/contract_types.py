@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from types import GenericAlias
 from typing import Any, Literal
 from urllib.parse import quote
@@ -85,9 +86,9 @@ class Operation:
     #: Another content type than JSON is read too, as raw bytes (OTLP: stored as a blob).
     raw_body: bool = False
 
-    @property
+    @cached_property
     def params(self) -> tuple[str, ...]:
-        """The path parameters, in order."""
+        """The path parameters, in order (parsed once: the client reads them per request)."""
         return tuple(_PARAM.findall(self.path))
 
     @property
