@@ -54,8 +54,12 @@ class GatedReports:
         return gated
 
 
-async def test_next_claim_overlaps_the_previous_report(tracker: Tracker, pipeline_id: str) -> None:
-    await add_tasks(tracker, pipeline_id, 2)
+async def _one_slot_worker(
+    tracker: Tracker, pipeline_id: str, tasks: int
+) -> tuple[GatedReports, list[str], Worker]:
+    """``tasks`` new tasks, and a draining one-slot worker on the gated tracker whose executor
+    records the ids of the tasks it runs (the list returned)."""
+    await add_tasks(tracker, pipeline_id, tasks)
     gated = GatedReports(tracker)
     started: list[str] = []
 
@@ -63,10 +67,15 @@ async def test_next_claim_overlaps_the_previous_report(tracker: Tracker, pipelin
         started.append(ctx.task.id)
 
     worker = Worker(
-        gated,  # type: ignore[arg-type]
+        gated,
         worker_config(concurrency=1, drain=True),
         [role("coder", work)],
     )
+    return gated, started, worker
+
+
+async def test_next_claim_overlaps_the_previous_report(tracker: Tracker, pipeline_id: str) -> None:
+    gated, started, worker = await _one_slot_worker(tracker, pipeline_id, 2)
     async with anyio.create_task_group() as tg:
         await start_worker(tg, worker)
         # One slot: the second task is claimed and run while the first's report is still out.
@@ -82,18 +91,7 @@ async def test_next_claim_overlaps_the_previous_report(tracker: Tracker, pipelin
 async def test_outstanding_reports_are_bounded_by_concurrency(
     tracker: Tracker, pipeline_id: str
 ) -> None:
-    await add_tasks(tracker, pipeline_id, 3)
-    gated = GatedReports(tracker)
-    started: list[str] = []
-
-    async def work(ctx: ExecutionContext) -> None:
-        started.append(ctx.task.id)
-
-    worker = Worker(
-        gated,  # type: ignore[arg-type]
-        worker_config(concurrency=1, drain=True),
-        [role("coder", work)],
-    )
+    gated, started, worker = await _one_slot_worker(tracker, pipeline_id, 3)
     async with anyio.create_task_group() as tg:
         await start_worker(tg, worker)
         await wait_until(lambda: gated.parked == 2)
