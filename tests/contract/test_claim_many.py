@@ -84,6 +84,26 @@ async def test_one_lease_per_concurrency_key_in_a_batch_and_beside_held_ones(
     assert [x.task.id for x in batch] == [b1, free]
 
 
+@pytest.mark.requires(EXTENSIONS)
+async def test_two_candidates_sharing_a_key_in_one_batch_lease_only_the_first(
+    tracker: Tracker,
+) -> None:
+    # The PostgreSQL rail takes a batch's candidates in one scan and cuts it after the first
+    # keyed one; the slots left are claimed one by one, seeing that grant.
+    pid = await make_pipeline(tracker)
+    x = await tracker.create_task(new_task(pid, "x", priority=9))
+    a1 = await tracker.create_task(new_task(pid, "a1", priority=8, concurrency_key="a"))
+    await tracker.create_task(new_task(pid, "a2", priority=7, concurrency_key="a"))
+    y = await tracker.create_task(new_task(pid, "y", priority=6))
+    b1 = await tracker.create_task(new_task(pid, "b1", priority=5, concurrency_key="b"))
+    z = await tracker.create_task(new_task(pid, "z", priority=4))
+
+    batch = await claim_many(tracker, 10)
+
+    assert [lease.task.id for lease in batch] == [x, a1, y, b1, z]
+    assert len({lease.run.id for lease in batch}) == 5
+
+
 async def test_per_state_limits_count_the_batch(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
     for i in range(4):

@@ -112,6 +112,36 @@ async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent
         await tracker.aclose()
 
 
+async def test_a_batch_over_shared_concurrency_keys_is_still_one_trip(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    # bw_claim (schema 12) scans once and cuts the batch after its first keyed candidate;
+    # the slots left go one by one in the same statement. Leasing two rows of one key would
+    # hit the live-key unique index and send the claim round again the embedded way.
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker)
+        ids = [
+            await tracker.create_task(new_task(pid, name, priority=prio, concurrency_key=key))
+            for name, prio, key in [
+                ("x", 9, None),
+                ("a1", 8, "a"),
+                ("a2", 7, "a"),
+                ("y", 6, None),
+                ("b1", 5, "b"),
+                ("z", 4, None),
+            ]
+        ]
+        before = sent.count
+        leases = await tracker.call(
+            "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=5
+        )
+        assert sent.count - before == 1  # (a batch short of n would also note a waiter)
+        assert [lease.task.id for lease in leases] == [ids[0], ids[1], ids[3], ids[4], ids[5]]
+    finally:
+        await tracker.aclose()
+
+
 async def test_a_replayed_key_answers_the_first_result_even_when_concurrent(
     pg_server: PgServer,
 ) -> None:
