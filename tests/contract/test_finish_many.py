@@ -162,6 +162,40 @@ async def test_a_key_is_one_finish_whichever_call_carries_it(tracker: Tracker) -
     assert _done(first).transition == again.transition
 
 
+async def test_a_run_named_twice_in_a_batch_is_written_once(tracker: Tracker) -> None:
+    # As if the items were written one after the other: the second finds the lease gone.
+    # (PostgreSQL writes a batch's plain transitions as one set; it must agree.)
+    first, other = await _leases(tracker, 2)
+    out = await finish_many(
+        tracker,
+        [
+            FinishItem(lease=first, transition=DONE),
+            FinishItem(lease=other, transition=DONE),
+            FinishItem(lease=first, transition=DONE),
+        ],
+    )
+
+    assert _done(out[0]).transition is not None and _done(out[1]).transition is not None
+    assert isinstance(out[2], LeaseLost)
+    transitions = [e for e in await run_events(tracker, first.run.id) if e.kind == "transition"]
+    assert len(transitions) == 1
+
+
+async def test_one_new_key_on_two_items_is_the_first_items_finish(tracker: Tracker) -> None:
+    first, second = await _leases(tracker, 2)
+    out = await finish_many(
+        tracker,
+        [
+            FinishItem(lease=first, transition=DONE, idempotency_key="fm-twice"),
+            FinishItem(lease=second, transition=DONE, idempotency_key="fm-twice"),
+        ],
+    )
+
+    assert _done(out[0]).transition is not None
+    assert isinstance(out[1], Conflict)  # the key is the first item's finish
+    assert (await tracker.get_task(second.task.id)).stage != "done"
+
+
 @pytest.mark.parametrize(
     ("item", "named"),
     [

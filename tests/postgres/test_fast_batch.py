@@ -142,6 +142,37 @@ async def test_items_the_fast_path_leaves_are_answered_in_their_place(
         await tracker.aclose()
 
 
+async def test_duplicates_in_one_call_are_answered_as_one_after_the_other(
+    pg_server: PgServer,
+) -> None:
+    # The client plans each lease once, so these duplicates are sent to bw_finish_many_tx
+    # itself: a run named twice is written for its first item (the second, answered "not
+    # written", then finds the lease gone on the embedded path), and one new key on two items
+    # is the first item's finish (the second is answered by the embedded path: a conflict).
+    tracker: Any = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(3)])
+        a, b, c = await tracker.call(
+            "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=3
+        )
+        twice = tracker._plan_item(FinishItem(lease=a, transition=_PLAIN))[0]
+        assert await tracker._one_trip_many([twice, twice]) == [True, False]
+        moves = (await tracker.list_task_events(a.task.id, kind="transition")).items
+        assert len(moves) == 1
+        assert (await tracker.get_task(a.task.id)).task_version == 2
+
+        same = [
+            tracker._plan_item(FinishItem(lease=lease, transition=_PLAIN, idempotency_key="k"))[0]
+            for lease in (b, c)
+        ]
+        assert await tracker._one_trip_many(same) == [True, False]
+        assert (await tracker.get_task(b.task.id)).stage == "done"
+        assert (await tracker.get_task(c.task.id)).stage == "todo"  # nothing of it written
+    finally:
+        await tracker.aclose()
+
+
 async def test_a_lane_connection_dropped_is_unavailable_then_replaced(
     pg_server: PgServer,
 ) -> None:
