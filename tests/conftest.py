@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
+
+# A job a non-interactive shell starts in the background (``.ci/run &``, some CI runners) has
+# SIGINT ignored, and every process it starts inherits that: the tests that send SIGINT as a
+# terminal's Ctrl-C would then see it ignored. A terminal's foreground job has SIGINT at its
+# default, so the suite gives its children that (a handler, unlike SIG_IGN, is reset by exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
