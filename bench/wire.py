@@ -167,8 +167,10 @@ def _round(
             ("worker-served", served_url, served_db, served),
         ]
         if ab is not None:
-            phases += [("ab-plain", plain_url, plain_db, plain)]
-            phases += [("ab-served", served_url, served_db, served)]
+            phases += [
+                ("ab-plain", plain_url, plain_db, plain),
+                ("ab-served", served_url, served_db, served),
+            ]
         for phase, url, db, proc in phases:
             role = phase.replace("-", "_")
             anyio.run(_seed, url, role, n)
