@@ -1,6 +1,6 @@
 """Words that say what they mean: ``--max-attempts`` counts attempts, an unmapped exit status
 names the codes mapped to success, ``attempt`` numbers every run of a task across stages, and the
-README gives ``tracker serve`` one port. Through the real CLI and a real worker on a real rail."""
+docs give ``tracker serve`` one port. Through the real CLI and a real worker on a real rail."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from tests.cli.conftest import SIMPLE, Rail, invoke
+from tests.docs.blocks import ROOT, doc_pages
 from tests.worker.daemonkit import clean_env
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_max_attempts_help_counts_attempts() -> None:
@@ -69,7 +68,7 @@ def test_an_unmapped_exit_status_names_the_codes_mapped_to_success(
 
 @pytest.mark.timeout(90)
 def test_attempt_numbers_every_run_of_the_task_across_stages(rail: Rail, tmp_path: Path) -> None:
-    """What the README's Concepts say: todo (coder) -> check (checker) is attempt 1 then 2."""
+    """What the concepts page says: todo (coder) -> check (checker) is attempt 1 then 2."""
     rail.pipeline("simple", SIMPLE)
     task_id = rail.add("two stages")
     ok = [sys.executable, "-c", "pass"]
@@ -84,12 +83,12 @@ def test_attempt_numbers_every_run_of_the_task_across_stages(rail: Rail, tmp_pat
         (1, "coder", "completed"),
         (2, "checker", "completed"),
     ]
-    concepts = README.read_text().split("## Concepts", 1)[1].split("\n## ", 1)[0]
+    concepts = (ROOT / "docs/getting-started/concepts.md").read_text().split("## The words", 1)[1]
     assert "attempt counts every run of the task" in " ".join(concepts.split())
 
 
-def test_readme_gives_tracker_serve_one_port_and_a_loopback_listen_address() -> None:
-    text = README.read_text()
+def test_the_docs_give_tracker_serve_one_port_and_a_loopback_listen_address() -> None:
+    text = "\n".join(page.read_text() for page in doc_pages())
     ports = {
         (m.group(1), m.group(2))
         for line in text.splitlines()
@@ -98,7 +97,7 @@ def test_readme_gives_tracker_serve_one_port_and_a_loopback_listen_address() -> 
         and "/v1/traces" not in line  # an OTLP collector ([tracing] endpoint), not the tracker
         for m in re.finditer(r"https?://([\w.-]+):(\d+)", line)
     }
-    assert ports, "no tracker URL in the README"
+    assert ports, "no tracker URL in the docs"
     assert {port for _host, port in ports} == {"7700"}, ports
     assert set(re.findall(r"--port (\d+)", text)) <= {"7700", "0"}
     assert set(re.findall(r"--host (\S+)", text)) <= {"127.0.0.1"}

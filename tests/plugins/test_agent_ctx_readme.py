@@ -1,29 +1,25 @@
-"""The README's "Writing agents" example runs as written, through the plugin test harness."""
+"""The agents page's example (docs/executors/agents.md) runs as written, through the harness."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from plugins.api import Transition
 from plugins.testing import ExecutorHarness
+from tests.docs.blocks import find
 from tracker_client.agent_models import Upstream
 
 pytestmark = pytest.mark.anyio
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = "docs/executors/agents.md"
 
 
 def _example() -> dict[str, Any]:
-    text = README.read_text()
-    section = text[text.index("## Writing agents") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
+    code = find(PAGE, lang="python").body
     namespace: dict[str, Any] = {}
-    exec(compile(code.group(1), "README.md", "exec"), namespace)
+    exec(compile(code, PAGE, "exec"), namespace)
     return namespace
 
 

@@ -1,8 +1,8 @@
-"""The README's "Writing an executor plugin" examples run as written."""
+"""The executor pages' examples run as written: the plugin of docs/executors/plugin-api.md, its
+test on docs/executors/harness.md, the plain function of docs/executors/python-jobs.md."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -11,25 +11,24 @@ import pytest
 from plugins.api import Transition
 from plugins.registry import load_executor
 from plugins.testing import ExecutorHarness
+from tests.docs.blocks import ROOT, find
 from tracker_client.errors import ExecutorError
 
 pytestmark = pytest.mark.anyio
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def section_blocks(lang: str) -> list[str]:
-    text = README.read_text()
-    start = text.index("## Writing an executor plugin")
-    end = text.find("\n## ", start + 1)
-    section = text[start : end if end != -1 else len(text)]
-    return re.findall(rf"```{lang}\n(.*?)```", section, flags=re.S)
+PLUGIN_PAGE = "docs/executors/plugin-api.md"
+HARNESS_PAGE = "docs/executors/harness.md"
+JOBS_PAGE = "docs/executors/python-jobs.md"
 
 
 async def test_readme_plugin_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module_code, test_code, _ = section_blocks("python")
-    (entry_points,) = section_blocks("toml")
+    module_code = find(PLUGIN_PAGE, lang="python").body
+    test_code = find(HARNESS_PAGE, lang="python").body
+    entry_points = find(PLUGIN_PAGE, lang="toml").body
     assert 'greeter = "mypkg.executors:Greeter"' in entry_points
+    # the shipped package registers its executor the way the page says
+    shipped = (ROOT / "examples" / "executor-plugin" / "pyproject.toml").read_text()
+    assert entry_points.splitlines()[0] in shipped
     pkg = tmp_path / "site" / "mypkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -38,7 +37,7 @@ async def test_readme_plugin_example(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.delitem(sys.modules, "mypkg", raising=False)
     monkeypatch.delitem(sys.modules, "mypkg.executors", raising=False)
     namespace: dict[str, object] = {}
-    exec(compile(test_code, "README.md", "exec"), namespace)
+    exec(compile(test_code, HARNESS_PAGE, "exec"), namespace)
     test_fn = namespace["test_greeter"]
     await test_fn(tmp_path / "work")  # type: ignore[operator]
     # the factory path a role would name, and its option check
@@ -48,7 +47,7 @@ async def test_readme_plugin_example(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 async def test_readme_plain_def_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    *_, jobs_code = section_blocks("python")
+    jobs_code = find(JOBS_PAGE, lang="python", after="## Plain functions").body
     pkg = tmp_path / "site" / "mypkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")

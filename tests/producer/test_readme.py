@@ -1,6 +1,6 @@
-"""The README's "From your application" examples, run verbatim as real processes against a
-real rail file and the same file served on 127.0.0.1 (the code blocks are read from README.md,
-so the README cannot drift from what works)."""
+"""The producer page's examples (docs/submit/producer.md), run verbatim as real processes against
+a real rail file and the same file served on 127.0.0.1 (the code blocks are read from the page,
+so it cannot drift from what works)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs.blocks import blocks as page_blocks
 from tests.producer.conftest import ROOT, TOKEN, count_tasks, make_rail, served
 
 pytestmark = pytest.mark.timeout(120)
 
 
+PAGE = "docs/submit/producer.md"
+
+
 def blocks() -> dict[str, str]:
-    """The section's python code blocks, by the file name their first comment gives."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## From your application\n", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"```python\n(.*?)```", section, re.S)
-    named = {re.match(r"# (\S+):", code).group(1): code for code in found}  # type: ignore[union-attr]
+    """The page's python code blocks, by their title (the file name)."""
+    named = {b.title: b.body for b in page_blocks(PAGE) if b.lang == "python"}
     assert set(named) == {"app.py", "script.py"}, named.keys()
     return named
 
@@ -49,7 +50,7 @@ def run(code: str, tmp_path: Path, url: str, token: str | None) -> list[str]:
 
 
 @pytest.mark.parametrize("where", ["embedded", "served"])
-def test_the_readme_examples_run_verbatim(where: str, tmp_path: Path) -> None:
+def test_the_page_examples_run_verbatim(where: str, tmp_path: Path) -> None:
     path = make_rail(tmp_path / "rail.db")
     code = blocks()
 
