@@ -1,4 +1,5 @@
-"""The README run as written: the top commands on a fresh clone, the "Operating a rail" tour."""
+"""The README run as written: its top commands on a fresh clone, and the quickstart page's tour
+of the shipped examples (the quickstart and the operator tour: tests/docs/test_walkthroughs.py)."""
 
 from __future__ import annotations
 
@@ -14,51 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import invoke
+from tests.docs.blocks import find, shell_commands
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def tour_commands(heading: str = "## Operating a rail") -> list[str]:
-    """The shell lines of the section's first ``sh`` block, continuations joined."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block is not None, "the section has no sh block"
-    joined = block.group(1).replace("\\\n", " ")
-    lines = [ln.split("  #", 1)[0].strip() for ln in joined.splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith("#")]
-
-
-def test_readme_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = f"sqlite:///{tmp_path}/rail.db"
-    shutil.copytree(README.parent / "examples", tmp_path / "examples")  # the tour cites them
-    (tmp_path / "tasks.jsonl").write_text('{"title": "a"}\n{"title": "b", "priority": 2}\n')
-    (tmp_path / "worker.toml").write_text(
-        '[[roles]]\nname = "writer"\nexecutor = "command"\n[roles.options]\nargv = ["/bin/true"]\n'
-    )
-    task_id = ""
-    ran = 0
-    for line in tour_commands():
-        if line.startswith("export "):
-            name, _, _ = line[len("export ") :].partition("=")
-            monkeypatch.setenv(name, url)  # the tour's rail, moved into tmp_path
-            continue
-        args = shlex.split(line)
-        assert args[0] == "backlog-worker", line
-        args = [task_id if a == "TASK_ID" else a for a in args[1:]]
-        expected = 0
-        if args[:1] == ["submit"]:
-            args[args.index("--timeout") + 1] = "200ms"  # no worker runs here
-            expected = 5
-        if "--watch" in args:
-            args += ["--iterations", "1"]
-        result = invoke(args)
-        assert result.exit_code == expected, (line, result.output)
-        ran += 1
-        if args[:3] == ["pipeline", "create", "review"]:
-            upstream = invoke(["task", "add", "-p", "review", "upstream", "--json"])
-            task_id = json.loads(upstream.stdout)["id"]
-    assert ran >= 15
+QUICKSTART = "docs/getting-started/quickstart.md"
 
 
 def fenced_sh_after(text: str, marker: str) -> str:
@@ -132,11 +92,12 @@ def test_readme_quick_start_runs_verbatim_on_a_fresh_clone(tmp_path: Path) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_readme_examples_walkthrough_runs(tmp_path: Path) -> None:
-    """The "Examples" section's commands, as real processes in a copy of the clone's root."""
+    """The quickstart page's "shipped examples" commands, as real processes in a copy of the
+    clone's root."""
     shutil.copytree(README.parent / "examples", tmp_path / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
     env["BACKLOG_WORKER_WORKER__WORKDIR"] = str(tmp_path / "runs")
-    commands = tour_commands("## Examples")
+    commands = shell_commands(find(QUICKSTART, lang="sh", after="## The shipped examples").body)
     assert len(commands) >= 4
     for line in commands:
         args = shlex.split(line)

@@ -52,6 +52,14 @@ class Block:
         return [m.group(1) for m in found if m is not None]
 
 
+def _language(info: str) -> str:
+    """The fence's language: ``python`` of ``python title="x"`` or ``{ .python title="x" }``."""
+    if info.startswith("{"):
+        first = re.search(r"\.([\w-]+)", info)
+        return first.group(1) if first else ""
+    return info.split()[0] if info else ""
+
+
 def doc_pages() -> list[Path]:
     """Every page a reader sees: README.md and the markdown under docs/."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -60,7 +68,7 @@ def doc_pages() -> list[Path]:
 def blocks(page: Path | str) -> list[Block]:
     """The fenced blocks of one page, in order."""
     path = ROOT / page if isinstance(page, str) else page
-    rel = path.relative_to(ROOT).as_posix()
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     found: list[Block] = []
     i = 0
@@ -86,7 +94,7 @@ def blocks(page: Path | str) -> list[Block]:
             Block(
                 page=rel,
                 line=i + 1,
-                lang=info.split()[0] if info and not info.startswith("{") else "",
+                lang=_language(info),
                 title=title["title"] if title else "",
                 body="\n".join(body) + "\n",
                 marker=marker,

@@ -36,14 +36,15 @@ def test_readme_quickstart(tmp_path: Path) -> None:
         "rail.db",
         "worker.toml",
     ]
-    create, add, drain, show = results
+    create, _add, drain, show = results
     assert "created pipeline hello" in create.stdout
     assert "transitioned todo -> done (complete)" in drain.stderr
     assert "queue drained" in drain.stderr
     assert "1 transitioned, 0 failed" in drain.stderr
     assert "done" in show.stdout and "completed" in show.stdout
     assert "hello, world" in show.stdout  # the job's result event
-    shown = walk.command(f"backlog-worker task show {walk.task_id} --json --config worker.toml", find("README.md", lang="sh", after="## Your first pipeline"))
+    quickstart = find("README.md", lang="sh", after="## Your first pipeline")
+    shown = walk.command("backlog-worker task show TASK_ID --json --config worker.toml", quickstart)
     assert json.loads(shown.stdout)["task"]["stage"] == "done"
 
 

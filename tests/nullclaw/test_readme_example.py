@@ -1,4 +1,5 @@
-"""The NullClaw page's example (docs/executors/nullclaw.md) stays valid: config loads, roles build."""
+"""The NullClaw page's example (docs/executors/nullclaw.md) stays valid: config loads, roles
+build."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from plugins.nullclaw.executor import NullClawExecutor
-from tracker_client.factory import open_tracker
 from tests.docs.blocks import ROOT, blocks
+from tracker_client.factory import open_tracker
 from worker.config.models import load_config
 
 PAGE = "docs/executors/nullclaw.md"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import blocks as page_blocks
-from tests.producer.conftest import ROOT, TOKEN, count_tasks, make_rail, served
+from tests.producer.conftest import TOKEN, count_tasks, make_rail, served
 
 pytestmark = pytest.mark.timeout(120)
 
