@@ -34,7 +34,8 @@ DROP_IN = EXAMPLES / "systemd" / "backlog-worker@.service.d" / "agents.conf"
 PIPELINES = sorted((EXAMPLES / "pipelines").glob("*.toml"))
 WORKERS = sorted((EXAMPLES / "workers").glob("*.toml"))
 
-# verify resolves User=/Group= only on some setups; that user is made at install time (README)
+# verify resolves User=/Group= only on some setups; that user is made at install time
+# (docs/operate/systemd.md)
 HARMLESS = re.compile(r"(user|group)[^\n]*backlog-worker[^\n]*(not found|no such|unknown)", re.I)
 
 #: Every example file and the test that loads it (a new example needs a line here, and a test).
@@ -272,7 +273,7 @@ def test_executor_plugin_is_found_through_its_entry_point(tmp_path: Path) -> Non
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_executor_plugin_own_tests_pass(tmp_path: Path) -> None:
-    """The package's tests (the README's harness example) pass as its author would run them."""
+    """The package's tests (the harness page's example) pass as its author would run them."""
     env = worker_env(tmp_path, PYTHONPATH=str(PLUGIN / "src"))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(PLUGIN / "tests")],
