@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from tracker_client.errors import ConfigError, NoRail
+from tracker_client.extras import missing
 from tracker_client.protocol import Tracker
 
 if TYPE_CHECKING:
@@ -115,11 +116,10 @@ async def open_tracker(
         return await EmbeddedTracker.open(path, **{**url_options, **options})
     if scheme in ("postgresql", "postgres"):
         try:
-            from tracker_client.postgres import PostgresTracker
+            from tracker_client.postgres.tracker import PostgresTracker
         except ImportError as exc:
-            raise ConfigError(
-                f"tracker url {scheme}://...: the PostgreSQL rail needs the postgres extra "
-                f"(pip install 'backlog-worker[postgres]'): {exc}"
+            raise missing(
+                "postgres", f"tracker url {scheme}://... (the PostgreSQL rail)", exc
             ) from exc
         return await PostgresTracker.open(url, **options)
     raise ConfigError(

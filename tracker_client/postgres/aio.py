@@ -22,18 +22,22 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import psycopg
-import sniffio
 
 __all__ = ["Lane", "usable"]
 
 
 def usable() -> bool:
-    """Whether the running event loop is asyncio (psycopg's async connection needs it)."""
+    """Whether the running event loop is asyncio (psycopg's async connection needs it).
+
+    Asked of anyio (the loop's token is the asyncio loop itself there, a trio token under
+    trio), not of sniffio: no extra dependency, which anyio itself no longer brings."""
     try:
-        return sniffio.current_async_library() == "asyncio"
-    except sniffio.AsyncLibraryNotFoundError:
+        token = anyio.lowlevel.current_token()
+    except RuntimeError:  # no event loop in this thread (anyio's NoEventLoopError)
         return False
+    return isinstance(token.native_token, asyncio.AbstractEventLoop)
 
 
 class Lane:

@@ -40,6 +40,7 @@ from typing import Any
 import anyio
 
 from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail
+from tracker_client.extras import require
 from tracker_client.factory import open_tracker, parse_sqlite_url
 
 __all__ = ["CopyFailed", "CopyReport", "RailNotEmpty", "copy_rail"]
@@ -350,8 +351,9 @@ async def copy_rail(
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch size: a positive integer, got {batch_size!r}")
-    _kind(source_url, "source")
-    _kind(target_url, "target")
+    kinds = {_kind(source_url, "source"), _kind(target_url, "target")}
+    if "postgres" in kinds:  # the driver is imported here, not when the module is
+        require("postgres", "rail copy to or from postgresql://")
     if _identity(source_url) == _identity(target_url):
         raise ConfigError("source and target are the same rail: nothing to copy")
     source = await _open(source_url, "source", write=False)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from tracker_client.errors import ConfigError
+from tracker_client.extras import missing
 from worker.config.telemetry import TracingConfig
 from worker.telemetry import RunEnd, RunTelemetry, Telemetry, WorkerView
 
@@ -52,10 +52,7 @@ try:
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - tested in a subprocess without the extra
-    raise ConfigError(
-        "[tracing] enabled = true needs OpenTelemetry, which is not installed: "
-        "pip install 'backlog-worker[otel]' (the otel extra)"
-    ) from exc
+    raise missing("otel", "[tracing] enabled = true (OpenTelemetry traces)", exc) from exc
 
 from worker.telemetry import otlpjson
 
@@ -108,10 +105,7 @@ def otlp_exporter() -> Any:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
-        raise ConfigError(
-            '[tracing] export = "otlp" needs the OTLP/HTTP exporter, which is not '
-            "installed: pip install 'backlog-worker[otel]' (the otel extra)"
-        ) from exc
+        raise missing("otel", '[tracing] export = "otlp" (the OTLP/HTTP exporter)', exc) from exc
     return OTLPSpanExporter
 
 
