@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from plugins.registry import load_executor
+from tests.needs import require_tool
 from worker.cli import main
 from worker.cli.systemd.unit import UnitOptions, render_service, resolve_exec
 from worker.config.models import load_config
@@ -183,13 +183,8 @@ def test_command_and_python_examples_run_tasks_end_to_end(config: str, tmp_path:
     assert all(r["status"] == "completed" for r in shown["runs"])
 
 
-@pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None and not os.environ.get("CI"),
-    reason="systemd-analyze is not installed (apt install systemd)",
-)
 def test_systemd_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
-    analyze = shutil.which("systemd-analyze")
-    assert analyze is not None, "CI must have systemd-analyze"
+    analyze = require_tool("systemd-analyze", "apt install systemd")
 
     def verify(drop_in: str) -> list[str]:
         unit_dir = tmp_path / f"units-{len(list(tmp_path.iterdir()))}"

@@ -10,7 +10,6 @@ test skips saying how to install it; in CI (``CI=true``) it fails instead.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import needs
 from tests.dashboard.conftest import SCRIPT_TITLE, TOKEN, Seeded, artifacts_dir, process, seed_file
 from tracker_client.models import TaskDetail
 
@@ -46,10 +46,10 @@ def _require_browser() -> None:
     except ImportError:
         missing.append("playwright (pip install -e '.[test]')")
     if missing:
-        message = "the dashboard's browser test needs " + " and ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI must run it: .ci/run installs chromium)")
-        pytest.skip(message)
+        needs.missing(
+            "the dashboard's browser test needs " + " and ".join(missing) + " (.ci/run installs "
+            "chromium)"
+        )
 
 
 @dataclass

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.needs import missing
 
 __all__ = ["PgServer", "find_bindir", "fresh_schema_url", "require_postgres", "shared_server"]
 
@@ -56,23 +56,16 @@ def find_bindir() -> Path | None:
     return max(found)[1] if found else None
 
 
-def _missing(message: str) -> None:
-    """Skip locally, fail in CI (the PostgreSQL tests must run there)."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run the PostgreSQL tests: {message}", pytrace=False)
-    pytest.skip(message)
-
-
 def require_postgres() -> Path:
     """The binaries' directory, after checking psycopg is importable; else skip (fail in CI)."""
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError:
-        _missing(PSYCOPG_HINT)
+        missing(PSYCOPG_HINT)
     bindir = find_bindir()
     if bindir is None:
-        _missing(INSTALL_HINT)
+        missing(INSTALL_HINT)
     assert bindir is not None
     return bindir
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -22,6 +21,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.needs import require_tool
 from tests.remote.fixtures import wait_listening
 from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import TrackerUnavailable
@@ -102,11 +102,7 @@ async def test_an_http_tracker_builds_no_ssl_context(tmp_path: Path) -> None:
 @pytest.fixture
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key, made by the openssl tool."""
-    tool = shutil.which("openssl")
-    if tool is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("openssl is missing in CI (apt-get install openssl)")
-        pytest.skip("needs the openssl tool: apt-get install openssl")
+    tool = require_tool("openssl", "apt-get install openssl")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subject = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
     subject += ["-keyout", str(key), "-out", str(cert)]

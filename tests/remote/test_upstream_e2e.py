@@ -4,15 +4,15 @@ The suite is run as shipped, through its ``serve-as-nulltickets.sh`` stand-in, o
 all 96 checks pass (OTLP ingest included). A check it reports as failed must be in
 :data:`KNOWN_FAILURES` (each named, with the issue that removes it), and every known failure
 must still fail: a new failure turns CI red, and the
-list shrinks as the missing features land. In CI (``CI`` set) the test never skips; elsewhere it
-skips only when ``curl`` or ``jq`` is missing.
+list shrinks as the missing features land. The suite lives beside the clone, in the sibling
+checkout ``shared``, with ``curl`` and ``jq``: elsewhere the test skips when one of them is
+missing, in CI (``CI=true``) it fails (:mod:`tests.needs`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.needs import require_path, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT.parent / "shared" / "nulltickets" / "upstream-e2e"
@@ -96,11 +98,9 @@ def _run_suite(tmp_path: Path) -> tuple[int, int, list[str], str] | None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_nulltickets_own_e2e_suite_passes_but_for_known_failures(tmp_path: Path) -> None:
-    missing = [tool for tool in ("curl", "jq", "bash") if shutil.which(tool) is None]
-    if missing and not os.environ.get("CI"):
-        pytest.skip(f"NullTickets' e2e suite needs {', '.join(missing)}")
-    assert not missing, f"CI must provide {', '.join(missing)} (.ci/run installs them)"
-    assert (SUITE / "test_e2e.sh").is_file(), f"NullTickets' e2e suite not found at {SUITE}"
+    require_path(SUITE / "test_e2e.sh", "NullTickets' e2e suite (a checkout beside this one)")
+    for tool in ("curl", "jq", "bash"):
+        require_tool(tool, f"apt-get install {tool}; .ci/run installs it")
 
     result = _run_suite(tmp_path)
     if result is None or "GET /health" in result[2]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import in_ci
 from tests.systemd.unitkit import SYSTEMD_ANALYZE, needs_analyze, security, settings
 from worker.cli.systemd.unit import CONTRIB_EXEC, UnitOptions, render_service
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("stable_install")
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
 REPO = Path(__file__).resolve().parents[2]
 SYSCALL_HEADER = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
-IN_CI = bool(os.environ.get("CI"))
+IN_CI = in_ci()
 
 #: Every unit keeps these (the worker runs executors: fork/exec, network, its workdir).
 COMMON = {

@@ -8,13 +8,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.needs import mark_needs
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 # Skipped only outside CI: .ci/run installs systemd, so in CI a missing tool is a failure.
-needs_analyze = pytest.mark.skipif(
-    SYSTEMD_ANALYZE is None and not os.environ.get("CI"),
-    reason="systemd-analyze is not installed (apt install systemd)",
+needs_analyze = mark_needs(
+    SYSTEMD_ANALYZE is not None, "systemd-analyze is not installed (apt install systemd)"
 )
 # verify resolves User=/Group= only on some versions and setups; that user is created at
 # install time (README), so its absence here is the only complaint we accept.
