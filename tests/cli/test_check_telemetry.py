@@ -86,7 +86,10 @@ def test_tracing_without_the_extra_fails_naming_it_and_with_it_is_ok(tmp_path: P
     assert level == "fail" and "pip install 'backlog-worker[otel]'" in detail, detail
     code, report = _check(tmp_path, tracing, block="opentelemetry.exporter")
     ((level, detail),) = _named(report, "tracing")
-    assert level == "fail" and 'export = "otlp" needs the OTLP/HTTP exporter' in detail, detail
+    assert (
+        level == "fail"
+        and 'export = "otlp" (the OTLP/HTTP exporter) needs the otel extra' in detail
+    ), detail
     pytest.importorskip("opentelemetry.sdk", reason="pip install -e '.[test]' (the otel extra)")
     code, report = _check(tmp_path, tracing)
     assert (code, _named(report, "tracing")) == (

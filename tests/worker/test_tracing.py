@@ -231,6 +231,6 @@ async def test_otlp_without_its_exporter_is_a_config_error(tmp_path: Path) -> No
     )
     done = drain(_config(tmp_path, db, tracing), block="opentelemetry.exporter")
     assert done.code == 2, done.log
-    assert 'export = "otlp" needs the OTLP/HTTP exporter' in done.log, done.log
+    assert 'export = "otlp" (the OTLP/HTTP exporter) needs the otel extra' in done.log, done.log
     assert "Traceback" not in done.log
     assert _run_ids(db, ids["waiting"]) == []
