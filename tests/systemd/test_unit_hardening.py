@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.needs import in_ci
+from tests.needs import in_ci, require_tool
 from tests.systemd.unitkit import SYSTEMD_ANALYZE, needs_analyze, security, settings
 from worker.cli.systemd.unit import CONTRIB_EXEC, UnitOptions, render_service
 
@@ -210,9 +210,7 @@ def test_the_syscall_sandbox_does_refuse(tmp_path):
 
 @needs_mdwe
 def test_memory_deny_write_execute_kills_node_which_is_why_it_is_opt_in(tmp_path):
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
+    node = require_tool("node", "apt-get install nodejs; .ci/run installs it")
     assert _sandboxed(tmp_path, [], node, "-e", "console.log(6*7)").stdout == "42\n"
     proc = _sandboxed(tmp_path, ["--mdwe"], node, "-e", "console.log(6*7)")
     assert proc.returncode != 0 and "42" not in proc.stdout  # V8's JIT cannot map code
