@@ -48,6 +48,7 @@ def clean_env(venv: Path | None = None) -> dict[str, str]:
     if venv is not None:
         env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(venv)
+    env["PYTHONNOUSERSITE"] = "1"  # nor the user's own site-packages
     env["COLUMNS"] = "120"
     return env
 
