@@ -12,6 +12,12 @@ directory there fail every run, or read and tamper with ours. :func:`prepare_wor
 the default base mode 0700 and refuses one that is not ours; :func:`check_workdir_base` is what
 ``backlog-worker check`` reports.
 
+A configured base (``[worker] workdir``) is the operator's choice and is used as it is, with one
+exception (:func:`open_workdir_problem`): a world-writable directory without the sticky bit is
+refused, since any local user could rename or replace our run directories in it; a world-writable
+one with the sticky bit (``/tmp``-like) is accepted with a warning, since another user may still
+create a run's directory before us (see docs/operate/long-running.md).
+
 It may touch the workdir base and the run directories directly under it (create, check, remove) and
 the environment variables that place the default base; never a path outside it.
 """
@@ -37,6 +43,7 @@ __all__ = [
     "SAFE_COMPONENT",
     "check_workdir_base",
     "default_workdir_base",
+    "open_workdir_problem",
     "prepare_workdir_base",
     "remove_workdir",
     "workdir_name",
@@ -150,14 +157,53 @@ def _unsafe(path: Path) -> str | None:
     return None
 
 
+def open_workdir_problem(path: Path) -> tuple[CheckLevel, str] | None:
+    """Whether a configured base ``path`` is open to every local user: ``("fail", why)`` when it is
+    world-writable without the sticky bit (anyone may rename, remove or swap our run directories
+    in it), ``("warn", why)`` when world-writable with the sticky bit (``/tmp``-like: anyone may
+    still create ``run-<id>`` before we do), None otherwise or when it does not exist yet (it is
+    then created by the first run, as ours). Each text names the path and the fix."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or not st.st_mode & stat.S_IWOTH:
+        return None
+    mode = f"{stat.S_IMODE(st.st_mode):04o}"
+    fix = "point [worker] workdir at a directory only the worker's user can write (mode 0700)"
+    if not st.st_mode & stat.S_ISVTX:
+        return (
+            "fail",
+            f"{path} is writable by every user and has no sticky bit (mode {mode}): any local "
+            f"user could replace or remove the run directories in it; run chmod o-w {path}, "
+            f"or {fix}",
+        )
+    return (
+        "warn",
+        f"{path} is writable by every user (mode {mode}, sticky): another user may create a "
+        f"run's directory there before the worker does; {fix}",
+    )
+
+
 def prepare_workdir_base(configured: Path | None, environ: Mapping[str, str] | None = None) -> Path:
     """The base of run directories, ready for runs: ``configured`` as it is (the operator's
     choice), else :func:`default_workdir_base` created mode 0700 and verified to be ours.
 
     A default base owned by another user, not a directory, or group/world-writable is refused
-    with a :class:`ConfigError` naming the path and the fix (the worker does not start).
+    with a :class:`ConfigError` naming the path and the fix (the worker does not start); so is a
+    configured base that is world-writable without the sticky bit (:func:`open_workdir_problem`;
+    one with the sticky bit is logged as a warning).
     """
     if configured is not None:
+        found = open_workdir_problem(configured)
+        if found is not None and found[0] == "fail":
+            raise ConfigError(f"run directory ([worker] workdir): {found[1]}")
+        if found is not None:
+            log.warning(
+                "run directory ([worker] workdir): %s",
+                found[1],
+                extra={"action": "workdir_world_writable"},
+            )
         return configured
     path, source = default_workdir_base(environ)
     try:
@@ -195,7 +241,10 @@ def check_workdir_base(configured: Path | None) -> list[tuple[CheckLevel, str]]:
         return [("fail", f"run directory {target} ({where}) is not writable: {exc.strerror}")]
     lines: list[tuple[CheckLevel, str]] = [("ok", f"run directory {path} ({where}) is writable")]
     if configured is not None:
+        found = open_workdir_problem(path)
         problem = _unsafe(path)
-        if problem is not None:
+        if found is not None:  # a "fail" was raised by prepare_workdir_base above
+            lines.append((found[0], f"run directory ([worker] workdir): {found[1]}"))
+        elif problem is not None:
             lines.append(("warn", f"run directory ([worker] workdir): {problem}"))
     return lines

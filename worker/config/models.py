@@ -12,7 +12,9 @@ error names its real source (the file's table and key, the variable, the flag), 
 ``config.example.toml`` documents every key.
 
 It may touch the configuration file (read once per load), the environment (as
-:func:`~worker.config.secrets.settings_environ` gives it) and the host name (the default agent id);
+:func:`~worker.config.secrets.settings_environ` gives it), the host name (the default agent id)
+and the configured ``[worker] workdir``'s mode (a world-writable one without the sticky bit is
+refused at load, see :func:`worker.workdirs.open_workdir_problem`);
 of the rail it imports :mod:`tracker_client.errors` only.
 """
 
@@ -46,6 +48,7 @@ from worker.config.sources import (
 )
 from worker.config.telemetry import MetricsConfig, TracingConfig
 from worker.config.token import pick_token
+from worker.workdirs import open_workdir_problem
 
 __all__ = [
     "DEFAULT_TRACKER_URL",
@@ -381,6 +384,10 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
             f"({s.worker.idle_min_s:g}): idle_max_s from {sources.label(high)}, "
             f"idle_min_s from {sources.label(low)}"
         )
+    if s.worker.workdir is not None:
+        found = open_workdir_problem(s.worker.workdir)
+        if found is not None and found[0] == "fail":
+            raise ConfigError(sources.describe(("worker", "workdir"), found[1]))
     keys = {name: getattr(s, name) for name in ConfigFile.model_fields}
     keys["tracker"] = s.tracker.with_token(token, token_source)
     return Config(**keys, source=source)
