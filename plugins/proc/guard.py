@@ -24,9 +24,10 @@ survives its death) and fires when the *thread* that forked exits, not the proce
 Limits: a descendant that starts a session of its own (``setsid``) escapes the guard, as it escapes
 the group termination of a normal run; only a cgroup holds it, which is what systemd's unit gives
 (``KillMode=mixed``: once the main process has exited, every remaining process of the unit's
-cgroup gets ``SIGKILL``). The worker registers an executor a few event-loop steps after its
-``exec`` (well under a millisecond on an idle loop): an executor started in exactly the moment the
-worker dies is not covered. Nor is anything when the guard itself is killed together with the
+cgroup gets ``SIGKILL``). An executor is registered before its program runs: it starts as a
+trampoline that waits until the worker has written its group to the guard's pipe
+(:mod:`plugins.proc.gate`), and exits without running anything if the worker dies first. Nothing
+is covered when the guard itself is killed together with the
 worker (a worker notices a dead or stuck guard at its next executor start or end, starts a new
 one and registers its running groups again). A worker that is alive but frozen (``SIGSTOP``, a
 blocked event loop) keeps its pipe open: the guard does nothing until it dies.
@@ -50,7 +51,14 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
 
-__all__ = ["group_members", "guard_pid", "kill_deadline", "register_group", "unregister_group"]
+__all__ = [
+    "group_members",
+    "guard_pid",
+    "guard_ready",
+    "kill_deadline",
+    "register_group",
+    "unregister_group",
+]
 
 logger = logging.getLogger("backlog_worker.executor.proc")
 
@@ -268,6 +276,15 @@ def unregister_group(pgid: int) -> None:
         if pgid in _live:
             _live.discard(pgid)
             _send_safely(b"-%d\n" % pgid)
+
+
+def guard_ready() -> bool:
+    """Start this process's guard if none runs yet; whether one runs now. A spawn gates its
+    child (:mod:`plugins.proc.gate`) only then: without a guard there is nothing to wait for."""
+    with _lock:
+        if _guard is None:
+            _send_safely(b"")  # starts one and hands it the groups still running
+        return _guard is not None
 
 
 def guard_pid() -> int | None:

@@ -17,14 +17,16 @@ Every subprocess executor goes through :func:`run_process`:
 
 The group also dies when the worker is killed (``kill -9``, OOM killer): a small guard process
 (:mod:`plugins.proc.guard`) sends ``SIGKILL`` to every registered group, and its session, once
-the worker is gone. A descendant that leaves the session on purpose (``setsid``) escapes all of
-this; only a cgroup holds it, which is the job of the service manager (see the systemd unit).
+the worker is gone; the child's program runs only once its group is registered (it waits at a
+gate, :mod:`plugins.proc.gate`), so no instant is left in which a kill of the worker orphans it.
+A descendant that leaves the session on purpose (``setsid``) escapes all of this; only a cgroup
+holds it, which is the job of the service manager (see the systemd unit).
 
 :func:`minimal_env` builds a child environment from scratch so tracker tokens never reach a child.
 
 It may touch the child, its process group and pipes, the orphan guard (:mod:`plugins.proc.guard`)
-and the worker's environment (read, by :func:`minimal_env`); it knows nothing of executors, the
-tracker or the worker.
+and its gate (:mod:`plugins.proc.gate`), and the worker's environment (read, by
+:func:`minimal_env`); it knows nothing of executors, the tracker or the worker.
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from plugins.proc.capture import HeadCapture, TailCapture, decode_output
 from plugins.proc.env import SECRET_ENV_PATTERNS, is_secret_env_name, minimal_env, trace_env
-from plugins.proc.guard import group_members, kill_deadline, register_group, unregister_group
+from plugins.proc.gate import Gate
+from plugins.proc.guard import (
+    group_members,
+    guard_ready,
+    kill_deadline,
+    register_group,
+    unregister_group,
+)
 from plugins.proc.outcome import ProcessResult, SpawnError, spawn_error
 from tracker_client.errors import ExecutorError
 
@@ -299,23 +308,61 @@ async def run_process(
     if max_capture_bytes < 0:
         raise ValueError("max_capture_bytes must be >= 0")
     started = time.monotonic()
+    # A guarded child waits at the gate until its group is registered (plugins.proc.gate).
+    gate = Gate() if guard_ready() else None
+    try:
+        return await _run_gated(
+            args,
+            gate,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            max_capture_bytes=max_capture_bytes,
+            term_grace_s=term_grace_s,
+            started=started,
+        )
+    finally:
+        if gate is not None:
+            gate.close()
+
+
+async def _run_gated(
+    args: list[str],
+    gate: Gate | None,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin: bytes | None,
+    on_stdout: OutputCallback | None,
+    on_stderr: OutputCallback | None,
+    max_capture_bytes: int,
+    term_grace_s: float,
+    started: float,
+) -> ProcessResult:
     # shielded: a cancel arriving mid-spawn must not leave a started child unsupervised
     with anyio.CancelScope(shield=True):
         try:
             process = await anyio.open_process(
-                args,
+                args if gate is None else gate.argv(args, env),
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
                 env=dict(env),
                 start_new_session=True,
+                pass_fds=() if gate is None else gate.child_fds,
             )
         except OSError as exc:
             raise spawn_error(args, cwd, exc) from exc
         except ValueError as exc:  # e.g. NUL in an environment value
             raise SpawnError(f"cannot start {args[0]!r}: {exc}", reason="bad_argument") from exc
+        if gate is not None:
+            gate.spawned()
         register_group(process.pid)  # from now on it dies with this process, even by kill -9
+        if gate is not None:
+            gate.open()  # only now may the program run: the guard knows its group
     runner = _Runner(
         process, argv0=args[0], max_capture_bytes=max_capture_bytes, term_grace_s=term_grace_s
     )
@@ -354,6 +401,9 @@ async def run_process(
             await runner.close_streams()
     if runner.callback_error is not None:
         raise runner.callback_error
+    failed = None if gate is None else gate.exec_error(args[0])
+    if failed is not None:  # the trampoline could not exec the program: as a direct spawn says
+        raise spawn_error(args, cwd, failed) from failed
     rc = process.returncode
     if rc is None:  # not even SIGKILL ended it (uninterruptible sleep): say so, don't hang
         raise ExecutorError(f"process {process.pid} ({args[0]!r}) did not exit after SIGKILL")
