@@ -41,6 +41,7 @@ __all__ = [
     "Failure",
     "Outcome",
     "ReportPolicy",
+    "SupportsLeftovers",
     "SupportsReadiness",
     "Transition",
 ]
@@ -422,6 +423,25 @@ class SupportsReadiness(Protocol):
 
     async def readiness(self) -> list[str]:
         """One line per problem; an empty list means ready."""
+        ...
+
+
+@runtime_checkable
+class SupportsLeftovers(Protocol):
+    """An executor whose cancelled runs may leave work running in the worker's process (the
+    ``python`` executor's abandoned threads of a plain ``def`` that ignores cancellation).
+
+    The worker shows :meth:`leftovers` (the metric ``backlog_worker_abandoned_threads``,
+    ``backlog-worker check``) and claims nothing for the role while :meth:`refusal` gives a
+    reason, so a leak stays bounded (docs/operate/long-running.md).
+    """
+
+    def leftovers(self) -> tuple[int, int]:
+        """``(running now, cap)``: leftovers of cancelled runs still running, and the cap."""
+        ...
+
+    def refusal(self) -> str | None:
+        """Why the role must take no new run now (a sentence for the log), or None."""
         ...
 
 

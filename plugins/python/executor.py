@@ -3,13 +3,15 @@
 Options::
 
     callable = "mypkg.jobs:summarise"     # required: "package.module:function"
+    max_abandoned_threads = 8             # threads of cancelled runs that may still run
 
 The function is imported when the worker starts (so ``backlog-worker check`` catches a typo) and
 is called once per task. An ``async def`` is awaited with the
 :class:`~plugins.api.ExecutionContext`; a plain ``def`` runs in its own thread with a
 :class:`~plugins.python.sync.ThreadContext` (blocking ``report``/``artifact``/``artifact_file``,
 and ``cancelled``/``cancel_event`` to stop cooperatively: a thread cannot be interrupted, so a
-cancelled run ends at once and the thread is abandoned, see :mod:`plugins.python.sync`).
+cancelled run ends at once and the thread is abandoned, see :mod:`plugins.python.sync`; past
+``max_abandoned_threads`` of them still running, the worker claims nothing more for the role).
 It returns an outcome (:class:`~plugins.api.Transition` / :class:`~plugins.api.Failure`),
 ``None`` (= the role's default trigger) or a dict ``{"trigger": ..., "instructions": ...,
 "usage": ...}`` (every key optional). Anything else fails the run with reason
@@ -31,7 +33,7 @@ from typing import Any, cast
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
 from plugins.python.options import parse_options, split_callable
-from plugins.python.sync import ThreadContext, run_in_thread
+from plugins.python.sync import AbandonedThreads, ThreadContext, run_in_thread
 from tracker_client.errors import ExecutorError
 
 __all__ = ["PythonExecutor", "import_callable", "is_async_callable"]
@@ -96,10 +98,28 @@ class PythonExecutor:
         self.path = self.options.callable
         self.function = import_callable(self.path)
         self.is_async = is_async_callable(self.function)
+        #: Threads of this role's cancelled runs still running (plain ``def`` only).
+        self.abandoned = AbandonedThreads()
 
     async def readiness(self) -> list[str]:
-        """The function was imported at construction; nothing more to check."""
-        return []
+        """The function was imported at construction; the abandoned threads are under the cap."""
+        refusal = self.refusal()
+        return [] if refusal is None else [refusal]
+
+    def leftovers(self) -> tuple[int, int]:
+        """Abandoned threads still running, and ``max_abandoned_threads``."""
+        return self.abandoned.count(), self.options.max_abandoned_threads
+
+    def refusal(self) -> str | None:
+        """Why no new run may start: as many abandoned threads as the cap, or None."""
+        running, cap = self.leftovers()
+        if running < cap:
+            return None
+        return (
+            f"{running} thread(s) of cancelled runs of {self.path} are still running "
+            f"(max_abandoned_threads = {cap}): the function ignores ctx.cancelled; no new run "
+            "until some return (restart the worker to end them)"
+        )
 
     async def execute(self, ctx: ExecutionContext) -> Outcome:
         """Call the function (a plain ``def`` in its own thread) and map its result."""
@@ -108,7 +128,7 @@ class PythonExecutor:
             result = await cast("Callable[[ExecutionContext], Awaitable[Any]]", self.function)(ctx)
         else:
             function = cast("Callable[[ThreadContext], Any]", self.function)
-            result = await run_in_thread(function, ThreadContext(ctx), self.path)
+            result = await run_in_thread(function, ThreadContext(ctx), self.path, self.abandoned)
             if inspect.isawaitable(result):
                 if inspect.iscoroutine(result):
                     result.close()  # never awaited: close it so no warning fires later

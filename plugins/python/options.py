@@ -1,7 +1,8 @@
 """Options of the ``python`` executor: the function to call, validated once per role.
 
-``callable = "package.module:function"`` is the executor's one option; it is checked by a
-pydantic model (the same tool and formatter as every other option table, see
+``callable = "package.module:function"`` is the executor's main option (with
+``max_abandoned_threads``, the cap on threads of cancelled runs still running); they are checked
+by a pydantic model (the same tool and formatter as every other option table, see
 :mod:`tracker_client.validation`) when the worker builds the executor. The role's other options
 are not the executor's: they reach the function as ``ctx.options``, so they are let through
 (``extra="ignore"``) instead of refused. Importing the function is
@@ -38,6 +39,10 @@ class PythonOptions(BaseModel):
     callable: Annotated[
         str, Field(min_length=1), must("is required: 'package.module:function'")
     ] = Field("", validate_default=True)
+
+    #: Threads of cancelled runs (a plain ``def`` that ignores ``ctx.cancelled``) that may still
+    #: run before the worker stops claiming for the role (see :mod:`plugins.python.sync`).
+    max_abandoned_threads: int = Field(8, ge=1, le=10_000)
 
     @field_validator("callable")
     @classmethod

@@ -12,7 +12,10 @@ its grace) the run ends at once as it would for an async function; the thread is
 ``ctx.cancelled`` becomes True (``ctx.cancel_event`` is set, so ``ctx.cancel_event.wait(s)``
 doubles as an interruptible sleep), every later context call raises :class:`RunCancelled`, and
 whatever the function returns is discarded. A function that never looks keeps running in the
-background (a daemon thread: it does not hold the worker's exit) until it returns.
+background (a daemon thread: it does not hold the worker's exit) until it returns. Such threads
+are counted per executor (:class:`AbandonedThreads`): past the role's ``max_abandoned_threads``
+the worker claims nothing more for the role until some of them return, so a function that hangs
+for ever leaks a bounded number of threads, not one per run.
 
 It may touch the run's :class:`~plugins.api.ExecutionContext` (through the worker's event loop) and
 one daemon thread per call; nothing of the tracker or the worker.
@@ -37,7 +40,7 @@ from plugins.api import ExecutionContext
 from tracker_client.agent_models import Upstream
 from tracker_client.models import Run, StoreEntry, Task
 
-__all__ = ["RunCancelled", "ThreadContext", "run_in_thread"]
+__all__ = ["AbandonedThreads", "RunCancelled", "ThreadContext", "run_in_thread"]
 
 log = logging.getLogger("backlog_worker.executor.python")
 T = TypeVar("T")
@@ -45,6 +48,25 @@ _Entries = list[StoreEntry]  # ThreadStore.list shadows the builtin in its class
 
 #: How long a cancelled run waits for the context calls its thread has in flight to unwind.
 _UNWIND_S = 5.0
+
+
+class AbandonedThreads:
+    """The threads of one executor's cancelled runs that are still running (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+
+    def add(self, thread: threading.Thread) -> None:
+        """``thread`` was abandoned by its cancelled run."""
+        with self._lock:
+            self._threads.add(thread)
+
+    def count(self) -> int:
+        """How many are still running (those that returned are forgotten)."""
+        with self._lock:
+            self._threads = {t for t in self._threads if t.is_alive()}
+            return len(self._threads)
 
 
 class RunCancelled(Exception):
@@ -224,12 +246,16 @@ class ThreadStore:
 
 
 async def run_in_thread(
-    function: Callable[[ThreadContext], Any], tctx: ThreadContext, name: str
+    function: Callable[[ThreadContext], Any],
+    tctx: ThreadContext,
+    name: str,
+    abandoned_threads: AbandonedThreads | None = None,
 ) -> Any:
     """Call ``function(tctx)`` in a new daemon thread and return what it returns.
 
     Cancellation does not wait for the thread: ``tctx`` is closed (its ``cancel_event`` set) and
-    the cancellation propagates; the thread is abandoned and its result discarded. An exception
+    the cancellation propagates; the thread is abandoned (counted in ``abandoned_threads`` while
+    it runs) and its result discarded. An exception
     the function raises is re-raised here (a ``BaseException`` such as SystemExit becomes a
     RuntimeError: a task must not stop the worker).
     """
@@ -265,6 +291,8 @@ async def run_in_thread(
     except BaseException:
         abandoned.set()
         if thread.is_alive():
+            if abandoned_threads is not None:
+                abandoned_threads.add(thread)
             log.warning(
                 "python function %s is still running after its run %s was cancelled: the "
                 "thread is abandoned (it should return once ctx.cancelled is True)",

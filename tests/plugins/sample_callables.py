@@ -70,3 +70,11 @@ instance = AsyncCallable()
 
 class Namespace:
     approve = staticmethod(approve)
+
+
+def hangs_on_hang(ctx: Any) -> None:
+    """A plain ``def`` that ignores cancellation for 2 s on a task titled ``hang``."""
+    import time
+
+    if ctx.task.title == "hang":
+        time.sleep(2.0)

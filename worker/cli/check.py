@@ -93,6 +93,9 @@ async def _check(config: Config, report: CheckReport) -> None:
             report.add(f"role:{built_role.name}", "fail", issue)
         if not issues:
             detail = f"role {built_role.name}: executor {built_role.config.executor} ready"
+            found = built_role.leftovers()
+            if found is not None:  # threads of cancelled runs, see docs/operate/long-running.md
+                detail += f" ({found[0]} abandoned thread(s) of cancelled runs, cap {found[1]})"
             report.add(f"role:{built_role.name}", "ok", detail)
 
 

@@ -97,6 +97,7 @@ class Claimer:
         self._slots = anyio.CapacityLimiter(config.concurrency)
         self._next_role = 0
         self._busy: dict[str, int] = {}  # runs executing, by role
+        self._refused: dict[str, str] = {}  # roles not claimed for now, and why (logged once)
         self._reporting = 0  # runs whose executor returned and slot went back, still reporting
         #: The runs in flight.
         self.runs: set[TaskRun] = set()
@@ -277,7 +278,7 @@ class Claimer:
             cap = role.config.max_concurrency
             if cap is not None:
                 room = min(room, cap - self._busy.get(role.name, 0))
-            if room <= 0:
+            if room <= 0 or self._refuses(role):
                 continue
             ttl_ms = int(self._settings_for(role).lease_ttl_s * 1000)
             try:
@@ -303,6 +304,29 @@ class Claimer:
                 if len(got) >= want:
                     break
         return got
+
+    def _refuses(self, role: Role) -> bool:
+        """Whether ``role`` gets no claim now (its executor's leftovers are at their cap);
+        logged when that starts and when it ends."""
+        refusal = role.refusal()
+        name = role.name
+        if refusal is None:
+            if self._refused.pop(name, None) is not None:
+                log.info(
+                    "role %s: claiming again (below its cap of leftover runs)",
+                    name,
+                    extra={"action": "role_claims_resumed", "role": name},
+                )
+            return False
+        if name not in self._refused:
+            log.warning(
+                "role %s: not claiming: %s",
+                name,
+                refusal,
+                extra={"action": "role_claims_refused", "role": name},
+            )
+        self._refused[name] = refusal
+        return True
 
     async def _claim_some(self, role: Role, ttl_ms: int, n: int) -> list[Claim]:
         """Up to ``n`` leases for ``role`` (with when the claim was sent: the leases count from

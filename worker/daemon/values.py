@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from plugins.api import Executor
+from plugins.api import Executor, SupportsLeftovers
 from tracker_client.models import Lease
 from worker.config.models import RoleConfig
 from worker.run import RunResult
@@ -38,6 +38,17 @@ class Role:
     def name(self) -> str:
         """The role name claims are made for."""
         return self.config.name
+
+    def leftovers(self) -> tuple[int, int] | None:
+        """``(running, cap)`` of what the executor's cancelled runs left running (the python
+        executor's abandoned threads), or None for an executor that leaves nothing behind."""
+        executor = self.executor
+        return executor.leftovers() if isinstance(executor, SupportsLeftovers) else None
+
+    def refusal(self) -> str | None:
+        """Why no run of this role may start now (its leftovers are at their cap), or None."""
+        executor = self.executor
+        return executor.refusal() if isinstance(executor, SupportsLeftovers) else None
 
 
 @dataclass(slots=True)

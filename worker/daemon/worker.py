@@ -207,6 +207,7 @@ class Worker:
                 slots=lambda: (self.claimer.executing, self.config.concurrency),
                 roles=lambda: [r.name for r in self._roles],
                 agent_id=self.config.agent_id,
+                abandoned_threads=self._abandoned_threads,
             )
         )
         # What start-up built (modules, configuration, models: nearly all of the heap) is set
@@ -245,6 +246,15 @@ class Worker:
             await self.telemetry.aclose()  # the last spans, before the process exits
         self._set_state(WorkerState.STOPPED)
         log.info("worker stopped: %s", self.stats.summary(), extra={"action": "worker_stopped"})
+
+    def _abandoned_threads(self) -> dict[str, int]:
+        """Role -> threads of its cancelled runs still running (the metric's reading)."""
+        counts: dict[str, int] = {}
+        for role in self._roles:
+            found = role.leftovers()
+            if found is not None:
+                counts[role.name] = found[0]
+        return counts
 
     def _set_state(self, state: WorkerState) -> None:
         self.state = state

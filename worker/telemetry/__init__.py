@@ -16,7 +16,7 @@ runs in the worker's task group (a metrics listener, an exporter's flushing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
@@ -59,6 +59,8 @@ class WorkerView:
     #: The roles new claims are made for now (a reload may change them).
     roles: Callable[[], Sequence[str]]
     agent_id: str
+    #: Role -> threads of its cancelled runs still running (roles whose executor leaves any).
+    abandoned_threads: Callable[[], Mapping[str, int]] = dict
 
 
 class RunTelemetry:

@@ -341,3 +341,12 @@ class _Live(Collector):
         if queue is not None:
             roles: Sequence[str] = view.roles()
             yield from queue_families("backlog_worker", queue, roles)
+        abandoned = GaugeMetricFamily(
+            "backlog_worker_abandoned_threads",
+            "Threads of cancelled runs still running (a plain def python function that ignores "
+            "cancellation); the role is not claimed for at its max_abandoned_threads.",
+            labels=["role"],
+        )
+        for role, count in sorted(view.abandoned_threads().items()):
+            abandoned.add_metric([role], count)
+        yield abandoned
