@@ -9,7 +9,8 @@ executor that owns subprocesses must kill their whole process group before re-ra
 An executor may also implement ``async def readiness(self) -> list[str]`` (one line per problem,
 empty when ready); ``backlog-worker check`` runs it before any task is claimed.
 
-It may touch the run's working directory (created on first use), the files an executor names as
+It may touch the run's working directory (created on first use, and held by a lock while the run
+lives: :mod:`plugins.rundir_lock`), the files an executor names as
 artifacts (through :mod:`plugins.artifact_files`) and the :class:`ContextSink` it is given; it never
 sees a tracker or a lease (the sink is the worker's, or a list in tests), and of the rail it imports
 the data models only (:mod:`tracker_client.models`, :mod:`tracker_client.agent_models`).
@@ -18,9 +19,11 @@ the data models only (:mod:`tracker_client.models`, :mod:`tracker_client.agent_m
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -29,6 +32,7 @@ import anyio
 
 from plugins.agent import AgentSink, AgentUnsupported, Store, checkpoint_json
 from plugins.artifact_files import digest_file
+from plugins.rundir_lock import hold_rundir
 from tracker_client.agent_models import Upstream
 from tracker_client.models import ArtifactCreate, Run, Task
 
@@ -162,6 +166,7 @@ class ExecutionContext:
         self.attempt = run.attempt
         self._workdir: Path | str = workdir  # made a Path on first access (pathlib is slow)
         self._workdir_created = False  # set on first access (mkdir with exist_ok)
+        self._workdir_hold: Callable[[], object] | None = None  # closes its lock (a finalizer)
         self.options: Mapping[str, Any] = dict(options or {})
         self.instructions = instructions
         self.deadline = deadline
@@ -198,7 +203,17 @@ class ExecutionContext:
             # ask (most of the per-task cost of a no-op run was creating and removing it).
             workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._workdir_created = True
+            # held while the run lives, so a worker's start-up sweep leaves it alone
+            fd = hold_rundir(str(workdir))
+            if fd is not None:
+                self._workdir_hold = weakref.finalize(self, os.close, fd)
         return workdir
+
+    def release_workdir(self) -> None:
+        """The working directory is removed (or kept on purpose): stop holding it (idempotent;
+        also done when the context is collected)."""
+        if self._workdir_hold is not None:
+            self._workdir_hold()
 
     @property
     def workdir_created(self) -> bool:

@@ -18,7 +18,10 @@ refused, since any local user could rename or replace our run directories in it;
 one with the sticky bit (``/tmp``-like) is accepted with a warning, since another user may still
 create a run's directory before us (see docs/operate/long-running.md).
 
-It may touch the workdir base and the run directories directly under it (create, check, remove) and
+:func:`sweep_stale_workdirs` removes, at worker start, the run directories a killed worker left.
+
+It may touch the workdir base and the run directories directly under it (create, check, lock,
+remove) and
 the environment variables that place the default base; never a path outside it.
 """
 
@@ -37,6 +40,7 @@ from typing import Literal
 
 import anyio
 
+from plugins.rundir_lock import lock_if_unused
 from tracker_client.errors import ConfigError
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "open_workdir_problem",
     "prepare_workdir_base",
     "remove_workdir",
+    "sweep_stale_workdirs",
     "workdir_name",
 ]
 
@@ -98,6 +103,40 @@ async def remove_workdir(path: str, base: Path) -> bool:
     Anything else (a path escaping the base, a symlink) is left alone and logged as an error.
     """
     return await anyio.to_thread.run_sync(_remove, path, base)
+
+
+def sweep_stale_workdirs(base: Path) -> tuple[int, int]:
+    """Remove the run directories under ``base`` that no live run holds (left by a worker killed
+    with ``kill -9``); ``(removed, kept)``. A run holds its directory with a lock while it lives
+    (:mod:`plugins.rundir_lock`), so the directories of runs another live worker sharing the base
+    is running now are kept. Called once at worker start, in a thread."""
+    removed = kept = 0
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return 0, 0  # no base yet: nothing was left in it
+    for entry in entries:
+        if not entry.name.startswith("run-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        fd = lock_if_unused(entry.path)
+        if fd is None:
+            kept += 1
+            continue
+        try:
+            if _remove(entry.path, base):
+                removed += 1
+        finally:
+            os.close(fd)
+    if removed:
+        log.info(
+            "removed %d run director%s left by a killed worker under %s (%d held by live runs)",
+            removed,
+            "y" if removed == 1 else "ies",
+            base,
+            kept,
+            extra={"action": "workdirs_swept"},
+        )
+    return removed, kept
 
 
 # -- the base directory --------------------------------------------------------------------------

@@ -12,8 +12,8 @@ cancelled and each run makes a shielded final report (a release, reason ``worker
 second stop skips the grace and abandons claims still at the tracker.
 
 It may touch the tracker (``health`` and ``capabilities`` at start, with retries), the workdir base
-(:mod:`worker.workdirs`) and the rooms it runs; claims are the claimer's, signals and systemd the
-CLI's (:mod:`worker.cli.run`).
+(:mod:`worker.workdirs`: the run directories a killed worker left are swept at start) and the
+rooms it runs; claims are the claimer's, signals and systemd the CLI's (:mod:`worker.cli.run`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from worker.lease.batch import batcher_for
 from worker.progress import ProgressMonitor
 from worker.retry import call_with_retry
 from worker.telemetry import NOOP, Telemetry, WorkerView
-from worker.workdirs import prepare_workdir_base
+from worker.workdirs import prepare_workdir_base, sweep_stale_workdirs
 
 __all__ = ["Worker"]
 
@@ -76,7 +76,8 @@ class Worker:
         self.telemetry = telemetry
         tc = tracker_config or TrackerConfig()
         # Per user, 0700 and ours unless configured (ConfigError: the worker does not start).
-        self._book = SettingsBook(config, tc, prepare_workdir_base(config.workdir), telemetry)
+        self._workdir_base = prepare_workdir_base(config.workdir)
+        self._book = SettingsBook(config, tc, self._workdir_base, telemetry)
         self._signals = Signals(anyio.Event(), anyio.Event(), anyio.Event())
         self._startup_scope = anyio.CancelScope()
         self._keeper = LeaseKeeper()
@@ -188,6 +189,8 @@ class Worker:
             self._set_state(WorkerState.STOPPED)
             task_status.started()
             return
+        if not self.config.keep_workdirs:  # what a killed worker left (live runs' are held)
+            await anyio.to_thread.run_sync(sweep_stale_workdirs, self._workdir_base)
         # The lease ceiling, the key rule and whether reports can be batched are known now.
         self._book.update(capabilities=caps, reports=batcher_for(self.tracker, caps.extensions))
         self.claimer.calls = self._book.calls

@@ -221,6 +221,8 @@ class TaskRun:
             if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
                     await remove_workdir(workdir, self._workdir_base())
+            if ctx is not None:
+                ctx.release_workdir()
 
     async def _agent_inputs(self) -> tuple[Any, list[Upstream] | None]:
         """What the rail hands the run: the previous attempts' checkpoint (no read where the
