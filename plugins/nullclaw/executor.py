@@ -1,4 +1,4 @@
-"""The ``nullclaw`` executor: one ``nullclaw agent -m <prompt>`` subprocess per claimed task.
+"""The ``nullclaw`` executor: one ``nullclaw agent -m <message>`` subprocess per claimed task.
 
 The NullClaw CLI is hostile to naive wrapping (``CLI.md``); this executor handles it:
 
@@ -6,8 +6,9 @@ The NullClaw CLI is hostile to naive wrapping (``CLI.md``); this executor handle
   ``NULLCLAW_WORKSPACE`` per the workspace policy, and an environment built from scratch (an
   allowlist; never the tracker's tokens; ``TRACEPARENT`` when the worker traces the run) --
   :mod:`plugins.nullclaw.home`;
-* a prompt rendered from a documented template, never beginning with ``/``; an oversized
-  prompt goes through a workspace file (or fails, by option) -- :mod:`plugins.nullclaw.prompt`;
+* a prompt rendered from a documented template, never beginning with ``/``, handed over in a
+  workspace file so ``ps`` never shows it (inline ``-m`` up to ``max_prompt_arg_bytes``) --
+  :mod:`plugins.nullclaw.prompt`;
 * stdin ``/dev/null``, pipes read concurrently, its own process group killed as a whole
   (TERM, grace, KILL) on timeout, lease loss, cancel and shutdown -- :mod:`plugins.proc.process`;
   streaming output forwarded as batched ``progress`` events -- :mod:`plugins.nullclaw.progress`;
@@ -26,6 +27,7 @@ tracker or the lease: everything goes through the :class:`~plugins.api.Execution
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -51,7 +53,7 @@ from plugins.nullclaw.prompt import (
     render_prompt,
 )
 from plugins.nullclaw.readiness import check_readiness
-from plugins.nullclaw.redact import Redactor
+from plugins.nullclaw.redact import Redactor, run_secrets
 from plugins.nullclaw.result import Answer, classify, find_verdict
 from plugins.proc.process import ProcessResult, SpawnError, run_process
 from tracker_client.errors import ExecutorError, TrackerError
@@ -174,7 +176,12 @@ class NullClawExecutor:
             ", via file" if plan.file else "",
             extra={"action": "nullclaw_started", **log_extra},
         )
-        return await self._run(ctx, plan, places.workspace, env)
+        try:
+            return await self._run(ctx, plan, places.workspace, env)
+        finally:
+            if plan.file is not None:  # read by now; a kept workspace must not collect prompts
+                with contextlib.suppress(OSError):
+                    plan.file.unlink()
 
     async def _recall(self, ctx: ExecutionContext) -> str:
         """The memory block for the prompt; a store that cannot be read is logged, not fatal."""
@@ -228,7 +235,8 @@ class NullClawExecutor:
         remaining = ctx.time_remaining()
         if remaining is not None:
             limit = min(limit, remaining)
-        redactor = Redactor([env["NULLCLAW_API_KEY"]] if "NULLCLAW_API_KEY" in env else [])
+        # the provider key, and what the allowlist let through that looks like a secret
+        redactor = Redactor(run_secrets(env, opts.env_passthrough))
         forwarder = ProgressForwarder(
             ctx,
             interval_s=opts.progress_interval_s,

@@ -82,8 +82,9 @@ class NullClawOptions(BaseModel):
 
     prompt_template: str | None = None
     prompt_template_file: Path | None = None
-    #: Prompts whose UTF-8 size exceeds this go through a file (or fail, see oversized_prompt).
-    max_prompt_arg_bytes: int = Field(100_000, ge=1024, le=MAX_ARG_STRLEN - 1)
+    #: Prompts whose UTF-8 size exceeds this go through a file (or fail, see oversized_prompt);
+    #: 0 (the default): every prompt does, so no prompt is visible in ``ps`` (argv).
+    max_prompt_arg_bytes: int = Field(0, ge=0, le=MAX_ARG_STRLEN - 1)
     oversized_prompt: Literal["file", "fail"] = "file"
 
     timeout_s: float = Field(1800.0, gt=0)
@@ -119,6 +120,16 @@ class NullClawOptions(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> NullClawOptions:
+        if 0 < self.max_prompt_arg_bytes < 1024:
+            raise ValueError(
+                f"'max_prompt_arg_bytes' must be 0 (every prompt through a file) or at least "
+                f"1024, got {self.max_prompt_arg_bytes}"
+            )
+        if self.oversized_prompt == "fail" and not self.max_prompt_arg_bytes:
+            raise ValueError(
+                "'oversized_prompt = \"fail\"' needs 'max_prompt_arg_bytes' (the largest prompt "
+                "to pass inline, e.g. 100000); with 0 every prompt goes through a file"
+            )
         if self.home is None and (self.provider is None or self.model is None):
             raise ValueError(
                 "set 'provider' and 'model' (to generate a private config) or 'home' "

@@ -19,6 +19,13 @@ command and a prompt beginning with ``-`` could be read as a flag, so such a pro
 the workspace, and nullclaw gets a short ``-m`` asking it to read that file
 (``oversized_prompt = "file"``, the default).
 
+The CLI reads its one message from ``-m`` only (not from stdin, not from a file), and a process's
+argv is visible to every local user (``ps``). So by default (``max_prompt_arg_bytes = 0``) every
+prompt goes through that workspace file (mode 0600 in a 0700 workspace, removed after the run),
+and the argv holds only the short request to read it; a non-zero ``max_prompt_arg_bytes`` puts
+prompts up to that size inline in ``-m`` (one tool call less for the agent, but the task's text
+is in ``ps``; see docs/operate/long-running.md).
+
 Pure text: it touches no file (an oversized prompt's file is written by the executor where
 :func:`plan_prompt` says).
 """
@@ -204,21 +211,22 @@ def render_prompt(
 def plan_prompt(
     prompt: str, *, limit: int, policy: str, workspace: Path, run_id: str
 ) -> PromptPlan:
-    """Decide how the prompt reaches nullclaw: inline in ``-m`` or through a workspace file.
+    """Decide how the prompt reaches nullclaw: inline in ``-m`` (at most ``limit`` bytes; 0:
+    never) or through a workspace file.
 
-    Raises :class:`PromptTooLarge` when it is too big and ``policy == "fail"``.
+    Raises :class:`PromptTooLarge` when it is over a non-zero ``limit`` and ``policy == "fail"``.
     """
     size = len(prompt.encode("utf-8"))
-    if size <= limit:
+    if limit and size <= limit:
         return PromptPlan(message=prompt, prompt=prompt)
-    if policy == "fail":
+    if limit and policy == "fail":
         raise PromptTooLarge(size, limit)
+    why = f"Your task is too long to be given inline ({size} bytes). It" if limit else "Your task"
     safe_run = re.sub(r"[^A-Za-z0-9._-]", "_", run_id) or "run"
     rel = Path(".backlog-worker") / f"prompt-{safe_run}.md"
     path = workspace / rel
     message = (
-        f"Your task is too long to be given inline ({size} bytes). It is in the file "
-        f"{rel.as_posix()} in your workspace (absolute path: {path}). Read that whole file "
-        "first, then do exactly what it asks; answer as that file instructs."
+        f"{why} is in the file {rel.as_posix()} in your workspace (absolute path: {path}). "
+        "Read that whole file first, then do exactly what it asks; answer as that file instructs."
     )
     return PromptPlan(message=message, prompt=prompt, file=path)

@@ -1,9 +1,15 @@
-"""Keeping the provider API key out of what a nullclaw run reports.
+"""Keeping the secrets nullclaw is given out of what a nullclaw run reports.
 
-The key has to reach nullclaw (``NULLCLAW_API_KEY``), so the agent can see it: a shell tool
-running ``env``, or a verbose diagnostic line, would put it in the output. Every text that leaves
-the run (progress events, the answer artifact and ``result`` event, failure messages and
-details) goes through :class:`Redactor` first.
+The provider key has to reach nullclaw (``NULLCLAW_API_KEY``), and so does whatever the role's
+``env_passthrough`` lets through (a ``GITHUB_TOKEN`` for the agent's ``git``): the agent can see
+them, and a shell tool running ``env``, or a verbose diagnostic line, would put them in the
+output. Every text that leaves the run (progress events, the answer artifact and ``result``
+event, failure messages and details, and so the log lines made of them) goes through
+:class:`Redactor` first, built from :func:`run_secrets`: the key, every passed-through value whose
+name says it is a secret (``TOKEN``, ``KEY``, ``SECRET``, ``PASSWORD``, ``CREDENTIAL``, ``AUTH``,
+``PAT``, ...), and every passed-through value shaped like a credential whatever its name (16 or
+more characters, no blank, not a path, letters and digits mixed). Other values (``TZ``, a path)
+are left alone: masking them would mangle ordinary output.
 
 Pure text: it touches nothing and imports nothing of the project, so the worker's own scrubber
 (:mod:`worker.scrub`) reuses it.
@@ -11,14 +17,41 @@ Pure text: it touches nothing and imports nothing of the project, so the worker'
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "Redactor"]
+__all__ = ["REDACTED", "Redactor", "run_secrets"]
 
 REDACTED = "[redacted]"
 #: Values shorter than this are not treated as secrets (too likely to hit ordinary text).
 _MIN_SECRET_CHARS = 6
+#: A name part that says the value is a secret (split on ``_``, ``-`` and ``.``; upper case).
+_SECRET_WORDS = frozenset(
+    {"TOKEN", "KEY", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
+     "CREDENTIALS", "AUTH", "PAT", "PRIVATE", "COOKIE", "SESSION", "DSN", "SIGNATURE"}
+)  # fmt: skip
+#: A value shaped like a credential whatever its name: long, no blank, letters and digits mixed.
+_TOKEN_SHAPED = re.compile(r"(?![/~.])(?=.*[A-Za-z])(?=.*[0-9])[!-~]{16,}")
+
+
+def _secret_name(name: str) -> bool:
+    return any(part in _SECRET_WORDS for part in re.split(r"[_.-]+", name.upper()))
+
+
+def run_secrets(env: Mapping[str, str], passthrough: Iterable[str]) -> list[str]:
+    """The values of ``env`` (a child's environment) to mask in what the run reports: the
+    provider key (``NULLCLAW_API_KEY``) and the passed-through values (names or fnmatch patterns
+    of ``passthrough``) that look secret by name or by shape (see the module docstring)."""
+    patterns = tuple(passthrough)
+    found = [env["NULLCLAW_API_KEY"]] if env.get("NULLCLAW_API_KEY") else []
+    for name, value in env.items():
+        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        if _secret_name(name) or _TOKEN_SHAPED.fullmatch(value):
+            found.append(value)
+    return found
 
 
 class Redactor:

@@ -14,13 +14,16 @@ FAKE_NULLCLAW_SIZE    bytes of a huge answer
 FAKE_NULLCLAW_PIDFILE where "hang" writes "<role> <pid>" lines: itself, its curl child, its
                       shell-tool child (both children survive the parent's death; with
                       FAKE_NULLCLAW_CHILD_IGNORES_TERM=1 they also ignore SIGTERM)
-FAKE_NULLCLAW_RECORD  where to write {"argv", "env", "cwd", "prompt"} as JSON
+FAKE_NULLCLAW_RECORD  where to write {"argv", "env", "cwd", "message", "prompt"} as JSON ("message"
+                      is -m; "prompt" what the model works on: the file -m points at, if any)
+FAKE_NULLCLAW_LEAK_ENV    names (comma-separated) whose values it prints on stdout and stderr
 FAKE_NULLCLAW_VERSION version subcommand behaviour: ok (default) | fail | hang
 FAKE_NULLCLAW_LEAK_KEY=1  print NULLCLAW_API_KEY on stderr (an over-verbose diagnostic)
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -129,12 +132,14 @@ def agent(args):
         return 0
     backend = (config.get("memory") or {}).get("backend", "markdown")
     err(f"info(memory): memory plan resolved backend={backend}")
+    prompt = read_pointed_file(message)
     record = os.environ.get("FAKE_NULLCLAW_RECORD")
     if record:
         with open(record, "w", encoding="utf-8") as fh:
             json.dump(
-                {"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "prompt": message,
-                 "provider": provider, "model": model, "config": config},
+                {"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "prompt": prompt,
+                 "message": message, "prompt_file": PROMPT_FILE, "provider": provider,
+                 "model": model, "config": config},
                 fh,
             )  # fmt: skip
     if message is None:
@@ -147,7 +152,27 @@ def agent(args):
         out("Available commands: /new /model /bash /exec /help\n")
         return 0
     streaming = (config.get("reliability") or {}).get("provider_retries", 2) == 0
-    return provider_call(provider, message, streaming, bool(session) and session)
+    return provider_call(provider, prompt, streaming, bool(session) and session)
+
+
+PROMPT_FILE = {}  # the file the prompt was read from: its path and mode
+
+
+def read_pointed_file(message):
+    """What the "model" works on: the file a message points at (as an agent would read it with
+    its file tool: "... is in the file X in your workspace (absolute path: /abs/X) ..."), else
+    the message itself."""
+    found = message and re.search(r"\(absolute path: (/[^)]*)\)\. Read that whole file", message)
+    if not found:
+        return message
+    try:
+        with open(found.group(1), encoding="utf-8") as fh:
+            PROMPT_FILE["mode"] = os.fstat(fh.fileno()).st_mode & 0o777
+            PROMPT_FILE["path"] = found.group(1)
+            return fh.read()
+    except OSError as exc:
+        err(f"info(agent): file_read failed: {exc}")
+        return message
 
 
 def fail(name, rc=1, note="error(provider): request failed"):
@@ -174,6 +199,9 @@ def provider_call(provider, message, streaming, session):
     mode = os.environ.get("FAKE_NULLCLAW_MODE", "ok")
     if os.environ.get("FAKE_NULLCLAW_LEAK_KEY") == "1":  # a verbose diagnostic line
         err(f"info(agent): using key {os.environ.get('NULLCLAW_API_KEY')}")
+    leaked = [n for n in os.environ.get("FAKE_NULLCLAW_LEAK_ENV", "").split(",") if n]
+    for name in leaked:  # a shell tool that ran env, echoed in the diagnostics
+        err(f"info(tool): shell: {name}={os.environ.get(name)}")
     out(f"Sending to {provider}...\n")
     if session:
         out(f"Session: {session}\n")
@@ -212,6 +240,7 @@ def provider_call(provider, message, streaming, session):
         sys.stderr.buffer.write(b"info(agent): \xff\xfe\n")
         return 0
     answer = os.environ.get("FAKE_NULLCLAW_ANSWER") or f"Answer: {message[:60]}"
+    answer += "".join(f" {name}={os.environ.get(name)}" for name in leaked)
     if mode == "slow":
         time.sleep(float(os.environ.get("FAKE_NULLCLAW_DELAY", "1")))
     if streaming:

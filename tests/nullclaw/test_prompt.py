@@ -135,21 +135,22 @@ async def test_oversized_prompt_goes_through_a_workspace_file(
     outcome = await NullClawExecutor(options).execute(ctx)
     assert isinstance(outcome, Transition)
     rec = read_record(record)
-    assert len(rec["prompt"].encode()) < 1000
+    assert len(rec["message"].encode()) < 1000
     ws = Path(rec["cwd"])
     prompt_file = ws / ".backlog-worker" / "prompt-run-1.md"
-    assert str(prompt_file) in rec["prompt"]
-    content = prompt_file.read_text()
+    assert str(prompt_file) in rec["message"]
+    content = rec["prompt"]  # what the agent read from the file
     assert content.startswith("Task: Add a hello function")
     assert description.strip() in content
-    assert (prompt_file.stat().st_mode & 0o777) == 0o600
+    assert rec["prompt_file"] == {"path": str(prompt_file), "mode": 0o600}
+    assert not prompt_file.exists()  # removed after the run
 
 
 @pytest.mark.anyio
 async def test_oversized_prompt_fails_clearly_with_fail_policy(
     tmp_path: Path, options: dict[str, Any], sink: RecordingSink, record: Path
 ) -> None:
-    opts = {**options, "oversized_prompt": "fail"}
+    opts = {**options, "oversized_prompt": "fail", "max_prompt_arg_bytes": 100_000}
     ctx = make_ctx(tmp_path / "run", sink, description="x" * 200_000)
     outcome = await NullClawExecutor(opts).execute(ctx)
     assert isinstance(outcome, Failure)
