@@ -16,12 +16,13 @@ import pytest
 from tests.worker.conftest import add_tasks
 from tests.worker.daemonkit import clean_env, make_rail, reap, spawn_worker
 from tests.worker.test_metrics import metrics_url, poll, scrape, value
-from tracker_client.models import TaskCreate
+from tracker_client.models import RetryPolicy, TaskCreate
 from tracker_client.protocol import Tracker
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
+ONCE = RetryPolicy(max_attempts=1)
 
 
 def write_config(tmp_path: Path, cap: object) -> Path:
@@ -32,6 +33,7 @@ def write_config(tmp_path: Path, cap: object) -> Path:
 [tracker]
 url = "sqlite:///{tmp_path}/rail.db"
 [worker]
+workdir = "{tmp_path}/runs"
 concurrency = 1
 idle_min_s = 0.05
 idle_max_s = 0.2
@@ -108,3 +110,30 @@ def test_check_shows_the_cap_and_refuses_a_bad_one(tmp_path: Path) -> None:
     done = check(write_config(tmp_path, 0))
     assert done.returncode != 0
     assert "max_abandoned_threads" in done.stdout + done.stderr
+
+
+@pytest.mark.timeout(90)
+async def test_a_draining_worker_waits_for_a_refused_role_without_spinning(
+    tracker: Tracker, pipeline_id: str, tmp_path: Path
+) -> None:
+    """``run --drain``: the refused role still has work, so no drain yet, and no claim loop
+    either (the drain's "claim now" would be refused again at once): the normal back-off."""
+    await tracker.create_tasks(
+        [TaskCreate(pipeline_id=pipeline_id, title="hang", retry_policy=ONCE)]
+    )
+    [quick] = await add_tasks(tracker, pipeline_id, 1)
+    config = write_config(tmp_path, 1)
+    config.write_text('log_level = "DEBUG"\n' + config.read_text())
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(config, log, "--drain", env=clean_env(PYTHONPATH=str(ROOT)))
+    try:
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        reap(proc)
+    text = log.read_text()
+    assert "role coder: not claiming" in text and "role coder: claiming again" in text
+    refused = text[
+        text.index("role coder: not claiming") : text.index("role coder: claiming again")
+    ]
+    assert refused.count("not drained") < 10, "the drain spun while the role was refused"
+    assert (await tracker.get_task(quick)).stage == "review"

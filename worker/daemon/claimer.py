@@ -223,8 +223,11 @@ class Claimer:
         """After a conclusive empty round: idle (at most until an own retry is due), or False
         when a draining worker may exit."""
         config = self._config
+        # A role refused at its cap still has work: no drain yet, and the normal back-off
+        # (not a claim right away, which would be refused again: a busy loop).
+        draining = config.drain and not self.runs and not self._refused
         bound = await self._drain_check.after_empty_round(
-            self._tracker, [r.name for r in self._roles], drain=config.drain and not self.runs
+            self._tracker, [r.name for r in self._roles], drain=draining
         )
         if bound is None:
             return False
