@@ -17,7 +17,7 @@ wrote its result 382 ms after the kill). So every guarded child starts as a tiny
    ``exec``), which :func:`~plugins.proc.process.run_process` turns into the same
    :class:`~plugins.proc.outcome.SpawnError` a direct spawn raises.
 
-The price is one interpreter start per executor before its program runs (~10 ms of CPU; measured
+The price is one interpreter start per executor before its program runs (~8 ms of CPU; measured
 in docs/operate/long-running.md), paid only while a guard runs (without one there is nothing to
 wait for).
 
@@ -36,7 +36,7 @@ __all__ = ["GATE_NAME", "Gate"]
 
 #: The trampoline (run with ``python -I -S -c``); argv: name, go fd, status fd, LC_CTYPE, program.
 GATE_SCRIPT = r"""
-import os, signal, sys
+import os, sys, _signal as signal  # _signal: the signal module would import enum (~10 ms)
 _, _name, go, status, ctype, *argv = sys.argv
 go, status = int(go), int(status)
 if not os.read(go, 1):
