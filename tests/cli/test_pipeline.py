@@ -205,3 +205,48 @@ def test_show_unknown_pipeline_lists_known_ones(rail: Rail) -> None:
     assert result.exit_code == 1
     assert "unknown pipeline 'nope'" in result.stderr
     assert "simple" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (  # a misspelt top-level key of the definition: named, not "'initial' must be ..."
+            'name = "x"\n[definition]\nintial = "a"\n[definition.states.a]\nagent_role = "r"\n'
+            "[definition.states.b]\nterminal = true\n"
+            '[[definition.transitions]]\nfrom = "a"\ntrigger = "go"\nto = "b"\n',
+            "definition: unknown key 'intial' (did you mean 'initial'?)",
+        ),
+        (  # a transition's key, before the rule that reads it
+            'name = "x"\n[definition]\ninitial = "a"\n[definition.states.a]\nagent_role = "r"\n'
+            "[definition.states.b]\nterminal = true\n"
+            '[[definition.transitions]]\nfrm = "a"\ntrigger = "go"\nto = "b"\n',
+            "transition #1: unknown key 'frm' (did you mean 'from'?)",
+        ),
+        (  # the file's own table: not "the file has no 'name'"
+            'name = "x"\n[definiton]\ninitial = "a"\n',
+            "unknown key 'definiton' (did you mean 'definition'?); a pipeline file holds "
+            "'name' and 'definition', or the definition alone",
+        ),
+        ('name = "x"\n', "has a 'name' but no 'definition' table"),
+    ],
+    ids=["intial", "frm", "definiton", "no-definition"],
+)
+def test_misspelt_pipeline_keys_are_named(
+    rail: Rail, tmp_path: Path, text: str, named: str
+) -> None:
+    path = tmp_path / "typo.toml"
+    path.write_text(text)
+    result = rail.cli("pipeline", "create", "-f", str(path))
+    assert result.exit_code == 2, result.output
+    assert named in result.stderr
+    assert rail.json("pipeline", "list") == []
+
+
+def test_a_misspelt_definition_table_is_named_with_the_name_on_the_command_line(
+    rail: Rail, tmp_path: Path
+) -> None:
+    path = tmp_path / "typo.toml"
+    path.write_text('[definiton]\ninitial = "a"\n')
+    result = rail.cli("pipeline", "create", "x", "-f", str(path))
+    assert result.exit_code == 2, result.output
+    assert "unknown key 'definiton' (did you mean 'definition'?)" in result.stderr

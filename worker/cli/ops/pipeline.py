@@ -7,6 +7,7 @@ opened) and the terminal.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -76,9 +77,36 @@ def definition_from_flags(
     return {"initial": initial or next(iter(defined)), "states": defined, "transitions": edges}
 
 
+#: The keys of a pipeline file that holds its name: ``{name, definition}``.
+FILE_KEYS = ("name", "definition")
+
+
+def _file_keys(path: Path, data: Mapping[str, Any]) -> None:
+    """Refuse a misspelt key of the ``{name, definition}`` form: a ``[definiton]`` table would
+    otherwise make the whole file read as a definition (and fail as one, or say 'no name')."""
+    named = "name" in data or "definition" in data
+    for key in data:
+        if key in FILE_KEYS:
+            continue
+        close = difflib.get_close_matches(str(key), FILE_KEYS, n=1, cutoff=0.7)
+        if named or close:
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise OpsError(
+                f"pipeline file {str(path)!r}: unknown key {key!r}{hint}; a pipeline file holds "
+                "'name' and 'definition', or the definition alone",
+                EXIT_USAGE,
+            )
+    if named and "definition" not in data:
+        raise OpsError(
+            f"pipeline file {str(path)!r} has a 'name' but no 'definition' table", EXIT_USAGE
+        )
+
+
 def _from_file(path: Path, name: str | None) -> tuple[str, Any]:
     """(name, definition) from a file holding a definition, or ``{name, definition}``."""
     data = read_structured_file(path, "pipeline file")
+    if isinstance(data, dict):
+        _file_keys(path, data)
     if isinstance(data, dict) and "definition" in data:
         file_name = data.get("name")
         if file_name is not None and not isinstance(file_name, str):
