@@ -17,6 +17,7 @@ from plugins.api import SupportsReadiness
 from tracker_client.errors import ConfigError
 from tracker_client.factory import URL_FORMS, open_tracker
 from tracker_client.protocol import Tracker
+from worker.config.importpath import use_python_path
 from worker.config.models import DEFAULT_TRACKER_URL, Config, load_config
 from worker.daemon import Role
 
@@ -66,8 +67,11 @@ def select_roles(config: Config, names: Sequence[str]) -> Config:
 
 
 def build_roles(config: Config) -> list[Role]:
-    """Load each role's executor through the plugin registry (``ExecutorError`` names it)."""
+    """Load each role's executor through the plugin registry (``ExecutorError`` names it),
+    after ``[worker] python_path`` is put on the import path (:func:`use_python_path`)."""
     from plugins.registry import load_executor
+
+    use_python_path(config)
 
     return [Role(config=r, executor=load_executor(r.executor, r.options)) for r in config.roles]
 
