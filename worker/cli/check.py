@@ -41,6 +41,17 @@ from worker.workdirs import check_workdir_base
 __all__ = ["check_command", "register"]
 
 
+def _token_detail(url: str, token_source: str, pipelines: int) -> str:
+    """What the authenticated read proved: a token only where one was sent, to a served rail."""
+    counted = f"{pipelines} pipeline(s)"
+    if not url.lower().startswith(("http://", "https://")):
+        unused = "" if token_source == NO_TOKEN else f" (the one {token_source} is not used)"
+        return f"rail read ({counted}); a rail opened directly takes no api token{unused}"
+    if token_source == NO_TOKEN:
+        return f"tracker answered without an api token ({counted}): it asks for none"
+    return f"tracker accepted the api token {token_source} ({counted})"
+
+
 async def _check(config: Config, report: CheckReport) -> None:
     url = config.tracker.url
     token_source = config.tracker.api_token_source or NO_TOKEN
@@ -67,8 +78,7 @@ async def _check(config: Config, report: CheckReport) -> None:
         check = "api_token"
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             pipelines = await tracker.list_pipelines()
-        detail = f"tracker accepted the api token ({len(pipelines)} pipeline(s))"
-        report.add("api_token", "ok", detail)
+        report.add("api_token", "ok", _token_detail(url, token_source, len(pipelines)))
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             ceiling = (await tracker.capabilities()).max_lease_ttl_ms
         for role in config.roles:
