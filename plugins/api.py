@@ -7,7 +7,9 @@ the worker calls it with the role's options mapping and calls ``execute`` once p
 Cancellation arrives as anyio cancellation (lease lost, timeout, shutdown past its grace); an
 executor that owns subprocesses must kill their whole process group before re-raising.
 An executor may also implement ``async def readiness(self) -> list[str]`` (one line per problem,
-empty when ready); ``backlog-worker check`` runs it before any task is claimed.
+empty when ready); ``backlog-worker check`` runs it before any task is claimed. One that can tell
+which triggers it may send (a command's ``exit_codes``) implements ``def triggers(self) ->
+list[NamedTrigger]`` (:class:`SupportsTriggers`), and ``check`` holds them against the pipelines.
 
 It may touch the run's working directory (created on first use), the files an executor names as
 artifacts (through :mod:`plugins.artifact_files`) and the :class:`ContextSink` it is given; it never
@@ -39,9 +41,11 @@ __all__ = [
     "Executor",
     "ExecutorFactory",
     "Failure",
+    "NamedTrigger",
     "Outcome",
     "ReportPolicy",
     "SupportsReadiness",
+    "SupportsTriggers",
     "Transition",
 ]
 
@@ -422,6 +426,29 @@ class SupportsReadiness(Protocol):
 
     async def readiness(self) -> list[str]:
         """One line per problem; an empty list means ready."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTrigger:
+    """A trigger an executor's configuration makes it send, and where it is named (for a
+    message: ``exit_codes "0"``, ``triggers.approve``, ``Transition("approve") at line 12``)."""
+
+    trigger: str
+    source: str
+
+
+@runtime_checkable
+class SupportsTriggers(Protocol):
+    """An executor that can tell, before any claim, the triggers it may name explicitly.
+
+    ``backlog-worker check`` holds each against the transitions out of the role's stages, so a
+    misspelt one fails the check instead of every run (``invalid_trigger``). What it lists is
+    what it can see without running (a command's ``exit_codes``, not its ``outcome.json``).
+    """
+
+    def triggers(self) -> list[NamedTrigger]:
+        """The triggers the executor may send as it is configured, each with its source."""
         ...
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.api import ExecutionContext, Failure, NamedTrigger, Outcome, Transition
 from plugins.command.agent import (
     apply_outcome,
     read_store_fields,
@@ -123,6 +123,14 @@ class CommandExecutor:
     def program(self) -> str:
         """argv[0] as configured (may hold placeholders)."""
         return self.options.argv_templates[0].source
+
+    def triggers(self) -> list[NamedTrigger]:
+        """The triggers ``exit_codes`` names (an ``outcome.json`` may name others, unseen)."""
+        return [
+            NamedTrigger(trigger, f'exit_codes "{code}"')
+            for code, trigger in sorted(self.options.exit_codes.items())
+            if trigger is not None
+        ]
 
     async def readiness(self) -> list[str]:
         """Check that argv[0] resolves to an executable file and a fixed ``cwd`` exists

@@ -29,8 +29,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.api import ExecutionContext, Failure, NamedTrigger, Outcome, Transition
 from plugins.python.options import parse_options, split_callable
+from plugins.python.outcomes import literal_triggers
 from plugins.python.sync import ThreadContext, run_in_thread
 from tracker_client.errors import ExecutorError
 
@@ -96,6 +97,10 @@ class PythonExecutor:
         self.path = self.options.callable
         self.function = import_callable(self.path)
         self.is_async = is_async_callable(self.function)
+
+    def triggers(self) -> list[NamedTrigger]:
+        """The literal triggers of the function's body (:mod:`plugins.python.outcomes`)."""
+        return literal_triggers(self.function, self.path)
 
     async def readiness(self) -> list[str]:
         """The function was imported at construction; nothing more to check."""
