@@ -20,8 +20,12 @@ worker traces: the run span's W3C trace context, for the child's own spans). If 
 ``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
 optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
 (``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
-recorded, hashed and sized (see :mod:`plugins.command.outcome`); without ``artifacts_dir`` their
-``file://`` uris name the workdir, which is removed after the run unless ``keep_workdirs``.
+recorded, hashed and sized (see :mod:`plugins.command.outcome`), each copied first to
+``<artifacts_dir>/<task id>/<run id>/<path>``, so its ``file://`` uri names a file that outlives
+the run's directory (removed when the run ends unless ``keep_workdirs``); without
+``artifacts_dir`` that is :func:`~plugins.artifact_files.default_artifacts_dir`
+(``$STATE_DIRECTORY/artifacts`` under systemd, else ``~/.local/share/backlog-worker/artifacts``),
+and ``artifacts_dir = false`` leaves them in the run's directory.
 As an agent (the store, subtasks with ``wait_for``, ``checkpoint.json``, ``upstream.json``): see
 :mod:`plugins.command.agent`. Cancellation kills the whole process group.
 

@@ -282,3 +282,15 @@ def test_python_path_directories_are_read_by_the_service(tmp_path):
     assert s["ProtectHome"] == ["read-only"]  # the jobs under /home stay importable
     assert "ReadWritePaths" not in s  # read, never written
     assert "worker.python_path is /home/alice/jobs" in result.stderr
+
+
+def test_a_commands_artifacts_dir_is_written_by_the_service(tmp_path):
+    config = _config(
+        tmp_path / "w.toml",
+        '[tracker]\nurl = "sqlite:///var/lib/backlog-worker/rail.db"\n'
+        '[[roles]]\nname = "coder"\nexecutor = "command"\n'
+        '[roles.options]\nargv = ["make"]\nartifacts_dir = "/srv/artifacts"\n',
+    )
+    found = {p.label.split(": ", 1)[1]: p for p in config_paths(config)}
+    assert found["roles[coder].options.artifacts_dir"].path == "/srv/artifacts"
+    assert found["roles[coder].options.artifacts_dir"].writable

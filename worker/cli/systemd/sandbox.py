@@ -57,7 +57,7 @@ TMP_ROOTS = ("/tmp", "/var/tmp")  # noqa: S108 - names the directories, creates 
 #: The system units' ``StateDirectory=``: always writable, never needs ``ReadWritePaths=``.
 STATE_DIR = "/var/lib/backlog-worker"
 #: Executor options naming a directory the executor writes (nullclaw, command).
-_WRITTEN_OPTIONS = ("home", "workspace_dir", "answers_dir", "cwd")
+_WRITTEN_OPTIONS = ("home", "workspace_dir", "answers_dir", "cwd", "artifacts_dir")
 #: Executor options naming a file the executor only reads.
 _READ_OPTIONS = ("prompt_template_file",)
 
