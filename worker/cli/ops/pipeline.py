@@ -17,7 +17,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from tracker_client.errors import Conflict
+from tracker_client.errors import Conflict, NotFound, Unsupported
 from tracker_client.models import Pipeline
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
@@ -242,7 +242,11 @@ def pipeline_create(
     pipeline_name = name
 
     async def existing(tracker: Tracker) -> Pipeline | None:
-        for found in await tracker.list_pipelines():
+        try:
+            pipelines = await tracker.list_pipelines()
+        except (NotFound, Unsupported):
+            return None  # a server that lists none: the create says whether the name is taken
+        for found in pipelines:
             if found.name == pipeline_name:
                 return found
         return None
