@@ -7,7 +7,9 @@ the worker calls it with the role's options mapping and calls ``execute`` once p
 Cancellation arrives as anyio cancellation (lease lost, timeout, shutdown past its grace); an
 executor that owns subprocesses must kill their whole process group before re-raising.
 An executor may also implement ``async def readiness(self) -> list[str]`` (one line per problem,
-empty when ready); ``backlog-worker check`` runs it before any task is claimed.
+empty when ready); ``backlog-worker check`` runs it before any task is claimed. One that can tell
+which triggers it may send (a command's ``exit_codes``) implements ``def triggers(self) ->
+list[NamedTrigger]`` (:class:`SupportsTriggers`), and ``check`` holds them against the pipelines.
 
 It may touch the run's working directory (created on first use, and held by a lock while the run
 lives: :mod:`plugins.rundir_lock`), the files an executor names as
@@ -43,10 +45,12 @@ __all__ = [
     "Executor",
     "ExecutorFactory",
     "Failure",
+    "NamedTrigger",
     "Outcome",
     "ReportPolicy",
     "SupportsLeftovers",
     "SupportsReadiness",
+    "SupportsTriggers",
     "Transition",
 ]
 
@@ -457,6 +461,29 @@ class SupportsLeftovers(Protocol):
 
     def refusal(self) -> str | None:
         """Why the role must take no new run now (a sentence for the log), or None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTrigger:
+    """A trigger an executor's configuration makes it send, and where it is named (for a
+    message: ``exit_codes "0"``, ``triggers.approve``, ``Transition("approve") at line 12``)."""
+
+    trigger: str
+    source: str
+
+
+@runtime_checkable
+class SupportsTriggers(Protocol):
+    """An executor that can tell, before any claim, the triggers it may name explicitly.
+
+    ``backlog-worker check`` holds each against the transitions out of the role's stages, so a
+    misspelt one fails the check instead of every run (``invalid_trigger``). What it lists is
+    what it can see without running (a command's ``exit_codes``, not its ``outcome.json``).
+    """
+
+    def triggers(self) -> list[NamedTrigger]:
+        """The triggers the executor may send as it is configured, each with its source."""
         ...
 
 

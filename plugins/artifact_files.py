@@ -2,9 +2,13 @@
 
 Used by :meth:`plugins.api.ExecutionContext.artifact_file` (and through it by the ``command``
 executor's ``outcome.json`` artifacts). Blocking: call it in a worker thread.
+:func:`default_artifacts_dir` is where the ``command`` executor copies them when its role names
+no ``artifacts_dir``: a run's directory is removed when the run ends (unless ``keep_workdirs``),
+and often lives on a tmpfs, so an artifact left there names a file that is gone.
 
 It may touch the file it hashes (read) and the copy's destination (directories created, the copy
-written through a temporary file); nothing of the tracker or the worker.
+written through a temporary file), and reads the environment variables that place the default
+directory; nothing of the tracker or the worker.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import os
 import stat
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FileDigest", "digest_file"]
+__all__ = ["FileDigest", "default_artifacts_dir", "digest_file"]
 
 _CHUNK = 1 << 20
 
@@ -30,6 +35,24 @@ class FileDigest:
     path: Path
     sha256: str
     size_bytes: int
+
+
+def default_artifacts_dir(environ: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """Where artifacts are kept when nothing says otherwise, and what chose it.
+
+    First that is set (an absolute path): ``$STATE_DIRECTORY/artifacts`` (a systemd unit's
+    ``StateDirectory=``, on disk: ``/var/lib/backlog-worker/artifacts`` for the rendered unit),
+    ``$XDG_DATA_HOME/backlog-worker/artifacts``; else ``~/.local/share/backlog-worker/artifacts``.
+    Never the run's directory nor a tmpfs: they are gone when the run or the host stops.
+    """
+    env = os.environ if environ is None else environ
+    for var, leaf in (("STATE_DIRECTORY", "artifacts"), ("XDG_DATA_HOME", "backlog-worker")):
+        # systemd joins several StateDirectory= paths with ':'; the first is ours.
+        first = (env.get(var) or "").split(":", 1)[0]
+        if os.path.isabs(first):
+            path = Path(first) / leaf
+            return (path if leaf == "artifacts" else path / "artifacts"), f"${var}"
+    return Path.home() / ".local" / "share" / "backlog-worker" / "artifacts", "~/.local/share"
 
 
 class _Stopped(Exception):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +17,15 @@ import pytest
 # default, so the suite gives its children that (a handler, unlike SIG_IGN, is reset by exec).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# A command's artifacts are kept where they outlive the run: by default under the user's data
+# directory (plugins.artifact_files.default_artifacts_dir). The suite's go to a directory of its
+# own, inherited by the workers it starts, never the developer's home.
+_DATA_HOME = tempfile.mkdtemp(prefix="backlog-worker-suite-data-")
+atexit.register(shutil.rmtree, _DATA_HOME, True)
+os.environ["XDG_DATA_HOME"] = _DATA_HOME
+os.environ.pop("STATE_DIRECTORY", None)
 
 
 @pytest.fixture

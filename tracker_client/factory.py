@@ -31,7 +31,14 @@ from tracker_client.protocol import Tracker
 if TYPE_CHECKING:
     from tracker_client.nulltickets.options import RetrySettings
 
-__all__ = ["open_tracker", "parse_sqlite_url", "require_rail"]
+__all__ = ["URL_FORMS", "open_tracker", "parse_sqlite_url", "require_rail"]
+
+#: Every form of a tracker URL, in one line: the help of every ``--tracker`` option and the
+#: error for an unknown scheme say it in these words.
+URL_FORMS = (
+    "sqlite:///path/rail.db (a rail file on this host), http(s)://host:port (a served rail or "
+    "a NullTickets server), postgresql://user@host:port/db (a PostgreSQL rail, the postgres extra)"
+)
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -122,7 +129,4 @@ async def open_tracker(
                 "postgres", f"tracker url {scheme}://... (the PostgreSQL rail)", exc
             ) from exc
         return await PostgresTracker.open(url, **options)
-    raise ConfigError(
-        f"tracker url {url!r}: unknown scheme {scheme!r} (use sqlite:///path.db, "
-        "http://host:port or postgresql://host/db)"
-    )
+    raise ConfigError(f"tracker url {url!r}: unknown scheme {scheme!r} (use {URL_FORMS})")

@@ -25,14 +25,15 @@ per pipeline) and the role's configuration; sending the trigger is :mod:`worker.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
-from plugins.api import Failure, Transition
+from plugins.api import Failure, NamedTrigger, Transition
 from tracker_client.errors import TrackerError, TrackerUnavailable
 from tracker_client.models import Pipeline, Task
 from tracker_client.protocol import LeaseTracker
@@ -45,6 +46,7 @@ __all__ = [
     "PipelineWays",
     "TriggerChoice",
     "choose_trigger",
+    "sent_trigger_problems",
     "trigger_problems",
 ]
 
@@ -270,6 +272,65 @@ def trigger_problems(roles: Sequence[RoleConfig], pipelines: Sequence[Pipeline])
                 if trigger not in ways
             )
     return problems
+
+
+#: How bad a problem is, as ``backlog-worker check`` reports it.
+Level = Literal["warn", "fail"]
+
+#: A role's stage: (pipeline name, stage, its triggers).
+_Stage = tuple[str, str, tuple[str, ...]]
+
+
+def _has(stages: Sequence[_Stage]) -> str:
+    return "; ".join(
+        f"stage {stage!r} of pipeline {name!r} has {', '.join(ways) or 'none'}"
+        for name, stage, ways in stages
+    )
+
+
+def _held(
+    role: RoleConfig, named: NamedTrigger, stages: Sequence[_Stage]
+) -> tuple[Level, str] | None:
+    """(level, text) when ``named`` is not a way out of every stage it may be sent from."""
+    missing = [s for s in stages if named.trigger not in s[2]]
+    if not missing:
+        return None
+    entry = f"role {role.name}: {named.source} sends trigger {named.trigger!r}"
+    if len(missing) < len(stages):  # right for some stages: meant for one pipeline, perhaps
+        return "warn", f"{entry}, which {_has(missing)} instead (a run there would fail)"
+    valid = sorted({w for _, _, ways in stages for w in ways})
+    close = difflib.get_close_matches(named.trigger, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return "fail", f"{entry}, which no stage it works on has ({_has(stages)}){hint}"
+
+
+def sent_trigger_problems(
+    role: RoleConfig, sent: Sequence[NamedTrigger], pipelines: Sequence[Pipeline]
+) -> list[tuple[Level, str]]:
+    """What ``backlog-worker check`` says, as ``(level, text)``, about each trigger ``role`` can
+    send: its executor's (``sent``, :class:`plugins.api.SupportsTriggers`: sent from every stage
+    of the role) and its ``default_trigger`` (sent from a stage with several ways out that no
+    ``[roles.triggers]`` entry covers). ``fail``: no stage it is sent from has it, so every run
+    would end ``invalid_trigger`` (with a "did you mean"); ``warn``: some of them lack it. A
+    role no pipeline gives a stage yet is not judged (its pipelines may come later)."""
+    stages = [
+        (p.name, stage, ways) for p in pipelines for stage, ways in _role_stages(p, role.name)
+    ]
+    if not stages:
+        return []
+    problems = [_held(role, named, stages) for named in sent]
+    if role.default_trigger:
+        chosen = [
+            (name, stage, ways)
+            for name, stage, ways in stages
+            if len(ways) > 1
+            and f"{name}.{stage}" not in role.triggers
+            and name not in role.triggers
+        ]
+        if chosen:
+            named = NamedTrigger(role.default_trigger, "default_trigger")
+            problems.append(_held(role, named, chosen))
+    return [p for p in problems if p is not None]
 
 
 def _role_stages(pipeline: Pipeline, role: str) -> list[tuple[str, tuple[str, ...]]]:

@@ -20,8 +20,12 @@ worker traces: the run span's W3C trace context, for the child's own spans). If 
 ``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
 optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
 (``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
-recorded, hashed and sized (see :mod:`plugins.command.outcome`); without ``artifacts_dir`` their
-``file://`` uris name the workdir, which is removed after the run unless ``keep_workdirs``.
+recorded, hashed and sized (see :mod:`plugins.command.outcome`), each copied first to
+``<artifacts_dir>/<task id>/<run id>/<path>``, so its ``file://`` uri names a file that outlives
+the run's directory (removed when the run ends unless ``keep_workdirs``); without
+``artifacts_dir`` that is :func:`~plugins.artifact_files.default_artifacts_dir`
+(``$STATE_DIRECTORY/artifacts`` under systemd, else ``~/.local/share/backlog-worker/artifacts``),
+and ``artifacts_dir = false`` leaves them in the run's directory.
 As an agent (the store, subtasks with ``wait_for``, ``checkpoint.json``, ``upstream.json``): see
 :mod:`plugins.command.agent`. Cancellation kills the whole process group.
 
@@ -40,7 +44,7 @@ from typing import Any
 
 import anyio
 
-from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.api import ExecutionContext, Failure, NamedTrigger, Outcome, Transition
 from plugins.command.agent import (
     apply_outcome,
     read_store_fields,
@@ -123,6 +127,14 @@ class CommandExecutor:
     def program(self) -> str:
         """argv[0] as configured (may hold placeholders)."""
         return self.options.argv_templates[0].source
+
+    def triggers(self) -> list[NamedTrigger]:
+        """The triggers ``exit_codes`` names (an ``outcome.json`` may name others, unseen)."""
+        return [
+            NamedTrigger(trigger, f'exit_codes "{code}"')
+            for code, trigger in sorted(self.options.exit_codes.items())
+            if trigger is not None
+        ]
 
     async def readiness(self) -> list[str]:
         """Check that argv[0] resolves to an executable file and a fixed ``cwd`` exists

@@ -25,7 +25,12 @@ Options (see the README and :mod:`plugins.command.executor`)::
     stream_limit_bytes = 65536             # per stream; the rest is only in the tail
     cwd = "/srv/repo"                      # default: the run's working directory (templated;
                                            # relative = the worker's directory)
-    artifacts_dir = "/srv/artifacts"       # outcome.json artifacts are copied here first
+    artifacts_dir = "/srv/artifacts"       # outcome.json artifacts are copied here first;
+                                           # default: a directory that outlives the run
+                                           # ($STATE_DIRECTORY/artifacts under systemd, else
+                                           # ~/.local/share/backlog-worker/artifacts); false:
+                                           # left in the run's directory (gone after the run
+                                           # unless keep_workdirs)
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from pydantic import (
     model_validator,
 )
 
+from plugins.artifact_files import default_artifacts_dir
 from plugins.command.template import Template
 from tracker_client.errors import ExecutorError
 from tracker_client.validation import describe_options, must
@@ -95,12 +101,17 @@ class CommandOptions(BaseModel):
     stream_output: _Flag = True
     stream_limit_bytes: Annotated[_Count, must("must be an integer >= 0")] = 65_536
     cwd: _PathText = None
-    artifacts_dir: _PathText = None
+    #: None: :func:`~plugins.artifact_files.default_artifacts_dir`; False: not copied.
+    artifacts_dir: Annotated[
+        _NonEmpty | Literal[False] | None,
+        must("must be a non-empty path string, or false (left in the run's directory)"),
+    ] = None
 
     _argv: tuple[Template, ...] = PrivateAttr(())
     _env: dict[str, Template] = PrivateAttr(default_factory=dict)
     _cwd: Template | None = PrivateAttr(None)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _default_artifacts: Path = PrivateAttr(default_factory=lambda: default_artifacts_dir()[0])
 
     @field_validator("argv")
     @classmethod
@@ -185,8 +196,13 @@ class CommandOptions(BaseModel):
 
     @property
     def artifacts_path(self) -> Path | None:
-        """``artifacts_dir`` as an absolute path."""
-        return None if self.artifacts_dir is None else self._base_dir / self.artifacts_dir
+        """Where ``outcome.json`` artifacts are copied: ``artifacts_dir`` as an absolute path,
+        the default (read when the options were) when unset, None when false (not copied)."""
+        if self.artifacts_dir is False:
+            return None
+        if self.artifacts_dir is None:
+            return self._default_artifacts
+        return self._base_dir / self.artifacts_dir
 
     @property
     def stdin_task_json(self) -> bool:

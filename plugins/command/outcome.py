@@ -10,7 +10,8 @@ Every key is optional; ``store``, ``spawn`` and ``wait_for`` are the agent keys
 directory and must stay inside it (no absolute path, no ``..`` or symlink leading out); ``kind``
 defaults to ``file``; ``meta`` (an object) is recorded with ``"path"`` added. The files are
 hashed and sized by :meth:`~plugins.api.ExecutionContext.artifact_file`, and copied to
-``<artifacts_dir>/<task id>/<run id>/<path>`` first when the executor has ``artifacts_dir``.
+``<artifacts_dir>/<task id>/<run id>/<path>`` first (the executor's ``artifacts_dir``, by default
+a directory that outlives the run: :func:`plugins.artifact_files.default_artifacts_dir`).
 
 It may touch the run's working directory only (``outcome.json`` read, the declared paths resolved
 inside it); hashing and copying the files is the context's.
@@ -157,7 +158,7 @@ async def record_artifacts(
     resolved: list[tuple[Path, str]],
     artifacts_dir: Path | None,
 ) -> list[str]:
-    """Record the checked files (copied under ``artifacts_dir`` first, if set); their ids."""
+    """Record the checked files (copied under ``artifacts_dir`` first, unless None); their ids."""
     ids: list[str] = []
     for item, (path, relative) in zip(declared, resolved, strict=True):
         copy_to = None

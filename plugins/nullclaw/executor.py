@@ -40,7 +40,7 @@ from typing import Any
 import anyio
 
 from plugins.agent import AgentUnsupported
-from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.api import ExecutionContext, Failure, NamedTrigger, Outcome, Transition
 from plugins.nullclaw.home import agent_argv, child_env, prepare_places, write_private
 from plugins.nullclaw.memory import keep_partial, recall, remember, resume_text
 from plugins.nullclaw.options import NullClawOptions, load_template, parse_options
@@ -106,6 +106,14 @@ class NullClawExecutor:
 
     def __repr__(self) -> str:
         return f"NullClawExecutor(binary={self.options.binary!r}, model={self.options.model!r})"
+
+    def triggers(self) -> list[NamedTrigger]:
+        """The triggers its verdict words map to, and ``verdict_fallback_trigger``."""
+        named = [NamedTrigger(t, f"triggers.{word}") for word, t in self.options.triggers.items()]
+        fallback = self.options.verdict_fallback_trigger
+        if fallback is not None:
+            named.append(NamedTrigger(fallback, "verdict_fallback_trigger"))
+        return named
 
     async def readiness(self) -> list[str]:
         """One line per problem that would stop a run (empty when ready)."""

@@ -31,8 +31,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.api import ExecutionContext, Failure, NamedTrigger, Outcome, Transition
 from plugins.python.options import parse_options, split_callable
+from plugins.python.outcomes import literal_triggers
 from plugins.python.sync import AbandonedThreads, ThreadContext, run_in_thread
 from tracker_client.errors import ExecutorError
 
@@ -101,6 +102,10 @@ class PythonExecutor:
         #: Threads of this role's cancelled runs still running (plain ``def`` only).
         self.abandoned = AbandonedThreads()
 
+    def triggers(self) -> list[NamedTrigger]:
+        """The literal triggers of the function's body (:mod:`plugins.python.outcomes`)."""
+        return literal_triggers(self.function, self.path)
+
     async def readiness(self) -> list[str]:
         """The function was imported at construction; the abandoned threads are under the cap."""
         refusal = self.refusal()
@@ -160,15 +165,38 @@ class PythonExecutor:
                 return Transition(
                     trigger=trigger, instructions=instructions, usage=result.get("usage")
                 )
+            if unknown:  # data returned as a result (the Celery habit), not an outcome
+                return self._not_an_outcome(f"a dict with {problem}", report=True)
             return Failure(
                 reason="bad_executor_output",
                 message=f"{self.path} returned a dict with {problem} "
                 "(allowed: trigger, instructions, usage)",
                 retryable=False,
             )
-        return Failure(
-            reason="bad_executor_output",
-            message=f"{self.path} returned {type(result).__name__}; expected Transition, "
-            "Failure, a dict or None",
-            retryable=False,
+        what = type(result).__name__
+        if isinstance(result, str) and result:
+            # return "approve": a trigger meant, or text meant as the result
+            return self._not_an_outcome(
+                f"the str {result[:40]!r}", report=True, hint=f"Transition({result[:40]!r})"
+            )
+        return self._not_an_outcome(what, report=not isinstance(result, bool))
+
+    def _not_an_outcome(self, what: str, *, report: bool, hint: str | None = None) -> Failure:
+        """The failure of a return value that is not an outcome, saying how to return one and,
+        for data, how a result is kept (a return value is not stored anywhere)."""
+        outcomes = (
+            "None (the stage's way out or the role's default trigger), Transition(\"trigger\"), "
+            'Failure(...) or {"trigger": ..., "instructions": ..., "usage": ...}'
         )
+        message = f"{self.path} returned {what}, which is not an outcome"
+        if report:
+            message += (
+                ' and is not stored: report a result with ctx.report("result", {...}, '
+                "flush=True) (awaited in an async def; `submit --wait` and `task show` print it), "
+                f"keep files with ctx.artifact_file(path, copy_to=...), then return {outcomes}"
+            )
+        else:
+            message += f": return {outcomes}"
+        if hint:
+            message += f"; to send that trigger: {hint}"
+        return Failure(reason="bad_executor_output", message=message, retryable=False)

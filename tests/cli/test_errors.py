@@ -106,3 +106,22 @@ def test_bad_config_file(tmp_path: Path) -> None:
     result = invoke(["task", "list", "--config", str(tmp_path / "absent.toml")])
     assert result.exit_code == 2
     assert "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            '[[role]]\nname = "coder"\nexecutor = "python"\n',
+            "role: unknown key (did you mean 'roles'?)",
+        ),
+        ("[wokrer]\nconcurrency = 2\n", "wokrer: unknown key (did you mean 'worker'?)"),
+    ],
+    ids=["role", "wokrer"],
+)
+def test_misspelt_worker_config_tables_are_named(tmp_path: Path, text: str, named: str) -> None:
+    config = tmp_path / "worker.toml"
+    config.write_text(text)
+    result = invoke(["check", "--config", str(config)])
+    assert result.exit_code == 2, result.output
+    assert f"{config}: {named}" in result.stderr

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from tests.cli.conftest import SIMPLE, Rail
+import pytest
+
+from tests.cli.conftest import SIMPLE, Rail, invoke, served_in_thread
+from worker.cli.ops.pipeline import definition_changes
 
 FLAGS = [
     "--state", "draft=writer", "--state", "review=reviewer", "--terminal", "done",
@@ -131,11 +137,66 @@ def test_bad_flag_shapes(rail: Rail) -> None:
     assert "missing pipeline NAME" in result.stderr
 
 
-def test_duplicate_name_is_a_conflict(rail: Rail) -> None:
-    rail.pipeline("dup")
-    result = rail.cli("pipeline", "create", "dup", *FLAGS)
-    assert result.exit_code == 1
-    assert "dup" in result.stderr or "duplicate" in result.stderr
+@contextmanager
+def _rail_url(kind: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh rail of ``kind``: an embedded file, one served over HTTP, a PostgreSQL schema."""
+    if kind == "embedded":
+        yield f"sqlite:///{tmp_path / 'rail.db'}"
+    elif kind == "served":
+        with served_in_thread(tmp_path / "served.db") as url:
+            yield url
+    else:
+        from tests.postgres.server import fresh_schema_url
+
+        yield fresh_schema_url(f"pipeline-create-{uuid.uuid4()}")
+
+
+@pytest.mark.parametrize("kind", ["embedded", "served", "postgres"])
+def test_create_is_idempotent_and_a_changed_definition_is_refused(
+    kind: str, tmp_path: Path
+) -> None:
+    with _rail_url(kind, tmp_path) as url:
+        first = invoke(["pipeline", "create", "review", *FLAGS, "--tracker", url, "--json"])
+        assert first.exit_code == 0, first.output
+        created = json.loads(first.stdout)
+        assert created["unchanged"] is False
+
+        # the same definition again, as a deploy script re-run would: nothing changes
+        again = invoke(["pipeline", "create", "review", *FLAGS, "--tracker", url])
+        assert again.exit_code == 0, again.output
+        assert f"pipeline review {created['id']} unchanged" in again.stdout
+        same = invoke(["pipeline", "create", "review", *FLAGS, "--tracker", url, "--json"])
+        assert json.loads(same.stdout) == {**created, "unchanged": True}
+
+        changed = [*FLAGS, "--transition", "draft:abandon:done"]
+        refused = invoke(["pipeline", "create", "review", *changed, "--tracker", url])
+        assert refused.exit_code == 1, refused.output
+        assert refused.stderr.startswith(
+            f"error: pipeline 'review' ({created['id']}) already exists with a different "
+            "definition (transitions added: draft:abandon:done): a pipeline cannot be changed "
+            "once created"
+        )
+        assert "under a new name (e.g. review-v2)" in refused.stderr
+        listed = invoke(["pipeline", "list", "--tracker", url, "--json"])
+        assert [p["id"] for p in json.loads(listed.stdout)] == [created["id"]]
+
+
+def test_definition_changes_name_what_differs() -> None:
+    old = {"initial": "a", "states": {"a": {"agent_role": "r"}, "b": {"terminal": True}},
+           "transitions": [{"from": "a", "trigger": "go", "to": "b"}]}  # fmt: skip
+    reordered = {"transitions": old["transitions"], "states": {"b": {"terminal": True},
+                 "a": {"agent_role": "r"}}, "initial": "a"}  # fmt: skip
+    assert definition_changes(old, reordered) == []
+    new = {**old, "states": {"a": {"agent_role": "q"}, "c": {"terminal": True}},
+           "transitions": [{"from": "a", "trigger": "go", "to": "c"}], "retry": "none"}  # fmt: skip
+    assert definition_changes(old, new) == [
+        "'retry' added",
+        "states added: c",
+        "states removed: b",
+        "states changed: a",
+        "transitions added: a:go:c",
+        "transitions removed: a:go:b",
+    ]
 
 
 def test_show_unknown_pipeline_lists_known_ones(rail: Rail) -> None:
@@ -144,3 +205,48 @@ def test_show_unknown_pipeline_lists_known_ones(rail: Rail) -> None:
     assert result.exit_code == 1
     assert "unknown pipeline 'nope'" in result.stderr
     assert "simple" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (  # a misspelt top-level key of the definition: named, not "'initial' must be ..."
+            'name = "x"\n[definition]\nintial = "a"\n[definition.states.a]\nagent_role = "r"\n'
+            "[definition.states.b]\nterminal = true\n"
+            '[[definition.transitions]]\nfrom = "a"\ntrigger = "go"\nto = "b"\n',
+            "definition: unknown key 'intial' (did you mean 'initial'?)",
+        ),
+        (  # a transition's key, before the rule that reads it
+            'name = "x"\n[definition]\ninitial = "a"\n[definition.states.a]\nagent_role = "r"\n'
+            "[definition.states.b]\nterminal = true\n"
+            '[[definition.transitions]]\nfrm = "a"\ntrigger = "go"\nto = "b"\n',
+            "transition #1: unknown key 'frm' (did you mean 'from'?)",
+        ),
+        (  # the file's own table: not "the file has no 'name'"
+            'name = "x"\n[definiton]\ninitial = "a"\n',
+            "unknown key 'definiton' (did you mean 'definition'?); a pipeline file holds "
+            "'name' and 'definition', or the definition alone",
+        ),
+        ('name = "x"\n', "has a 'name' but no 'definition' table"),
+    ],
+    ids=["intial", "frm", "definiton", "no-definition"],
+)
+def test_misspelt_pipeline_keys_are_named(
+    rail: Rail, tmp_path: Path, text: str, named: str
+) -> None:
+    path = tmp_path / "typo.toml"
+    path.write_text(text)
+    result = rail.cli("pipeline", "create", "-f", str(path))
+    assert result.exit_code == 2, result.output
+    assert named in result.stderr
+    assert rail.json("pipeline", "list") == []
+
+
+def test_a_misspelt_definition_table_is_named_with_the_name_on_the_command_line(
+    rail: Rail, tmp_path: Path
+) -> None:
+    path = tmp_path / "typo.toml"
+    path.write_text('[definiton]\ninitial = "a"\n')
+    result = rail.cli("pipeline", "create", "x", "-f", str(path))
+    assert result.exit_code == 2, result.output
+    assert "unknown key 'definiton' (did you mean 'definition'?)" in result.stderr

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.conftest import Rail, invoke
+from tests.cli.conftest import Rail, invoke, served_in_thread
 
 
 def _config(tmp_path: Path, url: str, argv: list[str]) -> Path:
@@ -87,3 +87,25 @@ def test_demo_json_is_the_summary(tmp_path: Path) -> None:
     assert doc["runs"] == sum(doc["runs_by_worker"].values()) >= 6
     assert doc["throughput_tasks_per_s"] > 0
     assert "finished 6/6" in proc.stderr  # the progress went to stderr
+
+
+def _token_check(url: str, tmp_path: Path, *args: str) -> str:
+    code, doc = _check("--config", str(_config(tmp_path, url, [sys.executable, "-V"])), *args)
+    assert code == 0, doc
+    [detail] = [c["detail"] for c in doc["checks"] if c["name"] == "api_token"]
+    return str(detail)
+
+
+def test_check_claims_no_token_it_did_not_send(
+    rail: Rail, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rail.pipeline()
+    detail = _token_check(rail.url, tmp_path)
+    assert detail == "rail read (1 pipeline(s)); a rail opened directly takes no api token"
+    monkeypatch.setenv("BACKLOG_WORKER_API_TOKEN", "s3cret-unused")
+    detail = _token_check(rail.url, tmp_path)
+    assert detail.endswith("(the one from BACKLOG_WORKER_API_TOKEN is not used)"), detail
+    monkeypatch.delenv("BACKLOG_WORKER_API_TOKEN")
+    with served_in_thread(tmp_path / "served.db") as url:  # a server that asks for no token
+        detail = _token_check(url, tmp_path)
+    assert detail == "tracker answered without an api token (0 pipeline(s)): it asks for none"

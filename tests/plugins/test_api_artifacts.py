@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from plugins.api import Failure, Transition
+from plugins.artifact_files import default_artifacts_dir
 from plugins.command.executor import CommandExecutor
 from plugins.testing import ExecutorHarness
 from tracker_client.errors import ExecutorError
@@ -149,7 +150,10 @@ async def test_command_declares_artifacts_in_its_outcome_file(tmp_path: Path) ->
     assert outcome == Transition(trigger="approve")
     report, log = harness.artifacts
     assert report.kind == "report"
-    assert report.uri == (workdir / "out" / "report.md").resolve().as_uri()
+    # copied where it outlives the run's directory (the suite's data home, tests/conftest.py)
+    kept = default_artifacts_dir()[0] / harness.task.id / harness.run_model.id / "out"
+    assert report.uri == (kept / "report.md").as_uri()
+    assert (kept / "report.md").read_text() == "all good\n"
     assert report.sha256 == sha(b"all good\n") and report.size_bytes == 9
     assert report.meta == {"lines": 1, "path": "out/report.md"}  # the real path wins
     assert (log.kind, log.meta, log.size_bytes) == ("file", {"path": "log.txt"}, 1000)
@@ -166,6 +170,26 @@ async def test_command_artifacts_are_copied_to_artifacts_dir(tmp_path: Path) -> 
     assert kept.read_text() == "kept\n"
     assert artifact.uri == kept.as_uri()
     assert artifact.sha256 == sha(b"kept\n")
+
+
+async def test_artifacts_dir_false_leaves_artifacts_in_the_run_directory(tmp_path: Path) -> None:
+    spec = {"files": {"a.txt": "here\n"}, "outcome": {"artifacts": [{"path": "a.txt"}]}}
+    harness = harness_for(spec, tmp_path / "run")
+    assert await harness.run(writer(tmp_path, artifacts_dir=False)) == Transition()
+    (artifact,) = harness.artifacts
+    assert artifact.uri == (tmp_path / "run" / "a.txt").resolve().as_uri()
+
+
+def test_the_default_artifacts_dir_outlives_runs_and_says_what_chose_it(tmp_path: Path) -> None:
+    home = Path.home() / ".local" / "share" / "backlog-worker" / "artifacts"
+    assert default_artifacts_dir({}) == (home, "~/.local/share")
+    assert default_artifacts_dir({"XDG_DATA_HOME": "relative"}) == (home, "~/.local/share")
+    assert default_artifacts_dir({"XDG_DATA_HOME": str(tmp_path)}) == (
+        tmp_path / "backlog-worker" / "artifacts",
+        "$XDG_DATA_HOME",
+    )
+    both = {"XDG_DATA_HOME": str(tmp_path), "STATE_DIRECTORY": "/var/lib/bw:/var/lib/other"}
+    assert default_artifacts_dir(both) == (Path("/var/lib/bw/artifacts"), "$STATE_DIRECTORY")
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,10 @@ async def test_return_values(tmp_path: Path, name: str, expected: object) -> Non
 @pytest.mark.parametrize(
     ("name", "problem"),
     [
-        ("a_string", "returned str; expected Transition, Failure, a dict or None"),
+        ("a_string", "returned the str 'complete', which is not an outcome and is not stored"),
+        ("a_string", "; to send that trigger: Transition('complete')"),
         ("bad_dict", "unknown key(s) 'colour'"),
+        ("bad_dict", 'report a result with ctx.report("result", {...}, flush=True)'),
         ("bad_trigger", "'trigger' must be a non-empty string, got 5"),
     ],
 )

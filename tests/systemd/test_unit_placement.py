@@ -259,3 +259,38 @@ def test_a_service_user_whose_home_protect_home_would_hide_gets_it_writable():
     assert s["ProtectHome"] == ["read-only"]
     assert root_home in s["ReadWritePaths"]
     assert "the home of User=root is" in result.stderr
+
+
+def test_python_path_directories_are_read_by_the_service(tmp_path):
+    config = _config(
+        tmp_path / "w.toml",
+        '[tracker]\nurl = "sqlite:///var/lib/backlog-worker/rail.db"\n'
+        '[worker]\npython_path = ["/home/alice/jobs", "lib"]\n',
+    )
+    found = [(p.path, p.writable) for p in config_paths(config) if p.label.endswith("python_path")]
+    # a relative entry is the config file's directory's, as the worker resolves it
+    assert found == [("/home/alice/jobs", False), (str(tmp_path / "lib"), False)]
+
+    home_only = _config(
+        tmp_path / "h.toml",
+        '[tracker]\nurl = "sqlite:///var/lib/backlog-worker/rail.db"\n'
+        '[worker]\npython_path = ["/home/alice/jobs"]\n',
+    )
+    result = _run("--config", str(home_only))
+    assert result.exit_code == 0, result.output
+    s = settings(result.stdout)
+    assert s["ProtectHome"] == ["read-only"]  # the jobs under /home stay importable
+    assert "ReadWritePaths" not in s  # read, never written
+    assert "worker.python_path is /home/alice/jobs" in result.stderr
+
+
+def test_a_commands_artifacts_dir_is_written_by_the_service(tmp_path):
+    config = _config(
+        tmp_path / "w.toml",
+        '[tracker]\nurl = "sqlite:///var/lib/backlog-worker/rail.db"\n'
+        '[[roles]]\nname = "coder"\nexecutor = "command"\n'
+        '[roles.options]\nargv = ["make"]\nartifacts_dir = "/srv/artifacts"\n',
+    )
+    found = {p.label.split(": ", 1)[1]: p for p in config_paths(config)}
+    assert found["roles[coder].options.artifacts_dir"].path == "/srv/artifacts"
+    assert found["roles[coder].options.artifacts_dir"].writable

@@ -87,10 +87,25 @@ def test_max_tasks_counts_claims_made_or_in_flight_but_not_empty_ones() -> None:
     pacing = ClaimPacing(4, max_tasks=2)
     pacing.claim_ended(pacing.claim_started(), found=True)
     a = pacing.claim_started()
-    assert pacing.next_step() is Step.STOP  # two reserved
+    # two reserved, one still out: wait for it (stopping now would lose its share if empty)
+    assert pacing.next_step() is Step.SETTLE
     pacing.claim_ended(a, found=False)  # found nothing: its reservation is freed
     assert pacing.reserved == 1
     assert pacing.next_step() is Step.IDLE
+    pacing.probe()
+    pacing.claim_ended(pacing.claim_started(), found=True)
+    assert pacing.next_step() is Step.STOP  # two tasks claimed, nothing in flight
+
+
+def test_max_tasks_stops_only_once_a_batch_of_claims_settled() -> None:
+    pacing = ClaimPacing(4, max_tasks=3)
+    batch = [pacing.claim_started() for _ in range(3)]  # one claim_many for 3 slots
+    assert pacing.next_step() is Step.SETTLE
+    pacing.claim_ended(batch[0], found=True)
+    pacing.claim_ended(batch[1], found=False)
+    pacing.claim_ended(batch[2], found=False)
+    assert pacing.reserved == 1
+    assert pacing.next_step() is Step.IDLE  # 2 of the budget left: claim again, not stop
 
 
 def test_an_abandoned_claim_frees_its_reservation_and_says_nothing() -> None:

@@ -118,15 +118,26 @@ def _no_unknown_keys(raw: Mapping[str, Any], known: tuple[str, ...], where: str)
         raise _fail(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(known)}")
 
 
+def _known_keys(definition: Mapping[str, Any]) -> None:
+    """Refuse a misspelt key before any rule reads the keys: ``intial`` is named as a typo of
+    ``initial``, not reported as a missing ``initial`` (states and transitions too, where they
+    have the shape to hold keys; the shape itself is the rules' to check)."""
+    _no_unknown_keys(definition, TOP_KEYS, "definition")
+    states = definition.get("states")
+    for sname, sdef in states.items() if isinstance(states, Mapping) else ():
+        if isinstance(sdef, Mapping):
+            _no_unknown_keys(sdef, STATE_KEYS, f"state {sname!r}")
+    transitions = definition.get("transitions")
+    for i, tdef in enumerate(transitions if isinstance(transitions, list) else (), start=1):
+        if isinstance(tdef, Mapping):
+            _no_unknown_keys(tdef, TRANSITION_KEYS, f"transition #{i}")
+
+
 def _strict_rules(
     definition: Mapping[str, Any], states: dict[str, StateDef], transitions: list[TransitionDef]
 ) -> None:
-    """The rules a new definition must also keep (stored ones are read without them)."""
-    _no_unknown_keys(definition, TOP_KEYS, "definition")
-    for sname, sdef in definition["states"].items():
-        _no_unknown_keys(sdef, STATE_KEYS, f"state {sname!r}")
-    for i, tdef in enumerate(definition["transitions"], start=1):
-        _no_unknown_keys(tdef, TRANSITION_KEYS, f"transition #{i}")
+    """The rules a new definition must also keep (stored ones are read without them); its
+    keys were checked first (:func:`_known_keys`)."""
     for t in transitions:
         if states[t.from_state].terminal:
             raise _fail(
@@ -167,6 +178,8 @@ def validate_definition(
     check_json_limits(definition, "pipeline definition")
     if not isinstance(definition, Mapping):
         raise _fail(f"must be a JSON object, got {type(definition).__name__}")
+    if strict:
+        _known_keys(definition)
     initial = definition.get("initial")
     if not _nonempty_str(initial):
         raise _fail("'initial' must be a non-empty string naming a state")

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import click
 
+from plugins.api import NamedTrigger, SupportsTriggers
 from tracker_client.errors import ConfigError, ExecutorError, TrackerError, TrackerUnavailable
 from worker.cli.check_report import CheckReport
 from worker.cli.check_telemetry import check_telemetry
@@ -35,10 +36,29 @@ from worker.cli.prepare import (
 )
 from worker.cli.token import token_options, token_overrides
 from worker.config.models import Config
-from worker.triggers import trigger_problems
+from worker.daemon import Role
+from worker.triggers import sent_trigger_problems, trigger_problems
 from worker.workdirs import check_workdir_base
 
 __all__ = ["check_command", "register"]
+
+
+def _sent_triggers(role: Role) -> list[NamedTrigger]:
+    """The triggers the role's executor says it may send (none when it cannot tell)."""
+    if not isinstance(role.executor, SupportsTriggers):
+        return []
+    return role.executor.triggers()
+
+
+def _token_detail(url: str, token_source: str, pipelines: int) -> str:
+    """What the authenticated read proved: a token only where one was sent, to a served rail."""
+    counted = f"{pipelines} pipeline(s)"
+    if not url.lower().startswith(("http://", "https://")):
+        unused = "" if token_source == NO_TOKEN else f" (the one {token_source} is not used)"
+        return f"rail read ({counted}); a rail opened directly takes no api token{unused}"
+    if token_source == NO_TOKEN:
+        return f"tracker answered without an api token ({counted}): it asks for none"
+    return f"tracker accepted the api token {token_source} ({counted})"
 
 
 async def _check(config: Config, report: CheckReport) -> None:
@@ -67,8 +87,7 @@ async def _check(config: Config, report: CheckReport) -> None:
         check = "api_token"
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             pipelines = await tracker.list_pipelines()
-        detail = f"tracker accepted the api token ({len(pipelines)} pipeline(s))"
-        report.add("api_token", "ok", detail)
+        report.add("api_token", "ok", _token_detail(url, token_source, len(pipelines)))
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             ceiling = (await tracker.capabilities()).max_lease_ttl_ms
         for role in config.roles:
@@ -81,6 +100,11 @@ async def _check(config: Config, report: CheckReport) -> None:
                 report.add(f"lease_ttl:{role.name}", "warn", detail)
         for problem in trigger_problems(config.roles, pipelines):
             report.add("triggers", "warn", problem)
+        for built_role in built:
+            for level, text in sent_trigger_problems(
+                built_role.config, _sent_triggers(built_role), pipelines
+            ):
+                report.add("triggers", level, text)
     except (TrackerUnavailable, TimeoutError) as exc:
         report.add(check, "fail", f"tracker {url} unreachable: {exc}")
     except TrackerError as exc:

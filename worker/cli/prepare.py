@@ -15,9 +15,10 @@ import click
 
 from plugins.api import SupportsReadiness
 from tracker_client.errors import ConfigError
-from tracker_client.factory import open_tracker
+from tracker_client.factory import URL_FORMS, open_tracker
 from tracker_client.protocol import Tracker
-from worker.config.models import Config, load_config
+from worker.config.importpath import use_python_path
+from worker.config.models import DEFAULT_TRACKER_URL, Config, load_config
 from worker.daemon import Role
 
 __all__ = [
@@ -66,8 +67,11 @@ def select_roles(config: Config, names: Sequence[str]) -> Config:
 
 
 def build_roles(config: Config) -> list[Role]:
-    """Load each role's executor through the plugin registry (``ExecutorError`` names it)."""
+    """Load each role's executor through the plugin registry (``ExecutorError`` names it),
+    after ``[worker] python_path`` is put on the import path (:func:`use_python_path`)."""
     from plugins.registry import load_executor
+
+    use_python_path(config)
 
     return [Role(config=r, executor=load_executor(r.executor, r.options)) for r in config.roles]
 
@@ -129,7 +133,10 @@ config_option = click.option(
     help="TOML configuration file (env BACKLOG_WORKER_CONFIG).",
 )
 tracker_option = click.option(
-    "--tracker", help="Tracker URL: sqlite:///path.db or http://host:port."
+    "--tracker",
+    metavar="URL",
+    help=f"Tracker URL: {URL_FORMS}. Default: the config's [tracker] url, else "
+    f"{DEFAULT_TRACKER_URL}.",
 )
 role_option = click.option(
     "--role", "roles", multiple=True, help="Serve only this configured role (repeatable)."

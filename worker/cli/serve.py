@@ -21,7 +21,7 @@ import anyio
 import click
 
 from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail, TrackerError
-from tracker_client.factory import open_tracker
+from tracker_client.factory import URL_FORMS, open_tracker
 from worker.cli.serve_token import TOKEN_ENV, read_token, warn_about_the_token
 
 if TYPE_CHECKING:
@@ -201,7 +201,8 @@ def register(group: click.Group) -> None:
         "url",
         envvar="BACKLOG_WORKER_TRACKER__URL",
         required=True,
-        help="The embedded rail to serve, e.g. sqlite:///var/lib/backlog-worker/rail.db",
+        help=f"The rail to serve, as every --tracker names one ({URL_FORMS}); not an "
+        "http(s):// one, which is served already.",
     )
     @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
     @click.option("--port", default=7700, show_default=True, type=click.IntRange(0, 65535))

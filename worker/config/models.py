@@ -126,6 +126,12 @@ class WorkerConfig(_Frozen):
     #: not loaded), ``uvloop`` insists on uvloop (a configuration error where it is missing).
     #: Read at start-up (a reload keeps the running loop).
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    #: Directories put first on the worker's import path (``sys.path``) before the executors
+    #: are built: where a python job's ``callable`` module (or a plugin's) lives, so neither a
+    #: shell nor a systemd unit needs ``PYTHONPATH``. A relative entry is the config file's
+    #: directory's (without a file, the working directory's); each must be a directory.
+    #: Read at start-up (a reload keeps it: modules already imported stay as they are).
+    python_path: tuple[Path, ...] = ()
 
     @field_validator("agent_id", mode="before")
     @classmethod
@@ -390,4 +396,9 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
             raise ConfigError(sources.describe(("worker", "workdir"), found[1]))
     keys = {name: getattr(s, name) for name in ConfigFile.model_fields}
     keys["tracker"] = s.tracker.with_token(token, token_source)
+    if s.worker.python_path:
+        # relative to the file that names them (a unit's working directory is not the user's)
+        base = source.absolute().parent if source is not None else Path.cwd()
+        paths = tuple(Path(os.path.normpath(base / p)) for p in s.worker.python_path)
+        keys["worker"] = s.worker.model_copy(update={"python_path": paths})
     return Config(**keys, source=source)

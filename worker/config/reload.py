@@ -4,8 +4,9 @@ Applied to new claims (in-flight runs keep theirs): the roles (executors rebuilt
 ``max_concurrency``, ``timeout_s``, ``lease_ttl_s``, triggers) and the ``[worker]`` keys
 :meth:`~worker.daemon.Worker.set_config` takes (``concurrency`` resizes the slots). Every other
 key (the whole ``[tracker]`` table: its connection is open; ``agent_id``; ``max_tasks``,
-``drain``, ``maintenance_interval_s``, ``event_loop``; logging) keeps its running value, and each
-one that changed is named in a WARNING, so an edit is never silently ignored.
+``drain``, ``maintenance_interval_s``, ``event_loop``, ``python_path``; logging) keeps its
+running value, and each one that changed is named in a WARNING, so an edit is never silently
+ignored.
 
 No I/O: it compares two loaded configurations and logs the keys that need a restart; applying them
 is :meth:`~worker.daemon.Worker.set_config`'s.
@@ -22,7 +23,14 @@ __all__ = ["RESTART_TOP_KEYS", "RESTART_WORKER_KEYS", "plan_reload"]
 log = logging.getLogger("backlog_worker.cli")
 
 #: ``[worker]`` keys read once at start-up: a reload keeps their running values.
-RESTART_WORKER_KEYS = ("agent_id", "max_tasks", "drain", "maintenance_interval_s", "event_loop")
+RESTART_WORKER_KEYS = (
+    "agent_id",
+    "max_tasks",
+    "drain",
+    "maintenance_interval_s",
+    "event_loop",
+    "python_path",
+)
 #: Top-level keys and tables read once at start-up (the logging set-up, the metrics listener
 #: and the trace exporter).
 RESTART_TOP_KEYS = ("log_level", "log_format", "metrics", "tracing")

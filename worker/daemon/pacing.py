@@ -37,7 +37,7 @@ class Step(enum.Enum):
     SETTLE = "settle"
     #: The round found no work and every claim settled: idle (or end a drain), then probe.
     IDLE = "idle"
-    #: ``max_tasks`` claims were made: claim no more.
+    #: ``max_tasks`` tasks were claimed (none is still being claimed): claim no more.
     STOP = "stop"
 
 
@@ -102,7 +102,11 @@ class ClaimPacing:
     def next_step(self) -> Step:
         """What the loop does now."""
         if self.max_tasks and self.reserved >= self.max_tasks:
-            return Step.STOP
+            # The budget is reserved by the claims in flight too; it is spent only once they
+            # found their tasks. An empty one gives its share back: the loop settles first,
+            # then claims again (a worker stopped here while its claims came back empty would
+            # exit having run fewer than ``max_tasks``, or none on an empty queue).
+            return Step.SETTLE if self.in_flight else Step.STOP
         if self._found_no_work:
             return Step.SETTLE if self.in_flight else Step.IDLE
         if self.in_flight >= self._cap:

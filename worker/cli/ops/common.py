@@ -32,7 +32,7 @@ from tracker_client.errors import (
     BacklogWorkerError,
     NotFound,
 )
-from tracker_client.factory import open_tracker, require_rail
+from tracker_client.factory import URL_FORMS, open_tracker, require_rail
 from tracker_client.models import Pipeline
 from tracker_client.nulltickets.options import OPERATOR_RETRY
 from tracker_client.protocol import Tracker
@@ -117,7 +117,7 @@ def common_options(func: F) -> F:
         "tracker_url",
         default=None,
         metavar="URL",
-        help="Tracker URL (sqlite:///path.db or http://host:port). Default: "
+        help=f"Tracker URL: {URL_FORMS}. Default: "
         f"$BACKLOG_WORKER_TRACKER_URL, the config's [tracker] url, else {DEFAULT_TRACKER_URL}.",
     )(func)
     return func

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from tracker_client.factory import URL_FORMS
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import OpsContext, resolve_tracker
 from worker.cli.token import token_options
@@ -126,8 +127,8 @@ def _server(config: Any, announce: str) -> Any:
     "tracker_url",
     default=None,
     metavar="URL",
-    help="The rail to show: sqlite:///path.db (opened here) or http://host:port (a served "
-    "or NullTickets rail). Default: $BACKLOG_WORKER_TRACKER_URL or the config's [tracker].",
+    help=f"The rail to show: {URL_FORMS}. Default: $BACKLOG_WORKER_TRACKER_URL or the "
+    "config's [tracker].",
 )
 @click.option(
     "--config",

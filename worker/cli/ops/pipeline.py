@@ -7,6 +7,9 @@ opened) and the terminal.
 
 from __future__ import annotations
 
+import difflib
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from tracker_client.errors import Conflict, NotFound, Unsupported
 from tracker_client.models import Pipeline
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
@@ -27,7 +31,7 @@ from worker.cli.ops.common import (
 )
 from worker.cli.ops.input import read_structured_file
 
-__all__ = ["definition_from_flags", "pipeline_group", "render_pipeline"]
+__all__ = ["definition_changes", "definition_from_flags", "pipeline_group", "render_pipeline"]
 
 
 @click.group("pipeline")
@@ -73,9 +77,36 @@ def definition_from_flags(
     return {"initial": initial or next(iter(defined)), "states": defined, "transitions": edges}
 
 
+#: The keys of a pipeline file that holds its name: ``{name, definition}``.
+FILE_KEYS = ("name", "definition")
+
+
+def _file_keys(path: Path, data: Mapping[str, Any]) -> None:
+    """Refuse a misspelt key of the ``{name, definition}`` form: a ``[definiton]`` table would
+    otherwise make the whole file read as a definition (and fail as one, or say 'no name')."""
+    named = "name" in data or "definition" in data
+    for key in data:
+        if key in FILE_KEYS:
+            continue
+        close = difflib.get_close_matches(str(key), FILE_KEYS, n=1, cutoff=0.7)
+        if named or close:
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise OpsError(
+                f"pipeline file {str(path)!r}: unknown key {key!r}{hint}; a pipeline file holds "
+                "'name' and 'definition', or the definition alone",
+                EXIT_USAGE,
+            )
+    if named and "definition" not in data:
+        raise OpsError(
+            f"pipeline file {str(path)!r} has a 'name' but no 'definition' table", EXIT_USAGE
+        )
+
+
 def _from_file(path: Path, name: str | None) -> tuple[str, Any]:
     """(name, definition) from a file holding a definition, or ``{name, definition}``."""
     data = read_structured_file(path, "pipeline file")
+    if isinstance(data, dict):
+        _file_keys(path, data)
     if isinstance(data, dict) and "definition" in data:
         file_name = data.get("name")
         if file_name is not None and not isinstance(file_name, str):
@@ -90,6 +121,64 @@ def _from_file(path: Path, name: str | None) -> tuple[str, Any]:
             EXIT_USAGE,
         )
     return chosen, definition
+
+
+def _canonical(value: Any) -> str:
+    """One text per JSON value, whatever its key order (a rail may store it re-ordered)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _edge(t: Any) -> str:
+    if isinstance(t, Mapping):
+        return f"{t.get('from')}:{t.get('trigger')}:{t.get('to')}"
+    return _canonical(t)
+
+
+def definition_changes(stored: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """What ``given`` changes in ``stored``, one short phrase each (empty: the same pipeline).
+
+    Key order does not count (JSON objects); the order of ``transitions`` does not either (the
+    rail keys them by ``from`` and ``trigger``), but anything else of a transition does.
+    """
+    changes: list[str] = []
+    for key in sorted(set(stored) | set(given)):
+        old, new = stored.get(key), given.get(key)
+        if key == "transitions" and isinstance(old, list) and isinstance(new, list):
+            before = {_canonical(t): _edge(t) for t in old}
+            after = {_canonical(t): _edge(t) for t in new}
+            added = [e for k, e in after.items() if k not in before]
+            removed = [e for k, e in before.items() if k not in after]
+            if added:
+                changes.append(f"transitions added: {', '.join(added)}")
+            if removed:
+                changes.append(f"transitions removed: {', '.join(removed)}")
+        elif key == "states" and isinstance(old, Mapping) and isinstance(new, Mapping):
+            for verb, names in (
+                ("added", [n for n in new if n not in old]),
+                ("removed", [n for n in old if n not in new]),
+                (
+                    "changed",
+                    [n for n in new if n in old and _canonical(old[n]) != _canonical(new[n])],
+                ),
+            ):
+                if names:
+                    changes.append(f"states {verb}: {', '.join(map(str, names))}")
+        elif _canonical(old) != _canonical(new):
+            if key not in stored:
+                changes.append(f"{key!r} added")
+            elif key not in given:
+                changes.append(f"{key!r} removed")
+            else:
+                changes.append(f"{key!r} changed")
+    return changes
+
+
+#: How a pipeline is changed today (a pipeline is immutable once created: tasks follow it).
+HOW_TO_CHANGE = (
+    "a pipeline cannot be changed once created (its tasks are in its stages); create the new "
+    "definition under a new name (e.g. {name}-v2) and send new tasks there "
+    "(no command changes a pipeline in place yet)"
+)
 
 
 @pipeline_group.command("create")
@@ -123,6 +212,10 @@ def pipeline_create(
 ) -> None:
     """Create a pipeline from a file or from flags.
 
+    Creating a pipeline that exists with the same definition changes nothing and exits 0
+    ("unchanged"), so the command can sit in a deploy script; a different definition under
+    an existing name is refused (exit 1), naming what differs.
+
     \b
     backlog-worker pipeline create -f review.toml
     backlog-worker pipeline create review --state draft=writer --state review=reviewer \\
@@ -148,15 +241,50 @@ def pipeline_create(
         validate_definition(definition)
     pipeline_name = name
 
-    async def create(tracker: Tracker) -> int:
-        pipeline_id = await tracker.create_pipeline(
-            pipeline_name, definition, idempotency_key=idempotency_key
-        )
+    async def existing(tracker: Tracker) -> Pipeline | None:
+        try:
+            pipelines = await tracker.list_pipelines()
+        except (NotFound, Unsupported):
+            return None  # a server that lists none: the create says whether the name is taken
+        for found in pipelines:
+            if found.name == pipeline_name:
+                return found
+        return None
+
+    def answer(pipeline_id: str, unchanged: bool) -> int:
         if ops.as_json:
-            ops.emit_json({"id": pipeline_id, "name": pipeline_name})
+            ops.emit_json({"id": pipeline_id, "name": pipeline_name, "unchanged": unchanged})
+        elif unchanged:
+            ops.print(f"pipeline {pipeline_name} {pipeline_id} unchanged (same definition)")
         else:
             ops.print(f"created pipeline {pipeline_name} {pipeline_id}")
         return 0
+
+    def same_or_refuse(found: Pipeline) -> int:
+        changes = definition_changes(found.definition, json.loads(json.dumps(definition)))
+        if not changes:
+            return answer(found.id, unchanged=True)
+        raise OpsError(
+            f"pipeline {pipeline_name!r} ({found.id}) already exists with a different "
+            f"definition ({'; '.join(changes)}): " + HOW_TO_CHANGE.format(name=pipeline_name)
+        )
+
+    async def create(tracker: Tracker) -> int:
+        # Looked up first: a deploy script re-running the create must not fail, and a server
+        # that let two pipelines share a name would otherwise get a second one.
+        found = await existing(tracker)
+        if found is not None:
+            return same_or_refuse(found)
+        try:
+            pipeline_id = await tracker.create_pipeline(
+                pipeline_name, definition, idempotency_key=idempotency_key
+            )
+        except Conflict:
+            found = await existing(tracker)  # created meanwhile (another deploy)
+            if found is None:
+                raise
+            return same_or_refuse(found)
+        return answer(pipeline_id, unchanged=False)
 
     ops.run(create, create=True)
 

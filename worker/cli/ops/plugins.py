@@ -30,6 +30,7 @@ from worker.cli.ops.common import (
     common_options,
     input_errors,
 )
+from worker.config.importpath import use_python_path
 from worker.config.models import RoleConfig, load_config
 
 __all__ = ["PluginStatus", "plugins_command", "probe_plugins"]
@@ -141,6 +142,7 @@ def plugins_command(tracker_url: str | None, config_path: Path | None, as_json: 
     ops = OpsContext.build(tracker_url, config_path, as_json)
     with input_errors():
         config = load_config(config_path)
+        use_python_path(config)  # a python job's module imports as the worker imports it
         statuses = anyio.run(probe_plugins, config.roles)
     if ops.as_json:
         ops.emit_json([s.as_json() for s in statuses])

@@ -57,7 +57,7 @@ TMP_ROOTS = ("/tmp", "/var/tmp")  # noqa: S108 - names the directories, creates 
 #: The system units' ``StateDirectory=``: always writable, never needs ``ReadWritePaths=``.
 STATE_DIR = "/var/lib/backlog-worker"
 #: Executor options naming a directory the executor writes (nullclaw, command).
-_WRITTEN_OPTIONS = ("home", "workspace_dir", "answers_dir", "cwd")
+_WRITTEN_OPTIONS = ("home", "workspace_dir", "answers_dir", "cwd", "artifacts_dir")
 #: Executor options naming a file the executor only reads.
 _READ_OPTIONS = ("prompt_template_file",)
 
@@ -147,7 +147,8 @@ def rail_dir(url: str) -> str | None:
 
 
 def config_paths(config: Path) -> list[ConfiguredPath]:
-    """The absolute paths a worker config names: rail directory, workdir, token file, executor
+    """The absolute paths a worker config names: rail directory, workdir, token file, the
+    python_path directories (made absolute against the config's directory), executor
     directories. Read straight from the TOML (no validation, no token read: the token file is
     often root-only); relative paths stay inside the working directory or the credentials
     directory, which the unit provides."""
@@ -165,9 +166,16 @@ def config_paths(config: Path) -> list[ConfiguredPath]:
     token = tracker.get("api_token_file")
     if isinstance(token, str) and token.startswith("/"):
         found.append(ConfiguredPath(f"{config}: tracker.api_token_file", token))
-    workdir = (data.get("worker") or {}).get("workdir")
+    worker: dict[str, Any] = data.get("worker") or {}
+    workdir = worker.get("workdir")
     if isinstance(workdir, str) and workdir.startswith("/"):
         found.append(ConfiguredPath(f"{config}: worker.workdir", workdir, True))
+    python_path = worker.get("python_path")
+    for entry in python_path if isinstance(python_path, list) else ():
+        if isinstance(entry, str) and entry:
+            # read by the service: relative to the config file, as the worker resolves it
+            where = os.path.normpath(config.absolute().parent / entry)
+            found.append(ConfiguredPath(f"{config}: worker.python_path", where))
     for role in data.get("roles") or []:
         options = role.get("options") or {} if isinstance(role, dict) else {}
         name = role.get("name", "?") if isinstance(role, dict) else "?"
