@@ -39,10 +39,13 @@ def parse(argv: list[str]) -> click.Command:
 
 
 def commands_of(block: Block) -> list[list[str]]:
-    """The block's ``backlog-worker`` lines, each cut at a redirection or a pipe."""
+    """The block's ``backlog-worker`` lines (``sudo -u USER`` in front of one included), each
+    cut at a redirection or a pipe."""
     found = []
     for line in shell_commands(block.body):
         words = shlex.split(line, comments=True)
+        if words[:2] == ["sudo", "-u"]:
+            words = words[3:]
         if not words or words[0] != "backlog-worker":
             continue
         for i, word in enumerate(words):
@@ -56,6 +59,13 @@ def commands_of(block: Block) -> list[list[str]]:
 
 def test_some_blocks_are_marked() -> None:
     assert len(_marked()) >= 4
+
+
+def test_a_command_run_as_another_user_is_parsed() -> None:
+    block = Block(
+        "probe.md", 1, "sh", "", "sudo -u svc backlog-worker check --config c.toml\n", "", ""
+    )
+    assert commands_of(block) == [["check", "--config", "c.toml"]]
 
 
 @pytest.mark.parametrize("block", _marked(), ids=lambda b: b.where)
