@@ -52,7 +52,7 @@ def _tour_adapt(command: str) -> tuple[str, int]:
     """What the operating tour needs to run unattended: no worker ends a ``submit --wait``
     here (exit 5 when its timeout runs out), and a live ``--watch`` is asked for one refresh."""
     if command.startswith("backlog-worker submit") and "--wait" in command:
-        return command.replace("--timeout 10m", "--timeout 200ms"), 5
+        return command.replace("--timeout 5s", "--timeout 200ms"), 5
     if "--watch" in command:
         return f"{command} --iterations 1", 0
     return command, 0

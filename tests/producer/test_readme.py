@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.docs.blocks import ROOT, find, shell_commands
 from tests.docs.blocks import blocks as page_blocks
 from tests.producer.conftest import TOKEN, count_tasks, make_rail, served
 
@@ -22,8 +24,11 @@ PAGE = "docs/submit/producer.md"
 
 
 def blocks() -> dict[str, str]:
-    """The page's python code blocks, by their title (the file name)."""
-    named = {b.title: b.body for b in page_blocks(PAGE) if b.lang == "python"}
+    """The page's python code blocks, by their title (the file name); an included file under
+    examples/ (the web app) is not one: tests/test_examples.py serves it."""
+    named = {
+        b.title: b.body for b in page_blocks(PAGE) if b.lang == "python" and not b.snippet_paths
+    }
     assert set(named) == {"app.py", "script.py"}, named.keys()
     return named
 
@@ -69,9 +74,18 @@ def test_the_page_examples_run_verbatim(where: str, tmp_path: Path) -> None:
     assert count_tasks(path) == 2 * 5 + 8
 
 
-def test_the_default_url_is_the_rail_in_the_working_directory(tmp_path: Path) -> None:
-    make_rail(tmp_path / "rail.db")
+def test_the_default_url_is_the_rail_the_page_makes(tmp_path: Path) -> None:
+    """The page's set-up command as written (from a copy of the clone's examples/), then
+    script.py with no URL set: it finds the rail in the working directory."""
+    (tmp_path / "examples").mkdir()
+    shutil.copytree(ROOT / "examples" / "pipelines", tmp_path / "examples" / "pipelines")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for line in shell_commands(find(PAGE, lang="sh").body):
+        made = subprocess.run(
+            ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert made.returncode == 0, made.stderr
     done = subprocess.run(
         [sys.executable, "-c", blocks()["script.py"]],
         cwd=tmp_path,
