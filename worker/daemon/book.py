@@ -73,6 +73,13 @@ class SettingsBook:
         ceiling_ms = self._caps.max_lease_ttl_ms
         return ttl if ceiling_ms is None else min(ttl, ceiling_ms / 1000)
 
+    @property
+    def heartbeat_grant_s(self) -> float | None:
+        """What a heartbeat of the tracker grants whatever TTL it asks (a plain NullTickets
+        heartbeat resets the lease to its 300 s ceiling); None where the TTL asked is kept."""
+        ceiling_ms = self._caps.max_lease_ttl_ms
+        return None if ceiling_ms is None else ceiling_ms / 1000
+
     def for_role(self, role: Role) -> RunSettings:
         """The run settings of ``role`` (built once per role and configuration)."""
         name = role.config.name
@@ -88,5 +95,6 @@ class SettingsBook:
                 idempotency_keys=self._caps.answers_can_be_lost,
                 telemetry=self.telemetry,
                 reports=self._reports,
+                heartbeat_grant_s=self.heartbeat_grant_s,
             )
         return settings

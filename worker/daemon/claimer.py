@@ -399,13 +399,14 @@ class Claimer:
             if lease.task.task_version > 1:  # else there is no transition to read
                 run.instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
             result = await run.execute()
+            if result.landed:
+                self._progress.tick()  # the report landed: a round trip that worked
             stats.count(result)
             self._drain_check.failed(lease.task.id, result.retry_at_ms)
         except Exception as exc:  # a bug in our own reporting must not take the worker down
             stats.last_error = f"run {lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})
         finally:
-            self._progress.tick()
             runs.discard(run)
             self.pacing.run_finished()
             stats.in_flight = len(runs)

@@ -156,16 +156,17 @@ class Worker:
 
     def progress_problem(self) -> str | None:
         """Why the worker looks wedged, or None. Progress is a tracker round trip that worked:
-        a claim answered (with or without a task), a run finished (both ticked by the claimer),
-        a heartbeat accepted (read off each run's lease). None within the budget, or a claim
-        stuck past its own, is a problem; retries of a failing call are not progress."""
+        a claim answered (with or without a task), a run's report landed (both ticked by the
+        claimer; a run lost to a hung tracker is not progress), a heartbeat answered (read off
+        each run's lease). None within the budget, or a claim stuck past its own, is a
+        problem; retries of a failing call are not progress."""
         if self.state is not WorkerState.RUNNING:
             return None  # starting and stopping never withhold the watchdog
         monitor = self.progress
         now = monitor.clock()
         for run in self.claimer.runs:
-            # A run's lease was last extended (or claimed) one TTL before it runs out.
-            monitor.tick(at=now - run.settings.lease_ttl_s + run.lease_remaining_s())
+            # When the tracker last confirmed the run's lease (claim or heartbeat answered).
+            monitor.tick(at=now - run.lease_confirmed_ago_s())
         return monitor.problem()
 
     def _progress_budget_s(self) -> float:

@@ -2,14 +2,24 @@
 
 A heartbeat that hangs (the tracker accepted the connection and never answers) only fails after
 the request timeout, which may be far longer than the lease. So a run does not wait for the
-tracker to say the lease is gone: it keeps the lease's end on its own monotonic clock and every
-scope doing work under the lease (the executor, then the final report) gets that end, minus a
-safety margin, as its deadline. A heartbeat that got through moves the end forward.
+tracker to say the lease is gone: it keeps the lease's end on its own monotonic clock. Two ends
+are kept (docs/guarantees/stalled-tracker.md):
 
-The end is the earlier of ``sent + ttl`` (``sent`` = when the claim or heartbeat was *started*,
-so a slow answer never lengthens it) and the tracker's own ``expires_at_ms`` read against our
-wall clock. A tracker clock behind ours only shortens the lease (safe); one far enough ahead to
-say "already expired" is taken for clock skew and ignored.
+* :attr:`LocalLease.expires_at`, the *confirmed* end: what the tracker last answered, counted
+  from when that claim or heartbeat was *sent* (a slow answer never lengthens it). Every scope
+  doing work under the lease (the executor, its writes) gets it, minus a safety margin, as its
+  deadline: past it someone else may hold the task.
+* :attr:`LocalLease.held_until`, the latest end the tracker *may* hold: a heartbeat that hung
+  may still have landed, and one that lands grants ``grant_s`` from its arrival. On a plain
+  NullTickets server that is 300 s whatever TTL was asked (its heartbeat resets every lease to
+  300 s), so one hung heartbeat after a landed one leaves the task held for five minutes. The
+  final report (a transition, or handing the run back) keeps trying until then instead of
+  abandoning the task: the tracker refuses a write under a lease that is really gone, so trying
+  is safe, and giving up would strand the task until the tracker's own expiry.
+
+The confirmed end is the earlier of ``sent + grant`` and the tracker's own ``expires_at_ms``
+read against our wall clock. A tracker clock behind ours only shortens the lease (safe); one far
+enough ahead to say "already expired" is taken for clock skew and ignored.
 
 It may touch anyio's cancel scopes and the monotonic and wall clocks only: no tracker, no I/O.
 """
@@ -51,56 +61,133 @@ def loop_time() -> float:
 
 
 class LocalLease:
-    """The lease's end on ``anyio.current_time()``'s clock; watched scopes follow its deadline."""
+    """The lease's ends on ``anyio.current_time()``'s clock (see the module docstring): watched
+    work scopes follow the confirmed end, watched report scopes the latest end it may hold."""
 
-    __slots__ = ("_scopes", "expires_at", "margin_s", "ttl_s")
+    __slots__ = (
+        "_flying",
+        "_reports",
+        "_scopes",
+        "confirmed_at",
+        "expires_at",
+        "grant_s",
+        "held_until",
+        "margin_s",
+        "ttl_s",
+    )
 
-    def __init__(self, ttl_s: float, *, sent_at: float, tracker_expires_ms: int | None) -> None:
-        """A lease of ``ttl_s`` claimed at ``sent_at``; the tracker said ``tracker_expires_ms``."""
+    def __init__(
+        self,
+        ttl_s: float,
+        *,
+        sent_at: float,
+        tracker_expires_ms: int | None,
+        heartbeat_grant_s: float | None = None,
+    ) -> None:
+        """A lease of ``ttl_s`` claimed at ``sent_at``; the tracker said ``tracker_expires_ms``.
+        ``heartbeat_grant_s``: what a heartbeat grants whatever TTL it asks (300 s on a plain
+        NullTickets server); None: the TTL asked."""
         self.ttl_s = ttl_s
+        #: What one heartbeat that lands grants, from its arrival at the tracker.
+        self.grant_s = ttl_s if heartbeat_grant_s is None else max(ttl_s, heartbeat_grant_s)
         self.margin_s = safety_margin_s(ttl_s)
-        self.expires_at = self._end(sent_at, tracker_expires_ms)
+        self.expires_at = self._end(sent_at, tracker_expires_ms, ttl_s)
+        #: When the tracker last confirmed the lease (the send time of that claim or heartbeat).
+        self.confirmed_at = sent_at
+        #: The latest the tracker may hold the lease (the claim's answer came by now).
+        self.held_until = max(self.expires_at, loop_time() + ttl_s)
+        self._flying = 0  # heartbeats sent and not yet answered nor given up
         self._scopes: list[anyio.CancelScope] = []
+        self._reports: list[anyio.CancelScope] = []
 
-    def _end(self, sent_at: float, tracker_expires_ms: int | None) -> float:
-        end = sent_at + self.ttl_s
+    @staticmethod
+    def _end(sent_at: float, tracker_expires_ms: int | None, granted_s: float) -> float:
+        end = sent_at + granted_s
         if tracker_expires_ms is not None:
             left = tracker_expires_ms / 1000 - time.time()
-            if 0 < left < self.ttl_s:  # else: skew, or the TTL is the earlier end anyway
+            if 0 < left < granted_s:  # else: skew, or the grant is the earlier end anyway
                 end = min(end, loop_time() + left)
         return end
 
     @property
     def deadline(self) -> float:
-        """When work under the lease must stop: its end minus the safety margin."""
+        """When work under the lease must stop: its confirmed end minus the safety margin."""
         return self.expires_at - self.margin_s
+
+    @property
+    def report_deadline(self) -> float:
+        """When trying to report or hand the run back is pointless: the latest end the tracker
+        may hold the lease (with a heartbeat in flight, it may still land before
+        :attr:`held_until` and grant ``grant_s`` from there)."""
+        return self.held_until + self.grant_s if self._flying else self.held_until
 
     def remaining_s(self) -> float:
         """Seconds until :attr:`deadline`, never negative."""
         return max(0.0, self.deadline - loop_time())
 
     def expired(self) -> bool:
-        """Whether the deadline has passed."""
+        """Whether the deadline (of work under the confirmed end) has passed."""
         return loop_time() >= self.deadline
 
+    def released(self) -> bool:
+        """Whether the tracker can no longer hold the lease (:attr:`report_deadline` passed)."""
+        return loop_time() >= self.report_deadline
+
+    # -- heartbeats: the one place the ends move ----------------------------------------------
+    def heartbeat_sent(self) -> None:
+        """A heartbeat is on its way: until it is answered or given up it may land."""
+        self._flying += 1
+        self._follow()
+
     def extended(self, sent_at: float, tracker_expires_ms: int | None) -> None:
-        """A heartbeat started at ``sent_at`` succeeded: move the end (and every deadline)."""
-        self.expires_at = self._end(sent_at, tracker_expires_ms)
+        """The heartbeat sent at ``sent_at`` was answered: the tracker's answer is the lease's
+        end now (it grants ``grant_s`` from the heartbeat's arrival, between sending and now)."""
+        self._flying = max(0, self._flying - 1)
+        self.expires_at = self._end(sent_at, tracker_expires_ms, self.grant_s)
+        self.confirmed_at = sent_at
+        self.held_until = max(self.expires_at, loop_time() + self.grant_s)
+        self._follow()
+
+    def unanswered(self) -> None:
+        """A heartbeat ended without an answer (failed, timed out, cancelled): it may have
+        landed at any time before now, though not after the lease had already run out."""
+        self._flying = max(0, self._flying - 1)
+        now = loop_time()
+        self.held_until = max(self.held_until, min(now, self.held_until) + self.grant_s)
+        self._follow()
+
+    def _follow(self) -> None:
         for scope in self._scopes:
             scope.deadline = self.deadline
+        for scope in self._reports:
+            scope.deadline = self.report_deadline
 
+    # -- scopes ---------------------------------------------------------------------------------
     def watch(self, scope: anyio.CancelScope) -> anyio.CancelScope:
-        """Give ``scope`` the lease's deadline from now on; returns it."""
+        """Give ``scope`` (work under the lease) the lease's deadline from now on; returns it."""
         scope.deadline = self.deadline
         self._scopes.append(scope)
         return scope
 
+    def watch_report(self, scope: anyio.CancelScope) -> anyio.CancelScope:
+        """Give ``scope`` (the final report) :attr:`report_deadline` from now on; returns it."""
+        scope.deadline = self.report_deadline
+        self._reports.append(scope)
+        return scope
+
     def unwatch(self, scope: anyio.CancelScope) -> None:
         """Stop moving ``scope``'s deadline."""
-        if scope in self._scopes:
-            self._scopes.remove(scope)
+        for scopes in (self._scopes, self._reports):
+            if scope in scopes:
+                scopes.remove(scope)
+
+    def cancel_work(self) -> None:
+        """The lease could not be confirmed in time: cancel every watched work scope (a report
+        may still go through)."""
+        for scope in self._scopes:
+            scope.cancel()
 
     def cancel_all(self) -> None:
-        """The lease is gone: cancel every watched scope."""
-        for scope in self._scopes:
+        """The tracker said the lease is gone: cancel every watched scope."""
+        for scope in (*self._scopes, *self._reports):
             scope.cancel()

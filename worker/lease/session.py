@@ -57,10 +57,13 @@ class LeaseSession:
         ttl_s: float,
         claimed_at: float | None = None,
         reports: ReportBatcher | None = None,
+        heartbeat_grant_s: float | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``reports``: the worker's batcher
-        of final reports (None: each report is its own call)."""
+        of final reports (None: each report is its own call). ``heartbeat_grant_s``: what a
+        heartbeat of this tracker grants whatever TTL it asks (300 s on a plain NullTickets
+        server; None: the TTL asked)."""
         self.tracker = tracker
         self.reports = reports
         #: The claimed lease: its task and run, for the executor's context and the log.
@@ -74,8 +77,9 @@ class LeaseSession:
             ttl_s,
             sent_at=loop_time() if claimed_at is None else claimed_at,
             tracker_expires_ms=lease.expires_at_ms,
+            heartbeat_grant_s=heartbeat_grant_s,
         )
-        #: Why the lease is gone (a heartbeat said so, or could not get through), or None.
+        #: Why the lease is gone (the tracker said so, or it ran out by our clock), or None.
         self.lost: LeaseLost | None = None
         self._scrub: RunScrubber | None = None
         self._agent: AgentCalls | None = None
@@ -102,23 +106,36 @@ class LeaseSession:
         return self.clock.remaining_s()
 
     def check_expired(self) -> LeaseLost | None:
-        """Why the lease is gone, noting an end by our own clock that no heartbeat reported."""
-        if self.lost is None and self.clock.expired():
+        """Why the lease is gone, noting an end by our own clock that no heartbeat reported:
+        the tracker said so, or it can no longer hold the lease even if a hung heartbeat
+        landed (:meth:`LocalLease.released`). A lease past its confirmed end only is not gone:
+        the run still reports or hands the task back (docs/guarantees/stalled-tracker.md)."""
+        if self.lost is None and self.clock.released():
             self.lost = LeaseLost(
                 "the lease ran out by the worker's clock before a heartbeat got through",
                 code="expired_locally",
             )
         return self.lost
 
+    def expired(self) -> bool:
+        """Whether the lease's confirmed end (less the margin) has passed: no more work under
+        it, though the tracker may still hold it for a report."""
+        return self.clock.expired()
+
     # -- keeping the lease ----------------------------------------------------------------------
     async def heartbeat(self) -> bool:
-        """Extend the lease (retried while it lasts). When it is gone, or could not be extended
-        before running out, every scope watching the clock is cancelled and False returned:
-        nothing more may be written under it."""
+        """Extend the lease (retried while it is confirmed). False to stop heartbeating: when
+        the tracker says it is gone, every scope watching the clock is cancelled (nothing more
+        may be written under it); when no heartbeat got through before the confirmed end, the
+        work is cancelled but the report may still try, until the latest end the tracker may
+        hold (a hung heartbeat may have landed: :mod:`worker.lease.clock`)."""
         ttl_ms = int(self.ttl_s * 1000)
         sent = anyio.current_time()
         agent = self._agent
         data = agent.take_checkpoint() if agent is not None else UNSET
+        clock = self.clock
+        clock.heartbeat_sent()
+        answered = False
         try:
             if data is UNSET:
                 expires_ms = await self.calls.read(
@@ -128,16 +145,23 @@ class LeaseSession:
                 )
             else:
                 expires_ms = await self._heartbeat_with(data, ttl_ms)
+            answered = True
         except LeaseLost as exc:
+            answered = True  # the tracker's answer: the lease is gone
             self.lost = exc
-        except TrackerUnavailable as exc:
-            # We could not extend the lease before it ran out: someone else may have it now.
-            self.lost = LeaseLost(f"heartbeat failed until the lease ran out: {exc}")
-        else:
-            self.clock.extended(sent, expires_ms)
-            return True
-        self.clock.cancel_all()
-        return False
+            clock.unanswered()
+            clock.cancel_all()
+            return False
+        except TrackerUnavailable:
+            # Not confirmed before the confirmed end: someone else may hold the task soon, so
+            # the work stops; the report still tries (the heartbeat may have landed).
+            clock.cancel_work()
+            return False
+        finally:
+            if not answered:  # given up, timed out or cancelled: it may have landed
+                clock.unanswered()
+        clock.extended(sent, expires_ms)
+        return True
 
     async def _heartbeat_with(self, data: Any, ttl_ms: int) -> int:
         """A heartbeat carrying the pending checkpoint; one the rail refuses is dropped (and

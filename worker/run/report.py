@@ -47,6 +47,12 @@ __all__ = ["FinalReport"]
 
 #: The code of a ``wait_for`` that would close a dependency cycle (or name the task itself).
 CYCLE = "dependency_cycle"
+#: The run ended by the worker's shutdown: the task is given back, no attempt spent.
+SHUTDOWN = "worker_shutdown"
+#: The executor was stopped at the lease's confirmed end (no heartbeat got through) while the
+#: tracker may still hold the lease: the task is given back rather than left held
+#: (docs/guarantees/stalled-tracker.md).
+LEASE_EXPIRED = "lease_expired"
 
 
 class FinalReport:
@@ -69,12 +75,14 @@ class FinalReport:
         self._log = log
 
     async def send(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
-        """The report, stopped at the lease's end by our clock (or when a heartbeat finds the
-        lease gone)."""
+        """The report, stopped when the tracker can no longer hold the lease by our clock
+        (a hung heartbeat may have landed: until then the task is held, and the report keeps
+        trying, refused by the tracker if the lease is gone) or when it says the lease is
+        gone."""
         session = self._session
         result: RunResult | None = None
         # Shielded from the worker's shutdown, yet ended by its own deadline.
-        with session.clock.watch(anyio.CancelScope(shield=True)) as scope:
+        with session.clock.watch_report(anyio.CancelScope(shield=True)) as scope:
             try:
                 result = await self._report(ctx, outcome)
             finally:
@@ -200,17 +208,22 @@ class FinalReport:
     async def _release(
         self, failure: Failure, budget: float, events: list[tuple[str, Any]]
     ) -> RunResult:
-        """A shutdown is not the task's fault: give the task back without spending an attempt
-        (a NullTickets server, which cannot, is left to let the lease expire)."""
+        """A shutdown or a lease stopped by a hung tracker is not the task's fault: give the
+        task back without spending an attempt. A rail that cannot (plain NullTickets) leaves
+        a shutdown's task to its lease's expiry; a stopped lease's task is failed (retryable)
+        instead, as the tracker may hold it 300 s after a heartbeat that landed."""
         await self._session.add_events(events)
         try:
-            result = await self._session.release(failure.reason, budget_s=budget)
-            how = "given back" if result.released else "left to its lease's expiry"
+            released = (await self._session.release(failure.reason, budget_s=budget)).released
         except Unsupported:
-            how = "left to its lease's expiry"
+            released = False
+        if not released and failure.reason == LEASE_EXPIRED:
+            return await self._fail_run(failure, budget, [])
+        why = "shutdown" if failure.reason == SHUTDOWN else "an unconfirmed lease"
         self._log.info(
-            "run ended by shutdown: task %s, no attempt counted",
-            how,
+            "run ended by %s: task %s, no attempt counted",
+            why,
+            "given back" if released else "left to its lease's expiry",
             extra={"action": "run_released", "reason": failure.reason},
         )
         return RunResult("released", failure.reason)
@@ -218,8 +231,14 @@ class FinalReport:
     async def _fail(
         self, failure: Failure, budget: float, events: list[tuple[str, Any]]
     ) -> RunResult:
-        if failure.reason == "worker_shutdown":
+        if failure.reason in (SHUTDOWN, LEASE_EXPIRED):
             return await self._release(failure, budget, events)
+        return await self._fail_run(failure, budget, events)
+
+    async def _fail_run(
+        self, failure: Failure, budget: float, events: list[tuple[str, Any]]
+    ) -> RunResult:
+        """Fail the run: its ``error`` event and the fail (one request where reports batch)."""
         session = self._session
         details = {
             "reason": failure.reason,

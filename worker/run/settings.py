@@ -42,6 +42,10 @@ class RunSettings:
     telemetry: Telemetry = field(default=NOOP, compare=False)
     #: The worker's batcher of final reports (the rail has ``finish_many``), or None.
     reports: ReportBatcher | None = field(default=None, compare=False)
+    #: What one heartbeat grants whatever TTL it asks: 300 s on a plain NullTickets server,
+    #: whose heartbeat resets every lease to that; None where the TTL asked is kept. The
+    #: lease's ends follow it (docs/guarantees/stalled-tracker.md).
+    heartbeat_grant_s: float | None = None
     _calls: TrackerCalls = field(init=False, repr=False, compare=False)
     _report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
 
@@ -73,6 +77,7 @@ class RunSettings:
             ttl_s=self.lease_ttl_s,
             claimed_at=claimed_at,
             reports=self.reports,
+            heartbeat_grant_s=self.heartbeat_grant_s,
         )
 
 
@@ -87,3 +92,10 @@ class RunResult:
     #: A failed run's task retries from then (the tracker's clock, epoch ms), when it says so:
     #: a draining worker waits for it.
     retry_at_ms: int | None = None
+
+    @property
+    def landed(self) -> bool:
+        """Whether the run's report reached the tracker and was answered (a transition, a fail,
+        a release, or a conflict the tracker named): the watchdog's progress. A run lost to a
+        hung tracker, or whose report failed, is not."""
+        return self.status in ("transitioned", "failed", "released", "conflict")

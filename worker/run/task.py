@@ -5,16 +5,20 @@ The shape (DESIGN.md "One task, end to end"):
 1. The executor runs in the run's own task while the worker's :class:`~worker.keeper.LeaseKeeper`
    heartbeats the lease every ttl/3 and flushes buffered reports (one keeper task for all runs,
    instead of two loops per run). A heartbeat that says the lease is gone cancels the executor
-   at once and nothing more is written for the run. So does the lease running out by the
-   worker's own clock (:mod:`worker.lease.clock`), even while a heartbeat hangs unanswered.
+   at once and nothing more is written for the run. The lease running out by the worker's own
+   clock (:mod:`worker.lease.clock`: its confirmed end), even while a heartbeat hangs
+   unanswered, cancels the executor too; but the tracker may still hold the lease (the hung
+   heartbeat may have landed, and a plain NullTickets heartbeat grants 300 s), so the run is
+   then handed back (``lease_expired``) rather than abandoned
+   (docs/guarantees/stalled-tracker.md).
 2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
    and fails the run with reason ``timeout`` (:mod:`plugins.supervise`, shared with the
    plugin test harness).
 3. The outcome is reported under a shield (:class:`~worker.run.report.FinalReport`). The
    keeper's heartbeats stop when the executor ends (on NullTickets each one resets the lease to
    300 s, so a worker killed mid-report would strand the task that long); the report heartbeats
-   only when it is still retrying as the lease nears its end, and stops at the lease's end by
-   our clock.
+   only when it is still retrying as the lease nears its end, and stops when the tracker can
+   no longer hold the lease by our clock.
 
 Every call under the lease goes through the run's :class:`~worker.lease.LeaseSession`;
 :class:`TaskRun` itself supervises the executor: its context, its workdir, its time limit, the
@@ -46,8 +50,9 @@ from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.keeper import LeaseKeeper
 from worker.lease import LeaseSession
+from worker.lease.clock import loop_time
 from worker.run.log import RunLog
-from worker.run.report import FinalReport
+from worker.run.report import LEASE_EXPIRED, SHUTDOWN, FinalReport
 from worker.run.settings import RunResult, RunSettings
 from worker.telemetry import RunTelemetry
 from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
@@ -163,6 +168,11 @@ class TaskRun:
         """Seconds the lease is still ours (by our own clock, less the safety margin)."""
         return self.session.remaining_s()
 
+    def lease_confirmed_ago_s(self) -> float:
+        """Seconds since the tracker last confirmed the lease (the claim or heartbeat answered,
+        counted from when it was sent): the watchdog's progress of a busy run."""
+        return loop_time() - self.session.clock.confirmed_at
+
     # -- the run --------------------------------------------------------------------------------
     def cancel(self) -> None:
         """Cancel the executor (shutdown past its grace); the final report still happens."""
@@ -267,6 +277,7 @@ class TaskRun:
         self._reporting = True
         if self._on_executed is not None:
             self._on_executed()
+        # Gone: the tracker said so, or can no longer hold it even if a hung heartbeat landed.
         lost = self.session.check_expired()
         if lost is not None:
             self._log.warning(
@@ -275,9 +286,17 @@ class TaskRun:
                 extra={"action": "lease_lost"},
             )
             return RunResult("lost", lost.code)
-        if outcome is None:  # cancelled by the worker's shutdown
+        if outcome is None and self.session.expired() and not self._shutdown.is_set():
+            # Stopped at the lease's confirmed end: the tracker may still hold the lease (a
+            # hung heartbeat may have landed), so the task is handed back, not abandoned.
             outcome = Failure(
-                reason="worker_shutdown",
+                reason=LEASE_EXPIRED,
+                message="no heartbeat got through before the lease's end by the worker's clock",
+                retryable=True,
+            )
+        elif outcome is None:  # cancelled by the worker's shutdown
+            outcome = Failure(
+                reason=SHUTDOWN,
                 message="the worker shut down before the task finished",
                 retryable=True,
             )
