@@ -129,7 +129,7 @@ async def test_hung_heartbeats_cancel_the_executor_when_the_lease_runs_out(
             ("released", "lease_expired")
         ]
         first = [r for r in await tracker.list_runs(task_id) if r.id == run_id]
-        assert first and first[0].status != "failed" and first[0].error is None
+        assert first and first[0].status == "released"
 
 
 async def test_the_local_end_is_the_earlier_of_the_ttl_and_the_trackers_expiry() -> None:
