@@ -96,5 +96,6 @@ class SettingsBook:
                 telemetry=self.telemetry,
                 reports=self._reports,
                 heartbeat_grant_s=self.heartbeat_grant_s,
+                can_release=self._caps.release,
             )
         return settings

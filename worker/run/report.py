@@ -212,6 +212,8 @@ class FinalReport:
         task back without spending an attempt. A rail that cannot (plain NullTickets) leaves
         a shutdown's task to its lease's expiry; a stopped lease's task is failed (retryable)
         instead, as the tracker may hold it 300 s after a heartbeat that landed."""
+        if failure.reason == LEASE_EXPIRED and not self._settings.can_release:
+            return await self._fail_run(failure, budget, events)
         await self._session.add_events(events)
         try:
             released = (await self._session.release(failure.reason, budget_s=budget)).released

@@ -46,6 +46,9 @@ class RunSettings:
     #: whose heartbeat resets every lease to that; None where the TTL asked is kept. The
     #: lease's ends follow it (docs/guarantees/stalled-tracker.md).
     heartbeat_grant_s: float | None = None
+    #: The tracker gives a task back at once on ``release`` (a plain NullTickets server has no
+    #: such route: a run to hand back is failed there, retryable).
+    can_release: bool = True
     _calls: TrackerCalls = field(init=False, repr=False, compare=False)
     _report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
 
