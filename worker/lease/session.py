@@ -83,6 +83,8 @@ class LeaseSession:
         self.lost: LeaseLost | None = None
         self._scrub: RunScrubber | None = None
         self._agent: AgentCalls | None = None
+        #: A heartbeat gave up before the confirmed end: the work was stopped.
+        self.unconfirmed = False
         #: Why the rail refused the last checkpoint a heartbeat carried (None: no refusal).
         self.checkpoint_error: str | None = None
 
@@ -118,9 +120,10 @@ class LeaseSession:
         return self.lost
 
     def expired(self) -> bool:
-        """Whether the lease's confirmed end (less the margin) has passed: no more work under
-        it, though the tracker may still hold it for a report."""
-        return self.clock.expired()
+        """Whether the lease's confirmed end (less the margin) has passed, or a heartbeat gave
+        up before it: no more work under it, though the tracker may still hold it for a
+        report."""
+        return self.unconfirmed or self.clock.expired()
 
     # -- keeping the lease ----------------------------------------------------------------------
     async def heartbeat(self) -> bool:
@@ -155,6 +158,7 @@ class LeaseSession:
         except TrackerUnavailable:
             # Not confirmed before the confirmed end: someone else may hold the task soon, so
             # the work stops; the report still tries (the heartbeat may have landed).
+            self.unconfirmed = True
             clock.cancel_work()
             return False
         finally:
