@@ -1,6 +1,6 @@
 """The worker against a stalling plain NullTickets server, next to a minimal reference worker.
 
-    python -m bench.stall [--tasks 300] [--workers 2] [--concurrency 4] [--task-s 1.0]
+    python -m bench.stall [--tasks 300] [--workers 2] [--concurrency 4] [--task-s 2.5]
                           [--ttl-s 2] [--hang-rate 0.01] [--hang-s 12] [--kills 0]
                           [--deadline-s 400] [--seed 1]
 
@@ -12,7 +12,8 @@ advertises nothing, so the worker sees a plain NullTickets server). The proxy ho
 ``--hang-rate`` of all requests for ``--hang-s`` seconds, then forwards them (a tracker that
 gets unstuck and handles them late); the same seed gives both phases the same fault pattern.
 ``--kills N`` also kills (SIGKILL) a worker process N times, evenly over the reference's
-expected time, restarting it at once.
+expected time, restarting it at once. A task lasts several heartbeats (every TTL/3): the trap
+needs a heartbeat to hang after an earlier one landed.
 
 1. ``worker``: ``python -m worker run`` (the ``python`` executor sleeping ``--task-s``), its
    default request timeout (10 s) and retries;
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", type=int, default=300)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--task-s", type=float, default=1.0)
+    p.add_argument("--task-s", type=float, default=2.5)
     p.add_argument("--ttl-s", type=float, default=2.0)
     p.add_argument("--hang-rate", type=float, default=0.01)
     p.add_argument("--hang-s", type=float, default=12.0)
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--deadline-s", type=float, default=400.0)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers and workers too
     expected = args.tasks * args.task_s / (args.workers * args.concurrency)
     print(
         f"{args.tasks} tasks of {args.task_s:g}s, {args.workers} workers x {args.concurrency} "

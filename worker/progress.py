@@ -18,8 +18,9 @@ __all__ = ["ProgressMonitor"]
 class ProgressMonitor:
     """A ready-made watchdog probe: "the loop ticked recently and no call is stuck".
 
-    The daemon calls :meth:`tick` whenever it demonstrably made progress (a claim loop
-    iteration, a successful heartbeat, a finished task) and wraps tracker calls in
+    The daemon calls :meth:`tick` whenever it demonstrably made progress (a claim answered, a
+    heartbeat answered, a run's report that landed: not a run lost to a hung tracker,
+    docs/guarantees/stalled-tracker.md) and wraps tracker calls in
     :meth:`call` with their time budget. The monitor itself is the probe: calling it returns
     False when the last tick is older than ``stall_after_s`` or a tracked call has run past its
     budget. ``stall_after_s`` must exceed the longest legitimate quiet period (the idle
