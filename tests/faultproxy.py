@@ -15,8 +15,12 @@ of all requests) or the ``nth`` matching ones (the second heartbeat). With ``pla
 the proxy makes a ``backlog-worker tracker serve`` behind it behave as a plain NullTickets
 server does where the worker's leases are concerned (docs/guarantees/stalled-tracker.md): its
 ``/health`` advertises no extensions (so the client uses none: no release, no batched reports,
-no persistent connections), and every heartbeat asks for 300 s whatever the worker asked, as a
-NullTickets heartbeat resets every lease to 300 s.
+no persistent connections), every heartbeat asks for 300 s whatever the worker asked, as a
+NullTickets heartbeat resets every lease to 300 s, and a claim sent again with the same
+``Idempotency-Key`` gets the answer recorded for that key, the same lease with the same token,
+as NullTickets replays it. (The served tracker stores only a token's hash, so its replay mints
+a fresh token: a hung claim that lands after its retry would otherwise take the lease from the
+retry's holder, which a NullTickets server never does.)
 
 The proxy runs on its own thread (:meth:`FaultProxy.start`), so a synchronous test driving real
 worker processes, or a bench, can use it; :attr:`FaultProxy.stats` counts what it did.
@@ -67,7 +71,8 @@ class FaultProxy:
     hangs: Sequence[Hang] = ()
     seed: int = 1
     plain_nulltickets: bool = False
-    #: ``forwarded``, ``hung``, ``hung_landed``, ``health_rewritten``, ``heartbeat_rewritten``.
+    #: ``forwarded``, ``hung``, ``hung_landed``, ``health_rewritten``, ``heartbeat_rewritten``,
+    #: ``claim_replayed``.
     stats: Counter[str] = field(default_factory=Counter)
     #: The request lines seen, in order.
     seen: list[str] = field(default_factory=list)
@@ -75,6 +80,7 @@ class FaultProxy:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+        self._claims: dict[bytes, bytes] = {}  # plain NullTickets: claim answers by key
         self._matched: Counter[int] = Counter()
         self._lock = threading.Lock()
         self._stack = contextlib.ExitStack()
@@ -142,7 +148,14 @@ class FaultProxy:
         if rule is not None and not rule.landed:
             self.stats["hung"] += 1
             await _hold(rule.hang_s)
-        response = await self._forward(request)
+        key = self._claim_key(line, request)
+        response = self._claims.get(key) if key else None
+        if response is None:
+            response = await self._forward(request)
+            if key and response is not None and not response.startswith(b"HTTP/1.1 5"):
+                self._claims[key] = response
+        else:
+            self.stats["claim_replayed"] += 1
         if rule is not None and rule.landed:
             self.stats["hung_landed"] += 1
             await _hold(rule.hang_s)
@@ -170,6 +183,17 @@ class FaultProxy:
         return response
 
     # -- plain NullTickets -----------------------------------------------------------------------
+    def _claim_key(self, line: str, request: bytes) -> bytes | None:
+        """The ``Idempotency-Key`` of a claim (plain NullTickets mode only), else None."""
+        if not self.plain_nulltickets or not line.startswith("POST /leases/claim "):
+            return None
+        head = request.partition(b"\r\n\r\n")[0]
+        for header in head.split(b"\r\n")[1:]:
+            name, _, value = header.partition(b":")
+            if name.strip().lower() == b"idempotency-key":
+                return value.strip()
+        return None
+
     def _rewrite_request(self, line: str, request: bytes) -> bytes:
         """A heartbeat asks for 300 s (a plain NullTickets heartbeat ignores what was asked)."""
         if not self.plain_nulltickets or not line.startswith("POST /leases/"):
