@@ -17,7 +17,7 @@ from tests.contract.support import (
     task_events,
 )
 from tests.contract.test_fan_in import planner_pipeline
-from tracker_client.errors import NotFound
+from tracker_client.errors import LeaseLost, NotFound
 from tracker_client.models import ArtifactCreate, RetryPolicy
 from tracker_client.protocol import Tracker
 
@@ -190,3 +190,57 @@ async def test_a_dependent_requeued_before_its_upstream_still_waits(tracker: Tra
     await tracker.requeue(upstream)
     await tracker.transition(await claim(tracker, "worker"), "complete")
     assert (await claim(tracker)).task.id == child
+
+
+@pytest.mark.requires("fan_in", BACKLOG_OPS)
+async def test_a_task_created_on_a_dead_or_cancelled_upstream_is_dead_lettered_at_once(
+    tracker: Tracker,
+) -> None:
+    works = await make_pipeline(tracker, simple_pipeline("worker", retry={"max_attempts": 1}))
+    pid = await make_pipeline(tracker)
+    dead, gone = await tracker.create_tasks([new_task(works, "dead"), new_task(works, "gone")])
+    await tracker.fail(await claim(tracker, "worker"), "broken")
+    await tracker.cancel(gone)
+    on_dead = await tracker.create_task(new_task(pid, "on dead", dependencies=[dead]))
+    on_gone, on_both = await tracker.create_tasks(
+        [
+            new_task(pid, "on cancelled", dependencies=[gone]),
+            new_task(pid, "on both", dependencies=[gone, dead]),
+        ]
+    )
+    reasons = {t.id: t.dead_letter_reason for t in await all_tasks(tracker)}
+    assert (reasons[on_dead], reasons[on_gone], reasons[on_both]) == (
+        "upstream_dead_lettered",
+        "upstream_cancelled",
+        "upstream_cancelled",  # the first dependency listed that never resolves
+    )
+    events = [e for e in await task_events(tracker, on_dead) if e.kind == "dead_letter"]
+    assert [e.data["upstream_task_id"] for e in events] == [dead]
+    assert await tracker.claim("a", "coder", 60_000) is None
+    waited = (
+        await tracker.wait(on_dead, timeout_s=0.1) if (await tracker.capabilities()).wait else None
+    )
+    assert waited is None or (waited.finished and waited.outcome == "dead_lettered")
+
+
+@pytest.mark.requires("fan_in", BACKLOG_OPS)
+async def test_adding_a_dependency_on_a_dead_upstream_dead_letters_the_task_at_once(
+    tracker: Tracker,
+) -> None:
+    works = await make_pipeline(tracker, simple_pipeline("worker", retry={"max_attempts": 1}))
+    pid = await make_pipeline(tracker)
+    dead = await tracker.create_task(new_task(works, "dead"))
+    await tracker.fail(await claim(tracker, "worker"), "broken")
+    waiting, running = await tracker.create_tasks([new_task(pid, "waiting"), new_task(pid, "run")])
+    lease = await claim(tracker)
+    assert lease.task.id == waiting
+    await tracker.add_dependency(waiting, dead)  # leased: it loses its lease, as propagation does
+    await tracker.add_dependency(running, dead)
+    for task_id in (waiting, running):
+        task = await tracker.get_task(task_id)
+        assert task.dead_letter_reason == "upstream_dead_lettered"
+        events = [e for e in await task_events(tracker, task_id) if e.kind == "dead_letter"]
+        assert [e.data["upstream_task_id"] for e in events] == [dead]
+    assert await tracker.claim("a", "coder", 60_000) is None
+    with pytest.raises(LeaseLost):
+        await tracker.heartbeat(lease)

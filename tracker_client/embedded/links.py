@@ -9,6 +9,7 @@ from __future__ import annotations
 from tracker_client.embedded.common import Ctx, dependencies_of, list_assignments
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent, no_answer, replay_none
+from tracker_client.embedded.runs import dead_letter_if_upstream_dead
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
 from tracker_client.models import Assignment, Dependency
 
@@ -43,7 +44,8 @@ def _cycle(ctx: Ctx, task_id: str, upstream: str) -> list[str] | None:
 
 
 def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
-    """Make ``task_id`` wait for ``upstream``; refuses self, cycles and duplicates."""
+    """Make ``task_id`` wait for ``upstream``; refuses self, cycles and duplicates. An upstream
+    already dead-lettered or cancelled never resolves: the task is dead-lettered at once."""
     if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
         raise NotFound(f"task {task_id} not found", code="task_not_found")
     if task_id == upstream:
@@ -67,6 +69,7 @@ def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
         (task_id, upstream, ctx.now),
     )
     ctx.conn.execute("UPDATE tasks SET has_deps = 1 WHERE id = ?", (task_id,))
+    dead_letter_if_upstream_dead(ctx, task_id)
 
 
 def list_dependencies(ctx: Ctx, task_id: str) -> list[Dependency]:

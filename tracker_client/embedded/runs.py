@@ -22,6 +22,7 @@ __all__ = [
     "add_event",
     "check_lease",
     "dead_letter",
+    "dead_letter_if_upstream_dead",
     "fail",
     "token_hash",
     "transition",
@@ -166,10 +167,7 @@ def transition(
         )
     if edges:
         fanin.add_edges(ctx, task["id"], edges)
-        dead = fanin.dead_upstream(ctx, task["id"])
-        if dead is not None and not pipeline.is_terminal(to):
-            reason = fanin.upstream_reason(dead)
-            dead_letter(ctx, ctx.task_row(task["id"]), reason, None, upstream=dead["id"])
+        dead_letter_if_upstream_dead(ctx, task["id"])
     return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
 
 
@@ -279,6 +277,30 @@ def dead_letter(
     stage = _dead_letter_one(ctx, task, reason, run_id, kind, upstream)
     _propagate(ctx, task["id"], kind == "cancelled" or reason == UPSTREAM_CANCELLED)
     return stage
+
+
+def dead_letter_if_upstream_dead(ctx: Ctx, task_id: str) -> bool:
+    """Dead-letter ``task_id`` at once when one of its dependencies is already dead-lettered or
+    cancelled (it never resolves: the upstream-failure rule, docs/guarantees/edge-cases.md),
+    with reason ``upstream_dead_lettered`` / ``upstream_cancelled`` naming that upstream; a
+    leased task loses its lease as a dependent reached by propagation does. Called after a
+    write adds edges (create with ``dependencies``, ``add_dependency``, a transition's
+    ``wait_for``), so such a task never waits forever. True when it was dead-lettered; a
+    finished or already dead-lettered task is left as it is."""
+    dead = fanin.dead_upstream(ctx, task_id)
+    if dead is None:
+        return False
+    row = ctx.task_row(task_id)
+    if row["dead_letter_reason"] is not None or row["terminal"]:
+        return False
+    run_id = row["lease_run_id"]
+    if run_id is not None:
+        ctx.conn.execute(
+            "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?",
+            (ctx.now, run_id),
+        )
+    dead_letter(ctx, row, fanin.upstream_reason(dead), run_id, upstream=dead["id"])
+    return True
 
 
 def _propagate(ctx: Ctx, root: str, cancelled: bool) -> None:

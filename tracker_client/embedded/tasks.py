@@ -23,6 +23,7 @@ from tracker_client.embedded.common import (
 from tracker_client.embedded.createopts import dedupe_hit, dedupe_of, run_at_of
 from tracker_client.embedded.pipelines import PipelineDef, validate_definition
 from tracker_client.embedded.retrypolicy import given_retry
+from tracker_client.embedded.runs import dead_letter_if_upstream_dead
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
 from tracker_client.models import (
     Page,
@@ -264,6 +265,8 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
                 "VALUES (?, ?, ?)",
                 (tid, dep, ctx.now),
             )
+        if values["_deps"]:
+            dead_letter_if_upstream_dead(ctx, tid)  # a dead upstream never resolves
         if values["assignee"] is not None:
             conn.execute(
                 "INSERT INTO assignments (task_id, agent_id, assigned_by, active, "
