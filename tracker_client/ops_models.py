@@ -78,6 +78,8 @@ class MaintenanceReport(_Model):
 
     expired_leases: int = 0
     crash_looped: int = 0
+    #: Waiting tasks dead-lettered ``expired`` (their dependents, dead-lettered
+    #: ``upstream_dead_lettered`` in the same pass, are not counted).
     expired_tasks: int = 0
     purged_idempotency_keys: int = 0
     #: Finished tasks purged by retention in this pass (the embedded option ``retention_days``).

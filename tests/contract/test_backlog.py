@@ -293,3 +293,35 @@ async def test_tracker_max_stale_attempts_and_maintenance(
     report = await tracker.maintenance()
     assert (report.expired_leases, report.crash_looped) == (1, 1)
     assert (await tracker.get_task(tid)).dead_letter_reason == "crash_loop"
+
+
+@pytest.mark.requires(CLOCK, EXTENSIONS, BACKLOG_OPS, "fan_in")
+@pytest.mark.parametrize("upstream_first", [True, False], ids=["upstream-older", "upstream-newer"])
+async def test_a_task_and_its_dependent_expiring_in_one_pass_dead_letter_it_once(
+    tracker: Tracker, clock: FakeClock, upstream_first: bool
+) -> None:
+    pid = await make_pipeline(tracker)
+    if upstream_first:
+        upstream = await tracker.create_task(new_task(pid, "up", queue_ttl_ms=1_000))
+        child = await tracker.create_task(
+            new_task(pid, "child", queue_ttl_ms=1_000, dependencies=[upstream])
+        )
+    else:  # the dependent is the older task: the edge added afterwards
+        child = await tracker.create_task(new_task(pid, "child", queue_ttl_ms=1_000))
+        upstream = await tracker.create_task(new_task(pid, "up", queue_ttl_ms=1_000))
+        await tracker.add_dependency(child, upstream)
+    grandchild = await tracker.create_task(
+        new_task(pid, "grandchild", queue_ttl_ms=1_000, dependencies=[child])
+    )
+    before = (await tracker.get_task(child)).task_version
+    clock.advance(1_001)
+    report = await tracker.maintenance()
+    assert report.expired_tasks == 1  # the upstream; its dependents follow it
+    for task_id, cause in ((child, upstream), (grandchild, child)):
+        task = await tracker.get_task(task_id)
+        assert (task.dead_letter_reason, task.task_version) == ("upstream_dead_lettered", before)
+        events = [e for e in await task_events(tracker, task_id) if e.kind == "dead_letter"]
+        assert [(e.data["reason"], e.data["upstream_task_id"]) for e in events] == [
+            ("upstream_dead_lettered", cause)
+        ]
+    assert (await tracker.get_task(upstream)).dead_letter_reason == "expired"

@@ -141,16 +141,68 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
     return len(rows), crash
 
 
+_OVERDUE = (
+    "SELECT id, has_deps FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ? "
+    "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ? ORDER BY seq"
+)
+_LIVE_UPSTREAMS = (
+    "SELECT u.id, u.has_deps FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
+    "WHERE d.task_id = ? AND u.dead_letter_reason IS NULL AND u.terminal = 0 ORDER BY d.seq"
+)
+
+
+def _live_upstreams(ctx: Ctx, task_id: str, has_deps: int) -> list[tuple[str, int]]:
+    """The unfinished, not dead-lettered tasks ``task_id`` waits on, last first (to pop)."""
+    if not has_deps:
+        return []
+    rows = ctx.conn.execute(_LIVE_UPSTREAMS, (task_id,)).fetchall()
+    return [(str(r[0]), int(r[1])) for r in reversed(rows)]
+
+
+def _upstreams_first(ctx: Ctx, overdue: list[tuple[str, int]]) -> list[str]:
+    """The overdue task ids, each after every overdue task it waits on (directly or through
+    other unfinished tasks), else in creation order: a depth-first walk up the unfinished part
+    of the dependency graph (cycles are refused when edges are added), each task once."""
+    due = {task_id for task_id, _ in overdue}
+    seen: set[str] = set()
+    order: list[str] = []
+    for root, root_deps in overdue:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, _live_upstreams(ctx, root, root_deps))]
+        while stack:
+            node, ups = stack[-1]
+            if ups:
+                up, up_deps = ups.pop()
+                if up not in seen:
+                    seen.add(up)
+                    stack.append((up, _live_upstreams(ctx, up, up_deps)))
+                continue
+            stack.pop()
+            if node in due:
+                order.append(node)
+    return order
+
+
 def expire_deadlines(ctx: Ctx) -> int:
-    """Dead-letter (reason ``expired``) waiting tasks past their deadline; running ones never."""
-    rows = ctx.conn.execute(
-        "SELECT * FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ? "
-        "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ?",
-        (ctx.now, ctx.now),
-    ).fetchall()
-    for task in rows:
+    """Dead-letter (reason ``expired``) waiting tasks past their deadline; running ones never.
+
+    One dead letter per task and a reason that does not depend on creation order: when a task
+    and a task it waits on pass their deadlines in the same pass, the upstream is expired first
+    and the dependent follows it by the upstream-failure rule (``upstream_dead_lettered``, one
+    ``dead_letter`` event naming the upstream; docs/guarantees/edge-cases.md). Returns how many
+    tasks were dead-lettered ``expired`` (their dependents are not counted)."""
+    rows = ctx.conn.execute(_OVERDUE, (ctx.now, ctx.now)).fetchall()
+    overdue = [(str(r[0]), int(r[1])) for r in rows]
+    expired = 0
+    for task_id in _upstreams_first(ctx, overdue):
+        task = ctx.task_row(task_id)  # fresh: an expiry earlier in this pass may have reached it
+        if task["dead_letter_reason"] is not None or task["terminal"]:
+            continue
         dead_letter(ctx, task, "expired", None)
-    return len(rows)
+        expired += 1
+    return expired
 
 
 def _limits(per_state: Mapping[str, object] | None) -> dict[str, int]:
