@@ -20,7 +20,7 @@ from typing import Any
 
 from tracker_client.errors import ValidationFailed
 
-__all__ = ["MAX_JSON_DEPTH", "check_json_limits"]
+__all__ = ["MAX_JSON_DEPTH", "check_json_limits", "stored_too_deep"]
 
 #: Deepest nesting of arrays/objects a stored value may have: ``[]`` and ``{}`` are depth 1.
 MAX_JSON_DEPTH = 64
@@ -90,3 +90,30 @@ def check_json_limits(value: Any, what: str) -> None:
         for child in children:
             if not isinstance(child, _SCALARS):
                 stack.append((child, depth))
+
+
+def stored_too_deep(text: str | bytes, value: Any) -> bool:
+    """True if a stored value (``value``, parsed from ``text``) nests arrays/objects deeper than
+    :data:`MAX_JSON_DEPTH`: no write stores one, so it was restored or edited by hand, and the
+    encoders of the readers (pydantic stops at ~255 levels) would fail every answer holding it.
+    Readers treat it as a corrupt row (docs/guarantees/edge-cases.md). A text with at most that
+    many brackets is passed at once; otherwise one iterative walk of ``value``."""
+    if isinstance(text, str):
+        brackets = text.count("[") + text.count("{")
+    else:
+        brackets = text.count(b"[") + text.count(b"{")
+    if brackets <= MAX_JSON_DEPTH:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth + 1 > MAX_JSON_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False

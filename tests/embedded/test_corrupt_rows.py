@@ -14,10 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.remote.fixtures import serve_on_port
+from tracker_client.embedded import EmbeddedTracker
 from tracker_client.factory import open_tracker
-from tracker_client.models import TaskCreate
+from tracker_client.models import CORRUPT_MARKER, TaskCreate
+from tracker_client.serve.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +32,16 @@ PIPELINE = {
 }
 
 
-async def _rail(db: Path) -> list[str]:
+#: Stored metadata no reader can use, and what the marker says of it: text that does not parse,
+#: and JSON nested 300 deep (restored or hand-edited; no write stores it), which parses but
+#: which no answer's encoder can carry (pydantic stops at ~255 levels).
+BAD = {
+    "invalid": ('{"repo": ', "not valid JSON"),
+    "too-deep": ("[" * 300 + "]" * 300, "nested deeper than 64 levels"),
+}
+
+
+async def _rail(db: Path, bad: str = '{"repo": ') -> list[str]:
     """Five tasks; the middle one (highest priority: claimed first) gets corrupt metadata."""
     tracker = await open_tracker(f"sqlite:///{db}")
     try:
@@ -42,7 +55,7 @@ async def _rail(db: Path) -> list[str]:
     finally:
         await tracker.aclose()
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE tasks SET metadata = '{\"repo\": ' WHERE id = ?", (ids[2],))
+        conn.execute("UPDATE tasks SET metadata = ? WHERE id = ?", (bad, ids[2]))
     conn.close()
     return ids
 
@@ -60,9 +73,13 @@ def _cli(*args: str, db: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(180)
-async def test_run_drain_dead_letters_the_corrupt_task_and_drains_the_rest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bad", sorted(BAD))
+async def test_run_drain_dead_letters_the_corrupt_task_and_drains_the_rest(
+    tmp_path: Path, bad: str
+) -> None:
     db = tmp_path / "rail.db"
-    ids = await _rail(db)
+    text, says = BAD[bad]
+    ids = await _rail(db, text)
     config = tmp_path / "worker.toml"
     config.write_text(
         f"""
@@ -97,6 +114,13 @@ argv = ["/bin/true"]
     conn.close()
     assert rows.pop(ids[2]) == "todo/corrupt_row"
     assert set(rows.values()) == {"done/"}
+    with sqlite3.connect(db) as conn:  # refused once, never run
+        runs = conn.execute("SELECT count(*) FROM runs WHERE task_id = ?", (ids[2],)).fetchone()
+        refused = conn.execute(
+            "SELECT count(*) FROM events WHERE task_id = ? AND kind = 'corrupt_row'", (ids[2],)
+        ).fetchone()
+    conn.close()
+    assert (runs[0], refused[0]) == (0, 1)
 
     # the bad task is listed, marked; the others are listed as usual
     listed = _cli("task", "list", "--json", db=db, cwd=tmp_path)
@@ -104,7 +128,7 @@ argv = ["/bin/true"]
     assert "Traceback" not in listed.stderr
     items = {t["id"]: t for t in json.loads(listed.stdout)["items"]}
     assert set(items) == set(ids)
-    assert "not valid JSON" in json.dumps(items[ids[2]]["metadata"])
+    assert says in json.dumps(items[ids[2]]["metadata"])
     table = _cli("task", "list", db=db, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "corrupt" in table.stdout
@@ -148,3 +172,27 @@ async def test_task_list_marks_a_corrupt_task_before_any_claim(tmp_path: Path) -
     assert len(marked) == 1
     assert ids[2] in marked[0]
     assert sum(i in table.stdout for i in ids) == 5
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+async def test_served_reads_show_the_marker_of_a_corrupt_row(tmp_path: Path, bad: str) -> None:
+    db = tmp_path / "rail.db"
+    text, says = BAD[bad]
+    ids = await _rail(db, text)
+    tracker = await EmbeddedTracker.open(str(db))
+    try:
+        async with (
+            serve_on_port(create_app(tracker)) as url,
+            httpx.AsyncClient(base_url=url) as client,
+        ):
+            listed = await client.get("/tasks", params={"limit": 10})
+            one = await client.get(f"/tasks/{ids[2]}")
+            other = await client.get(f"/tasks/{ids[0]}")
+    finally:
+        await tracker.aclose()
+    assert (listed.status_code, one.status_code, other.status_code) == (200, 200, 200)
+    marked = {t["id"]: t["metadata"] for t in listed.json()["items"]}
+    assert set(marked) == set(ids)
+    assert says in marked[ids[2]][CORRUPT_MARKER]
+    assert says in one.json()["metadata"][CORRUPT_MARKER]
+    assert other.json()["metadata"] == {}

@@ -21,7 +21,7 @@ import pytest
 from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.factory import open_tracker
-from tracker_client.models import RetryPolicy
+from tracker_client.models import CORRUPT_MARKER, RetryPolicy
 from tracker_client.postgres.dialect import SHARED_OK, NeedExclusive, PgConn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -331,19 +331,26 @@ async def test_a_one_trip_transition_of_a_revoked_lease_is_refused_as_embedded(
 
 
 @pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [("{broken", "not valid JSON"), ("[" * 300 + "]" * 300, "nested deeper than 64 levels")],
+    ids=["invalid", "too-deep"],
+)
 async def test_a_corrupt_row_is_refused_and_the_claim_goes_on(
-    pg_server: PgServer, batch: bool
+    pg_server: PgServer, batch: bool, bad: str, says: str
 ) -> None:
     key = f"hot-{uuid.uuid4()}"
     tracker = await open_tracker(fresh_schema_url(key))
     try:
         pid = await make_pipeline(tracker, simple_pipeline())
-        bad = await tracker.create_task(new_task(pid, "bad", priority=9))
+        task = await tracker.create_task(new_task(pid, "bad", priority=9))
         good = await tracker.create_task(new_task(pid, "good"))
         with psycopg.connect(pg_server.url, autocommit=True) as conn:
             conn.execute(
-                f"UPDATE {schema_name(key)}.tasks SET metadata = '{{broken' WHERE id = %s", (bad,)
+                f"UPDATE {schema_name(key)}.tasks SET metadata = %s WHERE id = %s", (bad, task)
             )
+        shown = await tracker.get_task(task)  # reads show the marker
+        assert says in shown.metadata[CORRUPT_MARKER]
         if batch:
             leases = await tracker.call(
                 "claim_many", agent_id="a", agent_role="coder", lease_ttl_ms=60_000, n=5
@@ -351,13 +358,13 @@ async def test_a_corrupt_row_is_refused_and_the_claim_goes_on(
         else:
             leases = [await claim(tracker)]
         assert [lease.task.id for lease in leases] == [good]
-        refused = await tracker.list_task_events(bad, kind="corrupt_row")
+        refused = await tracker.list_task_events(task, kind="corrupt_row")
         assert len(refused.items) == 1
         with psycopg.connect(pg_server.url, autocommit=True) as conn:
             row = conn.execute(
                 f"SELECT dead_letter_reason, lease_run_id FROM {schema_name(key)}.tasks "
                 "WHERE id = %s",
-                (bad,),
+                (task,),
             ).fetchone()
         assert row == ("corrupt_row", None)
     finally:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
 from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
-from tracker_client.jsonlimits import check_json_limits
+from tracker_client.jsonlimits import MAX_JSON_DEPTH, check_json_limits, stored_too_deep
 from tracker_client.models import (
     CORRUPT_MARKER,
     Artifact,
@@ -245,18 +245,32 @@ class CorruptRow(TrackerCorrupt):
 
 
 def _loads(text: Any, what: str, where: str, *, strict: bool) -> Any:
-    """Parse a stored JSON column. A value that does not parse is refused (``strict``: a claim
+    """Parse a stored JSON column. A value that does not parse, or is nested deeper than any
+    write stores (and than the answers' encoder can carry), is refused (``strict``: a claim
     must not hand it out) or shown as ``{"_corrupt": "..."}`` (reads keep listing the rest)."""
     try:
         if not isinstance(text, str | bytes):
             raise TypeError(f"a {type(text).__name__}, not text")
-        return json.loads(text)
+        value = json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
-        message = f"stored {what} of {where} is not valid JSON ({exc})"
-        if strict:
-            raise CorruptRow(message) from exc
-        log.warning("%s; shown as a marker", message, extra={"action": "corrupt_row"})
-        return {CORRUPT_MARKER: message}
+        return _corrupt(f"stored {what} of {where} is not valid JSON ({exc})", strict, exc)
+    if stored_too_deep(text, value):
+        # Parses, but no answer holding it could be encoded (docs/guarantees/edge-cases.md).
+        return _corrupt(
+            f"stored {what} of {where} is nested deeper than {MAX_JSON_DEPTH} levels "
+            "(the most a value may be)",
+            strict,
+            None,
+        )
+    return value
+
+
+def _corrupt(message: str, strict: bool, cause: BaseException | None) -> Any:
+    """``CorruptRow`` when ``strict``, else the marker object (and a warning)."""
+    if strict:
+        raise CorruptRow(message) from cause
+    log.warning("%s; shown as a marker", message, extra={"action": "corrupt_row"})
+    return {CORRUPT_MARKER: message}
 
 
 def _json(text: str | None, what: str, where: str) -> Any:
