@@ -30,6 +30,7 @@ from tracker_client.protocol import Tracker
 
 if TYPE_CHECKING:
     from tracker_client.nulltickets.options import RetrySettings
+    from tracker_client.sweeps import SweepCounts
 
 __all__ = ["URL_FORMS", "open_tracker", "parse_sqlite_url", "require_rail"]
 
@@ -94,6 +95,7 @@ async def open_tracker(
     create: bool = True,
     retry: RetrySettings | None = None,
     request_timeout_s: float | None = None,
+    sweeps: SweepCounts | None = None,
     **options: Any,
 ) -> Tracker:
     """Open the tracker ``url`` names. The caller owns it and must ``await tracker.aclose()``.
@@ -103,7 +105,9 @@ async def open_tracker(
     tracker retries a transient failure (``retry_*`` options and URL parameters override single
     fields; None: it tries once); ``request_timeout_s``: a remote tracker's per-request timeout
     unless a ``timeout_s`` option says otherwise. An embedded tracker answers in process and
-    ignores both.
+    ignores both. ``sweeps``: where a rail opened here (SQLite, PostgreSQL) counts the expired
+    leases it reclaims, whichever operation sweeps them (:mod:`tracker_client.sweeps`); a remote
+    tracker's server sweeps and counts them itself (its ``/metrics``).
     """
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
@@ -120,7 +124,7 @@ async def open_tracker(
         if not create:
             require_rail(url)
         path, url_options = parse_sqlite_url(url)
-        return await EmbeddedTracker.open(path, **{**url_options, **options})
+        return await EmbeddedTracker.open(path, sweeps=sweeps, **{**url_options, **options})
     if scheme in ("postgresql", "postgres"):
         try:
             from tracker_client.postgres.tracker import PostgresTracker
@@ -128,5 +132,5 @@ async def open_tracker(
             raise missing(
                 "postgres", f"tracker url {scheme}://... (the PostgreSQL rail)", exc
             ) from exc
-        return await PostgresTracker.open(url, **options)
+        return await PostgresTracker.open(url, sweeps=sweeps, **options)
     raise ConfigError(f"tracker url {url!r}: unknown scheme {scheme!r} (use {URL_FORMS})")

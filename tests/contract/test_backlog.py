@@ -23,6 +23,7 @@ from tests.contract.support import (
 from tracker_client.errors import BacklogFull, NotFound, ValidationFailed
 from tracker_client.models import DEAD_LETTER_NEVER_MS, RetryPolicy
 from tracker_client.protocol import Tracker
+from tracker_client.sweeps import SweepCounts
 
 pytestmark = pytest.mark.anyio
 
@@ -325,3 +326,28 @@ async def test_a_task_and_its_dependent_expiring_in_one_pass_dead_letter_it_once
             ("upstream_dead_lettered", cause)
         ]
     assert (await tracker.get_task(upstream)).dead_letter_reason == "expired"
+
+
+@pytest.mark.requires(CLOCK, OPTIONS, BACKLOG_OPS)
+async def test_every_sweep_is_counted_wherever_it_runs(
+    open_tracker: OpenTracker, clock: FakeClock
+) -> None:
+    """Expired leases are reclaimed by any claim's housekeeping as well as by maintenance: the
+    counts the rail was opened with see every one (the metrics read them)."""
+    sweeps = SweepCounts()
+    tracker = await open_tracker(sweeps=sweeps)
+    pid = await make_pipeline(tracker)
+    await tracker.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+    loop = await tracker.create_task(new_task(pid, "loop", max_stale_attempts=1, priority=-1))
+    for _ in range(3):  # a worker that dies holding three leases
+        await claim(tracker, agent="dead", ttl_ms=1_000)
+    clock.advance(1_001)
+    assert (await claim(tracker, agent="alive")).task.title in ("a", "b")  # swept in passing
+    assert (sweeps.expired_leases, sweeps.crash_looped) == (3, 1)
+    assert (await tracker.get_task(loop)).dead_letter_reason == "crash_loop"
+    await claim(tracker, agent="dead", ttl_ms=1_000)  # the other of a, b
+    clock.advance(1_001)
+    assert (await tracker.maintenance()).expired_leases == 1
+    assert (sweeps.expired_leases, sweeps.crash_looped) == (4, 1)
+    await tracker.maintenance()  # nothing more to sweep: nothing counted twice
+    assert (sweeps.expired_leases, sweeps.crash_looped) == (4, 1)

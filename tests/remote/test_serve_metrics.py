@@ -1,7 +1,8 @@
 """The served tracker's Prometheus metrics: a real ``tracker serve --metrics-listen`` process on
 a real rail file, scraped with httpx on its own port; the bearer token on a protected rail (401
 without it), the request counters by operation and status class, the queue per role, claims
-refused by a rate limit, lease expiries from maintenance; bad and busy addresses exit 2."""
+refused by a rate limit, lease expiries however they are swept (maintenance, another worker's
+claim); bad and busy addresses exit 2."""
 
 from __future__ import annotations
 
@@ -184,6 +185,38 @@ async def test_lease_expiries_come_from_maintenance(
     assert value(found, "backlog_tracker_maintenance_passes_total") == passes
     requests = "backlog_tracker_requests_total"
     assert value(found, requests, operation="maintenance", status_class="2xx") == passes
+
+
+@pytest.mark.timeout(60)
+async def test_lease_expiries_swept_by_another_workers_claim_are_counted(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
+    """The common case of a dead worker: its leases lapse and the next claim of another worker
+    reclaims them; no maintenance pass runs. Each one is counted (was 0: only maintenance
+    reports were)."""
+    with served(tmp_path, TOKEN) as (api, url, db):
+        await add_tasks(db, 3)
+        for _ in range(3):  # the worker that dies: three short leases, never heartbeaten
+            taken = await client.post(f"{api}/leases/claim", json=claim(ttl_ms=200), headers=auth())
+            assert taken.status_code == 200
+        reclaimed: list[str] = []
+
+        async def swept() -> bool:
+            answer = await client.post(
+                f"{api}/leases/claim",
+                json={"agent_id": "a2", "agent_role": "coder", "lease_ttl_ms": 60_000},
+                headers=auth(),
+            )
+            assert answer.status_code in (200, 204), answer.text
+            if answer.status_code == 200:
+                reclaimed.append(answer.json()["task"]["id"])
+            return len(reclaimed) == 3
+
+        await poll(swept, "another worker's claims taking the lapsed tasks back", timeout=20)
+        found = await scrape(client, url)
+    assert value(found, "backlog_tracker_lease_expiries_total") == 3
+    assert value(found, "backlog_tracker_crash_looped_total") == 0
+    assert (value(found, "backlog_tracker_maintenance_passes_total") or 0) == 0
 
 
 def _serve_fails(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:

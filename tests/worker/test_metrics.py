@@ -146,7 +146,7 @@ async def test_a_drain_is_counted_exactly(
         assert value(found, count, role="coder", phase=phase) == 5
     latency = "backlog_worker_tracker_request_duration_seconds_count"
     assert value(found, latency, action="transition") == 5
-    assert value(found, "backlog_worker_slots_total") == 1
+    assert value(found, "backlog_worker_slots") == 1
     assert value(found, "backlog_worker_slots_busy") == 0
     assert value(found, "backlog_worker_queue_running", role="coder") == 0
     assert value(found, "backlog_worker_queue_dead_lettered", role="coder") == 0
@@ -160,6 +160,36 @@ async def test_a_drain_is_counted_exactly(
     assert not any(task_id in text for task_id in ids)
     assert str(tmp_path) not in text
     assert proc.returncode == 0
+
+
+@pytest.mark.timeout(90)
+async def test_lease_expiries_its_claims_sweep_are_counted(
+    tracker: Tracker, pipeline_id: str, tmp_path: Path, client: httpx.AsyncClient
+) -> None:
+    """A dead worker's leases on a rail opened directly, reclaimed by this worker's claims
+    (no maintenance pass needed): counted in the worker's own metrics."""
+    await add_tasks(tracker, pipeline_id, 2)
+    for _ in range(2):  # the worker that died: short leases, never heartbeaten
+        assert await tracker.claim("dead", "coder", 200) is not None
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(write_worker_config(tmp_path, ["true"]), log)
+    try:
+        url = await metrics_url(log, proc)
+
+        async def both_rerun() -> Samples | None:
+            found = await scrape(client, url)
+            done = value(
+                found, "backlog_worker_runs_finished_total", role="coder", outcome="transitioned"
+            )
+            return found if done == 2 else None
+
+        found: Samples = await poll(both_rerun, "the two lapsed tasks run again")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        reap(proc)
+    assert value(found, "backlog_worker_lease_expiries_total") == 2
+    assert value(found, "backlog_worker_crash_looped_total") == 0
 
 
 @pytest.mark.timeout(90)
@@ -184,7 +214,7 @@ async def test_slots_and_queue_while_runs_are_in_flight(
         proc.terminate()
         proc.wait(30)
         reap(proc)
-    assert value(found, "backlog_worker_slots_total") == 2
+    assert value(found, "backlog_worker_slots") == 2
     assert value(found, "backlog_worker_queue_waiting", role="coder") == 1
     assert value(found, "backlog_worker_claims_total", role="coder", result="task") == 2
     assert value(found, "backlog_worker_queue_oldest_waiting_age_seconds", role="coder") > 0

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tracker_client.factory import open_tracker
 from tracker_client.serve.metrics import ServedMetrics
+from tracker_client.sweeps import SweepCounts
 from worker.config.telemetry import MetricsConfig
 from worker.telemetry import WorkerView
 from worker.telemetry.metrics import WorkerMetrics
@@ -42,14 +43,19 @@ def _series(text: str) -> dict[str, set[str]]:
     return out
 
 
-async def _exposed(tmp_path: Path) -> dict[str, set[str]]:
+async def _exposed(tmp_path: Path, types: dict[str, str] | None = None) -> dict[str, set[str]]:
     tracker = await open_tracker(f"sqlite:///{tmp_path}/rail.db", create=True)
     worker = WorkerMetrics(MetricsConfig(listen="127.0.0.1:0"))
     try:
         worker.attach(WorkerView(tracker, lambda: (0, 1), lambda: ["coder"], "agent"))
         worker._queue = await tracker.queue_stats()
         _touch_worker(worker)
-        served = ServedMetrics(tracker, open_connections=lambda: 1, refused_connections=lambda: 0)
+        served = ServedMetrics(
+            tracker,
+            open_connections=lambda: 1,
+            refused_connections=lambda: 0,
+            sweeps=SweepCounts(),
+        )
         served.requests.labels(operation="claim", status_class="2xx").inc()
         served.duration.labels(operation="claim").observe(0.1)
         served.rate_limited.labels(role="coder").inc()
@@ -57,6 +63,8 @@ async def _exposed(tmp_path: Path) -> dict[str, set[str]]:
     finally:
         worker.socket.close()
         await tracker.aclose()
+    if types is not None:
+        types.update({f.name: f.type for f in text_string_to_metric_families(text)})
     return _series(text)
 
 
@@ -105,3 +113,16 @@ async def test_every_metric_an_alert_names_exists(tmp_path: Path) -> None:
     assert used >= 15
     # the metrics' own registries, never the process-wide one
     assert "backlog_" not in prometheus_client.generate_latest().decode()
+
+
+async def test_metric_names_follow_the_prometheus_conventions(tmp_path: Path) -> None:
+    """``_total`` belongs to counters only: a gauge named so (``backlog_worker_slots_total``
+    was one) reads as a counter to every query and linter."""
+    types: dict[str, str] = {}
+    await _exposed(tmp_path, types)
+    gauges = {name for name, kind in types.items() if kind == "gauge"}
+    assert "backlog_worker_slots" in gauges
+    assert not [name for name in gauges if name.endswith("_total")]
+    assert {"backlog_tracker_lease_expiries", "backlog_worker_lease_expiries"} <= {
+        name for name, kind in types.items() if kind == "counter"
+    }

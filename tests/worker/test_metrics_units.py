@@ -131,7 +131,7 @@ async def test_queue_read_errors_are_counted_and_the_metrics_go_on(tmp_path: Pat
     assert answer.status_code == 200 and head.status_code == 200 and head.content == b""
     s = samples(answer.text)
     assert value(s, "backlog_worker_slots_busy") == 1
-    assert value(s, "backlog_worker_slots_total") == 4
+    assert value(s, "backlog_worker_slots") == 4
     assert value(s, "backlog_worker_queue_stats_updated_timestamp_seconds") == 0
     assert not [k for k in s if k[0] == "backlog_worker_queue_waiting"]  # never read: not shown
 

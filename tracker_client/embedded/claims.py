@@ -138,6 +138,8 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
         ):
             dead_letter(ctx, task, "crash_loop", run_id)
             crash += 1
+    leases, loops = ctx.swept
+    ctx.swept = (leases + len(rows), loops + crash)  # counted once committed (tracker.sweeps)
     return len(rows), crash
 
 

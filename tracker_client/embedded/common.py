@@ -149,7 +149,7 @@ def check_limit(limit: int) -> None:
 class Ctx:
     """One transaction's view: the connection, the time, settings, pipelines, pending log lines."""
 
-    __slots__ = ("conn", "logs", "now", "opts", "pipelines")
+    __slots__ = ("conn", "logs", "now", "opts", "pipelines", "swept")
 
     def __init__(
         self, conn: sqlite3.Connection, now: int, opts: Options, pipelines: PipelineCache
@@ -159,6 +159,10 @@ class Ctx:
         self.opts = opts
         self.pipelines = pipelines
         self.logs: list[tuple[str, str, dict[str, Any]]] = []
+        #: (expired leases reclaimed, tasks dead-lettered ``crash_loop``) by this transaction;
+        #: the tracker adds them to its :class:`~tracker_client.sweeps.SweepCounts` once
+        #: committed (a claim's housekeeping sweeps too, not only maintenance).
+        self.swept = (0, 0)
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         """The first row of a query, or None."""

@@ -30,6 +30,7 @@ from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.errors import ConfigError
 from tracker_client.models import Health
 from tracker_client.ops_models import MaintenanceReport, PurgeResult, WaitResult
+from tracker_client.sweeps import SweepCounts
 
 __all__ = ["TrackerCore"]
 
@@ -62,8 +63,11 @@ _NEXT_EXPIRY = "SELECT min(lease_expires_at_ms) FROM tasks WHERE lease_expires_a
 class TrackerCore:
     """Lifecycle, plumbing and the wait operations; the API is in :class:`EmbeddedTracker`."""
 
-    def __init__(self, db: Database, opts: Options, clock: Clock) -> None:
+    def __init__(
+        self, db: Database, opts: Options, clock: Clock, sweeps: SweepCounts | None = None
+    ) -> None:
         self._db = db
+        self._sweeps = sweeps if sweeps is not None else SweepCounts()
         self._opts = opts
         self._clock = clock
         self._pipelines = PipelineCache()
@@ -77,14 +81,22 @@ class TrackerCore:
         self._wal_signature: tuple[int, int, int] | None = None
 
     @classmethod
-    async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
+    async def open(
+        cls,
+        path: str,
+        *,
+        clock: Clock | None = None,
+        sweeps: SweepCounts | None = None,
+        **options: Any,
+    ) -> Self:
         """Open (creating and migrating if needed) the tracker database at ``path``.
 
         Options (strings from a URL are coerced): ``synchronous`` (``NORMAL``; ``FULL`` for
         power-loss durability), ``busy_timeout_ms`` (5000), ``max_backlog_depth`` (100000, 0 =
         unlimited), ``role_backlog_depth`` (role -> cap), ``max_stale_attempts`` (3),
         ``idempotency_ttl_s`` (86400), ``poll_interval_s`` (0.05), ``retention_days`` (30, 0 =
-        keep finished tasks forever). ``clock`` returns epoch ms.
+        keep finished tasks forever). ``clock`` returns epoch ms. ``sweeps``: where every
+        committed sweep of expired leases is counted (:mod:`tracker_client.sweeps`).
         Raises ``ConfigError`` for a bad option, ``TrackerCorrupt`` for a file that is not ours.
         """
         if clock is not None and not callable(clock):
@@ -97,7 +109,7 @@ class TrackerCore:
         db = await Database.open(
             path, synchronous=opts.synchronous, busy_timeout_ms=opts.busy_timeout_ms
         )
-        return cls(db, opts, clock or _wall_ms)
+        return cls(db, opts, clock or _wall_ms, sweeps)
 
     @property
     def path(self) -> str:
@@ -129,6 +141,7 @@ class TrackerCore:
         def body() -> R:
             ctx.now = int(self._clock())
             ctx.logs.clear()
+            ctx.swept = (0, 0)
             return fn(ctx)
 
         try:
@@ -138,6 +151,8 @@ class TrackerCore:
                 self._notify()  # it may have committed before failing to answer
             self._wake_followers()
             raise
+        if ctx.swept != (0, 0):
+            self._sweeps.add(*ctx.swept)
         if where not in QUIET_WRITES and not _idle_maintenance(result):
             self._notify()
         self._wake_followers()

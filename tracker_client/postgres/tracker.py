@@ -40,6 +40,7 @@ from tracker_client.postgres.follow import FOLLOW_QUIET, PgFollowOps, follow_cha
 from tracker_client.postgres.options import PgOptions, parse_postgres_url
 from tracker_client.postgres.spans import PgSpanOps
 from tracker_client.postgres.wake import Listener, channel_name
+from tracker_client.sweeps import SweepCounts
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
 
@@ -91,8 +92,15 @@ class PostgresTracker(
 
     _db: Database  # type: ignore[assignment]
 
-    def __init__(self, db: Database, opts: Any, clock: Clock, pg: PgOptions) -> None:
-        super().__init__(cast(Any, db), opts, clock)
+    def __init__(
+        self,
+        db: Database,
+        opts: Any,
+        clock: Clock,
+        pg: PgOptions,
+        sweeps: SweepCounts | None = None,
+    ) -> None:
+        super().__init__(cast(Any, db), opts, clock, sweeps)
         self._pg = pg
         self._channel = channel_name(pg.schema)
         self._instance = secrets.token_hex(8)
@@ -103,10 +111,19 @@ class PostgresTracker(
         self._follow_sql = notify_sql(self._follow_channel, self._instance)
 
     @classmethod
-    async def open(cls, path: str, *, clock: Clock | None = None, **options: Any) -> Self:
+    async def open(
+        cls,
+        path: str,
+        *,
+        clock: Clock | None = None,
+        sweeps: SweepCounts | None = None,
+        **options: Any,
+    ) -> Self:
         """Open (creating the schema and migrating if needed) the rail ``path`` names.
 
         ``path`` is a ``postgresql://`` URL (see :mod:`.options`); ``options`` add to its query.
+        ``sweeps``: where every committed sweep of expired leases is counted
+        (:mod:`tracker_client.sweeps`).
         ``ConfigError`` for a bad option, ``TrackerUnavailable`` when the server can't be
         reached, ``TrackerCorrupt`` for a schema that is not ours or is newer.
         """
@@ -121,7 +138,7 @@ class PostgresTracker(
             pool_size=pg.pool_size,
             statement_timeout_ms=pg.statement_timeout_ms,
         )
-        return cls(db, opts, clock or _wall_ms, pg)
+        return cls(db, opts, clock or _wall_ms, pg, sweeps)
 
     async def aclose(self) -> None:
         """Stop the wake-up listener and close every connection. Idempotent."""
@@ -171,6 +188,8 @@ class PostgresTracker(
             raise
         if box:
             box[0].flush_logs()
+            if box[0].swept != (0, 0):
+                self._sweeps.add(*box[0].swept)
         if where not in QUIET_WRITES and not _idle_maintenance(result):
             self._notify()
         self._wake_followers()

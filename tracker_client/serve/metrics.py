@@ -7,7 +7,9 @@ their own port, never on the API port:
   dashboard, ``unknown`` for no route) and status class: ``backlog_tracker_requests_total`` and
   ``backlog_tracker_request_duration_seconds`` (long polls count their whole wait);
 * the queue per role, read from ``queue_stats`` at scrape time (cached :data:`QUEUE_CACHE_S`);
-* lease expiries and crash loops from the maintenance reports the server answers;
+* lease expiries and crash loops, every one the server's rail swept (a claim's housekeeping or
+  a maintenance pass), from the :class:`~tracker_client.sweeps.SweepCounts` the rail was
+  opened with (docs/guarantees/edge-cases.md);
 * claims answered "no work" while the role's rate limit or cap was exhausted (the claim itself
   is not touched: the limits are read after the answer went out, so this is an estimate);
 * open and refused connections, when the server tells them.
@@ -16,8 +18,8 @@ They are answered by :func:`~tracker_client.serve.metrics_http.serve_metrics` on
 before the API serves; on a rail with an api token, only to ``Authorization: Bearer <token>``
 (401 otherwise). Nothing secret is ever a label or a value.
 
-It may touch the ASGI messages of the API (status, the claim's request body, the maintenance
-answer), the tracker through the ``Tracker`` protocol (``queue_stats``, ``list_rate_limits``)
+It may touch the ASGI messages of the API (status, the claim's request body), the tracker
+through the ``Tracker`` protocol (``queue_stats``, ``list_rate_limits``)
 and the metrics socket; no worker code.
 """
 
@@ -36,7 +38,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tracker_client.serve.metrics_http import (
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
     from tracker_client.models import QueueStats
     from tracker_client.protocol import Tracker
+    from tracker_client.sweeps import SweepCounts
 
 __all__ = [
     "CONTENT_TYPE",
@@ -96,10 +99,14 @@ class ServedMetrics:
         *,
         open_connections: Callable[[], int] | None = None,
         refused_connections: Callable[[], int] | None = None,
+        sweeps: SweepCounts,
     ) -> None:
         """``tracker``: read at scrape time for the queue; ``open_connections`` and
-        ``refused_connections``: the server's counts, when it has them."""
+        ``refused_connections``: the server's counts, when it has them; ``sweeps``: the
+        counts the tracker keeps of every expired lease it reclaimed (given to it when opened),
+        whichever operation swept them (a claim's housekeeping, a maintenance pass)."""
         self.tracker = tracker
+        self.sweeps = sweeps
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "backlog_tracker_requests",
@@ -112,16 +119,6 @@ class ServedMetrics:
             "Time to answer an API request, by contract operation (long polls: the whole wait).",
             ["operation"],
             buckets=REQUEST_BUCKETS,
-            registry=self.registry,
-        )
-        self.lease_expiries = Counter(
-            "backlog_tracker_lease_expiries",
-            "Expired leases reclaimed by the maintenance passes this server answered.",
-            registry=self.registry,
-        )
-        self.crash_looped = Counter(
-            "backlog_tracker_crash_looped",
-            "Tasks dead-lettered as crash loops by the maintenance passes this server answered.",
             registry=self.registry,
         )
         self.maintenance = Counter(
@@ -184,15 +181,10 @@ class ServedMetrics:
         if capped or (limit.tokens is not None and limit.tokens < 1.0):
             self.rate_limited.labels(role=role).inc()
 
-    def note_maintenance(self, body: bytes) -> None:
-        """A maintenance pass answered ``body`` (its report)."""
+    def note_maintenance(self) -> None:
+        """A maintenance pass was answered (what it swept is in :attr:`sweeps`, as every
+        claim's sweep is)."""
         self.maintenance.inc()
-        try:
-            report = json.loads(body)
-            self.lease_expiries.inc(int(report.get("expired_leases") or 0))
-            self.crash_looped.inc(int(report.get("crash_looped") or 0))
-        except (ValueError, TypeError, AttributeError):
-            return
 
 
 class _Live(Collector):
@@ -212,13 +204,24 @@ class _Live(Collector):
         stats = self._metrics._cache.stats
         if stats is not None:
             yield from queue_families("backlog_tracker", stats)
+        sweeps = self._metrics.sweeps
+        yield CounterMetricFamily(
+            "backlog_tracker_lease_expiries",
+            "Expired leases this server's rail reclaimed: by any claim's housekeeping or a "
+            "maintenance pass.",
+            sweeps.expired_leases,
+        )
+        yield CounterMetricFamily(
+            "backlog_tracker_crash_looped",
+            "Tasks this server's rail dead-lettered as crash loops (max_stale_attempts expiries "
+            "in a row), wherever the expiry was swept.",
+            sweeps.crash_looped,
+        )
         if self._open is not None:
             yield GaugeMetricFamily(
                 "backlog_tracker_open_connections", "API connections open now.", self._open()
             )
         if self._refused is not None:
-            from prometheus_client.core import CounterMetricFamily
-
             yield CounterMetricFamily(
                 "backlog_tracker_connections_refused",
                 "API connections closed at once for being over --max-connections.",
@@ -234,10 +237,10 @@ async def observe(
     send: Send,
     call: Callable[[Receive, Send], Awaitable[None]],
 ) -> None:
-    """Count and time one API request (refused ones too), noting (claim, maintenance) its
-    content: the served app's observer (``app.observe``), given the request's operation."""
+    """Count and time one API request (refused ones too), noting a maintenance pass and the
+    role of a claim answered no work: the served app's observer (``app.observe``), given the
+    request's operation."""
     status = 500
-    body = bytearray()
     received = bytearray()
     started = time.perf_counter()
 
@@ -251,8 +254,6 @@ async def observe(
         nonlocal status
         if message["type"] == "http.response.start":
             status = int(message["status"])
-        elif message["type"] == "http.response.body" and operation == "maintenance":
-            body.extend(message.get("body", b""))
         await send(message)
 
     try:
@@ -261,7 +262,7 @@ async def observe(
         metrics.duration.labels(operation=operation).observe(time.perf_counter() - started)
         metrics.requests.labels(operation=operation, status_class=f"{status // 100}xx").inc()
     if operation == "maintenance" and status == 200:
-        metrics.note_maintenance(bytes(body))
+        metrics.note_maintenance()
     elif operation == "claim" and status == 204 and len(received) <= _MAX_CLAIM_BODY:
         role = _role_of(bytes(received))
         if role is not None:

@@ -17,6 +17,7 @@ from plugins.api import SupportsReadiness
 from tracker_client.errors import ConfigError
 from tracker_client.factory import URL_FORMS, open_tracker
 from tracker_client.protocol import Tracker
+from tracker_client.sweeps import SweepCounts
 from worker.config.importpath import use_python_path
 from worker.config.models import DEFAULT_TRACKER_URL, Config, load_config
 from worker.daemon import Role
@@ -83,8 +84,9 @@ def load_selected(
     return select_roles(load_config(config_path, **overrides), roles)
 
 
-async def open_for_worker(config: Config) -> Tracker:
-    """Open the configured tracker as a worker does (never creating a rail).
+async def open_for_worker(config: Config, sweeps: SweepCounts | None = None) -> Tracker:
+    """Open the configured tracker as a worker does (never creating a rail); ``sweeps``
+    counts the expired leases a rail opened here reclaims (the worker's metrics).
 
     The worker retries transient errors itself, in one layer bounded by the lease
     (:mod:`worker.retry`); the HTTP client tries once, its default (a ``retry_*`` option in
@@ -96,6 +98,7 @@ async def open_for_worker(config: Config) -> Tracker:
         api_token=config.tracker.api_token,
         create=False,
         request_timeout_s=config.tracker.request_timeout_s,
+        sweeps=sweeps,
         **config.tracker.options,
     )
 

@@ -32,6 +32,7 @@ from tracker_client.errors import (
     ExecutorError,
     TrackerError,
 )
+from tracker_client.sweeps import SweepCounts
 from worker.cli.errors import NO_TOKEN, describe, exit_code_for
 from worker.cli.prepare import (
     EXIT_CONFIG,
@@ -144,7 +145,8 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
     problems = await readiness(built)
     if problems:
         raise ExecutorError("executors not ready:\n  " + "\n  ".join(problems))
-    tracker = await open_for_worker(config)
+    sweeps = SweepCounts()  # what the rail's sweeps reclaim, for the worker's metrics
+    tracker = await open_for_worker(config, sweeps)
     if config.schedules:  # stored (created or updated by name) before the first claim
         from worker.cli.ops.schedule import declare_schedules
 
@@ -223,7 +225,7 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
             built,
             tracker_config=config.tracker,
             on_state=on_state,
-            telemetry=build_telemetry(config.metrics, config.tracing),
+            telemetry=build_telemetry(config.metrics, config.tracing, sweeps),
         )
         with notifier:
             async with anyio.create_task_group() as tg:

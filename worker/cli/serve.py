@@ -22,9 +22,11 @@ import click
 
 from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail, TrackerError
 from tracker_client.factory import URL_FORMS, open_tracker
+from tracker_client.sweeps import SweepCounts
 from worker.cli.serve_token import TOKEN_ENV, read_token, warn_about_the_token
 
 if TYPE_CHECKING:
+    from tracker_client.protocol import Tracker
     from tracker_client.serve.connections import ConnectionLimits
 
 __all__ = ["register", "serve_tracker"]
@@ -82,8 +84,10 @@ async def serve_tracker(
         raise ConfigError(f"--http {http}: {exc.name or exc} is not installed") from None
     server_class = _make_server_class()
     metrics_sock = None if metrics_listen is None else _bind_metrics(*metrics_listen)
+    sweeps = SweepCounts()
     try:
-        tracker = await open_tracker(url, create=create)  # a typo never starts a new rail
+        # a typo never starts a new rail; every expired lease it sweeps is counted (/metrics)
+        tracker = await open_tracker(url, create=create, sweeps=sweeps)
     except NoRail as exc:
         raise NoRail(f"{exc}; or start it here with `tracker serve --create`") from None
     try:
@@ -121,7 +125,7 @@ async def serve_tracker(
         )
         async with anyio.create_task_group() as tg:
             if metrics_sock is not None:
-                _start_metrics(tg, metrics_sock, app, tracker, server, limits, api_token)
+                _start_metrics(tg, metrics_sock, app, (tracker, sweeps), server, limits, api_token)
             await server.serve()
             tg.cancel_scope.cancel()
         if not server.started:
@@ -139,16 +143,25 @@ def _bind_metrics(host: str, port: int) -> socket.socket:
 
 
 def _start_metrics(
-    tg: Any, sock: socket.socket, app: Any, tracker: Any, server: Any, limits: Any, token: Any
+    tg: Any,
+    sock: socket.socket,
+    app: Any,
+    rail: tuple[Tracker, SweepCounts],
+    server: Any,
+    limits: Any,
+    token: Any,
 ) -> None:
     """Count the API's requests and answer ``/metrics`` on ``sock`` beside the server (the
-    metrics port asks for the api token when the rail has one)."""
+    metrics port asks for the api token when the rail has one); ``rail``: the tracker and
+    the counts of what its sweeps reclaimed."""
     from tracker_client.serve.metrics import ServedMetrics, serve_metrics
 
+    tracker, sweeps = rail
     metrics = ServedMetrics(
         tracker,
         open_connections=lambda: len(server.server_state.connections),
         refused_connections=lambda: limits.refused,
+        sweeps=sweeps,
     )
     app.observe(metrics.observe)
     tg.start_soon(lambda: serve_metrics(sock, metrics.render, token=token))

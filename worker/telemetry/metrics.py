@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
@@ -46,6 +46,7 @@ from tracker_client.errors import (
     ValidationFailed,
 )
 from tracker_client.serve.metrics_http import bind, listening_on, queue_families, serve_metrics
+from tracker_client.sweeps import SweepCounts
 from worker.config.telemetry import MetricsConfig, parse_listen
 from worker.telemetry import RunEnd, RunTelemetry, Telemetry, WorkerView
 
@@ -135,11 +136,14 @@ class WorkerMetrics(Telemetry):
 
     enabled = True
 
-    def __init__(self, config: MetricsConfig) -> None:
-        """Bind ``config.listen`` now (``ConfigError`` when it can't be) and make the metrics."""
+    def __init__(self, config: MetricsConfig, sweeps: SweepCounts | None = None) -> None:
+        """Bind ``config.listen`` now (``ConfigError`` when it can't be) and make the metrics.
+        ``sweeps``: the counts the worker's rail keeps of the expired leases it reclaimed
+        (a rail opened directly; a served rail's server counts its own)."""
         if config.listen is None:
             raise ValueError("WorkerMetrics needs [metrics] listen")
         self.config = config
+        self.sweeps = sweeps if sweeps is not None else SweepCounts()
         self.socket = bind(*parse_listen(config.listen), what="[metrics] listen")
         #: ``HOST:PORT`` really listened on (the port chosen for port 0).
         self.address = listening_on(self.socket)
@@ -336,7 +340,20 @@ class _Live(Collector):
             return
         busy, total = view.slots()
         yield GaugeMetricFamily("backlog_worker_slots_busy", "Slots running a task now.", busy)
-        yield GaugeMetricFamily("backlog_worker_slots_total", "Slots (concurrency).", total)
+        # A gauge: no ``_total`` suffix (Prometheus keeps that for counters).
+        yield GaugeMetricFamily("backlog_worker_slots", "Slots (concurrency).", total)
+        sweeps = self._metrics.sweeps
+        yield CounterMetricFamily(
+            "backlog_worker_lease_expiries",
+            "Expired leases the worker's rail reclaimed (its claims' housekeeping and its "
+            "maintenance passes; a rail it opens directly).",
+            sweeps.expired_leases,
+        )
+        yield CounterMetricFamily(
+            "backlog_worker_crash_looped",
+            "Tasks the worker's rail dead-lettered as crash loops, wherever the expiry was swept.",
+            sweeps.crash_looped,
+        )
         queue = self._metrics._queue
         if queue is not None:
             roles: Sequence[str] = view.roles()
