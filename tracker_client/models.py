@@ -153,6 +153,11 @@ class Task(_Model):
     dedupe_key: str | None = None
     #: The task that spawned this one (extension ``subtasks``; None on plain NullTickets).
     parent_id: str | None = None
+    #: The task's own crash-loop limit: after this many lease expiries in a row it is
+    #: dead-lettered ``crash_loop`` (None: the rail's ``max_stale_attempts`` option, default 3).
+    max_stale_attempts: int | None = None
+    #: Lease expiries in a row now (a finished run or a requeue starts the count again).
+    stale_streak: int = 0
 
 
 class Run(_Model):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from tracker_client.models import Pipeline, Task, TaskDetail
 
-__all__ = ["STATES", "coarse_state", "stage_definition", "task_state"]
+__all__ = ["STATES", "coarse_state", "dead_letter_note", "stage_definition", "task_state"]
 
 #: Every state, with what it means; every task is in exactly one.
 STATES: Mapping[str, str] = {
@@ -55,3 +55,21 @@ def task_state(task: Task, stage: Mapping[str, object], detail: TaskDetail | Non
     if run is not None and run.status in ("failed", "stale"):
         return "failed"
     return "waiting"
+
+
+def dead_letter_note(task: Task) -> str | None:
+    """Why a dead-lettered task is dead, where a reason has a knob to name: a ``crash_loop``
+    (its lease expired ``max_stale_attempts`` times in a row; see
+    docs/guarantees/edge-cases.md). None for other tasks and reasons (the reason says it)."""
+    if task.dead_letter_reason != "crash_loop":
+        return None
+    count = task.stale_streak
+    if task.max_stale_attempts is not None:
+        knob = f"the task's max_stale_attempts = {task.max_stale_attempts}"
+    else:
+        knob = "the rail's max_stale_attempts option (default 3)"
+    runs = f"{count} time{'' if count == 1 else 's'}" if count else "repeatedly"
+    return (
+        f"its lease expired {runs} in a row (its worker was killed or lost the rail while "
+        f"running it); the limit is {knob}; `task requeue` starts the count again"
+    )

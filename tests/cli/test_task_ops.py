@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import anyio
+
 from tests.cli.conftest import Rail
 from tracker_client.models import ArtifactCreate
 from tracker_client.protocol import Tracker
@@ -160,3 +162,28 @@ def test_cancel_all_asks_at_a_terminal(simple: Rail, monkeypatch) -> None:
     accepted = simple.cli("task", "cancel-all", "--role", "coder", input="y\n")
     assert accepted.exit_code == 0, accepted.output
     assert "cancelled 1 task" in accepted.stdout
+
+
+def test_show_names_a_crash_loop_and_its_knob_and_requeue_starts_the_count_again(
+    simple: Rail,
+) -> None:
+    task_id = simple.add("oom", "--max-stale-attempts", "2")
+
+    async def killed_twice(tracker: Tracker) -> None:
+        for _ in range(2):  # a 1 ms lease never heartbeaten: its worker is gone
+            assert await tracker.claim("w1", "coder", 1) is not None
+            with anyio.fail_after(10):
+                while not (await tracker.maintenance()).expired_leases:
+                    await anyio.sleep(0.005)
+
+    simple.run(killed_twice)
+    out = simple.cli("task", "show", task_id).stdout
+    assert "dead-lettered (crash_loop: its lease expired 2 times in a row" in out
+    assert "the task's max_stale_attempts = 2" in out
+    assert "`task requeue` starts the count again" in out
+    assert "2 lease expiries in a row, the task's max_stale_attempts 2" in out  # the event
+    assert simple.json("task", "show", task_id)["task"]["stale_streak"] == 2
+    assert simple.cli("task", "requeue", task_id).exit_code == 0
+    shown = simple.json("task", "show", task_id)["task"]
+    assert (shown["dead_letter_reason"], shown["stale_streak"]) == (None, 0)
+    assert "0 in a row (crash-loop limit 2)" in simple.cli("task", "show", task_id).stdout

@@ -351,3 +351,32 @@ async def test_every_sweep_is_counted_wherever_it_runs(
     assert (sweeps.expired_leases, sweeps.crash_looped) == (4, 1)
     await tracker.maintenance()  # nothing more to sweep: nothing counted twice
     assert (sweeps.expired_leases, sweeps.crash_looped) == (4, 1)
+
+
+@pytest.mark.requires(CLOCK, EXTENSIONS, BACKLOG_OPS, RUN_DETAILS)
+async def test_a_crash_loop_names_its_count_and_knob_and_requeue_starts_it_again(
+    open_tracker: OpenTracker, clock: FakeClock
+) -> None:
+    tracker = await open_tracker(max_stale_attempts=2)
+    pid = await make_pipeline(tracker)
+    own, rails = await tracker.create_tasks(
+        [new_task(pid, "own", max_stale_attempts=1, priority=1), new_task(pid, "rail's")]
+    )
+    assert (await tracker.get_task(own)).max_stale_attempts == 1
+    for expected in (own, rails, rails):  # each claim sweeps the lease the last one left
+        assert (await claim(tracker, ttl_ms=1_000)).task.id == expected
+        clock.advance(1_001)
+    await tracker.maintenance()
+    for task_id, limit, of in ((own, 1, "task"), (rails, 2, "rail")):
+        task = await tracker.get_task(task_id)
+        assert (task.dead_letter_reason, task.stale_streak) == ("crash_loop", limit)
+        [event] = [e for e in await task_events(tracker, task_id) if e.kind == "dead_letter"]
+        assert (event.data["stale_runs"], event.data["max_stale_attempts"]) == (limit, limit)
+        assert event.data["limit_of"] == of
+    await tracker.requeue(rails)
+    assert (await tracker.get_task(rails)).stale_streak == 0  # the count starts again
+    await claim(tracker, ttl_ms=1_000)
+    clock.advance(1_001)
+    await tracker.maintenance()
+    task = await tracker.get_task(rails)
+    assert (task.dead_letter_reason, task.stale_streak) == (None, 1)  # one more kill is not a loop

@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from tests.dashboard.conftest import MARKUP, TOKEN, Seeded, client, dashboard_app
 from tracker_client.dashboard.auth import Sessions
 from tracker_client.embedded import EmbeddedTracker
+from tracker_client.models import TaskCreate
 
 pytestmark = pytest.mark.anyio
 
@@ -332,3 +334,20 @@ class _Bare:
         if operation in ("list_spans", "list_workers", "list_schedules", "list_rate_limits"):
             raise Unsupported(f"{operation}: not on this rail")
         return await self._tracker.call(operation, *params, **arguments)
+
+
+async def test_a_crash_looped_task_names_its_count_and_knob(served: Served) -> None:
+    http, tracker, ids = served
+    task_id = await tracker.create_task(
+        TaskCreate(pipeline_id=ids.pipeline, title="oom", priority=99, max_stale_attempts=1)
+    )
+    assert (await tracker.claim("agent-9", "coder", 1)) is not None  # 1 ms: its worker is gone
+    with anyio.fail_after(10):
+        while not (await tracker.maintenance()).crash_looped:
+            await anyio.sleep(0.005)
+    page = (await http.get(f"/ui/tasks/{task_id}", headers=BEARER)).text
+    note = re.search(r'<span class="muted" id="dead-note">([^<]*)</span>', page)
+    assert note is not None, page
+    assert "lease expired 1 time in a row" in note.group(1)
+    assert "the task&#39;s max_stale_attempts = 1" in note.group(1)
+    assert re.search(r'id="task-stale">1 in a row \(crash-loop limit 1\)', page)

@@ -21,6 +21,7 @@ from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import Event, Page, Run, Task
 from tracker_client.observe_models import Span, WorkerInfo
+from tracker_client.task_states import dead_letter_note
 
 __all__ = ["queue_page", "schedules_page", "task_page", "tasks_page", "workers_page"]
 
@@ -162,6 +163,7 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
         "task": detail,
         "pipeline": catalog.name(detail.pipeline_id),
         "state": state,
+        "dead_note": dead_letter_note(detail),  # a crash loop's count and knob
         "runs": runs,
         "events": events,
         "next_events": next_events,

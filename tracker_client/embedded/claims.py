@@ -128,15 +128,23 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
             role=task["role"],
         )
         limit = task["max_stale_attempts"]
+        limit_of = "task"
         if limit is None:
-            limit = ctx.opts.max_stale_attempts
+            limit, limit_of = ctx.opts.max_stale_attempts, "rail"
         if (
             limit > 0
             and task["stale_streak"] >= limit
             and task["dead_letter_reason"] is None
             and not task["terminal"]
         ):
-            dead_letter(ctx, task, "crash_loop", run_id)
+            # The event names the count and the knob (the task's max_stale_attempts, or the
+            # rail's option): what `task show` and the dashboard explain it with.
+            detail = {
+                "stale_runs": int(task["stale_streak"]),
+                "max_stale_attempts": int(limit),
+                "limit_of": limit_of,
+            }
+            dead_letter(ctx, task, "crash_loop", run_id, detail=detail)
             crash += 1
     leases, loops = ctx.swept
     ctx.swept = (leases + len(rows), loops + crash)  # counted once committed (tracker.sweeps)

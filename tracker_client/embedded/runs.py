@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import random
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
@@ -268,13 +268,15 @@ def dead_letter(
     *,
     kind: str = "dead_letter",
     upstream: str | None = None,
+    detail: Mapping[str, Any] | None = None,
 ) -> str:
     """Make the task unclaimable until requeued, in its dead-letter stage; returns the stage.
+    ``detail``: more for its event's data (a crash loop's count and limit).
 
     Its waiting dependents follow, down the graph, in the same write (:func:`_propagate`):
     a dead-lettered or cancelled dependency never resolves.
     """
-    stage = _dead_letter_one(ctx, task, reason, run_id, kind, upstream)
+    stage = _dead_letter_one(ctx, task, reason, run_id, kind, upstream, detail)
     _propagate(ctx, task["id"], kind == "cancelled" or reason == UPSTREAM_CANCELLED)
     return stage
 
@@ -329,6 +331,7 @@ def _dead_letter_one(
     run_id: str | None,
     kind: str,
     upstream: str | None,
+    detail: Mapping[str, Any] | None = None,
 ) -> str:
     pipeline = ctx.pipeline(task["pipeline_id"])
     from_stage = task["stage"]
@@ -361,6 +364,7 @@ def _dead_letter_one(
             "from_stage": from_stage,
             "dead_letter_stage": dls if dls in pipeline.states else None,
             **({} if upstream is None else {"upstream_task_id": upstream}),
+            **(detail or {}),
         },
     )
     ctx.log(

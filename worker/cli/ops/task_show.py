@@ -20,6 +20,7 @@ from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Artifact, Event, Pipeline, Run, TaskDetail
 from tracker_client.observe_models import Span
 from tracker_client.protocol import Tracker
+from tracker_client.task_states import dead_letter_note
 from worker.cli.ops.common import (
     OpsContext,
     OpsError,
@@ -59,7 +60,14 @@ def event_summary(kind: str, data: Any) -> str:
         return f"failure #{failed}; retry in {fmt_age(data['retry_delay_ms'])}"
     if kind in ("dead_letter", "cancelled") and "reason" in data:
         where = f" -> {data['dead_letter_stage']}" if data.get("dead_letter_stage") else ""
-        return f"{data['reason']} (from {data.get('from_stage', '?')}{where})"
+        loop = ""
+        if "stale_runs" in data and "max_stale_attempts" in data:
+            of = "the rail's" if data.get("limit_of") == "rail" else "the task's"
+            loop = (
+                f"; {data['stale_runs']} lease expiries in a row, {of} "
+                f"max_stale_attempts {data['max_stale_attempts']}"
+            )
+        return f"{data['reason']} (from {data.get('from_stage', '?')}{where}{loop})"
     parts = []
     for key, value in data.items():
         if value is None or value == "" or value == {} or value == []:
@@ -166,7 +174,8 @@ def _is_terminal(pipeline: Pipeline | None, stage: str) -> bool:
 def describe_state(task: TaskDetail, pipeline: Pipeline | None) -> str:
     """Where the task is in its life: done, dead-lettered, running, waiting, retry pending."""
     if task.dead_letter_reason:
-        return f"dead-lettered ({task.dead_letter_reason})"
+        note = dead_letter_note(task)
+        return f"dead-lettered ({task.dead_letter_reason}" + (f": {note})" if note else ")")
     if _is_terminal(pipeline, task.stage):
         return "done"
     run = task.latest_run
@@ -208,6 +217,9 @@ def render_task(report: TaskReport, *, last_runs: int = 0) -> list[RenderableTyp
         ("max attempts", "unlimited" if task.max_attempts is None else str(task.max_attempts)),
         ("retry delay", fmt_age(task.retry_delay_ms)),
     ]
+    if task.max_stale_attempts is not None or task.stale_streak:
+        limit = "rail's" if task.max_stale_attempts is None else str(task.max_stale_attempts)
+        rows.append(("lease expiries", f"{task.stale_streak} in a row (crash-loop limit {limit})"))
     if task.description:
         rows.append(("description", short_json(task.description, 400)))
     if task.metadata not in ({}, None):
