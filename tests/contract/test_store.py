@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.contract.support import CLOCK, FakeClock
@@ -117,3 +119,48 @@ async def test_search_limit_out_of_range(tracker: Tracker, limit: int) -> None:
     with pytest.raises(ValidationFailed) as err:
         await tracker.store_search("x", limit=limit)
     assert err.value.code == "invalid_limit"
+
+
+@pytest.mark.parametrize(
+    ("query", "options", "says"),
+    [
+        ("print\x00er", {}, "search query must not contain a NUL"),
+        ("printer", {"namespace": "tick\x00ets"}, "namespace must not contain a NUL"),
+        ("printer", {"filter_path": "$.status", "filter_value": "x\x00"}, "filter_value must"),
+        (" ".join(["printer"] * 65), {}, "search query has 65 words; at most 64"),
+        (" ".join(["w"] * 5_000), {}, "search query has 5000 words; at most 64"),
+        ("printer", {"filter_path": "$.status ? (@ == $x)", "filter_value": "1"}, "filter_path"),
+        ("printer", {"filter_path": "$.n + 1", "filter_value": "1"}, "filter_path must be"),
+        ("printer", {"filter_path": "$.items[*]", "filter_value": "1"}, "filter_path must be"),
+        ("printer", {"filter_path": "status", "filter_value": "1"}, "filter_path must be"),
+    ],
+    ids=[
+        "nul",
+        "nul-namespace",
+        "nul-value",
+        "65-words",
+        "5000-words",
+        "variable",
+        "math",
+        "*",
+        "$",
+    ],
+)
+async def test_search_input_no_rail_can_search_for_is_refused_as_such(
+    tracker: Tracker, query: str, options: dict[str, str], says: str
+) -> None:
+    """A client's mistake is a 400 naming it (``ValidationFailed``), never an outage that
+    clients retry (was 503 on SQLite for a NUL, on PostgreSQL for 5,000 words or a jsonpath
+    variable)."""
+    await tracker.store_put("tickets", "t1", {"status": "open", "n": 1, "body": "printer jam"})
+    with pytest.raises(ValidationFailed, match=re.escape(says)) as err:
+        await tracker.store_search(query, **options)  # type: ignore[arg-type]
+    assert err.value.code == "invalid_query"
+
+
+async def test_search_takes_64_words_and_plain_paths(tracker: Tracker) -> None:
+    await tracker.store_put("tickets", "t1", {"status": "open", "a key": [{"n": "7"}]})
+    assert [e.key for e in await tracker.store_search(" ".join(["open"] * 64))] == ["t1"]
+    for path, value in (("$.status", "open"), ('$."a key"[0].n', "7")):
+        found = await tracker.store_search("open", filter_path=path, filter_value=value)
+        assert [e.key for e in found] == ["t1"], path

@@ -6,6 +6,7 @@ tracker's face of them.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from typing import Any
 
@@ -80,11 +81,65 @@ def list_namespace(ctx: Ctx, namespace: str) -> list[StoreEntry]:
     return [_entry(r) for r in rows]
 
 
-def match_expression(query: str) -> str:
-    """Each whitespace-separated word as a quoted FTS5 phrase, ANDed."""
+#: The most words a search query may have: each is a phrase every match must contain, and on
+#: PostgreSQL the search time grows with the square of the word count (4,000 words: 14.6 s),
+#: past ~5,000 its stack overflows (docs/guarantees/edge-cases.md).
+MAX_SEARCH_WORDS = 64
+#: The JSON paths ``filter_path`` takes, the same on every rail: ``$`` then keys (``.name`` or
+#: ``."any key"``) and array indexes (``[0]``). No filters, variables, wildcards, methods or
+#: arithmetic (SQLite has none of them; on PostgreSQL they fail while the search runs).
+_FILTER_PATH = re.compile(
+    r"\$(?:"
+    r"\.[^\s.\[\]\"'$@?()\\*+\-/%!=<>&|,:;{}]+"  # .key
+    r'|\."(?:[^"\\]|\\.)*"'  # ."any key"
+    r"|\[\d+\]"  # [0]
+    r")*"
+)
+
+
+def _no_nul(value: object, what: str) -> None:
+    if isinstance(value, str) and "\x00" in value:
+        raise ValidationFailed(
+            f"{what} must not contain a NUL (\\0) character", code="invalid_query"
+        )
+
+
+def check_search(
+    query: object, namespace: object, filter_path: object, filter_value: object
+) -> list[str]:
+    """The words of a search, after refusing what no rail can search for (each a clear
+    ``invalid_query``, HTTP 400, never an outage): no word, more than
+    :data:`MAX_SEARCH_WORDS`, a NUL character anywhere, a ``filter_path`` that is not a
+    plain path (``$.a.b``, ``$."a b"``, ``$.items[0]``)."""
     if not isinstance(query, str) or not query.split():
         raise ValidationFailed("search query must contain at least one word", code="invalid_query")
-    return " AND ".join('"' + word.replace('"', '""') + '"' for word in query.split())
+    for value, what in (
+        (query, "search query"),
+        (namespace, "namespace"),
+        (filter_path, "filter_path"),
+        (filter_value, "filter_value"),
+    ):
+        _no_nul(value, what)
+    words = query.split()
+    if len(words) > MAX_SEARCH_WORDS:
+        raise ValidationFailed(
+            f"search query has {len(words)} words; at most {MAX_SEARCH_WORDS}",
+            code="invalid_query",
+        )
+    if filter_path is not None and (
+        not isinstance(filter_path, str) or _FILTER_PATH.fullmatch(filter_path) is None
+    ):
+        raise ValidationFailed(
+            f"filter_path must be a JSON path of keys and indexes starting with '$' (e.g. "
+            f'$.status, $."a key", $.items[0]), got {filter_path!r}',
+            code="invalid_query",
+        )
+    return words
+
+
+def match_expression(words: list[str]) -> str:
+    """Each word (from :func:`check_search`) as a quoted FTS5 phrase, ANDed."""
+    return " AND ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
 def search(
@@ -96,7 +151,7 @@ def search(
     filter_value: str | None,
 ) -> list[StoreEntry]:
     """Entries matching every word of ``query``, best first."""
-    expr = match_expression(query)
+    expr = match_expression(check_search(query, namespace, filter_path, filter_value))
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ValidationFailed(
             f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
@@ -107,11 +162,6 @@ def search(
         sql += " AND s.namespace = ?"
         params.append(namespace)
     if filter_path is not None:
-        if not isinstance(filter_path, str) or not filter_path.startswith("$"):
-            raise ValidationFailed(
-                f"filter_path must be a JSON path starting with '$', got {filter_path!r}",
-                code="invalid_query",
-            )
         sql += " AND (json_extract(s.value, ?) = ? OR CAST(json_extract(s.value, ?) AS TEXT) = ?)"
         params += [filter_path, filter_value, filter_path, filter_value]
     sql += " ORDER BY store_fts.rank LIMIT ?"

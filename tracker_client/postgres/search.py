@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.store import match_expression
+from tracker_client.embedded.store import check_search
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import StoreEntry
 
@@ -31,12 +31,11 @@ def search(
     """Entries matching every word of ``query``, best first."""
     from tracker_client.embedded.store import _entry
 
-    match_expression(query)  # the same checks and messages as the embedded rail
+    words = check_search(query, namespace, filter_path, filter_value)  # as the embedded rail
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ValidationFailed(
             f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
         )
-    words = query.split()
     terms = " && ".join(["phraseto_tsquery('simple', ?)"] * len(words))
     sql = f"SELECT s.*, ts_rank(s.search, {terms}) AS rank FROM store s WHERE s.search @@ ({terms})"
     params: list[Any] = [*words, *words]
@@ -44,11 +43,6 @@ def search(
         sql += " AND s.namespace = ?"
         params.append(namespace)
     if filter_path is not None:
-        if not isinstance(filter_path, str) or not filter_path.startswith("$"):
-            raise ValidationFailed(
-                f"filter_path must be a JSON path starting with '$', got {filter_path!r}",
-                code="invalid_query",
-            )
         if not _valid_path(ctx, filter_path):
             raise ValidationFailed(
                 f"filter_path {filter_path!r} is not a valid JSON path", code="invalid_query"
