@@ -12,6 +12,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from tracker_client.bounds import MAX_AHEAD_MS
 from tracker_client.capabilities import LeaseHandle
 
 __all__ = [
@@ -85,11 +86,6 @@ class RetryPolicy(_CreateModel):
     dead_letter_stage: str | None = None
     backoff: Literal["constant", "exponential"] = "constant"
     max_retry_delay_ms: int | None = None
-
-
-#: The furthest ahead a task may be scheduled (``run_at_ms``/``delay_ms``) or deduped
-#: (``dedupe_window_ms``): ten years. Further is almost surely a unit mistake, so it is refused.
-MAX_AHEAD_MS = 10 * 366 * 86_400_000
 
 
 class TaskCreate(_CreateModel):

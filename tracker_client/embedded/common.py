@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tracker_client import bounds
 from tracker_client.embedded.pipelines import PipelineCache, PipelineDef
 from tracker_client.embedded.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
@@ -62,8 +63,8 @@ CLEAR_LEASE = (
     "lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, "
     "lease_token_sha256 = NULL, lease_ttl_ms = NULL"
 )
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
+INT64_MIN = bounds.INT64_MIN
+INT64_MAX = bounds.INT64_MAX
 
 
 @dataclass(frozen=True)

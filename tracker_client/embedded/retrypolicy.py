@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tracker_client.bounds import MAX_DURATION_MS
 from tracker_client.models import RetryPolicy
 
 __all__ = ["BUILTIN", "UNLIMITED", "RetryDefaults", "given_retry", "parse_retry"]
@@ -61,16 +62,24 @@ class RetryDefaults:
 BUILTIN = RetryDefaults()
 
 
-def _count(value: Any, name: str, fail: Callable[[str], Exception], *, nullable: bool) -> Any:
+def _count(
+    value: Any,
+    name: str,
+    fail: Callable[[str], Exception],
+    *,
+    nullable: bool,
+    high: int = _INT_MAX,
+) -> Any:
     if value is None and nullable:
         return None
     if isinstance(value, str) and value.strip().lower() == UNLIMITED and nullable:
         return None
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT_MAX:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
         extra = f', null or "{UNLIMITED}"' if nullable else ""
-        raise fail(f"{name!r} must be an integer >= 0{extra}, got {value!r}")
+        top = "" if high == _INT_MAX else f" and <= {high} (ten years)"
+        raise fail(f"{name!r} must be an integer >= 0{top}{extra}, got {value!r}")
     return value
 
 
@@ -115,9 +124,9 @@ def parse_retry(
         if field == "max_attempts":
             out[field] = _count(value, key, err, nullable=True)
         elif field == "retry_delay_ms":
-            out[field] = _count(value, key, err, nullable=False)
+            out[field] = _count(value, key, err, nullable=False, high=MAX_DURATION_MS)
         elif field == "max_retry_delay_ms":
-            out[field] = _count(value, key, err, nullable=True)
+            out[field] = _count(value, key, err, nullable=True, high=MAX_DURATION_MS)
         elif field == "backoff":
             text = value.strip().lower() if isinstance(value, str) else value
             if text not in _BACKOFFS:

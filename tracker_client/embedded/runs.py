@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
+from tracker_client.bounds import MAX_DURATION_MS
 from tracker_client.embedded import fanin
 from tracker_client.embedded.common import CLEAR_LEASE, MIB, Ctx, dumps
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
@@ -178,14 +179,15 @@ def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
     from ``[d/2, d]`` ("equal jitter"): spread out like full jitter, but never near 0, so a
     failing task cannot come back at once however the dice fall.
     """
-    base = max(0, int(row["retry_delay_ms"]))
+    # A row stored before the bound (tracker_client.bounds) still fails with a delay in range.
+    base = min(max(0, int(row["retry_delay_ms"])), MAX_DURATION_MS)
     if row["backoff"] != "exponential":
         return base
     cap = row["max_retry_delay_ms"]
     exp = base * (2 ** min(max(failed - 1, 0), 62))
     if cap is not None:
         exp = min(exp, max(0, int(cap)))
-    exp = min(exp, 2**62)
+    exp = min(exp, MAX_DURATION_MS)  # now + the delay stays a date (tracker_client.bounds)
     return rng.randint(exp - exp // 2, exp) if exp > 0 else 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from tracker_client.bounds import MAX_DURATION_MS, MAX_EPOCH_MS
 from tracker_client.embedded.common import (
     INT64_MAX,
     INT64_MIN,
@@ -117,11 +118,15 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     max_attempts = resolved.max_attempts
     if max_attempts is not None:
         _int(max_attempts, f"{at}retry_policy.max_attempts", low=0)
-    retry_delay = _int(resolved.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0)
+    # Durations and times are bounded (tracker_client.bounds): now plus any of them must stay
+    # a 64-bit number and a date, or the task's fail/expiry arithmetic overflows.
+    retry_delay = _int(
+        resolved.retry_delay_ms, f"{at}retry_policy.retry_delay_ms", low=0, high=MAX_DURATION_MS
+    )
     backoff = resolved.backoff
     max_delay = resolved.max_retry_delay_ms
     if max_delay is not None:
-        _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0)
+        _int(max_delay, f"{at}retry_policy.max_retry_delay_ms", low=0, high=MAX_DURATION_MS)
     dls = resolved.dead_letter_stage
     if dls is not None and dls not in pipeline.states:
         raise ValidationFailed(
@@ -147,9 +152,11 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         _int(spec.max_stale_attempts, f"{at}max_stale_attempts", low=0)
     expires = spec.expires_at_ms
     if expires is not None:
-        _int(expires, f"{at}expires_at_ms", low=0)
+        _int(expires, f"{at}expires_at_ms", low=0, high=MAX_EPOCH_MS)
     elif spec.queue_ttl_ms is not None:
-        expires = ctx.now + _int(spec.queue_ttl_ms, f"{at}queue_ttl_ms", low=1)
+        expires = ctx.now + _int(
+            spec.queue_ttl_ms, f"{at}queue_ttl_ms", low=1, high=MAX_DURATION_MS
+        )
     elif pipeline.default_queue_ttl_ms is not None:
         expires = ctx.now + pipeline.default_queue_ttl_ms
     run_at = run_at_of(ctx, spec, at)
