@@ -71,8 +71,9 @@ async def test_purge_takes_old_finished_tasks_and_keeps_open_work(
     cancelled = await tracker.create_task(new_task(pid, "cancelled"))
     await tracker.cancel(cancelled)
     blocker = await tracker.create_task(new_task(pid, "blocker", priority=7))
-    await tracker.fail(await claim(tracker), "boom", retryable=False)
     blocked = await tracker.create_task(new_task(pid, "blocked", dependencies=[blocker]))
+    # Finished, with a dependent still waiting (a dead-lettered blocker would dead-letter it).
+    await tracker.transition(await claim(tracker), "complete")
     waiting = await tracker.create_task(new_task(pid, "waiting", priority=-1))
     running = await tracker.create_task(new_task(pid, "running", priority=5))
     clock.advance(8 * DAY_MS)
