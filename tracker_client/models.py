@@ -8,11 +8,22 @@ Unknown fields are ignored, as the server itself ignores them.
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from tracker_client.bounds import MAX_AHEAD_MS
+from tracker_client.bounds import (
+    MAX_AHEAD_MS,
+    MAX_DEDUPE_KEY_CHARS,
+    MAX_TITLE_CHARS,
+    AheadMs,
+    Count,
+    DurationMs,
+    EpochMs,
+    Int64,
+    NonEmpty,
+    PositiveDurationMs,
+)
 from tracker_client.capabilities import LeaseHandle
 
 __all__ = [
@@ -81,11 +92,12 @@ class RetryPolicy(_CreateModel):
     failure from ``retry_delay_ms`` up to ``max_retry_delay_ms``, drawn from ``[d/2, d]``.
     """
 
-    max_attempts: int | None = None
-    retry_delay_ms: int = 0
+    # The ranges (tracker_client.bounds) are stated in the schema and applied by the rails.
+    max_attempts: Count | None = None
+    retry_delay_ms: DurationMs = 0
     dead_letter_stage: str | None = None
     backoff: Literal["constant", "exponential"] = "constant"
-    max_retry_delay_ms: int | None = None
+    max_retry_delay_ms: DurationMs | None = None
 
 
 class TaskCreate(_CreateModel):
@@ -95,30 +107,35 @@ class TaskCreate(_CreateModel):
     server ignores them.
     """
 
+    # The ranges (tracker_client.bounds) are stated in the schema and applied by the rails.
     pipeline_id: str
-    title: str
+    title: str = Field(json_schema_extra={"maxLength": MAX_TITLE_CHARS})
     description: str = ""
-    priority: int = 0
+    priority: Int64 = 0
     metadata: Any = Field(default_factory=dict)
     retry_policy: RetryPolicy | None = None
     dependencies: list[str] | None = None
-    assigned_agent_id: str | None = None
+    assigned_agent_id: NonEmpty | None = None
     assigned_by: str | None = None
-    concurrency_key: str | None = None
+    concurrency_key: NonEmpty | None = None
     #: Absolute deadline (epoch ms) for a task still waiting; past it the task is dead-lettered.
-    expires_at_ms: int | None = None
+    expires_at_ms: EpochMs | None = None
     #: Queue TTL at creation: ``expires_at_ms = now + queue_ttl_ms``.
-    queue_ttl_ms: int | None = None
+    queue_ttl_ms: PositiveDurationMs | None = None
     #: Consecutive stale runs (lease expiries) before the task is dead-lettered ``crash_loop``.
-    max_stale_attempts: int | None = None
-    #: Not claimable before this time (epoch ms); in the past = due now. Embedded extension.
-    run_at_ms: int | None = None
+    max_stale_attempts: Count | None = None
+    #: Not claimable before this time (epoch ms); in the past = due now; at most ten years
+    #: ahead. Embedded extension.
+    run_at_ms: EpochMs | None = None
     #: Not claimable for this long from creation (``run_at_ms = now + delay_ms``).
-    delay_ms: int | None = None
+    delay_ms: AheadMs | None = None
     #: While a task with this key is waiting or running, a create answers its id instead.
-    dedupe_key: str | None = None
+    dedupe_key: (
+        Annotated[str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_DEDUPE_KEY_CHARS})]
+        | None
+    ) = None
     #: Keep deduping for this long after the task with the key finished.
-    dedupe_window_ms: int | None = None
+    dedupe_window_ms: AheadMs | None = None
     #: The task that spawned this one (extension ``subtasks``): cancelling it cancels this.
     parent_id: str | None = None
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracker_client.bounds import MAX_DEDUPE_KEY_CHARS
 from tracker_client.embedded.common import Ctx
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import MAX_AHEAD_MS, TaskCreate
 
 __all__ = ["MAX_AHEAD_MS", "MAX_DEDUPE_KEY_CHARS", "dedupe_hit", "dedupe_of", "run_at_of"]
-
-MAX_DEDUPE_KEY_CHARS = 1024
 
 
 def _ms(value: Any, what: str, high: int) -> int:

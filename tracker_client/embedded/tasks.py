@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from tracker_client.bounds import MAX_DURATION_MS, MAX_EPOCH_MS
+from tracker_client.bounds import MAX_DURATION_MS, MAX_EPOCH_MS, MAX_TITLE_CHARS
 from tracker_client.embedded.common import (
     INT64_MAX,
     INT64_MIN,
@@ -47,8 +47,6 @@ __all__ = [
     "page_by_creation",
     "parse_created_cursor",
 ]
-
-MAX_TITLE_CHARS = 4096
 
 
 # -- pipelines ------------------------------------------------------------------------------------

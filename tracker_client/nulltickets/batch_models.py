@@ -13,9 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracker_client.bounds import NonEmpty
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import TrackerError, ValidationFailed
 from tracker_client.models import FailResult, TransitionResult
+from tracker_client.nulltickets.contract_types import MAX_LEASE_TTL_MS
 from tracker_client.nulltickets.wire_models import EventBody, FailBody, TransitionBody
 
 __all__ = [
@@ -48,9 +50,11 @@ class ClaimManyBody(BaseModel):
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
-    agent_id: str
-    agent_role: str
-    lease_ttl_ms: int = Field(300_000, json_schema_extra={"minimum": 1, "maximum": 86_400_000})
+    agent_id: NonEmpty
+    agent_role: NonEmpty
+    lease_ttl_ms: int = Field(
+        300_000, json_schema_extra={"minimum": 1, "maximum": MAX_LEASE_TTL_MS}
+    )
     #: How many leases at most (1..:data:`MAX_CLAIM_MANY`); fewer when less work is eligible.
     n: int = Field(json_schema_extra={"minimum": 1, "maximum": MAX_CLAIM_MANY})
     concurrency: dict[str, Any] | None = None

@@ -43,6 +43,24 @@ class Query:
     name: str
     type: Literal["string", "integer"] = "string"
     required: bool = False
+    #: The range the server accepts (an integer), or the shortest string; stated in the
+    #: OpenAPI document from here, and checked by the server with the same constants
+    #: (:mod:`tracker_client.bounds`).
+    minimum: int | None = None
+    maximum: int | None = None
+    min_length: int | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The parameter's JSON schema, with its range."""
+        found: dict[str, Any] = {"type": self.type}
+        for key, value in (
+            ("minimum", self.minimum),
+            ("maximum", self.maximum),
+            ("minLength", self.min_length),
+        ):
+            if value is not None:
+                found[key] = value
+        return found
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from tracker_client import models as m
 from tracker_client import ops_models as om
 from tracker_client import schedule_models as sm
 from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
+from tracker_client.bounds import MAX_LIMIT, MAX_WAIT_MS
 from tracker_client.nulltickets.batch_models import (
     ClaimManyBody,
     FinishBody,
@@ -56,8 +57,9 @@ from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo, Wo
 
 __all__ = ["OPERATIONS"]
 
-_LIMIT_CURSOR = (Query("limit", "integer"), Query("cursor"))
-_WAIT = (Query("timeout_ms", "integer"),)
+_LIMIT = Query("limit", "integer", minimum=1, maximum=MAX_LIMIT)
+_LIMIT_CURSOR = (_LIMIT, Query("cursor"))
+_WAIT = (Query("timeout_ms", "integer", minimum=0, maximum=MAX_WAIT_MS),)
 _SKIP = "next_cursor skips one item per page: build the cursor from the last item"
 
 
@@ -165,7 +167,7 @@ OPERATIONS: tuple[Operation, ...] = (
     # store
     _op("store_search", "GET", "/store/search", "Full-text search of the store",
         response=m.StoreEntry, shape="list", errors=(400,),
-        query=(Query("q", required=True), Query("namespace"), Query("limit", "integer"),
+        query=(Query("q", required=True, min_length=1), Query("namespace"), _LIMIT,
                Query("filter_path"), Query("filter_value"))),
     _op("store_put", "PUT", "/store/{namespace}/{key}", "Upsert a value (204)", body=StoreBody,
         status=204, errors=(400,),
@@ -189,7 +191,7 @@ OPERATIONS: tuple[Operation, ...] = (
         extension="wait"),
     _op("follow_task", "GET", "/tasks/{task_id}/follow", "Wait up to timeout_ms (max 60000) "
         "for events after the cursor, or the task's end", response=om.TaskFollow,
-        errors=(400, 404), query=(Query("after"), *_WAIT, Query("limit", "integer")),
+        errors=(400, 404), query=(Query("after"), *_WAIT, _LIMIT),
         extension="follow"),
     _op("list_upstream", "GET", "/tasks/{task_id}/upstream", "Each dependency of the task: "
         "stage, outcome, last result and artifacts", response=Upstream, shape="list",
@@ -249,6 +251,6 @@ OPERATIONS: tuple[Operation, ...] = (
         response=WorkerInfo, errors=(404,), extension="workers"),
     _op("list_spans", "GET", "/tasks/{task_id}/spans", "The task's OTLP spans (or one run's), by "
         "start time", response=Span, shape="list", errors=(400,),
-        query=(Query("run_id"), Query("limit", "integer")), extension="spans"),
+        query=(Query("run_id"), _LIMIT), extension="spans"),
 )
 # fmt: on

@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracker_client import models as m
+from tracker_client.bounds import NonEmpty
+from tracker_client.nulltickets.contract_types import MAX_LEASE_TTL_MS
 
 __all__ = [
     "AssignBody",
@@ -76,23 +78,28 @@ class DependencyBody(_Body):
 class AssignBody(_Body):
     """``POST /tasks/{task_id}/assignments``."""
 
-    agent_id: str
+    agent_id: NonEmpty
     assigned_by: str | None = None
 
 
 class ClaimBody(_Body):
     """``POST /leases/claim``; ``concurrency`` is ``{"per_state": {stage: int}}``."""
 
-    agent_id: str
-    agent_role: str
-    lease_ttl_ms: int = Field(300_000, json_schema_extra={"minimum": 1, "maximum": 86_400_000})
+    agent_id: NonEmpty
+    agent_role: NonEmpty
+    lease_ttl_ms: int = Field(
+        300_000, json_schema_extra={"minimum": 1, "maximum": MAX_LEASE_TTL_MS}
+    )
     concurrency: dict[str, Any] | None = None
 
 
 class HeartbeatBody(_Body):
     """``POST /leases/{lease_id}/heartbeat``: NullTickets ignores the body."""
 
-    lease_ttl_ms: int | None = Field(None, json_schema_extra=_ext("heartbeat_ttl"))
+    lease_ttl_ms: int | None = Field(
+        None,
+        json_schema_extra={**_ext("heartbeat_ttl"), "minimum": 1, "maximum": MAX_LEASE_TTL_MS},
+    )
     #: Extension: the lease's run, used only to say why a lease is gone (revoked, expired).
     run_id: str = Field("", json_schema_extra=_ext("heartbeat_ttl"))
     #: Extension: the run's checkpoint, written with the heartbeat (absent: left as it is).
@@ -102,7 +109,7 @@ class HeartbeatBody(_Body):
 class EventBody(_Body):
     """``POST /runs/{run_id}/events``."""
 
-    kind: str
+    kind: NonEmpty
     data: Any = Field(default_factory=dict)
 
 

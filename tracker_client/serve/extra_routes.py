@@ -21,6 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tracker_client.bounds import MAX_WAIT_MS
 from tracker_client.nulltickets import wire_models as w
 from tracker_client.serve.helpers import (
     dump,
@@ -35,9 +36,6 @@ from tracker_client.serve.helpers import (
 from tracker_client.serve.http import ApiError, Handlers, json_response, no_content, read_model
 
 __all__ = ["HANDLERS", "MAX_WAIT_MS"]
-
-#: Longest single ``GET /tasks/{id}/wait`` (the client loops for longer waits).
-MAX_WAIT_MS = 60_000
 
 #: This module's handlers by operation name.
 HANDLERS = Handlers()

@@ -29,7 +29,7 @@ _INT = {"type": "integer"}
 #: Query parameters per (method, path) as the document spells them; all optional except ``q``
 #: of the store search.
 QUERY_PARAMS: dict[tuple[str, str], tuple[tuple[str, dict[str, Any]], ...]] = {
-    (op.method.lower(), op.path): tuple((q.name, {"type": q.type}) for q in op.query)
+    (op.method.lower(), op.path): tuple((q.name, q.schema()) for q in op.query)
     for op in OPERATIONS
     if op.query
 }
@@ -100,9 +100,7 @@ def _answer_schema(op: Operation) -> dict[str, Any] | None:
 def _params(op: Operation) -> list[dict[str, Any]]:
     params = [{"name": n, "in": "path", "required": True, "schema": _STR} for n in op.params]
     for q in op.query:
-        params.append(
-            {"name": q.name, "in": "query", "required": q.required, "schema": {"type": q.type}}
-        )
+        params.append({"name": q.name, "in": "query", "required": q.required, "schema": q.schema()})
     return params
 
 
