@@ -130,10 +130,9 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
     lease routes need *a* Bearer value, which the tracker then checks against the lease; admin
     routes (and unknown ones, as on NullTickets) need the admin token when one is set (compared
     in constant time). Requests under :data:`DASHBOARD_PATH` go to the dashboard, which asks
-    for the token itself (a login form). Unknown routes (and a known path with another method
-    of the API) are 404 ``not_found``, as on NullTickets; a method the API never serves (TRACE,
-    OPTIONS, PATCH, CONNECT) is 405 ``method_not_allowed`` on every path; anything an endpoint
-    lets escape is a JSON 500.
+    for the token itself (a login form). Unknown routes (and a known path with another
+    method) are 404 ``not_found``, as on NullTickets, but TRACE is 405 ``method_not_allowed``
+    on every path; anything an endpoint lets escape is a JSON 500.
 
     ``state`` holds what handlers read through ``request.app.state``: the tracker, the body
     limits, the generation counter and the :class:`Closing` of long polls.
@@ -163,7 +162,7 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
             return
         raw: bytes = scope.get("raw_path") or path.encode()
         method: str = scope["method"]
-        if method not in _API_METHODS:  # TRACE, OPTIONS, PATCH, CONNECT ...: never served
+        if method == "TRACE":  # never served: a reflected request could echo its headers
             await self._observed("unknown", scope, receive, send, _not_allowed(method, raw))
             return
         found = contract.match("GET" if method == "HEAD" else method, _path_of(raw))
@@ -247,14 +246,10 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
         return None
 
 
-#: The methods the contract serves (HEAD as GET); any other is 405 on every path.
-_API_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"})
-
-
 def _not_allowed(method: str, raw: bytes) -> Call:
     """405 ``method_not_allowed`` with the path's methods in ``Allow`` (the API's for an
     unknown path): the API never answers TRACE (a reflected request could echo headers such
-    as the token), OPTIONS, PATCH or CONNECT."""
+    as the token), on any path."""
     path = _path_of(raw)
     allowed = [m for m in ("GET", "POST", "PUT", "DELETE") if contract.match(m, path)]
     if "GET" in allowed:
