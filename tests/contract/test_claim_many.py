@@ -139,6 +139,23 @@ async def test_a_replay_with_the_key_answers_the_same_leases(tracker: Tracker) -
     assert len(await claim_many(tracker, 5)) == 1  # the replay leased nothing more
 
 
+async def test_a_replay_answers_the_same_tokens_and_the_first_answer_keeps_working(
+    tracker: Tracker,
+) -> None:
+    pid = await make_pipeline(tracker)
+    for i in range(3):
+        await tracker.create_task(new_task(pid, f"t{i}"))
+
+    first = await claim_many(tracker, 2, idempotency_key="batch-tok")
+    again = await claim_many(tracker, 2, idempotency_key="batch-tok")
+
+    tokens = [x.lease_token.get_secret_value() for x in first]
+    assert [x.lease_token.get_secret_value() for x in again] == tokens
+    assert len(set(tokens)) == 2  # one key, two leases: two tokens
+    for lease in first:
+        await tracker.heartbeat(lease)
+
+
 @pytest.mark.parametrize("n", [0, -1, 101])
 async def test_an_n_outside_1_to_100_is_refused_naming_it(tracker: Tracker, n: int) -> None:
     pid = await make_pipeline(tracker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract.support import FakeClock, claim, make_pipeline, new_task
-from tracker_client.errors import TrackerUnavailable
+from tracker_client.errors import LeaseLost, TrackerUnavailable
 from tracker_client.factory import open_tracker
 from tracker_client.models import RetryPolicy
 
@@ -82,6 +83,72 @@ async def test_writes_are_logged_with_action_and_depth_never_the_token(
         text = record.getMessage() + repr(vars(record))
         for token in tokens:
             assert token not in text, f"lease token in log record {record.getMessage()!r}"
+
+
+def _rail_keys(db: Path) -> list[str]:
+    """The rail's lease-token keys (hex) as stored."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as raw:
+        rows = raw.execute("SELECT value FROM rail_secrets").fetchall()
+    raw.close()
+    return [str(r[0]) for r in rows]
+
+
+async def test_the_rail_key_is_made_once_kept_across_opens_and_never_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+        assert _rail_keys(db) == []  # made on the first keyed claim, not before
+        await claim(tracker)  # no key: a random token, no rail key needed
+        assert _rail_keys(db) == []
+        first = await claim(tracker, idempotency_key="k-once")
+    finally:
+        await tracker.aclose()
+    keys = _rail_keys(db)
+    assert len(keys) == 1 and len(keys[0]) == 64
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:  # reopened: the replay derives with the stored key, the same token
+        again = await claim(tracker, idempotency_key="k-once")
+        assert again.lease_token.get_secret_value() == first.lease_token.get_secret_value()
+        await tracker.heartbeat(first)
+    finally:
+        await tracker.aclose()
+    assert _rail_keys(db) == keys
+    secret = keys[0]
+    for record in caplog.records:
+        text = record.getMessage() + repr(vars(record))
+        assert secret not in text and secret.upper() not in text, record.getMessage()
+        assert bytes.fromhex(secret).hex() not in text
+
+
+async def test_a_lease_claimed_before_tokens_were_derived_gets_the_derived_token(
+    tmp_path: Path,
+) -> None:
+    # A rail upgraded while a keyed claim's lease was out: its stored hash is of a random
+    # token. The replay answers the derived token (and the old answer's token stops working,
+    # as every replay did before); it never hands out a token that does not hold the lease.
+    db = tmp_path / "rail.db"
+    tracker = await open_tracker(f"sqlite:///{db}")
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_task(new_task(pid))
+        lease = await claim(tracker, idempotency_key="k-old")
+        legacy = hashlib.sha256(b"a random token of an older build").hexdigest()
+        with sqlite3.connect(db) as raw:
+            raw.execute("UPDATE tasks SET lease_token_sha256 = ?", (legacy,))
+        raw.close()
+        with pytest.raises(LeaseLost):
+            await tracker.heartbeat(lease)  # what the older build's replay did to it
+        again = await claim(tracker, idempotency_key="k-old")
+        assert again.lease_token.get_secret_value() == lease.lease_token.get_secret_value()
+        await tracker.heartbeat(again)
+        await tracker.transition(again, "complete")
+    finally:
+        await tracker.aclose()
 
 
 async def test_locked_database_is_unavailable(tmp_path: Path) -> None:

@@ -129,6 +129,39 @@ async def test_claim_replay_returns_the_same_lease(tracker: Tracker) -> None:
     await tracker.transition(again, "complete")
 
 
+async def test_a_replayed_claim_answers_the_same_token_and_both_keep_working(
+    tracker: Tracker,
+) -> None:
+    # The original request of a claim can reach the rail after its retry (same key) was
+    # answered; whichever answer the worker kept, its heartbeats must go on working.
+    pid = await make_pipeline(tracker)
+    await tracker.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+    first = await claim(tracker, idempotency_key="k-tok")
+    again = await claim(tracker, idempotency_key="k-tok")
+    token = first.lease_token.get_secret_value()
+    assert again.lease_token.get_secret_value() == token
+    assert again.lease_id == first.lease_id
+    await tracker.heartbeat(first)  # the first answer's token still holds the lease
+    await tracker.heartbeat(again)
+    # a different key is a different claim: the next task, not a second lease of this one
+    other = await claim(tracker, idempotency_key="k-tok-2")
+    assert other.task.id != first.task.id
+    assert other.lease_token.get_secret_value() != token
+    await tracker.transition(first, "complete")
+    with pytest.raises(LeaseLost):
+        await tracker.heartbeat(again)  # one lease, finished once
+
+
+async def test_a_claim_without_a_key_gets_a_fresh_random_token(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker)
+    await tracker.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+    one = await claim(tracker)
+    two = await claim(tracker)
+    tokens = {one.lease_token.get_secret_value(), two.lease_token.get_secret_value()}
+    assert len(tokens) == 2
+    assert all(len(t) == 64 and int(t, 16) >= 0 for t in tokens)
+
+
 async def test_no_work_claim_is_not_replayed(tracker: Tracker) -> None:
     # NullTickets caches the 204 of a claim forever; here a key that found no work is not stored.
     pid = await make_pipeline(tracker)

@@ -19,7 +19,7 @@ from tests.contract.otlpdocs import document, span
 from tests.contract.support import claim, make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tests.worker.daemonkit import PIPELINE_TOML, clean_env, write_config
-from tracker_client.errors import ConfigError, NoRail
+from tracker_client.errors import ConfigError, LeaseLost, NoRail
 from tracker_client.factory import open_tracker
 from tracker_client.models import ArtifactCreate
 from tracker_client.postgres import copy as railcopy
@@ -301,3 +301,35 @@ async def test_a_worker_drains_the_copied_rail(pg_server: PgServer, tmp_path: Pa
         assert stages == {"done"}
     finally:
         await t.aclose()
+
+
+async def test_a_copy_makes_its_own_lease_token_key(tmp_path: Path) -> None:
+    # The rail key (it derives keyed claims' tokens) is the rail's own: no lease is live across
+    # a copy, so the copy needs none of the source's; it makes its own on its first keyed claim.
+    source, target = tmp_path / "old.db", tmp_path / "new.db"
+    old = await open_tracker(f"sqlite:///{source}")
+    try:
+        pid = await make_pipeline(old)
+        await old.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+        await claim(old, idempotency_key="k-src")
+    finally:
+        await old.aclose()
+    report = await copy_rail(f"sqlite:///{source}", f"sqlite:///{target}")
+    assert "rail_secrets" not in report.tables
+    assert _rows(source, "rail_secrets") == 1 and _rows(target, "rail_secrets") == 0
+    new = await open_tracker(f"sqlite:///{target}")
+    try:
+        with pytest.raises(LeaseLost):  # the copied claim's lease arrived lapsed
+            await claim(new, idempotency_key="k-src")
+        lease = await claim(new, idempotency_key="k-new")
+        again = await claim(new, idempotency_key="k-new")
+        assert again.lease_token.get_secret_value() == lease.lease_token.get_secret_value()
+        await new.heartbeat(lease)
+    finally:
+        await new.aclose()
+    with sqlite3.connect(source) as a, sqlite3.connect(target) as b:
+        (mine,) = a.execute("SELECT value FROM rail_secrets").fetchone()
+        (theirs,) = b.execute("SELECT value FROM rail_secrets").fetchone()
+    a.close()
+    b.close()
+    assert mine != theirs

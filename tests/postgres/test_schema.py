@@ -4,12 +4,14 @@ embedded migration without its PostgreSQL twin fails here, naming what is missin
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.contract.support import claim, make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.factory import open_tracker
@@ -56,3 +58,36 @@ async def test_every_embedded_column_exists_on_postgresql(
         f"embedded columns missing on PostgreSQL: {missing}; add a migration to "
         "tracker_client/postgres/schema/ mirroring the embedded one"
     )
+
+
+async def test_the_rail_key_is_made_once_at_open_and_shared_by_every_host(
+    pg_server: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The one-statement claim derives a keyed claim's token before it is sent: the key exists
+    # from the open on, one per rail, read alike by every host (a replay may reach another).
+    import psycopg
+
+    caplog.set_level(logging.DEBUG)
+    key = f"schema-{uuid.uuid4()}"
+    url = fresh_schema_url(key)
+    one, two = await open_tracker(url), await open_tracker(url)
+    try:
+        with psycopg.connect(pg_server.url) as conn:
+            rows = conn.execute(
+                f"SELECT name, value FROM {schema_name(key)}.rail_secrets"
+            ).fetchall()
+        assert [r[0] for r in rows] == ["lease_token_key"] and len(rows[0][1]) == 64
+        pid = await make_pipeline(one)
+        await one.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
+        first = await claim(one, idempotency_key="k-hosts")
+        again = await claim(two, idempotency_key="k-hosts")  # the retry reached another host
+        assert again.lease_token.get_secret_value() == first.lease_token.get_secret_value()
+        await two.heartbeat(first)
+        await one.heartbeat(again)
+    finally:
+        await one.aclose()
+        await two.aclose()
+    secret = str(rows[0][1])
+    for record in caplog.records:
+        text = record.getMessage() + repr(vars(record))
+        assert secret not in text and secret.upper() not in text, record.getMessage()

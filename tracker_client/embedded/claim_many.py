@@ -46,8 +46,10 @@ def claim_many(
     lease_ttl_ms: int,
     n: int,
     per_state: Mapping[str, object] | None,
+    idempotency_key: str | None = None,
 ) -> list[Lease]:
-    """Up to ``n`` leases of ``role`` for ``agent_id``, best first (empty: no work)."""
+    """Up to ``n`` leases of ``role`` for ``agent_id``, best first (empty: no work); their
+    tokens derived from ``idempotency_key`` when given (:mod:`.leasekeys`)."""
     claims.check_ttl(lease_ttl_ms)
     check_n(n)
     if not isinstance(agent_id, str) or not agent_id:
@@ -72,7 +74,9 @@ def claim_many(
             allowed, rate_limit = admit(ctx, role)
             if not allowed:
                 break
-        leases.append(claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms))
+        leases.append(
+            claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key)
+        )
         if rate_limit is not None:
             spend(ctx, rate_limit)
     return leases
@@ -123,7 +127,7 @@ def _pick_many(
 
 def keyed_claim_many(
     c: Ctx,
-    claim: Callable[[Ctx, str, str, int, int, Mapping[str, int] | None], list[Lease]],
+    claim: Callable[[Ctx, str, str, int, int, Mapping[str, int] | None, str | None], list[Lease]],
     idempotency_key: str | None,
     agent_id: str,
     agent_role: str,
@@ -132,14 +136,15 @@ def keyed_claim_many(
     limits: Mapping[str, int] | None,
 ) -> list[Lease]:
     """``claim(c, ...)`` under ``idempotency_key`` (the transaction's own): a replay answers
-    the leases the first one got, with fresh tokens, leaving out one gone since. ``claim`` is
-    the rail's own ``claim_many`` (this module's, or the PostgreSQL rail's one statement)."""
+    the leases the first one got, with the same tokens (derived from the key, see
+    :mod:`.leasekeys`), leaving out one gone since. ``claim`` is the rail's own
+    ``claim_many`` (this module's, or the PostgreSQL rail's one statement)."""
 
     def replay(record: object) -> list[Lease]:
         out: list[Lease] = []
         for item in record if isinstance(record, list) else []:
             try:
-                out.append(claims.reissue(c, item["lease_id"], item["run_id"]))
+                out.append(claims.reissue(c, item["lease_id"], item["run_id"], idempotency_key))
             except LeaseLost:
                 continue  # expired or finished since: not handed out again
         return out
@@ -149,7 +154,7 @@ def keyed_claim_many(
         idempotency_key,
         "claim_many",
         [agent_id, agent_role, lease_ttl_ms, n, limits],
-        lambda: claim(c, agent_id, agent_role, lease_ttl_ms, n, limits),
+        lambda: claim(c, agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key),
         lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
         replay,
     )
@@ -169,7 +174,7 @@ class ClaimManyOps(TrackerCore):
         idempotency_key: str | None = None,
     ) -> list[Lease]:
         """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
-        the key answers the same leases (fresh tokens; one gone since is left out).
+        the key answers the same leases (the same tokens; one gone since is left out).
 
         The arguments are the body's (``ClaimManyBody``), so every rail answers
         ``call("claim_many", ...)`` alike; ``concurrency`` is ``{"per_state": {stage: n}}``."""

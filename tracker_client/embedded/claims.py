@@ -9,7 +9,6 @@ There is no candidate cap: the scan goes on until a task qualifies or the role h
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +22,7 @@ from tracker_client.embedded.common import (
     run_from_row,
     task_from_row,
 )
+from tracker_client.embedded.leasekeys import keyed_token, rail_key
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import check_lease, dead_letter, token_hash
 from tracker_client.errors import LeaseLost, ValidationFailed
@@ -233,8 +233,12 @@ def claim(
     role: str,
     lease_ttl_ms: int,
     per_state: Mapping[str, object] | None,
+    idempotency_key: str | None = None,
 ) -> Lease | None:
-    """Claim the best eligible task of ``role`` for ``agent_id``, or None."""
+    """Claim the best eligible task of ``role`` for ``agent_id``, or None.
+
+    With ``idempotency_key`` the lease token is derived from it (:mod:`.leasekeys`), so a
+    replay of this claim (:func:`reissue`) answers the same token."""
     check_ttl(lease_ttl_ms)
     if not isinstance(agent_id, str) or not agent_id:
         raise ValidationFailed("agent_id must be a non-empty string")
@@ -264,7 +268,7 @@ def claim(
             )
             dead_letter(ctx, picked, "corrupt_row", None)
             continue
-        lease = _lease(ctx, picked, parsed, agent_id, role, lease_ttl_ms)
+        lease = _lease(ctx, picked, parsed, agent_id, role, lease_ttl_ms, idempotency_key)
         if rate_limit is not None:
             spend(ctx, rate_limit)
         return lease
@@ -301,14 +305,23 @@ def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqli
 
 
 def _lease(
-    ctx: Ctx, task: sqlite3.Row, parsed: Task, agent_id: str, role: str, lease_ttl_ms: int
+    ctx: Ctx,
+    task: sqlite3.Row,
+    parsed: Task,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    idempotency_key: str | None = None,
 ) -> Lease:
-    """Lease the picked row to ``agent_id``: a new run, the lease on the task row."""
+    """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
+    derived from ``idempotency_key`` when given, else random)."""
     conn = ctx.conn
     now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
     run_id, lease_id, token = _fresh_ids(now)
+    if idempotency_key is not None:
+        token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
     expires = now + lease_ttl_ms
     conn.execute(
         "INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms) "
@@ -393,12 +406,16 @@ def heartbeat(
     return expires
 
 
-def reissue(ctx: Ctx, lease_id: str, run_id: str) -> Lease:
-    """A claim replayed with its idempotency key: the same lease with a fresh token.
+def reissue(ctx: Ctx, lease_id: str, run_id: str, idempotency_key: str | None) -> Lease:
+    """A claim replayed with its idempotency key: the same lease with the same token.
 
-    Only the token's hash is stored, so the first token cannot be returned again; the retry gets
-    a new one and the lost answer's token stops working. A lease already gone is ``LeaseLost``.
+    The token is derived from the key (:mod:`.leasekeys`), so the replay answers what the first
+    answer held and whoever holds either keeps the lease. A lease claimed before the rail
+    derived tokens (its stored hash is of a random token) gets the derived token instead, and
+    the first answer's token stops working, as every replay did then. A lease already gone is
+    ``LeaseLost``. Only a keyed claim is replayed (``idempotency_key`` is never None here).
     """
+    assert idempotency_key is not None
     task = ctx.one(
         "SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?", (run_id,)
     )
@@ -407,10 +424,12 @@ def reissue(ctx: Ctx, lease_id: str, run_id: str) -> Lease:
     assert task is not None
     if task["lease_expires_at_ms"] <= ctx.now:
         raise LeaseLost(f"lease of run {run_id} expired", code="expired")
-    token = secrets.token_hex(32)
-    ctx.conn.execute(
-        "UPDATE tasks SET lease_token_sha256 = ? WHERE seq = ?", (token_hash(token), task["seq"])
-    )
+    token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
+    digest = token_hash(token)
+    if task["lease_token_sha256"] != digest:
+        ctx.conn.execute(
+            "UPDATE tasks SET lease_token_sha256 = ? WHERE seq = ?", (digest, task["seq"])
+        )
     run = ctx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
     assert run is not None
     return Lease(

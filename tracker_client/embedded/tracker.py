@@ -203,11 +203,11 @@ class EmbeddedTracker(
                 idempotency_key,
                 "claim",
                 [agent_id, role, lease_ttl_ms, limits],
-                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits),
+                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits, idempotency_key),
                 lambda lease: (
                     {"lease_id": lease.lease_id, "run_id": lease.run_id} if lease else None
                 ),
-                lambda rec: claims.reissue(c, rec["lease_id"], rec["run_id"]),
+                lambda rec: claims.reissue(c, rec["lease_id"], rec["run_id"], idempotency_key),
             )
 
         return await self._write("claim", op)

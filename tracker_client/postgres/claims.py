@@ -37,6 +37,7 @@ from tracker_client.embedded.claims import (
 from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
 from tracker_client.embedded.core import QUIET_WRITES
 from tracker_client.embedded.idempotency import fingerprint
+from tracker_client.embedded.leasekeys import keyed_token, rail_key
 from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
 from tracker_client.errors import TrackerError, ValidationFailed
@@ -65,12 +66,14 @@ def claim(
     role: str,
     lease_ttl_ms: int,
     per_state: Mapping[str, object] | None,
+    idempotency_key: str | None = None,
 ) -> Lease | None:
-    """Claim the best eligible task of ``role`` for ``agent_id``, or None."""
+    """Claim the best eligible task of ``role`` for ``agent_id``, or None (the token derived
+    from ``idempotency_key`` when given, :mod:`tracker_client.embedded.leasekeys`)."""
     admitted = _prepare(ctx, agent_id, role, lease_ttl_ms, per_state)
     if admitted is None:
         return None
-    return _claim_one(ctx, agent_id, role, lease_ttl_ms, *admitted)
+    return _claim_one(ctx, agent_id, role, lease_ttl_ms, *admitted, idempotency_key)
 
 
 def claim_many(
@@ -80,6 +83,7 @@ def claim_many(
     lease_ttl_ms: int,
     n: int,
     per_state: Mapping[str, object] | None,
+    idempotency_key: str | None = None,
 ) -> list[Lease]:
     """Up to ``n`` leases of ``role``, best first: the one-statement claim ``n`` times in one
     transaction (each ``SKIP LOCKED``, so claims of other hosts run beside it). The rules are
@@ -89,7 +93,7 @@ def claim_many(
     admitted = _prepare(ctx, agent_id, role, lease_ttl_ms, per_state)
     leases: list[Lease] = []
     while admitted is not None and len(leases) < n:
-        lease = _claim_one(ctx, agent_id, role, lease_ttl_ms, *admitted)
+        lease = _claim_one(ctx, agent_id, role, lease_ttl_ms, *admitted, idempotency_key)
         if lease is None:
             break
         leases.append(lease)
@@ -139,13 +143,17 @@ def _claim_one(
     lease_ttl_ms: int,
     limits: str,
     rate_limit: sqlite3.Row | None,
+    idempotency_key: str | None = None,
 ) -> Lease | None:
     """Run the claim statement (a corrupt row met is dead-lettered and the scan goes on)."""
     now = ctx.now
     raw = ctx.conn
     assert isinstance(raw, PgConn)
+    key = None if idempotency_key is None else rail_key(ctx)
     while True:
         run_id, lease_id, token = _fresh_ids()
+        if key is not None and idempotency_key is not None:
+            token = keyed_token(key, lease_id, idempotency_key)
         params = {
             "role": role,
             "agent": agent_id,
@@ -248,6 +256,10 @@ class PgClaimManyOps(PgHotOps):
     """``claim_many`` on PostgreSQL: the one-statement claim ``n`` times in one transaction,
     beside other hosts' claims (the embedded one scans candidates and runs alone)."""
 
+    #: The rail's lease-token key (:mod:`tracker_client.embedded.leasekeys`), read at open
+    #: (migrating makes it), else on this instance's first keyed claim: made once per rail.
+    _rail_key: bytes | None = None
+
     async def claim_many(
         self,
         agent_id: str,
@@ -259,7 +271,7 @@ class PgClaimManyOps(PgHotOps):
         idempotency_key: str | None = None,
     ) -> list[Lease]:
         """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
-        the key answers the same leases (fresh tokens; one gone since is left out)."""
+        the key answers the same leases (the same tokens; one gone since is left out)."""
         limits = per_state_of(dict(concurrency) if concurrency is not None else None)
         args = [agent_id, agent_role, lease_ttl_ms, n, limits]
         fast = await self._one_trip_claim(
@@ -309,6 +321,11 @@ class PgClaimManyOps(PgHotOps):
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
             return None
         ids = [_fresh_ids() for _ in range(n)]
+        if key is not None:
+            secret = self._rail_key
+            if secret is None:
+                secret = self._rail_key = await self._write("claim", rail_key)
+            ids = [(r, lid, keyed_token(secret, lid, key)) for r, lid, _ in ids]
         now = int(self._clock())
         params = [
             *self._wake_args(notify=op not in QUIET_WRITES, follow=op not in FOLLOW_QUIET),

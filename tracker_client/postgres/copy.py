@@ -25,7 +25,9 @@ Rules (the README's "PostgreSQL rail" section says them too):
 
 Generated keys keep their values and PostgreSQL's identity sequences move past them. Tables one
 rail has and the other lacks (PostgreSQL's ``followers``, SQLite's full-text index, which the
-store's triggers fill) are not copied. No network beyond the two rails' own connections.
+store's triggers fill) are not copied, nor the rail's secrets (a copy makes its own lease-token
+key: see :mod:`tracker_client.embedded.leasekeys`). No network beyond the two rails' own
+connections.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ ORDER = (
     "spans",
     "workers",
 )
-#: Bookkeeping of one engine, never copied.
-_SKIP = frozenset({"sqlite_sequence", "backlog_schema", "followers"})
+#: Bookkeeping of one engine, never copied; and the rail's own secrets (``rail_secrets``): a
+#: copy is a new rail and makes its own lease-token key on its first keyed claim (no lease is
+#: live across a copy, so none needs the old key; two rails never share one).
+_SKIP = frozenset({"sqlite_sequence", "backlog_schema", "followers", "rail_secrets"})
 DEFAULT_BATCH = 1000
 
 

@@ -13,12 +13,14 @@ before anything is written. Runs on a pool thread with a plain psycopg connectio
 from __future__ import annotations
 
 import logging
+import secrets
 from importlib import resources
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from tracker_client.embedded.leasekeys import KEY_NAME
 from tracker_client.errors import TrackerCorrupt
 
 __all__ = ["SCHEMA_VERSION", "migrate", "migrations"]
@@ -95,4 +97,18 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
                 schema,
                 extra={"action": "schema_migrated", "task_id": None, "run_id": None},
             )
+        _seed_rail_key(conn)
     return applied
+
+
+def _seed_rail_key(conn: psycopg.Connection[Any]) -> None:
+    """Make the rail's lease-token key (schema 13) if it has none: at open, under the
+    migration lock, so a keyed claim never waits for it (the one-statement claim derives its
+    token before it is sent; :mod:`tracker_client.embedded.leasekeys`). 32 bytes from the
+    operating system's CSPRNG; never logged."""
+    found = conn.execute("SELECT 1 FROM rail_secrets WHERE name = %s", (KEY_NAME,)).fetchone()
+    if found is None:
+        conn.execute(
+            "INSERT INTO rail_secrets (name, value) VALUES (%s, %s)",
+            (KEY_NAME, secrets.token_hex(32)),
+        )

@@ -25,6 +25,7 @@ from tracker_client.embedded.claims import reissue
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import QUIET_WRITES, _idle_maintenance, _wall_ms
 from tracker_client.embedded.idempotency import idempotent
+from tracker_client.embedded.leasekeys import stored_rail_key
 from tracker_client.embedded.options import parse_options
 from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.embedded.tracker import EmbeddedTracker
@@ -138,7 +139,10 @@ class PostgresTracker(
             pool_size=pg.pool_size,
             statement_timeout_ms=pg.statement_timeout_ms,
         )
-        return cls(db, opts, clock or _wall_ms, pg, sweeps)
+        tracker = cls(db, opts, clock or _wall_ms, pg, sweeps)
+        # The one-statement claim derives a keyed claim's token before it is sent: read once.
+        tracker._rail_key = await tracker._read("rail_key", stored_rail_key)
+        return tracker
 
     async def aclose(self) -> None:
         """Stop the wake-up listener and close every connection. Idempotent."""
@@ -226,11 +230,11 @@ class PostgresTracker(
                 idempotency_key,
                 "claim",
                 [agent_id, role, lease_ttl_ms, limits],
-                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits),
+                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits, idempotency_key),
                 lambda lease: (
                     {"lease_id": lease.lease_id, "run_id": lease.run_id} if lease else None
                 ),
-                lambda rec: reissue(c, rec["lease_id"], rec["run_id"]),
+                lambda rec: reissue(c, rec["lease_id"], rec["run_id"], idempotency_key),
             )
 
         lease = await self._write("claim", op)
