@@ -18,9 +18,9 @@ server does where the worker's leases are concerned (docs/guarantees/stalled-tra
 no persistent connections), every heartbeat asks for 300 s whatever the worker asked, as a
 NullTickets heartbeat resets every lease to 300 s, and a claim sent again with the same
 ``Idempotency-Key`` gets the answer recorded for that key, the same lease with the same token,
-as NullTickets replays it. (The served tracker stores only a token's hash, so its replay mints
-a fresh token: a hung claim that lands after its retry would otherwise take the lease from the
-retry's holder, which a NullTickets server never does.)
+as NullTickets replays it. (The served tracker now answers the same token too: a keyed claim's
+token is derived from its key, tracker_client/embedded/leasekeys.py; without this mode a hung
+claim that lands after its retry reaches the served tracker's own replay.)
 
 The proxy runs on its own thread (:meth:`FaultProxy.start`), so a synchronous test driving real
 worker processes, or a bench, can use it; :attr:`FaultProxy.stats` counts what it did.
@@ -71,8 +71,8 @@ class FaultProxy:
     hangs: Sequence[Hang] = ()
     seed: int = 1
     plain_nulltickets: bool = False
-    #: ``forwarded``, ``hung``, ``hung_landed``, ``health_rewritten``, ``heartbeat_rewritten``,
-    #: ``claim_replayed``.
+    #: ``forwarded``, ``hung``, ``hung_sent`` (held, then forwarded), ``hung_landed``,
+    #: ``health_rewritten``, ``heartbeat_rewritten``, ``claim_replayed``.
     stats: Counter[str] = field(default_factory=Counter)
     #: The request lines seen, in order.
     seen: list[str] = field(default_factory=list)
@@ -152,6 +152,8 @@ class FaultProxy:
         response = self._claims.get(key) if key else None
         if response is None:
             response = await self._forward(request)
+            if rule is not None and not rule.landed:
+                self.stats["hung_sent"] += 1  # a held request, forwarded after its hold
             if key and response is not None and not response.startswith(b"HTTP/1.1 5"):
                 self._claims[key] = response
         else:
