@@ -26,7 +26,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from tracker_client.errors import TrackerError
-from tracker_client.protocol import LeaseTracker
+from tracker_client.protocol import RailParts, Tracker
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.chores import maintenance_loop
@@ -53,7 +53,7 @@ class Worker:
 
     def __init__(
         self,
-        tracker: LeaseTracker,
+        tracker: Tracker,
         config: WorkerConfig,
         roles: Sequence[Role],
         *,
@@ -193,7 +193,10 @@ class Worker:
         if not self.config.keep_workdirs:  # what a killed worker left (live runs' are held)
             await anyio.to_thread.run_sync(sweep_stale_workdirs, self._workdir_base)
         # The lease ceiling, the key rule and whether reports can be batched are known now.
-        self._book.update(capabilities=caps, reports=batcher_for(self.tracker, caps.extensions))
+        parts = RailParts.declared(self.tracker, caps)
+        self._book.update(
+            capabilities=caps, reports=batcher_for(self.tracker, caps.extensions), parts=parts
+        )
         self.claimer.calls = self._book.calls
         self._reconfigured()
         self._set_state(WorkerState.RUNNING)
