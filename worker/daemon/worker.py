@@ -1,7 +1,9 @@
 """The worker daemon: its life cycle, the task group it runs, and the staged shutdown.
 
 :meth:`Worker.run` waits for the tracker (a tracker that is down at start-up is waited out),
-reads its :class:`~tracker_client.capabilities.Capabilities` once, and then runs one task group:
+reads its :class:`~tracker_client.capabilities.Capabilities` once (and from them the parts of the
+rail its runs use: :class:`~tracker_client.protocol.RailParts`, never a probe of the tracker),
+and then runs one task group:
 the :class:`~worker.keeper.LeaseKeeper` (heartbeats and flushes of every run), the
 :class:`~worker.daemon.watch.TrackerWatch` (the tracker's wake-ups), the maintenance loop and
 the :class:`~worker.daemon.claimer.Claimer` (claims and the runs they start).
