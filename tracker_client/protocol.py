@@ -16,8 +16,15 @@ caller's own process, and an error means nothing was committed) declares
 ``answers_can_be_lost=False`` in its :class:`~tracker_client.capabilities.Capabilities`;
 callers may then skip keys, which saves a lookup and a record per write.
 
-No I/O: it imports only :mod:`tracker_client.models` and :mod:`~tracker_client.capabilities` (no
-implementation), so a caller can depend on the seam without loading SQLite or httpx.
+What only some rails do is declared next to :class:`LeaseTracker` as small protocols
+(:class:`ClaimsMany`, :class:`Finishes`, :class:`FinishesMany`, :class:`RegistersWorkers`); a
+:class:`Tracker` has them all, and :class:`RailParts` says, from the rail's declared
+capabilities, which a caller may use. The extension operations reached by name have typed calls
+in :mod:`tracker_client.calls`.
+
+No I/O: it imports only models (:mod:`tracker_client.models`, the batching, observation and
+operator answers) and :mod:`~tracker_client.capabilities` (no implementation), so a caller can
+depend on the seam without loading SQLite or httpx.
 """
 
 from __future__ import annotations
