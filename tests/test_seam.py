@@ -10,9 +10,14 @@ another name is still caught by the protocol it is checked against, or by the op
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
+import pytest
+
 import tracker_client.protocol as protocol
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.protocol import RailParts
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "worker"
@@ -107,3 +112,17 @@ cast(int, value)
 cast("int", value)
 """
     assert probes_in(fine, "worker/config/reload.py") == []
+
+
+@pytest.mark.anyio
+async def test_the_parts_are_what_the_rail_declares(tmp_path: Path) -> None:
+    rail = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        caps = await rail.capabilities()
+        whole = RailParts.declared(rail, caps)
+        assert (whole.claim_many, whole.finish, whole.finish_many, whole.workers) == (rail,) * 4
+        plain = RailParts.declared(rail, dataclasses.replace(caps, extensions=frozenset()))
+        assert plain.rail is rail
+        assert (plain.claim_many, plain.finish, plain.finish_many, plain.workers) == (None,) * 4
+    finally:
+        await rail.aclose()
