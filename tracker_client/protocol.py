@@ -16,13 +16,21 @@ caller's own process, and an error means nothing was committed) declares
 ``answers_can_be_lost=False`` in its :class:`~tracker_client.capabilities.Capabilities`;
 callers may then skip keys, which saves a lookup and a record per write.
 
-No I/O: it imports only :mod:`tracker_client.models` and :mod:`~tracker_client.capabilities` (no
-implementation), so a caller can depend on the seam without loading SQLite or httpx.
+What only some rails do is declared next to :class:`LeaseTracker` as small protocols
+(:class:`ClaimsMany`, :class:`Finishes`, :class:`FinishesMany`, :class:`RegistersWorkers`); a
+:class:`Tracker` has them all, and :class:`RailParts` says, from the rail's declared
+capabilities, which a caller may use. The extension operations reached by name have typed calls
+in :mod:`tracker_client.calls`.
+
+No I/O: it imports only models (:mod:`tracker_client.models`, the batching, observation and
+operator answers) and :mod:`~tracker_client.capabilities` (no implementation), so a caller can
+depend on the seam without loading SQLite or httpx.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tracker_client.agent_models import UNSET, Upstream
@@ -47,9 +55,19 @@ from tracker_client.models import (
     TaskDetail,
     TransitionResult,
 )
+from tracker_client.nulltickets.batch_models import FinishItem, FinishManyOutcome, FinishResult
+from tracker_client.observe_models import WorkerInfo
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
-__all__ = ["LeaseTracker", "Tracker"]
+__all__ = [
+    "ClaimsMany",
+    "Finishes",
+    "FinishesMany",
+    "LeaseTracker",
+    "RailParts",
+    "RegistersWorkers",
+    "Tracker",
+]
 
 
 @runtime_checkable
@@ -192,9 +210,60 @@ class LeaseTracker(Protocol):
         """
 
 
+class ClaimsMany(Protocol):
+    """Extension ``claim_many``: several leases of a role in one write."""
+
+    async def claim_many(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """Up to ``n`` leases of ``agent_role`` (empty: no work); ``Unsupported`` where the
+        rail lacks the extension."""
+
+
+class Finishes(Protocol):
+    """Extension ``finish``: a run's last events and its transition or fail in one write."""
+
+    async def finish(
+        self,
+        lease: LeaseRef,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        transition: Mapping[str, Any] | None = None,
+        fail: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> FinishResult:
+        """Write ``events`` then ``transition`` or ``fail``, all or nothing."""
+
+
+class FinishesMany(Protocol):
+    """Extension ``finish_many``: the final reports of many runs in one request."""
+
+    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
+        """Per item, its ``finish`` answer or the error refusing it, in input order."""
+
+
+class RegistersWorkers(Protocol):
+    """Extension ``workers``: a worker's entry in the rail's worker list."""
+
+    async def register_worker(self, worker_id: str, **fields: Any) -> WorkerInfo:
+        """Register ``worker_id`` or refresh it (the fields of
+        :class:`~tracker_client.observe_models.WorkerRegister`)."""
+
+
 @runtime_checkable
-class Tracker(LeaseTracker, Protocol):
-    """The whole rail: the lease seam plus pipelines, tasks, runs, artifacts and a KV store."""
+class Tracker(LeaseTracker, ClaimsMany, Finishes, FinishesMany, RegistersWorkers, Protocol):
+    """The whole rail: the lease seam plus pipelines, tasks, runs, artifacts and a KV store.
+
+    It has a method for each extension of :class:`ClaimsMany`, :class:`Finishes`,
+    :class:`FinishesMany` and :class:`RegistersWorkers` (``Unsupported`` where the rail lacks
+    it); :class:`RailParts` says which of them the rail declared.
+    """
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """Call an operation of the wire contract by its name (a row of
@@ -369,3 +438,32 @@ class Tracker(LeaseTracker, Protocol):
         with a role, leased, finished or dead-lettered, ``expected_stage_mismatch`` when it
         is no longer in ``expected_stage``; ``InvalidTransition`` lists the allowed triggers.
         The instructions are recorded as a worker's transition records them."""
+
+
+@dataclass(frozen=True, slots=True)
+class RailParts:
+    """A whole rail and the extensions it declared, as typed optional parts.
+
+    Built once from the rail's :class:`~tracker_client.capabilities.Capabilities`
+    (:meth:`declared`), so a caller chooses its path by whether a part is there, never by
+    probing the tracker: a part is None where the rail lacks its extension.
+    """
+
+    #: The whole rail: its store, task and contract calls.
+    rail: Tracker
+    claim_many: ClaimsMany | None = None
+    finish: Finishes | None = None
+    finish_many: FinishesMany | None = None
+    workers: RegistersWorkers | None = None
+
+    @classmethod
+    def declared(cls, rail: Tracker, capabilities: Capabilities) -> RailParts:
+        """``rail`` with the parts of the extensions ``capabilities`` declares."""
+        ext = capabilities.extensions
+        return cls(
+            rail,
+            claim_many=rail if "claim_many" in ext else None,
+            finish=rail if "finish" in ext else None,
+            finish_many=rail if "finish_many" in ext else None,
+            workers=rail if "workers" in ext else None,
+        )

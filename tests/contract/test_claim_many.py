@@ -156,6 +156,22 @@ async def test_a_replay_answers_the_same_tokens_and_the_first_answer_keeps_worki
         await tracker.heartbeat(lease)
 
 
+async def test_the_typed_method_is_the_call(tracker: Tracker) -> None:
+    """``Tracker.claim_many`` (what the worker calls) is the operation ``call`` reaches: a
+    replay through one under the other's key answers the same leases."""
+    pid = await make_pipeline(tracker)
+    for i in range(3):
+        await tracker.create_task(new_task(pid, f"t{i}"))
+
+    typed = await tracker.claim_many("agent-1", "coder", 60_000, 2, idempotency_key="batch-2")
+    by_name = await claim_many(tracker, 2, idempotency_key="batch-2")
+
+    assert all(isinstance(x, Lease) for x in typed) and len(typed) == 2
+    assert [x.run.id for x in by_name] == [x.run.id for x in typed]
+    left = await tracker.claim_many("agent-1", "coder", 60_000, 5)
+    assert [x.task.title for x in left] == ["t2"]
+
+
 @pytest.mark.parametrize("n", [0, -1, 101])
 async def test_an_n_outside_1_to_100_is_refused_naming_it(tracker: Tracker, n: int) -> None:
     pid = await make_pipeline(tracker)

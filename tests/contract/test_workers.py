@@ -55,6 +55,16 @@ async def _list(tracker: Tracker, **query: Any) -> list[WorkerInfo]:
     return workers
 
 
+async def test_the_typed_method_is_the_call(rail: Tracker) -> None:
+    """``Tracker.register_worker`` (what a worker's presence calls) registers as ``call``
+    does, and refreshes the same entry."""
+    typed = await rail.register_worker("w-typed", **_body(slots=5))
+    assert isinstance(typed, WorkerInfo) and (typed.id, typed.slots) == ("w-typed", 5)
+    again = await _register(rail, "w-typed", slots=6)
+    assert (again.id, again.slots) == ("w-typed", 6)
+    assert [(w.id, w.slots) for w in await _list(rail)] == [("w-typed", 6)]
+
+
 @pytest.mark.requires(CLOCK)
 async def test_register_refresh_lost_and_stopped(rail: Tracker, clock: FakeClock) -> None:
     first = await _register(rail)

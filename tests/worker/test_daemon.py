@@ -415,10 +415,8 @@ class CountingTracker:
     async def claim(self, *args: Any, **kwargs: Any) -> Any:
         return await self._counted(self._inner.claim(*args, **kwargs))
 
-    async def call(self, operation: str, *args: Any, **kwargs: Any) -> Any:
-        if operation != "claim_many":
-            return await self._inner.call(operation, *args, **kwargs)
-        return await self._counted(self._inner.call(operation, *args, **kwargs))
+    async def claim_many(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._counted(self._inner.claim_many(*args, **kwargs))
 
     async def _counted(self, claim: Awaitable[Any]) -> Any:
         self.claims += 1

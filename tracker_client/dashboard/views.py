@@ -15,12 +15,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tracker_client import calls
 from tracker_client.dashboard.auth import Viewer
 from tracker_client.dashboard.data import STATES, Catalog, ListedTask, optional, task_state
 from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import Event, Page, Run, Task
-from tracker_client.observe_models import Span, WorkerInfo
 from tracker_client.task_states import dead_letter_note
 
 __all__ = ["queue_page", "schedules_page", "task_page", "tasks_page", "workers_page"]
@@ -67,7 +67,7 @@ async def queue_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
     _refresh(request)
     stats = await dash.tracker.queue_stats()
     health = await dash.tracker.health()
-    limits = await optional(lambda: dash.tracker.call("list_rate_limits"))
+    limits = await optional(lambda: calls.LIST_RATE_LIMITS.call(dash.tracker))
     context = {"stats": stats, "health": health, "limits": limits}
     return dash.render(request, viewer, "queue.html", context, refresh=True, section="queue")
 
@@ -157,7 +157,7 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
         runs = [detail.latest_run] if detail.latest_run else []
     events, next_events = await _timeline(dash, task_id, runs, cursor)
     artifacts = (await dash.tracker.list_artifacts(task_id=task_id, limit=200)).items
-    spans: list[Span] | None = await optional(lambda: dash.tracker.call("list_spans", task_id))
+    spans = await optional(lambda: calls.LIST_SPANS.call(dash.tracker, task_id))
     state = task_state(detail, catalog.stage(detail.pipeline_id, detail.stage), detail)
     context = {
         "task": detail,
@@ -179,7 +179,7 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
 async def workers_page(request: Request, dash: Dashboard, viewer: Viewer) -> Response:
     """The workers registered in the rail: alive, lost or stopped, and what each runs now."""
     _refresh(request)
-    workers: list[WorkerInfo] | None = await optional(lambda: dash.tracker.call("list_workers"))
+    workers = await optional(lambda: calls.LIST_WORKERS.call(dash.tracker))
     return dash.render(
         request, viewer, "workers.html", {"workers": workers}, refresh=True, section="workers"
     )
@@ -188,8 +188,8 @@ async def workers_page(request: Request, dash: Dashboard, viewer: Viewer) -> Res
 async def schedules_page(request: Request, dash: Dashboard, viewer: Viewer) -> Response:
     """The rail's periodic schedules and its fleet-wide rate limits, when it has them."""
     _refresh(request)
-    schedules = await optional(lambda: dash.tracker.call("list_schedules"))
-    limits = await optional(lambda: dash.tracker.call("list_rate_limits"))
+    schedules = await optional(lambda: calls.LIST_SCHEDULES.call(dash.tracker))
+    limits = await optional(lambda: calls.LIST_RATE_LIMITS.call(dash.tracker))
     context = {"schedules": schedules, "limits": limits}
     return dash.render(
         request, viewer, "schedules.html", context, refresh=True, section="schedules"

@@ -1,9 +1,10 @@
 """The remote client's batching calls: ``finish`` and ``finish_many`` (typed calls, the methods
 of :class:`BatchCalls`, a base of :class:`~tracker_client.nulltickets.client.RemoteTracker`).
 
-``claim_many`` needs none: it is an admin operation, and ``RemoteTracker.call("claim_many",
-...)`` sends it from its contract row. ``finish`` carries the lease token, and lease operations
-are not sent through ``call``: :func:`finish` is what ``RemoteTracker.finish`` sends.
+``claim_many`` needs none: it is an admin operation, and ``RemoteTracker.claim_many`` sends it
+from its contract row (as ``call("claim_many", ...)`` does). ``finish`` carries the lease
+token, and lease operations are not sent through ``call``: :func:`finish` is what
+``RemoteTracker.finish`` sends.
 ``finish_many`` carries a lease token per item and answers per item: :func:`finish_many` reads
 each entry back as ``finish``'s answer or the exception its error would be on ``finish``'s
 route. All need the extension listed in ``/health`` (``Unsupported`` before anything is sent,

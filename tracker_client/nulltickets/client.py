@@ -35,6 +35,7 @@ from tracker_client.models import (
     Assignment,
     Dependency,
     Health,
+    Lease,
     Page,
     Pipeline,
     QueueStats,
@@ -57,6 +58,7 @@ from tracker_client.nulltickets.transport import HttpTransport
 from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
 from tracker_client.nulltickets.wire_models import CancelCountAnswer, IdAnswer
+from tracker_client.observe_models import WorkerInfo
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
@@ -287,6 +289,35 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """Any operation of the contract table by name, from its row alone (see the protocol)."""
         return await self._wire.generic(operation, *params, **arguments)
+
+    async def claim_many(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """``POST /leases/claim-many`` (extension ``claim_many``): up to ``n`` leases of
+        ``agent_role`` in one write (empty: no work)."""
+        arguments: dict[str, Any] = {"concurrency": concurrency} if concurrency is not None else {}
+        leases: list[Lease] = await self.call(
+            "claim_many",
+            agent_id=agent_id,
+            agent_role=agent_role,
+            lease_ttl_ms=lease_ttl_ms,
+            n=n,
+            idempotency_key=idempotency_key,
+            **arguments,
+        )
+        return leases
+
+    async def register_worker(self, worker_id: str, **fields: Any) -> WorkerInfo:
+        """``PUT`` the worker's entry (extension ``workers``): register or refresh it."""
+        info: WorkerInfo = await self.call("register_worker", worker_id, **fields)
+        return info
 
     async def maintenance(self) -> MaintenanceReport:
         """``POST /ops/maintenance`` (NullTickets reclaims expired leases itself, during

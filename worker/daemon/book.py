@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracker_client.capabilities import Capabilities
+from tracker_client.protocol import RailParts
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.values import Role
 from worker.lease.batch import ReportBatcher
@@ -40,6 +41,7 @@ class SettingsBook:
         self._caps = Capabilities(max_lease_ttl_ms=None)
         self._config, self._workdir_base = config, workdir_base
         self._reports: ReportBatcher | None = None
+        self._parts: RailParts | None = None
         self._by_role: dict[str, RunSettings] = {}
 
     @property
@@ -54,9 +56,11 @@ class SettingsBook:
         workdir_base: Path | None = None,
         capabilities: Capabilities | None = None,
         reports: ReportBatcher | None = None,
+        parts: RailParts | None = None,
     ) -> None:
         """New claims use these (runs in flight keep their settings). ``reports``: the
-        batcher of final reports, given with the capabilities that allow it."""
+        batcher of final reports, and ``parts``: the rail's declared extensions, given with
+        the capabilities that allow them."""
         if config is not None:
             self._config = config
         if workdir_base is not None:
@@ -64,6 +68,7 @@ class SettingsBook:
         if capabilities is not None:
             self._caps = capabilities
             self._reports = reports
+            self._parts = parts
         self._by_role.clear()
 
     def lease_ttl_s(self, role: Role) -> float:
@@ -97,5 +102,6 @@ class SettingsBook:
                 reports=self._reports,
                 heartbeat_grant_s=self.heartbeat_grant_s,
                 can_release=self._caps.release,
+                parts=self._parts,
             )
         return settings

@@ -15,13 +15,12 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
-from typing import cast
 
 import anyio
 
 from tracker_client.errors import TrackerError, TrackerRejected, TrackerUnavailable, Unsupported
 from tracker_client.models import Event, Lease
-from tracker_client.protocol import LeaseTracker, Tracker
+from tracker_client.protocol import ClaimsMany, LeaseTracker
 from worker.daemon.values import WorkerStats
 
 __all__ = ["instructions_for", "maintenance_loop", "refuses_token", "send_claim"]
@@ -87,19 +86,17 @@ def refuses_token(exc: TrackerError) -> bool:
 
 
 async def send_claim(
-    tracker: LeaseTracker, agent: str, role: str, ttl_ms: int, n: int, key: str | None
+    tracker: LeaseTracker,
+    many: ClaimsMany | None,
+    agent: str,
+    role: str,
+    ttl_ms: int,
+    n: int,
+    key: str | None,
 ) -> list[Lease]:
-    """Up to ``n`` leases for ``role`` in one request: ``claim``, or ``claim_many`` for more
-    than one (the claimer asks for several only on a whole Tracker declaring it)."""
-    if n > 1:
-        leases: list[Lease] = await cast(Tracker, tracker).call(
-            "claim_many",
-            agent_id=agent,
-            agent_role=role,
-            lease_ttl_ms=ttl_ms,
-            n=n,
-            idempotency_key=key,
-        )
-        return leases
+    """Up to ``n`` leases for ``role`` in one request: ``claim``, or ``many``'s ``claim_many``
+    for more than one (the claimer asks for several only where the rail declares it)."""
+    if n > 1 and many is not None:
+        return await many.claim_many(agent, role, ttl_ms, n, idempotency_key=key)
     lease = await tracker.claim(agent, role, ttl_ms, idempotency_key=key)
     return [] if lease is None else [lease]

@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 from tracker_client.nulltickets.batch_models import MAX_CLAIM_MANY
-from tracker_client.protocol import LeaseTracker, Tracker
+from tracker_client.protocol import ClaimsMany, Tracker
 from worker.config.models import WorkerConfig
 from worker.daemon.chores import instructions_for, refuses_token, send_claim
 from worker.daemon.drain import DrainCheck
@@ -58,7 +58,7 @@ class Claimer:
 
     def __init__(
         self,
-        tracker: LeaseTracker,
+        tracker: Tracker,
         config: WorkerConfig,
         roles: Sequence[Role],
         *,
@@ -111,6 +111,8 @@ class Claimer:
         self._request_timeout_s = request_timeout_s
         #: Free slots claim together (``claim_many``): None until the rail's capabilities are read.
         self._batch: bool | None = None
+        #: The rail's ``claim_many``, where it declares it (chosen once, with ``_batch``).
+        self._many: ClaimsMany | None = None
 
     @property
     def executing(self) -> int:
@@ -202,7 +204,8 @@ class Claimer:
         """Whether free slots are claimed together: the rail has ``claim_many`` (read once)."""
         if self._batch is None:
             caps = await self._tracker.capabilities()
-            self._batch = "claim_many" in caps.extensions and isinstance(self._tracker, Tracker)
+            self._many = self._tracker if "claim_many" in caps.extensions else None
+            self._batch = self._many is not None
         return self._batch
 
     def _free_slots(self) -> list[object]:
@@ -350,7 +353,7 @@ class Claimer:
                 sent_at, started_ns = anyio.current_time(), time.time_ns()
                 with shield, self._progress.call("tracker.claim", budget):
                     leases = await send_claim(
-                        self._tracker, self._config.agent_id, role.name, ttl_ms, n, key
+                        self._tracker, self._many, self._config.agent_id, role.name, ttl_ms, n, key
                     )
                     self._progress.tick()  # answered, with or without a task
             finally:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import anyio
 
 from tracker_client.capabilities import Capabilities
-from tracker_client.protocol import LeaseTracker, Tracker
+from tracker_client.protocol import RegistersWorkers
 from worker.config.models import WorkerConfig
 from worker.daemon.claimer import Claimer
 from worker.daemon.values import Role
@@ -76,7 +76,7 @@ class Presence:
 
     def __init__(
         self,
-        tracker: LeaseTracker,
+        tracker: RegistersWorkers,
         source: PresenceSource,
         *,
         clock: Callable[[], float] = time.time,
@@ -91,7 +91,7 @@ class Presence:
         self.worker_id = f"{self.host}-{self.pid}-{secrets.token_hex(3)}"
         self.started_at_ms = int(clock() * 1000)
         self._version = worker_version()
-        self._rail: Tracker | None = None
+        self._rail: RegistersWorkers | None = None
         self._failing = False
 
     @property
@@ -109,8 +109,6 @@ class Presence:
         tracker = self._tracker
         if not self._source.config.presence or EXTENSION not in capabilities.extensions:
             return
-        if not isinstance(tracker, Tracker):
-            return  # a lease-only seam (a test double) has no contract calls
         self._rail = tracker
         log.info(
             "registering as %s in the rail's worker list (refresh every %gs, lost after %gs)",
@@ -132,7 +130,7 @@ class Presence:
         limit = timeout_s if timeout_s is not None else max(self.interval_s(), 1.0)
         try:
             with anyio.fail_after(limit):
-                await rail.call("register_worker", self.worker_id, **self.body(stopping=stopping))
+                await rail.register_worker(self.worker_id, **self.body(stopping=stopping))
         except Exception as exc:  # any failure: the worker goes on without its entry
             if not self._failing:
                 self._failing = True

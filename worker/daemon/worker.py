@@ -1,7 +1,9 @@
 """The worker daemon: its life cycle, the task group it runs, and the staged shutdown.
 
 :meth:`Worker.run` waits for the tracker (a tracker that is down at start-up is waited out),
-reads its :class:`~tracker_client.capabilities.Capabilities` once, and then runs one task group:
+reads its :class:`~tracker_client.capabilities.Capabilities` once (and from them the parts of the
+rail its runs use: :class:`~tracker_client.protocol.RailParts`, never a probe of the tracker),
+and then runs one task group:
 the :class:`~worker.keeper.LeaseKeeper` (heartbeats and flushes of every run), the
 :class:`~worker.daemon.watch.TrackerWatch` (the tracker's wake-ups), the maintenance loop and
 the :class:`~worker.daemon.claimer.Claimer` (claims and the runs they start).
@@ -26,7 +28,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from tracker_client.errors import TrackerError
-from tracker_client.protocol import LeaseTracker
+from tracker_client.protocol import RailParts, Tracker
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.chores import maintenance_loop
@@ -53,7 +55,7 @@ class Worker:
 
     def __init__(
         self,
-        tracker: LeaseTracker,
+        tracker: Tracker,
         config: WorkerConfig,
         roles: Sequence[Role],
         *,
@@ -193,7 +195,10 @@ class Worker:
         if not self.config.keep_workdirs:  # what a killed worker left (live runs' are held)
             await anyio.to_thread.run_sync(sweep_stale_workdirs, self._workdir_base)
         # The lease ceiling, the key rule and whether reports can be batched are known now.
-        self._book.update(capabilities=caps, reports=batcher_for(self.tracker, caps.extensions))
+        parts = RailParts.declared(self.tracker, caps)
+        self._book.update(
+            capabilities=caps, reports=batcher_for(self.tracker, caps.extensions), parts=parts
+        )
         self.claimer.calls = self._book.calls
         self._reconfigured()
         self._set_state(WorkerState.RUNNING)

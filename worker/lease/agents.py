@@ -7,9 +7,10 @@ creating a subtask) and the session's scrubber (known secrets masked in what is 
 rail-specific choices (the extension or the plain-NullTickets way) are
 :mod:`tracker_client.agents`'s, one function per operation.
 
-Why the whole :class:`~tracker_client.protocol.Tracker` here, narrowed at run time, instead of
+Why the whole :class:`~tracker_client.protocol.Tracker` here, from the session's
+:class:`~tracker_client.protocol.RailParts` (chosen once, at the worker's start), instead of
 widening the worker's :class:`~tracker_client.protocol.LeaseTracker`: the lease seam stays what
-every worker needs (a lease-only test double still runs tasks), and only a run whose executor
+every worker needs (a lease-only session still runs tasks), and only a run whose executor
 asks for the store or a subtask needs the rail's contract calls; the KV store and task creation
 are the rail's public API, used with the worker's own credentials, never handed to a child.
 Checkpoints are the lease's (``heartbeat(checkpoint=)``/``checkpoint``) and need no more than
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -33,12 +34,11 @@ from tracker_client import agents
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import StoreEntry, TaskCreate, TransitionResult
-from tracker_client.protocol import Tracker
 
 if TYPE_CHECKING:
     from tracker_client.capabilities import LeaseRef
     from tracker_client.models import Lease
-    from tracker_client.protocol import LeaseTracker
+    from tracker_client.protocol import LeaseTracker, RailParts, Tracker
     from worker.retry import TrackerCalls
     from worker.scrub import RunScrubber
 
@@ -48,6 +48,7 @@ class LeaseSession(Protocol):
     this module doesn't import the session that builds it)."""
 
     tracker: LeaseTracker
+    parts: RailParts | None
     lease: Lease
     ref: LeaseRef
     calls: TrackerCalls
@@ -67,18 +68,6 @@ __all__ = ["CHECKPOINT_INTERVAL_S", "AgentCalls"]
 #: The least time between two checkpoint writes of one run that are not heartbeats.
 CHECKPOINT_INTERVAL_S = 5.0
 
-#: Whether a tracker class is a whole rail, by class: a protocol isinstance costs ~20 us.
-_WHOLE: dict[type, bool] = {}
-
-
-def _whole_rail(tracker: object) -> Tracker | None:
-    """``tracker`` as a :class:`Tracker`, or None for a lease-only seam (cached per class)."""
-    kind = type(tracker)
-    whole = _WHOLE.get(kind)
-    if whole is None:
-        whole = _WHOLE[kind] = isinstance(tracker, Tracker)
-    return cast(Tracker, tracker) if whole else None
-
 
 class AgentCalls:
     """The agent operations of one run: the worker's :class:`~worker.run.SessionSink` calls."""
@@ -86,23 +75,19 @@ class AgentCalls:
     def __init__(self, session: LeaseSession) -> None:
         """Write through ``session`` (its retry budget, keys and scrubbing)."""
         self._session = session
-        self._rail: Tracker | None = None
         self._pending: Any = UNSET
         self._written_at = time.monotonic()
 
     def rail(self, call: str) -> Tracker:
         """The whole rail, for ``call``; ``Unsupported`` naming it when the worker's tracker is
         a lease seam only."""
-        if self._rail is None:
-            tracker = self._session.tracker
-            rail = _whole_rail(tracker)
-            if rail is None:
-                raise Unsupported(
-                    f"{call}: the worker's tracker ({type(tracker).__name__}) has no store or "
-                    "task operations"
-                )
-            self._rail = rail
-        return self._rail
+        parts = self._session.parts
+        if parts is None:
+            raise Unsupported(
+                f"{call}: the worker's tracker ({type(self._session.tracker).__name__}) has no "
+                "store or task operations"
+            )
+        return parts.rail
 
     def _budget(self) -> float:
         return self._session.remaining_s()
@@ -186,9 +171,9 @@ class AgentCalls:
         rail has ``fan_in``; see :func:`tracker_client.agents.transition_waiting`)."""
         tracker = self._session.tracker
         ref = self._session.ref
-        rail = _whole_rail(tracker)
-        if rail is not None:
-            return await agents.transition_waiting(rail, ref, trigger, wait_for, **fields)
+        parts = self._session.parts
+        if parts is not None:
+            return await agents.transition_waiting(parts.rail, ref, trigger, wait_for, **fields)
         return await tracker.transition(ref, trigger, wait_for=wait_for, **fields)
 
     async def read_upstream(self) -> list[Upstream]:
@@ -202,7 +187,7 @@ class AgentCalls:
     async def upstream_at_start(self) -> list[Upstream] | None:
         """The upstream a run at a later stage starts with (None on a lease-only seam, which
         has no task reads)."""
-        if _whole_rail(self._session.tracker) is None:
+        if self._session.parts is None:
             return None
         return await self.read_upstream()
 
@@ -216,9 +201,10 @@ class AgentCalls:
         tracker = session.tracker
         if "checkpoints" in (await tracker.capabilities()).extensions:
             return None
-        rail = _whole_rail(tracker)
-        if rail is None:
+        parts = session.parts
+        if parts is None:
             return None
+        rail = parts.rail
         return await self._session.calls.read(
             "previous_checkpoint",
             lambda: agents.previous_checkpoint(rail, lease),

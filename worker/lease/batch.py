@@ -23,7 +23,7 @@ May touch: the tracker's ``finish_many`` only (given as a function); no configur
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
@@ -35,6 +35,9 @@ from tracker_client.nulltickets.batch_models import (
     FinishManyOutcome,
     FinishResult,
 )
+
+if TYPE_CHECKING:
+    from tracker_client.protocol import FinishesMany
 
 __all__ = ["ReportBatcher", "SendMany", "batcher_for"]
 
@@ -141,10 +144,10 @@ class ReportBatcher:
         return outcomes
 
 
-def batcher_for(tracker: Any, extensions: frozenset[str]) -> ReportBatcher | None:
+def batcher_for(tracker: FinishesMany, extensions: frozenset[str]) -> ReportBatcher | None:
     """The worker's batcher where the rail declares ``finish_many`` (else None: each report
-    is its own request, as on a plain NullTickets server)."""
-    send = getattr(tracker, "finish_many", None)
-    if "finish_many" not in extensions or send is None:
+    is its own request, as on a plain NullTickets server). Chosen once, at start-up, from the
+    declared extensions."""
+    if "finish_many" not in extensions:
         return None
-    return ReportBatcher(send)
+    return ReportBatcher(tracker.finish_many)

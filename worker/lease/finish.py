@@ -11,28 +11,14 @@ writes only, through the session's retrying calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import FailResult
-from tracker_client.nulltickets.batch_models import FinishResult
+from tracker_client.protocol import Finishes
 from worker.lease.session import LeaseSession
 
 __all__ = ["fail_with_event"]
-
-
-@runtime_checkable
-class _Finishing(Protocol):
-    async def finish(
-        self,
-        lease: LeaseRef,
-        *,
-        events: Any = (),
-        transition: Any = None,
-        fail: Any = None,
-        idempotency_key: str | None = None,
-    ) -> FinishResult: ...
 
 
 async def fail_with_event(
@@ -57,13 +43,13 @@ async def fail_with_event(
             events=(*before, (kind, data)),
         )
     await session.add_events(before)
-    tracker = session.tracker
-    if isinstance(tracker, _Finishing) and "finish" in (await tracker.capabilities()).extensions:
+    finisher = session.parts.finish if session.parts is not None else None
+    if finisher is not None:
         scrub = session.scrub.get()
         event = {"kind": scrub.text(kind), "data": scrub.data(data)}
         body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
         try:
-            return await _finish(session, tracker, event, body, budget_s)
+            return await _finish(session, finisher, event, body, budget_s)
         except ValidationFailed:
             pass  # the event's data, refused: the two writes below make it a marker
     await session.add_event(kind, data)
@@ -72,7 +58,7 @@ async def fail_with_event(
 
 async def _finish(
     session: LeaseSession,
-    tracker: _Finishing,
+    tracker: Finishes,
     event: dict[str, Any],
     body: dict[str, Any],
     budget_s: float,

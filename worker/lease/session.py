@@ -35,7 +35,7 @@ from tracker_client.models import (
     TransitionResult,
 )
 from tracker_client.nulltickets.batch_models import FinishItem, FinishResult
-from tracker_client.protocol import LeaseTracker
+from tracker_client.protocol import LeaseTracker, RailParts
 from worker.lease.agents import AgentCalls
 from worker.lease.batch import ReportBatcher
 from worker.lease.clock import LocalLease, loop_time
@@ -58,14 +58,17 @@ class LeaseSession:
         claimed_at: float | None = None,
         reports: ReportBatcher | None = None,
         heartbeat_grant_s: float | None = None,
+        parts: RailParts | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``reports``: the worker's batcher
         of final reports (None: each report is its own call). ``heartbeat_grant_s``: what a
         heartbeat of this tracker grants whatever TTL it asks (300 s on a plain NullTickets
-        server; None: the TTL asked)."""
+        server; None: the TTL asked). ``parts``: the whole rail and the extensions it declared,
+        chosen at the worker's start (None: a lease seam only, no store or task calls)."""
         self.tracker = tracker
         self.reports = reports
+        self.parts = parts
         #: The claimed lease: its task and run, for the executor's context and the log.
         self.lease = lease
         #: What lease operations are sent (ids and token, no task).

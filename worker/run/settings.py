@@ -14,7 +14,7 @@ from pathlib import Path
 
 from plugins.api import ReportPolicy
 from tracker_client.models import Lease
-from tracker_client.protocol import LeaseTracker
+from tracker_client.protocol import LeaseTracker, RailParts
 from worker.lease import LeaseSession
 from worker.lease.batch import ReportBatcher
 from worker.retry import RetryPolicy, TrackerCalls
@@ -49,6 +49,8 @@ class RunSettings:
     #: The tracker gives a task back at once on ``release`` (a plain NullTickets server has no
     #: such route: a run to hand back is failed there, retryable).
     can_release: bool = True
+    #: The whole rail and the extensions it declared (None: a lease seam only).
+    parts: RailParts | None = field(default=None, compare=False)
     _calls: TrackerCalls = field(init=False, repr=False, compare=False)
     _report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
 
@@ -81,6 +83,7 @@ class RunSettings:
             claimed_at=claimed_at,
             reports=self.reports,
             heartbeat_grant_s=self.heartbeat_grant_s,
+            parts=self.parts,
         )
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from tracker_client.models import Lease
-    from tracker_client.protocol import LeaseTracker
+    from tracker_client.protocol import Tracker
 
 __all__ = ["NOOP", "RunEnd", "RunTelemetry", "Telemetry", "WorkerView"]
 
@@ -53,7 +53,7 @@ class RunEnd(Protocol):
 class WorkerView:
     """What a telemetry may read of the running worker, at any time (callbacks, no copies)."""
 
-    tracker: LeaseTracker
+    tracker: Tracker
     #: ``(busy, total)`` slots now.
     slots: Callable[[], tuple[int, int]]
     #: The roles new claims are made for now (a reload may change them).

@@ -1,10 +1,10 @@
 """Finished OpenTelemetry spans as one OTLP/JSON ``ExportTraceServiceRequest`` document.
 
 The worker's ``[tracing] export = "rail"`` sends its spans to its own rail with
-``tracker.call("ingest_traces", document=...)``; that operation takes OTLP/JSON, which differs
-from protobuf's generic JSON mapping in the ways this module follows: trace and span ids are hex
-(not base64), enums are integers, 64-bit integers are decimal strings, attribute values are
-``AnyValue`` objects (``{"stringValue": ...}``).
+``tracker_client.calls.INGEST_TRACES`` (``document=...``); that operation takes OTLP/JSON, which
+differs from protobuf's generic JSON mapping in the ways this module follows: trace and span ids
+are hex (not base64), enums are integers, 64-bit integers are decimal strings, attribute values
+are ``AnyValue`` objects (``{"stringValue": ...}``).
 
 Pure: it reads the spans the SDK hands over (``ReadableSpan``) and builds plain dicts; no I/O.
 Imported only when tracing is on (it needs the ``otel`` extra).

@@ -18,8 +18,8 @@ global one, so an in-process Python executor's instrumentation is not mixed with
 Export: ``otlp`` is the SDK's ``BatchSpanProcessor`` + ``OTLPSpanExporter`` (HTTP/protobuf, its
 own thread); ``rail`` queues finished spans in memory and :meth:`WorkerTracing.serve` sends them
 in the event loop, each second or every :data:`BATCH_SPANS` spans, as one OTLP/JSON document
-(``tracker.call("ingest_traces", document=...)``). A run never waits for it, and a rail that
-refuses spans loses them, counted and logged once.
+(:data:`tracker_client.calls.INGEST_TRACES`, ``document=...``). A run never waits for it, and a
+rail that refuses spans loses them, counted and logged once.
 
 This module is imported only when tracing is on; without the extra it raises
 :class:`~tracker_client.errors.ConfigError` naming it. It may touch its spans, its exporter and
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tracker_client import calls
 from tracker_client.extras import missing
 from worker.config.telemetry import TracingConfig
 from worker.telemetry import RunEnd, RunTelemetry, Telemetry, WorkerView
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
 
     from tracker_client.models import Lease
+    from tracker_client.protocol import Tracker
 
 __all__ = [
     "BATCH_SPANS",
@@ -159,7 +161,7 @@ class WorkerTracing(Telemetry):
         self.exported = 0
         self.refused = 0
         self._warned = False
-        self._tracker: Any = None
+        self._tracker: Tracker | None = None
         self._agent_id: str | None = None
         self.provider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
@@ -252,7 +254,8 @@ class WorkerTracing(Telemetry):
         rail = self._rail
         assert rail is not None
         first = True
-        while self._tracker is not None and (
+        tracker = self._tracker
+        while tracker is not None and (
             len(rail.spans) >= (1 if first or everything else BATCH_SPANS)
         ):
             first = False
@@ -260,7 +263,7 @@ class WorkerTracing(Telemetry):
             try:
                 # encoded in a thread: the event loop goes on claiming and reporting meanwhile
                 document = await anyio.to_thread.run_sync(otlpjson.document, batch)
-                await self._tracker.call("ingest_traces", document=document)
+                await calls.INGEST_TRACES.call(tracker, document=document)
             except Exception as exc:  # a refusal must never reach the worker
                 self._refuse(len(batch), exc)
                 return

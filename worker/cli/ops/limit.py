@@ -14,6 +14,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from tracker_client import calls
 from tracker_client.embedded.ratelimits import parse_rate
 from tracker_client.errors import ValidationFailed
 from tracker_client.protocol import Tracker
@@ -84,9 +85,7 @@ def set_(
         _check(rate, max_running)
 
     async def run(tracker: Tracker) -> int:
-        limit: RateLimit = await tracker.call(
-            "set_rate_limit", role, rate=rate, max_running=max_running
-        )
+        limit = await calls.SET_RATE_LIMIT.call(tracker, role, rate=rate, max_running=max_running)
         if ops.as_json:
             ops.emit_json(limit)
         else:
@@ -104,7 +103,7 @@ def list_(tracker_url: str | None, config_path: Path | None, as_json: bool) -> N
     ops = OpsContext.build(tracker_url, config_path, as_json)
 
     async def run(tracker: Tracker) -> int:
-        limits: list[RateLimit] = await tracker.call("list_rate_limits")
+        limits = await calls.LIST_RATE_LIMITS.call(tracker)
         ops.emit_list(limits, _table, "no rate limits")
         return 0
 
@@ -119,7 +118,7 @@ def clear(role: str, tracker_url: str | None, config_path: Path | None, as_json:
     ops = OpsContext.build(tracker_url, config_path, as_json)
 
     async def run(tracker: Tracker) -> int:
-        limit: RateLimit = await tracker.call("clear_rate_limit", role)
+        limit = await calls.CLEAR_RATE_LIMIT.call(tracker, role)
         if ops.as_json:
             ops.emit_json(limit)
         else:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from tracker_client import calls
 from tracker_client.ops_models import PurgeResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
@@ -104,8 +105,8 @@ def purge_command(
 
     async def run(tracker: Tracker) -> int:
         pipeline_id = (await resolve_pipeline(tracker, pipeline)).id if pipeline else None
-        result: PurgeResult = await tracker.call(
-            "purge", older_than_ms=age_ms, dry_run=dry_run, pipeline_id=pipeline_id
+        result = await calls.PURGE.call(
+            tracker, older_than_ms=age_ms, dry_run=dry_run, pipeline_id=pipeline_id
         )
         if ops.as_json:
             ops.emit_json(result)

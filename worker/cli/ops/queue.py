@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from tracker_client import calls
 from tracker_client.errors import Unsupported
 from tracker_client.models import Health, QueueStats
 from tracker_client.protocol import Tracker
@@ -83,7 +84,7 @@ def _limit(limit: RateLimit, stats: QueueStats) -> str:
 async def rate_limits(tracker: Tracker) -> list[RateLimit]:
     """The rail's rate limits; none where the tracker has no such extension (NullTickets)."""
     try:
-        found: list[RateLimit] = await tracker.call("list_rate_limits")
+        found = await calls.LIST_RATE_LIMITS.call(tracker)
     except Unsupported:
         return []
     return found

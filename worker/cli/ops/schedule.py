@@ -18,6 +18,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from tracker_client import calls
 from tracker_client.embedded.schedules import check
 from tracker_client.errors import (
     ConfigError,
@@ -93,8 +94,8 @@ async def declare_schedules(tracker: Tracker, declared: Sequence[ScheduleConfig]
     for n, (item, pipeline) in enumerate(zip(declared, pipelines, strict=True), start=1):
         where = f"[[schedules]] #{n} ({item.name})"
         try:
-            await tracker.call(
-                "create_schedule",
+            await calls.CREATE_SCHEDULE.call(
+                tracker,
                 schedule=item.name,
                 pipeline_id=pipeline,
                 cron=item.cron,
@@ -227,7 +228,7 @@ def add(
 
     async def run(tracker: Tracker) -> int:
         fields["pipeline_id"] = (await resolve_pipeline(tracker, pipeline)).id
-        _show(ops, await tracker.call("create_schedule", **fields), "added")
+        _show(ops, await calls.CREATE_SCHEDULE.call(tracker, **fields), "added")
         return 0
 
     ops.run(run)
@@ -240,14 +241,14 @@ def list_(tracker_url: str | None, config_path: Path | None, as_json: bool) -> N
     ops = OpsContext.build(tracker_url, config_path, as_json)
 
     async def run(tracker: Tracker) -> int:
-        schedules: list[Schedule] = await tracker.call("list_schedules")
+        schedules = await calls.LIST_SCHEDULES.call(tracker)
         ops.emit_list(schedules, _table, "no schedules")
         return 0
 
     ops.run(run)
 
 
-def _one(command_name: str, operation: str, verb: str, help_: str) -> click.Command:
+def _one(command_name: str, operation: calls.Op[Schedule], verb: str, help_: str) -> click.Command:
     """A ``schedule COMMAND NAME`` that calls ``operation`` on the rail and shows the answer."""
 
     @common_options
@@ -257,7 +258,7 @@ def _one(command_name: str, operation: str, verb: str, help_: str) -> click.Comm
         ops = OpsContext.build(tracker_url, config_path, as_json)
 
         async def run(tracker: Tracker) -> int:
-            _show(ops, await tracker.call(operation, name), verb)
+            _show(ops, await operation.call(tracker, name), verb)
             return 0
 
         ops.run(run)
@@ -266,14 +267,20 @@ def _one(command_name: str, operation: str, verb: str, help_: str) -> click.Comm
 
 
 for _command in (
-    _one("show", "get_schedule", "", "Show schedule NAME: its cron, next and last tick, tasks."),
-    _one("pause", "pause_schedule", "paused", "Pause schedule NAME: no ticks fire until resumed."),
+    _one(
+        "show", calls.GET_SCHEDULE, "", "Show schedule NAME: its cron, next and last tick, tasks."
+    ),
+    _one(
+        "pause", calls.PAUSE_SCHEDULE, "paused", "Pause schedule NAME: no ticks fire until resumed."
+    ),
     _one(
         "resume",
-        "resume_schedule",
+        calls.RESUME_SCHEDULE,
         "resumed",
         "Resume schedule NAME from its next future tick (ticks while paused are not caught up).",
     ),
-    _one("remove", "delete_schedule", "removed", "Remove schedule NAME (the tasks it made stay)."),
+    _one(
+        "remove", calls.DELETE_SCHEDULE, "removed", "Remove schedule NAME (the tasks it made stay)."
+    ),
 ):
     schedule_group.add_command(_command)

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
+from tracker_client import calls
 from tracker_client.errors import NotFound, Unsupported
-from tracker_client.ops_models import RequeueAllResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_USAGE,
@@ -199,8 +199,8 @@ async def _requeue_dead_letters(
     """``task requeue --dead-lettered``: the rail's ``requeue_all`` operation, then one line."""
     pipeline = await resolve_pipeline(tracker, replay.pipeline or "")
     try:
-        result: RequeueAllResult = await tracker.call(
-            "requeue_all",
+        result = await calls.REQUEUE_ALL.call(
+            tracker,
             pipeline_id=pipeline.id,
             reason=replay.reason,
             since_ms=replay.since_ms(),

@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 import anyio
 import click
 
+from tracker_client import calls
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Event, Page, Run
-from tracker_client.ops_models import TaskFollow, WaitResult
+from tracker_client.ops_models import WaitResult
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import (
     EXIT_OK,
@@ -82,8 +83,8 @@ async def _long_poll(
     tracker: Tracker, task_id: str, cursor: str
 ) -> AsyncIterator[tuple[list[Event], bool]]:
     while True:
-        answer: TaskFollow = await tracker.call(
-            "follow_task", task_id, after=cursor, timeout_ms=FOLLOW_SLICE_MS
+        answer = await calls.FOLLOW_TASK.call(
+            tracker, task_id, after=cursor, timeout_ms=FOLLOW_SLICE_MS
         )
         cursor = answer.next_cursor
         yield answer.events, answer.finished

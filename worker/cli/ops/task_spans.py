@@ -13,6 +13,7 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
+from tracker_client import calls
 from tracker_client.errors import Unsupported
 from tracker_client.models import Run
 from tracker_client.observe_models import Span
@@ -31,7 +32,7 @@ async def fetch_spans(tracker: Tracker, task_id: str) -> list[Span] | None:
     if "spans" not in (await tracker.capabilities()).extensions:
         return None
     try:
-        spans: list[Span] = await tracker.call("list_spans", task_id)
+        spans = await calls.LIST_SPANS.call(tracker, task_id)
     except Unsupported:
         return None
     return spans

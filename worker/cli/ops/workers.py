@@ -16,6 +16,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from tracker_client import calls
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.protocol import Tracker
 from worker.cli.ops.common import OpsContext, common_options, fmt_age, now_ms
@@ -78,7 +79,7 @@ def workers_command(
 
     async def run(tracker: Tracker) -> int:
         query = {} if state is None else {"state": state}
-        workers: list[WorkerInfo] = await tracker.call("list_workers", **query)
+        workers = await calls.LIST_WORKERS.call(tracker, **query)
         empty = f"no {state} workers" if state else "no workers registered"
         ops.emit_list(workers, render_workers, empty)
         if workers and not ops.as_json:
