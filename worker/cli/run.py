@@ -34,6 +34,7 @@ from tracker_client.errors import (
 )
 from tracker_client.sweeps import SweepCounts
 from worker.cli.errors import NO_TOKEN, describe, exit_code_for
+from worker.cli.gc_tuning import BusyGc
 from worker.cli.prepare import (
     EXIT_CONFIG,
     EXIT_FAILURE,
@@ -158,6 +159,8 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
             raise
     drain_deadline = 0.0
     worker: Worker
+    # The collector's tuning is this process's (the run command's), never an embedded Worker's.
+    busy_gc = BusyGc(config.worker.gc_tuning)
 
     def status() -> str:
         s = worker.stats
@@ -173,6 +176,7 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
     def on_state(state: WorkerState) -> None:
         nonlocal drain_deadline
         if state is WorkerState.RUNNING:  # the tracker answered; executors were ready
+            busy_gc.apply()  # start-up's heap is built: frozen while the worker runs
             notifier.ready(status=status())
         elif state is WorkerState.DRAINING:
             drain_deadline = time.monotonic() + config.worker.shutdown_grace_s
@@ -235,6 +239,7 @@ async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Seque
                 await worker.run()
                 tg.cancel_scope.cancel()
     finally:
+        busy_gc.restore()
         with anyio.CancelScope(shield=True):
             await tracker.aclose()
     if worker.error is not None:

@@ -4,9 +4,9 @@ Applied to new claims (in-flight runs keep theirs): the roles (executors rebuilt
 ``max_concurrency``, ``timeout_s``, ``lease_ttl_s``, triggers) and the ``[worker]`` keys
 :meth:`~worker.daemon.Worker.set_config` takes (``concurrency`` resizes the slots). Every other
 key (the whole ``[tracker]`` table: its connection is open; ``agent_id``; ``max_tasks``,
-``drain``, ``maintenance_interval_s``, ``event_loop``, ``python_path``; logging) keeps its
-running value, and each one that changed is named in a WARNING, so an edit is never silently
-ignored.
+``drain``, ``maintenance_interval_s``, ``event_loop``, ``gc_tuning``, ``python_path``;
+logging) keeps its running value, and each one that changed is named in a WARNING, so an edit is
+never silently ignored.
 
 No I/O: it compares two loaded configurations and logs the keys that need a restart; applying them
 is :meth:`~worker.daemon.Worker.set_config`'s.
@@ -29,6 +29,7 @@ RESTART_WORKER_KEYS = (
     "drain",
     "maintenance_interval_s",
     "event_loop",
+    "gc_tuning",
     "python_path",
 )
 #: Top-level keys and tables read once at start-up (the logging set-up, the metrics listener

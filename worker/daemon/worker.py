@@ -20,7 +20,6 @@ rooms it runs; claims are the claimer's, signals and systemd the CLI's (:mod:`wo
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Callable, Sequence
 
@@ -46,8 +45,6 @@ from worker.workdirs import prepare_workdir_base, sweep_stale_workdirs
 __all__ = ["Worker"]
 
 log = logging.getLogger("backlog_worker.worker")
-#: The cyclic collector's youngest-generation threshold while the worker runs (see Worker.run).
-BUSY_GC_GEN0 = 20_000
 
 
 class Worker:
@@ -219,37 +216,20 @@ class Worker:
                 abandoned_threads=self._abandoned_threads,
             )
         )
-        # What start-up built (modules, configuration, models: nearly all of the heap) is set
-        # aside from the cyclic collector while the worker runs, so the collections that a busy
-        # worker's short-lived objects trigger no longer walk it (~6 % of the loop thread's
-        # instructions per no-op run); given back to it when the worker stops.
-        gc.freeze()
-        # And the youngest generation is collected after BUSY_GC_GEN0 net allocations instead of
-        # 700: ten runs in flight hold more than 700 objects at their peak, so each claim's
-        # batch set off a collection (~70 us, finding next to nothing: the runs' objects die
-        # by reference count); cyclic garbage still goes, a little later. (Over HTTP each
-        # request used to leave an httpx response cycle, ~4 MiB of it at 20,000: the transport
-        # breaks it now, see HttpTransport._read.)
-        thresholds = gc.get_threshold()
-        gc.set_threshold(max(thresholds[0], BUSY_GC_GEN0), *thresholds[1:])
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self.telemetry.serve)
-                tg.start_soon(self.presence.run, caps)
-                await tg.start(self._keeper.run)
-                await tg.start(self._watch.run)
-                tg.start_soon(
-                    maintenance_loop, self.tracker, self.stats, self.config.maintenance_interval_s
-                )
-                async with anyio.create_task_group() as runs:
-                    await self.claimer.run(runs)
-                    self._set_state(WorkerState.DRAINING)
-                    self._signals.shutdown.set()
-                    await self._drain()
-                tg.cancel_scope.cancel()
-        finally:
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.telemetry.serve)
+            tg.start_soon(self.presence.run, caps)
+            await tg.start(self._keeper.run)
+            await tg.start(self._watch.run)
+            tg.start_soon(
+                maintenance_loop, self.tracker, self.stats, self.config.maintenance_interval_s
+            )
+            async with anyio.create_task_group() as runs:
+                await self.claimer.run(runs)
+                self._set_state(WorkerState.DRAINING)
+                self._signals.shutdown.set()
+                await self._drain()
+            tg.cancel_scope.cancel()
         await self.presence.goodbye()  # stopped, not lost (bounded, never raises)
         with anyio.CancelScope(shield=True):
             await self.telemetry.aclose()  # the last spans, before the process exits
