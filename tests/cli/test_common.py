@@ -13,12 +13,12 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
+from tracker_client.urlmask import mask_url
 from worker.cli.ops.common import (
     DurationType,
     describe,
     exit_code_for,
     fmt_age,
-    redact_url,
     unwrap_groups,
 )
 
@@ -55,8 +55,8 @@ def test_exit_codes_and_messages() -> None:
     )
 
 
-def test_redact_url_keeps_urls_without_password() -> None:
-    assert redact_url("http://127.0.0.1:7700") == "http://127.0.0.1:7700"
+def test_mask_url_keeps_urls_without_password() -> None:
+    assert mask_url("http://127.0.0.1:7700") == "http://127.0.0.1:7700"
 
 
 def test_exception_groups_are_unwrapped_to_the_tracker_error() -> None:

@@ -123,7 +123,9 @@ async def test_two_token_model(http: httpx.AsyncClient) -> None:
 
 @pytest.mark.anyio
 async def test_error_bodies_are_valid_json(http: httpx.AsyncClient) -> None:
-    bad_json = await http.post("/tasks", content=b"{nope", headers={"Content-Type": "x"})
+    bad_json = await http.post(
+        "/tasks", content=b"{nope", headers={"Content-Type": "application/json"}
+    )
     assert bad_json.status_code == 400 and _error(bad_json)["code"] == "invalid_json"
     missing = await http.post("/tasks", json={"title": "t"})
     assert _error(missing)["code"] == "invalid_json"

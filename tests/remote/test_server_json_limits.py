@@ -44,8 +44,9 @@ async def base(tmp_path: Path) -> AsyncIterator[str]:
 
 
 async def post(client: httpx.AsyncClient, method: str, path: str, text: str, **kw: Any) -> Any:
+    headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
     response = await client.request(
-        method, path, content=text.encode("utf-8", "surrogatepass"), **kw
+        method, path, content=text.encode("utf-8", "surrogatepass"), headers=headers, **kw
     )
     return response.status_code, response.json() if response.content else None
 

@@ -22,6 +22,7 @@ from typing import Any, TypedDict
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from tracker_client.errors import ConfigError
+from tracker_client.urlmask import mask_url
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -119,12 +120,14 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split ``http://host:port/?timeout_s=5`` into the base URL and its option query."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"tracker url {url!r}: expected http://host:port or https://host:port")
+        raise ConfigError(
+            f"tracker url {mask_url(url)!r}: expected http://host:port or https://host:port"
+        )
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     unknown = sorted(set(options) - set(_KINDS))
     if unknown:
         raise ConfigError(
-            f"tracker url {url!r}: unknown option(s) {', '.join(unknown)} "
+            f"tracker url {mask_url(url)!r}: unknown option(s) {', '.join(unknown)} "
             f"(known: {', '.join(sorted(_KINDS))})"
         )
     base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))

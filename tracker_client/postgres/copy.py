@@ -44,6 +44,7 @@ import anyio
 from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail
 from tracker_client.extras import require
 from tracker_client.factory import open_tracker, parse_sqlite_url
+from tracker_client.urlmask import mask_url
 
 __all__ = ["CopyFailed", "CopyReport", "RailNotEmpty", "copy_rail"]
 
@@ -226,7 +227,7 @@ def _kind(url: str, what: str) -> str:
     if url.startswith("sqlite://") or url.startswith(("/", ".")):
         path, _ = parse_sqlite_url(url)
         if path == ":memory:":
-            raise ConfigError(f"{what}: an in-memory rail can't be copied ({url!r})")
+            raise ConfigError(f"{what}: an in-memory rail can't be copied ({mask_url(url)!r})")
         return "sqlite"
     raise ConfigError(
         f"{what}: {url.split('://', 1)[0]!r} is no rail this copies "
@@ -270,7 +271,7 @@ async def _open(url: str, what: str, *, write: bool) -> _Side:
             await _pg_source_exists(url)
     tracker = await open_tracker(url)  # creates (target) and migrates (both)
     try:
-        shown = str(getattr(tracker, "path", url))
+        shown = mask_url(str(getattr(tracker, "path", url)))
         db = getattr(tracker, "_db", None)
     finally:
         await tracker.aclose()

@@ -25,8 +25,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tracker_client.errors import ConfigError
+from tracker_client.urlmask import mask_url
 
-__all__ = ["PgOptions", "parse_postgres_url", "redact"]
+__all__ = ["PgOptions", "parse_postgres_url"]
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: The embedded rail's options, which the PostgreSQL rail honours the same way.
@@ -69,27 +70,15 @@ def _int(name: str, value: Any, low: int, high: int) -> int:
     return n
 
 
-def redact(url: str) -> str:
-    """``url`` without its password (for messages, logs and ``tracker.path``)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 def parse_postgres_url(
     url: str, extra: dict[str, Any]
 ) -> tuple[str, PgOptions, dict[str, Any], str]:
     """(libpq conninfo, rail options, shared rail options, the URL to show). ``ConfigError``."""
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a postgresql:// url: {redact(url)!r}")
+        raise ConfigError(f"not a postgresql:// url: {mask_url(url)!r}")
     if not parts.path.strip("/"):
-        raise ConfigError(f"tracker url {redact(url)!r} names no database (postgresql://host/db)")
+        raise ConfigError(f"tracker url {mask_url(url)!r} names no database (postgresql://host/db)")
     query = {**dict(parse_qsl(parts.query, keep_blank_values=True)), **extra}
     own: dict[str, Any] = {}
     shared: dict[str, Any] = {}
@@ -117,4 +106,4 @@ def parse_postgres_url(
         ),
     )
     conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
-    return conninfo, opts, shared, redact(conninfo)
+    return conninfo, opts, shared, mask_url(conninfo)

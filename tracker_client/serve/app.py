@@ -50,6 +50,13 @@ from tracker_client.dashboard import DashboardSettings, create_dashboard
 from tracker_client.nulltickets import contract
 from tracker_client.protocol import Tracker
 from tracker_client.serve import batch_routes, extra_routes, otlp, routes
+from tracker_client.serve.browser import (
+    HostRule,
+    Refusal,
+    host_refusal,
+    json_type_refusal,
+    write_refusal,
+)
 from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
 from tracker_client.serve.http import GENERATION_HEADER, Handler, endpoint, error_response, log
@@ -138,8 +145,15 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
     limits, the generation counter and the :class:`Closing` of long polls.
     """
 
-    def __init__(self, tracker: Tracker, dashboard: ASGIApp, api_token: str | None) -> None:
+    def __init__(
+        self,
+        tracker: Tracker,
+        dashboard: ASGIApp,
+        api_token: str | None,
+        hosts: HostRule | None = None,
+    ) -> None:
         self.state = State()
+        self.hosts = hosts or HostRule.for_bind("127.0.0.1")
         self.state.tracker = tracker
         self.routes = ROUTES
         self.dashboard = dashboard
@@ -156,6 +170,11 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
             return
         scope["app"] = self
         path: str = scope["path"]
+        # Before auth and routing: a rebinding page's Host, a browser's cross-origin write.
+        browser = host_refusal(scope, self.hosts) or write_refusal(scope)
+        if browser is not None:
+            await self._observed("refused", scope, receive, send, _refuse(browser))
+            return
         if path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/"):
             root = scope.get("root_path", "") + DASHBOARD_PATH
             await self._observed("ui", scope, receive, send, self._ui({**scope, "root_path": root}))
@@ -171,6 +190,10 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
             return
         op, params = found
         scope["path_params"] = params
+        untyped = None if op.raw_body else json_type_refusal(scope)
+        if untyped is not None:  # a JSON route takes JSON only (no cross-site form can send it)
+            await self._observed(op.name, scope, receive, send, _refuse(untyped))
+            return
         await self._observed(op.name, scope, receive, send, self._answer(op, scope))
 
     async def _observed(
@@ -265,6 +288,14 @@ def _not_allowed(method: str, raw: bytes) -> Call:
     return call
 
 
+def _refuse(refusal: Refusal) -> Call:
+    async def call(receive: Receive, send: Send) -> None:
+        response = error_response(refusal.status, refusal.code, refusal.message)
+        await response({"type": "http"}, receive, send)
+
+    return call
+
+
 def _path_of(raw: bytes) -> str:
     """The path as sent, without a query string (some ASGI servers keep it in ``raw_path``)."""
     return raw.partition(b"?")[0].decode("latin-1")
@@ -276,11 +307,14 @@ def create_app(
     api_token: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_otlp_bytes: int = otlp.DEFAULT_MAX_OTLP_BYTES,
+    hosts: HostRule | None = None,
 ) -> ServedApp:
     """The ASGI app serving ``tracker``, with the web dashboard at :data:`DASHBOARD_PATH`
-    (read-only without ``api_token``). The caller owns the tracker (opens and closes it)."""
+    (read-only without ``api_token``). The caller owns the tracker (opens and closes it).
+    ``hosts``: the ``Host`` names answered (default: loopback's; :mod:`~tracker_client.serve.\
+browser`)."""
     dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
-    app = ServedApp(tracker, dashboard, api_token)
+    app = ServedApp(tracker, dashboard, api_token, hosts)
     app.state.max_request_bytes = max_request_bytes
     app.state.max_otlp_bytes = max_otlp_bytes  # POST /v1/traces bodies (413 over it)
     app.state.boot_id = secrets.token_hex(4)

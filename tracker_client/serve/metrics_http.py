@@ -27,6 +27,7 @@ from prometheus_client import disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 
 from tracker_client.errors import ConfigError
+from tracker_client.serve.browser import HostRule
 
 if TYPE_CHECKING:
     from tracker_client.models import QueueStats
@@ -80,11 +81,18 @@ def listening_on(sock: socket.socket) -> str:
 
 
 async def serve_metrics(
-    sock: socket.socket, render: Callable[[], Awaitable[bytes]], *, token: str | None = None
+    sock: socket.socket,
+    render: Callable[[], Awaitable[bytes]],
+    *,
+    token: str | None = None,
+    hosts: HostRule | None = None,
 ) -> None:
     """Answer ``GET /metrics`` with ``render()`` on ``sock`` until cancelled (the socket is then
-    closed). ``token``: the bearer token a scrape must send (401 without it)."""
+    closed). ``token``: the bearer token a scrape must send (401 without it). ``hosts``: the
+    ``Host`` names answered (421 otherwise: a DNS-rebinding page reads nothing); default: those
+    of the address the socket is bound to (:class:`~tracker_client.serve.browser.HostRule`)."""
     expected = token.encode() if token else None
+    rule = hosts or HostRule.for_bind(sock.getsockname()[0])
     limit = anyio.Semaphore(MAX_SCRAPERS)
     listener = await anyio.abc.SocketListener.from_socket(sock)
 
@@ -99,7 +107,7 @@ async def serve_metrics(
                     with anyio.move_on_after(READ_TIMEOUT_S):
                         head = await _read_head(stream)
                         if head is not None:
-                            await stream.send(await _answer(head, render, expected))
+                            await stream.send(await _answer(head, render, expected, rule))
 
     async with listener:
         await listener.serve(handle)
@@ -118,7 +126,7 @@ async def _read_head(stream: anyio.abc.SocketStream) -> bytes | None:
 
 
 async def _answer(
-    head: bytes, render: Callable[[], Awaitable[bytes]], token: bytes | None
+    head: bytes, render: Callable[[], Awaitable[bytes]], token: bytes | None, hosts: HostRule
 ) -> bytes:
     lines = head.split(b"\r\n")
     parts = lines[0].split()
@@ -129,6 +137,8 @@ async def _answer(
         return _response(404, b"not found: the metrics are at /metrics\n")
     if method not in (b"GET", b"HEAD"):
         return _response(405, b"method not allowed\n", extra=b"Allow: GET, HEAD\r\n")
+    if not hosts.allows(_header(lines[1:], b"host")):
+        return _response(421, b"misdirected request: this Host is not a name of this server\n")
     if token is not None and not _authorized(lines[1:], token):
         return _response(
             401,
@@ -143,6 +153,14 @@ async def _answer(
     return _response(200, body, content_type=CONTENT_TYPE.encode(), head=method == b"HEAD")
 
 
+def _header(headers: list[bytes], wanted: bytes) -> str | None:
+    for line in headers:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == wanted:
+            return value.strip().decode("latin-1")
+    return None
+
+
 def _authorized(headers: list[bytes], token: bytes) -> bool:
     for line in headers:
         name, _, value = line.partition(b":")
@@ -153,7 +171,8 @@ def _authorized(headers: list[bytes], token: bytes) -> bool:
 
 
 _REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}
-_REASONS |= {405: b"Method Not Allowed", 500: b"Internal Server Error"}
+_REASONS |= {405: b"Method Not Allowed", 421: b"Misdirected Request"}
+_REASONS |= {500: b"Internal Server Error"}
 
 
 def _response(

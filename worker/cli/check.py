@@ -17,6 +17,7 @@ import click
 
 from plugins.api import NamedTrigger, SupportsTriggers
 from tracker_client.errors import ConfigError, ExecutorError, TrackerError, TrackerUnavailable
+from tracker_client.urlmask import mask_url
 from worker.cli.check_report import CheckReport
 from worker.cli.check_telemetry import check_telemetry
 from worker.cli.errors import NO_TOKEN, describe
@@ -63,6 +64,7 @@ def _token_detail(url: str, token_source: str, pipelines: int) -> str:
 
 async def _check(config: Config, report: CheckReport) -> None:
     url = config.tracker.url
+    shown = mask_url(url)  # the lines below show the URL: never its password
     token_source = config.tracker.api_token_source or NO_TOKEN
     for level, text in check_workdir_base(config.worker.workdir):  # writable, and ours
         report.add("workdir", level, text)
@@ -75,13 +77,14 @@ async def _check(config: Config, report: CheckReport) -> None:
     try:
         tracker = await open_for_worker(config)
     except TrackerError as exc:
-        report.add("tracker", "fail", describe(exc, url), line=f"tracker {url}: {exc}")
+        line = f"tracker {shown}: {mask_url(str(exc))}"
+        report.add("tracker", "fail", describe(exc, url), line=line)
         return
     check = "tracker"
     try:
         with anyio.fail_after(config.tracker.request_timeout_s * 2):
             health = await tracker.health()
-        detail = f"tracker {url} answered (version {health.version})"
+        detail = f"tracker {shown} answered (version {health.version})"
         report.add("tracker", "ok", detail)
         # /health needs no token: an authenticated read proves the api token works.
         check = "api_token"
@@ -106,9 +109,9 @@ async def _check(config: Config, report: CheckReport) -> None:
             ):
                 report.add("triggers", level, text)
     except (TrackerUnavailable, TimeoutError) as exc:
-        report.add(check, "fail", f"tracker {url} unreachable: {exc}")
+        report.add(check, "fail", f"tracker {shown} unreachable: {mask_url(str(exc))}")
     except TrackerError as exc:
-        report.add(check, "fail", f"tracker {url}: {describe(exc, url, token_source)}")
+        report.add(check, "fail", f"tracker {shown}: {describe(exc, url, token_source)}")
     finally:
         await tracker.aclose()
     for built_role in built:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -26,6 +25,7 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
+from tracker_client.urlmask import mask_url
 
 __all__ = [
     "EXIT_BACKLOG_FULL",
@@ -42,7 +42,6 @@ __all__ = [
     "exit_code_for",
     "fail",
     "input_errors",
-    "redact_url",
 ]
 
 EXIT_OK = 0
@@ -79,15 +78,6 @@ class OpsError(BacklogWorkerError):
         self.exit_code = exit_code
 
 
-def redact_url(url: str) -> str:
-    """``url`` without any password it carries (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def exit_code_for(exc: BaseException) -> int:
     """The documented exit code of an error."""
     if isinstance(exc, OpsError):
@@ -108,8 +98,13 @@ def describe(
 
     ``token_source`` says where the api token came from (``from BACKLOG_WORKER_API_TOKEN``,
     see :attr:`worker.config.models.TrackerConfig.api_token_source`), :data:`NO_TOKEN` when none was
-    sent, None when unknown: a refused token is then named, never printed.
+    sent, None when unknown: a refused token is then named, never printed. A password in any
+    URL the line quotes is masked (:func:`~tracker_client.urlmask.mask_url`).
     """
+    return mask_url(_describe(exc, tracker_url, token_source))
+
+
+def _describe(exc: BaseException, tracker_url: str | None, token_source: str | None) -> str:
     if isinstance(exc, OpsError):
         return exc.message
     if isinstance(exc, TokenRefused) and token_source is not None:
@@ -120,7 +115,7 @@ def describe(
             "nothing was written"
         )
     if isinstance(exc, TrackerUnavailable):
-        where = f" at {redact_url(tracker_url)}" if tracker_url else ""
+        where = f" at {mask_url(tracker_url)}" if tracker_url else ""
         return f"tracker unreachable{where}: {exc.message}"
     if isinstance(exc, TrackerError):
         return exc.message if exc.code in exc.message else f"{exc.message} ({exc.code})"

@@ -22,8 +22,11 @@ import click
 
 from tracker_client.errors import BacklogWorkerError, ConfigError, NoRail, TrackerError
 from tracker_client.factory import URL_FORMS, open_tracker
+from tracker_client.serve.browser import named_hosts
 from tracker_client.sweeps import SweepCounts
-from worker.cli.serve_token import TOKEN_ENV, read_token, warn_about_the_token
+from tracker_client.urlmask import mask_url
+from worker.cli.serve_token import TOKEN_ENV, read_token, read_url, warn_about_the_token
+from worker.cli.web import allowed_host_option
 
 if TYPE_CHECKING:
     from tracker_client.protocol import Tracker
@@ -48,6 +51,7 @@ async def serve_tracker(
     create: bool = False,
     metrics_listen: tuple[str, int] | None = None,
     http: str | None = None,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
@@ -59,12 +63,15 @@ async def serve_tracker(
     bound first: an address in use is a ConfigError before anything is served).
     ``http``: uvicorn's HTTP/1.1 implementation, ``h11`` or ``httptools`` (default: httptools
     where installed; :func:`~tracker_client.serve.connections.default_http`).
+    ``allowed_hosts``: ``Host`` names answered beside the default ones (``*``: any;
+    :class:`~tracker_client.serve.browser.HostRule`), on the API, the dashboard and ``/metrics``.
     """
     import asyncio
 
     import uvicorn
 
     from tracker_client.serve.app import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from tracker_client.serve.browser import HostRule
     from tracker_client.serve.connections import (
         ConnectionLimits,
         default_http,
@@ -96,6 +103,7 @@ async def serve_tracker(
             api_token=api_token,
             max_request_bytes=max_request_bytes or DEFAULT_MAX_REQUEST_BYTES,
             max_otlp_bytes=max_otlp_bytes or DEFAULT_MAX_OTLP_BYTES,
+            hosts=HostRule.for_bind(host, allowed_hosts),
         )
         config = uvicorn.Config(
             app,
@@ -114,18 +122,16 @@ async def serve_tracker(
         )
         server = server_class(config)
         server.closing = app.state.closing
-        shown = url
-        if url.startswith("postgres"):
-            from tracker_client.postgres.options import redact
-
-            shown = redact(url)  # no password in the log
+        shown = mask_url(url)  # no password in the log
         server.announce = (
             f"serving {shown} (api auth: {'admin token required' if api_token else 'disabled'};"
             f" http: {http})"
         )
         async with anyio.create_task_group() as tg:
             if metrics_sock is not None:
-                _start_metrics(tg, metrics_sock, app, (tracker, sweeps), server, limits, api_token)
+                hosts = HostRule.for_bind(metrics_sock.getsockname()[0], allowed_hosts)
+                rail = (tracker, sweeps)
+                _start_metrics(tg, metrics_sock, app, rail, server, limits, api_token, hosts)
             await server.serve()
             tg.cancel_scope.cancel()
         if not server.started:
@@ -150,6 +156,7 @@ def _start_metrics(
     server: Any,
     limits: Any,
     token: Any,
+    hosts: Any,
 ) -> None:
     """Count the API's requests and answer ``/metrics`` on ``sock`` beside the server (the
     metrics port asks for the api token when the rail has one); ``rail``: the tracker and
@@ -164,7 +171,7 @@ def _start_metrics(
         sweeps=sweeps,
     )
     app.observe(metrics.observe)
-    tg.start_soon(lambda: serve_metrics(sock, metrics.render, token=token))
+    tg.start_soon(lambda: serve_metrics(sock, metrics.render, token=token, hosts=hosts))
 
 
 def _make_server_class() -> type[Any]:
@@ -213,12 +220,21 @@ def register(group: click.Group) -> None:
         "--tracker",
         "url",
         envvar="BACKLOG_WORKER_TRACKER__URL",
-        required=True,
+        default=None,
         help=f"The rail to serve, as every --tracker names one ({URL_FORMS}); not an "
         "http(s):// one, which is served already.",
     )
+    @click.option(
+        "--tracker-file",
+        "url_file",
+        envvar="BACKLOG_WORKER_TRACKER_URL_FILE",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Read the rail's URL from this file (a PostgreSQL password then stays out of ps).",
+    )
     @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
     @click.option("--port", default=7700, show_default=True, type=click.IntRange(0, 65535))
+    @allowed_host_option
     @click.option(
         "--token",
         default=None,
@@ -286,7 +302,8 @@ def register(group: click.Group) -> None:
         help="Also log each task's claim, finish and creation (at INFO; always at DEBUG).",
     )
     def serve(
-        url: str,
+        url: str | None,
+        url_file: Path | None,
         host: str,
         port: int,
         token: str | None,
@@ -299,6 +316,7 @@ def register(group: click.Group) -> None:
         create: bool,
         metrics_listen: str | None,
         http: str | None,
+        allowed_host: tuple[str, ...],
         log_level: str,
         log_tasks: bool,
     ) -> None:
@@ -308,13 +326,15 @@ def register(group: click.Group) -> None:
 
             check_environment()  # a misspelled BACKLOG_WORKER_API_TOKEN must not serve open
             api_token = read_token(token, token_file)
+            url = read_url(url, url_file)
             _check_url(url)
             listen = _metrics_listen(metrics_listen)
             _setup_logging(log_level, api_token, log_tasks=log_tasks)
             warn_about_the_token(host, api_token, from_command_line=token is not None)
+            rail = url
             anyio.run(
                 lambda: serve_tracker(
-                    url,
+                    rail,
                     host=host,
                     port=port,
                     api_token=api_token,
@@ -324,6 +344,7 @@ def register(group: click.Group) -> None:
                     create=create,
                     metrics_listen=listen,
                     http=http,
+                    allowed_hosts=tuple(named_hosts(allowed_host)),
                 ),
                 backend_options={"use_uvloop": _has_uvloop()},
             )
@@ -372,7 +393,7 @@ def _check_url(url: str) -> None:
         return  # a PostgreSQL rail, served to NullTickets-API clients
     if not (url.startswith("sqlite:") or url.startswith("/") or url.startswith(".")):
         raise ConfigError(
-            f"--tracker {url!r}: tracker serve shares an embedded rail; give sqlite:///path.db"
+            f"--tracker {mask_url(url)!r}: tracker serve shares an embedded rail; give sqlite:///path.db"
             " (or a PostgreSQL rail, postgresql://host/db)"
         )
 

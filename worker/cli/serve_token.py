@@ -1,5 +1,6 @@
-"""The api token of ``backlog-worker tracker serve``: where it is read from, and the warnings
-about serving without one or with one on the command line.
+"""The secrets of ``backlog-worker tracker serve``: where the api token and the rail's URL (which
+may carry a PostgreSQL password) are read from, and the warnings about serving without a token
+or with one on the command line.
 
 It may touch the ``--token``/``--token-file`` values, the token file, the environment variable
 :data:`TOKEN_ENV` and the server's log (which never shows the token); nothing else.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tracker_client.errors import ConfigError
 
-__all__ = ["TOKEN_ENV", "read_token", "warn_about_the_token"]
+__all__ = ["TOKEN_ENV", "read_token", "read_url", "warn_about_the_token"]
 
 log = logging.getLogger("backlog_worker.server")
 
@@ -38,6 +39,23 @@ def read_token(token: str | None, token_file: Path | None) -> str | None:
         return token.strip()
     env = os.environ.get(TOKEN_ENV, "").strip()
     return env or None
+
+
+def read_url(url: str | None, url_file: Path | None) -> str:
+    """The rail's URL from ``--tracker`` or ``--tracker-file`` (exactly one of them)."""
+    if url is not None and url_file is not None:
+        raise ConfigError("use either --tracker or --tracker-file, not both")
+    if url_file is None:
+        if url is None or not url.strip():
+            raise ConfigError("give the rail to serve: --tracker URL or --tracker-file FILE")
+        return url
+    try:
+        value = url_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"--tracker-file {url_file}: {exc.strerror or exc}") from exc
+    if not value:
+        raise ConfigError(f"--tracker-file {url_file}: the file is empty")
+    return value
 
 
 def warn_about_the_token(host: str, api_token: str | None, *, from_command_line: bool) -> None:

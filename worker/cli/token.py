@@ -1,4 +1,5 @@
-"""``--token`` and ``--token-file``: the api token of one command, for every command that takes
+"""``--token``, ``--token-file`` and ``--tracker-file``: the api token (and the tracker URL from
+a file) of one command, for every command that takes
 ``--tracker`` (the operator commands, ``run`` and ``check``).
 
 The options are not passed to the command function: their values wait in the click context
@@ -45,7 +46,18 @@ def _store(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 
 def token_options(func: F) -> F:
-    """Add ``--token`` and ``--token-file`` (read back with :func:`token_overrides`)."""
+    """Add ``--token``, ``--token-file`` and ``--tracker-file`` (the tracker URL read from a
+    file, for a URL carrying a password; read back with :func:`token_overrides`)."""
+    func = click.option(
+        "--tracker-file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        expose_value=False,
+        callback=_store("tracker.url_file"),
+        help="Read the tracker URL from this file (keeps a PostgreSQL password out of ps; a "
+        "relative path is looked up in $CREDENTIALS_DIRECTORY first). Also "
+        "$BACKLOG_WORKER_TRACKER_URL_FILE or the config's [tracker] url_file.",
+    )(func)
     func = click.option(
         "--token-file",
         type=click.Path(path_type=Path, dir_okay=False),

@@ -47,7 +47,7 @@ from worker.config.sources import (
     role_names,
 )
 from worker.config.telemetry import MetricsConfig, TracingConfig
-from worker.config.token import pick_token
+from worker.config.token import pick_token, pick_url
 from worker.workdirs import open_workdir_problem
 
 __all__ = [
@@ -75,6 +75,9 @@ class TrackerConfig(_Frozen):
     """``[tracker]``: where the rail is and how to talk to it."""
 
     url: str = DEFAULT_TRACKER_URL
+    #: A file holding the URL (one line; relative: looked up in ``$CREDENTIALS_DIRECTORY``), so
+    #: a PostgreSQL password in it stays out of ``ps`` and the config (docs/operate/security.md).
+    url_file: Path | None = None
     #: The admin bearer token (never in a repr); from a token file once loaded.
     api_token: str | None = Field(None, repr=False)
     #: A file holding the token (relative: looked up in ``$CREDENTIALS_DIRECTORY``).
@@ -385,6 +388,7 @@ def check_environment() -> None:
 
 def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
     token, token_source = pick_token(s.tracker.api_token, s.tracker.api_token_file, sources)
+    url = pick_url(s.tracker.url, s.tracker.url_file, sources)
     names = [r.name for r in s.roles]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -401,7 +405,7 @@ def _freeze(s: _Settings, source: Path | None, sources: Sources) -> Config:
         if found is not None and found[0] == "fail":
             raise ConfigError(sources.describe(("worker", "workdir"), found[1]))
     keys = {name: getattr(s, name) for name in ConfigFile.model_fields}
-    keys["tracker"] = s.tracker.with_token(token, token_source)
+    keys["tracker"] = s.tracker.model_copy(update={"url": url}).with_token(token, token_source)
     if s.worker.python_path:
         # relative to the file that names them (a unit's working directory is not the user's)
         base = source.absolute().parent if source is not None else Path.cwd()

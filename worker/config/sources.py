@@ -45,18 +45,25 @@ ENV_PREFIX = "BACKLOG_WORKER_"
 SHORT_FORMS: Mapping[str, tuple[str, ...]] = {
     "BACKLOG_WORKER_API_TOKEN": ("tracker", "api_token"),
     "BACKLOG_WORKER_TRACKER_URL": ("tracker", "url"),
+    "BACKLOG_WORKER_TRACKER_URL_FILE": ("tracker", "url_file"),
     "BACKLOG_WORKER_AGENT_ID": ("worker", "agent_id"),
 }
 #: ``BACKLOG_WORKER_*`` variables that are not settings (read by the CLI, the systemd unit, the
 #: error handler): accepted, never reported as typos.
 NOT_SETTINGS = frozenset(
-    {"BACKLOG_WORKER_CONFIG", "BACKLOG_WORKER_INSTANCE", "BACKLOG_WORKER_DEBUG"}
+    {
+        "BACKLOG_WORKER_CONFIG",
+        "BACKLOG_WORKER_INSTANCE",
+        "BACKLOG_WORKER_DEBUG",
+        "BACKLOG_WORKER_ALLOWED_HOSTS",
+    }
 )
 #: The command-line flag that sets a dotted key (``run``/``check`` and the operator commands).
 FLAG_NAMES: Mapping[str, str] = {
     "tracker.url": "--tracker",
     "tracker.api_token": "--token",
     "tracker.api_token_file": "--token-file",
+    "tracker.url_file": "--tracker-file",
     "worker.concurrency": "--concurrency",
     "worker.agent_id": "--agent-id",
     "worker.drain": "--drain",

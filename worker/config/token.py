@@ -1,4 +1,5 @@
-"""Which api token a command uses, and a label saying where it came from (never the token).
+"""Which api token a command uses, and a label saying where it came from (never the token);
+which tracker URL it uses when the URL may come from a file (it may carry a password).
 
 Both ``tracker.api_token`` and ``tracker.api_token_file`` may be set by different layers (the
 config file names a token file, ``--token`` or ``BACKLOG_WORKER_API_TOKEN`` overrides it): the
@@ -18,10 +19,12 @@ from pathlib import Path
 from tracker_client.errors import ConfigError
 from worker.config.sources import Sources, toml_place
 
-__all__ = ["pick_token"]
+__all__ = ["pick_token", "pick_url"]
 
 _TOKEN = ("tracker", "api_token")
 _TOKEN_FILE = ("tracker", "api_token_file")
+_URL = ("tracker", "url")
+_URL_FILE = ("tracker", "url_file")
 #: A higher layer's setting wins over a lower one's, whichever of the two keys it set.
 _RANK = {"flag": 3, "env": 2, "file": 1}
 
@@ -41,19 +44,21 @@ def _rank(loc: tuple[str, ...], sources: Sources) -> int:
     return 0 if origin is None else _RANK[origin.kind]
 
 
-def _read_token_file(path: Path, sources: Sources) -> tuple[str, Path]:
+def _read_secret_file(
+    path: Path, sources: Sources, loc: tuple[str, ...] = _TOKEN_FILE
+) -> tuple[str, Path]:
     # systemd's LoadCredential= puts secrets in $CREDENTIALS_DIRECTORY; a relative path is
     # looked up there first.
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
     candidate = Path(creds) / path if creds and not path.is_absolute() else path
     try:
-        token = candidate.read_text(encoding="utf-8").strip()
+        value = candidate.read_text(encoding="utf-8").strip()
     except OSError as exc:
         problem = f"{candidate} cannot be read: {exc.strerror or exc}"
-        raise ConfigError(sources.describe(_TOKEN_FILE, problem)) from exc
-    if not token:
-        raise ConfigError(sources.describe(_TOKEN_FILE, f"{candidate} is empty"))
-    return token, candidate
+        raise ConfigError(sources.describe(loc, problem)) from exc
+    if not value:
+        raise ConfigError(sources.describe(loc, f"{candidate} is empty"))
+    return value, candidate
 
 
 def pick_token(
@@ -66,8 +71,22 @@ def pick_token(
     if token_file is not None and (
         token is None or _rank(_TOKEN_FILE, sources) > _rank(_TOKEN, sources)
     ):
-        value, path = _read_token_file(token_file, sources)
+        value, path = _read_secret_file(token_file, sources)
         return value, f"read from {path} ({_where(_TOKEN_FILE, sources)})"
     if token is not None:
         return token, f"from {_where(_TOKEN, sources)}"
     return None, None
+
+
+def pick_url(url: str, url_file: Path | None, sources: Sources) -> str:
+    """The tracker URL: ``url_file``'s content when it is set by a layer at least as high as
+    the one that set ``url`` (the default URL never beats a file), else ``url``. Two flags
+    (``--tracker`` and ``--tracker-file``) together are a ``ConfigError``."""
+    if url_file is None:
+        return url
+    if _rank(_URL, sources) == _rank(_URL_FILE, sources) == _RANK["flag"]:
+        raise ConfigError("use either --tracker or --tracker-file, not both")
+    if _rank(_URL_FILE, sources) >= _rank(_URL, sources):
+        value, _ = _read_secret_file(url_file, sources, _URL_FILE)
+        return value
+    return url

@@ -51,7 +51,6 @@ from worker.cli.errors import (
     exit_code_for,
     fail,
     input_errors,
-    redact_url,
 )
 from worker.cli.token import token_options, token_overrides
 from worker.config.models import DEFAULT_TRACKER_URL, load_config
@@ -81,7 +80,6 @@ __all__ = [
     "fmt_when",
     "input_errors",
     "now_ms",
-    "redact_url",
     "resolve_pipeline",
     "resolve_tracker",
     "to_jsonable",

@@ -19,14 +19,16 @@ import logging
 import socket
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
 from tracker_client.factory import URL_FORMS
 from tracker_client.protocol import Tracker
+from tracker_client.serve.browser import named_hosts
+from tracker_client.urlmask import mask_url
 from worker.cli.ops.common import OpsContext, resolve_tracker
 from worker.cli.token import token_options
+from worker.cli.web import allowed_host_option
 
 __all__ = ["dashboard_command", "serve_dashboard"]
 
@@ -44,14 +46,20 @@ async def serve_dashboard(
     api_token: str | None,
     allow_actions: bool,
     refresh_s: int,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> int:
-    """Serve ``tracker``'s dashboard with uvicorn until interrupted; the exit code."""
+    """Serve ``tracker``'s dashboard with uvicorn until interrupted; the exit code.
+
+    Requests whose ``Host`` is not one of the server's (default names plus ``allowed_hosts``)
+    and browsers' cross-origin writes are refused (:class:`~tracker_client.serve.browser.\
+BrowserGuard`): an open dashboard with ``--allow-actions`` is not a DNS-rebinding target."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.responses import RedirectResponse
     from starlette.routing import Mount, Route
 
     from tracker_client.dashboard import DashboardSettings, create_dashboard
+    from tracker_client.serve.browser import BrowserGuard, HostRule
 
     settings = DashboardSettings(
         admin_token=api_token, allow_actions=allow_actions, refresh_s=refresh_s
@@ -64,7 +72,7 @@ async def serve_dashboard(
         routes=[Route("/", home), Mount("/ui", app=create_dashboard(tracker, settings))]
     )
     config = uvicorn.Config(
-        app,
+        BrowserGuard(app, HostRule.for_bind(host, allowed_hosts)),
         host=host,
         port=port,
         log_config=None,
@@ -78,7 +86,7 @@ async def serve_dashboard(
         if api_token
         else ("open, actions allowed" if allow_actions else "open, read-only")
     )
-    server = _server(config, f"dashboard of {_shown(url)} ({mode})")
+    server = _server(config, f"dashboard of {mask_url(url)} ({mode})")
     await server.serve()
     if not server.started:
         click.echo(
@@ -86,16 +94,6 @@ async def serve_dashboard(
         )
         return 2
     return 0
-
-
-def _shown(url: str) -> str:
-    """The rail's URL for the log, without any credentials it may carry (``user:pw@``)."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
 
 
 def _server(config: Any, announce: str) -> Any:
@@ -141,6 +139,7 @@ def _server(config: Any, announce: str) -> Any:
 @token_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=7701, show_default=True, type=click.IntRange(0, 65535))
+@allowed_host_option
 @click.option(
     "--allow-actions",
     is_flag=True,
@@ -163,6 +162,7 @@ def dashboard_command(
     port: int,
     allow_actions: bool,
     refresh_s: int,
+    allowed_host: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve the web dashboard of a rail at http://HOST:PORT/ui/ (read-only without a token)."""
@@ -187,6 +187,7 @@ def dashboard_command(
             api_token=api_token,
             allow_actions=allow_actions,
             refresh_s=refresh_s,
+            allowed_hosts=tuple(named_hosts(allowed_host)),
         )
 
     ctx.run(run)
