@@ -13,7 +13,8 @@ Every error the project raises on purpose is a :class:`BacklogWorkerError`::
     │   ├── Unsupported              the tracker cannot do this operation
     │   ├── TrackerRejected          any other 4xx; keeps the tracker's ``code``
     │   │   └── ValidationFailed     bad input: pipeline definition, task fields, limits
-    │   └── TrackerCorrupt           the tracker's storage is unusable (foreign/corrupt/newer file)
+    │   ├── TrackerCorrupt           the tracker's storage is unusable (foreign/corrupt/newer file)
+    │   └── AnswerRefused            an answer broke the client's size or depth limit (hostile?)
     ├── ExecutorError                an executor plugin is missing, misconfigured or broken
     └── ConfigError                  bad configuration; names the key and the file
         └── NoRail                   the embedded rail file named is missing or empty
@@ -27,6 +28,7 @@ It imports nothing, so every room of every floor may use it.
 from __future__ import annotations
 
 __all__ = [
+    "AnswerRefused",
     "BacklogFull",
     "BacklogWorkerError",
     "ConfigError",
@@ -171,6 +173,15 @@ class TrackerCorrupt(TrackerError):
     """The tracker's storage cannot be used: not a backlog database, corrupt, or too new."""
 
     default_code = "corrupt"
+
+
+class AnswerRefused(TrackerError):
+    """The tracker's answer broke a limit the client reads answers with: larger than its byte
+    limit (``answer_too_large``) or nested deeper than its depth limit (``answer_too_deep``).
+    A broken or hostile server: that one call fails (not retried: the same server would answer
+    the same), the worker goes on. The message names the limit (docs/operate/security.md)."""
+
+    default_code = "answer_refused"
 
 
 class ExecutorError(BacklogWorkerError):

@@ -17,9 +17,9 @@ import pytest
 
 from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.jsonlimits import MAX_JSON_DEPTH
+from tracker_client.jsonlimits import MAX_JSON_DEPTH, nesting_depth_exceeds
 from tracker_client.serve.app import create_app
-from tracker_client.serve.body import MAX_BODY_DEPTH, nesting_depth_exceeds
+from tracker_client.serve.body import MAX_BODY_DEPTH
 
 PIPELINE = {
     "initial": "todo",

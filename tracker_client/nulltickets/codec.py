@@ -15,13 +15,28 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from tracker_client.errors import TrackerUnavailable, ValidationFailed
-from tracker_client.jsonlimits import check_json_limits
+from tracker_client.errors import AnswerRefused, TrackerUnavailable, ValidationFailed
+from tracker_client.jsonlimits import MAX_JSON_DEPTH, check_json_limits, nesting_depth_exceeds
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["check_json", "dumps", "encode_query", "loads"]
+__all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "MAX_ANSWER_DEPTH",
+    "answer_too_large",
+    "check_json",
+    "dumps",
+    "encode_query",
+    "loads",
+]
+
+#: The largest answer read (its body; more is refused with :class:`AnswerRefused` as it arrives,
+#: never held whole): a page of 1,000 tasks with large metadata fits many times over.
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: The deepest answer parsed: a stored value (:data:`~tracker_client.jsonlimits.MAX_JSON_DEPTH`)
+#: inside the few levels of a page (object, items, task, field...), with room to spare.
+MAX_ANSWER_DEPTH = MAX_JSON_DEPTH + 16
 
 
 def encode_query(params: Mapping[str, object | None]) -> str:
@@ -60,12 +75,36 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def answer_too_large(what: str, limit: int) -> AnswerRefused:
+    """The refusal of an answer over ``limit`` bytes (the transports raise it as it arrives)."""
+    return AnswerRefused(
+        f"{what}: the tracker's answer is larger than {limit} bytes (the client's"
+        f" max_answer_bytes limit); not read further",
+        code="answer_too_large",
+    )
+
+
 def loads(response: httpx.Response, what: str) -> Any:
-    """Parse a success body; a body that is not JSON is a transient, broken answer."""
+    """Parse a success body; a body that is not JSON is a transient, broken answer, and one
+    nested deeper than :data:`MAX_ANSWER_DEPTH` is :class:`AnswerRefused` (measured on the bytes
+    before parsing: ``json.loads`` would overflow the stack past ~1,000 levels)."""
+    raw = response.content
+    if nesting_depth_exceeds(raw, MAX_ANSWER_DEPTH):
+        raise _too_deep(what)
     try:
-        return json.loads(response.content)
+        return json.loads(raw)
+    except RecursionError as exc:  # not expected after the depth check
+        raise _too_deep(what) from exc
     except ValueError as exc:
         raise TrackerUnavailable(
             f"{what}: the tracker answered {response.status_code} with a body that is not JSON",
             code="invalid_response",
         ) from exc
+
+
+def _too_deep(what: str) -> AnswerRefused:
+    return AnswerRefused(
+        f"{what}: the tracker's answer nests arrays/objects deeper than {MAX_ANSWER_DEPTH}"
+        f" levels (limit {MAX_ANSWER_DEPTH}); not parsed",
+        code="answer_too_deep",
+    )

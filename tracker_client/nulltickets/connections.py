@@ -66,13 +66,20 @@ class PlainHttpTransport(httpx.AsyncHTTPTransport):
 
 
 def http_client(
-    url: str, transport: httpx.AsyncBaseTransport | None, limits: httpx.Limits, **kw: Any
+    url: str,
+    transport: httpx.AsyncBaseTransport | None,
+    limits: httpx.Limits,
+    *,
+    max_answer_bytes: int | None = None,
+    **kw: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for ``url``: TLS verified with :func:`tls_context` for
     ``https://``; no SSL context at all for ``http://``: the lean transport
     (:class:`~tracker_client.nulltickets.lean.LeanTransport`), or httpx's own
     (:class:`PlainHttpTransport`) when :data:`~tracker_client.nulltickets.lean.DISABLE_ENV`
-    asks for it. An injected transport is used as it is."""
+    asks for it. An injected transport is used as it is. ``max_answer_bytes``: the lean
+    transport refuses a larger answer as it arrives (httpx's are read as a stream and refused
+    by :class:`~tracker_client.nulltickets.transport.HttpTransport`)."""
     if transport is None and not url.lower().startswith("https:"):
         from tracker_client.nulltickets import lean
 
@@ -81,6 +88,7 @@ def http_client(
                 keep_alive=bool(limits.max_keepalive_connections),
                 max_idle=limits.max_keepalive_connections or 0,
                 expiry_s=limits.keepalive_expiry or KEEP_ALIVE_EXPIRY_S,
+                max_answer_bytes=max_answer_bytes,
             )
         else:
             transport = PlainHttpTransport(limits)

@@ -40,6 +40,8 @@ import anyio.abc
 import httptools
 import httpx
 
+from tracker_client.nulltickets.codec import DEFAULT_MAX_ANSWER_BYTES, answer_too_large
+
 __all__ = ["DISABLE_ENV", "LeanTransport", "lean_enabled"]
 
 #: Set to ``httpx`` to use httpx's own transport for ``http://`` too (an A/B switch for
@@ -65,6 +67,7 @@ class _Answer:
 
     __slots__ = (
         "body",
+        "body_bytes",
         "complete",
         "extra",
         "head",
@@ -80,6 +83,7 @@ class _Answer:
         self.head = head
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
+        self.body_bytes = 0
         self.reason = b""
         self.headers_done = False
         self.complete = False
@@ -110,6 +114,7 @@ class _Answer:
     def on_body(self, body: bytes) -> None:
         if not self.complete:
             self.body.append(body)
+            self.body_bytes += len(body)
 
     def on_message_complete(self) -> None:
         if self.complete:
@@ -117,6 +122,7 @@ class _Answer:
         code = self.parser.get_status_code() if self.parser is not None else 200
         if 100 <= code < 200 and code != 101:
             self.headers, self.body, self.reason, self.headers_done = [], [], b"", False
+            self.body_bytes = 0
             return
         self.complete = True
 
@@ -161,8 +167,17 @@ class LeanTransport(httpx.AsyncBaseTransport):
     """httpx transport for plain-HTTP trackers: one send per request, httptools parsing, a LIFO
     pool of idle connections when ``keep_alive`` (else one connection per request)."""
 
-    def __init__(self, *, keep_alive: bool, max_idle: int = 32, expiry_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        *,
+        keep_alive: bool,
+        max_idle: int = 32,
+        expiry_s: float = 2.0,
+        max_answer_bytes: int | None = None,
+    ) -> None:
         self._keep_alive = keep_alive
+        #: A larger answer body is refused as it arrives (``AnswerRefused``), never held whole.
+        self._max_answer = max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
         self._max_idle = max_idle
         self._expiry_s = expiry_s
         #: Idle connections per origin, oldest first (taken from the end: LIFO).
@@ -188,7 +203,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             connection = await self._connect(request, origin, connect_s)
         try:
             await self._write(request, connection, data, write_s)
-            answer, keep = await self._read(request, connection, read_s)
+            answer, keep = await self._read(request, connection, read_s, self._max_answer)
         except BaseException:
             await _close(connection)
             raise
@@ -260,12 +275,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     @staticmethod
     async def _read(
-        request: httpx.Request, connection: _Connection, timeout_s: float | None
+        request: httpx.Request, connection: _Connection, timeout_s: float | None, cap: int
     ) -> tuple[_Answer, bool]:
         answer = _Answer(request.method == "HEAD")
         parser = answer.parser = httptools.HttpResponseParser(answer)
         try:
-            return await _receive(request, connection.stream, answer, parser, timeout_s)
+            return await _receive(request, connection.stream, answer, parser, timeout_s, cap)
         finally:
             answer.parser = None
 
@@ -284,8 +299,10 @@ async def _receive(
     answer: _Answer,
     parser: httptools.HttpResponseParser,
     timeout_s: float | None,
+    cap: int,
 ) -> tuple[_Answer, bool]:
-    """Read until ``answer`` is complete; also whether the connection may serve another."""
+    """Read until ``answer`` is complete; also whether the connection may serve another. A
+    body over ``cap`` bytes is refused as soon as it is (``AnswerRefused``)."""
     seen = 0
     while not answer.complete:
         try:
@@ -309,6 +326,8 @@ async def _receive(
             raise httpx.RemoteProtocolError(
                 f"answer headers over {MAX_HEAD_BYTES} bytes", request=request
             )
+        if answer.body_bytes > cap:
+            raise answer_too_large(f"{request.method} {request.url.path}", cap)
     _finish(answer, parser)
     keep = not (answer.extra or answer.head or _closes(answer) or answer.version != b"HTTP/1.1")
     return answer, keep

@@ -22,6 +22,7 @@ from typing import Any, TypedDict
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from tracker_client.errors import ConfigError
+from tracker_client.nulltickets.codec import DEFAULT_MAX_ANSWER_BYTES
 from tracker_client.urlmask import mask_url
 
 __all__ = [
@@ -86,6 +87,7 @@ class ClientOptionArgs(TypedDict, total=False):
     retry_max_wait_s: float | str | None
     retry_budget_s: float | str | None
     max_request_bytes: int | str
+    max_answer_bytes: int | str
     poll_interval_s: float | str
 
 
@@ -98,6 +100,7 @@ _KINDS: dict[str, type] = {
     "retry_max_wait_s": float,
     "retry_budget_s": float,
     "max_request_bytes": int,
+    "max_answer_bytes": int,
     "retry_attempts": int,
 }
 #: ``retry_<name>`` option -> ``RetrySettings`` field.
@@ -148,6 +151,8 @@ class ClientOptions:
     retry: RetrySettings = NO_RETRY
     #: The request size guard for a server that advertises no limit of its own.
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    #: The largest answer read; more is refused as it arrives (``AnswerRefused``).
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     #: How often ``wait`` polls a plain NullTickets server (it has no long poll).
     poll_interval_s: float = 1.0
 
@@ -180,3 +185,5 @@ class ClientOptions:
             raise ConfigError("remote tracker: max_request_bytes must be >= 2048")
         if self.poll_interval_s <= 0:
             raise ConfigError("remote tracker: poll_interval_s must be > 0")
+        if self.max_answer_bytes < 65_536:
+            raise ConfigError("remote tracker: max_answer_bytes must be >= 65536")

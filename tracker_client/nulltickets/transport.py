@@ -39,6 +39,7 @@ import anyio
 import httpx
 
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
+from tracker_client.nulltickets.codec import answer_too_large
 from tracker_client.nulltickets.connections import (
     KEEP_ALIVE_CONNECTIONS,
     KEEP_ALIVE_EXPIRY_S,
@@ -82,6 +83,8 @@ class HttpTransport:
         self.generation: str | None = None
         #: The size guard; the server's own advertised limit replaces it once known.
         self.max_request_bytes = options.max_request_bytes
+        #: The largest answer body read (``AnswerRefused`` past it, as it arrives).
+        self.max_answer_bytes = options.max_answer_bytes
         self.timeout = httpx.Timeout(options.timeout_s, connect=options.connect_timeout_s)
         self._client = http_client(
             options.url,
@@ -90,6 +93,7 @@ class HttpTransport:
             httpx.Limits(max_keepalive_connections=0, max_connections=100),
             timeout=self.timeout,
             headers={"Connection": "close", "Accept": "application/json"},
+            max_answer_bytes=options.max_answer_bytes,
         )
         self._options = options
         self._transport = transport
@@ -116,6 +120,7 @@ class HttpTransport:
             ),
             timeout=self.timeout,
             headers={"Accept": "application/json"},
+            max_answer_bytes=self.max_answer_bytes,
         )
 
     async def aclose(self) -> None:
@@ -238,10 +243,11 @@ class HttpTransport:
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         pooled = self._pooled
+        cap = self.max_answer_bytes
         if pooled is None or request.headers.get("connection") == "close":
-            return await self._read(self._client, request)
+            return await self._read(self._client, request, cap)
         try:
-            return await self._read(pooled, request)
+            return await self._read(pooled, request, cap)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
             # A reused connection closed under the request (the server's idle timeout, a
             # restart). A read is sent again on a fresh connection; a write is not (whether it
@@ -249,20 +255,36 @@ class HttpTransport:
             # sends it again with the same Idempotency-Key, as on a closing connection.
             if request.method != "GET":
                 raise
-            return await self._read(pooled, request)
+            return await self._read(pooled, request, cap)
 
     @staticmethod
-    async def _read(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-        response = await client.send(request)
+    async def _read(client: httpx.AsyncClient, request: httpx.Request, cap: int) -> httpx.Response:
+        """The answer with its whole body, read as a stream: a body (decoded) over ``cap``
+        bytes is refused as it arrives (``AnswerRefused``), never held whole."""
+        response = await client.send(request, stream=True)
         try:
-            await response.aread()
+            declared = response.headers.get("content-length", "")
+            what = f"{request.method} {request.url.path}"
+            if declared.isdigit() and int(declared) > cap:
+                raise answer_too_large(what, cap)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    raise answer_too_large(what, cap)
+                chunks.append(chunk)
         finally:
             await response.aclose()
-        # httpx's client wraps the body as a stream that points back at the response: a
-        # reference cycle per request that only the cyclic collector frees (~26 objects each).
-        # The body is read: its bytes replace the stream, and the answer dies by reference count.
-        response.stream = httpx.ByteStream(response.content)
-        return response
+        # The body is read: a new answer holds its bytes (httpx's streamed one points back at
+        # its client: a reference cycle per request that only the cyclic collector frees).
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,  # as they came, as an answer read whole keeps them
+            content=b"".join(chunks),
+            request=request,
+            extensions=response.extensions,
+        )
 
     async def _send_once(
         self, request: httpx.Request, what: str, lease_route: bool

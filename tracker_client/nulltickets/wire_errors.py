@@ -297,7 +297,7 @@ def parse_error_body(body: bytes) -> tuple[str | None, str, dict[str, Any]]:
     """
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested ~1,000 deep (hostile)
         code_match = _CODE_RE.search(body)
         msg_match = _MESSAGE_RE.search(body)
         code = code_match.group(1).decode() if code_match else None

@@ -19,13 +19,12 @@ only; no request, no tracker.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
 from typing import Any
 
-from tracker_client.jsonlimits import MAX_JSON_DEPTH
+from tracker_client.jsonlimits import MAX_JSON_DEPTH, nesting_depth_exceeds
 
 __all__ = ["BODY_WRAPPER_LEVELS", "MAX_BODY_DEPTH", "BodyRefused", "parse_json_body"]
 
@@ -33,19 +32,6 @@ __all__ = ["BODY_WRAPPER_LEVELS", "MAX_BODY_DEPTH", "BodyRefused", "parse_json_b
 BODY_WRAPPER_LEVELS = 3
 #: Deepest request body parsed at all.
 MAX_BODY_DEPTH = MAX_JSON_DEPTH + BODY_WRAPPER_LEVELS
-
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_RUNS = re.compile(rb"[\[{]+|[\]}]+")
-#: Peeling rounds before the run loop (after k rounds, the loop sees at most len/(k+1) runs).
-_PEEL_ROUNDS = 16
-
-
-@functools.lru_cache(maxsize=128)
-def _open_run(limit: int) -> re.Pattern[bytes]:
-    """More than ``limit`` opening brackets in a row: deeper than ``limit`` for sure."""
-    return re.compile(rb"[\[{]{%d}" % (limit + 1))
-
 
 #: A surrogate as an escape, or UTF-8-encoded (``json.loads`` decodes bytes with surrogatepass).
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
@@ -57,52 +43,6 @@ class BodyRefused(ValueError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def nesting_depth_exceeds(raw: bytes, limit: int) -> bool:
-    """True if the JSON text ``raw`` nests arrays/objects more than ``limit`` levels deep.
-
-    Never recurses, and costs a few C-speed passes over the bytes plus a loop over runs of
-    brackets: a body with at most ``limit`` brackets is accepted at once; otherwise strings are
-    cut out and only the brackets kept; more than ``limit`` opening brackets in a row is too deep.
-    Up to :data:`_PEEL_ROUNDS` rounds then remove the innermost pairs (each round peels exactly
-    one level off every branch, and dissolves the short up-and-down patterns that would make
-    the run loop long), while they remove many; what is left is measured run by run (a run of
-    ``[``/``{`` goes down, a run of ``]``/``}`` comes back up). A 16 MiB body costs well under
-    a second even when built against this walk.
-    """
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
-    if _open_run(limit).search(brackets):
-        return True
-    for _ in range(_PEEL_ROUNDS):
-        if not brackets or limit < 0:
-            # Every round that changed something removed one level: empty after k rounds is
-            # depth k, and limit counts down from the original limit by one per round.
-            return limit < 0
-        if len(brackets) <= 2 * limit:
-            return False  # depth <= half the brackets
-        # Mark this round's innermost pairs first, so a pair they enclose waits for its round.
-        peeled = brackets.replace(b"[]", b"\0").replace(b"{}", b"\0").translate(None, b"\0")
-        if len(peeled) == len(brackets):
-            break  # mismatched brackets: nothing more to peel
-        few = len(brackets) - len(peeled) < len(brackets) // 16
-        brackets = peeled
-        limit -= 1  # one level is gone from every branch
-        if few:
-            break  # few leaves: few runs too, the run loop is the cheaper way on
-    if limit < 0:
-        return True  # more levels were peeled than the limit allows
-    depth = 0
-    for run in _RUNS.finditer(brackets):
-        if run.group()[0] in b"[{":
-            depth += len(run.group())
-            if depth > limit:
-                return True
-        else:
-            depth -= len(run.group())
-    return False
 
 
 def _finite(text: str) -> float:
