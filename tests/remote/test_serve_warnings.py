@@ -81,6 +81,7 @@ def test_token_from_a_file_or_the_environment_is_quiet(tmp_path: Path, source: s
     if source == "file":
         token_file = tmp_path / "token"
         token_file.write_text(TOKEN)
+        token_file.chmod(0o600)  # a world-readable one is warned about (test_auth_throttle)
         text = _serve(tmp_path, "--token-file", str(token_file))
     else:
         text = _serve(tmp_path, env_token=TOKEN)

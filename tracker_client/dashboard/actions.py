@@ -70,8 +70,7 @@ async def login(request: Request) -> Response:
         response.headers["Retry-After"] = str(math.ceil(wait_s))
         return response
     if not dash.token_matches(form.get("token") or None):
-        dash.throttle.failed(client)
-        log.warning("dashboard: failed login from %s", client)
+        dash.throttle.failed(client)  # logged there (the address, never what was typed)
         context = {"next": nxt, "failed": True}
         return dash.render(request, None, "login.html", context, status=401)
     session = dash.sessions.open()

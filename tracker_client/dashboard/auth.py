@@ -27,6 +27,8 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tracker_client.serve.throttle import AuthThrottle
+
 __all__ = [
     "COOKIE",
     "MAX_FORM_BYTES",
@@ -102,35 +104,9 @@ class Sessions:
         return len(self._items)
 
 
-class LoginThrottle:
-    """Failed logins per client address: past ``max_failures`` within ``window_s`` the form
-    answers ``429`` until the window has passed (guessing the token from a browser is slow).
-    At most ``limit`` addresses are tracked (the oldest dropped first)."""
-
-    def __init__(self, *, max_failures: int = 10, window_s: float = 60.0, limit: int = 1000):
-        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self.limit = limit
-
-    def wait_s(self, client: str) -> float:
-        """Seconds ``client`` must wait before its next try (0: it may try now)."""
-        count, since = self._failures.get(client, (0, 0.0))
-        left = since + self.window_s - time.monotonic()
-        if left <= 0:
-            self._failures.pop(client, None)
-            return 0.0
-        return left if count >= self.max_failures else 0.0
-
-    def failed(self, client: str) -> None:
-        """Count a failed login of ``client``."""
-        now = time.monotonic()
-        count, since = self._failures.pop(client, (0, now))
-        if since + self.window_s <= now:
-            count, since = 0, now
-        self._failures[client] = (count + 1, since)
-        while len(self._failures) > self.limit:
-            self._failures.popitem(last=False)
+#: Failed logins per client address (the dashboard's login form; :mod:`~tracker_client.serve.\
+#: throttle`).
+LoginThrottle = AuthThrottle
 
 
 @dataclass

@@ -51,7 +51,7 @@ class Dashboard:
         self.tracker = tracker
         self.settings = settings
         self.sessions = auth.Sessions(limit=settings.max_sessions)
-        self.throttle = auth.LoginThrottle()
+        self.throttle = auth.LoginThrottle(what="dashboard login")
         self._token = settings.admin_token.encode() if settings.admin_token else None
 
     @property

@@ -13,6 +13,8 @@ a client can see:
 * the api token (optional) uses the same two-token model: admin token on admin routes, the lease
   token on ``POST /leases/{id}/heartbeat`` and ``POST /runs/{id}/{events,transition,fail}``;
   ``GET /runs/{id}/events`` needs the admin token (NullTickets accepts any Bearer there);
+  an address that sent 10 wrong admin tokens within a minute gets ``429`` until the minute
+  has passed (:mod:`~tracker_client.serve.throttle`), and failures are logged by address;
 * the ``Idempotency-Key`` header becomes the tracker's ``idempotency_key`` (successes only are
   remembered, so a cached 204 or error is never replayed);
 * requests up to ``max_request_bytes`` (16 MiB by default) are read; larger ones get ``413``;
@@ -37,6 +39,7 @@ opens and closes it), Starlette's requests and responses, the wire contract and 
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -60,6 +63,7 @@ from tracker_client.serve.browser import (
 from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
 from tracker_client.serve.http import GENERATION_HEADER, Handler, endpoint, error_response, log
+from tracker_client.serve.throttle import AuthThrottle
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -158,6 +162,8 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
         self.routes = ROUTES
         self.dashboard = dashboard
         self._token = api_token.encode() if api_token else None
+        #: Wrong admin tokens per client address (:mod:`~tracker_client.serve.throttle`).
+        self.throttle = AuthThrottle()
         self._observer: Observer | None = None
 
     def observe(self, observer: Observer) -> None:
@@ -262,9 +268,22 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
             if value is None:
                 return error_response(401, "unauthorized", _UNAUTHORIZED_LEASE)
             return None
-        if self._token is not None and (
-            value is None or not hmac.compare_digest(value, self._token)
-        ):
+        if self._token is None:
+            return None
+        if value is None:
+            return error_response(401, "unauthorized", _UNAUTHORIZED_ADMIN)
+        client = _client(scope)
+        wait_s = self.throttle.wait_s(client)
+        if wait_s:  # a guesser: refused before its token is even compared
+            retry = str(math.ceil(wait_s))
+            return error_response(
+                429,
+                "too_many_failed_auth",
+                f"too many wrong api tokens from this address; retry in {retry} s",
+                {"Retry-After": retry},
+            )
+        if not hmac.compare_digest(value, self._token):
+            self.throttle.failed(client)
             return error_response(401, "unauthorized", _UNAUTHORIZED_ADMIN)
         return None
 
@@ -294,6 +313,13 @@ def _refuse(refusal: Refusal) -> Call:
         await response({"type": "http"}, receive, send)
 
     return call
+
+
+def _client(scope: Scope) -> str:
+    """The client's address: the TCP peer, or what a trusted proxy forwarded (uvicorn sets
+    it only for ``--trusted-proxy`` addresses)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "?"
 
 
 def _path_of(raw: bytes) -> str:

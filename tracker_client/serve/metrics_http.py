@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -28,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from tracker_client.errors import ConfigError
 from tracker_client.serve.browser import HostRule
+from tracker_client.serve.throttle import AuthThrottle
 
 if TYPE_CHECKING:
     from tracker_client.models import QueueStats
@@ -93,6 +95,7 @@ async def serve_metrics(
     of the address the socket is bound to (:class:`~tracker_client.serve.browser.HostRule`)."""
     expected = token.encode() if token else None
     rule = hosts or HostRule.for_bind(sock.getsockname()[0])
+    throttle = AuthThrottle(what="metrics token")
     limit = anyio.Semaphore(MAX_SCRAPERS)
     listener = await anyio.abc.SocketListener.from_socket(sock)
 
@@ -107,7 +110,10 @@ async def serve_metrics(
                     with anyio.move_on_after(READ_TIMEOUT_S):
                         head = await _read_head(stream)
                         if head is not None:
-                            await stream.send(await _answer(head, render, expected, rule))
+                            peer = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")  # noqa: S610 - anyio, not Django
+                            client = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+                            guard = _Guard(expected, rule, throttle, client)
+                            await stream.send(await _answer(head, render, guard))
 
     async with listener:
         await listener.serve(handle)
@@ -125,9 +131,18 @@ async def _read_head(stream: anyio.abc.SocketStream) -> bytes | None:
     return data.split(b"\r\n\r\n", 1)[0]
 
 
-async def _answer(
-    head: bytes, render: Callable[[], Awaitable[bytes]], token: bytes | None, hosts: HostRule
-) -> bytes:
+@dataclass(frozen=True)
+class _Guard:
+    """What a scrape must pass: the token, the Host names, the failed-token throttle, and the
+    scraper's address (the TCP peer)."""
+
+    token: bytes | None
+    hosts: HostRule
+    throttle: AuthThrottle
+    client: str
+
+
+async def _answer(head: bytes, render: Callable[[], Awaitable[bytes]], guard: _Guard) -> bytes:
     lines = head.split(b"\r\n")
     parts = lines[0].split()
     if len(parts) != 3:
@@ -137,9 +152,13 @@ async def _answer(
         return _response(404, b"not found: the metrics are at /metrics\n")
     if method not in (b"GET", b"HEAD"):
         return _response(405, b"method not allowed\n", extra=b"Allow: GET, HEAD\r\n")
-    if not hosts.allows(_header(lines[1:], b"host")):
+    if not guard.hosts.allows(_header(lines[1:], b"host")):
         return _response(421, b"misdirected request: this Host is not a name of this server\n")
-    if token is not None and not _authorized(lines[1:], token):
+    if guard.token is not None and guard.throttle.wait_s(guard.client):
+        return _response(429, b"too many wrong tokens from this address; retry later\n")
+    if guard.token is not None and not _authorized(lines[1:], guard.token):
+        if _header(lines[1:], b"authorization") is not None:
+            guard.throttle.failed(guard.client)
         return _response(
             401,
             b"unauthorized: send Authorization: Bearer <api token>\n",
@@ -172,7 +191,7 @@ def _authorized(headers: list[bytes], token: bytes) -> bool:
 
 _REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}
 _REASONS |= {405: b"Method Not Allowed", 421: b"Misdirected Request"}
-_REASONS |= {500: b"Internal Server Error"}
+_REASONS |= {429: b"Too Many Requests", 500: b"Internal Server Error"}
 
 
 def _response(

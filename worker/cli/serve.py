@@ -26,7 +26,7 @@ from tracker_client.serve.browser import named_hosts
 from tracker_client.sweeps import SweepCounts
 from tracker_client.urlmask import mask_url
 from worker.cli.serve_token import TOKEN_ENV, read_token, read_url, warn_about_the_token
-from worker.cli.web import allowed_host_option
+from worker.cli.web import allowed_host_option, proxy_settings, trusted_proxy_option
 
 if TYPE_CHECKING:
     from tracker_client.protocol import Tracker
@@ -52,6 +52,7 @@ async def serve_tracker(
     metrics_listen: tuple[str, int] | None = None,
     http: str | None = None,
     allowed_hosts: tuple[str, ...] = (),
+    trusted_proxies: tuple[str, ...] = (),
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
@@ -65,6 +66,7 @@ async def serve_tracker(
     where installed; :func:`~tracker_client.serve.connections.default_http`).
     ``allowed_hosts``: ``Host`` names answered beside the default ones (``*``: any;
     :class:`~tracker_client.serve.browser.HostRule`), on the API, the dashboard and ``/metrics``.
+    ``trusted_proxies``: whose ``X-Forwarded-For`` is believed (none by default).
     """
     import asyncio
 
@@ -119,6 +121,7 @@ async def serve_tracker(
             timeout_keep_alive=5,
             # Connections accepted per loop tick: past the cap they are closed at once anyway.
             backlog=min(2048, limits.max_connections),
+            **proxy_settings(trusted_proxies),
         )
         server = server_class(config)
         server.closing = app.state.closing
@@ -235,6 +238,7 @@ def register(group: click.Group) -> None:
     @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
     @click.option("--port", default=7700, show_default=True, type=click.IntRange(0, 65535))
     @allowed_host_option
+    @trusted_proxy_option
     @click.option(
         "--token",
         default=None,
@@ -317,6 +321,7 @@ def register(group: click.Group) -> None:
         metrics_listen: str | None,
         http: str | None,
         allowed_host: tuple[str, ...],
+        trusted_proxy: tuple[str, ...],
         log_level: str,
         log_tasks: bool,
     ) -> None:
@@ -330,7 +335,9 @@ def register(group: click.Group) -> None:
             _check_url(url)
             listen = _metrics_listen(metrics_listen)
             _setup_logging(log_level, api_token, log_tasks=log_tasks)
-            warn_about_the_token(host, api_token, from_command_line=token is not None)
+            warn_about_the_token(
+                host, api_token, from_command_line=token is not None, token_file=token_file
+            )
             rail = url
             anyio.run(
                 lambda: serve_tracker(
@@ -345,6 +352,7 @@ def register(group: click.Group) -> None:
                     metrics_listen=listen,
                     http=http,
                     allowed_hosts=tuple(named_hosts(allowed_host)),
+                    trusted_proxies=trusted_proxy,
                 ),
                 backend_options={"use_uvloop": _has_uvloop()},
             )

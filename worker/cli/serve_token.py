@@ -58,8 +58,16 @@ def read_url(url: str | None, url_file: Path | None) -> str:
     return value
 
 
-def warn_about_the_token(host: str, api_token: str | None, *, from_command_line: bool) -> None:
-    """Say loudly what is open without a token, and that ``--token`` is readable by others."""
+def warn_about_the_token(
+    host: str, api_token: str | None, *, from_command_line: bool, token_file: Path | None = None
+) -> None:
+    """Say loudly what is open without a token, that ``--token`` is readable by others, and
+    what is weak about the token (short, or in a file every local user may read)."""
+    from worker.config.token import token_warnings
+
+    if api_token is not None:
+        for warning in token_warnings(api_token, token_file):
+            log.warning("%s", warning, extra={"action": "serve_weak_token"})
     if api_token is None:
         reach = (
             "any local user or process"

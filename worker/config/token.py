@@ -13,13 +13,20 @@ nothing else; the token itself never reaches a message.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
 
 from tracker_client.errors import ConfigError
 from worker.config.sources import Sources, toml_place
 
-__all__ = ["pick_token", "pick_url"]
+__all__ = ["MIN_TOKEN_CHARS", "pick_token", "pick_url", "token_warnings"]
+
+log = logging.getLogger("backlog_worker.config")
+
+#: A shorter api token draws a warning: guessing it is a matter of hours even when throttled.
+MIN_TOKEN_CHARS = 16
 
 _TOKEN = ("tracker", "api_token")
 _TOKEN_FILE = ("tracker", "api_token_file")
@@ -72,6 +79,8 @@ def pick_token(
         token is None or _rank(_TOKEN_FILE, sources) > _rank(_TOKEN, sources)
     ):
         value, path = _read_secret_file(token_file, sources)
+        for warning in token_warnings(value, path):
+            log.warning("%s", warning, extra={"action": "weak_token"})
         return value, f"read from {path} ({_where(_TOKEN_FILE, sources)})"
     if token is not None:
         return token, f"from {_where(_TOKEN, sources)}"
@@ -90,3 +99,26 @@ def pick_url(url: str, url_file: Path | None, sources: Sources) -> str:
         value, _ = _read_secret_file(url_file, sources, _URL_FILE)
         return value
     return url
+
+
+def token_warnings(token: str, path: Path | None = None) -> list[str]:
+    """What is wrong with an api token (never the token itself): shorter than
+    :data:`MIN_TOKEN_CHARS`, or read from a file other local users may read or write."""
+    found = []
+    if len(token) < MIN_TOKEN_CHARS:
+        found.append(
+            f"the api token{f' in {path}' if path else ''} has {len(token)} characters: a token"
+            f" under {MIN_TOKEN_CHARS} can be guessed; make one with"
+            " `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )
+    if path is not None:
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            return found
+        if mode & (stat.S_IROTH | stat.S_IWOTH):
+            found.append(
+                f"the token file {path} is readable or writable by every local user (mode"
+                f" {stat.S_IMODE(mode):04o}): chmod 600 {path}"
+            )
+    return found

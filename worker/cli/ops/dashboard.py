@@ -28,7 +28,7 @@ from tracker_client.serve.browser import named_hosts
 from tracker_client.urlmask import mask_url
 from worker.cli.ops.common import OpsContext, resolve_tracker
 from worker.cli.token import token_options
-from worker.cli.web import allowed_host_option
+from worker.cli.web import allowed_host_option, proxy_settings, trusted_proxy_option
 
 __all__ = ["dashboard_command", "serve_dashboard"]
 
@@ -47,6 +47,7 @@ async def serve_dashboard(
     allow_actions: bool,
     refresh_s: int,
     allowed_hosts: tuple[str, ...] = (),
+    trusted_proxies: tuple[str, ...] = (),
 ) -> int:
     """Serve ``tracker``'s dashboard with uvicorn until interrupted; the exit code.
 
@@ -80,6 +81,7 @@ BrowserGuard`): an open dashboard with ``--allow-actions`` is not a DNS-rebindin
         lifespan="off",
         ws="none",
         server_header=False,
+        **proxy_settings(trusted_proxies),
     )
     mode = (
         "login with the admin token"
@@ -140,6 +142,7 @@ def _server(config: Any, announce: str) -> Any:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=7701, show_default=True, type=click.IntRange(0, 65535))
 @allowed_host_option
+@trusted_proxy_option
 @click.option(
     "--allow-actions",
     is_flag=True,
@@ -163,6 +166,7 @@ def dashboard_command(
     allow_actions: bool,
     refresh_s: int,
     allowed_host: tuple[str, ...],
+    trusted_proxy: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve the web dashboard of a rail at http://HOST:PORT/ui/ (read-only without a token)."""
@@ -188,6 +192,7 @@ def dashboard_command(
             allow_actions=allow_actions,
             refresh_s=refresh_s,
             allowed_hosts=tuple(named_hosts(allowed_host)),
+            trusted_proxies=trusted_proxy,
         )
 
     ctx.run(run)
