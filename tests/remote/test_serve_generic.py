@@ -107,8 +107,11 @@ async def test_rows_alone_answer_what_the_tracker_says(
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
     bad_query = await http.get("/ops/queue?stuck_ms=x")
     assert (bad_query.status_code, bad_query.json()["error"]["code"]) == (400, "invalid_request")
-    bad_body = await http.post(f"/tasks/{tid}/cancel", content=b"{nope")
+    json_type = {"Content-Type": "application/json"}
+    bad_body = await http.post(f"/tasks/{tid}/cancel", content=b"{nope", headers=json_type)
     assert (bad_body.status_code, bad_body.json()["error"]["code"]) == (400, "invalid_json")
+    untyped = await http.post(f"/tasks/{tid}/cancel", content=b"{}")  # a form could send it
+    assert (untyped.status_code, untyped.json()["error"]["code"]) == (415, "unsupported_media_type")
     # Writes, with a body, with an empty one, and with none at all (204).
     cancelled = await http.post(f"/tasks/{tid}/cancel", json={"reason": "r"})
     assert cancelled.status_code == 200 and cancelled.json()["task_id"] == tid

@@ -80,11 +80,11 @@ def test_sigterm_answers_open_long_polls_and_exits_promptly(tmp_path: Path) -> N
         polls = []
         for _ in range(2):
             sock = socket.create_connection((host, int(port)), timeout=30)
-            sock.sendall(b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             polls.append(sock)
         # a request served after the polls were sent proves they reached the server
         with socket.create_connection((host, int(port)), timeout=30) as probe:
-            probe.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            probe.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             assert probe.recv(64).startswith(b"HTTP/1.1 200")
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -115,7 +115,7 @@ async def test_a_long_poll_whose_client_left_is_dropped(tmp_path: Path) -> None:
             host, port = url.removeprefix("http://").split(":")
             stream = await anyio.connect_tcp(host, int(port))
             await stream.send(
-                b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
             )
             async with httpx.AsyncClient() as client:  # served after the poll: it is in flight
                 assert (await client.get(f"{url}/health")).status_code == 200

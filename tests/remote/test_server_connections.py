@@ -67,7 +67,7 @@ def serving(
 def health(port: int, timeout: float = 5.0) -> int:
     """The status of one ``GET /health`` on a fresh connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         head = b""
         while b"\r\n" not in head:
             chunk = sock.recv(4096)
@@ -97,15 +97,16 @@ def test_idle_and_slow_connections_are_closed_and_the_server_still_answers(
     tmp_path: Path, http: str
 ) -> None:
     cap = 12
-    limits = ("--max-connections", str(cap), "--header-timeout", "1", "--body-timeout", "2")
+    limits = ("--max-connections", str(cap), "--max-client-connections", str(cap))
+    limits += ("--header-timeout", "1", "--body-timeout", "2")
     with serving(tmp_path, *limits, "--http", http) as (port, log):
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
         slow_headers = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
         for sock in slow_headers:
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
         slow_body = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
         for sock in slow_body:
-            sock.sendall(b"PUT /store/ns/k HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            sock.sendall(b"PUT /store/ns/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{")
         # The cap is reached: one more is closed as soon as it is accepted.
         over = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
         try:
@@ -192,7 +193,7 @@ def test_timeouts_spare_kept_alive_pipelined_and_long_polling_requests(
     tmp_path: Path, http: str
 ) -> None:
     with serving(tmp_path, "--header-timeout", "1", "--http", http) as (port, _log):
-        get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        get = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(get * 3)  # pipelined: the later ones wait while the first is answered
             assert _read_answers(sock, 3, 10) == [200, 200, 200]
@@ -200,7 +201,7 @@ def test_timeouts_spare_kept_alive_pipelined_and_long_polling_requests(
             assert _read_answers(sock, 1, 10) == [200]
             # Answering is not limited: a 2.5 s long-poll outlasts the 1 s header timeout, also
             # when it was pipelined behind another request.
-            poll = b"GET /ops/wait-for-work?timeout_ms=2500 HTTP/1.1\r\nHost: x\r\n\r\n"
+            poll = b"GET /ops/wait-for-work?timeout_ms=2500 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
             sock.sendall(poll)
             assert _read_answers(sock, 1, 20) == [200]
             sock.sendall(get + poll)

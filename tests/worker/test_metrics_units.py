@@ -230,7 +230,7 @@ async def test_scrapers_that_reset_mid_answer_do_not_end_the_listener() -> None:
         for _ in range(5):
             raw = socket.create_connection(("127.0.0.1", port))
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             raw.close()  # a reset, not a goodbye
         async with httpx.AsyncClient(timeout=10) as client:
             answer = await client.get(f"http://127.0.0.1:{port}/metrics")
@@ -250,7 +250,7 @@ def test_the_listener_works_on_trio_too() -> None:
 
     def scrape() -> bytes:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             data = b""
             while chunk := raw.recv(4096):
                 data += chunk

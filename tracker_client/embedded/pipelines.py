@@ -18,7 +18,14 @@ from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import AvailableTransition, Pipeline
 
-__all__ = ["PipelineCache", "PipelineDef", "StateDef", "TransitionDef", "validate_definition"]
+__all__ = [
+    "MAX_DEFINITION_BYTES",
+    "PipelineCache",
+    "PipelineDef",
+    "StateDef",
+    "TransitionDef",
+    "validate_definition",
+]
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,21 @@ def _strict_rules(
             )
 
 
+#: The largest new pipeline definition, as compact JSON (UTF-8 bytes): states, transitions and
+#: their instructions fit many times over; every claim reads the definition, so it stays small.
+MAX_DEFINITION_BYTES = 1024 * 1024
+
+
+def _check_size(definition: Any) -> None:
+    size = len(json.dumps(definition, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_DEFINITION_BYTES:
+        raise ValidationFailed(
+            f"pipeline definition is too large: {size} bytes of JSON, limit"
+            f" {MAX_DEFINITION_BYTES} (1 MiB)",
+            code="definition_too_large",
+        )
+
+
 def validate_definition(
     definition: Any,
     *,
@@ -176,6 +198,8 @@ def validate_definition(
     definitions are read with ``strict=False``, so a rail made before keeps working.
     """
     check_json_limits(definition, "pipeline definition")
+    if strict:
+        _check_size(definition)
     if not isinstance(definition, Mapping):
         raise _fail(f"must be a JSON object, got {type(definition).__name__}")
     if strict:

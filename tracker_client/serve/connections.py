@@ -12,6 +12,8 @@ of every loop tick (47,000 traceback lines in 7 s were seen). Here:
   long-poll such as wait-for-work) is not limited;
 * at most ``max_connections`` connections are open at once (by default what the descriptor
   limit leaves after a reserve); one more is closed as soon as it is accepted;
+* at most ``max_client_connections`` of them from one client address (by default half the
+  cap): one client holding idle connections cannot shut the others out;
 * the event loop's error log (where accept failures go) keeps one line per kind of failure per
   :data:`LOG_INTERVAL_S`, with the count of the ones it held back.
 
@@ -29,6 +31,7 @@ import asyncio
 import logging
 import resource
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,10 +104,19 @@ class ConnectionLimits:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     max_connections: int = field(default_factory=default_max_connections)
+    #: Most connections open at once from one client address (None: half ``max_connections``).
+    max_client_connections: int | None = None
     #: Connections closed for the cap, or for a timeout (for tests and the log).
     refused: int = 0
     timed_out: int = 0
     warn: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
+    #: Connections open now, per client address.
+    per_client: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def client_cap(self) -> int:
+        """The per-address cap in force."""
+        return self.max_client_connections or max(1, self.max_connections // 2)
 
 
 #: The HTTP/1.1 implementations ``tracker serve --http`` offers (uvicorn's two).
@@ -133,10 +145,26 @@ class _Watch:
         self._deadline: asyncio.TimerHandle | None = None
         self._waiting_for = ""
         self._seen_cycle: Any = None
+        self._client: str | None = None
 
     def made(self, transport: asyncio.Transport) -> bool:
-        """A new connection: closed at once over the cap (False), else its headers are awaited."""
+        """A new connection: closed at once over a cap (False), else its headers are awaited."""
         limits = self._limits
+        peer = transport.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        if limits.per_client[client] >= limits.client_cap:
+            limits.refused += 1
+            limits.warn(
+                logging.WARNING,
+                f"client_cap {client}",
+                "%d connections open from %s, the most one client may hold"
+                " (--max-client-connections): closing its new ones until some end",
+                limits.per_client[client],
+                client,
+                extra={"action": "serve_client_connection_cap", "client": client},
+            )
+            transport.abort()
+            return False
         if len(self._conn.connections) > limits.max_connections:
             limits.refused += 1
             limits.warn(
@@ -149,8 +177,20 @@ class _Watch:
             )
             transport.abort()  # frees the descriptor now
             return False
+        self._client = client
+        limits.per_client[client] += 1
         self.arm("headers", limits.header_timeout_s)
         return True
+
+    def lost(self) -> None:
+        """The connection ended: no deadline, and its client holds one fewer."""
+        self.disarm()
+        client, self._client = self._client, None
+        if client is not None:
+            counts = self._limits.per_client
+            counts[client] -= 1
+            if counts[client] <= 0:
+                del counts[client]
 
     def follow(self) -> bool:
         """Re-arm for the request in progress; True if a new one started."""
@@ -241,7 +281,7 @@ def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.
                 self._watch.answered()
 
             def connection_lost(self, exc: Exception | None) -> None:
-                self._watch.disarm()
+                self._watch.lost()
                 super().connection_lost(exc)
 
         return GuardedHttpToolsProtocol
@@ -268,7 +308,7 @@ def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.
             self._watch.answered()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._watch.disarm()
+            self._watch.lost()
             super().connection_lost(exc)
 
     return GuardedH11Protocol

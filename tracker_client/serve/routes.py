@@ -45,9 +45,10 @@ from tracker_client.serve.openapi import openapi_document
 
 __all__ = ["HANDLERS", "HEARTBEAT_MAX_BYTES"]
 
-#: Largest heartbeat body read (``{"lease_ttl_ms": N, "run_id": "..."}`` is under 100 bytes; a
-#: checkpoint adds at most 64 KiB, and a larger one gets the tracker's 400 naming the limit).
-HEARTBEAT_MAX_BYTES = 4096 + 4 * MAX_CHECKPOINT_BYTES
+#: Largest heartbeat body read: 4 KiB (``{"lease_ttl_ms": N, "run_id": "..."}`` is under 100
+#: bytes) plus a checkpoint of at most 64 KiB as compact JSON (what the client sends); a larger
+#: body gets 413 unread (docs/operate/security.md).
+HEARTBEAT_MAX_BYTES = 4096 + MAX_CHECKPOINT_BYTES
 
 #: This module's handlers by operation name.
 HANDLERS = Handlers()
@@ -181,7 +182,7 @@ async def claim(request: Request) -> Response:
 async def heartbeat(request: Request) -> Response:
     # A heartbeat's body is a few bytes: a larger one is refused before it is read.
     """``POST /leases/{lease_id}/heartbeat``: extend the lease by its own TTL (and write the run's
-    ``checkpoint`` when the body has one). A body over 260 KiB is refused before it is read."""
+    ``checkpoint`` when the body has one). A body over 68 KiB is refused before it is read."""
     body = await read_model(request, w.HeartbeatBody, required=False, limit=HEARTBEAT_MAX_BYTES)
     lease = lease_handle(request, lease_id=request.path_params["lease_id"], run_id=body.run_id)
     checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else UNSET

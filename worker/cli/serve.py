@@ -269,6 +269,13 @@ def register(group: click.Group) -> None:
         help="Most connections open at once (default: what the open-files limit leaves, <= 1000).",
     )
     @click.option(
+        "--max-client-connections",
+        type=click.IntRange(1),
+        default=None,
+        help="Most connections open at once from one client address (default: half of"
+        " --max-connections).",
+    )
+    @click.option(
         "--header-timeout",
         type=click.FloatRange(0.1),
         default=10.0,
@@ -315,6 +322,7 @@ def register(group: click.Group) -> None:
         max_request_bytes: int | None,
         max_otlp_bytes: int | None,
         max_connections: int | None,
+        max_client_connections: int | None,
         header_timeout: float,
         body_timeout: float,
         create: bool,
@@ -347,7 +355,9 @@ def register(group: click.Group) -> None:
                     api_token=api_token,
                     max_request_bytes=max_request_bytes,
                     max_otlp_bytes=max_otlp_bytes,
-                    limits=_limits(max_connections, header_timeout, body_timeout),
+                    limits=_limits(
+                        max_connections, max_client_connections, header_timeout, body_timeout
+                    ),
                     create=create,
                     metrics_listen=listen,
                     http=http,
@@ -386,13 +396,16 @@ def _metrics_listen(value: str | None) -> tuple[str, int] | None:
         raise ConfigError(f"--metrics-listen: {exc}") from None
 
 
-def _limits(max_connections: int | None, header_s: float, body_s: float) -> ConnectionLimits:
+def _limits(
+    max_connections: int | None, per_client: int | None, header_s: float, body_s: float
+) -> ConnectionLimits:
     from tracker_client.serve.connections import ConnectionLimits, default_max_connections
 
     return ConnectionLimits(
         header_timeout_s=header_s,
         body_timeout_s=body_s,
         max_connections=max_connections or default_max_connections(),
+        max_client_connections=per_client,
     )
 
 
