@@ -26,10 +26,16 @@ import anyio
 import psycopg
 import psycopg_pool
 
-from tracker_client.errors import ConfigError, TrackerError, TrackerUnavailable, ValidationFailed
+from tracker_client.errors import (
+    ConfigError,
+    TrackerError,
+    TrackerRejected,
+    TrackerUnavailable,
+    ValidationFailed,
+)
 from tracker_client.postgres import aio
 from tracker_client.postgres.dialect import NeedExclusive, PgConn, configure_types, row_factory
-from tracker_client.postgres.migrate import migrate
+from tracker_client.postgres.migrate import open_schema
 
 __all__ = ["Database", "NeedExclusive", "map_pg_error"]
 
@@ -64,7 +70,13 @@ def map_pg_error(exc: BaseException, where: str) -> BaseException:
         return exc
     err: TrackerError
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, psycopg.errors.QueryCanceled):
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):  # SQLSTATE 42501: a grant missing
+        err = TrackerRejected(
+            f"{where}: the PostgreSQL role lacks a privilege ({text}); grant it as"
+            " docs/operate/security.md lists for a runtime role",
+            code="permission_denied",
+        )
+    elif isinstance(exc, psycopg.errors.QueryCanceled):
         err = TrackerUnavailable(f"{where}: statement timeout ({text})", code="timeout")
     elif isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
         err = TrackerUnavailable(f"{where}: conflicting transaction ({text})", code="busy")
@@ -116,8 +128,11 @@ class Database:
         pool_size: int,
         statement_timeout_ms: int,
         connect_timeout_s: float = 10.0,
+        migrate: str = "auto",
     ) -> Database:
-        """Open the pool, then create and migrate the schema (under the advisory lock)."""
+        """Open the pool after checking the schema's version, migrating a schema that is behind
+        (under the advisory lock) when ``migrate`` is ``auto``
+        (:func:`~tracker_client.postgres.migrate.open_schema`)."""
         options = f"-c search_path={schema} -c statement_timeout={statement_timeout_ms}"
         kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -153,7 +168,7 @@ class Database:
                 # One direct connection first: an unreachable server fails at once with
                 # libpq's own reason (the pool would retry until its timeout).
                 with psycopg.connect(conninfo, **kwargs) as conn:
-                    migrate(conn, schema)
+                    open_schema(conn, schema, migrate)
                 pool.open(wait=True, timeout=connect_timeout_s)
             except BaseException as exc:
                 pool.close()

@@ -1,5 +1,12 @@
 """The PostgreSQL rail's numbered migrations, applied at open under an advisory lock.
 
+An open first reads the schema's version without writing anything (:func:`schema_version`):
+a current schema needs no DDL, so a runtime role with only USAGE on the schema and DML on its
+tables opens it (the grants: docs/operate/security.md). Only a schema that is behind is
+migrated (``migrate=auto``, the default), which needs CREATE on the database (a new schema) or
+on the schema; a role without it gets a refusal naming ``backlog-worker rail migrate`` and the
+missing privilege, and ``migrate=never`` refuses a schema that is behind without trying.
+
 ``schema/NNNN_name.sql`` are applied in order, each in the opening transaction, and recorded in
 ``<schema>.backlog_schema``. The transaction first takes ``pg_advisory_xact_lock`` on the schema's
 name, so several hosts opening one rail at once apply each migration exactly once: the first
@@ -21,9 +28,16 @@ import psycopg
 from psycopg import sql
 
 from tracker_client.embedded.leasekeys import KEY_NAME
-from tracker_client.errors import TrackerCorrupt
+from tracker_client.errors import TrackerCorrupt, TrackerRejected
 
-__all__ = ["SCHEMA_VERSION", "migrate", "migrations"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "migrate",
+    "migrate_url",
+    "migrations",
+    "open_schema",
+    "schema_version",
+]
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -112,3 +126,84 @@ def _seed_rail_key(conn: psycopg.Connection[Any]) -> None:
             "INSERT INTO rail_secrets (name, value) VALUES (%s, %s)",
             (KEY_NAME, secrets.token_hex(32)),
         )
+
+
+def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema's version (0: no schema, or no rail in it yet), read without writing;
+    ``TrackerCorrupt`` for a schema of another application or of a newer build."""
+    tables = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    }
+    if not tables:
+        return 0
+    if "backlog_schema" not in tables:
+        raise TrackerCorrupt(
+            f"schema {schema!r} holds tables of another application "
+            f"({', '.join(sorted(tables)[:5])}); refusing to touch it"
+        )
+    row = conn.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.backlog_schema").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
+    version = int(row[0]) if row is not None else 0
+    if version > SCHEMA_VERSION:
+        raise TrackerCorrupt(
+            f"schema {schema!r} was written by a newer backlog-worker (schema version "
+            f"{version}, this build knows up to {SCHEMA_VERSION}); upgrade to open it"
+        )
+    return version
+
+
+def open_schema(conn: psycopg.Connection[Any], schema: str, mode: str = "auto") -> int:
+    """Check ``schema`` at open, migrating it when it is behind and ``mode`` is ``auto``;
+    returns how many migrations were applied. A schema behind with ``mode`` ``never``, or one
+    the role may not migrate, is ``TrackerRejected`` (``schema_behind``) naming what to do."""
+    with conn.transaction():
+        version = schema_version(conn, schema)
+    if version == SCHEMA_VERSION:
+        # No DDL on a current schema; only the rail's lease-token key, made if it has none
+        # (a DML write, under the migration lock as migrate() makes it).
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"backlog-worker:migrate:{schema}",),
+            )
+            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+            _seed_rail_key(conn)
+        return 0
+    where = f"schema {schema!r} is at version {version}, this build needs {SCHEMA_VERSION}"
+    if mode == "never":
+        raise TrackerRejected(
+            f"{where} (migrate=never): run `backlog-worker rail migrate` with a role that may"
+            " create in the schema (its owner), then start again",
+            code="schema_behind",
+        )
+    try:
+        return migrate(conn, schema)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
+        raise TrackerRejected(
+            f"{where}, and this role may not migrate it ({reason}: it lacks CREATE on the"
+            f" {'schema' if version else 'database'}): run `backlog-worker rail migrate` with the"
+            " schema's owner; a runtime role needs only the grants in docs/operate/security.md",
+            code="schema_behind",
+        ) from exc
+
+
+def migrate_url(url: str) -> tuple[str, int, int]:
+    """``backlog-worker rail migrate`` on a ``postgresql://`` URL: (the schema, its version
+    before, the version now), migrating it under the advisory lock (its own connection, no
+    pool). Errors are psycopg's (the caller maps them)."""
+    from tracker_client.postgres.options import parse_postgres_url
+
+    conninfo, pg, _shared, _shown = parse_postgres_url(url, {})
+    with psycopg.connect(conninfo, autocommit=True, application_name="backlog-worker") as conn:
+        with conn.transaction():
+            before = schema_version(conn, pg.schema)
+        if before < SCHEMA_VERSION:
+            migrate(conn, pg.schema)
+    return pg.schema, before, SCHEMA_VERSION

@@ -27,7 +27,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tracker_client.errors import ConfigError
 from tracker_client.urlmask import mask_url
 
-__all__ = ["PgOptions", "parse_postgres_url"]
+__all__ = ["MIGRATE_MODES", "PgOptions", "parse_postgres_url"]
+
+#: The values of the ``migrate`` option.
+MIGRATE_MODES = ("auto", "never")
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: The embedded rail's options, which the PostgreSQL rail honours the same way.
@@ -54,6 +57,10 @@ class PgOptions:
     schema: str = "backlog"
     pool_size: int = 10
     statement_timeout_ms: int = 30_000
+    #: ``auto``: an open migrates a schema that is behind (the role needs CREATE for that
+    #: only); ``never``: it refuses one, naming ``backlog-worker rail migrate``
+    #: (:mod:`~tracker_client.postgres.migrate`).
+    migrate: str = "auto"
 
 
 def _int(name: str, value: Any, low: int, high: int) -> int:
@@ -84,7 +91,7 @@ def parse_postgres_url(
     shared: dict[str, Any] = {}
     libpq: dict[str, str] = {}
     for key, value in query.items():
-        if key in ("schema", "pool_size", "statement_timeout_ms"):
+        if key in ("schema", "pool_size", "statement_timeout_ms", "migrate"):
             own[key] = value
         elif key in SHARED:
             shared[key] = value
@@ -98,8 +105,14 @@ def parse_postgres_url(
             f"postgresql tracker option schema: expected a lowercase identifier "
             f"(letters, digits, _; at most 63), got {schema!r}"
         )
+    migrate = str(own.get("migrate", "auto")).strip().lower()
+    if migrate not in MIGRATE_MODES:
+        raise ConfigError(
+            f"postgresql tracker option migrate: expected auto or never, got {migrate!r}"
+        )
     opts = PgOptions(
         schema=schema,
+        migrate=migrate,
         pool_size=_int("pool_size", own.get("pool_size", 10), 1, 1000),
         statement_timeout_ms=_int(
             "statement_timeout_ms", own.get("statement_timeout_ms", 30_000), 0, 86_400_000

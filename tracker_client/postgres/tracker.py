@@ -138,6 +138,7 @@ class PostgresTracker(
             shown=shown,
             pool_size=pg.pool_size,
             statement_timeout_ms=pg.statement_timeout_ms,
+            migrate=pg.migrate,
         )
         tracker = cls(db, opts, clock or _wall_ms, pg, sweeps)
         # The one-statement claim derives a keyed claim's token before it is sent: read once.
