@@ -1,4 +1,5 @@
-"""``backlog-worker rail copy SOURCE_URL TARGET_URL [--force]``: move a rail to another engine.
+"""``backlog-worker rail copy SOURCE_URL TARGET_URL [--force]``: move a rail to another engine;
+``backlog-worker rail migrate``: bring a PostgreSQL rail's schema up to this build.
 
 The operator's face of :func:`tracker_client.postgres.copy.copy_rail`: an embedded file
 (``sqlite:///old.db``) to PostgreSQL (``postgresql://user@host/db``) or back, every row with
@@ -15,6 +16,7 @@ import json
 import anyio
 import click
 
+from tracker_client.errors import ConfigError
 from tracker_client.postgres.copy import DEFAULT_BATCH, CopyReport, copy_rail
 from worker.cli.errors import input_errors
 
@@ -35,7 +37,7 @@ def _summary(report: CopyReport) -> list[str]:
     return lines
 
 
-@click.group("rail", short_help="Move a rail between engines (rail copy).")
+@click.group("rail", short_help="Move a rail between engines, migrate its schema.")
 def rail_group() -> None:
     """Operations on whole rails."""
 
@@ -87,6 +89,45 @@ def copy_command(
         return
     for line in _summary(report):
         click.echo(line)
+
+
+@rail_group.command("migrate", short_help="Bring a PostgreSQL rail's schema up to this build.")
+@click.option(
+    "--tracker",
+    "tracker_url",
+    default=None,
+    metavar="URL",
+    help="The rail: postgresql://owner@host/db?schema=... (default: $BACKLOG_WORKER_TRACKER_URL"
+    " or the config's [tracker]).",
+)
+def migrate_command(tracker_url: str | None) -> None:
+    """Apply the schema migrations a PostgreSQL rail lacks, as a role that may create in its
+    schema (its owner), so that workers can run as a role with DML grants only (their opens
+    then only check the version). An embedded rail migrates itself at open: nothing to do.
+
+    \b
+    backlog-worker rail migrate --tracker postgresql://owner@db/backlog?schema=backlog
+    """
+    from tracker_client.postgres.db import map_pg_error
+    from tracker_client.postgres.migrate import migrate_url
+    from tracker_client.urlmask import mask_url
+    from worker.cli.ops.common import resolve_tracker
+
+    with input_errors():
+        url = resolve_tracker(tracker_url, None).url
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                f"rail migrate: {mask_url(url)!r} is no PostgreSQL rail (an embedded rail"
+                " migrates itself at open; a served one is migrated by its server)"
+            )
+        try:
+            schema, before, now = migrate_url(url)
+        except Exception as exc:
+            raise map_pg_error(exc, f"migrating {mask_url(url)}") from None
+    if before == now:
+        click.echo(f"schema {schema!r} is at version {now}: nothing to do")
+    else:
+        click.echo(f"schema {schema!r} migrated from version {before} to {now}")
 
 
 def register(group: click.Group) -> None:
