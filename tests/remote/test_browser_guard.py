@@ -13,7 +13,7 @@ import pytest
 
 from tests.dashboard.conftest import process, seed_file
 from tests.worker.daemonkit import make_rail
-from tracker_client.serve.browser import HostRule
+from tracker_client.serve.browser import ALLOWED_HOSTS_ENV, HostRule, named_hosts
 
 EVIL = "rebind.example.com"
 
@@ -105,3 +105,14 @@ def test_host_rule_names() -> None:
     assert not loop.allows("evil.example") and not loop.allows("localhost.evil.example")
     assert HostRule.for_bind("127.0.0.1", ["*"]).allows("anything.example")
     assert HostRule.for_bind("rail.lan").allows("RAIL.LAN.:7700")
+
+
+def test_added_names_come_from_the_flag_and_the_environment() -> None:
+    env = {ALLOWED_HOSTS_ENV: "scrape.example, rail.example"}
+    assert named_hosts(["a.example,b.example"], env) == [
+        "a.example",
+        "b.example",
+        "scrape.example",
+        "rail.example",
+    ]
+    assert named_hosts([], {}) == []

@@ -346,6 +346,7 @@ def register(group: click.Group) -> None:
             warn_about_the_token(
                 host, api_token, from_command_line=token is not None, token_file=token_file
             )
+            _announce_hosts(host, named_hosts(allowed_host))
             rail = url
             anyio.run(
                 lambda: serve_tracker(
@@ -377,6 +378,22 @@ def register(group: click.Group) -> None:
             sys.exit(1)
         except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
             pass
+
+
+def _announce_hosts(host: str, extra: list[str]) -> None:
+    """Bound beyond loopback, say which ``Host`` names are answered: a client using another
+    name (a DNS alias) gets 421 until it is added (docs/operate/security.md)."""
+    from tracker_client.serve.browser import HostRule
+
+    rule = HostRule.for_bind(host, extra)
+    if rule.any_host or host in ("127.0.0.1", "localhost", "::1"):
+        return
+    log.info(
+        "answering requests for Host %s and IP literals; add other names with --allowed-host"
+        " or BACKLOG_WORKER_ALLOWED_HOSTS",
+        ", ".join(sorted(rule.names)),
+        extra={"action": "serve_allowed_hosts"},
+    )
 
 
 def _has_uvloop() -> bool:

@@ -45,6 +45,7 @@ from tracker_client.errors import (
     Unsupported,
     ValidationFailed,
 )
+from tracker_client.serve.browser import HostRule, named_hosts
 from tracker_client.serve.metrics_http import bind, listening_on, queue_families, serve_metrics
 from tracker_client.sweeps import SweepCounts
 from worker.config.telemetry import MetricsConfig, parse_listen
@@ -272,7 +273,11 @@ class WorkerMetrics(Telemetry):
 
     async def _listen(self) -> None:
         try:
-            await serve_metrics(self.socket, self.render)
+            # The Host names answered: the bound address's and BACKLOG_WORKER_ALLOWED_HOSTS
+            # (a scraper using another DNS name must be listed; docs/operate/security.md).
+            bound = str(self.socket.getsockname()[0])
+            hosts = HostRule.for_bind(bound, named_hosts(()))
+            await serve_metrics(self.socket, self.render, hosts=hosts)
         except Exception:  # the worker goes on without /metrics rather than stop
             log.exception(
                 "the metrics listener failed: /metrics is not served until the worker restarts",
