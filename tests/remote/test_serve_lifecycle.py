@@ -80,7 +80,9 @@ def test_sigterm_answers_open_long_polls_and_exits_promptly(tmp_path: Path) -> N
         polls = []
         for _ in range(2):
             sock = socket.create_connection((host, int(port)), timeout=30)
-            sock.sendall(b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.sendall(
+                b"GET /ops/wait-for-work?timeout_ms=60000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
             polls.append(sock)
         # a request served after the polls were sent proves they reached the server
         with socket.create_connection((host, int(port)), timeout=30) as probe:

@@ -106,7 +106,9 @@ def test_idle_and_slow_connections_are_closed_and_the_server_still_answers(
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
         slow_body = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
         for sock in slow_body:
-            sock.sendall(b"PUT /store/ns/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{")
+            sock.sendall(
+                b"PUT /store/ns/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{"
+            )
         # The cap is reached: one more is closed as soon as it is accepted.
         over = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
         try:
