@@ -22,7 +22,10 @@ from starlette.responses import HTMLResponse
 
 __all__ = ["HEADERS", "ago", "duration", "page", "pretty_json", "when"]
 
-#: Sent with every page: no script may run, nothing is loaded from elsewhere, no framing.
+#: Sent with every page: no script may run, nothing is loaded from elsewhere, no framing. The
+#: referrer goes to the dashboard itself only: with ``no-referrer`` a browser sends
+#: ``Origin: null`` on the dashboard's own form posts, which then look cross-site
+#: (:mod:`tracker_client.serve.browser`); other sites still get neither referrer nor origin.
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -30,7 +33,7 @@ HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 

@@ -160,13 +160,15 @@ def host_refusal(scope: Mapping[str, Any], rule: HostRule) -> Refusal | None:
 
 def cross_site_write(scope: Mapping[str, Any]) -> bool:
     """True when a browser sent this write (any method but GET/HEAD/OPTIONS) from another
-    origin: ``Sec-Fetch-Site`` says ``cross-site``/``same-site``, or the ``Origin`` is not
-    ``scheme://Host`` of the request itself (``Origin: null`` included)."""
+    origin. ``Sec-Fetch-Site`` decides when the browser sent it (a page cannot forge it):
+    anything but ``same-origin``/``none`` is cross-site. Without it (an older browser, or a
+    non-loopback ``http://`` address, where browsers leave it out), an ``Origin`` that is not
+    ``scheme://Host`` of the request itself, ``Origin: null`` included, is cross-site."""
     if str(scope.get("method", "GET")) in _SAFE_METHODS:
         return False
     site = header(scope, b"sec-fetch-site")
-    if site is not None and site.strip().lower() not in ("same-origin", "none"):
-        return True
+    if site is not None:
+        return site.strip().lower() not in ("same-origin", "none")
     origin = header(scope, b"origin")
     if origin is None:
         return False
