@@ -17,6 +17,7 @@ import anyio
 import click
 
 from tracker_client.errors import ConfigError
+from tracker_client.factory import URL_FORMS
 from tracker_client.postgres.copy import DEFAULT_BATCH, CopyReport, copy_rail
 from worker.cli.errors import input_errors
 
@@ -97,8 +98,8 @@ def copy_command(
     "tracker_url",
     default=None,
     metavar="URL",
-    help="The rail: postgresql://owner@host/db?schema=... (default: $BACKLOG_WORKER_TRACKER_URL"
-    " or the config's [tracker]).",
+    help=f"The rail, as every --tracker names one ({URL_FORMS}); only a PostgreSQL rail has"
+    " migrations to run here. Default: $BACKLOG_WORKER_TRACKER_URL or the config's [tracker].",
 )
 def migrate_command(tracker_url: str | None) -> None:
     """Apply the schema migrations a PostgreSQL rail lacks, as a role that may create in its
