@@ -8,7 +8,7 @@ placeholders of ``argv``, ``env`` and ``cwd`` are parsed here too, so a typo in 
 before any task runs (:mod:`plugins.command.template`). Nothing here touches the file system
 beyond reading the worker's current directory (relative paths are the worker's).
 
-Options (see the README and :mod:`plugins.command.executor`)::
+Options (see docs/executors/command.md and :mod:`plugins.command.executor`)::
 
     argv = ["./review.sh", "{task.id}", "--title", "{task.title}"]   # required, never a shell;
                                            # a relative program path is the worker's, not workdir's

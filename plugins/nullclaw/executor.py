@@ -89,7 +89,7 @@ def _spawn_failure(exc: ExecutorError, binary: str) -> Failure:
 
 
 class NullClawExecutor:
-    """Runs the NullClaw agent CLI for each task (options: README "Running a NullClaw rail").
+    """Runs the NullClaw agent CLI for each task (options: docs/executors/nullclaw.md).
 
     The factory named by the ``nullclaw`` entry point: ``NullClawExecutor(role_options)``.
     Bad options raise :class:`~tracker_client.errors.ExecutorError` naming the option.

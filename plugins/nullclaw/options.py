@@ -54,7 +54,7 @@ _SECRETISH = re.compile(r"(TRACKER|LEASE)", re.IGNORECASE)
 
 
 class NullClawOptions(BaseModel):
-    """Every option of a ``nullclaw`` role, with its default. README "Running a NullClaw rail".
+    """Every option of a ``nullclaw`` role, with its default (docs/executors/nullclaw.md).
 
     Config: either generated (``provider`` + ``model`` [+ ``base_url``, ``api_key_env``,
     ``provider_retries``, ...]) into a private HOME per run, or an existing ``home`` whose

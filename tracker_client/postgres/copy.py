@@ -6,7 +6,7 @@ limits, span batches, spans, the worker registry) with their ids, versions and t
 they are, in batches (``COPY`` into PostgreSQL, ``executemany`` into SQLite), from
 ``sqlite:///file.db`` to ``postgresql://...`` and back (or between two rails of one kind).
 
-Rules (the README's "PostgreSQL rail" section says them too):
+Rules (docs/operate/postgresql.md, "Moving a rail", says them too):
 
 * the source is read in one snapshot (a deferred SQLite read transaction, a PostgreSQL
   ``REPEATABLE READ`` one) and never written; a source that does not exist is refused, not

@@ -51,7 +51,8 @@ EXIT_UNREACHABLE = 3
 EXIT_BACKLOG_FULL = 4
 EXIT_TIMEOUT = 5
 
-#: Exit codes of every ``backlog-worker`` command, as documented in the README.
+#: Exit codes of every ``backlog-worker`` command, as docs/operate/commands.md ("Errors and exit
+#: codes") documents them.
 EXIT_CODES: Mapping[int, str] = {
     EXIT_OK: "success",
     EXIT_FAILURE: "failure: the tracker refused (unknown task, conflict, ...) or the task failed",

@@ -398,7 +398,8 @@ def _announce_hosts(host: str, extra: list[str]) -> None:
 
 def _has_uvloop() -> bool:
     """uvloop runs the server where it is installed: measured with ``bench.remote``'s cycle, it
-    halves the server's CPU per request against asyncio's own loop (README)."""
+    halves the server's CPU per request against asyncio's own loop (the method:
+    docs/operate/rails.md, on ``python -m bench.remote``)."""
     import importlib.util
 
     return importlib.util.find_spec("uvloop") is not None

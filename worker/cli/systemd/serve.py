@@ -2,8 +2,9 @@
 
 It serves the workers' embedded rail (the same ``StateDirectory``, the same ``User=``) over
 plain HTTP on a loopback address by default; TLS belongs to a reverse proxy in front of it
-(README). The admin token comes through ``LoadCredential=`` and ``--token-file %d/api-token``,
-so it is never on the command line, in the environment or in the unit. Nothing here runs
+(docs/operate/systemd.md has the proxy's configuration). The admin token comes through
+``LoadCredential=`` and ``--token-file %d/api-token``, so it is never on the command line, in
+the environment or in the unit. Nothing here runs
 executors, so the sandbox is the workers' plus ``MemoryDenyWriteExecute=yes`` (tested: the
 server runs with the kernel's write-xor-execute lock, ``tests/systemd/test_unit_mdwe.py``).
 
@@ -78,7 +79,10 @@ def render_tracker_service(
     argv += ["--token-file", "%d/api-token"]
     url_host = f"[{opts.host}]" if ":" in opts.host else opts.host
     if is_loopback(opts.host):
-        reach = "loopback only: remote workers come through a TLS reverse proxy (README)"
+        reach = (
+            "loopback only: remote workers come through a TLS reverse proxy "
+            "(docs/operate/systemd.md)"
+        )
     else:
         reach = "NOT loopback: plain HTTP on the network; prefer loopback behind a TLS proxy"
     lines = [
@@ -158,7 +162,7 @@ def serve_unit(
         warnings.append(
             f"--host {host} is not a loopback address: the server speaks plain HTTP, so tokens"
             " cross the network in clear; bind 127.0.0.1 and put a TLS reverse proxy in front"
-            " (README)"
+            " (docs/operate/systemd.md)"
         )
     opts = ServeOptions(
         exec_start=exec_start,
