@@ -61,8 +61,9 @@ REDACTED = "[REDACTED]"
 _RECORD_ATTRS = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()
 ) | {"message", "asctime", "taskName"}
-# ``extra`` keys used by rich for rendering hints, not data.
-_HINT_ATTRS = frozenset({"markup", "highlighter"})
+# ``extra`` keys that are rendering hints, not data: rich's, and uvicorn's ``color_message`` (the
+# message again with ANSI colour codes, which would put escape codes in every plain line).
+_HINT_ATTRS = frozenset({"markup", "highlighter", "color_message"})
 # Fields shown first, in this order; other extras follow sorted by name.
 _FIELD_ORDER = ("action", "task_id", "run_id", "role", "attempt", "agent_id", "stage", "trigger")
 
