@@ -19,7 +19,7 @@ FILES = ("config.example.toml", "pyproject.toml")
 SUFFIXES = {".py", ".toml", ".service", ".target", ".conf", ".md", ".sh", ".html", ".js", ".sql"}
 
 #: "README" not followed by ".md", or "README.md" followed by a section: "'s", "#anchor", a title.
-_CITATION = re.compile(r"\bREADME\b(?!\.md)|README\.md(?:'s|’s|#|\s+[\"“]|\s+section)")
+_CITATION = re.compile(r"\bREADME\b(?!\.md)|README\.md(?:'s|\u2019s|#|\s+[\"\u201c]|\s+section)")
 
 
 def shipped_files() -> list[Path]:
@@ -45,7 +45,7 @@ def test_the_rule_tells_a_front_door_from_a_section() -> None:
     cited = (
         '"""Runs the agent (options: README "Running a NullClaw rail")."""\n'
         "# loopback only: remote workers come through a TLS reverse proxy (README)\n"
-        "Rules (the README's \"PostgreSQL rail\" section says them too):\n"
+        'Rules (the README\'s "PostgreSQL rail" section says them too):\n'
         "see README.md#postgresql-rail\n"
     )
     assert [n for n, _ in citations(cited)] == [1, 2, 3, 4]
