@@ -52,6 +52,18 @@ def is_async_callable(obj: Any) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+def _not_found_hint(exc: Exception, module_name: str) -> str:
+    """Where to put the job's module when it (or its package) is not on the import path; nothing
+    when the module was found but something it imports is missing (that is an install away)."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing is None or not (module_name == missing or module_name.startswith(f"{missing}.")):
+        return ""
+    return (
+        "; if it is a file of yours, list its directory in [worker] python_path "
+        "(relative to the worker config's directory), or install it as a package"
+    )
+
+
 def import_callable(path: str) -> TaskFunction:
     """Import ``"package.module:function"`` (dotted attributes allowed after the colon).
 
@@ -67,7 +79,7 @@ def import_callable(path: str) -> TaskFunction:
     except Exception as exc:
         raise ExecutorError(
             f"python option 'callable' {path!r}: cannot import module {module_name!r}: "
-            f"{type(exc).__name__}: {exc}"
+            f"{type(exc).__name__}: {exc}{_not_found_hint(exc, module_name)}"
         ) from exc
     for part in attr.split("."):
         if not hasattr(obj, part):

@@ -25,7 +25,7 @@ from worker.cli.prepare import (
     EXIT_CONFIG,
     EXIT_FAILURE,
     EXIT_OK,
-    build_roles,
+    build_role,
     config_option,
     fail,
     load_selected,
@@ -36,6 +36,7 @@ from worker.cli.prepare import (
     tracker_option,
 )
 from worker.cli.token import token_options, token_overrides
+from worker.config.importpath import use_python_path
 from worker.config.models import Config
 from worker.daemon import Role
 from worker.triggers import sent_trigger_problems, trigger_problems
@@ -62,18 +63,50 @@ def _token_detail(url: str, token_source: str, pipelines: int) -> str:
     return f"tracker accepted the api token {token_source} ({counted})"
 
 
+def _build(config: Config, report: CheckReport) -> list[Role]:
+    """The roles whose executor could be built; each one that could not is a failed check
+    (``executors``), and the tracker and the other roles are still checked."""
+    use_python_path(config)  # a bad entry is a ConfigError: exit 2, as `run` does
+    built = []
+    for role in config.roles:
+        try:
+            built.append(build_role(role))
+        except ExecutorError as exc:
+            detail = f"role {role.name}: {exc}"
+            report.add("executors", "fail", detail, line=f"executor: {detail}")
+    return built
+
+
 async def _check(config: Config, report: CheckReport) -> None:
+    for level, text in check_workdir_base(config.worker.workdir):  # writable, and ours
+        report.add("workdir", level, text)
+    built = _build(config, report)
+    check_telemetry(config, report)  # whatever the tracker answers
+    refused: ConfigError | None = None
+    try:
+        await _check_tracker(config, report, built)
+    except ConfigError as exc:  # no rail at the path: raised once the executors are checked too
+        refused = exc
+    for built_role in built:  # whatever the tracker answered
+        issues = await readiness([built_role])
+        for issue in issues:
+            report.add(f"role:{built_role.name}", "fail", issue)
+        if not issues:
+            detail = f"role {built_role.name}: executor {built_role.config.executor} ready"
+            found = built_role.leftovers()
+            if found is not None:  # threads of cancelled runs, see docs/operate/long-running.md
+                detail += f" ({found[0]} abandoned thread(s) of cancelled runs, cap {found[1]})"
+            report.add(f"role:{built_role.name}", "ok", detail)
+    if refused is not None:
+        raise refused
+
+
+async def _check_tracker(config: Config, report: CheckReport, built: list[Role]) -> None:
+    """Reach the tracker, prove the token, and check lease TTLs and the ``built`` roles'
+    triggers against what it answers."""
     url = config.tracker.url
     shown = mask_url(url)  # the lines below show the URL: never its password
     token_source = config.tracker.api_token_source or NO_TOKEN
-    for level, text in check_workdir_base(config.worker.workdir):  # writable, and ours
-        report.add("workdir", level, text)
-    try:
-        built = build_roles(config)
-    except ExecutorError as exc:
-        report.add("executors", "fail", str(exc), line=f"executor: {exc}")
-        return
-    check_telemetry(config, report)  # whatever the tracker answers
     try:
         tracker = await open_for_worker(config)
     except TrackerError as exc:
@@ -114,16 +147,6 @@ async def _check(config: Config, report: CheckReport) -> None:
         report.add(check, "fail", f"tracker {shown}: {describe(exc, url, token_source)}")
     finally:
         await tracker.aclose()
-    for built_role in built:
-        issues = await readiness([built_role])
-        for issue in issues:
-            report.add(f"role:{built_role.name}", "fail", issue)
-        if not issues:
-            detail = f"role {built_role.name}: executor {built_role.config.executor} ready"
-            found = built_role.leftovers()
-            if found is not None:  # threads of cancelled runs, see docs/operate/long-running.md
-                detail += f" ({found[0]} abandoned thread(s) of cancelled runs, cap {found[1]})"
-            report.add(f"role:{built_role.name}", "ok", detail)
 
 
 @click.command("check")

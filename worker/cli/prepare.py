@@ -19,7 +19,7 @@ from tracker_client.factory import URL_FORMS, open_tracker
 from tracker_client.protocol import Tracker
 from tracker_client.sweeps import SweepCounts
 from worker.config.importpath import use_python_path
-from worker.config.models import DEFAULT_TRACKER_URL, Config, load_config
+from worker.config.models import DEFAULT_TRACKER_URL, Config, RoleConfig, load_config
 from worker.daemon import Role
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_TRACKER",
+    "build_role",
     "build_roles",
     "config_option",
     "fail",
@@ -67,14 +68,19 @@ def select_roles(config: Config, names: Sequence[str]) -> Config:
     )
 
 
-def build_roles(config: Config) -> list[Role]:
-    """Load each role's executor through the plugin registry (``ExecutorError`` names it),
-    after ``[worker] python_path`` is put on the import path (:func:`use_python_path`)."""
+def build_role(role: RoleConfig) -> Role:
+    """Load one role's executor through the plugin registry (``ExecutorError`` names it);
+    ``[worker] python_path`` must be on the import path already (:func:`use_python_path`)."""
     from plugins.registry import load_executor
 
-    use_python_path(config)
+    return Role(config=role, executor=load_executor(role.executor, role.options))
 
-    return [Role(config=r, executor=load_executor(r.executor, r.options)) for r in config.roles]
+
+def build_roles(config: Config) -> list[Role]:
+    """Load each role's executor (:func:`build_role`), after ``[worker] python_path`` is put on
+    the import path (:func:`use_python_path`); the first that cannot be built raises."""
+    use_python_path(config)
+    return [build_role(r) for r in config.roles]
 
 
 def load_selected(
