@@ -19,6 +19,7 @@ file (:func:`require_rail` checks it exists and is not empty).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,9 +83,17 @@ def require_rail(url: str) -> None:
     except OSError:
         return  # the open names the real problem (permissions...)
     if empty:
-        shown = re.sub(r"^/{2,}", "/", path)
+        shown, then = re.sub(r"^/{2,}", "/", path), ":"
+        if not shown.startswith("/"):
+            # a path in a config file is the working directory's too (not the file's directory's)
+            shown = (
+                f"{shown}, which is {os.path.abspath(shown)}: a relative rail path is the working "
+                f"directory's ({os.getcwd()}), in a config file too; an absolute one "
+                "(sqlite:///abs/path.db) names the same rail wherever the command starts"
+            )
+            then = ";"
         raise NoRail(
-            f"no rail at {shown}: check the tracker url (or create it with `backlog-worker "
+            f"no rail at {shown}{then} check the tracker url (or create it with `backlog-worker "
             "pipeline create`)"
         )
 
