@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tracker_client.errors import ConfigError
 from tracker_client.urlmask import mask_url
@@ -119,4 +119,11 @@ def parse_postgres_url(
         ),
     )
     conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
-    return conninfo, opts, shared, mask_url(conninfo)
+    return conninfo, opts, shared, mask_url(_shown(parts, query))
+
+
+def _shown(parts: SplitResult, query: dict[str, Any]) -> str:
+    """The URL as the operator wrote it, for messages: every option kept (the ``schema`` the
+    rows are in, a ``passfile=/path`` as a path, not percent-encoded); the caller masks it."""
+    pairs = {key: str(value) for key, value in query.items()}
+    return urlunsplit(parts._replace(query=urlencode(pairs, safe="/:")))
