@@ -22,8 +22,22 @@ as NullTickets replays it. (The served tracker now answers the same token too: a
 token is derived from its key, tracker_client/embedded/leasekeys.py; without this mode a hung
 claim that lands after its retry reaches the served tracker's own replay.)
 
+Besides the hang rules, each request can get a seeded random transport fault (``reset_rate``,
+``drop_rate``, ``delay_rate``; all 0 by default):
+
+* ``reset``: the request is read, then the connection is reset (RST) without forwarding it;
+* ``drop``: the request is forwarded, the server answers (and has committed), then the client's
+  connection is reset instead of getting that answer;
+* ``delay``: forwarded after a random delay of up to ``max_delay_s``;
+* ``pass``: forwarded as-is.
+
+A ``reset`` or ``drop`` on a kept-alive connection kills it mid-request, as a server restart or
+an idle timeout racing a request would.
+
 The proxy runs on its own thread (:meth:`FaultProxy.start`), so a synchronous test driving real
-worker processes, or a bench, can use it; :attr:`FaultProxy.stats` counts what it did.
+worker processes, or a bench, can use it; an async test serves it in its own event loop
+(:meth:`FaultProxy.serve`, or ``listener.serve(proxy.handle)``). :attr:`FaultProxy.stats`
+counts what it did.
 """
 
 from __future__ import annotations
@@ -31,9 +45,11 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import socket
+import struct
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +57,67 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.from_thread import start_blocking_portal
 
-from tests.remote.fault_proxy import closing_request, kept_alive_answer, read_request
-
-__all__ = ["NULLTICKETS_HEARTBEAT_MS", "FaultProxy", "Hang"]
+__all__ = [
+    "NULLTICKETS_HEARTBEAT_MS",
+    "FaultProxy",
+    "Hang",
+    "closing_request",
+    "kept_alive_answer",
+    "read_request",
+    "reset",
+]
 
 #: What a plain NullTickets heartbeat grants, whatever TTL was asked.
 NULLTICKETS_HEARTBEAT_MS = 300_000
+
+MAX_HEAD = 64 * 1024
+
+
+async def read_request(stream: SocketStream) -> bytes:
+    """One HTTP request: headers and a Content-Length body (b"" if the peer closed first)."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        try:
+            chunk = await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return b""
+        buffer += chunk
+        if len(buffer) > MAX_HEAD and b"\r\n\r\n" not in buffer:
+            return b""
+    head, _, body = buffer.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        try:
+            body += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return b""
+    return head + b"\r\n\r\n" + body
+
+
+def closing_request(request: bytes) -> tuple[bytes, bool]:
+    """``request`` with ``Connection: close`` (for the upstream), and whether the client sent it."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    kept = [lines[0]] + [ln for ln in lines[1:] if not ln.lower().startswith(b"connection:")]
+    asked = any(ln.lower().replace(b" ", b"") == b"connection:close" for ln in lines[1:])
+    return b"\r\n".join([*kept, b"Connection: close"]) + b"\r\n\r\n" + body, asked
+
+
+def kept_alive_answer(response: bytes) -> bytes:
+    """The answer without the server's ``connection: close`` (the client keeps its connection)."""
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def reset(stream: SocketStream) -> None:
+    """Make the coming close an RST (SO_LINGER 0), as a crashed or overloaded server would."""
+    sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 @dataclass(frozen=True)
@@ -65,14 +136,21 @@ class Hang:
 
 @dataclass
 class FaultProxy:
-    """Forwards to ``upstream_port`` on 127.0.0.1, hanging what the ``hangs`` rules pick."""
+    """Forwards to ``upstream_port`` on 127.0.0.1, hanging what the ``hangs`` rules pick and
+    faulting a ``reset_rate``/``drop_rate``/``delay_rate`` share of the requests."""
 
     upstream_port: int
     hangs: Sequence[Hang] = ()
     seed: int = 1
     plain_nulltickets: bool = False
+    reset_rate: float = 0.0
+    drop_rate: float = 0.0
+    delay_rate: float = 0.0
+    max_delay_s: float = 0.05
     #: ``forwarded``, ``hung``, ``hung_sent`` (held, then forwarded), ``hung_landed``,
-    #: ``health_rewritten``, ``heartbeat_rewritten``, ``claim_replayed``.
+    #: ``health_rewritten``, ``heartbeat_rewritten``, ``claim_replayed``, ``upstream_error``,
+    #: ``kept_alive``; with fault rates, each request's fate (``reset``, ``drop``, ``delay``,
+    #: ``pass``).
     stats: Counter[str] = field(default_factory=Counter)
     #: The request lines seen, in order.
     seen: list[str] = field(default_factory=list)
@@ -114,10 +192,22 @@ class FaultProxy:
     async def _serve(self, stop: anyio.Event, *, task_status: Any) -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, self._handle)
+            tg.start_soon(listener.serve, self.handle)
             task_status.started(listener.extra(SocketAttribute.local_port))
             await stop.wait()
             tg.cancel_scope.cancel()
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[str]:
+        """Serve on an ephemeral 127.0.0.1 port in the caller's event loop; yield the base URL."""
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        self.port = listener.extra(SocketAttribute.local_port)
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, self.handle)
+            try:
+                yield self.url
+            finally:
+                tg.cancel_scope.cancel()
 
     # -- one connection ---------------------------------------------------------------------------
     def _pick(self, line: str) -> Hang | None:
@@ -131,11 +221,26 @@ class FaultProxy:
                     return rule
         return None
 
-    async def _handle(self, client: SocketStream) -> None:
+    def _fate(self) -> str:
+        """``reset``, ``drop``, ``delay`` or ``pass``, drawn from the seeded RNG (no draw at all
+        when every rate is 0, so the hang rules' draws stay as they were)."""
+        if not (self.reset_rate or self.drop_rate or self.delay_rate):
+            return "pass"
+        roll = self._rng.random()
+        if roll < self.reset_rate:
+            return "reset"
+        if roll < self.reset_rate + self.drop_rate:
+            return "drop"
+        if roll < self.reset_rate + self.drop_rate + self.delay_rate:
+            return "delay"
+        return "pass"
+
+    async def handle(self, client: SocketStream) -> None:
+        """Serve one client connection: its requests, one after the other, until one closes it."""
         async with client:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 while await self._one(client):
-                    pass
+                    self.stats["kept_alive"] += 1
 
     async def _one(self, client: SocketStream) -> bool:
         """Serve one request; True when the client keeps the connection for another."""
@@ -144,6 +249,13 @@ class FaultProxy:
             return False
         line = request.split(b"\r\n", 1)[0].decode("latin-1")
         request, close = closing_request(self._rewrite_request(line, request))
+        fate = self._fate()
+        self.stats[fate] += 1
+        if fate == "reset":
+            reset(client)
+            return False
+        if fate == "delay":
+            await anyio.sleep(self._rng.uniform(0, self.max_delay_s))
         rule = self._pick(line)
         if rule is not None and not rule.landed:
             self.stats["hung"] += 1
@@ -162,6 +274,9 @@ class FaultProxy:
             self.stats["hung_landed"] += 1
             await _hold(rule.hang_s)
         if response is None:
+            return False
+        if fate == "drop":
+            reset(client)  # the server committed; the client never hears of it
             return False
         self.stats["forwarded"] += 1
         response = self._rewrite_response(line, response)

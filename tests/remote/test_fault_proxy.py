@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.remote.fault_proxy import FaultProxy
+from tests.faultproxy import FaultProxy
 from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate

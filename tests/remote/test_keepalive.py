@@ -17,8 +17,8 @@ import anyio
 import anyio.abc
 import pytest
 
+from tests.faultproxy import FaultProxy
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
-from tests.remote.fault_proxy import FaultProxy
 from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import TrackerUnavailable

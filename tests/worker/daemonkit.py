@@ -27,7 +27,7 @@ import anyio
 from anyio.abc import SocketStream
 from anyio.from_thread import start_blocking_portal
 
-from tests.remote.fault_proxy import closing_request, kept_alive_answer, read_request
+from tests.faultproxy import closing_request, kept_alive_answer, read_request
 from tests.remote.fixtures import wait_listening
 
 TOKEN = "daemon-test-token-0123456789"

@@ -20,9 +20,9 @@ import anyio
 import pytest
 
 from plugins.command.executor import CommandExecutor
+from tests.faultproxy import FaultProxy, Hang
 from tests.remote.fixtures import TEST_RETRY, serve_on_port
 from tests.worker.conftest import start_worker, wait_until, worker_config
-from tests.worker.hang_proxy import HangProxy, serve_proxy
 from tests.worker.test_orphans import PIPELINE
 from tests.worker.test_orphans_keys import KEYED_SCRIPT, read_log
 from tracker_client.embedded import EmbeddedTracker
@@ -49,8 +49,9 @@ async def two_routes(
     embedded = await EmbeddedTracker.open(str(db))
     try:
         async with serve_on_port(create_app(embedded)) as url:
-            proxy = HangProxy(upstream_port=int(url.rsplit(":", 1)[1]))
-            async with serve_proxy(proxy) as proxy_url:
+            hang = Hang("/heartbeat", rate=1.0, hang_s=None)  # never answered
+            proxy = FaultProxy(int(url.rsplit(":", 1)[1]), hangs=[hang])
+            async with proxy.serve() as proxy_url:
                 hung = RemoteTracker(proxy_url, timeout_s=30.0, retry=TEST_RETRY)
                 direct = RemoteTracker(url, timeout_s=30.0, retry=TEST_RETRY)
                 try:

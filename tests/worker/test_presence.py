@@ -22,9 +22,9 @@ from typing import cast
 import anyio
 import pytest
 
+from tests.faultproxy import FaultProxy, Hang
 from tests.remote.fake_nulltickets import FakeNullTickets
 from tests.remote.fixtures import serve_on_port
-from tests.worker.hang_proxy import HangProxy, serve_proxy
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -298,8 +298,9 @@ async def test_a_hung_rail_holds_a_refresh_and_the_goodbye_only_so_long(tmp_path
     embedded = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     try:
         async with serve_on_port(create_app(embedded)) as url:
-            proxy = HangProxy(upstream_port=int(url.rsplit(":", 1)[1]), hang_markers=(b"/workers",))
-            async with serve_proxy(proxy) as proxy_url:
+            hang = Hang("/workers", rate=1.0, hang_s=None)  # never answered
+            proxy = FaultProxy(int(url.rsplit(":", 1)[1]), hangs=[hang])
+            async with proxy.serve() as proxy_url:
                 remote = RemoteTracker(proxy_url, timeout_s=60, retry=RetrySettings(attempts=1))
                 try:
                     source = _NoRuns(WorkerConfig(agent_id="a", lost_after_s=2.0))
@@ -307,7 +308,7 @@ async def test_a_hung_rail_holds_a_refresh_and_the_goodbye_only_so_long(tmp_path
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(presence.run, await remote.capabilities())
                         with anyio.fail_after(10):
-                            while proxy.hung == 0:  # the first registration hangs
+                            while proxy.stats["hung"] == 0:  # the first registration hangs
                                 await anyio.sleep(0.01)
                         started = time.monotonic()
                         assert not await presence.refresh()
@@ -315,7 +316,7 @@ async def test_a_hung_rail_holds_a_refresh_and_the_goodbye_only_so_long(tmp_path
                         started = time.monotonic()
                         await presence.goodbye()
                         assert time.monotonic() - started < GOODBYE_TIMEOUT_S + 5
-                        proxy.hanging = False  # the rail answers again
+                        proxy.set_hangs([])  # the rail answers again
                         assert await presence.refresh()
                         tg.cancel_scope.cancel()
                     (listed,) = await embedded.list_workers()

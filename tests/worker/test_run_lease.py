@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from plugins.api import ExecutionContext
+from tests.faultproxy import FaultProxy, Hang
 from tests.remote.fixtures import TEST_RETRY, QuietServer, uvicorn_config
 from tests.worker.conftest import (
     PIPELINE,
@@ -29,7 +30,6 @@ from tests.worker.conftest import (
     wait_until,
     worker_config,
 )
-from tests.worker.hang_proxy import HangProxy, serve_proxy
 from tests.worker.runkit import claim_one, run_task, settings
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.nulltickets.client import RemoteTracker
@@ -65,14 +65,20 @@ async def serve_briefly(app: Any) -> AsyncIterator[str]:
         sock.close()
 
 
+def _hang(match: str) -> Hang:
+    """Every request whose line holds ``match`` is read and never answered (a stuck tracker)."""
+    return Hang(match, rate=1.0, hang_s=None)
+
+
 @asynccontextmanager
-async def tracker_behind_proxy(path: Path) -> AsyncIterator[tuple[RemoteTracker, HangProxy]]:
-    """A served embedded tracker on a real port, reached through a :class:`HangProxy`."""
+async def tracker_behind_proxy(path: Path) -> AsyncIterator[tuple[RemoteTracker, FaultProxy]]:
+    """A served embedded tracker on a real port, reached through a :class:`FaultProxy` that
+    never answers a heartbeat."""
     embedded = await EmbeddedTracker.open(str(path))
     try:
         async with serve_briefly(create_app(embedded)) as url:
-            proxy = HangProxy(upstream_port=int(url.rsplit(":", 1)[1]))
-            async with serve_proxy(proxy) as proxy_url:
+            proxy = FaultProxy(int(url.rsplit(":", 1)[1]), hangs=[_hang("/heartbeat")])
+            async with proxy.serve() as proxy_url:
                 remote = RemoteTracker(proxy_url, timeout_s=REQUEST_TIMEOUT_S, retry=TEST_RETRY)
                 try:
                     await remote.health()
@@ -119,7 +125,7 @@ async def test_hung_heartbeats_cancel_the_executor_when_the_lease_runs_out(
             await wait_until(lambda: worker.stats.released >= 1)
             worker.stop(immediate=True)
         print(f"cancelled {cancelled[0] - started[0]:.3f}s after the start (ttl {ttl}s)")
-        assert proxy.hung >= 1  # the heartbeat really hung
+        assert proxy.stats["hung"] >= 1  # the heartbeat really hung
         # Cancelled by the lease's own end (TTL from the claim), not the 30 s request timeout.
         assert cancelled[0] - started[0] < ttl + 0.5
         # Handed back (released: no attempt spent), not abandoned; no error event, no fail.
@@ -154,10 +160,9 @@ async def test_the_local_end_is_the_earlier_of_the_ttl_and_the_trackers_expiry()
 async def test_a_report_hung_with_its_heartbeats_stops_at_the_lease_end(tmp_path: Path) -> None:
     ttl = 1.5
     async with tracker_behind_proxy(tmp_path / "rail.db") as (tracker, proxy):
-        proxy.hanging = False
+        proxy.set_hangs([])
         lease = await claim_one(tracker, ttl_s=ttl)
-        proxy.hang_markers = (b"/heartbeat", b"/transition")
-        proxy.hanging = True
+        proxy.set_hangs([_hang("/heartbeat"), _hang("/transition")])
         started = time.monotonic()
         result = await run_task(
             tracker,
@@ -166,7 +171,7 @@ async def test_a_report_hung_with_its_heartbeats_stops_at_the_lease_end(tmp_path
             settings(tmp_path / "work", ttl_s=ttl, report_retry_budget_s=60.0),
         )
         took = time.monotonic() - started
-        assert proxy.hung >= 2  # the transition and the report's heartbeat both hung
+        assert proxy.stats["hung"] >= 2  # the transition and the report's heartbeat both hung
         # Given up when the tracker can no longer hold the lease by our clock (the hung
         # heartbeat, sent before the claim's TTL ran out, may have landed and granted one more
         # TTL), not after the 30 s request timeout.
