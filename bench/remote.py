@@ -61,10 +61,15 @@ def _pipeline(role: str) -> dict[str, Any]:
 
 
 def _start_server(
-    db: Path, root: Path | None = None, extra: list[str] | None = None
+    db: Path,
+    root: Path | None = None,
+    extra: list[str] | None = None,
+    *,
+    new_session: bool = False,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``tracker serve`` on a fresh rail file; from the source tree ``root`` when given (an
-    older commit's worktree: the A/B switch), else from this one."""
+    older commit's worktree: the A/B switch), else from this one. ``new_session``: in a process
+    group of its own (for a bench that stops its processes with ``os.killpg``)."""
     log = db.with_suffix(".log")
     env = dict(os.environ)
     if root is not None:
@@ -88,6 +93,7 @@ def _start_server(
             stderr=stderr,
             cwd=root,
             env=env,
+            start_new_session=new_session,
         )
     return proc, listening_url(proc, log, "tracker serve")
 

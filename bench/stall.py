@@ -46,18 +46,14 @@ from typing import Any
 
 import httpx
 
-from bench.remote import listening_url
+from bench.remote import _pipeline, _start_server
+from bench.worker import noop_config
 from plugins.api import ExecutionContext, Outcome, Transition
 from tests.faultproxy import FaultProxy, Hang
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker
 
 ROLE = "coder"
-PIPELINE: dict[str, Any] = {
-    "initial": "todo",
-    "states": {"todo": {"agent_role": ROLE}, "done": {"terminal": True}},
-    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
-}
 #: How long one task works (the worker's executor reads it from its environment).
 TASK_ENV = "BENCH_STALL_TASK_S"
 
@@ -113,33 +109,10 @@ async def reference_worker(url: str, agent: str, slots: int, ttl_s: float, task_
 
 
 # -- one phase -------------------------------------------------------------------------------------
-def _start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    log = db.with_suffix(".log")
-    with log.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "worker",
-                "tracker",
-                "serve",
-                "--tracker",
-                f"sqlite://{db}",
-                "--port",
-                "0",
-                "--create",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
-    return proc, listening_url(proc, log, "tracker serve")
-
-
 async def _seed(url: str, n: int) -> None:
     tracker = RemoteTracker(url)
     try:
-        pid = await tracker.create_pipeline("stall", PIPELINE)
+        pid = await tracker.create_pipeline("stall", _pipeline(ROLE))
         for start in range(0, n, 200):
             end = min(n, start + 200)
             await tracker.create_tasks(
@@ -150,25 +123,17 @@ async def _seed(url: str, n: int) -> None:
 
 
 def _worker_config(path: Path, url: str, args: argparse.Namespace) -> Path:
-    path.write_text(
-        f"""
-log_level = "WARNING"
-[tracker]
-url = "{url}"
-[worker]
-concurrency = {args.concurrency}
-idle_min_s = 0.05
-idle_max_s = 0.5
-lease_ttl_s = {args.ttl_s}
-presence = false
-[[roles]]
-name = "{ROLE}"
-executor = "python"
-[roles.options]
-callable = "bench.stall:work"
-"""
+    return noop_config(
+        path,
+        url,
+        concurrency=args.concurrency,
+        drain=False,
+        role=ROLE,
+        idle_max_s=0.5,
+        lease_ttl_s=args.ttl_s,
+        presence=False,
+        callable_path="bench.stall:work",
     )
-    return path
 
 
 def _spawn(kind: str, i: int, url: str, config: Path, args: argparse.Namespace, log: Path) -> Any:
@@ -217,7 +182,7 @@ def phase(kind: str, args: argparse.Namespace, expected_s: float) -> dict[str, A
     """Drain ``args.tasks`` tasks with ``kind`` workers (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix=f"stall-{kind}-") as tmp:
         db = Path(tmp) / "rail.db"
-        server, url = _start_server(db)
+        server, url = _start_server(db, new_session=True)
         procs: list[subprocess.Popen[bytes]] = []
         try:
             asyncio.run(_seed(url, args.tasks))

@@ -59,9 +59,13 @@ def noop_config(
     drain: bool = True,
     role: str = "bench",
     idle_max_s: float = 2.0,
+    lease_ttl_s: float = 60,
+    presence: bool = True,
+    callable_path: str = "bench.worker:noop",
 ) -> Path:
     """Write the benchmarks' worker configuration to ``path``: one ``role`` running
-    :func:`noop` on the rail at ``url``, logging warnings only."""
+    :func:`noop` (or another ``callable_path``) on the rail at ``url``, logging warnings only."""
+    no_presence = "" if presence else "presence = false\n"
     path.write_text(
         f"""
 log_level = "WARNING"
@@ -72,12 +76,12 @@ concurrency = {concurrency}
 drain = {"true" if drain else "false"}
 idle_min_s = 0.05
 idle_max_s = {idle_max_s}
-lease_ttl_s = 60
-[[roles]]
+lease_ttl_s = {lease_ttl_s:g}
+{no_presence}[[roles]]
 name = "{role}"
 executor = "python"
 [roles.options]
-callable = "bench.worker:noop"
+callable = "{callable_path}"
 """
     )
     return path
