@@ -301,3 +301,25 @@ def leased(db: Path) -> int:
         now_ms = int(time.time() * 1000)
         row = conn.execute("SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ?", (now_ms,))
         return int(row.fetchone()[0])
+
+
+def run_outcomes(db: Path, task_id: str) -> list[tuple[str, str | None]]:
+    """The task's runs (status, error) in attempt order (read-only, from this process)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        rows = conn.execute(
+            "SELECT status, error FROM runs WHERE task_id = ? ORDER BY attempt", (task_id,)
+        ).fetchall()
+    return [(str(s), e) for s, e in rows]
+
+
+def stage_and_expiry(db: Path, task_id: str) -> tuple[str, int]:
+    """The task's stage and its lease's expiry (epoch ms; 0: none), read-only from this process."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        row = conn.execute(
+            "SELECT stage, coalesce(lease_expires_at_ms, 0) FROM tasks WHERE id = ?", (task_id,)
+        ).fetchone()
+    return str(row[0]), int(row[1])

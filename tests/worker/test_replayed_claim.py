@@ -16,7 +16,6 @@ served tracker's own replay: not the proxy's plain-NullTickets mode), the worker
 from __future__ import annotations
 
 import signal
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -28,8 +27,10 @@ from tests.worker.daemonkit import (
     TOKEN,
     add_task,
     reap,
+    run_outcomes,
     serve_tracker,
     spawn_worker,
+    stage_and_expiry,
     wait_for,
     write_config,
 )
@@ -48,24 +49,6 @@ _EXECUTOR = (
     "    time.sleep(0.05)\n"
     "time.sleep(float(sys.argv[2]))\n"
 )
-
-
-def _runs(db: Path, task_id: str) -> list[tuple[str, str | None]]:
-    """The task's runs (status, error) in attempt order."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        rows = conn.execute(
-            "SELECT status, error FROM runs WHERE task_id = ? ORDER BY attempt", (task_id,)
-        ).fetchall()
-    return [(str(s), e) for s, e in rows]
-
-
-def _stage(db: Path, task_id: str) -> tuple[str, int]:
-    """The task's stage and its lease's expiry (epoch ms; 0: none)."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        row = conn.execute(
-            "SELECT stage, coalesce(lease_expires_at_ms, 0) FROM tasks WHERE id = ?", (task_id,)
-        ).fetchone()
-    return str(row[0]), int(row[1])
 
 
 def test_a_claim_landing_after_its_retry_leaves_the_worker_its_lease(tmp_path: Path) -> None:
@@ -89,11 +72,13 @@ def test_a_claim_landing_after_its_retry_leaves_the_worker_its_lease(tmp_path: P
                 started = time.monotonic()
                 wait_for(lambda: proxy.stats["hung_sent"] == 1, 30, "the held claim to land")
                 # The retry was answered first: the run holds its lease while the first lands.
-                assert _runs(db, task_id) == [("running", None)]
+                assert run_outcomes(db, task_id) == [("running", None)]
                 landed.touch()
-                wait_for(lambda: _stage(db, task_id)[0] == "done", 45, "the task to be done")
+                wait_for(
+                    lambda: stage_and_expiry(db, task_id)[0] == "done", 45, "the task to be done"
+                )
                 took = time.monotonic() - started
-                runs = _runs(db, task_id)
+                runs = run_outcomes(db, task_id)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=20)
             finally:
@@ -105,6 +90,6 @@ def test_a_claim_landing_after_its_retry_leaves_the_worker_its_lease(tmp_path: P
     # One run, completed under the lease the retry got: no 401, no lost lease, no second run.
     assert runs == [("completed", None)], text
     assert "invalid_token" not in text and "lease lost" not in text, text
-    assert _stage(db, task_id) == ("done", 0)
+    assert stage_and_expiry(db, task_id) == ("done", 0)
     # Not the old way round: the run waited neither for the lease to expire nor for a rerun.
     assert took < HOLD_S + 2 * TTL_S + 5, took

@@ -15,7 +15,6 @@ worker a real ``backlog-worker run`` process.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
@@ -27,8 +26,10 @@ from tests.worker.daemonkit import (
     TOKEN,
     add_task,
     reap,
+    run_outcomes,
     serve_tracker,
     spawn_worker,
+    stage_and_expiry,
     wait_for,
     write_config,
 )
@@ -37,24 +38,6 @@ from worker.lease import LocalLease
 pytestmark = pytest.mark.timeout(90)
 
 TTL_S = 2
-
-
-def _task(db: Path, task_id: str) -> tuple[str, int]:
-    """The task's stage and its lease's expiry (epoch ms; 0: none)."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        row = conn.execute(
-            "SELECT stage, coalesce(lease_expires_at_ms, 0) FROM tasks WHERE id = ?", (task_id,)
-        ).fetchone()
-    return str(row[0]), int(row[1])
-
-
-def _runs(db: Path, task_id: str) -> list[tuple[str, str | None]]:
-    """The task's runs (status, error) in attempt order."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        rows = conn.execute(
-            "SELECT status, error FROM runs WHERE task_id = ? ORDER BY attempt", (task_id,)
-        ).fetchall()
-    return [(str(s), e) for s, e in rows]
 
 
 def _drive(tmp_path: Path, hang: Hang, *, sleep_s: float) -> tuple[str, float, FaultProxy, str]:
@@ -76,11 +59,13 @@ def _drive(tmp_path: Path, hang: Hang, *, sleep_s: float) -> tuple[str, float, F
             try:
                 added = time.monotonic()
                 task_id = add_task(db)
-                wait_for(lambda: _task(db, task_id)[0] == "done", 45, "the task to be done")
+                wait_for(
+                    lambda: stage_and_expiry(db, task_id)[0] == "done", 45, "the task to be done"
+                )
                 took = time.monotonic() - added
-                stage, expires = _task(db, task_id)
+                stage, expires = stage_and_expiry(db, task_id)
                 assert (stage, expires) == ("done", 0)  # no lease left held
-                runs = _runs(db, task_id)
+                runs = run_outcomes(db, task_id)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=20)
             finally:
