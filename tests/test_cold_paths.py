@@ -33,6 +33,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.worker.daemonkit import python_config
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
@@ -133,28 +134,8 @@ async def _seed(db: Path, n: int) -> None:
 
 
 def _config(tmp_path: Path, url: str, *worker_lines: str) -> Path:
-    config = tmp_path / "worker.toml"
-    config.write_text(
-        textwrap.dedent(f"""
-        log_level = "WARNING"
-        [tracker]
-        url = "{url}"
-        [worker]
-        concurrency = 2
-        drain = true
-        idle_min_s = 0.05
-        idle_max_s = 0.2
-        """)
-        + "".join(line + "\n" for line in worker_lines)
-        + textwrap.dedent("""
-        [[roles]]
-        name = "r"
-        executor = "python"
-        [roles.options]
-        callable = "noop_job:run"
-        """)
-    )
-    return config
+    """A drain-mode worker running ``noop_job:run`` on ``url``."""
+    return python_config(tmp_path, url, "noop_job:run", "drain = true", *worker_lines)
 
 
 def _run(config: Path, prelude: str = "") -> subprocess.CompletedProcess[str]:

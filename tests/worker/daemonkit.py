@@ -252,6 +252,25 @@ def write_config(
     return path
 
 
+def python_config(
+    tmp_path: Path,
+    url: str,
+    callable_path: str,
+    *worker_lines: str,
+    concurrency: int = 2,
+    idle_max_s: float = 0.2,
+) -> Path:
+    """``tmp_path/worker.toml``: role ``r`` running the ``python`` executor's ``callable_path``
+    on the rail at ``url``, fast idling, warnings only; ``worker_lines`` join ``[worker]``."""
+    lines = ['log_level = "WARNING"', "[tracker]", f'url = "{url}"', "[worker]"]
+    lines += [f"concurrency = {concurrency}", "idle_min_s = 0.05", f"idle_max_s = {idle_max_s}"]
+    lines += [*worker_lines, "[[roles]]", 'name = "r"', 'executor = "python"', "[roles.options]"]
+    lines.append(f'callable = "{callable_path}"')
+    path = tmp_path / "worker.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def spawn_worker(
     config: Path, log: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.worker.daemonkit import python_config
 from worker.cli.gc_tuning import BUSY_GC_GEN0
 
 pytestmark = pytest.mark.timeout(120)
@@ -130,30 +131,6 @@ def _rail(tmp_path: Path) -> str:
     return url
 
 
-def _config(tmp_path: Path, url: str, *worker_lines: str) -> Path:
-    config = tmp_path / "worker.toml"
-    config.write_text(
-        textwrap.dedent(f"""
-        log_level = "WARNING"
-        [tracker]
-        url = "{url}"
-        [worker]
-        concurrency = 2
-        idle_min_s = 0.05
-        idle_max_s = 0.2
-        """)
-        + "".join(line + "\n" for line in worker_lines)
-        + textwrap.dedent("""
-        [[roles]]
-        name = "r"
-        executor = "python"
-        [roles.options]
-        callable = "probe_job:run"
-        """)
-    )
-    return config
-
-
 def test_an_embedded_worker_leaves_the_hosts_collector_as_it_was(tmp_path: Path) -> None:
     """``Worker.run`` in an application changes neither the thresholds nor the frozen heap."""
     state = _python(_PROBE + _EMBEDDED, _rail(tmp_path), cwd=tmp_path)
@@ -165,7 +142,7 @@ def test_an_embedded_worker_leaves_the_hosts_collector_as_it_was(tmp_path: Path)
 
 def test_the_run_command_tunes_the_collector_while_it_runs(tmp_path: Path) -> None:
     """By default ``run`` freezes start-up's heap and raises gen 0, and restores both at exit."""
-    config = _config(tmp_path, _rail(tmp_path))
+    config = python_config(tmp_path, _rail(tmp_path), "probe_job:run")
     state = _python(_PROBE + _RUN, str(config), cwd=tmp_path)
     (threshold, frozen) = state["before"]
     assert frozen == 0
@@ -188,7 +165,7 @@ def test_the_off_switch_leaves_the_run_commands_collector_alone(
     tmp_path: Path, worker_lines: list[str], env: dict[str, str]
 ) -> None:
     """``[worker] gc_tuning = false`` (or its variable): Python's own settings throughout."""
-    config = _config(tmp_path, _rail(tmp_path), *worker_lines)
+    config = python_config(tmp_path, _rail(tmp_path), "probe_job:run", *worker_lines)
     state = _python(_PROBE + _RUN, str(config), cwd=tmp_path, **env)
     assert len(state["during"]) == 3
     assert state["during"] == [state["before"]] * 3
@@ -197,7 +174,7 @@ def test_the_off_switch_leaves_the_run_commands_collector_alone(
 
 def test_a_bad_gc_tuning_value_is_refused_naming_the_key(tmp_path: Path) -> None:
     """A value that is no boolean is a configuration error (exit 2) naming the key."""
-    config = _config(tmp_path, _rail(tmp_path), 'gc_tuning = "sometimes"')
+    config = python_config(tmp_path, _rail(tmp_path), "probe_job:run", 'gc_tuning = "sometimes"')
     proc = subprocess.run(
         [sys.executable, "-m", "worker", "run", "--config", str(config), "--drain"],
         capture_output=True,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import sys
-import textwrap
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -27,7 +26,7 @@ import pytest
 
 from bench.plain import PlainHealth
 from tests.remote.fixtures import serve_on_port
-from tests.worker.daemonkit import clean_env
+from tests.worker.daemonkit import clean_env, python_config
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import TaskCreate
 from tracker_client.serve.app import create_app
@@ -112,24 +111,9 @@ async def _drain(tmp_path: Path, rail: EmbeddedTracker, job: str, *, plain: bool
     (tmp_path / "jobs.py").write_text(JOBS)
     counting = Counting(create_app(rail), plain=plain)
     async with serve_on_port(counting) as url:
-        config = tmp_path / "worker.toml"
-        config.write_text(
-            textwrap.dedent(f"""
-            log_level = "WARNING"
-            [tracker]
-            url = "{url}"
-            [worker]
-            concurrency = {CONCURRENCY}
-            drain = true
-            idle_min_s = 0.05
-            idle_max_s = 0.5
-            lease_ttl_s = 60
-            [[roles]]
-            name = "r"
-            executor = "python"
-            [roles.options]
-            callable = "jobs:{job}"
-            """)
+        worker = ("drain = true", "lease_ttl_s = 60")
+        config = python_config(
+            tmp_path, url, f"jobs:{job}", *worker, concurrency=CONCURRENCY, idle_max_s=0.5
         )
         env = clean_env(PYTHONPATH=f"{tmp_path}:{ROOT}")
         done = await anyio.run_process(
