@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.worker.daemonkit import add_task, clean_env, leased, reap, spawn_worker, wait_for
 
 # sun_path holds 108 bytes; pytest's tmp_path can be longer for long test names.
 _MAX_SUN_PATH = 100
@@ -134,3 +138,22 @@ def stable_install(
         yield
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def busy_watched_worker(
+    config: Path, db: Path, receiver: NotifyReceiver
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """A real ``backlog-worker run`` of ``config`` under a fake service manager (``receiver``;
+    a watchdog ping asked every 0.2 s): ready, and holding one long task added to the rail
+    ``db``. Yields the process and its log (beside ``config``); reaped when the block ends."""
+    env = clean_env(NOTIFY_SOCKET=receiver.address, WATCHDOG_USEC="200000")
+    log = config.parent / "worker.log"
+    proc = spawn_worker(config, log, env=env)
+    try:
+        receiver.recv_until(lambda m: m.startswith("READY=1"), timeout=30)
+        add_task(db, "long")
+        wait_for(lambda: leased(db), 30, "the task to be claimed")
+        yield proc, log
+    finally:
+        reap(proc)

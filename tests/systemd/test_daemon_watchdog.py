@@ -9,16 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.systemd.conftest import NotifyReceiver
+from tests.systemd.conftest import NotifyReceiver, busy_watched_worker
 from tests.worker.daemonkit import (
     TOKEN,
     RouteFaults,
-    add_task,
-    clean_env,
-    leased,
-    reap,
     serve_tracker,
-    spawn_worker,
     wait_for,
     write_config,
 )
@@ -36,13 +31,7 @@ def test_pings_stop_when_heartbeats_wedge(tmp_path: Path, path_receiver: NotifyR
             request_timeout_s=1,
             lease_ttl_s=3,  # progress budget: max(TTL 3 s, 3 x idle_max, 2 x request timeout)
         )
-        env = clean_env(NOTIFY_SOCKET=path_receiver.address, WATCHDOG_USEC="200000")
-        log = tmp_path / "worker.log"
-        proc = spawn_worker(config, log, env=env)
-        try:
-            path_receiver.recv_until(lambda m: m.startswith("READY=1"), timeout=30)
-            add_task(db, "long")
-            wait_for(lambda: leased(db), 30, "the task to be claimed")
+        with busy_watched_worker(config, db, path_receiver) as (proc, log):
             # Healthy while busy: heartbeats get through.
             path_receiver.recv_until(lambda m: m == "WATCHDOG=1", timeout=10)
             proxy.set("", "hang")  # every call from now on hangs at the tracker
@@ -55,7 +44,5 @@ def test_pings_stop_when_heartbeats_wedge(tmp_path: Path, path_receiver: NotifyR
             assert proc.poll() is None
             proc.send_signal(signal.SIGTERM)
             proc.send_signal(signal.SIGTERM)
-        finally:
-            reap(proc)
     text = log.read_text()
     assert "no progress for" in text, text

@@ -19,15 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.faultproxy import FaultProxy, Hang
-from tests.systemd.conftest import NotifyReceiver
+from tests.systemd.conftest import NotifyReceiver, busy_watched_worker
 from tests.worker.daemonkit import (
     TOKEN,
-    add_task,
-    clean_env,
-    leased,
-    reap,
     serve_tracker,
-    spawn_worker,
     wait_for,
     write_config,
 )
@@ -54,13 +49,7 @@ def test_pings_stop_within_the_budget_when_the_tracker_hangs(
                 request_timeout_s=REQUEST_TIMEOUT_S,
                 lease_ttl_s=TTL_S,
             )
-            env = clean_env(NOTIFY_SOCKET=path_receiver.address, WATCHDOG_USEC="200000")
-            log = tmp_path / "worker.log"
-            proc = spawn_worker(config, log, env=env)
-            try:
-                path_receiver.recv_until(lambda m: m.startswith("READY=1"), timeout=30)
-                add_task(db, "long")
-                wait_for(lambda: leased(db), 30, "the task to be claimed")
+            with busy_watched_worker(config, db, path_receiver) as (proc, log):
                 # Healthy while busy: a heartbeat gets through (every TTL/3).
                 beats = proxy.stats["forwarded"]
                 wait_for(lambda: proxy.stats["forwarded"] > beats + 1, 10, "heartbeats")
@@ -78,8 +67,6 @@ def test_pings_stop_within_the_budget_when_the_tracker_hangs(
                 assert proc.poll() is None
                 proc.send_signal(signal.SIGTERM)
                 proc.send_signal(signal.SIGTERM)
-            finally:
-                reap(proc)
     pinged_for = last_ping - hung_at
     print(f"pings went on {pinged_for:.2f}s after the tracker hung (budget {BUDGET_S}s)")
     assert proxy.stats["hung"] >= 1
