@@ -3,7 +3,8 @@
 Callers (the worker, the operator CLI, the contract suite) read one typed
 :class:`Capabilities` object from ``await tracker.capabilities()`` instead of probing
 attributes with ``getattr``. The defaults describe a plain NullTickets server: nothing beyond
-CONTRACT.md, answers that can be lost on the wire, a lease reset to 300 s by every heartbeat.
+NullTickets' documented API (docs/guarantees/nulltickets.md), answers that can be lost on the
+wire, a lease reset to 300 s by every heartbeat.
 
 :class:`LeaseRef` is what a lease operation needs (lease id, run id, task id, token). A claimed
 :class:`~tracker_client.models.Lease` is one; :class:`LeaseHandle` is the small concrete one a
@@ -28,7 +29,8 @@ __all__ = [
     "LeaseRef",
 ]
 
-#: A NullTickets heartbeat resets a lease to this TTL whatever was asked (CONTRACT.md).
+#: A NullTickets heartbeat resets a lease to this TTL whatever was asked
+#: (docs/guarantees/nulltickets.md).
 NULLTICKETS_LEASE_TTL_MS = 300_000
 
 
@@ -36,7 +38,7 @@ NULLTICKETS_LEASE_TTL_MS = 300_000
 class Capabilities:
     """The optional parts of the ``Tracker`` protocol a tracker really has.
 
-    Each flag names a group of operations or rules of BACKLOG-SEMANTICS.md; an operation of a
+    Each flag names a group of operations or rules of docs/guarantees/backlog.md; an operation of a
     group the tracker lacks raises ``Unsupported`` (or, where the protocol says so, degrades as
     documented, e.g. ``release`` leaving the lease to expire).
     """

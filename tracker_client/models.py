@@ -103,7 +103,7 @@ class RetryPolicy(_CreateModel):
 class TaskCreate(_CreateModel):
     """The body of ``POST /tasks`` (and one item of ``POST /tasks/bulk``).
 
-    The last four fields are embedded-tracker extensions (BACKLOG-SEMANTICS.md); a NullTickets
+    The last four fields are embedded-tracker extensions (docs/guarantees/backlog.md); a NullTickets
     server ignores them.
     """
 

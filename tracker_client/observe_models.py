@@ -1,7 +1,7 @@
 """Typed models of what the rail shows about itself: OTLP spans linked to tasks, live workers.
 
 Kept beside :mod:`tracker_client.models` (the NullTickets data) because none of this is in the
-NullTickets task model: spans come from its OTLP ingest (CONTRACT.md s.5, ``POST /v1/traces``)
+NullTickets task model: spans come from its OTLP ingest (``POST /v1/traces``, see the HTTP API)
 and workers are an extension of this project's rails. Every tracker answers them through
 ``await tracker.call("list_spans", task_id)`` / ``tracker.call("list_workers")`` when its
 capabilities list the ``spans`` / ``workers`` extension.

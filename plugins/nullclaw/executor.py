@@ -1,6 +1,6 @@
 """The ``nullclaw`` executor: one ``nullclaw agent -m <message>`` subprocess per claimed task.
 
-The NullClaw CLI is hostile to naive wrapping (``CLI.md``); this executor handles it:
+The NullClaw CLI is hostile to naive wrapping; this executor handles it:
 
 * a private HOME with a generated ``.nullclaw/config.json`` (or an existing HOME), an absolute
   ``NULLCLAW_WORKSPACE`` per the workspace policy, and an environment built from scratch (an

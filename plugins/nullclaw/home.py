@@ -1,6 +1,6 @@
 """Where a nullclaw run lives: its private HOME (config), its workspace, its environment.
 
-nullclaw reads its configuration only from ``$HOME/.nullclaw/config.json`` (CLI.md s.3), so
+nullclaw reads its configuration only from ``$HOME/.nullclaw/config.json``, so
 every run gets a HOME chosen by the executor:
 
 * **generated** (``provider`` + ``model`` options): a fresh ``<run workdir>/nullclaw-home`` with a

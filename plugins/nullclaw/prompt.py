@@ -12,7 +12,7 @@ template does not use it), ``$memory`` (notes found in the store, option ``memor
 ``$resume`` (an interrupted earlier attempt's partial answer); the last two are appended, before
 the verdict line, when they have text and the template does not use them.
 
-Two CLI traps are handled here (CLI.md s.2): a prompt beginning with ``/`` would run a slash
+Two NullClaw CLI traps are handled here: a prompt beginning with ``/`` would run a slash
 command and a prompt beginning with ``-`` could be read as a flag, so such a prompt gets the line
 ``Task:`` in front; and one argv string is limited to 128 KiB, so a prompt larger than
 ``max_prompt_arg_bytes`` is either refused (``oversized_prompt = "fail"``) or written to a file in

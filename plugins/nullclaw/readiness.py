@@ -140,8 +140,8 @@ async def _probe_problem(
     options: NullClawOptions, binary: str, tmp: Path, source: Mapping[str, str]
 ) -> str | None:
     """``nullclaw agent -m /help`` with the role's real config: nullclaw loads and checks the
-    config (printing nothing on stdout when it rejects it, CLI.md s.5), then runs the ``/help``
-    slash command locally. The LLM is never called."""
+    config (printing nothing on stdout when it rejects it, see :mod:`plugins.nullclaw.result`),
+    then runs the ``/help`` slash command locally. The LLM is never called."""
     if options.home is not None:
         home = options.home
     else:

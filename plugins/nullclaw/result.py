@@ -1,6 +1,6 @@
 """Reading a finished ``nullclaw agent`` run: success, or a failure with the right code.
 
-The rules (CLI.md s.4-5):
+The rules (how the NullClaw CLI reports its outcome):
 
 * success only when rc == 0 **and** stdout starts with ``Sending to ``; the answer is stdout
   without that header line (and without a ``Session: <id>`` line right after it);

@@ -1,4 +1,4 @@
-"""OTLP ingest (``ingest_traces``, CONTRACT.md s.5) and the spans of a task (extension
+"""OTLP ingest (``ingest_traces``, docs/reference/http-api.md) and the spans of a task (extension
 ``spans``), on every tracker of the suite through ``tracker.call``.
 
 Spans are linked to their task and run by the ``nulltickets.task_id`` / ``nulltickets.run_id``

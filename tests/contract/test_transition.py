@@ -169,8 +169,8 @@ async def test_get_task_before_any_claim(tracker: Tracker) -> None:
 async def test_version_is_unchanged_by_everything_but_transitions_and_dead_letter_moves(
     tracker: Tracker, clock: FakeClock
 ) -> None:
-    # CONTRACT 6.5: claim, heartbeat, events, artifacts, a retrying fail, assignment and
-    # dependency changes and lease expiry leave task_version alone.
+    # As NullTickets (docs/guarantees/nulltickets.md): claim, heartbeat, events, artifacts, a
+    # retrying fail, assignment and dependency changes and lease expiry leave task_version alone.
     pid = await make_pipeline(tracker)
     other = await make_pipeline(tracker, simple_pipeline("builder"))
     upstream = await tracker.create_task(new_task(other))

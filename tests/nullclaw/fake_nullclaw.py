@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A fake ``nullclaw`` CLI reproducing the behaviours of CLI.md s.1-6 (no LLM, no network).
+"""A fake ``nullclaw`` CLI reproducing the real CLI's behaviours (no LLM, no network).
 
 Config is read like the real one, from ``$HOME/.nullclaw/config.json`` (HOME unset, file missing,
 invalid JSON, legacy keys, no default model, temperature range: all exit 0 with only stderr).

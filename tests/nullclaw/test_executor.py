@@ -1,4 +1,4 @@
-"""The nullclaw executor against the fake binary: success and every failure row of CLI.md s.5."""
+"""The nullclaw executor against the fake binary: success and every failure row of the CLI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fake binary reproduces CLI.md s.5-6, and :func:`classify` reads each row right.
+"""The fake binary reproduces the CLI's outcomes and children; :func:`classify` reads each row.
 
 Rows the executor can never produce (it always sets HOME and always passes ``-m <value>``) are
 driven here directly, so the result rules are still checked against them.
@@ -144,7 +144,7 @@ def test_streaming_mode_prints_progressively_through_a_pipe(tmp_path: Path, fake
 
 
 def test_children_outlive_a_sigterm_to_nullclaw_alone(tmp_path: Path, fake_bin: Path) -> None:
-    """CLI.md s.6: the fake's curl and shell children survive the parent's death; this is what
+    """As the real ones, the fake's curl and shell children survive the parent's death; this is what
     makes the executor's no-orphan tests meaningful."""
     pidfile = tmp_path / "pids"
     env = {

@@ -1,7 +1,7 @@
 """Process handling: timeout, lease loss, shutdown, streaming, huge and non-UTF-8 output.
 
 Every kill test checks by pid that nullclaw, its ``curl`` child and its shell-tool child are all
-gone (the children ignore the parent's death, as the real ones do, CLI.md s.6).
+gone (the children ignore the parent's death, as the real ones do).
 """
 
 from __future__ import annotations

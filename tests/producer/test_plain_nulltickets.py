@@ -42,7 +42,7 @@ async def test_what_nulltickets_has_works() -> None:
         second = await rail.submit(pid, "b", depends_on=[first], idempotency_key="key-1")
         ids = await rail.submit_many([{"pipeline": pid, "title": "c"}])
         assert (await rail.task(second)).title == "b"
-        # sent with the create itself (CONTRACT.md: POST /tasks takes ``dependencies``)
+        # sent with the create itself (POST /tasks takes ``dependencies``)
         bodies = [json.loads(r.content) for r in fake.requests if r.url.path == "/tasks"]
         assert bodies[1]["dependencies"] == [first]
         assert "dependencies" not in bodies[0]

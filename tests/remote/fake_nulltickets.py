@@ -1,7 +1,7 @@
 """A small in-memory imitation of the real NullTickets server, *with its traps*, for MockTransport.
 
 The served tracker (``backlog-worker tracker serve``) fixes the traps, so the client's handling of
-them can only be tested against something that reproduces them (CONTRACT.md s.1-3, s.8):
+them can only be tested against something that reproduces them (docs/guarantees/nulltickets.md):
 
 * requests over 65,536 bytes get no answer (the connection is reset);
 * chunked bodies are refused (400 invalid_json);

@@ -1,4 +1,4 @@
-"""The client against the real server's traps (CONTRACT.md s.1-3, s.8), reproduced by a fake.
+"""The client against the real server's traps (docs/guarantees/nulltickets.md), faked.
 
 The served tracker fixes these traps, so MockTransport is the only way to show the client
 absorbs them: request-size drops, invalid JSON error bodies, the cursor skip, stale cached 204s,

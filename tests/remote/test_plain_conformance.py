@@ -1,7 +1,7 @@
 """A plain NullTickets client against ``backlog-worker tracker serve``.
 
-The client here sends only what ``shared/nulltickets/CONTRACT.md`` documents: no extension
-fields (no ``run_id`` in a heartbeat, no ``retryable``), no ``Idempotency-Key`` or other
+The client here sends only what plain NullTickets documents (docs/reference/http-api.md): no
+extension fields (no ``run_id`` in a heartbeat, no ``retryable``), no ``Idempotency-Key`` or other
 extension headers, and one request per connection (a fresh client per request, with
 ``Connection: close``, as NullTickets itself answers). It runs the whole worker cycle a
 NullTickets worker runs -- pipeline, tasks, claim, events, heartbeats (with ``{}`` and with no

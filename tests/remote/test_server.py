@@ -204,8 +204,9 @@ async def test_idempotency_key_header_is_honoured_and_a_204_is_not_cached(
 async def test_a_retried_cancel_requeue_and_cancel_all_replay_with_their_key(
     http: httpx.AsyncClient,
 ) -> None:
-    # CONTRACT s.3: Idempotency-Key holds for POST on every route; a plain client retrying the
-    # extension writes after a lost answer gets the first answer (not 409, not a count of 0).
+    # docs/guarantees/nulltickets.md: Idempotency-Key holds for POST on every route; a plain
+    # client retrying the extension writes after a lost answer gets the first answer (not 409,
+    # not a count of 0).
     tid, _ = await _task(http)
     key = {"Idempotency-Key": "cancel-1"}
     first = await http.post(f"/tasks/{tid}/cancel", json={"reason": "stop"}, headers=key)

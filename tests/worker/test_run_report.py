@@ -1,9 +1,9 @@
 """Heartbeats follow the work: none once the executor has ended, unless the report needs one.
 
-On a real NullTickets server every heartbeat resets the lease to 300 s (CONTRACT.md s.6.2), so a
-heartbeat sent while the final report is retrying means a worker killed then strands the task
-for 5 minutes. The fake NullTickets here models that trap; the runs are real
-:class:`~worker.run.TaskRun` objects through the real HTTP client.
+On a real NullTickets server every heartbeat resets the lease to 300 s (see
+docs/guarantees/nulltickets.md), so a heartbeat sent while the final report is retrying means a
+worker killed then strands the task for 5 minutes. The fake NullTickets here models that trap;
+the runs are real :class:`~worker.run.TaskRun` objects through the real HTTP client.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Backlog operations (BACKLOG-SEMANTICS.md): cancel, cancel-all, requeue, requeue-all (one
+"""Backlog operations (docs/guarantees/backlog.md): cancel, cancel-all, requeue, requeue-all (one
 batch at a time), maintenance, and the "is it finished?" check behind ``wait``. Runs on the
 database thread inside a transaction; touches the tasks and their events only.
 """

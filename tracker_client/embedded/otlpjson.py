@@ -1,7 +1,7 @@
 """OTLP/JSON trace documents read into span rows, with every field they store checked.
 
 An OTLP/JSON ``ExportTraceServiceRequest`` (what ``POST /v1/traces`` carries with a JSON content
-type, CONTRACT.md s.5) is ``{"resourceSpans": [{"resource": {"attributes": [...]},
+type, docs/reference/http-api.md) is ``{"resourceSpans": [{"resource": {"attributes": [...]},
 "scopeSpans": [{"scope": {...}, "spans": [span, ...]}]}]}``. Of each span the rail keeps its
 ids, name, kind, times, status, the resource's ``service.name`` and its attributes (OTLP
 ``AnyValue`` unwrapped to plain JSON), and links it to a task and run by the attributes
@@ -37,7 +37,7 @@ __all__ = [
     "parse_traces",
 ]
 
-#: The span attributes that link a span to its task and run (CONTRACT.md s.5).
+#: The span attributes that link a span to its task and run (docs/guarantees/nulltickets.md).
 TASK_ATTRIBUTE = "nulltickets.task_id"
 RUN_ATTRIBUTE = "nulltickets.run_id"
 #: Most spans one document may carry (a 4 MiB body holds about 20,000 small ones).

@@ -75,7 +75,7 @@ class EmbeddedTracker(
     """The embedded SQLite tracker. Create it with ``await EmbeddedTracker.open(path)``."""
 
     async def capabilities(self) -> Capabilities:
-        """Everything of BACKLOG-SEMANTICS.md, in process.
+        """Every rule of the backlog semantics (docs/guarantees/backlog.md), in process.
 
         Every write commits and answers in the caller's process, and an error means nothing was
         committed, so an answer is never lost: callers need no idempotency keys (they still work).

@@ -1,6 +1,6 @@
 """The NullTickets HTTP client: :class:`RemoteTracker` implements the ``Tracker`` protocol.
 
-It talks to a real NullTickets server (CONTRACT.md) or to ``backlog-worker tracker serve`` and
+It talks to a real NullTickets server (docs/guarantees/nulltickets.md) or to the served one and
 absorbs the server's traps so that the worker cannot tell the difference. It is composed of
 :class:`~.options.ClientOptions` (every option, parsed once), :class:`~.transport.HttpTransport`
 (one request: connection, credentials, timeouts, size guard, errors; no retry unless asked),

@@ -1,6 +1,6 @@
 """The NullTickets wire contract as data: every operation's method, path, auth, body and answer.
 
-One table (:data:`OPERATIONS`) says, per operation, what CONTRACT.md s.5 documents and what the
+One table (:data:`OPERATIONS`) says, per operation, what NullTickets documents and what the
 served tracker adds. Both sides are derived from it: the served tracker's routes, its auth
 classes, its OpenAPI document, the extension list of ``GET /health`` and the writes that wake
 long polls (:mod:`tracker_client.serve`), and the remote client's plain calls

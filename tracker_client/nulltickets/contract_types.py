@@ -96,7 +96,7 @@ class Operation:
     #: retried write with the same key is answered as the first one was.
     idempotent: bool = False
     #: What a plain NullTickets server does wrong here, that a client must work around
-    #: (CONTRACT.md s.8); the workaround is documented where the client applies it.
+    #: (docs/guarantees/nulltickets.md); the workaround is documented where the client applies it.
     quirk: str = ""
     #: The tracker method takes the whole body as this one keyword argument (an OTLP
     #: document: ``call("ingest_traces", document=...)``), not the body's fields.

@@ -1,4 +1,4 @@
-"""Keeping requests under the NullTickets size limit (CONTRACT.md s.1, s.9).
+"""Keeping requests under the NullTickets size limit (docs/guarantees/nulltickets.md).
 
 The real server drops any request over 65,536 bytes without answering, so the client never sends
 one: bulk creates are split into several requests, oversized event data is trimmed with a visible

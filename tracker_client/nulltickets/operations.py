@@ -1,6 +1,6 @@
 """The wire contract's table: :data:`OPERATIONS`, one :class:`~.contract_types.Operation` a row.
 
-Each row says what CONTRACT.md s.5 documents for one operation (method, path, auth, body,
+Each row says what NullTickets documents for one operation (method, path, auth, body,
 answer, error statuses, quirks) and what the served tracker adds (its extension, the features
 it extends, whether it wakes long polls). It is read through
 :mod:`tracker_client.nulltickets.contract`, which re-exports it with the lookups built on it

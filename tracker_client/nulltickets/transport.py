@@ -4,7 +4,7 @@ This is the module that sends over ``httpx``: the clients it sends on are built 
 :mod:`~tracker_client.nulltickets.connections` (TLS, the lean transport of
 :mod:`~tracker_client.nulltickets.lean` for ``http://``, the pools' limits), and the bodies it
 sends are bytes made by :mod:`~tracker_client.nulltickets.codec`. It implements the transport
-half of CONTRACT.md s.9 ("What a robust worker must do"):
+half of what a robust NullTickets client must do (docs/guarantees/nulltickets.md):
 
 * one TCP connection per request (no keep-alive pool: the real server is single-threaded and a
   connection left idle against it blocks every other client) and ``Connection: close``, until

@@ -8,7 +8,7 @@ any 5xx) and the server answers some exceptions the client reads back as another
 ``TrackerRejected`` is ``400``, read as ``ValidationFailed``; a ``TrackerCorrupt`` is ``500``,
 read as ``TrackerUnavailable``).
 
-The rules the table carries (CONTRACT.md s.1, s.2, s.5):
+The rules the table carries (docs/guarantees/nulltickets.md, docs/reference/http-api.md):
 
 * on lease routes, 404/410 mean the lease is lost, and 401 that the token matches no lease;
 * ``400 invalid_transition`` lists the ``allowed`` triggers (served tracker) or not (NullTickets:

@@ -1,6 +1,6 @@
 """The bodies and small answers of the NullTickets wire contract, as pydantic models.
 
-Request bodies as CONTRACT.md s.5 documents them (unknown fields are ignored, as NullTickets
+Request bodies as NullTickets documents them (unknown fields are ignored, as NullTickets
 does), plus the served tracker's extension fields, each marked ``"x-extension": <name>`` in its
 JSON schema (the ``/health`` extension that reads it; a plain server ignores the field). The
 operation table that uses them is :mod:`tracker_client.nulltickets.contract`, which re-exports
@@ -51,7 +51,7 @@ def _ext(name: str) -> Any:
     return {"x-extension": name}
 
 
-# -- request bodies (CONTRACT.md s.5; unknown fields are ignored, as NullTickets does) -------------
+# -- request bodies (docs/reference/http-api.md; unknown fields are ignored, as NullTickets does) --
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
@@ -193,9 +193,9 @@ class PurgeBody(BaseModel):
 
 class OtlpTracesBody(_Body):
     """``POST /v1/traces`` and ``POST /otlp/v1/traces`` with a JSON content type: an OTLP/JSON
-    ``ExportTraceServiceRequest`` (CONTRACT.md s.5). Documents the body only: the tracker reads
-    the whole document (``ingest_traces(document=...)``), checking each span itself; any other
-    content type is stored as a blob."""
+    ``ExportTraceServiceRequest`` (docs/reference/http-api.md). Documents the body only: the
+    tracker reads the whole document (``ingest_traces(document=...)``), checking each span itself;
+    any other content type is stored as a blob."""
 
     model_config = ConfigDict(extra="allow", defer_build=True)
 

@@ -1,6 +1,6 @@
 """The embedded rail's SQL on PostgreSQL: a connection with ``sqlite3``'s face over psycopg.
 
-The PostgreSQL rail keeps one copy of the rules of BACKLOG-SEMANTICS.md: the embedded rail's
+The PostgreSQL rail keeps one copy of docs/guarantees/backlog.md's rules: the embedded rail's
 domain functions (:mod:`tracker_client.embedded.tasks`, ``runs``, ``backlog``, ...), which take a
 ``Ctx`` whose ``conn`` answers ``execute(sql, params)``. :class:`PgConn` is such a connection on
 one psycopg connection inside one transaction. Its SQL is the embedded SQL, rewritten once per

@@ -2,7 +2,7 @@
 
 It is the embedded rail's API and rules (it subclasses
 :class:`~tracker_client.embedded.EmbeddedTracker`, so every operation runs the same domain
-function, with one source for BACKLOG-SEMANTICS.md) over a different core: each operation's
+function, with one source for docs/guarantees/backlog.md) over a different core: each operation's
 transaction runs on a pooled psycopg connection (:mod:`.db`), the embedded SQL rewritten by
 :mod:`.dialect`. What PostgreSQL does differently is here: the claim (one statement,
 ``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search (``tsvector``), wake-ups

@@ -1,9 +1,9 @@
 """``backlog-worker tracker serve``: a tracker (the embedded one) served over the NullTickets API.
 
-Same routes, methods, JSON shapes, statuses and error codes as NullTickets (CONTRACT.md s.5),
-with its traps fixed as in BACKLOG-SEMANTICS.md, and extension routes for what NullTickets
-lacks (cancel, requeue, cancel-all, wait, maintenance, every run, task events). The differences
-a client can see:
+Same routes, methods, JSON shapes, statuses and error codes as NullTickets (see the HTTP API,
+docs/reference/http-api.md), with its traps fixed (docs/guarantees/nulltickets.md), and
+extension routes for what NullTickets lacks (cancel, requeue, cancel-all, wait, maintenance,
+every run, task events). The differences a client can see:
 
 * error bodies are always valid JSON ``{"error":{"code","message"}}``; a backlog at its cap is
   ``429`` with ``Retry-After`` and ``role``/``depth``/``cap`` in the error object; an invalid

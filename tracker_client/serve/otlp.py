@@ -1,10 +1,10 @@
 """The served tracker's OTLP ingest: ``POST /v1/traces`` and ``POST /otlp/v1/traces``.
 
-As NullTickets does it (CONTRACT.md s.5): a JSON content type (``application/json``, with any
+As NullTickets does it: a JSON content type (``application/json``, with any
 parameters, in any case) carries an OTLP/JSON ``ExportTraceServiceRequest`` whose spans the
 tracker parses and links to their task and run; any other content type (OTLP protobuf, or none)
 is stored as a blob. Both answer ``{"batch_id", "accepted_spans", "stored"}``. The routes are
-admin routes (the api token, when one is set).
+admin routes (the api token, when one is set); see docs/reference/http-api.md.
 
 Bad input stores nothing: a body over the OTLP limit (:data:`DEFAULT_MAX_OTLP_BYTES`, lower
 than the general request limit; ``tracker serve --max-otlp-bytes``) is 413, refused on its

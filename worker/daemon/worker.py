@@ -8,7 +8,7 @@ the :class:`~worker.keeper.LeaseKeeper` (heartbeats and flushes of every run), t
 :class:`~worker.daemon.watch.TrackerWatch` (the tracker's wake-ups), the maintenance loop and
 the :class:`~worker.daemon.claimer.Claimer` (claims and the runs they start).
 
-Shutdown is staged (DESIGN.md invariant 4): :meth:`Worker.stop` stops claiming (no claim is sent
+Shutdown is staged (docs/guarantees/worker.md): :meth:`Worker.stop` stops claiming (no claim is sent
 after it); in-flight runs keep heartbeating for ``shutdown_grace_s``; then their executors are
 cancelled and each run makes a shielded final report (a release, reason ``worker_shutdown``). A
 second stop skips the grace and abandons claims still at the tracker.

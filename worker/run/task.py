@@ -1,6 +1,6 @@
 """One claimed task: the executor supervised under its lease, then the final report.
 
-The shape (DESIGN.md "One task, end to end"):
+The shape (docs/architecture/index.md, "One task's path"):
 
 1. The executor runs in the run's own task while the worker's :class:`~worker.keeper.LeaseKeeper`
    heartbeats the lease every ttl/3 and flushes buffered reports (one keeper task for all runs,

@@ -74,7 +74,7 @@ __all__ = [
 
 log = logging.getLogger("backlog_worker.tracing")
 
-#: The span attributes that link a span to its task and run (NullTickets' CONTRACT.md s.5).
+#: The span attributes that link a span to its task and run (docs/guarantees/nulltickets.md).
 TASK_ID = "nulltickets.task_id"
 RUN_ID = "nulltickets.run_id"
 #: ``rail`` export: seconds between sends, spans that trigger one sooner, spans kept at most

@@ -1,4 +1,5 @@
--- Schema version 5: OTLP span storage (CONTRACT.md s.5 POST /v1/traces, extension `spans`).
+-- Schema version 5: OTLP span storage (POST /v1/traces, extension `spans`;
+-- docs/reference/http-api.md).
 -- One `span_batches` row per ingest request: an OTLP/JSON document is parsed into `spans`
 -- (stored = 'json', accepted = its span count); any other content type keeps the body as is
 -- (stored = 'blob', accepted = 0). A span is linked to its task and run by the attributes
