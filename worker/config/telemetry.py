@@ -28,17 +28,19 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 class _Table(BaseModel):
+    # A key's docstring is its description in docs/reference/configuration.md.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class MetricsConfig(_Table):
     """``[metrics]``: a Prometheus ``/metrics`` endpoint of the worker (opt-in)."""
 
-    #: Where ``/metrics`` is served (``"127.0.0.1:9464"``); None (the default): nowhere.
     listen: str | None = None
-    #: Seconds between two reads of the queue figures of the worker's roles (one
-    #: ``queue_stats`` call each time; a failed read is counted and the last figures kept).
+    """Where ``/metrics`` is served, ``HOST:PORT`` (``"127.0.0.1:9464"``; keep it on loopback or
+    a private network); None (the default): nowhere."""
     queue_interval_s: float = Field(15.0, ge=0.05, le=3600.0)
+    """Seconds between two reads of the queue figures of the worker's roles (one
+    ``queue_stats`` call each time; a failed read is counted and the last figures kept)."""
 
     @field_validator("listen")
     @classmethod
@@ -52,14 +54,17 @@ class TracingConfig(_Table):
     """``[tracing]``: OpenTelemetry spans of claims and runs (opt-in; the ``otel`` extra)."""
 
     enabled: bool = False
-    #: ``rail``: spans go into the worker's own rail (shown by ``task show``); ``otlp``: to an
-    #: OTLP/HTTP collector at ``endpoint``.
+    """Trace claims and runs (needs the ``otel`` extra)."""
     export: Literal["rail", "otlp"] = "rail"
-    #: The collector's traces URL for ``export = "otlp"`` (e.g. http://127.0.0.1:4318/v1/traces).
+    """``rail``: spans go into the worker's own rail (shown by ``task show``); ``otlp``: to an
+    OTLP/HTTP collector at ``endpoint``."""
     endpoint: str | None = None
+    """The collector's traces URL for ``export = "otlp"`` (e.g.
+    ``http://127.0.0.1:4318/v1/traces``)."""
     service_name: str = "backlog-worker"
-    #: Fraction of runs traced (parent-based ratio sampling).
+    """The ``service.name`` of the spans."""
     sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    """Fraction of runs traced (parent-based ratio sampling)."""
 
     @field_validator("endpoint")
     @classmethod
