@@ -8,9 +8,12 @@ table, so the page, the document and the routes agree."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from docs._ref.markdown import code, slug, table, text
+
+_REF = "#/components/schemas/"
 
 _AUTH = {
     "public": "none",
@@ -26,10 +29,15 @@ def operations() -> list[Any]:
     return list(OPERATIONS)
 
 
+def model_link(name: str) -> str:
+    """A model's name, linked to its section of the page."""
+    return f"[{code(name)}](#{slug(name)})"
+
+
 def _answer(op: Any) -> str:
     if op.response is None:
         return "none" if op.status == 204 else "a document"
-    name = code(op.response.__name__)
+    name = model_link(op.response.__name__)
     return {"list": f"array of {name}", "page": f"page of {name}"}.get(op.shape, name)
 
 
@@ -84,6 +92,67 @@ def section(op: Any, doc: dict[str, Any]) -> str:
     if op.quirk:
         rows.append(["plain NullTickets", text(op.quirk)])
     return f"### {op.method} {text(op.path)}\n\n{text(op.summary)}.\n\n" + table(["", ""], rows)
+
+
+def schema_type(schema: dict[str, Any]) -> str:
+    """A JSON schema's type in a few words, models linked."""
+    if "$ref" in schema:
+        return model_link(schema["$ref"].removeprefix(_REF))
+    if "anyOf" in schema:
+        kinds = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        shown = " or ".join(schema_type(s) for s in kinds) or "null"
+        return shown + (" or null" if len(kinds) < len(schema["anyOf"]) else "")
+    if "enum" in schema:
+        return " or ".join(code(repr(v).replace("'", '"')) for v in schema["enum"])
+    if "const" in schema:
+        return code(repr(schema["const"]).replace("'", '"'))
+    kind = schema.get("type")
+    if kind == "array":
+        return "array of " + schema_type(schema.get("items", {}))
+    if kind == "object" and "additionalProperties" in schema:
+        inner = schema["additionalProperties"]
+        return "object" if inner is True else "object of " + schema_type(inner)
+    return str(kind or "any JSON")
+
+
+def models(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every model the operations name, and every model those name, by name."""
+    schemas: dict[str, dict[str, Any]] = doc["components"]["schemas"]
+    todo = [m.__name__ for op in operations() for m in (op.body, op.response) if m is not None]
+    found: dict[str, dict[str, Any]] = {}
+    while todo:
+        name = todo.pop(0)
+        if name in found or name not in schemas:
+            continue
+        found[name] = schemas[name]
+        text_of = repr(schemas[name])
+        todo += [ref.split("'")[0] for ref in text_of.split(_REF)[1:]]
+    return dict(sorted(found.items()))
+
+
+def model_section(name: str, schema: dict[str, Any]) -> str:
+    """One model: what it is, and each field's type, whether it is required, and the extension
+    that reads it (a plain NullTickets server ignores such a field)."""
+    required = set(schema.get("required", ()))
+    rows = [
+        [
+            code(field),
+            schema_type(spec),
+            "yes" if field in required else "",
+            code(spec["x-extension"]) if "x-extension" in spec else "",
+        ]
+        for field, spec in schema.get("properties", {}).items()
+    ]
+    about = " ".join((schema.get("description") or "").split("\n\n")[0].split())
+    body = table(["field", "type", "required", "extension"], rows) if rows else ""
+    if not rows and "type" in schema:
+        body = f"A JSON {schema_type(schema)}.\n"
+    return f"### {name}\n\n" + (_rst(about) + "\n\n" if about else "") + body
+
+
+def _rst(value: str) -> str:
+    """A docstring's reST inline markup (````x````, ``:data:`x```) as Markdown code."""
+    return text(re.sub(r":\w+:`~?([^`]+)`", r"`\1`", value).replace("``", "`"))
 
 
 def page() -> str:
@@ -142,6 +211,11 @@ def page() -> str:
                 for name, what in EXTENSIONS.items()
             ],
         ),
+        "## Models\n",
+        "The request bodies and answers the operations name, as the OpenAPI document spells "
+        "them. A field marked with an extension is read only by a rail that lists it; a plain "
+        "NullTickets server ignores it.\n",
+        *(model_section(name, schema) for name, schema in models(doc).items()),
         "## Errors\n",
         'Every error answer is JSON `{"error": {"code", "message"}}` (an invalid '
         "transition adds `allowed`; a full backlog adds `role`, `depth`, `cap` and a "

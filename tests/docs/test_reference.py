@@ -143,7 +143,16 @@ def test_the_http_api_page_has_every_operation() -> None:
             assert f"`{op.response.__name__}`" in body
         for status in doc["paths"][op.path][op.method.lower()]["responses"]:
             assert f"`{status}`" in body, f"{heading}: {status}"
-    assert len(sections) == len(OPERATIONS)
+    models = _sections(page.split("## Models", 1)[1].split("## Errors", 1)[0], "### ")
+    assert len(sections) == len(OPERATIONS) + len(models)
+    for op in OPERATIONS:
+        for model in (op.body, op.response):
+            if model is not None:
+                assert model.__name__ in models, f"{op.name}: {model.__name__}"
+                for field in model.model_fields:
+                    assert f"| `{field}` |" in models[model.__name__], f"{model.__name__}.{field}"
+    assert "| `retryable` | boolean | " in models["FailBody"]
+    assert models["FailBody"].count("`backlog`") == 1  # the extension that reads the field
     for name in EXTENSIONS:
         assert f"| `{name}` |" in page
 
