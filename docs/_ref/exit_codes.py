@@ -33,11 +33,9 @@ def _errors_by_code() -> dict[int, list[str]]:
     for name in errors.__all__:
         cls = getattr(errors, name)
         if isinstance(cls, type) and issubclass(cls, errors.BacklogWorkerError):
-            try:
-                exc = cls.__new__(cls)
-            except TypeError:
-                continue
-            found.setdefault(exit_code_for(exc), []).append(name)
+            # exit_code_for reads only the error's class: an instance made without its
+            # constructor's arguments (BacklogFull takes role, depth, cap) is enough.
+            found.setdefault(exit_code_for(cls.__new__(cls)), []).append(name)
     return found
 
 
