@@ -3,10 +3,11 @@ validated against (:class:`worker.config.models.ConfigFile` and its tables), wit
 default, description, environment variable and command-line flag, so the page cannot drift from
 what the loader accepts.
 
-A key's description is its attribute docstring (the string under the field, PEP 257), read
-from the model's syntax tree here, as documentation tools read it. The models don't set
-pydantic's ``use_attribute_docstrings``: that parses their source at every import of the
-configuration (about 20 ms of every command's start), for a text only these pages show."""
+A key's description is its documentation comment, the ``#:`` lines above the field (or a
+docstring under it), read from the model's source as Sphinx reads them. (pydantic's
+``use_attribute_docstrings`` would put docstrings in ``FieldInfo.description``, but parses the
+models' source at every import of the configuration: about 20 ms of every command's start, for
+a text only these pages show.)"""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ class Key:
     table: tuple[str, ...]
     name: str
     field: FieldInfo
-    #: The key's attribute docstring.
+    #: The key's documentation (its ``#:`` comment or docstring).
     description: str
     #: The ``BACKLOG_WORKER_*`` variable that sets it alone (None: only inside its table's).
     env: str | None
@@ -57,16 +58,23 @@ class Key:
 
 @cache
 def _docstrings(cls: type) -> dict[str, str]:
-    """Every field ``cls`` itself declares, with its attribute docstring (empty: none)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    """Every field ``cls`` itself declares, with its documentation (empty: none)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    lines = source.splitlines()
+    tree = ast.parse(source)
     body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
     found = {}
     for stmt, after in itertools.pairwise([*body, ast.Pass()]):
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            doc = ""
             if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-                doc = inspect.cleandoc(str(after.value.value))
-            found[stmt.target.id] = doc
+                found[stmt.target.id] = inspect.cleandoc(str(after.value.value))
+                continue
+            comment: list[str] = []
+            above = stmt.lineno - 2  # the line before the field's, 0-based
+            while above >= 0 and lines[above].lstrip().startswith("#:"):
+                comment.insert(0, lines[above].lstrip()[2:].strip())
+                above -= 1
+            found[stmt.target.id] = " ".join(comment)
     return found
 
 

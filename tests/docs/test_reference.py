@@ -106,7 +106,7 @@ def test_the_configuration_page_has_every_key_with_its_description() -> None:
         body = sections[_table_heading(key[:-1])]
         assert f"| `{key[-1]}` |" in body, key
     for key in configuration.config_keys():
-        assert key.description, f"{key.dotted} has no docstring to describe it"
+        assert key.description, f"{key.dotted} has no #: comment to describe it"
 
 
 @pytest.mark.parametrize("key", [k for k in KEYS if k[0] not in ARRAYS], ids=".".join)

@@ -74,6 +74,9 @@ class _Frozen(BaseModel):
 class TrackerConfig(_Frozen):
     """``[tracker]``: where the rail is and how to talk to it."""
 
+    #: The rail: ``sqlite:///absolute/path.db`` or ``sqlite://relative.db`` (embedded SQLite),
+    #: ``http://host:port`` (a NullTickets-API server), ``postgresql://...`` (PostgreSQL).
+    #: Embedded options may ride on the URL (``?synchronous=FULL``).
     url: str = DEFAULT_TRACKER_URL
     #: A file holding the URL (one line; relative: looked up in ``$CREDENTIALS_DIRECTORY``), so
     #: a PostgreSQL password in it stays out of ``ps`` and the config (docs/operate/security.md).
@@ -82,8 +85,11 @@ class TrackerConfig(_Frozen):
     api_token: str | None = Field(None, repr=False)
     #: A file holding the token (relative: looked up in ``$CREDENTIALS_DIRECTORY``).
     api_token_file: Path | None = None
+    #: Seconds one tracker request may take.
     request_timeout_s: float = Field(10.0, gt=0)
+    #: First back-off of a retried tracker call, in seconds (full jitter).
     retry_initial_s: float = Field(0.2, gt=0)
+    #: Back-off ceiling of a retried tracker call, in seconds.
     retry_max_s: float = Field(10.0, gt=0)
     #: Upper bound for retrying a final report (transition/fail) while the tracker is down.
     report_retry_budget_s: float = Field(600.0, gt=0)
@@ -107,22 +113,40 @@ class TrackerConfig(_Frozen):
 class WorkerConfig(_Frozen):
     """``[worker]``: the daemon's own settings."""
 
-    #: Default (unset or empty): ``<hostname>-<$BACKLOG_WORKER_INSTANCE or pid>``.
+    #: The worker's name in claims and in the rail's worker list. Default (unset or empty):
+    #: ``<hostname>-<$BACKLOG_WORKER_INSTANCE or pid>``.
     agent_id: str = Field(default_factory=lambda: _default_agent_id())
+    #: Slots: how many tasks run at once.
     concurrency: int = Field(4, ge=1, le=10_000)
+    #: A lease's time to live; the worker heartbeats every ``lease_ttl_s / 3`` (a NullTickets
+    #: server resets every lease to 300 s at each heartbeat).
     lease_ttl_s: float = Field(60.0, gt=0, le=86_400)
+    #: Floor of the back-off between claims that found no work, in seconds.
     idle_min_s: float = Field(0.05, gt=0)
+    #: Ceiling of the back-off between claims that found no work (at least ``idle_min_s``).
     idle_max_s: float = Field(2.0, gt=0)
+    #: How long in-flight tasks may finish after TERM/INT before their executors are cancelled
+    #: and their tasks released.
     shutdown_grace_s: float = Field(30.0, ge=0)
+    #: Seconds between maintenance passes: reclaim expired leases, expire deadlines (embedded
+    #: and PostgreSQL rails).
     maintenance_interval_s: float = Field(5.0, gt=0)
+    #: Exit after claiming this many tasks (0: no limit).
     max_tasks: int = Field(0, ge=0)
+    #: Exit once the queue is empty (batch use).
     drain: bool = False
+    #: Base of the per-run working directories. Default: ``$STATE_DIRECTORY/runs``,
+    #: ``$RUNTIME_DIRECTORY/runs``, ``$XDG_RUNTIME_DIR/backlog-worker``, else
+    #: ``$TMPDIR``-or-``/tmp`` ``/backlog-worker-<uid>``, made 0700.
     workdir: Path | None = None
+    #: Keep each run's working directory after the run ends.
     keep_workdirs: bool = False
+    #: Executor reports (events, artifacts) are batched and written at most this often.
     report_flush_s: float = Field(1.0, gt=0)
     #: Register in the rail's worker list (``backlog-worker workers``), refreshed every
     #: ``lost_after_s / 4``; the rail shows the worker ``lost`` once silent that long.
     presence: bool = True
+    #: Seconds of silence after which the rail shows the worker ``lost``.
     lost_after_s: float = Field(60.0, ge=0.5, le=86_400)
     #: The worker's event loop: ``auto`` runs on uvloop where it is installed (less CPU per
     #: task), ``asyncio`` on the standard loop (about 2 MiB less peak RSS: uvloop's extension is
@@ -151,14 +175,20 @@ class WorkerConfig(_Frozen):
 class RoleConfig(_Frozen):
     """One ``[[roles]]`` table: a role this worker serves, its executor, options and defaults."""
 
+    #: The role: the ``agent_role`` of the pipeline stages this worker claims from.
     name: str = Field(min_length=1)
+    #: The executor that runs the role's tasks: an entry point of the
+    #: ``backlog_worker.executors`` group (``command``, ``python``, ``nullclaw``, a plugin's).
     executor: str = Field(min_length=1)
-    #: Handed to the executor as-is (it validates them, see :mod:`plugins.registry`).
+    #: The executor's options, handed to it as-is (it validates them, see
+    #: :mod:`plugins.registry`).
     options: dict[str, Any] = Field(default_factory=dict)
     #: The trigger of an outcome that names none where its stage has several ways out
     #: (None: ``complete`` if the stage has it); see :mod:`worker.triggers` for the precedence.
     default_trigger: str | None = Field(None, min_length=1)
+    #: Per-task timeout in seconds (a task's metadata ``timeout_s`` wins); None: none.
     timeout_s: float | None = Field(None, gt=0)
+    #: This role's lease TTL (None: ``[worker] lease_ttl_s``).
     lease_ttl_s: float | None = Field(None, gt=0, le=86_400)
     #: Cap on this role's share of the worker's slots (None = all slots).
     max_concurrency: int | None = Field(None, ge=1)
@@ -200,15 +230,21 @@ class ScheduleConfig(_Frozen):
     """One ``[[schedules]]`` table: a periodic schedule the worker stores (creates or updates,
     by name) in the rail at start; ``backlog-worker schedule`` shows and pauses it."""
 
+    #: The schedule's name (``backlog-worker schedule show NAME``).
     name: str = Field(min_length=1, max_length=200)
     #: The pipeline's name or id.
     pipeline: str = Field(min_length=1)
     #: 5 fields, or 6 with seconds first (checked with ``cronsim``, as the rail checks it).
     cron: str
+    #: The IANA time zone of the cron's wall clock (``Europe/Paris``), DST included.
     timezone: str = "UTC"
+    #: Each task's title.
     title: str = Field(min_length=1)
+    #: Each task's metadata (the rail adds ``schedule``, ``scheduled_at``, ``scheduled_at_ms``).
     metadata: dict[str, Any] = Field(default_factory=dict)
+    #: Each task's priority.
     priority: int = 0
+    #: Ticks missed while no worker ran: ``skip`` them, or ``catch_up`` with one task.
     missed: Literal["skip", "catch_up"] = "skip"
 
     @field_validator("cron")
@@ -249,6 +285,8 @@ class ConfigFile(BaseModel):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     #: DEBUG, INFO, WARNING, ERROR (any case; kept upper-case).
     log_level: str = "INFO"
+    #: ``auto`` (rich on a terminal, journal under systemd, else plain), ``rich``, ``plain``,
+    #: ``journal`` or ``json``.
     log_format: str = "auto"
 
     @field_validator("log_level")

@@ -28,19 +28,17 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 class _Table(BaseModel):
-    # A key's docstring is its description in docs/reference/configuration.md.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class MetricsConfig(_Table):
     """``[metrics]``: a Prometheus ``/metrics`` endpoint of the worker (opt-in)."""
 
+    #: Where ``/metrics`` is served (``"127.0.0.1:9464"``); None (the default): nowhere.
     listen: str | None = None
-    """Where ``/metrics`` is served, ``HOST:PORT`` (``"127.0.0.1:9464"``; keep it on loopback or
-    a private network); None (the default): nowhere."""
+    #: Seconds between two reads of the queue figures of the worker's roles (one
+    #: ``queue_stats`` call each time; a failed read is counted and the last figures kept).
     queue_interval_s: float = Field(15.0, ge=0.05, le=3600.0)
-    """Seconds between two reads of the queue figures of the worker's roles (one
-    ``queue_stats`` call each time; a failed read is counted and the last figures kept)."""
 
     @field_validator("listen")
     @classmethod
@@ -53,18 +51,17 @@ class MetricsConfig(_Table):
 class TracingConfig(_Table):
     """``[tracing]``: OpenTelemetry spans of claims and runs (opt-in; the ``otel`` extra)."""
 
+    #: Trace claims and runs (needs the ``otel`` extra).
     enabled: bool = False
-    """Trace claims and runs (needs the ``otel`` extra)."""
+    #: ``rail``: spans go into the worker's own rail (shown by ``task show``); ``otlp``: to an
+    #: OTLP/HTTP collector at ``endpoint``.
     export: Literal["rail", "otlp"] = "rail"
-    """``rail``: spans go into the worker's own rail (shown by ``task show``); ``otlp``: to an
-    OTLP/HTTP collector at ``endpoint``."""
+    #: The collector's traces URL for ``export = "otlp"`` (e.g. http://127.0.0.1:4318/v1/traces).
     endpoint: str | None = None
-    """The collector's traces URL for ``export = "otlp"`` (e.g.
-    ``http://127.0.0.1:4318/v1/traces``)."""
+    #: The ``service.name`` of the spans.
     service_name: str = "backlog-worker"
-    """The ``service.name`` of the spans."""
+    #: Fraction of runs traced (parent-based ratio sampling).
     sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
-    """Fraction of runs traced (parent-based ratio sampling)."""
 
     @field_validator("endpoint")
     @classmethod
