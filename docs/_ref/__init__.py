@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 def pages() -> dict[str, Callable[[], str]]:
     """Each generated page (its path under ``docs/``) and the function that renders it."""
-    from docs._ref import cli, configuration, exit_codes, http_api, metrics
+    from . import cli, configuration, exit_codes, http_api, metrics
 
     return {
         "reference/cli.md": cli.page,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import click
 
-from docs._ref.markdown import code, table, text
+from .markdown import code, table, text
 
 #: The program name, as installed by ``[project.scripts]``.
 PROG = "backlog-worker"

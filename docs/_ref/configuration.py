@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from docs._ref.markdown import code, table, text
+from .markdown import code, table, text
 
 
 @dataclass(frozen=True)

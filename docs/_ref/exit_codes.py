@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from docs._ref.markdown import code, table, text
+from .markdown import code, table, text
 
 
 def exit_codes() -> dict[int, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from docs._ref.markdown import code, slug, table, text
+from .markdown import code, slug, table, text
 
 _REF = "#/components/schemas/"
 

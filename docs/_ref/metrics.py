@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from docs._ref.markdown import code, table, text
+from .markdown import code, table, text
 
 
 @dataclass(frozen=True)

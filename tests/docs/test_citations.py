@@ -77,20 +77,25 @@ def test_code_tests_benches_and_docs_cite_only_the_projects_own_pages() -> None:
     assert not found, "cite a page under docs/ instead:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the README is being rewritten as a short front door (issue 26 B1, another branch); "
-    "remove this mark when that lands",
-)
+#: Lines of the README before its rewrite as a short front door (issue 26 B1, on another
+#: branch), which still cites files outside the repo: until that rewrite lands this test says
+#: so; once it has, the README is held like every other page.
+OLD_README_LINES = 1000
+
+
 def test_the_readme_cites_only_the_projects_own_pages() -> None:
-    found = citations(ROOT / "README.md")
+    readme = ROOT / "README.md"
+    found = citations(readme)
+    if found and len(readme.read_text(encoding="utf-8").splitlines()) > OLD_README_LINES:
+        pytest.xfail("the README before its rewrite (issue 26 B1) cites outside files")
     assert not found, "cite a page under docs/ instead:\n" + "\n".join(found)
 
 
 #: A page of the docs as code cites it: ``docs/guarantees/backlog.md``.
 CITED = re.compile(r"\bdocs/([\w/-]+\.md)\b")
-#: Pages cited before they exist on this branch: written on another branch (the guarantees
-#: pages of issue 26 B2). Remove a name once its page lands; the test then holds it.
+#: Pages cited that are written on another branch (the guarantees pages of issue 26 B2): while
+#: one is missing here it is allowed; once it exists it is held like any other. Empty this set
+#: once they have landed.
 COMING = {"guarantees/worker.md", "guarantees/backlog.md", "guarantees/nulltickets.md"}
 
 
@@ -117,15 +122,6 @@ def test_every_page_code_cites_exists() -> None:
     missing = {
         page: where
         for page, where in cited.items()
-        if page not in COMING and not _page_exists(page)
+        if not _page_exists(page) and page not in COMING
     }
     assert not missing, f"cited pages that don't exist: {missing}"
-
-
-@pytest.mark.parametrize("page", sorted(COMING))
-@pytest.mark.xfail(
-    strict=True, reason="written on another branch (docs-site); drop it from COMING when it lands"
-)
-def test_the_pages_still_coming_exist(page: str) -> None:
-    assert page in cited_pages()
-    assert _page_exists(page)

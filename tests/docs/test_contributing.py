@@ -33,3 +33,20 @@ def test_each_benchmark_named_exists_with_the_options_shown() -> None:
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         for option in (a for a in shlex.split(args) if a.startswith("--")):
             assert option in doc, f"{module} documents no {option}"
+
+
+def test_the_targeted_runs_name_tests_that_exist() -> None:
+    commands = [line.split("#")[0].split() for line in sh_blocks()[1].strip().splitlines()]
+    assert len(commands) == 3
+    for words in commands:
+        assert words[:3] == [".venv/bin/python", "-m", "pytest"]
+        assert (ROOT / words[3]).exists(), words[3]
+
+
+def test_the_docs_build_is_the_one_ci_runs() -> None:
+    block = sh_blocks()[3]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert ".venv/bin/pip install -q -e '.[docs]'" in block
+    assert ".venv/bin/pip install -q -e '.[docs]'" in ci
+    assert ".venv/bin/mkdocs build --strict --site-dir" in block
+    assert ".venv/bin/mkdocs build --strict --site-dir" in ci
