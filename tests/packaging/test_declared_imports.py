@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-OURS = {"worker", "tracker_client", "plugins", "bench", "tests"}
+OURS = {"worker", "tracker_client", "plugins", "bench", "tests", "docs"}
 PACKAGES = ("worker", "tracker_client", "plugins", "bench", "tests", "docs")
 #: The extras a module may use beyond the core dependencies, by path prefix (first match).
 EXTRA_OF = (
