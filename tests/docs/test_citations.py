@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from docs._ref import pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,26 +75,13 @@ def test_code_tests_benches_and_docs_cite_only_the_projects_own_pages() -> None:
     assert not found, "cite a page under docs/ instead:\n" + "\n".join(found)
 
 
-#: Lines of the README before its rewrite as a short front door (issue 26 B1, on another
-#: branch), which still cites files outside the repo: until that rewrite lands this test says
-#: so; once it has, the README is held like every other page.
-OLD_README_LINES = 1000
-
-
 def test_the_readme_cites_only_the_projects_own_pages() -> None:
-    readme = ROOT / "README.md"
-    found = citations(readme)
-    if found and len(readme.read_text(encoding="utf-8").splitlines()) > OLD_README_LINES:
-        pytest.xfail("the README before its rewrite (issue 26 B1) cites outside files")
+    found = citations(ROOT / "README.md")
     assert not found, "cite a page under docs/ instead:\n" + "\n".join(found)
 
 
 #: A page of the docs as code cites it: ``docs/guarantees/backlog.md``.
 CITED = re.compile(r"\bdocs/([\w/-]+\.md)\b")
-#: Pages cited that are written on another branch (the guarantees pages of issue 26 B2): while
-#: one is missing here it is allowed; once it exists it is held like any other. Empty this set
-#: once they have landed.
-COMING = {"guarantees/worker.md", "guarantees/backlog.md", "guarantees/nulltickets.md"}
 
 
 def cited_pages() -> dict[str, list[str]]:
@@ -118,10 +103,6 @@ def _page_exists(page: str) -> bool:
 
 def test_every_page_code_cites_exists() -> None:
     cited = cited_pages()
-    assert {"reference/http-api.md", "architecture/index.md"} <= set(cited)
-    missing = {
-        page: where
-        for page, where in cited.items()
-        if not _page_exists(page) and page not in COMING
-    }
+    assert {"reference/http-api.md", "architecture/index.md", "guarantees/backlog.md"} <= set(cited)
+    missing = {page: where for page, where in cited.items() if not _page_exists(page)}
     assert not missing, f"cited pages that don't exist: {missing}"
