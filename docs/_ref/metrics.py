@@ -97,11 +97,13 @@ def tracker_metrics() -> list[Metric]:
     """Every metric family ``tracker serve --metrics-listen`` shows."""
     from tracker_client.serve.metrics import ServedMetrics
     from tracker_client.serve.metrics_http import queue_families
+    from tracker_client.sweeps import SweepCounts
 
     metrics = ServedMetrics(
         None,  # type: ignore[arg-type]  # read at scrape time only
         open_connections=lambda: 0,
         refused_connections=lambda: 0,
+        sweeps=SweepCounts(),
     )
     queue = queue_families("backlog_tracker", _empty_queue(), ["role"])
     return _families("tracker", metrics.registry, metrics, queue)

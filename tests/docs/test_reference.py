@@ -180,8 +180,14 @@ def test_the_metrics_page_has_every_metric_a_worker_exposes() -> None:
 
 def test_the_metrics_page_has_every_metric_the_served_tracker_exposes() -> None:
     from tracker_client.serve.metrics import ServedMetrics
+    from tracker_client.sweeps import SweepCounts
 
-    live = ServedMetrics(None, open_connections=lambda: 1, refused_connections=lambda: 0)  # type: ignore[arg-type]
+    live = ServedMetrics(
+        None,  # type: ignore[arg-type]  # read at scrape time only
+        open_connections=lambda: 1,
+        refused_connections=lambda: 0,
+        sweeps=SweepCounts(),
+    )
     exposed = generate_latest(live.registry).decode()
     page = metrics.page()
     families = list(text_string_to_metric_families(exposed))
