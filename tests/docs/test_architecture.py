@@ -6,6 +6,7 @@ counts, also one inside a function or under ``TYPE_CHECKING``."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,12 @@ def test_the_check_sees_an_import_from_above(tmp_path: Path) -> None:
         "plugins/lazy.py:1: worker",
         "plugins/lazy.py:4: worker.cli",
     ]
+
+
+def test_every_file_the_page_names_exists() -> None:
+    """The map names real rooms: a file moved or renamed fails here until the page follows."""
+    page = (ROOT / "docs" / "architecture" / "index.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:worker|plugins|tracker_client|tests)/[\w/]+(?:\.py)?/?)`", page))
+    assert len(named) > 40
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/architecture/index.md names files that don't exist: {missing}"
