@@ -33,6 +33,7 @@ PUBLIC = {
     "tracker_client": ["Rail", "Submission", "SyncRail", "Tracker", "connect", "connect_sync"],
     "tracker_client.producer": ["Rail", "Submission", "SyncRail", "connect", "connect_sync"],
     "tracker_client.errors": [
+        "AnswerRefused",
         "BacklogFull",
         "BacklogWorkerError",
         "ConfigError",
