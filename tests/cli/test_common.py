@@ -83,7 +83,7 @@ def test_ages() -> None:
 
 
 def test_event_summaries() -> None:
-    from worker.cli.ops.task_show import event_summary
+    from worker.cli.ops.task.show import event_summary
 
     transition = {"trigger": "reject", "from": "review", "to": "draft", "instructions": "fix"}
     assert event_summary("transition", transition) == "reject: review -> draft (fix)"

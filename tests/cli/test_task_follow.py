@@ -37,7 +37,7 @@ from tracker_client.models import Lease, TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker
 from tracker_client.nulltickets.options import RetrySettings
 from tracker_client.protocol import Tracker
-from worker.cli.ops.task_follow import follow_events
+from worker.cli.ops.task.follow import follow_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

@@ -151,9 +151,9 @@ def test_cancel_all_needs_a_filter_and_confirmation(simple: Rail) -> None:
 
 
 def test_cancel_all_asks_at_a_terminal(simple: Rail, monkeypatch) -> None:
-    import worker.cli.ops.task as ops_task
+    import worker.cli.ops.task.cancel as ops_task_cancel
 
-    monkeypatch.setattr(ops_task, "stdin_is_tty", lambda: True)
+    monkeypatch.setattr(ops_task_cancel, "stdin_is_tty", lambda: True)
     simple.add("t")
     refused = simple.cli("task", "cancel-all", "--role", "coder", input="n\n")
     assert refused.exit_code == 1  # click's Abort

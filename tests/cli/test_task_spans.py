@@ -16,8 +16,7 @@ from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 from tracker_client.observe_models import Span
 from tracker_client.protocol import Tracker
-from worker.cli.ops.task_show import fetch_report
-from worker.cli.ops.task_spans import fmt_span_duration, span_depths
+from worker.cli.ops.task.show import fetch_report, fmt_span_duration, span_depths
 
 pytestmark = pytest.mark.timeout(60)
 

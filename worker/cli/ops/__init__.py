@@ -1,5 +1,6 @@
 """The operator subcommands of ``backlog-worker`` (``pipeline``, ``task``, ``submit``, ``queue``,
-``plugins``, ``demo``): one module each, registered by :mod:`worker.cli.ops.commands`.
+``plugins``, ``demo``): one module each (``task``, a group, is a package of a module per
+command), registered by :mod:`worker.cli.ops.commands`.
 
 They may touch a tracker (opened by :mod:`worker.cli.ops.common` through
 :mod:`tracker_client.factory`, used through the ``Tracker`` protocol), the configuration, the

@@ -1,9 +1,10 @@
 """The operator subcommands of ``backlog-worker``: run a rail without curl and jq.
 
-``pipeline create|list|show``, ``task add|list|show|cancel|requeue|cancel-all``,
+``pipeline create|list|show``, ``task add|list|show|cancel|requeue|cancel-all|transition``,
 ``submit ... --wait``, ``queue [--watch]``, ``plugins``, ``demo``, ``purge``, ``schedule``
 and ``limit``.
-Each lives in a sibling ``ops_*`` module; this one only registers them. Exit codes: see
+Each lives in a sibling module (the ``task`` group is the :mod:`worker.cli.ops.task` package, a
+module per command); this one only registers them. Exit codes: see
 :data:`worker.cli.ops.common.EXIT_CODES`.
 """
 

@@ -1,7 +1,7 @@
 """``backlog-worker submit TITLE --wait``: enqueue a task and block until it finishes.
 
 It may touch the tracker (``create_task``, then ``wait``) and the terminal; the task's fields are
-:mod:`worker.cli.ops.taskopts`'s, the artifacts' rendering :mod:`worker.cli.ops.task_show`'s.
+:mod:`worker.cli.ops.task.fields`'s, the artifacts' rendering :mod:`worker.cli.ops.task.show`'s.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from worker.cli.ops.common import (
     resolve_pipeline,
 )
 from worker.cli.ops.outcome import outcome_message, short_json
-from worker.cli.ops.task_show import render_artifacts
-from worker.cli.ops.taskopts import TaskFields, build_task, task_field_options
+from worker.cli.ops.task.fields import TaskFields, build_task, task_field_options
+from worker.cli.ops.task.show import render_artifacts
 
 __all__ = ["outcome_message", "submit"]
 

@@ -1,5 +1,11 @@
 """``backlog-worker task show``: a task's state, runs, events timeline, artifacts and spans.
 
+The spans are the OTLP spans ingested for the task (``POST /v1/traces``, linked to it by their
+``nulltickets.task_id`` / ``nulltickets.run_id`` attributes), listed through the ``spans``
+extension and shown as a tree under their parents. On a rail without that extension (a plain
+NullTickets server stores spans but cannot list them) nothing more is printed and ``--json`` has
+no ``spans`` key. ``--follow`` then streams the task's new events (:mod:`.follow`).
+
 It may touch the tracker (reads only: the task, its pipeline, runs, events, artifacts and spans)
 and the terminal.
 """
@@ -15,6 +21,7 @@ from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 
+from tracker_client import calls
 from tracker_client.agents import parent_of
 from tracker_client.errors import NotFound, Unsupported
 from tracker_client.models import Artifact, Event, Pipeline, Run, TaskDetail
@@ -32,18 +39,21 @@ from worker.cli.ops.common import (
     now_ms,
 )
 from worker.cli.ops.outcome import short_json
-from worker.cli.ops.task_follow import Follow, follow_options
-from worker.cli.ops.task_spans import fetch_spans, render_spans
+from worker.cli.ops.task.follow import Follow, follow_options
 
 __all__ = [
     "TaskReport",
     "event_summary",
     "fetch_report",
+    "fetch_spans",
+    "fmt_span_duration",
     "left_out",
     "render_artifacts",
     "render_events",
+    "render_spans",
     "render_task",
     "short_json",
+    "span_depths",
     "task_show",
 ]
 
@@ -310,6 +320,74 @@ def render_artifacts(artifacts: list[Artifact]) -> Table:
             (a.sha256 or "-")[:16],
             fmt_when(a.created_at_ms),
         )
+    return table
+
+
+# -- spans ----------------------------------------------------------------------------------------
+#: Deepest indentation of a child span under its parent in the table.
+_MAX_INDENT = 8
+_SPAN_STATUS = {0: "-", 1: "ok", 2: "error"}
+
+
+async def fetch_spans(tracker: Tracker, task_id: str) -> list[Span] | None:
+    """The task's spans by start time, or None when the rail has no ``spans`` extension."""
+    if "spans" not in (await tracker.capabilities()).extensions:
+        return None
+    try:
+        spans = await calls.LIST_SPANS.call(tracker, task_id)
+    except Unsupported:
+        return None
+    return spans
+
+
+def fmt_span_duration(span: Span) -> str:
+    """How long the span took (``850us``, ``12.5ms``, ``4.2s``), ``-`` without both ends."""
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if start is None or end is None:
+        return "-"
+    ns = max(0, end - start)
+    if ns < 1_000_000:
+        return f"{ns // 1000}us"
+    if ns < 1_000_000_000:
+        return f"{ns / 1_000_000:.1f}ms"
+    return fmt_age(ns // 1_000_000)
+
+
+def span_depths(spans: list[Span]) -> dict[str, int]:
+    """Each span's depth under its ancestors among ``spans`` (a root, or a span whose parent
+    is not shown, is 0), by ``trace_id:span_id``."""
+    by_id = {f"{s.trace_id}:{s.span_id}": s for s in spans}
+    depths: dict[str, int] = {}
+    for key, span in by_id.items():
+        depth, seen, parent = 0, {key}, span.parent_span_id
+        while parent is not None and depth < _MAX_INDENT:
+            up = f"{span.trace_id}:{parent}"
+            if up in seen or up not in by_id:
+                break
+            seen.add(up)
+            depth += 1
+            parent = by_id[up].parent_span_id
+        depths[key] = depth
+    return depths
+
+
+def render_spans(spans: list[Span], runs: list[Run]) -> Table:
+    """The spans table: start, name (indented under its parent), duration, status, run."""
+    attempt = {r.id: r.attempt for r in runs}
+    depths = span_depths(spans)
+    table = Table(title="spans", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+    table.add_column("start", no_wrap=True)
+    table.add_column("name", overflow="fold", ratio=1)
+    for col in ("took", "status", "run"):
+        table.add_column(col, no_wrap=True)
+    for s in spans:
+        start = None if s.start_time_unix_nano is None else s.start_time_unix_nano // 1_000_000
+        status = _SPAN_STATUS.get(s.status_code or 0, str(s.status_code))
+        if s.status_message:
+            status = f"{status}: {s.status_message}"
+        run = "-" if s.run_id is None else (f"#{attempt[s.run_id]}" if s.run_id in attempt else "?")
+        indent = "  " * depths.get(f"{s.trace_id}:{s.span_id}", 0)
+        table.add_row(fmt_when(start), indent + s.name, fmt_span_duration(s), status, run)
     return table
 
 

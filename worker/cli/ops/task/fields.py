@@ -1,7 +1,8 @@
-"""Task fields shared by ``task add`` and ``submit``: click options and ``TaskCreate`` builders;
-and the bulk-replay flags of ``task requeue --dead-lettered`` (:class:`DeadLetterReplay`).
+"""Task fields shared by ``task add`` and ``submit``: click options and ``TaskCreate`` builders.
 
-Flags only: parsing and checking them touches no tracker (the commands in :mod:`.task` do).
+Flags only: parsing and checking them touches no tracker (the commands in :mod:`.add` and
+:mod:`worker.cli.ops.submit` do); a task file's pipeline names are resolved through the tracker
+they pass in.
 """
 
 from __future__ import annotations
@@ -28,10 +29,8 @@ from worker.cli.ops.input import (
 )
 
 __all__ = [
-    "DeadLetterReplay",
     "TaskFields",
     "build_task",
-    "dead_letter_replay_options",
     "read_task_file",
     "task_field_options",
 ]
@@ -309,86 +308,3 @@ async def read_task_file(
         obj["pipeline_id"] = await pipeline_id_of(ref)
         tasks.append(_validate(obj, where))
     return tasks
-
-
-# -- task requeue --dead-lettered -----------------------------------------------------------------
-def dead_letter_replay_options(func: F) -> F:
-    """Add the bulk-replay flags of ``task requeue`` (``--dead-lettered``, ``--pipeline``, ...)."""
-    options = [
-        click.option(
-            "--dead-lettered",
-            is_flag=True,
-            help="Requeue every dead-lettered task of --pipeline instead of one TASK_ID.",
-        ),
-        click.option("--pipeline", "-p", metavar="NAME|ID", help="With --dead-lettered."),
-        click.option(
-            "--reason",
-            metavar="REASON",
-            help="Only tasks dead-lettered for this reason (max_attempts_exceeded, "
-            "permanent_failure, crash_loop, expired, cancelled, ...).",
-        ),
-        click.option(
-            "--since",
-            type=_DURATION,
-            help="Only tasks dead-lettered within this long ago (e.g. 1h, 30m, 2d).",
-        ),
-        click.option(
-            "--dry-run", is_flag=True, help="Print how many would be requeued; write nothing."
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-@dataclass(frozen=True)
-class DeadLetterReplay:
-    """The bulk-replay flags of one ``task requeue`` invocation."""
-
-    dead_lettered: bool = False
-    pipeline: str | None = None
-    reason: str | None = None
-    since: float | None = None
-    dry_run: bool = False
-
-    @classmethod
-    def pop_from(cls, kwargs: dict[str, Any]) -> DeadLetterReplay:
-        """Take this class's fields out of a click kwargs dict."""
-        names = cls.__dataclass_fields__
-        return cls(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
-
-    def check(self, task_id: str | None) -> None:
-        """``OpsError`` (usage) for a combination that cannot mean anything, before any I/O."""
-        if not self.dead_lettered:
-            given = [
-                flag
-                for flag, value in (
-                    ("--pipeline", self.pipeline),
-                    ("--reason", self.reason),
-                    ("--since", self.since),
-                    ("--dry-run", self.dry_run or None),
-                )
-                if value is not None
-            ]
-            if given:
-                raise OpsError(
-                    f"{given[0]} applies only with --dead-lettered (bulk replay of a pipeline)",
-                    EXIT_USAGE,
-                )
-            if task_id is None:
-                raise OpsError(
-                    "missing TASK_ID (or --dead-lettered --pipeline NAME|ID)", EXIT_USAGE
-                )
-            return
-        if task_id is not None:
-            raise OpsError("give a TASK_ID or --dead-lettered, not both", EXIT_USAGE)
-        if not self.pipeline:
-            raise OpsError("--dead-lettered needs --pipeline NAME|ID", EXIT_USAGE)
-        if self.reason is not None and not self.reason.strip():
-            raise OpsError("--reason is empty", EXIT_USAGE)
-        if self.since is not None and self.since * 1000 < 1:
-            raise OpsError(f"--since must be longer than 0 (got {self.since:g}s)", EXIT_USAGE)
-
-    def since_ms(self) -> int | None:
-        """``--since`` in milliseconds (None: no age limit)."""
-        return None if self.since is None else int(self.since * 1000)

@@ -10,7 +10,7 @@ come from ``follow_task``, a long poll that answers as soon as an event is writt
 (a plain NullTickets server) the task and its run events are polled every ``--poll-interval``.
 
 It may touch the tracker (reads only: ``follow_task``, ``wait``, events and runs) and the
-terminal; what ``task show`` prints first is :mod:`~.task_show`'s.
+terminal; what ``task show`` prints first is :mod:`.show`'s.
 """
 
 from __future__ import annotations
@@ -235,7 +235,6 @@ class Follow:
         ops.print(f"{fmt_when(event.ts_ms)}  {run}  {event.kind}  {summary}")
 
     def _end(self, ops: OpsContext, result: WaitResult) -> int:
-        # Imported here: submit renders with task_show, which imports this module for --follow.
         code, message = outcome_message(self.task_id, result, None)
         if ops.as_json:
             end = {"finished": True, "outcome": result.outcome, "exit_code": code}
