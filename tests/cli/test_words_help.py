@@ -95,6 +95,7 @@ def test_the_docs_give_tracker_serve_one_port_and_a_loopback_listen_address() ->
         if "base_url" not in line  # an LLM endpoint, not the tracker
         and "/metrics" not in line  # a Prometheus endpoint ([metrics] listen), not the tracker
         and "/v1/traces" not in line  # an OTLP collector ([tracing] endpoint), not the tracker
+        and "mkdocs serve" not in line  # the docs' own preview server, not the tracker
         for m in re.finditer(r"https?://([\w.-]+):(\d+)", line)
     }
     assert ports, "no tracker URL in the docs"
