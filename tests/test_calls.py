@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tracker_client import calls
-from tracker_client.nulltickets.contract import operation
+from tracker_client.contract.table import operation
 
 OPS = [getattr(calls, name) for name in calls.__all__ if name != "Op"]
 

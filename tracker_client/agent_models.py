@@ -2,7 +2,7 @@
 
 What a task's run reads of its dependencies (:class:`Upstream`), the bodies of the extension
 operations ``checkpoint`` and ``transition_task`` (rows of
-:data:`tracker_client.nulltickets.contract.OPERATIONS`), and the constants both sides of the
+:data:`tracker_client.contract.table.OPERATIONS`), and the constants both sides of the
 seam agree on (the checkpoint size limit, the dead-letter reasons of the upstream-failure rule,
 the KV namespace a plain NullTickets rail keeps checkpoints in). Fields the agent extensions add
 to existing models (``Task.parent_id``, ``TaskCreate.parent_id``, ``Lease.previous_checkpoint``,

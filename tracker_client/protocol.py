@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import Capabilities, LeaseRef
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, FinishResult
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -55,7 +56,6 @@ from tracker_client.models import (
     TaskDetail,
     TransitionResult,
 )
-from tracker_client.nulltickets.batch_models import FinishItem, FinishManyOutcome, FinishResult
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
@@ -267,7 +267,7 @@ class Tracker(LeaseTracker, ClaimsMany, Finishes, FinishesMany, RegistersWorkers
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """Call an operation of the wire contract by its name (a row of
-        :data:`tracker_client.nulltickets.contract.OPERATIONS`), with its path parameters in
+        :data:`tracker_client.contract.table.OPERATIONS`), with its path parameters in
         order and its body fields and query parameters as keywords, for an operation whose
         method takes them so (the shape the served tracker serves from the row alone; not
         e.g. ``create_task``, which takes a model); answers what the typed method would (a

@@ -25,8 +25,8 @@ import pytest
 from tests.contract.support import DECLARED, FakeClock, OpenTracker, TrackerImpl
 from tests.postgres.contract_impl import POSTGRES
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract.table import EXTENSIONS as WIRE_EXTENSIONS
 from tracker_client.factory import open_tracker as factory_open_tracker
-from tracker_client.nulltickets.contract import EXTENSIONS as WIRE_EXTENSIONS
 from tracker_client.protocol import Tracker
 
 

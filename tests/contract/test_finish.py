@@ -13,9 +13,9 @@ from typing import Any, cast
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task, run_events, runs_of
+from tracker_client.contract.batch_models import FinishResult
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
 from tracker_client.models import Lease
-from tracker_client.nulltickets.batch_models import FinishResult
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60), pytest.mark.requires("finish")]

@@ -16,14 +16,14 @@ from pydantic import SecretStr
 
 from tests.contract.support import claim, make_pipeline, new_task, run_events, runs_of
 from tracker_client.capabilities import LeaseHandle
-from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
-from tracker_client.models import Lease
-from tracker_client.nulltickets.batch_models import (
+from tracker_client.contract.batch_models import (
     MAX_FINISH_MANY,
     FinishItem,
     FinishManyOutcome,
     FinishResult,
 )
+from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
+from tracker_client.models import Lease
 from tracker_client.protocol import Tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60), pytest.mark.requires("finish_many")]

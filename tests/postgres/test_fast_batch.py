@@ -20,9 +20,9 @@ import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
 from tests.postgres.server import PgServer, fresh_schema_url
+from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import Conflict, LeaseLost, TrackerUnavailable
 from tracker_client.factory import open_tracker
-from tracker_client.nulltickets.batch_models import FinishItem, FinishResult
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

@@ -221,7 +221,7 @@ async def test_two_instances_never_claim_one_task_twice(pg_server: PgServer) -> 
 
 async def test_every_extension_of_the_contract_is_declared(pg_server: PgServer) -> None:
     # spans, workers and follow were the last missing ones (tests/contract runs them here).
-    from tracker_client.nulltickets import contract
+    from tracker_client.contract import table as contract
     from tracker_client.postgres.tracker import MISSING_EXTENSIONS
 
     tracker = await open_tracker(fresh_schema_url(_key()))

@@ -81,7 +81,7 @@ async def test_moves_notify_only_while_an_instance_is_idle(pg_server: PgServer) 
     it brings); once a claim came back short, they do. Other writes always notify."""
     import psycopg
 
-    from tracker_client.nulltickets.batch_models import FinishItem
+    from tracker_client.contract.batch_models import FinishItem
     from tracker_client.postgres.wake import channel_name
 
     key = f"idle-{uuid.uuid4()}"

@@ -16,8 +16,8 @@ import pytest
 from tests.remote.fake_nulltickets import FakeNullTickets
 from tests.remote.fixtures import served_asgi
 from tracker_client.capabilities import EMBEDDED, NULLTICKETS, NULLTICKETS_LEASE_TTL_MS
+from tracker_client.contract.table import EXTENSIONS
 from tracker_client.nulltickets.client import RemoteTracker
-from tracker_client.nulltickets.contract import EXTENSIONS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 

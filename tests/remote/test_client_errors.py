@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
+from tracker_client.contract.wire_errors import error_for, parse_error_body
 from tracker_client.errors import (
     BacklogFull,
     Conflict,
@@ -29,7 +30,6 @@ from tracker_client.errors import (
 )
 from tracker_client.models import TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
-from tracker_client.nulltickets.wire_errors import error_for, parse_error_body
 
 NO_RETRY = RetrySettings(attempts=1)
 FAST = RetrySettings(attempts=3, initial_s=0.001, max_wait_s=0.002)

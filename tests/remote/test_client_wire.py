@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
+from tracker_client.contract import table as contract
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.models import ArtifactCreate, Pipeline, TaskCreate
-from tracker_client.nulltickets import contract
 from tracker_client.nulltickets.client import RemoteTracker, RetrySettings
 from tracker_client.nulltickets.options import NO_RETRY, OPERATOR_RETRY
 from tracker_client.protocol import Tracker

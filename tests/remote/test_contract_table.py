@@ -1,4 +1,4 @@
-"""The wire contract as data (``tracker_client.nulltickets.contract``) and its error table
+"""The wire contract as data (``tracker_client.contract.table``) and its error table
 (``wire_errors``): the table is consistent, paths quote and match per segment, and an error
 answered by the served tracker is read back by the client as the class it was raised as."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tracker_client import errors as E
-from tracker_client.nulltickets import contract
-from tracker_client.nulltickets.wire_errors import error_for, response_for
+from tracker_client.contract import table as contract
+from tracker_client.contract.wire_errors import error_for, response_for
 
 pytestmark = pytest.mark.timeout(30)
 

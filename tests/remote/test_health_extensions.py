@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract.table import EXTENSIONS
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.nulltickets.contract import EXTENSIONS
 from tracker_client.serve.app import create_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.remote.fake_nulltickets import PIPELINE
+from tracker_client.contract import table as contract
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.nulltickets import contract
 from tracker_client.serve.app import GENERATION_HEADER, ROUTES, create_app
 
 ADMIN = "dispatch-admin-token"

@@ -19,9 +19,9 @@ import pytest
 
 from plugins.api import ExecutionContext, Failure, Transition
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome
 from tracker_client.errors import Conflict, TrackerUnavailable
 from tracker_client.models import Lease
-from tracker_client.nulltickets.batch_models import FinishItem, FinishManyOutcome
 from tracker_client.protocol import Tracker
 from worker.daemon import Worker
 from worker.lease import LeaseSession

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 
+from tracker_client.contract.batch_models import MAX_CLAIM_MANY, per_state_of
 from tracker_client.embedded import claims
 from tracker_client.embedded.common import CorruptRow, Ctx, task_from_row
 from tracker_client.embedded.core import TrackerCore
@@ -25,7 +26,6 @@ from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Task
-from tracker_client.nulltickets.batch_models import MAX_CLAIM_MANY, per_state_of
 
 __all__ = ["MAX_CLAIM_MANY", "ClaimManyOps", "check_n", "claim_many"]
 

@@ -17,12 +17,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.batch_models import MAX_FINISH_EVENTS, FinishResult
 from tracker_client.embedded import runs
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.idempotency import idempotent
 from tracker_client.errors import ValidationFailed
-from tracker_client.nulltickets.batch_models import MAX_FINISH_EVENTS, FinishResult
 
 __all__ = ["FinishOps", "Prepared", "finish", "finish_keyed", "prepare"]
 

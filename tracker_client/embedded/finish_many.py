@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, check_items
 from tracker_client.embedded import runs
 from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.embedded.finish import Prepared, finish_keyed, prepare
 from tracker_client.errors import TrackerError
-from tracker_client.nulltickets.batch_models import FinishItem, FinishManyOutcome, check_items
 
 __all__ = ["FinishManyOps"]
 
@@ -43,7 +43,7 @@ class FinishManyOps(TrackerCore):
 
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
         """Write each item as ``finish`` would, in one transaction; per item, its
-        :class:`~tracker_client.nulltickets.batch_models.FinishResult` or the error that
+        :class:`~tracker_client.contract.batch_models.FinishResult` or the error that
         refused it (that item alone written nothing), in the items' order."""
         check_items(items)
         prepared = [_prepared(item) for item in items]

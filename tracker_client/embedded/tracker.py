@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
+from tracker_client.contract import table as contract
 from tracker_client.embedded import claims, reads, runs, stats, tasks
 from tracker_client.embedded.agents import AgentOps
 from tracker_client.embedded.backlog_ops import BacklogOps
@@ -44,7 +45,6 @@ from tracker_client.models import (
     TaskDetail,
     TransitionResult,
 )
-from tracker_client.nulltickets import contract
 
 __all__ = ["EmbeddedTracker"]
 

@@ -20,8 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tracker_client.capabilities import LeaseRef
-from tracker_client.errors import TrackerUnavailable, ValidationFailed
-from tracker_client.nulltickets.batch_models import (
+from tracker_client.contract.batch_models import (
     MAX_FINISH_EVENTS,
     FinishItem,
     FinishManyEntry,
@@ -30,9 +29,10 @@ from tracker_client.nulltickets.batch_models import (
     FinishResult,
     check_items,
 )
+from tracker_client.contract.wire_errors import error_for
+from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.wire import Wire
-from tracker_client.nulltickets.wire_errors import error_for
 
 __all__ = ["BatchCalls", "finish", "finish_many"]
 

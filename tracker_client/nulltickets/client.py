@@ -29,6 +29,8 @@ import httpx
 from pydantic import SecretStr
 
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract.table import operation
+from tracker_client.contract.wire_models import CancelCountAnswer, IdAnswer
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -49,7 +51,6 @@ from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
 from tracker_client.nulltickets.batching import BatchCalls
 from tracker_client.nulltickets.codec import check_json
-from tracker_client.nulltickets.contract import operation
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
 from tracker_client.nulltickets.runs import RunCalls
@@ -57,7 +58,6 @@ from tracker_client.nulltickets.store import StoreCalls
 from tracker_client.nulltickets.transport import HttpTransport
 from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
-from tracker_client.nulltickets.wire_models import CancelCountAnswer, IdAnswer
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 

@@ -1,7 +1,7 @@
 """What the server at the other end can do: ``GET /health`` read once, as typed capabilities.
 
 A plain NullTickets server advertises nothing; ``backlog-worker tracker serve`` lists its
-extensions in ``"extensions"`` (:data:`~tracker_client.nulltickets.contract.EXTENSIONS`) and its
+extensions in ``"extensions"`` (:data:`~tracker_client.contract.table.EXTENSIONS`) and its
 own request limit in ``"limits"``. :class:`Discovery` reads that once (the first request of a
 client is its ``/health``), answers "is extension X there?" for the parts of the client, and
 :func:`declared` turns it into the :class:`~tracker_client.capabilities.Capabilities` the worker,
@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 
 from tracker_client.capabilities import NULLTICKETS, NULLTICKETS_LEASE_TTL_MS, Capabilities
+from tracker_client.contract.table import operation
 from tracker_client.errors import Unsupported
 from tracker_client.nulltickets.codec import loads
-from tracker_client.nulltickets.contract import operation
 from tracker_client.nulltickets.transport import HttpTransport
 
 __all__ = ["NULLTICKETS_LEASE_TTL_MS", "Advertised", "Discovery", "declared"]

@@ -28,15 +28,15 @@ from typing import Any
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.table import MAX_LEASE_TTL_MS
+from tracker_client.contract.wire_models import EventIdAnswer, ExpiryAnswer
 from tracker_client.errors import InvalidTransition, TrackerError, ValidationFailed
 from tracker_client.models import FailResult, Lease, ReleaseResult, TransitionResult
 from tracker_client.nulltickets.codec import check_json
-from tracker_client.nulltickets.contract import MAX_LEASE_TTL_MS
 from tracker_client.nulltickets.discovery import NULLTICKETS_LEASE_TTL_MS
 from tracker_client.nulltickets.limits import HEADER_ALLOWANCE, trim_event_data
 from tracker_client.nulltickets.reads import get_task
 from tracker_client.nulltickets.wire import Wire, log
-from tracker_client.nulltickets.wire_models import EventIdAnswer, ExpiryAnswer
 
 __all__ = ["add_event", "claim", "fail", "heartbeat", "release", "transition"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracker_client.contract.wire_models import IdAnswer, IdsAnswer
 from tracker_client.errors import (
     NotFound,
     TrackerError,
@@ -30,7 +31,6 @@ from tracker_client.nulltickets.codec import check_json, dumps
 from tracker_client.nulltickets.limits import HEADER_ALLOWANCE, split_bulk
 from tracker_client.nulltickets.reads import get_task
 from tracker_client.nulltickets.wire import Wire, log
-from tracker_client.nulltickets.wire_models import IdAnswer, IdsAnswer
 
 __all__ = [
     "NULLTICKETS_DEFAULT_RETRY",

@@ -20,7 +20,7 @@ half of what a robust NullTickets client must do (docs/guarantees/nulltickets.md
 * the admin token on admin routes, the lease token *replacing* it on lease routes (there is no
   session-wide ``Authorization`` header to merge with);
 * an error answer becomes an exception through the contract's error table
-  (:func:`~tracker_client.nulltickets.wire_errors.error_for`); resets and timeouts become
+  (:func:`~tracker_client.contract.wire_errors.error_for`); resets and timeouts become
   ``TrackerUnavailable``.
 
 It does not retry unless asked: only when its :class:`RetrySettings` allow more than one attempt
@@ -38,6 +38,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from tracker_client.contract.wire_errors import error_for
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.nulltickets.codec import answer_too_large
 from tracker_client.nulltickets.connections import (
@@ -50,7 +51,6 @@ from tracker_client.nulltickets.options import (
     ClientOptions,
     RetrySettings,
 )
-from tracker_client.nulltickets.wire_errors import error_for
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",

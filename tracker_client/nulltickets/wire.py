@@ -1,6 +1,6 @@
 """One operation of the contract table, carried out: the request it makes and the answer it reads.
 
-:class:`Wire` takes an operation's name (a row of :data:`~tracker_client.nulltickets.contract.
+:class:`Wire` takes an operation's name (a row of :data:`~tracker_client.contract.table.
 OPERATIONS`), its path parameters, query and body, and derives the rest from the table: method,
 path template, credentials (``auth``), whether the server must list an extension first, and the
 model the success answer validates as. The client's parts (:mod:`.client`, :mod:`.leases`,
@@ -38,9 +38,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from tracker_client import models as domain
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.table import Operation, operation
 from tracker_client.errors import TrackerRejected, TrackerUnavailable, ValidationFailed
 from tracker_client.nulltickets.codec import dumps, encode_query, loads
-from tracker_client.nulltickets.contract import Operation, operation
 from tracker_client.nulltickets.discovery import Discovery
 from tracker_client.nulltickets.transport import Credentials, HttpTransport
 from tracker_client.validation import describe_validation

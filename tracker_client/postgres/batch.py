@@ -24,15 +24,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tracker_client.embedded.finish import prepare
-from tracker_client.embedded.runs import token_hash
-from tracker_client.errors import TrackerError
-from tracker_client.nulltickets.batch_models import (
+from tracker_client.contract.batch_models import (
     FinishItem,
     FinishManyOutcome,
     FinishResult,
     check_items,
 )
+from tracker_client.embedded.finish import prepare
+from tracker_client.embedded.runs import token_hash
+from tracker_client.errors import TrackerError
 from tracker_client.postgres.hot import MOVE_FIELDS, PgHotOps
 
 __all__ = ["PgFinishManyOps"]

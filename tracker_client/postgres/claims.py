@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any, cast
 
+from tracker_client.contract.batch_models import per_state_of
 from tracker_client.embedded.checkpoints import previous_checkpoint
 from tracker_client.embedded.claim_many import check_n, keyed_claim_many
 from tracker_client.embedded.claims import (
@@ -42,7 +43,6 @@ from tracker_client.embedded.ratelimits import admit, spend
 from tracker_client.embedded.runs import dead_letter, token_hash
 from tracker_client.errors import TrackerError, ValidationFailed
 from tracker_client.models import Lease, Run
-from tracker_client.nulltickets.batch_models import per_state_of
 from tracker_client.postgres.dialect import NeedExclusive, PgConn, Row
 from tracker_client.postgres.follow import FOLLOW_QUIET
 from tracker_client.postgres.hot import PgHotOps

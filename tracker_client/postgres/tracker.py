@@ -20,6 +20,7 @@ from typing import Any, Self, TypeVar, cast
 import anyio
 
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract import table as contract
 from tracker_client.embedded import backlog
 from tracker_client.embedded.claims import reissue
 from tracker_client.embedded.common import Ctx
@@ -31,7 +32,6 @@ from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import ConfigError, Unsupported
 from tracker_client.models import Health, Lease, StoreEntry
-from tracker_client.nulltickets import contract
 from tracker_client.ops_models import WaitResult
 from tracker_client.postgres import claims, idle, search
 from tracker_client.postgres.batch import PgFinishManyOps

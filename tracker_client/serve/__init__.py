@@ -1,7 +1,7 @@
 """``backlog-worker tracker serve``: the embedded tracker served over the NullTickets API.
 
 ``app`` builds the Starlette application; the routes, auth and OpenAPI document are derived from
-the wire contract (:mod:`tracker_client.nulltickets.contract`).
+the wire contract (:mod:`tracker_client.contract.table`).
 
 Its modules may touch Starlette, the wire contract and error table
 (:mod:`tracker_client.nulltickets`) and the tracker they serve, through the ``Tracker`` protocol

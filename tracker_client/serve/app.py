@@ -24,7 +24,7 @@ every run, task events). The differences a client can see:
   body limit (4 MiB; 413 over it) and 400s naming what is wrong (:mod:`tracker_client.serve.otlp`).
 
 Everything a route is (method, path, auth class, body, answer, extension, whether it wakes long
-polls) is read from the wire contract (:mod:`tracker_client.nulltickets.contract`); this module
+polls) is read from the wire contract (:mod:`tracker_client.contract.table`); this module
 only binds the table to the handlers of :mod:`~tracker_client.serve.routes` and
 :mod:`~tracker_client.serve.extra_routes` (an operation without one is served by
 :func:`~tracker_client.serve.generic.generic_handler`), and adds auth and the error pages.
@@ -49,8 +49,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tracker_client.contract import table as contract
 from tracker_client.dashboard import DashboardSettings, create_dashboard
-from tracker_client.nulltickets import contract
 from tracker_client.protocol import Tracker
 from tracker_client.serve import batch_routes, extra_routes, otlp, routes
 from tracker_client.serve.browser import (
@@ -102,7 +102,7 @@ ENDPOINTS = _endpoints()
 
 #: Every route, in the contract's order, as Starlette routes: what the API serves, for whoever
 #: reads the table (tests, the OpenAPI check). Requests are dispatched by
-#: :func:`tracker_client.nulltickets.contract.match` (an index by method and segment count).
+#: :func:`tracker_client.contract.table.match` (an index by method and segment count).
 ROUTES = [
     Route(
         op.path.replace("{key}", "{key:path}"),

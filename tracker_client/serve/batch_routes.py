@@ -4,7 +4,7 @@ A row alone cannot say them: ``claim_many`` answers the leases' tokens in clear 
 answers its one); ``finish_many`` reads a lease token per item (the request itself carries the
 api token, as ``claim`` does) and answers each item's outcome as the status and error object
 ``finish`` would have answered it. Named after their operations in
-:data:`tracker_client.nulltickets.contract.OPERATIONS`, as in :mod:`tracker_client.serve.routes`.
+:data:`tracker_client.contract.table.OPERATIONS`, as in :mod:`tracker_client.serve.routes`.
 
 It may touch the request and the tracker of the request (through ``call`` by operation name);
 never the storage directly.
@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.capabilities import LeaseHandle
+from tracker_client.contract.batch_models import ClaimManyBody, FinishItem, FinishManyBody
+from tracker_client.contract.wire_errors import response_for
 from tracker_client.errors import TrackerCorrupt, TrackerError
-from tracker_client.nulltickets.batch_models import ClaimManyBody, FinishItem, FinishManyBody
-from tracker_client.nulltickets.wire_errors import response_for
 from tracker_client.serve.helpers import dump, idem_key, tracker_of
 from tracker_client.serve.http import Handlers, json_response, read_model
 

@@ -4,7 +4,7 @@ maintenance say whether they changed anything, the long polls, the task events' 
 Extension operations a row says all about (cancel, requeue, every run) have no handler here:
 :mod:`tracker_client.serve.generic` serves them.
 
-Named after their operations in :data:`tracker_client.nulltickets.contract.OPERATIONS`, as in
+Named after their operations in :data:`tracker_client.contract.table.OPERATIONS`, as in
 :mod:`tracker_client.serve.routes`. Two quirks are handled here: a store key may hold ``/``
 (read from the raw path, each segment decoded on its own:
 :func:`~tracker_client.serve.helpers.store_path`), and a long poll ends when the server stops
@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.bounds import MAX_WAIT_MS
-from tracker_client.nulltickets import wire_models as w
+from tracker_client.contract import wire_models as w
 from tracker_client.serve.helpers import (
     dump,
     idem_key,

@@ -1,6 +1,6 @@
 """The handler of an operation that has no hand-written one, made from its contract row.
 
-An operation of :data:`tracker_client.nulltickets.contract.OPERATIONS` whose tracker method
+An operation of :data:`tracker_client.contract.table.OPERATIONS` whose tracker method
 takes its path parameters in order, its body's fields and its query parameters as keywords
 (and ``idempotency_key`` when the row is ``idempotent``), and returns its answer model (or a
 list or page of it, a scalar for a one-field answer, or nothing) needs no handler: the
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tracker_client.nulltickets.contract import Operation
+from tracker_client.contract.table import Operation
 from tracker_client.serve.helpers import (
     checked_lease,
     idem_key,

@@ -4,7 +4,7 @@ endpoint wrapper, reading and validating a body, the Bearer header.
 Handlers (:mod:`~tracker_client.serve.routes`, :mod:`~tracker_client.serve.extra_routes`)
 import this room; the application (:mod:`~tracker_client.serve.app`) sits on top of them. It
 may touch Starlette requests and responses and the error table
-(:mod:`tracker_client.nulltickets.wire_errors`), never the tracker's storage.
+(:mod:`tracker_client.contract.wire_errors`), never the tracker's storage.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from tracker_client.contract.table import Operation
+from tracker_client.contract.wire_errors import error_body, response_for
 from tracker_client.errors import TrackerCorrupt, TrackerError
-from tracker_client.nulltickets.contract import Operation
-from tracker_client.nulltickets.wire_errors import error_body, response_for
 from tracker_client.serve.body import BodyRefused, parse_json_body
 from tracker_client.validation import describe_validation
 
@@ -65,7 +65,7 @@ class ApiError(Exception):
 
 
 class Handlers(dict[str, Handler]):
-    """Handlers by operation name (:mod:`tracker_client.nulltickets.contract`); used as a
+    """Handlers by operation name (:mod:`tracker_client.contract.table`); used as a
     decorator, it registers a handler under its function name, which is the operation's."""
 
     def __call__(self, handler: Handler) -> Handler:

@@ -1,5 +1,5 @@
 """The OpenAPI 3.1 document of the served tracker (``GET /openapi.json``), derived from the wire
-contract (:data:`tracker_client.nulltickets.contract.OPERATIONS`).
+contract (:data:`tracker_client.contract.table.OPERATIONS`).
 
 Paths, methods, auth, query parameters, statuses and which model each body and answer is come
 from the table; object schemas come from the pydantic models, so the shapes cannot drift from
@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from tracker_client import models
-from tracker_client.nulltickets.contract import OPERATIONS, Operation
+from tracker_client.contract.table import OPERATIONS, Operation
 
 __all__ = ["QUERY_PARAMS", "openapi_document"]
 

@@ -1,10 +1,10 @@
 """Route handlers of the served tracker: health, pipelines, tasks, leases, runs, artifacts.
 
 Each handler is named after its operation in the wire contract
-(:data:`tracker_client.nulltickets.contract.OPERATIONS`), which gives its method, path, auth
+(:data:`tracker_client.contract.table.OPERATIONS`), which gives its method, path, auth
 and body model; it parses its input (``400 invalid_json`` naming the field), calls the tracker
 and answers the NullTickets JSON shape. Tracker errors become statuses through the error table
-(:mod:`tracker_client.nulltickets.wire_errors`). The store and extension handlers are in
+(:mod:`tracker_client.contract.wire_errors`). The store and extension handlers are in
 :mod:`tracker_client.serve.extra_routes`; operations whose row says all (list pipelines,
 dependencies, assignments, queue figures, the lease writes of a run: events, transition, fail,
 release) have no handler and are served by :mod:`tracker_client.serve.generic`; the
@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.agent_models import MAX_CHECKPOINT_BYTES, UNSET
+from tracker_client.contract import table as c
+from tracker_client.contract import wire_models as w
 from tracker_client.models import ArtifactCreate, TaskCreate
-from tracker_client.nulltickets import contract as c
-from tracker_client.nulltickets import wire_models as w
 from tracker_client.serve.helpers import (
     dump,
     idem_key,

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskGroup
 
+from tracker_client.contract.batch_models import MAX_CLAIM_MANY
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
-from tracker_client.nulltickets.batch_models import MAX_CLAIM_MANY
 from tracker_client.protocol import ClaimsMany, Tracker
 from worker.config.models import WorkerConfig
 from worker.daemon.chores import instructions_for, refuses_token, send_claim

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.lowlevel
 
-from tracker_client.errors import TrackerError, TrackerUnavailable
-from tracker_client.nulltickets.batch_models import (
+from tracker_client.contract.batch_models import (
     MAX_FINISH_MANY,
     FinishItem,
     FinishManyOutcome,
     FinishResult,
 )
+from tracker_client.errors import TrackerError, TrackerUnavailable
 
 if TYPE_CHECKING:
     from tracker_client.protocol import FinishesMany

@@ -26,6 +26,7 @@ import anyio
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import LeaseLost, TrackerUnavailable, Unsupported, ValidationFailed
 from tracker_client.models import (
     ArtifactCreate,
@@ -34,7 +35,6 @@ from tracker_client.models import (
     ReleaseResult,
     TransitionResult,
 )
-from tracker_client.nulltickets.batch_models import FinishItem, FinishResult
 from tracker_client.protocol import LeaseTracker, RailParts
 from worker.lease.agents import AgentCalls
 from worker.lease.batch import ReportBatcher

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from tracker_client.contract.batch_models import MAX_FINISH_EVENTS
 from tracker_client.errors import (
     Conflict,
     InvalidTransition,
@@ -34,7 +35,6 @@ from tracker_client.errors import (
     Unsupported,
     ValidationFailed,
 )
-from tracker_client.nulltickets.batch_models import MAX_FINISH_EVENTS
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.lease import LeaseSession

@@ -1,7 +1,7 @@
 """The wire models of the batching extensions: ``claim_many``, ``finish`` and ``finish_many``
 (and their limits).
 
-Pure data, imported by the contract table (:mod:`tracker_client.nulltickets.contract`), the
+Pure data, imported by the contract table (:mod:`tracker_client.contract.table`), the
 served tracker and the remote client; it imports pydantic only.
 """
 
@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracker_client.bounds import NonEmpty
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
+from tracker_client.contract.wire_models import EventBody, FailBody, TransitionBody
 from tracker_client.errors import TrackerError, ValidationFailed
 from tracker_client.models import FailResult, TransitionResult
-from tracker_client.nulltickets.contract_types import MAX_LEASE_TTL_MS
-from tracker_client.nulltickets.wire_models import EventBody, FailBody, TransitionBody
 
 __all__ = [
     "MAX_CLAIM_MANY",

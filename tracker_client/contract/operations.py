@@ -3,8 +3,8 @@
 Each row says what NullTickets documents for one operation (method, path, auth, body,
 answer, error statuses, quirks) and what the served tracker adds (its extension, the features
 it extends, whether it wakes long polls). It is read through
-:mod:`tracker_client.nulltickets.contract`, which re-exports it with the lookups built on it
-(:func:`~.contract.operation`, :func:`~.contract.match`); it stands apart so that the table,
+:mod:`tracker_client.contract.table`, which re-exports it with the lookups built on it
+(:func:`~.table.operation`, :func:`~.table.match`); it stands apart so that the table,
 most of the contract by lines, is one page of data with nothing else in it.
 
 Pure data: it imports the models and the row types, and nothing that talks.
@@ -19,15 +19,15 @@ from tracker_client import ops_models as om
 from tracker_client import schedule_models as sm
 from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
 from tracker_client.bounds import MAX_LIMIT, MAX_WAIT_MS
-from tracker_client.nulltickets.batch_models import (
+from tracker_client.contract.batch_models import (
     ClaimManyBody,
     FinishBody,
     FinishManyBody,
     FinishManyResult,
     FinishResult,
 )
-from tracker_client.nulltickets.contract_types import Auth, Method, Operation, Query
-from tracker_client.nulltickets.wire_models import (
+from tracker_client.contract.contract_types import Auth, Method, Operation, Query
+from tracker_client.contract.wire_models import (
     AssignBody,
     BulkBody,
     CancelAllBody,

@@ -1,8 +1,8 @@
 """The served tracker's extensions by name: what ``GET /health`` lists and what each stands for.
 
-Pure data, re-exported by the contract table (:mod:`tracker_client.nulltickets.contract`),
-whose rows name an extension in :attr:`~tracker_client.nulltickets.contract.Operation.extension`
-or :attr:`~tracker_client.nulltickets.contract.Operation.features`.
+Pure data, re-exported by the contract table (:mod:`tracker_client.contract.table`),
+whose rows name an extension in :attr:`~tracker_client.contract.table.Operation.extension`
+or :attr:`~tracker_client.contract.table.Operation.features`.
 """
 
 from __future__ import annotations

@@ -5,19 +5,19 @@ served tracker adds. Both sides are derived from it: the served tracker's routes
 classes, its OpenAPI document, the extension list of ``GET /health`` and the writes that wake
 long polls (:mod:`tracker_client.serve`), and the remote client's plain calls
 (:mod:`tracker_client.nulltickets`). The error half of the contract is
-:mod:`tracker_client.nulltickets.wire_errors`.
+:mod:`tracker_client.contract.wire_errors`.
 
 Extensions (not in plain NullTickets) are marked twice: an operation that only the served
 tracker has carries the name of its ``/health`` extension in :attr:`Operation.extension`; a
 plain operation whose body or answer the served tracker extends lists the names in
 :attr:`Operation.features`, and each extension body field carries ``"x-extension"`` in its JSON
-schema (the models are in :mod:`tracker_client.nulltickets.wire_models`; import them from there).
+schema (the models are in :mod:`tracker_client.contract.wire_models`; import them from there).
 Extension fields are ignored by a plain server (it ignores unknown fields).
 
 This module is the contract's one import path and holds the lookups over the table
 (:func:`operation`, :func:`format_path`, :func:`match`); the row types are
-:mod:`~tracker_client.nulltickets.contract_types` and the rows
-:mod:`~tracker_client.nulltickets.operations`, both re-exported here. Pure data and small
+:mod:`~tracker_client.contract.contract_types` and the rows
+:mod:`~tracker_client.contract.operations`, both re-exported here. Pure data and small
 helpers: it imports the models and nothing that talks.
 """
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 from functools import cache
 from urllib.parse import unquote
 
-from tracker_client.nulltickets.contract_types import MAX_LEASE_TTL_MS, Auth, Operation, Query
-from tracker_client.nulltickets.extensions import CONNECTION_EXTENSIONS, EXTENSIONS
-from tracker_client.nulltickets.operations import OPERATIONS
+from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS, Auth, Operation, Query
+from tracker_client.contract.extensions import CONNECTION_EXTENSIONS, EXTENSIONS
+from tracker_client.contract.operations import OPERATIONS
 
 __all__ = [
     "CONNECTION_EXTENSIONS",

@@ -1,7 +1,7 @@
 """What one row of the wire contract is: :class:`Operation` and its :class:`Query` parameters.
 
-The rows themselves are the table (:mod:`tracker_client.nulltickets.operations`); the lookups
-over it and the contract's one import path are :mod:`tracker_client.nulltickets.contract`,
+The rows themselves are the table (:mod:`tracker_client.contract.operations`); the lookups
+over it and the contract's one import path are :mod:`tracker_client.contract.table`,
 which re-exports these names. They are apart from the table so that a row's shape (its fields,
 its path template and how it is filled) reads on one page, and so that the table can be built
 from them without importing the lookups that are built from the table.

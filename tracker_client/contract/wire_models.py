@@ -3,7 +3,7 @@
 Request bodies as NullTickets documents them (unknown fields are ignored, as NullTickets
 does), plus the served tracker's extension fields, each marked ``"x-extension": <name>`` in its
 JSON schema (the ``/health`` extension that reads it; a plain server ignores the field). The
-operation table that uses them is :mod:`tracker_client.nulltickets.contract`, which re-exports
+operation table that uses them is :mod:`tracker_client.contract.table`, which re-exports
 every name here. Pure data: imports the models only.
 """
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracker_client import models as m
 from tracker_client.bounds import NonEmpty
-from tracker_client.nulltickets.contract_types import MAX_LEASE_TTL_MS
+from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
 
 __all__ = [
     "AssignBody",
