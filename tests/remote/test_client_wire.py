@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
+from tracker_client import nulltickets
 from tracker_client.contract import table as contract
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.factory import open_tracker
@@ -27,7 +28,8 @@ from tracker_client.protocol import Tracker
 
 pytestmark = pytest.mark.timeout(30)
 
-PACKAGE = Path(contract.__file__).parent
+#: The HTTP client's package, whose modules send the operations (the table is elsewhere).
+PACKAGE = Path(nulltickets.__file__).parent
 #: Routes of the table the client never calls (documents served for tools, read by nobody).
 NOT_CALLED = {"openapi", "openapi_well_known"}
 FAST = RetrySettings(attempts=3, initial_s=0.001, max_wait_s=0.002)
