@@ -1,8 +1,8 @@
 """The HTTP API reference: every operation of the contract table
-(:data:`tracker_client.nulltickets.contract.OPERATIONS`: method, path, auth, request and answer
+(:data:`tracker_client.contract.table.OPERATIONS`: method, path, auth, request and answer
 models, query parameters, statuses), which of them are NullTickets' own and which are this
-project's extensions (:data:`~tracker_client.nulltickets.contract.EXTENSIONS`), and the error
-table (:data:`tracker_client.nulltickets.wire_errors.ERRORS`). The statuses are read from the
+project's extensions (:data:`~tracker_client.contract.table.EXTENSIONS`), and the error
+table (:data:`tracker_client.contract.wire_errors.ERRORS`). The statuses are read from the
 OpenAPI document ``tracker serve`` serves (``GET /openapi.json``), which is built from the same
 table, so the page, the document and the routes agree."""
 
@@ -24,7 +24,7 @@ _AUTH = {
 
 def operations() -> list[Any]:
     """Every operation of the contract table, in route order."""
-    from tracker_client.nulltickets.contract import OPERATIONS
+    from tracker_client.contract.table import OPERATIONS
 
     return list(OPERATIONS)
 
@@ -157,8 +157,8 @@ def _rst(value: str) -> str:
 
 def page() -> str:
     """The whole HTTP API reference page."""
-    from tracker_client.nulltickets.contract import CONNECTION_EXTENSIONS, EXTENSIONS
-    from tracker_client.nulltickets.wire_errors import ERRORS
+    from tracker_client.contract.table import CONNECTION_EXTENSIONS, EXTENSIONS
+    from tracker_client.contract.wire_errors import ERRORS
     from tracker_client.serve.openapi import openapi_document
 
     doc = openapi_document()
@@ -168,7 +168,7 @@ def page() -> str:
     parts = [
         "# HTTP API\n",
         "The API of `backlog-worker tracker serve`, which is NullTickets' API plus extensions, "
-        "generated from the contract table (`tracker_client/nulltickets/operations.py`) when the "
+        "generated from the contract table (`tracker_client/contract/operations.py`) when the "
         "docs are built. The same table gives the server its routes and auth classes, the "
         "remote client its requests, and the OpenAPI 3.1 document the server answers at "
         "`GET /openapi.json` (and `/.well-known/openapi.json`), where every model named here "

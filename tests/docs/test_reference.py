@@ -122,7 +122,7 @@ def test_each_environment_name_on_the_page_sets_its_key(key: tuple[str, ...]) ->
 
 # -- HTTP API ---------------------------------------------------------------------------------
 def test_the_http_api_page_has_every_operation() -> None:
-    from tracker_client.nulltickets.contract import EXTENSIONS, OPERATIONS
+    from tracker_client.contract.table import EXTENSIONS, OPERATIONS
     from tracker_client.serve.openapi import openapi_document
 
     page = http_api.page()
