@@ -39,7 +39,7 @@ def _tracker_log_lines() -> Iterator[None]:
     """Each test starts with the embedded tracker's log lines as a fresh process has them: an
     in-process ``tracker serve`` (CliRunner) mutes its per-task lines process-wide, which would
     otherwise carry over into the next test."""
-    from tracker_client.embedded.common import MUTED_ACTIONS
+    from tracker_client.rules.common import MUTED_ACTIONS
 
     muted = set(MUTED_ACTIONS)
     yield

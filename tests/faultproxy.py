@@ -19,7 +19,7 @@ no persistent connections), every heartbeat asks for 300 s whatever the worker a
 NullTickets heartbeat resets every lease to 300 s, and a claim sent again with the same
 ``Idempotency-Key`` gets the answer recorded for that key, the same lease with the same token,
 as NullTickets replays it. (The served tracker now answers the same token too: a keyed claim's
-token is derived from its key, tracker_client/embedded/leasekeys.py; without this mode a hung
+token is derived from its key, tracker_client/rules/leasekeys.py; without this mode a hung
 claim that lands after its retry reaches the served tracker's own replay.)
 
 Besides the hang rules, each request can get a seeded random transport fault (``reset_rate``,

@@ -87,7 +87,7 @@ class RetryPolicy(_CreateModel):
     ``max_attempts`` set to None = unlimited failures; left out, the embedded/served tracker
     uses the rail's default (5 unless configured; a plain NullTickets server: unlimited).
     A task created with no policy at all gets the whole default policy (exponential from 1 s,
-    see ``tracker_client.embedded.retrypolicy``). ``retry_delay_ms`` is the constant delay of
+    see ``tracker_client.rules.retrypolicy``). ``retry_delay_ms`` is the constant delay of
     NullTickets; with ``backoff="exponential"`` (embedded extension) the delay doubles per
     failure from ``retry_delay_ms`` up to ``max_retry_delay_ms``, drawn from ``[d/2, d]``.
     """

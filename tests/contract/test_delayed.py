@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from tests.contract.support import FakeClock, all_tasks, make_pipeline, new_task
-from tracker_client.embedded.createopts import MAX_AHEAD_MS
 from tracker_client.errors import ValidationFailed
 from tracker_client.protocol import Tracker
+from tracker_client.rules.createopts import MAX_AHEAD_MS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -25,11 +25,11 @@ from tests.contract.support import (
     review_pipeline,
     task_events,
 )
-from tracker_client.embedded import backlog
 from tracker_client.errors import NotFound, Unsupported, ValidationFailed
 from tracker_client.models import RetryPolicy
 from tracker_client.ops_models import RequeueAllResult
 from tracker_client.protocol import Tracker
+from tracker_client.rules import backlog
 
 pytestmark = [pytest.mark.anyio, pytest.mark.requires(BACKLOG_OPS), pytest.mark.timeout(60)]
 

@@ -24,10 +24,10 @@ from tests.contract.support import (
     OpenTracker,
     make_pipeline,
 )
-from tracker_client.embedded.schedules import MISSED_AFTER_MS
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
 from tracker_client.models import Task
 from tracker_client.protocol import Tracker
+from tracker_client.rules.schedules import MISSED_AFTER_MS
 from tracker_client.schedule_models import Schedule
 
 pytestmark = [

@@ -20,10 +20,10 @@ from tests.contract.support import (
     new_task,
     simple_pipeline,
 )
-from tracker_client.embedded.pipelines import validate_definition
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import RetryPolicy
 from tracker_client.protocol import Tracker
+from tracker_client.rules.pipelines import validate_definition
 
 pytestmark = pytest.mark.anyio
 

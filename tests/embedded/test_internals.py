@@ -305,7 +305,7 @@ async def test_a_write_that_fails_after_writing_is_undone_and_the_group_replayed
     tmp_path: Path,
 ) -> None:
     """A job that wrote before failing: rolled back alone, its group-mates still commit."""
-    from tracker_client.embedded import store
+    from tracker_client.rules import store
 
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     try:
@@ -373,7 +373,7 @@ def test_run_and_lease_ids_are_canonical_uuid4() -> None:
     import os
     import uuid
 
-    from tracker_client.embedded.claims import _fresh_ids, _uuid4
+    from tracker_client.rules.claims import _fresh_ids, _uuid4
 
     for _ in range(200):
         raw = os.urandom(16)
@@ -388,7 +388,7 @@ def test_claimed_run_ids_are_in_creation_order() -> None:
     canonical UUIDv4 text, unique within one millisecond."""
     import uuid
 
-    from tracker_client.embedded.claims import _fresh_ids
+    from tracker_client.rules.claims import _fresh_ids
 
     now = 1_767_000_000_000
     same_ms = {_fresh_ids(now)[0] for _ in range(1000)}
@@ -407,7 +407,7 @@ def test_new_ids_lead_with_the_time() -> None:
     import time
     import uuid
 
-    from tracker_client.embedded.common import new_id
+    from tracker_client.rules.common import new_id
 
     before = time.time_ns() // 1_000_000
     ids = [new_id() for _ in range(1000)]

@@ -18,7 +18,7 @@ import pytest
 from tests.dashboard.conftest import process
 from tests.worker.daemonkit import clean_env, make_rail
 from tracker_client.agent_models import MAX_CHECKPOINT_BYTES
-from tracker_client.embedded.pipelines import MAX_DEFINITION_BYTES
+from tracker_client.rules.pipelines import MAX_DEFINITION_BYTES
 
 TOO_BIG = MAX_DEFINITION_BYTES + 1024
 

@@ -18,9 +18,9 @@ from plugins.api import ExecutionContext
 from plugins.nullclaw.executor import NullClawExecutor
 from plugins.proc.env import trace_env
 from tests.nullclaw.conftest import RecordingSink, fake_bin, make_ctx, options, read_record, record
-from tracker_client.embedded.otlpjson import parse_traces
 from tracker_client.errors import ConfigError, TrackerUnavailable
 from tracker_client.protocol import Tracker
+from tracker_client.rules.otlpjson import parse_traces
 from worker.config.models import load_config
 from worker.config.telemetry import TracingConfig
 from worker.daemon import Worker

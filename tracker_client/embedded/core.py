@@ -22,17 +22,21 @@ from typing import Any, Self, TypeVar
 
 import anyio
 
-from tracker_client.embedded import backlog, retention, stats
-from tracker_client.embedded.common import Ctx, Options
 from tracker_client.embedded.db import Database
-from tracker_client.embedded.options import parse_options
-from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.errors import ConfigError
 from tracker_client.models import Health
 from tracker_client.ops_models import MaintenanceReport, PurgeResult, WaitResult
+from tracker_client.rules import backlog, retention, stats
+from tracker_client.rules.common import Ctx, Options
+from tracker_client.rules.options import parse_options
+from tracker_client.rules.pipelines import PipelineCache
+from tracker_client.rules.statements import Statements
 from tracker_client.sweeps import SweepCounts
 
 __all__ = ["TrackerCore"]
+
+#: The SQLite engine's named statements (``tracker_client/embedded/sql/*.sql``).
+STATEMENTS = Statements.load("tracker_client.embedded", "sqlite")
 
 R = TypeVar("R")
 Clock = Callable[[], int]
@@ -133,7 +137,7 @@ class TrackerCore:
 
     # -- plumbing -------------------------------------------------------------------------------
     def _ctx(self) -> Ctx:
-        return Ctx(self._db.conn, 0, self._opts, self._pipelines)
+        return Ctx(self._db.conn, 0, self._opts, self._pipelines, STATEMENTS)
 
     async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
         ctx = self._ctx()

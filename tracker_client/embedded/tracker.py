@@ -14,22 +14,6 @@ from typing import Any, TypeVar
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
 from tracker_client.contract import table as contract
-from tracker_client.embedded import claims, reads, runs, stats, tasks
-from tracker_client.embedded.agents import AgentOps
-from tracker_client.embedded.backlog_ops import BacklogOps
-from tracker_client.embedded.claim_many import ClaimManyOps
-from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.finish import FinishOps
-from tracker_client.embedded.finish_many import FinishManyOps
-from tracker_client.embedded.follow import FollowOps
-from tracker_client.embedded.idempotency import idempotent
-from tracker_client.embedded.links import LinkOps
-from tracker_client.embedded.ratelimit_ops import RateLimitOps
-from tracker_client.embedded.release import ReleaseOps
-from tracker_client.embedded.schedules import ScheduleOps
-from tracker_client.embedded.spans import SpanOps
-from tracker_client.embedded.store import StoreOps
-from tracker_client.embedded.workers import WorkerOps
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -45,6 +29,22 @@ from tracker_client.models import (
     TaskDetail,
     TransitionResult,
 )
+from tracker_client.rules import claims, reads, runs, stats, tasks
+from tracker_client.rules.agents import AgentOps
+from tracker_client.rules.backlog_ops import BacklogOps
+from tracker_client.rules.claim_many import ClaimManyOps
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.finish import FinishOps
+from tracker_client.rules.finish_many import FinishManyOps
+from tracker_client.rules.follow import FollowOps
+from tracker_client.rules.idempotency import idempotent
+from tracker_client.rules.links import LinkOps
+from tracker_client.rules.ratelimit_ops import RateLimitOps
+from tracker_client.rules.release import ReleaseOps
+from tracker_client.rules.schedules import ScheduleOps
+from tracker_client.rules.spans import SpanOps
+from tracker_client.rules.store import StoreOps
+from tracker_client.rules.workers import WorkerOps
 
 __all__ = ["EmbeddedTracker"]
 

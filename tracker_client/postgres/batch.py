@@ -30,10 +30,10 @@ from tracker_client.contract.batch_models import (
     FinishResult,
     check_items,
 )
-from tracker_client.embedded.finish import prepare
-from tracker_client.embedded.runs import token_hash
 from tracker_client.errors import TrackerError
 from tracker_client.postgres.hot import MOVE_FIELDS, PgHotOps
+from tracker_client.rules.finish import prepare
+from tracker_client.rules.runs import token_hash
 
 __all__ = ["PgFinishManyOps"]
 

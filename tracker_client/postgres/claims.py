@@ -9,7 +9,7 @@ index (schema 4) and also sends the claim round again alone.
 
 Around the statement, in the same transaction, the embedded rail's own steps: the
 housekeeping a claim does first (reclaim expired leases, dead-letter past-deadline tasks), the
-role's fleet-wide rate limit and cap (:mod:`tracker_client.embedded.ratelimits`: admitted
+role's fleet-wide rate limit and cap (:mod:`tracker_client.rules.ratelimits`: admitted
 before, a token spent after), and a row that cannot be read (its stored JSON is broken)
 dead-lettered as ``corrupt_row`` instead of handed out. Runs on a pool thread inside the rail's
 write transaction.
@@ -21,13 +21,18 @@ import json
 import logging
 import sqlite3
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any, cast
 
 from tracker_client.contract.batch_models import per_state_of
-from tracker_client.embedded.checkpoints import previous_checkpoint
-from tracker_client.embedded.claim_many import check_n, keyed_claim_many
-from tracker_client.embedded.claims import (
+from tracker_client.embedded.core import QUIET_WRITES
+from tracker_client.errors import TrackerError, ValidationFailed
+from tracker_client.models import Lease, Run
+from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn, Row
+from tracker_client.postgres.follow import FOLLOW_QUIET
+from tracker_client.postgres.hot import PgHotOps
+from tracker_client.rules.checkpoints import previous_checkpoint
+from tracker_client.rules.claim_many import check_n, keyed_claim_many
+from tracker_client.rules.claims import (
     _HOUSEKEEPING,
     _fresh_ids,
     _limits,
@@ -35,17 +40,11 @@ from tracker_client.embedded.claims import (
     expire_deadlines,
     reclaim_expired,
 )
-from tracker_client.embedded.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
-from tracker_client.embedded.core import QUIET_WRITES
-from tracker_client.embedded.idempotency import fingerprint
-from tracker_client.embedded.leasekeys import keyed_token, rail_key
-from tracker_client.embedded.ratelimits import admit, spend
-from tracker_client.embedded.runs import dead_letter, token_hash
-from tracker_client.errors import TrackerError, ValidationFailed
-from tracker_client.models import Lease, Run
-from tracker_client.postgres.dialect import NeedExclusive, PgConn, Row
-from tracker_client.postgres.follow import FOLLOW_QUIET
-from tracker_client.postgres.hot import PgHotOps
+from tracker_client.rules.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
+from tracker_client.rules.idempotency import fingerprint
+from tracker_client.rules.leasekeys import keyed_token, rail_key
+from tracker_client.rules.ratelimits import admit, spend
+from tracker_client.rules.runs import dead_letter, token_hash
 
 __all__ = ["CLAIM_SQL", "PgClaimManyOps", "claim", "claim_many"]
 
@@ -55,9 +54,7 @@ log = logging.getLogger("backlog_worker.tracker")
 #: one round trip (a role without one skips the token bucket's read).
 _PREFLIGHT = _HOUSEKEEPING + ", EXISTS (SELECT 1 FROM rate_limits WHERE role = ?2)"
 #: The claim statement (psycopg placeholders).
-CLAIM_SQL = (
-    resources.files("tracker_client.postgres").joinpath("sql", "claim.sql").read_text("utf-8")
-)
+CLAIM_SQL = STATEMENTS["claim.one"]
 
 
 def claim(
@@ -69,7 +66,7 @@ def claim(
     idempotency_key: str | None = None,
 ) -> Lease | None:
     """Claim the best eligible task of ``role`` for ``agent_id``, or None (the token derived
-    from ``idempotency_key`` when given, :mod:`tracker_client.embedded.leasekeys`)."""
+    from ``idempotency_key`` when given, :mod:`tracker_client.rules.leasekeys`)."""
     admitted = _prepare(ctx, agent_id, role, lease_ttl_ms, per_state)
     if admitted is None:
         return None
@@ -256,7 +253,7 @@ class PgClaimManyOps(PgHotOps):
     """``claim_many`` on PostgreSQL: the one-statement claim ``n`` times in one transaction,
     beside other hosts' claims (the embedded one scans candidates and runs alone)."""
 
-    #: The rail's lease-token key (:mod:`tracker_client.embedded.leasekeys`), read at open
+    #: The rail's lease-token key (:mod:`tracker_client.rules.leasekeys`), read at open
     #: (migrating makes it), else on this instance's first keyed claim: made once per rail.
     _rail_key: bytes | None = None
 
@@ -373,7 +370,7 @@ class PgClaimManyOps(PgHotOps):
             return await self._write(
                 "claim", lambda c: _lease(c, row, task, run_id, lease_id, token, agent, role)
             )
-        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines)
+        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
         return _lease(ctx, row, task, run_id, lease_id, token, agent, role)
 
 

@@ -26,7 +26,7 @@ Rules (docs/operate/postgresql.md, "Moving a rail", says them too):
 Generated keys keep their values and PostgreSQL's identity sequences move past them. Tables one
 rail has and the other lacks (PostgreSQL's ``followers``, SQLite's full-text index, which the
 store's triggers fill) are not copied, nor the rail's secrets (a copy makes its own lease-token
-key: see :mod:`tracker_client.embedded.leasekeys`). No network beyond the two rails' own
+key: see :mod:`tracker_client.rules.leasekeys`). No network beyond the two rails' own
 connections.
 """
 

@@ -1,7 +1,7 @@
 """The embedded rail's SQL on PostgreSQL: a connection with ``sqlite3``'s face over psycopg.
 
 The PostgreSQL rail keeps one copy of docs/guarantees/backlog.md's rules: the embedded rail's
-domain functions (:mod:`tracker_client.embedded.tasks`, ``runs``, ``backlog``, ...), which take a
+domain functions (:mod:`tracker_client.rules.tasks`, ``runs``, ``backlog``, ...), which take a
 ``Ctx`` whose ``conn`` answers ``execute(sql, params)``. :class:`PgConn` is such a connection on
 one psycopg connection inside one transaction. Its SQL is the embedded SQL, rewritten once per
 distinct statement (cached) by :func:`translate`:
@@ -35,10 +35,12 @@ import psycopg
 from psycopg.adapt import Buffer
 from psycopg.types.numeric import Int8Dumper, NumericLoader
 
-from tracker_client.embedded.runs import _LEASE
+from tracker_client.rules.runs import _LEASE
+from tracker_client.rules.statements import Statement, Statements
 
 __all__ = [
     "SHARED_OK",
+    "STATEMENTS",
     "NeedExclusive",
     "PgConn",
     "PgCursor",
@@ -47,6 +49,10 @@ __all__ = [
     "row_factory",
     "translate",
 ]
+
+
+#: The PostgreSQL engine's named statements (``tracker_client/postgres/sql/*.sql``).
+STATEMENTS = Statements.load("tracker_client.postgres", "postgres")
 
 
 class NeedExclusive(Exception):
@@ -362,7 +368,11 @@ class PgConn:
         return cur
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
-        """Run one embedded-dialect statement (see :func:`translate`)."""
+        """Run one statement: a named PostgreSQL :class:`Statement` as written (its hints say
+        whether it may run shared, is deferred, returns a generated key, or has a locking
+        variant inside a write), or an embedded-dialect string (see :func:`translate`)."""
+        if isinstance(sql, Statement):
+            return self._statement(sql, params)
         if self.shared and not sql.startswith(("SELECT", *SHARED_OK)):
             raise NeedExclusive(sql[:60])
         if self.write:
@@ -383,6 +393,21 @@ class PgConn:
             self.pending.append(bound + ";")
             return _DONE
         return PgCursor(self.run(text, args), returning)
+
+    def _statement(self, sql: Statement, params: Sequence[Any] | Mapping[str, Any]) -> PgCursor:
+        if self.shared and sql.hint("shared") is None and not sql.startswith("SELECT"):
+            raise NeedExclusive(sql.name)
+        if self.write:
+            variant = sql.hint("in-write")
+            if variant:
+                sql = STATEMENTS[variant]
+        args: Any = dict(params) if isinstance(params, Mapping) else (tuple(params) or None)
+        if sql.hint("deferred") is not None:
+            cur = psycopg.ClientCursor(self.raw)
+            bound = sql.replace("%%", "%") if args is None else cur.mogrify(sql, args)
+            self.pending.append(bound + ";")
+            return _DONE
+        return PgCursor(self.run(sql, args), sql.hint("returning"))
 
 
 class _Done(PgCursor):

@@ -1,6 +1,6 @@
 """Following a task's events on the PostgreSQL rail (extension ``follow``), on every host.
 
-``follow_task`` is the embedded long poll (:mod:`tracker_client.embedded.follow`: the same checks
+``follow_task`` is the embedded long poll (:mod:`tracker_client.rules.follow`: the same checks
 and the same ``follow_state`` read) with PostgreSQL's wake-ups. A follower must wake for an
 event or a state change written by ANY host, and those writes (events, claims) are the ones the
 workers' channel leaves quiet (:mod:`.wake`), so followers have a channel of their own:
@@ -25,12 +25,12 @@ import hashlib
 
 import anyio
 
-from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.follow import FollowOps, _check, follow_state
 from tracker_client.ops_models import TaskFollow
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
 from tracker_client.postgres.wake import Listener
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.follow import FollowOps, _check, follow_state
 
 __all__ = ["FOLLOW_QUIET", "FOLLOW_TICK_S", "PgFollowOps", "follow_channel", "notify_sql"]
 
@@ -108,7 +108,7 @@ class PgFollowOps(FollowOps):
         """The task's events after the cursor ``after`` (an event id; None: from the first),
         oldest first and at most ``limit``, as soon as there is one or the task is finished,
         else after ``timeout_ms`` (at most 60000) with none (see
-        :meth:`tracker_client.embedded.follow.FollowOps.follow_task`); woken by writes of
+        :meth:`tracker_client.rules.follow.FollowOps.follow_task`); woken by writes of
         every host.
 
         ``NotFound`` for an unknown task; ``ValidationFailed`` for a bad cursor, timeout or limit.

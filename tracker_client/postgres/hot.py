@@ -24,13 +24,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracker_client.capabilities import LeaseRef
-from tracker_client.embedded.common import MIB, dumps
 from tracker_client.embedded.core import TrackerCore
-from tracker_client.embedded.idempotency import fingerprint
-from tracker_client.embedded.pipelines import PipelineCache
-from tracker_client.embedded.runs import token_hash
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease, TransitionResult
+from tracker_client.rules.common import MIB, dumps
+from tracker_client.rules.idempotency import fingerprint
+from tracker_client.rules.pipelines import PipelineCache
+from tracker_client.rules.runs import token_hash
 
 __all__ = ["MOVE_FIELDS", "REMEMBERED", "PgHotOps"]
 

@@ -27,8 +27,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tracker_client.embedded.leasekeys import KEY_NAME
 from tracker_client.errors import TrackerCorrupt, TrackerRejected
+from tracker_client.rules.leasekeys import KEY_NAME
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -118,7 +118,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
 def _seed_rail_key(conn: psycopg.Connection[Any]) -> None:
     """Make the rail's lease-token key (schema 13) if it has none: at open, under the
     migration lock, so a keyed claim never waits for it (the one-statement claim derives its
-    token before it is sent; :mod:`tracker_client.embedded.leasekeys`). 32 bytes from the
+    token before it is sent; :mod:`tracker_client.rules.leasekeys`). 32 bytes from the
     operating system's CSPRNG; never logged."""
     found = conn.execute("SELECT 1 FROM rail_secrets WHERE name = %s", (KEY_NAME,)).fetchone()
     if found is None:

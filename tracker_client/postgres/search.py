@@ -12,10 +12,10 @@ from typing import Any
 
 import psycopg
 
-from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.store import check_search
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import StoreEntry
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.store import check_search
 
 __all__ = ["search"]
 
@@ -29,7 +29,7 @@ def search(
     filter_value: str | None,
 ) -> list[StoreEntry]:
     """Entries matching every word of ``query``, best first."""
-    from tracker_client.embedded.store import _entry
+    from tracker_client.rules.store import _entry
 
     words = check_search(query, namespace, filter_path, filter_value)  # as the embedded rail
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:

@@ -1,6 +1,6 @@
 """OTLP ingest on the PostgreSQL rail (extension ``spans``): the embedded room, batched inserts.
 
-The embedded :mod:`tracker_client.embedded.spans` stores a document's spans with one
+The embedded :mod:`tracker_client.rules.spans` stores a document's spans with one
 ``executemany``; the PostgreSQL connection face (:class:`~.dialect.PgConn`) has only
 ``execute``, so :class:`PgSpanOps` hands the embedded function a connection that adds
 ``executemany`` (psycopg's own, one statement text for every row, in the same transaction).
@@ -17,11 +17,11 @@ from typing import Any, cast
 import anyio
 import psycopg
 
-from tracker_client.embedded import otlpjson
-from tracker_client.embedded.common import Ctx
-from tracker_client.embedded.spans import SpanOps, store_spans
 from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres.dialect import PgConn, PgCursor, translate
+from tracker_client.rules import otlpjson
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.spans import SpanOps, store_spans
 
 __all__ = ["PgSpanOps"]
 
@@ -57,7 +57,7 @@ class _ManyConn:
 
 def _with_many(ctx: Ctx) -> Ctx:
     conn = cast(PgConn, ctx.conn)
-    many = Ctx(cast(sqlite3.Connection, _ManyConn(conn)), ctx.now, ctx.opts, ctx.pipelines)
+    many = Ctx(cast(sqlite3.Connection, _ManyConn(conn)), ctx.now, ctx.opts, ctx.pipelines, ctx.sql)
     many.logs = ctx.logs
     return many
 

@@ -21,14 +21,7 @@ import anyio
 
 from tracker_client.capabilities import Capabilities
 from tracker_client.contract import table as contract
-from tracker_client.embedded import backlog
-from tracker_client.embedded.claims import reissue
-from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import QUIET_WRITES, _idle_maintenance, _wall_ms
-from tracker_client.embedded.idempotency import idempotent
-from tracker_client.embedded.leasekeys import stored_rail_key
-from tracker_client.embedded.options import parse_options
-from tracker_client.embedded.pipelines import PipelineCache
 from tracker_client.embedded.tracker import EmbeddedTracker
 from tracker_client.errors import ConfigError, Unsupported
 from tracker_client.models import Health, Lease, StoreEntry
@@ -36,11 +29,18 @@ from tracker_client.ops_models import WaitResult
 from tracker_client.postgres import claims, idle, search
 from tracker_client.postgres.batch import PgFinishManyOps
 from tracker_client.postgres.db import Database
-from tracker_client.postgres.dialect import PgConn
+from tracker_client.postgres.dialect import STATEMENTS, PgConn
 from tracker_client.postgres.follow import FOLLOW_QUIET, PgFollowOps, follow_channel, notify_sql
 from tracker_client.postgres.options import PgOptions, parse_postgres_url
 from tracker_client.postgres.spans import PgSpanOps
 from tracker_client.postgres.wake import Listener, channel_name
+from tracker_client.rules import backlog
+from tracker_client.rules.claims import reissue
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.idempotency import idempotent
+from tracker_client.rules.leasekeys import stored_rail_key
+from tracker_client.rules.options import parse_options
+from tracker_client.rules.pipelines import PipelineCache
 from tracker_client.sweeps import SweepCounts
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
@@ -165,7 +165,13 @@ class PostgresTracker(
     # -- plumbing -------------------------------------------------------------------------------
     def _pg_ctx(self, conn: PgConn) -> Ctx:
         # The domain functions only call execute() and in_transaction on their connection.
-        return Ctx(cast(sqlite3.Connection, conn), int(self._clock()), self._opts, self._pipelines)
+        return Ctx(
+            cast(sqlite3.Connection, conn),
+            int(self._clock()),
+            self._opts,
+            self._pipelines,
+            STATEMENTS,
+        )
 
     async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
         """Run ``fn`` in a write transaction (a claim: beside other claims, see .claims)."""

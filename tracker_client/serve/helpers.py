@@ -16,11 +16,11 @@ from pydantic import BaseModel, SecretStr
 from starlette.requests import Request
 
 from tracker_client.capabilities import LeaseHandle
-from tracker_client.embedded.common import Ctx
 from tracker_client.embedded.core import TrackerCore
-from tracker_client.embedded.runs import check_lease, token_hash
 from tracker_client.errors import LeaseLost
 from tracker_client.protocol import Tracker
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.runs import check_lease, token_hash
 from tracker_client.serve.http import ApiError, bearer
 
 __all__ = [

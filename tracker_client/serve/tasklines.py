@@ -10,12 +10,12 @@ stays at INFO: expired leases, dead letters, cancels, requeues, releases, moves 
 the server's own lines (start and address, connection trouble) and every warning and error.
 
 It may touch the embedded tracker's set of muted actions
-(:data:`tracker_client.embedded.common.MUTED_ACTIONS`) and nothing else.
+(:data:`tracker_client.rules.common.MUTED_ACTIONS`) and nothing else.
 """
 
 from __future__ import annotations
 
-from tracker_client.embedded.common import MUTED_ACTIONS
+from tracker_client.rules.common import MUTED_ACTIONS
 
 __all__ = ["PER_TASK_ACTIONS", "log_task_lines"]
 

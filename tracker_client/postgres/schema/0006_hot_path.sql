@@ -6,7 +6,7 @@
 -- the embedded rail's, in Python); this function checks, with the task's row locked, that the
 -- lease is live and fenced by this token's SHA-256, that the task is still in that pipeline and
 -- stage (and version, when given), and that the idempotency key is new, then writes what
--- tracker_client/embedded/runs.py transition() writes: the run completed, the task moved and
+-- tracker_client/rules/runs.py transition() writes: the run completed, the task moved and
 -- its lease cleared, the transition event, the idempotency record. Anything else (a lost
 -- lease, a replayed key, a moved task) answers FALSE having written nothing, and the caller
 -- runs the embedded transition, which answers it exactly (the error, the replay).

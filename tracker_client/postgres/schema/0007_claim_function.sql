@@ -7,7 +7,7 @@
 -- not do itself (a replayed key, housekeeping due: a lapsed lease or a past deadline, a role
 -- with a rate limit or cap) raises SQLSTATE BW001 before writing anything, and the caller runs
 -- the claim the embedded way, which does it.
--- The same rules as the embedded claim (tracker_client/embedded/claims.py): highest priority
+-- The same rules as the embedded claim (tracker_client/rules/claims.py): highest priority
 -- first, then creation order; skip delayed rows, leased rows, rows assigned to another agent,
 -- rows with an unresolved dependency (an upstream not in a terminal stage, or dead-lettered or
 -- cancelled: such a dependency never resolves), rows whose

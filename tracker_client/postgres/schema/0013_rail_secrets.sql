@@ -1,7 +1,7 @@
 -- Schema version 13 of the PostgreSQL rail: the rail's secrets (embedded schema 8).
 -- `rail_secrets`: named random keys made once per rail. `lease_token_key` (32 bytes, hex) derives
 -- the lease token of a claim made with an idempotency key, so a replay of that claim answers the
--- same token while only its SHA-256 is stored (tracker_client/embedded/leasekeys.py). The row is
+-- same token while only its SHA-256 is stored (tracker_client/rules/leasekeys.py). The row is
 -- made (from Python's `secrets`) right after the migrations, in the same transaction
 -- (tracker_client/postgres/migrate.py). Never logged or answered, and not copied by `rail copy`.
 CREATE TABLE rail_secrets (

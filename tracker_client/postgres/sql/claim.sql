@@ -7,6 +7,8 @@
 --
 -- Parameters: role, agent, now, expires, ttl, limits (a JSON object stage -> limit, '{}' when
 -- none), run_id, lease_id, token_sha256 (only the token's SHA-256 is stored).
+-- name: claim.one
+-- only: postgres
 SELECT * FROM bw_claim_one(
     %(role)s::text, %(agent)s::text, %(now)s::bigint, %(expires)s::bigint, %(ttl)s::bigint,
     %(limits)s::jsonb, %(run_id)s::text, %(lease_id)s::text, %(token_sha256)s::text)

@@ -15,9 +15,9 @@ from rich import box
 from rich.table import Table
 
 from tracker_client import calls
-from tracker_client.embedded.ratelimits import parse_rate
 from tracker_client.errors import ValidationFailed
 from tracker_client.protocol import Tracker
+from tracker_client.rules.ratelimits import parse_rate
 from tracker_client.schedule_models import RateLimit
 from worker.cli.ops.common import (
     EXIT_USAGE,

@@ -236,7 +236,7 @@ def pipeline_create(
             raise OpsError("pipeline definition must be an object", EXIT_USAGE)
         # The project's rules, checked before any tracker is opened (a NullTickets server
         # would only say "validation_failed"); ValidationFailed names the broken rule.
-        from tracker_client.embedded.pipelines import validate_definition
+        from tracker_client.rules.pipelines import validate_definition
 
         validate_definition(definition)
     pipeline_name = name

@@ -19,7 +19,6 @@ from rich import box
 from rich.table import Table
 
 from tracker_client import calls
-from tracker_client.embedded.schedules import check
 from tracker_client.errors import (
     ConfigError,
     NotFound,
@@ -28,6 +27,7 @@ from tracker_client.errors import (
     ValidationFailed,
 )
 from tracker_client.protocol import Tracker
+from tracker_client.rules.schedules import check
 from tracker_client.schedule_models import Schedule
 from worker.cli.ops.common import (
     EXIT_USAGE,

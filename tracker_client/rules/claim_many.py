@@ -1,0 +1,188 @@
+"""``claim_many``: up to ``n`` leases of one role in one write (extension ``claim_many``).
+
+A worker with several free slots asks once instead of once per slot: one housekeeping pass
+(reclaim lapsed leases, expire past-deadline tasks) and one scan of the role's candidates for
+all of them, in one transaction. The rules are ``claim``'s (:mod:`.claims`), applied as if the
+claims were made one after the other: priority then creation order, unresolved dependencies
+and other agents' assignments skipped, one lease per concurrency key (a key held, or taken by
+an earlier pick of this batch, is skipped), ``per_state`` limits counting this batch's picks,
+and the role's rate limit and cap asked before each lease (the batch stops when they refuse).
+
+It touches what ``claim`` touches (tasks, runs, the rate-limit bucket, the idempotency record);
+the picking rules are :mod:`.claims`' own helpers, reused, not copied.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+
+from tracker_client.contract.batch_models import MAX_CLAIM_MANY, per_state_of
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.errors import LeaseLost, ValidationFailed
+from tracker_client.models import Lease, Task
+from tracker_client.rules import claims
+from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
+from tracker_client.rules.idempotency import idempotent
+from tracker_client.rules.ratelimits import admit, spend
+from tracker_client.rules.runs import dead_letter
+
+__all__ = ["MAX_CLAIM_MANY", "ClaimManyOps", "check_n", "claim_many"]
+
+
+def check_n(n: object) -> int:
+    """``n`` must be an integer 1..:data:`MAX_CLAIM_MANY`; else ``ValidationFailed`` naming it."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM_MANY:
+        raise ValidationFailed(
+            f"claim_many: n must be an integer 1..{MAX_CLAIM_MANY}, got {n!r}", code="invalid_n"
+        )
+    return n
+
+
+def claim_many(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    n: int,
+    per_state: Mapping[str, object] | None,
+    idempotency_key: str | None = None,
+) -> list[Lease]:
+    """Up to ``n`` leases of ``role`` for ``agent_id``, best first (empty: no work); their
+    tokens derived from ``idempotency_key`` when given (:mod:`.leasekeys`)."""
+    claims.check_ttl(lease_ttl_ms)
+    check_n(n)
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationFailed("agent_id must be a non-empty string")
+    if not isinstance(role, str) or not role:
+        raise ValidationFailed("role must be a non-empty string")
+    lapsed, overdue = ctx.conn.execute(claims._HOUSEKEEPING, (ctx.now,)).fetchone()
+    if lapsed:
+        claims.reclaim_expired(ctx)
+    if overdue:
+        claims.expire_deadlines(ctx)
+    picks, corrupt = _pick_many(ctx, agent_id, role, claims._limits(per_state), n)
+    for row, error in corrupt:  # after the scan: no write while its cursor is open
+        ctx.event(row["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": error})
+        dead_letter(ctx, row, "corrupt_row", None)
+    leases: list[Lease] = []
+    rate_limit: sqlite3.Row | None = None
+    for row, parsed in picks:
+        if rate_limit is not None or not leases:
+            # Re-read before each lease: the previous one spent a token. A role without a
+            # limit row (the first answer None) gets none within this write: asked once.
+            allowed, rate_limit = admit(ctx, role)
+            if not allowed:
+                break
+        leases.append(
+            claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key)
+        )
+        if rate_limit is not None:
+            spend(ctx, rate_limit)
+    return leases
+
+
+def _pick_many(
+    ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int], n: int
+) -> tuple[list[tuple[sqlite3.Row, Task]], list[tuple[sqlite3.Row, str]]]:
+    """The best ``n`` eligible rows (parsed), and the unreadable ones met on the way."""
+    conn, now = ctx.conn, ctx.now
+    stage_counts: dict[str, int] = {}
+    keys: set[str] = set()
+    picks: list[tuple[sqlite3.Row, Task]] = []
+    corrupt: list[tuple[sqlite3.Row, str]] = []
+    for cand in conn.execute(claims._CANDIDATES, (role, now, now)):
+        seq = cand["seq"]
+        assignee = cand["assignee"]
+        if assignee is not None and assignee != agent_id:
+            continue
+        if cand["has_deps"] and conn.execute(claims._UNRESOLVED, (seq,)).fetchone() is not None:
+            continue
+        key = cand["concurrency_key"]
+        if key is not None and (
+            key in keys or conn.execute(claims._KEY_HELD, (key, now, seq)).fetchone()
+        ):
+            continue
+        stage = cand["stage"]
+        limit = limits.get(stage)
+        if limit is not None:
+            held = stage_counts.get(stage)
+            if held is None:
+                held = int(conn.execute(claims._STAGE_LEASES, (now, stage)).fetchone()[0])
+            if held >= limit:
+                continue
+            stage_counts[stage] = held + 1
+        try:
+            parsed = task_from_row(cand, strict=True)
+        except CorruptRow as exc:
+            corrupt.append((cand, str(exc)))
+            continue
+        if key is not None:
+            keys.add(key)
+        picks.append((cand, parsed))
+        if len(picks) == n:
+            break
+    return picks, corrupt
+
+
+def keyed_claim_many(
+    c: Ctx,
+    claim: Callable[[Ctx, str, str, int, int, Mapping[str, int] | None, str | None], list[Lease]],
+    idempotency_key: str | None,
+    agent_id: str,
+    agent_role: str,
+    lease_ttl_ms: int,
+    n: int,
+    limits: Mapping[str, int] | None,
+) -> list[Lease]:
+    """``claim(c, ...)`` under ``idempotency_key`` (the transaction's own): a replay answers
+    the leases the first one got, with the same tokens (derived from the key, see
+    :mod:`.leasekeys`), leaving out one gone since. ``claim`` is the rail's own
+    ``claim_many`` (this module's, or the PostgreSQL rail's one statement)."""
+
+    def replay(record: object) -> list[Lease]:
+        out: list[Lease] = []
+        for item in record if isinstance(record, list) else []:
+            try:
+                out.append(claims.reissue(c, item["lease_id"], item["run_id"], idempotency_key))
+            except LeaseLost:
+                continue  # expired or finished since: not handed out again
+        return out
+
+    return idempotent(
+        c,
+        idempotency_key,
+        "claim_many",
+        [agent_id, agent_role, lease_ttl_ms, n, limits],
+        lambda: claim(c, agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key),
+        lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
+        replay,
+    )
+
+
+class ClaimManyOps(TrackerCore):
+    """The ``claim_many`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
+
+    async def claim_many(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
+        the key answers the same leases (the same tokens; one gone since is left out).
+
+        The arguments are the body's (``ClaimManyBody``), so every rail answers
+        ``call("claim_many", ...)`` alike; ``concurrency`` is ``{"per_state": {stage: n}}``."""
+        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+
+        def op(c: Ctx) -> list[Lease]:
+            return keyed_claim_many(
+                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
+            )
+
+        return await self._write("claim_many", op)

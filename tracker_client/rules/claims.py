@@ -1,0 +1,442 @@
+"""Claim, heartbeat, and the reclaim of expired leases and past-deadline tasks.
+
+The claim is one indexed scan of the role's non-terminal, not-dead-lettered tasks in priority
+then creation order, skipping delayed and leased rows inside the index; only rows with
+dependencies, an assignee or a concurrency key (or a ``per_state`` limit) need a further query.
+There is no candidate cap: the scan goes on until a task qualifies or the role has none.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from tracker_client.agent_models import UNSET
+from tracker_client.errors import LeaseLost, ValidationFailed
+from tracker_client.models import Lease, Run, Task
+from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoint
+from tracker_client.rules.common import (
+    CLEAR_LEASE,
+    CorruptRow,
+    Ctx,
+    run_from_row,
+    task_from_row,
+)
+from tracker_client.rules.leasekeys import keyed_token, rail_key
+from tracker_client.rules.ratelimits import admit, spend
+from tracker_client.rules.runs import check_lease, dead_letter, token_hash
+
+__all__ = [
+    "MAX_LEASE_TTL_MS",
+    "claim",
+    "expire_deadlines",
+    "heartbeat",
+    "reclaim_expired",
+    "reissue",
+]
+
+#: Leases last 1 ms .. 24 h.
+MAX_LEASE_TTL_MS = 86_400_000
+
+_CANDIDATES = (
+    "SELECT * FROM tasks INDEXED BY tasks_claim "
+    "WHERE role = ? AND dead_letter_reason IS NULL AND terminal = 0 "
+    "AND next_eligible_at_ms <= ? AND lease_expires_at_ms <= ? "
+    "ORDER BY priority DESC, seq"
+)
+_HOUSEKEEPING = (
+    "SELECT EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at_ms > 0 "
+    "AND lease_expires_at_ms <= ?1), "
+    "EXISTS (SELECT 1 FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1 "
+    "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ?1)"
+)
+_UNRESOLVED = (
+    "SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
+    "WHERE d.task_id = (SELECT id FROM tasks WHERE seq = ?) "
+    "AND (u.terminal = 0 OR u.dead_letter_reason IS NOT NULL) LIMIT 1"
+)
+_KEY_HELD = (
+    "SELECT 1 FROM tasks WHERE concurrency_key = ? AND lease_expires_at_ms > ? AND seq != ? LIMIT 1"
+)
+_STAGE_LEASES = "SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ? AND stage = ?"
+
+
+def _uuid4(raw: bytes) -> str:
+    """The canonical text of a version-4 UUID made of 16 random bytes (``uuid.UUID`` is slow)."""
+    b = bytearray(raw)
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
+    """A run id, a lease id (UUIDv4) and a lease token (32 random bytes, hex): one urandom call.
+
+    With ``now_ms`` the run id's first 48 bits are that time (the rest stays random, 74 bits,
+    in the UUIDv4 layout): runs are keyed by id and their events indexed by it, so ids in
+    creation order append to those b-trees where random ones wrote one page of each per run
+    (a claim of ten and its finish then commit ~17 pages instead of ~31)."""
+    raw = os.urandom(64)
+    if now_ms is None:
+        return _uuid4(raw[:16]), _uuid4(raw[16:32]), raw[32:].hex()
+    run = (now_ms & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + raw[6:16]
+    return _uuid4(run), _uuid4(raw[16:32]), raw[32:].hex()
+
+
+def check_ttl(lease_ttl_ms: int) -> int:
+    """``lease_ttl_ms`` must be an integer 1..86,400,000."""
+    if (
+        isinstance(lease_ttl_ms, bool)
+        or not isinstance(lease_ttl_ms, int)
+        or not 1 <= lease_ttl_ms <= MAX_LEASE_TTL_MS
+    ):
+        raise ValidationFailed(
+            f"lease_ttl_ms must be an integer 1..{MAX_LEASE_TTL_MS}, got {lease_ttl_ms!r}",
+            code="invalid_lease_ttl",
+        )
+    return lease_ttl_ms
+
+
+def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
+    """Mark runs of expired leases ``stale`` and free their tasks; dead-letter crash loops.
+
+    Returns (expired leases, tasks dead-lettered as ``crash_loop``).
+    """
+    rows = ctx.conn.execute(
+        "SELECT id, lease_run_id FROM tasks "
+        "WHERE lease_expires_at_ms > 0 AND lease_expires_at_ms <= ?",
+        (ctx.now,),
+    ).fetchall()
+    crash = 0
+    for task_id, run_id in rows:
+        ctx.conn.execute(
+            "UPDATE runs SET status = 'stale', ended_at_ms = ? WHERE id = ?", (ctx.now, run_id)
+        )
+        ctx.conn.execute(
+            f"UPDATE tasks SET stale_streak = stale_streak + 1, {CLEAR_LEASE} WHERE id = ?",
+            (task_id,),
+        )
+        task = ctx.task_row(task_id)
+        ctx.log(
+            "lease_expired",
+            f"lease of task {task_id} expired; run {run_id} is stale",
+            task_id=task_id,
+            run_id=run_id,
+            role=task["role"],
+        )
+        limit = task["max_stale_attempts"]
+        limit_of = "task"
+        if limit is None:
+            limit, limit_of = ctx.opts.max_stale_attempts, "rail"
+        if (
+            limit > 0
+            and task["stale_streak"] >= limit
+            and task["dead_letter_reason"] is None
+            and not task["terminal"]
+        ):
+            # The event names the count and the knob (the task's max_stale_attempts, or the
+            # rail's option): what `task show` and the dashboard explain it with.
+            detail = {
+                "stale_runs": int(task["stale_streak"]),
+                "max_stale_attempts": int(limit),
+                "limit_of": limit_of,
+            }
+            dead_letter(ctx, task, "crash_loop", run_id, detail=detail)
+            crash += 1
+    leases, loops = ctx.swept
+    ctx.swept = (leases + len(rows), loops + crash)  # counted once committed (tracker.sweeps)
+    return len(rows), crash
+
+
+_OVERDUE = (
+    "SELECT id, has_deps FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ? "
+    "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ? ORDER BY seq"
+)
+_LIVE_UPSTREAMS = (
+    "SELECT u.id, u.has_deps FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
+    "WHERE d.task_id = ? AND u.dead_letter_reason IS NULL AND u.terminal = 0 ORDER BY d.seq"
+)
+
+
+def _live_upstreams(ctx: Ctx, task_id: str, has_deps: int) -> list[tuple[str, int]]:
+    """The unfinished, not dead-lettered tasks ``task_id`` waits on, last first (to pop)."""
+    if not has_deps:
+        return []
+    rows = ctx.conn.execute(_LIVE_UPSTREAMS, (task_id,)).fetchall()
+    return [(str(r[0]), int(r[1])) for r in reversed(rows)]
+
+
+def _upstreams_first(ctx: Ctx, overdue: list[tuple[str, int]]) -> list[str]:
+    """The overdue task ids, each after every overdue task it waits on (directly or through
+    other unfinished tasks), else in creation order: a depth-first walk up the unfinished part
+    of the dependency graph (cycles are refused when edges are added), each task once."""
+    due = {task_id for task_id, _ in overdue}
+    seen: set[str] = set()
+    order: list[str] = []
+    for root, root_deps in overdue:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, _live_upstreams(ctx, root, root_deps))]
+        while stack:
+            node, ups = stack[-1]
+            if ups:
+                up, up_deps = ups.pop()
+                if up not in seen:
+                    seen.add(up)
+                    stack.append((up, _live_upstreams(ctx, up, up_deps)))
+                continue
+            stack.pop()
+            if node in due:
+                order.append(node)
+    return order
+
+
+def expire_deadlines(ctx: Ctx) -> int:
+    """Dead-letter (reason ``expired``) waiting tasks past their deadline; running ones never.
+
+    One dead letter per task and a reason that does not depend on creation order: when a task
+    and a task it waits on pass their deadlines in the same pass, the upstream is expired first
+    and the dependent follows it by the upstream-failure rule (``upstream_dead_lettered``, one
+    ``dead_letter`` event naming the upstream; docs/guarantees/edge-cases.md). Returns how many
+    tasks were dead-lettered ``expired`` (their dependents are not counted)."""
+    rows = ctx.conn.execute(_OVERDUE, (ctx.now, ctx.now)).fetchall()
+    overdue = [(str(r[0]), int(r[1])) for r in rows]
+    expired = 0
+    for task_id in _upstreams_first(ctx, overdue):
+        task = ctx.task_row(task_id)  # fresh: an expiry earlier in this pass may have reached it
+        if task["dead_letter_reason"] is not None or task["terminal"]:
+            continue
+        dead_letter(ctx, task, "expired", None)
+        expired += 1
+    return expired
+
+
+def _limits(per_state: Mapping[str, object] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for stage, value in (per_state or {}).items():
+        # As NullTickets: only numbers > 0 limit (floats truncate); anything else is no limit.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        n = int(value)
+        if n > 0:
+            out[str(stage)] = n
+    return out
+
+
+def claim(
+    ctx: Ctx,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    per_state: Mapping[str, object] | None,
+    idempotency_key: str | None = None,
+) -> Lease | None:
+    """Claim the best eligible task of ``role`` for ``agent_id``, or None.
+
+    With ``idempotency_key`` the lease token is derived from it (:mod:`.leasekeys`), so a
+    replay of this claim (:func:`reissue`) answers the same token."""
+    check_ttl(lease_ttl_ms)
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationFailed("agent_id must be a non-empty string")
+    if not isinstance(role, str) or not role:
+        raise ValidationFailed("role must be a non-empty string")
+    now = ctx.now
+    conn = ctx.conn
+    lapsed, overdue = conn.execute(_HOUSEKEEPING, (now,)).fetchone()
+    if lapsed:
+        reclaim_expired(ctx)
+    if overdue:
+        expire_deadlines(ctx)
+    limits = _limits(per_state)
+    allowed, rate_limit = admit(ctx, role)  # the role's fleet-wide rate and cap (extension)
+    if not allowed:
+        return None
+    while True:
+        picked = _pick(ctx, agent_id, role, limits)
+        if picked is None:
+            return None
+        try:
+            parsed = task_from_row(picked, strict=True)
+        except CorruptRow as exc:
+            # One unreadable row must not stop the role: dead-letter it, naming why, and go on.
+            ctx.event(
+                picked["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": str(exc)}
+            )
+            dead_letter(ctx, picked, "corrupt_row", None)
+            continue
+        lease = _lease(ctx, picked, parsed, agent_id, role, lease_ttl_ms, idempotency_key)
+        if rate_limit is not None:
+            spend(ctx, rate_limit)
+        return lease
+
+
+def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqlite3.Row | None:
+    """The best eligible row of ``role`` for ``agent_id`` (None when there is none)."""
+    conn = ctx.conn
+    now = ctx.now
+    stage_counts: dict[str, int] = {}
+    task = None
+    for cand in conn.execute(_CANDIDATES, (role, now, now)):
+        seq = cand["seq"]
+        assignee = cand["assignee"]
+        if assignee is not None and assignee != agent_id:
+            continue
+        if cand["has_deps"] and conn.execute(_UNRESOLVED, (seq,)).fetchone() is not None:
+            continue
+        key = cand["concurrency_key"]
+        if key is not None and conn.execute(_KEY_HELD, (key, now, seq)).fetchone():
+            continue
+        stage = cand["stage"]
+        limit = limits.get(stage)
+        if limit is not None:
+            held = stage_counts.get(stage)
+            if held is None:
+                held = int(conn.execute(_STAGE_LEASES, (now, stage)).fetchone()[0])
+                stage_counts[stage] = held
+            if held >= limit:
+                continue
+        task = cand
+        break
+    return task
+
+
+def _lease(
+    ctx: Ctx,
+    task: sqlite3.Row,
+    parsed: Task,
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    idempotency_key: str | None = None,
+) -> Lease:
+    """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
+    derived from ``idempotency_key`` when given, else random)."""
+    conn = ctx.conn
+    now = ctx.now
+    task_id = task["id"]
+    attempt = int(task["last_attempt"]) + 1
+    run_id, lease_id, token = _fresh_ids(now)
+    if idempotency_key is not None:
+        token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
+    expires = now + lease_ttl_ms
+    conn.execute(
+        "INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms) "
+        "VALUES (?, ?, ?, 'running', ?, ?, ?)",
+        (run_id, task_id, attempt, agent_id, role, now),
+    )
+    conn.execute(
+        "UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ?, lease_id = ?, "
+        "lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ? WHERE seq = ?",
+        (expires, attempt, lease_id, run_id, token_hash(token), lease_ttl_ms, task["seq"]),
+    )
+    # model_validate, not model_construct: pydantic-core validates a dict in about half the
+    # time model_construct's Python code takes (measured: 5.9 vs 12.9 us).
+    run = Run.model_validate(
+        {
+            "id": run_id,
+            "task_id": task_id,
+            "attempt": attempt,
+            "status": "running",
+            "agent_id": agent_id,
+            "agent_role": role,
+            "started_at_ms": now,
+            "ended_at_ms": None,
+            "error": None,
+            "usage": None,
+        }
+    )
+    if ctx.will_log("task_claimed"):
+        ctx.log(
+            "task_claimed",
+            f"task {task_id} claimed by {agent_id} (attempt {attempt})",
+            task_id=task_id,
+            run_id=run_id,
+            role=role,
+            agent_id=agent_id,
+        )
+    return Lease(
+        task=parsed,
+        run=run,
+        lease_id=lease_id,
+        lease_token=token,  # pydantic wraps it in SecretStr
+        expires_at_ms=expires,
+        previous_checkpoint=previous_checkpoint(ctx, task),
+    )
+
+
+def heartbeat(
+    ctx: Ctx,
+    lease_id: str,
+    run_id: str,
+    token_sha256: str,
+    lease_ttl_ms: int | None,
+    checkpoint: Any = UNSET,
+) -> int:
+    """Extend a live lease by its own TTL (or ``lease_ttl_ms``); returns the new expiry.
+
+    A ``checkpoint`` given replaces the run's (:func:`.agents.write_checkpoint`) in the same
+    write; one over the limit is refused and the lease is not extended.
+
+    ``run_id`` may be empty (NullTickets' heartbeat names only the lease): it is then found
+    from ``lease_id``.
+    """
+    if lease_ttl_ms is not None:
+        check_ttl(lease_ttl_ms)
+    if not run_id:
+        # A plain NullTickets client names only the lease; the partial index on held leases
+        # keeps this lookup to the leases currently out.
+        run_id = ctx.scalar(
+            "SELECT lease_run_id FROM tasks WHERE lease_expires_at_ms > 0 AND lease_id = ?",
+            (lease_id,),
+        )
+        if run_id is None:
+            raise LeaseLost(f"lease {lease_id} not found", code="not_found")
+    lease = check_lease(ctx, run_id, token_sha256, lease_id=lease_id)
+    if checkpoint is not UNSET:
+        write_checkpoint(ctx, lease, run_id, checkpoint)
+    ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["lease_ttl_ms"])
+    expires = ctx.now + ttl
+    ctx.conn.execute(
+        "UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?", (expires, lease["seq"])
+    )
+    return expires
+
+
+def reissue(ctx: Ctx, lease_id: str, run_id: str, idempotency_key: str | None) -> Lease:
+    """A claim replayed with its idempotency key: the same lease with the same token.
+
+    The token is derived from the key (:mod:`.leasekeys`), so the replay answers what the first
+    answer held and whoever holds either keeps the lease. A lease claimed before the rail
+    derived tokens (its stored hash is of a random token) gets the derived token instead, and
+    the first answer's token stops working, as every replay did then. A lease already gone is
+    ``LeaseLost``. Only a keyed claim is replayed (``idempotency_key`` is never None here).
+    """
+    assert idempotency_key is not None
+    task = ctx.one(
+        "SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?", (run_id,)
+    )
+    if task is None or task["lease_id"] != lease_id:
+        check_lease(ctx, run_id, "", lease_id=lease_id)
+    assert task is not None
+    if task["lease_expires_at_ms"] <= ctx.now:
+        raise LeaseLost(f"lease of run {run_id} expired", code="expired")
+    token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
+    digest = token_hash(token)
+    if task["lease_token_sha256"] != digest:
+        ctx.conn.execute(
+            "UPDATE tasks SET lease_token_sha256 = ? WHERE seq = ?", (digest, task["seq"])
+        )
+    run = ctx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+    assert run is not None
+    return Lease(
+        task=task_from_row(task),
+        run=run_from_row(run),
+        lease_id=lease_id,
+        lease_token=token,
+        expires_at_ms=task["lease_expires_at_ms"],
+        previous_checkpoint=previous_checkpoint(ctx, task, before_attempt=run["attempt"]),
+    )

@@ -1,0 +1,100 @@
+"""Following one task's events as they are written (extension ``follow``).
+
+``follow_task`` answers the task's events after a cursor (an event id) as soon as there is at
+least one, or the task is finished, or ``timeout_ms`` passes (then with no events): the long poll
+behind ``backlog-worker task show ID --follow`` and ``GET /tasks/{task_id}/follow``.
+
+It sleeps on wake-ups, not on a short polling loop: every write of this tracker instance (an
+event, a claim, a transition, a cancel) sets the followers' event of :class:`~.core.TrackerCore`,
+and a write of another process sharing the file is seen by the same ``PRAGMA data_version`` check
+``wait`` uses (gated by the WAL file's stat). The events and the task's state are read in one
+read transaction, so an answer saying ``finished`` holds every event written before the end.
+
+This room reads ``events``, ``runs`` and ``tasks``; it writes nothing.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.ops_models import TaskFollow
+from tracker_client.rules import reads
+from tracker_client.rules.common import Ctx
+
+__all__ = ["MAX_FOLLOW_MS", "FollowOps", "follow_state"]
+
+#: Longest single ``follow_task`` wait (a follower asks again).
+MAX_FOLLOW_MS = 60_000
+
+_STATE = "SELECT stage, pipeline_id, dead_letter_reason FROM tasks WHERE id = ?"
+
+
+def _check(timeout_ms: object, limit: object) -> None:
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+        raise ValidationFailed(f"timeout_ms must be an integer, got {timeout_ms!r}")
+    if not 0 <= timeout_ms <= MAX_FOLLOW_MS:
+        raise ValidationFailed(f"timeout_ms must be 0..{MAX_FOLLOW_MS}, got {timeout_ms}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationFailed(f"limit must be 1..1000, got {limit!r}", code="invalid_limit")
+
+
+def follow_state(ctx: Ctx, task_id: str, after: str | None, limit: int) -> TaskFollow:
+    """The events of ``task_id`` after ``after`` and its state, read in one transaction.
+
+    ``finished`` only when the task is finished and no event is left after this page.
+    ``NotFound`` for an unknown task, ``ValidationFailed`` for a cursor that is no event id.
+    """
+    row = ctx.one(_STATE, (task_id,))
+    if row is None:
+        raise NotFound(f"task {task_id} not found", code="not_found")
+    page = reads.list_events(ctx, "task_id", task_id, limit, after)
+    reason = row["dead_letter_reason"]
+    if reason is not None:
+        outcome = reason if reason in ("cancelled", "expired") else "dead_lettered"
+    elif ctx.pipeline(row["pipeline_id"]).is_terminal(row["stage"]):
+        outcome = "done"
+    else:
+        outcome = "pending"
+    cursor = str(page.items[-1].id) if page.items else (after or "0")
+    return TaskFollow(
+        events=page.items,
+        next_cursor=cursor,
+        finished=outcome != "pending" and page.next_cursor is None,
+        outcome=outcome,
+        stage=row["stage"],
+    )
+
+
+class FollowOps(TrackerCore):
+    """The ``follow_task`` operation of ``EmbeddedTracker``."""
+
+    async def follow_task(
+        self, task_id: str, *, after: str | None = None, timeout_ms: int = 30_000, limit: int = 100
+    ) -> TaskFollow:
+        """The task's events after the cursor ``after`` (an event id; None: from the first),
+        oldest first and at most ``limit``, as soon as there is one or the task is finished
+        (terminal stage, dead-lettered, cancelled, expired), else after ``timeout_ms`` (at most
+        60000) with none. Pass ``next_cursor`` back to go on; stop once ``finished``.
+
+        ``NotFound`` for an unknown task; ``ValidationFailed`` for a bad cursor, timeout or limit.
+        """
+        _check(timeout_ms, limit)
+        deadline = anyio.current_time() + timeout_ms / 1000
+        self._followers += 1
+        try:
+            while True:
+                woken = self._written
+
+                def look(c: Ctx) -> tuple[int, TaskFollow]:
+                    return self._db.data_version(), follow_state(c, task_id, after, limit)
+
+                version, answer = await self._read("follow_task", look)
+                self._dv, self._dv_at = version, anyio.current_time()
+                remaining = deadline - anyio.current_time()
+                if answer.events or answer.finished or remaining <= 0:
+                    return answer
+                await self._sleep_until_change(woken, version, remaining)
+        finally:
+            self._followers -= 1

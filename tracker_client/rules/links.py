@@ -1,0 +1,180 @@
+"""Dependencies and assignments: the edges between tasks and the agents a task is reserved for.
+
+The functions run on the database thread inside a transaction (dependency cycles are refused
+there); :class:`LinkOps` is the tracker's face of them, with idempotency keys on the writes.
+"""
+
+from __future__ import annotations
+
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.errors import Conflict, NotFound, ValidationFailed
+from tracker_client.models import Assignment, Dependency
+from tracker_client.rules.common import Ctx, dependencies_of, list_assignments
+from tracker_client.rules.idempotency import idempotent, no_answer, replay_none
+from tracker_client.rules.runs import dead_letter_if_upstream_dead
+
+__all__ = [
+    "LinkOps",
+    "add_dependency",
+    "assign",
+    "list_dependencies",
+    "unassign",
+]
+
+
+# -- dependencies ---------------------------------------------------------------------------------
+def _cycle(ctx: Ctx, task_id: str, upstream: str) -> list[str] | None:
+    """The path upstream -> ... -> task_id along 'depends on' edges, if one exists."""
+    parent: dict[str, str | None] = {upstream: None}
+    stack = [upstream]
+    while stack:
+        node = stack.pop()
+        if node == task_id:
+            path = [node]
+            while parent[path[-1]] is not None:
+                path.append(parent[path[-1]])  # type: ignore[arg-type]
+            return list(reversed(path))
+        for (nxt,) in ctx.conn.execute(
+            "SELECT depends_on_task_id FROM dependencies WHERE task_id = ?", (node,)
+        ):
+            if nxt not in parent:
+                parent[nxt] = node
+                stack.append(nxt)
+    return None
+
+
+def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
+    """Make ``task_id`` wait for ``upstream``; refuses self, cycles and duplicates. An upstream
+    already dead-lettered or cancelled never resolves: the task is dead-lettered at once."""
+    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
+        raise NotFound(f"task {task_id} not found", code="task_not_found")
+    if task_id == upstream:
+        raise ValidationFailed(f"task {task_id} cannot depend on itself", code="invalid_dependency")
+    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (upstream,)) is None:
+        raise NotFound(f"dependency task {upstream} not found", code="dependency_task_not_found")
+    if ctx.one(
+        "SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on_task_id = ?",
+        (task_id, upstream),
+    ):
+        raise Conflict(f"task {task_id} already depends on {upstream}", code="duplicate_dependency")
+    path = _cycle(ctx, task_id, upstream)
+    if path is not None:
+        chain = " -> ".join([task_id, *path])
+        raise ValidationFailed(
+            f"dependency {task_id} -> {upstream} would close a cycle: {chain}",
+            code="invalid_dependency",
+        )
+    ctx.conn.execute(
+        "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) VALUES (?, ?, ?)",
+        (task_id, upstream, ctx.now),
+    )
+    ctx.conn.execute("UPDATE tasks SET has_deps = 1 WHERE id = ?", (task_id,))
+    dead_letter_if_upstream_dead(ctx, task_id)
+
+
+def list_dependencies(ctx: Ctx, task_id: str) -> list[Dependency]:
+    """The task's dependencies (an unknown task has none)."""
+    return dependencies_of(ctx, task_id)
+
+
+# -- assignments ----------------------------------------------------------------------------------
+def assign(ctx: Ctx, task_id: str, agent_id: str, assigned_by: str | None) -> None:
+    """Make ``agent_id`` the task's only active assignee."""
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationFailed("agent_id must be a non-empty string")
+    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
+        raise NotFound(f"task {task_id} not found", code="task_not_found")
+    now = ctx.now
+    ctx.conn.execute(
+        "UPDATE assignments SET active = 0, updated_at_ms = ? "
+        "WHERE task_id = ? AND active = 1 AND agent_id != ?",
+        (now, task_id, agent_id),
+    )
+    ctx.conn.execute(
+        "INSERT INTO assignments (task_id, agent_id, assigned_by, active, created_at_ms, "
+        "updated_at_ms) VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT (task_id, agent_id) DO UPDATE "
+        "SET active = 1, assigned_by = excluded.assigned_by, "
+        "updated_at_ms = excluded.updated_at_ms",
+        (task_id, agent_id, assigned_by, now, now),
+    )
+    ctx.conn.execute("UPDATE tasks SET assignee = ? WHERE id = ?", (agent_id, task_id))
+
+
+def unassign(ctx: Ctx, task_id: str, agent_id: str) -> None:
+    """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
+    cur = ctx.conn.execute(
+        "UPDATE assignments SET active = 0, updated_at_ms = ? "
+        "WHERE task_id = ? AND agent_id = ? AND active = 1",
+        (ctx.now, task_id, agent_id),
+    )
+    if cur.rowcount == 0:
+        raise NotFound(f"task {task_id} has no active assignment of {agent_id}", code="not_found")
+    ctx.conn.execute("UPDATE tasks SET assignee = NULL WHERE id = ?", (task_id,))
+
+
+class LinkOps(TrackerCore):
+    """The tracker's dependency and assignment operations."""
+
+    async def add_dependency(
+        self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """Make ``task_id`` wait for ``depends_on_task_id``."""
+        await self._write(
+            "add_dependency",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "add_dependency",
+                [task_id, depends_on_task_id],
+                lambda: add_dependency(c, task_id, depends_on_task_id),
+                no_answer,
+                replay_none,
+            ),
+        )
+
+    async def list_dependencies(self, task_id: str) -> list[Dependency]:
+        """The task's dependencies and whether each is resolved now."""
+        return await self._read("list_dependencies", lambda c: list_dependencies(c, task_id))
+
+    async def assign(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        assigned_by: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Make ``agent_id`` the only agent that may claim the task."""
+        await self._write(
+            "assign",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "assign",
+                [task_id, agent_id, assigned_by],
+                lambda: assign(c, task_id, agent_id, assigned_by),
+                no_answer,
+                replay_none,
+            ),
+        )
+
+    async def list_assignments(self, task_id: str) -> list[Assignment]:
+        """All assignments of a task, inactive ones included."""
+        return await self._read("list_assignments", lambda c: list_assignments(c, task_id))
+
+    async def unassign(
+        self, task_id: str, agent_id: str, *, idempotency_key: str | None = None
+    ) -> None:
+        """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
+        await self._write(
+            "unassign",
+            lambda c: idempotent(
+                c,
+                idempotency_key,
+                "unassign",
+                [task_id, agent_id],
+                lambda: unassign(c, task_id, agent_id),
+                no_answer,
+                replay_none,
+            ),
+        )

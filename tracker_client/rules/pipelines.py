@@ -1,0 +1,344 @@
+"""Pipeline definitions: validation (with an error naming the broken rule) and a cache.
+
+Pipelines are immutable once stored (there is no update or delete), so every process may cache
+their parsed form forever; a miss reads the row (another process may have created it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracker_client.errors import ValidationFailed
+from tracker_client.jsonlimits import check_json_limits
+from tracker_client.models import AvailableTransition, Pipeline
+from tracker_client.rules.retrypolicy import parse_retry
+
+__all__ = [
+    "MAX_DEFINITION_BYTES",
+    "PipelineCache",
+    "PipelineDef",
+    "StateDef",
+    "TransitionDef",
+    "validate_definition",
+]
+
+
+@dataclass(frozen=True)
+class StateDef:
+    """One state of a pipeline."""
+
+    name: str
+    agent_role: str | None
+    terminal: bool
+
+
+@dataclass(frozen=True)
+class TransitionDef:
+    """One transition, in definition order."""
+
+    from_state: str
+    to_state: str
+    trigger: str
+    instructions: str | None
+    required_gates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PipelineDef:
+    """A validated pipeline definition."""
+
+    id: str
+    name: str
+    initial: str
+    states: dict[str, StateDef]
+    transitions: tuple[TransitionDef, ...]
+    default_queue_ttl_ms: int | None
+    created_at_ms: int
+    definition: dict[str, Any] = field(repr=False)
+    #: The fields of the rail's default retry policy this pipeline overrides (its ``retry``).
+    retry: dict[str, Any] = field(default_factory=dict)
+
+    def find(self, stage: str, trigger: str) -> TransitionDef | None:
+        """The first transition (definition order) from ``stage`` on ``trigger``."""
+        for t in self.transitions:
+            if t.from_state == stage and t.trigger == trigger:
+                return t
+        return None
+
+    def triggers_from(self, stage: str) -> list[str]:
+        """Triggers allowed from ``stage``, in definition order."""
+        return [t.trigger for t in self.transitions if t.from_state == stage]
+
+    def available(self, stage: str) -> list[AvailableTransition]:
+        """The transitions out of ``stage`` as the API lists them."""
+        return [
+            AvailableTransition(
+                trigger=t.trigger, to=t.to_state, required_gates=list(t.required_gates)
+            )
+            for t in self.transitions
+            if t.from_state == stage
+        ]
+
+    def role_of(self, stage: str) -> str | None:
+        """The agent role of ``stage`` (None if it has none or is unknown)."""
+        state = self.states.get(stage)
+        return state.agent_role if state else None
+
+    def is_terminal(self, stage: str) -> bool:
+        """Whether ``stage`` is a terminal state (unknown stages are not)."""
+        state = self.states.get(stage)
+        return bool(state and state.terminal)
+
+    def model(self) -> Pipeline:
+        """The public model."""
+        return Pipeline(
+            id=self.id, name=self.name, definition=self.definition, created_at_ms=self.created_at_ms
+        )
+
+
+def _fail(rule: str) -> ValidationFailed:
+    return ValidationFailed(f"pipeline definition: {rule}", code="validation_failed")
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+#: The keys a definition, a state and a transition may have (NullTickets' plus our extensions).
+TOP_KEYS = ("initial", "states", "transitions", "default_queue_ttl_ms", "retry")
+STATE_KEYS = ("agent_role", "description", "terminal", "workflow_id", "human")
+TRANSITION_KEYS = ("from", "to", "trigger", "instructions", "required_gates")
+
+
+def _no_unknown_keys(raw: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """A misspelt key (``agent_rol``) would be ignored and its task wait forever: refuse it."""
+    unknown = [k for k in raw if k not in known]
+    if unknown:
+        key = str(unknown[0])
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _fail(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(known)}")
+
+
+def _known_keys(definition: Mapping[str, Any]) -> None:
+    """Refuse a misspelt key before any rule reads the keys: ``intial`` is named as a typo of
+    ``initial``, not reported as a missing ``initial`` (states and transitions too, where they
+    have the shape to hold keys; the shape itself is the rules' to check)."""
+    _no_unknown_keys(definition, TOP_KEYS, "definition")
+    states = definition.get("states")
+    for sname, sdef in states.items() if isinstance(states, Mapping) else ():
+        if isinstance(sdef, Mapping):
+            _no_unknown_keys(sdef, STATE_KEYS, f"state {sname!r}")
+    transitions = definition.get("transitions")
+    for i, tdef in enumerate(transitions if isinstance(transitions, list) else (), start=1):
+        if isinstance(tdef, Mapping):
+            _no_unknown_keys(tdef, TRANSITION_KEYS, f"transition #{i}")
+
+
+def _strict_rules(
+    definition: Mapping[str, Any], states: dict[str, StateDef], transitions: list[TransitionDef]
+) -> None:
+    """The rules a new definition must also keep (stored ones are read without them); its
+    keys were checked first (:func:`_known_keys`)."""
+    for t in transitions:
+        if states[t.from_state].terminal:
+            raise _fail(
+                f"transition {t.from_state} -> {t.to_state} ({t.trigger}) leaves terminal state "
+                f"{t.from_state!r}: a terminal state is finished and has no way out"
+            )
+    for s in states.values():
+        human = definition["states"][s.name].get("human", False)
+        if not isinstance(human, bool):
+            raise _fail(f"state {s.name!r}: 'human' must be true or false")
+        if human and (s.terminal or s.agent_role is not None):
+            raise _fail(
+                f"state {s.name!r} is a human step: it has no agent_role and is not terminal "
+                "(a person moves the task on with `backlog-worker task transition`)"
+            )
+        if not s.terminal and s.agent_role is None and not human:
+            raise _fail(
+                f"state {s.name!r} is not terminal and has no agent_role: no worker can claim a "
+                "task there, so it could never leave (give it an agent_role, make it terminal, "
+                'or mark it a human step with "human": true)'
+            )
+
+
+#: The largest new pipeline definition, as compact JSON (UTF-8 bytes): states, transitions and
+#: their instructions fit many times over; every claim reads the definition, so it stays small.
+MAX_DEFINITION_BYTES = 1024 * 1024
+
+
+def _check_size(definition: Any) -> None:
+    size = len(json.dumps(definition, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_DEFINITION_BYTES:
+        raise ValidationFailed(
+            f"pipeline definition is too large: {size} bytes of JSON, limit"
+            f" {MAX_DEFINITION_BYTES} (1 MiB)",
+            code="definition_too_large",
+        )
+
+
+def validate_definition(
+    definition: Any,
+    *,
+    pid: str = "",
+    name: str = "",
+    created_at_ms: int = 0,
+    strict: bool = True,
+) -> PipelineDef:
+    """Check every rule of a pipeline definition; ``ValidationFailed`` names the broken one.
+
+    ``strict`` (every new definition) adds the rules older versions did not check: no unknown
+    keys, no transition out of a terminal state, a role for every non-terminal state. Stored
+    definitions are read with ``strict=False``, so a rail made before keeps working.
+    """
+    check_json_limits(definition, "pipeline definition")
+    if strict:
+        _check_size(definition)
+    if not isinstance(definition, Mapping):
+        raise _fail(f"must be a JSON object, got {type(definition).__name__}")
+    if strict:
+        _known_keys(definition)
+    initial = definition.get("initial")
+    if not _nonempty_str(initial):
+        raise _fail("'initial' must be a non-empty string naming a state")
+    states_raw = definition.get("states")
+    if not isinstance(states_raw, Mapping) or not states_raw:
+        raise _fail("'states' must be a non-empty object of state objects")
+    states: dict[str, StateDef] = {}
+    for sname, sdef in states_raw.items():
+        where = f"state {sname!r}"
+        if not _nonempty_str(sname):
+            raise _fail(f"{where}: state names must be non-empty strings")
+        if not isinstance(sdef, Mapping):
+            raise _fail(f"{where}: must be an object, got {type(sdef).__name__}")
+        role = sdef.get("agent_role")
+        if role is not None and not isinstance(role, str):
+            raise _fail(f"{where}: 'agent_role' must be a string")
+        terminal = sdef.get("terminal", False)
+        if terminal is None:
+            terminal = False
+        if not isinstance(terminal, bool):
+            raise _fail(f"{where}: 'terminal' must be true or false")
+        desc = sdef.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise _fail(f"{where}: 'description' must be a string")
+        states[sname] = StateDef(name=sname, agent_role=role or None, terminal=terminal)
+    if initial not in states:
+        raise _fail(f"'initial' state {initial!r} is not defined in 'states'")
+    trans_raw = definition.get("transitions")
+    if not isinstance(trans_raw, list) or not trans_raw:
+        raise _fail("'transitions' must be a non-empty list of transition objects")
+    transitions: list[TransitionDef] = []
+    seen: set[tuple[str, str]] = set()
+    for i, tdef in enumerate(trans_raw, start=1):
+        if not isinstance(tdef, Mapping):
+            raise _fail(f"transition #{i}: must be an object, got {type(tdef).__name__}")
+        src, dst, trig = tdef.get("from"), tdef.get("to"), tdef.get("trigger")
+        where = f"transition #{i} ({src} -> {dst})"
+        for key, value in (("from", src), ("to", dst), ("trigger", trig)):
+            if not _nonempty_str(value):
+                raise _fail(f"{where}: {key!r} must be a non-empty string")
+        assert isinstance(src, str)
+        assert isinstance(dst, str)
+        assert isinstance(trig, str)
+        if src not in states:
+            raise _fail(f"{where}: 'from' state {src!r} is not defined")
+        if dst not in states:
+            raise _fail(f"{where}: 'to' state {dst!r} is not defined")
+        if (src, trig) in seen:
+            raise _fail(f"{where}: duplicate trigger {trig!r} from state {src!r}")
+        seen.add((src, trig))
+        instr = tdef.get("instructions")
+        if instr is not None and not isinstance(instr, str):
+            raise _fail(f"{where}: 'instructions' must be a string")
+        gates = tdef.get("required_gates")
+        if gates is None:
+            gates = []
+        if not isinstance(gates, list) or not all(isinstance(g, str) for g in gates):
+            raise _fail(f"{where}: 'required_gates' must be a list of strings")
+        transitions.append(TransitionDef(src, dst, trig, instr, tuple(gates)))
+    if not any(s.terminal for s in states.values()):
+        raise _fail('no terminal state: at least one state needs "terminal": true')
+    sources = {t.from_state for t in transitions}
+    for s in states.values():
+        if not s.terminal and s.name not in sources:
+            raise _fail(f"state {s.name!r} is not terminal and has no outgoing transition")
+    ttl = definition.get("default_queue_ttl_ms")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0):
+        raise _fail("'default_queue_ttl_ms' must be a positive integer (milliseconds)")
+    retry: dict[str, Any] = {}
+    if definition.get("retry") is not None:
+        retry = parse_retry(definition["retry"], "'retry'", _fail)
+        dls = retry.get("dead_letter_stage")
+        if dls is not None and dls not in states:
+            raise _fail(f"'retry': 'dead_letter_stage' {dls!r} is not defined in 'states'")
+    if strict:
+        _strict_rules(definition, states, transitions)
+    try:
+        plain = json.loads(json.dumps(definition, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"not JSON-serialisable ({exc})") from exc
+    return PipelineDef(
+        id=pid,
+        name=name,
+        initial=initial,
+        states=states,
+        transitions=tuple(transitions),
+        default_queue_ttl_ms=ttl,
+        created_at_ms=created_at_ms,
+        definition=plain,
+        retry=retry,
+    )
+
+
+class PipelineCache:
+    """Parsed pipelines by id, filled from the database on a miss."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, PipelineDef] = {}
+        self._order: list[str] = []
+
+    def get(self, conn: sqlite3.Connection, pid: str) -> PipelineDef | None:
+        """The pipeline ``pid`` or None."""
+        hit = self._by_id.get(pid)
+        if hit is not None:
+            return hit
+        row = conn.execute(
+            "SELECT id, name, definition, created_at_ms FROM pipelines WHERE id = ?", (pid,)
+        ).fetchone()
+        if row is None:
+            return None
+        return self._remember(row)
+
+    def all(self, conn: sqlite3.Connection) -> list[PipelineDef]:
+        """Every pipeline, in creation order (loads ones other processes created)."""
+        count = int(conn.execute("SELECT count(*) FROM pipelines").fetchone()[0])
+        if count != len(self._order):
+            for row in conn.execute(
+                "SELECT id, name, definition, created_at_ms FROM pipelines ORDER BY seq"
+            ):
+                if row["id"] not in self._by_id:
+                    self._remember(row)
+            self._order = [str(r[0]) for r in conn.execute("SELECT id FROM pipelines ORDER BY seq")]
+        return [self._by_id[p] for p in self._order]
+
+    def _remember(self, row: sqlite3.Row) -> PipelineDef:
+        parsed = validate_definition(
+            json.loads(row["definition"]),
+            pid=row["id"],
+            name=row["name"],
+            created_at_ms=row["created_at_ms"],
+            strict=False,
+        )
+        self._by_id[parsed.id] = parsed
+        return parsed
+
+    def forget(self, pid: str) -> None:
+        """Drop ``pid`` (used when its creating transaction rolled back)."""
+        self._by_id.pop(pid, None)

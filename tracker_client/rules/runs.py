@@ -1,0 +1,380 @@
+"""Writes fenced by a lease: events, transition, fail; and dead-lettering, which several share.
+
+Each function runs on the database thread inside one ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
+from tracker_client.bounds import MAX_DURATION_MS
+from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
+from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
+from tracker_client.rules import fanin
+from tracker_client.rules.common import CLEAR_LEASE, MIB, Ctx, dumps
+
+__all__ = [
+    "add_event",
+    "check_lease",
+    "dead_letter",
+    "dead_letter_if_upstream_dead",
+    "fail",
+    "token_hash",
+    "transition",
+]
+
+
+def token_hash(token: str) -> str:
+    """SHA-256 (hex) of a lease token: the only form of it the database holds."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
+    status = ctx.scalar("SELECT status FROM runs WHERE id = ?", (run_id,))
+    if status == "cancelled":
+        return LeaseLost(
+            f"lease of run {run_id} was revoked: the task was cancelled", code="revoked"
+        )
+    if status == "stale":
+        return LeaseLost(f"lease of run {run_id} expired", code="expired")
+    return LeaseLost(f"no active lease for run {run_id}", code="not_found")
+
+
+#: The task columns a lease write reads (``check_lease``'s row): the lease itself, what the
+#: lease writes (transition, fail with its retry policy, events, heartbeat, checkpoint,
+#: release) read of their task. Not ``t.*``: title, description and metadata are never read
+#: there, and decoding the whole row cost more than the lookup.
+_LEASE = (
+    "SELECT t.seq, t.id, t.pipeline_id, t.stage, t.role, t.task_version, t.failed_attempts, "
+    "t.max_attempts, t.retry_delay_ms, t.backoff, t.max_retry_delay_ms, t.checkpointed, "
+    "t.lease_id, t.lease_run_id, t.lease_token_sha256, t.lease_expires_at_ms, t.lease_ttl_ms "
+    "FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?"
+)
+
+
+def check_lease(
+    ctx: Ctx, run_id: str, token_sha256: str, *, lease_id: str | None = None
+) -> sqlite3.Row:
+    """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``.
+
+    Returns the task's row with the columns of :data:`_LEASE` (the lease lives on it:
+    ``lease_id``, ``lease_expires_at_ms``, ...); a write needing more reads the row itself.
+    """
+    row = ctx.one(_LEASE, (run_id,))
+    if (
+        row is None
+        or row["lease_run_id"] != run_id
+        or (lease_id is not None and row["lease_id"] != lease_id)
+    ):
+        raise _lost_for_missing(ctx, run_id)
+    if not hmac.compare_digest(row["lease_token_sha256"], token_sha256):
+        raise LeaseLost(f"invalid lease token for run {run_id}", code="invalid_token")
+    if row["lease_expires_at_ms"] <= ctx.now:
+        raise LeaseLost(f"lease of run {run_id} expired", code="expired")
+    return row
+
+
+def add_event(ctx: Ctx, run_id: str, token_sha256: str, kind: str, data: Any) -> int:
+    """Append an event to the leased run; returns its id."""
+    task = check_lease(ctx, run_id, token_sha256)
+    if not isinstance(kind, str) or not kind:
+        raise ValidationFailed("event kind must be a non-empty string")
+    payload = dumps({} if data is None else data, "event data", max_bytes=MIB)
+    cur = ctx.conn.execute(
+        "INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?)",
+        (task["id"], run_id, ctx.now, kind, payload),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def _usage(usage: Any) -> str | None:
+    return None if usage is None else dumps(usage, "usage", max_bytes=MIB)
+
+
+def transition(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    trigger: str,
+    expected_stage: str | None,
+    expected_task_version: int | None,
+    instructions: str | None,
+    usage: Any,
+    wait_for: Sequence[str] = (),
+) -> TransitionResult:
+    """Complete the run and move its task along ``trigger``; errors leave everything unchanged.
+
+    ``wait_for`` (extension ``fan_in``): the task then waits for these tasks, the edges added
+    here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
+    resolves: the task is dead-lettered at once (the upstream-failure rule).
+    """
+    task = check_lease(ctx, run_id, token_sha256)
+    stage = task["stage"]
+    if expected_stage is not None and expected_stage != stage:
+        raise Conflict(
+            f"task {task['id']} is in stage {stage!r}, expected {expected_stage!r}",
+            code="expected_stage_mismatch",
+        )
+    if expected_task_version is not None and expected_task_version != task["task_version"]:
+        raise Conflict(
+            f"task {task['id']} is at version {task['task_version']}, "
+            f"expected {expected_task_version}",
+            code="task_version_mismatch",
+        )
+    pipeline = ctx.pipeline(task["pipeline_id"])
+    move = pipeline.find(stage, trigger)
+    if move is None:
+        allowed = pipeline.triggers_from(stage)
+        raise InvalidTransition(
+            f"trigger {trigger!r} is not allowed from stage {stage!r}; allowed: "
+            + (", ".join(repr(t) for t in allowed) or "none"),
+            allowed=allowed,
+        )
+    usage_text = _usage(usage)
+    edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
+    now = ctx.now
+    to = move.to_state
+    ctx.conn.execute(
+        "UPDATE runs SET status = 'completed', ended_at_ms = ?, usage = ? WHERE id = ?",
+        (now, usage_text, run_id),
+    )
+    ctx.conn.execute(
+        "UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL, "
+        "next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0, "
+        f"{CLEAR_LEASE} WHERE seq = ?",
+        (to, now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
+    )
+    text = instructions if instructions is not None else (move.instructions or "")
+    ctx.event(
+        task["id"],
+        run_id,
+        "transition",
+        {"trigger": trigger, "from": stage, "to": to, "instructions": text},
+    )
+    if ctx.will_log("task_finished"):
+        ctx.log(
+            "task_finished",
+            f"task {task['id']} {stage} -> {to} ({trigger})",
+            task_id=task["id"],
+            run_id=run_id,
+            role=task["role"],
+            outcome="transition",
+        )
+    if edges:
+        fanin.add_edges(ctx, task["id"], edges)
+        dead_letter_if_upstream_dead(ctx, task["id"])
+    return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+
+
+def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
+    """The delay before the next attempt after ``failed`` failures.
+
+    Exponential: ``d = retry_delay_ms * 2**(failed-1)`` capped at ``max_retry_delay_ms``, drawn
+    from ``[d/2, d]`` ("equal jitter"): spread out like full jitter, but never near 0, so a
+    failing task cannot come back at once however the dice fall.
+    """
+    # A row stored before the bound (tracker_client.bounds) still fails with a delay in range.
+    base = min(max(0, int(row["retry_delay_ms"])), MAX_DURATION_MS)
+    if row["backoff"] != "exponential":
+        return base
+    cap = row["max_retry_delay_ms"]
+    exp = base * (2 ** min(max(failed - 1, 0), 62))
+    if cap is not None:
+        exp = min(exp, max(0, int(cap)))
+    exp = min(exp, MAX_DURATION_MS)  # now + the delay stays a date (tracker_client.bounds)
+    return rng.randint(exp - exp // 2, exp) if exp > 0 else 0
+
+
+def fail(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    error: str,
+    usage: Any,
+    rng: random.Random,
+    retryable: bool = True,
+) -> FailResult:
+    """Fail the run; retry later or dead-letter according to the task's policy.
+
+    ``retryable=False`` dead-letters at once with reason ``permanent_failure``.
+    """
+    task = check_lease(ctx, run_id, token_sha256)
+    if not isinstance(error, str):
+        raise ValidationFailed("fail: 'error' must be a string")
+    if len(error) > MIB // 4 and len(error.encode()) > MIB:
+        raise ValidationFailed(
+            f"fail: 'error' is too large ({len(error.encode())} bytes, limit {MIB})"
+        )
+    usage_text = _usage(usage)
+    now = ctx.now
+    ctx.conn.execute(
+        "UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?",
+        (now, error, usage_text, run_id),
+    )
+    failed = int(task["failed_attempts"]) + 1
+    ctx.conn.execute(
+        f"UPDATE tasks SET failed_attempts = ?, stale_streak = 0, {CLEAR_LEASE} WHERE seq = ?",
+        (failed, task["seq"]),
+    )
+    max_attempts = task["max_attempts"]
+    if retryable and (max_attempts is None or failed < max_attempts):
+        delay = retry_delay(task, failed, rng)
+        eligible = now + delay
+        ctx.conn.execute(
+            "UPDATE tasks SET next_eligible_at_ms = ?, updated_at_ms = ? WHERE seq = ?",
+            (eligible, now, task["seq"]),
+        )
+        ctx.event(
+            task["id"],
+            run_id,
+            "retry_scheduled",
+            {
+                "reason": "retry_scheduled",
+                "failed_attempts": failed,
+                "retry_delay_ms": delay,
+                "next_eligible_at_ms": eligible,
+            },
+        )
+        if ctx.will_log("task_finished"):
+            ctx.log(
+                "task_finished",
+                f"task {task['id']} failed (attempt {failed}), retry at {eligible}",
+                task_id=task["id"],
+                run_id=run_id,
+                role=task["role"],
+                outcome="retry_scheduled",
+            )
+        return FailResult(retry_scheduled=True, dead_lettered=False, next_eligible_at_ms=eligible)
+    fresh = ctx.task_row(task["id"])
+    reason = "max_attempts_exceeded" if retryable else "permanent_failure"
+    dead_letter(ctx, fresh, reason, run_id)
+    return FailResult(
+        retry_scheduled=False,
+        dead_lettered=True,
+        next_eligible_at_ms=DEAD_LETTER_NEVER_MS,
+        dead_letter_reason=reason,
+    )
+
+
+def dead_letter(
+    ctx: Ctx,
+    task: sqlite3.Row,
+    reason: str,
+    run_id: str | None,
+    *,
+    kind: str = "dead_letter",
+    upstream: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> str:
+    """Make the task unclaimable until requeued, in its dead-letter stage; returns the stage.
+    ``detail``: more for its event's data (a crash loop's count and limit).
+
+    Its waiting dependents follow, down the graph, in the same write (:func:`_propagate`):
+    a dead-lettered or cancelled dependency never resolves.
+    """
+    stage = _dead_letter_one(ctx, task, reason, run_id, kind, upstream, detail)
+    _propagate(ctx, task["id"], kind == "cancelled" or reason == UPSTREAM_CANCELLED)
+    return stage
+
+
+def dead_letter_if_upstream_dead(ctx: Ctx, task_id: str) -> bool:
+    """Dead-letter ``task_id`` at once when one of its dependencies is already dead-lettered or
+    cancelled (it never resolves: the upstream-failure rule, docs/guarantees/edge-cases.md),
+    with reason ``upstream_dead_lettered`` / ``upstream_cancelled`` naming that upstream; a
+    leased task loses its lease as a dependent reached by propagation does. Called after a
+    write adds edges (create with ``dependencies``, ``add_dependency``, a transition's
+    ``wait_for``), so such a task never waits forever. True when it was dead-lettered; a
+    finished or already dead-lettered task is left as it is."""
+    dead = fanin.dead_upstream(ctx, task_id)
+    if dead is None:
+        return False
+    row = ctx.task_row(task_id)
+    if row["dead_letter_reason"] is not None or row["terminal"]:
+        return False
+    run_id = row["lease_run_id"]
+    if run_id is not None:
+        ctx.conn.execute(
+            "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?",
+            (ctx.now, run_id),
+        )
+    dead_letter(ctx, row, fanin.upstream_reason(dead), run_id, upstream=dead["id"])
+    return True
+
+
+def _propagate(ctx: Ctx, root: str, cancelled: bool) -> None:
+    """Dead-letter every unfinished task that waits (transitively) on ``root``, with reason
+    ``upstream_cancelled`` (the chain began with a cancel) or ``upstream_dead_lettered``; a
+    leased one loses its lease (its run ends ``cancelled``, as a cancel ends it)."""
+    reason = UPSTREAM_CANCELLED if cancelled else UPSTREAM_DEAD_LETTERED
+    todo = [root]
+    while todo:
+        upstream = todo.pop()
+        for row in fanin.waiting_on(ctx, upstream):
+            run_id = row["lease_run_id"]
+            if run_id is not None:
+                ctx.conn.execute(
+                    "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?",
+                    (ctx.now, run_id),
+                )
+            _dead_letter_one(ctx, row, reason, run_id, "dead_letter", upstream)
+            todo.append(row["id"])
+
+
+def _dead_letter_one(
+    ctx: Ctx,
+    task: sqlite3.Row,
+    reason: str,
+    run_id: str | None,
+    kind: str,
+    upstream: str | None,
+    detail: Mapping[str, Any] | None = None,
+) -> str:
+    pipeline = ctx.pipeline(task["pipeline_id"])
+    from_stage = task["stage"]
+    dls = task["dead_letter_stage"]
+    moved = dls is not None and dls in pipeline.states and dls != from_stage
+    to = dls if moved else from_stage
+    ctx.conn.execute(
+        "UPDATE tasks SET dead_letter_reason = ?, next_eligible_at_ms = ?, "
+        "dead_letter_from_stage = ?, stage = ?, role = ?, terminal = ?, "
+        f"task_version = task_version + ?, updated_at_ms = ?, {CLEAR_LEASE} WHERE seq = ?",
+        (
+            reason,
+            DEAD_LETTER_NEVER_MS,
+            from_stage,
+            to,
+            pipeline.role_of(to),
+            int(pipeline.is_terminal(to)),
+            1 if moved else 0,
+            ctx.now,
+            task["seq"],
+        ),
+    )
+    ctx.event(
+        task["id"],
+        run_id,
+        kind,
+        {
+            "reason": reason,
+            "failed_attempts": int(task["failed_attempts"]),
+            "from_stage": from_stage,
+            "dead_letter_stage": dls if dls in pipeline.states else None,
+            **({} if upstream is None else {"upstream_task_id": upstream}),
+            **(detail or {}),
+        },
+    )
+    ctx.log(
+        "task_cancelled" if kind == "cancelled" else "task_dead_lettered",
+        f"task {task['id']} dead-lettered ({reason}) from stage {from_stage!r}",
+        task_id=task["id"],
+        run_id=run_id,
+        role=pipeline.role_of(from_stage),
+        reason=reason,
+    )
+    return str(to)

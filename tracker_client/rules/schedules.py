@@ -1,0 +1,303 @@
+"""Periodic schedules stored in the rail (extension ``schedules``): a task on every cron tick.
+
+A schedule is a row of ``schedules`` (schema 0003): a cron expression (5 fields, or 6 with
+seconds first, parsed by ``cronsim``, DST rules included) read on the wall clock of an IANA time
+zone (``zoneinfo``), the task it makes (pipeline, title, metadata, priority) and ``next_tick_ms``,
+the earliest tick not fired yet.
+
+Ticks are fired by maintenance (:meth:`ScheduleOps.maintenance`, run by every worker's
+maintenance loop and by ``tracker serve``'s rail when it serves ``POST /ops/maintenance``): one
+write transaction (``BEGIN IMMEDIATE``, so one process at a time) inserts the due ticks' tasks and
+advances ``next_tick_ms`` with a compare-and-set on its old value. Another pass, in this process
+or any other, then finds nothing due: each tick makes exactly one task.
+
+A tick is *missed* when the pass comes more than :data:`MISSED_AFTER_MS` after it (the rail was
+down, or no worker ran). ``missed = "skip"``: no task for missed ticks, the schedule goes on at
+its next future tick; ``"catch_up"``: exactly one task stands for all of them (metadata
+``missed_ticks``), then the schedule goes on. Ticks less late than that each get their task.
+Every task carries ``schedule``, ``scheduled_at`` (ISO 8601 in the schedule's zone) and
+``scheduled_at_ms`` in its metadata.
+
+This room touches the ``schedules`` table and creates tasks through :mod:`.tasks`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+from pydantic import ValidationError
+
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.errors import Conflict, NotFound, TrackerError, ValidationFailed
+from tracker_client.models import TaskCreate
+from tracker_client.ops_models import MaintenanceReport
+from tracker_client.rules import tasks
+from tracker_client.rules.common import Ctx, dumps, stored_json
+from tracker_client.schedule_models import Schedule, ScheduleCreate
+from tracker_client.validation import problems
+
+__all__ = [
+    "MAX_COUNTED",
+    "MAX_ON_TIME",
+    "MISSED_AFTER_MS",
+    "ScheduleOps",
+    "check",
+    "fire_due",
+    "ticks_after",
+]
+
+#: A tick this much older than the maintenance pass that sees it is missed (policy applies).
+MISSED_AFTER_MS = 60_000
+#: On-time ticks one schedule fires per pass at most (the next pass goes on).
+MAX_ON_TIME = 100
+#: Missed ticks counted one by one for ``missed_ticks`` (beyond: the count says "at least").
+MAX_COUNTED = 10_000
+
+_DUE = "SELECT min(next_tick_ms) FROM schedules WHERE paused = 0"
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValidationFailed(f"timezone: unknown time zone {name!r}") from exc
+
+
+def ticks_after(cron: str, zone: ZoneInfo, after_ms: int) -> Iterator[int]:
+    """The ticks of ``cron`` on ``zone``'s wall clock strictly after ``after_ms``, as epoch ms."""
+    start = datetime.fromtimestamp(after_ms / 1000, zone)
+    for tick in CronSim(cron, start):
+        yield round(tick.timestamp() * 1000)
+
+
+def check(fields: dict[str, Any], now_ms: int) -> tuple[ScheduleCreate, int]:
+    """``fields`` as a :class:`ScheduleCreate` and its first tick after ``now_ms``; else
+    ``ValidationFailed`` naming the field (cron, timezone, missed, an unknown key, ...)."""
+    try:
+        spec = ScheduleCreate.model_validate(fields)
+    except ValidationError as exc:
+        first = problems(exc, ScheduleCreate)[0]
+        raise ValidationFailed(f"{first.place()}: {first.message}") from exc
+    zone = _zone(spec.timezone)
+    try:
+        first_tick = next(ticks_after(spec.cron, zone, now_ms))
+    except (CronSimError, StopIteration) as exc:
+        raise ValidationFailed(f"cron: {spec.cron!r} is not a cron expression: {exc}") from exc
+    dumps(spec.metadata, "metadata")
+    return spec, first_tick
+
+
+def _schedule(row: sqlite3.Row) -> Schedule:
+    data = dict(row)
+    data["metadata"] = stored_json(row["metadata"], "metadata", f"schedule {row['name']}")
+    data["paused"] = bool(row["paused"])
+    return Schedule.model_validate(data)
+
+
+def _row(ctx: Ctx, name: str) -> sqlite3.Row:
+    row = ctx.one("SELECT * FROM schedules WHERE name = ?", (name,))
+    if row is None:
+        raise NotFound(f"schedule {name!r} not found", code="schedule_not_found")
+    return row
+
+
+def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
+    """Store a schedule (``replace``: update the one of that name); nothing is written on a
+    bad field, an unknown pipeline or (without ``replace``) a taken name."""
+    spec, first_tick = check(fields, ctx.now)
+    if ctx.pipelines.get(ctx.conn, spec.pipeline_id) is None:
+        raise NotFound(
+            f"pipeline_id: pipeline {spec.pipeline_id!r} not found", code="pipeline_not_found"
+        )
+    values = {
+        "name": spec.schedule,
+        "pipeline_id": spec.pipeline_id,
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "title": spec.title,
+        "metadata": dumps(spec.metadata, "metadata"),
+        "priority": spec.priority,
+        "missed": spec.missed,
+        "next_tick_ms": first_tick,
+        "now": ctx.now,
+    }
+    old = ctx.one("SELECT * FROM schedules WHERE name = ?", (spec.schedule,))
+    if old is None:
+        ctx.conn.execute(
+            "INSERT INTO schedules (name, pipeline_id, cron, timezone, title, metadata, "
+            "priority, missed, next_tick_ms, created_at_ms, updated_at_ms) VALUES (:name, "
+            ":pipeline_id, :cron, :timezone, :title, :metadata, :priority, :missed, "
+            ":next_tick_ms, :now, :now)",
+            values,
+        )
+    elif not spec.replace:
+        raise Conflict(
+            f"schedule: a schedule named {spec.schedule!r} exists", code="schedule_exists"
+        )
+    else:
+        if (old["cron"], old["timezone"]) == (spec.cron, spec.timezone):
+            values["next_tick_ms"] = old["next_tick_ms"]  # same ticks: none skipped or doubled
+        ctx.conn.execute(
+            "UPDATE schedules SET pipeline_id = :pipeline_id, cron = :cron, timezone = "
+            ":timezone, title = :title, metadata = :metadata, priority = :priority, missed = "
+            ":missed, next_tick_ms = :next_tick_ms, updated_at_ms = :now WHERE name = :name",
+            values,
+        )
+    return _schedule(_row(ctx, spec.schedule))
+
+
+def set_paused(ctx: Ctx, name: str, paused: bool) -> Schedule:
+    """Pause, or resume from the next tick after now (ticks while paused never fire)."""
+    row = _row(ctx, name)
+    if bool(row["paused"]) != paused:
+        next_tick = row["next_tick_ms"]
+        if not paused:
+            next_tick = next(ticks_after(row["cron"], _zone(row["timezone"]), ctx.now))
+        ctx.conn.execute(
+            "UPDATE schedules SET paused = ?, next_tick_ms = ?, updated_at_ms = ? WHERE name = ?",
+            (int(paused), next_tick, ctx.now, name),
+        )
+    return _schedule(_row(ctx, name))
+
+
+def delete(ctx: Ctx, name: str) -> Schedule:
+    """Remove a schedule; the tasks it made stay."""
+    gone = _schedule(_row(ctx, name))
+    ctx.conn.execute("DELETE FROM schedules WHERE name = ?", (name,))
+    return gone
+
+
+def _make_task(ctx: Ctx, row: sqlite3.Row, zone: ZoneInfo, tick: int, extra: dict[str, Any]) -> str:
+    """One tick's task, in a savepoint: a refused task (backlog full, pipeline gone) is noted on
+    the schedule and the tick passes (it never blocks the schedule nor the pass)."""
+    meta = dict(stored_json(row["metadata"], "metadata", f"schedule {row['name']}") or {})
+    meta.update(
+        schedule=row["name"],
+        scheduled_at=datetime.fromtimestamp(tick / 1000, zone).isoformat(),
+        scheduled_at_ms=tick,
+        **extra,
+    )
+    spec = TaskCreate(
+        pipeline_id=row["pipeline_id"], title=row["title"], priority=row["priority"], metadata=meta
+    )
+    ctx.conn.execute("SAVEPOINT schedule_tick")
+    try:
+        task_id = tasks.create_tasks(ctx, [spec], bulk=False)[0]
+    except TrackerError as exc:
+        ctx.conn.execute("ROLLBACK TO schedule_tick")
+        ctx.conn.execute("RELEASE schedule_tick")
+        ctx.conn.execute(
+            "UPDATE schedules SET last_error = ? WHERE name = ?", (str(exc), row["name"])
+        )
+        return ""
+    ctx.conn.execute("RELEASE schedule_tick")
+    ctx.conn.execute(
+        "UPDATE schedules SET last_tick_ms = ?, last_task_id = ?, tasks_created = "
+        "tasks_created + 1, last_error = NULL WHERE name = ?",
+        (tick, task_id, row["name"]),
+    )
+    return task_id
+
+
+def _fire(ctx: Ctx, row: sqlite3.Row) -> int:
+    """Fire one schedule's due ticks; returns the tasks created."""
+    zone, cron, old = _zone(row["timezone"]), row["cron"], int(row["next_tick_ms"])
+    edge, due, made = ctx.now - MISSED_AFTER_MS, old, 0
+    if due < edge:  # missed ticks: count them (bounded), then apply the policy
+        counted, ticks = 1, ticks_after(cron, zone, due)
+        due = next(ticks)
+        while due < edge and counted < MAX_COUNTED:
+            counted, due = counted + 1, next(ticks)
+        if due < edge:
+            due = next(ticks_after(cron, zone, edge - 1))
+        if row["missed"] == "catch_up":
+            extra = {"missed_ticks": counted, "caught_up": True}
+            made += bool(_make_task(ctx, row, zone, old, extra))
+    ticks = ticks_after(cron, zone, due)
+    fired = 0
+    while due <= ctx.now and fired < MAX_ON_TIME:
+        made += bool(_make_task(ctx, row, zone, due, {}))
+        fired, due = fired + 1, next(ticks)
+    cur = ctx.conn.execute(
+        "UPDATE schedules SET next_tick_ms = ?, updated_at_ms = ? "
+        "WHERE name = ? AND next_tick_ms = ? AND paused = 0",
+        (due, ctx.now, row["name"], old),
+    )
+    if cur.rowcount != 1:  # never under BEGIN IMMEDIATE; if it were, nothing is committed
+        raise Conflict(f"schedule {row['name']!r}: its tick moved under this pass")
+    return made
+
+
+def fire_due(ctx: Ctx) -> int:
+    """Fire every unpaused schedule's due ticks (one write transaction); tasks created."""
+    rows = ctx.conn.execute(
+        "SELECT * FROM schedules WHERE paused = 0 AND next_tick_ms <= ? ORDER BY next_tick_ms",
+        (ctx.now,),
+    ).fetchall()
+    made = 0
+    for row in rows:
+        ctx.conn.execute("SAVEPOINT schedule_fire")
+        try:
+            made += _fire(ctx, row)
+            ctx.conn.execute("RELEASE schedule_fire")
+        except (CronSimError, ValidationFailed, StopIteration) as exc:
+            ctx.conn.execute("ROLLBACK TO schedule_fire")
+            ctx.conn.execute("RELEASE schedule_fire")
+            # A stored cron or zone this build cannot read (a tzdata or cronsim change): the
+            # schedule is paused with the reason, instead of failing every maintenance pass.
+            ctx.conn.execute(
+                "UPDATE schedules SET paused = 1, last_error = ?, updated_at_ms = ? WHERE name = ?",
+                (f"paused: cannot compute its ticks: {exc}", ctx.now, row["name"]),
+            )
+    return made
+
+
+class ScheduleOps(TrackerCore):
+    """The tracker's face of schedules: the operations of the ``schedules`` extension, and
+    maintenance that fires due ticks."""
+
+    async def create_schedule(self, **fields: Any) -> Schedule:
+        """Store a schedule (see :class:`~tracker_client.models.ScheduleCreate` for the
+        fields); ``ValidationFailed``/``NotFound``/``Conflict`` name the field, nothing written."""
+        return await self._write("create_schedule", lambda c: create(c, fields))
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        return await self._read(
+            "list_schedules",
+            lambda c: [
+                _schedule(r) for r in c.conn.execute("SELECT * FROM schedules ORDER BY name")
+            ],
+        )
+
+    async def get_schedule(self, name: str) -> Schedule:
+        """One schedule, or ``NotFound``."""
+        return await self._read("get_schedule", lambda c: _schedule(_row(c, name)))
+
+    async def pause_schedule(self, name: str) -> Schedule:
+        """Stop firing ticks until resumed."""
+        return await self._write("pause_schedule", lambda c: set_paused(c, name, True))
+
+    async def resume_schedule(self, name: str) -> Schedule:
+        """Fire again from the next tick after now (ticks while paused are not caught up)."""
+        return await self._write("resume_schedule", lambda c: set_paused(c, name, False))
+
+    async def delete_schedule(self, name: str) -> Schedule:
+        """Remove a schedule (answers it as it was); its tasks stay."""
+        return await self._write("delete_schedule", lambda c: delete(c, name))
+
+    async def maintenance(self) -> MaintenanceReport:
+        """The rail's maintenance, then the due schedule ticks (a cheap read first: a pass
+        with nothing due writes nothing more)."""
+        report = await super().maintenance()
+        now = int(self._clock())
+        due = await self._read("maintenance", lambda c: c.scalar(_DUE))
+        if due is None or due > now:
+            return report
+        made = await self._write("schedule_tick", fire_due)
+        return report.model_copy(update={"scheduled_tasks": made})

@@ -1,0 +1,180 @@
+"""OTLP ingest and the spans of a task (``POST /v1/traces``, extension ``spans``).
+
+An OTLP/JSON document (:mod:`.otlpjson` checks and reads it, before any write) becomes one
+``span_batches`` row and a ``spans`` row per span, in one transaction: a document with one bad
+span stores nothing. A body of any other content type (OTLP protobuf) is kept as a blob, as
+NullTickets keeps it: one batch row, no spans. A span naming only its run
+(``nulltickets.run_id``) is linked to the run's task too, so ``list_spans(task_id)`` finds it.
+
+Spans go with their task when it is purged; spans linked to no task of the rail and blobs go
+once they are older than the retention (:mod:`.retention`).
+
+This room touches the ``span_batches`` and ``spans`` tables (schema 0005) and reads ``runs``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.errors import ValidationFailed
+from tracker_client.observe_models import OtlpIngestResult, Span
+from tracker_client.rules import otlpjson
+from tracker_client.rules.common import Ctx
+
+__all__ = ["DEFAULT_SPAN_LIMIT", "MAX_BLOB_BYTES", "SpanOps", "store_blob", "store_spans"]
+
+#: Spans ``list_spans`` answers when no limit is given (and the most it answers).
+DEFAULT_SPAN_LIMIT = 1000
+#: Largest blob kept (the served tracker's OTLP body limit is lower by default).
+MAX_BLOB_BYTES = 64 * 1024 * 1024
+
+_INSERT = (
+    "INSERT INTO spans (batch_id, trace_id, span_id, parent_span_id, name, kind, "
+    "start_time_unix_nano, end_time_unix_nano, status_code, status_message, service_name, "
+    "task_id, run_id, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_COLUMNS = (
+    "batch_id, trace_id, span_id, parent_span_id, name, kind, start_time_unix_nano, "
+    "end_time_unix_nano, status_code, status_message, service_name, task_id, run_id, attributes"
+)
+
+
+def _batch(ctx: Ctx, content_type: str, stored: str, blob: bytes | None, accepted: int) -> int:
+    cur = ctx.conn.execute(
+        "INSERT INTO span_batches (received_at_ms, content_type, stored, blob, accepted) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (ctx.now, content_type, stored, blob, accepted),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def store_spans(
+    ctx: Ctx, spans: Sequence[otlpjson.ParsedSpan], content_type: str = "application/json"
+) -> OtlpIngestResult:
+    """Store checked spans as one JSON batch, each linked to its task (a run's task when only
+    the run is named)."""
+    batch_id = _batch(ctx, content_type, "json", None, len(spans))
+    task_of_run: dict[str, str | None] = {}
+    rows = []
+    for s in spans:
+        task_id = s.task_id
+        if task_id is None and s.run_id is not None:
+            if s.run_id not in task_of_run:
+                task_of_run[s.run_id] = ctx.scalar(
+                    "SELECT task_id FROM runs WHERE id = ?", (s.run_id,)
+                )
+            task_id = task_of_run[s.run_id]
+        rows.append(
+            (
+                batch_id,
+                s.trace_id,
+                s.span_id,
+                s.parent_span_id,
+                s.name,
+                s.kind,
+                s.start_time_unix_nano,
+                s.end_time_unix_nano,
+                s.status_code,
+                s.status_message,
+                s.service_name,
+                task_id,
+                s.run_id,
+                s.attributes_json,
+            )
+        )
+    ctx.conn.executemany(_INSERT, rows)
+    return OtlpIngestResult(batch_id=batch_id, accepted_spans=len(spans), stored="json")
+
+
+def _check_content_type(content_type: object) -> str:
+    if not isinstance(content_type, str) or not content_type.strip():
+        raise ValidationFailed("content_type: must be a non-empty string")
+    if len(content_type) > 255 or not content_type.isprintable():
+        raise ValidationFailed("content_type: at most 255 printable characters")
+    return content_type.strip()
+
+
+def store_blob(ctx: Ctx, data: bytes, content_type: str) -> OtlpIngestResult:
+    """Keep an OTLP body of a non-JSON content type as it is (no spans are read from it)."""
+    batch_id = _batch(ctx, content_type, "blob", data, 0)
+    return OtlpIngestResult(batch_id=batch_id, accepted_spans=0, stored="blob")
+
+
+def _span(row: sqlite3.Row) -> Span:
+    data = dict(row)
+    data["attributes"] = json.loads(data["attributes"])
+    return Span.model_validate(data)
+
+
+def _limit(limit: object) -> int:
+    if limit is None:
+        return DEFAULT_SPAN_LIMIT
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationFailed(f"limit: must be 1..1000, got {limit!r}", code="invalid_limit")
+    return limit
+
+
+def list_task_spans(ctx: Ctx, task_id: str, run_id: str | None, limit: int) -> list[Span]:
+    """The task's spans (or one run's), by start time (spans without one last), at most
+    ``limit``."""
+    where, params = "task_id = ?", [task_id]
+    if run_id is not None:
+        where += " AND run_id = ?"
+        params.append(run_id)
+    rows = ctx.conn.execute(
+        f"SELECT {_COLUMNS} FROM spans WHERE {where} "
+        "ORDER BY start_time_unix_nano IS NULL, start_time_unix_nano, id LIMIT ?",
+        (*params, limit),
+    )
+    return [_span(r) for r in rows]
+
+
+class SpanOps(TrackerCore):
+    """The tracker's face of OTLP ingest and the ``spans`` extension."""
+
+    async def ingest_traces(self, document: Mapping[str, Any]) -> OtlpIngestResult:
+        """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (``POST /v1/traces``
+        with a JSON content type), linked to their task and run by the attributes
+        ``nulltickets.task_id`` / ``nulltickets.run_id``. A document not of that shape is
+        ``ValidationFailed`` naming the field, and nothing is stored."""
+        # Off the event loop: a 4 MiB document takes ~0.2 s to read, which would hold up every
+        # other request of a served rail (heartbeats included) for that long.
+        spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
+        return await self._write("ingest_traces", lambda c: store_spans(c, spans))
+
+    async def ingest_traces_collector(self, document: Mapping[str, Any]) -> OtlpIngestResult:
+        """:meth:`ingest_traces` under the OpenTelemetry collector's path
+        (``POST /otlp/v1/traces``)."""
+        return await self.ingest_traces(document)
+
+    async def ingest_trace_blob(self, data: bytes, content_type: str) -> OtlpIngestResult:
+        """Keep an OTLP body of another content type (protobuf) as a blob, as NullTickets
+        does: ``accepted_spans`` is 0 and no span is read from it."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise ValidationFailed(f"data: expected bytes, got {type(data).__name__}")
+        blob = bytes(data)
+        if len(blob) > MAX_BLOB_BYTES:
+            raise ValidationFailed(f"data: a blob of at most {MAX_BLOB_BYTES} bytes")
+        kind = _check_content_type(content_type)
+        return await self._write("ingest_trace_blob", lambda c: store_blob(c, blob, kind))
+
+    async def list_spans(
+        self, task_id: str, *, run_id: str | None = None, limit: int | None = None
+    ) -> list[Span]:
+        """The spans ingested for ``task_id`` (only ``run_id``'s when given), by start time, at
+        most ``limit`` (1..1000, default 1000). A task with no spans (or none the rail knows)
+        has an empty list."""
+        if not isinstance(task_id, str) or not task_id:
+            raise ValidationFailed("task_id: must be a non-empty string")
+        if run_id is not None and not isinstance(run_id, str):
+            raise ValidationFailed(f"run_id: expected a string, got {run_id!r}")
+        count = _limit(limit)
+        return await self._read(
+            "list_spans", lambda c: list_task_spans(c, task_id, run_id or None, count)
+        )

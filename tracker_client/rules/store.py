@@ -1,0 +1,217 @@
+"""The KV store with FTS5 full-text search (namespace, key and the value's JSON are indexed).
+
+The functions run on the database thread inside a transaction; :class:`StoreOps` is the
+tracker's face of them.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Any
+
+from tracker_client.embedded.core import TrackerCore
+from tracker_client.errors import NotFound, ValidationFailed
+from tracker_client.models import StoreEntry
+from tracker_client.rules.common import MIB, Ctx, dumps, stored_json
+
+__all__ = ["StoreOps", "delete", "delete_namespace", "get", "list_namespace", "put", "search"]
+
+RESERVED = "search"
+
+
+def _names(namespace: str, key: str | None = None) -> None:
+    if not isinstance(namespace, str) or not namespace:
+        raise ValidationFailed("store namespace must be a non-empty string")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValidationFailed("store key must be a non-empty string")
+
+
+def _entry(row: sqlite3.Row) -> StoreEntry:
+    return StoreEntry.model_validate(
+        {
+            "namespace": row["namespace"],
+            "key": row["key"],
+            "value": stored_json(
+                row["value"], "value", f"store key {row['namespace']}/{row['key']}"
+            ),
+            "created_at_ms": row["created_at_ms"],
+            "updated_at_ms": row["updated_at_ms"],
+        }
+    )
+
+
+def put(ctx: Ctx, namespace: str, key: str, value: Any) -> None:
+    """Upsert; an update keeps ``created_at_ms``."""
+    _names(namespace, key)
+    if namespace == RESERVED:
+        raise ValidationFailed(
+            f"{RESERVED!r} is a reserved namespace name", code="reserved_namespace"
+        )
+    text = dumps(value, "store value", max_bytes=MIB)
+    ctx.conn.execute(
+        "INSERT INTO store (namespace, key, value, created_at_ms, updated_at_ms) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE "
+        "SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+        (namespace, key, text, ctx.now, ctx.now),
+    )
+
+
+def get(ctx: Ctx, namespace: str, key: str) -> StoreEntry:
+    """One entry, or ``NotFound``."""
+    row = ctx.one("SELECT * FROM store WHERE namespace = ? AND key = ?", (namespace, key))
+    if row is None:
+        raise NotFound(f"store key {namespace}/{key} not found", code="not_found")
+    return _entry(row)
+
+
+def delete(ctx: Ctx, namespace: str, key: str) -> None:
+    """Delete one key; absent keys are fine."""
+    ctx.conn.execute("DELETE FROM store WHERE namespace = ? AND key = ?", (namespace, key))
+
+
+def delete_namespace(ctx: Ctx, namespace: str) -> None:
+    """Delete every key of a namespace."""
+    ctx.conn.execute("DELETE FROM store WHERE namespace = ?", (namespace,))
+
+
+def list_namespace(ctx: Ctx, namespace: str) -> list[StoreEntry]:
+    """All entries of a namespace, sorted by key."""
+    rows = ctx.conn.execute("SELECT * FROM store WHERE namespace = ? ORDER BY key", (namespace,))
+    return [_entry(r) for r in rows]
+
+
+#: The most words a search query may have: each is a phrase every match must contain, and on
+#: PostgreSQL the search time grows with the square of the word count (4,000 words: 14.6 s),
+#: past ~5,000 its stack overflows (docs/guarantees/edge-cases.md).
+MAX_SEARCH_WORDS = 64
+#: The JSON paths ``filter_path`` takes, the same on every rail: ``$`` then keys (``.name`` or
+#: ``."any key"``) and array indexes (``[0]``). No filters, variables, wildcards, methods or
+#: arithmetic (SQLite has none of them; on PostgreSQL they fail while the search runs).
+_FILTER_PATH = re.compile(
+    r"\$(?:"
+    r"\.[^\s.\[\]\"'$@?()\\*+\-/%!=<>&|,:;{}]+"  # .key
+    r'|\."(?:[^"\\]|\\.)*"'  # ."any key"
+    r"|\[\d+\]"  # [0]
+    r")*"
+)
+
+
+def _no_nul(value: object, what: str) -> None:
+    if isinstance(value, str) and "\x00" in value:
+        raise ValidationFailed(
+            f"{what} must not contain a NUL (\\0) character", code="invalid_query"
+        )
+
+
+def check_search(
+    query: object, namespace: object, filter_path: object, filter_value: object
+) -> list[str]:
+    """The words of a search, after refusing what no rail can search for (each a clear
+    ``invalid_query``, HTTP 400, never an outage): no word, more than
+    :data:`MAX_SEARCH_WORDS`, a NUL character anywhere, a ``filter_path`` that is not a
+    plain path (``$.a.b``, ``$."a b"``, ``$.items[0]``)."""
+    if not isinstance(query, str) or not query.split():
+        raise ValidationFailed("search query must contain at least one word", code="invalid_query")
+    for value, what in (
+        (query, "search query"),
+        (namespace, "namespace"),
+        (filter_path, "filter_path"),
+        (filter_value, "filter_value"),
+    ):
+        _no_nul(value, what)
+    words = query.split()
+    if len(words) > MAX_SEARCH_WORDS:
+        raise ValidationFailed(
+            f"search query has {len(words)} words; at most {MAX_SEARCH_WORDS}",
+            code="invalid_query",
+        )
+    if filter_path is not None and (
+        not isinstance(filter_path, str) or _FILTER_PATH.fullmatch(filter_path) is None
+    ):
+        raise ValidationFailed(
+            f"filter_path must be a JSON path of keys and indexes starting with '$' (e.g. "
+            f'$.status, $."a key", $.items[0]), got {filter_path!r}',
+            code="invalid_query",
+        )
+    return words
+
+
+def match_expression(words: list[str]) -> str:
+    """Each word (from :func:`check_search`) as a quoted FTS5 phrase, ANDed."""
+    return " AND ".join('"' + word.replace('"', '""') + '"' for word in words)
+
+
+def search(
+    ctx: Ctx,
+    query: str,
+    namespace: str | None,
+    limit: int,
+    filter_path: str | None,
+    filter_value: str | None,
+) -> list[StoreEntry]:
+    """Entries matching every word of ``query``, best first."""
+    expr = match_expression(check_search(query, namespace, filter_path, filter_value))
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationFailed(
+            f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
+        )
+    sql = "SELECT s.* FROM store_fts JOIN store s ON s.id = store_fts.rowid WHERE store_fts MATCH ?"
+    params: list[Any] = [expr]
+    if namespace is not None:
+        sql += " AND s.namespace = ?"
+        params.append(namespace)
+    if filter_path is not None:
+        sql += " AND (json_extract(s.value, ?) = ? OR CAST(json_extract(s.value, ?) AS TEXT) = ?)"
+        params += [filter_path, filter_value, filter_path, filter_value]
+    sql += " ORDER BY store_fts.rank LIMIT ?"
+    params.append(limit)
+    try:
+        rows = ctx.conn.execute(sql, tuple(params)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "json" in str(exc).lower() or "path" in str(exc).lower():
+            raise ValidationFailed(
+                f"filter_path {filter_path!r} is not a valid JSON path ({exc})",
+                code="invalid_query",
+            ) from exc
+        raise
+    return [_entry(r) for r in rows]
+
+
+class StoreOps(TrackerCore):
+    """The tracker's KV store operations, each one job on the database thread."""
+
+    async def store_put(self, namespace: str, key: str, value: Any) -> None:
+        """Upsert a value."""
+        await self._write("store_put", lambda c: put(c, namespace, key, value))
+
+    async def store_get(self, namespace: str, key: str) -> StoreEntry:
+        """One entry, or ``NotFound``."""
+        return await self._read("store_get", lambda c: get(c, namespace, key))
+
+    async def store_delete(self, namespace: str, key: str) -> None:
+        """Delete a key (absent keys are fine)."""
+        await self._write("store_delete", lambda c: delete(c, namespace, key))
+
+    async def store_list(self, namespace: str) -> list[StoreEntry]:
+        """All entries of a namespace, sorted by key."""
+        return await self._read("store_list", lambda c: list_namespace(c, namespace))
+
+    async def store_delete_namespace(self, namespace: str) -> None:
+        """Delete a whole namespace."""
+        await self._write("store_delete_namespace", lambda c: delete_namespace(c, namespace))
+
+    async def store_search(
+        self,
+        query: str,
+        *,
+        namespace: str | None = None,
+        limit: int = 10,
+        filter_path: str | None = None,
+        filter_value: str | None = None,
+    ) -> list[StoreEntry]:
+        """Full-text search: every word must match (as a phrase); rank order."""
+        return await self._read(
+            "store_search",
+            lambda c: search(c, query, namespace, limit, filter_path, filter_value),
+        )
