@@ -1,5 +1,7 @@
 """``backlog-worker rail copy SOURCE_URL TARGET_URL [--force]``: move a rail to another engine;
-``backlog-worker rail migrate``: bring a PostgreSQL rail's schema up to this build.
+``backlog-worker rail migrate``: bring a PostgreSQL rail's schema up to this build;
+``backlog-worker rail backup|verify|restore``: backups of an embedded rail that restore
+(:mod:`tracker_client.embedded.backup`), and the invariants check on any database rail.
 
 The operator's face of :func:`tracker_client.postgres.copy.copy_rail`: an embedded file
 (``sqlite:///old.db``) to PostgreSQL (``postgresql://user@host/db``) or back, every row with
@@ -12,14 +14,16 @@ touches the two rails (through ``copy_rail``) and the terminal only.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import anyio
 import click
 
-from tracker_client.errors import ConfigError
+from tracker_client.errors import BacklogWorkerError, ConfigError
 from tracker_client.factory import URL_FORMS
 from tracker_client.postgres.copy import DEFAULT_BATCH, CopyReport, copy_rail
-from worker.cli.errors import input_errors
+from tracker_client.rules.verify import VerifyReport
+from worker.cli.errors import EXIT_FAILURE, OpsError, input_errors
 
 __all__ = ["rail_group", "register"]
 
@@ -38,7 +42,7 @@ def _summary(report: CopyReport) -> list[str]:
     return lines
 
 
-@click.group("rail", short_help="Move a rail between engines, migrate its schema.")
+@click.group("rail", short_help="Back up, verify, restore, copy or migrate a whole rail.")
 def rail_group() -> None:
     """Operations on whole rails."""
 
@@ -129,6 +133,175 @@ def migrate_command(tracker_url: str | None) -> None:
         click.echo(f"schema {schema!r} is at version {now}: nothing to do")
     else:
         click.echo(f"schema {schema!r} migrated from version {before} to {now}")
+
+
+def _embedded_path(url: str, verb: str) -> Path:
+    """The file of the embedded rail at ``url``; a clear error for any other rail."""
+    from tracker_client.factory import parse_sqlite_url
+    from tracker_client.urlmask import mask_url
+
+    if url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"rail {verb}: {mask_url(url)!r} is a PostgreSQL rail: back it up with pg_dump and"
+            " restore it with pg_restore, then check it with `backlog-worker rail verify URL`"
+            " (see docs/operate/backups-retention.md)"
+        )
+    if not url.startswith("sqlite:"):
+        raise ConfigError(
+            f"rail {verb}: {mask_url(url)!r} is not an embedded rail; run `rail {verb}` on the"
+            " host of the served rail, naming its file (sqlite:///path.db)"
+        )
+    path, _ = parse_sqlite_url(url)
+    if path == ":memory:":
+        raise ConfigError(f"rail {verb}: an in-memory rail has no file to {verb}")
+    return Path(path)
+
+
+def _verify_lines(report: VerifyReport) -> list[str]:
+    figures = ", ".join(f"{n} {label}" for label, n in report.counts.items())
+    head = f"{report.rail}: schema version {report.schema_version}" + (
+        f"; {figures}" if figures else ""
+    )
+    if report.ok:
+        return [head, "verified: integrity and every invariant hold"]
+    return [head, *(f"problem: {line}" for line in report.problems)]
+
+
+_TRACKER_OPTION = click.option(
+    "--tracker",
+    "tracker_url",
+    default=None,
+    metavar="URL",
+    help="The rail (sqlite:///path.db). Default: $BACKLOG_WORKER_TRACKER_URL or the config's"
+    " [tracker].",
+)
+
+
+@rail_group.command("backup", short_help="Copy a live embedded rail to a file, verified.")
+@click.argument("destination", type=click.Path(path_type=Path))
+@_TRACKER_OPTION
+@click.option("--force", is_flag=True, help="Replace an existing backup file.")
+def backup_command(destination: Path, tracker_url: str | None, force: bool) -> None:
+    """Copy the embedded rail to DESTINATION (a file, or a directory to put a dated
+    rail-YYYYmmddTHHMMSSZ.db in) while its workers keep running.
+
+    The copy is the rail as of one moment (SQLite's online backup, one read transaction), one
+    self-contained file of mode 0600, checked with `rail verify` before it is put in place: a
+    destination file is always a whole, verified backup. The rail's secret key is not copied
+    (a restored rail makes its own).
+
+    \b
+    backlog-worker rail backup /var/backups/backlog-worker/
+    """
+    from tracker_client.embedded.backup import backup_file
+    from worker.cli.ops.common import resolve_tracker
+
+    with input_errors():
+        source = _embedded_path(resolve_tracker(tracker_url, None).url, "backup")
+        report = backup_file(source, destination, force=force)
+    click.echo(
+        f"backed up {report.source} -> {report.destination} "
+        f"({report.size_bytes} bytes in {report.seconds:.2f} s)"
+    )
+    for line in _verify_lines(report.verified)[1:]:
+        click.echo(line)
+
+
+@rail_group.command("verify", short_help="Check a rail or a backup: integrity and invariants.")
+@click.argument("rail", required=False)
+@_TRACKER_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify_command(rail: str | None, tracker_url: str | None, as_json: bool) -> None:
+    """Check RAIL (a backup file, sqlite:///path.db or postgresql://...; default: the
+    configured rail) without writing to it: that it is a rail of this or an older version,
+    SQLite's integrity and foreign-key checks, and the rail's invariants (every leased task
+    has its running run and every running run its lease, no run or event of a missing task,
+    attempt numbers and versions that only grow, no finished task holding a lease, no task of
+    a missing pipeline, no dangling dependency). Exits 1 naming each problem found.
+
+    \b
+    backlog-worker rail verify /var/backups/backlog-worker/rail-20261206T031500Z.db
+    backlog-worker rail verify postgresql://backlog@db/backlog
+    """
+    from worker.cli.ops.common import resolve_tracker
+
+    with input_errors():
+        target = rail if rail is not None else resolve_tracker(tracker_url, None).url
+        report = _verify_any(target)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "rail": report.rail,
+                    "schema_version": report.schema_version,
+                    "counts": report.counts,
+                    "problems": report.problems,
+                    "ok": report.ok,
+                }
+            )
+        )
+    else:
+        for line in _verify_lines(report):
+            click.echo(line)
+    if not report.ok:
+        raise SystemExit(EXIT_FAILURE)
+
+
+def _verify_any(target: str) -> VerifyReport:
+    if target.startswith(("postgresql://", "postgres://")):
+        from tracker_client.extras import require
+
+        require("postgres", "verifying a PostgreSQL rail")
+        from tracker_client.postgres.db import map_pg_error
+        from tracker_client.postgres.verify import verify_url
+        from tracker_client.urlmask import mask_url
+
+        try:
+            return verify_url(target)
+        except BacklogWorkerError:
+            raise
+        except Exception as exc:
+            raise map_pg_error(exc, f"verifying {mask_url(target)}") from None
+    from tracker_client.embedded.backup import verify_file
+
+    path = _embedded_path(target, "verify") if "://" in target else Path(target)
+    return verify_file(path)
+
+
+@rail_group.command("restore", short_help="Put a verified backup in place (workers stopped).")
+@click.argument("backup", type=click.Path(path_type=Path))
+@_TRACKER_OPTION
+def restore_command(backup: Path, tracker_url: str | None) -> None:
+    """Make BACKUP the embedded rail again, once its workers are stopped.
+
+    The backup is verified first and refused if it does not pass. So is a rail whose worker
+    registry still shows a worker alive: stop every worker and `tracker serve` of the rail
+    first. The rail that was there is kept beside it (NAME.before-restore-STAMP, with its WAL),
+    never deleted. Leases that were live in the backup come back expired: the first claim
+    reclaims their tasks as it would a dead worker's, so nothing is lost or run twice.
+
+    \b
+    systemctl stop 'backlog-worker@*'
+    backlog-worker rail restore /var/backups/backlog-worker/rail-20261206T031500Z.db
+    """
+    from tracker_client.embedded.backup import WorkersAlive, restore_file
+    from worker.cli.ops.common import resolve_tracker
+
+    with input_errors():
+        target = _embedded_path(resolve_tracker(tracker_url, None).url, "restore")
+        try:
+            report = restore_file(backup, target)
+        except WorkersAlive as exc:
+            raise OpsError(f"rail restore refused: {exc}", EXIT_FAILURE) from None
+    click.echo(f"restored {report.backup} -> {report.target}")
+    if report.kept_aside:
+        click.echo(f"the rail that was there is kept as {report.kept_aside}")
+    click.echo(
+        f"{report.expired_leases} lease(s) live in the backup came back expired (their tasks "
+        "are reclaimed by the next claim)"
+    )
+    for line in _verify_lines(report.verified)[1:]:
+        click.echo(line)
 
 
 def register(group: click.Group) -> None:
