@@ -43,6 +43,7 @@ import math
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.datastructures import State
 from starlette.requests import Request
@@ -62,8 +63,19 @@ from tracker_client.serve.browser import (
 )
 from tracker_client.serve.generic import generic_handler
 from tracker_client.serve.helpers import Closing
-from tracker_client.serve.http import GENERATION_HEADER, Handler, endpoint, error_response, log
+from tracker_client.serve.http import (
+    GENERATION_HEADER,
+    ApiError,
+    Handler,
+    endpoint,
+    error_response,
+    log,
+    parse_body,
+    read_bytes,
+)
+from tracker_client.serve.scopes import BODY_CHECKED, ScopeGuard
 from tracker_client.serve.throttle import AuthThrottle
+from tracker_client.serve.tokens import ScopedToken, TokenStore
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -155,6 +167,7 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
         dashboard: ASGIApp,
         api_token: str | None,
         hosts: HostRule | None = None,
+        tokens: TokenStore | None = None,
     ) -> None:
         self.state = State()
         self.hosts = hosts or HostRule.for_bind("127.0.0.1")
@@ -162,6 +175,9 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
         self.routes = ROUTES
         self.dashboard = dashboard
         self._token = api_token.encode() if api_token else None
+        #: The scoped tokens (:mod:`~tracker_client.serve.tokens`), checked after the admin one.
+        self.tokens = tokens
+        self.guard = ScopeGuard(tracker)
         #: Wrong admin tokens per client address (:mod:`~tracker_client.serve.throttle`).
         self.throttle = AuthThrottle()
         self._observer: Observer | None = None
@@ -224,6 +240,8 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
     def _unknown(self, scope: Scope) -> Call:
         async def call(receive: Receive, send: Send) -> None:
             refused = self._refused("admin", scope)
+            if isinstance(refused, ScopedToken):
+                refused = None  # a valid token of any kind learns only that the route is unknown
             await (refused or error_response(404, "not_found", "Not found"))(scope, receive, send)
 
         return call
@@ -231,6 +249,8 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
     def _answer(self, op: contract.Operation, scope: Scope) -> Call:
         async def call(receive: Receive, send: Send) -> None:
             refused = self._refused(op.auth, scope)
+            if isinstance(refused, ScopedToken):
+                refused, receive = await self._scoped(refused, op, scope, receive)
             if refused is not None:
                 await refused(scope, receive, send)
                 return
@@ -259,8 +279,35 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
 
         return call
 
+    async def _scoped(
+        self, token: ScopedToken, op: contract.Operation, scope: Scope, receive: Receive
+    ) -> tuple[Any, Receive]:
+        """(the 403 answer or None, the request's ``receive``) for a scoped token's call; a body
+        the check reads is read here, within the size cap, and replayed to the endpoint."""
+        body: Any = None
+        if token.kind in BODY_CHECKED.get(op.name, ()):
+            try:
+                raw = await read_bytes(Request(scope, receive), self.state.max_request_bytes)
+                body = parse_body(raw, required=False)
+            except ApiError as exc:
+                return error_response(exc.status, exc.code, exc.message), receive
+            receive = _replay(raw, receive)
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        why = await self.guard.refusal(token, op, scope["path_params"], query, body)
+        if why is None:
+            return None, receive
+        log.warning(
+            "refused %s %s: %s",
+            scope["method"],
+            scope["path"],
+            why,
+            extra={"action": "scope_refused", "token_name": token.name, "operation": op.name},
+        )
+        return error_response(403, "forbidden", why), receive
+
     def _refused(self, auth: str, scope: Scope) -> Any:
-        """The 401 answer when the request lacks what its auth class needs, else None."""
+        """The 401 answer when the request lacks what its auth class needs, the scoped token
+        presented when it is one (:meth:`_scoped` checks its call), else None."""
         if auth == "public":
             return None
         value = _bearer(scope)
@@ -282,10 +329,27 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
                 f"too many wrong api tokens from this address; retry in {retry} s",
                 {"Retry-After": retry},
             )
-        if not hmac.compare_digest(value, self._token):
-            self.throttle.failed(client)
-            return error_response(401, "unauthorized", _UNAUTHORIZED_ADMIN)
-        return None
+        if hmac.compare_digest(value, self._token):
+            return None
+        scoped = self.tokens.find(value) if self.tokens is not None else None
+        if scoped is not None:
+            return scoped
+        self.throttle.failed(client)
+        return error_response(401, "unauthorized", _UNAUTHORIZED_ADMIN)
+
+
+def _replay(raw: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the endpoint the body read already, then the client's own."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _not_allowed(method: str, raw: bytes) -> Call:
@@ -334,13 +398,14 @@ def create_app(
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_otlp_bytes: int = otlp.DEFAULT_MAX_OTLP_BYTES,
     hosts: HostRule | None = None,
+    tokens: TokenStore | None = None,
 ) -> ServedApp:
     """The ASGI app serving ``tracker``, with the web dashboard at :data:`DASHBOARD_PATH`
     (read-only without ``api_token``). The caller owns the tracker (opens and closes it).
     ``hosts``: the ``Host`` names answered (default: loopback's; :mod:`~tracker_client.serve.\
 browser`)."""
     dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
-    app = ServedApp(tracker, dashboard, api_token, hosts)
+    app = ServedApp(tracker, dashboard, api_token, hosts, tokens)
     app.state.max_request_bytes = max_request_bytes
     app.state.max_otlp_bytes = max_otlp_bytes  # POST /v1/traces bodies (413 over it)
     app.state.boot_id = secrets.token_hex(4)

@@ -36,6 +36,7 @@ COMMAND_MODULES: dict[str, str] = {
     "dashboard": "worker.cli.ops.commands",
     "rail": "worker.cli.ops.rail",
     "tracker": "worker.cli.serve",
+    "token": "worker.cli.scoped_tokens",
     "systemd-unit": "worker.cli.systemd.unit",
 }
 

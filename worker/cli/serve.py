@@ -31,6 +31,7 @@ from worker.cli.web import allowed_host_option, proxy_settings, trusted_proxy_op
 if TYPE_CHECKING:
     from tracker_client.protocol import Tracker
     from tracker_client.serve.connections import ConnectionLimits
+    from tracker_client.serve.tokens import TokenStore
 
 __all__ = ["register", "serve_tracker"]
 
@@ -53,6 +54,7 @@ async def serve_tracker(
     http: str | None = None,
     allowed_hosts: tuple[str, ...] = (),
     trusted_proxies: tuple[str, ...] = (),
+    tokens: TokenStore | None = None,
 ) -> None:
     """Open the embedded tracker at ``url`` and serve it with uvicorn until interrupted.
 
@@ -67,6 +69,8 @@ async def serve_tracker(
     ``allowed_hosts``: ``Host`` names answered beside the default ones (``*``: any;
     :class:`~tracker_client.serve.browser.HostRule`), on the API, the dashboard and ``/metrics``.
     ``trusted_proxies``: whose ``X-Forwarded-For`` is believed (none by default).
+    ``tokens``: the scoped tokens accepted beside the admin token
+    (:mod:`tracker_client.serve.tokens`; re-read when the file changes).
     """
     import asyncio
 
@@ -106,6 +110,7 @@ async def serve_tracker(
             max_request_bytes=max_request_bytes or DEFAULT_MAX_REQUEST_BYTES,
             max_otlp_bytes=max_otlp_bytes or DEFAULT_MAX_OTLP_BYTES,
             hosts=HostRule.for_bind(host, allowed_hosts),
+            tokens=tokens,
         )
         config = uvicorn.Config(
             app,
@@ -251,6 +256,14 @@ def register(group: click.Group) -> None:
         help="Read the admin api token from this file.",
     )
     @click.option(
+        "--tokens",
+        "tokens_file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="The scoped tokens file (`backlog-worker token create`); default: $"
+        + "BACKLOG_WORKER_TOKENS_FILE, else RAIL.tokens.json beside an embedded rail's file.",
+    )
+    @click.option(
         "--max-request-bytes",
         type=click.IntRange(1024),
         default=None,
@@ -319,6 +332,7 @@ def register(group: click.Group) -> None:
         port: int,
         token: str | None,
         token_file: Path | None,
+        tokens_file: Path | None,
         max_request_bytes: int | None,
         max_otlp_bytes: int | None,
         max_connections: int | None,
@@ -342,6 +356,7 @@ def register(group: click.Group) -> None:
             url = read_url(url, url_file)
             _check_url(url)
             listen = _metrics_listen(metrics_listen)
+            tokens = _scoped_tokens(tokens_file, url, api_token)
             _setup_logging(log_level, api_token, log_tasks=log_tasks)
             warn_about_the_token(
                 host, api_token, from_command_line=token is not None, token_file=token_file
@@ -364,6 +379,7 @@ def register(group: click.Group) -> None:
                     http=http,
                     allowed_hosts=tuple(named_hosts(allowed_host)),
                     trusted_proxies=trusted_proxy,
+                    tokens=tokens,
                 ),
                 backend_options={"use_uvloop": _has_uvloop()},
             )
@@ -378,6 +394,32 @@ def register(group: click.Group) -> None:
             sys.exit(1)
         except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
             pass
+
+
+def _scoped_tokens(given: Path | None, url: str, api_token: str | None) -> TokenStore | None:
+    """The scoped tokens file to serve (None: none), read once now so a broken one is an error
+    before anything is served; scoped tokens need an admin token beside them."""
+    from tracker_client.serve.tokens import TokenStore, tokens_path
+
+    try:
+        path = tokens_path(given, url)
+    except ConfigError:
+        return None  # a PostgreSQL rail without --tokens: the admin token only
+    store = TokenStore(path)
+    found = store.load()
+    if api_token is None and (given is not None or found):
+        raise ConfigError(
+            f"{path}: scoped tokens need an admin token beside them (--token-file or "
+            f"{TOKEN_ENV}); without one every route is open"
+        )
+    if found:
+        log.info(
+            "accepting %d scoped token(s) from %s beside the admin token",
+            len(found),
+            path,
+            extra={"action": "serve_scoped_tokens"},
+        )
+    return store
 
 
 def _announce_hosts(host: str, extra: list[str]) -> None:
