@@ -1,14 +1,17 @@
-"""Tracker clients: the :class:`Tracker` protocol, its models and errors, and its implementations.
+"""The rail: the producer API an application imports, and the trackers behind it.
 
-``open_tracker(url)`` picks the implementation from a URL: ``sqlite:///path/to.db`` (or a bare
-path, or ``sqlite:///:memory:``) for the embedded tracker, ``http(s)://...`` for NullTickets.
+Public (docs/reference/stability.md): the producer API exported here (``connect``,
+``connect_sync``, :class:`Rail`, :class:`SyncRail`, :class:`Submission`, the same as
+:mod:`tracker_client.producer`), the error tree (:mod:`tracker_client.errors`) and the data
+models the producer answers with, as the API reference lists them. Everything else in this
+package (the ``Tracker`` protocol, the rails, the HTTP client and server, the contract) is
+internal and may change in any release.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import *  # noqa: F403
 from tracker_client.models import *  # noqa: F403
-from tracker_client.protocol import Tracker
 
 if TYPE_CHECKING:
     from tracker_client.producer import Rail, Submission, SyncRail, connect, connect_sync
@@ -27,4 +30,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tracker_client' has no attribute {name!r}")
 
 
-__all__ = ["Rail", "Submission", "SyncRail", "Tracker", "connect", "connect_sync"]
+__all__ = ["Rail", "Submission", "SyncRail", "connect", "connect_sync"]
