@@ -17,6 +17,7 @@ import inspect
 import textwrap
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from docs._ref.face import FACE, HANDED_OUT, INTERNAL_MEMBERS, PublicModule, pub
 from tracker_client.protocol import Tracker  # internal: the leak check's example
 
 PROJECT = ("plugins", "tracker_client", "worker")
+ROOT = Path(__file__).resolve().parent.parent
 
 #: What an executor's ``ctx`` offers (docs/executors/plugin-api.md).
 CONTEXT_METHODS = [
@@ -582,3 +584,86 @@ def test_every_error_is_a_backlog_worker_error() -> None:
 
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.BacklogWorkerError), name
+
+
+# -- the built-in executors, as plugin authors ------------------------------------------------
+#: What the built-in executors import of the project beyond the public face, by package: what a
+#: third-party executor doing the same could not import with a promise. The list may only
+#: shrink (each entry made public, or the need removed); a new reach fails here.
+BUILTIN_REACH: dict[str, dict[str, list[str]]] = {
+    "plugins.command": {
+        "plugins.agent": ["checkpoint_json"],
+        "plugins.artifact_files": ["default_artifacts_dir"],
+        "plugins.proc.process": [
+            "ProcessResult",
+            "SpawnError",
+            "decode_output",
+            "minimal_env",
+            "run_process",
+            "trace_env",
+        ],
+        "tracker_client.validation": ["describe_options", "must"],
+    },
+    "plugins.python": {"tracker_client.validation": ["describe_options", "must"]},
+    "plugins.nullclaw": {
+        "plugins.agent": ["AgentUnsupported"],
+        "plugins.proc.process": [
+            "ProcessResult",
+            "SpawnError",
+            "decode_output",
+            "minimal_env",
+            "run_process",
+            "trace_env",
+        ],
+        "tracker_client.validation": ["describe_options"],
+    },
+}
+
+
+def reach_beyond_the_face(package: str, root: Path = ROOT) -> dict[str, list[str]]:
+    """What ``package``'s modules import of the project that the face does not offer (its own
+    modules aside), every import counted, also one inside a function."""
+    face = {m.module: set(m.names) for m in FACE}
+    found: dict[str, set[str]] = {}
+    for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                module, names = node.module, {alias.name for alias in node.names}
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name not in face:
+                        found.setdefault(alias.name, set()).add("*")
+                continue
+            else:
+                continue
+            if module.split(".")[0] not in PROJECT or module.startswith(package):
+                continue
+            outside = names - face.get(module, set())
+            if outside:
+                found.setdefault(module, set()).update(outside)
+    return {
+        module: sorted(names)
+        for module, names in sorted(found.items())
+        if module.split(".")[0] in PROJECT and not module.startswith(package)
+    }
+
+
+@pytest.mark.parametrize("package", sorted(BUILTIN_REACH))
+def test_the_built_in_executors_reach_beyond_the_face_only_where_listed(package: str) -> None:
+    assert reach_beyond_the_face(package) == BUILTIN_REACH[package]
+
+
+def test_the_reach_check_sees_an_internal_import(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "x.py").write_text(
+        "from plugins.api import Transition\n"
+        "from mine.y import helper\n"
+        "def f():\n"
+        "    from worker.scrub import Scrubber\n"
+        "    import tracker_client.protocol\n",
+        encoding="utf-8",
+    )
+    assert reach_beyond_the_face("mine", tmp_path) == {
+        "tracker_client.protocol": ["*"],
+        "worker.scrub": ["Scrubber"],
+    }

@@ -62,7 +62,8 @@ def module_page(public: PublicModule) -> str:
 
 def _options(public: PublicModule, name: str) -> dict[str, object]:
     """What one name's directive changes of the site's options (mkdocs.yml): a class the user
-    is handed shows no constructor (it is internal); a data model's private base is not shown;
+    is handed shows no constructor (it is internal); a data model shows neither its private base
+    nor the labels pydantic's fields would get (class-attribute, instance-attribute);
     a constant or a type alias shows its value; a public-looking internal member is left out."""
     options: dict[str, object] = {}
     ident = f"{public.module}.{name}"
@@ -73,8 +74,9 @@ def _options(public: PublicModule, name: str) -> dict[str, object]:
         options["merge_init_into_class"] = False
     if ident in INTERNAL_MEMBERS:  # the site's filter, and each internal member by its name
         options["filters"] = ["!^_", *(f"!^{m}$" for m in sorted(INTERNAL_MEMBERS[ident]))]
-    if public.role == "data":
+    if public.role == "data":  # pydantic models: their fields, without base or labels
         options["show_bases"] = False
+        options["show_labels"] = False
     return options
 
 
