@@ -579,6 +579,16 @@ def test_the_member_reader_sees_fields_methods_and_constructor_attributes() -> N
     assert set(own_members(BacklogFull)) >= {"role", "depth", "cap"}
 
 
+def test_the_tracker_protocol_left_the_face_with_a_deprecation_warning() -> None:
+    import tracker_client
+
+    assert "Tracker" not in tracker_client.__all__
+    with pytest.warns(DeprecationWarning, match=r"tracker_client.Tracker is internal.*0\.2"):
+        assert tracker_client.Tracker is Tracker
+    with pytest.raises(AttributeError, match="'Trackers'"):
+        _ = tracker_client.Trackers
+
+
 def test_every_error_is_a_backlog_worker_error() -> None:
     from tracker_client import errors
 

@@ -8,6 +8,7 @@ package (the ``Tracker`` protocol, the rails, the HTTP client and server, the co
 internal and may change in any release.
 """
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import *  # noqa: F403
@@ -22,11 +23,22 @@ _PRODUCER = ("Rail", "Submission", "SyncRail", "connect", "connect_sync")
 
 
 def __getattr__(name: str) -> Any:
-    """The producer API's names, imported from :mod:`tracker_client.producer` when first used."""
+    """The producer API's names, imported from :mod:`tracker_client.producer` when first used;
+    ``Tracker``, deprecated (docs/reference/stability.md), with a warning."""
     if name in _PRODUCER:
         from tracker_client import producer
 
         return getattr(producer, name)
+    if name == "Tracker":
+        warnings.warn(
+            "tracker_client.Tracker is internal and leaves tracker_client in 0.2: an application "
+            "uses connect()/Rail (docs/reference/stability.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from tracker_client.protocol import Tracker
+
+        return Tracker
     raise AttributeError(f"module 'tracker_client' has no attribute {name!r}")
 
 
