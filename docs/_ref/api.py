@@ -13,6 +13,7 @@ import importlib
 import json
 import re
 import typing
+import warnings
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -152,10 +153,12 @@ def _lookup(path: str) -> Any:
             value: Any = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
             continue
-        for attr in parts[cut:]:
-            value = getattr(value, attr, None)
-            if value is None:
-                return None
+        with warnings.catch_warnings():  # a deprecated name (tracker_client.Tracker) is looked
+            warnings.simplefilter("ignore", DeprecationWarning)  # up, not used
+            for attr in parts[cut:]:
+                value = getattr(value, attr, None)
+                if value is None:
+                    return None
         return value
     return None
 
