@@ -2,8 +2,9 @@
 their names are public. Everything else in ``worker``, ``plugins`` and ``tracker_client`` is
 internal and may change in any release without notice (docs/reference/stability.md).
 
-Three things read this table and nothing else: ``tests/test_public_api.py`` pins each module's
-``__all__`` to it and checks that public signatures mention only public types;
+Three things read this table: ``tests/test_public_api.py`` pins each module's ``__all__`` to it
+(and, in its own lists, each public class's members) and checks that public signatures mention
+only public types;
 ``docs/_ref/api.py`` generates one API reference page per module from it (mkdocstrings, at build
 time); ``tests/docs/test_api_reference.py`` checks those pages document exactly these names.
 Adding, removing or renaming a name here is a change to what users build on: make it on
@@ -43,8 +44,8 @@ class PublicModule:
     role: Role
     names: tuple[str, ...]
     summary: str
-    #: ``True``: ``__all__`` is exactly ``names``. ``False`` (data modules): ``names`` is the
-    #: public part of a larger ``__all__``.
+    #: ``True``: ``__all__`` is exactly ``names``. ``False`` (a partly public module):
+    #: ``names`` is the public part of a larger ``__all__``.
     whole: bool = True
     #: The public module whose names this one re-exports (documented there, linked from here).
     same_as: str | None = None
@@ -177,7 +178,8 @@ FACE: tuple[PublicModule, ...] = (
 )
 
 #: Classes a user is handed and never builds: the worker (or the harness) builds an
-#: ``ExecutionContext`` and a ``ThreadContext``, ``connect``/``connect_sync`` build the rails.
+#: ``ExecutionContext`` and a ``ThreadContext``, the context its ``Store``, and
+#: ``connect``/``connect_sync`` the rails.
 #: Their constructors are internal, so their signatures may name internal types.
 HANDED_OUT: frozenset[str] = frozenset(
     {
