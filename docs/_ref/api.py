@@ -91,7 +91,7 @@ def _directive(identifier: str, **options: object) -> str:
 
 
 def index() -> str:
-    """The reference index: each role's modules, what they are for, and how many names."""
+    """The reference index: each role's modules, what they are for, and their names."""
     out = [
         "# Python API\n\n"
         "The public face of backlog-worker: the modules below, and in each only the names its "
@@ -102,11 +102,18 @@ def index() -> str:
         "code.\n"
     ]
     for role, title in ROLES.items():
-        rows = [
-            [_link(INDEX, m), text(m.summary), code(len(m.names))] for m in FACE if m.role == role
-        ]
+        rows = [[_link(INDEX, m), text(m.summary), _names(m)] for m in FACE if m.role == role]
         out.append(f"\n## {title}\n\n" + table(["module", "what it is for", "names"], rows))
     return "".join(out)
+
+
+def _names(public: PublicModule) -> str:
+    """The module's public names, each a link to its entry (a re-export: to its home's)."""
+    home = public_modules()[public.same_as] if public.same_as else public
+    return ", ".join(
+        f"[{code(name)}]({home.page.rsplit('/', 1)[-1]}#{home.module}.{name})"
+        for name in public.names
+    )
 
 
 def pages() -> dict[str, Callable[[], str]]:

@@ -68,6 +68,9 @@ def test_the_index_lists_every_module_and_the_nav_every_page() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for public in FACE:
         assert f"[`{public.module}`]({public.module}.md)" in index
+        home = public.same_as or public.module
+        for name in public.names:
+            assert f"[`{name}`]({home}.md#{home}.{name})" in index, name
         assert f" {public.page}\n" in nav, f"mkdocs.yml nav lacks {public.page}"
     assert f" {api.INDEX}\n" in nav
     assert " reference/stability.md\n" in nav
