@@ -9,6 +9,9 @@ to existing models (``Task.parent_id``, ``TaskCreate.parent_id``, ``Lease.previo
 ``CancelResult.cancelled_descendants``) live on those models in :mod:`tracker_client.models`.
 
 Pure data: imports pydantic and the models only.
+
+Partly public (docs/reference/stability.md): ``Upstream`` is on the Python API reference; the
+bodies and constants are internal.
 """
 
 from __future__ import annotations

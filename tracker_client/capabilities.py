@@ -11,6 +11,9 @@ wire, a lease reset to 300 s by every heartbeat.
 server builds from a path and a Bearer header, with no task to fabricate.
 
 No I/O, and it imports nothing of the project (pydantic only), so every floor may use it.
+
+Partly public (docs/reference/stability.md): ``Capabilities`` is on the Python API reference
+(``Rail.capabilities()`` answers it); the lease references are internal.
 """
 
 from __future__ import annotations

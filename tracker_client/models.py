@@ -4,6 +4,10 @@ One set of models serves both trackers: the remote client parses server answers 
 embedded tracker builds them from rows. Fields the embedded tracker adds (backlog extensions such
 as ``concurrency_key``) default to ``None`` so a NullTickets answer, which lacks them, still parses.
 Unknown fields are ignored, as the server itself ignores them.
+
+Partly public (docs/reference/stability.md): the models an executor or an application reads
+(the task, its run, events, artifacts, pipeline) are on the Python API reference; the rest,
+the rail's own (leases, bodies of its operations, statistics), is internal.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 ``requeue_all``, a purge and a maintenance pass did, and what ``wait`` and ``follow_task`` saw.
 Split from :mod:`tracker_client.models` (same base and rules: frozen, unknown fields ignored,
 schemas built on first use).
+
+Partly public (docs/reference/stability.md): what the producer API answers is on the Python
+API reference; the rest is internal.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 def pages() -> dict[str, Callable[[], str]]:
     """Each generated page (its path under ``docs/``) and the function that renders it."""
-    from . import cli, configuration, exit_codes, http_api, metrics
+    from . import api, cli, configuration, exit_codes, http_api, metrics
 
     return {
+        **api.pages(),
         "reference/cli.md": cli.page,
         "reference/configuration.md": configuration.page,
         "reference/http-api.md": http_api.page,
