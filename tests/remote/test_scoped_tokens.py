@@ -260,3 +260,23 @@ def test_token_commands_refuse_what_they_cannot_do(tmp_path: Path) -> None:
     )
     assert remote.returncode == 2 and "run this on the host of `tracker serve`" in remote.stderr
     assert (tmp_path / "rail.db.tokens.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_read_token_opens_the_dashboard_without_buttons(served: tuple[str, Path]) -> None:
+    url, db = served
+    reader = _token(db, "wallboard", "--kind", "read")
+    worker_token = _token(db, "host-b", "--kind", "worker", "--role", "coder")
+    task = _call(url, TOKEN, "POST", "/tasks", {"pipeline_id": _pipeline_id(url), "title": "x"})
+    task_id = task.json()["id"]
+    with httpx.Client(base_url=url, timeout=10) as browser:
+        page = browser.get(f"/ui/tasks/{task_id}", headers={"Authorization": f"Bearer {reader}"})
+        assert page.status_code == 200
+        assert "read-only" in page.text and 'id="requeue"' not in page.text
+        assert reader not in page.text
+        denied = browser.get("/ui/", headers={"Authorization": f"Bearer {worker_token}"})
+        assert denied.status_code in (302, 303, 401)  # only admin and read tokens see pages
+        login = browser.post("/ui/login", data={"token": reader, "next": "/ui/"})
+        assert login.status_code == 303
+        cancel = browser.post(f"/ui/tasks/{task_id}/cancel", data={"csrf": "x"})
+        assert cancel.status_code in (403, 401)
+    assert _call(url, TOKEN, "GET", f"/tasks/{task_id}").json().get("dead_letter_reason") is None

@@ -69,11 +69,13 @@ async def login(request: Request) -> Response:
         )
         response.headers["Retry-After"] = str(math.ceil(wait_s))
         return response
-    if not dash.token_matches(form.get("token") or None):
+    given = form.get("token") or None
+    admin = dash.token_matches(given)
+    if not admin and not dash.reader_matches(given):
         dash.throttle.failed(client)  # logged there (the address, never what was typed)
         context = {"next": nxt, "failed": True}
         return dash.render(request, None, "login.html", context, status=401)
-    session = dash.sessions.open()
+    session = dash.sessions.open(can_act=admin)
     response = RedirectResponse(nxt, status_code=303)
     auth.set_cookie(response, request, session, root)
     return response

@@ -65,6 +65,8 @@ class Session:
     expires_at: float
     flash: str | None = None
     flash_ok: bool = True
+    #: False for a session opened with a read token: pages without buttons.
+    can_act: bool = True
 
 
 class Sessions:
@@ -76,12 +78,16 @@ class Sessions:
         self.limit = limit
         self.ttl_s = ttl_s
 
-    def open(self) -> Session:
-        """A new session with fresh random id and CSRF token."""
+    def open(self, *, can_act: bool = True) -> Session:
+        """A new session with fresh random id and CSRF token (``can_act``: it may press the
+        buttons; a read token's session may not)."""
         while len(self._items) >= self.limit:
             self._items.popitem(last=False)
         session = Session(
-            secrets.token_urlsafe(32), secrets.token_urlsafe(32), time.monotonic() + self.ttl_s
+            secrets.token_urlsafe(32),
+            secrets.token_urlsafe(32),
+            time.monotonic() + self.ttl_s,
+            can_act=can_act,
         )
         self._items[session.id] = session
         return session

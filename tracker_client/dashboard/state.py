@@ -9,7 +9,7 @@ It may touch the admin token it is given and its session table; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,9 @@ class DashboardSettings:
     dashboard may still act (cancel, requeue), and how often list pages reload themselves."""
 
     admin_token: str | None = field(default=None, repr=False)
+    #: Whether a presented value is a read-only token (the served rail's scoped tokens): it
+    #: sees every page, without buttons. None: only the admin token logs in.
+    is_reader: Callable[[str], bool] | None = field(default=None, repr=False)
     #: Without an admin token, show the buttons anyway (the operator opted in).
     allow_actions: bool = False
     #: Seconds between a list page's reloads (its ``<meta http-equiv="refresh">``).
@@ -63,20 +66,27 @@ class Dashboard:
         """Whether ``given`` is the admin token (constant time)."""
         return self._token is not None and auth.token_matches(given, self._token)
 
+    def reader_matches(self, given: str | None) -> bool:
+        """Whether ``given`` is a read-only token (it sees the pages, presses no button)."""
+        check = self.settings.is_reader
+        return given is not None and check is not None and check(given)
+
     def authorize(self, request: Request) -> auth.Viewer | None:
         """Who the request is, or None when it must log in first (a protected rail)."""
         session = self.sessions.get(request.cookies.get(auth.COOKIE))
         if self._token is not None:
             given = auth.bearer(request)
             if given is not None:
-                return (
-                    auth.Viewer(can_act=True, via_header=True)
-                    if self.token_matches(given)
-                    else None
-                )
+                if self.token_matches(given):
+                    return auth.Viewer(can_act=True, via_header=True)
+                if self.reader_matches(given):
+                    return auth.Viewer(can_act=False, via_header=True)
+                return None
             if session is None:
                 return None
-            return auth.Viewer(can_act=True, session=session, logged_in=True, csrf=session.csrf)
+            return auth.Viewer(
+                can_act=session.can_act, session=session, logged_in=True, csrf=session.csrf
+            )
         if not self.settings.allow_actions:
             return auth.Viewer(can_act=False)
         new = session is None

@@ -338,6 +338,16 @@ contract.match`); the row gives its auth class and its endpoint. Public routes n
         return error_response(401, "unauthorized", _UNAUTHORIZED_ADMIN)
 
 
+def _reader_check(tokens: TokenStore) -> Callable[[str], bool]:
+    """Whether a value is one of ``tokens``' read tokens (the dashboard's read-only login)."""
+
+    def check(value: str) -> bool:
+        token = tokens.find(value.encode())
+        return token is not None and token.kind == "read"
+
+    return check
+
+
 def _replay(raw: bytes, receive: Receive) -> Receive:
     """A ``receive`` that hands the endpoint the body read already, then the client's own."""
     sent = False
@@ -404,7 +414,10 @@ def create_app(
     (read-only without ``api_token``). The caller owns the tracker (opens and closes it).
     ``hosts``: the ``Host`` names answered (default: loopback's; :mod:`~tracker_client.serve.\
 browser`)."""
-    dashboard = create_dashboard(tracker, DashboardSettings(admin_token=api_token))
+    is_reader = None if tokens is None else _reader_check(tokens)
+    dashboard = create_dashboard(
+        tracker, DashboardSettings(admin_token=api_token, is_reader=is_reader)
+    )
     app = ServedApp(tracker, dashboard, api_token, hosts, tokens)
     app.state.max_request_bytes = max_request_bytes
     app.state.max_otlp_bytes = max_otlp_bytes  # POST /v1/traces bodies (413 over it)
