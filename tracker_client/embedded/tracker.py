@@ -114,7 +114,7 @@ class EmbeddedTracker(
         """One pipeline, or ``NotFound``."""
 
         def get(c: Ctx) -> Pipeline:
-            p = c.pipelines.get(c.conn, pipeline_id)
+            p = c.pipelines.get(c, pipeline_id)
             if p is None:
                 from tracker_client.errors import NotFound
 

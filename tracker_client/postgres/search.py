@@ -2,13 +2,14 @@
 
 Every word of the query must match, each as a phrase of its tokens (``phraseto_tsquery``), as
 the embedded rail's FTS5 expression does; best match first (``ts_rank``). ``filter_path`` is a
-JSON path (``$.a.b``) whose value must equal ``filter_value`` as text. Runs in a read
-transaction through the rail's connection.
+JSON path (``$.a.b``) whose value must equal ``filter_value`` as text. The statement is
+``store.search_tsvector`` (``postgres/sql/store.sql``); it runs in a read transaction through
+the rail's connection.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
 import psycopg
 
@@ -36,32 +37,27 @@ def search(
         raise ValidationFailed(
             f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
         )
-    terms = " && ".join(["phraseto_tsquery('simple', ?)"] * len(words))
-    sql = f"SELECT s.*, ts_rank(s.search, {terms}) AS rank FROM store s WHERE s.search @@ ({terms})"
-    params: list[Any] = [*words, *words]
-    if namespace is not None:
-        sql += " AND s.namespace = ?"
-        params.append(namespace)
-    if filter_path is not None:
-        if not _valid_path(ctx, filter_path):
-            raise ValidationFailed(
-                f"filter_path {filter_path!r} is not a valid JSON path", code="invalid_query"
-            )
-        sql += " AND jsonb_path_query_first(s.value::jsonb, ?::jsonpath) #>> '{}' = ?"
-        params += [filter_path, filter_value]
-    sql += " ORDER BY rank DESC, s.id LIMIT ?"
-    params.append(limit)
-    return [_entry(r) for r in ctx.conn.execute(sql, tuple(params)).fetchall()]
+    if filter_path is not None and not _valid_path(ctx, filter_path):
+        raise ValidationFailed(
+            f"filter_path {filter_path!r} is not a valid JSON path", code="invalid_query"
+        )
+    params = {
+        "words": json.dumps(words),
+        "namespace": namespace,
+        "path": filter_path,
+        "value": filter_value,
+        "limit": limit,
+    }
+    return [_entry(r) for r in ctx.all("store.search_tsvector", params)]
 
 
 def _valid_path(ctx: Ctx, path: str) -> bool:
     """Whether PostgreSQL reads ``path`` as a JSON path (checked before the search uses it)."""
-    conn = ctx.conn
-    conn.execute("SAVEPOINT filter_path")
+    ctx.exec("store.path_begin")
     try:
-        conn.execute("SELECT ?::jsonpath", (path,))
+        ctx.exec("store.path_check", (path,))
     except psycopg.Error:
-        conn.execute("ROLLBACK TO SAVEPOINT filter_path")
+        ctx.exec("store.path_undo")
         return False
-    conn.execute("RELEASE SAVEPOINT filter_path")
+    ctx.exec("store.path_end")
     return True

@@ -18,7 +18,7 @@ import anyio
 import psycopg
 
 from tracker_client.observe_models import OtlpIngestResult
-from tracker_client.postgres.dialect import PgConn, PgCursor, translate
+from tracker_client.postgres.dialect import PgConn, PgCursor
 from tracker_client.rules import otlpjson
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.spans import SpanOps, store_spans
@@ -44,15 +44,13 @@ class _ManyConn:
         return self._conn.execute(sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Run one positional-placeholder statement once per row."""
-        text, numbered, _returning = translate(sql)
-        if numbered:
-            raise ValueError("executemany: numbered placeholders are not supported")
+        """Run one statement (PostgreSQL's own, e.g. ``spans.insert``, positional
+        placeholders) once per row."""
         batch = [tuple(r) for r in rows]
         if batch:
             self._conn.flush()  # what the dialect still holds goes first, in order
             with psycopg.ClientCursor(self._conn.raw) as cur:
-                cur.executemany(text, batch)
+                cur.executemany(sql, batch)
 
 
 def _with_many(ctx: Ctx) -> Ctx:

@@ -21,9 +21,8 @@ from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import Conflict, InvalidTransition, ValidationFailed
 from tracker_client.models import TransitionResult
 from tracker_client.rules.checkpoints import write_checkpoint
-from tracker_client.rules.common import CLEAR_LEASE, Ctx, artifact_from_row, stored_json
+from tracker_client.rules.common import Ctx, artifact_from_row, stored_json
 from tracker_client.rules.idempotency import idempotent
-from tracker_client.rules.reads import TASK_EVENTS
 from tracker_client.rules.runs import check_lease, token_hash
 
 __all__ = ["AgentOps", "list_upstream", "transition_task"]
@@ -41,25 +40,12 @@ def _outcome(row: Any) -> UpstreamOutcome:
 def list_upstream(ctx: Ctx, task_id: str) -> list[Upstream]:
     """Each dependency of ``task_id`` in the order it was added (a purged one is left out)."""
     ctx.task_row(task_id)  # NotFound naming it
-    rows = ctx.conn.execute(
-        "SELECT u.* FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
-        "WHERE d.task_id = ? ORDER BY d.seq",
-        (task_id,),
-    ).fetchall()
+    rows = ctx.all("agents.upstream", (task_id,))
     out: list[Upstream] = []
     for row in rows:
         uid = row["id"]
-        event = ctx.one(
-            f"SELECT id, data FROM events WHERE ({TASK_EVENTS}) AND kind = 'result' "
-            "ORDER BY id DESC LIMIT 1",
-            (uid,),
-        )
-        artifacts = [
-            artifact_from_row(a)
-            for a in ctx.conn.execute(
-                "SELECT * FROM artifacts WHERE task_id = ? ORDER BY created_at_ms, seq", (uid,)
-            )
-        ]
+        event = ctx.one("agents.last_result", {"task_id": uid})
+        artifacts = [artifact_from_row(a) for a in ctx.all("agents.artifacts", (uid,))]
         out.append(
             Upstream(
                 task_id=uid,
@@ -145,10 +131,8 @@ def transition_task(
             allowed=allowed,
         )
     to = move.to_state
-    ctx.conn.execute(
-        "UPDATE tasks SET stage = ?, task_version = task_version + 1, next_eligible_at_ms = 0, "
-        f"updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0, {CLEAR_LEASE} "
-        "WHERE seq = ?",
+    ctx.exec(
+        "agents.move",
         (to, ctx.now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
     )
     text = instructions if instructions is not None else (move.instructions or "")

@@ -14,7 +14,6 @@ from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueRe
 from tracker_client.rules.claims import expire_deadlines, reclaim_expired
 from tracker_client.rules.common import Ctx, artifact_from_row, event_from_row
 from tracker_client.rules.pipelines import PipelineDef
-from tracker_client.rules.reads import TASK_EVENTS
 from tracker_client.rules.runs import dead_letter
 from tracker_client.rules.tasks import get_task
 
@@ -39,9 +38,7 @@ def _cancel_row(ctx: Ctx, task: sqlite3.Row, reason: str) -> CancelResult:
     revoked = False
     if run_id is not None:
         revoked = task["lease_expires_at_ms"] > ctx.now
-        ctx.conn.execute(
-            "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?", (ctx.now, run_id)
-        )
+        ctx.exec("backlog.cancel_run", (ctx.now, run_id))
     stage = dead_letter(ctx, task, reason, run_id, kind="cancelled")
     return CancelResult(
         task_id=task["id"], stage=stage, revoked_lease=revoked, dead_letter_reason=reason
@@ -79,9 +76,7 @@ def _cancel_descendants(ctx: Ctx, task: sqlite3.Row, reason: str) -> int:
     todo = [task["id"]]
     while todo:
         parent = todo.pop()
-        for (child_id,) in ctx.conn.execute(
-            "SELECT id FROM tasks WHERE parent_id = ? ORDER BY seq", (parent,)
-        ).fetchall():
+        for (child_id,) in ctx.all("backlog.children", (parent,)):
             todo.append(child_id)
             child = ctx.task_row(child_id)  # fresh: a cancel above may have dead-lettered it
             if child["dead_letter_reason"] is None and not child["terminal"]:
@@ -95,17 +90,10 @@ def cancel_all(ctx: Ctx, pipeline_id: str | None, role: str | None) -> int:
     descendants; returns the count of the tasks matched."""
     if pipeline_id is None and role is None:
         raise ValidationFailed("cancel_all needs a pipeline_id or a role (or both)")
-    where = ["dead_letter_reason IS NULL", "terminal = 0"]
-    params: list[str] = []
     if pipeline_id is not None:
-        where.append("pipeline_id = ?")
-        params.append(pipeline_id)
-    if role is not None:
-        where.append("role = ?")
-        params.append(role)
-    rows = ctx.conn.execute(
-        f"SELECT * FROM tasks WHERE {' AND '.join(where)} ORDER BY seq", tuple(params)
-    ).fetchall()
+        rows = ctx.all("backlog.unfinished_of_pipeline", {"pipeline": pipeline_id, "role": role})
+    else:
+        rows = ctx.all("backlog.unfinished_of_role", (role,))
     for task in rows:
         fresh = ctx.task_row(task["id"])
         if fresh["dead_letter_reason"] is None:  # else: dead-lettered by a cancel above
@@ -150,11 +138,8 @@ def _requeue_row(
     _check_target(pipeline, target)
     version = int(task["task_version"]) + 1
     # The deadline was for the original wait; a requeued task must not expire again at once.
-    ctx.conn.execute(
-        "UPDATE tasks SET stage = ?, task_version = ?, dead_letter_reason = NULL, "
-        "dead_letter_from_stage = NULL, next_eligible_at_ms = 0, stale_streak = 0, "
-        "failed_attempts = CASE WHEN ? THEN 0 ELSE failed_attempts END, expires_at_ms = NULL, "
-        "role = ?, terminal = ?, updated_at_ms = ? WHERE seq = ?",
+    ctx.exec(
+        "backlog.requeue",
         (
             target,
             version,
@@ -209,19 +194,16 @@ class DeadLetters:
     stage: str | None
     until_ms: int
 
-    def where(self, after_seq: int = 0) -> tuple[str, tuple[Any, ...]]:
-        """The SQL condition (and its parameters) selecting these tasks after ``after_seq``."""
-        sql = (
-            "pipeline_id = ? AND dead_letter_reason IS NOT NULL AND seq > ? AND updated_at_ms <= ?"
-        )
-        params: list[Any] = [self.pipeline_id, after_seq, self.until_ms]
-        if self.reason is not None:
-            sql += " AND dead_letter_reason = ?"
-            params.append(self.reason)
-        if self.since_ms is not None:
-            sql += " AND updated_at_ms >= ?"
-            params.append(self.until_ms - self.since_ms)
-        return sql, tuple(params)
+    def params(self, after_seq: int = 0) -> dict[str, Any]:
+        """The parameters of the statements selecting these tasks after ``after_seq``
+        (``backlog.dead_letter_counts``, ``backlog.dead_letter_batch``)."""
+        return {
+            "pipeline": self.pipeline_id,
+            "after": after_seq,
+            "until": self.until_ms,
+            "reason": self.reason,
+            "since": None if self.since_ms is None else self.until_ms - self.since_ms,
+        }
 
 
 def dead_letters(
@@ -238,7 +220,7 @@ def dead_letters(
         raise ValidationFailed(
             f"requeue_all: since_ms must be a positive integer, not {since_ms!r}"
         )
-    pipeline = ctx.pipelines.get(ctx.conn, pipeline_id)
+    pipeline = ctx.pipelines.get(ctx, pipeline_id)
     if pipeline is None:
         raise NotFound(
             f"requeue_all: pipeline {pipeline_id!r} not found", code="pipeline_not_found"
@@ -250,12 +232,7 @@ def dead_letters(
 
 def count_dead_letters(ctx: Ctx, chosen: DeadLetters) -> dict[str, int]:
     """How many of the chosen dead letters there are now, by reason (a dry run's answer)."""
-    sql, params = chosen.where()
-    rows = ctx.conn.execute(
-        f"SELECT dead_letter_reason, count(*) FROM tasks WHERE {sql} "
-        "GROUP BY dead_letter_reason ORDER BY dead_letter_reason",
-        params,
-    )
+    rows = ctx.all("backlog.dead_letter_counts", chosen.params())
     return {str(reason): int(n) for reason, n in rows}
 
 
@@ -266,10 +243,9 @@ def requeue_batch(
 
     Returns what was requeued, by reason, and the seq to continue after (None: none left).
     """
-    sql, params = chosen.where(after_seq)
-    rows = ctx.conn.execute(
-        f"SELECT * FROM tasks WHERE {sql} ORDER BY seq LIMIT ?", (*params, REQUEUE_BATCH)
-    ).fetchall()
+    rows = ctx.all(
+        "backlog.dead_letter_batch", {**chosen.params(after_seq), "limit": REQUEUE_BATCH}
+    )
     done: dict[str, int] = {}
     for task in rows:
         _requeue_row(ctx, task, chosen.stage, reset_attempts)
@@ -284,7 +260,7 @@ def maintenance(ctx: Ctx) -> MaintenanceReport:
     expired, crash = reclaim_expired(ctx)
     tasks = expire_deadlines(ctx)
     cutoff = ctx.now - ctx.opts.idempotency_ttl_s * 1000
-    purged = ctx.conn.execute("DELETE FROM idempotency WHERE created_at_ms < ?", (cutoff,)).rowcount
+    purged = ctx.exec("backlog.drop_keys", (cutoff,)).rowcount
     return MaintenanceReport(
         expired_leases=expired,
         crash_looped=crash,
@@ -310,16 +286,8 @@ def finished_state(ctx: Ctx, task_id: str) -> WaitResult:
         outcome = "done"
     else:
         return WaitResult(finished=False, outcome="pending", task=detail)
-    artifacts = [
-        artifact_from_row(r)
-        for r in ctx.conn.execute(
-            "SELECT * FROM artifacts WHERE task_id = ? ORDER BY created_at_ms, seq", (task_id,)
-        )
-    ]
-    ev = ctx.one(
-        f"SELECT * FROM events WHERE ({TASK_EVENTS}) AND kind = 'result' ORDER BY id DESC LIMIT 1",
-        (task_id,),
-    )
+    artifacts = [artifact_from_row(r) for r in ctx.all("backlog.artifacts", (task_id,))]
+    ev = ctx.one("backlog.last_result", {"task_id": task_id})
     return WaitResult(
         finished=True,
         outcome=outcome,

@@ -195,7 +195,7 @@ class Ctx:
 
     def pipeline(self, pid: str) -> PipelineDef:
         """A pipeline that must exist (a task refers to it)."""
-        p = self.pipelines.get(self.conn, pid)
+        p = self.pipelines.get(self, pid)
         if p is None:
             raise NotFound(f"pipeline {pid} not found", code="pipeline_not_found")
         return p

@@ -57,17 +57,10 @@ def dedupe_of(spec: TaskCreate, at: str) -> tuple[str | None, int | None]:
     return key, window
 
 
-#: A task holding a key: waiting or running (not finished, not dead-lettered), or finished
-#: (terminal stage or dead letter) less than its own dedupe_window_ms ago. Newest first.
-_HOLDER = (
-    "SELECT id FROM tasks WHERE dedupe_key = ? AND ("
-    "(terminal = 0 AND dead_letter_reason IS NULL) "
-    "OR (dedupe_window_ms > 0 AND updated_at_ms + dedupe_window_ms > ?)"
-    ") ORDER BY seq DESC LIMIT 1"
-)
-
-
 def dedupe_hit(ctx: Ctx, key: str) -> str | None:
-    """The id of the task a create with ``key`` answers instead of creating one, or None."""
-    row = ctx.one(_HOLDER, (key, ctx.now))
+    """The id of the task a create with ``key`` answers instead of creating one, or None: a
+    task holding the key (waiting or running, or finished less than its own
+    ``dedupe_window_ms`` ago), the newest."""
+    row = ctx.one("createopts.dedupe_holder", (key, ctx.now))
+
     return None if row is None else str(row[0])

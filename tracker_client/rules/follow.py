@@ -28,8 +28,6 @@ __all__ = ["MAX_FOLLOW_MS", "FollowOps", "follow_state"]
 #: Longest single ``follow_task`` wait (a follower asks again).
 MAX_FOLLOW_MS = 60_000
 
-_STATE = "SELECT stage, pipeline_id, dead_letter_reason FROM tasks WHERE id = ?"
-
 
 def _check(timeout_ms: object, limit: object) -> None:
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
@@ -46,7 +44,7 @@ def follow_state(ctx: Ctx, task_id: str, after: str | None, limit: int) -> TaskF
     ``finished`` only when the task is finished and no event is left after this page.
     ``NotFound`` for an unknown task, ``ValidationFailed`` for a cursor that is no event id.
     """
-    row = ctx.one(_STATE, (task_id,))
+    row = ctx.one("follow.state", (task_id,))
     if row is None:
         raise NotFound(f"task {task_id} not found", code="not_found")
     page = reads.list_events(ctx, "task_id", task_id, limit, after)

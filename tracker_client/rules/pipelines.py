@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
@@ -297,6 +297,20 @@ def validate_definition(
     )
 
 
+class Reads(Protocol):
+    """What the cache reads through: a transaction's statements by name (a
+    :class:`~tracker_client.rules.common.Ctx`; this module is below it, so it names the face)."""
+
+    def one(self, sql: str, params: Any = ()) -> Any:
+        """The first row statement ``sql`` answers, or None."""
+
+    def all(self, name: str, params: Any = ()) -> list[Any]:
+        """Every row statement ``name`` answers."""
+
+    def scalar(self, sql: str, params: Any = ()) -> Any:
+        """The first column of the first row, or None."""
+
+
 class PipelineCache:
     """Parsed pipelines by id, filled from the database on a miss."""
 
@@ -304,28 +318,25 @@ class PipelineCache:
         self._by_id: dict[str, PipelineDef] = {}
         self._order: list[str] = []
 
-    def get(self, conn: sqlite3.Connection, pid: str) -> PipelineDef | None:
-        """The pipeline ``pid`` or None."""
+    def get(self, db: Reads, pid: str) -> PipelineDef | None:
+        """The pipeline ``pid`` or None (``db``: the transaction's :class:`~.common.Ctx`)."""
         hit = self._by_id.get(pid)
         if hit is not None:
             return hit
-        row = conn.execute(
-            "SELECT id, name, definition, created_at_ms FROM pipelines WHERE id = ?", (pid,)
-        ).fetchone()
+        row = db.one("pipelines.get", (pid,))
         if row is None:
             return None
         return self._remember(row)
 
-    def all(self, conn: sqlite3.Connection) -> list[PipelineDef]:
+    def all(self, db: Reads) -> list[PipelineDef]:
         """Every pipeline, in creation order (loads ones other processes created)."""
-        count = int(conn.execute("SELECT count(*) FROM pipelines").fetchone()[0])
+        count = int(db.scalar("pipelines.count"))
         if count != len(self._order):
-            for row in conn.execute(
-                "SELECT id, name, definition, created_at_ms FROM pipelines ORDER BY seq"
-            ):
+            rows = db.all("pipelines.all")
+            for row in rows:
                 if row["id"] not in self._by_id:
                     self._remember(row)
-            self._order = [str(r[0]) for r in conn.execute("SELECT id FROM pipelines ORDER BY seq")]
+            self._order = [str(r["id"]) for r in rows]
         return [self._by_id[p] for p in self._order]
 
     def _remember(self, row: sqlite3.Row) -> PipelineDef:

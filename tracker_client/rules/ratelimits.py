@@ -39,7 +39,6 @@ PERIODS_MS = {"s": 1_000, "sec": 1_000, "min": 60_000, "m": 60_000, "h": 3_600_0
 MAX_COUNT = 1_000_000
 
 _RATE = re.compile(r"\s*(\d+)\s*(?:/|per\s+)\s*(s|sec|min|m|h)\s*", re.IGNORECASE)
-_RUNNING = "SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ? AND role = ?"
 
 
 def parse_rate(text: object) -> tuple[int, int]:
@@ -80,11 +79,11 @@ def _canonical(count: int, period_ms: int) -> str:
 
 def admit(ctx: Ctx, role: str) -> tuple[bool, sqlite3.Row | None]:
     """May a claim of ``role`` lease a task now? (allowed, the limit row to :func:`spend` on)."""
-    row = ctx.one("SELECT * FROM rate_limits WHERE role = ?", (role,))
+    row = ctx.one("ratelimits.get", (role,))
     if row is None:
         return True, None
     cap = row["max_running"]
-    if cap is not None and int(ctx.scalar(_RUNNING, (ctx.now, role))) >= int(cap):
+    if cap is not None and int(ctx.scalar("ratelimits.running", (ctx.now, role))) >= int(cap):
         return False, row
     if row["rate_count"] is not None and _tokens(row, ctx.now) < 1.0:
         return False, row
@@ -95,17 +94,14 @@ def spend(ctx: Ctx, row: sqlite3.Row) -> None:
     """Take one token for a claim that leased a task (nothing to take without a rate)."""
     if row["rate_count"] is None:
         return
-    ctx.conn.execute(
-        "UPDATE rate_limits SET tokens = ?, refilled_at_ms = ? WHERE role = ?",
-        (_tokens(row, ctx.now) - 1.0, ctx.now, row["role"]),
-    )
+    ctx.exec("ratelimits.spend", (_tokens(row, ctx.now) - 1.0, ctx.now, row["role"]))
 
 
 def _model(ctx: Ctx, row: sqlite3.Row) -> RateLimit:
     data: dict[str, Any] = {
         "role": row["role"],
         "max_running": row["max_running"],
-        "running": int(ctx.scalar(_RUNNING, (ctx.now, row["role"]))),
+        "running": int(ctx.scalar("ratelimits.running", (ctx.now, row["role"]))),
         "updated_at_ms": row["updated_at_ms"],
     }
     if row["rate_count"] is not None:
@@ -119,7 +115,7 @@ def _model(ctx: Ctx, row: sqlite3.Row) -> RateLimit:
 
 
 def _row(ctx: Ctx, role: str) -> sqlite3.Row:
-    row = ctx.one("SELECT * FROM rate_limits WHERE role = ?", (role,))
+    row = ctx.one("ratelimits.get", (role,))
     if row is None:
         raise NotFound(f"role {role!r} has no rate limit", code="rate_limit_not_found")
     return row
@@ -135,17 +131,13 @@ def set_limit(ctx: Ctx, role: str, rate: object, max_running: object) -> RateLim
     cap = _check_running(max_running)
     if parsed is None and cap is None:
         raise ValidationFailed("rate: give a rate (N/period) and/or max_running")
-    old = ctx.one("SELECT * FROM rate_limits WHERE role = ?", (role,))
+    old = ctx.one("ratelimits.get", (role,))
     count, period = parsed if parsed is not None else (None, None)
     tokens, refilled = float(count or 0), ctx.now
     if old is not None and parsed is not None and (old["rate_count"], old["period_ms"]) == parsed:
         tokens, refilled = float(old["tokens"]), int(old["refilled_at_ms"])
     created = int(old["created_at_ms"]) if old is not None else ctx.now
-    ctx.conn.execute(
-        "INSERT OR REPLACE INTO rate_limits (role, rate_count, period_ms, max_running, tokens, "
-        "refilled_at_ms, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (role, count, period, cap, tokens, refilled, created, ctx.now),
-    )
+    ctx.exec("ratelimits.put", (role, count, period, cap, tokens, refilled, created, ctx.now))
     return _model(ctx, _row(ctx, role))
 
 
@@ -153,10 +145,10 @@ def clear_limit(ctx: Ctx, role: str) -> RateLimit:
     """Remove ``role``'s limit (answers it as it was); ``NotFound`` when it has none."""
     row = _row(ctx, role)
     answer = _model(ctx, row)
-    ctx.conn.execute("DELETE FROM rate_limits WHERE role = ?", (role,))
+    ctx.exec("ratelimits.delete", (role,))
     return answer
 
 
 def list_limits(ctx: Ctx) -> list[RateLimit]:
     """Every role's limit, by role, with its tokens, next token and leased tasks."""
-    return [_model(ctx, r) for r in ctx.conn.execute("SELECT * FROM rate_limits ORDER BY role")]
+    return [_model(ctx, r) for r in ctx.all("ratelimits.list")]

@@ -22,6 +22,7 @@ by :class:`~.core.TrackerCore` (``maintenance`` and ``purge``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -52,20 +53,6 @@ VACUUM_STEP = 1000
 #: The largest age accepted: 100 years (more is a typo, not a policy).
 MAX_AGE_MS = 100 * 366 * 86_400_000
 
-#: Purgeable, by the row's own columns (``:cutoff``, ``:now``, ``:pipeline``).
-_PURGEABLE = (
-    "(t.terminal = 1 OR t.dead_letter_reason IS NOT NULL) "
-    "AND t.lease_expires_at_ms <= :now AND t.updated_at_ms < :cutoff "
-    "AND (:pipeline IS NULL OR t.pipeline_id = :pipeline) "
-    "AND NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks w ON w.id = d.task_id "
-    "WHERE d.depends_on_task_id = t.id AND w.terminal = 0 AND w.dead_letter_reason IS NULL)"
-)
-_CANDIDATES = (
-    "SELECT t.id, t.created_at_ms, t.seq FROM tasks t "
-    "WHERE t.created_at_ms < :cutoff AND (t.created_at_ms, t.seq) > (:after_ms, :after_seq) "
-    f"AND {_PURGEABLE} ORDER BY t.created_at_ms, t.seq LIMIT :limit"
-)
-
 
 def check_age(older_than_ms: object) -> int:
     """``older_than_ms`` as a positive integer of at most :data:`MAX_AGE_MS`, else
@@ -92,15 +79,16 @@ class Batch:
     done: bool = True
 
 
-def _marks(ids: Sequence[str]) -> str:
-    return ",".join("?" * len(ids))
+def _ids(ids: Sequence[str]) -> str:
+    """An id list as the one JSON array parameter the statements take."""
+    return json.dumps(list(ids))
 
 
 def _candidates(
     ctx: Ctx, cutoff: int, pipeline: str | None, after: tuple[int, int]
 ) -> tuple[list[str], tuple[int, int]]:
-    rows = ctx.conn.execute(
-        _CANDIDATES,
+    rows = ctx.all(
+        "retention.candidates",
         {
             "cutoff": cutoff,
             "now": ctx.now,
@@ -109,29 +97,22 @@ def _candidates(
             "after_seq": after[1],
             "limit": BATCH_TASKS,
         },
-    ).fetchall()
+    )
     if not rows:
         return [], after
     return [str(r[0]) for r in rows], (int(rows[-1][1]), int(rows[-1][2]))
 
 
 def _still_purgeable(ctx: Ctx, ids: Sequence[str], cutoff: int, pipeline: str | None) -> list[str]:
-    names = [f":i{n}" for n in range(len(ids))]
-    sql = f"SELECT t.id FROM tasks t WHERE t.id IN ({','.join(names)}) AND {_PURGEABLE}"
-    params: dict[str, Any] = {"now": ctx.now, "cutoff": cutoff, "pipeline": pipeline}
-    params.update({name[1:]: tid for name, tid in zip(names, ids, strict=True)})
-    return [str(r[0]) for r in ctx.conn.execute(sql, params)]
+    params = {"ids": _ids(ids), "now": ctx.now, "cutoff": cutoff, "pipeline": pipeline}
+    return [str(r[0]) for r in ctx.all("retention.still_purgeable", params)]
 
 
 def _count(ctx: Ctx, ids: Sequence[str]) -> Batch:
-    q = _marks(ids)
-    runs = ctx.scalar(f"SELECT count(*) FROM runs WHERE task_id IN ({q})", tuple(ids))
-    events = ctx.scalar(f"SELECT count(*) FROM events WHERE task_id IN ({q})", tuple(ids))
-    artifacts = ctx.scalar(
-        f"SELECT count(*) FROM artifacts WHERE task_id IN ({q}) "
-        f"OR run_id IN (SELECT id FROM runs WHERE task_id IN ({q}))",
-        (*ids, *ids),
-    )
+    listed = _ids(ids)
+    runs = ctx.scalar("retention.count_runs", (listed,))
+    events = ctx.scalar("retention.count_events", (listed,))
+    artifacts = ctx.scalar("retention.count_artifacts", {"ids": listed})
     return Batch(len(ids), int(runs), int(events), int(artifacts))
 
 
@@ -141,81 +122,51 @@ def _delete(ctx: Ctx, ids: Sequence[str], cutoff: int, pipeline: str | None) -> 
     live = _still_purgeable(ctx, ids, cutoff, pipeline)
     if not live:
         return Batch()
-    conn, q, t = ctx.conn, _marks(live), tuple(live)
-    spans = conn.execute(
-        f"DELETE FROM spans WHERE id IN (SELECT id FROM spans WHERE task_id IN ({q}) LIMIT ?)",
-        (*t, ROW_BUDGET),
-    ).rowcount
+    listed = _ids(live)
+    spans = ctx.exec("retention.delete_spans", {"ids": listed, "limit": ROW_BUDGET}).rowcount
     if spans >= ROW_BUDGET:
         return Batch(done=False)
-    runs_of = f"SELECT id FROM runs WHERE task_id IN ({q})"
     budget = ROW_BUDGET - spans
-    events = conn.execute(
-        f"DELETE FROM events WHERE id IN (SELECT id FROM events WHERE run_id IN ({runs_of}) "
-        f"UNION ALL SELECT id FROM events WHERE task_id IN ({q}) AND run_id IS NULL LIMIT ?)",
-        (*t, *t, budget),
-    ).rowcount
+    events = ctx.exec("retention.delete_events", {"ids": listed, "limit": budget}).rowcount
     if events >= budget:
         return Batch(events=events, done=False)
-    artifacts = conn.execute(
-        f"DELETE FROM artifacts WHERE task_id IN ({q}) OR run_id IN ({runs_of})", (*t, *t)
-    ).rowcount
-    runs = conn.execute(f"DELETE FROM runs WHERE task_id IN ({q})", t).rowcount
-    conn.execute(
-        f"DELETE FROM dependencies WHERE task_id IN ({q}) OR depends_on_task_id IN ({q})",
-        (*t, *t),
-    )
-    conn.execute(f"DELETE FROM assignments WHERE task_id IN ({q})", t)
-    tasks = conn.execute(f"DELETE FROM tasks WHERE id IN ({q})", t).rowcount
+    artifacts = ctx.exec("retention.delete_artifacts", {"ids": listed}).rowcount
+    runs = ctx.exec("retention.delete_runs", (listed,)).rowcount
+    ctx.exec("retention.delete_dependencies", {"ids": listed})
+    ctx.exec("retention.delete_assignments", (listed,))
+    tasks = ctx.exec("retention.delete_tasks", (listed,)).rowcount
     return Batch(tasks, runs, events, artifacts)
 
 
 def _drop_keys(ctx: Ctx, cutoff: int) -> int:
     """Idempotency records older than the cutoff (a write that old cannot be replayed)."""
-    return int(
-        ctx.conn.execute(
-            "DELETE FROM idempotency WHERE (key, operation) IN (SELECT key, operation "
-            "FROM idempotency WHERE created_at_ms < ? LIMIT ?)",
-            (cutoff, ROW_BUDGET),
-        ).rowcount
-    )
-
-
-#: Spans received before the cutoff that no task of the rail holds.
-_UNLINKED_SPANS = (
-    "DELETE FROM spans WHERE id IN (SELECT s.id FROM span_batches b JOIN spans s "
-    "ON s.batch_id = b.id WHERE b.received_at_ms < ? AND (s.task_id IS NULL OR NOT EXISTS "
-    "(SELECT 1 FROM tasks t WHERE t.id = s.task_id)) LIMIT ?)"
-)
-#: Blobs, and JSON batches whose spans are all gone, received before the cutoff.
-_EMPTY_BATCHES = (
-    "DELETE FROM span_batches WHERE id IN (SELECT b.id FROM span_batches b "
-    "WHERE b.received_at_ms < ? AND (b.stored = 'blob' OR NOT EXISTS "
-    "(SELECT 1 FROM spans s WHERE s.batch_id = b.id)) LIMIT ?)"
-)
+    return int(ctx.exec("retention.drop_keys", (cutoff, ROW_BUDGET)).rowcount)
 
 
 def _drop_spans(ctx: Ctx, cutoff: int) -> int:
     """Old spans of no task and old blobs and emptied batches, at most :data:`ROW_BUDGET`."""
-    spans = int(ctx.conn.execute(_UNLINKED_SPANS, (cutoff, ROW_BUDGET)).rowcount)
+    spans = int(ctx.exec("retention.unlinked_spans", (cutoff, ROW_BUDGET)).rowcount)
     if spans >= ROW_BUDGET:
         return spans
-    return spans + int(ctx.conn.execute(_EMPTY_BATCHES, (cutoff, ROW_BUDGET - spans)).rowcount)
+    return spans + int(ctx.exec("retention.empty_batches", (cutoff, ROW_BUDGET - spans)).rowcount)
 
 
 def _vacuum_step(ctx: Ctx) -> int:
     """Give back up to :data:`VACUUM_STEP` free pages; 0 without incremental auto-vacuum.
 
-    Python's ``execute`` steps a statement once, and each step of ``incremental_vacuum``
-    frees one page, so it is stepped page by page (about 10 us each).
+    The statements are SQLite's own (``retention.vacuum_page`` and its checks, marked ``only:
+    sqlite``): an engine without them (PostgreSQL, whose autovacuum gives space back by
+    itself) has no file to shrink here. Python's ``execute`` steps a statement once, and each
+    step of ``incremental_vacuum`` frees one page, so it is stepped page by page (about 10 us
+    each).
     """
-    conn = ctx.conn
-    if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != 2:
+    if "retention.vacuum_page" not in ctx.sql:
         return 0
-    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-    n = min(free, VACUUM_STEP)
+    if int(ctx.scalar("retention.auto_vacuum")) != 2:
+        return 0
+    n = min(int(ctx.scalar("retention.free_pages")), VACUUM_STEP)
     for _ in range(n):
-        conn.execute("PRAGMA incremental_vacuum(1)")
+        ctx.exec("retention.vacuum_page")
     return n
 
 

@@ -58,8 +58,6 @@ MAX_ON_TIME = 100
 #: Missed ticks counted one by one for ``missed_ticks`` (beyond: the count says "at least").
 MAX_COUNTED = 10_000
 
-_DUE = "SELECT min(next_tick_ms) FROM schedules WHERE paused = 0"
-
 
 def _zone(name: str) -> ZoneInfo:
     try:
@@ -100,7 +98,7 @@ def _schedule(row: sqlite3.Row) -> Schedule:
 
 
 def _row(ctx: Ctx, name: str) -> sqlite3.Row:
-    row = ctx.one("SELECT * FROM schedules WHERE name = ?", (name,))
+    row = ctx.one("schedules.get", (name,))
     if row is None:
         raise NotFound(f"schedule {name!r} not found", code="schedule_not_found")
     return row
@@ -110,7 +108,7 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
     """Store a schedule (``replace``: update the one of that name); nothing is written on a
     bad field, an unknown pipeline or (without ``replace``) a taken name."""
     spec, first_tick = check(fields, ctx.now)
-    if ctx.pipelines.get(ctx.conn, spec.pipeline_id) is None:
+    if ctx.pipelines.get(ctx, spec.pipeline_id) is None:
         raise NotFound(
             f"pipeline_id: pipeline {spec.pipeline_id!r} not found", code="pipeline_not_found"
         )
@@ -126,15 +124,9 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
         "next_tick_ms": first_tick,
         "now": ctx.now,
     }
-    old = ctx.one("SELECT * FROM schedules WHERE name = ?", (spec.schedule,))
+    old = ctx.one("schedules.get", (spec.schedule,))
     if old is None:
-        ctx.conn.execute(
-            "INSERT INTO schedules (name, pipeline_id, cron, timezone, title, metadata, "
-            "priority, missed, next_tick_ms, created_at_ms, updated_at_ms) VALUES (:name, "
-            ":pipeline_id, :cron, :timezone, :title, :metadata, :priority, :missed, "
-            ":next_tick_ms, :now, :now)",
-            values,
-        )
+        ctx.exec("schedules.insert", values)
     elif not spec.replace:
         raise Conflict(
             f"schedule: a schedule named {spec.schedule!r} exists", code="schedule_exists"
@@ -142,12 +134,7 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
     else:
         if (old["cron"], old["timezone"]) == (spec.cron, spec.timezone):
             values["next_tick_ms"] = old["next_tick_ms"]  # same ticks: none skipped or doubled
-        ctx.conn.execute(
-            "UPDATE schedules SET pipeline_id = :pipeline_id, cron = :cron, timezone = "
-            ":timezone, title = :title, metadata = :metadata, priority = :priority, missed = "
-            ":missed, next_tick_ms = :next_tick_ms, updated_at_ms = :now WHERE name = :name",
-            values,
-        )
+        ctx.exec("schedules.replace", values)
     return _schedule(_row(ctx, spec.schedule))
 
 
@@ -158,17 +145,14 @@ def set_paused(ctx: Ctx, name: str, paused: bool) -> Schedule:
         next_tick = row["next_tick_ms"]
         if not paused:
             next_tick = next(ticks_after(row["cron"], _zone(row["timezone"]), ctx.now))
-        ctx.conn.execute(
-            "UPDATE schedules SET paused = ?, next_tick_ms = ?, updated_at_ms = ? WHERE name = ?",
-            (int(paused), next_tick, ctx.now, name),
-        )
+        ctx.exec("schedules.set_paused", (int(paused), next_tick, ctx.now, name))
     return _schedule(_row(ctx, name))
 
 
 def delete(ctx: Ctx, name: str) -> Schedule:
     """Remove a schedule; the tasks it made stay."""
     gone = _schedule(_row(ctx, name))
-    ctx.conn.execute("DELETE FROM schedules WHERE name = ?", (name,))
+    ctx.exec("schedules.delete", (name,))
     return gone
 
 
@@ -185,22 +169,16 @@ def _make_task(ctx: Ctx, row: sqlite3.Row, zone: ZoneInfo, tick: int, extra: dic
     spec = TaskCreate(
         pipeline_id=row["pipeline_id"], title=row["title"], priority=row["priority"], metadata=meta
     )
-    ctx.conn.execute("SAVEPOINT schedule_tick")
+    ctx.exec("schedules.tick_begin")
     try:
         task_id = tasks.create_tasks(ctx, [spec], bulk=False)[0]
     except TrackerError as exc:
-        ctx.conn.execute("ROLLBACK TO schedule_tick")
-        ctx.conn.execute("RELEASE schedule_tick")
-        ctx.conn.execute(
-            "UPDATE schedules SET last_error = ? WHERE name = ?", (str(exc), row["name"])
-        )
+        ctx.exec("schedules.tick_undo")
+        ctx.exec("schedules.tick_end")
+        ctx.exec("schedules.tick_failed", (str(exc), row["name"]))
         return ""
-    ctx.conn.execute("RELEASE schedule_tick")
-    ctx.conn.execute(
-        "UPDATE schedules SET last_tick_ms = ?, last_task_id = ?, tasks_created = "
-        "tasks_created + 1, last_error = NULL WHERE name = ?",
-        (tick, task_id, row["name"]),
-    )
+    ctx.exec("schedules.tick_end")
+    ctx.exec("schedules.tick_made", (tick, task_id, row["name"]))
     return task_id
 
 
@@ -223,11 +201,7 @@ def _fire(ctx: Ctx, row: sqlite3.Row) -> int:
     while due <= ctx.now and fired < MAX_ON_TIME:
         made += bool(_make_task(ctx, row, zone, due, {}))
         fired, due = fired + 1, next(ticks)
-    cur = ctx.conn.execute(
-        "UPDATE schedules SET next_tick_ms = ?, updated_at_ms = ? "
-        "WHERE name = ? AND next_tick_ms = ? AND paused = 0",
-        (due, ctx.now, row["name"], old),
-    )
+    cur = ctx.exec("schedules.advance", (due, ctx.now, row["name"], old))
     if cur.rowcount != 1:  # never under BEGIN IMMEDIATE; if it were, nothing is committed
         raise Conflict(f"schedule {row['name']!r}: its tick moved under this pass")
     return made
@@ -235,23 +209,20 @@ def _fire(ctx: Ctx, row: sqlite3.Row) -> int:
 
 def fire_due(ctx: Ctx) -> int:
     """Fire every unpaused schedule's due ticks (one write transaction); tasks created."""
-    rows = ctx.conn.execute(
-        "SELECT * FROM schedules WHERE paused = 0 AND next_tick_ms <= ? ORDER BY next_tick_ms",
-        (ctx.now,),
-    ).fetchall()
+    rows = ctx.all("schedules.due", (ctx.now,))
     made = 0
     for row in rows:
-        ctx.conn.execute("SAVEPOINT schedule_fire")
+        ctx.exec("schedules.fire_begin")
         try:
             made += _fire(ctx, row)
-            ctx.conn.execute("RELEASE schedule_fire")
+            ctx.exec("schedules.fire_end")
         except (CronSimError, ValidationFailed, StopIteration) as exc:
-            ctx.conn.execute("ROLLBACK TO schedule_fire")
-            ctx.conn.execute("RELEASE schedule_fire")
+            ctx.exec("schedules.fire_undo")
+            ctx.exec("schedules.fire_end")
             # A stored cron or zone this build cannot read (a tzdata or cronsim change): the
             # schedule is paused with the reason, instead of failing every maintenance pass.
-            ctx.conn.execute(
-                "UPDATE schedules SET paused = 1, last_error = ?, updated_at_ms = ? WHERE name = ?",
+            ctx.exec(
+                "schedules.pause_broken",
                 (f"paused: cannot compute its ticks: {exc}", ctx.now, row["name"]),
             )
     return made
@@ -270,9 +241,7 @@ class ScheduleOps(TrackerCore):
         """Every schedule, by name."""
         return await self._read(
             "list_schedules",
-            lambda c: [
-                _schedule(r) for r in c.conn.execute("SELECT * FROM schedules ORDER BY name")
-            ],
+            lambda c: [_schedule(r) for r in c.all("schedules.list")],
         )
 
     async def get_schedule(self, name: str) -> Schedule:
@@ -296,7 +265,7 @@ class ScheduleOps(TrackerCore):
         with nothing due writes nothing more)."""
         report = await super().maintenance()
         now = int(self._clock())
-        due = await self._read("maintenance", lambda c: c.scalar(_DUE))
+        due = await self._read("maintenance", lambda c: c.scalar("schedules.next_due"))
         if due is None or due > now:
             return report
         made = await self._write("schedule_tick", fire_due)

@@ -34,23 +34,9 @@ DEFAULT_SPAN_LIMIT = 1000
 #: Largest blob kept (the served tracker's OTLP body limit is lower by default).
 MAX_BLOB_BYTES = 64 * 1024 * 1024
 
-_INSERT = (
-    "INSERT INTO spans (batch_id, trace_id, span_id, parent_span_id, name, kind, "
-    "start_time_unix_nano, end_time_unix_nano, status_code, status_message, service_name, "
-    "task_id, run_id, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_COLUMNS = (
-    "batch_id, trace_id, span_id, parent_span_id, name, kind, start_time_unix_nano, "
-    "end_time_unix_nano, status_code, status_message, service_name, task_id, run_id, attributes"
-)
-
 
 def _batch(ctx: Ctx, content_type: str, stored: str, blob: bytes | None, accepted: int) -> int:
-    cur = ctx.conn.execute(
-        "INSERT INTO span_batches (received_at_ms, content_type, stored, blob, accepted) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (ctx.now, content_type, stored, blob, accepted),
-    )
+    cur = ctx.exec("spans.batch", (ctx.now, content_type, stored, blob, accepted))
     return int(cur.lastrowid or 0)
 
 
@@ -66,9 +52,7 @@ def store_spans(
         task_id = s.task_id
         if task_id is None and s.run_id is not None:
             if s.run_id not in task_of_run:
-                task_of_run[s.run_id] = ctx.scalar(
-                    "SELECT task_id FROM runs WHERE id = ?", (s.run_id,)
-                )
+                task_of_run[s.run_id] = ctx.scalar("spans.run_task", (s.run_id,))
             task_id = task_of_run[s.run_id]
         rows.append(
             (
@@ -88,7 +72,7 @@ def store_spans(
                 s.attributes_json,
             )
         )
-    ctx.conn.executemany(_INSERT, rows)
+    ctx.conn.executemany(ctx.sql["spans.insert"], rows)
     return OtlpIngestResult(batch_id=batch_id, accepted_spans=len(spans), stored="json")
 
 
@@ -123,15 +107,7 @@ def _limit(limit: object) -> int:
 def list_task_spans(ctx: Ctx, task_id: str, run_id: str | None, limit: int) -> list[Span]:
     """The task's spans (or one run's), by start time (spans without one last), at most
     ``limit``."""
-    where, params = "task_id = ?", [task_id]
-    if run_id is not None:
-        where += " AND run_id = ?"
-        params.append(run_id)
-    rows = ctx.conn.execute(
-        f"SELECT {_COLUMNS} FROM spans WHERE {where} "
-        "ORDER BY start_time_unix_nano IS NULL, start_time_unix_nano, id LIMIT ?",
-        (*params, limit),
-    )
+    rows = ctx.all("spans.of_task", {"task_id": task_id, "run_id": run_id, "limit": limit})
     return [_span(r) for r in rows]
 
 

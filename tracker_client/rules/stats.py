@@ -15,11 +15,8 @@ VERSION = "backlog-worker-embedded/1"
 
 def health(ctx: Ctx) -> Health:
     """Tasks per stage name (across pipelines) and the number of live leases."""
-    stages = [
-        StageCount(stage=r[0], count=r[1])
-        for r in ctx.conn.execute("SELECT stage, count(*) FROM tasks GROUP BY stage ORDER BY stage")
-    ]
-    active = int(ctx.scalar("SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ?", (ctx.now,)))
+    stages = [StageCount(stage=r[0], count=r[1]) for r in ctx.all("stats.stages")]
+    active = int(ctx.scalar("stats.live_leases", (ctx.now,)))
     return Health(status="ok", version=VERSION, tasks_by_stage=stages, active_leases=active)
 
 
@@ -32,12 +29,11 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     now = ctx.now
     roles: list[str] = []
     stage_role: dict[tuple[str, str], str | None] = {}
-    for p in ctx.pipelines.all(ctx.conn):
+    for p in ctx.pipelines.all(ctx):
         for s in p.states.values():
             stage_role[(p.id, s.name)] = s.agent_role
             if s.agent_role is not None and not s.terminal and s.agent_role not in roles:
                 roles.append(s.agent_role)
-    conn = ctx.conn
     waiting: dict[str, int] = defaultdict(int)
     claimable: dict[str, int] = defaultdict(int)
     oldest: dict[str, int] = {}
@@ -49,16 +45,8 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     # concurrency key not held by a live lease (assignments and per_state are ignored).
     # Not yet eligible = a delayed task before its run_at (scheduled), or a failed run's retry
     # waiting out its delay: a draining worker waits for a retry.
-    for role, deps_ok, key_free, eligible_at, created, run_at in conn.execute(
-        "SELECT t.role, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u "
-        "ON u.id = d.depends_on_task_id WHERE d.task_id = t.id "
-        "AND (u.terminal = 0 OR u.dead_letter_reason IS NOT NULL)), "
-        "t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM tasks k "
-        "WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > ?1), "
-        "t.next_eligible_at_ms, t.created_at_ms, t.run_at_ms FROM tasks t "
-        "WHERE t.role IS NOT NULL AND t.dead_letter_reason IS NULL AND t.terminal = 0 "
-        "AND t.lease_expires_at_ms <= ?1",
-        (now,),
+    for role, deps_ok, key_free, eligible_at, created, run_at in ctx.all(
+        "stats.waiting", {"now": now}
     ):
         waiting[role] += 1
         if eligible_at > now and run_at is not None and run_at > now:
@@ -74,11 +62,7 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     running: dict[str, int] = defaultdict(int)
     near: dict[str, int] = defaultdict(int)
     stuck: dict[str, int] = defaultdict(int)
-    for role, expires, started, ttl in conn.execute(
-        "SELECT r.agent_role, t.lease_expires_at_ms, r.started_at_ms, t.lease_ttl_ms FROM tasks t "
-        "JOIN runs r ON r.id = t.lease_run_id WHERE t.lease_expires_at_ms > ?",
-        (now,),
-    ):
+    for role, expires, started, ttl in ctx.all("stats.running", (now,)):
         running[role] += 1
         window = near_expiry_ms if near_expiry_ms is not None else (ttl or 0) / 3
         if expires <= now + window:
@@ -86,16 +70,10 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
         if started <= now - stuck_ms:
             stuck[role] += 1
     failed: dict[str, int] = defaultdict(int)
-    for role, count in conn.execute(
-        "SELECT t.role, count(*) FROM runs r JOIN tasks t ON t.id = r.task_id "
-        "WHERE r.status = 'failed' AND t.role IS NOT NULL GROUP BY t.role"
-    ):
+    for role, count in ctx.all("stats.failed"):
         failed[role] = count
     dead: dict[str, int] = defaultdict(int)
-    for pid, from_stage, count in conn.execute(
-        "SELECT pipeline_id, dead_letter_from_stage, count(*) FROM tasks "
-        "WHERE dead_letter_reason IS NOT NULL GROUP BY pipeline_id, dead_letter_from_stage"
-    ):
+    for pid, from_stage, count in ctx.all("stats.dead"):
         role = stage_role.get((pid, from_stage))
         if role is not None:
             dead[role] += count

@@ -49,17 +49,12 @@ def put(ctx: Ctx, namespace: str, key: str, value: Any) -> None:
             f"{RESERVED!r} is a reserved namespace name", code="reserved_namespace"
         )
     text = dumps(value, "store value", max_bytes=MIB)
-    ctx.conn.execute(
-        "INSERT INTO store (namespace, key, value, created_at_ms, updated_at_ms) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE "
-        "SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
-        (namespace, key, text, ctx.now, ctx.now),
-    )
+    ctx.exec("store.put", (namespace, key, text, ctx.now, ctx.now))
 
 
 def get(ctx: Ctx, namespace: str, key: str) -> StoreEntry:
     """One entry, or ``NotFound``."""
-    row = ctx.one("SELECT * FROM store WHERE namespace = ? AND key = ?", (namespace, key))
+    row = ctx.one("store.get", (namespace, key))
     if row is None:
         raise NotFound(f"store key {namespace}/{key} not found", code="not_found")
     return _entry(row)
@@ -67,18 +62,17 @@ def get(ctx: Ctx, namespace: str, key: str) -> StoreEntry:
 
 def delete(ctx: Ctx, namespace: str, key: str) -> None:
     """Delete one key; absent keys are fine."""
-    ctx.conn.execute("DELETE FROM store WHERE namespace = ? AND key = ?", (namespace, key))
+    ctx.exec("store.delete", (namespace, key))
 
 
 def delete_namespace(ctx: Ctx, namespace: str) -> None:
     """Delete every key of a namespace."""
-    ctx.conn.execute("DELETE FROM store WHERE namespace = ?", (namespace,))
+    ctx.exec("store.delete_namespace", (namespace,))
 
 
 def list_namespace(ctx: Ctx, namespace: str) -> list[StoreEntry]:
     """All entries of a namespace, sorted by key."""
-    rows = ctx.conn.execute("SELECT * FROM store WHERE namespace = ? ORDER BY key", (namespace,))
-    return [_entry(r) for r in rows]
+    return [_entry(r) for r in ctx.all("store.list", (namespace,))]
 
 
 #: The most words a search query may have: each is a phrase every match must contain, and on
@@ -156,18 +150,15 @@ def search(
         raise ValidationFailed(
             f"limit must be an integer 1..1000, got {limit!r}", code="invalid_limit"
         )
-    sql = "SELECT s.* FROM store_fts JOIN store s ON s.id = store_fts.rowid WHERE store_fts MATCH ?"
-    params: list[Any] = [expr]
-    if namespace is not None:
-        sql += " AND s.namespace = ?"
-        params.append(namespace)
-    if filter_path is not None:
-        sql += " AND (json_extract(s.value, ?) = ? OR CAST(json_extract(s.value, ?) AS TEXT) = ?)"
-        params += [filter_path, filter_value, filter_path, filter_value]
-    sql += " ORDER BY store_fts.rank LIMIT ?"
-    params.append(limit)
+    params = {
+        "match": expr,
+        "namespace": namespace,
+        "path": filter_path,
+        "value": filter_value,
+        "limit": limit,
+    }
     try:
-        rows = ctx.conn.execute(sql, tuple(params)).fetchall()
+        rows = ctx.all("store.search_fts", params)
     except sqlite3.OperationalError as exc:
         if "json" in str(exc).lower() or "path" in str(exc).lower():
             raise ValidationFailed(

@@ -51,14 +51,6 @@ MAX_TEXT = 255
 MAX_ROLES = 1_000
 MAX_RUN_IDS = 10_000
 
-_LIVE_RUNS = (
-    "SELECT r.id, r.task_id, r.agent_role, r.started_at_ms, r.agent_id FROM tasks t "
-    "JOIN runs r ON r.id = t.lease_run_id "
-    "WHERE t.lease_expires_at_ms > ? AND r.status = 'running' "
-    "ORDER BY r.started_at_ms, r.id"
-)
-_LIVE_RUNS_OF = _LIVE_RUNS.replace("ORDER BY", "AND r.agent_id = ? ORDER BY")
-
 
 def state_of(row: sqlite3.Row | Mapping[str, Any], now_ms: int) -> WorkerState:
     """``stopped`` after a goodbye, ``lost`` when silent past ``lost_after_ms``, else
@@ -132,11 +124,11 @@ def _owners(ctx: Ctx, rows: Iterable[sqlite3.Row]) -> dict[str, list[RunningTask
     running: dict[str, list[RunningTask]] = {}
     if not by_agent:
         return running
-    sql: str = _LIVE_RUNS
-    params: tuple[Any, ...] = (ctx.now,)
     if len(by_agent) == 1:  # one worker's answer (a refresh): only its agent's runs
-        sql, params = _LIVE_RUNS_OF, (ctx.now, *by_agent)
-    for run in ctx.conn.execute(sql, params):
+        runs = ctx.all("workers.live_runs_of", (ctx.now, *by_agent))
+    else:
+        runs = ctx.all("workers.live_runs", (ctx.now,))
+    for run in runs:
         sharers = by_agent.get(run["agent_id"])
         if not sharers:
             continue
@@ -180,11 +172,10 @@ def _info(ctx: Ctx, row: sqlite3.Row, running: Mapping[str, list[RunningTask]]) 
 
 
 def _rows(ctx: Ctx, agent_id: str | None = None) -> list[sqlite3.Row]:
-    sql = "SELECT * FROM workers WHERE last_seen_at_ms >= ?"
-    params: tuple[Any, ...] = (ctx.now - FORGET_AFTER_MS,)
+    since = ctx.now - FORGET_AFTER_MS
     if agent_id is not None:
-        sql, params = f"{sql} AND agent_id = ?", (*params, agent_id)
-    return list(ctx.conn.execute(sql, params))
+        return ctx.all("workers.seen_since_of", (since, agent_id))
+    return ctx.all("workers.seen_since", (since,))
 
 
 def register(ctx: Ctx, worker_id: object, fields: Mapping[str, Any]) -> WorkerInfo:
@@ -192,20 +183,10 @@ def register(ctx: Ctx, worker_id: object, fields: Mapping[str, Any]) -> WorkerIn
     worker as listed. Nothing is written when a field is refused."""
     reg = check_registration(worker_id, fields)
     assert isinstance(worker_id, str)
-    ctx.conn.execute(
-        "DELETE FROM workers WHERE last_seen_at_ms < ? AND id != ?",
-        (ctx.now - FORGET_AFTER_MS, worker_id),
-    )
+    ctx.exec("workers.forget_silent", (ctx.now - FORGET_AFTER_MS, worker_id))
     run_ids = None if reg.run_ids is None else dumps(reg.run_ids, "run_ids")
-    ctx.conn.execute(
-        "INSERT INTO workers (id, host, pid, version, roles, slots, agent_id, run_ids, "
-        "started_at_ms, registered_at_ms, last_seen_at_ms, lost_after_ms, stopping) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-        "host = excluded.host, pid = excluded.pid, version = excluded.version, "
-        "roles = excluded.roles, slots = excluded.slots, agent_id = excluded.agent_id, "
-        "run_ids = excluded.run_ids, started_at_ms = excluded.started_at_ms, "
-        "last_seen_at_ms = excluded.last_seen_at_ms, lost_after_ms = excluded.lost_after_ms, "
-        "stopping = excluded.stopping",
+    ctx.exec(
+        "workers.upsert",
         (
             worker_id,
             reg.host,
@@ -240,11 +221,11 @@ def list_all(ctx: Ctx, state: object = None) -> list[WorkerInfo]:
 
 def forget(ctx: Ctx, worker_id: str) -> WorkerInfo:
     """Delete a worker's row (answers it as it was); ``NotFound`` when there is none."""
-    row = ctx.one("SELECT * FROM workers WHERE id = ?", (worker_id,))
+    row = ctx.one("workers.get", (worker_id,))
     if row is None:
         raise NotFound(f"worker {worker_id!r} is not registered", code="worker_not_found")
     answer = _info(ctx, row, _owners(ctx, _rows(ctx, row["agent_id"])))
-    ctx.conn.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+    ctx.exec("workers.delete", (worker_id,))
     return answer
 
 
