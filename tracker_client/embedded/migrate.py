@@ -1,8 +1,13 @@
-"""Opening a database file: refusing what is not ours, pragmas, and the numbered migrations.
+"""Opening a database file: refusing what is not ours, pragmas, the schema and its migrations.
 
 Runs on the database thread. The checks happen before anything is written, so a file that is
 not SQLite, is corrupt, belongs to another program or to a newer backlog-worker is refused with
 ``TrackerCorrupt`` and left exactly as it was.
+
+``schema/schema.sql`` is the schema as it is now: a new rail (no table, version 0) is created
+from it in one step and recorded at :data:`SCHEMA_VERSION`. A rail of an older version is
+brought up by the numbered migrations ``schema/NNNN_name.sql`` it lacks (each a diff, kept as
+written). Both paths end in the same schema (tests/embedded/test_schema.py compares them).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 from tracker_client.embedded.sqlerrors import map_sqlite_error
 from tracker_client.errors import TrackerCorrupt, TrackerUnavailable
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "connect", "migrations"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "connect", "current_schema", "migrations"]
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -47,6 +52,15 @@ def migrations() -> list[tuple[int, str, str]]:
 
 #: The schema version this build writes (the highest migration number).
 SCHEMA_VERSION = len(migrations())
+
+
+def current_schema() -> str:
+    """``schema/schema.sql``: the whole schema at :data:`SCHEMA_VERSION` (a new rail's)."""
+    return (
+        resources.files("tracker_client.embedded")
+        .joinpath("schema", "schema.sql")
+        .read_text(encoding="utf-8")
+    )
 
 
 def _statements(sql: str) -> list[str]:
@@ -159,7 +173,8 @@ def _check_ours(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Apply the migrations the file lacks, in one ``BEGIN IMMEDIATE`` transaction."""
+    """Create a new rail from ``schema.sql``, or apply the migrations an older one lacks; in
+    one ``BEGIN IMMEDIATE`` transaction."""
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == SCHEMA_VERSION:
         return
@@ -170,7 +185,9 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
         if version > SCHEMA_VERSION or app_id not in (0, APPLICATION_ID):
             raise TrackerCorrupt(f"{path}: changed by another program while opening")
-        for number, name, sql in migrations():
+        if version == 0:
+            _create(conn, path)
+        for number, name, sql in migrations() if version else ():
             if number <= version:
                 continue
             for statement in _statements(sql):
@@ -188,3 +205,17 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _create(conn: sqlite3.Connection, path: str) -> None:
+    """Create the whole schema from ``schema.sql`` on a file with none (inside ``_migrate``'s
+    transaction) and record it at :data:`SCHEMA_VERSION`."""
+    for statement in _statements(current_schema()):
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    log.info(
+        "created schema version %s (schema.sql) in %s",
+        SCHEMA_VERSION,
+        path,
+        extra={"action": "schema_created", "task_id": None, "run_id": None},
+    )

@@ -27,7 +27,7 @@ import anyio
 
 from tracker_client.ops_models import TaskFollow
 from tracker_client.postgres.db import Database
-from tracker_client.postgres.dialect import PgConn
+from tracker_client.postgres.dialect import STATEMENTS, PgConn
 from tracker_client.postgres.wake import Listener
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.follow import FollowOps, _check, follow_state
@@ -46,15 +46,11 @@ FOLLOW_TICK_S = 1.0
 #: How long the first follower waits for ``LISTEN`` before it polls instead.
 LISTEN_START_S = 5.0
 
-# psycopg's own placeholders: these run on the raw connection (no domain rule is involved, so
-# the write lock's shared mode, which the dialect polices, does not apply to them).
-_INTEREST = (
-    "INSERT INTO followers (instance, expires_at) "
-    "VALUES (%s, clock_timestamp() + make_interval(secs => %s)) "
-    "ON CONFLICT (instance) DO UPDATE SET "
-    "expires_at = GREATEST(followers.expires_at, EXCLUDED.expires_at)"
-)
-_FORGET_STALE = "DELETE FROM followers WHERE expires_at < clock_timestamp() - interval '1 hour'"
+# These run on the raw connection (no domain rule is involved, so the write lock's shared mode,
+# which the dialect polices, does not apply to them): postgres/sql/follow.sql.
+_INTEREST = STATEMENTS["follow.interest"]
+_FORGET_STALE = STATEMENTS["follow.forget_stale"]
+_FORGET_INSTANCE = STATEMENTS["follow.forget_instance"]
 
 
 def follow_channel(schema: str) -> str:
@@ -140,9 +136,7 @@ class PgFollowOps(FollowOps):
             await anyio.to_thread.run_sync(listener.stop())
             with contextlib.suppress(Exception):  # best effort: the row expires anyway
                 await self._db.run(
-                    lambda conn: conn.raw.execute(
-                        b"DELETE FROM followers WHERE instance = %s", (self._instance,)
-                    ),
+                    lambda conn: conn.raw.execute(_FORGET_INSTANCE.encode(), (self._instance,)),
                     "follow_task",
                     write=True,
                     shared=True,
