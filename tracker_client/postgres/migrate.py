@@ -7,10 +7,15 @@ migrated (``migrate=auto``, the default), which needs CREATE on the database (a 
 on the schema; a role without it gets a refusal naming ``backlog-worker rail migrate`` and the
 missing privilege, and ``migrate=never`` refuses a schema that is behind without trying.
 
-``schema/NNNN_name.sql`` are applied in order, each in the opening transaction, and recorded in
-``<schema>.backlog_schema``. The transaction first takes ``pg_advisory_xact_lock`` on the schema's
-name, so several hosts opening one rail at once apply each migration exactly once: the first
-migrates, the others wait for its commit and find nothing left to do.
+``schema/schema.sql`` is the schema as it is now, its functions included: a new rail (a schema
+with no table) is created from it in one step, in the opening transaction, and every migration
+it holds is recorded in ``<schema>.backlog_schema``. A rail of an older version is brought up by
+the numbered migrations ``schema/NNNN_name.sql`` it lacks (each a diff, kept as written), applied
+in order in the opening transaction and recorded there too. Both end in the same schema
+(tests/postgres/test_schema_file.py compares them). The transaction first takes
+``pg_advisory_xact_lock`` on the schema's name, so several hosts opening one rail at once create
+or migrate it exactly once: the first does, the others wait for its commit and find nothing left
+to do.
 
 A schema that holds tables but no ``backlog_schema`` belongs to someone else, and one written by
 a newer build has versions this build does not know: both are refused with ``TrackerCorrupt``
@@ -32,6 +37,7 @@ from tracker_client.rules.leasekeys import KEY_NAME
 
 __all__ = [
     "SCHEMA_VERSION",
+    "current_schema",
     "migrate",
     "migrate_url",
     "migrations",
@@ -60,8 +66,19 @@ def migrations() -> list[tuple[int, str, str]]:
 SCHEMA_VERSION = len(migrations())
 
 
+def current_schema() -> str:
+    """``schema/schema.sql``: the whole schema at :data:`SCHEMA_VERSION` (a new rail's)."""
+    return (
+        resources.files("tracker_client.postgres")
+        .joinpath("schema", "schema.sql")
+        .read_text(encoding="utf-8")
+    )
+
+
 def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
-    """Create ``schema`` if needed and apply the migrations it lacks; returns how many."""
+    """Create ``schema`` if needed and bring it to :data:`SCHEMA_VERSION`: a new rail from
+    ``schema.sql`` in one step, an older one by the migrations it lacks; returns how many
+    versions it moved up."""
     ident = sql.Identifier(schema)
     applied = 0
     with conn.transaction():
@@ -97,6 +114,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
                 f"{version}, this build knows up to {SCHEMA_VERSION}); upgrade to open it"
             )
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+        if version == 0:
+            _create(conn, schema)
+            applied, version = SCHEMA_VERSION, SCHEMA_VERSION
         for number, name, text in migrations():
             if number <= version:
                 continue
@@ -113,6 +133,21 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
             )
         _seed_rail_key(conn)
     return applied
+
+
+def _create(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create the whole schema from ``schema.sql`` in an empty ``schema`` (inside
+    :func:`migrate`'s transaction, on its search path); every migration it holds is recorded
+    as applied."""
+    conn.execute(current_schema().encode())
+    for number, name, _text in migrations():
+        conn.execute("INSERT INTO backlog_schema (version, name) VALUES (%s, %s)", (number, name))
+    log.info(
+        "created postgres schema version %s (schema.sql) in schema %s",
+        SCHEMA_VERSION,
+        schema,
+        extra={"action": "schema_created", "task_id": None, "run_id": None},
+    )
 
 
 def _seed_rail_key(conn: psycopg.Connection[Any]) -> None:
