@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 
 import anyio
+from psycopg import sql
 
 from tracker_client.ops_models import TaskFollow
 from tracker_client.postgres.db import Database
@@ -59,10 +60,11 @@ def follow_channel(schema: str) -> str:
 
 
 def notify_sql(channel: str, instance: str) -> str:
-    """The statement a write runs before ``COMMIT`` (``channel``/``instance``: hex names)."""
+    """The statement a write runs before ``COMMIT`` (``follow.notify`` with ``channel`` and
+    ``instance`` bound as literals), ending in ``;``."""
+    literal = {"channel": sql.Literal(channel), "instance": sql.Literal(instance)}
     return (
-        f"SELECT pg_notify('{channel}', '{instance}') WHERE EXISTS "
-        "(SELECT 1 FROM followers WHERE expires_at > clock_timestamp());"
+        STATEMENTS["follow.notify"].format(**{k: v.as_string() for k, v in literal.items()}) + ";"
     )
 
 

@@ -20,3 +20,11 @@ DELETE FROM followers WHERE expires_at < clock_timestamp() - interval '1 hour';
 -- name: follow.forget_instance
 -- only: postgres
 DELETE FROM followers WHERE instance = %s;
+
+-- Run by a write right before its COMMIT: the follow channel's NOTIFY, sent only while a live
+-- followers row exists. A template: {channel} and {instance} are bound once per
+-- tracker instance as literals quoted by psycopg.sql.Literal (postgres/follow.py notify_sql).
+-- name: follow.notify
+-- only: postgres
+SELECT pg_notify({channel}, {instance})
+WHERE EXISTS (SELECT 1 FROM followers WHERE expires_at > clock_timestamp());
