@@ -56,8 +56,3 @@ WHERE (run_id IN (SELECT id FROM runs WHERE task_id = %(task_id)s)
     OR (run_id IS NULL AND task_id = %(task_id)s))
     AND kind = 'result'
 ORDER BY id DESC LIMIT 1;
-
--- The earliest live lease expiry (wait_for_work sleeps until it lapses; the partial index
--- tasks_leased answers it in O(log n)).
--- name: backlog.next_expiry
-SELECT min(lease_expires_at_ms) FROM tasks WHERE lease_expires_at_ms > %s;
