@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.embedded.migrate import APPLICATION_ID, SCHEMA_VERSION, _statements, migrations
+from tracker_client.embedded.migrate import (
+    APPLICATION_ID,
+    LEVEL,
+    SCHEMA_VERSION,
+    _statements,
+    migrations,
+)
 from tracker_client.errors import TrackerCorrupt, TrackerUnavailable
 from tracker_client.models import TaskCreate
 
@@ -54,7 +60,7 @@ async def test_new_file_gets_our_ids_wal_and_mode_0600(tmp_path: Path) -> None:
         conn = sqlite3.connect(path)
         try:
             assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == LEVEL
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         finally:
             conn.close()
@@ -89,7 +95,7 @@ async def test_empty_file_of_ours_at_version_zero_is_migrated(tmp_path: Path) ->
     finally:
         await tracker.aclose()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LEVEL
     conn.close()
 
 

@@ -25,7 +25,16 @@ def test_version_is_the_package_metadata() -> None:
 
 
 def test_the_changelog_records_this_version() -> None:
+    """A released version is in the changelog; between releases the version is the next one's
+    development version (``0.2.0.dev0``: workers of the tree and of the last release tell
+    themselves apart in the worker registry), after the newest release recorded."""
     text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in text
     released = re.findall(r"^## \[(\d[^\]]*)\] - (\d{4}-\d{2}-\d{2})$", text, re.M)
-    assert VERSION in [version for version, _ in released], released
+    versions = [version for version, _ in released]
+    dev = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)\.dev\d+", VERSION)
+    if dev is None:
+        assert VERSION in versions, released
+        return
+    newest = tuple(int(p) for p in versions[0].split("."))
+    assert tuple(int(p) for p in dev.groups()) > newest, (VERSION, versions[0])

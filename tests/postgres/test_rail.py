@@ -61,7 +61,9 @@ async def test_several_hosts_opening_at_once_migrate_once(pg_server: PgServer) -
         for tracker in opened:
             await tracker.aclose()
     versions = _sql(
-        pg_server, f"SELECT version FROM {schema_name(key)}.backlog_schema ORDER BY version"
+        pg_server,
+        f"SELECT version FROM {schema_name(key)}.backlog_schema UNION ALL "
+        f"SELECT version FROM {schema_name(key)}.backlog_schema_additions ORDER BY version",
     )
     assert versions == [(n,) for n in range(1, SCHEMA_VERSION + 1)]
 

@@ -69,9 +69,10 @@ def _snapshot(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tupl
             for row in rows
         ]
     found["versions"] = conn.execute(
-        sql.SQL("SELECT version, name FROM {}.backlog_schema ORDER BY version").format(
-            sql.Identifier(schema)
-        )
+        sql.SQL(
+            "SELECT version, name FROM {0}.backlog_schema UNION ALL "
+            "SELECT version, name FROM {0}.backlog_schema_additions ORDER BY version"
+        ).format(sql.Identifier(schema))
     ).fetchall()
     return found
 

@@ -5,9 +5,15 @@ not SQLite, is corrupt, belongs to another program or to a newer backlog-worker 
 ``TrackerCorrupt`` and left exactly as it was.
 
 ``schema/schema.sql`` is the schema as it is now: a new rail (no table, version 0) is created
-from it in one step and recorded at :data:`SCHEMA_VERSION`. A rail of an older version is
-brought up by the numbered migrations ``schema/NNNN_name.sql`` it lacks (each a diff, kept as
-written). Both paths end in the same schema (tests/embedded/test_schema.py compares them).
+from it in one step. A rail of an older version is brought up by the numbered migrations
+``schema/NNNN_name.sql`` it lacks (each a diff, kept as written). Both paths end in the same
+schema (tests/embedded/test_schema.py compares them).
+
+The compatibility window (:mod:`tracker_client.rules.upgrades`): ``PRAGMA user_version`` holds
+the rail's *level* (its highest migration that is not additive; the previous release refuses a
+level above its own), and the table ``schema_additions`` the additive migrations applied above
+it. Additive migrations are applied at open; one that raises the level past
+:data:`PREVIOUS_RELEASE_LEVEL` waits for ``backlog-worker rail migrate``.
 """
 
 from __future__ import annotations
@@ -20,9 +26,21 @@ from importlib import resources
 from pathlib import Path
 
 from tracker_client.embedded.sqlerrors import map_sqlite_error
-from tracker_client.errors import TrackerCorrupt, TrackerUnavailable
+from tracker_client.errors import TrackerCorrupt, TrackerRejected, TrackerUnavailable
+from tracker_client.rules.upgrades import Migration, Plan, level_of, plan
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "connect", "current_schema", "migrations"]
+__all__ = [
+    "APPLICATION_ID",
+    "LEVEL",
+    "PREVIOUS_RELEASE_LEVEL",
+    "SCHEMA_VERSION",
+    "connect",
+    "current_schema",
+    "migrate_file",
+    "migrations",
+    "other_versions_alive",
+    "recorded",
+]
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -50,8 +68,50 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
-#: The schema version this build writes (the highest migration number).
+#: The highest migration this build knows.
 SCHEMA_VERSION = len(migrations())
+#: The level of the previous release (0.1.0: migrations 1-7): a migration at or below it is one
+#: the previous release has, so applying it at open locks no worker of the window out.
+PREVIOUS_RELEASE_LEVEL = 7
+_MIGRATIONS = [Migration(n, name, sql) for n, name, sql in migrations()]
+#: The level a rail of this build's full schema has (its highest non-additive migration).
+LEVEL = level_of(_MIGRATIONS, range(1, SCHEMA_VERSION + 1))
+
+
+def recorded(conn: sqlite3.Connection) -> tuple[int, set[int]]:
+    """The rail's level and additive migrations applied above it."""
+    level = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_additions'"
+    ).fetchone()
+    if found is None:
+        return level, set()
+    return level, {int(r[0]) for r in conn.execute("SELECT version FROM schema_additions")}
+
+
+def _record(conn: sqlite3.Connection, level: int, additions: frozenset[int]) -> None:
+    """Write the level and the additions (inside the caller's write transaction)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_additions "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL) WITHOUT ROWID"
+    )
+    conn.execute("DELETE FROM schema_additions")
+    names = {m.number: m.name for m in _MIGRATIONS}
+    conn.executemany(
+        "INSERT INTO schema_additions (version, name) VALUES (?, ?)",
+        [(n, names.get(n, "?")) for n in sorted(additions)],
+    )
+    conn.execute(f"PRAGMA user_version = {int(level)}")
+
+
+def _needs_migrate(path: str, pending: Plan) -> TrackerRejected:
+    first = pending.explicit[0]
+    return TrackerRejected(
+        f"{path}: migration {first.name} changes the schema in a way the previous release can't"
+        " read; stop the workers still on other versions, then run `backlog-worker rail migrate"
+        f" --tracker sqlite:///{path}` (docs/operate/upgrades.md)",
+        code="schema_behind",
+    )
 
 
 def current_schema() -> str:
@@ -172,39 +232,56 @@ def _check_ours(conn: sqlite3.Connection, path: str) -> None:
         )
 
 
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Create a new rail from ``schema.sql``, or apply the migrations an older one lacks; in
-    one ``BEGIN IMMEDIATE`` transaction."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION:
-        return
+def _plan(conn: sqlite3.Connection, explicit_step: bool) -> tuple[int, set[int], Plan]:
+    level, additions = recorded(conn)
+    pending = plan(
+        _MIGRATIONS, level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=explicit_step
+    )
+    return level, additions, pending
+
+
+def _migrate(conn: sqlite3.Connection, path: str, *, explicit_step: bool = False) -> int:
+    """Create a new rail from ``schema.sql``, or apply the migrations an older one lacks that
+    the window allows at open (all of them for ``rail migrate``: ``explicit_step``), in one
+    ``BEGIN IMMEDIATE`` transaction; how many were applied. A migration left to ``rail
+    migrate`` is ``TrackerRejected`` (``schema_behind``) after the others are in."""
+    level, additions, pending = _plan(conn, explicit_step)
+    if level and not pending.now and not pending.records_change(level, additions):
+        if pending.explicit:
+            raise _needs_migrate(path, pending)
+        return 0
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may have migrated while we waited for the write lock: re-read.
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        level, additions, pending = _plan(conn, explicit_step)
         app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-        if version > SCHEMA_VERSION or app_id not in (0, APPLICATION_ID):
+        if level > SCHEMA_VERSION or app_id not in (0, APPLICATION_ID):
             raise TrackerCorrupt(f"{path}: changed by another program while opening")
-        if version == 0:
+        if level == 0:
             _create(conn, path)
-        for number, name, sql in migrations() if version else ():
-            if number <= version:
-                continue
-            for statement in _statements(sql):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
-            log.info(
-                "applied schema migration %s to %s",
-                name,
-                path,
-                extra={"action": "schema_migrated", "task_id": None, "run_id": None},
-            )
+            pending = plan(_MIGRATIONS, SCHEMA_VERSION, (), PREVIOUS_RELEASE_LEVEL)
+            applied = 0
+        else:
+            for migration in pending.now:
+                for statement in _statements(migration.sql):
+                    conn.execute(statement)
+                log.info(
+                    "applied schema migration %s to %s",
+                    migration.name,
+                    path,
+                    extra={"action": "schema_migrated", "task_id": None, "run_id": None},
+                )
+            applied = len(pending.now)
+        _record(conn, pending.level, pending.additions)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    if pending.explicit:
+        raise _needs_migrate(path, pending)
+    return applied
 
 
 def _create(conn: sqlite3.Connection, path: str) -> None:
@@ -212,10 +289,65 @@ def _create(conn: sqlite3.Connection, path: str) -> None:
     transaction) and record it at :data:`SCHEMA_VERSION`."""
     for statement in _statements(current_schema()):
         conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     log.info(
         "created schema version %s (schema.sql) in %s",
         SCHEMA_VERSION,
         path,
         extra={"action": "schema_created", "task_id": None, "run_id": None},
     )
+
+
+def other_versions_alive(conn: sqlite3.Connection, version: str, now_ms: int) -> list[str]:
+    """``host:pid (version)`` of each worker the rail's registry shows alive on a version other
+    than ``version`` (none on a rail without a registry yet)."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workers'"
+    ).fetchone()
+    if found is None:
+        return []
+    rows = conn.execute(
+        "SELECT host, pid, version FROM workers WHERE stopping = 0 "
+        "AND last_seen_at_ms + lost_after_ms > ? AND version <> ? ORDER BY registered_at_ms",
+        (now_ms, version),
+    ).fetchall()
+    return [f"{host}:{pid} ({ver})" for host, pid, ver in rows]
+
+
+def migrate_file(path: str, version: str, now_ms: int) -> tuple[int, int]:
+    """``backlog-worker rail migrate`` on an embedded rail: every migration it lacks, those that
+    raise its level past the previous release's included, once no worker on another version
+    (``version`` is this build's) is alive in its registry; (highest migration before, after)."""
+    if not Path(path).is_file():
+        raise TrackerRejected(f"{path}: no rail file to migrate", code="not_found")
+    conn = connect_plain(path)
+    try:
+        _check_ours(conn, path)
+        level, additions = recorded(conn)
+        before = max([level, *additions])
+        pending = plan(_MIGRATIONS, level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=True)
+        if pending.now and any(not m.additive for m in pending.now):
+            alive = other_versions_alive(conn, version, now_ms)
+            if alive:
+                raise TrackerRejected(
+                    f"{path}: {len(alive)} worker(s) on other versions are still alive ("
+                    + ", ".join(alive[:5])
+                    + "); the migration would lock them out: stop or upgrade them first",
+                    code="workers_alive",
+                )
+        _migrate(conn, path, explicit_step=True)
+        level, additions = recorded(conn)
+        return before, max([level, *additions])
+    except sqlite3.Error as exc:
+        raise map_sqlite_error(exc, f"migrating {path}") from exc
+    finally:
+        conn.close()
+
+
+def connect_plain(path: str) -> sqlite3.Connection:
+    """A connection to the rail file for the one-off commands (no pragmas of the tracker's)."""
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    except (sqlite3.Error, OSError) as exc:
+        raise map_sqlite_error(exc, f"opening {path}") from exc
+    conn.row_factory = sqlite3.Row
+    return conn

@@ -121,7 +121,7 @@ class _SqliteSide(_Side):
         names = [
             str(r[0])
             for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            if not str(r[0]).startswith("store_fts")
+            if not str(r[0]).startswith(("store_fts", "schema_additions"))
         ]
         return {t: [str(c[1]) for c in self.conn.execute(f"PRAGMA table_info({t})")] for t in names}
 

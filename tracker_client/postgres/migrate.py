@@ -20,6 +20,12 @@ to do.
 A schema that holds tables but no ``backlog_schema`` belongs to someone else, and one written by
 a newer build has versions this build does not know: both are refused with ``TrackerCorrupt``
 before anything is written. Runs on a pool thread with a plain psycopg connection.
+
+The compatibility window (:mod:`tracker_client.rules.upgrades`): ``backlog_schema`` holds the
+migrations up to the rail's *level* (the previous release refuses a level above its own), and
+``backlog_schema_additions`` the additive ones applied above it. Additive migrations are applied
+at open; one that raises the level past :data:`PREVIOUS_RELEASE_LEVEL` waits for ``backlog-worker
+rail migrate``.
 """
 
 from __future__ import annotations
@@ -34,14 +40,18 @@ from psycopg import sql
 
 from tracker_client.errors import TrackerCorrupt, TrackerRejected
 from tracker_client.rules.leasekeys import KEY_NAME
+from tracker_client.rules.upgrades import Migration, Plan, level_of, plan
 
 __all__ = [
+    "LEVEL",
+    "PREVIOUS_RELEASE_LEVEL",
     "SCHEMA_VERSION",
     "current_schema",
     "migrate",
     "migrate_url",
     "migrations",
     "open_schema",
+    "recorded",
     "schema_version",
 ]
 
@@ -62,8 +72,79 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
-#: The schema version this build writes (the highest migration number).
+#: The highest migration this build knows.
 SCHEMA_VERSION = len(migrations())
+#: The level of the previous release (0.1.0: migrations 1-12): a migration at or below it is
+#: one the previous release has, so applying it at open locks no worker of the window out.
+PREVIOUS_RELEASE_LEVEL = 12
+_MIGRATIONS = [Migration(n, name, text) for n, name, text in migrations()]
+#: The level a rail of this build's full schema has (its highest non-additive migration).
+LEVEL = level_of(_MIGRATIONS, range(1, SCHEMA_VERSION + 1))
+_ADDITIONS = "backlog_schema_additions"
+
+
+def recorded(conn: psycopg.Connection[Any], schema: str) -> tuple[int, set[int]]:
+    """The rail's level and the additive migrations applied above it (no write)."""
+    ident = sql.Identifier(schema)
+    row = conn.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.backlog_schema").format(ident)
+    ).fetchone()
+    level = int(row[0]) if row is not None else 0
+    found = conn.execute(
+        "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s", (schema, _ADDITIONS)
+    ).fetchone()
+    if found is None:
+        return level, set()
+    rows = conn.execute(
+        sql.SQL("SELECT version FROM {}.{}").format(ident, sql.Identifier(_ADDITIONS))
+    ).fetchall()
+    return level, {int(r[0]) for r in rows}
+
+
+def _record(conn: psycopg.Connection[Any], pending: Plan) -> None:
+    """Write ``pending``'s level and additions (in the caller's transaction, on the schema's
+    search path): ``backlog_schema`` holds every migration up to the level, the additions table
+    those applied above it."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS backlog_schema_additions (version integer PRIMARY KEY, "
+        "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    names = {m.number: m.name for m in _MIGRATIONS}
+    conn.execute("DELETE FROM backlog_schema WHERE version > %s", (pending.level,))
+    for number in range(1, pending.level + 1):
+        conn.execute(
+            "INSERT INTO backlog_schema (version, name) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (number, names[number]),
+        )
+    conn.execute(
+        "DELETE FROM backlog_schema_additions WHERE NOT (version = ANY(%s))",
+        (sorted(pending.additions),),
+    )
+    for number in sorted(pending.additions):
+        conn.execute(
+            "INSERT INTO backlog_schema_additions (version, name) VALUES (%s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (number, names.get(number, "?")),
+        )
+
+
+def _plan(
+    conn: psycopg.Connection[Any], schema: str, explicit_step: bool
+) -> tuple[int, set[int], Plan]:
+    level, additions = recorded(conn, schema)
+    pending = plan(
+        _MIGRATIONS, level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=explicit_step
+    )
+    return level, additions, pending
+
+
+def _needs_migrate(schema: str, pending: Plan) -> TrackerRejected:
+    return TrackerRejected(
+        f"schema {schema!r}: migration {pending.explicit[0].name} changes the schema in a way the"
+        " previous release can't read; stop the workers still on other versions, then run"
+        " `backlog-worker rail migrate` (docs/operate/upgrades.md)",
+        code="schema_behind",
+    )
 
 
 def current_schema() -> str:
@@ -75,10 +156,11 @@ def current_schema() -> str:
     )
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
-    """Create ``schema`` if needed and bring it to :data:`SCHEMA_VERSION`: a new rail from
-    ``schema.sql`` in one step, an older one by the migrations it lacks; returns how many
-    versions it moved up."""
+def migrate(conn: psycopg.Connection[Any], schema: str, *, explicit_step: bool = False) -> int:
+    """Create ``schema`` if needed and bring it up: a new rail from ``schema.sql`` in one step,
+    an older one by the migrations it lacks that the window allows at open (all of them for
+    ``rail migrate``: ``explicit_step``); returns how many it applied. A migration left to
+    ``rail migrate`` is ``TrackerRejected`` (``schema_behind``) after the others are in."""
     ident = sql.Identifier(schema)
     applied = 0
     with conn.transaction():
@@ -116,22 +198,23 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
         if version == 0:
             _create(conn, schema)
-            applied, version = SCHEMA_VERSION, SCHEMA_VERSION
-        for number, name, text in migrations():
-            if number <= version:
-                continue
-            conn.execute(text.encode())
-            conn.execute(
-                "INSERT INTO backlog_schema (version, name) VALUES (%s, %s)", (number, name)
-            )
-            applied += 1
-            log.info(
-                "applied postgres schema migration %s to schema %s",
-                name,
-                schema,
-                extra={"action": "schema_migrated", "task_id": None, "run_id": None},
-            )
+            applied = SCHEMA_VERSION
+            pending = plan(_MIGRATIONS, SCHEMA_VERSION, (), PREVIOUS_RELEASE_LEVEL)
+        else:
+            _level, _added, pending = _plan(conn, schema, explicit_step)
+            for migration in pending.now:
+                conn.execute(migration.sql.encode())
+                applied += 1
+                log.info(
+                    "applied postgres schema migration %s to schema %s",
+                    migration.name,
+                    schema,
+                    extra={"action": "schema_migrated", "task_id": None, "run_id": None},
+                )
+        _record(conn, pending)
         _seed_rail_key(conn)
+    if pending.explicit:
+        raise _needs_migrate(schema, pending)
     return applied
 
 
@@ -140,8 +223,6 @@ def _create(conn: psycopg.Connection[Any], schema: str) -> None:
     :func:`migrate`'s transaction, on its search path); every migration it holds is recorded
     as applied."""
     conn.execute(current_schema().encode())
-    for number, name, _text in migrations():
-        conn.execute("INSERT INTO backlog_schema (version, name) VALUES (%s, %s)", (number, name))
     log.info(
         "created postgres schema version %s (schema.sql) in schema %s",
         SCHEMA_VERSION,
@@ -199,7 +280,13 @@ def open_schema(conn: psycopg.Connection[Any], schema: str, mode: str = "auto") 
     the role may not migrate, is ``TrackerRejected`` (``schema_behind``) naming what to do."""
     with conn.transaction():
         version = schema_version(conn, schema)
-    if version == SCHEMA_VERSION:
+        current = False
+        if version:
+            level, additions, pending = _plan(conn, schema, False)
+            current = not pending.now and not pending.records_change(level, additions)
+            if current and pending.explicit:
+                raise _needs_migrate(schema, pending)
+    if current:
         # No DDL on a current schema; only the rail's lease-token key, made if it has none
         # (a DML write, under the migration lock as migrate() makes it).
         with conn.transaction():
@@ -229,16 +316,44 @@ def open_schema(conn: psycopg.Connection[Any], schema: str, mode: str = "auto") 
         ) from exc
 
 
-def migrate_url(url: str) -> tuple[str, int, int]:
-    """``backlog-worker rail migrate`` on a ``postgresql://`` URL: (the schema, its version
-    before, the version now), migrating it under the advisory lock (its own connection, no
-    pool). Errors are psycopg's (the caller maps them)."""
+def _other_versions_alive(conn: psycopg.Connection[Any], schema: str, version: str) -> list[str]:
+    """``host:pid (version)`` of each worker alive in the rail's registry on another version."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT host, pid, version FROM {}.workers WHERE stopping = 0 AND last_seen_at_ms"
+            " + lost_after_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+            " AND version <> %s ORDER BY registered_at_ms"
+        ).format(sql.Identifier(schema)),
+        (version,),
+    ).fetchall()
+    return [f"{host}:{pid} ({ver})" for host, pid, ver in rows]
+
+
+def migrate_url(url: str, version: str) -> tuple[str, int, int]:
+    """``backlog-worker rail migrate`` on a ``postgresql://`` URL: (the schema, its highest
+    migration applied before, the same now). A migration that raises the level waits until no
+    worker on a version other than ``version`` (this build's) is alive. Under the advisory lock,
+    on its own connection (no pool); errors are psycopg's (the caller maps them)."""
     from tracker_client.postgres.options import parse_postgres_url
 
     conninfo, pg, _shared, _shown = parse_postgres_url(url, {})
     with psycopg.connect(conninfo, autocommit=True, application_name="backlog-worker") as conn:
         with conn.transaction():
-            before = schema_version(conn, pg.schema)
-        if before < SCHEMA_VERSION:
-            migrate(conn, pg.schema)
-    return pg.schema, before, SCHEMA_VERSION
+            level, additions, pending = 0, set[int](), None
+            if schema_version(conn, pg.schema):
+                level, additions, pending = _plan(conn, pg.schema, True)
+        before = max([level, *additions])
+        if pending is not None and any(not m.additive for m in pending.now):
+            alive = _other_versions_alive(conn, pg.schema, version)
+            if alive:
+                raise TrackerRejected(
+                    f"schema {pg.schema!r}: {len(alive)} worker(s) on other versions are still"
+                    " alive (" + ", ".join(alive[:5]) + "); the migration would lock them out:"
+                    " stop or upgrade them first",
+                    code="workers_alive",
+                )
+        if pending is None or pending.now or pending.records_change(level, additions):
+            migrate(conn, pg.schema, explicit_step=True)
+        with conn.transaction():
+            level, additions = recorded(conn, pg.schema)
+    return pg.schema, before, max([level, *additions])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tracker_client.factory import URL_FORMS
 from worker.cli.errors import input_errors
 
 if TYPE_CHECKING:
@@ -35,7 +36,9 @@ _TRACKER_OPTION = click.option(
     "tracker_url",
     default=None,
     metavar="URL",
-    help="The served rail's own URL (sqlite:///path.db), to find its tokens file. Default:"
+    help="The served rail's own URL, as every --tracker names one ("
+    + URL_FORMS
+    + "), to find its tokens file beside an embedded rail's. Default:"
     " $BACKLOG_WORKER_TRACKER_URL or the config's [tracker].",
 )
 

@@ -1,4 +1,5 @@
 -- Schema version 13 of the PostgreSQL rail: the rail's secrets (embedded schema 8).
+-- additive
 -- `rail_secrets`: named random keys made once per rail. `lease_token_key` (32 bytes, hex) derives
 -- the lease token of a claim made with an idempotency key, so a replay of that claim answers the
 -- same token while only its SHA-256 is stored (tracker_client/rules/leasekeys.py). The row is

@@ -96,43 +96,58 @@ def copy_command(
         click.echo(line)
 
 
-@rail_group.command("migrate", short_help="Bring a PostgreSQL rail's schema up to this build.")
+@rail_group.command("migrate", short_help="Apply the schema changes a rail lacks (all of them).")
 @click.option(
     "--tracker",
     "tracker_url",
     default=None,
     metavar="URL",
-    help=f"The rail, as every --tracker names one ({URL_FORMS}); only a PostgreSQL rail has"
-    " migrations to run here. Default: $BACKLOG_WORKER_TRACKER_URL or the config's [tracker].",
+    help=f"The rail, as every --tracker names one ({URL_FORMS}): an embedded file or a"
+    " PostgreSQL schema. Default: $BACKLOG_WORKER_TRACKER_URL or the config's [tracker].",
 )
 def migrate_command(tracker_url: str | None) -> None:
-    """Apply the schema migrations a PostgreSQL rail lacks, as a role that may create in its
-    schema (its owner), so that workers can run as a role with DML grants only (their opens
-    then only check the version). An embedded rail migrates itself at open: nothing to do.
+    """Apply every schema migration the rail lacks, also those the previous release can't
+    read (which an open leaves to this command), once the rail's worker registry shows no
+    worker alive on another version. Additive changes need no command: every open applies
+    them, and workers of the previous release keep working (docs/operate/upgrades.md).
+
+    On PostgreSQL, run it as a role that may create in the schema (its owner), so that workers
+    can run as a role with DML grants only (their opens then only check the version).
 
     \b
     backlog-worker rail migrate --tracker postgresql://owner@db/backlog?schema=backlog
+    backlog-worker rail migrate --tracker sqlite:///var/lib/backlog-worker/rail.db
     """
-    from tracker_client.postgres.db import map_pg_error
-    from tracker_client.postgres.migrate import migrate_url
+    import time
+    from importlib.metadata import version
+
     from tracker_client.urlmask import mask_url
     from worker.cli.ops.common import resolve_tracker
 
     with input_errors():
         url = resolve_tracker(tracker_url, None).url
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise ConfigError(
-                f"rail migrate: {mask_url(url)!r} is no PostgreSQL rail (an embedded rail"
-                " migrates itself at open; a served one is migrated by its server)"
-            )
-        try:
-            schema, before, now = migrate_url(url)
-        except Exception as exc:
-            raise map_pg_error(exc, f"migrating {mask_url(url)}") from None
+        ours = version("backlog-worker")
+        if url.startswith(("postgresql://", "postgres://")):
+            from tracker_client.postgres.db import map_pg_error
+            from tracker_client.postgres.migrate import migrate_url
+
+            try:
+                schema, before, now = migrate_url(url, ours)
+            except BacklogWorkerError:
+                raise
+            except Exception as exc:
+                raise map_pg_error(exc, f"migrating {mask_url(url)}") from None
+            what = f"schema {schema!r}"
+        else:
+            from tracker_client.embedded.migrate import migrate_file
+
+            path = _embedded_path(url, "migrate")
+            before, now = migrate_file(str(path), ours, int(time.time() * 1000))
+            what = str(path)
     if before == now:
-        click.echo(f"schema {schema!r} is at version {now}: nothing to do")
+        click.echo(f"{what} is at version {now}: nothing to do")
     else:
-        click.echo(f"schema {schema!r} migrated from version {before} to {now}")
+        click.echo(f"{what} migrated from version {before} to {now}")
 
 
 def _embedded_path(url: str, verb: str) -> Path:
@@ -172,8 +187,8 @@ _TRACKER_OPTION = click.option(
     "tracker_url",
     default=None,
     metavar="URL",
-    help="The rail (sqlite:///path.db). Default: $BACKLOG_WORKER_TRACKER_URL or the config's"
-    " [tracker].",
+    help=f"The rail, as every --tracker names one ({URL_FORMS}); backup and restore take an"
+    " embedded one. Default: $BACKLOG_WORKER_TRACKER_URL or the config's [tracker].",
 )
 
 
