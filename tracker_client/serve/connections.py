@@ -310,20 +310,13 @@ class ConnectionGuard:
                     watch.body_read()
                 return message
 
-            answered = False
-
             async def send_answer(message: Message) -> None:
-                nonlocal answered
                 await send(message)
                 if message["type"] == "http.response.body" and not message.get("more_body"):
-                    answered = True
                     watch.answered()
 
-            try:
-                await app(scope, receive_body if has_body else receive, send_answer)
-            finally:
-                if not answered:  # uvicorn answers for the app (500), or the client left
-                    watch.answered()
+            # An app that fails or returns without a whole answer: uvicorn closes the connection.
+            await app(scope, receive_body if has_body else receive, send_answer)
 
         return guarded
 
