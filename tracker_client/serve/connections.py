@@ -29,8 +29,9 @@ state), with each answer's writes gathered into one; a same-run benchmark found 
 anything measurable in tasks/s (``python -m bench.transport``: 0.92-1.01x, docs/benchmarks.md).
 
 It may touch the transport of a connection (to close it), the event loop's timers and
-exception handler and the descriptor limit (:mod:`resource`); never a request's content or the
-tracker.
+exception handler, the descriptor limit (:mod:`resource`) and a request's framing headers
+(``Content-Length``, ``Transfer-Encoding``: whether a body is due); never a request's body, an
+answer's content or the tracker.
 """
 
 from __future__ import annotations
