@@ -78,15 +78,14 @@ NOT_EMBEDDED = (
     "tracker_client.nulltickets.transport",
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
-#: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out.
+#: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out. (It
+#: imports httpcore and h11: httpx's transport carries ``http://``, see docs/benchmarks.md.)
 NOT_SERVED = (
     "tracker_client.embedded",
     "cronsim",
     "httpx._main",
     "rich",
     "pygments",
-    "httpcore",
-    "h11",
 )
 
 PIPELINE = {

@@ -22,7 +22,6 @@ from tests.worker.daemonkit import clean_env, write_config
 from tracker_client.errors import AnswerRefused, TrackerUnavailable
 from tracker_client.nulltickets.client import RemoteTracker
 from tracker_client.nulltickets.codec import DEFAULT_MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
-from tracker_client.nulltickets.lean import DISABLE_ENV
 
 DEEP = 5_000
 HUGE = 200 * 1024 * 1024
@@ -99,13 +98,7 @@ def hostile(fates: list[str]) -> Iterator[tuple[str, list[str]]]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("lean", [True, False], ids=["lean", "httpx"])
-def test_the_client_refuses_deep_and_huge_answers_naming_the_limit(
-    lean: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not lean:
-        monkeypatch.setenv(DISABLE_ENV, "httpx")
-
+def test_the_client_refuses_deep_and_huge_answers_naming_the_limit() -> None:
     async def main(url: str) -> list[AnswerRefused]:
         seen = []
         tracker = RemoteTracker(url)

@@ -4,9 +4,14 @@
 built here once (one for ``Connection: close`` requests, one for persistent connections once the
 server advertises ``keep_alive``). What is decided here, and only at build time: TLS (a context
 for ``https://``, built once per process; none at all for ``http://``, where an SSL context
-would cost ~6-7 MiB of RSS for nothing), which transport carries ``http://`` (the lean one of
-:mod:`~tracker_client.nulltickets.lean`, or httpx's own without an SSL context) and the pool's
-limits. It stands apart from the transport because none of it is looked at per request.
+would cost ~6-7 MiB of RSS for nothing: httpx's own transport without an SSL context carries
+``http://``) and the pool's limits. It stands apart from the transport because none of it is
+looked at per request.
+
+``http://`` goes through httpx's own transport (httpcore's pool). A hand-written HTTP/1.1
+transport did it for a while, in 1.35-1.4x less worker CPU per task, but was worth only
+1.18-1.20x tasks/s to a worker draining a served rail (``python -m bench.transport``, see
+docs/benchmarks.md): under the 1.3x that would pay for keeping an HTTP client of our own.
 """
 
 from __future__ import annotations
@@ -66,32 +71,14 @@ class PlainHttpTransport(httpx.AsyncHTTPTransport):
 
 
 def http_client(
-    url: str,
-    transport: httpx.AsyncBaseTransport | None,
-    limits: httpx.Limits,
-    *,
-    max_answer_bytes: int | None = None,
-    **kw: Any,
+    url: str, transport: httpx.AsyncBaseTransport | None, limits: httpx.Limits, **kw: Any
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for ``url``: TLS verified with :func:`tls_context` for
-    ``https://``; no SSL context at all for ``http://``: the lean transport
-    (:class:`~tracker_client.nulltickets.lean.LeanTransport`), or httpx's own
-    (:class:`PlainHttpTransport`) when :data:`~tracker_client.nulltickets.lean.DISABLE_ENV`
-    asks for it. An injected transport is used as it is. ``max_answer_bytes``: the lean
-    transport refuses a larger answer as it arrives (httpx's are read as a stream and refused
-    by :class:`~tracker_client.nulltickets.transport.HttpTransport`)."""
+    ``https://``; no SSL context at all for ``http://`` (:class:`PlainHttpTransport`). An
+    injected transport is used as it is. Answers are read as a stream and a too-large one is
+    refused as it arrives, by :class:`~tracker_client.nulltickets.transport.HttpTransport`."""
     if transport is None and not url.lower().startswith("https:"):
-        from tracker_client.nulltickets import lean
-
-        if lean.lean_enabled():
-            transport = lean.LeanTransport(
-                keep_alive=bool(limits.max_keepalive_connections),
-                max_idle=limits.max_keepalive_connections or 0,
-                expiry_s=limits.keepalive_expiry or KEEP_ALIVE_EXPIRY_S,
-                max_answer_bytes=max_answer_bytes,
-            )
-        else:
-            transport = PlainHttpTransport(limits)
+        transport = PlainHttpTransport(limits)
     verify: ssl.SSLContext | bool = tls_context() if transport is None else True
     return httpx.AsyncClient(
         base_url=url,

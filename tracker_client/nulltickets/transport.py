@@ -1,8 +1,8 @@
 """The HTTP layer of the NullTickets client: one request, its credentials, size guard and errors.
 
 This is the module that sends over ``httpx``: the clients it sends on are built once by
-:mod:`~tracker_client.nulltickets.connections` (TLS, the lean transport of
-:mod:`~tracker_client.nulltickets.lean` for ``http://``, the pools' limits), and the bodies it
+:mod:`~tracker_client.nulltickets.connections` (TLS for ``https://``, none for ``http://``,
+the pools' limits), and the bodies it
 sends are bytes made by :mod:`~tracker_client.nulltickets.codec`. It implements the transport
 half of what a robust NullTickets client must do (docs/guarantees/nulltickets.md):
 
@@ -93,7 +93,6 @@ class HttpTransport:
             httpx.Limits(max_keepalive_connections=0, max_connections=100),
             timeout=self.timeout,
             headers={"Connection": "close", "Accept": "application/json"},
-            max_answer_bytes=options.max_answer_bytes,
         )
         self._options = options
         self._transport = transport
@@ -120,7 +119,6 @@ class HttpTransport:
             ),
             timeout=self.timeout,
             headers={"Accept": "application/json"},
-            max_answer_bytes=self.max_answer_bytes,
         )
 
     async def aclose(self) -> None:

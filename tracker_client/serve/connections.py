@@ -17,39 +17,48 @@ of every loop tick (47,000 traceback lines in 7 s were seen). Here:
 * the event loop's error log (where accept failures go) keeps one line per kind of failure per
   :data:`LOG_INTERVAL_S`, with the count of the ones it held back.
 
-Both of uvicorn's HTTP/1.1 protocols are guarded alike (:func:`protocol_class`): h11's
-pure-Python one and httptools' (a C parser; the default where it is installed).
+:class:`ConnectionGuard` does it by composition, through public interfaces only: uvicorn's own
+HTTP/1.1 protocol (``h11`` or ``httptools``, loaded by name as ``uvicorn.Config(http=...)``
+loads it) runs unchanged inside a plain :class:`asyncio.Protocol` that sees the connection
+open, its bytes arrive and the connection end, and the ASGI application is wrapped to see a
+request's headers complete (the application is called), its body read whole and its answer
+sent. The two meet through a context variable: asyncio gives each request's task a copy of
+the context it was created in, and uvicorn creates it while the connection's bytes are handed
+over. uvicorn's protocol classes used to be subclassed for this (reading their private request
+state), with each answer's writes gathered into one; a same-run benchmark found neither worth
+anything measurable in tasks/s (``python -m bench.transport``: 0.92-1.01x, docs/benchmarks.md).
 
-It may touch uvicorn's HTTP protocols (a subclass of its h11 or httptools connection), the
-event loop's exception handler and the descriptor limit (:mod:`resource`); never a request's
-content or the tracker.
+It may touch the transport of a connection (to close it), the event loop's timers and
+exception handler, the descriptor limit (:mod:`resource`) and a request's framing headers
+(``Content-Length``, ``Transfer-Encoding``: whether a body is due); never a request's body, an
+answer's content or the tracker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import resource
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
-from tracker_client.serve.coalesce import CoalescingTransport
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_HEADER_TIMEOUT_S",
     "HTTP_IMPLEMENTATIONS",
     "LOG_INTERVAL_S",
+    "ConnectionGuard",
     "ConnectionLimits",
     "RateLimitedLog",
     "default_http",
     "default_max_connections",
     "install_loop_error_limiter",
-    "protocol_class",
 ]
 
 log = logging.getLogger("backlog_worker.server")
@@ -110,7 +119,8 @@ class ConnectionLimits:
     refused: int = 0
     timed_out: int = 0
     warn: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
-    #: Connections open now, per client address.
+    #: Connections open now, in all and per client address.
+    open: int = 0
     per_client: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -131,23 +141,27 @@ def default_http() -> str:
     return "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
 
 
+#: The watch of the connection whose bytes are being handed to uvicorn: a request's task is
+#: created then, in a copy of this context, and finds its connection's watch here.
+_CONNECTION: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar(
+    "backlog_worker_connection", default=None
+)
+
+
 class _Watch:
-    """The deadlines of one connection, whichever protocol class parses it.
+    """The deadline of one connection: what it waits for (``headers`` or ``body``), if any."""
 
-    Both uvicorn protocols keep the request in progress as ``cycle`` (a new object per request,
-    made once its headers are complete; ``more_body`` until its body is complete), and call
-    ``on_response_complete`` once an answer is sent.
-    """
+    __slots__ = ("_client", "_deadline", "_limits", "_loop", "_transport", "_waiting_for")
 
-    def __init__(self, conn: Any, limits: ConnectionLimits) -> None:
-        self._conn = conn
+    def __init__(self, limits: ConnectionLimits) -> None:
         self._limits = limits
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.BaseTransport | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._waiting_for = ""
-        self._seen_cycle: Any = None
         self._client: str | None = None
 
-    def made(self, transport: asyncio.Transport) -> bool:
+    def made(self, transport: asyncio.BaseTransport) -> bool:
         """A new connection: closed at once over a cap (False), else its headers are awaited."""
         limits = self._limits
         peer = transport.get_extra_info("peername")
@@ -163,22 +177,24 @@ class _Watch:
                 client,
                 extra={"action": "serve_client_connection_cap", "client": client},
             )
-            transport.abort()
+            _abort(transport)
             return False
-        if len(self._conn.connections) > limits.max_connections:
+        if limits.open >= limits.max_connections:
             limits.refused += 1
             limits.warn(
                 logging.WARNING,
                 "connection_cap",
                 "%d connections open, the most this server keeps (--max-connections):"
                 " closing new ones until some end",
-                len(self._conn.connections) - 1,
+                limits.open,
                 extra={"action": "serve_connection_cap"},
             )
-            transport.abort()  # frees the descriptor now
+            _abort(transport)  # frees the descriptor now
             return False
+        self._transport = transport
         self._client = client
         limits.per_client[client] += 1
+        limits.open += 1
         self.arm("headers", limits.header_timeout_s)
         return True
 
@@ -187,43 +203,35 @@ class _Watch:
         self.disarm()
         client, self._client = self._client, None
         if client is not None:
-            counts = self._limits.per_client
-            counts[client] -= 1
-            if counts[client] <= 0:
-                del counts[client]
+            limits = self._limits
+            limits.open -= 1
+            limits.per_client[client] -= 1
+            if limits.per_client[client] <= 0:
+                del limits.per_client[client]
 
-    def follow(self) -> bool:
-        """Re-arm for the request in progress; True if a new one started."""
-        cycle = self._conn.cycle
-        if cycle is None:
-            return False
-        if cycle is not self._seen_cycle:  # a new request's headers are complete
-            self._seen_cycle = cycle
+    def started(self, has_body: bool) -> None:
+        """A request's headers are complete: its body is awaited, if it has one."""
+        self.disarm()
+        if has_body:
+            self.arm("body", self._limits.body_timeout_s)
+
+    def body_read(self) -> None:
+        """The request's body is complete: answering is never limited."""
+        if self._waiting_for == "body":
             self.disarm()
-            if cycle.more_body:
-                self.arm("body", self._limits.body_timeout_s)
-            return True
-        if self._waiting_for == "body" and not cycle.more_body:
-            self.disarm()
-        return False
 
     def answered(self) -> None:
-        """An answer went out: await the next request's headers, unless one is in progress
-        already (pipelined: h11 starts it now, httptools parsed it earlier). Answering is never
-        limited."""
-        conn = self._conn
-        if conn.transport.is_closing() or self.follow():
-            return
-        cycle = conn.cycle
-        if cycle is not None and not cycle.response_complete:
-            return
-        self.arm("headers", self._limits.header_timeout_s)
+        """An answer went out: the next request's headers are awaited (a pipelined request
+        already received is started at the next turn of the loop, which disarms it)."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            self.arm("headers", self._limits.header_timeout_s)
 
     def arm(self, what: str, seconds: float) -> None:
         """Close the connection unless ``what`` arrives within ``seconds``."""
         self.disarm()
         self._waiting_for = what
-        self._deadline = self._conn.loop.call_later(seconds, self._late)
+        self._deadline = self._loop.call_later(seconds, self._late)
 
     def disarm(self) -> None:
         """No deadline (the connection is answering, or gone)."""
@@ -246,72 +254,115 @@ class _Watch:
             limits.header_timeout_s if what == "headers" else limits.body_timeout_s,
             extra={"action": "serve_connection_timeout"},
         )
-        self._conn.transport.close()
+        if self._transport is not None:
+            self._transport.close()
 
 
-def protocol_class(limits: ConnectionLimits, http: str = "h11") -> type[asyncio.Protocol]:
-    """uvicorn's ``http`` protocol (:data:`HTTP_IMPLEMENTATIONS`) with ``limits`` (pass it as
-    ``uvicorn.Config(http=...)``): closes a connection whose headers or body are late, and any
-    over the cap; each answer is sent in one write (:mod:`~tracker_client.serve.coalesce`).
-    The two subclasses differ only in their base."""
-    if http not in HTTP_IMPLEMENTATIONS:
-        raise ValueError(f"unknown HTTP implementation {http!r}: expected h11 or httptools")
-    if http == "httptools":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+def _abort(transport: asyncio.BaseTransport) -> None:
+    if isinstance(transport, asyncio.Transport):
+        transport.abort()
+    else:  # pragma: no cover - a server's connection is a full transport
+        transport.close()
 
-        class GuardedHttpToolsProtocol(HttpToolsProtocol):
-            """httptools' connection with the deadlines of :class:`_Watch`."""
 
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                self._watch = _Watch(self, limits)
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"", b"0")
+        if name == b"transfer-encoding":
+            return True
+    return False
 
-            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                if self._watch.made(transport):
-                    self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
 
-            def data_received(self, data: bytes) -> None:
-                super().data_received(data)
-                self._watch.follow()
+class ConnectionGuard:
+    """The limits of :class:`ConnectionLimits` on uvicorn's own ``http`` protocol
+    (:data:`HTTP_IMPLEMENTATIONS`): pass :attr:`protocol` as ``uvicorn.Config(http=...)`` and
+    the application wrapped by :meth:`wrap` as its app."""
 
-            def on_response_complete(self) -> None:
-                self.transport.flush()  # type: ignore[attr-defined]
-                super().on_response_complete()  # may start a pipelined request parsed earlier
-                self._watch.answered()
+    def __init__(self, limits: ConnectionLimits, http: str = "h11") -> None:
+        if http not in HTTP_IMPLEMENTATIONS:
+            raise ValueError(f"unknown HTTP implementation {http!r}: expected h11 or httptools")
+        from uvicorn.config import HTTP_PROTOCOLS
+        from uvicorn.importer import import_from_string
 
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._watch.lost()
-                super().connection_lost(exc)
+        #: uvicorn's protocol class for ``http``, as ``uvicorn.Config(http=name)`` loads it
+        #: (ImportError where httptools is not installed).
+        stock: Callable[..., asyncio.Protocol] = import_from_string(HTTP_PROTOCOLS[http])
+        self.limits = limits
+        self.protocol = _guarded_protocol(stock, limits)
 
-        return GuardedHttpToolsProtocol
+    @staticmethod
+    def wrap(app: ASGIApp) -> ASGIApp:
+        """``app`` telling its connection's watch when a request starts, when its body has
+        been read and when its answer went out (requests on an unguarded server pass as
+        they are)."""
 
-    class GuardedH11Protocol(H11Protocol):
-        """h11's connection with the deadlines of :class:`_Watch`."""
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            watch = _CONNECTION.get()
+            if watch is None or scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            has_body = _has_body(scope)
+            watch.started(has_body)
+
+            async def receive_body() -> Message:
+                message = await receive()
+                if not message.get("more_body", False):
+                    watch.body_read()
+                return message
+
+            async def send_answer(message: Message) -> None:
+                await send(message)
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    watch.answered()
+
+            # An app that fails or returns without a whole answer: uvicorn closes the connection.
+            await app(scope, receive_body if has_body else receive, send_answer)
+
+        return guarded
+
+
+def _guarded_protocol(
+    stock: Callable[..., asyncio.Protocol], limits: ConnectionLimits
+) -> type[asyncio.Protocol]:
+    class GuardedProtocol(asyncio.Protocol):
+        """uvicorn's protocol, unchanged, inside the deadlines and caps of :class:`_Watch`:
+        it forwards every call of :class:`asyncio.Protocol` (none for a connection refused
+        at a cap), handing over the bytes with the connection's watch in the context."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._watch = _Watch(self, limits)
+            self._inner = stock(*args, **kwargs)
+            self._watch = _Watch(limits)
+            self._open = False
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
             if self._watch.made(transport):
-                self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
+                self._open = True
+                self._inner.connection_made(transport)
 
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            self._watch.follow()
+            token = _CONNECTION.set(self._watch)
+            try:
+                self._inner.data_received(data)
+            finally:
+                _CONNECTION.reset(token)
 
-        def on_response_complete(self) -> None:
-            self.transport.flush()  # type: ignore[attr-defined]
-            super().on_response_complete()  # may start a pipelined request already buffered
-            self._watch.answered()
+        def eof_received(self) -> bool | None:
+            return self._inner.eof_received()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._watch.lost()
-            super().connection_lost(exc)
+            if self._open:
+                self._open = False
+                self._inner.connection_lost(exc)
 
-    return GuardedH11Protocol
+        def pause_writing(self) -> None:
+            self._inner.pause_writing()
+
+        def resume_writing(self) -> None:
+            self._inner.resume_writing()
+
+    return GuardedProtocol
 
 
 def install_loop_error_limiter(loop: asyncio.AbstractEventLoop) -> RateLimitedLog:

@@ -79,10 +79,10 @@ async def serve_tracker(
     from tracker_client.serve.app import DEFAULT_MAX_REQUEST_BYTES, create_app
     from tracker_client.serve.browser import HostRule
     from tracker_client.serve.connections import (
+        ConnectionGuard,
         ConnectionLimits,
         default_http,
         install_loop_error_limiter,
-        protocol_class,
     )
     from tracker_client.serve.otlp import DEFAULT_MAX_OTLP_BYTES
 
@@ -92,7 +92,7 @@ async def serve_tracker(
     _check_url(url)
     http = http or default_http()
     try:
-        protocol = protocol_class(limits, http)
+        guard = ConnectionGuard(limits, http)
     except ImportError as exc:  # --http httptools where it is not installed
         raise ConfigError(f"--http {http}: {exc.name or exc} is not installed") from None
     server_class = _make_server_class()
@@ -113,14 +113,14 @@ async def serve_tracker(
             tokens=tokens,
         )
         config = uvicorn.Config(
-            app,
+            guard.wrap(app),
             host=host,
             port=port,
             log_config=None,
             lifespan="off",
             ws="none",
             server_header=False,
-            http=protocol,
+            http=guard.protocol,
             # Idle persistent connections close after this (the ``keep_alive`` extension says
             # 5 s; the client lets go of its own at 2 s).
             timeout_keep_alive=5,

@@ -1,13 +1,12 @@
-"""The lean HTTP/1.1 transport on real 127.0.0.1 sockets, side by side with httpx's own.
+"""The client's HTTP layer on real 127.0.0.1 sockets, on every event loop a worker may run on.
 
 Every fault a raw socket server can produce (an answer cut short, a malformed status line,
-headers without end, no answer at all, a refused connection, a close before any answer) must
-fail through the lean transport exactly as through httpx's transport: the same
-``TrackerUnavailable`` code and the same httpx exception under it. Good answers (chunked, with
-``Content-Length``, running to the close, bigger than one read) read the same. A real uvicorn
-app checks the whole client on it, in both connection modes; a recording server checks the pool
-(one connection reused in keep-alive mode, one per request otherwise, a connection the server
-closed never reused, idle ones dropped after the expiry and at close).
+headers without end, no answer at all, a refused connection, a close before any answer) fails
+as ``TrackerUnavailable`` with the code the worker acts on, and the httpx exception under it.
+Good answers (chunked, with ``Content-Length``, running to the close, after a 1xx, bigger than
+one read) read whole. A real uvicorn app checks the whole client on it, in both connection
+modes; a recording server checks the connections the client's two configurations make (one
+reused in keep-alive mode, one per request otherwise, one the server closed never reused).
 """
 
 from __future__ import annotations
@@ -26,9 +25,12 @@ from tests.remote.fixtures import serve_on_port
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import TrackerUnavailable
 from tracker_client.models import TaskCreate
-from tracker_client.nulltickets import lean
 from tracker_client.nulltickets.client import RemoteTracker
-from tracker_client.nulltickets.connections import PlainHttpTransport as _PlainHttpTransport
+from tracker_client.nulltickets.connections import (
+    KEEP_ALIVE_CONNECTIONS,
+    KEEP_ALIVE_EXPIRY_S,
+    PlainHttpTransport,
+)
 from tracker_client.nulltickets.connections import http_client as _client
 from tracker_client.nulltickets.options import ClientOptions
 from tracker_client.nulltickets.transport import HttpTransport
@@ -90,24 +92,28 @@ async def _hang_up(stream: anyio.abc.SocketStream) -> None:
     await _request_head(stream)
 
 
-def _transport(kind: str, keep_alive: bool = False) -> httpx.AsyncBaseTransport:
-    if kind == "lean":
-        return lean.LeanTransport(keep_alive=keep_alive)
-    return _PlainHttpTransport(httpx.Limits(max_keepalive_connections=32 if keep_alive else 0))
+PLAIN = httpx.Limits(max_keepalive_connections=0, max_connections=100)
+#: The limits the client uses once a server advertises ``keep_alive``.
+KEEP_ALIVE = httpx.Limits(
+    max_keepalive_connections=KEEP_ALIVE_CONNECTIONS,
+    max_connections=100,
+    keepalive_expiry=KEEP_ALIVE_EXPIRY_S,
+)
 
 
-async def _get(url: str, kind: str, path: str = "/health") -> httpx.Response:
-    http = HttpTransport(ClientOptions.parse(url, timeout_s=0.5), _transport(kind))
+async def _get(url: str, path: str = "/health") -> httpx.Response:
+    """One GET through the client's own HTTP layer (its default transport)."""
+    http = HttpTransport(ClientOptions.parse(url, timeout_s=0.5))
     try:
         return await http.send("GET", path, auth="public")
     finally:
         await http.aclose()
 
 
-async def _outcome(url: str, kind: str) -> tuple[str, str]:
-    """What a GET through ``kind`` ends in: (TrackerUnavailable code, httpx exception)."""
+async def _outcome(url: str) -> tuple[str, str]:
+    """What a GET ends in: (TrackerUnavailable code, httpx exception)."""
     with pytest.raises(TrackerUnavailable) as info:
-        await _get(url, kind)
+        await _get(url)
     return str(info.value.code), type(info.value.__cause__).__name__
 
 
@@ -132,21 +138,19 @@ ENDLESS_HEAD = b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"y" * 200_000
     ],
     ids=["cut", "cut-chunked", "malformed-status", "not-http", "endless-head", "hang-up", "silent"],
 )
-async def test_a_fault_fails_as_through_httpx_transport(
+async def test_a_fault_fails_as_tracker_unavailable_with_its_code(
     handler: Handler, expected: tuple[str, str]
 ) -> None:
     async with raw_server(handler) as url:
-        seen = {kind: await _outcome(url, kind) for kind in ("lean", "httpx")}
-    assert seen == {"lean": expected, "httpx": expected}
+        assert await _outcome(url) == expected
 
 
-async def test_a_refused_connection_fails_as_through_httpx_transport() -> None:
+async def test_a_refused_connection_fails_as_a_connection_error() -> None:
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     await listener.aclose()  # nothing listens there now
     url = f"http://127.0.0.1:{port}"
-    seen = {kind: await _outcome(url, kind) for kind in ("lean", "httpx")}
-    assert seen == {kind: ("connection_error", "ConnectError") for kind in ("lean", "httpx")}
+    assert await _outcome(url) == ("connection_error", "ConnectError")
 
 
 BIG = json.dumps({"items": ["z" * 1000] * 300}).encode()
@@ -172,38 +176,10 @@ def _chunked(body: bytes, size: int) -> bytes:
     ],
     ids=["content-length", "chunked", "to-the-close", "after-1xx", "big-http-1.0", "big-chunked"],
 )
-async def test_an_answer_reads_the_same_through_both(answer: bytes, body: bytes) -> None:
+async def test_an_answer_is_read_whole(answer: bytes, body: bytes) -> None:
     async with raw_server(_answering(answer)) as url:
-        responses = {kind: await _get(url, kind) for kind in ("lean", "httpx")}
-    for response in responses.values():
-        assert response.status_code == 200 and response.content == body
-    assert responses["lean"].http_version == responses["httpx"].http_version
-
-
-async def test_a_head_answer_ends_with_its_headers() -> None:
-    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n"
-    async with raw_server(_answering(answer)) as url:
-        for kind in ("lean", "httpx"):
-            async with httpx.AsyncClient(transport=_transport(kind)) as client:
-                response = await client.head(f"{url}/health")
-            assert (response.status_code, response.content) == (200, b"")
-
-
-async def test_a_second_answer_nobody_asked_for_retires_the_connection() -> None:
-    server = Recorder()
-    one = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), OK)
-
-    async def twice(stream: anyio.abc.SocketStream) -> None:
-        server.connections.append([await _request_head(stream)])
-        await stream.send(one + one)
-        await anyio.sleep_forever()
-
-    async with raw_server(twice) as url:
-        transport = lean.LeanTransport(keep_alive=True)
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
-            for _ in range(2):
-                assert (await client.get("/x")).content == OK
-    assert len(server.connections) == 2
+        response = await _get(url)
+    assert response.status_code == 200 and response.content == body
 
 
 class Recorder:
@@ -257,22 +233,18 @@ async def _until(condition: Callable[[], bool]) -> None:
 async def test_keep_alive_reuses_one_connection_and_closes_it_at_the_end() -> None:
     server = Recorder()
     async with raw_server(server.handle) as url:
-        transport = lean.LeanTransport(keep_alive=True)
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+        async with _client(url, None, KEEP_ALIVE) as client:
             for _ in range(3):
                 assert (await client.post("/x", content=b'{"a":1}')).content == OK
             assert server.closed_by_client == 0
         await _until(lambda: server.closed_by_client == 1)
     assert [len(c) for c in server.connections] == [3]
-    with pytest.raises(RuntimeError, match="closed"):
-        await transport.handle_async_request(httpx.Request("GET", url))
 
 
 async def test_one_connection_per_request_without_keep_alive() -> None:
     server = Recorder()
     async with raw_server(server.handle) as url:
-        transport = lean.LeanTransport(keep_alive=False)
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+        async with _client(url, None, PLAIN) as client:
             for _ in range(3):
                 await client.get("/x", headers={"Connection": "close"})
         await _until(lambda: server.closed_by_client == 3)
@@ -284,40 +256,12 @@ async def test_a_connection_the_server_closed_is_not_reused() -> None:
     server = Recorder(close_after=1)
     async with (
         raw_server(server.handle) as url,
-        httpx.AsyncClient(base_url=url, transport=lean.LeanTransport(keep_alive=True)) as client,
+        _client(url, None, KEEP_ALIVE) as client,
     ):
         for n in range(1, 4):
             await client.post("/x", content=b"{}")
             await _until(lambda: server.closed_by_server == n)  # noqa: B023 (awaited here)
     assert [len(c) for c in server.connections] == [1, 1, 1]
-
-
-@LOOPS
-async def test_idle_connections_past_the_expiry_or_the_cap_are_dropped() -> None:
-    server = Recorder()
-    async with raw_server(server.handle) as url:
-        transport = lean.LeanTransport(keep_alive=True, max_idle=1, expiry_s=0.05)
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
-            async with anyio.create_task_group() as tg:
-                for _ in range(3):
-                    tg.start_soon(client.get, "/x")
-            # Three at once made three connections; one idle one is kept.
-            await _until(lambda: server.closed_by_client == 2)
-            await anyio.sleep(0.1)  # past the idle expiry (the time itself is what is tested)
-            await client.get("/x")
-            await _until(lambda: server.closed_by_client == 3)
-    assert len(server.connections) == 4
-
-
-async def test_keep_alive_with_no_idle_room_closes_each_connection() -> None:
-    server = Recorder()
-    async with raw_server(server.handle) as url:
-        transport = lean.LeanTransport(keep_alive=True, max_idle=0)
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
-            for _ in range(2):
-                assert (await client.get("/x")).content == OK
-        await _until(lambda: server.closed_by_client == 2)
-    assert [len(c) for c in server.connections] == [1, 1]
 
 
 async def test_the_wire_bytes_are_one_request_with_its_credentials() -> None:
@@ -343,18 +287,14 @@ async def test_the_wire_bytes_are_one_request_with_its_credentials() -> None:
     assert {b"content-length: 7", b"connection: close", b"idempotency-key: key-1"} <= set(lines)
 
 
-def test_the_lean_transport_is_used_for_http_unless_switched_off(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    limits = httpx.Limits(max_keepalive_connections=0)
-    monkeypatch.delenv(lean.DISABLE_ENV, raising=False)
-    assert isinstance(_client("http://127.0.0.1:9", None, limits)._transport, lean.LeanTransport)
+def test_http_goes_through_httpx_without_tls_and_https_with_it() -> None:
+    """``http://``: httpx's transport built without an SSL context; ``https://``: httpx's own,
+    verifying; an injected transport is used as it is."""
+    assert type(_client("http://127.0.0.1:9", None, PLAIN)._transport) is PlainHttpTransport
     injected = httpx.MockTransport(lambda request: httpx.Response(200))
-    assert _client("http://127.0.0.1:9", injected, limits)._transport is injected
-    https = _client("https://127.0.0.1:9", None, limits)._transport
-    assert isinstance(https, httpx.AsyncHTTPTransport) and not isinstance(https, lean.LeanTransport)
-    monkeypatch.setenv(lean.DISABLE_ENV, "httpx")
-    assert type(_client("http://127.0.0.1:9", None, limits)._transport) is _PlainHttpTransport
+    assert _client("http://127.0.0.1:9", injected, PLAIN)._transport is injected
+    https = _client("https://127.0.0.1:9", None, PLAIN)._transport
+    assert type(https) is httpx.AsyncHTTPTransport
 
 
 async def _chunked_app(
@@ -375,7 +315,7 @@ async def _chunked_app(
 
 async def test_a_chunked_answer_from_uvicorn() -> None:
     async with serve_on_port(_chunked_app) as url:
-        response = await _get(url, "lean", "/anything")
+        response = await _get(url, "/anything")
     assert response.headers["transfer-encoding"] == "chunked"
     assert response.json() == {"status": "ok", "n": 1}
 
@@ -398,7 +338,6 @@ async def test_a_whole_task_over_uvicorn(tmp_path: Path, keep_alive: bool) -> No
                     tracker._http._pooled = None  # as a plain server's client: one per request
                     await pooled.aclose()
                 assert tracker._http.keep_alive is keep_alive
-                assert isinstance(tracker._http._client._transport, lean.LeanTransport)
                 pid = await tracker.create_pipeline("p", pipeline)
                 tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
                 lease = await tracker.claim("a", "coder", 60_000)
