@@ -26,7 +26,7 @@ __all__ = ["register"]
 
 _HTTP = re.compile(r"^(?:(\[[0-9A-Fa-f:.]+\]|[^:\s]+):)?(\d{1,5})$")
 #: Where ``--task`` is read from when not given (the nullclaw executor's config sets it).
-TASK_ENV = "BACKLOG_WORKER_MCP_TASK"
+TASK_ENV = "BACKLOG_MCP_TASK"  # not BACKLOG_WORKER_*: the settings refuse unknown ones
 
 
 def _parse_http(value: str) -> tuple[str, int]:
