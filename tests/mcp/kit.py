@@ -42,6 +42,18 @@ async def stdio_session(
             yield session
 
 
+def wait_for_url(log: Path, proc: subprocess.Popen[bytes]) -> str:
+    """The endpoint URL ``mcp --http`` prints in ``log`` once it listens."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+/mcp)", log.read_text())
+        if found:
+            return found.group(1)
+        assert proc.poll() is None, f"mcp --http exited early: {log.read_text()}"
+        assert time.monotonic() < deadline, f"mcp --http never listened: {log.read_text()}"
+        time.sleep(0.05)  # polling a real condition (the line it prints) under a deadline
+
+
 @contextlib.contextmanager
 def http_server(tmp_path: Path, *args: str) -> Iterator[str]:
     """``backlog-worker mcp --http 127.0.0.1:0 ARGS``; yields its endpoint URL."""
@@ -55,15 +67,7 @@ def http_server(tmp_path: Path, *args: str) -> Iterator[str]:
             env=clean_env(),
         )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+/mcp)", log.read_text())
-            if found:
-                break
-            assert proc.poll() is None, f"mcp --http exited early: {log.read_text()}"
-            assert time.monotonic() < deadline, f"mcp --http never listened: {log.read_text()}"
-            time.sleep(0.05)  # polling a real condition (the line it prints) under a deadline
-        yield found.group(1)
+        yield wait_for_url(log, proc)
     finally:
         proc.terminate()
         try:
