@@ -20,16 +20,27 @@ check``) reads the two files and looks whether the ``mcp`` extra is installed.
 from __future__ import annotations
 
 import importlib.util
+import re
 import stat
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tracker_client.urlmask import mask_url
-
 __all__ = ["McpOffer", "offer_problems", "server_entry"]
+
+#: A libpq password parameter (``?password=``, ``sslpassword=``) in a URL's query.
+_PASSWORD_PARAMETER = re.compile(r"(?i)(?:^|[?&;])(?:ssl)?password=")
+
+
+def _has_password(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return parts.password is not None or bool(_PASSWORD_PARAMETER.search(parts.query))
+    except ValueError:  # not a URL we can read: it goes to the server, which says so
+        return False
 
 
 class McpOffer(BaseModel):
@@ -54,7 +65,7 @@ class McpOffer(BaseModel):
             raise ValueError(
                 "'mcp' needs exactly one of 'tracker' (the rail's URL) and 'tracker_file'"
             )
-        if self.tracker is not None and mask_url(self.tracker) != self.tracker:
+        if self.tracker is not None and _has_password(self.tracker):
             raise ValueError(
                 "'mcp.tracker' carries a password, which would sit in nullclaw's config and "
                 "argv: put the URL in a file and give 'tracker_file'"

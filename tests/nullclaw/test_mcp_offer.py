@@ -108,11 +108,20 @@ async def test_a_nullclaw_agent_fans_out_and_remembers_through_the_rails_tools(
         ({}, "exactly one of 'tracker'"),
         ({"tracker": "sqlite:///a.db", "tracker_file": "/x"}, "exactly one of 'tracker'"),
         ({"tracker": "postgresql://u:hunter2@127.0.0.1/r"}, "carries a password"),
+        ({"tracker": "postgresql://u@127.0.0.1/r?password=hunter2"}, "carries a password"),
         ({"tracker": "sqlite:///a.db", "token_file": "agent.token"}, "absolute path"),
         ({"tracker": "sqlite:///a.db", "name": "has space"}, "name"),
         ({"tracker": "sqlite:///a.db", "token": "x"}, "token"),
     ],
-    ids=["none", "both", "password", "relative-token-file", "bad-name", "unknown-key"],
+    ids=[
+        "none",
+        "both",
+        "password",
+        "password-parameter",
+        "relative-token-file",
+        "bad-name",
+        "unknown-key",
+    ],
 )
 def test_a_bad_offer_is_refused_naming_it(
     options: dict[str, Any], offer: dict[str, Any], says: str
