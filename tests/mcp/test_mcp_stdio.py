@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.mcp.kit import CLI, ok, refused, stdio_session
-from tests.worker.daemonkit import clean_env, make_rail, reap, spawn_worker, write_config
+from tests.worker.daemonkit import (
+    _pipeline,
+    clean_env,
+    make_rail,
+    reap,
+    spawn_worker,
+    write_config,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -136,7 +143,7 @@ async def test_bad_input_is_a_tool_error_naming_it_and_nothing_is_written(
         missing = await refused(mcp, "get_task", task_id="no-such-task")
         assert "no-such-task" in missing or "not found" in missing.lower()
         step = await refused(mcp, "transition", task_id="no-such-task", trigger="approve")
-        assert step
+        assert "NotFound" in step, step
         page = await ok(mcp, "list_tasks", pipeline="flow")
         assert page["items"] == []  # nothing was created by the refused calls
 
@@ -171,3 +178,66 @@ def test_a_missing_rail_file_is_refused_not_created(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert str(missing) in done.stderr and not missing.exists()
+
+
+async def test_the_same_tools_on_a_postgresql_rail(tmp_path: Path) -> None:
+    from tests.postgres.server import fresh_schema_url
+
+    url = fresh_schema_url("mcp-tools")
+    made = subprocess.run(
+        [*CLI, "pipeline", "create", "-f", str(_pipeline(tmp_path)), "--tracker", url],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    async with stdio_session(tmp_path / "mcp.log", "--tracker", url) as mcp:
+        task_id = (await ok(mcp, "submit", pipeline="flow", title="on postgres"))["task_id"]
+        page = await ok(mcp, "list_tasks", pipeline="flow")
+        assert [t["id"] for t in page["items"]] == [task_id]
+        await ok(mcp, "store_put", namespace="notes", key="pg", value={"text": "elephant"})
+        found = await ok(mcp, "store_search", query="elephant")
+        assert [e["key"] for e in found["result"]] == ["pg"]
+        cancelled = await ok(mcp, "cancel", task_id=task_id)
+        assert cancelled["task_id"] == task_id
+
+
+async def test_an_agent_acts_on_a_human_step(tmp_path: Path) -> None:
+    from tracker_client.embedded import EmbeddedTracker
+    from tracker_client.models import TaskCreate
+
+    approval = {
+        "initial": "draft",
+        "states": {
+            "draft": {"agent_role": "writer"},
+            "approval": {"human": True},
+            "done": {"terminal": True},
+        },
+        "transitions": [
+            {"from": "draft", "to": "approval", "trigger": "submit"},
+            {"from": "approval", "to": "done", "trigger": "approve"},
+            {"from": "approval", "to": "draft", "trigger": "reject"},
+        ],
+    }
+    db = tmp_path / "rail.db"
+    tracker = await EmbeddedTracker.open(str(db))
+    try:
+        pid = await tracker.create_pipeline("essays", approval)
+        tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="essay"))
+        lease = await tracker.claim("writer-1", "writer", 60_000)
+        assert lease is not None
+        await tracker.transition(lease, "submit")  # now waiting at the human step
+    finally:
+        await tracker.aclose()
+
+    async with stdio_session(tmp_path / "mcp.log", "--tracker", f"sqlite://{db}") as mcp:
+        wrong = await refused(mcp, "transition", task_id=tid, trigger="publish")
+        assert "approve" in wrong and "reject" in wrong  # the allowed triggers are named
+        moved = await ok(
+            mcp, "transition", task_id=tid, trigger="reject", instructions="cite sources"
+        )
+        assert moved == {"previous_stage": "approval", "new_stage": "draft", "trigger": "reject"}
+        again = await refused(mcp, "transition", task_id=tid, trigger="approve")
+        assert "not_a_human_step" in again  # it is the writer's again

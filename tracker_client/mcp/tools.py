@@ -149,15 +149,6 @@ def build_server(rail: Rail, *, task_id: str | None = None, name: str = "backlog
     ) -> Submitted:
         """Create a task in a pipeline (by name); answers its id. When this server is bound
         to a task, the new task is its subtask."""
-        sub = Submission(
-            pipeline=pipeline,
-            title=title,
-            description=description,
-            metadata=metadata,
-            priority=priority,
-            dedupe_key=dedupe_key,
-            depends_on=tuple(depends_on or ()),
-        )
 
         async def create() -> str:
             if bound is None:
@@ -170,6 +161,17 @@ def build_server(rail: Rail, *, task_id: str | None = None, name: str = "backlog
                     dedupe_key=dedupe_key,
                     depends_on=tuple(depends_on or ()),
                 )
+            # Bound: the same checked options, created as the task's child (extension
+            # ``subtasks``; metadata.parent_id on a rail without it).
+            sub = Submission(
+                pipeline=pipeline,
+                title=title,
+                description=description,
+                metadata=metadata,
+                priority=priority,
+                dedupe_key=dedupe_key,
+                depends_on=tuple(depends_on or ()),
+            )
             found = await rail.pipeline(pipeline)
             spec = build_task(sub, found.id, await rail.capabilities(), now_s=time.time())
             return await agents.spawn(rail.tracker, spec, parent_id=bound)
