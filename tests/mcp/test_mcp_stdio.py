@@ -23,6 +23,8 @@ from tests.worker.daemonkit import (
     spawn_worker,
     write_config,
 )
+from tracker_client.bounds import MAX_TITLE_CHARS
+from tracker_client.ops_models import WaitResult
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -90,6 +92,13 @@ async def test_an_agent_submits_waits_and_reads_the_result_through_mcp_only(
 async def test_dedupe_and_the_store_search_get_and_put_through_mcp(tmp_path: Path) -> None:
     db = make_rail(tmp_path)
     async with stdio_session(tmp_path / "mcp.log", "--tracker", f"sqlite://{db}") as mcp:
+        # the schemas are the API's: its bounds in, its models out
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        title = tools["submit"].input_schema["properties"]["title"]
+        assert title["maxLength"] == MAX_TITLE_CHARS
+        assert tools["wait"].input_schema["properties"]["timeout_s"]["maximum"] == 60
+        assert tools["wait"].output_schema is not None
+        assert set(WaitResult.model_fields) <= set(tools["wait"].output_schema["properties"])
         first = await ok(mcp, "submit", pipeline="flow", title="answer", dedupe_key="q-1")
         again = await ok(mcp, "submit", pipeline="flow", title="answer", dedupe_key="q-1")
         assert again["task_id"] == first["task_id"]  # deduped while it waits (no worker here)
