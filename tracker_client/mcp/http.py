@@ -18,6 +18,8 @@ import json
 import socket
 from typing import Any
 
+from mcp.server.mcpserver import MCPServer
+
 from tracker_client.errors import ConfigError
 
 __all__ = ["PATH", "BearerGate", "bind", "is_loopback", "serve_http", "url_of"]
@@ -98,8 +100,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_http(server: Any, sock: socket.socket, token: str) -> None:
-    """Serve ``server`` (an SDK ``MCPServer``) on ``sock`` at :data:`PATH` until cancelled."""
+async def serve_http(server: MCPServer[Any], sock: socket.socket, token: str) -> None:
+    """Serve ``server`` on ``sock`` at :data:`PATH` until cancelled (or SIGINT/SIGTERM)."""
     import uvicorn
 
     host = sock.getsockname()[0]

@@ -102,16 +102,15 @@ async def _call(fn: Callable[[], Awaitable[T]]) -> T:
         return await fn()
     except BacklogWorkerError as exc:
         raise _refusal(exc) from exc
-    except (TypeError, ValueError) as exc:  # a producer option refused before any write
-        raise ToolError(str(exc)) from exc
 
 
-def build_server(rail: Rail, *, task_id: str | None = None, name: str = "backlog-worker") -> Any:
+def build_server(
+    rail: Rail, *, task_id: str | None = None, name: str = "backlog-worker"
+) -> MCPServer[Any]:
     """An SDK ``MCPServer`` with the rail's tools and resources (see the module docstring).
 
     ``task_id``: bind the server to that task (its submissions become subtasks, its store
-    writes carry the task's id). Typed ``Any`` because the SDK's server class is generic over
-    its lifespan and the caller only runs it.
+    writes carry the task's id).
     """
     bound = task_id
     server: MCPServer[Any] = MCPServer(
