@@ -46,6 +46,7 @@ from tracker_client.models import (
 from tracker_client.ops_models import CancelResult, WaitResult
 from tracker_client.producer.options import Submission, build_task
 from tracker_client.producer.rail import Rail
+from tracker_client.urlmask import mask_url
 
 __all__ = ["MAX_WAIT_S", "StoreWritten", "Submitted", "build_server"]
 
@@ -84,17 +85,20 @@ class StoreWritten(BaseModel):
 
 
 def _refusal(exc: BacklogWorkerError) -> ToolError:
-    """The rail's refusal as a tool error: its kind, its code, its own message."""
+    """The rail's refusal as a tool error: its kind, its code, its own message (a password in
+    a URL it quotes masked)."""
     if isinstance(exc, TokenRefused):
         what = (
             "the rail refused this server's token"
             if exc.status == 401
             else "this server's credentials do not allow it"
         )
-        return ToolError(f"{what} ({exc.status}): {exc.detail}")
-    if isinstance(exc, TrackerError):
-        return ToolError(f"{type(exc).__name__} ({exc.code}): {exc}")
-    return ToolError(f"{type(exc).__name__}: {exc}")
+        text = f"{what} ({exc.status}): {exc.detail}"
+    elif isinstance(exc, TrackerError):
+        text = f"{type(exc).__name__} ({exc.code}): {exc}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return ToolError(mask_url(text))
 
 
 async def _call(fn: Callable[[], Awaitable[T]]) -> T:
