@@ -70,12 +70,23 @@ async def test_http_needs_the_bearer_token_and_serves_the_tools_with_it(tmp_path
     args = ("--tracker", f"sqlite://{db}", "--http-token-file", str(token_file))
     with http_server(tmp_path, *args) as url:
         headers = {"Accept": "application/json, text/event-stream"}
-        for sent in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": HTTP_TOKEN}):
+        for sent, why in (
+            ({}, "missing bearer token"),
+            ({"Authorization": HTTP_TOKEN}, "missing bearer token"),
+            ({"Authorization": "Bearer wrong-token"}, "wrong bearer token"),
+            ({"Authorization": f"Bearer {HTTP_TOKEN}x"}, "wrong bearer token"),
+        ):
             answer = httpx.post(url, json=INIT, headers={**headers, **sent}, timeout=10)
             assert answer.status_code == 401, answer.text
             assert answer.headers["www-authenticate"].startswith("Bearer")
-            assert answer.json()["error"]["code"] == "unauthorized"
+            assert answer.json()["error"] == {
+                "code": "unauthorized",
+                "message": f"{why}: send Authorization: Bearer",
+            }
             assert HTTP_TOKEN not in answer.text
+        # the scheme is case-insensitive (RFC 9110); the SDK answers the initialize
+        lower = {**headers, "Authorization": f"bearer {HTTP_TOKEN}"}
+        assert httpx.post(url, json=INIT, headers=lower, timeout=10).status_code == 200
 
         async with http_session(url, HTTP_TOKEN) as mcp:
             task_id = (await ok(mcp, "submit", pipeline="flow", title="over http"))["task_id"]

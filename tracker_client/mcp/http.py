@@ -49,7 +49,7 @@ class BearerGate:
         if not token:
             raise ConfigError("the MCP server's HTTP token is empty")
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         """Refuse an HTTP request without the token; pass everything else to the app."""
@@ -59,8 +59,12 @@ class BearerGate:
                 if name == b"authorization":
                     given = value
                     break
-            if not hmac.compare_digest(given, self._expected):
-                await _refuse(send, "missing bearer token" if not given else "wrong bearer token")
+            scheme, _, presented = given.strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not presented:
+                await _refuse(send, "missing bearer token")
+                return
+            if not hmac.compare_digest(presented.strip(), self._expected):
+                await _refuse(send, "wrong bearer token")
                 return
         await self.app(scope, receive, send)
 
