@@ -1,9 +1,9 @@
 """The package's optional dependencies (its extras) and the error that names a missing one.
 
 ``pip install backlog-worker`` brings what every command needs; a feature that needs more
-(the PostgreSQL rail, OpenTelemetry traces) imports it when it is used, never at start-up, so
-``backlog-worker --help`` and every command that does not use the feature run without it
-(the extras: ``docs/getting-started/install.md``).
+(the PostgreSQL rail, OpenTelemetry traces, the MCP server) imports it when it is used, never
+at start-up, so ``backlog-worker --help`` and every command that does not use the feature run
+without it (the extras: ``docs/getting-started/install.md``).
 When the import fails,
 :func:`missing` turns it into a :class:`~tracker_client.errors.ConfigError` that names the
 module that is really missing: the extra to install when the module is one the extra brings,
@@ -26,6 +26,7 @@ __all__ = ["EXTRAS", "missing", "require"]
 EXTRAS: Mapping[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "otel": ("opentelemetry",),
+    "mcp": ("mcp",),
 }
 
 

@@ -6,9 +6,11 @@ every run gets a HOME chosen by the executor:
 * **generated** (``provider`` + ``model`` options): a fresh ``<run workdir>/nullclaw-home`` with a
   ``.nullclaw/config.json`` (mode 0600, directories 0700) built by :func:`build_config`: the
   provider (with ``base_url`` when given), ``agents.defaults.model.primary``, memory backend
-  ``none`` (no ``memory/`` files in the workspace), the reliability/timeout settings given, then
-  the ``config`` option deep-merged on top. The API key is *not* written: the executor reads the
-  variable named by ``api_key_env`` and hands its value to nullclaw as ``NULLCLAW_API_KEY``.
+  ``none`` (no ``memory/`` files in the workspace), the reliability/timeout settings given, the
+  rail's MCP server bound to the run's task under ``mcp_servers`` when the role offers it
+  (option ``mcp``: :mod:`plugins.nullclaw.mcp`), then the ``config`` option deep-merged on top.
+  The API key is *not* written: the executor reads the variable named by ``api_key_env`` and
+  hands its value to nullclaw as ``NULLCLAW_API_KEY``.
 * **existing** (``home`` option): that directory, used as is; nothing is written into it.
 
 The workspace (``NULLCLAW_WORKSPACE``, also the process's cwd) follows the ``workspace`` option:
@@ -35,6 +37,7 @@ from typing import Any
 
 import anyio
 
+from plugins.nullclaw.mcp import server_entry
 from plugins.nullclaw.options import FORBIDDEN_ENV_PREFIXES, NullClawOptions
 from plugins.proc.process import minimal_env, trace_env
 
@@ -79,8 +82,9 @@ def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_config(options: NullClawOptions) -> dict[str, Any]:
-    """The config.json contents generated from a role's options (see the module docstring)."""
+def build_config(options: NullClawOptions, task_id: str | None = None) -> dict[str, Any]:
+    """The config.json contents generated from a role's options (see the module docstring);
+    ``task_id``: the run's task, which an ``mcp`` offer binds the rail's MCP server to."""
     if options.provider is None or options.model is None:
         raise ValueError("a generated config needs the 'provider' and 'model' options")
     provider: dict[str, Any] = {}
@@ -102,12 +106,15 @@ def build_config(options: NullClawOptions) -> dict[str, Any]:
         config["agent"] = {"message_timeout_secs": options.message_timeout_s}
     if options.temperature is not None:
         config["default_temperature"] = options.temperature
+    if options.mcp is not None and task_id is not None:
+        config["mcp_servers"] = server_entry(options.mcp, task_id)
     return _deep_merge(config, options.config)
 
 
-def config_bytes(options: NullClawOptions) -> bytes:
+def config_bytes(options: NullClawOptions, task_id: str | None = None) -> bytes:
     """The generated config.json as bytes; ValueError when it is over nullclaw's 64 KiB."""
-    data = json.dumps(build_config(options), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    config = build_config(options, task_id)
+    data = json.dumps(config, indent=2, sort_keys=True).encode("utf-8") + b"\n"
     if len(data) > CONFIG_MAX_BYTES:
         raise ValueError(
             f"the generated config.json is {len(data)} bytes; nullclaw reads at most "
@@ -163,7 +170,7 @@ def _prepare(options: NullClawOptions, workdir: Path, task_id: str) -> RunPlaces
         return RunPlaces(home=options.home, workspace=workspace, generated=False)
     home = workdir / "nullclaw-home"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_private(config_path(home), config_bytes(options))
+    write_private(config_path(home), config_bytes(options, task_id))
     return RunPlaces(home=home, workspace=workspace, generated=True)
 
 

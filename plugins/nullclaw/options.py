@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from plugins.nullclaw.mcp import McpOffer
 from plugins.nullclaw.memory import MemoryOptions
 from tracker_client.errors import ExecutorError
 from tracker_client.validation import describe_options
@@ -115,6 +116,9 @@ class NullClawOptions(BaseModel):
     #: The rail's store as memory: searched into the prompt, the answer written back
     #: (:mod:`plugins.nullclaw.memory`); None = off.
     memory: MemoryOptions | None = None
+    #: The rail's MCP server offered to the agent, bound to the task
+    #: (:mod:`plugins.nullclaw.mcp`); None = off.
+    mcp: McpOffer | None = None
     #: A failed or cut-off run's partial answer is checkpointed and handed to the next attempt.
     resume: bool = True
 
@@ -137,6 +141,11 @@ class NullClawOptions(BaseModel):
             )
         if self.home is not None and not self.home.is_absolute():
             raise ValueError(f"'home' must be an absolute path, got {str(self.home)!r}")
+        if self.home is not None and self.mcp is not None:
+            raise ValueError(
+                "'mcp' puts the rail's MCP server into a generated config; with 'home' set, "
+                "list it under mcp_servers in that home's .nullclaw/config.json instead"
+            )
         if self.home is not None:
             generated_only = [
                 name for name in _GENERATED_ONLY if getattr(self, name) not in (None, {})

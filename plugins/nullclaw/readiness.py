@@ -4,7 +4,8 @@ One line per problem, empty when ready: the binary is found and ``nullclaw versi
 the config exists and names a default model (or the role gives ``provider`` + ``model``);
 nullclaw itself accepts that config (``nullclaw agent -m /help`` runs a local slash command
 after loading it; ``config_probe = false`` skips this); the API key variable is set; ``curl`` is
-on PATH (nullclaw sends every LLM request through it); a ``workspace_dir`` is usable. Nothing
+on PATH (nullclaw sends every LLM request through it); a ``workspace_dir`` is usable; an ``mcp``
+offer can start (:func:`plugins.nullclaw.mcp.offer_problems`). Nothing
 here contacts the LLM provider.
 
 It may touch ``PATH``, the ``nullclaw`` binary (``version`` and the local ``/help`` probe, run with
@@ -33,6 +34,7 @@ from plugins.nullclaw.home import (
     config_path,
     write_private,
 )
+from plugins.nullclaw.mcp import offer_problems
 from plugins.nullclaw.options import NullClawOptions
 from plugins.proc.process import ProcessResult, decode_output, minimal_env, run_process
 from tracker_client.errors import ExecutorError
@@ -219,4 +221,6 @@ async def check_readiness(
             f"curl is not on PATH ({path_env}): nullclaw sends every LLM request through curl"
         )
     problems += await anyio.to_thread.run_sync(_check_workspace_dir, options)
+    if options.mcp is not None:
+        problems += await anyio.to_thread.run_sync(offer_problems, options.mcp)
     return problems

@@ -19,6 +19,11 @@ FAKE_NULLCLAW_RECORD  where to write {"argv", "env", "cwd", "message", "prompt"}
 FAKE_NULLCLAW_LEAK_ENV    names (comma-separated) whose values it prints on stdout and stderr
 FAKE_NULLCLAW_VERSION version subcommand behaviour: ok (default) | fail | hang
 FAKE_NULLCLAW_LEAK_KEY=1  print NULLCLAW_API_KEY on stderr (an over-verbose diagnostic)
+FAKE_NULLCLAW_MCP_CALLS   a JSON list of {"server", "tool", "arguments"}: before answering, start
+                      each server the config lists under mcp_servers as nullclaw does (its own
+                      argv, an environment of PATH/HOME/... plus the entry's "env"), speak
+                      newline-delimited JSON-RPC to it (initialize, tools/list, tools/call) and
+                      write every tools/call answer to FAKE_NULLCLAW_MCP_RECORD (JSON)
 """
 
 import json
@@ -142,6 +147,7 @@ def agent(args):
                  "model": model, "config": config},
                 fh,
             )  # fmt: skip
+    mcp_calls(config)
     if message is None:
         out("nullclaw agent: interactive mode. Type 'exit' to quit.\n> ")
         for line in sys.stdin:
@@ -156,6 +162,64 @@ def agent(args):
 
 
 PROMPT_FILE = {}  # the file the prompt was read from: its path and mode
+#: What nullclaw's MCP client hands a server of its environment (plus the entry's "env").
+MCP_INHERITED = ("PATH", "HOME", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "USER", "SHELL", "TMPDIR")
+
+
+def _rpc(proc, ident, method, params):
+    proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method,
+                                 "params": params}) + "\n")  # fmt: skip
+    proc.stdin.flush()
+    for line in proc.stdout:
+        answer = json.loads(line)
+        if answer.get("id") == ident:
+            return answer
+    raise RuntimeError(f"the MCP server closed its stdout before answering {method}")
+
+
+def mcp_calls(config):
+    """Call MCP tools as nullclaw's stdio MCP client does (FAKE_NULLCLAW_MCP_CALLS)."""
+    calls = os.environ.get("FAKE_NULLCLAW_MCP_CALLS")
+    if not calls:
+        return
+    servers = config.get("mcp_servers") or {}
+    procs, answers = {}, []
+    try:
+        for ident, call in enumerate(json.loads(calls), start=10):
+            entry = servers.get(call["server"])
+            if entry is None:
+                answers.append({"tool": call["tool"], "error": "no such server in the config"})
+                continue
+            proc = procs.get(call["server"])
+            if proc is None:
+                env = {k: os.environ[k] for k in MCP_INHERITED if k in os.environ}
+                env.update(entry.get("env") or {})
+                with open(os.environ["FAKE_NULLCLAW_MCP_RECORD"] + ".stderr", "a") as errlog:
+                    proc = subprocess.Popen(
+                        [entry["command"], *entry.get("args", [])], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=errlog, env=env, text=True,
+                    )  # fmt: skip
+                procs[call["server"]] = proc
+                init = {"protocolVersion": "2024-11-05", "capabilities": {},
+                        "clientInfo": {"name": "nullclaw", "version": VERSION}}  # fmt: skip
+                _rpc(proc, 1, "initialize", init)
+                proc.stdin.write(
+                    json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n"
+                )
+                proc.stdin.flush()  # fmt: skip
+                listed = _rpc(proc, 2, "tools/list", {})
+                answers.append({"tools": [t["name"] for t in listed["result"]["tools"]]})
+            params = {"name": call["tool"], "arguments": call.get("arguments") or {}}
+            answers.append({"tool": call["tool"], **_rpc(proc, ident, "tools/call", params)})
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        with open(os.environ["FAKE_NULLCLAW_MCP_RECORD"], "w", encoding="utf-8") as fh:
+            json.dump(answers, fh)
 
 
 def read_pointed_file(message):

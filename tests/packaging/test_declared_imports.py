@@ -3,8 +3,9 @@
 Read from the source (every ``import``, module level or deferred): a module of the packages may
 import the standard library, the project's own packages and the distributions named in
 ``[project] dependencies``; a module of the PostgreSQL rail also the ``postgres`` extra's, the
-tracing modules the ``otel`` extra's, ``bench/`` the ``bench`` extra's, ``tests/`` the ``test``
-extra's and ``docs/`` (the site's generator scripts) the ``docs`` extra's. Named directly: a
+tracing modules the ``otel`` extra's, the MCP server (``tracker_client/mcp``) the ``mcp``
+extra's, ``bench/`` the ``bench`` extra's, ``tests/`` the ``test`` extra's and ``docs/`` (the
+site's generator scripts) the ``docs`` extra's. Named directly: a
 package that only arrives as someone else's dependency can leave with their next release
 (sniffio did, with anyio 4.16). That the extras really install and run is
 ``tests/packaging/test_wheel.py``'s part.
@@ -30,6 +31,7 @@ EXTRA_OF = (
     ("tracker_client/postgres/", ("postgres",)),
     ("worker/telemetry/tracing.py", ("otel",)),
     ("worker/telemetry/otlpjson.py", ("otel",)),
+    ("tracker_client/mcp/", ("mcp",)),
     ("bench/", ("bench",)),
     ("tests/", ("test",)),
     ("docs/", ("docs",)),

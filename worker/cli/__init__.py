@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, str] = {
     "rail": "worker.cli.ops.rail",
     "tracker": "worker.cli.serve",
     "token": "worker.cli.scoped_tokens",
+    "mcp": "worker.cli.mcp",
     "systemd-unit": "worker.cli.systemd.unit",
 }
 
