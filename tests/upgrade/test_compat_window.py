@@ -23,33 +23,27 @@ import anyio
 import pytest
 
 from tests.upgrade.previous import Release
-from tests.worker.daemonkit import clean_env, python_config, reap, wait_for, wait_listening
+from tests.worker.daemonkit import (
+    HOLD_JOB,
+    R_PIPELINE,
+    clean_env,
+    python_config,
+    reap,
+    wait_for,
+    wait_listening,
+)
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TASKS = 300
-PIPELINE = {
-    "initial": "todo",
-    "states": {"todo": {"agent_role": "r"}, "done": {"terminal": True}},
-    "transitions": [{"from": "todo", "trigger": "complete", "to": "done"}],
-}
-#: The job: done at once, except while ``hold`` exists beside it (both workers then hold
-#: leases at once: the test knows both are in before the rest flows).
-JOB = """
-import pathlib, anyio
-HOLD = pathlib.Path(__file__).with_name("hold")
-async def run(ctx):
-    while HOLD.exists():
-        await anyio.sleep(0.01)
-"""
 
 
 async def _seed(url: str) -> None:
     tracker = await open_tracker(url, create=True)
     try:
-        pid = await tracker.create_pipeline("p", PIPELINE)
+        pid = await tracker.create_pipeline("p", R_PIPELINE)
         await tracker.create_tasks(
             [TaskCreate(pipeline_id=pid, title=f"t{n}") for n in range(TASKS)]
         )
@@ -100,7 +94,7 @@ def _config(tmp: Path, url: str, agent: str, name: str, token: str | None) -> Pa
 
 
 def _drain_together(tmp: Path, url: str, previous: Release, token: str | None = None) -> None:
-    (tmp / "drainjob.py").write_text(JOB)
+    (tmp / "drainjob.py").write_text(HOLD_JOB)
     env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]))
     new_cfg = _config(tmp, url, "new-host", "new", token)
     old_cfg = _config(tmp, url, "old-host", "old", token)

@@ -342,3 +342,21 @@ def stage_and_expiry(db: Path, task_id: str) -> tuple[str, int]:
             "SELECT stage, coalesce(lease_expires_at_ms, 0) FROM tasks WHERE id = ?", (task_id,)
         ).fetchone()
     return str(row[0]), int(row[1])
+
+
+#: One stage of role ``r``, then done: the pipeline of the tests whose workers run HOLD_JOB.
+R_PIPELINE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "r"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "trigger": "complete", "to": "done"}],
+}
+#: A python job (write it as ``drainjob.py`` beside the config; callable ``drainjob:run``):
+#: done at once, except while the file ``hold`` exists beside it, so a test can hold its
+#: workers with their slots full of leased tasks (a backup then, a second worker joining).
+HOLD_JOB = """
+import pathlib, anyio
+HOLD = pathlib.Path(__file__).with_name("hold")
+async def run(ctx):
+    while HOLD.exists():
+        await anyio.sleep(0.01)
+"""

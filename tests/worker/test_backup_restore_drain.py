@@ -20,33 +20,27 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.worker.daemonkit import clean_env, python_config, reap, spawn_worker, wait_for
+from tests.worker.daemonkit import (
+    HOLD_JOB,
+    R_PIPELINE,
+    clean_env,
+    python_config,
+    reap,
+    spawn_worker,
+    wait_for,
+)
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 TASKS = 2000
-PIPELINE = {
-    "initial": "todo",
-    "states": {"todo": {"agent_role": "r"}, "done": {"terminal": True}},
-    "transitions": [{"from": "todo", "trigger": "complete", "to": "done"}],
-}
-#: The job: done at once, except while the file ``hold`` exists beside it (the test holds the
-#: workers mid-drain, their slots full of leased tasks, to take the backup then).
-JOB = """
-import pathlib, anyio
-HOLD = pathlib.Path(__file__).with_name("hold")
-async def run(ctx):
-    while HOLD.exists():
-        await anyio.sleep(0.01)
-"""
 
 
 async def _seed(db: Path) -> None:
     tracker = await open_tracker(f"sqlite:///{db}")
     try:
-        pid = await tracker.create_pipeline("p", PIPELINE)
+        pid = await tracker.create_pipeline("p", R_PIPELINE)
         for start in range(0, TASKS, 500):
             await tracker.create_tasks(
                 [TaskCreate(pipeline_id=pid, title=f"t{n}") for n in range(start, start + 500)]
@@ -75,7 +69,7 @@ def _cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_backup_taken_mid_drain_restores_and_drains_to_the_end(tmp_path: Path) -> None:
     db = tmp_path / "rail.db"
     anyio.run(_seed, db)
-    (tmp_path / "drainjob.py").write_text(JOB)
+    (tmp_path / "drainjob.py").write_text(HOLD_JOB)
     env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     config = python_config(tmp_path, f"sqlite:///{db}", "drainjob:run", concurrency=4)
     workers = [spawn_worker(config, tmp_path / f"w{i}.log", env=env) for i in range(2)]
