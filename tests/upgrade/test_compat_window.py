@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.remote.fixtures import wait_listening
 from tests.upgrade.previous import Release
 from tests.worker.daemonkit import (
     HOLD_JOB,
@@ -30,7 +31,6 @@ from tests.worker.daemonkit import (
     python_config,
     reap,
     wait_for,
-    wait_listening,
 )
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
