@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,9 @@ class Browser:
     page: Any
     dialogs: list[str]
     shots: Path
+    pw_browser: Any = None
+    console: list[str] = field(default_factory=list)
+    _scripted: Any = None
 
     def go(self, path: str) -> Any:
         response = self.page.goto(self.url + path)
@@ -78,10 +81,46 @@ class Browser:
         assert answer.status_code == 200, answer.text
         return TaskDetail.model_validate(answer.json())
 
-    def no_script(self) -> None:
-        assert self.page.locator("script").count() == 0
-        assert self.page.locator("[onerror], [onload], [onclick]").count() == 0
+    def no_script(self, page: Any = None) -> None:
+        """No script element but the dashboard's own file, no handler markup, no dialog."""
+        page = page or self.page
+        scripts = page.locator("script")
+        sources = [
+            [scripts.nth(i).get_attribute("src"), scripts.nth(i).text_content()]
+            for i in range(scripts.count())
+        ]
+        assert sources == [["/ui/static/console.js", ""]], sources
+        assert page.locator("[onerror], [onload], [onclick]").count() == 0
         assert self.dialogs == []
+
+    def api(self, method: str, path: str, body: Any = None, token: str = TOKEN) -> Any:
+        """Call the served rail's API (Playwright holds this thread's loop: plain httpx)."""
+        answer = httpx.request(
+            method, self.url + path, json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code < 300, answer.text
+        return answer.json() if answer.content else None
+
+    def scripted(self) -> Any:
+        """A second chromium page with JavaScript on, logged in (the live page's)."""
+        if self._scripted is None:
+            context = self.pw_browser.new_context(
+                java_script_enabled=True, viewport={"width": 1280, "height": 800}
+            )
+            page = context.new_page()
+            page.set_default_timeout(20_000)
+            page.on("dialog", self._dialog)
+            page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+            page.goto(self.url + "/ui/login")
+            page.fill("#login input[name=token]", TOKEN)
+            page.click("#login button")
+            assert "/ui/login" not in page.url
+            self._scripted = page
+        return self._scripted
+
+    def _dialog(self, d: Any) -> None:  # an alert() that ran: the test fails on it
+        self.dialogs.append(d.message)
+        d.dismiss()
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +157,11 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
                     d.dismiss()
 
                 page.on("dialog", dialog)
-                yield Browser(url, ids, page, dialogs, artifacts_dir())
+                scripted = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+                try:
+                    yield Browser(url, ids, page, dialogs, artifacts_dir(), scripted)
+                finally:
+                    scripted.close()
             finally:
                 context.close()
         assert TOKEN not in (tmp / "serve.log").read_text()
@@ -223,3 +266,43 @@ def _logged_in(browser: Browser) -> None:
         browser.page.fill("#login input[name=token]", TOKEN)
         browser.page.click("#login button")
     assert "/ui/login" not in browser.page.url
+
+
+#: A pipeline of its own for the live test (its role is claimed by the test alone).
+LIVE_PIPELINE = {
+    "initial": "work",
+    "states": {"work": {"agent_role": "streamer"}, "done": {"terminal": True}},
+    "transitions": [{"from": "work", "trigger": "complete", "to": "done"}],
+}
+
+
+@pytest.mark.timeout(120)
+def test_the_live_task_page_streams_events_in_with_javascript_on(browser: Browser) -> None:
+    pid = browser.api("POST", "/pipelines", {"name": "live", "definition": LIVE_PIPELINE})["id"]
+    task_id = browser.api("POST", "/tasks", {"pipeline_id": pid, "title": "watch me"})["id"]
+    lease = browser.api(
+        "POST", "/leases/claim", {"agent_id": "agent-live", "agent_role": "streamer"}
+    )
+    run_id, token = lease["run"]["id"], lease["lease_token"]
+    page = browser.scripted()
+    page.goto(f"{browser.url}/ui/tasks/{task_id}")
+    page.wait_for_selector('#live[data-live="open"]')
+    assert page.locator('meta[http-equiv="refresh"]').count() == 0  # the script streams instead
+    assert page.inner_text("#task-state") == "running"
+    browser.api(
+        "POST", f"/runs/{run_id}/events", {"kind": "log", "data": {"line": SCRIPT_TITLE}}, token
+    )
+    row = page.wait_for_selector("#events tr.live-event")  # in, without a reload
+    assert SCRIPT_TITLE in row.inner_text()  # as text: the title is no script
+    browser.api(
+        "POST", f"/runs/{run_id}/events", {"kind": "log", "data": {"line": "second"}}, token
+    )
+    page.wait_for_function("document.querySelectorAll('#events tr.live-event').length >= 2")
+    page.locator("#task-id + button.copy").wait_for(state="visible")  # the script's copy button
+    page.screenshot(path=str(browser.shots / "task-live.png"), full_page=True)
+    browser.api("POST", f"/runs/{run_id}/transition", {"trigger": "complete"}, token)
+    page.wait_for_selector('#live[data-live="finished"]')
+    assert page.inner_text("#task-state") == "done"
+    assert "finished (done)" in page.inner_text("#live-status")
+    browser.no_script(page)
+    assert not [line for line in browser.console if "Content Security Policy" in line]

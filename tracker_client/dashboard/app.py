@@ -99,12 +99,14 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 def create_dashboard(tracker: Tracker, settings: DashboardSettings | None = None) -> Starlette:
     """The dashboard of ``tracker`` as an ASGI app (mount it, e.g. at ``/ui``). The caller owns
     the tracker (opens and closes it)."""
-    from tracker_client.dashboard import actions, views
+    from tracker_client.dashboard import actions, live, views
 
     routes = [
         Route("/", guarded(views.queue_page), methods=["GET"], name="queue"),
         Route("/tasks", guarded(views.tasks_page), methods=["GET"], name="tasks"),
         Route("/tasks/{task_id}", guarded(views.task_page), methods=["GET"], name="task"),
+        Route("/tasks/{task_id}/stream", guarded(live.stream), methods=["GET"], name="stream"),
+        Route("/static/console.js", live.script, methods=["GET"], name="script"),
         Route("/workers", guarded(views.workers_page), methods=["GET"], name="workers"),
         Route("/schedules", guarded(views.schedules_page), methods=["GET"], name="schedules"),
         Route("/login", actions.login_form, methods=["GET"], name="login_form"),

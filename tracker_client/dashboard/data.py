@@ -16,15 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tracker_client.errors import NotFound, Unsupported
-from tracker_client.models import Pipeline, Task, TaskDetail
+from tracker_client.models import Event, Page, Pipeline, Run, Task, TaskDetail
 from tracker_client.protocol import Tracker
 from tracker_client.task_states import STATES as _STATES
 from tracker_client.task_states import coarse_state, task_state
 
 __all__ = [
     "STATES",
+    "Attempts",
     "Catalog",
     "ListedTask",
+    "before",
+    "fresh_state",
+    "last_requeue",
     "optional",
     "task_state",
 ]
@@ -102,9 +106,75 @@ class ListedTask:
             except NotFound:  # purged between the listing and now
                 detail = None
         role = catalog.stage(task.pipeline_id, task.stage).get("agent_role")
+        state = task_state(task, catalog.stage(task.pipeline_id, task.stage), detail)
+        if state == "failed" and detail is not None:  # only then can a requeue change it
+            state = fresh_state(state, detail.latest_run, await last_requeue(tracker, task.id))
         return cls(
-            task,
-            catalog.name(task.pipeline_id),
-            role if isinstance(role, str) else "",
-            task_state(task, catalog.stage(task.pipeline_id, task.stage), detail),
+            task, catalog.name(task.pipeline_id), role if isinstance(role, str) else "", state
         )
+
+
+#: Most ``requeued`` events read to find a task's last requeue (pages of 200).
+REQUEUE_PAGES = 5
+
+
+async def last_requeue(tracker: Tracker, task_id: str) -> Event | None:
+    """The task's latest ``requeued`` event (None: never requeued, or the rail cannot list a
+    task's events)."""
+    found: Event | None = None
+    cursor: str | None = None
+    for _ in range(REQUEUE_PAGES):
+
+        async def read(since: str | None = cursor) -> Page[Event]:
+            return await tracker.list_task_events(task_id, limit=200, cursor=since, kind="requeued")
+
+        page = await optional(read)
+        if page is None or not page.items:
+            break
+        found = page.items[-1]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return found
+
+
+def before(run: Run, requeue: Event | None) -> bool:
+    """Whether ``run`` ended before ``requeue`` (a requeue needs a task with no live run, so
+    every run that started by then had ended)."""
+    if requeue is None:
+        return False
+    ended = run.ended_at_ms
+    return run.started_at_ms < requeue.ts_ms or (ended is not None and ended <= requeue.ts_ms)
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """A task's attempt count as its retry policy counts it: the runs since its last requeue
+    that reset the count (``counted``), out of ``total`` runs in all, against ``limit``."""
+
+    counted: int
+    total: int
+    limit: int | None
+    #: When the count started again (the requeue's instant), None: never requeued.
+    since_ms: int | None
+
+    @classmethod
+    def of(cls, task: Task, runs: list[Run], requeue: Event | None) -> Attempts:
+        """Count ``runs`` of ``task`` after ``requeue`` when it reset the attempts."""
+        reset = requeue is not None and _resets(requeue)
+        counted = [r for r in runs if not (reset and before(r, requeue))]
+        since = requeue.ts_ms if reset and requeue is not None else None
+        return cls(len(counted), len(runs), task.max_attempts, since)
+
+
+def _resets(event: Event) -> bool:
+    data = event.data if isinstance(event.data, dict) else {}
+    return bool(data.get("reset_attempts", True))
+
+
+def fresh_state(state: str, latest: Run | None, requeue: Event | None) -> str:
+    """``state`` corrected for a requeue: a task whose latest run failed before it was requeued
+    waits afresh (``waiting``, not ``failed``)."""
+    if state == "failed" and latest is not None and before(latest, requeue):
+        return "waiting"
+    return state

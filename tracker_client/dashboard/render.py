@@ -22,13 +22,16 @@ from starlette.responses import HTMLResponse
 
 __all__ = ["HEADERS", "ago", "duration", "page", "pretty_json", "when"]
 
-#: Sent with every page: no script may run, nothing is loaded from elsewhere, no framing. The
+#: Sent with every page: no script runs but the dashboard's own file (``/static/console.js``:
+#: no inline script, no eval), it connects only to the dashboard (its live stream), nothing is
+#: loaded from elsewhere, no framing. The
 #: referrer goes to the dashboard itself only: with ``no-referrer`` a browser sends
 #: ``Origin: null`` on the dashboard's own form posts, which then look cross-site
 #: (:mod:`tracker_client.serve.browser`); other sites still get neither referrer nor origin.
 HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "default-src 'none'; script-src 'self'; connect-src 'self'; "
+        "style-src 'unsafe-inline'; img-src 'self' data:; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Frame-Options": "DENY",

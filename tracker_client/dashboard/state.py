@@ -102,10 +102,12 @@ class Dashboard:
         *,
         status: int = 200,
         refresh: bool = False,
+        live: bool = False,
         section: str = "",
     ) -> Response:
         """A page: ``template`` with the common context (links, viewer, refresh, flash);
-        ``refresh``: a list page, reloading itself unless ``?refresh=off``."""
+        ``refresh``: a list page, reloading itself unless ``?refresh=off``; ``live``: its
+        script streams what is new, so it reloads itself only with scripts off."""
         root = request.scope.get("root_path", "")
         off = request.query_params.get("refresh") == "off"
         toggle = request.url.include_query_params(refresh="on" if off else "off")
@@ -122,6 +124,7 @@ class Dashboard:
                 "refresh_s": self.settings.refresh_s if refresh and not off else None,
                 "refresh_off": off,
                 "refreshable": refresh,
+                "live": live,
                 "keep": "?refresh=off" if off else "",
                 "here": here(request),
                 "toggle": toggle.path + "?" + toggle.query,

@@ -10,14 +10,26 @@ It may touch the tracker (reads only) and the templates.
 
 from __future__ import annotations
 
+import time
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client import calls
+from tracker_client.dashboard import svg
 from tracker_client.dashboard.auth import Viewer
-from tracker_client.dashboard.data import STATES, Catalog, ListedTask, optional, task_state
+from tracker_client.dashboard.data import (
+    STATES,
+    Attempts,
+    Catalog,
+    ListedTask,
+    fresh_state,
+    last_requeue,
+    optional,
+    task_state,
+)
 from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import Event, Page, Run, Task
@@ -149,6 +161,7 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
     """One task: its fields, runs, event timeline, artifacts and spans, and (for an authorised
     viewer) the cancel and requeue buttons its state allows."""
     task_id = request.path_params["task_id"]
+    _refresh(request)
     cursor = _param(request, "events_cursor")
     detail = await dash.tracker.get_task(task_id)  # NotFound: the 404 page
     catalog = await Catalog.read(dash.tracker)
@@ -158,22 +171,42 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
     events, next_events = await _timeline(dash, task_id, runs, cursor)
     artifacts = (await dash.tracker.list_artifacts(task_id=task_id, limit=200)).items
     spans = await optional(lambda: calls.LIST_SPANS.call(dash.tracker, task_id))
+    requeue = await last_requeue(dash.tracker, task_id)
     state = task_state(detail, catalog.stage(detail.pipeline_id, detail.stage), detail)
+    state = fresh_state(state, detail.latest_run, requeue)
     context = {
         "task": detail,
         "pipeline": catalog.name(detail.pipeline_id),
         "state": state,
         "dead_note": dead_letter_note(detail),  # a crash loop's count and knob
         "runs": runs,
+        "attempts": Attempts.of(detail, runs, requeue),
         "events": events,
         "next_events": next_events,
         "artifacts": artifacts,
         "spans": spans,
+        "timeline": svg.timeline(detail.created_at_ms, runs, events, int(time.time() * 1000)),
+        "live_src": _live_src(request, task_id, events, next_events, state),
         "can_cancel": state in ("waiting", "running", "failed"),
         "can_requeue": state == "dead",
         "stages": catalog.stages(detail.pipeline_id),
     }
-    return dash.render(request, viewer, "task.html", context, section="tasks")
+    live = context["live_src"] is not None
+    return dash.render(
+        request, viewer, "task.html", context, section="tasks", refresh=live, live=live
+    )
+
+
+def _live_src(
+    request: Request, task_id: str, events: list[Event], more: str | None, state: str
+) -> str | None:
+    """The stream the page's script follows (None: the task is finished, or this is not the
+    last page of its events)."""
+    if state in ("dead", "done") or more is not None:
+        return None
+    root = request.scope.get("root_path", "")
+    after = f"?after={events[-1].id}" if events else ""
+    return f"{root}/tasks/{quote(task_id, safe='')}/stream{after}"
 
 
 async def workers_page(request: Request, dash: Dashboard, viewer: Viewer) -> Response:

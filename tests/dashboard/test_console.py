@@ -1,0 +1,154 @@
+"""The operator console's fixes and its live task stream, over HTTP against the served app in
+process: whole ids with a copy button, pipeline names, the attempt count and state after a
+requeue, and the task's event stream (Server-Sent Events) with its bad inputs."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import httpx
+import pytest
+
+from tests.dashboard.conftest import PIPELINE, TOKEN, Seeded
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.models import RetryPolicy, TaskCreate
+
+pytestmark = pytest.mark.anyio
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+Served = tuple[httpx.AsyncClient, EmbeddedTracker, Seeded]
+
+
+async def test_task_ids_are_shown_whole_with_a_copy_button(served: Served) -> None:
+    http, _, ids = served
+    listing = (await http.get("/ui/tasks", headers=BEARER)).text
+    for task_id in (ids.script, ids.dead, ids.running):
+        assert f'<code class="id">{task_id}</code>' in listing
+        assert f'data-copy="{task_id}"' in listing
+    assert "…" not in listing
+    page = (await http.get(f"/ui/tasks/{ids.running}", headers=BEARER)).text
+    assert f'<code class="id" id="task-id">{ids.running}</code>' in page
+
+
+async def test_the_task_page_names_its_pipeline_without_its_id(served: Served) -> None:
+    http, _, ids = served
+    page = (await http.get(f"/ui/tasks/{ids.running}", headers=BEARER)).text
+    assert '<dd id="task-pipeline">simple</dd>' in page
+    assert ids.pipeline not in page
+
+
+async def _requeued(tracker: EmbeddedTracker) -> str:
+    """A task of two attempts that used both, then was requeued (the count starts again)."""
+    pid = await tracker.create_pipeline("retrying", PIPELINE)
+    policy = RetryPolicy(max_attempts=2, retry_delay_ms=0)
+    task_id = await tracker.create_task(
+        TaskCreate(pipeline_id=pid, title="twice", retry_policy=policy, priority=99)
+    )
+    for _ in range(2):
+        lease = await tracker.claim("agent-r", "coder", 60_000)
+        assert lease is not None and lease.task.id == task_id
+        await tracker.fail(lease, "boom", retryable=True)
+    assert (await tracker.get_task(task_id)).dead_letter_reason == "max_attempts_exceeded"
+    await tracker.requeue(task_id)
+    return task_id
+
+
+def _dd(page: str, name: str) -> str:
+    found = re.search(rf'<dd id="{name}">(.*?)</dd>', page, re.S)
+    assert found, f"no #{name} on the page"
+    return re.sub(r"<[^>]+>", "", found.group(1))
+
+
+async def test_a_requeued_task_waits_afresh_and_counts_attempts_again(served: Served) -> None:
+    http, tracker, _ = served
+    task_id = await _requeued(tracker)
+    page = (await http.get(f"/ui/tasks/{task_id}", headers=BEARER)).text
+    assert 'id="task-state">waiting<' in page  # not "failed": its failed runs are history
+    assert _dd(page, "task-attempts").startswith("0 of 2 since the requeue at ")
+    assert "(2 runs in all)" in _dd(page, "task-attempts")
+    listing = (await http.get("/ui/tasks?state=failed", headers=BEARER)).text
+    assert task_id not in listing
+    lease = await tracker.claim("agent-r", "coder", 60_000)
+    assert lease is not None and lease.task.id == task_id
+    page = (await http.get(f"/ui/tasks/{task_id}", headers=BEARER)).text
+    assert 'id="task-state">running<' in page
+    assert _dd(page, "task-attempts").startswith("1 of 2 since the requeue")  # not "3 of 2"
+    assert "(3 runs in all)" in _dd(page, "task-attempts")
+    assert 'class="r-running"' in page  # the timeline draws the live run
+
+
+def _messages(body: str) -> list[tuple[str, dict[str, object], str | None]]:
+    """The SSE messages of ``body``: (event name, its JSON data, its id)."""
+    found = []
+    for block in body.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and line[0] != ":"
+        )
+        if "event" in fields:
+            found.append((fields["event"], json.loads(fields["data"]), fields.get("id")))
+    return found
+
+
+async def test_the_stream_of_a_finished_task_sends_its_events_then_its_end(
+    served: Served,
+) -> None:
+    http, _, ids = served
+    answer = await http.get(f"/ui/tasks/{ids.dead}/stream", headers=BEARER)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert "script-src 'self'" in answer.headers["content-security-policy"]
+    messages = _messages(answer.text)
+    kinds = [kind for kind, _, _ in messages]
+    assert kinds[-2:] == ["task", "end"] and "rail-event" in kinds
+    events = [data for kind, data, _ in messages if kind == "rail-event"]
+    assert any("<img src=x onerror=" in str(e["data"]) for e in events)  # as text in JSON
+    assert [str(e["id"]) for e in events] == [i for k, _, i in messages if k == "rail-event"]
+    assert messages[-2][1] == {"state": "dead", "stage": "todo"}
+    assert messages[-1][1] == {"outcome": "dead_lettered"}
+    last = str(events[-1]["id"])
+    again = await http.get(
+        f"/ui/tasks/{ids.dead}/stream", headers={**BEARER, "Last-Event-ID": last}
+    )
+    assert [k for k, _, _ in _messages(again.text)] == ["task", "end"]  # nothing twice
+
+
+async def test_the_live_page_points_its_script_at_the_stream_after_its_last_event(
+    served: Served,
+) -> None:
+    http, tracker, ids = served
+    page = (await http.get(f"/ui/tasks/{ids.running}", headers=BEARER)).text
+    events = (await tracker.list_task_events(ids.running)).items
+    assert f'data-src="/ui/tasks/{ids.running}/stream?after={events[-1].id}"' in page
+    assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in page
+    finished = (await http.get(f"/ui/tasks/{ids.dead}", headers=BEARER)).text
+    assert 'id="live"' not in finished and "refresh" not in finished.split("</head>")[0]
+    script = await http.get("/ui/static/console.js")  # no login needed: no secret in it
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "innerHTML" not in script.text and "eval(" not in script.text
+
+
+@pytest.mark.parametrize(
+    ("headers", "query", "status", "words"),
+    [
+        ({}, "?after=x1", 400, "after: 'x1' is not an event id"),
+        ({"Last-Event-ID": "-3"}, "", 400, "Last-Event-ID: '-3' is not an event id"),
+    ],
+)
+async def test_a_bad_stream_cursor_is_a_400_naming_it(
+    served: Served, headers: dict[str, str], query: str, status: int, words: str
+) -> None:
+    http, _, ids = served
+    answer = await http.get(f"/ui/tasks/{ids.running}/stream{query}", headers={**BEARER, **headers})
+    assert answer.status_code == status
+    assert words in html.unescape(answer.text)
+
+
+async def test_the_stream_needs_a_login_and_a_known_task(served: Served) -> None:
+    http, _, ids = served
+    answer = await http.get(f"/ui/tasks/{ids.running}/stream")
+    assert answer.status_code == 303 and "/ui/login" in answer.headers["location"]
+    missing = await http.get("/ui/tasks/no-such-task/stream", headers=BEARER)
+    assert missing.status_code == 404
