@@ -306,3 +306,55 @@ def test_the_live_task_page_streams_events_in_with_javascript_on(browser: Browse
     assert "finished (done)" in page.inner_text("#live-status")
     browser.no_script(page)
     assert not [line for line in browser.console if "Content Security Policy" in line]
+
+
+#: A pipeline whose ``review`` stage waits for a person.
+REVIEW_PIPELINE = {
+    "initial": "write",
+    "states": {
+        "write": {"agent_role": "writer"},
+        "review": {"human": True},
+        "done": {"terminal": True},
+    },
+    "transitions": [
+        {"from": "write", "trigger": "submit", "to": "review"},
+        {"from": "review", "trigger": "approve", "to": "done"},
+        {"from": "review", "trigger": "reject", "to": "write"},
+    ],
+}
+
+
+def _at_review(browser: Browser, title: str) -> str:
+    """A task its writer moved to the human step (through the served rail's API)."""
+    pipelines = {p["name"]: p["id"] for p in browser.api("GET", "/pipelines")}
+    pid = (
+        pipelines.get("review")
+        or browser.api("POST", "/pipelines", {"name": "review", "definition": REVIEW_PIPELINE})[
+            "id"
+        ]
+    )
+    task_id = str(browser.api("POST", "/tasks", {"pipeline_id": pid, "title": title})["id"])
+    lease = browser.api("POST", "/leases/claim", {"agent_id": "w-1", "agent_role": "writer"})
+    assert lease["task"]["id"] == task_id
+    run, token = lease["run"]["id"], lease["lease_token"]
+    browser.api("POST", f"/runs/{run}/transition", {"trigger": "submit"}, token)
+    return task_id
+
+
+@pytest.mark.timeout(120)
+def test_a_human_step_is_approved_from_the_inbox_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    task_id = _at_review(browser, "draft to approve")
+    browser.go("/ui/inbox")
+    assert "draft to approve" in browser.page.inner_text("#inbox")
+    browser.no_script()
+    browser.shot("inbox")
+    browser.page.click("#inbox a:text('draft to approve')")
+    assert browser.page.url == f"{browser.url}/ui/tasks/{task_id}"
+    browser.page.fill("#step-form textarea[name=instructions]", "ship it")
+    browser.shot("task-step")
+    browser.page.click("#step-approve")
+    assert "to stage done" in browser.page.inner_text(".flash")
+    assert browser.page.inner_text("#task-state") == "done"
+    assert browser.task(task_id).stage == "done"
+    browser.no_script()

@@ -11,7 +11,7 @@ import re
 import httpx
 import pytest
 
-from tests.dashboard.conftest import PIPELINE, TOKEN, Seeded
+from tests.dashboard.conftest import PIPELINE, SCRIPT_TITLE, TOKEN, Seeded, client, dashboard_app
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import RetryPolicy, TaskCreate
 
@@ -152,3 +152,134 @@ async def test_the_stream_needs_a_login_and_a_known_task(served: Served) -> None
     assert answer.status_code == 303 and "/ui/login" in answer.headers["location"]
     missing = await http.get("/ui/tasks/no-such-task/stream", headers=BEARER)
     assert missing.status_code == 404
+
+
+#: A pipeline whose second stage waits for a person (docs/guarantees/backlog.md).
+REVIEW = {
+    "initial": "write",
+    "states": {
+        "write": {"agent_role": "writer"},
+        "review": {"human": True},
+        "done": {"terminal": True},
+    },
+    "transitions": [
+        {"from": "write", "trigger": "submit", "to": "review"},
+        {"from": "review", "trigger": "approve", "to": "done"},
+        {"from": "review", "trigger": "reject", "to": "write"},
+    ],
+}
+READER = "dashboard-read-token-0123456789"
+
+
+async def _at_review(tracker: EmbeddedTracker, title: str = SCRIPT_TITLE) -> str:
+    """A task moved by its writer to the human step ``review``."""
+    pipelines = {p.name: p.id for p in await tracker.list_pipelines()}
+    pid = pipelines.get("review") or await tracker.create_pipeline("review", REVIEW)
+    task_id = await tracker.create_task(TaskCreate(pipeline_id=pid, title=title))
+    lease = await tracker.claim("writer-1", "writer", 60_000)
+    assert lease is not None and lease.task.id == task_id
+    await tracker.transition(lease, "submit")
+    return task_id
+
+
+async def _session(http: httpx.AsyncClient, token: str, page: str) -> str:
+    """Log in with ``token`` and answer ``page`` (its HTML)."""
+    answer = await http.post("/login", data={"token": token, "next": "/"})
+    assert answer.status_code == 303, answer.text
+    return (await http.get(page)).text
+
+
+def _posts(page: str) -> list[str]:
+    """The forms of the page's body that act (``POST``; the header's logout aside)."""
+    return re.findall(r'<form method="post"[^>]*>', page.split("</header>", 1)[1])
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+async def test_the_inbox_lists_tasks_at_a_human_step_and_the_page_moves_one_on(
+    embedded: tuple[EmbeddedTracker, Seeded],
+) -> None:
+    tracker, _ = embedded
+    task_id = await _at_review(tracker)
+    other = await _at_review(tracker, "second draft")
+    async with client(dashboard_app(tracker, admin_token=TOKEN)) as http:
+        inbox = await _session(http, TOKEN, "/inbox")
+        assert task_id in inbox and other in inbox
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in inbox and "<script>alert" not in inbox
+        assert "At most 200 tasks are listed per step" in inbox
+        page = (await http.get(f"/tasks/{task_id}")).text
+        assert 'id="step-form"' in page and 'value="approve"' in page and 'value="reject"' in page
+        assert 'http-equiv="refresh"' not in page  # no reload eats the typed instructions
+        form = {
+            "csrf": _csrf(page),
+            "trigger": "reject",
+            "expected_stage": "review",
+            "instructions": "cite the <b>source</b>",
+        }
+        answer = await http.post(f"/tasks/{task_id}/step", data=form)
+        assert answer.status_code == 303 and answer.headers["location"] == f"/tasks/{task_id}"
+        assert (await tracker.get_task(task_id)).stage == "write"
+        lease = await tracker.claim("writer-1", "writer", 60_000)
+        assert lease is not None and lease.task.id == task_id
+        moves = (await tracker.list_task_events(task_id, kind="transition")).items
+        assert moves[-1].data.get("instructions") == "cite the <b>source</b>"
+        shown = (await http.get(f"/tasks/{task_id}")).text
+        assert "Moved" in shown and "to stage write" in shown
+        again = await http.post(f"/tasks/{task_id}/step", data=form)  # it moved meanwhile
+        assert again.status_code == 303
+        stale = (await http.get(f"/tasks/{task_id}")).text
+        assert "Not moved:" in stale
+        inbox = (await http.get("/inbox")).text
+        assert task_id not in inbox and other in inbox
+
+
+async def test_a_step_is_refused_without_csrf_and_by_a_read_only_session(
+    embedded: tuple[EmbeddedTracker, Seeded],
+) -> None:
+    tracker, _ = embedded
+    task_id = await _at_review(tracker)
+    form = {"trigger": "approve", "expected_stage": "review"}
+    app = dashboard_app(tracker, admin_token=TOKEN, is_reader=lambda v: v == READER)
+    async with client(app) as http:
+        page = await _session(http, TOKEN, f"/tasks/{task_id}")
+        for csrf in (None, "not-the-token"):
+            sent = form if csrf is None else {**form, "csrf": csrf}
+            answer = await http.post(f"/tasks/{task_id}/step", data=sent)
+            assert answer.status_code == 403 and "csrf" in answer.text
+        assert 'id="step-form"' in page
+    async with client(app) as http:
+        page = await _session(http, READER, f"/tasks/{task_id}")
+        assert 'id="step-form"' not in page and not _posts(page)
+        assert 'id="step-readonly"' in page
+        inbox = (await http.get("/inbox")).text
+        assert task_id in inbox and not _posts(inbox)
+        answer = await http.post(f"/tasks/{task_id}/step", data={**form, "csrf": _csrf(page)})
+        assert answer.status_code == 403 and "read-only" in answer.text.lower()
+    assert (await tracker.get_task(task_id)).stage == "review"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"trigger": ""}, "trigger: missing"),
+        ({"expected_stage": "x" * 201}, "expected_stage: longer than 200 characters"),
+        ({"instructions": "x" * 4001}, "instructions: longer than 4000 characters"),
+        ({"expected_task_version": "two"}, "expected_task_version: 'two' is not a whole number"),
+    ],
+)
+async def test_a_bad_step_form_is_a_400_naming_the_field(
+    embedded: tuple[EmbeddedTracker, Seeded], change: dict[str, str], words: str
+) -> None:
+    tracker, _ = embedded
+    task_id = await _at_review(tracker)
+    async with client(dashboard_app(tracker, admin_token=TOKEN)) as http:
+        page = await _session(http, TOKEN, f"/tasks/{task_id}")
+        form = {"csrf": _csrf(page), "trigger": "approve", "expected_stage": "review", **change}
+        answer = await http.post(f"/tasks/{task_id}/step", data=form)
+        assert answer.status_code == 400
+        assert words in html.unescape(answer.text)
+    assert (await tracker.get_task(task_id)).stage == "review"

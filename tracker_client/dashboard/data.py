@@ -81,6 +81,21 @@ class Catalog:
             return self.pipelines[ref]
         return next((p for p in self.pipelines.values() if p.name == ref), None)
 
+    def human_steps(self) -> list[tuple[Pipeline, str]]:
+        """Every stage marked ``"human": true`` (a person moves its tasks on), by pipeline
+        name then stage (docs/guarantees/backlog.md)."""
+        found = [
+            (p, name)
+            for p in self.pipelines.values()
+            for name, stage in (p.definition.get("states") or {}).items()
+            if isinstance(stage, dict) and stage.get("human") is True
+        ]
+        return sorted(found, key=lambda pair: (pair[0].name, pair[1]))
+
+    def is_human_step(self, pipeline_id: str, stage: str) -> bool:
+        """Whether ``stage`` of the pipeline is a human step."""
+        return self.stage(pipeline_id, stage).get("human") is True
+
     def name(self, pipeline_id: str) -> str:
         """A pipeline's name (its id when unknown)."""
         pipeline = self.pipelines.get(pipeline_id)

@@ -187,13 +187,17 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
         "spans": spans,
         "timeline": svg.timeline(detail.created_at_ms, runs, events, int(time.time() * 1000)),
         "live_src": _live_src(request, task_id, events, next_events, state),
+        "human_step": state == "waiting"
+        and catalog.is_human_step(detail.pipeline_id, detail.stage),
         "can_cancel": state in ("waiting", "running", "failed"),
         "can_requeue": state == "dead",
         "stages": catalog.stages(detail.pipeline_id),
     }
     live = context["live_src"] is not None
+    # A task waiting for a person does not reload itself: it would lose the typed instructions.
+    refresh = live and not context["human_step"]
     return dash.render(
-        request, viewer, "task.html", context, section="tasks", refresh=live, live=live
+        request, viewer, "task.html", context, section="tasks", refresh=refresh, live=live
     )
 
 
