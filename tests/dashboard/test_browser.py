@@ -358,3 +358,23 @@ def test_a_human_step_is_approved_from_the_inbox_with_javascript_off(browser: Br
     assert browser.page.inner_text("#task-state") == "done"
     assert browser.task(task_id).stage == "done"
     browser.no_script()
+
+
+@pytest.mark.timeout(120)
+def test_search_and_filters_find_tasks_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    browser.go("/ui/tasks")
+    browser.page.fill("#filters input[name=q]", "permanent_failure")
+    browser.page.check("#filters input[name=events]")
+    browser.page.select_option("#filters select[name=role]", "coder")
+    browser.page.click("#filters button")
+    assert browser.page.locator("#tasks td.title").all_inner_texts() == ["to be dead"]
+    assert "at most 2000 tasks" in browser.page.inner_text("#scanned")
+    assert browser.page.input_value("#filters input[name=q]") == "permanent_failure"
+    browser.no_script()
+    browser.shot("search")
+    browser.page.fill("#filters input[name=q]", SCRIPT_TITLE)
+    browser.page.uncheck("#filters input[name=events]")
+    browser.page.click("#filters button")
+    assert browser.page.locator("#tasks td.title").all_inner_texts() == [SCRIPT_TITLE]
+    browser.no_script()

@@ -283,3 +283,53 @@ async def test_a_bad_step_form_is_a_400_naming_the_field(
         assert answer.status_code == 400
         assert words in html.unescape(answer.text)
     assert (await tracker.get_task(task_id)).stage == "review"
+
+
+def _listed(page: str) -> set[str]:
+    return set(re.findall(r'<code class="id">([^<]+)</code>', page))
+
+
+async def test_search_finds_words_in_title_metadata_and_on_request_in_events(
+    served: Served,
+) -> None:
+    http, _, ids = served
+    title = (await http.get("/ui/tasks?q=BUSY", headers=BEARER)).text
+    assert _listed(title) == {ids.running}
+    meta = (await http.get("/ui/tasks?q=onerror+img", headers=BEARER)).text
+    assert _listed(meta) == {ids.script}  # every word, in its metadata (as JSON)
+    assert "found in 3 tasks read" in meta and "at most 2000 tasks" in meta
+    events = "/ui/tasks?q=PERMANENT_failure"  # the dead task's dead_letter event only
+    assert _listed((await http.get(events, headers=BEARER)).text) == set()
+    found = (await http.get(events + "&events=on", headers=BEARER)).text
+    assert _listed(found) == {ids.dead}
+    assert "the first 200 events of each" in found
+    both = (await http.get("/ui/tasks?q=dead&state=dead", headers=BEARER)).text
+    assert _listed(both) == {ids.dead}
+
+
+async def test_the_role_filter_keeps_the_tasks_of_that_role(served: Served) -> None:
+    http, _, ids = served
+    coder = (await http.get("/ui/tasks?role=coder", headers=BEARER)).text
+    assert _listed(coder) == {ids.script, ids.dead, ids.running}
+    checker = (await http.get("/ui/tasks?role=checker", headers=BEARER)).text
+    assert _listed(checker) == set() and "No task matches." in checker
+    paged = (await http.get("/ui/tasks?role=coder&limit=1&q=o", headers=BEARER)).text
+    found = re.search(r'id="next-page" href="([^"]+)"', paged)
+    assert found and "role=coder" in found.group(1) and "q=o" in found.group(1)
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("role=nobody", "role: unknown role 'nobody' (known: checker, coder)"),
+        ("q=" + "x" * 201, "q: longer than 200 characters"),
+        ("q=x&events=yes", "events: 'yes' is not one of on"),
+    ],
+)
+async def test_a_bad_search_is_a_400_naming_the_parameter(
+    served: Served, query: str, words: str
+) -> None:
+    http, _, _ = served
+    answer = await http.get(f"/ui/tasks?{query}", headers=BEARER)
+    assert answer.status_code == 400
+    assert words in html.unescape(answer.text)

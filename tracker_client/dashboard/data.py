@@ -11,6 +11,7 @@ It may touch the tracker (reads only) and nothing else.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ __all__ = [
     "Attempts",
     "Catalog",
     "ListedTask",
+    "Search",
     "before",
     "fresh_state",
     "last_requeue",
@@ -80,6 +82,17 @@ class Catalog:
         if ref in self.pipelines:
             return self.pipelines[ref]
         return next((p for p in self.pipelines.values() if p.name == ref), None)
+
+    def roles(self) -> list[str]:
+        """Every role a stage of a pipeline names, sorted."""
+        return sorted(
+            {
+                str(stage["agent_role"])
+                for p in self.pipelines.values()
+                for stage in (p.definition.get("states") or {}).values()
+                if isinstance(stage, dict) and stage.get("agent_role")
+            }
+        )
 
     def human_steps(self) -> list[tuple[Pipeline, str]]:
         """Every stage marked ``"human": true`` (a person moves its tasks on), by pipeline
@@ -193,3 +206,42 @@ def fresh_state(state: str, latest: Run | None, requeue: Event | None) -> str:
     if state == "failed" and latest is not None and before(latest, requeue):
         return "waiting"
     return state
+
+
+#: Events of one task read when a search looks in events (its first page).
+SEARCH_EVENTS = 200
+
+
+@dataclass(frozen=True)
+class Search:
+    """Words to find in a task: every word, case-insensitive, in its title, description or
+    metadata (as JSON), or (``in_events``) in its first :data:`SEARCH_EVENTS` events' kinds
+    and data. The rail has no full-text index of tasks: this reads them."""
+
+    words: tuple[str, ...]
+    in_events: bool
+
+    @classmethod
+    def of(cls, text: str | None, in_events: bool) -> Search | None:
+        """The search for ``text`` (None: no words, no search)."""
+        words = tuple(w.casefold() for w in (text or "").split())
+        return cls(words, in_events) if words else None
+
+    def _all_in(self, text: str) -> bool:
+        folded = text.casefold()
+        return all(w in folded for w in self.words)
+
+    async def matches(self, tracker: Tracker, task: Task) -> bool:
+        """Whether every word is in the task (reading its events only when needed)."""
+        meta = json.dumps(task.metadata, ensure_ascii=False, default=str)
+        if self._all_in(f"{task.title}\n{task.description}\n{meta}"):
+            return True
+        if not self.in_events:
+            return False
+        page = await optional(lambda: tracker.list_task_events(task.id, limit=SEARCH_EVENTS))
+        if page is None:
+            return False
+        text = "\n".join(
+            f"{e.kind} {json.dumps(e.data, ensure_ascii=False, default=str)}" for e in page.items
+        )
+        return self._all_in(f"{task.title}\n{task.description}\n{meta}\n{text}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +25,7 @@ from tracker_client.dashboard.data import (
     Attempts,
     Catalog,
     ListedTask,
+    Search,
     fresh_state,
     last_requeue,
     optional,
@@ -37,9 +38,12 @@ from tracker_client.task_states import dead_letter_note
 
 __all__ = ["queue_page", "schedules_page", "task_page", "tasks_page", "workers_page"]
 
-#: The largest page of the task list, and the most tasks one state-filtered page scans.
+#: The largest page of the task list, and the most tasks one filtered page reads.
 MAX_LIMIT = 200
-SCAN_PAGES = 10
+MAX_SCAN = 2000
+
+#: Longest search text.
+MAX_WORDS = 200
 
 #: Events shown per page of a task's timeline.
 EVENTS_PER_PAGE = 200
@@ -85,13 +89,24 @@ async def queue_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
 
 
 async def tasks_page(request: Request, dash: Dashboard, viewer: Viewer) -> Response:
-    """Tasks in creation order, filtered by pipeline, stage and state, a page at a time."""
+    """Tasks in creation order, filtered by pipeline, stage, role and state, and searched for
+    words (title, description, metadata, optionally events), a page at a time.
+
+    The rail filters by pipeline and stage; the rest is a filter of its pages here, reading
+    at most :data:`MAX_SCAN` tasks per page of results (the page says how many it read, and
+    ``Next page`` goes on from there).
+    """
     _refresh(request)
     state = _param(request, "state", STATES)
     limit = _limit(request)
     cursor = _param(request, "cursor")
     pipeline_ref = _param(request, "pipeline")
     stage = _param(request, "stage")
+    role = _param(request, "role")
+    words = _param(request, "q")
+    in_events = _param(request, "events", ("on",)) is not None
+    if words is not None and len(words) > MAX_WORDS:
+        raise BadParam("q", f"longer than {MAX_WORDS} characters")
     catalog = await Catalog.read(dash.tracker)
     pipeline = catalog.find(pipeline_ref) if pipeline_ref else None
     if pipeline_ref and pipeline is None:
@@ -100,8 +115,13 @@ async def tasks_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
     stages = catalog.stages(pipeline.id if pipeline else None)
     if stage is not None and stage not in stages:
         raise BadParam("stage", f"unknown stage {stage!r} (known: {', '.join(stages) or 'none'})")
+    roles = catalog.roles()
+    if role is not None and role not in roles:
+        raise BadParam("role", f"unknown role {role!r} (known: {', '.join(roles) or 'none'})")
+    search = Search.of(words, in_events)
+    scanning = state is not None or role is not None or search is not None
     rows: list[ListedTask] = []
-    scanned, pages, next_cursor = 0, 0, cursor
+    scanned, next_cursor = 0, cursor
     while True:
         try:
             listing: Page[Task] = await dash.tracker.list_tasks(
@@ -112,29 +132,39 @@ async def tasks_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
             )
         except TrackerRejected as exc:
             raise BadParam("cursor", str(exc)) from None
-        pages += 1
         scanned += len(listing.items)
         for task in listing.items:
+            if search is not None and not await search.matches(dash.tracker, task):
+                continue
             row = await ListedTask.read(dash.tracker, task, catalog)
-            if state is None or row.state == state:
+            if (state is None or row.state == state) and (role is None or row.role == role):
                 rows.append(row)
         next_cursor = listing.next_cursor
-        if state is None or len(rows) >= limit or next_cursor is None or pages >= SCAN_PAGES:
+        if not scanning or len(rows) >= limit or next_cursor is None or scanned >= MAX_SCAN:
             break
     filters = {
         "pipeline": pipeline.name if pipeline else "",
         "stage": stage or "",
         "state": state or "",
+        "role": role or "",
+        "q": words or "",
+        "events": "on" if in_events else "",
         "limit": limit,
     }
+    kept = {k: v for k, v in filters.items() if v != ""}
+    if request.query_params.get("refresh") == "off":
+        kept["refresh"] = "off"
     context = {
         "rows": rows,
         "filters": filters,
+        "query": urlencode(kept),
         "next_cursor": next_cursor,
         "first_page": cursor is None,
-        "scanned": scanned,
+        "scanned": scanned if scanning else None,
+        "max_scan": MAX_SCAN,
         "pipelines": sorted(p.name for p in catalog.pipelines.values()),
         "stages": stages,
+        "roles": roles,
         "states": STATES,
     }
     return dash.render(request, viewer, "tasks.html", context, refresh=True, section="tasks")
