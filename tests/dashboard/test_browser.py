@@ -378,3 +378,28 @@ def test_search_and_filters_find_tasks_with_javascript_off(browser: Browser) -> 
     browser.page.click("#filters button")
     assert browser.page.locator("#tasks td.title").all_inner_texts() == [SCRIPT_TITLE]
     browser.no_script()
+
+
+@pytest.mark.timeout(120)
+def test_pipelines_and_a_task_s_relations_are_drawn_with_javascript_off(
+    browser: Browser,
+) -> None:
+    _logged_in(browser)
+    parent = browser.api("POST", "/tasks", {"pipeline_id": browser.ids.pipeline, "title": "plan"})
+    for title in ("part one", "part two"):
+        body = {"pipeline_id": browser.ids.pipeline, "title": title, "parent_id": parent["id"]}
+        browser.api("POST", "/tasks", body)
+    browser.go("/ui/pipelines")
+    todo = browser.page.locator('svg.graph g.node[data-name="todo"]').first
+    assert "role coder" in (todo.text_content() or "")
+    assert browser.page.locator("svg.graph .edge").count() >= 3
+    browser.no_script()
+    browser.shot("pipelines")
+    todo.click()  # a stage's box opens its tasks
+    assert "stage=todo" in browser.page.url
+    browser.go(f"/ui/tasks/{parent['id']}")
+    boxes = browser.page.locator("#relations g.node")
+    texts = [boxes.nth(i).get_attribute("data-name") for i in range(boxes.count())]
+    assert sorted(texts) == ["part one", "part two", "plan"]
+    browser.no_script()
+    browser.shot("task-relations")

@@ -333,3 +333,58 @@ async def test_a_bad_search_is_a_400_naming_the_parameter(
     answer = await http.get(f"/ui/tasks?{query}", headers=BEARER)
     assert answer.status_code == 400
     assert words in html.unescape(answer.text)
+
+
+def _boxes(page: str, graph: str) -> dict[str, str]:
+    """The boxes of the SVG graph ``graph`` on the page: name -> its second line."""
+    found = re.search(rf'<svg id="{graph}".*?</svg>', page, re.S)
+    assert found, f"no #{graph} on the page"
+    return dict(
+        re.findall(
+            r'data-name="([^"]*)">\s*<rect[^>]*/>\s*<text[^>]*>[^<]*</text>\s*'
+            r'<text[^>]*class="note">([^<]*)</text>',
+            found.group(0),
+        )
+    )
+
+
+async def test_each_pipeline_is_drawn_with_its_tasks_per_stage(served: Served) -> None:
+    http, tracker, _ = served
+    await _at_review(tracker, "a <b>draft</b>")
+    page = (await http.get("/ui/pipelines", headers=BEARER)).text
+    simple = _boxes(page, "graph-2")  # pipelines by name: review, simple
+    assert simple == {
+        "todo": "role coder · 3",
+        "check": "role checker · 0",
+        "done": "terminal · 0",
+        "dead": "terminal · 0",
+    }
+    review = _boxes(page, "graph-1")
+    assert review["review"] == "human step · 1" and review["write"] == "role writer · 0"
+    assert ">approve</text>" in page and ">reject</text>" in page  # the arrows' triggers
+    assert 'href="/ui/tasks?pipeline=simple&amp;stage=todo"' in page
+    assert "<b>draft" not in page  # the pipeline picture shows no task titles at all
+    assert '<script src="/ui/static/console.js" defer></script>' in page
+
+
+async def test_a_task_is_drawn_among_its_parent_dependencies_and_subtasks(
+    served: Served,
+) -> None:
+    http, tracker, ids = served
+    child = await tracker.create_task(
+        TaskCreate(pipeline_id=ids.pipeline, title="child <i>one</i>", parent_id=ids.script)
+    )
+    needs = await tracker.create_task(
+        TaskCreate(pipeline_id=ids.pipeline, title="after it", dependencies=[ids.script])
+    )
+    page = (await http.get(f"/ui/tasks/{ids.script}", headers=BEARER)).text
+    boxes = _boxes(page, "relations")
+    assert boxes["child &lt;i&gt;one&lt;/i&gt;"] == "simple / todo"
+    assert f'href="/ui/tasks/{child}"' in page
+    assert "found among the 2 tasks created after it" in page
+    child_page = (await http.get(f"/ui/tasks/{child}", headers=BEARER)).text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in str(_boxes(child_page, "relations"))
+    later = (await http.get(f"/ui/tasks/{needs}", headers=BEARER)).text
+    assert f'href="/ui/tasks/{ids.script}"' in later.split('id="relations"')[1]
+    lonely = (await http.get(f"/ui/tasks/{ids.dead}", headers=BEARER)).text
+    assert 'id="relations"' not in lonely

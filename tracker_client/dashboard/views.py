@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client import calls
-from tracker_client.dashboard import svg
+from tracker_client.dashboard import pictures, svg
 from tracker_client.dashboard.auth import Viewer
 from tracker_client.dashboard.data import (
     STATES,
@@ -217,6 +217,9 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
         "spans": spans,
         "timeline": svg.timeline(detail.created_at_ms, runs, events, int(time.time() * 1000)),
         "live_src": _live_src(request, task_id, events, next_events, state),
+        "relations": await pictures.relations(
+            dash.tracker, detail, catalog, request.scope.get("root_path", "")
+        ),
         "human_step": state == "waiting"
         and catalog.is_human_step(detail.pipeline_id, detail.stage),
         "can_cancel": state in ("waiting", "running", "failed"),
