@@ -403,3 +403,19 @@ def test_pipelines_and_a_task_s_relations_are_drawn_with_javascript_off(
     assert sorted(texts) == ["part one", "part two", "plan"]
     browser.no_script()
     browser.shot("task-relations")
+
+
+@pytest.mark.timeout(120)
+def test_the_charts_draw_the_rail_over_time_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    browser.go("/ui/charts")
+    assert "at most 500 tasks" in browser.page.inner_text("#sample")
+    for chart in ("throughput", "pickup", "failures", "dead"):
+        assert browser.page.locator(f"svg#chart-{chart}").count() == 1
+    assert browser.page.locator("svg#chart-failures rect").count() >= 1
+    browser.no_script()
+    browser.shot("charts")
+    browser.page.select_option("#window-form select[name=window]", "7d")
+    browser.page.click("#window-form button")
+    assert browser.page.url.endswith("/ui/charts?window=7d")
+    assert "last 7d" in browser.page.inner_text("#sample")

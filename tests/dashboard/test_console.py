@@ -388,3 +388,35 @@ async def test_a_task_is_drawn_among_its_parent_dependencies_and_subtasks(
     assert f'href="/ui/tasks/{ids.script}"' in later.split('id="relations"')[1]
     lonely = (await http.get(f"/ui/tasks/{ids.dead}", headers=BEARER)).text
     assert 'id="relations"' not in lonely
+
+
+def _bars(page: str, chart: str) -> list[str]:
+    """The tooltips of the bars of ``chart`` on the page."""
+    found = re.search(rf'<svg id="{chart}".*?</svg>', page, re.S)
+    assert found, f"no #{chart} on the page"
+    return re.findall(r"<title>([^<]*)</title>", found.group(0))
+
+
+async def test_the_charts_count_runs_failures_and_dead_letters_from_the_rail(
+    served: Served,
+) -> None:
+    http, tracker, _ = served
+    await _requeued(tracker)  # two failed runs more, now waiting afresh
+    page = (await http.get("/ui/charts?window=1h", headers=BEARER)).text
+    assert "the 4 tasks created in the last 1h and their 4 runs" in page
+    assert "at most 500 tasks" in page and "One bar per 5m" in page
+    ended = _bars(page, "chart-throughput")
+    assert sum(int(t.split(": ")[1].split()[0]) for t in ended if "failed" in t) == 3
+    failures = _bars(page, "chart-failures")
+    assert sum(int(t.split(": ")[1].split()[0]) for t in failures) == 3
+    assert _bars(page, "chart-dead") == ["coder: 1 dead-lettered"]
+    assert _bars(page, "chart-pickup")  # three tasks were picked up
+    assert "<script>alert" not in page
+
+
+@pytest.mark.parametrize("window", ["2h", "x" * 60])
+async def test_a_bad_chart_window_is_a_400_naming_it(served: Served, window: str) -> None:
+    http, _, _ = served
+    answer = await http.get(f"/ui/charts?window={window}", headers=BEARER)
+    assert answer.status_code == 400
+    assert "window: " in answer.text and "is not one of 1h, 24h, 7d" in html.unescape(answer.text)

@@ -9,6 +9,7 @@ Pure functions over the models: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracker_client.dashboard.render import duration, when
@@ -243,3 +244,85 @@ def relations(center: Node, up: list[Node], left: list[Node], right: list[Node])
 def _arrow_down(a: Node, b: Node, label: str) -> Edge:
     x = a.x + BOX_W / 2
     return Edge(f"M{x},{a.y + BOX_H} L{x},{b.y - 2}", label, x + 32, (a.y + BOX_H + b.y) / 2 + 4)
+
+
+#: A chart's plot size and margins.
+CHART_W, CHART_H, CHART_LEFT, CHART_BOTTOM = 560, 150, 44, 22
+
+
+@dataclass(frozen=True)
+class Column:
+    """One bar segment of a chart: where, how tall, its series (its colour) and its words."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    series: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A bar chart: its columns, the y axis's top value and the x axis's first and last
+    labels (or one label under each bar, ``labels``)."""
+
+    width: int
+    height: int
+    columns: list[Column]
+    top: str
+    first: str
+    last: str
+    labels: list[tuple[float, str]] = field(default_factory=list)
+    legend: list[str] = field(default_factory=list)
+
+
+def bars(
+    buckets: list[str],
+    series: dict[str, list[float]],
+    *,
+    unit: str = "",
+    fmt: Callable[[float], str] = lambda v: f"{v:g}",
+    under_each: bool = False,
+) -> Chart:
+    """Stacked bars, one per bucket (``series``: name -> one value per bucket, stacked in
+    order); ``fmt`` writes a value (the axis top, each bar's tooltip)."""
+    n = max(1, len(buckets))
+    totals = [sum(values[i] for values in series.values()) for i in range(len(buckets))]
+    top = max([*totals, 0.0]) or 1.0
+    step = (CHART_W - CHART_LEFT - 6) / n
+    columns = []
+    for i, name in enumerate(buckets):
+        base = float(CHART_H - CHART_BOTTOM)
+        for key, values in series.items():
+            value = values[i]
+            if value <= 0:
+                continue
+            h = (CHART_H - CHART_BOTTOM - 8) * value / top
+            base -= h
+            wide = min(max(1.0, step - 2), 60.0) if under_each else max(1.0, step - 2)
+            columns.append(
+                Column(
+                    round(CHART_LEFT + i * step + (step - wide) / 2, 1),
+                    round(base, 1),
+                    round(wide, 1),
+                    round(h, 1),
+                    key,
+                    f"{name}: {fmt(value)}{unit} {key}",
+                )
+            )
+    labels = (
+        [(round(CHART_LEFT + (i + 0.5) * step, 1), b) for i, b in enumerate(buckets)]
+        if under_each
+        else []
+    )
+    return Chart(
+        CHART_W,
+        CHART_H,
+        columns,
+        f"{fmt(top)}{unit}",
+        buckets[0] if buckets else "",
+        buckets[-1] if buckets else "",
+        labels,
+        list(series),
+    )
