@@ -420,3 +420,83 @@ async def test_a_bad_chart_window_is_a_400_naming_it(served: Served, window: str
     answer = await http.get(f"/ui/charts?window={window}", headers=BEARER)
     assert answer.status_code == 400
     assert "window: " in answer.text and "is not one of 1h, 24h, 7d" in html.unescape(answer.text)
+
+
+async def _open(tracker: EmbeddedTracker) -> list[str]:
+    """The ids of the rail's tasks neither dead-lettered nor finished."""
+    page = await tracker.list_tasks(limit=200)
+    return [t.id for t in page.items if t.dead_letter_reason is None and t.stage != "done"]
+
+
+async def test_bulk_cancel_and_requeue_preview_then_act(
+    embedded: tuple[EmbeddedTracker, Seeded],
+) -> None:
+    tracker, ids = embedded
+    async with client(dashboard_app(tracker, admin_token=TOKEN)) as http:
+        page = await _session(http, TOKEN, "/bulk?action=cancel&pipeline=simple")
+        assert "2 open tasks would be cancelled." in page
+        assert _listed(page) == {ids.script, ids.running}
+        assert sorted(await _open(tracker)) == sorted([ids.script, ids.running])  # untouched
+        form = {"csrf": _csrf(page), "pipeline": "simple", "role": "", "reason": ""}
+        done = await http.post("/bulk/cancel", data=form)
+        assert done.status_code == 303
+        assert done.headers["location"] == "/bulk?action=cancel&pipeline=simple"
+        assert await _open(tracker) == []
+        after = (await http.get(done.headers["location"])).text
+        assert "Cancelled 2 tasks." in after and "0 open tasks would be cancelled." in after
+        assert 'id="confirm-form"' not in after  # nothing left to cancel
+        preview = html.unescape((await http.get("/bulk?action=requeue&pipeline=simple")).text)
+        assert "3 dead-lettered tasks would be requeued (the rail's own dry run)" in preview
+        assert "2 cancelled, 1 permanent_failure" in preview
+        one = (await http.get("/bulk?action=requeue&pipeline=simple&reason=cancelled")).text
+        assert "2 dead-lettered tasks would be requeued" in one
+        assert _listed(one) == {ids.script, ids.running}
+        form = {"csrf": _csrf(one), "pipeline": "simple", "reason": "cancelled"}
+        done = await http.post("/bulk/requeue", data=form)
+        assert done.status_code == 303
+        assert sorted(await _open(tracker)) == sorted([ids.script, ids.running])
+        assert (await tracker.get_task(ids.dead)).dead_letter_reason == "permanent_failure"
+        assert "Requeued 2 tasks." in (await http.get(done.headers["location"])).text
+
+
+async def test_bulk_actions_are_refused_without_csrf_and_by_a_read_only_session(
+    embedded: tuple[EmbeddedTracker, Seeded],
+) -> None:
+    tracker, _ = embedded
+    app = dashboard_app(tracker, admin_token=TOKEN, is_reader=lambda v: v == READER)
+    form = {"pipeline": "simple"}
+    async with client(app) as http:
+        await _session(http, TOKEN, "/bulk")
+        for sent in (form, {**form, "csrf": "forged"}):
+            for action in ("cancel", "requeue"):
+                answer = await http.post(f"/bulk/{action}", data=sent)
+                assert answer.status_code == 403 and "csrf" in answer.text
+    async with client(app) as http:
+        page = await _session(http, READER, "/bulk?action=cancel&pipeline=simple")
+        assert "2 open tasks would be cancelled." in page
+        assert not _posts(page) and 'id="bulk-readonly"' in page
+        for action in ("cancel", "requeue"):
+            answer = await http.post(f"/bulk/{action}", data={**form, "csrf": _csrf(page)})
+            assert answer.status_code == 403 and "read-only" in answer.text.lower()
+    assert len(await _open(tracker)) == 2
+    assert (await tracker.list_tasks(limit=200)).items[0].dead_letter_reason is not None
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("action=drop", "action: 'drop' is not one of cancel, requeue"),
+        ("action=requeue", "pipeline: a requeue needs the pipeline"),
+        ("action=requeue&pipeline=simple&role=coder", "role: a requeue takes a pipeline"),
+        ("action=cancel", "pipeline: a cancel needs a pipeline, a role or both"),
+        ("action=cancel&role=ghost", "role: unknown role 'ghost' (known: checker, coder)"),
+        ("action=cancel&pipeline=nope", "pipeline: unknown pipeline 'nope' (known: simple)"),
+        ("action=cancel&role=coder&reason=x", "reason: a cancel takes a pipeline and/or a role"),
+    ],
+)
+async def test_a_bad_bulk_choice_is_a_400_naming_it(served: Served, query: str, words: str) -> None:
+    http, tracker, _ = served
+    answer = await http.get(f"/ui/bulk?{query}", headers=BEARER)
+    assert answer.status_code == 400
+    assert words in html.unescape(answer.text)
+    assert len(await _open(tracker)) == 2
