@@ -2,9 +2,9 @@
 
 Jinja2 renders every page with autoescape on (``select_autoescape`` for ``.html``), so a task's
 title, metadata, an event's data or an artifact's URI is always text, never markup. A page is
-sent with a ``Content-Security-Policy`` that allows no script at all and no asset from outside
-(the CSS is inline), and ``X-Frame-Options: DENY``: even a value that escaped the templates
-could not run.
+sent with a ``Content-Security-Policy`` that allows no script but the dashboard's own file (no
+inline script, no eval) and no asset from outside (the CSS is inline), and
+``X-Frame-Options: DENY``: even a value that escaped the templates could not run.
 
 It may touch the template files beside it and nothing else (no tracker, no I/O per request).
 """
