@@ -500,3 +500,24 @@ async def test_a_bad_bulk_choice_is_a_400_naming_it(served: Served, query: str, 
     assert answer.status_code == 400
     assert words in html.unescape(answer.text)
     assert len(await _open(tracker)) == 2
+
+
+async def test_the_console_s_pages_and_actions_keep_the_host_and_origin_checks(
+    served: Served,
+) -> None:
+    http, tracker, ids = served
+    pages = ["/ui/inbox", "/ui/pipelines", "/ui/charts", "/ui/bulk", "/ui/static/console.js"]
+    pages += [f"/ui/tasks/{ids.dead}/stream", "/ui/tasks?q=busy"]  # a finished task's stream
+    for path in [*pages, f"/ui/tasks/{ids.running}/stream"]:
+        rebound = await http.get(path, headers={**BEARER, "Host": "evil.example"})
+        assert rebound.status_code == 421, path
+    for path in pages:
+        page = await http.get(path, headers=BEARER)
+        assert page.headers["x-frame-options"] == "DENY", path
+        assert "default-src 'none'" in page.headers["content-security-policy"], path
+    for path in (f"/ui/tasks/{ids.script}/step", "/ui/bulk/cancel", "/ui/bulk/requeue"):
+        forged = await http.post(
+            path, data={"pipeline": "simple"}, headers={"Origin": "http://evil.example"}
+        )
+        assert forged.status_code == 403, path
+    assert len(await _open(tracker)) == 2
