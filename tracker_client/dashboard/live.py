@@ -6,7 +6,8 @@ operation (extension ``follow``, :mod:`tracker_client.contract.operations`): eac
 an ``rail-event`` message (its id is the SSE id, so a reconnecting browser sends it back as
 ``Last-Event-ID`` and misses nothing), each batch is followed by a ``task`` message (state and
 stage), and the task's end by ``end``. One response lasts at most :data:`STREAM_S` seconds, then
-the browser reconnects from where it was: no stream outlives a server's stop for long. Every
+the browser reconnects from where it was, and a stopping server (``DashboardSettings.closing``)
+ends every stream at once: no open page holds up a stop. Every
 value is sent as text in JSON and the script sets it with ``textContent`` (never markup).
 
 It may touch the tracker (reads: ``follow_task``, ``get_task``) and the script file beside it.
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -30,6 +32,9 @@ from tracker_client.dashboard.data import Catalog, fresh_state, last_requeue, op
 from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.ops_models import TaskFollow
 from tracker_client.task_states import task_state
+
+if TYPE_CHECKING:
+    from tracker_client.serve.helpers import Closing
 
 __all__ = ["STREAM_S", "script", "stream"]
 
@@ -65,6 +70,32 @@ def _after(request: Request) -> str | None:
     return None
 
 
+async def _unless_closing(
+    follow: Callable[[], Awaitable[TaskFollow]], closing: Closing | None
+) -> tuple[TaskFollow | None, bool]:
+    """``follow()`` (None: the rail cannot follow), cut short when the server starts stopping:
+    (its answer, whether the server is stopping)."""
+    if closing is None:
+        return await optional(follow), False
+    if closing.closed:
+        return None, True
+    answer: TaskFollow | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            nonlocal answer
+            answer = await optional(follow)
+            tg.cancel_scope.cancel()
+
+        async def stop() -> None:
+            await closing.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(run)
+        tg.start_soon(stop)
+    return answer, closing.closed
+
+
 def _message(kind: str, data: dict[str, Any], event_id: int | None = None) -> str:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -95,7 +126,9 @@ async def stream(request: Request, dash: Dashboard, viewer: Viewer) -> Response:
                     dash.tracker, task_id, after=since, timeout_ms=wait, limit=BATCH
                 )
 
-            answer = await optional(follow)
+            answer, stopping = await _unless_closing(follow, dash.settings.closing)
+            if stopping:
+                return  # the server stops: the browser reconnects to whatever serves next
             if answer is None:
                 yield _message("end", {"outcome": "not followable on this rail"})
                 return

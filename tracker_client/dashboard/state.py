@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.dashboard import auth, render
 from tracker_client.protocol import Tracker
+
+if TYPE_CHECKING:
+    from tracker_client.serve.helpers import Closing
 
 __all__ = ["BadParam", "Dashboard", "DashboardSettings", "here"]
 
@@ -37,6 +40,9 @@ class DashboardSettings:
     refresh_s: int = 5
     #: Most sessions kept at once (the oldest is dropped first).
     max_sessions: int = 1000
+    #: Set when the server stops: a task's live stream ends at once instead of holding the
+    #: stop up (None: streams end on their own, within ``live.STREAM_S``).
+    closing: Closing | None = field(default=None, repr=False)
 
 
 class BadParam(Exception):
