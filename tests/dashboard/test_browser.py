@@ -217,6 +217,9 @@ def test_each_page_renders_as_text_in_chromium(browser: Browser) -> None:
 
     assert browser.go(f"/ui/tasks/{ids.running}").status == 200
     assert browser.page.inner_text("#task-state") == "running"
+    # Scripts off: the live part degrades to a reload while the task is open.
+    assert browser.page.locator('noscript meta[http-equiv="refresh"]').count() == 1
+    assert "turn scripts on" in browser.page.inner_text("#live-status")
     assert "agent-2" in browser.page.inner_text("#runs")
     assert SCRIPT_TITLE in browser.page.inner_text("#events")
     browser.no_script()

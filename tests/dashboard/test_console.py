@@ -77,6 +77,7 @@ async def test_a_requeued_task_waits_afresh_and_counts_attempts_again(served: Se
     assert _dd(page, "task-attempts").startswith("1 of 2 since the requeue")  # not "3 of 2"
     assert "(3 runs in all)" in _dd(page, "task-attempts")
     assert 'class="r-running"' in page  # the timeline draws the live run
+    assert page.count('class="before-requeue"') == 2  # the runs the count no longer holds
 
 
 def _messages(body: str) -> list[tuple[str, dict[str, object], str | None]]:
@@ -404,7 +405,7 @@ async def test_the_charts_count_runs_failures_and_dead_letters_from_the_rail(
     await _requeued(tracker)  # two failed runs more, now waiting afresh
     page = (await http.get("/ui/charts?window=1h", headers=BEARER)).text
     assert "the 4 tasks created in the last 1h and their 4 runs" in page
-    assert "at most 500 tasks" in page and "One bar per 5m" in page
+    assert "at most 500 tasks" in page and "One bar per 5 minutes" in page
     ended = _bars(page, "chart-throughput")
     assert sum(int(t.split(": ")[1].split()[0]) for t in ended if "failed" in t) == 3
     failures = _bars(page, "chart-failures")

@@ -44,6 +44,9 @@ WINDOWS = {
     "7d": (7 * 86_400_000, 6 * 3_600_000),
 }
 
+#: How a window's bucket is said on the page.
+BUCKET_WORDS = {"1h": "5 minutes", "24h": "hour", "7d": "6 hours"}
+
 
 @dataclass
 class Sample:
@@ -155,6 +158,6 @@ async def charts_page(request: Request, dash: Dashboard, viewer: Viewer) -> Resp
         "runs": sum(len(r) for r in sample.runs.values()),
         "cut": sample.cut,
         "max_tasks": MAX_TASKS,
-        "bucket": duration(step),
+        "bucket": BUCKET_WORDS[window],
     }
     return dash.render(request, viewer, "charts.html", context, section="charts")
