@@ -200,6 +200,8 @@ def test_each_page_renders_as_text_in_chromium(browser: Browser) -> None:
     browser.shot("queue")
 
     assert browser.go("/ui/tasks").status == 200
+    for task_id in (ids.script, ids.dead, ids.running):  # whole ids, not 8 characters
+        assert browser.page.locator(f'#tasks code.id:text-is("{task_id}")').count() == 1
     titles = browser.page.locator("#tasks td.title").all_inner_texts()
     assert SCRIPT_TITLE in titles and "busy one" in titles and "to be dead" in titles
     browser.no_script()
@@ -260,6 +262,9 @@ def test_cancel_and_requeue_buttons_act_on_the_rail(browser: Browser) -> None:
     task = browser.task(running)
     assert task.dead_letter_reason is None and task.stage == "todo"
     assert browser.page.inner_text("#task-state") == "waiting"  # afresh: its run is history
+    attempts = browser.page.inner_text("#task-attempts")
+    assert attempts.startswith("0 of ") and "since the requeue" in attempts, attempts
+    assert "(1 run in all)" in attempts  # not "1 of N": the cancelled run is not counted
     browser.no_script()
 
 
