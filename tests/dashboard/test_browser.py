@@ -306,7 +306,10 @@ def test_the_live_task_page_streams_events_in_with_javascript_on(browser: Browse
         "POST", f"/runs/{run_id}/events", {"kind": "log", "data": {"line": "second"}}, token
     )
     page.locator("#events tr.live-event").nth(1).wait_for()  # (no eval: the CSP forbids it)
-    page.locator("#task-id + button.copy").wait_for(state="visible")  # the script's copy button
+    copy = page.locator("#task-id + button.copy")
+    copy.wait_for(state="visible")  # the script reveals the copy button
+    copy.click()  # copied, or (no clipboard granted) the id selected for Ctrl+C
+    page.locator("#task-id + button.copy:text-matches('copied|selected')").wait_for()
     page.screenshot(path=str(browser.shots / "task-live.png"), full_page=True)
     browser.api("POST", f"/runs/{run_id}/transition", {"trigger": "complete"}, token)
     page.wait_for_selector('#live[data-live="finished"]')
