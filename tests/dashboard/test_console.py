@@ -39,6 +39,16 @@ async def test_the_task_page_names_its_pipeline_without_its_id(served: Served) -
     assert ids.pipeline not in page
 
 
+async def test_the_schedules_page_names_each_schedule_s_pipeline(served: Served) -> None:
+    http, tracker, ids = served
+    await tracker.call(
+        "create_schedule", schedule="nightly", pipeline_id=ids.pipeline, cron="0 3 * * *", title="s"
+    )
+    page = (await http.get("/ui/schedules", headers=BEARER)).text
+    assert "<td>nightly</td><td>simple</td>" in page
+    assert ids.pipeline not in page
+
+
 async def _requeued(tracker: EmbeddedTracker) -> str:
     """A task of two attempts that used both, then was requeued (the count starts again)."""
     pid = await tracker.create_pipeline("retrying", PIPELINE)

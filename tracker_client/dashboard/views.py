@@ -260,7 +260,9 @@ async def schedules_page(request: Request, dash: Dashboard, viewer: Viewer) -> R
     _refresh(request)
     schedules = await optional(lambda: calls.LIST_SCHEDULES.call(dash.tracker))
     limits = await optional(lambda: calls.LIST_RATE_LIMITS.call(dash.tracker))
-    context = {"schedules": schedules, "limits": limits}
+    catalog = await Catalog.read(dash.tracker)
+    names = {p.id: p.name for p in catalog.pipelines.values()}  # names, not ids
+    context = {"schedules": schedules, "limits": limits, "pipelines": names}
     return dash.render(
         request, viewer, "schedules.html", context, refresh=True, section="schedules"
     )
