@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,9 @@ class Browser:
     page: Any
     dialogs: list[str]
     shots: Path
+    pw_browser: Any = None
+    console: list[str] = field(default_factory=list)
+    _scripted: Any = None
 
     def go(self, path: str) -> Any:
         response = self.page.goto(self.url + path)
@@ -78,10 +81,46 @@ class Browser:
         assert answer.status_code == 200, answer.text
         return TaskDetail.model_validate(answer.json())
 
-    def no_script(self) -> None:
-        assert self.page.locator("script").count() == 0
-        assert self.page.locator("[onerror], [onload], [onclick]").count() == 0
+    def no_script(self, page: Any = None) -> None:
+        """No script element but the dashboard's own file, no handler markup, no dialog."""
+        page = page or self.page
+        scripts = page.locator("script")
+        sources = [
+            [scripts.nth(i).get_attribute("src"), scripts.nth(i).text_content()]
+            for i in range(scripts.count())
+        ]
+        assert sources == [["/ui/static/console.js", ""]], sources
+        assert page.locator("[onerror], [onload], [onclick]").count() == 0
         assert self.dialogs == []
+
+    def api(self, method: str, path: str, body: Any = None, token: str = TOKEN) -> Any:
+        """Call the served rail's API (Playwright holds this thread's loop: plain httpx)."""
+        answer = httpx.request(
+            method, self.url + path, json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code < 300, answer.text
+        return answer.json() if answer.content else None
+
+    def scripted(self) -> Any:
+        """A second chromium page with JavaScript on, logged in (the live page's)."""
+        if self._scripted is None:
+            context = self.pw_browser.new_context(
+                java_script_enabled=True, viewport={"width": 1280, "height": 800}
+            )
+            page = context.new_page()
+            page.set_default_timeout(20_000)
+            page.on("dialog", self._dialog)
+            page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+            page.goto(self.url + "/ui/login")
+            page.fill("#login input[name=token]", TOKEN)
+            page.click("#login button")
+            assert "/ui/login" not in page.url
+            self._scripted = page
+        return self._scripted
+
+    def _dialog(self, d: Any) -> None:  # an alert() that ran: the test fails on it
+        self.dialogs.append(d.message)
+        d.dismiss()
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +157,11 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
                     d.dismiss()
 
                 page.on("dialog", dialog)
-                yield Browser(url, ids, page, dialogs, artifacts_dir())
+                scripted = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+                try:
+                    yield Browser(url, ids, page, dialogs, artifacts_dir(), scripted)
+                finally:
+                    scripted.close()
             finally:
                 context.close()
         assert TOKEN not in (tmp / "serve.log").read_text()
@@ -157,6 +200,8 @@ def test_each_page_renders_as_text_in_chromium(browser: Browser) -> None:
     browser.shot("queue")
 
     assert browser.go("/ui/tasks").status == 200
+    for task_id in (ids.script, ids.dead, ids.running):  # whole ids, not 8 characters
+        assert browser.page.locator(f'#tasks code.id:text-is("{task_id}")').count() == 1
     titles = browser.page.locator("#tasks td.title").all_inner_texts()
     assert SCRIPT_TITLE in titles and "busy one" in titles and "to be dead" in titles
     browser.no_script()
@@ -174,6 +219,9 @@ def test_each_page_renders_as_text_in_chromium(browser: Browser) -> None:
 
     assert browser.go(f"/ui/tasks/{ids.running}").status == 200
     assert browser.page.inner_text("#task-state") == "running"
+    # Scripts off: the live part degrades to a reload while the task is open.
+    assert browser.page.locator('noscript meta[http-equiv="refresh"]').count() == 1
+    assert "turn scripts on" in browser.page.inner_text("#live-status")
     assert "agent-2" in browser.page.inner_text("#runs")
     assert SCRIPT_TITLE in browser.page.inner_text("#events")
     browser.no_script()
@@ -213,7 +261,10 @@ def test_cancel_and_requeue_buttons_act_on_the_rail(browser: Browser) -> None:
     assert "Requeued" in browser.page.inner_text(".flash")
     task = browser.task(running)
     assert task.dead_letter_reason is None and task.stage == "todo"
-    assert browser.page.inner_text("#task-state") in ("waiting", "failed")
+    assert browser.page.inner_text("#task-state") == "waiting"  # afresh: its run is history
+    attempts = browser.page.inner_text("#task-attempts")
+    assert attempts.startswith("0 of ") and "since the requeue" in attempts, attempts
+    assert "(1 run in all)" in attempts  # not "1 of N": the cancelled run is not counted
     browser.no_script()
 
 
@@ -223,3 +274,191 @@ def _logged_in(browser: Browser) -> None:
         browser.page.fill("#login input[name=token]", TOKEN)
         browser.page.click("#login button")
     assert "/ui/login" not in browser.page.url
+
+
+#: A pipeline of its own for the live test (its role is claimed by the test alone).
+LIVE_PIPELINE = {
+    "initial": "work",
+    "states": {"work": {"agent_role": "streamer"}, "done": {"terminal": True}},
+    "transitions": [{"from": "work", "trigger": "complete", "to": "done"}],
+}
+
+
+@pytest.mark.timeout(120)
+def test_the_live_task_page_streams_events_in_with_javascript_on(browser: Browser) -> None:
+    pid = browser.api("POST", "/pipelines", {"name": "live", "definition": LIVE_PIPELINE})["id"]
+    task_id = browser.api("POST", "/tasks", {"pipeline_id": pid, "title": "watch me"})["id"]
+    lease = browser.api(
+        "POST", "/leases/claim", {"agent_id": "agent-live", "agent_role": "streamer"}
+    )
+    run_id, token = lease["run"]["id"], lease["lease_token"]
+    page = browser.scripted()
+    page.goto(f"{browser.url}/ui/tasks/{task_id}")
+    page.wait_for_selector('#live[data-live="open"]')
+    assert page.locator('meta[http-equiv="refresh"]').count() == 0  # the script streams instead
+    assert page.inner_text("#task-state") == "running"
+    browser.api(
+        "POST", f"/runs/{run_id}/events", {"kind": "log", "data": {"line": SCRIPT_TITLE}}, token
+    )
+    row = page.wait_for_selector("#events tr.live-event")  # in, without a reload
+    assert SCRIPT_TITLE in row.inner_text()  # as text: the title is no script
+    browser.api(
+        "POST", f"/runs/{run_id}/events", {"kind": "log", "data": {"line": "second"}}, token
+    )
+    page.locator("#events tr.live-event").nth(1).wait_for()  # (no eval: the CSP forbids it)
+    copy = page.locator("#task-id + button.copy")
+    copy.wait_for(state="visible")  # the script reveals the copy button
+    copy.click()  # copied, or (no clipboard granted) the id selected for Ctrl+C
+    page.locator("#task-id + button.copy:text-matches('copied|selected')").wait_for()
+    page.screenshot(path=str(browser.shots / "task-live.png"), full_page=True)
+    browser.api("POST", f"/runs/{run_id}/transition", {"trigger": "complete"}, token)
+    page.wait_for_selector('#live[data-live="finished"]')
+    assert page.inner_text("#task-state") == "done"
+    assert "finished (done)" in page.inner_text("#live-status")
+    browser.no_script(page)
+    assert not [line for line in browser.console if "Content Security Policy" in line]
+
+
+#: A pipeline whose ``review`` stage waits for a person.
+REVIEW_PIPELINE = {
+    "initial": "write",
+    "states": {
+        "write": {"agent_role": "writer"},
+        "review": {"human": True},
+        "done": {"terminal": True},
+    },
+    "transitions": [
+        {"from": "write", "trigger": "submit", "to": "review"},
+        {"from": "review", "trigger": "approve", "to": "done"},
+        {"from": "review", "trigger": "reject", "to": "write"},
+    ],
+}
+
+
+def _at_review(browser: Browser, title: str) -> str:
+    """A task its writer moved to the human step (through the served rail's API)."""
+    pipelines = {p["name"]: p["id"] for p in browser.api("GET", "/pipelines")}
+    pid = (
+        pipelines.get("review")
+        or browser.api("POST", "/pipelines", {"name": "review", "definition": REVIEW_PIPELINE})[
+            "id"
+        ]
+    )
+    task_id = str(browser.api("POST", "/tasks", {"pipeline_id": pid, "title": title})["id"])
+    lease = browser.api("POST", "/leases/claim", {"agent_id": "w-1", "agent_role": "writer"})
+    assert lease["task"]["id"] == task_id
+    run, token = lease["run"]["id"], lease["lease_token"]
+    browser.api("POST", f"/runs/{run}/transition", {"trigger": "submit"}, token)
+    return task_id
+
+
+@pytest.mark.timeout(120)
+def test_a_human_step_is_approved_from_the_inbox_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    task_id = _at_review(browser, "draft to approve")
+    browser.go("/ui/inbox")
+    assert "draft to approve" in browser.page.inner_text("#inbox")
+    browser.no_script()
+    browser.shot("inbox")
+    browser.page.click("#inbox a:text('draft to approve')")
+    assert browser.page.url == f"{browser.url}/ui/tasks/{task_id}"
+    browser.page.fill("#step-form textarea[name=instructions]", "ship it")
+    browser.shot("task-step")
+    browser.page.click("#step-approve")
+    assert "to stage done" in browser.page.inner_text(".flash")
+    assert browser.page.inner_text("#task-state") == "done"
+    assert browser.task(task_id).stage == "done"
+    browser.no_script()
+
+
+@pytest.mark.timeout(120)
+def test_search_and_filters_find_tasks_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    browser.go("/ui/tasks")
+    browser.page.fill("#filters input[name=q]", "permanent_failure")
+    browser.page.check("#filters input[name=events]")
+    browser.page.select_option("#filters select[name=role]", "coder")
+    browser.page.click("#filters button")
+    assert browser.page.locator("#tasks td.title").all_inner_texts() == ["to be dead"]
+    assert "at most 2000 tasks" in browser.page.inner_text("#scanned")
+    assert browser.page.input_value("#filters input[name=q]") == "permanent_failure"
+    browser.no_script()
+    browser.shot("search")
+    browser.page.fill("#filters input[name=q]", SCRIPT_TITLE)
+    browser.page.uncheck("#filters input[name=events]")
+    browser.page.click("#filters button")
+    assert browser.page.locator("#tasks td.title").all_inner_texts() == [SCRIPT_TITLE]
+    browser.no_script()
+
+
+@pytest.mark.timeout(120)
+def test_pipelines_and_a_task_s_relations_are_drawn_with_javascript_off(
+    browser: Browser,
+) -> None:
+    _logged_in(browser)
+    parent = browser.api("POST", "/tasks", {"pipeline_id": browser.ids.pipeline, "title": "plan"})
+    for title in ("part one", "part two"):
+        body = {"pipeline_id": browser.ids.pipeline, "title": title, "parent_id": parent["id"]}
+        browser.api("POST", "/tasks", body)
+    browser.go("/ui/pipelines")
+    todo = browser.page.locator('svg.graph g.node[data-name="todo"]').first
+    assert "role coder" in (todo.text_content() or "")
+    assert browser.page.locator("svg.graph .edge").count() >= 3
+    browser.no_script()
+    browser.shot("pipelines")
+    todo.click()  # a stage's box opens its tasks
+    assert "stage=todo" in browser.page.url
+    browser.go(f"/ui/tasks/{parent['id']}")
+    boxes = browser.page.locator("#relations g.node")
+    texts = [boxes.nth(i).get_attribute("data-name") for i in range(boxes.count())]
+    assert sorted(texts) == ["part one", "part two", "plan"]
+    browser.no_script()
+    browser.shot("task-relations")
+
+
+@pytest.mark.timeout(120)
+def test_the_charts_draw_the_rail_over_time_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    browser.go("/ui/charts")
+    assert "at most 500 tasks" in browser.page.inner_text("#sample")
+    for chart in ("throughput", "pickup", "failures", "dead"):
+        assert browser.page.locator(f"svg#chart-{chart}").count() == 1
+    assert browser.page.locator("svg#chart-failures rect").count() >= 1
+    browser.no_script()
+    browser.shot("charts")
+    browser.page.select_option("#window-form select[name=window]", "7d")
+    browser.page.click("#window-form button")
+    assert browser.page.url.endswith("/ui/charts?window=7d")
+    assert "last 7d" in browser.page.inner_text("#sample")
+
+
+@pytest.mark.timeout(120)
+def test_bulk_cancel_then_requeue_with_a_preview_with_javascript_off(browser: Browser) -> None:
+    _logged_in(browser)
+    definition = {
+        "initial": "queued",
+        "states": {"queued": {"agent_role": "bulker"}, "done": {"terminal": True}},
+        "transitions": [{"from": "queued", "trigger": "complete", "to": "done"}],
+    }
+    pid = browser.api("POST", "/pipelines", {"name": "bulk", "definition": definition})["id"]
+    made = [
+        browser.api("POST", "/tasks", {"pipeline_id": pid, "title": f"bulk {i}"})["id"]
+        for i in range(3)
+    ]
+    browser.go("/ui/bulk")
+    browser.page.select_option("#bulk-form select[name=action]", "cancel")
+    browser.page.select_option("#bulk-form select[name=role]", "bulker")
+    browser.page.click("#preview-button")
+    assert "3 open tasks would be cancelled." in browser.page.inner_text("#preview-count")
+    assert all(browser.task(t).dead_letter_reason is None for t in made)  # a preview writes none
+    browser.no_script()
+    browser.shot("bulk-preview")
+    browser.page.click("#confirm")
+    assert "Cancelled 3 tasks." in browser.page.inner_text(".flash")
+    assert all(browser.task(t).dead_letter_reason == "cancelled" for t in made)
+    browser.go("/ui/bulk?action=requeue&pipeline=bulk")
+    assert "3 dead-lettered tasks would be requeued" in browser.page.inner_text("#preview-count")
+    browser.page.click("#confirm")
+    assert "Requeued 3 tasks." in browser.page.inner_text(".flash")
+    assert all(browser.task(t).dead_letter_reason is None for t in made)
+    browser.no_script()

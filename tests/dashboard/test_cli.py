@@ -5,13 +5,20 @@ bad options (exit 2, naming the option, nothing served)."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner
 
-from tests.dashboard.conftest import TOKEN, process, seed_file
+from tests.dashboard.conftest import TOKEN, clean_env, process, seed_file
+from tests.remote.fixtures import wait_listening
+from tracker_client.dashboard.live import STREAM_S
 from worker.cli import main
 
 
@@ -92,3 +99,62 @@ def test_bad_dashboard_options_exit_2_naming_the_problem(
     assert result.exit_code == 2, result.output
     assert needle in result.output
     assert not (tmp_path / "missing.db").exists()  # no rail was created
+
+
+def _stops_with_a_live_page_open(args: list[str], log: Path, task_id: str, auth: bool) -> float:
+    """Start ``python -m worker ARGS``, open a task's live stream, stop the process (SIGTERM)
+    once the stream has begun: the seconds the stop took."""
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            env=clean_env(),
+        )
+    try:
+        url = wait_listening(log, proc)
+        headers = {"Authorization": f"Bearer {TOKEN}"} if auth else {}
+        chunks: list[str] = []
+        begun = threading.Event()
+
+        def read() -> None:  # a browser reads its stream all along
+            try:
+                with httpx.stream(
+                    "GET", f"{url}/ui/tasks/{task_id}/stream", headers=headers, timeout=60
+                ) as stream:
+                    for chunk in stream.iter_text():
+                        chunks.append(chunk)
+                        begun.set()
+            except httpx.HTTPError:
+                pass  # the server went away
+            begun.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert begun.wait(20) and chunks and chunks[0].startswith("retry:"), chunks
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=40)
+        took = time.monotonic() - started
+        reader.join(20)
+        return took
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_an_open_live_page_does_not_hold_up_a_stop(tmp_path: Path) -> None:
+    ids = seed_file(tmp_path / "rail.db")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    rail = f"sqlite:///{tmp_path / 'rail.db'}"
+    serve = ["tracker", "serve", "--tracker", rail, "--port", "0"]
+    serve += ["--token-file", str(tmp_path / "token")]
+    took = _stops_with_a_live_page_open(serve, tmp_path / "serve.log", ids.running, True)
+    assert took < STREAM_S / 2, took  # not the stream's whole 25 s
+    alone = ["dashboard", "--tracker", rail, "--port", "0"]
+    took = _stops_with_a_live_page_open(alone, tmp_path / "dash.log", ids.running, False)
+    assert took < STREAM_S / 2, took

@@ -85,16 +85,13 @@ async def logout(request: Request, dash: Dashboard, viewer: auth.Viewer) -> Resp
     """End the session (its CSRF token must come along) and go to the login form."""
     form = await auth.read_form(request)
     if not viewer.check_csrf(form.get("csrf")):
-        return dash.error(request, viewer, 403, "Forbidden", _STALE)
+        return dash.error(request, viewer, 403, "Forbidden", auth.STALE)
     root = request.scope.get("root_path", "")
     if viewer.session is not None:
         dash.sessions.close(viewer.session.id)
     response = RedirectResponse(f"{root}/login" if dash.protected else f"{root}/", 303)
     auth.clear_cookie(response, root)
     return response
-
-
-_STALE = "csrf: the form's token is missing or stale; reload the page and press the button again."
 
 
 async def task_action(request: Request, dash: Dashboard, viewer: auth.Viewer) -> Response:
@@ -114,7 +111,7 @@ async def task_action(request: Request, dash: Dashboard, viewer: auth.Viewer) ->
         )
     form = await auth.read_form(request)
     if not viewer.check_csrf(form.get("csrf")):
-        return dash.error(request, viewer, 403, "Forbidden", _STALE)
+        return dash.error(request, viewer, 403, "Forbidden", auth.STALE)
     for name in ("reason", "stage"):
         if len(form.get(name, "")) > MAX_FIELD:
             raise BadParam(name, f"longer than {MAX_FIELD} characters")

@@ -99,14 +99,22 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 def create_dashboard(tracker: Tracker, settings: DashboardSettings | None = None) -> Starlette:
     """The dashboard of ``tracker`` as an ASGI app (mount it, e.g. at ``/ui``). The caller owns
     the tracker (opens and closes it)."""
-    from tracker_client.dashboard import actions, views
+    from tracker_client.dashboard import actions, bulk, charts, live, pictures, steps, views
 
     routes = [
         Route("/", guarded(views.queue_page), methods=["GET"], name="queue"),
         Route("/tasks", guarded(views.tasks_page), methods=["GET"], name="tasks"),
         Route("/tasks/{task_id}", guarded(views.task_page), methods=["GET"], name="task"),
+        Route("/tasks/{task_id}/stream", guarded(live.stream), methods=["GET"], name="stream"),
+        Route("/static/console.js", live.script, methods=["GET"], name="script"),
         Route("/workers", guarded(views.workers_page), methods=["GET"], name="workers"),
         Route("/schedules", guarded(views.schedules_page), methods=["GET"], name="schedules"),
+        Route("/inbox", guarded(steps.inbox_page), methods=["GET"], name="inbox"),
+        Route("/charts", guarded(charts.charts_page), methods=["GET"], name="charts"),
+        Route("/bulk", guarded(bulk.bulk_page), methods=["GET"], name="bulk"),
+        Route("/bulk/{action:str}", guarded(bulk.bulk_action), methods=["POST"], name="bulk_do"),
+        Route("/pipelines", guarded(pictures.pipelines_page), methods=["GET"], name="pipelines"),
+        Route("/tasks/{task_id}/step", guarded(steps.step_action), methods=["POST"], name="step"),
         Route("/login", actions.login_form, methods=["GET"], name="login_form"),
         Route("/login", actions.login, methods=["POST"], name="login"),
         Route("/logout", guarded(actions.logout), methods=["POST"], name="logout"),

@@ -32,6 +32,7 @@ from tracker_client.serve.throttle import AuthThrottle
 __all__ = [
     "COOKIE",
     "MAX_FORM_BYTES",
+    "STALE",
     "BadForm",
     "LoginThrottle",
     "Session",
@@ -42,6 +43,9 @@ __all__ = [
 
 #: The session cookie's name.
 COOKIE = "bw_dashboard"
+
+#: What a refused form says when its CSRF token is missing or not the session's.
+STALE = "csrf: the form's token is missing or stale; reload the page and press the button again."
 
 #: The largest form body read (a login or a button: a few fields).
 MAX_FORM_BYTES = 8192

@@ -2,9 +2,9 @@
 
 Jinja2 renders every page with autoescape on (``select_autoescape`` for ``.html``), so a task's
 title, metadata, an event's data or an artifact's URI is always text, never markup. A page is
-sent with a ``Content-Security-Policy`` that allows no script at all and no asset from outside
-(the CSS is inline), and ``X-Frame-Options: DENY``: even a value that escaped the templates
-could not run.
+sent with a ``Content-Security-Policy`` that allows no script but the dashboard's own file (no
+inline script, no eval) and no asset from outside (the CSS is inline), and
+``X-Frame-Options: DENY``: even a value that escaped the templates could not run.
 
 It may touch the template files beside it and nothing else (no tracker, no I/O per request).
 """
@@ -22,13 +22,16 @@ from starlette.responses import HTMLResponse
 
 __all__ = ["HEADERS", "ago", "duration", "page", "pretty_json", "when"]
 
-#: Sent with every page: no script may run, nothing is loaded from elsewhere, no framing. The
+#: Sent with every page: no script runs but the dashboard's own file (``/static/console.js``:
+#: no inline script, no eval), it connects only to the dashboard (its live stream), nothing is
+#: loaded from elsewhere, no framing. The
 #: referrer goes to the dashboard itself only: with ``no-referrer`` a browser sends
 #: ``Origin: null`` on the dashboard's own form posts, which then look cross-site
 #: (:mod:`tracker_client.serve.browser`); other sites still get neither referrer nor origin.
 HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "default-src 'none'; script-src 'self'; connect-src 'self'; "
+        "style-src 'unsafe-inline'; img-src 'self' data:; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Frame-Options": "DENY",

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.dashboard import auth, render
 from tracker_client.protocol import Tracker
+
+if TYPE_CHECKING:
+    from tracker_client.serve.helpers import Closing
 
 __all__ = ["BadParam", "Dashboard", "DashboardSettings", "here"]
 
@@ -37,6 +40,9 @@ class DashboardSettings:
     refresh_s: int = 5
     #: Most sessions kept at once (the oldest is dropped first).
     max_sessions: int = 1000
+    #: Set when the server stops: a task's live stream ends at once instead of holding the
+    #: stop up (None: streams end on their own, within ``live.STREAM_S``).
+    closing: Closing | None = field(default=None, repr=False)
 
 
 class BadParam(Exception):
@@ -102,10 +108,12 @@ class Dashboard:
         *,
         status: int = 200,
         refresh: bool = False,
+        live: bool = False,
         section: str = "",
     ) -> Response:
         """A page: ``template`` with the common context (links, viewer, refresh, flash);
-        ``refresh``: a list page, reloading itself unless ``?refresh=off``."""
+        ``refresh``: a list page, reloading itself unless ``?refresh=off``; ``live``: its
+        script streams what is new, so it reloads itself only with scripts off."""
         root = request.scope.get("root_path", "")
         off = request.query_params.get("refresh") == "off"
         toggle = request.url.include_query_params(refresh="on" if off else "off")
@@ -122,6 +130,7 @@ class Dashboard:
                 "refresh_s": self.settings.refresh_s if refresh and not off else None,
                 "refresh_off": off,
                 "refreshable": refresh,
+                "live": live,
                 "keep": "?refresh=off" if off else "",
                 "here": here(request),
                 "toggle": toggle.path + "?" + toggle.query,

@@ -10,14 +10,27 @@ It may touch the tracker (reads only) and the templates.
 
 from __future__ import annotations
 
+import time
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client import calls
+from tracker_client.dashboard import pictures, svg
 from tracker_client.dashboard.auth import Viewer
-from tracker_client.dashboard.data import STATES, Catalog, ListedTask, optional, task_state
+from tracker_client.dashboard.data import (
+    STATES,
+    Attempts,
+    Catalog,
+    ListedTask,
+    Search,
+    fresh_state,
+    last_requeue,
+    optional,
+    task_state,
+)
 from tracker_client.dashboard.state import BadParam, Dashboard
 from tracker_client.errors import TrackerRejected
 from tracker_client.models import Event, Page, Run, Task
@@ -25,9 +38,12 @@ from tracker_client.task_states import dead_letter_note
 
 __all__ = ["queue_page", "schedules_page", "task_page", "tasks_page", "workers_page"]
 
-#: The largest page of the task list, and the most tasks one state-filtered page scans.
+#: The largest page of the task list, and the most tasks one filtered page reads.
 MAX_LIMIT = 200
-SCAN_PAGES = 10
+MAX_SCAN = 2000
+
+#: Longest search text.
+MAX_WORDS = 200
 
 #: Events shown per page of a task's timeline.
 EVENTS_PER_PAGE = 200
@@ -73,13 +89,24 @@ async def queue_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
 
 
 async def tasks_page(request: Request, dash: Dashboard, viewer: Viewer) -> Response:
-    """Tasks in creation order, filtered by pipeline, stage and state, a page at a time."""
+    """Tasks in creation order, filtered by pipeline, stage, role and state, and searched for
+    words (title, description, metadata, optionally events), a page at a time.
+
+    The rail filters by pipeline and stage; the rest is a filter of its pages here, reading
+    at most :data:`MAX_SCAN` tasks per page of results (the page says how many it read, and
+    ``Next page`` goes on from there).
+    """
     _refresh(request)
     state = _param(request, "state", STATES)
     limit = _limit(request)
     cursor = _param(request, "cursor")
     pipeline_ref = _param(request, "pipeline")
     stage = _param(request, "stage")
+    role = _param(request, "role")
+    words = _param(request, "q")
+    in_events = _param(request, "events", ("on",)) is not None
+    if words is not None and len(words) > MAX_WORDS:
+        raise BadParam("q", f"longer than {MAX_WORDS} characters")
     catalog = await Catalog.read(dash.tracker)
     pipeline = catalog.find(pipeline_ref) if pipeline_ref else None
     if pipeline_ref and pipeline is None:
@@ -88,8 +115,13 @@ async def tasks_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
     stages = catalog.stages(pipeline.id if pipeline else None)
     if stage is not None and stage not in stages:
         raise BadParam("stage", f"unknown stage {stage!r} (known: {', '.join(stages) or 'none'})")
+    roles = catalog.roles()
+    if role is not None and role not in roles:
+        raise BadParam("role", f"unknown role {role!r} (known: {', '.join(roles) or 'none'})")
+    search = Search.of(words, in_events)
+    scanning = state is not None or role is not None or search is not None
     rows: list[ListedTask] = []
-    scanned, pages, next_cursor = 0, 0, cursor
+    scanned, next_cursor = 0, cursor
     while True:
         try:
             listing: Page[Task] = await dash.tracker.list_tasks(
@@ -100,29 +132,39 @@ async def tasks_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respo
             )
         except TrackerRejected as exc:
             raise BadParam("cursor", str(exc)) from None
-        pages += 1
         scanned += len(listing.items)
         for task in listing.items:
+            if search is not None and not await search.matches(dash.tracker, task):
+                continue
             row = await ListedTask.read(dash.tracker, task, catalog)
-            if state is None or row.state == state:
+            if (state is None or row.state == state) and (role is None or row.role == role):
                 rows.append(row)
         next_cursor = listing.next_cursor
-        if state is None or len(rows) >= limit or next_cursor is None or pages >= SCAN_PAGES:
+        if not scanning or len(rows) >= limit or next_cursor is None or scanned >= MAX_SCAN:
             break
     filters = {
         "pipeline": pipeline.name if pipeline else "",
         "stage": stage or "",
         "state": state or "",
+        "role": role or "",
+        "q": words or "",
+        "events": "on" if in_events else "",
         "limit": limit,
     }
+    kept = {k: v for k, v in filters.items() if v != ""}
+    if request.query_params.get("refresh") == "off":
+        kept["refresh"] = "off"
     context = {
         "rows": rows,
         "filters": filters,
+        "query": urlencode(kept),
         "next_cursor": next_cursor,
         "first_page": cursor is None,
-        "scanned": scanned,
+        "scanned": scanned if scanning else None,
+        "max_scan": MAX_SCAN,
         "pipelines": sorted(p.name for p in catalog.pipelines.values()),
         "stages": stages,
+        "roles": roles,
         "states": STATES,
     }
     return dash.render(request, viewer, "tasks.html", context, refresh=True, section="tasks")
@@ -149,6 +191,7 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
     """One task: its fields, runs, event timeline, artifacts and spans, and (for an authorised
     viewer) the cancel and requeue buttons its state allows."""
     task_id = request.path_params["task_id"]
+    _refresh(request)
     cursor = _param(request, "events_cursor")
     detail = await dash.tracker.get_task(task_id)  # NotFound: the 404 page
     catalog = await Catalog.read(dash.tracker)
@@ -158,22 +201,49 @@ async def task_page(request: Request, dash: Dashboard, viewer: Viewer) -> Respon
     events, next_events = await _timeline(dash, task_id, runs, cursor)
     artifacts = (await dash.tracker.list_artifacts(task_id=task_id, limit=200)).items
     spans = await optional(lambda: calls.LIST_SPANS.call(dash.tracker, task_id))
+    requeue = await last_requeue(dash.tracker, task_id)
     state = task_state(detail, catalog.stage(detail.pipeline_id, detail.stage), detail)
+    state = fresh_state(state, detail.latest_run, requeue)
     context = {
         "task": detail,
         "pipeline": catalog.name(detail.pipeline_id),
         "state": state,
         "dead_note": dead_letter_note(detail),  # a crash loop's count and knob
         "runs": runs,
+        "attempts": Attempts.of(detail, runs, requeue),
         "events": events,
         "next_events": next_events,
         "artifacts": artifacts,
         "spans": spans,
+        "timeline": svg.timeline(detail.created_at_ms, runs, events, int(time.time() * 1000)),
+        "live_src": _live_src(request, task_id, events, next_events, state),
+        "relations": await pictures.relations(
+            dash.tracker, detail, catalog, request.scope.get("root_path", "")
+        ),
+        "human_step": state == "waiting"
+        and catalog.is_human_step(detail.pipeline_id, detail.stage),
         "can_cancel": state in ("waiting", "running", "failed"),
         "can_requeue": state == "dead",
         "stages": catalog.stages(detail.pipeline_id),
     }
-    return dash.render(request, viewer, "task.html", context, section="tasks")
+    live = context["live_src"] is not None
+    # A task waiting for a person does not reload itself: it would lose the typed instructions.
+    refresh = live and not context["human_step"]
+    return dash.render(
+        request, viewer, "task.html", context, section="tasks", refresh=refresh, live=live
+    )
+
+
+def _live_src(
+    request: Request, task_id: str, events: list[Event], more: str | None, state: str
+) -> str | None:
+    """The stream the page's script follows (None: the task is finished, or this is not the
+    last page of its events)."""
+    if state in ("dead", "done") or more is not None:
+        return None
+    root = request.scope.get("root_path", "")
+    after = f"?after={events[-1].id}" if events else ""
+    return f"{root}/tasks/{quote(task_id, safe='')}/stream{after}"
 
 
 async def workers_page(request: Request, dash: Dashboard, viewer: Viewer) -> Response:
@@ -190,7 +260,9 @@ async def schedules_page(request: Request, dash: Dashboard, viewer: Viewer) -> R
     _refresh(request)
     schedules = await optional(lambda: calls.LIST_SCHEDULES.call(dash.tracker))
     limits = await optional(lambda: calls.LIST_RATE_LIMITS.call(dash.tracker))
-    context = {"schedules": schedules, "limits": limits}
+    catalog = await Catalog.read(dash.tracker)
+    names = {p.id: p.name for p in catalog.pipelines.values()}  # names, not ids
+    context = {"schedules": schedules, "limits": limits, "pipelines": names}
     return dash.render(
         request, viewer, "schedules.html", context, refresh=True, section="schedules"
     )

@@ -415,13 +415,14 @@ def create_app(
     ``hosts``: the ``Host`` names answered (default: loopback's; :mod:`~tracker_client.serve.\
 browser`)."""
     is_reader = None if tokens is None else _reader_check(tokens)
+    closing = Closing()  # the serving loop sets it when it stops (long polls, live pages end)
     dashboard = create_dashboard(
-        tracker, DashboardSettings(admin_token=api_token, is_reader=is_reader)
+        tracker, DashboardSettings(admin_token=api_token, is_reader=is_reader, closing=closing)
     )
     app = ServedApp(tracker, dashboard, api_token, hosts, tokens)
     app.state.max_request_bytes = max_request_bytes
     app.state.max_otlp_bytes = max_otlp_bytes  # POST /v1/traces bodies (413 over it)
     app.state.boot_id = secrets.token_hex(4)
     app.state.generation = 0
-    app.state.closing = Closing()  # the serving loop sets it when it stops (long polls end)
+    app.state.closing = closing
     return app

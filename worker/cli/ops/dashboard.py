@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,6 +29,9 @@ from tracker_client.urlmask import mask_url
 from worker.cli.ops.common import OpsContext, resolve_tracker
 from worker.cli.token import token_options
 from worker.cli.web import allowed_host_option, proxy_settings, trusted_proxy_option
+
+if TYPE_CHECKING:
+    from tracker_client.serve.helpers import Closing
 
 __all__ = ["dashboard_command", "serve_dashboard"]
 
@@ -61,9 +64,11 @@ BrowserGuard`): an open dashboard with ``--allow-actions`` is not a DNS-rebindin
 
     from tracker_client.dashboard import DashboardSettings, create_dashboard
     from tracker_client.serve.browser import BrowserGuard, HostRule
+    from tracker_client.serve.helpers import Closing
 
+    closing = Closing()  # set when the server stops: open live task pages end at once
     settings = DashboardSettings(
-        admin_token=api_token, allow_actions=allow_actions, refresh_s=refresh_s
+        admin_token=api_token, allow_actions=allow_actions, refresh_s=refresh_s, closing=closing
     )
 
     async def home(request: Any) -> RedirectResponse:
@@ -88,7 +93,7 @@ BrowserGuard`): an open dashboard with ``--allow-actions`` is not a DNS-rebindin
         if api_token
         else ("open, actions allowed" if allow_actions else "open, read-only")
     )
-    server = _server(config, f"dashboard of {mask_url(url)} ({mode})")
+    server = _server(config, f"dashboard of {mask_url(url)} ({mode})", closing)
     await server.serve()
     if not server.started:
         click.echo(
@@ -98,11 +103,17 @@ BrowserGuard`): an open dashboard with ``--allow-actions`` is not a DNS-rebindin
     return 0
 
 
-def _server(config: Any, announce: str) -> Any:
-    """uvicorn's server, announcing the address it really listens on (``--port 0``)."""
+def _server(config: Any, announce: str, closing: Closing) -> Any:
+    """uvicorn's server, announcing the address it really listens on (``--port 0``), and
+    setting ``closing`` first when it stops (uvicorn waits for every answer in flight: an open
+    live task page would hold the stop up)."""
     import uvicorn
 
     class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            closing.set()
+            await super().shutdown(sockets)
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             for server in getattr(self, "servers", []):
