@@ -129,13 +129,14 @@ def build(sample: Sample, catalog: Catalog, now_ms: int, step_ms: int) -> dict[s
             role = catalog.stage(task.pipeline_id, task.stage).get("agent_role")
             key = str(role) if role else f"{task.stage} (no role)"
             dead[key] = dead.get(key, 0) + 1
-    median = [statistics.median(w) if w else 0.0 for w in waits]
-    slowest = [max(w) - m if w else 0.0 for w, m in zip(waits, median, strict=True)]
+    # A bucket with pickups keeps a visible bar though they took 0 ms (drawn as "<1 ms").
+    median = [max(statistics.median(w), 0.5) if w else 0.0 for w in waits]
+    slowest = [max(0.0, max(w) - m) if w else 0.0 for w, m in zip(waits, median, strict=True)]
     pickup = {"median": median, "slowest": slowest}
     roles = sorted(dead)
     return {
         "throughput": svg.bars(names, ended, unit=" runs"),
-        "pickup": svg.bars(names, pickup, fmt=lambda v: duration(v)),
+        "pickup": svg.bars(names, pickup, fmt=lambda v: "<1 ms" if v < 1 else duration(v)),
         "failures": svg.bars(names, failures, unit=" runs"),
         "dead": svg.bars(roles, {"dead-lettered": [dead[r] for r in roles]}, under_each=True),
     }
