@@ -1,17 +1,22 @@
-"""The peers' worker processes for :mod:`bench.peers`: an arq worker and a procrastinate worker.
+"""The peers' worker processes for :mod:`bench.peers`: arq, procrastinate, huey and PgQueuer.
 
     python -m bench.peer_workers arq REDIS_PORT CONCURRENCY
     python -m bench.peer_workers procrastinate CONNINFO CONCURRENCY
+    python -m bench.peer_workers huey SQLITE_FILE CONCURRENCY OUT_JSON
+    python -m bench.peer_workers pgqueuer DSN CONCURRENCY
 
 Each drains its queue of no-op jobs and exits (arq ``burst=True`` with ``poll_delay`` 0.05 s;
-procrastinate ``wait=False``). This module imports only its peer (never this project's
-packages), so a peer worker's peak RSS is that peer's own.
+procrastinate ``wait=False``; huey's consumer stopped once the queue is empty
+(:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`)). This module
+imports only its peer (never this project's packages), so a peer worker's peak RSS is that
+peer's own.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 ARQ_POLL_DELAY_S = 0.05
@@ -62,8 +67,16 @@ def main() -> None:
         _arq(int(where), concurrency)
     elif kind == "procrastinate":
         _procrastinate(where, concurrency)
+    elif kind == "huey":
+        from bench.peer_huey import consume
+
+        consume(where, concurrency, Path(sys.argv[4]))
+    elif kind == "pgqueuer":
+        from bench.peer_pgqueuer import consume as pgq_consume
+
+        pgq_consume(where, concurrency)
     else:
-        raise SystemExit(f"unknown peer {kind!r} (arq, procrastinate)")
+        raise SystemExit(f"unknown peer {kind!r} (arq, procrastinate, huey, pgqueuer)")
 
 
 if __name__ == "__main__":
