@@ -29,9 +29,16 @@ def noop() -> None:
     """huey's no-op task."""
 
 
-def huey_app(filename: str) -> Any:
-    """A ``SqliteHuey`` on ``filename`` (``synchronous=NORMAL``) with :func:`noop` registered;
-    returns ``(huey, task)``."""
+def stamp(sample: str) -> None:
+    """huey's pickup task: stamp its start (:mod:`bench.peers_stamp`)."""
+    from bench.peers_stamp import write_stamp
+
+    write_stamp(sample)
+
+
+def huey_app(filename: str, func: Any = noop) -> Any:
+    """A ``SqliteHuey`` on ``filename`` (``synchronous=NORMAL``) with ``func`` (:func:`noop`
+    or :func:`stamp`) registered; returns ``(huey, task)``."""
     from huey import SqliteHuey
     from huey.storage import SqliteStorage
 
@@ -44,15 +51,15 @@ def huey_app(filename: str) -> Any:
             return conn
 
     huey = SqliteHuey("bench", filename=filename, storage_class=Storage)
-    return huey, huey.task()(noop)
+    return huey, huey.task()(func)
 
 
 def settings(concurrency: int) -> str:
     """How huey runs here, for the benchmark's header."""
-    import huey
+    from importlib.metadata import version
 
     return (
-        f"huey {huey.__version__}: SqliteHuey (WAL, synchronous={SYNCHRONOUS}), consumer "
+        f"huey {version('huey')}: SqliteHuey (WAL, synchronous={SYNCHRONOUS}), consumer "
         f"workers={concurrency} worker_type=thread, its default polling (0.1 s back-off x1.15)"
     )
 
@@ -62,6 +69,12 @@ def seed(filename: str, n: int) -> None:
     _, task = huey_app(filename)
     for _ in range(n):
         task()
+
+
+def serve(filename: str, concurrency: int) -> None:
+    """Run huey's consumer with :func:`stamp` registered until stopped (the pickup bench)."""
+    huey, _ = huey_app(filename, stamp)
+    huey.create_consumer(workers=concurrency, worker_type="thread").run()
 
 
 def consume(filename: str, concurrency: int, out: Path) -> None:

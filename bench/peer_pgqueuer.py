@@ -22,6 +22,7 @@ from typing import Any
 #: PgQueuer's default ``batch_size`` (``pgq run --batch-size``).
 BATCH_SIZE = 10
 ENTRYPOINT = "noop"
+STAMP = "stamp"
 
 
 def max_concurrent(concurrency: int) -> int:
@@ -31,11 +32,10 @@ def max_concurrent(concurrency: int) -> int:
 
 def settings(concurrency: int) -> str:
     """How PgQueuer runs here, for the benchmark's header."""
-    import asyncpg
-    import pgqueuer
+    from importlib.metadata import version
 
     return (
-        f"pgqueuer {pgqueuer.__version__} (asyncpg {asyncpg.__version__}, uvloop): QueueManager "
+        f"pgqueuer {version('pgqueuer')} (asyncpg {version('asyncpg')}, uvloop): QueueManager "
         f"via pgqueuer.run, mode=drain, batch_size={BATCH_SIZE} (default), max_concurrent_tasks="
         f"{max_concurrent(concurrency)} (its floor 2 x batch_size), durability durable (default)"
     )
@@ -82,6 +82,13 @@ def _factory(dsn: str) -> Any:
             async def noop(job: Job) -> None:
                 """PgQueuer's no-op job."""
 
+            @qm.entrypoint(STAMP)
+            async def stamp(job: Job) -> None:
+                """PgQueuer's pickup job: stamp its start (:mod:`bench.peers_stamp`)."""
+                from bench.peers_stamp import write_stamp
+
+                write_stamp((job.payload or b"").decode())
+
             yield qm
         finally:
             await conn.close()
@@ -89,8 +96,27 @@ def _factory(dsn: str) -> Any:
     return factory
 
 
-def consume(dsn: str, concurrency: int) -> None:
-    """One PgQueuer worker drains the queue on ``dsn`` and returns."""
+@asynccontextmanager
+async def producer(dsn: str) -> AsyncIterator[Any]:
+    """The pickup bench's producer: an async callable enqueueing one stamp job."""
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
+    conn = await asyncpg.connect(dsn)
+    queries = Queries(AsyncpgDriver(conn))
+
+    async def enqueue(sample: str) -> None:
+        await queries.enqueue(STAMP, sample.encode())
+
+    try:
+        yield enqueue
+    finally:
+        await conn.close()
+
+
+def consume(dsn: str, concurrency: int, drain: bool = True) -> None:
+    """One PgQueuer worker drains the queue on ``dsn`` and returns (``drain``), or serves it
+    until stopped (its ``continuous`` mode: LISTEN/NOTIFY, the pickup bench)."""
     import pgqueuer
     import uvloop
     from pgqueuer.domain.types import QueueExecutionMode
@@ -100,7 +126,7 @@ def consume(dsn: str, concurrency: int) -> None:
         pgqueuer.run(
             _factory(dsn),
             batch_size=BATCH_SIZE,
-            mode=QueueExecutionMode.drain,
+            mode=QueueExecutionMode.drain if drain else QueueExecutionMode.continuous,
             max_concurrent_tasks=max_concurrent(concurrency),
             dequeue_timeout=timedelta(seconds=30),
         )

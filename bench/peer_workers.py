@@ -4,10 +4,13 @@
     python -m bench.peer_workers procrastinate CONNINFO CONCURRENCY
     python -m bench.peer_workers huey SQLITE_FILE CONCURRENCY OUT_JSON
     python -m bench.peer_workers pgqueuer DSN CONCURRENCY
+    python -m bench.peer_workers KIND-serve WHERE CONCURRENCY  (KIND: one of the four)
 
 Each drains its queue of no-op jobs and exits (arq ``burst=True`` with ``poll_delay`` 0.05 s;
 procrastinate ``wait=False``; huey's consumer stopped once the queue is empty
-(:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`)). This module
+(:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`)); a
+``-serve`` kind runs the same worker idle until stopped, for the pickup latency bench
+(:mod:`bench.peers_pickup`). This module
 imports only its peer (never this project's packages), so a peer worker's peak RSS is that
 peer's own.
 """
@@ -26,6 +29,13 @@ async def arq_noop(ctx: dict[str, Any]) -> None:
     """arq's no-op job."""
 
 
+async def arq_stamp(ctx: dict[str, Any], sample: str) -> None:
+    """arq's pickup job: stamp its start (:mod:`bench.peers_stamp`)."""
+    from bench.peers_stamp import write_stamp
+
+    write_stamp(sample)
+
+
 def procrastinate_app(conninfo: str) -> Any:
     """A procrastinate App on ``conninfo`` with the no-op task ``noop`` registered."""
     import procrastinate
@@ -36,27 +46,34 @@ def procrastinate_app(conninfo: str) -> Any:
     async def noop() -> None:
         """procrastinate's no-op task."""
 
+    @app.task(name="stamp")
+    async def stamp(sample: str) -> None:
+        """procrastinate's pickup task: stamp its start (:mod:`bench.peers_stamp`)."""
+        from bench.peers_stamp import write_stamp
+
+        write_stamp(sample)
+
     return app
 
 
-def _arq(port: int, concurrency: int) -> None:
+def _arq(port: int, concurrency: int, burst: bool = True) -> None:
     from arq.connections import RedisSettings
     from arq.worker import Worker
 
     Worker(
-        functions=[arq_noop],
+        functions=[arq_noop, arq_stamp],
         redis_settings=RedisSettings(host="127.0.0.1", port=port),
         max_jobs=concurrency,
         poll_delay=ARQ_POLL_DELAY_S,
-        burst=True,
+        burst=burst,
         handle_signals=False,
         log_results=False,
     ).run()
 
 
-def _procrastinate(conninfo: str, concurrency: int) -> None:
+def _procrastinate(conninfo: str, concurrency: int, wait: bool = False) -> None:
     app = procrastinate_app(conninfo)
-    app.run_worker(concurrency=concurrency, wait=False, install_signal_handlers=False)
+    app.run_worker(concurrency=concurrency, wait=wait, install_signal_handlers=False)
 
 
 def main() -> None:
@@ -75,8 +92,20 @@ def main() -> None:
         from bench.peer_pgqueuer import consume as pgq_consume
 
         pgq_consume(where, concurrency)
+    elif kind == "arq-serve":
+        _arq(int(where), concurrency, burst=False)
+    elif kind == "procrastinate-serve":
+        _procrastinate(where, concurrency, wait=True)
+    elif kind == "huey-serve":
+        from bench.peer_huey import serve
+
+        serve(where, concurrency)
+    elif kind == "pgqueuer-serve":
+        from bench.peer_pgqueuer import consume as pgq_serve
+
+        pgq_serve(where, concurrency, drain=False)
     else:
-        raise SystemExit(f"unknown peer {kind!r} (arq, procrastinate, huey, pgqueuer)")
+        raise SystemExit(f"unknown peer {kind!r} (arq, procrastinate, huey, pgqueuer[-serve])")
 
 
 if __name__ == "__main__":

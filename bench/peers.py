@@ -361,10 +361,14 @@ def main(argv: list[str] | None = None) -> None:
                 pg.destroy()
             if redis is not None:
                 redis.stop()
-    mode = "pickup latency" if args.pickup else "drain"
+    what = (
+        f"pickup latency (submit -> executor start, one idle worker): {args.pickup} samples"
+        if args.pickup
+        else f"drain: {args.tasks} no-op tasks"
+    )
     print(
-        f"{mode}: {args.tasks} no-op tasks, concurrency {args.concurrency}, {args.runs} "
-        f"interleaved round(s); load average after: {peers_setup.load()}"
+        f"{what}, concurrency {args.concurrency}, {args.runs} interleaved round(s); "
+        f"load average after: {peers_setup.load()}"
     )
     for line in lines + kept_lines:
         print(line)
