@@ -173,6 +173,36 @@ def procrastinate_drain(server: PgServer, n: int, procs: int, concurrency: int) 
     return _result(workers, reaped, done, float(first or 0), float(last or 0))
 
 
+def _clocked(workers: list[subprocess.Popen[bytes]], reaped: Reaped, outs: list[Path]) -> Result:
+    """The result of workers that clock themselves: each wrote its count and its first start
+    and last finish to its ``out`` file (a worker that wrote none did no task)."""
+    stats = [json.loads(out.read_text()) for out in outs if out.exists()]
+    firsts = [s["first"] for s in stats if s["first"] is not None]
+    done = sum(s["done"] for s in stats)
+    last = max((s["last"] for s in stats), default=0.0)
+    return _result(workers, reaped, done, min(firsts, default=0.0), last)
+
+
+def celery_drain(redis: Redis, n: int, procs: int, concurrency: int) -> Result:
+    """Celery workers (threads pool) drain ``n`` no-op tasks from the local Redis."""
+    from bench.peer_celery import seed
+
+    with tempfile.TemporaryDirectory() as tmp_s:
+        redis_flush(redis)
+        seed(redis.port, n)
+        outs = [Path(tmp_s) / f"worker-{i}.json" for i in range(procs)]
+        workers = [_peer("celery", str(redis.port), concurrency, str(out)) for out in outs]
+        return _clocked(workers, _reap(workers), outs)
+
+
+def redis_flush(redis: Redis) -> None:
+    """Empty the local Redis (the previous drain's keys)."""
+    with socket.create_connection(("127.0.0.1", redis.port), timeout=10) as s:
+        s.sendall(b"FLUSHALL\r\n")
+        if not s.recv(16).startswith(b"+OK"):
+            raise RuntimeError("redis-server refused FLUSHALL")
+
+
 def huey_drain(n: int, procs: int, concurrency: int) -> Result:
     """huey consumers (``SqliteHuey``, thread workers) drain ``n`` no-op tasks from a file.
 
@@ -186,12 +216,7 @@ def huey_drain(n: int, procs: int, concurrency: int) -> Result:
         seed(db, n)
         outs = [tmp / f"consumer-{i}.json" for i in range(procs)]
         workers = [_peer("huey", db, concurrency, str(out)) for out in outs]
-        reaped = _reap(workers)
-        stats = [json.loads(out.read_text()) for out in outs if out.exists()]
-    firsts = [s["first"] for s in stats if s["first"] is not None]
-    done = sum(s["done"] for s in stats)
-    last = max((s["last"] for s in stats), default=0.0)
-    return _result(workers, reaped, done, min(firsts, default=0.0), last)
+        return _clocked(workers, _reap(workers), outs)
 
 
 def pgqueuer_drain(server: PgServer, n: int, procs: int, concurrency: int) -> Result:

@@ -1,14 +1,17 @@
-"""The peers' worker processes for :mod:`bench.peers`: arq, procrastinate, huey and PgQueuer.
+"""The peers' worker processes for :mod:`bench.peers`: arq, Celery, procrastinate, huey and
+PgQueuer.
 
     python -m bench.peer_workers arq REDIS_PORT CONCURRENCY
     python -m bench.peer_workers procrastinate CONNINFO CONCURRENCY
     python -m bench.peer_workers huey SQLITE_FILE CONCURRENCY OUT_JSON
     python -m bench.peer_workers pgqueuer DSN CONCURRENCY
-    python -m bench.peer_workers KIND-serve WHERE CONCURRENCY  (KIND: one of the four)
+    python -m bench.peer_workers celery REDIS_PORT CONCURRENCY OUT_JSON
+    python -m bench.peer_workers KIND-serve WHERE CONCURRENCY  (KIND: one of the five)
 
 Each drains its queue of no-op jobs and exits (arq ``burst=True`` with ``poll_delay`` 0.05 s;
 procrastinate ``wait=False``; huey's consumer stopped once the queue is empty
-(:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`)); a
+(:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`); Celery's
+worker shut down once the queue is empty (:mod:`bench.peer_celery`)); a
 ``-serve`` kind runs the same worker idle until stopped, for the pickup latency bench
 (:mod:`bench.peers_pickup`). This module
 imports only its peer (never this project's packages), so a peer worker's peak RSS is that
@@ -92,6 +95,14 @@ def main() -> None:
         from bench.peer_pgqueuer import consume as pgq_consume
 
         pgq_consume(where, concurrency)
+    elif kind == "celery":
+        from bench.peer_celery import consume as celery_consume
+
+        celery_consume(int(where), concurrency, Path(sys.argv[4]))
+    elif kind == "celery-serve":
+        from bench.peer_celery import serve as celery_serve
+
+        celery_serve(int(where), concurrency)
     elif kind == "arq-serve":
         _arq(int(where), concurrency, burst=False)
     elif kind == "procrastinate-serve":
@@ -105,7 +116,9 @@ def main() -> None:
 
         pgq_serve(where, concurrency, drain=False)
     else:
-        raise SystemExit(f"unknown peer {kind!r} (arq, procrastinate, huey, pgqueuer[-serve])")
+        raise SystemExit(
+            f"unknown peer {kind!r} (arq, celery, procrastinate, huey, pgqueuer; each also -serve)"
+        )
 
 
 if __name__ == "__main__":

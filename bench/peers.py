@@ -1,12 +1,12 @@
-"""The same-run peer benchmark: arq, huey, procrastinate and PgQueuer beside this worker on
-each of its rails.
+"""The same-run peer benchmark: arq, Celery, huey, procrastinate and PgQueuer beside this
+worker on each of its rails.
 
     python -m bench.peers [--tasks 5000] [--concurrency 10] [--runs 3] [--procs 1,2]
-                          [--systems arq,huey,procrastinate,pgqueuer,embedded,served,postgres]
+                          [--systems arq,celery,huey,procrastinate,pgqueuer,embedded,...]
                           [--kept 1000,200000] [--pickup SAMPLES]
 
 Brokers are started by this script on free 127.0.0.1 ports from Debian's packages and stopped
-by pid: ``redis-server`` (``apt-get install redis-server``) for arq, PostgreSQL
+by pid: ``redis-server`` (``apt-get install redis-server``) for arq and Celery, PostgreSQL
 (``/usr/lib/postgresql/*/bin``, see ``tests/postgres/server.py``) at its **stock durability**
 (``fsync``, ``synchronous_commit`` and ``full_page_writes`` on: :class:`bench.peers_setup.
 StockPgServer`) for procrastinate, PgQueuer and this project's PostgreSQL rail. The peers come
@@ -14,6 +14,8 @@ from the ``bench`` extra (``pip install -e '.[bench]'``). Each measurement drain
 with worker processes at the given concurrency:
 
 * ``arq``: ``burst`` workers, ``poll_delay`` 0.05 s (:mod:`bench.peer_workers`);
+* ``celery``: a Celery worker on the same Redis, ``--pool threads --concurrency`` N, its
+  defaults otherwise, shut down once the queue is empty (:mod:`bench.peer_celery`);
 * ``huey``: ``SqliteHuey`` (WAL, ``synchronous=NORMAL`` as the embedded rail), its consumer with
   ``workers`` = the concurrency, thread workers (:mod:`bench.peer_huey`);
 * ``procrastinate``: ``wait=False`` workers on a fresh database;
@@ -26,12 +28,14 @@ with worker processes at the given concurrency:
 
 Every round runs every system (with 1 process, then 2 ...), the systems' order rotating from
 round to round, so a machine's load drifts over all of them alike. Throughput is the queue's
-own timestamps (first start -> last finish; huey keeps none, so its consumers' own clocks), so
+own timestamps (first start -> last finish; huey and Celery keep none, so their workers' own
+clocks), so
 process start-up is excluded; peak RSS is the max over the worker processes of their own
 ``VmHWM`` (:mod:`bench.rss`), CPU per task the user + system time of the worker processes from
 ``wait4`` (start-up included; brokers and ``tracker serve`` not counted). Each system is set
 beside the best peer of its storage class (SQLite: huey; PostgreSQL: the faster of
-procrastinate and PgQueuer by median tasks/s; Redis: arq) and beside arq: the ratios are
+procrastinate and PgQueuer by median tasks/s; Redis: the faster of arq and Celery) and
+beside arq: the ratios are
 medians of each round's ratio (CPU per task is the figure a loaded machine moves least). The
 header prints the machine, its load average before and after, the PostgreSQL server's
 settings (``SHOW``) and every system's settings.
@@ -64,6 +68,7 @@ from bench.peer_drains import (
     _reap,
     _result,
     arq_drain,
+    celery_drain,
     huey_drain,
     pgqueuer_drain,
     procrastinate_drain,
@@ -73,12 +78,22 @@ from bench.remote import _start_server
 from bench.worker import _drain, _seed, _spawn
 from tests.postgres.server import PgServer, find_bindir
 
-SYSTEMS = ("arq", "huey", "procrastinate", "pgqueuer", "embedded", "served", "postgres")
+SYSTEMS = (
+    "arq",
+    "celery",
+    "huey",
+    "procrastinate",
+    "pgqueuer",
+    "embedded",
+    "served",
+    "postgres",
+)
 #: The peers (everything else is this project's worker on one of its rails).
-PEERS = ("arq", "huey", "procrastinate", "pgqueuer")
+PEERS = ("arq", "celery", "huey", "procrastinate", "pgqueuer")
 #: Where each system keeps its queue: a system is set beside the best peer of its class.
 STORAGE = {
     "arq": "Redis",
+    "celery": "Redis",
     "huey": "SQLite",
     "procrastinate": "PostgreSQL",
     "pgqueuer": "PostgreSQL",
@@ -129,6 +144,10 @@ def system_settings(name: str, concurrency: int) -> str:
             f"arq {arq.version.VERSION}: redis-server {_redis_version()} (--save '' "
             f"--appendonly no), burst workers, max_jobs={concurrency}, poll_delay 0.05 s"
         )
+    if name == "celery":
+        from bench.peer_celery import settings as celery_settings
+
+        return celery_settings(concurrency)
     if name == "huey":
         from bench.peer_huey import settings
 
@@ -161,6 +180,10 @@ def _runners(systems: list[str], redis: Redis | None, pg: PgServer | None) -> di
         assert redis is not None
         return arq_drain(redis, n, p, c)
 
+    def celery(n: int, p: int, c: int) -> Result:
+        assert redis is not None
+        return celery_drain(redis, n, p, c)
+
     def procrastinate(n: int, p: int, c: int) -> Result:
         assert pg is not None
         return procrastinate_drain(pg, n, p, c)
@@ -175,6 +198,7 @@ def _runners(systems: list[str], redis: Redis | None, pg: PgServer | None) -> di
 
     known: dict[str, Runner] = {
         "arq": arq,
+        "celery": celery,
         "huey": huey_drain,
         "procrastinate": procrastinate,
         "pgqueuer": pgqueuer,
@@ -324,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {peers_setup.machine()}")
     print(f"load average before: {peers_setup.load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp_s:
-        redis = Redis(Path(tmp_s)) if "arq" in args.systems else None
+        redis = Redis(Path(tmp_s)) if {"arq", "celery"} & set(args.systems) else None
         pg: PgServer | None = None
         if args.needs_pg:
             assert args.bindir is not None

@@ -4,11 +4,12 @@ served, PostgreSQL) beside the peers in the same run.
 
 Each round starts, per system, one worker process (concurrency as asked; the peers' ``-serve``
 kinds of :mod:`bench.peer_workers`, which wait for work as their users run them: arq polling
-every 0.05 s as in the drains, huey's consumer with its back-off, procrastinate and PgQueuer
-woken by LISTEN/NOTIFY), submits a warm-up job and waits for it to start (so the worker is up,
-without sleeping for it), then takes SAMPLES samples: a pause of 0.3-1.2 s (random, so the
-worker settles into idle), the time, one submit from this process, and the time the job's
-executor wrote when it started (:mod:`bench.peers_stamp`; one machine, one clock). The table
+every 0.05 s as in the drains, Celery's worker blocking on its Redis queue, huey's consumer
+polling with its back-off, procrastinate and PgQueuer woken by LISTEN/NOTIFY), submits a
+warm-up job and waits for it to start (so the worker is up, without sleeping for it), then
+takes SAMPLES samples: a pause of 0.3-1.2 s (random, so the worker settles into idle), the
+time, one submit from this process, and the time the job's executor wrote when it started
+(:mod:`bench.peers_stamp`; one machine, one clock). The table
 gives p50/p95/p99 and the maximum over every round's samples.
 """
 
@@ -93,6 +94,21 @@ async def _arq_producer(port: int) -> AsyncIterator[Submit]:
         yield submit
     finally:
         await pool.aclose()
+
+
+@asynccontextmanager
+async def _celery_producer(port: int) -> AsyncIterator[Submit]:
+    from bench.peer_celery import celery_app
+
+    app = celery_app(port)
+
+    async def submit(sample: str) -> None:
+        app.send_task("stamp", args=[sample])  # Celery's publish is synchronous
+
+    try:
+        yield submit
+    finally:
+        app.close()
 
 
 @asynccontextmanager
@@ -205,6 +221,10 @@ def _system(
                 assert redis is not None
                 proc = _peer("arq", str(redis.port), concurrency, stamps)
                 producer = _arq_producer(redis.port)
+            elif name == "celery":
+                assert redis is not None
+                proc = _peer("celery", str(redis.port), concurrency, stamps)
+                producer = _celery_producer(redis.port)
             elif name == "huey":
                 filename = str(tmp / "huey.db")
                 proc = _peer("huey", filename, concurrency, stamps)
