@@ -360,6 +360,11 @@ def main(argv: list[str] | None = None) -> None:
             for name in args.systems:
                 print(f"- {system_settings(name, args.concurrency)}")
             if args.pickup:
+                print(
+                    "- pickup: the same settings with workers that wait for work instead of "
+                    "draining (arq burst off, procrastinate wait=True, PgQueuer continuous, "
+                    "huey's and Celery's workers left running, ours drain = false)"
+                )
                 from bench.peers_pickup import pickup
 
                 lines = pickup(args, redis, pg)
