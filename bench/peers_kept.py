@@ -2,7 +2,8 @@
 with K finished tasks already in the rail's tables.
 
 For each count a template database is filled once: K no-op tasks seeded into the ``bench``
-pipeline and drained by real workers (2 processes), then ``VACUUM ANALYZE`` (the settled state of
+pipeline and drained by real workers (2 processes; 50,000 at a time, under the rail's default
+backlog cap), then ``VACUUM ANALYZE`` (the settled state of
 a rail that has run a while, autovacuum on as stock). Each measurement copies the template
 (``CREATE DATABASE ... TEMPLATE``, a file copy), seeds N more tasks into the same pipeline and
 drains them as :func:`bench.postgres._pg_drain` does; only the runs started after the workers
@@ -33,6 +34,8 @@ from tracker_client.models import TaskCreate
 SCHEMA = "bench"
 #: Worker processes and their concurrency filling a template.
 FILL_PROCS, FILL_CONCURRENCY = 2, 20
+#: Tasks seeded and drained at a time while filling (under the rail's default backlog cap).
+FILL_CHUNK = 50_000
 
 
 def _db_url(server: PgServer, database: str, pool_size: int) -> str:
@@ -68,15 +71,15 @@ def fill_template(server: PgServer, count: int, pool_size: int) -> str:
     name = f"kept_{count}_{uuid.uuid4().hex[:6]}"
     _admin(server, f"CREATE DATABASE {name}")
     url = _db_url(server, name, pool_size)
-    anyio.run(_seed, url, count)
+    anyio.run(_seed, url, 0)  # the pipeline
     started = time.monotonic()
-    if count:
-        config = _config(server.root, url, FILL_CONCURRENCY)
-        workers = [_spawn(config) for _ in range(FILL_PROCS)]
-        _reap(workers)
-        _, _, done = _completed(server, name, 0)
-        if done != count:
-            raise RuntimeError(f"filling {name}: {done} of {count} tasks finished")
+    config = _config(server.root, url, FILL_CONCURRENCY)
+    for chunk in range(0, count, FILL_CHUNK):  # the rail's backlog cap is 100,000
+        anyio.run(_seed_more, url, min(FILL_CHUNK, count - chunk))
+        _reap([_spawn(config) for _ in range(FILL_PROCS)])
+    _, _, done = _completed(server, name, 0)
+    if done != count:
+        raise RuntimeError(f"filling {name}: {done} of {count} tasks finished")
     base = server.url.rsplit("/", 1)[0]
     with psycopg.connect(f"{base}/{name}", autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
