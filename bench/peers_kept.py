@@ -3,12 +3,12 @@ with K finished tasks already in the rail's tables.
 
 For each count a template database is filled once: K no-op tasks seeded into the ``bench``
 pipeline and drained by real workers (2 processes; 50,000 at a time, under the rail's default
-backlog cap), then ``VACUUM ANALYZE`` (the settled state of
-a rail that has run a while, autovacuum on as stock). Each measurement copies the template
-(``CREATE DATABASE ... TEMPLATE``, a file copy), seeds N more tasks into the same pipeline and
-drains them as :func:`bench.postgres._pg_drain` does; only the runs started after the workers
-were spawned count. The rows are named ``postgres kept=K`` and interleave with the other systems
-in every round.
+backlog cap), then ``VACUUM ANALYZE`` (the settled state of a rail that has run a while,
+autovacuum on as stock). Each measurement copies the template (``CREATE DATABASE ... TEMPLATE``,
+a file copy at a checkpoint: ``STRATEGY FILE_COPY``), seeds N more tasks into the same pipeline
+and drains them as :func:`bench.postgres._pg_drain` does; only the runs started after the
+workers were spawned count. The rows are named ``postgres kept=K`` and interleave with the other
+systems in every round.
 """
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ def _completed(server: PgServer, database: str, since_ms: int) -> tuple[Any, Any
     return row[0], row[1], row[2]
 
 
+def _file_copy(server: PgServer) -> str:
+    """``STRATEGY FILE_COPY`` where the server has it (15 and later): the copy is made at a
+    checkpoint, not written through the WAL that the drain right after it then flushes."""
+    import psycopg
+
+    with psycopg.connect(server.url) as conn:
+        row = conn.execute("SHOW server_version_num").fetchone()
+    return " STRATEGY FILE_COPY" if row is not None and int(row[0]) >= 150000 else ""
+
+
 def fill_template(server: PgServer, count: int, pool_size: int) -> str:
     """A template database holding ``count`` finished no-op tasks; its name."""
     import psycopg
@@ -110,7 +120,7 @@ def kept_drain(
 ) -> Result:
     """``procs`` workers drain ``n`` new no-op tasks on a copy of ``template``."""
     name = f"run_{uuid.uuid4().hex[:12]}"
-    _admin(server, f"CREATE DATABASE {name} TEMPLATE {template}")
+    _admin(server, f"CREATE DATABASE {name} TEMPLATE {template}{_file_copy(server)}")
     try:
         url = _db_url(server, name, pool_size)
         anyio.run(_seed_more, url, n)
