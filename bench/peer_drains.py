@@ -1,6 +1,7 @@
-"""The peers' side of the same-run benchmark (:mod:`bench.peers`): arq on a local Redis and
-procrastinate on a local PostgreSQL, each draining N no-op tasks with worker processes, and
-the shared result row (tasks/s from the queue's own timestamps, peak RSS, CPU per task).
+"""The peers' side of the same-run benchmark (:mod:`bench.peers`): arq on a local Redis,
+procrastinate and PgQueuer on a local PostgreSQL, huey on a SQLite file, each draining N no-op
+tasks with worker processes, and the shared result row (tasks/s from the queue's own
+timestamps, or for huey its workers' own clocks; peak RSS; CPU per task).
 
 Kept apart from :mod:`bench.peers` so :mod:`bench.postgres` can run procrastinate in its own
 runs without importing the peer benchmark that imports it.
@@ -8,11 +9,13 @@ runs without importing the peer benchmark that imports it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -34,9 +37,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _peer(kind: str, where: str, concurrency: int) -> subprocess.Popen[bytes]:
+def _peer(kind: str, where: str, concurrency: int, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "bench.peer_workers", kind, where, str(concurrency)]
+    argv = [sys.executable, "-m", "bench.peer_workers", kind, where, str(concurrency), *extra]
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -165,6 +168,71 @@ def procrastinate_drain(server: PgServer, n: int, procs: int, concurrency: int) 
             "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')) "
             "FROM procrastinate_events"
         ).fetchone()
+    assert row is not None
+    done, first, last = row
+    return _result(workers, reaped, done, float(first or 0), float(last or 0))
+
+
+def _clocked(workers: list[subprocess.Popen[bytes]], reaped: Reaped, outs: list[Path]) -> Result:
+    """The result of workers that clock themselves: each wrote its count and its first start
+    and last finish to its ``out`` file (a worker that wrote none did no task)."""
+    stats = [json.loads(out.read_text()) for out in outs if out.exists()]
+    firsts = [s["first"] for s in stats if s["first"] is not None]
+    done = sum(s["done"] for s in stats)
+    last = max((s["last"] for s in stats), default=0.0)
+    return _result(workers, reaped, done, min(firsts, default=0.0), last)
+
+
+def celery_drain(redis: Redis, n: int, procs: int, concurrency: int) -> Result:
+    """Celery workers (threads pool) drain ``n`` no-op tasks from the local Redis."""
+    from bench.peer_celery import seed
+
+    with tempfile.TemporaryDirectory() as tmp_s:
+        redis_flush(redis)
+        seed(redis.port, n)
+        outs = [Path(tmp_s) / f"worker-{i}.json" for i in range(procs)]
+        workers = [_peer("celery", str(redis.port), concurrency, str(out)) for out in outs]
+        return _clocked(workers, _reap(workers), outs)
+
+
+def redis_flush(redis: Redis) -> None:
+    """Empty the local Redis (the previous drain's keys)."""
+    with socket.create_connection(("127.0.0.1", redis.port), timeout=10) as s:
+        s.sendall(b"FLUSHALL\r\n")
+        if not s.recv(16).startswith(b"+OK"):
+            raise RuntimeError("redis-server refused FLUSHALL")
+
+
+def huey_drain(n: int, procs: int, concurrency: int) -> Result:
+    """huey consumers (``SqliteHuey``, thread workers) drain ``n`` no-op tasks from a file.
+
+    huey keeps no timestamps (a dequeue deletes the row), so each consumer reports its own
+    first start and last finish (its ``executing``/``complete`` signals) and its count."""
+    from bench.peer_huey import seed
+
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        db = str(tmp / "huey.db")
+        seed(db, n)
+        outs = [tmp / f"consumer-{i}.json" for i in range(procs)]
+        workers = [_peer("huey", db, concurrency, str(out)) for out in outs]
+        return _clocked(workers, _reap(workers), outs)
+
+
+def pgqueuer_drain(server: PgServer, n: int, procs: int, concurrency: int) -> Result:
+    """PgQueuer workers (``QueueManager``, drain mode) drain ``n`` no-op jobs on a fresh
+    database."""
+    import psycopg
+
+    from bench import peer_pgqueuer
+
+    conninfo = _new_database(server)
+    anyio.run(peer_pgqueuer.install, conninfo)
+    anyio.run(peer_pgqueuer.seed, conninfo, n)
+    workers = [_peer("pgqueuer", conninfo, concurrency) for _ in range(procs)]
+    reaped = _reap(workers)
+    with psycopg.connect(conninfo) as conn:
+        row = conn.execute(peer_pgqueuer.SPAN_SQL).fetchone()
     assert row is not None
     done, first, last = row
     return _result(workers, reaped, done, float(first or 0), float(last or 0))

@@ -1,17 +1,28 @@
-"""The peers' worker processes for :mod:`bench.peers`: an arq worker and a procrastinate worker.
+"""The peers' worker processes for :mod:`bench.peers`: arq, Celery, procrastinate, huey and
+PgQueuer.
 
     python -m bench.peer_workers arq REDIS_PORT CONCURRENCY
     python -m bench.peer_workers procrastinate CONNINFO CONCURRENCY
+    python -m bench.peer_workers huey SQLITE_FILE CONCURRENCY OUT_JSON
+    python -m bench.peer_workers pgqueuer DSN CONCURRENCY
+    python -m bench.peer_workers celery REDIS_PORT CONCURRENCY OUT_JSON
+    python -m bench.peer_workers KIND-serve WHERE CONCURRENCY  (KIND: one of the five)
 
 Each drains its queue of no-op jobs and exits (arq ``burst=True`` with ``poll_delay`` 0.05 s;
-procrastinate ``wait=False``). This module imports only its peer (never this project's
-packages), so a peer worker's peak RSS is that peer's own.
+procrastinate ``wait=False``; huey's consumer stopped once the queue is empty
+(:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`); Celery's
+worker shut down once the queue is empty (:mod:`bench.peer_celery`)); a
+``-serve`` kind runs the same worker idle until stopped, for the pickup latency bench
+(:mod:`bench.peers_pickup`). This module
+imports only its peer (never this project's packages), so a peer worker's peak RSS is that
+peer's own.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 ARQ_POLL_DELAY_S = 0.05
@@ -19,6 +30,13 @@ ARQ_POLL_DELAY_S = 0.05
 
 async def arq_noop(ctx: dict[str, Any]) -> None:
     """arq's no-op job."""
+
+
+async def arq_stamp(ctx: dict[str, Any], sample: str) -> None:
+    """arq's pickup job: stamp its start (:mod:`bench.peers_stamp`)."""
+    from bench.peers_stamp import write_stamp
+
+    write_stamp(sample)
 
 
 def procrastinate_app(conninfo: str) -> Any:
@@ -31,27 +49,34 @@ def procrastinate_app(conninfo: str) -> Any:
     async def noop() -> None:
         """procrastinate's no-op task."""
 
+    @app.task(name="stamp")
+    async def stamp(sample: str) -> None:
+        """procrastinate's pickup task: stamp its start (:mod:`bench.peers_stamp`)."""
+        from bench.peers_stamp import write_stamp
+
+        write_stamp(sample)
+
     return app
 
 
-def _arq(port: int, concurrency: int) -> None:
+def _arq(port: int, concurrency: int, burst: bool = True) -> None:
     from arq.connections import RedisSettings
     from arq.worker import Worker
 
     Worker(
-        functions=[arq_noop],
+        functions=[arq_noop, arq_stamp],
         redis_settings=RedisSettings(host="127.0.0.1", port=port),
         max_jobs=concurrency,
         poll_delay=ARQ_POLL_DELAY_S,
-        burst=True,
+        burst=burst,
         handle_signals=False,
         log_results=False,
     ).run()
 
 
-def _procrastinate(conninfo: str, concurrency: int) -> None:
+def _procrastinate(conninfo: str, concurrency: int, wait: bool = False) -> None:
     app = procrastinate_app(conninfo)
-    app.run_worker(concurrency=concurrency, wait=False, install_signal_handlers=False)
+    app.run_worker(concurrency=concurrency, wait=wait, install_signal_handlers=False)
 
 
 def main() -> None:
@@ -62,8 +87,38 @@ def main() -> None:
         _arq(int(where), concurrency)
     elif kind == "procrastinate":
         _procrastinate(where, concurrency)
+    elif kind == "huey":
+        from bench.peer_huey import consume
+
+        consume(where, concurrency, Path(sys.argv[4]))
+    elif kind == "pgqueuer":
+        from bench.peer_pgqueuer import consume as pgq_consume
+
+        pgq_consume(where, concurrency)
+    elif kind == "celery":
+        from bench.peer_celery import consume as celery_consume
+
+        celery_consume(int(where), concurrency, Path(sys.argv[4]))
+    elif kind == "celery-serve":
+        from bench.peer_celery import serve as celery_serve
+
+        celery_serve(int(where), concurrency)
+    elif kind == "arq-serve":
+        _arq(int(where), concurrency, burst=False)
+    elif kind == "procrastinate-serve":
+        _procrastinate(where, concurrency, wait=True)
+    elif kind == "huey-serve":
+        from bench.peer_huey import serve
+
+        serve(where, concurrency)
+    elif kind == "pgqueuer-serve":
+        from bench.peer_pgqueuer import consume as pgq_serve
+
+        pgq_serve(where, concurrency, drain=False)
     else:
-        raise SystemExit(f"unknown peer {kind!r} (arq, procrastinate)")
+        raise SystemExit(
+            f"unknown peer {kind!r} (arq, celery, procrastinate, huey, pgqueuer; each also -serve)"
+        )
 
 
 if __name__ == "__main__":

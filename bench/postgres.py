@@ -6,13 +6,14 @@
 
 The no-op drain of :mod:`bench.worker` (real ``python -m worker run --drain`` processes, the
 ``python`` executor calling :func:`bench.worker.noop`) on a PostgreSQL started for the run
-(Debian's binaries in a temp dir on a free 127.0.0.1 port, see ``tests/postgres/server.py``),
-with 1 and 2 worker processes; ``embedded1`` is :mod:`bench.worker`'s one-process drain on SQLite
-for the peak-RSS comparison. Throughput is measured on the rail's own timestamps (first claim ->
-last transition), peak RSS and CPU per task from ``wait4``. ``procrastinate1``/``2`` are
-procrastinate's workers on the same server in the same run (:func:`bench.peers.procrastinate_drain`,
-the ``bench`` extra: ``pip install -e '.[bench]'``); the last column is each PostgreSQL rail row
-against procrastinate's with as many processes.
+(Debian's binaries in a temp dir on a free 127.0.0.1 port, see ``tests/postgres/server.py``) at
+its stock durability (:class:`bench.peers_setup.StockPgServer`: every commit flushed; the
+settings are printed), with 1 and 2 worker processes; ``embedded1`` is :mod:`bench.worker`'s
+one-process drain on SQLite for the peak-RSS comparison. Throughput is measured on the rail's
+own timestamps (first claim -> last transition), peak RSS and CPU per task from ``wait4``.
+``procrastinate1``/``2`` are procrastinate's workers on the same server in the same run
+(:func:`bench.peers.procrastinate_drain`, the ``bench`` extra: ``pip install -e '.[bench]'``);
+the last column is each PostgreSQL rail row against procrastinate's with as many processes.
 
 This machine may be shared and noisy: ``--rounds N`` runs every phase N times, round-robin (each
 round runs each phase once), and prints the median of each column with every round's tasks/s;
@@ -36,6 +37,7 @@ from typing import Any
 
 import anyio
 
+from bench.peers_setup import StockPgServer, pg_settings
 from bench.rss import reap
 from bench.worker import PIPELINE, _drain, _spawn, noop_config
 from tests.postgres.server import PgServer, find_bindir
@@ -192,10 +194,11 @@ def main() -> None:
     if bindir is None and any(p.startswith("pg") for p in phases):
         parser.error("PostgreSQL is not installed: apt-get install postgresql")
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in phases}
-    server = PgServer.create(bindir) if bindir is not None else None
+    server = StockPgServer.create(bindir) if bindir is not None else None
     try:
         if server is not None:
             server.start()
+            print(pg_settings(server))
         for _ in range(args.rounds):
             for phase in phases:
                 runs[phase].append(_phase(phase, server, args, args.ab))

@@ -231,4 +231,5 @@ def test_the_docs_extra_installs_the_site_generator(venvs: Venvs, tmp_path: Path
 
 def test_the_bench_extra_installs_the_peers_it_measures(venvs: Venvs, tmp_path: Path) -> None:
     venv = venvs.get("bench")
-    run_in(venv, "python", "-c", "import arq, procrastinate, psycopg, psycopg_pool", cwd=tmp_path)
+    imports = "import arq, asyncpg, celery, huey, pgqueuer, procrastinate, psycopg, psycopg_pool"
+    run_in(venv, "python", "-c", imports, cwd=tmp_path)

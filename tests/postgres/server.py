@@ -133,12 +133,10 @@ class PgServer:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
         return server
 
-    def start(self) -> None:
-        """Start ``postgres`` on a free port (the same one again after :meth:`stop`)."""
-        if self.port == 0:
-            self.port = _free_port()
-        argv = [str(self.bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port)]
-        for setting in (
+    def settings(self) -> list[str]:
+        """The server's ``-c`` settings: 127.0.0.1 and its own socket directory, durability off
+        (a subclass may keep the stock durability: ``bench.peers`` does)."""
+        return [
             "listen_addresses=127.0.0.1",
             f"unix_socket_directories={self.sockdir}",
             "fsync=off",
@@ -147,7 +145,14 @@ class PgServer:
             "max_connections=200",
             "shared_buffers=32MB",
             "logging_collector=off",
-        ):
+        ]
+
+    def start(self) -> None:
+        """Start ``postgres`` on a free port (the same one again after :meth:`stop`)."""
+        if self.port == 0:
+            self.port = _free_port()
+        argv = [str(self.bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port)]
+        for setting in self.settings():
             argv += ["-c", setting]
         log = (self.root / "server.log").open("ab")
         try:

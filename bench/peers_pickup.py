@@ -1,0 +1,301 @@
+"""Interactive pickup latency for :mod:`bench.peers` (``--pickup SAMPLES``): from a producer's
+submit to the executor's start, with one idle worker, on every rail of this worker (embedded,
+served, PostgreSQL) beside the peers in the same run.
+
+Each round starts, per system, one worker process (concurrency as asked; the peers' ``-serve``
+kinds of :mod:`bench.peer_workers`, which wait for work as their users run them: arq polling
+every 0.05 s as in the drains, Celery's worker blocking on its Redis queue, huey's consumer
+polling with its back-off, procrastinate and PgQueuer woken by LISTEN/NOTIFY), submits a
+warm-up job and waits for it to start (so the worker is up, without sleeping for it), then
+takes SAMPLES samples: a pause of 0.3-1.2 s (random, so the worker settles into idle), the
+time, one submit from this process, and the time the job's executor wrote when it started
+(:mod:`bench.peers_stamp`; one machine, one clock). The table
+gives p50/p95/p99 and the maximum over every round's samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import anyio
+
+from bench.peer_drains import ROOT, Redis, _new_database
+from bench.peers_stamp import ENV
+from bench.worker import noop_config, worker_env
+from tests.postgres.server import PgServer
+
+Submit = Callable[[str], Awaitable[None]]
+Producer = AbstractAsyncContextManager[Submit]
+#: How long a stamp may take before the sample is given up as lost.
+STAMP_TIMEOUT_S = 60.0
+#: The pause before each sample (seconds, uniform).
+PAUSE_S = (0.3, 1.2)
+
+
+def _worker(argv: list[str], stamps: Path) -> subprocess.Popen[bytes]:
+    env = {**worker_env(str(ROOT)), ENV: str(stamps)}
+    return subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def _peer(kind: str, where: str, concurrency: int, stamps: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "bench.peer_workers", f"{kind}-serve", where, str(concurrency)]
+    return _worker(argv, stamps)
+
+
+def _ours(url: str, tmp: Path, concurrency: int, stamps: Path) -> subprocess.Popen[bytes]:
+    config = noop_config(
+        tmp / "pickup.toml",
+        url,
+        concurrency=concurrency,
+        drain=False,
+        callable_path="bench.peers_stamp:stamp",
+    )
+    return _worker([sys.executable, "-m", "worker", "run", "--config", str(config)], stamps)
+
+
+@asynccontextmanager
+async def _our_producer(url: str) -> AsyncIterator[Submit]:
+    from tracker_client.factory import open_tracker
+    from tracker_client.models import TaskCreate
+
+    tracker = await open_tracker(url)
+    try:
+        [pid] = [p.id for p in await tracker.list_pipelines() if p.name == "bench"]
+
+        async def submit(sample: str) -> None:
+            await tracker.create_task(TaskCreate(pipeline_id=pid, title=sample))
+
+        yield submit
+    finally:
+        await tracker.aclose()
+
+
+@asynccontextmanager
+async def _arq_producer(port: int) -> AsyncIterator[Submit]:
+    from arq.connections import RedisSettings, create_pool
+
+    pool = await create_pool(RedisSettings(host="127.0.0.1", port=port))
+    try:
+
+        async def submit(sample: str) -> None:
+            await pool.enqueue_job("arq_stamp", sample)
+
+        yield submit
+    finally:
+        await pool.aclose()
+
+
+@asynccontextmanager
+async def _celery_producer(port: int) -> AsyncIterator[Submit]:
+    from bench.peer_celery import celery_app
+
+    app = celery_app(port)
+
+    async def submit(sample: str) -> None:
+        app.send_task("stamp", args=[sample])  # Celery's publish is synchronous
+
+    try:
+        yield submit
+    finally:
+        app.close()
+
+
+@asynccontextmanager
+async def _huey_producer(filename: str) -> AsyncIterator[Submit]:
+    from bench.peer_huey import huey_app, stamp
+
+    _, task = huey_app(filename, stamp)
+
+    async def submit(sample: str) -> None:
+        task(sample)  # huey's enqueue is a synchronous insert
+
+    yield submit
+
+
+@asynccontextmanager
+async def _procrastinate_producer(conninfo: str) -> AsyncIterator[Submit]:
+    from bench.peer_workers import procrastinate_app
+
+    app = procrastinate_app(conninfo)
+    async with app.open_async():
+
+        async def submit(sample: str) -> None:
+            await app.tasks["stamp"].defer_async(sample=sample)
+
+        yield submit
+
+
+async def _procrastinate_schema(conninfo: str) -> None:
+    from bench.peer_workers import procrastinate_app
+
+    app = procrastinate_app(conninfo)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+
+
+def _stamped(stamps: Path) -> dict[str, float]:
+    try:
+        text = stamps.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        sample, _, at = line.partition(" ")
+        if at:
+            found[sample] = float(at)
+    return found
+
+
+async def _wait_stamp(stamps: Path, sample: str, proc: subprocess.Popen[bytes]) -> float:
+    deadline = time.monotonic() + STAMP_TIMEOUT_S
+    while True:
+        at = _stamped(stamps).get(sample)
+        if at is not None:
+            return at
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited ({proc.returncode}) before {sample} started")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{sample} did not start within {STAMP_TIMEOUT_S:.0f} s")
+        await anyio.sleep(0.001)  # polling the stamp file, under the deadline above
+
+
+async def _samples(
+    producer: Producer, stamps: Path, proc: subprocess.Popen[bytes], samples: int
+) -> list[float]:
+    out: list[float] = []
+    async with producer as submit:
+        await submit("warm-up")
+        await _wait_stamp(stamps, "warm-up", proc)
+        for i in range(samples):
+            await anyio.sleep(random.uniform(*PAUSE_S))  # pacing: the worker goes idle
+            sample = f"s{i}-{uuid.uuid4().hex[:6]}"
+            submitted = time.time()
+            await submit(sample)
+            out.append(await _wait_stamp(stamps, sample, proc) - submitted)
+    return out
+
+
+def _system(
+    name: str, samples: int, concurrency: int, redis: Redis | None, pg: PgServer | None
+) -> list[float]:
+    """One idle worker of ``name`` and ``samples`` pickups (seconds each)."""
+    from bench.worker import _seed as seed_file
+
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        stamps = tmp / "stamps"
+        stops: list[subprocess.Popen[bytes]] = []
+        producer: Producer
+        try:
+            if name in ("embedded", "served"):
+                db = tmp / "rail.db"
+                anyio.run(seed_file, db, 0)
+                url = f"sqlite:///{db}"
+                if name == "served":
+                    from bench.remote import _start_server
+
+                    server, url = _start_server(db)
+                    stops.append(server)
+                proc = _ours(url, tmp, concurrency, stamps)
+                producer = _our_producer(url)
+            elif name == "postgres":
+                from bench.postgres import _seed as seed_pg
+
+                assert pg is not None
+                url = f"{pg.url}?schema=pickup_{uuid.uuid4().hex[:12]}&pool_size=4"
+                anyio.run(seed_pg, url, 0)
+                proc = _ours(url, tmp, concurrency, stamps)
+                producer = _our_producer(url)
+            elif name == "arq":
+                assert redis is not None
+                proc = _peer("arq", str(redis.port), concurrency, stamps)
+                producer = _arq_producer(redis.port)
+            elif name == "celery":
+                assert redis is not None
+                proc = _peer("celery", str(redis.port), concurrency, stamps)
+                producer = _celery_producer(redis.port)
+            elif name == "huey":
+                filename = str(tmp / "huey.db")
+                proc = _peer("huey", filename, concurrency, stamps)
+                producer = _huey_producer(filename)
+            elif name == "procrastinate":
+                assert pg is not None
+                conninfo = _new_database(pg)
+                anyio.run(_procrastinate_schema, conninfo)
+                proc = _peer("procrastinate", conninfo, concurrency, stamps)
+                producer = _procrastinate_producer(conninfo)
+            else:
+                from bench import peer_pgqueuer
+
+                assert pg is not None
+                conninfo = _new_database(pg)
+                anyio.run(peer_pgqueuer.install, conninfo)
+                proc = _peer("pgqueuer", conninfo, concurrency, stamps)
+                producer = peer_pgqueuer.producer(conninfo)
+            stops.insert(0, proc)
+            return anyio.run(_samples, producer, stamps, proc, samples)
+        finally:
+            for stop in stops:  # the worker first, then its server; each by its pid
+                stop.terminate()
+                try:
+                    stop.wait(30)
+                except subprocess.TimeoutExpired:
+                    stop.kill()
+                    stop.wait(30)
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """The nearest-rank ``p`` percentile (0-100) of ``sorted_values``."""
+    rank = max(1, -(-len(sorted_values) * p // 100))
+    return sorted_values[int(rank) - 1]
+
+
+def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -> list[str]:
+    """Every system's pickup latencies, rounds interleaved; the table as Markdown lines."""
+    latencies: dict[str, list[float]] = {name: [] for name in args.systems}
+    failed: dict[str, str] = {}
+    names = list(args.systems)
+    for run in range(args.runs):
+        shift = run % len(names)
+        for name in names[shift:] + names[:shift]:
+            if name in failed:
+                continue
+            try:
+                got = _system(name, args.pickup, args.concurrency, redis, pg)
+            except Exception as exc:  # a rail being built may not run: say why, go on
+                failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                continue
+            latencies[name] += got
+            got.sort()
+            print(
+                f"  round {run + 1} {name}: p50 {percentile(got, 50) * 1000:.1f} ms, "
+                f"max {got[-1] * 1000:.1f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+    lines = [
+        "| system | samples | p50 ms | p95 ms | p99 ms | max ms |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in names:
+        values = sorted(latencies[name])
+        if not values:
+            continue
+        ms = [percentile(values, p) * 1000 for p in (50, 95, 99)]
+        lines.append(
+            f"| {name} | {len(values)} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
+            f"{values[-1] * 1000:.1f} |"
+        )
+    lines += [f"{name}: skipped: {why}" for name, why in failed.items()]
+    return lines

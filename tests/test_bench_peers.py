@@ -1,0 +1,130 @@
+"""``bench.peers``, the same-run peer benchmark, run for real with tiny counts.
+
+The figures are not asserted (a benchmark, not a test). What is pinned: huey and PgQueuer drain
+every task beside this worker's embedded and PostgreSQL rails, on a PostgreSQL server at stock
+durability whose settings the header prints with the machine, the load and each system's
+settings; each of our rows names the best peer of its storage class; ``--kept`` measures the
+PostgreSQL rail with finished tasks kept and ``--pickup`` the submit-to-start latency; bad
+options are refused by name. arq and Celery need ``redis-server``, which CI does not install:
+they are left to the benchmark's own runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.needs import require_module
+from tests.postgres.server import require_postgres
+
+ROOT = Path(__file__).resolve().parents[1]
+HINT = "pip install -e '.[test]' (the peers bench.peers measures)"
+
+pytestmark = pytest.mark.slow
+
+
+def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.peers", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def peers() -> None:
+    """huey, PgQueuer (with asyncpg) and PostgreSQL's binaries, or skip (fail in CI)."""
+    for module in ("huey", "pgqueuer", "asyncpg"):
+        require_module(module, HINT)
+    require_postgres()
+
+
+def _row(out: str, system: str, procs: int) -> list[str]:
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) > 3 and cells[0] == system and cells[2] == str(procs):
+            return cells
+    raise AssertionError(f"no row for {system} x{procs} in:\n{out}")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("peers")
+def test_huey_and_pgqueuer_drain_beside_our_rails_on_a_durable_server() -> None:
+    done = _bench(
+        "--tasks", "60", "--runs", "1", "--procs", "1",
+        "--systems", "huey,pgqueuer,embedded,postgres",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "skipped" not in out, out
+    server = next(line for line in out.splitlines() if line.startswith("PostgreSQL: "))
+    for stock in ("fsync=on", "synchronous_commit=on", "full_page_writes=on"):
+        assert stock in server, server
+    assert re.search(r"machine: \d+ cores", out), out
+    assert re.search(r"load average before: [\d.]+ [\d.]+ [\d.]+", out), out
+    assert re.search(r"load average after: [\d.]+ [\d.]+ [\d.]+", out), out
+    assert "huey " in out and "synchronous=NORMAL" in out and "workers=10" in out, out
+    assert "pgqueuer " in out and "batch_size=10" in out, out
+    for system, storage, peer in (
+        ("huey", "SQLite", "huey"),
+        ("pgqueuer", "PostgreSQL", "pgqueuer"),
+        ("embedded", "SQLite", "huey"),
+        ("postgres", "PostgreSQL", "pgqueuer"),
+    ):
+        cells = _row(out, system, 1)
+        assert cells[1] == storage and cells[6] == peer, cells
+        assert float(cells[3].split()[0]) > 0 and float(cells[7]) > 0, cells
+    assert _row(out, "huey", 1)[7] == "1.00"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("peers")
+def test_kept_measures_the_postgres_rail_with_finished_tasks_kept() -> None:
+    done = _bench(
+        "--tasks", "30", "--runs", "1", "--procs", "1", "--systems", "postgres",
+        "--kept", "0,40",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "template kept_40_" in done.stderr and "40 finished tasks" in done.stderr
+    rows = re.findall(
+        r"^\| (0|40) \| 1 \| \d+ \[\d+-\d+\] \| \d+ \| ([\d.]+) \|$", done.stdout, re.M
+    )
+    assert [count for count, _ in rows] == ["0", "40"], done.stdout
+    assert rows[0][1] == "1.00"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("peers")
+def test_pickup_latency_on_our_rails_and_pgqueuer() -> None:
+    done = _bench("--pickup", "2", "--runs", "1", "--systems", "pgqueuer,embedded,postgres")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pickup latency (submit -> executor start, one idle worker): 2 samples" in done.stdout
+    for system in ("pgqueuer", "embedded", "postgres"):
+        found = re.search(rf"^\| {system} \| 2 \| ([\d.]+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$",
+                          done.stdout, re.M)  # fmt: skip
+        assert found, done.stdout
+        assert 0 < float(found.group(1)) < 60_000
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--kept", "lots"], "--kept must be comma-separated integers, not 'lots'"),
+        (["--kept", "-5"], "--kept: counts of finished tasks cannot be negative"),
+        (["--pickup", "-1"], "--pickup: the number of samples cannot be negative"),
+        (["--systems", "huey,rq"], "unknown system(s) rq; known: arq, celery, huey"),
+        (["--procs", "1,x"], "--procs must be comma-separated integers, not '1,x'"),
+    ],
+)
+def test_bad_options_are_refused_by_name(args: list[str], says: str) -> None:
+    done = _bench(*args, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr, done.stderr
