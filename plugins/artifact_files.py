@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FileDigest", "default_artifacts_dir", "digest_file"]
+__all__ = ["FileDigest", "default_artifacts_dir", "digest_file", "path_component"]
 
 _CHUNK = 1 << 20
 
@@ -53,6 +54,12 @@ def default_artifacts_dir(environ: Mapping[str, str] | None = None) -> tuple[Pat
             path = Path(first) / leaf
             return (path if leaf == "artifacts" else path / "artifacts"), f"${var}"
     return Path.home() / ".local" / "share" / "backlog-worker" / "artifacts", "~/.local/share"
+
+
+def path_component(name: str) -> str:
+    """A tracker id as one harmless path component (never ``.``/``..``, never hidden): the
+    ``<task id>/<run id>`` directories artifacts are copied under."""
+    return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9._-]", "_", name)) or "_"
 
 
 class _Stopped(Exception):

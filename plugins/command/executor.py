@@ -17,15 +17,16 @@ The child runs in the run's working directory (unless ``cwd``) with a scrubbed e
 (:func:`minimal_env`) plus ``BACKLOG_TASK_ID``, ``BACKLOG_RUN_ID``, ``BACKLOG_ATTEMPT``,
 ``BACKLOG_WORKDIR``, ``BACKLOG_TASK_FILE`` (when ``task_file``) and ``TRACEPARENT`` (when the
 worker traces: the run span's W3C trace context, for the child's own spans). If it writes
-``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ...}``, every key
-optional), a mapped exit code uses that trigger instead; its ``artifacts`` list
+``<workdir>/outcome.json`` (``{"trigger": "...", "instructions": "...", "usage": ..., "result":
+...}``, every key optional), a mapped exit code uses that trigger instead; its ``result`` (any JSON
+value) is the task's result (:func:`plugins.results.record_result`); its ``artifacts`` list
 (``[{"path": "out/report.md", "kind": "report", "meta": {...}}]``, paths inside the workdir) is
 recorded, hashed and sized (see :mod:`plugins.command.outcome`), each copied first to
-``<artifacts_dir>/<task id>/<run id>/<path>``, so its ``file://`` uri names a file that outlives
-the run's directory (removed when the run ends unless ``keep_workdirs``); without
-``artifacts_dir`` that is :func:`~plugins.artifact_files.default_artifacts_dir`
-(``$STATE_DIRECTORY/artifacts`` under systemd, else ``~/.local/share/backlog-worker/artifacts``),
-and ``artifacts_dir = false`` leaves them in the run's directory.
+``<artifacts_dir>/<task id>/<run id>/<path>``, so its ``file://`` uri names a file that outlives the
+run's directory (removed when the run ends unless ``keep_workdirs``); without ``artifacts_dir`` that
+is :func:`~plugins.artifact_files.default_artifacts_dir` (``$STATE_DIRECTORY/artifacts`` under
+systemd, else ``~/.local/share/backlog-worker/artifacts``), and ``artifacts_dir = false`` leaves
+them in the run's directory.
 As an agent (the store, subtasks with ``wait_for``, ``checkpoint.json``, ``upstream.json``): see
 :mod:`plugins.command.agent`. Cancellation kills the whole process group.
 
@@ -40,6 +41,7 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -61,6 +63,7 @@ from plugins.command.outcome import (
 from plugins.command.stream import OutputStream
 from plugins.command.template import TemplateValues
 from plugins.proc.process import ProcessResult, SpawnError, minimal_env, run_process, trace_env
+from plugins.results import record_result
 from tracker_client.errors import NotFound, TrackerError
 
 __all__ = ["CommandExecutor", "CommandOptions", "read_outcome_file", "task_json"]
@@ -329,6 +332,15 @@ class CommandExecutor:
                 retryable=not isinstance(exc, ValueError | NotFound),
                 details=details,
             )
+        if "result" in doc:  # last: a result is kept only when the rest of the file was
+            failure = await record_result(
+                ctx,
+                doc["result"],
+                source=f"command {program!r}: {OUTCOME_FILE}",
+                artifacts_dir=opts.artifacts_path,
+            )
+            if failure is not None:
+                return replace(failure, details=details)
         if doc.get("trigger"):
             source = f"{OUTCOME_FILE} of command {program!r}"
         return Transition(

@@ -1,17 +1,19 @@
-"""A command's ``outcome.json``: trigger, instructions, usage and the artifacts it declares.
+"""A command's ``outcome.json``: trigger, instructions, usage, result and declared artifacts.
 
 Split from :mod:`plugins.command.executor`. The file is read after a mapped exit code::
 
-    {"trigger": "approve", "instructions": "...", "usage": {...},
+    {"trigger": "approve", "instructions": "...", "usage": {...}, "result": {"score": 0.9},
      "artifacts": [{"path": "out/report.md", "kind": "report", "meta": {"lines": 12}}]}
 
-Every key is optional; ``store``, ``spawn`` and ``wait_for`` are the agent keys
-(:mod:`plugins.command.agent`). Each artifact's ``path`` is relative to the run's working
-directory and must stay inside it (no absolute path, no ``..`` or symlink leading out); ``kind``
-defaults to ``file``; ``meta`` (an object) is recorded with ``"path"`` added. The files are
-hashed and sized by :meth:`~plugins.api.ExecutionContext.artifact_file`, and copied to
-``<artifacts_dir>/<task id>/<run id>/<path>`` first (the executor's ``artifacts_dir``, by default
-a directory that outlives the run: :func:`plugins.artifact_files.default_artifacts_dir`).
+Every key is optional; ``result`` (any JSON value) is the task's result, kept by
+:func:`plugins.results.record_result` (``wait()`` answers it, dependents read it); ``store``,
+``spawn`` and ``wait_for`` are the agent keys (:mod:`plugins.command.agent`). Each artifact's
+``path`` is relative to the run's working directory and must stay inside it (no absolute path, no
+``..`` or symlink leading out); ``kind`` defaults to ``file``; ``meta`` (an object) is recorded with
+``"path"`` added. The files are hashed and sized by
+:meth:`~plugins.api.ExecutionContext.artifact_file`, and copied to ``<artifacts_dir>/<task id>/<run
+id>/<path>`` first (the executor's ``artifacts_dir``, by default a directory that outlives the run:
+:func:`plugins.artifact_files.default_artifacts_dir`).
 
 It may touch the run's working directory only (``outcome.json`` read, the declared paths resolved
 inside it); hashing and copying the files is the context's.
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from plugins.api import ExecutionContext
+from plugins.artifact_files import path_component
 from plugins.command.agent import check_agent_keys
 
 __all__ = [
@@ -41,7 +43,7 @@ __all__ = [
 OUTCOME_FILE = "outcome.json"
 MAX_ARTIFACTS = 100
 _MAX_OUTCOME_BYTES = 1 << 20
-_KEYS = ("trigger", "instructions", "usage", "artifacts", "store", "spawn", "wait_for")
+_KEYS = ("trigger", "instructions", "usage", "result", "artifacts", "store", "spawn", "wait_for")
 _ARTIFACT_KEYS = ("path", "kind", "meta")
 
 
@@ -147,11 +149,6 @@ def resolve_artifacts(workdir: Path, declared: list[DeclaredArtifact]) -> list[t
     return out
 
 
-def _component(name: str) -> str:
-    """A tracker id as one harmless path component (never ``.``/``..``, never hidden)."""
-    return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9._-]", "_", name)) or "_"
-
-
 async def record_artifacts(
     ctx: ExecutionContext,
     declared: list[DeclaredArtifact],
@@ -163,9 +160,8 @@ async def record_artifacts(
     for item, (path, relative) in zip(declared, resolved, strict=True):
         copy_to = None
         if artifacts_dir is not None:
-            copy_to = (
-                artifacts_dir / _component(ctx.task.id) / _component(ctx.run.id) / Path(relative)
-            )
+            run_dir = artifacts_dir / path_component(ctx.task.id) / path_component(ctx.run.id)
+            copy_to = run_dir / Path(relative)
         meta = {**(item.meta or {}), "path": relative}
         ids.append(await ctx.artifact_file(path, kind=item.kind, meta=meta, copy_to=copy_to))
     return ids

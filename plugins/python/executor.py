@@ -14,10 +14,15 @@ cancelled run ends at once and the thread is abandoned, see :mod:`plugins.python
 ``max_abandoned_threads`` of them still running, the worker claims nothing more for the role).
 It returns an outcome (:class:`~plugins.api.Transition` / :class:`~plugins.api.Failure`),
 ``None`` (= the role's default trigger) or a dict ``{"trigger": ..., "instructions": ...,
-"usage": ...}`` (every key optional). Anything else fails the run with reason
-``bad_executor_output``. An exception it raises fails the run through the worker (an ``error``
-event with the traceback tail). The role's other options reach the function as ``ctx.options``
-(the option is checked by :mod:`plugins.python.options`).
+"usage": ..., "result": ...}`` (every key optional; ``result`` is kept as the task's result).
+Any other JSON value it returns (a dict without those keys, a list, a number, a str) is the
+task's result, kept by :func:`plugins.results.record_result`, and the run goes on with the
+default trigger (``docs/executors/python-jobs.md``). Refused with ``bad_executor_output``,
+saying how to return what was meant: a value that is not JSON, a dict mixing outcome keys with
+data keys, a bool (``False`` would read as a failure), and a str naming one of the function's
+literal triggers (``"approve"``: a trigger meant, or text?). An exception it raises fails the
+run through the worker (an ``error`` event with the traceback tail). The role's other options
+reach the function as ``ctx.options`` (the option is checked by :mod:`plugins.python.options`).
 
 It may touch the module it imports (once, when the worker builds the executor) and the function it
 calls (in the worker's process, with the run's context); it starts no process and never sees the
@@ -35,6 +40,7 @@ from plugins.api import ExecutionContext, Failure, NamedTrigger, Outcome, Transi
 from plugins.python.options import parse_options, split_callable
 from plugins.python.outcomes import literal_triggers
 from plugins.python.sync import AbandonedThreads, ThreadContext, run_in_thread
+from plugins.results import record_result
 from tracker_client.errors import ExecutorError
 
 __all__ = ["PythonExecutor", "import_callable", "is_async_callable"]
@@ -113,6 +119,7 @@ class PythonExecutor:
         self.is_async = is_async_callable(self.function)
         #: Threads of this role's cancelled runs still running (plain ``def`` only).
         self.abandoned = AbandonedThreads()
+        self._literal_triggers: set[str] | None = None
 
     def triggers(self) -> list[NamedTrigger]:
         """The literal triggers of the function's body (:mod:`plugins.python.outcomes`)."""
@@ -155,60 +162,80 @@ class PythonExecutor:
                     "declare it async def to have it awaited",
                     retryable=False,
                 )
-        return self._outcome(result)
+        return await self._outcome(ctx, result)
 
-    def _outcome(self, result: Any) -> Outcome:
-        if isinstance(result, _OUTCOMES):
-            return result
-        if result is None:
+    async def _outcome(self, ctx: ExecutionContext, returned: Any) -> Outcome:
+        """An outcome routes; any other JSON value is the task's result (then the default
+        trigger); a dict mixing outcome keys with data, a bool, or a str naming one of the
+        function's literal triggers is refused, saying how to return what was meant."""
+        if isinstance(returned, _OUTCOMES):
+            return returned
+        if returned is None:
             return Transition()
-        if isinstance(result, Mapping):
-            unknown = sorted(str(k) for k in set(result) - _DICT_KEYS)
-            trigger = result.get("trigger")
-            instructions = result.get("instructions")
-            problem = None
-            if unknown:
-                problem = f"unknown key(s) {', '.join(map(repr, unknown))}"
-            elif trigger is not None and (not isinstance(trigger, str) or not trigger):
-                problem = f"'trigger' must be a non-empty string, got {trigger!r}"
-            elif instructions is not None and not isinstance(instructions, str):
-                problem = "'instructions' must be a string"
-            if problem is None:
-                return Transition(
-                    trigger=trigger, instructions=instructions, usage=result.get("usage")
-                )
-            if unknown:  # data returned as a result (the Celery habit), not an outcome
-                return self._not_an_outcome(f"a dict with {problem}", report=True)
+        if isinstance(returned, Mapping) and (not returned or set(returned) & _DICT_KEYS):
+            return await self._outcome_dict(ctx, returned)
+        if isinstance(returned, bool):
+            return self._refuse(
+                f"the bool {returned!r}, which is neither an outcome nor taken as a result "
+                "(False would read as a failure)",
+                "return None or Transition(...) to go on, Failure(reason=..., message=...) to "
+                'fail, or {"ok": ...} to keep it as the result',
+            )
+        if isinstance(returned, str) and returned in self._trigger_names():
+            return self._refuse(
+                f"the str {returned[:40]!r}, one of its own triggers, which is ambiguous",
+                f"to send that trigger: Transition({returned[:40]!r}); to keep the text as the "
+                f'result: {{"trigger": ..., "result": {returned[:40]!r}}} or a dict of your own',
+            )
+        return await self._result(ctx, returned, Transition())
+
+    async def _outcome_dict(self, ctx: ExecutionContext, returned: Mapping[Any, Any]) -> Outcome:
+        """A dict naming outcome keys: routes (with ``result`` recorded first), or refused."""
+        data_keys = sorted(str(k) for k in set(returned) - _DICT_KEYS - {"result"})
+        if data_keys:
+            outcome_keys = sorted(str(k) for k in set(returned) & _DICT_KEYS)
+            return self._refuse(
+                f"a dict mixing outcome key(s) {', '.join(map(repr, outcome_keys))} with data "
+                f"key(s) {', '.join(map(repr, data_keys))}",
+                'to route and keep a result, put the data under "result": '
+                '{"trigger": ..., "result": {...}}; or return the data alone (the default '
+                "trigger)",
+            )
+        trigger = returned.get("trigger")
+        problem = None
+        if trigger is not None and (not isinstance(trigger, str) or not trigger):
+            problem = f"'trigger' must be a non-empty string, got {trigger!r}"
+        elif not isinstance(returned.get("instructions"), str | None):
+            problem = "'instructions' must be a string"
+        if problem is not None:
             return Failure(
                 reason="bad_executor_output",
                 message=f"{self.path} returned a dict with {problem} "
-                "(allowed: trigger, instructions, usage)",
+                "(allowed: trigger, instructions, usage, result)",
                 retryable=False,
             )
-        what = type(result).__name__
-        if isinstance(result, str) and result:
-            # return "approve": a trigger meant, or text meant as the result
-            return self._not_an_outcome(
-                f"the str {result[:40]!r}", report=True, hint=f"Transition({result[:40]!r})"
-            )
-        return self._not_an_outcome(what, report=not isinstance(result, bool))
-
-    def _not_an_outcome(self, what: str, *, report: bool, hint: str | None = None) -> Failure:
-        """The failure of a return value that is not an outcome, saying how to return one and,
-        for data, how a result is kept (a return value is not stored anywhere)."""
-        outcomes = (
-            "None (the stage's way out or the role's default trigger), Transition(\"trigger\"), "
-            'Failure(...) or {"trigger": ..., "instructions": ..., "usage": ...}'
+        outcome = Transition(
+            trigger=trigger, instructions=returned.get("instructions"), usage=returned.get("usage")
         )
-        message = f"{self.path} returned {what}, which is not an outcome"
-        if report:
-            message += (
-                ' and is not stored: report a result with ctx.report("result", {...}, '
-                "flush=True) (awaited in an async def; `submit --wait` and `task show` print it), "
-                f"keep files with ctx.artifact_file(path, copy_to=...), then return {outcomes}"
-            )
-        else:
-            message += f": return {outcomes}"
-        if hint:
-            message += f"; to send that trigger: {hint}"
-        return Failure(reason="bad_executor_output", message=message, retryable=False)
+        if "result" not in returned:
+            return outcome
+        return await self._result(ctx, returned["result"], outcome)
+
+    async def _result(self, ctx: ExecutionContext, value: Any, outcome: Outcome) -> Outcome:
+        """Record ``value`` as the task's result, then ``outcome``; or why it was not kept."""
+        failure = await record_result(ctx, value, source=self.path)
+        return outcome if failure is None else failure
+
+    def _trigger_names(self) -> set[str]:
+        """The function's literal triggers (read once, from its source)."""
+        if self._literal_triggers is None:
+            self._literal_triggers = {named.trigger for named in self.triggers()}
+        return self._literal_triggers
+
+    def _refuse(self, what: str, how: str) -> Failure:
+        """The failure of a return value that is neither an outcome nor a result."""
+        return Failure(
+            reason="bad_executor_output",
+            message=f"{self.path} returned {what}: {how}",
+            retryable=False,
+        )

@@ -78,3 +78,58 @@ def hangs_on_hang(ctx: Any) -> None:
 
     if ctx.task.title == "hang":
         time.sleep(2.0)
+
+
+# -- results as values (docs/executors/python-jobs.md) ---------------------------------------
+async def celery_habit(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"summary": f"read {ctx.task.title}", "words": 3}
+
+
+async def a_list(ctx: ExecutionContext) -> list[Any]:
+    return [1, "two", None, 4.5, (5, 6)]
+
+
+async def a_number(ctx: ExecutionContext) -> int:
+    return 42
+
+
+async def routed_with_result(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"trigger": "approve", "result": {"score": 0.9}}
+
+
+async def mixed_dict(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"trigger": "approve", "summary": "ok"}
+
+
+async def a_bool(ctx: ExecutionContext) -> bool:
+    return False
+
+
+async def own_trigger_as_str(ctx: ExecutionContext) -> Transition | str:
+    if ctx.task.metadata.get("explicit"):
+        return Transition("approve")
+    return "approve"
+
+
+async def a_set(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"tags": {"a", "b"}}
+
+
+async def not_a_number(ctx: ExecutionContext) -> list[float]:
+    return [1.0, float("nan")]
+
+
+async def int_keys(ctx: ExecutionContext) -> dict[int, str]:
+    return {1: "one"}
+
+
+async def an_object(ctx: ExecutionContext) -> object:
+    return object()
+
+
+async def big_result(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"rows": ["x" * 1000] * 100}  # about 100 KB of JSON, over the 64 KiB inline cap
+
+
+def sync_result(ctx: Any) -> dict[str, Any]:
+    return {"summary": "from a thread"}
