@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
+
+import anyio
 
 from tests.cli.conftest import Rail
+from tracker_client.producer import connect
 
 
 def _clean_env() -> dict[str, str]:
@@ -35,24 +41,80 @@ def _config(path: Path, callable_: str, extra: str = "") -> Path:
     return path
 
 
-def test_a_returned_result_dict_says_how_results_are_reported(simple: Rail, tmp_path: Path) -> None:
-    (tmp_path / "celeryish.py").write_text('def summarise(ctx):\n    return {"summary": "ok"}\n')
-    task_id = simple.add("summarise it")
-    _run(
-        simple,
-        _config(tmp_path / "w.toml", "celeryish:summarise"),
-        env={"PYTHONPATH": str(tmp_path)},
-    )
-    error = simple.json("task", "show", task_id)["task"]["latest_run"]["error"]
-    assert error.startswith(
-        "bad_executor_output: celeryish:summarise returned a dict with unknown key(s) 'summary', "
-        "which is not an outcome and is not stored: report a result with "
-        'ctx.report("result", {...}, flush=True)'
-    ), error
-    assert "ctx.artifact_file(path, copy_to=...)" in error
-    assert (
-        "then return None (the stage's way out or the role's default trigger), "
-        'Transition("trigger")' in error
+CELERYISH = """\
+async def summarise(ctx):
+    if ctx.task.metadata.get("combine"):  # a dependent: its upstream's results, read now
+        return {"combined": [up.result for up in await ctx.read_upstream()]}
+    if ctx.task.metadata.get("big"):
+        return {"rows": ["x" * 1000] * 100}  # over the 64 KiB inline cap: an artifact
+    return {"summary": ctx.task.title, "words": len(ctx.task.title.split())}
+"""
+
+
+def test_a_returned_dict_reaches_wait_submit_wait_and_dependents(
+    simple: Rail, tmp_path: Path
+) -> None:
+    """The Celery habit (docs/executors/python-jobs.md): `return {...}` is the task's result."""
+    (tmp_path / "celeryish.py").write_text(CELERYISH)
+    config = _config(tmp_path / "w.toml", "celeryish:summarise")
+    data_home = tmp_path / "data"
+    env = {**_clean_env(), "PYTHONPATH": str(tmp_path), "XDG_DATA_HOME": str(data_home)}
+    env.pop("STATE_DIRECTORY", None)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "worker", "run", "--config", str(config), "--tracker", simple.url],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd="/",
+    )  # fmt: skip
+    try:
+        shown = simple.cli(
+            "submit", "-p", "simple", "summarise it", "--wait", "--timeout", "30s"
+        )  # fmt: skip
+        assert shown.exit_code == 0, shown.output
+        assert 'result: {"summary":"summarise it","words":2}' in shown.stdout
+
+        async def produce() -> None:
+            async with connect(simple.url) as rail:
+                first = await rail.submit("simple", "first of two")
+                big = await rail.submit("simple", "big one", metadata={"big": True})
+                combined = await rail.submit(
+                    "simple", "combine", metadata={"combine": True}, depends_on=[first, big]
+                )
+                done = await rail.wait(first, timeout=30)
+                assert done.outcome == "done" and done.result_event is not None
+                assert done.result_event.data == {"summary": "first of two", "words": 3}
+
+                done = await rail.wait(big, timeout=30)
+                assert done.outcome == "done" and done.result_event is not None
+                pointer = done.result_event.data
+                (artifact,) = done.artifacts
+                assert (artifact.kind, artifact.id) == ("result", pointer["artifact_id"])
+                path = Path(urlparse(pointer["uri"]).path)
+                assert path.is_relative_to(data_home / "backlog-worker" / "artifacts")
+                assert path.name == "result.json"
+                assert json.loads(path.read_bytes()) == {"rows": ["x" * 1000] * 100}
+                assert pointer["size_bytes"] == path.stat().st_size == artifact.size_bytes
+
+                done = await rail.wait(combined, timeout=30)
+                assert done.outcome == "done" and done.result_event is not None
+                assert done.result_event.data == {
+                    "combined": [{"summary": "first of two", "words": 3}, pointer]
+                }
+
+        anyio.run(produce)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr
+
+
+def test_a_returned_non_json_value_is_refused_naming_its_type(simple: Rail, tmp_path: Path) -> None:
+    (tmp_path / "setish.py").write_text('def tags(ctx):\n    return {"tags": {"a", "b"}}\n')
+    task_id = simple.add("tag it")
+    _run(simple, _config(tmp_path / "w.toml", "setish:tags"), env={"PYTHONPATH": str(tmp_path)})
+    shown = simple.json("task", "show", task_id)["task"]
+    assert shown["dead_letter_reason"] == "permanent_failure"  # not retried: it would fail again
+    assert shown["latest_run"]["error"] == (
+        "bad_executor_output: setish:tags returned a result that is not JSON: "
+        "the result['tags'] is a set, not a JSON value"
     )
 
 
