@@ -387,6 +387,58 @@ async def test_bad_outcome_file_fails_naming_the_problem(
     assert problem in outcome.message
 
 
+async def test_outcome_file_result_is_the_tasks_result(tmp_path: Path) -> None:
+    harness = ExecutorHarness(workdir=tmp_path)
+    doc = {"trigger": "approve", "result": {"score": 0.9, "notes": ["ok"]}}
+    outcome = await harness.run(command(write_outcome(json.dumps(doc))))
+    assert outcome == Transition(trigger="approve")
+    assert harness.events_of("result") == [{"score": 0.9, "notes": ["ok"]}]
+
+
+async def test_outcome_file_big_result_is_a_file_under_artifacts_dir(tmp_path: Path) -> None:
+    harness = ExecutorHarness(workdir=tmp_path / "run")
+    value = {"rows": ["y" * 1000] * 70}  # over the 64 KiB inline cap
+    out = tmp_path / "kept"
+    outcome = await harness.run(
+        command(write_outcome(json.dumps({"result": value})), artifacts_dir=str(out))
+    )
+    assert isinstance(outcome, Transition) and outcome.trigger is None  # exit 0's default
+    path = out / harness.task.id / harness.run_model.id / "result.json"
+    assert json.loads(path.read_bytes()) == value
+    (artifact,) = harness.artifacts
+    assert (artifact.kind, artifact.uri, artifact.size_bytes) == (
+        "result", path.as_uri(), path.stat().st_size
+    )  # fmt: skip
+    (pointer,) = harness.events_of("result")
+    assert pointer == {
+        "artifact_id": "artifact-1",
+        "uri": path.as_uri(),
+        "size_bytes": path.stat().st_size,
+        "sha256": artifact.sha256,
+    }
+
+
+async def test_outcome_file_result_problems_are_named(tmp_path: Path) -> None:
+    harness = ExecutorHarness(workdir=tmp_path / "run")
+    outcome = await harness.run(command(write_outcome('{"result": [1, NaN]}')))
+    assert isinstance(outcome, Failure)
+    assert (outcome.reason, outcome.retryable) == ("bad_executor_output", False)
+    assert outcome.message.endswith(
+        "outcome.json returned a result that is not JSON: the result[1] is the float nan, not JSON"
+    )
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the artifacts directory should be")
+    big = json.dumps({"result": "z" * 70_000})
+    outcome = await harness.run(command(write_outcome(big), artifacts_dir=str(blocker)))
+    assert isinstance(outcome, Failure)
+    assert (outcome.reason, outcome.retryable) == ("artifact_failed", True)
+    assert "a 70002-byte result (over 65536 bytes, so kept as a file) could not be written to " in (
+        outcome.message
+    )
+    assert harness.events_of("result") == [] and harness.artifacts == []
+    assert "returncode" in outcome.details  # the exit's details, as for any outcome.json problem
+
+
 async def test_outcome_file_ignored_when_exit_code_fails(tmp_path: Path) -> None:
     harness = ExecutorHarness(workdir=tmp_path)
     script = write_outcome('{"trigger": "approve"}') + "; raise SystemExit(2)"
