@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import anyio
 
 from tests.cli.conftest import Rail
+from tests.docs.blocks import find
 from tracker_client.producer import connect
 
 
@@ -41,21 +43,16 @@ def _config(path: Path, callable_: str, extra: str = "") -> Path:
     return path
 
 
-CELERYISH = """\
-async def summarise(ctx):
-    if ctx.task.metadata.get("combine"):  # a dependent: its upstream's results, read now
-        return {"combined": [up.result for up in await ctx.read_upstream()]}
-    if ctx.task.metadata.get("big"):
-        return {"rows": ["x" * 1000] * 100}  # over the 64 KiB inline cap: an artifact
-    return {"summary": ctx.task.title, "words": len(ctx.task.title.split())}
-"""
+JOBS_PAGE = "docs/executors/python-jobs.md"
+PRODUCER_PAGE = "docs/submit/producer.md"
 
 
 def test_a_returned_dict_reaches_wait_submit_wait_and_dependents(
     simple: Rail, tmp_path: Path
 ) -> None:
     """The Celery habit (docs/executors/python-jobs.md): `return {...}` is the task's result."""
-    (tmp_path / "celeryish.py").write_text(CELERYISH)
+    job = find(JOBS_PAGE, lang="python", after="## Results as values").body
+    (tmp_path / "celeryish.py").write_text(job)
     config = _config(tmp_path / "w.toml", "celeryish:summarise")
     data_home = tmp_path / "data"
     env = {**_clean_env(), "PYTHONPATH": str(tmp_path), "XDG_DATA_HOME": str(data_home)}
@@ -70,6 +67,10 @@ def test_a_returned_dict_reaches_wait_submit_wait_and_dependents(
         )  # fmt: skip
         assert shown.exit_code == 0, shown.output
         assert 'result: {"summary":"summarise it","words":2}' in shown.stdout
+
+        helper: dict[str, Any] = {}
+        exec(find(PRODUCER_PAGE, lang="python", after="## Results").body, helper)
+        result_of = helper["result_of"]
 
         async def produce() -> None:
             async with connect(simple.url) as rail:
@@ -92,6 +93,10 @@ def test_a_returned_dict_reaches_wait_submit_wait_and_dependents(
                 assert path.name == "result.json"
                 assert json.loads(path.read_bytes()) == {"rows": ["x" * 1000] * 100}
                 assert pointer["size_bytes"] == path.stat().st_size == artifact.size_bytes
+
+                # the page's helper answers the value either way
+                assert await result_of(rail, first) == {"summary": "first of two", "words": 3}
+                assert await result_of(rail, big) == {"rows": ["x" * 1000] * 100}
 
                 done = await rail.wait(combined, timeout=30)
                 assert done.outcome == "done" and done.result_event is not None

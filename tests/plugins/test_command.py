@@ -15,6 +15,7 @@ from plugins.api import Failure, Transition
 from plugins.command.executor import CommandExecutor
 from plugins.registry import load_executor
 from plugins.testing import ExecutorHarness
+from tests.docs.blocks import find
 from tracker_client.errors import ExecutorError
 
 from .helpers import PY, kill_leftovers, pid_alive, wait_dead
@@ -389,8 +390,8 @@ async def test_bad_outcome_file_fails_naming_the_problem(
 
 async def test_outcome_file_result_is_the_tasks_result(tmp_path: Path) -> None:
     harness = ExecutorHarness(workdir=tmp_path)
-    doc = {"trigger": "approve", "result": {"score": 0.9, "notes": ["ok"]}}
-    outcome = await harness.run(command(write_outcome(json.dumps(doc))))
+    doc = find("docs/executors/command.md", lang="json", after="## A result from a command").body
+    outcome = await harness.run(command(write_outcome(doc)))
     assert outcome == Transition(trigger="approve")
     assert harness.events_of("result") == [{"score": 0.9, "notes": ["ok"]}]
 
