@@ -72,7 +72,7 @@ def test_a_returned_dict_reaches_wait_submit_wait_and_dependents(
         exec(find(PRODUCER_PAGE, lang="python", after="## Results").body, helper)
         result_of = helper["result_of"]
 
-        async def produce() -> None:
+        async def produce() -> str:
             async with connect(simple.url) as rail:
                 first = await rail.submit("simple", "first of two")
                 big = await rail.submit("simple", "big one", metadata={"big": True})
@@ -103,8 +103,12 @@ def test_a_returned_dict_reaches_wait_submit_wait_and_dependents(
                 assert done.result_event.data == {
                     "combined": [{"summary": "first of two", "words": 3}, pointer]
                 }
+                return first
 
-        anyio.run(produce)
+        first = anyio.run(produce)
+        timeline = simple.cli("task", "show", first)
+        assert timeline.exit_code == 0, timeline.output
+        assert "summary=first of two words=3" in timeline.stdout  # the result event
     finally:
         worker.send_signal(signal.SIGTERM)
         _, stderr = worker.communicate(timeout=30)
