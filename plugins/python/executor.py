@@ -24,9 +24,10 @@ literal triggers (``"approve"``: a trigger meant, or text?). An exception it rai
 run through the worker (an ``error`` event with the traceback tail). The role's other options
 reach the function as ``ctx.options`` (the option is checked by :mod:`plugins.python.options`).
 
-It may touch the module it imports (once, when the worker builds the executor) and the function it
-calls (in the worker's process, with the run's context); it starts no process and never sees the
-tracker.
+It may touch the module it imports (once, when the worker builds the executor), the function it
+calls (in the worker's process, with the run's context) and, through
+:func:`~plugins.results.record_result`, a big result's file; it starts no process and never sees
+the tracker.
 """
 
 from __future__ import annotations
@@ -172,7 +173,9 @@ class PythonExecutor:
             return returned
         if returned is None:
             return Transition()
-        if isinstance(returned, Mapping) and (not returned or set(returned) & _DICT_KEYS):
+        if isinstance(returned, Mapping) and (
+            set(returned) <= {"result"} or set(returned) & _DICT_KEYS  # {}, {"result": ...}
+        ):
             return await self._outcome_dict(ctx, returned)
         if isinstance(returned, bool):
             return self._refuse(

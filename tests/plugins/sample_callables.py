@@ -97,6 +97,14 @@ async def routed_with_result(ctx: ExecutionContext) -> dict[str, Any]:
     return {"trigger": "approve", "result": {"score": 0.9}}
 
 
+async def only_result(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"result": [1, 2]}
+
+
+async def result_beside_data(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"status": "ok", "result": [1, 2]}
+
+
 async def mixed_dict(ctx: ExecutionContext) -> dict[str, Any]:
     return {"trigger": "approve", "summary": "ok"}
 

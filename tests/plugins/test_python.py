@@ -88,6 +88,8 @@ async def test_bad_return_values_fail_the_run(tmp_path: Path, name: str, problem
         ("a_number", Transition(), 42),
         ("a_string", Transition(), "complete"),  # not one of its triggers: text, kept
         ("routed_with_result", Transition(trigger="approve"), {"score": 0.9}),
+        ("only_result", Transition(), [1, 2]),  # as outcome.json's "result" key
+        ("result_beside_data", Transition(), {"status": "ok", "result": [1, 2]}),  # no routing
         ("sync_result", Transition(), {"summary": "from a thread"}),
     ],
 )
