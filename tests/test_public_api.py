@@ -670,7 +670,7 @@ def test_every_error_is_a_backlog_worker_error() -> None:
 BUILTIN_REACH: dict[str, dict[str, list[str]]] = {
     "plugins.command": {
         "plugins.agent": ["checkpoint_json"],
-        "plugins.artifact_files": ["default_artifacts_dir"],
+        "plugins.artifact_files": ["default_artifacts_dir", "path_component"],
         "plugins.proc.process": [
             "ProcessResult",
             "SpawnError",
@@ -679,9 +679,13 @@ BUILTIN_REACH: dict[str, dict[str, list[str]]] = {
             "run_process",
             "trace_env",
         ],
+        "plugins.results": ["record_result"],
         "tracker_client.validation": ["describe_options", "must"],
     },
-    "plugins.python": {"tracker_client.validation": ["describe_options", "must"]},
+    "plugins.python": {
+        "plugins.results": ["record_result"],
+        "tracker_client.validation": ["describe_options", "must"],
+    },
     "plugins.nullclaw": {
         "plugins.agent": ["AgentUnsupported"],
         "plugins.proc.process": [
