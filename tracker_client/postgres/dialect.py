@@ -35,7 +35,6 @@ import psycopg
 from psycopg.adapt import Buffer
 from psycopg.types.numeric import Int8Dumper, NumericLoader
 
-from tracker_client.rules.runs import _LEASE
 from tracker_client.rules.statements import Statement, Statements
 
 __all__ = [
@@ -77,10 +76,6 @@ SHARED_OK = (
     "UPDATE tasks SET updated_at_ms = ?, lease_expires_at_ms = 0, ",
     "UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?",
 )
-#: The lease read of every lease write (``runs.check_lease``): in a write it locks the task's
-#: row (``FOR NO KEY UPDATE``: an event's foreign-key check still passes beside it), so a
-#: heartbeat, a transition and a claim's reissue of one lease run one after the other.
-_LOCKED_LEASE = {_LEASE: _LEASE + " FOR NO KEY UPDATE OF t"}
 
 #: Tables whose key is generated (``lastrowid`` is that column of the inserted row).
 GENERATED_KEYS = {
@@ -375,8 +370,6 @@ class PgConn:
             return self._statement(sql, params)
         if self.shared and not sql.startswith(("SELECT", *SHARED_OK)):
             raise NeedExclusive(sql[:60])
-        if self.write:
-            sql = _LOCKED_LEASE.get(sql, sql)
         if isinstance(params, Mapping):
             text, _, returning = translate(sql, True)
             args: Any = dict(params)

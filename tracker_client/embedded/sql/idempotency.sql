@@ -1,0 +1,9 @@
+-- idempotency: an operation's answer recorded under its key, replayed on a retry
+-- (rules/idempotency.py).
+
+-- name: idempotency.find
+SELECT fingerprint, result FROM idempotency WHERE key = ? AND operation = ?;
+
+-- name: idempotency.record
+INSERT INTO idempotency (key, operation, fingerprint, result, created_at_ms)
+VALUES (?, ?, ?, ?, ?);
