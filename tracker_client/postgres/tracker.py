@@ -315,10 +315,7 @@ class PostgresTracker(
             now_ms = int(self._clock())
             next_expiry = await self._read(
                 "wait_for_work",
-                lambda c: c.scalar(
-                    "SELECT min(lease_expires_at_ms) FROM tasks WHERE lease_expires_at_ms > ?",
-                    (now_ms,),
-                ),
+                lambda c: c.scalar("wait.next_expiry", (now_ms,)),
             )
             limit = min(max(0.0, float(timeout_s)), tick)
             if next_expiry is not None:
