@@ -9,10 +9,13 @@ SELECT * FROM tasks WHERE id = %s;
 -- returning: id
 INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (%s, %s, %s, %s, %s) RETURNING id;
 
+-- Waiting tasks of a role now.
 -- name: common.depth
 SELECT count(*) FROM tasks WHERE role = %s AND dead_letter_reason IS NULL
 AND terminal = 0 AND lease_expires_at_ms <= %s;
 
+-- A task's dependencies, each with whether its upstream is resolved (terminal, not
+-- dead-lettered), as 0/1 (the comparison cast to int: SQLite's answer).
 -- name: common.dependencies
 SELECT d.depends_on_task_id, coalesce((u.terminal = 1 AND u.dead_letter_reason IS NULL)::int, 0)
 FROM dependencies d

@@ -1,6 +1,7 @@
 -- links: the agents a task is reserved for (rules/links.py; its dependency edges use
 -- tasks.add_dependency and fanin's statements).
 
+-- Every other active assignment of the task ends.
 -- name: links.deactivate_others
 UPDATE assignments SET active = 0, updated_at_ms = %s
 WHERE task_id = %s AND active = 1 AND agent_id != %s;

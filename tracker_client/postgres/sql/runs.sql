@@ -29,6 +29,7 @@ FOR NO KEY UPDATE OF t;
 -- deferred
 UPDATE runs SET status = 'completed', ended_at_ms = %s, usage = %s WHERE id = %s;
 
+-- The task moves along a transition; its lease is dropped.
 -- name: runs.move
 -- shared
 -- deferred
@@ -43,6 +44,7 @@ WHERE seq = %s;
 -- deferred
 UPDATE runs SET status = 'failed', ended_at_ms = %s, error = %s, usage = %s WHERE id = %s;
 
+-- A failure counted; the lease is dropped.
 -- name: runs.count_failure
 -- shared
 -- deferred
@@ -59,6 +61,7 @@ UPDATE tasks SET next_eligible_at_ms = %s, updated_at_ms = %s WHERE seq = %s;
 -- name: runs.cancel
 UPDATE runs SET status = 'cancelled', ended_at_ms = %s WHERE id = %s;
 
+-- The task is dead-lettered (moved to its dead-letter stage, if any); the lease is dropped.
 -- name: runs.dead_letter
 UPDATE tasks SET dead_letter_reason = %s, next_eligible_at_ms = %s,
     dead_letter_from_stage = %s, stage = %s, role = %s, terminal = %s,

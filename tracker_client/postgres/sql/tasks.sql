@@ -9,6 +9,7 @@ INSERT INTO pipelines (id, name, definition, created_at_ms) VALUES (%s, %s, %s, 
 -- name: tasks.exists
 SELECT 1 FROM tasks WHERE id = %s;
 
+-- The parameters in the order of rules/tasks.py's _KEYS.
 -- name: tasks.insert
 INSERT INTO tasks (id, pipeline_id, stage, title, description, priority, metadata,
     retry_delay_ms, max_attempts, dead_letter_stage, backoff, max_retry_delay_ms,
@@ -26,9 +27,12 @@ INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) VALUES (%s
 INSERT INTO assignments (task_id, agent_id, assigned_by, active, created_at_ms, updated_at_ms)
 VALUES (%s, %s, %s, 1, %s, %s);
 
+-- The cursor's (created_at_ms, seq) of a task listed.
 -- name: tasks.seq_of
 SELECT seq FROM tasks WHERE id = %s;
 
+-- Tasks in creation order after the cursor (:after_ms NULL: from the first), one statement
+-- per filter set.
 -- name: tasks.page
 SELECT * FROM tasks
 WHERE (%(after_ms)s IS NULL OR created_at_ms > %(after_ms)s
