@@ -57,6 +57,11 @@ AND (:after_ms IS NULL OR created_at_ms > :after_ms
      OR (created_at_ms = :after_ms AND seq > :after_seq))
 ORDER BY created_at_ms, seq LIMIT :limit;
 
+-- Tasks (in a stage, of a pipeline: NULL for any), counted without listing them.
+-- name: tasks.count
+SELECT count(*) FROM tasks WHERE coalesce(?, stage) = stage
+AND coalesce(?, pipeline_id) = pipeline_id;
+
 -- name: tasks.latest_run
 SELECT * FROM runs WHERE task_id = ? ORDER BY attempt DESC LIMIT 1;
 

@@ -57,6 +57,11 @@ AND (%(after_ms)s IS NULL OR created_at_ms > %(after_ms)s
      OR (created_at_ms = %(after_ms)s AND seq > %(after_seq)s))
 ORDER BY created_at_ms, seq LIMIT %(limit)s;
 
+-- Tasks (in a stage, of a pipeline: NULL for any), counted without listing them.
+-- name: tasks.count
+SELECT count(*) FROM tasks WHERE coalesce(%s, stage) = stage
+AND coalesce(%s, pipeline_id) = pipeline_id;
+
 -- name: tasks.latest_run
 SELECT * FROM runs WHERE task_id = %s ORDER BY attempt DESC LIMIT 1;
 
