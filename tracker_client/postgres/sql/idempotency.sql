@@ -4,6 +4,11 @@
 -- name: idempotency.find
 SELECT fingerprint, result FROM idempotency WHERE key = %s AND operation = %s;
 
+-- Whether an answer is recorded under a key (the served rail lets a retry of a gone lease's
+-- write through to replay it: serve/helpers.py).
+-- name: idempotency.recorded
+SELECT 1 FROM idempotency WHERE key = %s AND operation = %s;
+
 -- name: idempotency.record
 -- shared
 -- deferred
