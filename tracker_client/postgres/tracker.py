@@ -70,8 +70,8 @@ POSTGRES = Capabilities(
 VERSION = "backlog-worker-postgres/1"
 #: Writes that run beside each other (the write lock in shared mode; every other write takes it
 #: alone): claims (see .claims) and the lease's own writes, which lock and touch only their
-#: task's row and run; a write they may not make shared (a dead letter, fan-in edges: see
-#: ``dialect.SHARED_OK``) sends them round again alone.
+#: task's row and run; a write they may not make shared (a dead letter, fan-in edges: a
+#: statement without the ``shared`` hint, see :mod:`.dialect`) sends them round again alone.
 SHARED_WRITES = frozenset(
     {"claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish", "release"}
 )

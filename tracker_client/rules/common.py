@@ -35,7 +35,6 @@ from tracker_client.rules.statements import Statements
 from tracker_client.validation import problems
 
 __all__ = [
-    "CLEAR_LEASE",
     "CORRUPT_MARKER",
     "MIB",
     "CorruptRow",
@@ -59,11 +58,6 @@ log = logging.getLogger("backlog_worker.tracker")
 MUTED_ACTIONS: set[str] = set()
 
 MIB = 1024 * 1024
-#: SET clause that drops a task's lease.
-CLEAR_LEASE = (
-    "lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, "
-    "lease_token_sha256 = NULL, lease_ttl_ms = NULL"
-)
 INT64_MIN = bounds.INT64_MIN
 INT64_MAX = bounds.INT64_MAX
 #: A statement's parameters: positional, or by name for a statement that binds one twice.
@@ -183,14 +177,14 @@ class Ctx:
         """Every row statement ``name`` answers."""
         return self.conn.execute(self.sql[name], params).fetchall()
 
-    def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        """The first row statement ``sql`` (a statement's name) answers, or None."""
-        row: sqlite3.Row | None = self.conn.execute(self.sql.get(sql, sql), params).fetchone()
+    def one(self, name: str, params: Params = ()) -> sqlite3.Row | None:
+        """The first row statement ``name`` answers, or None."""
+        row: sqlite3.Row | None = self.conn.execute(self.sql[name], params).fetchone()
         return row
 
-    def scalar(self, sql: str, params: Params = ()) -> Any:
-        """The first column of the first row (None if no row); ``sql`` a statement's name."""
-        row = self.conn.execute(self.sql.get(sql, sql), params).fetchone()
+    def scalar(self, name: str, params: Params = ()) -> Any:
+        """The first column of the first row statement ``name`` answers (None if no row)."""
+        row = self.conn.execute(self.sql[name], params).fetchone()
         return None if row is None else row[0]
 
     def pipeline(self, pid: str) -> PipelineDef:

@@ -18,12 +18,7 @@ from tracker_client.rules.common import (
 )
 from tracker_client.rules.tasks import page_by_creation
 
-__all__ = ["TASK_EVENTS", "add_artifact", "list_artifacts", "list_events"]
-
-#: WHERE clause for every event of task ``?1``: its runs' events and its task-level events.
-TASK_EVENTS = (
-    "run_id IN (SELECT id FROM runs WHERE task_id = ?1) OR (run_id IS NULL AND task_id = ?1)"
-)
+__all__ = ["add_artifact", "list_artifacts", "list_events"]
 
 
 def _event_cursor(cursor: str) -> int:
