@@ -3,11 +3,12 @@
 It is the embedded rail's API and rules (it subclasses
 :class:`~tracker_client.embedded.EmbeddedTracker`, so every operation runs the same domain
 function, with one source for docs/guarantees/backlog.md) over a different core: each operation's
-transaction runs on a pooled psycopg connection (:mod:`.db`), the embedded SQL rewritten by
-:mod:`.dialect`. What PostgreSQL does differently is here: the claim (one statement,
-``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search (``tsvector``), wake-ups
-(``LISTEN/NOTIFY``, :mod:`.wake`; followers of a task's events on a channel of their own,
-:mod:`.follow`), span inserts (:mod:`.spans`) and the declared capabilities.
+transaction runs on a pooled psycopg connection (:mod:`.db`), each statement PostgreSQL's own
+(``postgres/sql``, run by :mod:`.dialect`). What PostgreSQL does differently is here: the
+claim (one statement, ``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search
+(``tsvector``), wake-ups (``LISTEN/NOTIFY``, :mod:`.wake`; followers of a task's events on a
+channel of their own, :mod:`.follow`), span inserts (:mod:`.spans`) and the declared
+capabilities.
 """
 
 from __future__ import annotations
