@@ -22,7 +22,7 @@ from tests.contract.support import claim, make_pipeline, new_task, simple_pipeli
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.factory import open_tracker
 from tracker_client.models import CORRUPT_MARKER, RetryPolicy
-from tracker_client.postgres.dialect import SHARED_OK, NeedExclusive, PgConn
+from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -391,7 +391,35 @@ def test_a_shared_transaction_refuses_a_write_it_may_not_make_alone_naming_it() 
     # No server needed: the check comes before anything is sent.
     conn = PgConn.__new__(PgConn)
     conn.shared, conn.write, conn.pending, conn.begin = True, True, [], ""
-    with pytest.raises(NeedExclusive, match="INSERT INTO dependencies"):
-        conn.execute("INSERT INTO dependencies (task_id) VALUES (?)", ("t",))
+    with pytest.raises(NeedExclusive, match=r"tasks\.add_dependency"):
+        conn.execute(STATEMENTS["tasks.add_dependency"], ("t", "u", 0))
     assert not conn.pending  # nothing queued
-    assert all(p.startswith(("INSERT", "UPDATE")) for p in SHARED_OK)
+
+
+def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
+    # The whitelist of writes beside other claims (hint ``shared``): a lease's own writes and
+    # its task's events and idempotency record; adding one is a decision, made here too.
+    shared = {name for name, s in STATEMENTS.items() if s.hint("shared") is not None}
+    assert shared == {
+        "claims.extend",
+        "common.add_event",
+        "idempotency.record",
+        "release.drop_lease",
+        "release.end_run",
+        "runs.complete",
+        "runs.count_failure",
+        "runs.fail",
+        "runs.move",
+        "runs.retry_at",
+    }
+    deferred = {name for name, s in STATEMENTS.items() if s.hint("deferred") is not None}
+    assert deferred == shared - {"common.add_event"}  # an event's id is read (lastrowid)
+
+
+def test_raw_sql_is_refused_naming_where_statements_live() -> None:
+    conn = PgConn.__new__(PgConn)
+    conn.shared, conn.write, conn.pending, conn.begin = False, True, [], ""
+    raw: Any = "SELECT 1"  # a str, not a named Statement
+    with pytest.raises(TypeError, match=r"named statements .*not raw SQL: 'SELECT 1'"):
+        conn.execute(raw)
+    assert not conn.pending

@@ -172,9 +172,9 @@ class EmbeddedTracker(
 
     async def count_tasks(self, *, stage: str | None = None, pipeline_id: str | None = None) -> int:
         """How many tasks there are (in ``stage``, of ``pipeline_id``), without listing them."""
-        sql = "SELECT count(*) FROM tasks WHERE coalesce(?, stage) = stage"
-        sql += " AND coalesce(?, pipeline_id) = pipeline_id"
-        return await self._read("count_tasks", lambda c: c.scalar(sql, (stage, pipeline_id)))
+        return await self._read(
+            "count_tasks", lambda c: c.scalar("tasks.count", (stage, pipeline_id))
+        )
 
     async def get_task(self, task_id: str) -> TaskDetail:
         """The task with latest run, dependencies, assignments and available transitions."""

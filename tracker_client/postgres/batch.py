@@ -31,6 +31,7 @@ from tracker_client.contract.batch_models import (
     check_items,
 )
 from tracker_client.errors import TrackerError
+from tracker_client.postgres.dialect import STATEMENTS
 from tracker_client.postgres.hot import MOVE_FIELDS, PgHotOps
 from tracker_client.rules.finish import prepare
 from tracker_client.rules.runs import token_hash
@@ -38,7 +39,7 @@ from tracker_client.rules.runs import token_hash
 __all__ = ["PgFinishManyOps"]
 
 #: ``bw_finish_many_tx`` (schema 9): the lock, wake-ups and ``bw_move`` per item.
-_CALL = "SELECT bw_finish_many_tx(%s::text, %s::text, %s::text, %s::text, %s::bigint, %s::jsonb)"
+_CALL = STATEMENTS["hot.finish_many_tx"]
 #: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
 _ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
 

@@ -33,14 +33,13 @@ from tracker_client.postgres.hot import PgHotOps
 from tracker_client.rules.checkpoints import previous_checkpoint
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
 from tracker_client.rules.claims import (
-    _HOUSEKEEPING,
     _fresh_ids,
     _limits,
     check_ttl,
     expire_deadlines,
     reclaim_expired,
 )
-from tracker_client.rules.common import CLEAR_LEASE, CorruptRow, Ctx, task_from_row
+from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
 from tracker_client.rules.idempotency import fingerprint
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
@@ -50,9 +49,6 @@ __all__ = ["CLAIM_SQL", "PgClaimManyOps", "claim", "claim_many"]
 
 log = logging.getLogger("backlog_worker.tracker")
 
-#: The embedded claim's housekeeping question and whether the role has a rate limit or cap, in
-#: one round trip (a role without one skips the token bucket's read).
-_PREFLIGHT = _HOUSEKEEPING + ", EXISTS (SELECT 1 FROM rate_limits WHERE role = ?2)"
 #: The claim statement (psycopg placeholders).
 CLAIM_SQL = STATEMENTS["claim.one"]
 
@@ -117,7 +113,11 @@ def _prepare(
     now = ctx.now
     raw = ctx.conn
     assert isinstance(raw, PgConn)  # the PostgreSQL rail's Ctx
-    lapsed, overdue, limited_role = ctx.conn.execute(_PREFLIGHT, (now, role)).fetchone()
+    # The claim's housekeeping question and whether the role has a rate limit or cap, in one
+    # round trip (a role without one skips the token bucket's read).
+    preflight = ctx.one("claim.preflight", {"now": now, "role": role})
+    assert preflight is not None  # one row of three EXISTS
+    lapsed, overdue, limited_role = preflight
     limited = _limits(per_state)
     if raw.shared and (lapsed or overdue or limited):
         raise NeedExclusive  # housekeeping writes, per_state counts: one claim at a time
@@ -182,11 +182,8 @@ def _claim_one(
 
 def _refuse_corrupt(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
     """Undo the lease of an unreadable row and dead-letter it, naming why (the role goes on)."""
-    ctx.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-    ctx.conn.execute(
-        f"UPDATE tasks SET last_attempt = last_attempt - 1, {CLEAR_LEASE} WHERE seq = ?",
-        (row["seq"],),
-    )
+    ctx.exec("claim.undo_run", (run_id,))
+    ctx.exec("claim.undo_lease", (row["seq"],))
     fresh = ctx.task_row(row["id"])
     ctx.event(row["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": error})
     dead_letter(ctx, fresh, "corrupt_row", None)
@@ -238,10 +235,7 @@ def _lease(
 
 
 #: ``bw_claim_tx`` (schema 9): the lock, ``bw_claim`` and the wake-ups in one statement.
-_CLAIM_CALL = (
-    "SELECT * FROM bw_claim_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text, "
-    "%s::text, %s::bigint, %s::bigint, %s::text, %s::text, %s::text, %s::text, %s::text)"
-)
+_CLAIM_CALL = STATEMENTS["claim.many_tx"]
 
 
 def _array(values: list[str]) -> str:
@@ -376,7 +370,7 @@ class PgClaimManyOps(PgHotOps):
 
 def _refuse_leased(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
     """Refuse a corrupt row ``bw_claim`` leased, if the lease is still that claim's."""
-    held = ctx.scalar("SELECT lease_run_id FROM tasks WHERE seq = ?", (row["seq"],))
+    held = ctx.scalar("claim.lease_run", (row["seq"],))
     if held == run_id:
-        ctx.conn.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", (run_id,))
+        ctx.exec("claim.cancel_run", (run_id,))
         _refuse_corrupt(ctx, row, run_id, error)

@@ -197,9 +197,9 @@ class Database:
 
         ``shared`` (claims, a lease's writes): the write lock in shared mode, so they run at
         once on every host and only other writes wait; what they may not do shared raises
-        :class:`NeedExclusive` (see ``dialect.SHARED_OK``) and, as a unique-key clash, a
-        deadlock or a refusal does (:data:`_RUN_ALONE`), sends them round again holding the
-        lock exclusively.
+        :class:`NeedExclusive` (a statement without the ``shared`` hint, see
+        :mod:`.dialect`) and, as a unique-key clash, a deadlock or a refusal does
+        (:data:`_RUN_ALONE`), sends them round again holding the lock exclusively.
 
         The pooled connections are in autocommit mode and the transaction is spelled out:
         ``BEGIN`` and the lock travel with the first statement, and ``COMMIT`` with the writes

@@ -1,31 +1,31 @@
-"""The embedded rail's SQL on PostgreSQL: a connection with ``sqlite3``'s face over psycopg.
+"""The rules' connection on PostgreSQL: named statements run as written, over psycopg.
 
-The PostgreSQL rail keeps one copy of docs/guarantees/backlog.md's rules: the embedded rail's
-domain functions (:mod:`tracker_client.rules.tasks`, ``runs``, ``backlog``, ...), which take a
-``Ctx`` whose ``conn`` answers ``execute(sql, params)``. :class:`PgConn` is such a connection on
-one psycopg connection inside one transaction. Its SQL is the embedded SQL, rewritten once per
-distinct statement (cached) by :func:`translate`:
+The PostgreSQL rail keeps one copy of docs/guarantees/backlog.md's rules: the domain functions
+of :mod:`tracker_client.rules`, which take a ``Ctx`` and run statements by name
+(``ctx.exec("runs.move", ...)``). :class:`PgConn` is that ``Ctx``'s connection on one psycopg
+connection inside one transaction. It runs only :class:`~tracker_client.rules.statements.Statement`
+objects, PostgreSQL's own text from ``tracker_client/postgres/sql/*.sql`` (nothing rewrites
+SQLite's SQL), and honours their hints:
 
-* ``?`` and ``?NNN`` placeholders -> psycopg's ``%s`` / ``%(pNNN)s`` (``%`` escaped);
-* ``coalesce(<comparison>, 0)`` -> ``coalesce((<comparison>)::int, 0)``;
-* ``CASE WHEN ? THEN`` (a bound flag) -> ``CASE WHEN (?) <> 0 THEN``;
-* ``INDEXED BY name`` dropped (the planner picks PostgreSQL's partial indexes itself);
-* ``INSERT OR REPLACE`` / ``INSERT OR IGNORE`` -> ``ON CONFLICT ... DO UPDATE`` / ``DO NOTHING``;
-* an ``INSERT`` into a table with a generated key gets ``RETURNING`` it (``cursor.lastrowid``);
-* ``PRAGMA`` (file housekeeping with no PostgreSQL meaning) answers ``0``.
+* ``shared``: the write may run in a transaction holding the write lock in shared mode (a
+  claim's or a lease's own writes: each touches only its task's row, locked, and its run). Any
+  other write there (a dead letter and its propagation, fan-in edges ...) raises
+  :class:`NeedExclusive` and the operation runs again alone, so the rules that read other rows
+  before they write stay exact (a whitelist: a statement without the hint never runs shared);
+* ``in-write: <name>``: inside a write transaction that statement runs instead (the lease read
+  that locks the task's row);
+* ``deferred``: nobody reads its answer: queued and sent with the next statement or the
+  ``COMMIT``, in the same round trip;
+* ``returning: <column>``: its ``RETURNING`` column is the cursor's ``lastrowid``.
 
 Parameters are bound on the client (psycopg's ``ClientCursor``): a literal has no type until
-the column gives it one, as in SQLite, so ``? IS NULL`` and text ids work unchanged; ``bool`` is
-bound as ``0``/``1`` (the schema keeps SQLite's integer flags). Rows answer ``row["name"]``,
-``row[0]`` and unpacking, as ``sqlite3.Row`` does.
-
-Statements that are PostgreSQL's own (the claim, the store search, migrations) are in
-``schema/`` and the modules that run them, not here. No I/O of its own beyond the connection.
+the column gives it one, as in SQLite, so ``%s IS NULL`` and text ids work unchanged; ``bool``
+is bound as ``0``/``1`` (the schema keeps SQLite's integer flags). Rows answer ``row["name"]``,
+``row[0]`` and unpacking, as ``sqlite3.Row`` does. No I/O of its own beyond the connection.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
@@ -35,11 +35,9 @@ import psycopg
 from psycopg.adapt import Buffer
 from psycopg.types.numeric import Int8Dumper, NumericLoader
 
-from tracker_client.rules.runs import _LEASE
 from tracker_client.rules.statements import Statement, Statements
 
 __all__ = [
-    "SHARED_OK",
     "STATEMENTS",
     "NeedExclusive",
     "PgConn",
@@ -47,7 +45,6 @@ __all__ = [
     "Row",
     "configure_types",
     "row_factory",
-    "translate",
 ]
 
 
@@ -58,53 +55,6 @@ STATEMENTS = Statements.load("tracker_client.postgres", "postgres")
 class NeedExclusive(Exception):
     """Raised inside a shared-mode write that must run alone (its transaction is rolled back
     and the write run again under the exclusive write lock)."""
-
-
-#: The writes a transaction holding the write lock in shared mode may make (a claim, a lease's
-#: own writes: each touches only its task's row, locked, and its run). Any other write (a
-#: dead letter and its propagation, fan-in edges, a checkpoint's artifacts ...) raises
-#: :class:`NeedExclusive` and the operation runs again alone: the rules that read other rows
-#: before they write stay exact (a whitelist: a write not foreseen here is never run shared).
-SHARED_OK = (
-    "INSERT INTO events ",
-    "INSERT INTO idempotency ",
-    "UPDATE runs SET status = 'completed', ",
-    "UPDATE runs SET status = 'failed', ",
-    "UPDATE runs SET status = 'released', ",
-    "UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL, ",
-    "UPDATE tasks SET failed_attempts = ?, stale_streak = 0, ",
-    "UPDATE tasks SET next_eligible_at_ms = ?, updated_at_ms = ? WHERE seq = ?",
-    "UPDATE tasks SET updated_at_ms = ?, lease_expires_at_ms = 0, ",
-    "UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?",
-)
-#: The lease read of every lease write (``runs.check_lease``): in a write it locks the task's
-#: row (``FOR NO KEY UPDATE``: an event's foreign-key check still passes beside it), so a
-#: heartbeat, a transition and a claim's reissue of one lease run one after the other.
-_LOCKED_LEASE = {_LEASE: _LEASE + " FOR NO KEY UPDATE OF t"}
-
-#: Tables whose key is generated (``lastrowid`` is that column of the inserted row).
-GENERATED_KEYS = {
-    "events": "id",
-    "store": "id",
-    "tasks": "seq",
-    "pipelines": "seq",
-    "dependencies": "seq",
-    "assignments": "seq",
-    "artifacts": "seq",
-    "span_batches": "id",
-}
-#: Conflict targets of ``INSERT OR REPLACE`` (the table's primary key).
-PRIMARY_KEYS = {"rate_limits": ("role",), "schedules": ("name",), "store": ("namespace", "key")}
-
-_INDEXED_BY = re.compile(r"\s+INDEXED\s+BY\s+\w+", re.IGNORECASE)
-_PLACEHOLDER = re.compile(r"\?(\d*)")
-_CASE_FLAG = re.compile(r"CASE\s+WHEN\s+(\?\d*)\s+THEN", re.IGNORECASE)
-_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-_OR_REPLACE = re.compile(
-    r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)(.*)$", re.IGNORECASE | re.DOTALL
-)
-_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\s+", re.IGNORECASE)
-_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.IGNORECASE)
 
 
 class Row:
@@ -182,82 +132,6 @@ def configure_types(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("numeric", _NumericAsNumber)
 
 
-_COALESCE = re.compile(r"\bcoalesce\(", re.IGNORECASE)
-_PREDICATE = re.compile(r"\s(=|<>|!=|<=|>=|<|>|AND|OR|IS)\s", re.IGNORECASE)
-
-
-def _int_predicates(text: str) -> str:
-    """``coalesce(<comparison>, 0)`` -> ``coalesce((<comparison>)::int, 0)``: SQLite's
-    comparisons are integers, PostgreSQL's booleans, and COALESCE wants one type."""
-    out, pos = [], 0
-    for match in _COALESCE.finditer(text):
-        if match.start() < pos:
-            continue
-        depth, i, split = 1, match.end(), -1
-        while i < len(text) and depth:
-            ch = text[i]
-            if ch == "(":
-                depth += 1
-            elif ch == ")":
-                depth -= 1
-            elif ch == "," and depth == 1 and split < 0:
-                split = i
-            i += 1
-        if split < 0 or depth:
-            continue
-        first, rest = text[match.end() : split], text[split + 1 : i - 1]
-        if rest.strip() == "0" and _PREDICATE.search(first):
-            out.append(text[pos : match.end()] + f"({first})::int," + text[split + 1 : i])
-            pos = i
-    out.append(text[pos:])
-    return "".join(out)
-
-
-@lru_cache(maxsize=1024)
-def translate(sql: str, named: bool = False) -> tuple[str, bool, str | None]:
-    """(psycopg SQL, whether placeholders are numbered, the generated key it returns or None).
-
-    ``named``: the parameters are a mapping and the placeholders ``:name``.
-    """
-    text = _INDEXED_BY.sub("", sql)
-    # A bound flag is 0/1 here (see _BoolAsInt): as a CASE condition it needs a comparison.
-    text = _CASE_FLAG.sub(r"CASE WHEN (\1) <> 0 THEN", text)
-    text = _int_predicates(text)
-    stripped = text.strip()
-    if stripped.upper().startswith("PRAGMA"):
-        return "SELECT 0", False, None
-    match = _OR_REPLACE.match(text)
-    if match is not None:
-        table, cols, rest = match.group(1), match.group(2), match.group(3)
-        keys = PRIMARY_KEYS[table]
-        names = [c.strip() for c in cols.split(",")]
-        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in names if c not in keys)
-        text = (
-            f"INSERT INTO {table} ({cols}){rest} ON CONFLICT ({', '.join(keys)}) "
-            f"DO UPDATE SET {updates}"
-        )
-    elif _OR_IGNORE.match(text):
-        text = _OR_IGNORE.sub("INSERT INTO ", text) + " ON CONFLICT DO NOTHING"
-    returning = None
-    insert = _INSERT.match(text)
-    if insert is not None and "RETURNING" not in text.upper():
-        returning = GENERATED_KEYS.get(insert.group(1).lower())
-        if returning is not None:
-            text += f" RETURNING {returning}"
-    text = text.replace("%", "%%")
-    numbered = False
-
-    def placeholder(m: re.Match[str]) -> str:
-        nonlocal numbered
-        if m.group(1):
-            numbered = True
-            return f"%(p{m.group(1)})s"
-        return "%s"
-
-    text = _NAMED.sub(r"%(\1)s", text) if named else _PLACEHOLDER.sub(placeholder, text)
-    return text, numbered, returning
-
-
 def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
     """Whether the statement answered rows (``description`` without building its columns)."""
     result = cur.pgresult
@@ -300,17 +174,11 @@ class PgCursor:
         return iter(self.fetchall())
 
 
-#: Writes whose answer no caller reads (the lease writes' updates, the idempotency record):
-#: queued and sent with the next statement or with ``COMMIT``, in the same round trip. An
-#: error in one (a unique key, say) surfaces there, inside the same transaction, all the same.
-DEFERRED = tuple(p for p in SHARED_OK if not p.startswith("INSERT INTO events"))
-
-
 class PgConn:
-    """One psycopg connection inside one transaction, as the embedded domain functions use it.
+    """One psycopg connection inside one transaction, as the rules use it (named statements).
 
     Round trips are saved twice: ``begin`` (the transaction's ``BEGIN`` and write lock) travels
-    with the first statement, and :data:`DEFERRED` writes with the next statement or the
+    with the first statement, and ``deferred`` writes with the next statement or the
     ``COMMIT`` (several statements in one simple query, the parameters bound on the client).
     """
 
@@ -338,7 +206,7 @@ class PgConn:
 
     @property
     def in_transaction(self) -> bool:
-        """Whether a transaction is open (the embedded code checks before a rollback)."""
+        """Whether a transaction is open (the rules check before a rollback)."""
         if self.begin and self.pending and self.pending[0] == self.begin:
             return True  # BEGIN not sent yet, but the transaction is ours all the same
         return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
@@ -367,34 +235,15 @@ class PgConn:
             pass
         return cur
 
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
-        """Run one statement: a named PostgreSQL :class:`Statement` as written (its hints say
-        whether it may run shared, is deferred, returns a generated key, or has a locking
-        variant inside a write), or an embedded-dialect string (see :func:`translate`)."""
-        if isinstance(sql, Statement):
-            return self._statement(sql, params)
-        if self.shared and not sql.startswith(("SELECT", *SHARED_OK)):
-            raise NeedExclusive(sql[:60])
-        if self.write:
-            sql = _LOCKED_LEASE.get(sql, sql)
-        if isinstance(params, Mapping):
-            text, _, returning = translate(sql, True)
-            args: Any = dict(params)
-        else:
-            text, numbered, returning = translate(sql)
-            args = tuple(params)
-            if numbered:
-                args = {f"p{i}": v for i, v in enumerate(params, start=1)}
-            elif not params:
-                args = None
-        if sql.startswith(DEFERRED):
-            cur = psycopg.ClientCursor(self.raw)
-            bound = text.replace("%%", "%") if args is None else cur.mogrify(text, args)
-            self.pending.append(bound + ";")
-            return _DONE
-        return PgCursor(self.run(text, args), returning)
-
-    def _statement(self, sql: Statement, params: Sequence[Any] | Mapping[str, Any]) -> PgCursor:
+    def execute(self, sql: Statement, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
+        """Run one named PostgreSQL statement as written, honouring its hints (see the module
+        docstring); ``params`` positional for ``%s``, a mapping for ``%(name)s``. Raw SQL text
+        is refused (``TypeError``): each statement is named in ``postgres/sql``."""
+        if not isinstance(sql, Statement):
+            raise TypeError(
+                "PgConn runs named statements (tracker_client/postgres/sql), not raw SQL: "
+                f"{str(sql)[:60]!r}"
+            )
         if self.shared and sql.hint("shared") is None and not sql.startswith("SELECT"):
             raise NeedExclusive(sql.name)
         if self.write:

@@ -27,6 +27,7 @@ from tracker_client.capabilities import LeaseRef
 from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease, TransitionResult
+from tracker_client.postgres.dialect import STATEMENTS
 from tracker_client.rules.common import MIB, dumps
 from tracker_client.rules.idempotency import fingerprint
 from tracker_client.rules.pipelines import PipelineCache
@@ -41,11 +42,7 @@ log = logging.getLogger("backlog_worker.tracker")
 REMEMBERED = 4096
 
 #: ``bw_transition_tx`` (schema 9): the lock, wake-ups and ``bw_transition`` in one statement.
-_CALL = (
-    "SELECT bw_transition_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text, "
-    "%s::text, %s::text, %s::bigint, %s::text, %s::text, %s::bigint, %s::text, %s::text, "
-    "%s::bigint, %s::text, %s::text, %s::text)"
-)
+_CALL = STATEMENTS["hot.transition_tx"]
 #: The order of ``bw_transition``'s / ``bw_move``'s parameters after the lock and wake-ups.
 MOVE_FIELDS = (
     *("run", "token", "pipeline", "stage", "version", "to", "role", "terminal", "usage"),

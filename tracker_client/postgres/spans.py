@@ -22,6 +22,7 @@ from tracker_client.postgres.dialect import PgConn, PgCursor
 from tracker_client.rules import otlpjson
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.spans import SpanOps, store_spans
+from tracker_client.rules.statements import Statement
 
 __all__ = ["PgSpanOps"]
 
@@ -39,7 +40,7 @@ class _ManyConn:
         """Whether the transaction is open (as :class:`PgConn`)."""
         return self._conn.in_transaction
 
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
+    def execute(self, sql: Statement, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
         """One statement, as :meth:`PgConn.execute`."""
         return self._conn.execute(sql, params)
 

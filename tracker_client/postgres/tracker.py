@@ -3,11 +3,12 @@
 It is the embedded rail's API and rules (it subclasses
 :class:`~tracker_client.embedded.EmbeddedTracker`, so every operation runs the same domain
 function, with one source for docs/guarantees/backlog.md) over a different core: each operation's
-transaction runs on a pooled psycopg connection (:mod:`.db`), the embedded SQL rewritten by
-:mod:`.dialect`. What PostgreSQL does differently is here: the claim (one statement,
-``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search (``tsvector``), wake-ups
-(``LISTEN/NOTIFY``, :mod:`.wake`; followers of a task's events on a channel of their own,
-:mod:`.follow`), span inserts (:mod:`.spans`) and the declared capabilities.
+transaction runs on a pooled psycopg connection (:mod:`.db`), each statement PostgreSQL's own
+(``postgres/sql``, run by :mod:`.dialect`). What PostgreSQL does differently is here: the
+claim (one statement, ``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search
+(``tsvector``), wake-ups (``LISTEN/NOTIFY``, :mod:`.wake`; followers of a task's events on a
+channel of their own, :mod:`.follow`), span inserts (:mod:`.spans`) and the declared
+capabilities.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ POSTGRES = Capabilities(
 VERSION = "backlog-worker-postgres/1"
 #: Writes that run beside each other (the write lock in shared mode; every other write takes it
 #: alone): claims (see .claims) and the lease's own writes, which lock and touch only their
-#: task's row and run; a write they may not make shared (a dead letter, fan-in edges: see
-#: ``dialect.SHARED_OK``) sends them round again alone.
+#: task's row and run; a write they may not make shared (a dead letter, fan-in edges: a
+#: statement without the ``shared`` hint, see :mod:`.dialect`) sends them round again alone.
 SHARED_WRITES = frozenset(
     {"claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish", "release"}
 )
@@ -315,10 +316,7 @@ class PostgresTracker(
             now_ms = int(self._clock())
             next_expiry = await self._read(
                 "wait_for_work",
-                lambda c: c.scalar(
-                    "SELECT min(lease_expires_at_ms) FROM tasks WHERE lease_expires_at_ms > ?",
-                    (now_ms,),
-                ),
+                lambda c: c.scalar("wait.next_expiry", (now_ms,)),
             )
             limit = min(max(0.0, float(timeout_s)), tick)
             if next_expiry is not None:

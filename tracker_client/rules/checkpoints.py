@@ -35,9 +35,9 @@ def checkpoint_text(data: Any) -> str:
 def write_checkpoint(ctx: Ctx, task: sqlite3.Row, run_id: str, data: Any) -> None:
     """Replace the checkpoint of the leased ``run_id`` (of ``task``'s row) with ``data``."""
     text = checkpoint_text(data)
-    ctx.conn.execute("UPDATE runs SET checkpoint = ? WHERE id = ?", (text, run_id))
+    ctx.exec("checkpoints.write", (text, run_id))
     if not task["checkpointed"]:
-        ctx.conn.execute("UPDATE tasks SET checkpointed = 1 WHERE seq = ?", (task["seq"],))
+        ctx.exec("checkpoints.flag_task", (task["seq"],))
 
 
 def previous_checkpoint(ctx: Ctx, task: sqlite3.Row, *, before_attempt: int | None = None) -> Any:
@@ -53,8 +53,7 @@ def previous_checkpoint(ctx: Ctx, task: sqlite3.Row, *, before_attempt: int | No
     if not flagged:
         return None
     row = ctx.one(
-        "SELECT id, checkpoint FROM runs WHERE task_id = ? AND checkpoint IS NOT NULL "
-        "AND attempt < ? ORDER BY attempt DESC LIMIT 1",
+        "checkpoints.latest",
         (task["id"], before_attempt if before_attempt is not None else 2**62),
     )
     if row is None:

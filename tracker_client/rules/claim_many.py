@@ -56,7 +56,7 @@ def claim_many(
         raise ValidationFailed("agent_id must be a non-empty string")
     if not isinstance(role, str) or not role:
         raise ValidationFailed("role must be a non-empty string")
-    lapsed, overdue = ctx.conn.execute(claims._HOUSEKEEPING, (ctx.now,)).fetchone()
+    lapsed, overdue = claims.housekeeping(ctx)
     if lapsed:
         claims.reclaim_expired(ctx)
     if overdue:
@@ -86,29 +86,27 @@ def _pick_many(
     ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int], n: int
 ) -> tuple[list[tuple[sqlite3.Row, Task]], list[tuple[sqlite3.Row, str]]]:
     """The best ``n`` eligible rows (parsed), and the unreadable ones met on the way."""
-    conn, now = ctx.conn, ctx.now
+    now = ctx.now
     stage_counts: dict[str, int] = {}
     keys: set[str] = set()
     picks: list[tuple[sqlite3.Row, Task]] = []
     corrupt: list[tuple[sqlite3.Row, str]] = []
-    for cand in conn.execute(claims._CANDIDATES, (role, now, now)):
+    for cand in ctx.exec("claims.candidates", (role, now, now)):
         seq = cand["seq"]
         assignee = cand["assignee"]
         if assignee is not None and assignee != agent_id:
             continue
-        if cand["has_deps"] and conn.execute(claims._UNRESOLVED, (seq,)).fetchone() is not None:
+        if cand["has_deps"] and ctx.one("claims.unresolved", (seq,)) is not None:
             continue
         key = cand["concurrency_key"]
-        if key is not None and (
-            key in keys or conn.execute(claims._KEY_HELD, (key, now, seq)).fetchone()
-        ):
+        if key is not None and (key in keys or ctx.one("claims.key_held", (key, now, seq))):
             continue
         stage = cand["stage"]
         limit = limits.get(stage)
         if limit is not None:
             held = stage_counts.get(stage)
             if held is None:
-                held = int(conn.execute(claims._STAGE_LEASES, (now, stage)).fetchone()[0])
+                held = int(ctx.scalar("claims.stage_leases", (now, stage)))
             if held >= limit:
                 continue
             stage_counts[stage] = held + 1

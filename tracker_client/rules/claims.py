@@ -17,13 +17,7 @@ from tracker_client.agent_models import UNSET
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Run, Task
 from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoint
-from tracker_client.rules.common import (
-    CLEAR_LEASE,
-    CorruptRow,
-    Ctx,
-    run_from_row,
-    task_from_row,
-)
+from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import check_lease, dead_letter, token_hash
@@ -33,34 +27,13 @@ __all__ = [
     "claim",
     "expire_deadlines",
     "heartbeat",
+    "housekeeping",
     "reclaim_expired",
     "reissue",
 ]
 
 #: Leases last 1 ms .. 24 h.
 MAX_LEASE_TTL_MS = 86_400_000
-
-_CANDIDATES = (
-    "SELECT * FROM tasks INDEXED BY tasks_claim "
-    "WHERE role = ? AND dead_letter_reason IS NULL AND terminal = 0 "
-    "AND next_eligible_at_ms <= ? AND lease_expires_at_ms <= ? "
-    "ORDER BY priority DESC, seq"
-)
-_HOUSEKEEPING = (
-    "SELECT EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at_ms > 0 "
-    "AND lease_expires_at_ms <= ?1), "
-    "EXISTS (SELECT 1 FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1 "
-    "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ?1)"
-)
-_UNRESOLVED = (
-    "SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
-    "WHERE d.task_id = (SELECT id FROM tasks WHERE seq = ?) "
-    "AND (u.terminal = 0 OR u.dead_letter_reason IS NOT NULL) LIMIT 1"
-)
-_KEY_HELD = (
-    "SELECT 1 FROM tasks WHERE concurrency_key = ? AND lease_expires_at_ms > ? AND seq != ? LIMIT 1"
-)
-_STAGE_LEASES = "SELECT count(*) FROM tasks WHERE lease_expires_at_ms > ? AND stage = ?"
 
 
 def _uuid4(raw: bytes) -> str:
@@ -105,20 +78,11 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
 
     Returns (expired leases, tasks dead-lettered as ``crash_loop``).
     """
-    rows = ctx.conn.execute(
-        "SELECT id, lease_run_id FROM tasks "
-        "WHERE lease_expires_at_ms > 0 AND lease_expires_at_ms <= ?",
-        (ctx.now,),
-    ).fetchall()
+    rows = ctx.all("claims.lapsed", (ctx.now,))
     crash = 0
     for task_id, run_id in rows:
-        ctx.conn.execute(
-            "UPDATE runs SET status = 'stale', ended_at_ms = ? WHERE id = ?", (ctx.now, run_id)
-        )
-        ctx.conn.execute(
-            f"UPDATE tasks SET stale_streak = stale_streak + 1, {CLEAR_LEASE} WHERE id = ?",
-            (task_id,),
-        )
+        ctx.exec("claims.stale_run", (ctx.now, run_id))
+        ctx.exec("claims.drop_lapsed", (task_id,))
         task = ctx.task_row(task_id)
         ctx.log(
             "lease_expired",
@@ -151,21 +115,11 @@ def reclaim_expired(ctx: Ctx) -> tuple[int, int]:
     return len(rows), crash
 
 
-_OVERDUE = (
-    "SELECT id, has_deps FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ? "
-    "AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= ? ORDER BY seq"
-)
-_LIVE_UPSTREAMS = (
-    "SELECT u.id, u.has_deps FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
-    "WHERE d.task_id = ? AND u.dead_letter_reason IS NULL AND u.terminal = 0 ORDER BY d.seq"
-)
-
-
 def _live_upstreams(ctx: Ctx, task_id: str, has_deps: int) -> list[tuple[str, int]]:
     """The unfinished, not dead-lettered tasks ``task_id`` waits on, last first (to pop)."""
     if not has_deps:
         return []
-    rows = ctx.conn.execute(_LIVE_UPSTREAMS, (task_id,)).fetchall()
+    rows = ctx.all("claims.live_upstreams", (task_id,))
     return [(str(r[0]), int(r[1])) for r in reversed(rows)]
 
 
@@ -203,7 +157,7 @@ def expire_deadlines(ctx: Ctx) -> int:
     and the dependent follows it by the upstream-failure rule (``upstream_dead_lettered``, one
     ``dead_letter`` event naming the upstream; docs/guarantees/edge-cases.md). Returns how many
     tasks were dead-lettered ``expired`` (their dependents are not counted)."""
-    rows = ctx.conn.execute(_OVERDUE, (ctx.now, ctx.now)).fetchall()
+    rows = ctx.all("claims.overdue", (ctx.now, ctx.now))
     overdue = [(str(r[0]), int(r[1])) for r in rows]
     expired = 0
     for task_id in _upstreams_first(ctx, overdue):
@@ -213,6 +167,13 @@ def expire_deadlines(ctx: Ctx) -> int:
         dead_letter(ctx, task, "expired", None)
         expired += 1
     return expired
+
+
+def housekeeping(ctx: Ctx) -> tuple[bool, bool]:
+    """(a lease has lapsed, a waiting task is past its deadline): what a claim sweeps first."""
+    row = ctx.one("claims.housekeeping", {"now": ctx.now})
+    assert row is not None  # one row of two EXISTS
+    return bool(row[0]), bool(row[1])
 
 
 def _limits(per_state: Mapping[str, object] | None) -> dict[str, int]:
@@ -244,9 +205,7 @@ def claim(
         raise ValidationFailed("agent_id must be a non-empty string")
     if not isinstance(role, str) or not role:
         raise ValidationFailed("role must be a non-empty string")
-    now = ctx.now
-    conn = ctx.conn
-    lapsed, overdue = conn.execute(_HOUSEKEEPING, (now,)).fetchone()
+    lapsed, overdue = housekeeping(ctx)
     if lapsed:
         reclaim_expired(ctx)
     if overdue:
@@ -276,26 +235,25 @@ def claim(
 
 def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqlite3.Row | None:
     """The best eligible row of ``role`` for ``agent_id`` (None when there is none)."""
-    conn = ctx.conn
     now = ctx.now
     stage_counts: dict[str, int] = {}
     task = None
-    for cand in conn.execute(_CANDIDATES, (role, now, now)):
+    for cand in ctx.exec("claims.candidates", (role, now, now)):
         seq = cand["seq"]
         assignee = cand["assignee"]
         if assignee is not None and assignee != agent_id:
             continue
-        if cand["has_deps"] and conn.execute(_UNRESOLVED, (seq,)).fetchone() is not None:
+        if cand["has_deps"] and ctx.one("claims.unresolved", (seq,)) is not None:
             continue
         key = cand["concurrency_key"]
-        if key is not None and conn.execute(_KEY_HELD, (key, now, seq)).fetchone():
+        if key is not None and ctx.one("claims.key_held", (key, now, seq)):
             continue
         stage = cand["stage"]
         limit = limits.get(stage)
         if limit is not None:
             held = stage_counts.get(stage)
             if held is None:
-                held = int(conn.execute(_STAGE_LEASES, (now, stage)).fetchone()[0])
+                held = int(ctx.scalar("claims.stage_leases", (now, stage)))
                 stage_counts[stage] = held
             if held >= limit:
                 continue
@@ -315,7 +273,6 @@ def _lease(
 ) -> Lease:
     """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
     derived from ``idempotency_key`` when given, else random)."""
-    conn = ctx.conn
     now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
@@ -323,14 +280,9 @@ def _lease(
     if idempotency_key is not None:
         token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
     expires = now + lease_ttl_ms
-    conn.execute(
-        "INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms) "
-        "VALUES (?, ?, ?, 'running', ?, ?, ?)",
-        (run_id, task_id, attempt, agent_id, role, now),
-    )
-    conn.execute(
-        "UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ?, lease_id = ?, "
-        "lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ? WHERE seq = ?",
+    ctx.exec("claims.add_run", (run_id, task_id, attempt, agent_id, role, now))
+    ctx.exec(
+        "claims.lease",
         (expires, attempt, lease_id, run_id, token_hash(token), lease_ttl_ms, task["seq"]),
     )
     # model_validate, not model_construct: pydantic-core validates a dict in about half the
@@ -389,10 +341,7 @@ def heartbeat(
     if not run_id:
         # A plain NullTickets client names only the lease; the partial index on held leases
         # keeps this lookup to the leases currently out.
-        run_id = ctx.scalar(
-            "SELECT lease_run_id FROM tasks WHERE lease_expires_at_ms > 0 AND lease_id = ?",
-            (lease_id,),
-        )
+        run_id = ctx.scalar("claims.run_of_lease", (lease_id,))
         if run_id is None:
             raise LeaseLost(f"lease {lease_id} not found", code="not_found")
     lease = check_lease(ctx, run_id, token_sha256, lease_id=lease_id)
@@ -400,9 +349,7 @@ def heartbeat(
         write_checkpoint(ctx, lease, run_id, checkpoint)
     ttl = lease_ttl_ms if lease_ttl_ms is not None else int(lease["lease_ttl_ms"])
     expires = ctx.now + ttl
-    ctx.conn.execute(
-        "UPDATE tasks SET lease_expires_at_ms = ? WHERE seq = ?", (expires, lease["seq"])
-    )
+    ctx.exec("claims.extend", (expires, lease["seq"]))
     return expires
 
 
@@ -416,9 +363,7 @@ def reissue(ctx: Ctx, lease_id: str, run_id: str, idempotency_key: str | None) -
     ``LeaseLost``. Only a keyed claim is replayed (``idempotency_key`` is never None here).
     """
     assert idempotency_key is not None
-    task = ctx.one(
-        "SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?", (run_id,)
-    )
+    task = ctx.one("claims.task_of_run", (run_id,))
     if task is None or task["lease_id"] != lease_id:
         check_lease(ctx, run_id, "", lease_id=lease_id)
     assert task is not None
@@ -427,10 +372,8 @@ def reissue(ctx: Ctx, lease_id: str, run_id: str, idempotency_key: str | None) -
     token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
     digest = token_hash(token)
     if task["lease_token_sha256"] != digest:
-        ctx.conn.execute(
-            "UPDATE tasks SET lease_token_sha256 = ? WHERE seq = ?", (digest, task["seq"])
-        )
-    run = ctx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+        ctx.exec("claims.set_token", (digest, task["seq"]))
+    run = ctx.one("claims.run", (run_id,))
     assert run is not None
     return Lease(
         task=task_from_row(task),

@@ -35,7 +35,6 @@ from tracker_client.rules.statements import Statements
 from tracker_client.validation import problems
 
 __all__ = [
-    "CLEAR_LEASE",
     "CORRUPT_MARKER",
     "MIB",
     "CorruptRow",
@@ -59,11 +58,6 @@ log = logging.getLogger("backlog_worker.tracker")
 MUTED_ACTIONS: set[str] = set()
 
 MIB = 1024 * 1024
-#: SET clause that drops a task's lease.
-CLEAR_LEASE = (
-    "lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, "
-    "lease_token_sha256 = NULL, lease_ttl_ms = NULL"
-)
 INT64_MIN = bounds.INT64_MIN
 INT64_MAX = bounds.INT64_MAX
 #: A statement's parameters: positional, or by name for a statement that binds one twice.
@@ -183,14 +177,14 @@ class Ctx:
         """Every row statement ``name`` answers."""
         return self.conn.execute(self.sql[name], params).fetchall()
 
-    def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        """The first row statement ``sql`` (a statement's name) answers, or None."""
-        row: sqlite3.Row | None = self.conn.execute(self.sql.get(sql, sql), params).fetchone()
+    def one(self, name: str, params: Params = ()) -> sqlite3.Row | None:
+        """The first row statement ``name`` answers, or None."""
+        row: sqlite3.Row | None = self.conn.execute(self.sql[name], params).fetchone()
         return row
 
-    def scalar(self, sql: str, params: Params = ()) -> Any:
-        """The first column of the first row (None if no row); ``sql`` a statement's name."""
-        row = self.conn.execute(self.sql.get(sql, sql), params).fetchone()
+    def scalar(self, name: str, params: Params = ()) -> Any:
+        """The first column of the first row statement ``name`` answers (None if no row)."""
+        row = self.conn.execute(self.sql[name], params).fetchone()
         return None if row is None else row[0]
 
     def pipeline(self, pid: str) -> PipelineDef:
@@ -202,16 +196,15 @@ class Ctx:
 
     def task_row(self, task_id: str) -> sqlite3.Row:
         """The task row or ``NotFound``."""
-        row = self.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        row = self.one("common.task", (task_id,))
         if row is None:
             raise NotFound(f"task {task_id} not found", code="task_not_found")
         return row
 
     def event(self, task_id: str, run_id: str | None, kind: str, data: Any) -> int:
         """Append an event (``data`` already validated or produced by us)."""
-        cur = self.conn.execute(
-            "INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?)",
-            (task_id, run_id, self.now, kind, dumps(data, "event data")),
+        cur = self.exec(
+            "common.add_event", (task_id, run_id, self.now, kind, dumps(data, "event data"))
         )
         return int(cur.lastrowid or 0)
 
@@ -219,13 +212,7 @@ class Ctx:
         """Waiting tasks of ``role`` now (only computed when someone will read it)."""
         if role is None:
             return None
-        return int(
-            self.scalar(
-                "SELECT count(*) FROM tasks WHERE role = ? AND dead_letter_reason IS NULL "
-                "AND terminal = 0 AND lease_expires_at_ms <= ?",
-                (role, self.now),
-            )
-        )
+        return int(self.scalar("common.depth", (role, self.now)))
 
     def will_log(self, action: str) -> bool:
         """Whether :meth:`log` would queue ``action``'s line: the hot paths ask first, so a
@@ -397,18 +384,11 @@ def stored_json(text: Any, what: str, where: str) -> Any:
 def dependencies_of(ctx: Ctx, task_id: str) -> list[Dependency]:
     """The task's dependencies, each with whether its upstream is resolved now: terminal and
     not dead-lettered (a dead-lettered or cancelled upstream never resolves)."""
-    rows = ctx.conn.execute(
-        "SELECT d.depends_on_task_id, coalesce(u.terminal = 1 AND u.dead_letter_reason IS NULL, 0) "
-        "FROM dependencies d "
-        "LEFT JOIN tasks u ON u.id = d.depends_on_task_id WHERE d.task_id = ? ORDER BY d.seq",
-        (task_id,),
-    ).fetchall()
+    rows = ctx.all("common.dependencies", (task_id,))
     return [Dependency(depends_on_task_id=r[0], resolved=bool(r[1])) for r in rows]
 
 
 def list_assignments(ctx: Ctx, task_id: str) -> list[Assignment]:
     """All assignments of a task, inactive ones included, oldest first."""
-    rows = ctx.conn.execute(
-        "SELECT * FROM assignments WHERE task_id = ? ORDER BY seq", (task_id,)
-    ).fetchall()
+    rows = ctx.all("common.assignments", (task_id,))
     return [assignment_from_row(r) for r in rows]

@@ -25,12 +25,6 @@ __all__ = ["add_edges", "check_wait_for", "dead_upstream", "upstream_reason", "w
 #: The most task ids one transition may wait for.
 MAX_WAIT_FOR = 1000
 
-_WAITING = (
-    "SELECT t.* FROM dependencies d JOIN tasks t ON t.id = d.task_id "
-    "WHERE d.depends_on_task_id = ? AND t.dead_letter_reason IS NULL AND t.terminal = 0 "
-    "ORDER BY t.seq"
-)
-
 
 def _path(ctx: Ctx, start: str, goal: str) -> list[str] | None:
     """A path ``start`` -> ... -> ``goal`` along "depends on" edges, if one exists."""
@@ -43,9 +37,7 @@ def _path(ctx: Ctx, start: str, goal: str) -> list[str] | None:
             while (up := parent[path[-1]]) is not None:
                 path.append(up)
             return list(reversed(path))
-        for (nxt,) in ctx.conn.execute(
-            "SELECT depends_on_task_id FROM dependencies WHERE task_id = ?", (node,)
-        ):
+        for (nxt,) in ctx.all("fanin.upstreams", (node,)):
             if nxt not in parent:
                 parent[nxt] = node
                 stack.append(nxt)
@@ -72,12 +64,9 @@ def check_wait_for(ctx: Ctx, task_id: str, wait_for: Sequence[str]) -> list[str]
                 f"wait_for: task {task_id} cannot wait for itself (a dependency cycle)",
                 code="dependency_cycle",
             )
-        if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (upstream,)) is None:
+        if ctx.one("tasks.exists", (upstream,)) is None:
             raise NotFound(f"wait_for: task {upstream} not found", code="wait_for_not_found")
-        if ctx.one(
-            "SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on_task_id = ?",
-            (task_id, upstream),
-        ):
+        if ctx.one("fanin.edge", (task_id, upstream)):
             continue  # already waits for it
         path = _path(ctx, upstream, task_id)
         if path is not None:
@@ -94,13 +83,9 @@ def check_wait_for(ctx: Ctx, task_id: str, wait_for: Sequence[str]) -> list[str]
 def add_edges(ctx: Ctx, task_id: str, upstreams: Sequence[str]) -> None:
     """Insert the (checked) edges ``task_id`` -> each of ``upstreams``."""
     for upstream in upstreams:
-        ctx.conn.execute(
-            "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) "
-            "VALUES (?, ?, ?)",
-            (task_id, upstream, ctx.now),
-        )
+        ctx.exec("tasks.add_dependency", (task_id, upstream, ctx.now))
     if upstreams:
-        ctx.conn.execute("UPDATE tasks SET has_deps = 1 WHERE id = ?", (task_id,))
+        ctx.exec("fanin.flag_deps", (task_id,))
 
 
 def upstream_reason(upstream: sqlite3.Row) -> str:
@@ -114,13 +99,9 @@ def upstream_reason(upstream: sqlite3.Row) -> str:
 
 def dead_upstream(ctx: Ctx, task_id: str) -> sqlite3.Row | None:
     """The first dependency of ``task_id`` that is dead-lettered (it never resolves), or None."""
-    return ctx.one(
-        "SELECT u.* FROM dependencies d JOIN tasks u ON u.id = d.depends_on_task_id "
-        "WHERE d.task_id = ? AND u.dead_letter_reason IS NOT NULL ORDER BY d.seq LIMIT 1",
-        (task_id,),
-    )
+    return ctx.one("fanin.dead_upstream", (task_id,))
 
 
 def waiting_on(ctx: Ctx, upstream_id: str) -> list[sqlite3.Row]:
     """The unfinished tasks that depend on ``upstream_id`` (its waiting dependents)."""
-    return ctx.conn.execute(_WAITING, (upstream_id,)).fetchall()
+    return ctx.all("fanin.waiting_on", (upstream_id,))

@@ -25,9 +25,6 @@ from tracker_client.rules.finish import Prepared, finish_keyed, prepare
 
 __all__ = ["FinishManyOps"]
 
-#: The savepoint each item is written in (released, or rolled back alone).
-_SAVEPOINT = "finish_item"
-
 
 def _prepared(item: FinishItem) -> tuple[str, str, Prepared] | TrackerError:
     try:
@@ -57,14 +54,14 @@ class FinishManyOps(TrackerCore):
                     continue
                 run_id, digest, parts = ready
                 logged = len(ctx.logs)
-                ctx.conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+                ctx.exec("finish_many.savepoint")
                 try:
                     out.append(finish_keyed(ctx, run_id, digest, parts, self._rng, key))
                 except TrackerError as exc:
-                    ctx.conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                    ctx.exec("finish_many.rollback_item")
                     del ctx.logs[logged:]
                     out.append(exc)
-                ctx.conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                ctx.exec("finish_many.release_item")
             return out
 
         return await self._write("finish_many", op)

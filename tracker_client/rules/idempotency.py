@@ -62,10 +62,7 @@ def idempotent(
     if not isinstance(key, str) or not key or len(key) > 255:
         raise ValidationFailed("idempotency_key must be a non-empty string of at most 255 chars")
     fp = fingerprint(args)
-    row = ctx.one(
-        "SELECT fingerprint, result FROM idempotency WHERE key = ? AND operation = ?",
-        (key, operation),
-    )
+    row = ctx.one("idempotency.find", (key, operation))
     if row is not None:
         if row["fingerprint"] != fp:
             raise Conflict(
@@ -76,9 +73,8 @@ def idempotent(
     result = run()
     if result is None and operation == "claim":
         return result
-    ctx.conn.execute(
-        "INSERT INTO idempotency (key, operation, fingerprint, result, created_at_ms) "
-        "VALUES (?, ?, ?, ?, ?)",
+    ctx.exec(
+        "idempotency.record",
         (key, operation, fp, json.dumps(encode(result), separators=(",", ":")), ctx.now),
     )
     return result

@@ -32,12 +32,10 @@ __all__ = ["KEY_NAME", "keyed_token", "rail_key", "stored_rail_key"]
 #: The ``rail_secrets`` row holding the key lease tokens are derived with.
 KEY_NAME = "lease_token_key"
 
-_READ = "SELECT value FROM rail_secrets WHERE name = ?"
-
 
 def stored_rail_key(ctx: Ctx) -> bytes | None:
     """The rail's lease-token key if it has one (a read: the PostgreSQL rail loads it at open)."""
-    value = ctx.scalar(_READ, (KEY_NAME,))
+    value = ctx.scalar("leasekeys.read", (KEY_NAME,))
     return None if value is None else bytes.fromhex(str(value))
 
 
@@ -46,13 +44,10 @@ def rail_key(ctx: Ctx) -> bytes:
 
     Two first uses at once (PostgreSQL hosts) both insert-or-ignore and both read the row that
     won, so every host derives with one key."""
-    value = ctx.scalar(_READ, (KEY_NAME,))
+    value = ctx.scalar("leasekeys.read", (KEY_NAME,))
     if value is None:
-        ctx.conn.execute(
-            "INSERT OR IGNORE INTO rail_secrets (name, value) VALUES (?, ?)",
-            (KEY_NAME, secrets.token_hex(32)),
-        )
-        value = ctx.scalar(_READ, (KEY_NAME,))
+        ctx.exec("leasekeys.make", (KEY_NAME, secrets.token_hex(32)))
+        value = ctx.scalar("leasekeys.read", (KEY_NAME,))
     return bytes.fromhex(str(value))
 
 

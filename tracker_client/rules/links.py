@@ -34,9 +34,7 @@ def _cycle(ctx: Ctx, task_id: str, upstream: str) -> list[str] | None:
             while parent[path[-1]] is not None:
                 path.append(parent[path[-1]])  # type: ignore[arg-type]
             return list(reversed(path))
-        for (nxt,) in ctx.conn.execute(
-            "SELECT depends_on_task_id FROM dependencies WHERE task_id = ?", (node,)
-        ):
+        for (nxt,) in ctx.all("fanin.upstreams", (node,)):
             if nxt not in parent:
                 parent[nxt] = node
                 stack.append(nxt)
@@ -46,16 +44,13 @@ def _cycle(ctx: Ctx, task_id: str, upstream: str) -> list[str] | None:
 def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
     """Make ``task_id`` wait for ``upstream``; refuses self, cycles and duplicates. An upstream
     already dead-lettered or cancelled never resolves: the task is dead-lettered at once."""
-    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
+    if ctx.one("tasks.exists", (task_id,)) is None:
         raise NotFound(f"task {task_id} not found", code="task_not_found")
     if task_id == upstream:
         raise ValidationFailed(f"task {task_id} cannot depend on itself", code="invalid_dependency")
-    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (upstream,)) is None:
+    if ctx.one("tasks.exists", (upstream,)) is None:
         raise NotFound(f"dependency task {upstream} not found", code="dependency_task_not_found")
-    if ctx.one(
-        "SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on_task_id = ?",
-        (task_id, upstream),
-    ):
+    if ctx.one("fanin.edge", (task_id, upstream)):
         raise Conflict(f"task {task_id} already depends on {upstream}", code="duplicate_dependency")
     path = _cycle(ctx, task_id, upstream)
     if path is not None:
@@ -64,11 +59,8 @@ def add_dependency(ctx: Ctx, task_id: str, upstream: str) -> None:
             f"dependency {task_id} -> {upstream} would close a cycle: {chain}",
             code="invalid_dependency",
         )
-    ctx.conn.execute(
-        "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) VALUES (?, ?, ?)",
-        (task_id, upstream, ctx.now),
-    )
-    ctx.conn.execute("UPDATE tasks SET has_deps = 1 WHERE id = ?", (task_id,))
+    ctx.exec("tasks.add_dependency", (task_id, upstream, ctx.now))
+    ctx.exec("fanin.flag_deps", (task_id,))
     dead_letter_if_upstream_dead(ctx, task_id)
 
 
@@ -82,34 +74,20 @@ def assign(ctx: Ctx, task_id: str, agent_id: str, assigned_by: str | None) -> No
     """Make ``agent_id`` the task's only active assignee."""
     if not isinstance(agent_id, str) or not agent_id:
         raise ValidationFailed("agent_id must be a non-empty string")
-    if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is None:
+    if ctx.one("tasks.exists", (task_id,)) is None:
         raise NotFound(f"task {task_id} not found", code="task_not_found")
     now = ctx.now
-    ctx.conn.execute(
-        "UPDATE assignments SET active = 0, updated_at_ms = ? "
-        "WHERE task_id = ? AND active = 1 AND agent_id != ?",
-        (now, task_id, agent_id),
-    )
-    ctx.conn.execute(
-        "INSERT INTO assignments (task_id, agent_id, assigned_by, active, created_at_ms, "
-        "updated_at_ms) VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT (task_id, agent_id) DO UPDATE "
-        "SET active = 1, assigned_by = excluded.assigned_by, "
-        "updated_at_ms = excluded.updated_at_ms",
-        (task_id, agent_id, assigned_by, now, now),
-    )
-    ctx.conn.execute("UPDATE tasks SET assignee = ? WHERE id = ?", (agent_id, task_id))
+    ctx.exec("links.deactivate_others", (now, task_id, agent_id))
+    ctx.exec("links.assign", (task_id, agent_id, assigned_by, now, now))
+    ctx.exec("links.set_assignee", (agent_id, task_id))
 
 
 def unassign(ctx: Ctx, task_id: str, agent_id: str) -> None:
     """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
-    cur = ctx.conn.execute(
-        "UPDATE assignments SET active = 0, updated_at_ms = ? "
-        "WHERE task_id = ? AND agent_id = ? AND active = 1",
-        (ctx.now, task_id, agent_id),
-    )
+    cur = ctx.exec("links.deactivate", (ctx.now, task_id, agent_id))
     if cur.rowcount == 0:
         raise NotFound(f"task {task_id} has no active assignment of {agent_id}", code="not_found")
-    ctx.conn.execute("UPDATE tasks SET assignee = NULL WHERE id = ?", (task_id,))
+    ctx.exec("links.clear_assignee", (task_id,))
 
 
 class LinkOps(TrackerCore):

@@ -18,12 +18,7 @@ from tracker_client.rules.common import (
 )
 from tracker_client.rules.tasks import page_by_creation
 
-__all__ = ["TASK_EVENTS", "add_artifact", "list_artifacts", "list_events"]
-
-#: WHERE clause for every event of task ``?1``: its runs' events and its task-level events.
-TASK_EVENTS = (
-    "run_id IN (SELECT id FROM runs WHERE task_id = ?1) OR (run_id IS NULL AND task_id = ?1)"
-)
+__all__ = ["add_artifact", "list_artifacts", "list_events"]
 
 
 def _event_cursor(cursor: str) -> int:
@@ -47,12 +42,10 @@ def list_events(
     if kind is not None and (not isinstance(kind, str) or not kind):
         raise ValidationFailed("event kind filter must be a non-empty string", code="invalid_kind")
     after = _event_cursor(cursor) if cursor is not None else 0
-    where = "run_id = ?1" if column == "run_id" else TASK_EVENTS
-    rows = ctx.conn.execute(
-        f"SELECT * FROM events WHERE ({where}) AND id > ?2 AND (?4 IS NULL OR kind = ?4) "
-        "ORDER BY id LIMIT ?3",
-        (value, after, limit + 1, kind),
-    ).fetchall()
+    rows = ctx.all(
+        "reads.run_events" if column == "run_id" else "reads.task_events",
+        {"of": value, "after": after, "limit": limit + 1, "kind": kind},
+    )
     items = [event_from_row(r) for r in rows[:limit]]
     nxt = str(items[-1].id) if len(rows) > limit and items else None
     return Page[Event](items=items, next_cursor=nxt)
@@ -64,13 +57,10 @@ def add_artifact(ctx: Ctx, art: ArtifactCreate) -> str:
         raise ValidationFailed("artifact kind must be a non-empty string")
     if not isinstance(art.uri, str) or not art.uri:
         raise ValidationFailed("artifact uri must be a non-empty string")
-    if (
-        art.task_id is not None
-        and ctx.one("SELECT 1 FROM tasks WHERE id = ?", (art.task_id,)) is None
-    ):
+    if art.task_id is not None and ctx.one("tasks.exists", (art.task_id,)) is None:
         raise NotFound(f"artifact: task {art.task_id} not found", code="task_not_found")
     if art.run_id is not None:
-        run = ctx.one("SELECT task_id FROM runs WHERE id = ?", (art.run_id,))
+        run = ctx.one("reads.run_exists", (art.run_id,))
         if run is None:
             raise NotFound(f"artifact: run {art.run_id} not found", code="run_not_found")
     if art.size_bytes is not None and (
@@ -79,9 +69,8 @@ def add_artifact(ctx: Ctx, art: ArtifactCreate) -> str:
         raise ValidationFailed(f"artifact size_bytes must be >= 0, got {art.size_bytes!r}")
     meta = dumps(art.meta, "artifact meta", max_bytes=MIB)
     aid = new_id()
-    ctx.conn.execute(
-        "INSERT INTO artifacts (id, task_id, run_id, created_at_ms, kind, uri, sha256, "
-        "size_bytes, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    ctx.exec(
+        "reads.add_artifact",
         (
             aid,
             art.task_id,
@@ -97,11 +86,28 @@ def add_artifact(ctx: Ctx, art: ArtifactCreate) -> str:
     return aid
 
 
+#: The artifact page statement by (a task given, a run given): each filter set its own
+#: statement, so each keeps its index (``artifacts_task``, ``artifacts_run``, creation order).
+_ARTIFACT_PAGES = {
+    (False, False): "reads.artifacts_page",
+    (True, False): "reads.artifacts_page_by_task",
+    (False, True): "reads.artifacts_page_by_run",
+    (True, True): "reads.artifacts_page_by_task_run",
+}
+
+
 def list_artifacts(
     ctx: Ctx, task_id: str | None, run_id: str | None, limit: int, cursor: str | None
 ) -> Page[Artifact]:
     """Artifacts in creation order, optionally of one task and/or run."""
+    page = _ARTIFACT_PAGES[task_id is not None, run_id is not None]
     items, nxt = page_by_creation(
-        ctx, "artifacts", {"task_id": task_id, "run_id": run_id}, limit, cursor, artifact_from_row
+        ctx,
+        page,
+        "reads.artifact_seq",
+        {"task_id": task_id, "run_id": run_id},
+        limit,
+        cursor,
+        artifact_from_row,
     )
     return Page[Artifact](items=items, next_cursor=nxt)

@@ -17,7 +17,7 @@ from tracker_client.bounds import MAX_DURATION_MS
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
 from tracker_client.rules import fanin
-from tracker_client.rules.common import CLEAR_LEASE, MIB, Ctx, dumps
+from tracker_client.rules.common import MIB, Ctx, dumps
 
 __all__ = [
     "add_event",
@@ -36,7 +36,7 @@ def token_hash(token: str) -> str:
 
 
 def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
-    status = ctx.scalar("SELECT status FROM runs WHERE id = ?", (run_id,))
+    status = ctx.scalar("runs.status", (run_id,))
     if status == "cancelled":
         return LeaseLost(
             f"lease of run {run_id} was revoked: the task was cancelled", code="revoked"
@@ -46,27 +46,16 @@ def _lost_for_missing(ctx: Ctx, run_id: str) -> LeaseLost:
     return LeaseLost(f"no active lease for run {run_id}", code="not_found")
 
 
-#: The task columns a lease write reads (``check_lease``'s row): the lease itself, what the
-#: lease writes (transition, fail with its retry policy, events, heartbeat, checkpoint,
-#: release) read of their task. Not ``t.*``: title, description and metadata are never read
-#: there, and decoding the whole row cost more than the lookup.
-_LEASE = (
-    "SELECT t.seq, t.id, t.pipeline_id, t.stage, t.role, t.task_version, t.failed_attempts, "
-    "t.max_attempts, t.retry_delay_ms, t.backoff, t.max_retry_delay_ms, t.checkpointed, "
-    "t.lease_id, t.lease_run_id, t.lease_token_sha256, t.lease_expires_at_ms, t.lease_ttl_ms "
-    "FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?"
-)
-
-
 def check_lease(
     ctx: Ctx, run_id: str, token_sha256: str, *, lease_id: str | None = None
 ) -> sqlite3.Row:
     """The live lease of ``run_id`` (or ``lease_id``) held by this token, else ``LeaseLost``.
 
-    Returns the task's row with the columns of :data:`_LEASE` (the lease lives on it:
-    ``lease_id``, ``lease_expires_at_ms``, ...); a write needing more reads the row itself.
+    Returns the task's row with the columns statement ``runs.lease`` reads (the lease lives
+    on it: ``lease_id``, ``lease_expires_at_ms``, ...); a write needing more reads the row
+    itself.
     """
-    row = ctx.one(_LEASE, (run_id,))
+    row = ctx.one("runs.lease", (run_id,))
     if (
         row is None
         or row["lease_run_id"] != run_id
@@ -86,10 +75,7 @@ def add_event(ctx: Ctx, run_id: str, token_sha256: str, kind: str, data: Any) ->
     if not isinstance(kind, str) or not kind:
         raise ValidationFailed("event kind must be a non-empty string")
     payload = dumps({} if data is None else data, "event data", max_bytes=MIB)
-    cur = ctx.conn.execute(
-        "INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?)",
-        (task["id"], run_id, ctx.now, kind, payload),
-    )
+    cur = ctx.exec("common.add_event", (task["id"], run_id, ctx.now, kind, payload))
     return int(cur.lastrowid or 0)
 
 
@@ -140,14 +126,9 @@ def transition(
     edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
     now = ctx.now
     to = move.to_state
-    ctx.conn.execute(
-        "UPDATE runs SET status = 'completed', ended_at_ms = ?, usage = ? WHERE id = ?",
-        (now, usage_text, run_id),
-    )
-    ctx.conn.execute(
-        "UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL, "
-        "next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0, "
-        f"{CLEAR_LEASE} WHERE seq = ?",
+    ctx.exec("runs.complete", (now, usage_text, run_id))
+    ctx.exec(
+        "runs.move",
         (to, now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
     )
     text = instructions if instructions is not None else (move.instructions or "")
@@ -213,23 +194,14 @@ def fail(
         )
     usage_text = _usage(usage)
     now = ctx.now
-    ctx.conn.execute(
-        "UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?",
-        (now, error, usage_text, run_id),
-    )
+    ctx.exec("runs.fail", (now, error, usage_text, run_id))
     failed = int(task["failed_attempts"]) + 1
-    ctx.conn.execute(
-        f"UPDATE tasks SET failed_attempts = ?, stale_streak = 0, {CLEAR_LEASE} WHERE seq = ?",
-        (failed, task["seq"]),
-    )
+    ctx.exec("runs.count_failure", (failed, task["seq"]))
     max_attempts = task["max_attempts"]
     if retryable and (max_attempts is None or failed < max_attempts):
         delay = retry_delay(task, failed, rng)
         eligible = now + delay
-        ctx.conn.execute(
-            "UPDATE tasks SET next_eligible_at_ms = ?, updated_at_ms = ? WHERE seq = ?",
-            (eligible, now, task["seq"]),
-        )
+        ctx.exec("runs.retry_at", (eligible, now, task["seq"]))
         ctx.event(
             task["id"],
             run_id,
@@ -299,10 +271,7 @@ def dead_letter_if_upstream_dead(ctx: Ctx, task_id: str) -> bool:
         return False
     run_id = row["lease_run_id"]
     if run_id is not None:
-        ctx.conn.execute(
-            "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?",
-            (ctx.now, run_id),
-        )
+        ctx.exec("runs.cancel", (ctx.now, run_id))
     dead_letter(ctx, row, fanin.upstream_reason(dead), run_id, upstream=dead["id"])
     return True
 
@@ -318,10 +287,7 @@ def _propagate(ctx: Ctx, root: str, cancelled: bool) -> None:
         for row in fanin.waiting_on(ctx, upstream):
             run_id = row["lease_run_id"]
             if run_id is not None:
-                ctx.conn.execute(
-                    "UPDATE runs SET status = 'cancelled', ended_at_ms = ? WHERE id = ?",
-                    (ctx.now, run_id),
-                )
+                ctx.exec("runs.cancel", (ctx.now, run_id))
             _dead_letter_one(ctx, row, reason, run_id, "dead_letter", upstream)
             todo.append(row["id"])
 
@@ -340,10 +306,8 @@ def _dead_letter_one(
     dls = task["dead_letter_stage"]
     moved = dls is not None and dls in pipeline.states and dls != from_stage
     to = dls if moved else from_stage
-    ctx.conn.execute(
-        "UPDATE tasks SET dead_letter_reason = ?, next_eligible_at_ms = ?, "
-        "dead_letter_from_stage = ?, stage = ?, role = ?, terminal = ?, "
-        f"task_version = task_version + ?, updated_at_ms = ?, {CLEAR_LEASE} WHERE seq = ?",
+    ctx.exec(
+        "runs.dead_letter",
         (
             reason,
             DEAD_LETTER_NEVER_MS,

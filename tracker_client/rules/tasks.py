@@ -55,11 +55,11 @@ def create_pipeline(ctx: Ctx, name: str, definition: Mapping[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise ValidationFailed("pipeline name must be a non-empty string")
     parsed = validate_definition(definition)
-    if ctx.one("SELECT 1 FROM pipelines WHERE name = ?", (name,)) is not None:
+    if ctx.one("tasks.pipeline_named", (name,)) is not None:
         raise Conflict(f"a pipeline named {name!r} already exists", code="duplicate_name")
     pid = new_id()
-    ctx.conn.execute(
-        "INSERT INTO pipelines (id, name, definition, created_at_ms) VALUES (?, ?, ?, ?)",
+    ctx.exec(
+        "tasks.add_pipeline",
         (pid, name, dumps(parsed.definition, "pipeline definition"), ctx.now),
     )
     return pid
@@ -136,7 +136,7 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         dup = next(d for d in deps if deps.count(d) > 1)
         raise Conflict(f"{at}dependency {dup} is listed twice", code="duplicate_dependency")
     for dep in deps:
-        if ctx.one("SELECT 1 FROM tasks WHERE id = ?", (dep,)) is None:
+        if ctx.one("tasks.exists", (dep,)) is None:
             raise NotFound(f"{at}dependency task {dep} not found", code="task_not_found")
     if spec.assigned_agent_id is not None and (
         not isinstance(spec.assigned_agent_id, str) or not spec.assigned_agent_id
@@ -166,8 +166,7 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     dedupe_key, dedupe_window = dedupe_of(spec, at)
     parent = spec.parent_id
     if parent is not None and (
-        not isinstance(parent, str)
-        or ctx.one("SELECT 1 FROM tasks WHERE id = ?", (parent,)) is None
+        not isinstance(parent, str) or ctx.one("tasks.exists", (parent,)) is None
     ):
         raise NotFound(f"{at}parent task {parent} not found", code="parent_not_found")
     initial = pipeline.initial
@@ -206,14 +205,34 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     return values, pipeline
 
 
-_COLUMNS = (
-    "id, pipeline_id, stage, title, description, priority, metadata, retry_delay_ms, "
-    "max_attempts, dead_letter_stage, backoff, max_retry_delay_ms, created_at_ms, updated_at_ms, "
-    "concurrency_key, expires_at_ms, max_stale_attempts, role, terminal, has_deps, assignee, "
-    "next_eligible_at_ms, run_at_ms, dedupe_key, dedupe_window_ms"
+#: The columns statement ``tasks.insert`` binds, in its order.
+_KEYS = (
+    "id",
+    "pipeline_id",
+    "stage",
+    "title",
+    "description",
+    "priority",
+    "metadata",
+    "retry_delay_ms",
+    "max_attempts",
+    "dead_letter_stage",
+    "backoff",
+    "max_retry_delay_ms",
+    "created_at_ms",
+    "updated_at_ms",
+    "concurrency_key",
+    "expires_at_ms",
+    "max_stale_attempts",
+    "role",
+    "terminal",
+    "has_deps",
+    "assignee",
+    "next_eligible_at_ms",
+    "run_at_ms",
+    "dedupe_key",
+    "dedupe_window_ms",
 )
-_INSERT = f"INSERT INTO tasks ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(', ')))})"
-_KEYS = tuple(c.strip() for c in _COLUMNS.split(","))
 
 
 def _deduped(ctx: Ctx, prepared: list[tuple[dict[str, Any], PipelineDef]]) -> list[str | None]:
@@ -258,24 +277,18 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
                 cap=cap,
             )
     ids: list[str] = []
-    conn = ctx.conn
     for values, _p in prepared:
-        conn.execute(_INSERT, tuple(values[k] for k in _KEYS))
+        ctx.exec("tasks.insert", tuple(values[k] for k in _KEYS))
         tid = values["id"]
         if values["_parent"] is not None:  # extension subtasks (a column of schema 7)
-            conn.execute("UPDATE tasks SET parent_id = ? WHERE id = ?", (values["_parent"], tid))
+            ctx.exec("tasks.set_parent", (values["_parent"], tid))
         for dep in values["_deps"]:
-            conn.execute(
-                "INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) "
-                "VALUES (?, ?, ?)",
-                (tid, dep, ctx.now),
-            )
+            ctx.exec("tasks.add_dependency", (tid, dep, ctx.now))
         if values["_deps"]:
             dead_letter_if_upstream_dead(ctx, tid)  # a dead upstream never resolves
         if values["assignee"] is not None:
-            conn.execute(
-                "INSERT INTO assignments (task_id, agent_id, assigned_by, active, "
-                "created_at_ms, updated_at_ms) VALUES (?, ?, ?, 1, ?, ?)",
+            ctx.exec(
+                "tasks.add_assignment",
                 (tid, values["assignee"], values["_assigned_by"], ctx.now, ctx.now),
             )
         ids.append(tid)
@@ -303,8 +316,10 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
 
 
 # -- task reads -----------------------------------------------------------------------------------
-def parse_created_cursor(ctx: Ctx, cursor: str, table: str) -> tuple[int, int]:
-    """``"<created_at_ms>:<id>"`` -> (created_at_ms, seq); ``invalid_cursor`` if malformed."""
+def parse_created_cursor(ctx: Ctx, cursor: str, seq_of: str) -> tuple[int, int]:
+    """``"<created_at_ms>:<id>"`` -> (created_at_ms, seq); ``invalid_cursor`` if malformed.
+
+    ``seq_of``: the statement answering the listed table's ``seq`` of an id."""
     ms_text, sep, ident = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
     try:
         ms: int | None = int(ms_text)
@@ -312,7 +327,7 @@ def parse_created_cursor(ctx: Ctx, cursor: str, table: str) -> tuple[int, int]:
         ms = None
     if ms is not None and not INT64_MIN <= ms <= INT64_MAX:
         ms = None
-    row = ctx.one(f"SELECT seq FROM {table} WHERE id = ?", (ident,)) if sep and ident else None
+    row = ctx.one(seq_of, (ident,)) if sep and ident else None
     if ms is None or row is None:
         raise ValidationFailed(
             f"invalid cursor {cursor!r}: expected '<created_at_ms>:<id>' of a listed item",
@@ -323,29 +338,26 @@ def parse_created_cursor(ctx: Ctx, cursor: str, table: str) -> tuple[int, int]:
 
 def page_by_creation(
     ctx: Ctx,
-    table: str,
+    page: str,
+    seq_of: str,
     filters: Mapping[str, str | None],
     limit: int,
     cursor: str | None,
     from_row: Callable[[Any], T],
 ) -> tuple[list[T], str | None]:
-    """One page (items, next cursor) of ``table`` in creation order.
+    """One page (items, next cursor) of a table in creation order.
 
-    ``filters`` are column equalities (None = no filter); the cursor is
-    ``<created_at_ms>:<id>`` of the page's last item, exclusive.
+    ``page`` is the statement listing it, given ``filters`` (the columns it compares, by
+    name), ``after_ms``/``after_seq`` (the cursor's place, None for the first page) and
+    ``limit``; ``seq_of`` answers a listed item's ``seq`` (:func:`parse_created_cursor`). The
+    cursor is ``<created_at_ms>:<id>`` of the page's last item, exclusive.
     """
     check_limit(limit)
-    where = [f"{column} = ?" for column, value in filters.items() if value is not None]
-    params: list[Any] = [value for value in filters.values() if value is not None]
+    after: tuple[int | None, int | None] = (None, None)
     if cursor is not None:
-        ms, seq = parse_created_cursor(ctx, cursor, table)
-        where.append("(created_at_ms > ? OR (created_at_ms = ? AND seq > ?))")
-        params += [ms, ms, seq]
-    sql = f"SELECT * FROM {table}"  # table and columns are ours, never user input
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY created_at_ms, seq LIMIT ?"
-    rows = ctx.conn.execute(sql, (*params, limit + 1)).fetchall()
+        after = parse_created_cursor(ctx, cursor, seq_of)
+    params = {**filters, "after_ms": after[0], "after_seq": after[1], "limit": limit + 1}
+    rows = ctx.all(page, params)
     items = [from_row(r) for r in rows[:limit]]
     if len(rows) <= limit or not items:
         return items, None
@@ -353,22 +365,31 @@ def page_by_creation(
     return items, f"{last['created_at_ms']}:{last['id']}"
 
 
+#: The task page statement by (a stage given, a pipeline given): each filter set its own.
+_TASK_PAGES = {
+    (False, False): "tasks.page",
+    (True, False): "tasks.page_by_stage",
+    (False, True): "tasks.page_by_pipeline",
+    (True, True): "tasks.page_by_stage_pipeline",
+}
+
+
 def list_tasks(
     ctx: Ctx, stage: str | None, pipeline_id: str | None, limit: int, cursor: str | None
 ) -> Page[Task]:
     """Tasks in creation order, a page at a time."""
-    items, nxt = page_by_creation(
-        ctx, "tasks", {"stage": stage, "pipeline_id": pipeline_id}, limit, cursor, task_from_row
-    )
+    page = _TASK_PAGES[stage is not None, pipeline_id is not None]
+    filters = {"stage": stage, "pipeline_id": pipeline_id}
+    items, nxt = page_by_creation(ctx, page, "tasks.seq_of", filters, limit, cursor, task_from_row)
     return Page[Task](items=items, next_cursor=nxt)
 
 
 def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
     """The task with its latest run, dependencies, assignments and available transitions."""
-    row = ctx.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    row = ctx.one("common.task", (task_id,))
     if row is None:
         raise NotFound(f"task {task_id} not found", code="not_found")
-    run = ctx.one("SELECT * FROM runs WHERE task_id = ? ORDER BY attempt DESC LIMIT 1", (task_id,))
+    run = ctx.one("tasks.latest_run", (task_id,))
     pipeline = ctx.pipeline(row["pipeline_id"])
     base = task_from_row(row)
     return TaskDetail.model_validate(
@@ -385,5 +406,5 @@ def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
 def list_runs(ctx: Ctx, task_id: str) -> list[Run]:
     """Every run of a task, by attempt."""
     ctx.task_row(task_id)
-    rows = ctx.conn.execute("SELECT * FROM runs WHERE task_id = ? ORDER BY attempt", (task_id,))
+    rows = ctx.all("tasks.runs", (task_id,))
     return [run_from_row(r) for r in rows]

@@ -160,9 +160,7 @@ async def checked_lease(request: Request, run_id: str, operation: str) -> LeaseH
         except LeaseLost as exc:
             if key is None or exc.code == "invalid_token":
                 raise
-            recorded = ctx.scalar(
-                "SELECT 1 FROM idempotency WHERE key = ? AND operation = ?", (key, operation)
-            )
+            recorded = ctx.scalar("idempotency.recorded", (key, operation))
             if recorded is None:
                 raise
 

@@ -11,4 +11,47 @@
 -- only: postgres
 SELECT * FROM bw_claim_one(
     %(role)s::text, %(agent)s::text, %(now)s::bigint, %(expires)s::bigint, %(ttl)s::bigint,
-    %(limits)s::jsonb, %(run_id)s::text, %(lease_id)s::text, %(token_sha256)s::text)
+    %(limits)s::jsonb, %(run_id)s::text, %(lease_id)s::text, %(token_sha256)s::text);
+
+-- Before a claim, in one round trip: (a lease has lapsed, a waiting task is past its
+-- deadline) at :now (the housekeeping a claim does first, claims.housekeeping), and whether
+-- role :role has a rate limit or cap (a role without one skips the token bucket's read).
+-- name: claim.preflight
+-- only: postgres
+SELECT EXISTS (SELECT 1 FROM tasks WHERE lease_expires_at_ms > 0
+    AND lease_expires_at_ms <= %(now)s),
+EXISTS (SELECT 1 FROM tasks WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= %(now)s
+    AND dead_letter_reason IS NULL AND terminal = 0 AND lease_expires_at_ms <= %(now)s),
+EXISTS (SELECT 1 FROM rate_limits WHERE role = %(role)s);
+
+-- A lease claim.one made on a row that cannot be read is undone: its run deleted, the
+-- attempt given back and the lease dropped (the row is then dead-lettered corrupt_row).
+-- name: claim.undo_run
+-- only: postgres
+DELETE FROM runs WHERE id = %s;
+
+-- name: claim.undo_lease
+-- only: postgres
+UPDATE tasks SET last_attempt = last_attempt - 1,
+    lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, lease_token_sha256 = NULL,
+    lease_ttl_ms = NULL
+WHERE seq = %s;
+
+-- The run holding a task's lease now (a corrupt row bw_claim leased is refused only while
+-- that claim still holds it).
+-- name: claim.lease_run
+-- only: postgres
+SELECT lease_run_id FROM tasks WHERE seq = %s;
+
+-- name: claim.cancel_run
+-- only: postgres
+UPDATE runs SET status = 'cancelled' WHERE id = %s;
+
+-- bw_claim_tx (schema 9): the write lock (shared), bw_claim and the wake-ups in one statement.
+-- Parameters: the lock's name, the rail's channel, the follow channel, the instance's name,
+-- the operation, role, agent, now, ttl, then the run ids, lease ids and token digests (text
+-- arrays), the idempotency key and its fingerprint.
+-- name: claim.many_tx
+-- only: postgres
+SELECT * FROM bw_claim_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text,
+    %s::text, %s::bigint, %s::bigint, %s::text, %s::text, %s::text, %s::text, %s::text);

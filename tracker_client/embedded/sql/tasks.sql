@@ -1,0 +1,69 @@
+-- tasks: pipelines and tasks created, a task read, tasks and runs listed (rules/tasks.py).
+
+-- name: tasks.pipeline_named
+SELECT 1 FROM pipelines WHERE name = ?;
+
+-- name: tasks.add_pipeline
+INSERT INTO pipelines (id, name, definition, created_at_ms) VALUES (?, ?, ?, ?);
+
+-- name: tasks.exists
+SELECT 1 FROM tasks WHERE id = ?;
+
+-- The parameters in the order of rules/tasks.py's _KEYS.
+-- name: tasks.insert
+INSERT INTO tasks (id, pipeline_id, stage, title, description, priority, metadata,
+    retry_delay_ms, max_attempts, dead_letter_stage, backoff, max_retry_delay_ms,
+    created_at_ms, updated_at_ms, concurrency_key, expires_at_ms, max_stale_attempts, role,
+    terminal, has_deps, assignee, next_eligible_at_ms, run_at_ms, dedupe_key, dedupe_window_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: tasks.set_parent
+UPDATE tasks SET parent_id = ? WHERE id = ?;
+
+-- name: tasks.add_dependency
+INSERT INTO dependencies (task_id, depends_on_task_id, created_at_ms) VALUES (?, ?, ?);
+
+-- name: tasks.add_assignment
+INSERT INTO assignments (task_id, agent_id, assigned_by, active, created_at_ms, updated_at_ms)
+VALUES (?, ?, ?, 1, ?, ?);
+
+-- The cursor's (created_at_ms, seq) of a task listed.
+-- name: tasks.seq_of
+SELECT seq FROM tasks WHERE id = ?;
+
+-- Tasks in creation order after the cursor (:after_ms NULL: from the first), one statement
+-- per filter set.
+-- name: tasks.page
+SELECT * FROM tasks
+WHERE (:after_ms IS NULL OR created_at_ms > :after_ms
+       OR (created_at_ms = :after_ms AND seq > :after_seq))
+ORDER BY created_at_ms, seq LIMIT :limit;
+
+-- name: tasks.page_by_stage
+SELECT * FROM tasks WHERE stage = :stage
+AND (:after_ms IS NULL OR created_at_ms > :after_ms
+     OR (created_at_ms = :after_ms AND seq > :after_seq))
+ORDER BY created_at_ms, seq LIMIT :limit;
+
+-- name: tasks.page_by_pipeline
+SELECT * FROM tasks WHERE pipeline_id = :pipeline_id
+AND (:after_ms IS NULL OR created_at_ms > :after_ms
+     OR (created_at_ms = :after_ms AND seq > :after_seq))
+ORDER BY created_at_ms, seq LIMIT :limit;
+
+-- name: tasks.page_by_stage_pipeline
+SELECT * FROM tasks WHERE stage = :stage AND pipeline_id = :pipeline_id
+AND (:after_ms IS NULL OR created_at_ms > :after_ms
+     OR (created_at_ms = :after_ms AND seq > :after_seq))
+ORDER BY created_at_ms, seq LIMIT :limit;
+
+-- Tasks (in a stage, of a pipeline: NULL for any), counted without listing them.
+-- name: tasks.count
+SELECT count(*) FROM tasks WHERE coalesce(?, stage) = stage
+AND coalesce(?, pipeline_id) = pipeline_id;
+
+-- name: tasks.latest_run
+SELECT * FROM runs WHERE task_id = ? ORDER BY attempt DESC LIMIT 1;
+
+-- name: tasks.runs
+SELECT * FROM runs WHERE task_id = ? ORDER BY attempt;

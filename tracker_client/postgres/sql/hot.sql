@@ -1,0 +1,17 @@
+-- hot: the one-round-trip writes (postgres/hot.py, postgres/batch.py): one prepared
+-- statement each, run in its own implicit transaction (Database.one_call); the function takes
+-- the write lock (shared) and sends the wake-ups itself (schema 9's bw_*_tx).
+
+-- Parameters: the lock's name, the rail's channel, the follow channel, the instance's name,
+-- then bw_transition's (postgres/hot.py's MOVE_FIELDS, in order).
+-- name: hot.transition_tx
+-- only: postgres
+SELECT bw_transition_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text,
+    %s::text, %s::text, %s::bigint, %s::text, %s::text, %s::bigint, %s::text, %s::text,
+    %s::bigint, %s::text, %s::text, %s::text);
+
+-- Parameters: the lock's name, the rail's channel, the follow channel, the instance's name,
+-- now, the items (a JSON array of bw_move's fields but now).
+-- name: hot.finish_many_tx
+-- only: postgres
+SELECT bw_finish_many_tx(%s::text, %s::text, %s::text, %s::text, %s::bigint, %s::jsonb);
