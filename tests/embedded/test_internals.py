@@ -32,7 +32,7 @@ async def test_no_sqlite_statement_runs_on_the_event_loop_thread(tmp_path: Path)
     threads: set[int] = set()
     try:
         # The trace callback runs in the thread that executes each statement.
-        tracker._db.conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+        tracker._engine.db.conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
         pid = await tracker.create_pipeline("p", PIPE)
         tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
         lease = await tracker.claim("a", "coder", 10_000)
@@ -50,7 +50,7 @@ async def test_no_sqlite_statement_runs_on_the_event_loop_thread(tmp_path: Path)
         await tracker.wait_for_work(0.01)
         await tracker.maintenance()
     finally:
-        tracker._db.conn.set_trace_callback(None)
+        tracker._engine.db.conn.set_trace_callback(None)
         await tracker.aclose()
     assert threads, "no statement was traced"
     assert threading.get_ident() not in threads
@@ -278,16 +278,16 @@ async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -
             entered.set()
             gate.wait(30)
 
-        commits = tracker._db._commits
+        commits = tracker._engine.db._commits
         async with anyio.create_task_group() as tg:
             # hold the database thread so that all twelve writes queue up behind it
-            tg.start_soon(tracker._db.run, hold)
+            tg.start_soon(tracker._engine.db.run, hold)
             await _until(entered.is_set)
             for i in range(12):
                 tg.start_soon(create, i)
-            await _until(lambda: tracker._db._worker._queue.qsize() == 12)
+            await _until(lambda: tracker._engine.db._worker._queue.qsize() == 12)
             gate.set()
-        assert tracker._db._commits == commits + 1  # one group commit for all eleven
+        assert tracker._engine.db._commits == commits + 1  # one group commit for all eleven
         assert isinstance(outcomes.pop(3), ValidationFailed)
         assert all(isinstance(v, str) for v in outcomes.values())
         listed = await tracker.list_tasks(limit=100)
@@ -335,11 +335,11 @@ async def test_a_write_that_fails_after_writing_is_undone_and_the_group_replayed
             gate.wait(30)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(tracker._db.run, hold)
+            tg.start_soon(tracker._engine.db.run, hold)
             await _until(entered.is_set)
             for key, fail in (("a", False), ("b", True), ("c", False)):
                 tg.start_soon(write, key, fail)
-            await _until(lambda: tracker._db._worker._queue.qsize() == 3)
+            await _until(lambda: tracker._engine.db._worker._queue.qsize() == 3)
             gate.set()
         assert isinstance(outcomes["b"], ValidationFailed)
         assert outcomes["a"] is None and outcomes["c"] is None
@@ -355,7 +355,7 @@ async def test_blocking_hand_off_used_off_asyncio(tmp_path: Path) -> None:
 
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     try:
-        db = tracker._db
+        db = tracker._engine.db
         answer = await anyio.to_thread.run_sync(db._blocking_call, _Job(lambda: 41 + 1))
         assert answer == 42
 
@@ -373,12 +373,12 @@ def test_run_and_lease_ids_are_canonical_uuid4() -> None:
     import os
     import uuid
 
-    from tracker_client.rules.claims import _fresh_ids, _uuid4
+    from tracker_client.rules.claims import _uuid4, fresh_ids
 
     for _ in range(200):
         raw = os.urandom(16)
         assert _uuid4(raw) == str(uuid.UUID(bytes=raw, version=4))
-    run_id, lease_id, token = _fresh_ids()
+    run_id, lease_id, token = fresh_ids()
     assert uuid.UUID(run_id).version == uuid.UUID(lease_id).version == 4
     assert len(token) == 64 and int(token, 16) >= 0
 
@@ -388,16 +388,16 @@ def test_claimed_run_ids_are_in_creation_order() -> None:
     canonical UUIDv4 text, unique within one millisecond."""
     import uuid
 
-    from tracker_client.rules.claims import _fresh_ids
+    from tracker_client.rules.claims import fresh_ids
 
     now = 1_767_000_000_000
-    same_ms = {_fresh_ids(now)[0] for _ in range(1000)}
+    same_ms = {fresh_ids(now)[0] for _ in range(1000)}
     assert len(same_ms) == 1000
     for run_id in same_ms:
         parsed = uuid.UUID(run_id)
         assert str(parsed) == run_id and parsed.version == 4
         assert parsed.int >> 80 == now
-    later = [_fresh_ids(now + step)[0] for step in (1, 2, 1000, 86_400_000)]
+    later = [fresh_ids(now + step)[0] for step in (1, 2, 1000, 86_400_000)]
     assert max(same_ms) < later[0] and later == sorted(later)
 
 

@@ -9,20 +9,6 @@ is refused with ``TrackerCorrupt`` and never modified.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tracker_client.embedded.tracker import EmbeddedTracker
+from tracker_client.embedded.tracker import EmbeddedTracker
 
 __all__ = ["EmbeddedTracker"]
-
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: the engine's modules import the rules, whose operation classes
-    # build on the engine's core; importing a rules module first must not find this package
-    # half made.
-    if name == "EmbeddedTracker":
-        from tracker_client.embedded.tracker import EmbeddedTracker
-
-        return EmbeddedTracker
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

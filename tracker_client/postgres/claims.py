@@ -21,31 +21,33 @@ import json
 import logging
 import sqlite3
 from collections.abc import Mapping
-from typing import Any, cast
 
-from tracker_client.contract.batch_models import per_state_of
-from tracker_client.embedded.core import QUIET_WRITES
-from tracker_client.errors import TrackerError, ValidationFailed
+from tracker_client.errors import ValidationFailed
 from tracker_client.models import Lease, Run
 from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn, Row
-from tracker_client.postgres.follow import FOLLOW_QUIET
-from tracker_client.postgres.hot import PgHotOps
 from tracker_client.rules.checkpoints import previous_checkpoint
-from tracker_client.rules.claim_many import check_n, keyed_claim_many
+from tracker_client.rules.claim_many import check_n
 from tracker_client.rules.claims import (
-    _fresh_ids,
-    _limits,
     check_ttl,
     expire_deadlines,
+    fresh_ids,
+    per_state_limits,
     reclaim_expired,
 )
 from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
-from tracker_client.rules.idempotency import fingerprint
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter, token_hash
 
-__all__ = ["CLAIM_SQL", "PgClaimManyOps", "claim", "claim_many"]
+__all__ = [
+    "CLAIM_CALL",
+    "CLAIM_SQL",
+    "array_literal",
+    "claim",
+    "claim_many",
+    "lease_of",
+    "refuse_leased",
+]
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -118,7 +120,7 @@ def _prepare(
     preflight = ctx.one("claim.preflight", {"now": now, "role": role})
     assert preflight is not None  # one row of three EXISTS
     lapsed, overdue, limited_role = preflight
-    limited = _limits(per_state)
+    limited = per_state_limits(per_state)
     if raw.shared and (lapsed or overdue or limited):
         raise NeedExclusive  # housekeeping writes, per_state counts: one claim at a time
     if lapsed:
@@ -148,7 +150,7 @@ def _claim_one(
     assert isinstance(raw, PgConn)
     key = None if idempotency_key is None else rail_key(ctx)
     while True:
-        run_id, lease_id, token = _fresh_ids()
+        run_id, lease_id, token = fresh_ids()
         if key is not None and idempotency_key is not None:
             token = keyed_token(key, lease_id, idempotency_key)
         params = {
@@ -177,7 +179,7 @@ def _claim_one(
             continue
         if rate_limit is not None:
             spend(ctx, rate_limit)
-        return _lease(ctx, row, task, run_id, lease_id, token, agent_id, role)
+        return lease_of(ctx, row, task, run_id, lease_id, token, agent_id, role)
 
 
 def _refuse_corrupt(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
@@ -189,7 +191,7 @@ def _refuse_corrupt(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
     dead_letter(ctx, fresh, "corrupt_row", None)
 
 
-def _lease(
+def lease_of(
     ctx: Ctx,
     row: Row,
     task: object,
@@ -199,6 +201,7 @@ def _lease(
     agent_id: str,
     role: str,
 ) -> Lease:
+    """The :class:`Lease` of a row the claim statement leased (a log line for the claim)."""
     attempt = int(row["last_attempt"])
     run = Run.model_validate(
         {
@@ -235,140 +238,15 @@ def _lease(
 
 
 #: ``bw_claim_tx`` (schema 9): the lock, ``bw_claim`` and the wake-ups in one statement.
-_CLAIM_CALL = STATEMENTS["claim.many_tx"]
+CLAIM_CALL = STATEMENTS["claim.many_tx"]
 
 
-def _array(values: list[str]) -> str:
+def array_literal(values: list[str]) -> str:
     """A PostgreSQL array literal of ids and hex digests (no character there needs quoting)."""
     return "{" + ",".join(values) + "}"
 
 
-class PgClaimManyOps(PgHotOps):
-    """``claim_many`` on PostgreSQL: the one-statement claim ``n`` times in one transaction,
-    beside other hosts' claims (the embedded one scans candidates and runs alone)."""
-
-    #: The rail's lease-token key (:mod:`tracker_client.rules.leasekeys`), read at open
-    #: (migrating makes it), else on this instance's first keyed claim: made once per rail.
-    _rail_key: bytes | None = None
-
-    async def claim_many(
-        self,
-        agent_id: str,
-        agent_role: str,
-        lease_ttl_ms: int,
-        n: int,
-        *,
-        concurrency: Mapping[str, object] | None = None,
-        idempotency_key: str | None = None,
-    ) -> list[Lease]:
-        """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
-        the key answers the same leases (the same tokens; one gone since is left out)."""
-        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
-        args = [agent_id, agent_role, lease_ttl_ms, n, limits]
-        fast = await self._one_trip_claim(
-            "claim_many", agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key, args
-        )
-        if fast is not None:
-            self._remember(fast)
-            if len(fast) < n:
-                await self._claimed_short()
-            return fast
-
-        def op(c: Ctx) -> list[Lease]:
-            return keyed_claim_many(
-                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
-            )
-
-        leases = await self._write("claim_many", op)
-        self._remember(leases)  # their transitions can take one round trip (see .hot)
-        if len(leases) < n:
-            await self._claimed_short()
-        return leases
-
-    async def _one_trip_claim(
-        self,
-        op: str,
-        agent_id: str,
-        role: str,
-        lease_ttl_ms: int,
-        n: int,
-        limits: Mapping[str, object],
-        key: str | None,
-        args: list[Any],
-    ) -> list[Lease] | None:
-        """Up to ``n`` leases through ``bw_claim`` (schema 7) in one round trip, or None when
-        the embedded-path claim must run (it answers what this one leaves: bad arguments, a
-        replayed key, housekeeping due, a rate limit, ``per_state`` limits, INFO logging)."""
-        if limits or log.isEnabledFor(logging.INFO):
-            return None
-        try:
-            check_ttl(lease_ttl_ms)
-            check_n(n)
-            fp = None if key is None else fingerprint(args)
-        except TrackerError:
-            return None
-        if not (isinstance(agent_id, str) and agent_id and isinstance(role, str) and role):
-            return None
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            return None
-        ids = [_fresh_ids() for _ in range(n)]
-        if key is not None:
-            secret = self._rail_key
-            if secret is None:
-                secret = self._rail_key = await self._write("claim", rail_key)
-            ids = [(r, lid, keyed_token(secret, lid, key)) for r, lid, _ in ids]
-        now = int(self._clock())
-        params = [
-            *self._wake_args(notify=op not in QUIET_WRITES, follow=op not in FOLLOW_QUIET),
-            op,
-            role,
-            agent_id,
-            now,
-            lease_ttl_ms,
-            _array([i[0] for i in ids]),
-            _array([i[1] for i in ids]),
-            _array([token_hash(i[2]) for i in ids]),
-            key,
-            fp,
-        ]
-        db: Any = self._db
-        rows = await db.one_call(_CLAIM_CALL, params, op)
-        if rows is None:
-            return None
-        self._wake_followers()
-        by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
-        leases: list[Lease] = []
-        for row in rows:
-            run_id = str(row["lease_run_id"])
-            lease_id, token = by_run[run_id]
-            lease = await self._handed_out(row, now, run_id, lease_id, token, agent_id, role)
-            if lease is not None:
-                leases.append(lease)
-        if rows and not leases:
-            return None  # every row was unreadable (refused): the embedded claim goes on
-        return leases
-
-    async def _handed_out(
-        self, row: Row, now: int, run_id: str, lease_id: str, token: str, agent: str, role: str
-    ) -> Lease | None:
-        """The lease of a row ``bw_claim`` leased; a row that says it has a checkpoint has it
-        read, and an unreadable row is refused alone, the embedded way (dead-lettered
-        ``corrupt_row``; None)."""
-        try:
-            task = task_from_row(cast(Any, row), strict=True)
-        except CorruptRow as exc:
-            error = str(exc)
-            await self._write("claim", lambda c: _refuse_leased(c, row, run_id, error))
-            return None
-        if row["checkpointed"]:
-            return await self._write(
-                "claim", lambda c: _lease(c, row, task, run_id, lease_id, token, agent, role)
-            )
-        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
-        return _lease(ctx, row, task, run_id, lease_id, token, agent, role)
-
-
-def _refuse_leased(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
+def refuse_leased(ctx: Ctx, row: Row, run_id: str, error: str) -> None:
     """Refuse a corrupt row ``bw_claim`` leased, if the lease is still that claim's."""
     held = ctx.scalar("claim.lease_run", (row["seq"],))
     if held == run_id:

@@ -1,7 +1,8 @@
 """Following a task's events on the PostgreSQL rail (extension ``follow``), on every host.
 
-``follow_task`` is the embedded long poll (:mod:`tracker_client.rules.follow`: the same checks
-and the same ``follow_state`` read) with PostgreSQL's wake-ups. A follower must wake for an
+``follow_task`` is the rail's long poll (:meth:`tracker_client.rules.rail.Rail.follow_task`: the
+same checks and the same ``follow_state`` read) with PostgreSQL's wake-ups
+(:class:`FollowChannel`, the engine's :meth:`~.engine.PgEngine.follow`). A follower must wake for an
 event or a state change written by ANY host, and those writes (events, claims) are the ones the
 workers' channel leaves quiet (:mod:`.wake`), so followers have a channel of their own:
 
@@ -12,7 +13,7 @@ workers' channel leaves quiet (:mod:`.wake`), so followers have a channel of the
   :func:`notify_sql` before its ``COMMIT``: a ``pg_notify`` on the follow channel sent only while
   a live ``followers`` row exists, so a rail nobody follows pays one index probe per write and
   no NOTIFY (whose commit-time queue lock would serialise the writers);
-* the instance's own writes wake its followers in process (``_wake_followers``).
+* the instance's own writes wake its followers in process (``Changes.wake_followers``).
 
 A notification racing the first read of a follow is covered by a short safety tick
 (:data:`FOLLOW_TICK_S`). This room writes only the ``followers`` table.
@@ -26,14 +27,12 @@ import hashlib
 import anyio
 from psycopg import sql
 
-from tracker_client.ops_models import TaskFollow
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import STATEMENTS, PgConn
 from tracker_client.postgres.wake import Listener
-from tracker_client.rules.common import Ctx
-from tracker_client.rules.follow import FollowOps, _check, follow_state
+from tracker_client.rules.engine import Changes
 
-__all__ = ["FOLLOW_QUIET", "FOLLOW_TICK_S", "PgFollowOps", "follow_channel", "notify_sql"]
+__all__ = ["FOLLOW_QUIET", "FOLLOW_TICK_S", "FollowChannel", "follow_channel", "notify_sql"]
 
 #: Writes that change nothing a follower reads (events, stage, dead-letter reason).
 FOLLOW_QUIET = frozenset(
@@ -68,16 +67,21 @@ def notify_sql(channel: str, instance: str) -> str:
     )
 
 
-class PgFollowOps(FollowOps):
-    """The ``follow_task`` operation of ``PostgresTracker``."""
+class FollowChannel:
+    """This instance's follow listener and ``followers`` row (part of the engine)."""
 
-    _db: Database  # type: ignore[assignment]
-    _instance: str
-    _follow_listener: Listener | None = None
-    #: ``anyio.current_time()`` until which this instance's ``followers`` row is known alive.
-    _interest_until: float = 0.0
+    def __init__(
+        self, db: Database, instance: str, changes: Changes, poll_interval_s: float
+    ) -> None:
+        self._db = db
+        self._instance = instance
+        self._changes = changes
+        self._poll_interval_s = poll_interval_s
+        self._follow_listener: Listener | None = None
+        #: ``anyio.current_time()`` until which this instance's ``followers`` row is known alive.
+        self._interest_until = 0.0
 
-    async def _follow_interest(self, wait_s: float) -> float:
+    async def interest(self, wait_s: float) -> float:
         """Listen on the follow channel and keep this instance's row alive; the safety tick."""
         listener = self._follow_listener
         if listener is None:
@@ -85,7 +89,7 @@ class PgFollowOps(FollowOps):
                 self._db.conninfo,
                 follow_channel(self._db.schema),
                 self._instance,
-                self._wake_followers,
+                self._changes.wake_followers,
             )
             await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
         now = anyio.current_time()
@@ -98,38 +102,7 @@ class PgFollowOps(FollowOps):
 
             await self._db.run(register, "follow_task", write=True, shared=True)
             self._interest_until = now + lasts
-        return FOLLOW_TICK_S if listener.healthy else self._opts.poll_interval_s
-
-    async def follow_task(
-        self, task_id: str, *, after: str | None = None, timeout_ms: int = 30_000, limit: int = 100
-    ) -> TaskFollow:
-        """The task's events after the cursor ``after`` (an event id; None: from the first),
-        oldest first and at most ``limit``, as soon as there is one or the task is finished,
-        else after ``timeout_ms`` (at most 60000) with none (see
-        :meth:`tracker_client.rules.follow.FollowOps.follow_task`); woken by writes of
-        every host.
-
-        ``NotFound`` for an unknown task; ``ValidationFailed`` for a bad cursor, timeout or limit.
-        """
-        _check(timeout_ms, limit)
-        deadline = anyio.current_time() + timeout_ms / 1000
-        self._followers += 1
-        try:
-            tick = await self._follow_interest(timeout_ms / 1000)
-            while True:
-                woken = self._written
-
-                def look(c: Ctx) -> TaskFollow:
-                    return follow_state(c, task_id, after, limit)
-
-                answer = await self._read("follow_task", look)
-                remaining = deadline - anyio.current_time()
-                if answer.events or answer.finished or remaining <= 0:
-                    return answer
-                with anyio.move_on_after(min(remaining, tick)):
-                    await woken.wait()
-        finally:
-            self._followers -= 1
+        return FOLLOW_TICK_S if listener.healthy else self._poll_interval_s
 
     async def aclose(self) -> None:
         """Stop following: the follow listener and this instance's row go. Idempotent."""
@@ -143,4 +116,3 @@ class PgFollowOps(FollowOps):
                     write=True,
                     shared=True,
                 )
-        await super().aclose()

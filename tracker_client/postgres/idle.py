@@ -9,7 +9,7 @@ matters to an instance that is idle: a claim that came back short, or a caller o
 They cannot revoke another lease, so the workers' standing watch (which heartbeats in-flight
 leases on a wake-up, for cancels) does not need them. So they NOTIFY only while some instance
 has a live row in ``waiters``: written when a claim of this instance leases fewer than asked
-(:meth:`PgIdleOps._claimed_short`) and by ``wait`` (:meth:`PgIdleOps._wait_interest`), alive
+(:meth:`WaitersRow.claimed_short`) and by ``wait`` (:meth:`WaitersRow.wait_interest`), alive
 a while on the server's clock. Every other write notifies as before.
 
 A move racing the row's first commit (its check before the row existed, its commit after the
@@ -24,11 +24,11 @@ import contextlib
 
 import anyio
 
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import PgConn
+from tracker_client.rules.engine import Changes
 
-__all__ = ["FRESH_TICK_S", "IDLE_ROW_S", "INTEREST_MARGIN_S", "PgIdleOps"]
+__all__ = ["FRESH_TICK_S", "IDLE_ROW_S", "INTEREST_MARGIN_S", "WaitersRow"]
 
 #: A waiting instance's row outlives its longest wait by this much (seconds).
 INTEREST_MARGIN_S = 30
@@ -48,15 +48,17 @@ _INTEREST = (
 _FORGET_STALE = "DELETE FROM waiters WHERE expires_at < clock_timestamp() - interval '1 hour'"
 
 
-class PgIdleOps(TrackerCore):
-    """This instance's ``waiters`` row, kept while it has waiters."""
+class WaitersRow:
+    """This instance's ``waiters`` row, kept while it has waiters (part of the engine)."""
 
-    _db: Database  # type: ignore[assignment]
-    _instance: str
-    #: ``anyio.current_time()`` until which this instance's ``waiters`` row is known alive.
-    _waiting_until: float = 0.0
+    def __init__(self, db: Database, instance: str, changes: Changes) -> None:
+        self._db = db
+        self._instance = instance
+        self._changes = changes
+        #: ``anyio.current_time()`` until which this instance's ``waiters`` row is known alive.
+        self._waiting_until = 0.0
 
-    async def _claimed_short(self) -> None:
+    async def claimed_short(self) -> None:
         """A claim leased fewer than asked: keep the row alive; a fresh row wakes this
         instance's waiters (the claim loop claims again, after the row is seen)."""
         if self._waiting_until >= anyio.current_time() + IDLE_ROW_S / 2:
@@ -65,11 +67,11 @@ class PgIdleOps(TrackerCore):
         # row not written costs an idle loop its wake-up for the moves, never a lease).
         fresh = False
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            fresh = await self._wait_interest(IDLE_ROW_S - INTEREST_MARGIN_S)
+            fresh = await self.wait_interest(IDLE_ROW_S - INTEREST_MARGIN_S)
         if fresh:
-            self._notify()
+            self._changes.notify()
 
-    async def _wait_interest(self, wait_s: float) -> bool:
+    async def wait_interest(self, wait_s: float) -> bool:
         """Keep this instance's row alive past a wait of ``wait_s``; True when it was written
         now (the caller's first sleep is then at most :data:`FRESH_TICK_S`)."""
         now = anyio.current_time()
@@ -99,4 +101,3 @@ class PgIdleOps(TrackerCore):
                     write=True,
                     shared=True,
                 )
-        await super().aclose()

@@ -30,7 +30,7 @@ def search(
     filter_value: str | None,
 ) -> list[StoreEntry]:
     """Entries matching every word of ``query``, best first."""
-    from tracker_client.rules.store import _entry
+    from tracker_client.rules.store import entry_from_row
 
     words = check_search(query, namespace, filter_path, filter_value)  # as the embedded rail
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
@@ -48,7 +48,7 @@ def search(
         "value": filter_value,
         "limit": limit,
     }
-    return [_entry(r) for r in ctx.all("store.search_tsvector", params)]
+    return [entry_from_row(r) for r in ctx.all("store.search_tsvector", params)]
 
 
 def _valid_path(ctx: Ctx, path: str) -> bool:

@@ -2,7 +2,8 @@
 
 The embedded :mod:`tracker_client.rules.spans` stores a document's spans with one
 ``executemany``; the PostgreSQL connection face (:class:`~.dialect.PgConn`) has only
-``execute``, so :class:`PgSpanOps` hands the embedded function a connection that adds
+``execute``, so ``PostgresTracker.ingest_traces`` hands the rules' function (through
+:func:`with_many`) a connection that adds
 ``executemany`` (psycopg's own, one statement text for every row, in the same transaction).
 Blobs are ``bytea`` (schema 2). Everything else (checks, listing, retention) is the embedded
 code unchanged. This room writes ``span_batches`` and ``spans`` only.
@@ -14,17 +15,13 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-import anyio
 import psycopg
 
-from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres.dialect import PgConn, PgCursor
-from tracker_client.rules import otlpjson
 from tracker_client.rules.common import Ctx
-from tracker_client.rules.spans import SpanOps, store_spans
 from tracker_client.rules.statements import Statement
 
-__all__ = ["PgSpanOps"]
+__all__ = ["with_many"]
 
 
 class _ManyConn:
@@ -54,18 +51,9 @@ class _ManyConn:
                 cur.executemany(sql, batch)
 
 
-def _with_many(ctx: Ctx) -> Ctx:
+def with_many(ctx: Ctx) -> Ctx:
+    """``ctx`` on the same transaction, its connection with ``executemany`` (same log lines)."""
     conn = cast(PgConn, ctx.conn)
     many = Ctx(cast(sqlite3.Connection, _ManyConn(conn)), ctx.now, ctx.opts, ctx.pipelines, ctx.sql)
     many.logs = ctx.logs
     return many
-
-
-class PgSpanOps(SpanOps):
-    """The ``spans`` extension of ``PostgresTracker`` (only the batched insert differs)."""
-
-    async def ingest_traces(self, document: Mapping[str, Any]) -> OtlpIngestResult:
-        """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (see
-        :meth:`SpanOps.ingest_traces`): checked first, then one transaction."""
-        spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
-        return await self._write("ingest_traces", lambda c: store_spans(_with_many(c), spans))

@@ -1,60 +1,104 @@
 """``PostgresTracker``: the :class:`~tracker_client.protocol.Tracker` on a PostgreSQL schema.
 
-It is the embedded rail's API and rules (it subclasses
-:class:`~tracker_client.embedded.EmbeddedTracker`, so every operation runs the same domain
-function, with one source for docs/guarantees/backlog.md) over a different core: each operation's
-transaction runs on a pooled psycopg connection (:mod:`.db`), each statement PostgreSQL's own
-(``postgres/sql``, run by :mod:`.dialect`). What PostgreSQL does differently is here: the
-claim (one statement, ``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the store search
-(``tsvector``), wake-ups (``LISTEN/NOTIFY``, :mod:`.wake`; followers of a task's events on a
-channel of their own, :mod:`.follow`), span inserts (:mod:`.spans`) and the declared
-capabilities.
+It is :class:`~tracker_client.rules.rail.Rail` (every operation, once, over the rules; one
+source for docs/guarantees/backlog.md) on the PostgreSQL engine (:class:`~.engine.PgEngine`:
+pooled transactions, each statement PostgreSQL's own (``postgres/sql``, run by :mod:`.dialect`),
+``LISTEN/NOTIFY`` wake-ups, followers on a channel of their own). What
+PostgreSQL does its own way is here, and only that: the claim and ``claim_many`` (one
+statement, ``FOR UPDATE SKIP LOCKED``, :mod:`.claims`), the one-round-trip transition and
+``finish_many``, the store search (``tsvector``, :mod:`.search`), span inserts (:mod:`.spans`),
+``health``'s version and the declared capabilities.
+
+The one-round-trip transition (``bw_transition``, schema 6). A worker's plain transition (no
+``wait_for``) is the most frequent write after the claim. The rail's ``transition`` reads the
+lease, works out the move from the pipeline and writes; over a network each of those is a round
+trip. Here the move is worked out first, in Python, from what this instance handed out: a claim
+remembers its lease's pipeline and stage (:meth:`PostgresTracker._remember`), and the pipeline
+is the cached, parsed one (the rules' own: ``find``, ``role_of``, ``is_terminal``, the event's
+text, the idempotency fingerprint and record). The function then checks, with the task's row
+locked, that the lease is live under this token and the task still in that pipeline and stage,
+and writes; ``bw_transition_tx`` (schema 9) takes the write lock (shared) and sends the
+wake-ups itself, one prepared statement in its own transaction
+(:meth:`.db.Database.one_call`). Whenever it cannot answer exactly (a lease it did not hand
+out, an unknown move, a replayed key, a lost lease, a moved task, INFO logging on, which wants
+the queue depth) it writes nothing and the rail's ``transition`` runs, which answers it.
+
+``finish_many``: a batch of plain transitions in ONE round trip. A worker sends the final
+reports of runs ending together as one ``finish_many``. The rail's ``finish_many`` writes each
+item with ``finish``'s reads and savepoints: several statements per item, under the write lock
+held alone. Here the items that are plain transitions of leases this instance handed out (no
+events, no ``wait_for``: the worker's usual report) are worked out as the one-trip transition
+works them out (:meth:`PostgresTracker._plan_move`, keyed as a ``finish`` is: same
+fingerprint, same recorded answer) and written by ``bw_finish_many`` (schema 8) in one
+statement: ``bw_finish_many_tx`` (schema 9) takes the shared write lock, runs it over the batch
+(one JSON parameter) and sends the wake-ups. Every other item (a fail, events, a lease handed
+out by another instance), every item the function answers it did not write (a lost lease, a
+replayed key, a moved task: it writes nothing for them) and the whole batch when the call
+declines go to the rail's ``finish_many`` in a second call, which answers them exactly. Items
+are independent, as ``finish_many``'s are, so writing them in two calls changes no answer.
 """
 
 from __future__ import annotations
 
-import secrets
+import json
+import logging
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self, TypeVar, cast
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Self, cast
 
 import anyio
 
-from tracker_client.capabilities import Capabilities
+from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.contract import table as contract
-from tracker_client.embedded.core import QUIET_WRITES, _idle_maintenance, _wall_ms
-from tracker_client.embedded.tracker import EmbeddedTracker
-from tracker_client.errors import ConfigError, Unsupported
-from tracker_client.models import Health, Lease, StoreEntry
-from tracker_client.ops_models import WaitResult
-from tracker_client.postgres import claims, idle, search
-from tracker_client.postgres.batch import PgFinishManyOps
+from tracker_client.contract.batch_models import (
+    FinishItem,
+    FinishManyOutcome,
+    FinishResult,
+    check_items,
+    per_state_of,
+)
+from tracker_client.errors import ConfigError, TrackerError, Unsupported
+from tracker_client.models import Health, Lease, StoreEntry, TransitionResult
+from tracker_client.observe_models import OtlpIngestResult
+from tracker_client.postgres import claims, search
+from tracker_client.postgres.claims import (
+    CLAIM_CALL,
+    array_literal,
+    claim_many,
+    lease_of,
+    refuse_leased,
+)
 from tracker_client.postgres.db import Database
-from tracker_client.postgres.dialect import STATEMENTS, PgConn
-from tracker_client.postgres.follow import FOLLOW_QUIET, PgFollowOps, follow_channel, notify_sql
-from tracker_client.postgres.options import PgOptions, parse_postgres_url
-from tracker_client.postgres.spans import PgSpanOps
-from tracker_client.postgres.wake import Listener, channel_name
-from tracker_client.rules import backlog
-from tracker_client.rules.claims import reissue
-from tracker_client.rules.common import Ctx
-from tracker_client.rules.idempotency import idempotent
-from tracker_client.rules.leasekeys import stored_rail_key
+from tracker_client.postgres.dialect import STATEMENTS, Row
+from tracker_client.postgres.engine import SAFETY_TICK_S, PgEngine
+from tracker_client.postgres.follow import FOLLOW_QUIET
+from tracker_client.postgres.options import parse_postgres_url
+from tracker_client.postgres.spans import with_many
+from tracker_client.rules import otlpjson
+from tracker_client.rules.claim_many import check_n, keyed_claim_many
+from tracker_client.rules.claims import check_ttl, fresh_ids, reissue
+from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
+from tracker_client.rules.engine import QUIET_WRITES, Clock, wall_ms
+from tracker_client.rules.finish import prepare
+from tracker_client.rules.idempotency import fingerprint, idempotent
+from tracker_client.rules.leasekeys import keyed_token, rail_key, stored_rail_key
 from tracker_client.rules.options import parse_options
 from tracker_client.rules.pipelines import PipelineCache
+from tracker_client.rules.rail import Rail
+from tracker_client.rules.runs import token_hash
+from tracker_client.rules.spans import store_spans
 from tracker_client.sweeps import SweepCounts
 
-__all__ = ["MISSING_EXTENSIONS", "POSTGRES", "PostgresTracker"]
+__all__ = ["MISSING_EXTENSIONS", "POSTGRES", "SAFETY_TICK_S", "PostgresTracker"]
 
-R = TypeVar("R")
-Clock = Callable[[], int]
+log = logging.getLogger("backlog_worker.tracker")
 
 #: Extensions of the contract this rail does not serve yet (none now: spans, workers and follow
 #: arrived after the rail); ``call`` answers ``Unsupported`` for their operations.
 MISSING_EXTENSIONS: frozenset[str] = frozenset()
 
-#: The PostgreSQL rail: the embedded rail's rules, over a network connection (an answer can be
-#: lost between the commit and the reply, so callers send idempotency keys).
+#: The PostgreSQL rail: the rail's rules, over a network connection (an answer can be lost
+#: between the commit and the reply, so callers send idempotency keys).
 POSTGRES = Capabilities(
     answers_can_be_lost=True,
     max_lease_ttl_ms=None,
@@ -69,48 +113,36 @@ POSTGRES = Capabilities(
 )
 
 VERSION = "backlog-worker-postgres/1"
-#: Writes that run beside each other (the write lock in shared mode; every other write takes it
-#: alone): claims (see .claims) and the lease's own writes, which lock and touch only their
-#: task's row and run; a write they may not make shared (a dead letter, fan-in edges: a
-#: statement without the ``shared`` hint, see :mod:`.dialect`) sends them round again alone.
-SHARED_WRITES = frozenset(
-    {"claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish", "release"}
+
+#: Leases remembered per instance (the oldest forgotten first: its transition takes the
+#: rail's path, nothing else changes).
+REMEMBERED = 4096
+
+#: ``bw_transition_tx`` (schema 9): the lock, wake-ups and ``bw_transition`` in one statement.
+_CALL = STATEMENTS["hot.transition_tx"]
+#: The order of ``bw_transition``'s / ``bw_move``'s parameters after the lock and wake-ups.
+MOVE_FIELDS = (
+    *("run", "token", "pipeline", "stage", "version", "to", "role", "terminal", "usage"),
+    *("event", "now", "key", "fp", "result"),
 )
-#: A waiter with a live wake-up listener still looks this often (a lost NOTIFY costs no more).
-SAFETY_TICK_S = 5.0
-#: How long the first waiter waits for ``LISTEN`` to be in place before it polls instead.
-LISTEN_START_S = 5.0
+#: ``bw_finish_many_tx`` (schema 9): the lock, wake-ups and ``bw_move`` per item.
+_MANY_CALL = STATEMENTS["hot.finish_many_tx"]
+#: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
+_ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
 
 
-class PostgresTracker(
-    PgFollowOps,
-    idle.PgIdleOps,
-    PgSpanOps,
-    PgFinishManyOps,
-    claims.PgClaimManyOps,
-    EmbeddedTracker,
-):
+class PostgresTracker(Rail[PgEngine]):
     """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
 
-    _db: Database  # type: ignore[assignment]
-
     def __init__(
-        self,
-        db: Database,
-        opts: Any,
-        clock: Clock,
-        pg: PgOptions,
-        sweeps: SweepCounts | None = None,
+        self, engine: PgEngine, opts: Options, clock: Clock, sweeps: SweepCounts | None = None
     ) -> None:
-        super().__init__(cast(Any, db), opts, clock, sweeps)
-        self._pg = pg
-        self._channel = channel_name(pg.schema)
-        self._instance = secrets.token_hex(8)
-        self._listener: Listener | None = None
-        # Channel and instance are hex names of ours: safe to spell in the statement.
-        self._notify_sql = f"SELECT pg_notify('{self._channel}', '{self._instance}');"
-        self._follow_channel = follow_channel(pg.schema)
-        self._follow_sql = notify_sql(self._follow_channel, self._instance)
+        super().__init__(engine, opts, clock, sweeps)
+        #: The rail's lease-token key (:mod:`tracker_client.rules.leasekeys`), read at open
+        #: (migrating makes it), else on this instance's first keyed claim: made once per rail.
+        self._rail_key: bytes | None = None
+        #: run id -> (pipeline, stage) of the leases this instance handed out (see the module).
+        self._leased: dict[str, tuple[str, str]] = {}
 
     @classmethod
     async def open(
@@ -141,116 +173,15 @@ class PostgresTracker(
             statement_timeout_ms=pg.statement_timeout_ms,
             migrate=pg.migrate,
         )
-        tracker = cls(db, opts, clock or _wall_ms, pg, sweeps)
+        tracker = cls(PgEngine(db, opts.poll_interval_s), opts, clock or wall_ms, sweeps)
         # The one-statement claim derives a keyed claim's token before it is sent: read once.
         tracker._rail_key = await tracker._read("rail_key", stored_rail_key)
         return tracker
 
-    async def aclose(self) -> None:
-        """Stop the wake-up listener and close every connection. Idempotent."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            await anyio.to_thread.run_sync(listener.stop())
-        await super().aclose()
-
-    @property
-    def path(self) -> str:
-        """The rail's URL, without a password."""
-        return self._db.shown
-
     async def capabilities(self) -> Capabilities:
-        """The embedded rail's capabilities minus the extensions not here yet; answers over a
-        network can be lost, so callers send idempotency keys."""
+        """The rail's capabilities minus the extensions not here yet; answers over a network
+        can be lost, so callers send idempotency keys."""
         return POSTGRES
-
-    # -- plumbing -------------------------------------------------------------------------------
-    def _pg_ctx(self, conn: PgConn) -> Ctx:
-        # The domain functions only call execute() and in_transaction on their connection.
-        return Ctx(
-            cast(sqlite3.Connection, conn),
-            int(self._clock()),
-            self._opts,
-            self._pipelines,
-            STATEMENTS,
-        )
-
-    async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
-        """Run ``fn`` in a write transaction (a claim: beside other claims, see .claims)."""
-        box: list[Ctx] = []
-
-        def body(conn: PgConn) -> R:
-            ctx = self._pg_ctx(conn)
-            box[:] = [ctx]
-            result = fn(ctx)
-            if where not in QUIET_WRITES and not _idle_maintenance(result):
-                # Delivered at commit, to every host's listener (see .wake).
-                conn.before_commit.append(self._notify_sql)
-            if where not in FOLLOW_QUIET:
-                conn.before_commit.append(self._follow_sql)  # followers of every host
-            return result
-
-        try:
-            result = await self._db.run(body, where, write=True, shared=where in SHARED_WRITES)
-        except BaseException:
-            if where not in QUIET_WRITES:
-                self._notify()  # it may have committed before failing to answer
-            if where == "create_pipeline":
-                self._pipelines = PipelineCache()  # a rolled-back create may be cached
-            self._wake_followers()
-            raise
-        if box:
-            box[0].flush_logs()
-            if box[0].swept != (0, 0):
-                self._sweeps.add(*box[0].swept)
-        if where not in QUIET_WRITES and not _idle_maintenance(result):
-            self._notify()
-        self._wake_followers()
-        return result
-
-    async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
-        return await self._db.run(lambda conn: fn(self._pg_ctx(conn)), where, write=False)
-
-    # -- what PostgreSQL does its own way -------------------------------------------------------
-    async def claim(
-        self,
-        agent_id: str,
-        role: str,
-        lease_ttl_ms: int,
-        *,
-        per_state: Mapping[str, int] | None = None,
-        idempotency_key: str | None = None,
-    ) -> Lease | None:
-        """Claim the best eligible task of ``role``: one statement (see :mod:`.claims`)."""
-        limits = dict(per_state or {})
-        args = [agent_id, role, lease_ttl_ms, limits]
-        fast = await self._one_trip_claim(
-            "claim", agent_id, role, lease_ttl_ms, 1, limits, idempotency_key, args
-        )
-        if fast is not None:  # one round trip (see .claims)
-            self._remember(fast)
-            if not fast:
-                await self._claimed_short()
-            return fast[0] if fast else None
-
-        def op(c: Ctx) -> Lease | None:
-            return idempotent(
-                c,
-                idempotency_key,
-                "claim",
-                [agent_id, role, lease_ttl_ms, limits],
-                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits, idempotency_key),
-                lambda lease: (
-                    {"lease_id": lease.lease_id, "run_id": lease.run_id} if lease else None
-                ),
-                lambda rec: reissue(c, rec["lease_id"], rec["run_id"], idempotency_key),
-            )
-
-        lease = await self._write("claim", op)
-        if lease is not None:
-            self._remember([lease])  # its transition can take one round trip (see .hot)
-        else:
-            await self._claimed_short()
-        return lease
 
     async def health(self) -> Health:
         """Tasks per stage and live leases; ``TrackerUnavailable`` when the server is down."""
@@ -272,59 +203,404 @@ class PostgresTracker(
             lambda c: search.search(c, query, namespace, limit, filter_path, filter_value),
         )
 
-    async def _tick(self, wait_s: float | None = None) -> float:
-        """How long a waiter may sleep without looking: the slow safety tick while the
-        wake-up listener is up (started here on first use), else the poll interval. A ``wait``
-        of up to ``wait_s`` keeps this instance's ``waiters`` row alive (see :mod:`.idle`;
-        a short tick just after it was written)."""
-        listener = self._listener
-        if listener is None:
-            listener = self._listener = Listener(
-                self._db.conninfo, self._channel, self._instance, self._notify
-            )
-            await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
-        fresh = wait_s is not None and await self._wait_interest(wait_s)
-        if not listener.healthy:
-            return self._opts.poll_interval_s
-        return idle.FRESH_TICK_S if fresh else SAFETY_TICK_S
+    async def ingest_traces(self, document: Mapping[str, Any]) -> OtlpIngestResult:
+        """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (see
+        :meth:`Rail.ingest_traces`): checked first, then one transaction, its spans inserted
+        with one ``executemany`` (:mod:`.spans`)."""
+        spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
+        return await self._write("ingest_traces", lambda c: store_spans(with_many(c), spans))
 
-    async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
-        """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
-        deadline = anyio.current_time() + max(0.0, float(timeout_s))
-        self._waiters += 1
-        try:
-            while True:
-                # Before the look: a write committed after the row is seen notifies.
-                tick = await self._tick(deadline - anyio.current_time())
-                event = self._changed
-                result = await self._read("wait", lambda c: backlog.finished_state(c, task_id))
-                remaining = deadline - anyio.current_time()
-                if result.finished or remaining <= 0:
-                    return result
-                with anyio.move_on_after(min(remaining, tick)):
-                    await event.wait()
-        finally:
-            self._waiters -= 1
+    # -- the claim: one statement (see .claims) -------------------------------------------------
+    async def claim(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        *,
+        per_state: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease | None:
+        """Claim the best eligible task of ``role``: one statement (see :mod:`.claims`)."""
+        limits = dict(per_state or {})
+        args = [agent_id, role, lease_ttl_ms, limits]
+        fast = await self._one_trip_claim(
+            "claim", agent_id, role, lease_ttl_ms, 1, limits, idempotency_key, args
+        )
+        if fast is not None:  # one round trip (see .claims)
+            self._remember(fast)
+            if not fast:
+                await self._engine.waiters.claimed_short()
+            return fast[0] if fast else None
 
-    async def wait_for_work(self, timeout_s: float) -> None:
-        """Return early when a write here may have made work, when the earliest live lease
-        lapses, else after ``timeout_s``."""
-        self._waiters += 1
-        try:
-            tick = await self._tick()
-            event = self._changed
-            now_ms = int(self._clock())
-            next_expiry = await self._read(
-                "wait_for_work",
-                lambda c: c.scalar("wait.next_expiry", (now_ms,)),
+        def op(c: Ctx) -> Lease | None:
+            return idempotent(
+                c,
+                idempotency_key,
+                "claim",
+                [agent_id, role, lease_ttl_ms, limits],
+                lambda: claims.claim(c, agent_id, role, lease_ttl_ms, limits, idempotency_key),
+                lambda lease: (
+                    {"lease_id": lease.lease_id, "run_id": lease.run_id} if lease else None
+                ),
+                lambda rec: reissue(c, rec["lease_id"], rec["run_id"], idempotency_key),
             )
-            limit = min(max(0.0, float(timeout_s)), tick)
-            if next_expiry is not None:
-                limit = min(limit, (int(next_expiry) - now_ms) / 1000 + 0.01)
-            with anyio.move_on_after(limit):
-                await event.wait()
+
+        lease = await self._write("claim", op)
+        if lease is not None:
+            self._remember([lease])  # its transition can take one round trip (see .hot)
+        else:
+            await self._engine.waiters.claimed_short()
+        return lease
+
+    async def claim_many(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
+        the key answers the same leases (the same tokens; one gone since is left out)."""
+        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+        args = [agent_id, agent_role, lease_ttl_ms, n, limits]
+        fast = await self._one_trip_claim(
+            "claim_many", agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key, args
+        )
+        if fast is not None:
+            self._remember(fast)
+            if len(fast) < n:
+                await self._engine.waiters.claimed_short()
+            return fast
+
+        def op(c: Ctx) -> list[Lease]:
+            return keyed_claim_many(
+                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
+            )
+
+        leases = await self._write("claim_many", op)
+        self._remember(leases)  # their transitions can take one round trip (see .hot)
+        if len(leases) < n:
+            await self._engine.waiters.claimed_short()
+        return leases
+
+    async def _one_trip_claim(
+        self,
+        op: str,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        n: int,
+        limits: Mapping[str, object],
+        key: str | None,
+        args: list[Any],
+    ) -> list[Lease] | None:
+        """Up to ``n`` leases through ``bw_claim`` (schema 7) in one round trip, or None when
+        the embedded-path claim must run (it answers what this one leaves: bad arguments, a
+        replayed key, housekeeping due, a rate limit, ``per_state`` limits, INFO logging)."""
+        if limits or log.isEnabledFor(logging.INFO):
+            return None
+        try:
+            check_ttl(lease_ttl_ms)
+            check_n(n)
+            fp = None if key is None else fingerprint(args)
+        except TrackerError:
+            return None
+        if not (isinstance(agent_id, str) and agent_id and isinstance(role, str) and role):
+            return None
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            return None
+        ids = [fresh_ids() for _ in range(n)]
+        if key is not None:
+            secret = self._rail_key
+            if secret is None:
+                secret = self._rail_key = await self._write("claim", rail_key)
+            ids = [(r, lid, keyed_token(secret, lid, key)) for r, lid, _ in ids]
+        now = int(self._clock())
+        params = [
+            *self._engine.wake_args(notify=op not in QUIET_WRITES, follow=op not in FOLLOW_QUIET),
+            op,
+            role,
+            agent_id,
+            now,
+            lease_ttl_ms,
+            array_literal([i[0] for i in ids]),
+            array_literal([i[1] for i in ids]),
+            array_literal([token_hash(i[2]) for i in ids]),
+            key,
+            fp,
+        ]
+        rows = await self._engine.db.one_call(CLAIM_CALL, params, op)
+        if rows is None:
+            return None
+        self._changes.wake_followers()
+        by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
+        leases: list[Lease] = []
+        for row in rows:
+            run_id = str(row["lease_run_id"])
+            lease_id, token = by_run[run_id]
+            lease = await self._handed_out(row, now, run_id, lease_id, token, agent_id, role)
+            if lease is not None:
+                leases.append(lease)
+        if rows and not leases:
+            return None  # every row was unreadable (refused): the embedded claim goes on
+        return leases
+
+    async def _handed_out(
+        self, row: Row, now: int, run_id: str, lease_id: str, token: str, agent: str, role: str
+    ) -> Lease | None:
+        """The lease of a row ``bw_claim`` leased; a row that says it has a checkpoint has it
+        read, and an unreadable row is refused alone, the embedded way (dead-lettered
+        ``corrupt_row``; None)."""
+        try:
+            task = task_from_row(cast(Any, row), strict=True)
+        except CorruptRow as exc:
+            error = str(exc)
+            await self._write("claim", lambda c: refuse_leased(c, row, run_id, error))
+            return None
+        if row["checkpointed"]:
+            return await self._write(
+                "claim", lambda c: lease_of(c, row, task, run_id, lease_id, token, agent, role)
+            )
+        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
+        return lease_of(ctx, row, task, run_id, lease_id, token, agent, role)
+
+    # -- the transition in one round trip (see the module docstring) -------------------------------
+    def _remember(self, leases: Sequence[Lease]) -> None:
+        """Note the pipeline and stage of leases handed out (see the module docstring)."""
+        known = self._leased
+        for lease in leases:
+            if len(known) >= REMEMBERED:
+                known.pop(next(iter(known)))
+            known[lease.run_id] = (lease.task.pipeline_id, lease.task.stage)
+
+    async def transition(
+        self,
+        lease: LeaseRef,
+        trigger: str,
+        *,
+        expected_stage: str | None = None,
+        expected_task_version: int | None = None,
+        instructions: str | None = None,
+        usage: Any = None,
+        wait_for: Sequence[str] = (),
+        idempotency_key: str | None = None,
+    ) -> TransitionResult:
+        """Complete the run and move the task (one round trip when the move is known here)."""
+        done = await self._one_trip_transition(
+            lease,
+            trigger,
+            expected_stage,
+            expected_task_version,
+            instructions,
+            usage,
+            wait_for,
+            idempotency_key,
+        )
+        if done is not None:
+            return done
+        moved: TransitionResult = await super().transition(
+            lease,
+            trigger,
+            expected_stage=expected_stage,
+            expected_task_version=expected_task_version,
+            instructions=instructions,
+            usage=usage,
+            wait_for=wait_for,
+            idempotency_key=idempotency_key,
+        )
+        return moved
+
+    async def _one_trip_transition(
+        self,
+        lease: LeaseRef,
+        trigger: Any,
+        expected_stage: str | None,
+        expected_task_version: int | None,
+        instructions: str | None,
+        usage: Any,
+        wait_for: Sequence[str],
+        key: str | None,
+    ) -> TransitionResult | None:
+        args = [
+            lease.run_id,
+            token_hash(lease.lease_token.get_secret_value()),
+            trigger,
+            expected_stage,
+            expected_task_version,
+            instructions,
+            usage,
+        ]
+        planned = self._plan_move(
+            lease,
+            trigger,
+            expected_stage,
+            expected_task_version,
+            instructions,
+            usage,
+            wait_for,
+            key,
+            lambda result: (args, result.model_dump(mode="json")),
+        )
+        if planned is None:
+            return None
+        params, result = planned
+        try:
+            found = await self._engine.db.one_call(
+                _CALL, [*self._engine.wake_args(), *(params[f] for f in MOVE_FIELDS)], "transition"
+            )
         finally:
-            self._waiters -= 1
+            self._changes.notify()  # committed or not: a waiter looks again, as after any write
+            self._changes.wake_followers()
+        return result if found and found[0][0] else None
+
+    def _plan_move(
+        self,
+        lease: LeaseRef,
+        trigger: Any,
+        expected_stage: Any,
+        expected_task_version: Any,
+        instructions: Any,
+        usage: Any,
+        wait_for: Any,
+        key: Any,
+        record: Callable[[TransitionResult], tuple[Any, Any]],
+    ) -> tuple[dict[str, Any], TransitionResult] | None:
+        """The parameters of ``bw_transition``/``bw_move`` for a plain transition of a lease
+        this instance handed out, and its answer; None when the embedded path must answer
+        (see the module docstring). ``record(result)``: the idempotency fingerprint's
+        arguments and the recorded answer."""
+        known = self._leased
+        where = known.pop(lease.run_id, None)
+        if where is None or wait_for or log.isEnabledFor(logging.INFO):
+            return None
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            return None  # the embedded path refuses it, naming it
+        if not (expected_stage is None or isinstance(expected_stage, str)):
+            return None
+        if not (instructions is None or isinstance(instructions, str)):
+            return None
+        version = expected_task_version
+        if not (version is None or (isinstance(version, int) and not isinstance(version, bool))):
+            return None
+        pid, stage = where
+        cache: PipelineCache = self._pipelines
+        pipeline = cache.cached(pid)  # parsed at the claim; never fetched here
+        if pipeline is None or not isinstance(trigger, str):
+            return None
+        if expected_stage is not None and expected_stage != stage:
+            return None
+        move = pipeline.find(stage, trigger)
+        if move is None:
+            return None
+        to = move.to_state
+        text = instructions if instructions is not None else (move.instructions or "")
+        result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+        try:
+            usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
+            event = dumps(
+                {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
+            )
+            args, answer = record(result)
+            fp = None if key is None else fingerprint(args)
+        except TrackerError:
+            return None  # the embedded path refuses it, in its own order
+        params = {
+            "run": lease.run_id,
+            "token": token_hash(lease.lease_token.get_secret_value()),
+            "pipeline": pid,
+            "stage": stage,
+            "version": version,
+            "to": to,
+            "role": pipeline.role_of(to),
+            "terminal": int(pipeline.is_terminal(to)),
+            "usage": usage_text,
+            "event": event,
+            "now": int(self._clock()),
+            "key": key,
+            "fp": fp,
+            "result": json.dumps(answer, separators=(",", ":")),
+        }
+        return params, result
+
+    # -- finish_many in one round trip (see the module docstring) ----------------------------------
+    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
+        """Write each item as ``finish`` would; per item its ``FinishResult`` or the error
+        that refused it (that item alone wrote nothing), in the items' order."""
+        check_items(items)
+        out: list[FinishManyOutcome | None] = [None] * len(items)
+        planned: list[tuple[int, dict[str, Any], FinishResult]] = []
+        for i, item in enumerate(items):
+            plan = self._plan_item(item)
+            if plan is not None:
+                planned.append((i, *plan))
+        if planned:
+            done = await self._one_trip_many([p for _, p, _ in planned])
+            for (i, _, result), ok in zip(planned, done, strict=True):
+                if ok:
+                    out[i] = result
+        rest = [i for i, found in enumerate(out) if found is None]
+        if rest:
+            embedded: list[FinishManyOutcome] = await super().finish_many([items[i] for i in rest])
+            for i, outcome in zip(rest, embedded, strict=True):
+                out[i] = outcome
+        return [o for o in out if o is not None]
+
+    def _plan_item(self, item: FinishItem) -> tuple[dict[str, Any], FinishResult] | None:
+        """``bw_move``'s parameters and the answer of a plain-transition item, or None."""
+        moved = item.transition
+        if item.events or moved is None or item.fail is not None:
+            return None
+        try:
+            parts = prepare(item.events, moved, None)
+        except TrackerError:
+            return None
+        plain, body, _ = parts
+        assert body is not None
+        known = {"trigger", "expected_stage", "expected_task_version", "instructions", "usage"}
+        if not set(body) <= known | {"wait_for"}:
+            return None
+        digest = token_hash(item.lease.lease_token.get_secret_value())
+        answers: list[FinishResult] = []
+
+        def record(result: Any) -> tuple[Any, Any]:
+            answers.append(FinishResult(event_ids=[], transition=result))
+            args = [item.lease.run_id, digest, plain, body, None]
+            return args, answers[0].model_dump(mode="json")
+
+        planned = self._plan_move(
+            item.lease,
+            body.get("trigger"),
+            body.get("expected_stage"),
+            body.get("expected_task_version"),
+            body.get("instructions"),
+            body.get("usage"),
+            body.get("wait_for") or (),
+            item.idempotency_key,
+            record,
+        )
+        if planned is None or not answers:
+            return None
+        return planned[0], answers[0]
+
+    async def _one_trip_many(self, params: list[dict[str, Any]]) -> list[bool]:
+        """``bw_finish_many_tx`` over the planned items: per item whether it was written (all
+        False when the call declined: nothing written)."""
+        items = [{f: p[f] for f in _ITEM_FIELDS} for p in params]
+        text = json.dumps(items, separators=(",", ":"))
+        try:
+            found = await self._engine.db.one_call(
+                _MANY_CALL, [*self._engine.wake_args(), int(self._clock()), text], "finish_many"
+            )
+        finally:
+            self._changes.notify()  # committed or not: a waiter looks again, as after any write
+            self._changes.wake_followers()
+        done = found[0][0] if found else None
+        if not isinstance(done, list) or len(done) != len(params):
+            return [False] * len(params)
+        return [bool(ok) for ok in done]
 
 
 def _not_here_yet(name: str, extension: str) -> Callable[..., Awaitable[Any]]:

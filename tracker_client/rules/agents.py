@@ -1,6 +1,6 @@
 """The agent extensions of the embedded tracker: ``checkpoint``, ``list_upstream`` and
-``transition_task`` (a human step), as :class:`AgentOps`, a mixin of
-:class:`~tracker_client.embedded.EmbeddedTracker`.
+``transition_task`` (a human step); their operations are
+:class:`~tracker_client.rules.rail.Rail`'s.
 
 The rest of the agent extensions live where the write they extend does: ``parent_id`` in task
 creation (:mod:`.tasks`), the cancel cascade (:mod:`.backlog`), ``wait_for`` and the
@@ -16,16 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, Upstream, UpstreamOutcome
-from tracker_client.capabilities import LeaseRef
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import Conflict, InvalidTransition, ValidationFailed
 from tracker_client.models import TransitionResult
-from tracker_client.rules.checkpoints import write_checkpoint
 from tracker_client.rules.common import Ctx, artifact_from_row, stored_json
-from tracker_client.rules.idempotency import idempotent
-from tracker_client.rules.runs import check_lease, token_hash
 
-__all__ = ["AgentOps", "list_upstream", "transition_task"]
+__all__ = ["list_upstream", "transition_task"]
 
 MAX_INSTRUCTIONS_BYTES = 1024 * 1024
 
@@ -149,49 +144,3 @@ def transition_task(
         role=pipeline.role_of(to),
     )
     return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
-
-
-class AgentOps(TrackerCore):
-    """The embedded tracker's agent extension operations."""
-
-    async def checkpoint(self, lease: LeaseRef, data: Any) -> None:
-        """Replace the run's checkpoint with ``data`` (at most 64 KiB of JSON)."""
-        digest = token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run_id
-
-        def op(c: Ctx) -> None:
-            task = check_lease(c, run_id, digest)
-            write_checkpoint(c, task, run_id, data)
-
-        await self._write("checkpoint", op)
-
-    async def list_upstream(self, task_id: str) -> list[Upstream]:
-        """Each dependency of the task: stage, outcome, last ``result`` and artifacts."""
-        return await self._read("list_upstream", lambda c: list_upstream(c, task_id))
-
-    async def transition_task(
-        self,
-        task_id: str,
-        trigger: str,
-        *,
-        expected_stage: str,
-        expected_task_version: int | None = None,
-        instructions: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> TransitionResult:
-        """Move a task waiting at a human step along ``trigger`` (see the protocol)."""
-        args = [task_id, trigger, expected_stage, expected_task_version, instructions]
-        return await self._write(
-            "transition_task",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "transition_task",
-                args,
-                lambda: transition_task(
-                    c, task_id, trigger, expected_stage, expected_task_version, instructions
-                ),
-                lambda r: r.model_dump(mode="json"),
-                TransitionResult.model_validate,
-            ),
-        )

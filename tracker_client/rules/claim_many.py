@@ -17,8 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 
-from tracker_client.contract.batch_models import MAX_CLAIM_MANY, per_state_of
-from tracker_client.embedded.core import TrackerCore
+from tracker_client.contract.batch_models import MAX_CLAIM_MANY
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Task
 from tracker_client.rules import claims
@@ -27,7 +26,7 @@ from tracker_client.rules.idempotency import idempotent
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter
 
-__all__ = ["MAX_CLAIM_MANY", "ClaimManyOps", "check_n", "claim_many"]
+__all__ = ["MAX_CLAIM_MANY", "check_n", "claim_many"]
 
 
 def check_n(n: object) -> int:
@@ -61,7 +60,7 @@ def claim_many(
         claims.reclaim_expired(ctx)
     if overdue:
         claims.expire_deadlines(ctx)
-    picks, corrupt = _pick_many(ctx, agent_id, role, claims._limits(per_state), n)
+    picks, corrupt = _pick_many(ctx, agent_id, role, claims.per_state_limits(per_state), n)
     for row, error in corrupt:  # after the scan: no write while its cursor is open
         ctx.event(row["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": error})
         dead_letter(ctx, row, "corrupt_row", None)
@@ -156,31 +155,3 @@ def keyed_claim_many(
         lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
         replay,
     )
-
-
-class ClaimManyOps(TrackerCore):
-    """The ``claim_many`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
-
-    async def claim_many(
-        self,
-        agent_id: str,
-        agent_role: str,
-        lease_ttl_ms: int,
-        n: int,
-        *,
-        concurrency: Mapping[str, object] | None = None,
-        idempotency_key: str | None = None,
-    ) -> list[Lease]:
-        """Up to ``n`` leases of ``agent_role`` in one write (empty: no work); a replay with
-        the key answers the same leases (the same tokens; one gone since is left out).
-
-        The arguments are the body's (``ClaimManyBody``), so every rail answers
-        ``call("claim_many", ...)`` alike; ``concurrency`` is ``{"per_state": {stage: n}}``."""
-        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
-
-        def op(c: Ctx) -> list[Lease]:
-            return keyed_claim_many(
-                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
-            )
-
-        return await self._write("claim_many", op)

@@ -26,8 +26,10 @@ __all__ = [
     "MAX_LEASE_TTL_MS",
     "claim",
     "expire_deadlines",
+    "fresh_ids",
     "heartbeat",
     "housekeeping",
+    "per_state_limits",
     "reclaim_expired",
     "reissue",
 ]
@@ -45,7 +47,7 @@ def _uuid4(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
+def fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
     """A run id, a lease id (UUIDv4) and a lease token (32 random bytes, hex): one urandom call.
 
     With ``now_ms`` the run id's first 48 bits are that time (the rest stays random, 74 bits,
@@ -176,7 +178,9 @@ def housekeeping(ctx: Ctx) -> tuple[bool, bool]:
     return bool(row[0]), bool(row[1])
 
 
-def _limits(per_state: Mapping[str, object] | None) -> dict[str, int]:
+def per_state_limits(per_state: Mapping[str, object] | None) -> dict[str, int]:
+    """A claim's ``per_state`` limits that limit (stage -> a count above 0), as NullTickets
+    reads them."""
     out: dict[str, int] = {}
     for stage, value in (per_state or {}).items():
         # As NullTickets: only numbers > 0 limit (floats truncate); anything else is no limit.
@@ -210,7 +214,7 @@ def claim(
         reclaim_expired(ctx)
     if overdue:
         expire_deadlines(ctx)
-    limits = _limits(per_state)
+    limits = per_state_limits(per_state)
     allowed, rate_limit = admit(ctx, role)  # the role's fleet-wide rate and cap (extension)
     if not allowed:
         return None
@@ -276,7 +280,7 @@ def _lease(
     now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
-    run_id, lease_id, token = _fresh_ids(now)
+    run_id, lease_id, token = fresh_ids(now)
     if idempotency_key is not None:
         token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
     expires = now + lease_ttl_ms

@@ -16,15 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tracker_client.capabilities import LeaseRef
 from tracker_client.contract.batch_models import MAX_FINISH_EVENTS, FinishResult
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import ValidationFailed
 from tracker_client.rules import runs
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.idempotency import idempotent
 
-__all__ = ["FinishOps", "Prepared", "finish", "finish_keyed", "prepare"]
+__all__ = ["Prepared", "finish", "finish_keyed", "prepare"]
 
 Part = BaseModel | Mapping[str, Any]
 
@@ -115,26 +113,3 @@ def finish_keyed(
         lambda r: r.model_dump(mode="json"),
         FinishResult.model_validate,
     )
-
-
-class FinishOps(TrackerCore):
-    """The ``finish`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
-
-    async def finish(
-        self,
-        lease: LeaseRef,
-        *,
-        events: Sequence[Part] = (),
-        transition: Part | None = None,
-        fail: Part | None = None,
-        idempotency_key: str | None = None,
-    ) -> FinishResult:
-        """Write ``events`` (``{kind, data}`` each) and then ``transition`` (``transition``'s
-        fields) or ``fail`` (``fail``'s), all or nothing, in one write."""
-        parts = prepare(events, transition, fail)
-        digest = runs.token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run_id
-        return await self._write(
-            "finish",
-            lambda c: finish_keyed(c, run_id, digest, parts, self._rng, idempotency_key),
-        )

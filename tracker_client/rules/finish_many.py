@@ -14,54 +14,20 @@ It touches what ``finish`` touches, through :mod:`.finish`; and the savepoints o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, check_items
-from tracker_client.embedded.core import TrackerCore
+from tracker_client.contract.batch_models import FinishItem
 from tracker_client.errors import TrackerError
 from tracker_client.rules import runs
-from tracker_client.rules.common import Ctx
-from tracker_client.rules.finish import Prepared, finish_keyed, prepare
+from tracker_client.rules.finish import Prepared, prepare
 
-__all__ = ["FinishManyOps"]
+__all__ = ["prepared_item"]
 
 
-def _prepared(item: FinishItem) -> tuple[str, str, Prepared] | TrackerError:
+def prepared_item(item: FinishItem) -> tuple[str, str, Prepared] | TrackerError:
+    """An item checked and split before the write: (run id, token digest, its parts), or the
+    error refusing it (answered in its place; the other items go on)."""
     try:
         parts = prepare(item.events, item.transition, item.fail)
     except TrackerError as exc:
         return exc
     digest = runs.token_hash(item.lease.lease_token.get_secret_value())
     return item.lease.run_id, digest, parts
-
-
-class FinishManyOps(TrackerCore):
-    """The ``finish_many`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
-
-    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
-        """Write each item as ``finish`` would, in one transaction; per item, its
-        :class:`~tracker_client.contract.batch_models.FinishResult` or the error that
-        refused it (that item alone written nothing), in the items' order."""
-        check_items(items)
-        prepared = [_prepared(item) for item in items]
-        keys = [item.idempotency_key for item in items]
-
-        def op(ctx: Ctx) -> list[FinishManyOutcome]:
-            out: list[FinishManyOutcome] = []
-            for ready, key in zip(prepared, keys, strict=True):
-                if isinstance(ready, TrackerError):
-                    out.append(ready)
-                    continue
-                run_id, digest, parts = ready
-                logged = len(ctx.logs)
-                ctx.exec("finish_many.savepoint")
-                try:
-                    out.append(finish_keyed(ctx, run_id, digest, parts, self._rng, key))
-                except TrackerError as exc:
-                    ctx.exec("finish_many.rollback_item")
-                    del ctx.logs[logged:]
-                    out.append(exc)
-                ctx.exec("finish_many.release_item")
-            return out
-
-        return await self._write("finish_many", op)

@@ -15,21 +15,19 @@ This room reads ``events``, ``runs`` and ``tasks``; it writes nothing.
 
 from __future__ import annotations
 
-import anyio
-
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.ops_models import TaskFollow
 from tracker_client.rules import reads
 from tracker_client.rules.common import Ctx
 
-__all__ = ["MAX_FOLLOW_MS", "FollowOps", "follow_state"]
+__all__ = ["MAX_FOLLOW_MS", "check_follow", "follow_state"]
 
 #: Longest single ``follow_task`` wait (a follower asks again).
 MAX_FOLLOW_MS = 60_000
 
 
-def _check(timeout_ms: object, limit: object) -> None:
+def check_follow(timeout_ms: object, limit: object) -> None:
+    """``ValidationFailed`` for a ``follow_task`` timeout or limit out of range."""
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
         raise ValidationFailed(f"timeout_ms must be an integer, got {timeout_ms!r}")
     if not 0 <= timeout_ms <= MAX_FOLLOW_MS:
@@ -63,36 +61,3 @@ def follow_state(ctx: Ctx, task_id: str, after: str | None, limit: int) -> TaskF
         outcome=outcome,
         stage=row["stage"],
     )
-
-
-class FollowOps(TrackerCore):
-    """The ``follow_task`` operation of ``EmbeddedTracker``."""
-
-    async def follow_task(
-        self, task_id: str, *, after: str | None = None, timeout_ms: int = 30_000, limit: int = 100
-    ) -> TaskFollow:
-        """The task's events after the cursor ``after`` (an event id; None: from the first),
-        oldest first and at most ``limit``, as soon as there is one or the task is finished
-        (terminal stage, dead-lettered, cancelled, expired), else after ``timeout_ms`` (at most
-        60000) with none. Pass ``next_cursor`` back to go on; stop once ``finished``.
-
-        ``NotFound`` for an unknown task; ``ValidationFailed`` for a bad cursor, timeout or limit.
-        """
-        _check(timeout_ms, limit)
-        deadline = anyio.current_time() + timeout_ms / 1000
-        self._followers += 1
-        try:
-            while True:
-                woken = self._written
-
-                def look(c: Ctx) -> tuple[int, TaskFollow]:
-                    return self._db.data_version(), follow_state(c, task_id, after, limit)
-
-                version, answer = await self._read("follow_task", look)
-                self._dv, self._dv_at = version, anyio.current_time()
-                remaining = deadline - anyio.current_time()
-                if answer.events or answer.finished or remaining <= 0:
-                    return answer
-                await self._sleep_until_change(woken, version, remaining)
-        finally:
-            self._followers -= 1

@@ -1,20 +1,18 @@
 """Dependencies and assignments: the edges between tasks and the agents a task is reserved for.
 
 The functions run on the database thread inside a transaction (dependency cycles are refused
-there); :class:`LinkOps` is the tracker's face of them, with idempotency keys on the writes.
+there); :class:`~.rail.Rail` is the tracker's face of them, with idempotency keys on the
+writes.
 """
 
 from __future__ import annotations
 
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
-from tracker_client.models import Assignment, Dependency
-from tracker_client.rules.common import Ctx, dependencies_of, list_assignments
-from tracker_client.rules.idempotency import idempotent, no_answer, replay_none
+from tracker_client.models import Dependency
+from tracker_client.rules.common import Ctx, dependencies_of
 from tracker_client.rules.runs import dead_letter_if_upstream_dead
 
 __all__ = [
-    "LinkOps",
     "add_dependency",
     "assign",
     "list_dependencies",
@@ -88,71 +86,3 @@ def unassign(ctx: Ctx, task_id: str, agent_id: str) -> None:
     if cur.rowcount == 0:
         raise NotFound(f"task {task_id} has no active assignment of {agent_id}", code="not_found")
     ctx.exec("links.clear_assignee", (task_id,))
-
-
-class LinkOps(TrackerCore):
-    """The tracker's dependency and assignment operations."""
-
-    async def add_dependency(
-        self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
-    ) -> None:
-        """Make ``task_id`` wait for ``depends_on_task_id``."""
-        await self._write(
-            "add_dependency",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "add_dependency",
-                [task_id, depends_on_task_id],
-                lambda: add_dependency(c, task_id, depends_on_task_id),
-                no_answer,
-                replay_none,
-            ),
-        )
-
-    async def list_dependencies(self, task_id: str) -> list[Dependency]:
-        """The task's dependencies and whether each is resolved now."""
-        return await self._read("list_dependencies", lambda c: list_dependencies(c, task_id))
-
-    async def assign(
-        self,
-        task_id: str,
-        agent_id: str,
-        *,
-        assigned_by: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """Make ``agent_id`` the only agent that may claim the task."""
-        await self._write(
-            "assign",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "assign",
-                [task_id, agent_id, assigned_by],
-                lambda: assign(c, task_id, agent_id, assigned_by),
-                no_answer,
-                replay_none,
-            ),
-        )
-
-    async def list_assignments(self, task_id: str) -> list[Assignment]:
-        """All assignments of a task, inactive ones included."""
-        return await self._read("list_assignments", lambda c: list_assignments(c, task_id))
-
-    async def unassign(
-        self, task_id: str, agent_id: str, *, idempotency_key: str | None = None
-    ) -> None:
-        """Deactivate ``agent_id``'s active assignment, or ``NotFound``."""
-        await self._write(
-            "unassign",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "unassign",
-                [task_id, agent_id],
-                lambda: unassign(c, task_id, agent_id),
-                no_answer,
-                replay_none,
-            ),
-        )

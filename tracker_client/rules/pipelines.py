@@ -318,6 +318,10 @@ class PipelineCache:
         self._by_id: dict[str, PipelineDef] = {}
         self._order: list[str] = []
 
+    def cached(self, pid: str) -> PipelineDef | None:
+        """The pipeline ``pid`` if it was parsed already, else None (never reads the database)."""
+        return self._by_id.get(pid)
+
     def get(self, db: Reads, pid: str) -> PipelineDef | None:
         """The pipeline ``pid`` or None (``db``: the transaction's :class:`~.common.Ctx`)."""
         hit = self._by_id.get(pid)

@@ -9,15 +9,12 @@ number still grows (it numbers runs), and a ``released`` event records the reaso
 
 from __future__ import annotations
 
-from tracker_client.capabilities import LeaseRef
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import ReleaseResult
 from tracker_client.rules.common import Ctx
-from tracker_client.rules.idempotency import idempotent
-from tracker_client.rules.runs import check_lease, token_hash
+from tracker_client.rules.runs import check_lease
 
-__all__ = ["ReleaseOps", "release"]
+__all__ = ["release"]
 
 MAX_REASON_CHARS = 200
 
@@ -48,30 +45,3 @@ def release(ctx: Ctx, run_id: str, token_sha256: str, reason: str) -> ReleaseRes
         reason=reason,
     )
     return ReleaseResult(released=True, reason=reason)
-
-
-class ReleaseOps(TrackerCore):
-    """The ``release`` operation of :class:`~tracker_client.embedded.EmbeddedTracker`."""
-
-    async def release(
-        self,
-        lease: LeaseRef,
-        reason: str = "worker_shutdown",
-        *,
-        idempotency_key: str | None = None,
-    ) -> ReleaseResult:
-        """Give the lease's unfinished task back: the run ends ``released``, nothing counted."""
-        digest = token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run_id
-        return await self._write(
-            "release",
-            lambda c: idempotent(
-                c,
-                idempotency_key,
-                "release",
-                [run_id, digest, reason],
-                lambda: release(c, run_id, digest, reason),
-                lambda r: r.model_dump(mode="json"),
-                ReleaseResult.model_validate,
-            ),
-        )

@@ -5,7 +5,7 @@ seconds first, parsed by ``cronsim``, DST rules included) read on the wall clock
 zone (``zoneinfo``), the task it makes (pipeline, title, metadata, priority) and ``next_tick_ms``,
 the earliest tick not fired yet.
 
-Ticks are fired by maintenance (:meth:`ScheduleOps.maintenance`, run by every worker's
+Ticks are fired by maintenance (:meth:`~.rail.Rail.maintenance`, run by every worker's
 maintenance loop and by ``tracker serve``'s rail when it serves ``POST /ops/maintenance``): one
 write transaction (``BEGIN IMMEDIATE``, so one process at a time) inserts the due ticks' tasks and
 advances ``next_tick_ms`` with a compare-and-set on its old value. Another pass, in this process
@@ -32,10 +32,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from pydantic import ValidationError
 
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import Conflict, NotFound, TrackerError, ValidationFailed
 from tracker_client.models import TaskCreate
-from tracker_client.ops_models import MaintenanceReport
 from tracker_client.rules import tasks
 from tracker_client.rules.common import Ctx, dumps, stored_json
 from tracker_client.schedule_models import Schedule, ScheduleCreate
@@ -45,9 +43,13 @@ __all__ = [
     "MAX_COUNTED",
     "MAX_ON_TIME",
     "MISSED_AFTER_MS",
-    "ScheduleOps",
     "check",
+    "create",
+    "delete",
     "fire_due",
+    "schedule_from_row",
+    "schedule_row",
+    "set_paused",
     "ticks_after",
 ]
 
@@ -90,14 +92,16 @@ def check(fields: dict[str, Any], now_ms: int) -> tuple[ScheduleCreate, int]:
     return spec, first_tick
 
 
-def _schedule(row: sqlite3.Row) -> Schedule:
+def schedule_from_row(row: sqlite3.Row) -> Schedule:
+    """The :class:`Schedule` a ``schedules`` row stores."""
     data = dict(row)
     data["metadata"] = stored_json(row["metadata"], "metadata", f"schedule {row['name']}")
     data["paused"] = bool(row["paused"])
     return Schedule.model_validate(data)
 
 
-def _row(ctx: Ctx, name: str) -> sqlite3.Row:
+def schedule_row(ctx: Ctx, name: str) -> sqlite3.Row:
+    """The ``schedules`` row of ``name``, or ``NotFound``."""
     row = ctx.one("schedules.get", (name,))
     if row is None:
         raise NotFound(f"schedule {name!r} not found", code="schedule_not_found")
@@ -135,23 +139,23 @@ def create(ctx: Ctx, fields: dict[str, Any]) -> Schedule:
         if (old["cron"], old["timezone"]) == (spec.cron, spec.timezone):
             values["next_tick_ms"] = old["next_tick_ms"]  # same ticks: none skipped or doubled
         ctx.exec("schedules.replace", values)
-    return _schedule(_row(ctx, spec.schedule))
+    return schedule_from_row(schedule_row(ctx, spec.schedule))
 
 
 def set_paused(ctx: Ctx, name: str, paused: bool) -> Schedule:
     """Pause, or resume from the next tick after now (ticks while paused never fire)."""
-    row = _row(ctx, name)
+    row = schedule_row(ctx, name)
     if bool(row["paused"]) != paused:
         next_tick = row["next_tick_ms"]
         if not paused:
             next_tick = next(ticks_after(row["cron"], _zone(row["timezone"]), ctx.now))
         ctx.exec("schedules.set_paused", (int(paused), next_tick, ctx.now, name))
-    return _schedule(_row(ctx, name))
+    return schedule_from_row(schedule_row(ctx, name))
 
 
 def delete(ctx: Ctx, name: str) -> Schedule:
     """Remove a schedule; the tasks it made stay."""
-    gone = _schedule(_row(ctx, name))
+    gone = schedule_from_row(schedule_row(ctx, name))
     ctx.exec("schedules.delete", (name,))
     return gone
 
@@ -226,47 +230,3 @@ def fire_due(ctx: Ctx) -> int:
                 (f"paused: cannot compute its ticks: {exc}", ctx.now, row["name"]),
             )
     return made
-
-
-class ScheduleOps(TrackerCore):
-    """The tracker's face of schedules: the operations of the ``schedules`` extension, and
-    maintenance that fires due ticks."""
-
-    async def create_schedule(self, **fields: Any) -> Schedule:
-        """Store a schedule (see :class:`~tracker_client.models.ScheduleCreate` for the
-        fields); ``ValidationFailed``/``NotFound``/``Conflict`` name the field, nothing written."""
-        return await self._write("create_schedule", lambda c: create(c, fields))
-
-    async def list_schedules(self) -> list[Schedule]:
-        """Every schedule, by name."""
-        return await self._read(
-            "list_schedules",
-            lambda c: [_schedule(r) for r in c.all("schedules.list")],
-        )
-
-    async def get_schedule(self, name: str) -> Schedule:
-        """One schedule, or ``NotFound``."""
-        return await self._read("get_schedule", lambda c: _schedule(_row(c, name)))
-
-    async def pause_schedule(self, name: str) -> Schedule:
-        """Stop firing ticks until resumed."""
-        return await self._write("pause_schedule", lambda c: set_paused(c, name, True))
-
-    async def resume_schedule(self, name: str) -> Schedule:
-        """Fire again from the next tick after now (ticks while paused are not caught up)."""
-        return await self._write("resume_schedule", lambda c: set_paused(c, name, False))
-
-    async def delete_schedule(self, name: str) -> Schedule:
-        """Remove a schedule (answers it as it was); its tasks stay."""
-        return await self._write("delete_schedule", lambda c: delete(c, name))
-
-    async def maintenance(self) -> MaintenanceReport:
-        """The rail's maintenance, then the due schedule ticks (a cheap read first: a pass
-        with nothing due writes nothing more)."""
-        report = await super().maintenance()
-        now = int(self._clock())
-        due = await self._read("maintenance", lambda c: c.scalar("schedules.next_due"))
-        if due is None or due > now:
-            return report
-        made = await self._write("schedule_tick", fire_due)
-        return report.model_copy(update={"scheduled_tasks": made})

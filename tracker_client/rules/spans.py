@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-import anyio
-
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import ValidationFailed
 from tracker_client.observe_models import OtlpIngestResult, Span
 from tracker_client.rules import otlpjson
 from tracker_client.rules.common import Ctx
 
-__all__ = ["DEFAULT_SPAN_LIMIT", "MAX_BLOB_BYTES", "SpanOps", "store_blob", "store_spans"]
+__all__ = [
+    "DEFAULT_SPAN_LIMIT",
+    "MAX_BLOB_BYTES",
+    "check_content_type",
+    "list_task_spans",
+    "span_limit",
+    "store_blob",
+    "store_spans",
+]
 
 #: Spans ``list_spans`` answers when no limit is given (and the most it answers).
 DEFAULT_SPAN_LIMIT = 1000
@@ -76,7 +80,8 @@ def store_spans(
     return OtlpIngestResult(batch_id=batch_id, accepted_spans=len(spans), stored="json")
 
 
-def _check_content_type(content_type: object) -> str:
+def check_content_type(content_type: object) -> str:
+    """The checked content type of a trace blob; ``ValidationFailed`` names a bad one."""
     if not isinstance(content_type, str) or not content_type.strip():
         raise ValidationFailed("content_type: must be a non-empty string")
     if len(content_type) > 255 or not content_type.isprintable():
@@ -96,7 +101,8 @@ def _span(row: sqlite3.Row) -> Span:
     return Span.model_validate(data)
 
 
-def _limit(limit: object) -> int:
+def span_limit(limit: object) -> int:
+    """The checked ``list_spans`` limit (None: :data:`DEFAULT_SPAN_LIMIT`)."""
     if limit is None:
         return DEFAULT_SPAN_LIMIT
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
@@ -109,48 +115,3 @@ def list_task_spans(ctx: Ctx, task_id: str, run_id: str | None, limit: int) -> l
     ``limit``."""
     rows = ctx.all("spans.of_task", {"task_id": task_id, "run_id": run_id, "limit": limit})
     return [_span(r) for r in rows]
-
-
-class SpanOps(TrackerCore):
-    """The tracker's face of OTLP ingest and the ``spans`` extension."""
-
-    async def ingest_traces(self, document: Mapping[str, Any]) -> OtlpIngestResult:
-        """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (``POST /v1/traces``
-        with a JSON content type), linked to their task and run by the attributes
-        ``nulltickets.task_id`` / ``nulltickets.run_id``. A document not of that shape is
-        ``ValidationFailed`` naming the field, and nothing is stored."""
-        # Off the event loop: a 4 MiB document takes ~0.2 s to read, which would hold up every
-        # other request of a served rail (heartbeats included) for that long.
-        spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
-        return await self._write("ingest_traces", lambda c: store_spans(c, spans))
-
-    async def ingest_traces_collector(self, document: Mapping[str, Any]) -> OtlpIngestResult:
-        """:meth:`ingest_traces` under the OpenTelemetry collector's path
-        (``POST /otlp/v1/traces``)."""
-        return await self.ingest_traces(document)
-
-    async def ingest_trace_blob(self, data: bytes, content_type: str) -> OtlpIngestResult:
-        """Keep an OTLP body of another content type (protobuf) as a blob, as NullTickets
-        does: ``accepted_spans`` is 0 and no span is read from it."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise ValidationFailed(f"data: expected bytes, got {type(data).__name__}")
-        blob = bytes(data)
-        if len(blob) > MAX_BLOB_BYTES:
-            raise ValidationFailed(f"data: a blob of at most {MAX_BLOB_BYTES} bytes")
-        kind = _check_content_type(content_type)
-        return await self._write("ingest_trace_blob", lambda c: store_blob(c, blob, kind))
-
-    async def list_spans(
-        self, task_id: str, *, run_id: str | None = None, limit: int | None = None
-    ) -> list[Span]:
-        """The spans ingested for ``task_id`` (only ``run_id``'s when given), by start time, at
-        most ``limit`` (1..1000, default 1000). A task with no spans (or none the rail knows)
-        has an empty list."""
-        if not isinstance(task_id, str) or not task_id:
-            raise ValidationFailed("task_id: must be a non-empty string")
-        if run_id is not None and not isinstance(run_id, str):
-            raise ValidationFailed(f"run_id: expected a string, got {run_id!r}")
-        count = _limit(limit)
-        return await self._read(
-            "list_spans", lambda c: list_task_spans(c, task_id, run_id or None, count)
-        )

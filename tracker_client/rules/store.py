@@ -1,7 +1,7 @@
 """The KV store with FTS5 full-text search (namespace, key and the value's JSON are indexed).
 
-The functions run on the database thread inside a transaction; :class:`StoreOps` is the
-tracker's face of them.
+The functions run on the database thread inside a transaction; :class:`~.rail.Rail` is the
+tracker's face of them (PostgreSQL searches its own way: ``postgres/search.py``).
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ import re
 import sqlite3
 from typing import Any
 
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import StoreEntry
 from tracker_client.rules.common import MIB, Ctx, dumps, stored_json
 
-__all__ = ["StoreOps", "delete", "delete_namespace", "get", "list_namespace", "put", "search"]
+__all__ = ["delete", "delete_namespace", "entry_from_row", "get", "list_namespace", "put", "search"]
 
 RESERVED = "search"
 
@@ -27,7 +26,8 @@ def _names(namespace: str, key: str | None = None) -> None:
         raise ValidationFailed("store key must be a non-empty string")
 
 
-def _entry(row: sqlite3.Row) -> StoreEntry:
+def entry_from_row(row: sqlite3.Row) -> StoreEntry:
+    """The :class:`StoreEntry` a ``store`` row holds."""
     return StoreEntry.model_validate(
         {
             "namespace": row["namespace"],
@@ -57,7 +57,7 @@ def get(ctx: Ctx, namespace: str, key: str) -> StoreEntry:
     row = ctx.one("store.get", (namespace, key))
     if row is None:
         raise NotFound(f"store key {namespace}/{key} not found", code="not_found")
-    return _entry(row)
+    return entry_from_row(row)
 
 
 def delete(ctx: Ctx, namespace: str, key: str) -> None:
@@ -72,7 +72,7 @@ def delete_namespace(ctx: Ctx, namespace: str) -> None:
 
 def list_namespace(ctx: Ctx, namespace: str) -> list[StoreEntry]:
     """All entries of a namespace, sorted by key."""
-    return [_entry(r) for r in ctx.all("store.list", (namespace,))]
+    return [entry_from_row(r) for r in ctx.all("store.list", (namespace,))]
 
 
 #: The most words a search query may have: each is a phrase every match must contain, and on
@@ -166,43 +166,4 @@ def search(
                 code="invalid_query",
             ) from exc
         raise
-    return [_entry(r) for r in rows]
-
-
-class StoreOps(TrackerCore):
-    """The tracker's KV store operations, each one job on the database thread."""
-
-    async def store_put(self, namespace: str, key: str, value: Any) -> None:
-        """Upsert a value."""
-        await self._write("store_put", lambda c: put(c, namespace, key, value))
-
-    async def store_get(self, namespace: str, key: str) -> StoreEntry:
-        """One entry, or ``NotFound``."""
-        return await self._read("store_get", lambda c: get(c, namespace, key))
-
-    async def store_delete(self, namespace: str, key: str) -> None:
-        """Delete a key (absent keys are fine)."""
-        await self._write("store_delete", lambda c: delete(c, namespace, key))
-
-    async def store_list(self, namespace: str) -> list[StoreEntry]:
-        """All entries of a namespace, sorted by key."""
-        return await self._read("store_list", lambda c: list_namespace(c, namespace))
-
-    async def store_delete_namespace(self, namespace: str) -> None:
-        """Delete a whole namespace."""
-        await self._write("store_delete_namespace", lambda c: delete_namespace(c, namespace))
-
-    async def store_search(
-        self,
-        query: str,
-        *,
-        namespace: str | None = None,
-        limit: int = 10,
-        filter_path: str | None = None,
-        filter_value: str | None = None,
-    ) -> list[StoreEntry]:
-        """Full-text search: every word must match (as a phrase); rank order."""
-        return await self._read(
-            "store_search",
-            lambda c: search(c, query, namespace, limit, filter_path, filter_value),
-        )
+    return [entry_from_row(r) for r in rows]

@@ -32,13 +32,12 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.observe_models import RunningTask, WorkerInfo, WorkerRegister, WorkerState
 from tracker_client.rules.common import Ctx, dumps
 from tracker_client.validation import problems
 
-__all__ = ["FORGET_AFTER_MS", "STATES", "WorkerOps", "state_of"]
+__all__ = ["FORGET_AFTER_MS", "STATES", "state_of"]
 
 #: A worker silent this long (stopped or lost) is forgotten.
 FORGET_AFTER_MS = 7 * 86_400_000
@@ -227,22 +226,3 @@ def forget(ctx: Ctx, worker_id: str) -> WorkerInfo:
     answer = _info(ctx, row, _owners(ctx, _rows(ctx, row["agent_id"])))
     ctx.exec("workers.delete", (worker_id,))
     return answer
-
-
-class WorkerOps(TrackerCore):
-    """The tracker's face of the ``workers`` extension: register (and refresh), list, forget."""
-
-    async def register_worker(self, worker_id: str, **fields: Any) -> WorkerInfo:
-        """Register worker ``worker_id`` or refresh it (the fields of
-        :class:`~tracker_client.observe_models.WorkerRegister`); last seen is now, by the
-        rail's clock. ``ValidationFailed`` names a bad field, and nothing is written."""
-        return await self._write("register_worker", lambda c: register(c, worker_id, fields))
-
-    async def list_workers(self, state: str | None = None) -> list[WorkerInfo]:
-        """The workers seen in the last 7 days with their state and runs (only ``state``
-        ones: ``alive``, ``lost`` or ``stopped``)."""
-        return await self._read("list_workers", lambda c: list_all(c, state))
-
-    async def forget_worker(self, worker_id: str) -> WorkerInfo:
-        """Remove a worker's registration (it comes back at its next refresh if it runs)."""
-        return await self._write("forget_worker", lambda c: forget(c, worker_id))

@@ -16,10 +16,10 @@ from pydantic import BaseModel, SecretStr
 from starlette.requests import Request
 
 from tracker_client.capabilities import LeaseHandle
-from tracker_client.embedded.core import TrackerCore
 from tracker_client.errors import LeaseLost
 from tracker_client.protocol import Tracker
 from tracker_client.rules.common import Ctx
+from tracker_client.rules.rail import Rail
 from tracker_client.rules.runs import check_lease, token_hash
 from tracker_client.serve.http import ApiError, bearer
 
@@ -149,7 +149,7 @@ async def checked_lease(request: Request, run_id: str, operation: str) -> LeaseH
     """
     lease = lease_handle(request, run_id=run_id)
     tracker = tracker_of(request)
-    if not isinstance(tracker, TrackerCore):
+    if not isinstance(tracker, Rail):
         return lease
     digest = token_hash(lease.lease_token.get_secret_value())
     key = idem_key(request)
@@ -164,7 +164,7 @@ async def checked_lease(request: Request, run_id: str, operation: str) -> LeaseH
             if recorded is None:
                 raise
 
-    # TrackerCore._read: one read-only job on the database thread, as every read is.
+    # Rail._read: one read-only job on the database thread, as every read is.
     await tracker._read("check_lease", precheck)
     return lease
 
