@@ -15,6 +15,7 @@ from tests.contract.support import claim, make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.factory import open_tracker
 from tracker_client.postgres import follow
+from tracker_client.postgres.tracker import PostgresTracker
 from tracker_client.postgres.wake import channel_name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -45,7 +46,8 @@ async def test_a_follower_is_woken_by_another_hosts_event_by_notify(
         with anyio.fail_after(20):  # far below the tick and the follow's own timeout
             async with anyio.create_task_group() as tg:
                 tg.start_soon(follow_it)
-                while not getattr(follower, "_followers", 0):
+                assert isinstance(follower, PostgresTracker)
+                while not follower._changes.followers:  # the follow is waiting
                     await anyio.sleep(0.01)
                 await writer.add_event(lease, "progress", {"host": "b"})
         assert [e.data for e in got[0].events] == [{"host": "b"}]

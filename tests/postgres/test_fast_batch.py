@@ -1,7 +1,7 @@
 """The PostgreSQL rail's batched reports and its async lane, against a real server.
 
 ``finish_many``'s plain transitions go in one round trip (``bw_finish_many``, see
-``tracker_client/postgres/batch.py``) and write what the embedded path writes, keyed as a
+``tracker_client/postgres/tracker.py``) and write what the embedded path writes, keyed as a
 ``finish`` is; every other item is answered by the embedded path in its place. The hot path's
 calls run on the event loop's own connections (``tracker_client/postgres/aio.py``): a dropped
 connection there is ``TrackerUnavailable`` and the next call gets a fresh one, a cancelled call

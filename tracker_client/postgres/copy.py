@@ -269,16 +269,21 @@ async def _open(url: str, what: str, *, write: bool) -> _Side:
                 raise NoRail(f"{what}: no rail file at {path} (nothing to copy)")
         else:
             await _pg_source_exists(url)
-    tracker = await open_tracker(url)  # creates (target) and migrates (both)
-    try:
-        shown = mask_url(str(getattr(tracker, "path", url)))
-        db = getattr(tracker, "_db", None)
-    finally:
-        await tracker.aclose()
     if kind == "sqlite":
+        tracker = await open_tracker(url)  # creates (target) and migrates (both)
+        await tracker.aclose()
         path, _ = parse_sqlite_url(url)
+        shown = mask_url(path)
         return await anyio.to_thread.run_sync(lambda: _SqliteSide(path, shown, write=write))
     import psycopg
+
+    from tracker_client.postgres.tracker import PostgresTracker
+
+    rail = await PostgresTracker.open(url)  # creates (target) and migrates (both)
+    try:
+        shown, db = mask_url(rail.path), rail.engine.db
+    finally:
+        await rail.aclose()
 
     try:
         return await anyio.to_thread.run_sync(lambda: _PgSide(db, shown, write=write))

@@ -247,7 +247,7 @@ class PostgresTracker(Rail[PgEngine]):
 
         lease = await self._write("claim", op)
         if lease is not None:
-            self._remember([lease])  # its transition can take one round trip (see .hot)
+            self._remember([lease])  # its transition can take one round trip (see the module)
         else:
             await self._engine.waiters.claimed_short()
         return lease
@@ -281,7 +281,7 @@ class PostgresTracker(Rail[PgEngine]):
             )
 
         leases = await self._write("claim_many", op)
-        self._remember(leases)  # their transitions can take one round trip (see .hot)
+        self._remember(leases)  # their transitions can take one round trip (see the module)
         if len(leases) < n:
             await self._engine.waiters.claimed_short()
         return leases
@@ -367,7 +367,7 @@ class PostgresTracker(Rail[PgEngine]):
         ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
         return lease_of(ctx, row, task, run_id, lease_id, token, agent, role)
 
-    # -- the transition in one round trip (see the module docstring) -------------------------------
+    # -- the transition in one round trip (see the module docstring) ----------------------------
     def _remember(self, leases: Sequence[Lease]) -> None:
         """Note the pipeline and stage of leases handed out (see the module docstring)."""
         known = self._leased
@@ -525,7 +525,7 @@ class PostgresTracker(Rail[PgEngine]):
         }
         return params, result
 
-    # -- finish_many in one round trip (see the module docstring) ----------------------------------
+    # -- finish_many in one round trip (see the module docstring) -------------------------------
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
         """Write each item as ``finish`` would; per item its ``FinishResult`` or the error
         that refused it (that item alone wrote nothing), in the items' order."""

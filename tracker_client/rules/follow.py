@@ -4,11 +4,13 @@
 least one, or the task is finished, or ``timeout_ms`` passes (then with no events): the long poll
 behind ``backlog-worker task show ID --follow`` and ``GET /tasks/{task_id}/follow``.
 
-It sleeps on wake-ups, not on a short polling loop: every write of this tracker instance (an
-event, a claim, a transition, a cancel) sets the followers' event of :class:`~.core.TrackerCore`,
-and a write of another process sharing the file is seen by the same ``PRAGMA data_version`` check
-``wait`` uses (gated by the WAL file's stat). The events and the task's state are read in one
-read transaction, so an answer saying ``finished`` holds every event written before the end.
+It sleeps on wake-ups, not on a short polling loop (``Rail.follow_task``): every write of this
+tracker instance (an event, a claim, a transition, a cancel) sets the followers' event
+(:class:`~.engine.Changes`), and a write of another process is seen by the engine's
+:meth:`~.engine.Engine.follow` (SQLite: the same ``PRAGMA data_version`` check ``wait`` uses,
+gated by the WAL file's stat; PostgreSQL: a NOTIFY on the follow channel). The events and the
+task's state are read in one read transaction, so an answer saying ``finished`` holds every
+event written before the end.
 
 This room reads ``events``, ``runs`` and ``tasks``; it writes nothing.
 """

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import random
+import sqlite3
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
@@ -139,6 +140,11 @@ class Rail(Generic[E]):
         return self._engine.path
 
     @property
+    def engine(self) -> E:
+        """The engine the rail runs over (its database: for tools such as ``rail copy``)."""
+        return self._engine
+
+    @property
     def options(self) -> Options:
         """The effective options."""
         return self._opts
@@ -153,15 +159,15 @@ class Rail(Generic[E]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- plumbing ----------------------------------------------------------------------------------
-    def _ctx(self, conn: Any) -> Ctx:
+    # -- plumbing -------------------------------------------------------------------------------
+    def _ctx(self, conn: sqlite3.Connection) -> Ctx:
         return Ctx(conn, int(self._clock()), self._opts, self._pipelines, self._engine.statements)
 
     async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
         """Run ``fn`` in a write transaction of the engine; wake who the write may concern."""
         box: list[Ctx] = []
 
-        def job(conn: Any) -> R:
+        def job(conn: sqlite3.Connection) -> R:
             ctx = self._ctx(conn)
             box[:] = [ctx]  # a job run again (a rolled-back group) answers with its last run
             return fn(ctx)
@@ -190,7 +196,7 @@ class Rail(Generic[E]):
         """Run ``fn`` in a read transaction of the engine."""
         return await self._engine.read(where, lambda conn: fn(self._ctx(conn)))
 
-    # -- lifecycle ---------------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------------
     async def health(self) -> Health:
         """Tasks per stage and live leases."""
         return await self._read("health", stats.health)
@@ -271,14 +277,14 @@ class Rail(Generic[E]):
             dry_run=bool(dry_run),
         )
 
-    # -- the contract table ------------------------------------------------------------------------
+    # -- the contract table ---------------------------------------------------------------------
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
         """The operation of the contract table called ``operation`` (see the protocol)."""
         op = contract.operation(operation)  # KeyError: not an operation of the contract
         method: Callable[..., Awaitable[Any]] = getattr(self, op.name)
         return await method(*params, **arguments)
 
-    # -- pipelines ---------------------------------------------------------------------------------
+    # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(
         self, name: str, definition: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> str:
@@ -313,7 +319,7 @@ class Rail(Generic[E]):
 
         return await self._read("get_pipeline", get)
 
-    # -- tasks -------------------------------------------------------------------------------------
+    # -- tasks ----------------------------------------------------------------------------------
     async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
         """Create a task in its pipeline's initial stage; returns its id."""
         return await self._write(
@@ -374,7 +380,7 @@ class Rail(Generic[E]):
         """Every run of a task, by attempt."""
         return await self._read("list_runs", lambda c: tasks.list_runs(c, task_id))
 
-    # -- leases and runs ---------------------------------------------------------------------------
+    # -- leases and runs ------------------------------------------------------------------------
     async def claim(
         self,
         agent_id: str,
@@ -522,7 +528,7 @@ class Rail(Generic[E]):
             ),
         )
 
-    # -- artifacts ---------------------------------------------------------------------------------
+    # -- artifacts ------------------------------------------------------------------------------
     async def add_artifact(
         self, artifact: ArtifactCreate, *, idempotency_key: str | None = None
     ) -> str:
@@ -553,7 +559,7 @@ class Rail(Generic[E]):
             "list_artifacts", lambda c: reads.list_artifacts(c, task_id, run_id, limit, cursor)
         )
 
-    # -- operations --------------------------------------------------------------------------------
+    # -- operations -----------------------------------------------------------------------------
     async def queue_stats(
         self, *, near_expiry_ms: int | None = 60_000, stuck_ms: int = 300_000
     ) -> QueueStats:
@@ -562,7 +568,7 @@ class Rail(Generic[E]):
             "queue_stats", lambda c: stats.queue_stats(c, near_expiry_ms, stuck_ms)
         )
 
-    # -- dependencies and assignments --------------------------------------------------------------
+    # -- dependencies and assignments -----------------------------------------------------------
     async def add_dependency(
         self, task_id: str, depends_on_task_id: str, *, idempotency_key: str | None = None
     ) -> None:
@@ -627,7 +633,7 @@ class Rail(Generic[E]):
             ),
         )
 
-    # -- release -----------------------------------------------------------------------------------
+    # -- release --------------------------------------------------------------------------------
     async def release(
         self,
         lease: LeaseRef,
@@ -651,7 +657,7 @@ class Rail(Generic[E]):
             ),
         )
 
-    # -- the store ---------------------------------------------------------------------------------
+    # -- the store ------------------------------------------------------------------------------
     async def store_put(self, namespace: str, key: str, value: Any) -> None:
         """Upsert a value."""
         await self._write("store_put", lambda c: put(c, namespace, key, value))
@@ -687,7 +693,7 @@ class Rail(Generic[E]):
             lambda c: search(c, query, namespace, limit, filter_path, filter_value),
         )
 
-    # -- schedules ---------------------------------------------------------------------------------
+    # -- schedules ------------------------------------------------------------------------------
     async def create_schedule(self, **fields: Any) -> Schedule:
         """Store a schedule (see :class:`~tracker_client.models.ScheduleCreate` for the
         fields); ``ValidationFailed``/``NotFound``/``Conflict`` name the field, nothing written."""
@@ -727,7 +733,7 @@ class Rail(Generic[E]):
         made = await self._write("schedule_tick", fire_due)
         return report.model_copy(update={"scheduled_tasks": made})
 
-    # -- rate limits -------------------------------------------------------------------------------
+    # -- rate limits ----------------------------------------------------------------------------
     async def set_rate_limit(
         self, role: str, *, rate: str | None = None, max_running: int | None = None
     ) -> RateLimit:
@@ -742,7 +748,7 @@ class Rail(Generic[E]):
         """Remove ``role``'s limit: its claims are no longer limited."""
         return await self._write("clear_rate_limit", lambda c: clear_limit(c, role))
 
-    # -- following a task --------------------------------------------------------------------------
+    # -- following a task -----------------------------------------------------------------------
     async def follow_task(
         self, task_id: str, *, after: str | None = None, timeout_ms: int = 30_000, limit: int = 100
     ) -> TaskFollow:
@@ -772,7 +778,7 @@ class Rail(Generic[E]):
         finally:
             changes.followers -= 1
 
-    # -- workers -----------------------------------------------------------------------------------
+    # -- workers --------------------------------------------------------------------------------
     async def register_worker(self, worker_id: str, **fields: Any) -> WorkerInfo:
         """Register worker ``worker_id`` or refresh it (the fields of
         :class:`~tracker_client.observe_models.WorkerRegister`); last seen is now, by the
@@ -788,7 +794,7 @@ class Rail(Generic[E]):
         """Remove a worker's registration (it comes back at its next refresh if it runs)."""
         return await self._write("forget_worker", lambda c: forget(c, worker_id))
 
-    # -- spans -------------------------------------------------------------------------------------
+    # -- spans ----------------------------------------------------------------------------------
     async def ingest_traces(self, document: Mapping[str, Any]) -> OtlpIngestResult:
         """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (``POST /v1/traces``
         with a JSON content type), linked to their task and run by the attributes
@@ -830,7 +836,7 @@ class Rail(Generic[E]):
             "list_spans", lambda c: list_task_spans(c, task_id, run_id or None, count)
         )
 
-    # -- agents ------------------------------------------------------------------------------------
+    # -- agents ---------------------------------------------------------------------------------
     async def checkpoint(self, lease: LeaseRef, data: Any) -> None:
         """Replace the run's checkpoint with ``data`` (at most 64 KiB of JSON)."""
         digest = token_hash(lease.lease_token.get_secret_value())
@@ -873,7 +879,7 @@ class Rail(Generic[E]):
             ),
         )
 
-    # -- claim_many --------------------------------------------------------------------------------
+    # -- claim_many -----------------------------------------------------------------------------
     async def claim_many(
         self,
         agent_id: str,
@@ -898,7 +904,7 @@ class Rail(Generic[E]):
 
         return await self._write("claim_many", op)
 
-    # -- finish ------------------------------------------------------------------------------------
+    # -- finish ---------------------------------------------------------------------------------
     async def finish(
         self,
         lease: LeaseRef,
@@ -918,7 +924,7 @@ class Rail(Generic[E]):
             lambda c: finish_keyed(c, run_id, digest, parts, self._rng, idempotency_key),
         )
 
-    # -- finish_many -------------------------------------------------------------------------------
+    # -- finish_many ----------------------------------------------------------------------------
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
         """Write each item as ``finish`` would, in one transaction; per item, its
         :class:`~tracker_client.contract.batch_models.FinishResult` or the error that
@@ -947,7 +953,7 @@ class Rail(Generic[E]):
 
         return await self._write("finish_many", op)
 
-    # -- backlog operations ------------------------------------------------------------------------
+    # -- backlog operations ---------------------------------------------------------------------
     async def cancel(
         self, task_id: str, *, reason: str = "cancelled", idempotency_key: str | None = None
     ) -> CancelResult:

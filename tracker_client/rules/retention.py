@@ -17,7 +17,7 @@ Afterwards ``PRAGMA incremental_vacuum`` gives freed pages back to the file syst
 
 This room touches the tables of tasks and what hangs off them, ``idempotency`` and the span
 tables (``spans``, ``span_batches``); it is driven
-by :class:`~.core.TrackerCore` (``maintenance`` and ``purge``).
+by :class:`~tracker_client.rules.rail.Rail` (``maintenance`` and ``purge``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The live worker registry (extension ``workers``): who is working on this rail, and on what.
 
-A worker process registers itself with :meth:`WorkerOps.register_worker` (one upsert of a row
+A worker process registers itself with :meth:`~.rail.Rail.register_worker` (one upsert of a row
 of ``workers``, schema 0006) at start and at every refresh; the same call stamps
 ``last_seen_at_ms`` with the rail's clock. Nothing else is stored about its life: the state is
 read at read time, from the row and the rail's clock:
