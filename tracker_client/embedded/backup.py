@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracker_client.embedded.core import STATEMENTS
+from tracker_client.embedded.engine import STATEMENTS
 from tracker_client.embedded.migrate import APPLICATION_ID, SCHEMA_VERSION
 from tracker_client.embedded.sqlerrors import map_sqlite_error
 from tracker_client.errors import ConfigError, TrackerCorrupt, TrackerUnavailable
