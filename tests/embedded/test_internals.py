@@ -32,7 +32,7 @@ async def test_no_sqlite_statement_runs_on_the_event_loop_thread(tmp_path: Path)
     threads: set[int] = set()
     try:
         # The trace callback runs in the thread that executes each statement.
-        tracker._engine.db.conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+        tracker.engine.db.conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
         pid = await tracker.create_pipeline("p", PIPE)
         tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
         lease = await tracker.claim("a", "coder", 10_000)
@@ -50,7 +50,7 @@ async def test_no_sqlite_statement_runs_on_the_event_loop_thread(tmp_path: Path)
         await tracker.wait_for_work(0.01)
         await tracker.maintenance()
     finally:
-        tracker._engine.db.conn.set_trace_callback(None)
+        tracker.engine.db.conn.set_trace_callback(None)
         await tracker.aclose()
     assert threads, "no statement was traced"
     assert threading.get_ident() not in threads
@@ -278,16 +278,16 @@ async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -
             entered.set()
             gate.wait(30)
 
-        commits = tracker._engine.db._commits
+        commits = tracker.engine.db._commits
         async with anyio.create_task_group() as tg:
             # hold the database thread so that all twelve writes queue up behind it
-            tg.start_soon(tracker._engine.db.run, hold)
+            tg.start_soon(tracker.engine.db.run, hold)
             await _until(entered.is_set)
             for i in range(12):
                 tg.start_soon(create, i)
-            await _until(lambda: tracker._engine.db._worker._queue.qsize() == 12)
+            await _until(lambda: tracker.engine.db._worker._queue.qsize() == 12)
             gate.set()
-        assert tracker._engine.db._commits == commits + 1  # one group commit for all eleven
+        assert tracker.engine.db._commits == commits + 1  # one group commit for all eleven
         assert isinstance(outcomes.pop(3), ValidationFailed)
         assert all(isinstance(v, str) for v in outcomes.values())
         listed = await tracker.list_tasks(limit=100)
@@ -335,11 +335,11 @@ async def test_a_write_that_fails_after_writing_is_undone_and_the_group_replayed
             gate.wait(30)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(tracker._engine.db.run, hold)
+            tg.start_soon(tracker.engine.db.run, hold)
             await _until(entered.is_set)
             for key, fail in (("a", False), ("b", True), ("c", False)):
                 tg.start_soon(write, key, fail)
-            await _until(lambda: tracker._engine.db._worker._queue.qsize() == 3)
+            await _until(lambda: tracker.engine.db._worker._queue.qsize() == 3)
             gate.set()
         assert isinstance(outcomes["b"], ValidationFailed)
         assert outcomes["a"] is None and outcomes["c"] is None
@@ -355,7 +355,7 @@ async def test_blocking_hand_off_used_off_asyncio(tmp_path: Path) -> None:
 
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     try:
-        db = tracker._engine.db
+        db = tracker.engine.db
         answer = await anyio.to_thread.run_sync(db._blocking_call, _Job(lambda: 41 + 1))
         assert answer == 42
 

@@ -47,7 +47,7 @@ async def test_a_follower_is_woken_by_another_hosts_event_by_notify(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(follow_it)
                 assert isinstance(follower, PostgresTracker)
-                while not follower._changes.followers:  # the follow is waiting
+                while not follower.engine.changes.followers:  # the follow is waiting
                     await anyio.sleep(0.01)
                 await writer.add_event(lease, "progress", {"host": "b"})
         assert [e.data for e in got[0].events] == [{"host": "b"}]

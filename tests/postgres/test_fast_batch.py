@@ -252,7 +252,7 @@ async def test_without_the_lane_the_hot_calls_run_on_the_pool(
     second loop while the lane is busy, gets): one round trip each, the same answers."""
     tracker: Any = await open_tracker(_url())
     try:
-        tracker._engine.db.lane = None  # every call on the pool (see Database.lane)
+        tracker.engine.db.lane = None  # every call on the pool (see Database.lane)
         pid = await make_pipeline(tracker, simple_pipeline())
         ids = await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(3)])
         before = sent.count
