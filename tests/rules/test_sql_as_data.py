@@ -22,11 +22,9 @@ CONVERTED = [
         for area in (
             "agents",
             "backlog",
-            "backlog_ops",
             "createopts",
             "follow",
             "pipelines",
-            "ratelimit_ops",
             "ratelimits",
             "retention",
             "schedules",
