@@ -43,6 +43,8 @@ __all__ = [
     "FailResult",
     "Health",
     "Lease",
+    "ListedRun",
+    "ListedState",
     "Page",
     "Pipeline",
     "QueueStats",
@@ -144,6 +146,25 @@ class TaskCreate(_CreateModel):
     parent_id: str | None = None
 
 
+class ListedRun(_Model):
+    """A task's latest run as ``GET /tasks`` lists it (extension ``list_state``)."""
+
+    status: RunStatus
+    attempt: int
+    agent_id: str
+
+
+class ListedState(_Model):
+    """What a listing says of a task beyond its row (extension ``list_state``): its latest run
+    and whether a dependency holds it, so ``task list`` shows every task's state from one
+    request per page instead of reading each open task whole (docs/operate/cli.md)."""
+
+    #: The task's latest run (None: never claimed).
+    latest_run: ListedRun | None = None
+    #: A dependency is not resolved yet (its upstream is open, dead-lettered or gone).
+    blocked: bool = False
+
+
 class Task(_Model):
     """A task as listed, claimed, and as the base of :class:`TaskDetail`."""
 
@@ -175,6 +196,9 @@ class Task(_Model):
     max_stale_attempts: int | None = None
     #: Lease expiries in a row now (a finished run or a requeue starts the count again).
     stale_streak: int = 0
+    #: Its latest run and whether it is blocked, as ``list_tasks`` answers it on a rail with
+    #: extension ``list_state``; None in any other answer, and on a plain NullTickets server.
+    listed: ListedState | None = None
 
 
 class Run(_Model):

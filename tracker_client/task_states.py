@@ -12,7 +12,14 @@ from collections.abc import Mapping
 
 from tracker_client.models import Pipeline, Task, TaskDetail
 
-__all__ = ["STATES", "coarse_state", "dead_letter_note", "stage_definition", "task_state"]
+__all__ = [
+    "STATES",
+    "coarse_state",
+    "dead_letter_note",
+    "stage_definition",
+    "state_of",
+    "task_state",
+]
 
 #: Every state, with what it means; every task is in exactly one.
 STATES: Mapping[str, str] = {
@@ -46,13 +53,19 @@ def coarse_state(task: Task, stage: Mapping[str, object]) -> str | None:
 
 def task_state(task: Task, stage: Mapping[str, object], detail: TaskDetail | None) -> str:
     """One of :data:`STATES` (``detail``, the task read whole, is needed for an open task)."""
+    run = detail.latest_run if detail is not None else None
+    return state_of(task, stage, run.status if run is not None else None)
+
+
+def state_of(task: Task, stage: Mapping[str, object], run_status: str | None) -> str:
+    """One of :data:`STATES`, from the task and its latest run's status (None: never claimed),
+    as a listing with extension ``list_state`` carries it (``Task.listed``)."""
     coarse = coarse_state(task, stage)
     if coarse is not None:
         return coarse
-    run = detail.latest_run if detail is not None else None
-    if run is not None and run.status == "running":
+    if run_status == "running":
         return "running"
-    if run is not None and run.status in ("failed", "stale"):
+    if run_status in ("failed", "stale"):
         return "failed"
     return "waiting"
 

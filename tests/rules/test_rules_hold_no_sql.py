@@ -52,15 +52,28 @@ def test_a_rules_module_holds_no_sql(module: str) -> None:
     assert found == [], f"rules/{module} holds SQL text; name it in each engine's sql/"
 
 
+#: What a task page adds to its scan (extension ``list_state``): each listed task's latest run
+#: and its unresolved dependencies, every look-up by an index (one row each, never a scan).
+LISTED = (
+    " | SEARCH r USING PRIMARY KEY (id=?) LEFT-JOIN | CORRELATED SCALAR SUBQUERY 2"
+    " | SEARCH runs USING INDEX sqlite_autoindex_runs_2 (task_id=?)"
+    " | CORRELATED SCALAR SUBQUERY 1"
+    " | SEARCH d USING COVERING INDEX sqlite_autoindex_dependencies_1 (task_id=?)"
+    " | SEARCH u USING INDEX sqlite_autoindex_tasks_1 (id=?) LEFT-JOIN"
+)
+
 #: Page statement -> its SQLite plan, the very plan of the SQL it replaced (built from the
-#: filters given, with or without the cursor's clause: EXPLAIN QUERY PLAN of both read alike).
+#: filters given, with or without the cursor's clause: EXPLAIN QUERY PLAN of both read alike),
+#: plus, for tasks, the listed state's look-ups.
 PAGE_PLAN = {
-    "tasks.page": "SCAN tasks USING INDEX tasks_order",
-    "tasks.page_by_stage": "SCAN tasks USING INDEX tasks_order",
-    "tasks.page_by_pipeline": "SEARCH tasks USING INDEX tasks_pipeline (pipeline_id=?) "
-    "| USE TEMP B-TREE FOR ORDER BY",
-    "tasks.page_by_stage_pipeline": "SEARCH tasks USING INDEX tasks_pipeline (pipeline_id=?) "
-    "| USE TEMP B-TREE FOR ORDER BY",
+    "tasks.page": "SCAN t USING INDEX tasks_order" + LISTED,
+    "tasks.page_by_stage": "SCAN t USING INDEX tasks_order" + LISTED,
+    "tasks.page_by_pipeline": "SEARCH t USING INDEX tasks_pipeline (pipeline_id=?)"
+    + LISTED
+    + " | USE TEMP B-TREE FOR ORDER BY",
+    "tasks.page_by_stage_pipeline": "SEARCH t USING INDEX tasks_pipeline (pipeline_id=?)"
+    + LISTED
+    + " | USE TEMP B-TREE FOR ORDER BY",
     "reads.artifacts_page": "SCAN artifacts USING INDEX artifacts_order",
     "reads.artifacts_page_by_task": "SEARCH artifacts USING INDEX artifacts_task (task_id=?)",
     "reads.artifacts_page_by_run": "SEARCH artifacts USING INDEX artifacts_run (run_id=?)",

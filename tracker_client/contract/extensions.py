@@ -48,6 +48,8 @@ EXTENSIONS: Mapping[str, str] = {
     "one write, all or nothing)",
     "finish_many": "POST /runs/finish-many (the final reports of up to 100 runs in one write, "
     "each all or nothing under its own lease token and idempotency key)",
+    "list_state": "GET /tasks answers each task's latest run (status, attempt, agent) and "
+    'whether a dependency blocks it, under "listed"',
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }

@@ -102,7 +102,7 @@ OPERATIONS: tuple[Operation, ...] = (
         response=IdAnswer, errors=(400, 404, 409, 429),
         features=("backlog", "delayed_tasks", "dedupe", "subtasks"), wakes=True, idempotent=True),
     _op("list_tasks", "GET", "/tasks", "List tasks (cursor = last item, never skips)",
-        response=m.Task, shape="page", errors=(400,),
+        response=m.Task, shape="page", errors=(400,), features=("list_state",),
         query=(Query("stage"), Query("pipeline_id"), *_LIMIT_CURSOR), quirk=_SKIP),
     _op("get_task", "GET", "/tasks/{task_id}", "Get task with latest run and relations",
         response=m.TaskDetail, errors=(404,)),

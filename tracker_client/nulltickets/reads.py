@@ -3,6 +3,7 @@
 * NullTickets' ``next_cursor`` skips one item per page: the cursor handed back is rebuilt from
   the page's last item (``<created_at_ms>:<id>`` for tasks and artifacts, the id for events);
 * ``list_runs`` is an extension: a plain server gives only the task's latest run;
+* a listed task's ``listed`` state is an extension (``list_state``), kept only when listed;
 * ``queue_stats`` without a window uses a third of the default lease TTL;
 * ``get_task`` is also the read-back of ``fail``, ``transition``, ``add_artifact`` and ``wait``.
 
@@ -47,10 +48,15 @@ async def get_task(wire: Wire, task_id: str) -> TaskDetail:
 async def list_tasks(
     wire: Wire, stage: str | None, pipeline_id: str | None, limit: int, cursor: str | None
 ) -> Page[Task]:
-    """One page of tasks; the cursor rebuilt from the last item (no task skipped)."""
+    """One page of tasks; the cursor rebuilt from the last item (no task skipped). Each task's
+    ``listed`` state is kept only from a server that lists extension ``list_state`` (None
+    otherwise: the caller reads an open task whole, as on NullTickets)."""
     query = {"stage": stage, "pipeline_id": pipeline_id, "limit": limit, "cursor": cursor}
     page = await wire.call("list_tasks", query=query, into=Page[Task])
-    return Page[Task](items=page.items, next_cursor=item_cursor(page, "task"))
+    items = page.items
+    if any(t.listed is not None for t in items) and not await wire.discovery.has("list_state"):
+        items = [t.model_copy(update={"listed": None}) for t in items]
+    return Page[Task](items=items, next_cursor=item_cursor(page, "task"))
 
 
 async def list_artifacts(

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 from tracker_client.bounds import MAX_DURATION_MS, MAX_EPOCH_MS, MAX_TITLE_CHARS
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
 from tracker_client.models import (
+    ListedRun,
+    ListedState,
     Page,
     Pipeline,
     Run,
@@ -377,11 +379,24 @@ _TASK_PAGES = {
 def list_tasks(
     ctx: Ctx, stage: str | None, pipeline_id: str | None, limit: int, cursor: str | None
 ) -> Page[Task]:
-    """Tasks in creation order, a page at a time."""
+    """Tasks in creation order, a page at a time, each with its :class:`ListedState` (extension
+    ``list_state``: its latest run and whether it is blocked, read in the page's statement)."""
     page = _TASK_PAGES[stage is not None, pipeline_id is not None]
     filters = {"stage": stage, "pipeline_id": pipeline_id}
-    items, nxt = page_by_creation(ctx, page, "tasks.seq_of", filters, limit, cursor, task_from_row)
+    items, nxt = page_by_creation(ctx, page, "tasks.seq_of", filters, limit, cursor, _listed)
     return Page[Task](items=items, next_cursor=nxt)
+
+
+def _listed(row: Any) -> Task:
+    """A listed task from a page row: the ``tasks`` columns, then ``run_status``,
+    ``run_attempt``, ``run_agent_id`` (NULL: never claimed) and ``blocked``."""
+    run = None
+    if row["run_status"] is not None:
+        run = ListedRun(
+            status=row["run_status"], attempt=row["run_attempt"], agent_id=row["run_agent_id"]
+        )
+    listed = ListedState(latest_run=run, blocked=bool(row["blocked"]))
+    return task_from_row(row).model_copy(update={"listed": listed})
 
 
 def get_task(ctx: Ctx, task_id: str) -> TaskDetail:

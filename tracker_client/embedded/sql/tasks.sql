@@ -32,30 +32,58 @@ VALUES (?, ?, ?, 1, ?, ?);
 SELECT seq FROM tasks WHERE id = ?;
 
 -- Tasks in creation order after the cursor (:after_ms NULL: from the first), one statement
--- per filter set.
+-- per filter set; each with its latest run and whether a dependency blocks it (extension
+-- list_state: what `task list` shows, in one request per page).
 -- name: tasks.page
-SELECT * FROM tasks
-WHERE (:after_ms IS NULL OR created_at_ms > :after_ms
-       OR (created_at_ms = :after_ms AND seq > :after_seq))
-ORDER BY created_at_ms, seq LIMIT :limit;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = t.id ORDER BY attempt DESC LIMIT 1)
+WHERE (:after_ms IS NULL OR t.created_at_ms > :after_ms
+       OR (t.created_at_ms = :after_ms AND t.seq > :after_seq))
+ORDER BY t.created_at_ms, t.seq LIMIT :limit;
 
 -- name: tasks.page_by_stage
-SELECT * FROM tasks WHERE stage = :stage
-AND (:after_ms IS NULL OR created_at_ms > :after_ms
-     OR (created_at_ms = :after_ms AND seq > :after_seq))
-ORDER BY created_at_ms, seq LIMIT :limit;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = t.id ORDER BY attempt DESC LIMIT 1)
+WHERE t.stage = :stage
+AND (:after_ms IS NULL OR t.created_at_ms > :after_ms
+     OR (t.created_at_ms = :after_ms AND t.seq > :after_seq))
+ORDER BY t.created_at_ms, t.seq LIMIT :limit;
 
 -- name: tasks.page_by_pipeline
-SELECT * FROM tasks WHERE pipeline_id = :pipeline_id
-AND (:after_ms IS NULL OR created_at_ms > :after_ms
-     OR (created_at_ms = :after_ms AND seq > :after_seq))
-ORDER BY created_at_ms, seq LIMIT :limit;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = t.id ORDER BY attempt DESC LIMIT 1)
+WHERE t.pipeline_id = :pipeline_id
+AND (:after_ms IS NULL OR t.created_at_ms > :after_ms
+     OR (t.created_at_ms = :after_ms AND t.seq > :after_seq))
+ORDER BY t.created_at_ms, t.seq LIMIT :limit;
 
 -- name: tasks.page_by_stage_pipeline
-SELECT * FROM tasks WHERE stage = :stage AND pipeline_id = :pipeline_id
-AND (:after_ms IS NULL OR created_at_ms > :after_ms
-     OR (created_at_ms = :after_ms AND seq > :after_seq))
-ORDER BY created_at_ms, seq LIMIT :limit;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = t.id ORDER BY attempt DESC LIMIT 1)
+WHERE t.stage = :stage AND t.pipeline_id = :pipeline_id
+AND (:after_ms IS NULL OR t.created_at_ms > :after_ms
+     OR (t.created_at_ms = :after_ms AND t.seq > :after_seq))
+ORDER BY t.created_at_ms, t.seq LIMIT :limit;
 
 -- Tasks (in a stage, of a pipeline: NULL for any), counted without listing them.
 -- name: tasks.count

@@ -32,30 +32,65 @@ VALUES (%s, %s, %s, 1, %s, %s);
 SELECT seq FROM tasks WHERE id = %s;
 
 -- Tasks in creation order after the cursor (:after_ms NULL: from the first), one statement
--- per filter set.
+-- per filter set; each with its latest run and whether a dependency blocks it (extension
+-- list_state: what `task list` shows, in one request per page).
 -- name: tasks.page
-SELECT * FROM tasks
-WHERE (%(after_ms)s IS NULL OR created_at_ms > %(after_ms)s
-       OR (created_at_ms = %(after_ms)s AND seq > %(after_seq)s))
-ORDER BY created_at_ms, seq LIMIT %(limit)s;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
+                   ORDER BY attempt DESC LIMIT 1) r ON true
+WHERE (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
+       OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
+ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
 
 -- name: tasks.page_by_stage
-SELECT * FROM tasks WHERE stage = %(stage)s
-AND (%(after_ms)s IS NULL OR created_at_ms > %(after_ms)s
-     OR (created_at_ms = %(after_ms)s AND seq > %(after_seq)s))
-ORDER BY created_at_ms, seq LIMIT %(limit)s;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
+                   ORDER BY attempt DESC LIMIT 1) r ON true
+WHERE t.stage = %(stage)s
+AND (stage)s
+AND (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
+     OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
+ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
 
 -- name: tasks.page_by_pipeline
-SELECT * FROM tasks WHERE pipeline_id = %(pipeline_id)s
-AND (%(after_ms)s IS NULL OR created_at_ms > %(after_ms)s
-     OR (created_at_ms = %(after_ms)s AND seq > %(after_seq)s))
-ORDER BY created_at_ms, seq LIMIT %(limit)s;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
+                   ORDER BY attempt DESC LIMIT 1) r ON true
+WHERE t.pipeline_id = %(pipeline_id)s
+AND (pipeline_id)s
+AND (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
+     OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
+ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
 
 -- name: tasks.page_by_stage_pipeline
-SELECT * FROM tasks WHERE stage = %(stage)s AND pipeline_id = %(pipeline_id)s
-AND (%(after_ms)s IS NULL OR created_at_ms > %(after_ms)s
-     OR (created_at_ms = %(after_ms)s AND seq > %(after_seq)s))
-ORDER BY created_at_ms, seq LIMIT %(limit)s;
+SELECT t.*, r.status AS run_status, r.attempt AS run_attempt, r.agent_id AS run_agent_id,
+       EXISTS (SELECT 1 FROM dependencies d LEFT JOIN tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = t.id
+               AND (u.id IS NULL OR u.terminal <> 1 OR u.dead_letter_reason IS NOT NULL))
+       AS blocked
+FROM tasks t
+LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
+                   ORDER BY attempt DESC LIMIT 1) r ON true
+WHERE t.stage = %(stage)s AND t.pipeline_id = %(pipeline_id)s
+AND (stage)s AND pipeline_id = %(pipeline_id)s
+AND (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
+     OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
+ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
 
 -- Tasks (in a stage, of a pipeline: NULL for any), counted without listing them.
 -- name: tasks.count

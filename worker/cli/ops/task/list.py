@@ -17,9 +17,22 @@ import click
 from rich import box
 from rich.table import Table
 
-from tracker_client.models import CORRUPT_MARKER, Pipeline, Task, TaskDetail
+from tracker_client.models import (
+    CORRUPT_MARKER,
+    ListedRun,
+    ListedState,
+    Pipeline,
+    Task,
+    TaskDetail,
+)
 from tracker_client.protocol import Tracker
-from tracker_client.task_states import STATES, coarse_state, stage_definition, task_state
+from tracker_client.task_states import (
+    STATES,
+    coarse_state,
+    stage_definition,
+    state_of,
+    task_state,
+)
 from worker.cli.ops.common import (
     EXIT_USAGE,
     OpsContext,
@@ -54,13 +67,29 @@ class ListedTask:
     detail: str = ""
 
     async def resolve(self, tracker: Tracker, pipeline: Pipeline | None, now: int) -> None:
-        """Settle ``state`` and the words of the state column (reads an open task's run)."""
+        """Settle ``state`` and the words of the state column: from the listing's
+        ``Task.listed`` (extension ``list_state``), else (a plain NullTickets server) from
+        reading the open task whole, one request each."""
         if self.detail:
             return
-        coarse = coarse_state(self.task, stage_definition(pipeline, self.task.stage))
-        detail = await tracker.get_task(self.task.id) if coarse is None else None
-        self.state = task_state(self.task, stage_definition(pipeline, self.task.stage), detail)
-        self.detail = _describe(self.task, self.state, detail, now)
+        stage = stage_definition(pipeline, self.task.stage)
+        listed = self.task.listed
+        if listed is None and coarse_state(self.task, stage) is None:
+            listed = _listed_of(await tracker.get_task(self.task.id))
+        run = listed.latest_run if listed is not None else None
+        self.state = state_of(self.task, stage, run.status if run is not None else None)
+        self.detail = _describe(self.task, self.state, listed, now)
+
+
+def _listed_of(detail: TaskDetail) -> ListedState:
+    """What a ``list_state`` listing would have said of the task read whole."""
+    run = detail.latest_run
+    return ListedState(
+        latest_run=None
+        if run is None
+        else ListedRun(status=run.status, attempt=run.attempt, agent_id=run.agent_id),
+        blocked=any(not d.resolved for d in detail.dependencies),
+    )
 
 
 def _role(pipeline: Pipeline | None, stage: str) -> str | None:
@@ -68,13 +97,13 @@ def _role(pipeline: Pipeline | None, stage: str) -> str | None:
     return role if isinstance(role, str) else None
 
 
-def _describe(task: Task, state: str, detail: TaskDetail | None, now: int) -> str:
+def _describe(task: Task, state: str, listed: ListedState | None, now: int) -> str:
     corrupt = isinstance(task.metadata, dict) and CORRUPT_MARKER in task.metadata
     if state == "dead":
         return f"dead ({task.dead_letter_reason})" + (", corrupt metadata" if corrupt else "")
     if corrupt:
         return "corrupt metadata (dead-lettered at its next claim)"
-    run = detail.latest_run if detail is not None else None
+    run = listed.latest_run if listed is not None else None
     if state == "running" and run is not None:
         return f"running (attempt {run.attempt}, {run.agent_id})"
     words = state
@@ -82,7 +111,7 @@ def _describe(task: Task, state: str, detail: TaskDetail | None, now: int) -> st
         words = f"failed (attempt {run.attempt})"
     if task.next_eligible_at_ms > now:
         words += f", retry at {fmt_when(task.next_eligible_at_ms)}"
-    elif detail is not None and any(not d.resolved for d in detail.dependencies):
+    elif listed is not None and listed.blocked:
         words += ", blocked"
     return words
 
@@ -131,8 +160,9 @@ async def select_tasks(
             raise _known("role", role, roles, where)
     pipeline_id = scope[0].id if pipeline else None
     now = now_ms()
-    # An open task's state needs its latest run, one read each: only when --state asks for an
-    # open state; otherwise only the tasks shown are read (see ``show``).
+    # An open task's state needs its latest run: the listing carries it (``list_state``); on a
+    # plain NullTickets server it is one read each, only when --state asks for an open state,
+    # otherwise only for the tasks shown (see ``show``).
     open_states = bool(set(states) & {"waiting", "running", "failed"})
     listed: list[ListedTask] = []
     for task in await _read_all(tracker, stage, pipeline_id):
