@@ -157,7 +157,7 @@ class ListedRun(_Model):
 class ListedState(_Model):
     """What a listing says of a task beyond its row (extension ``list_state``): its latest run
     and whether a dependency holds it, so ``task list`` shows every task's state from one
-    request per page instead of reading each open task whole (docs/operate/cli.md)."""
+    request per page instead of reading each open task whole (docs/operate/commands.md)."""
 
     #: The task's latest run (None: never claimed).
     latest_run: ListedRun | None = None

@@ -144,6 +144,8 @@ FACE: tuple[PublicModule, ...] = (
             "AvailableTransition",
             "Dependency",
             "Event",
+            "ListedRun",
+            "ListedState",
             "Pipeline",
             "Run",
             "StoreEntry",

@@ -81,6 +81,46 @@ async def test_task_list_filters(tracker: Tracker) -> None:
     assert (await tracker.list_tasks(stage="nowhere")).items == []
 
 
+async def test_listed_tasks_carry_their_latest_run_and_blockage(tracker: Tracker) -> None:
+    # ``task list`` shows each task's state from the listing alone (extension list_state): it
+    # read every open task whole before, one request each over HTTP.
+    pid = await make_pipeline(tracker)
+    up = await tracker.create_task(new_task(pid, "up"))
+    running, failed = await tracker.create_tasks(
+        [new_task(pid, "running", priority=9), new_task(pid, "failed", priority=8)]
+    )
+    blocked = await tracker.create_task(new_task(pid, "blocked", priority=9, dependencies=[up]))
+    lease = await claim(tracker, agent="agent-7")
+    assert lease.task.id == running
+    await tracker.fail(await claim(tracker, agent="agent-8"), "boom")
+    await claim(tracker, agent="agent-9")  # the retry of ``failed`` or ``up``: whichever first
+    listed = {t.id: t.listed for t in (await tracker.list_tasks(pipeline_id=pid)).items}
+    if "list_state" not in (await tracker.capabilities()).extensions:
+        assert set(listed.values()) == {None}
+        return
+    detail = {i: await tracker.get_task(i) for i in (up, running, failed, blocked)}
+    for task_id, state in listed.items():
+        assert state is not None
+        run = detail[task_id].latest_run
+        brief = state.latest_run
+        assert (brief is None) == (run is None), task_id
+        if brief is not None and run is not None:
+            assert (brief.status, brief.attempt, brief.agent_id) == (
+                run.status,
+                run.attempt,
+                run.agent_id,
+            )
+        assert state.blocked == any(not d.resolved for d in detail[task_id].dependencies)
+    assert listed[running] is not None and listed[running].latest_run is not None
+    assert (listed[running].latest_run.status, listed[running].latest_run.agent_id) == (
+        "running",
+        "agent-7",
+    )
+    assert listed[blocked] is not None and listed[blocked].blocked
+    assert listed[blocked].latest_run is None
+    assert listed[up] is not None and not listed[up].blocked
+
+
 async def test_event_pages_never_skip(tracker: Tracker) -> None:
     pid = await make_pipeline(tracker)
     await tracker.create_task(new_task(pid))

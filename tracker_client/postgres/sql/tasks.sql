@@ -57,7 +57,6 @@ FROM tasks t
 LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
                    ORDER BY attempt DESC LIMIT 1) r ON true
 WHERE t.stage = %(stage)s
-AND (stage)s
 AND (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
      OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
 ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
@@ -72,7 +71,6 @@ FROM tasks t
 LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
                    ORDER BY attempt DESC LIMIT 1) r ON true
 WHERE t.pipeline_id = %(pipeline_id)s
-AND (pipeline_id)s
 AND (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
      OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
 ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
@@ -87,7 +85,6 @@ FROM tasks t
 LEFT JOIN LATERAL (SELECT status, attempt, agent_id FROM runs WHERE task_id = t.id
                    ORDER BY attempt DESC LIMIT 1) r ON true
 WHERE t.stage = %(stage)s AND t.pipeline_id = %(pipeline_id)s
-AND (stage)s AND pipeline_id = %(pipeline_id)s
 AND (%(after_ms)s IS NULL OR t.created_at_ms > %(after_ms)s
      OR (t.created_at_ms = %(after_ms)s AND t.seq > %(after_seq)s))
 ORDER BY t.created_at_ms, t.seq LIMIT %(limit)s;
