@@ -198,7 +198,7 @@ class Task(_Model):
     stale_streak: int = 0
     #: Its latest run and whether it is blocked, as ``list_tasks`` answers it on a rail with
     #: extension ``list_state``; None in any other answer, and on a plain NullTickets server.
-    listed: ListedState | None = None
+    listed: ListedState | None = Field(None, json_schema_extra={"x-extension": "list_state"})
 
 
 class Run(_Model):

@@ -2,7 +2,9 @@
 
 The tracker lists tasks in creation order, filtered by pipeline and stage only. This command
 reads every matching page, derives each task's role (its stage's ``agent_role``) and state
-(:data:`STATES`), filters and sorts them, and prints the first ``--limit``.
+(:data:`STATES`), filters and sorts them, and prints the first ``--limit``. A rail lists each
+task's latest run with it (extension ``list_state``: one request per page); on a plain
+NullTickets server an open task's state takes a read of that task.
 
 It may touch the tracker (reads only: tasks, pipelines) and the terminal.
 """
@@ -59,7 +61,8 @@ PAGE = 1000
 
 @dataclass
 class ListedTask:
-    """A task as listed: its role, and its state once known (an open task's needs a read)."""
+    """A task as listed: its role, and its state once known (from the listing, or on a plain
+    NullTickets server from a read of the open task)."""
 
     task: Task
     role: str | None
