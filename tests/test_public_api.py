@@ -245,6 +245,8 @@ MEMBERS: dict[str, list[str]] = {
     "tracker_client.models.Dependency": ["depends_on_task_id", "resolved"],
     "tracker_client.models.Event": ["data", "id", "kind", "run_id", "task_id", "ts_ms"],
     "tracker_client.models.Pipeline": ["created_at_ms", "definition", "id", "name"],
+    "tracker_client.models.ListedRun": ["agent_id", "attempt", "status"],
+    "tracker_client.models.ListedState": ["blocked", "latest_run"],
     "tracker_client.models.Run": [
         "agent_id",
         "agent_role",
@@ -273,6 +275,7 @@ MEMBERS: dict[str, list[str]] = {
         "description",
         "expires_at_ms",
         "id",
+        "listed",
         "max_attempts",
         "max_stale_attempts",
         "metadata",
