@@ -29,6 +29,8 @@ PACKAGES = ("worker", "tracker_client", "plugins", "bench", "tests", "docs")
 #: The extras a module may use beyond the core dependencies, by path prefix (first match).
 EXTRA_OF = (
     ("tracker_client/postgres/", ("postgres",)),
+    # rail copy reaches PostgreSQL only when a URL names it (require("postgres", ...) first)
+    ("tracker_client/railcopy.py", ("postgres",)),
     ("worker/telemetry/tracing.py", ("otel",)),
     ("worker/telemetry/otlpjson.py", ("otel",)),
     ("tracker_client/mcp/", ("mcp",)),

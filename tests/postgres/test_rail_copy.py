@@ -19,12 +19,12 @@ from tests.contract.otlpdocs import document, span
 from tests.contract.support import claim, make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tests.worker.daemonkit import PIPELINE_TOML, clean_env, write_config
+from tracker_client import railcopy
 from tracker_client.errors import ConfigError, LeaseLost, NoRail
 from tracker_client.factory import open_tracker
 from tracker_client.models import ArtifactCreate
-from tracker_client.postgres import copy as railcopy
-from tracker_client.postgres.copy import CopyFailed, RailNotEmpty, copy_rail
 from tracker_client.protocol import Tracker
+from tracker_client.railcopy import CopyFailed, RailNotEmpty, copy_rail
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 

@@ -3,7 +3,7 @@
 ``backlog-worker rail backup|verify|restore``: backups of an embedded rail that restore
 (:mod:`tracker_client.embedded.backup`), and the invariants check on any database rail.
 
-The operator's face of :func:`tracker_client.postgres.copy.copy_rail`: an embedded file
+The operator's face of :func:`tracker_client.railcopy.copy_rail`: an embedded file
 (``sqlite:///old.db``) to PostgreSQL (``postgresql://user@host/db``) or back, every row with
 its ids, versions and timestamps, verified by per-table counts. A non-empty target is refused
 (``--force`` replaces its rows; never merges); a running task's lease arrives lapsed, so the
@@ -21,7 +21,7 @@ import click
 
 from tracker_client.errors import BacklogWorkerError, ConfigError
 from tracker_client.factory import URL_FORMS
-from tracker_client.postgres.copy import DEFAULT_BATCH, CopyReport, copy_rail
+from tracker_client.railcopy import DEFAULT_BATCH, CopyReport, copy_rail
 from tracker_client.rules.verify import VerifyReport
 from worker.cli.errors import EXIT_FAILURE, OpsError, input_errors
 
