@@ -33,6 +33,10 @@ BREAKING = Migration(
 )
 
 
+#: The additive migrations this build has past its level (recorded as additions).
+ADDED = set(range(migrate.LEVEL + 1, migrate.SCHEMA_VERSION + 1))
+
+
 @pytest.fixture
 def future(monkeypatch: pytest.MonkeyPatch) -> None:
     """This build with one more migration, a breaking one."""
@@ -72,19 +76,19 @@ async def test_a_breaking_change_waits_for_rail_migrate_and_the_old_workers(
         mp.setattr(migrate, "_MIGRATIONS", migrate._MIGRATIONS[:-1])
         mp.setattr(migrate, "SCHEMA_VERSION", BREAKING.number - 1)
         await _rail(path)
-    assert _level(path) == (migrate.LEVEL, {migrate.LEVEL + 1})
+    assert _level(path) == (migrate.LEVEL, ADDED)
 
     with pytest.raises(TrackerRejected, match=r"run `backlog-worker rail migrate") as refused:
         await EmbeddedTracker.open(str(path))
     assert refused.value.code == "schema_behind"
     assert BREAKING.name in str(refused.value)
-    assert _level(path) == (migrate.LEVEL, {migrate.LEVEL + 1})  # nothing changed
+    assert _level(path) == (migrate.LEVEL, ADDED)  # nothing changed
 
     url = f"sqlite:///{path}"
     held = CliRunner().invoke(main, ["rail", "migrate", "--tracker", url])
     assert held.exit_code == 1, held.output
     assert "1 worker(s) on other versions are still alive (old-host:4242 (0.1.0))" in held.stderr
-    assert _level(path) == (migrate.LEVEL, {migrate.LEVEL + 1})
+    assert _level(path) == (migrate.LEVEL, ADDED)
 
     conn = sqlite3.connect(path)
     conn.execute("UPDATE workers SET stopping = 1")
@@ -115,7 +119,7 @@ def test_a_rail_of_a_build_before_the_window_is_recorded_anew(tmp_path: Path) ->
         await tracker.aclose()
 
     anyio.run(reopen)
-    assert _level(path) == (migrate.LEVEL, {migrate.LEVEL + 1})
+    assert _level(path) == (migrate.LEVEL, ADDED)
 
 
 def test_the_window_constants_are_the_previous_releases_migrations() -> None:

@@ -5,7 +5,15 @@ thread (:mod:`.db`); writes run in one ``BEGIN IMMEDIATE`` transaction each (gro
 reads in one deferred transaction. Waiters in this process are woken by the write itself (the
 rail's :class:`~tracker_client.rules.engine.Changes`); writes of other processes sharing the
 file are noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``, gated by the WAL
-file's stat. Followers of a task's events wait on the same poll.
+file's stat. Followers of a task's events wake on every such commit.
+
+``data_version`` moves on every commit, heartbeats and events included, so it alone would wake
+every idle worker of every process on each of them. A write that wakes waiters
+(:func:`~tracker_client.rules.engine.wakes_waiters`) also bumps the ``wakes`` counter inside its
+own transaction (``wake.bump``); a waiter that sees ``data_version`` move reads the counter and
+sleeps on while it is unchanged. A release before the counter does not bump it, so a waiter
+still looks once a second after an unannounced commit (:data:`SAFETY_LOOK_S`): in a fleet
+mid-upgrade, an older writer's new work is picked up within that second instead of the poll.
 """
 
 from __future__ import annotations
@@ -19,13 +27,18 @@ from typing import TypeVar
 import anyio
 
 from tracker_client.embedded.db import Database
-from tracker_client.rules.engine import Changes
+from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
 
-__all__ = ["STATEMENTS", "SqliteEngine"]
+__all__ = ["SAFETY_LOOK_S", "STATEMENTS", "SqliteEngine"]
 
 #: The SQLite engine's named statements (``tracker_client/embedded/sql/*.sql``).
 STATEMENTS = Statements.load("tracker_client.embedded", "sqlite")
+_BUMP = STATEMENTS["wake.bump"]
+_COUNT = STATEMENTS["wake.count"]
+#: A waiter that saw another connection commit without bumping the wake counter still wakes
+#: after this long (a writer of a release before the counter announces nothing).
+SAFETY_LOOK_S = 1.0
 
 R = TypeVar("R")
 
@@ -39,7 +52,11 @@ class SqliteEngine:
         self._changes = Changes()
         self._dv = 0
         self._dv_at = -1e18
+        self._wakes: int | None = None
         self._wal_signature: tuple[int, int, int] | None = None
+        #: How many times a sleeper of this instance was woken by another connection's commit
+        #: (what the wake counter keeps low; tests and benches read it).
+        self.woken = 0
 
     @property
     def statements(self) -> Statements:
@@ -64,9 +81,17 @@ class SqliteEngine:
         self, where: str, job: Callable[[sqlite3.Connection], R], committed: Callable[[], None]
     ) -> R:
         """``job`` in a ``BEGIN IMMEDIATE`` transaction on the database thread (group commit:
-        ``committed`` runs there, right after the commit)."""
+        ``committed`` runs there, right after the commit). A write that wakes waiters bumps the
+        wake counter in the same transaction, for the other processes' waiters."""
         db = self.db
-        return await db.run_write(lambda: job(db.conn), where, committed)
+
+        def body() -> R:
+            result = job(db.conn)
+            if wakes_waiters(where, result):
+                db.conn.execute(_BUMP)
+            return result
+
+        return await db.run_write(body, where, committed)
 
     async def read(self, where: str, job: Callable[[sqlite3.Connection], R]) -> R:
         """``job`` in a deferred transaction on the database thread."""
@@ -74,15 +99,30 @@ class SqliteEngine:
         return await db.run(lambda: db.read(lambda: job(db.conn), where))
 
     async def watch(self, wait_s: float | None) -> _Seen:
-        """A look at ``data_version`` (see :class:`_Seen`)."""
-        return _Seen(self)
+        """A look at ``data_version`` and the wake counter (see :class:`_Seen`)."""
+        return _Seen(self, follower=False)
 
     async def follow(self, wait_s: float) -> _Seen:
-        """A follower looks as a waiter does."""
-        return _Seen(self)
+        """A follower's look: every commit may be an event of its task."""
+        return _Seen(self, follower=True)
 
-    async def _sleep_until_change(self, event: anyio.Event, version: int, limit_s: float) -> None:
-        """Until an in-process write sets ``event``, ``data_version`` moves, or ``limit_s``.
+    def _look(self) -> tuple[int, int | None]:
+        """``data_version`` and the wake counter (None: the rail has no counter), on the
+        database thread."""
+        db = self.db
+        version = db.data_version()
+        try:
+            wakes = int(db.conn.execute(_COUNT).fetchone()[0])
+        except sqlite3.OperationalError:
+            wakes = None  # a rail not migrated here: every commit wakes, as before the counter
+        return version, wakes
+
+    async def _sleep_until_change(
+        self, event: anyio.Event, seen: tuple[int, int | None], follower: bool, limit_s: float
+    ) -> None:
+        """Until an in-process write sets ``event``, another connection's commit that concerns
+        the sleeper (``seen``: the ``data_version`` and wake counter its read saw; a
+        ``follower`` wakes on any commit), or ``limit_s``.
 
         The cross-process poll is a task of its own that sleeps between looks, beside one wait
         on ``event``: a timed wait per look (a cancel scope timing out every
@@ -95,7 +135,7 @@ class SqliteEngine:
                 async def poll() -> None:
                     nonlocal error
                     try:
-                        await self._poll_until_moved(version)
+                        await self._poll_until_moved(seen, follower)
                     except Exception as exc:  # raised as it is, not in an exception group
                         error = exc
                     tg.cancel_scope.cancel()
@@ -106,25 +146,33 @@ class SqliteEngine:
         if error is not None:
             raise error
 
-    async def _poll_until_moved(self, version: int) -> None:
-        """Return once another connection's commit moved ``data_version`` past ``version``.
+    async def _poll_until_moved(self, seen: tuple[int, int | None], follower: bool) -> None:
+        """Return once another connection's commit concerns the sleeper: for a ``follower``
+        any commit since ``seen``; for a waiter, a commit that
+        bumped the wake counter past ``seen``, a rail without the counter, or any commit at
+        all once :data:`SAFETY_LOOK_S` passed (an older release's writer bumps nothing).
 
         Each look comes after ``poll_interval_s`` +-25 % (uniform): processes polling one file
         do not fall into step, and neither does a periodic task of the same process (anyio's
         ``wait_all_tasks_blocked``, sleeping 0.1 s between looks, locked into phase with a
         fixed 0.05 s poll and always saw the poller's timer just fired, so it never returned).
         """
+        version, wakes = seen
+        started = anyio.current_time()
         while True:
             await anyio.sleep(self._poll_interval_s * (0.75 + 0.5 * random.random()))
             # The stat gate can miss a same-size rewrite within one mtime tick, so a real
             # check still runs at least once a second.
-            stale = anyio.current_time() - self._dv_at > 1.0
-            if self._wal_may_have_changed() or stale:
-                # Refresh the shared version: other waiters of this instance read it too,
+            now = anyio.current_time()
+            if self._wal_may_have_changed() or now - self._dv_at > 1.0:
+                # Refresh the shared look: other sleepers of this instance read it too,
                 # since only the first to stat a change sees the signature move.
-                self._dv = await self.db.run(self.db.data_version)
+                self._dv, self._wakes = await self.db.run(self._look)
                 self._dv_at = anyio.current_time()
-            if self._dv != version:
+            if self._dv == version:
+                continue
+            if follower or wakes is None or self._wakes != wakes or now - started >= SAFETY_LOOK_S:
+                self.woken += 1
                 return
 
     def _wal_may_have_changed(self) -> bool:
@@ -148,20 +196,24 @@ class SqliteEngine:
 
 
 class _Seen:
-    """A waiter's look: the ``data_version`` its read saw, then a sleep until it moves."""
+    """A sleeper's look: the ``data_version`` and wake counter its read saw, then a sleep until
+    another connection's commit concerns it (any commit, for a follower)."""
 
-    __slots__ = ("_engine", "_version")
+    __slots__ = ("_engine", "_follower", "_look")
 
-    def __init__(self, engine: SqliteEngine) -> None:
+    def __init__(self, engine: SqliteEngine, *, follower: bool) -> None:
         self._engine = engine
-        self._version = 0
+        self._follower = follower
+        self._look: tuple[int, int | None] = (0, None)
 
     def stamp(self) -> None:
-        """Note ``data_version`` (on the database thread, inside the read)."""
-        self._version = self._engine.db.data_version()
+        """Note ``data_version`` and the wake counter (on the database thread, inside the
+        read: the counter is the one of the read's snapshot)."""
+        self._look = self._engine._look()
 
     async def sleep(self, event: anyio.Event, limit_s: float) -> None:
-        """Until ``event``, another connection's commit, or ``limit_s``."""
+        """Until ``event``, another connection's commit that concerns this sleeper, or
+        ``limit_s``."""
         engine = self._engine
-        engine._dv, engine._dv_at = self._version, anyio.current_time()
-        await engine._sleep_until_change(event, self._version, limit_s)
+        (engine._dv, engine._wakes), engine._dv_at = self._look, anyio.current_time()
+        await engine._sleep_until_change(event, self._look, self._follower, limit_s)

@@ -2,7 +2,7 @@
 -- step (tracker_client/embedded/migrate.py), recorded as version 8 (PRAGMA user_version).
 --
 -- An existing rail is brought here by the numbered migrations beside this file (0001_initial.sql
--- ... 0008_rail_secrets.sql), which stay as they were written: history, each a diff. A change to
+-- ... 0009_wakes.sql), which stay as they were written: history, each a diff. A change to
 -- the schema is a new numbered migration AND the same change here; tests/embedded/test_schema.py
 -- proves this file equals every migration applied to an empty file (sqlite_master, normalised).
 --
@@ -317,3 +317,16 @@ CREATE TABLE rail_secrets (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
 ) WITHOUT ROWID;
+
+-- Schema 9: the cross-process wake counter.
+-- `wakes`: one row (made by the first write that bumps it) whose `n` every write that may make
+-- work claimable or revoke a lease bumps inside its own transaction (the rail's rule:
+-- tracker_client/rules/engine.py `wakes_waiters`). An idle waiter of another process that sees
+-- `PRAGMA data_version` move reads `n` and sleeps on when it did not move: a heartbeat or an event
+-- wakes nobody. Releases before this one do not bump it; their commits are noticed by the
+-- waiters' once-a-second safety look (tracker_client/embedded/engine.py).
+
+CREATE TABLE wakes (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    n INTEGER NOT NULL
+);
