@@ -67,8 +67,9 @@ ORDER = (
 )
 #: Bookkeeping of one engine, never copied; and the rail's own secrets (``rail_secrets``): a
 #: copy is a new rail and makes its own lease-token key on its first keyed claim (no lease is
-#: live across a copy, so none needs the old key; two rails never share one).
-_SKIP = frozenset({"sqlite_sequence", "backlog_schema", "followers", "rail_secrets"})
+#: live across a copy, so none needs the old key; two rails never share one). The SQLite
+#: engine's wake counter (``wakes``) is bookkeeping too: a copy's first waking write makes its own.
+_SKIP = frozenset({"sqlite_sequence", "backlog_schema", "followers", "rail_secrets", "wakes"})
 DEFAULT_BATCH = 1000
 
 
