@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -29,6 +28,7 @@ import anyio
 
 from tracker_client.capabilities import Capabilities
 from tracker_client.errors import TrackerUnavailable
+from tracker_client.rules.common import new_id
 from worker.telemetry import NOOP, Telemetry
 
 __all__ = ["RetryPolicy", "TrackerCalls", "call_with_retry"]
@@ -152,8 +152,13 @@ class TrackerCalls:
         return cls(policy, keys=capabilities.answers_can_be_lost, telemetry=telemetry)
 
     def new_key(self) -> str | None:
-        """A fresh idempotency key for one logical write (None when the tracker needs none)."""
-        return str(uuid.uuid4()) if self.keys else None
+        """A fresh idempotency key for one logical write (None when the tracker needs none).
+
+        Keys lead with the time (:func:`~tracker_client.rules.common.new_id`): the rail's
+        idempotency index then grows at its right edge instead of writing a random page per
+        write, a page seldom in memory on a rail that keeps many records (docs/benchmarks.md,
+        "Finished tasks kept")."""
+        return new_id() if self.keys else None
 
     async def write(
         self,
@@ -163,7 +168,7 @@ class TrackerCalls:
         budget_s: float | None,
     ) -> T:
         """Send ``fn(key)`` with one fresh key, retrying transient errors within ``budget_s``."""
-        key = str(uuid.uuid4()) if self.keys else None
+        key = new_id() if self.keys else None
         if self.telemetry.enabled:
             return await call_with_retry(
                 self._observed(action, lambda: fn(key)),

@@ -1,5 +1,5 @@
 -- The PostgreSQL rail's schema as it is now: what a new rail's schema is created from, in one
--- step, recorded at version 13 (tracker_client/postgres/migrate.py). Its functions are the current
+-- step, recorded at version 14 (tracker_client/postgres/migrate.py). Its functions are the current
 -- ones (a migration's CREATE OR REPLACE keeps only the last); tracker_client/postgres/sql/ holds
 -- the statements that call them.
 --
@@ -103,6 +103,9 @@ CREATE INDEX tasks_parent ON tasks (parent_id) WHERE parent_id IS NOT NULL;
 -- cleared) before a claim leases anything, so only live leases hold a key here.
 CREATE UNIQUE INDEX tasks_ckey_leased ON tasks (concurrency_key)
     WHERE concurrency_key IS NOT NULL AND lease_id IS NOT NULL;
+-- The dead letters by pipeline and stage they left (queue_stats), without reading the others.
+CREATE INDEX tasks_dead ON tasks (pipeline_id, dead_letter_from_stage)
+    WHERE dead_letter_reason IS NOT NULL;
 
 CREATE TABLE runs (
     id TEXT PRIMARY KEY NOT NULL,

@@ -3,8 +3,10 @@
 -- name: stats.stages
 SELECT stage, count(*) FROM tasks GROUP BY stage ORDER BY stage;
 
+-- The leases live at now (the `> 0` lets the partial index tasks_leased answer under a generic
+-- plan too, whatever now is, instead of a scan of every task kept).
 -- name: stats.live_leases
-SELECT count(*) FROM tasks WHERE lease_expires_at_ms > %s;
+SELECT count(*) FROM tasks WHERE lease_expires_at_ms > 0 AND lease_expires_at_ms > %s;
 
 -- Waiting tasks: (role, dependencies resolved, concurrency key free, eligible at, created at,
 -- run at). Claimable = eligible, dependencies resolved and its key not held by a live lease.
@@ -19,9 +21,11 @@ FROM tasks t
 WHERE t.role IS NOT NULL AND t.dead_letter_reason IS NULL AND t.terminal = 0
     AND t.lease_expires_at_ms <= %(now)s;
 
+-- The runs holding a live lease (tasks_leased, as stats.live_leases).
 -- name: stats.running
 SELECT r.agent_role, t.lease_expires_at_ms, r.started_at_ms, t.lease_ttl_ms FROM tasks t
-JOIN runs r ON r.id = t.lease_run_id WHERE t.lease_expires_at_ms > %s;
+JOIN runs r ON r.id = t.lease_run_id
+WHERE t.lease_expires_at_ms > 0 AND t.lease_expires_at_ms > %s;
 
 -- name: stats.failed
 SELECT t.role, count(*) FROM runs r JOIN tasks t ON t.id = r.task_id
