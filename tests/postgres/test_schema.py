@@ -24,7 +24,7 @@ def _embedded_columns(path: Path) -> dict[str, set[str]]:
         tables = [
             str(r[0])
             for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            if not str(r[0]).startswith(("sqlite_", "store_fts", "schema_additions"))
+            if not str(r[0]).startswith(("sqlite_", "store_fts", "schema_additions", "wakes"))
         ]
         return {t: {str(c[1]) for c in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
 
