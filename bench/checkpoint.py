@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Outcome, Transition
+from plugins.context_hooks import ContextHooks
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 from tracker_client.protocol import Tracker
@@ -57,9 +58,8 @@ async def per_call(calls: int) -> float:
             session = LeaseSession(
                 tracker, lease, calls=TrackerCalls(RetryPolicy(), keys=False), ttl_s=60
             )
-            ctx = ExecutionContext(
-                task=lease.task, run=lease.run, workdir=Path(tmp) / "w", sink=SessionSink(session)
-            )
+            hooks = ContextHooks(SessionSink(session), Path(tmp) / "w")
+            ctx = ExecutionContext(task=lease.task, run=lease.run, hooks=hooks)
             started = time.perf_counter()
             for i in range(calls):
                 await ctx.checkpoint({"step": i, "note": NOTE})

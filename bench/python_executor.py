@@ -14,6 +14,7 @@ import time
 import anyio
 
 from plugins.api import ExecutionContext
+from plugins.context_hooks import ContextHooks
 from plugins.python.executor import PythonExecutor
 from plugins.python.sync import ThreadContext
 from plugins.testing import ExecutorHarness, RecordingSink
@@ -29,9 +30,8 @@ async def async_noop(ctx: ExecutionContext) -> None:
 
 async def _measure(calls: int) -> None:
     harness = ExecutorHarness()
-    ctx = ExecutionContext(
-        task=harness.task, run=harness.run_model, workdir="/nonexistent", sink=RecordingSink()
-    )
+    hooks = ContextHooks(RecordingSink(), "/nonexistent")
+    ctx = ExecutionContext(task=harness.task, run=harness.run_model, hooks=hooks)
     for name in ("async_noop", "sync_noop"):
         executor = PythonExecutor({"callable": f"bench.python_executor:{name}"})
         for _ in range(min(calls, 200)):  # warm up

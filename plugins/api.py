@@ -11,21 +11,21 @@ empty when ready); ``backlog-worker check`` runs it before any task is claimed. 
 which triggers it may send (a command's ``exit_codes``) implements ``def triggers(self) ->
 list[NamedTrigger]`` (:class:`SupportsTriggers`), and ``check`` holds them against the pipelines.
 
-It may touch the run's working directory (created on first use, and held by a lock while the run
-lives: :mod:`plugins.rundir_lock`), the files an executor names as
-artifacts (through :mod:`plugins.artifact_files`) and the :class:`ContextSink` it is given; it never
-sees a tracker or a lease (the sink is the worker's, or a list in tests), and of the rail it imports
-the data models only (:mod:`tracker_client.models`, :mod:`tracker_client.agent_models`).
+It may touch the run's working directory and the :class:`ContextSink` only through the
+run's :class:`~plugins.context_hooks.ContextHooks`, which the runner (the worker, or
+:class:`plugins.testing.ExecutorHarness`) builds and keeps: the report buffer, the directory
+(created on first use, and held by a lock while the run lives: :mod:`plugins.rundir_lock`) and
+the sink live there, out of the author's face. It reads the files an executor names as artifacts
+(through :mod:`plugins.artifact_files`); it never sees a tracker or a lease (the sink is the
+worker's, or a list in tests), and of the rail it imports the data models only
+(:mod:`tracker_client.models`, :mod:`tracker_client.agent_models`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -34,7 +34,7 @@ import anyio
 
 from plugins.agent import AgentSink, AgentUnsupported, Store, checkpoint_json
 from plugins.artifact_files import digest_file
-from plugins.rundir_lock import hold_rundir
+from plugins.context_hooks import ContextHooks, ContextSink, ReportPolicy
 from tracker_client.agent_models import Upstream
 from tracker_client.models import ArtifactCreate, Run, Task
 
@@ -100,40 +100,6 @@ class Failure:
 Outcome = Transition | Failure
 
 
-class ContextSink(Protocol):
-    """Where a context's reports and artifacts go: the tracker in a worker, a list in tests."""
-
-    async def emit_events(self, events: list[tuple[str, Any]]) -> None:
-        """Write events in order."""
-
-    async def emit_artifact(self, artifact: ArtifactCreate) -> str:
-        """Record one artifact; returns its id."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReportPolicy:
-    """How ``report`` batches: flush after ``flush_interval_s``, ``max_events`` or ``max_bytes``.
-
-    Consecutive buffered events of one kind are merged into one event ``{"batch": [...]}``, so
-    a chatty executor costs a few tracker writes per interval, not one per line.
-    """
-
-    flush_interval_s: float = 1.0
-    max_events: int = 200
-    max_bytes: int = 32_768
-    max_event_bytes: int = 16_384
-
-
-def _approx_size(data: Any) -> int:
-    if isinstance(data, str | bytes):
-        return len(data) + 2
-    if isinstance(data, Mapping):
-        return sum(len(str(k)) + _approx_size(v) + 4 for k, v in data.items()) + 2
-    if isinstance(data, list | tuple):
-        return sum(_approx_size(v) + 1 for v in data) + 2
-    return 16
-
-
 class ExecutionContext:
     """Everything an executor gets for one run.
 
@@ -146,6 +112,10 @@ class ExecutionContext:
     ``upstream`` (the task's dependencies as they ended, read when the run starts at a later
     stage; ``await read_upstream()`` reads them any time). Agent calls (``store``, ``spawn``,
     ``checkpoint``) go to a sink implementing :class:`plugins.agent.AgentSink`.
+
+    What the runner keeps of the run (the report buffer, whether the working directory was made
+    and its lock, the sink) is in the :class:`~plugins.context_hooks.ContextHooks` it builds the
+    context with, not here: the executor's face is the members above.
     """
 
     def __init__(
@@ -153,24 +123,21 @@ class ExecutionContext:
         *,
         task: Task,
         run: Run,
-        workdir: Path | str,
-        sink: ContextSink,
+        hooks: ContextHooks,
         options: Mapping[str, Any] | None = None,
         instructions: str | None = None,
         deadline: float | None = None,
         shutdown: anyio.Event | None = None,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
-        report_policy: ReportPolicy | None = None,
         traceparent: str | None = None,
         previous_checkpoint: Any = None,
         upstream: list[Upstream] | None = None,
     ) -> None:
+        """``hooks``: the run's report buffer, working directory and sink, which the runner
+        builds and keeps (:class:`plugins.context_hooks.ContextHooks`)."""
         self.task = task
         self.run = run
         self.attempt = run.attempt
-        self._workdir: Path | str = workdir  # made a Path on first access (pathlib is slow)
-        self._workdir_created = False  # set on first access (mkdir with exist_ok)
-        self._workdir_hold: Callable[[], object] | None = None  # closes its lock (a finalizer)
         self.options: Mapping[str, Any] = dict(options or {})
         self.instructions = instructions
         self.deadline = deadline
@@ -181,59 +148,16 @@ class ExecutionContext:
         self.logger = logger or logging.getLogger("backlog_worker.executor")
         self.previous_checkpoint = previous_checkpoint
         self.upstream: list[Upstream] = list(upstream or [])
-        self._sink = sink
+        self._hooks = hooks
         self._agent_sink: AgentSink | None = None
         self._store: Store | None = None
         self._shutdown = shutdown or anyio.Event()
-        self._policy = report_policy or ReportPolicy()
-        self._buffer: list[tuple[str, Any]] = []
-        self._buffered_bytes = 0
-        self._last_flush = time.monotonic()
-        self._lock: anyio.Lock | None = None  # made by the first flush that writes
-
-    def _flushing(self) -> bool:
-        """Whether a flush is writing now."""
-        return self._lock is not None and self._lock.locked()
 
     # -- state ------------------------------------------------------------------------------------
     @property
     def workdir(self) -> Path:
         """This run's working directory (private to the run; created on first access)."""
-        workdir = self._workdir
-        if not isinstance(workdir, Path):
-            workdir = self._workdir = Path(workdir)
-        if not self._workdir_created:
-            # One mkdir: cheap enough for the loop, and skipped entirely by executors that never
-            # ask (most of the per-task cost of a no-op run was creating and removing it).
-            workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._workdir_created = True
-            # held while the run lives, so a worker's start-up sweep leaves it alone
-            fd = hold_rundir(str(workdir))
-            if fd is not None:
-                self._workdir_hold = weakref.finalize(self, os.close, fd)
-        return workdir
-
-    def release_workdir(self) -> None:
-        """The working directory is removed (or kept on purpose): stop holding it (idempotent;
-        also done when the context is collected)."""
-        if self._workdir_hold is not None:
-            self._workdir_hold()
-
-    @property
-    def workdir_created(self) -> bool:
-        """Whether the working directory was used, so exists (the worker removes it after)."""
-        return self._workdir_created
-
-    @property
-    def has_buffered_reports(self) -> bool:
-        """Whether reports are waiting for the next flush."""
-        return bool(self._buffer)
-
-    @property
-    def report_policy(self) -> ReportPolicy:
-        """How this context batches reports (an executor streaming output flushes on its
-        ``flush_interval_s`` so trailing events are not held until the next report)."""
-        return self._policy
+        return self._hooks.workdir()
 
     @property
     def shutting_down(self) -> bool:
@@ -255,15 +179,16 @@ class ExecutionContext:
     def store(self) -> Store:
         """The rail's KV store (namespaced JSON values, full-text search): shared memory."""
         if self._store is None:
-            self._store = Store(self._sink)
+            self._store = Store(self._hooks.sink)
         return self._store
 
     def _agent(self, call: str) -> AgentSink:
         agent = self._agent_sink
         if agent is None:  # checked once: a protocol isinstance costs microseconds
-            if not isinstance(self._sink, AgentSink):
+            sink = self._hooks.sink
+            if not isinstance(sink, AgentSink):
                 raise AgentUnsupported(f"ctx.{call}: this context's sink has no agent operations")
-            agent = self._agent_sink = self._sink
+            agent = self._agent_sink = sink
         return agent
 
     async def spawn(
@@ -305,63 +230,11 @@ class ExecutionContext:
 
         ``flush=True`` writes it (and everything before it) now, for events that matter.
         """
-        self._buffer.append((kind, {} if data is None else data))
-        self._buffered_bytes += _approx_size(data)
-        if (
-            flush
-            or len(self._buffer) >= self._policy.max_events
-            or self._buffered_bytes >= self._policy.max_bytes
-            or time.monotonic() - self._last_flush >= self._policy.flush_interval_s
-        ):
-            await self.flush()
+        await self._hooks.report(kind, data, flush=flush)
 
     async def flush(self) -> None:
         """Write buffered events now (merging runs of one kind). Safe to call concurrently."""
-        if not self._buffer and not self._flushing():
-            return  # nothing to write and no flush in flight to wait for
-        if self._lock is None:
-            self._lock = anyio.Lock()
-        async with self._lock:
-            events, self._buffer = self._buffer, []
-            self._buffered_bytes = 0
-            self._last_flush = time.monotonic()
-            if events:
-                await self._sink.emit_events(self._coalesce(events))
-
-    def take_reports(self) -> list[tuple[str, Any]] | None:
-        """The buffered events, merged as :meth:`flush` writes them, taken out of the buffer
-        for the caller to write (the worker sends a run's last events with its final report,
-        one request). None while a flush is in flight: then :meth:`flush` is the way."""
-        if self._flushing():
-            return None
-        events, self._buffer = self._buffer, []
-        self._buffered_bytes = 0
-        self._last_flush = time.monotonic()
-        return self._coalesce(events) if events else []
-
-    def _coalesce(self, events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        out: list[tuple[str, Any]] = []
-        run_kind: str | None = None
-        run_items: list[Any] = []
-        run_bytes = 0
-
-        def close_run() -> None:
-            if run_kind is None:
-                return
-            if len(run_items) == 1:
-                out.append((run_kind, run_items[0]))
-            else:
-                out.append((run_kind, {"batch": list(run_items)}))
-
-        for kind, data in events:
-            size = _approx_size(data)
-            if kind != run_kind or run_bytes + size > self._policy.max_event_bytes:
-                close_run()
-                run_kind, run_items, run_bytes = kind, [], 0
-            run_items.append(data)
-            run_bytes += size
-        close_run()
-        return out
+        await self._hooks.flush()
 
     async def artifact(
         self,
@@ -377,8 +250,8 @@ class ExecutionContext:
         The tracker stores the reference only: ``uri`` is whatever names the thing (``file://``,
         ``https://``, ...), and ``sha256``/``size_bytes`` are not checked.
         """
-        await self.flush()
-        return await self._sink.emit_artifact(
+        await self._hooks.flush()
+        return await self._hooks.sink.emit_artifact(
             ArtifactCreate(
                 kind=kind,
                 uri=uri,

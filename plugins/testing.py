@@ -33,7 +33,10 @@ raises ExecutorError with the message a worker would fail the run with. ``raise_
 ends such runs as a worker does instead (``executor_error``, ``bad_executor_output``). By
 default every ``report`` is written at once, and ``events`` expands any batch the context still
 made (concurrent reports), so it lists exactly what the executor reported; ``sink.written`` has
-the events as a tracker would receive them. Pass ``report_policy`` to exercise batching.
+the events as a tracker would receive them. Pass ``report_policy`` to exercise batching: as a
+worker does, the harness then writes buffered reports every ``flush_interval_s`` while the run
+lives (the harness is the run's runner: it builds and keeps the context's
+:class:`~plugins.context_hooks.ContextHooks`, as the worker does).
 A ``python`` executor naming a plain ``def`` runs it in its own thread as a worker does, and
 ``cancel()`` abandons that thread the same way (``ctx.cancelled`` turns True).
 
@@ -44,7 +47,8 @@ store={"notes": {"k": 1}}, pipelines=["research"])`` hands the run what a rail w
 JSON, a checkpoint over 64 KiB, an unknown pipeline).
 
 It may touch a working directory (the test's, or a temporary one removed after the run), the
-executor and :mod:`plugins.supervise`; no tracker, no lease, no worker.
+executor, :mod:`plugins.supervise` and the run's :mod:`plugins.context_hooks`; no tracker, no
+lease, no worker.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ import anyio
 from pydantic import ValidationError
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome, ReportPolicy
+from plugins.context_hooks import ContextHooks
 from plugins.supervise import call_executor
 from tracker_client.agent_models import Upstream
 from tracker_client.errors import NotFound
@@ -347,38 +352,66 @@ class ExecutorHarness:
         if self._shutdown_requested:
             self._shutdown.set()
         deadline = None if self.timeout_s is None else anyio.current_time() + self.timeout_s
+        hooks = ContextHooks(self.sink, workdir, policy=self.report_policy)
         ctx = ExecutionContext(
             task=self.task,
             run=self.run_model,
-            workdir=workdir,
-            sink=self.sink,
+            hooks=hooks,
             options=self.options,
             instructions=self.instructions,
             deadline=deadline,
             shutdown=self._shutdown,
             logger=self.logger,
-            report_policy=self.report_policy,
             previous_checkpoint=self.previous_checkpoint,
             upstream=self.sink.upstream,
         )
         self.context = ctx
         outcome: Outcome | None = None
+        error: Exception | None = None
+        stop_flushing = anyio.Event()
         try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                if self._cancel_requested:
-                    scope.cancel()
-                outcome = await call_executor(
-                    executor, ctx, self.timeout_s, raise_errors=self.raise_errors
-                )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_flush_on_interval, hooks, stop_flushing)
+                try:
+                    with anyio.CancelScope() as scope:
+                        self._scope = scope
+                        if self._cancel_requested:
+                            scope.cancel()
+                        outcome = await call_executor(
+                            executor, ctx, self.timeout_s, raise_errors=self.raise_errors
+                        )
+                except Exception as exc:  # kept out of the task group: no ExceptionGroup
+                    error = exc
+                finally:
+                    stop_flushing.set()
         finally:
             self._scope = None
             cancel_requested, self._cancel_requested = self._cancel_requested, False
             with anyio.CancelScope(shield=True):
-                await ctx.flush()
+                await hooks.flush()
                 if made_temp and not self.keep_workdir:
                     await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
+                hooks.release_workdir()
+        if error is not None:
+            raise error
         if outcome is None:
             self.cancelled = cancel_requested
             return Failure(reason="cancelled", message="cancelled by the test harness")
         return outcome
+
+
+async def _flush_on_interval(hooks: ContextHooks, stop: anyio.Event) -> None:
+    """Write buffered reports every ``flush_interval_s`` while the run lives, as the worker
+    does, so the last events of an executor that goes quiet are seen mid-run. Stopped through
+    ``stop`` (never cancelled mid-write, which would drop the batch in flight)."""
+    interval = max(hooks.policy.flush_interval_s, 0.01)
+    while True:
+        with anyio.move_on_after(interval):
+            await stop.wait()
+        if stop.is_set():
+            return
+        if hooks.has_buffered_reports:
+            try:
+                await hooks.flush()
+            except Exception:  # the sink's problem surfaces at the final flush
+                return

@@ -34,19 +34,14 @@ CONTEXT_METHODS = [
     "artifact_file",
     "checkpoint",
     "flush",
-    "has_buffered_reports",
     "read_upstream",
-    "release_workdir",
     "report",
-    "report_policy",
     "shutting_down",
     "spawn",
     "store",
-    "take_reports",
     "time_remaining",
     "wait_shutdown",
     "workdir",
-    "workdir_created",
 ]
 #: What an executor reads of its ``ctx`` (set when the worker builds it).
 CONTEXT_ATTRIBUTES = [

@@ -86,25 +86,6 @@ def task_json(ctx: ExecutionContext) -> bytes:
     return json.dumps(doc, ensure_ascii=False, indent=2).encode()
 
 
-async def _flush_periodically(ctx: ExecutionContext, stop: anyio.Event) -> None:
-    """Write buffered output events on the policy's interval, so the last lines of a command
-    that goes quiet are seen while it runs, not only when it ends.
-
-    Stopped through ``stop`` (never cancelled mid-write, which would drop the batch in flight).
-    """
-    interval = max(ctx.report_policy.flush_interval_s, 0.01)
-    while True:
-        with anyio.move_on_after(interval):
-            await stop.wait()
-        if stop.is_set():
-            return
-        try:
-            await ctx.flush()
-        except Exception:  # the sink's problem surfaces at the next report or the final flush
-            ctx.logger.debug("periodic flush failed", exc_info=True)
-            return
-
-
 def _check_program(program: str, path_env: str) -> list[str]:
     if os.sep in program:
         if os.path.isfile(program) and os.access(program, os.X_OK):
@@ -198,41 +179,29 @@ class CommandExecutor:
             "stderr", ctx, opts.tail_bytes, opts.stream_output, opts.stream_limit_bytes
         )
         result: ProcessResult | None = None
-        error: Exception | None = None
-        stop_flushing = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            if opts.stream_output:
-                tg.start_soon(_flush_periodically, ctx, stop_flushing)
-            try:
-                with anyio.move_on_after(opts.timeout_s):
-                    result = await run_process(
-                        argv,
-                        cwd=cwd,
-                        env=env,
-                        stdin=payload if opts.stdin_task_json else None,
-                        on_stdout=out,
-                        on_stderr=err,
-                        max_capture_bytes=opts.tail_bytes,
-                        term_grace_s=opts.term_grace_s,
-                    )
-            except Exception as exc:  # kept out of the task group: no ExceptionGroup wrapping
-                error = exc
-            finally:
-                stop_flushing.set()
-        if isinstance(error, SpawnError):
+        try:
+            with anyio.move_on_after(opts.timeout_s):
+                result = await run_process(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=payload if opts.stdin_task_json else None,
+                    on_stdout=out,
+                    on_stderr=err,
+                    max_capture_bytes=opts.tail_bytes,
+                    term_grace_s=opts.term_grace_s,
+                )
+        except SpawnError as error:
             return Failure(
                 reason="spawn_failed",
                 message=str(error),
                 retryable=not error.permanent,
                 details={"argv0": argv[0], "spawn_error": error.reason},
             )
-        if error is not None:
-            raise error
         await out.finish()
         await err.finish()
         try:  # however the child ended, a checkpoint it wrote is kept for the next attempt
-            if ctx.workdir_created:
-                await save_checkpoint_file(ctx, ctx.workdir, written)
+            await save_checkpoint_file(ctx, ctx.workdir, written)
         except ValueError as exc:
             return Failure(
                 reason="bad_executor_output",

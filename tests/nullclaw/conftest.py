@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from plugins.api import ExecutionContext, ReportPolicy
+from plugins.context_hooks import ContextHooks
 from tracker_client.models import ArtifactCreate, Run, Task
 
 FAKE_SRC = Path(__file__).with_name("fake_nullclaw.py")
@@ -96,12 +97,10 @@ def make_ctx(
     return ExecutionContext(
         task=task,
         run=run,
-        workdir=workdir,
-        sink=sink,
+        hooks=ContextHooks(sink, workdir, policy=ReportPolicy(flush_interval_s=0.05)),
         instructions=instructions,
         deadline=deadline,
         shutdown=shutdown,
-        report_policy=ReportPolicy(flush_interval_s=0.05),
     )
 
 

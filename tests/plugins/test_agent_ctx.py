@@ -16,6 +16,7 @@ import pytest
 
 from plugins.api import ExecutionContext, Outcome, Transition
 from plugins.command.executor import CommandExecutor
+from plugins.context_hooks import ContextHooks
 from plugins.testing import ExecutorHarness
 from tracker_client.agent_models import MAX_CHECKPOINT_BYTES, Upstream
 from tracker_client.errors import NotFound
@@ -146,8 +147,7 @@ async def test_a_sink_without_agent_calls_is_named(tmp_path: Path) -> None:
     ctx = ExecutionContext(
         task=Task.model_validate(harness.task.model_dump()),
         run=Run.model_validate(harness.run_model.model_dump()),
-        workdir=tmp_path,
-        sink=PlainSink(),
+        hooks=ContextHooks(PlainSink(), tmp_path),
     )
     with pytest.raises(RuntimeError, match=r"PlainSink.*no agent operations"):
         await ctx.store.get("ns", "k")

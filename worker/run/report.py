@@ -23,7 +23,8 @@ from typing import Any
 
 import anyio
 
-from plugins.api import ExecutionContext, Failure, Outcome, Transition
+from plugins.api import Failure, Outcome, Transition
+from plugins.context_hooks import ContextHooks
 from tracker_client.contract.batch_models import MAX_FINISH_EVENTS
 from tracker_client.errors import (
     Conflict,
@@ -74,7 +75,7 @@ class FinalReport:
         self._settings = settings
         self._log = log
 
-    async def send(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
+    async def send(self, hooks: ContextHooks, outcome: Outcome) -> RunResult:
         """The report, stopped when the tracker can no longer hold the lease by our clock
         (a hung heartbeat may have landed: until then the task is held, and the report keeps
         trying, refused by the tracker if the lease is gone) or when it says the lease is
@@ -84,7 +85,7 @@ class FinalReport:
         # Shielded from the worker's shutdown, yet ended by its own deadline.
         with session.clock.watch_report(anyio.CancelScope(shield=True)) as scope:
             try:
-                result = await self._report(ctx, outcome)
+                result = await self._report(hooks, outcome)
             finally:
                 session.clock.unwatch(scope)
         if result is not None:
@@ -97,10 +98,10 @@ class FinalReport:
         )
         return RunResult("lost", why)
 
-    async def _report(self, ctx: ExecutionContext, outcome: Outcome) -> RunResult:
+    async def _report(self, hooks: ContextHooks, outcome: Outcome) -> RunResult:
         budget = self._settings.report_retry_budget_s
         try:
-            events = await self._last_events(ctx)
+            events = await self._last_events(hooks)
             if self._session.checkpoint_pending():  # else nothing to write (most runs)
                 await self._checkpoint()
             if isinstance(outcome, Transition):
@@ -124,15 +125,15 @@ class FinalReport:
             self._log.error("final report failed: %s", exc, extra={"action": "report_failed"})
             return RunResult("report_failed", str(exc))
 
-    async def _last_events(self, ctx: ExecutionContext) -> list[tuple[str, Any]]:
+    async def _last_events(self, hooks: ContextHooks) -> list[tuple[str, Any]]:
         """The run's buffered events, to go with the report where reports are batched (one
         item, one request); else (or while a flush is in flight) flushed now, and none."""
         if self._session.reports is not None:
-            taken = ctx.take_reports()
+            taken = hooks.take_reports()
             if taken is not None and len(taken) < MAX_FINISH_EVENTS:
                 return taken
             await self._session.add_events(taken or ())
-        await ctx.flush()
+        await hooks.flush()
         return []
 
     async def _checkpoint(self) -> None:

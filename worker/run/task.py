@@ -41,6 +41,7 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome
+from plugins.context_hooks import ContextHooks
 from plugins.proc.process import kill_deadline
 from plugins.supervise import call_executor, timeout_of
 from tracker_client.agent_models import Upstream
@@ -150,7 +151,7 @@ class TaskRun:
         self._tracker = tracker
         self._shutdown = shutdown
         self._keeper = keeper
-        self._ctx: ExecutionContext | None = None
+        self._hooks: ContextHooks | None = None  # the run's context's reports and workdir
         self._reporting = False  # the executor is done: heartbeat only when the report needs it
         self.scope = anyio.CancelScope()
         self._log = RunLog.for_lease(log, lease, role.name)
@@ -191,7 +192,7 @@ class TaskRun:
     async def _execute(self) -> RunResult:
         self._log.claimed()
         workdir = self._workdir_path()
-        ctx: ExecutionContext | None = None
+        hooks: ContextHooks | None = None
         try:
             lease = self.lease
             if (
@@ -202,16 +203,17 @@ class TaskRun:
                 previous, upstream = None, None  # as _agent_inputs answers: no call needed
             else:
                 previous, upstream = await self._agent_inputs()
+            hooks = ContextHooks(
+                SessionSink(self.session), workdir, policy=self.settings.report_policy
+            )
             ctx = ExecutionContext(
                 task=self.lease.task,
                 run=self.lease.run,
-                workdir=workdir,
-                sink=SessionSink(self.session),
+                hooks=hooks,
                 options=self.role.options,
                 instructions=self.instructions,
                 shutdown=self._shutdown,
                 logger=self._log,
-                report_policy=self.settings.report_policy,
                 traceparent=self.telemetry.traceparent,
                 previous_checkpoint=previous,
                 upstream=upstream,
@@ -221,18 +223,18 @@ class TaskRun:
                 ctx.deadline = anyio.current_time() + timeout
             # Heartbeats and periodic flushes come from the worker's keeper, until the report is
             # done (after the executor, heartbeat_once sends one only when the report needs it).
-            self._ctx = ctx
+            self._hooks = hooks
             self._keeper.add(self)
             try:
-                return await self._execute_and_report(ctx, timeout)
+                return await self._execute_and_report(ctx, hooks, timeout)
             finally:
                 self._keeper.remove(self)
         finally:
-            if ctx is not None and ctx.workdir_created and not self.settings.keep_workdirs:
+            if hooks is not None and hooks.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
                     await remove_workdir(workdir, self._workdir_base())
-            if ctx is not None:
-                ctx.release_workdir()
+            if hooks is not None:
+                hooks.release_workdir()
 
     async def _agent_inputs(self) -> tuple[Any, list[Upstream] | None]:
         """What the rail hands the run: the previous attempts' checkpoint (no read where the
@@ -257,7 +259,9 @@ class TaskRun:
             )
         return previous, upstream
 
-    async def _execute_and_report(self, ctx: ExecutionContext, limit_s: float | None) -> RunResult:
+    async def _execute_and_report(
+        self, ctx: ExecutionContext, hooks: ContextHooks, limit_s: float | None
+    ) -> RunResult:
         outcome: Outcome | None = None
         clock = self.session.clock
         # The scope's deadline is the lease's end by our clock (moved by each heartbeat that got
@@ -308,9 +312,9 @@ class TaskRun:
             log=self._log,
         )
         if not self._observed:
-            return await report.send(ctx, outcome)
+            return await report.send(hooks, outcome)
         with self.telemetry.phase("report"):
-            return await report.send(ctx, outcome)
+            return await report.send(hooks, outcome)
 
     def _workdir_base(self) -> Path:
         # The worker passes its prepared base; a TaskRun built without one uses the same default.
@@ -340,19 +344,19 @@ class TaskRun:
     def has_pending_reports(self) -> bool:
         """Whether the executor's context holds reports not written yet (or a checkpoint that
         is due before the next heartbeat)."""
-        if self._ctx is None:
+        if self._hooks is None:
             return False
-        return self._ctx.has_buffered_reports or self.session.checkpoint_due()
+        return self._hooks.has_buffered_reports or self.session.checkpoint_due()
 
     async def flush_once(self) -> bool:
         """Write buffered reports, so a quiet executor's last events don't wait for the end of
         the run. False (stop flushing this run) when the tracker refused them."""
-        if self._ctx is None:
+        if self._hooks is None:
             return True
         try:
             # Shielded: cancelling a flush halfway would lose the batch it took.
             with anyio.CancelScope(shield=True), self.telemetry.within():
-                await self._ctx.flush()
+                await self._hooks.flush()
                 if self.session.checkpoint_due():
                     await self._flush_checkpoint()
         except TrackerError as exc:
