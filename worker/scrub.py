@@ -4,8 +4,8 @@ An executor's output is not under the worker's control: a child that prints its 
 token it found, or the worker's own ``/proc/<pid>/environ`` would put secrets in events, artifact
 metadata, the fail error or a transition's instructions, where anyone with read access to the
 rail sees them. So every such write goes through the run's :class:`RunScrubber`, which masks (by
-exact value, as the log's redaction does; :mod:`plugins.nullclaw.redact`'s :class:`Redactor`
-does the walking):
+exact value, as the log's redaction does; :class:`plugins.proc.redact.Redactor` does the
+walking, the same masking an executor applies to the secrets it hands its own children):
 
 * the secrets registered with the log (:func:`worker.logs.registered_secrets`: the api token);
 * the run's own lease token;
@@ -16,8 +16,11 @@ Token-shaped patterns (64 hex digits) are not masked here, unlike in the log: a 
 executor's output or an artifact is data, not a secret. Values shorter than 6 characters are
 never treated as secrets.
 
+This module is the one home of the worker's redaction: which secrets it knows, and the run's
+redactor every write under a lease goes through (:mod:`worker.lease.session`).
+
 It may touch the worker's environment (read: the secret-named variables), the log's registered
-secrets and :mod:`plugins.nullclaw.redact`'s walker; it writes nothing itself.
+secrets and :mod:`plugins.proc.redact`'s walker; it writes nothing itself.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ import os
 import re
 from collections.abc import Mapping
 
-from plugins.nullclaw.redact import Redactor
 from plugins.proc.env import SECRET_ENV_PATTERNS
+from plugins.proc.redact import Redactor
 from worker.logs import registered_secrets
 
 __all__ = ["RunScrubber", "env_secrets", "known_secrets", "refresh"]

@@ -53,9 +53,10 @@ from plugins.nullclaw.prompt import (
     render_prompt,
 )
 from plugins.nullclaw.readiness import check_readiness
-from plugins.nullclaw.redact import Redactor, run_secrets
+from plugins.nullclaw.redact import run_secrets
 from plugins.nullclaw.result import Answer, classify, find_verdict
 from plugins.proc.process import ProcessResult, SpawnError, run_process
+from plugins.proc.redact import Redactor
 from tracker_client.errors import ExecutorError, TrackerError
 
 __all__ = ["NullClawExecutor"]

@@ -21,7 +21,7 @@ import anyio
 import anyio.abc
 
 from plugins.api import ExecutionContext
-from plugins.nullclaw.redact import Redactor
+from plugins.proc.redact import Redactor
 
 __all__ = ["ProgressForwarder"]
 

@@ -1,18 +1,19 @@
-"""Keeping the secrets nullclaw is given out of what a nullclaw run reports.
+"""Which of the values nullclaw is given are secrets, to keep out of what a nullclaw run reports.
 
 The provider key has to reach nullclaw (``NULLCLAW_API_KEY``), and so does whatever the role's
 ``env_passthrough`` lets through (a ``GITHUB_TOKEN`` for the agent's ``git``): the agent can see
 them, and a shell tool running ``env``, or a verbose diagnostic line, would put them in the
 output. Every text that leaves the run (progress events, the answer artifact and ``result``
-event, failure messages and details, and so the log lines made of them) goes through
-:class:`Redactor` first, built from :func:`run_secrets`: the key, every passed-through value whose
-name says it is a secret (``TOKEN``, ``KEY``, ``SECRET``, ``PASSWORD``, ``CREDENTIAL``, ``AUTH``,
-``PAT``, ...), and every passed-through value shaped like a credential whatever its name (16 or
-more characters, no blank, not a path, letters and digits mixed). Other values (``TZ``, a path)
-are left alone: masking them would mangle ordinary output.
+event, failure messages and details, and so the log lines made of them) goes through a
+:class:`plugins.proc.redact.Redactor` first, built from :func:`run_secrets`: the key, every
+passed-through value whose name says it is a secret (``TOKEN``, ``KEY``, ``SECRET``,
+``PASSWORD``, ``CREDENTIAL``, ``AUTH``, ``PAT``, ...), and every passed-through value shaped like
+a credential whatever its name (16 or more characters, no blank, not a path, letters and digits
+mixed). Other values (``TZ``, a path) are left alone: masking them would mangle ordinary output.
 
-Pure text: it touches nothing and imports nothing of the project, so the worker's own scrubber
-(:mod:`worker.scrub`) reuses it.
+The masking itself is :mod:`plugins.proc.redact`'s, shared with the worker's own scrubbing of
+everything a run writes (:mod:`worker.scrub`); this module holds nullclaw's policy only. Pure
+text: it touches nothing and imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -20,13 +21,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-__all__ = ["REDACTED", "Redactor", "run_secrets"]
+__all__ = ["run_secrets"]
 
-REDACTED = "[redacted]"
-#: Values shorter than this are not treated as secrets (too likely to hit ordinary text).
-_MIN_SECRET_CHARS = 6
 #: A name part that says the value is a secret (split on ``_``, ``-`` and ``.``; upper case).
 _SECRET_WORDS = frozenset(
     {"TOKEN", "KEY", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
@@ -52,35 +49,3 @@ def run_secrets(env: Mapping[str, str], passthrough: Iterable[str]) -> list[str]
         if _secret_name(name) or _TOKEN_SHAPED.fullmatch(value):
             found.append(value)
     return found
-
-
-class Redactor:
-    """Replaces each secret value by ``[redacted]`` in texts and nested structures."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        self._secrets = sorted(
-            {s for s in secrets if len(s) >= _MIN_SECRET_CHARS}, key=len, reverse=True
-        )
-        #: The longest secret's length minus one: how much text a stream must hold back so a
-        #: secret split across two flushes is still caught.
-        self.holdback = max((len(s) for s in self._secrets), default=1) - 1
-
-    def __bool__(self) -> bool:
-        return bool(self._secrets)
-
-    def text(self, value: str) -> str:
-        """``value`` with every secret replaced."""
-        for secret in self._secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        return value
-
-    def data(self, value: Any) -> Any:
-        """Strings inside dicts/lists/tuples redacted (keys too); other values unchanged."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {self.data(k): self.data(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.data(v) for v in value]
-        return value

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from plugins.nullclaw.progress import ProgressForwarder
-from plugins.nullclaw.redact import Redactor
+from plugins.proc.redact import Redactor
 
 from .conftest import RecordingSink, make_ctx
 

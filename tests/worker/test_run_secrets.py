@@ -176,3 +176,30 @@ async def test_a_secret_split_across_two_output_chunks_is_still_masked(
     assert "".join(texts) == "key: [redacted] done\n"
     half = len(api_token) // 2
     assert not any(api_token[:half] in t or api_token[half:] in t for t in texts)
+
+
+def test_the_workers_redaction_is_its_own_not_an_executors() -> None:
+    """The worker's scrubbing lives in the worker (:mod:`worker.scrub`, on the shared masking of
+    :mod:`plugins.proc.redact`): no module of ``worker/`` imports a built-in executor's package,
+    so a change to one executor cannot change what the worker masks."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    executors = ("plugins.command", "plugins.nullclaw", "plugins.python")
+    found = []
+    for path in sorted((root / "worker").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [
+                f"{path.relative_to(root)}:{node.lineno}: {name}"
+                for name in names
+                if name.startswith(executors)
+            ]
+    assert not found, "\n".join(found)
+    assert scrub.RunScrubber("lease-token-0123").get().text("x lease-token-0123") == (
+        "x [redacted]"
+    )
