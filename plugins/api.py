@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -100,6 +101,21 @@ class Failure:
 Outcome = Transition | Failure
 
 
+#: The worker's hooks ``ExecutionContext`` carried in 0.1 and their home now (the runner's
+#: :class:`~plugins.context_hooks.ContextHooks`): they still work, with a warning, until 0.2.
+_RETIRED: dict[str, tuple[str, str]] = {
+    "take_reports": ("take_reports", "the worker takes a run's last reports itself"),
+    "has_buffered_reports": ("has_buffered_reports", "the worker reads its own report buffer"),
+    "workdir_created": ("workdir_created", "the worker removes the working directory itself"),
+    "release_workdir": ("release_workdir", "the worker lets the working directory go itself"),
+    "report_policy": (
+        "policy",
+        "the worker (and the test harness) writes buffered reports every flush_interval_s, "
+        "so an executor needs no timer of its own",
+    ),
+}
+
+
 class ExecutionContext:
     """Everything an executor gets for one run.
 
@@ -152,6 +168,23 @@ class ExecutionContext:
         self._agent_sink: AgentSink | None = None
         self._store: Store | None = None
         self._shutdown = shutdown or anyio.Event()
+
+    if not TYPE_CHECKING:  # unseen by type checkers: a typo on ctx stays an error for them
+
+        def __getattr__(self, name: str) -> Any:
+            """The worker's hooks of 0.1, deprecated (docs/reference/stability.md): each warns
+            and answers from the run's :class:`~plugins.context_hooks.ContextHooks`."""
+            retired = _RETIRED.get(name)
+            if retired is None:
+                raise AttributeError(f"'ExecutionContext' object has no attribute {name!r}")
+            target, why = retired
+            warnings.warn(
+                f"ExecutionContext.{name} is the worker's, not an executor's, and leaves in 0.2: "
+                f"{why} (docs/reference/stability.md)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(self._hooks, target)
 
     # -- state ------------------------------------------------------------------------------------
     @property

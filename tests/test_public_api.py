@@ -694,6 +694,7 @@ BUILTIN_REACH: dict[str, dict[str, list[str]]] = {
             "run_process",
             "trace_env",
         ],
+        "plugins.proc.redact": ["Redactor"],
         "tracker_client.validation": ["describe_options"],
     },
 }

@@ -129,3 +129,29 @@ def test_the_built_in_executors_read_only_the_authors_face_of_ctx(package: str) 
             ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: ctx.{node.attr}")
     assert not found, "\n".join(found)
+
+
+async def test_the_hooks_of_0_1_still_answer_on_ctx_with_a_deprecation_warning(
+    tmp_path: Path,
+) -> None:
+    """docs/reference/stability.md: a removed member keeps working, warning, for a minor."""
+    policy = ReportPolicy(flush_interval_s=60)
+    hooks = ContextHooks(RecordingSink(), tmp_path / "run", policy=policy)
+    ctx = context(hooks)
+    await ctx.report("line", {"i": 1})
+    with pytest.warns(DeprecationWarning, match=r"ExecutionContext.report_policy .* 0\.2"):
+        assert ctx.report_policy is policy
+    with pytest.warns(DeprecationWarning, match="has_buffered_reports"):
+        assert ctx.has_buffered_reports is True
+    with pytest.warns(DeprecationWarning, match="take_reports"):
+        assert ctx.take_reports() == [("line", {"i": 1})]
+    with pytest.warns(DeprecationWarning, match="workdir_created"):
+        assert ctx.workdir_created is False
+    assert ctx.workdir.is_dir()
+    with pytest.warns(DeprecationWarning, match="release_workdir"):
+        ctx.release_workdir()
+    fd = lock_if_unused(str(tmp_path / "run"))
+    assert fd is not None
+    os.close(fd)
+    with pytest.raises(AttributeError, match="'ExecutionContext' object has no attribute 'nope'"):
+        ctx.nope  # noqa: B018
