@@ -18,7 +18,7 @@ import pytest
 from tests.cli.conftest import Rail
 from tracker_client.models import Event, TaskCreate, TaskDetail
 from tracker_client.protocol import Tracker
-from worker.daemon.chores import instructions_for
+from worker.run.task import instructions_for
 
 pytestmark = [pytest.mark.timeout(120)]
 

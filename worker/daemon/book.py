@@ -42,12 +42,24 @@ class SettingsBook:
         self._config, self._workdir_base = config, workdir_base
         self._reports: ReportBatcher | None = None
         self._parts: RailParts | None = None
+        self._calls = TrackerCalls.of(self._caps, self.retry, telemetry)
         self._by_role: dict[str, RunSettings] = {}
 
     @property
     def calls(self) -> TrackerCalls:
-        """How the worker's own calls (claims) are retried and keyed."""
-        return TrackerCalls.of(self._caps, self.retry, self.telemetry)
+        """How the worker's own calls (claims) are retried and keyed (by the capabilities the
+        tracker declared, once read)."""
+        return self._calls
+
+    @property
+    def parts(self) -> RailParts | None:
+        """The rail's parts chosen from its declared extensions (None until they are read)."""
+        return self._parts
+
+    @property
+    def workdir_base(self) -> Path:
+        """The prepared base of run directories."""
+        return self._workdir_base
 
     def update(
         self,
@@ -69,6 +81,7 @@ class SettingsBook:
             self._caps = capabilities
             self._reports = reports
             self._parts = parts
+            self._calls = TrackerCalls.of(capabilities, self.retry, self.telemetry)
         self._by_role.clear()
 
     def lease_ttl_s(self, role: Role) -> float:

@@ -22,33 +22,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, KeysView, Sequence
 
 import anyio
 from anyio.abc import TaskGroup
 
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY
-from tracker_client.errors import TrackerError
+from tracker_client.errors import TrackerError, TrackerRejected
 from tracker_client.models import Lease
-from tracker_client.protocol import ClaimsMany, Tracker
+from tracker_client.protocol import ClaimsMany, LeaseTracker, Tracker
 from worker.config.models import WorkerConfig
-from worker.daemon.chores import instructions_for, refuses_token, send_claim
+from worker.daemon.book import SettingsBook
 from worker.daemon.drain import DrainCheck
 from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step
+from worker.daemon.running import InFlight, OpenClaim
 from worker.daemon.values import Claim, Role, Signals, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
 from worker.progress import ProgressMonitor
-from worker.retry import TrackerCalls
-from worker.run import RunSettings, TaskRun
+from worker.run import TaskRun
 from worker.telemetry import NOOP, Telemetry
 
-__all__ = ["Claim", "Claimer", "Signals"]
+__all__ = ["Claim", "Claimer", "Signals", "refuses_token", "send_claim"]
 
 log = logging.getLogger("backlog_worker.worker")
-
-#: Page size when reading a task's transitions for the instructions that led to its stage.
-TRANSITIONS_PAGE = 1000
 
 _SUPERVISE = f"{__name__}.Claimer._supervise"  # a run task's name, as anyio names it
 
@@ -62,32 +59,29 @@ class Claimer:
         config: WorkerConfig,
         roles: Sequence[Role],
         *,
+        book: SettingsBook,
         signals: Signals,
         stats: WorkerStats,
         progress: ProgressMonitor,
         keeper: LeaseKeeper,
         watch: TrackerWatch,
-        settings_for: Callable[[Role], RunSettings],
         give_up: Callable[[TrackerError], None],
-        calls: TrackerCalls,
-        claim_budget_s: float | None,
-        request_timeout_s: float,
         telemetry: Telemetry = NOOP,
     ) -> None:
-        """``settings_for``: a role's run settings; ``give_up``: end the worker for an error no
-        retry can fix; ``calls``: how claims are retried and keyed (``claim_budget_s``: None,
-        forever); ``request_timeout_s``: a claim stuck past twice this is a watchdog problem;
-        ``telemetry``: told of each claim and run."""
+        """``book``: each role's run settings, how claims are retried and keyed, and the rail's
+        declared parts (``claim_many``), all read once the tracker's capabilities are known;
+        ``give_up``: end the worker for an error no retry can fix; ``telemetry``: told of each
+        claim and run."""
         self._tracker = tracker
         self._telemetry = telemetry
         self._config = config
         self._roles = tuple(roles)
+        self._book = book
         self._signals = signals
         self._stats = stats
         self._progress = progress
         self._keeper = keeper
         self._watch = watch
-        self._settings_for = settings_for
         self._give_up = give_up
         #: Claim overlap, idle back-off and when an empty round is conclusive.
         self.pacing = ClaimPacing(
@@ -95,29 +89,26 @@ class Claimer:
         )
         self._drain_check = DrainCheck()
         self._slots = anyio.CapacityLimiter(config.concurrency)
+        #: The claims and runs in flight: one record each, and the counts read off them.
+        self._in_flight = InFlight(self._slots)
         self._next_role = 0
-        self._busy: dict[str, int] = {}  # runs executing, by role
         self._refused: dict[str, str] = {}  # roles not claimed for now, and why (logged once)
-        self._reporting = 0  # runs whose executor returned and slot went back, still reporting
-        #: The runs in flight.
-        self.runs: set[TaskRun] = set()
-        self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
         self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
-        self._claims: set[anyio.CancelScope] = set()  # each claim's, cancelled by stop()
-        self._shields: set[anyio.CancelScope] = set()  # claims at the tracker now
-        #: How claims are retried and keyed (replaced once the tracker's capabilities are read).
-        self.calls = calls
-        self._claim_budget_s = claim_budget_s
-        self._request_timeout_s = request_timeout_s
-        #: Free slots claim together (``claim_many``): None until the rail's capabilities are read.
-        self._batch: bool | None = None
-        #: The rail's ``claim_many``, where it declares it (chosen once, with ``_batch``).
-        self._many: ClaimsMany | None = None
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """The roles new claims are made for."""
+        return self._roles
+
+    @property
+    def runs(self) -> KeysView[TaskRun]:
+        """The runs in flight."""
+        return self._in_flight.runs
 
     @property
     def executing(self) -> int:
         """Runs holding a slot: their executor is running (or they report with the slot kept)."""
-        return len(self.runs) - self._reporting
+        return self._in_flight.executing
 
     # -- control ------------------------------------------------------------------------------
     def reconfigure(self, config: WorkerConfig, roles: Sequence[Role]) -> None:
@@ -128,39 +119,22 @@ class Claimer:
 
     def stop(self, *, immediate: bool) -> None:
         """Claim no more; ``immediate`` also abandons claims still at the tracker."""
-        if immediate:
-            for shield in self._shields:
-                shield.shield = False
-                shield.cancel()
         self._scope.cancel()
-        for scope in self._claims:
-            scope.cancel()
+        self._in_flight.stop_claims(immediate=immediate)
 
     def cancel_runs(self) -> None:
         """Cancel every run's executor (past the grace); each still makes its final report."""
-        for run in list(self.runs):
-            run.cancel()
+        self._in_flight.cancel_runs()
 
     async def wait_idle(self) -> None:
         """Until no claim is outstanding and no run is in flight."""
-        while self.pacing.in_flight or self.runs:
-            await self._next_change().wait()
+        in_flight = self._in_flight
+        while self.pacing.in_flight or in_flight.runs:
+            await in_flight.next_change().wait()
 
     async def _settled(self) -> None:
         while self.pacing.in_flight:
-            await self._next_change().wait()
-
-    def _next_change(self) -> anyio.Event:
-        """The event the next claim or run to end sets."""
-        if self._changed is None:
-            self._changed = anyio.Event()
-        return self._changed
-
-    def _notify(self) -> None:
-        # No event while nobody waits: two ends per run would otherwise make two events.
-        changed, self._changed = self._changed, None
-        if changed is not None:
-            changed.set()
+            await self._in_flight.next_change().wait()
 
     # -- the loop -------------------------------------------------------------------------------
     async def run(self, runs: TaskGroup) -> None:
@@ -192,7 +166,7 @@ class Claimer:
             # runs with it (not this loop) can hand it back.
             slot = object()
             await self._slots.acquire_on_behalf_of(slot)
-            slots = [slot, *self._free_slots()] if await self._batching() else [slot]
+            slots = [slot, *self._free_slots()] if self._claims_many() else [slot]
             tickets = [pacing.claim_started() for _ in slots]
             if tickets[0].first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle
@@ -200,13 +174,10 @@ class Claimer:
                 self._watch.forget()
             runs.start_soon(self._claim_and_run, slots, tickets, runs)
 
-    async def _batching(self) -> bool:
-        """Whether free slots are claimed together: the rail has ``claim_many`` (read once)."""
-        if self._batch is None:
-            caps = await self._tracker.capabilities()
-            self._many = self._tracker if "claim_many" in caps.extensions else None
-            self._batch = self._many is not None
-        return self._batch
+    def _claims_many(self) -> ClaimsMany | None:
+        """The rail's ``claim_many``, where it declares it: free slots then claim together."""
+        parts = self._book.parts
+        return None if parts is None else parts.claim_many
 
     def _free_slots(self) -> list[object]:
         """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
@@ -228,7 +199,7 @@ class Claimer:
         config = self._config
         # A role refused at its cap still has work: no drain yet, and the normal back-off
         # (not a claim right away, which would be refused again: a busy loop).
-        draining = config.drain and not self.runs and not self._refused
+        draining = config.drain and not self._in_flight.runs and not self._refused
         bound = await self._drain_check.after_empty_round(
             self._tracker, [r.name for r in self._roles], drain=draining
         )
@@ -238,7 +209,8 @@ class Claimer:
             delay = self.pacing.idle_delay_s(config.idle_min_s, config.idle_max_s, bound)
             # Ended early by a change the tracker signals (new work, a lapsed lease), or in
             # drain mode by a run finishing, since its transition may have made work for us.
-            await self._watch.wait(delay, also=self._next_change() if config.drain else None)
+            also = self._in_flight.next_change() if config.drain else None
+            await self._watch.wait(delay, also=also)
             self.pacing.idled()
         return True
 
@@ -252,19 +224,17 @@ class Claimer:
         tracker completes: it is shielded); the runs do not, they drain as shutdown says.
         """
         claims: list[Claim] = []
-        scope = anyio.CancelScope()
-        self._claims.add(scope)
+        in_flight = self._in_flight
         try:
-            with scope:
+            with in_flight.claim() as open_claim, open_claim.scope:
                 if not self._signals.stopping.is_set():
-                    claims = await self._claim_next(len(slots))
+                    claims = await self._claim_next(open_claim, len(slots))
         finally:
-            self._claims.discard(scope)
             for i, (slot, ticket) in enumerate(zip(slots, tickets, strict=True)):
                 if i >= len(claims):
                     self._slots.release_on_behalf_of(slot)
                 self.pacing.claim_ended(ticket, found=i < len(claims))
-            self._notify()
+            in_flight.notify()
         for claim in claims:
             self._drain_check.claimed(claim.lease.task.id)
         for claim, slot in zip(claims[1:], slots[1:], strict=False):
@@ -273,7 +243,7 @@ class Claimer:
         if claims:
             await self._supervise(claims[0], slots[0])
 
-    async def _claim_next(self, want: int) -> list[Claim]:
+    async def _claim_next(self, claim: OpenClaim, want: int) -> list[Claim]:
         """Up to ``want`` leases, roles tried round-robin from the one after the last winner."""
         roles = self._roles
         n = len(roles)
@@ -283,12 +253,12 @@ class Claimer:
             room = want - len(got)
             cap = role.config.max_concurrency
             if cap is not None:
-                room = min(room, cap - self._busy.get(role.name, 0))
+                room = min(room, cap - self._in_flight.busy(role.name))
             if room <= 0 or self._refuses(role):
                 continue
-            ttl_ms = int(self._settings_for(role).lease_ttl_s * 1000)
+            ttl_ms = int(self._book.for_role(role).lease_ttl_s * 1000)
             try:
-                claims = await self._claim_some(role, ttl_ms, room)
+                claims = await self._claim_some(claim, role, ttl_ms, room)
             except TrackerError as exc:
                 self._telemetry.claim_failed(role.name, exc)
                 self._stats.last_error = f"claim {role.name}: {exc}"
@@ -334,30 +304,25 @@ class Claimer:
         self._refused[name] = refusal
         return True
 
-    async def _claim_some(self, role: Role, ttl_ms: int, n: int) -> list[Claim]:
+    async def _claim_some(self, claim: OpenClaim, role: Role, ttl_ms: int, n: int) -> list[Claim]:
         """Up to ``n`` leases for ``role`` (with when the claim was sent: the leases count from
         then): one ``claim``, or one ``claim_many`` for more than one; empty: no work, or
         stopped. One idempotency key per claim, reused only across retries of it: a lost answer
         then gives back the same leases instead of stranding them."""
-        budget = self._request_timeout_s * 2
+        book = self._book
+        budget = book.tracker.request_timeout_s * 2
+        many = self._claims_many()
 
         async def attempt(key: str | None) -> list[Claim]:
             leases: list[Lease] = []
             if self._signals.stopping.is_set():
                 return []  # no new claim (nor a retry of one) after a stop
-            # Shielded: a stop arriving mid-claim must not drop a lease the tracker granted;
-            # a second stop lifts the shield (stop()) and the lease, if any, expires unused.
-            shield = anyio.CancelScope(shield=True)
-            self._shields.add(shield)
-            try:
-                sent_at, started_ns = anyio.current_time(), time.time_ns()
-                with shield, self._progress.call("tracker.claim", budget):
-                    leases = await send_claim(
-                        self._tracker, self._many, self._config.agent_id, role.name, ttl_ms, n, key
-                    )
-                    self._progress.tick()  # answered, with or without a task
-            finally:
-                self._shields.discard(shield)
+            sent_at, started_ns = anyio.current_time(), time.time_ns()
+            with claim.at_tracker(), self._progress.call("tracker.claim", budget):
+                leases = await send_claim(
+                    self._tracker, many, self._config.agent_id, role.name, ttl_ms, n, key
+                )
+                self._progress.tick()  # answered, with or without a task
             ended_ns = time.time_ns()
             for found in [True] * len(leases) or [False]:  # one per lease, as claims would
                 self._telemetry.claim_answered(
@@ -366,41 +331,33 @@ class Claimer:
             return [Claim(lease, role, sent_at, started_ns, ended_ns) for lease in leases]
 
         # A daemon outlives tracker outages; a drain gives up after the report budget.
-        return await self.calls.write("claim", attempt, budget_s=self._claim_budget_s)
+        claim_budget_s = book.tracker.report_retry_budget_s if self._config.drain else None
+        return await book.calls.write("claim", attempt, budget_s=claim_budget_s)
 
     # -- runs -----------------------------------------------------------------------------------
     async def _supervise(self, claim: Claim, slot: object) -> None:
         role, lease = claim.role, claim.lease
         name = role.name
-        freed = False  # the slot went back when the executor returned (see _executed)
-
-        def executed() -> None:
-            nonlocal freed
-            freed = self._executed(slot, name)
-
+        in_flight, stats = self._in_flight, self._stats
         run = TaskRun(
             tracker=self._tracker,
             lease=lease,
             role=role.config,
             executor=role.executor,
-            settings=self._settings_for(role),
+            settings=self._book.for_role(role),
             shutdown=self._signals.shutdown,
             keeper=self._keeper,
             claimed_at=claim.sent_at,
             telemetry=self._telemetry.run(
                 lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
             ),
-            on_executed=executed,
+            on_executed=in_flight.executed,
         )
-        stats, runs, busy = self._stats, self.runs, self._busy
-        runs.add(run)
-        busy[name] = busy.get(name, 0) + 1
+        in_flight.start(run, name, slot)
         stats.claimed += 1
-        stats.in_flight = len(runs)
+        stats.in_flight = len(in_flight.runs)
         stats.by_role[name] = stats.by_role.get(name, 0) + 1
         try:
-            if lease.task.task_version > 1:  # else there is no transition to read
-                run.instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
             result = await run.execute()
             if result.landed:
                 self._progress.tick()  # the report landed: a round trip that worked
@@ -410,24 +367,28 @@ class Claimer:
             stats.last_error = f"run {lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})
         finally:
-            runs.discard(run)
+            in_flight.finished(run)
             self.pacing.run_finished()
-            stats.in_flight = len(runs)
-            if freed:
-                self._reporting -= 1
-            else:
-                busy[name] -= 1
-                self._slots.release_on_behalf_of(slot)
-            self._notify()
+            stats.in_flight = len(in_flight.runs)
 
-    def _executed(self, slot: object, role: str) -> bool:
-        """A run's executor returned: its slot (and its place in the role's cap) goes back now,
-        so the next claim overlaps this run's final report, unless ``concurrency`` reports are
-        already outstanding (the worker then holds at most twice ``concurrency`` leases).
-        Whether the slot went back."""
-        if self._reporting >= self._config.concurrency:
-            return False
-        self._reporting += 1
-        self._busy[role] -= 1
-        self._slots.release_on_behalf_of(slot)
-        return True
+
+def refuses_token(exc: TrackerError) -> bool:
+    """Whether ``exc`` is the tracker refusing the worker's api token (401/403 on a claim)."""
+    return isinstance(exc, TrackerRejected) and exc.code in ("unauthorized", "forbidden")
+
+
+async def send_claim(
+    tracker: LeaseTracker,
+    many: ClaimsMany | None,
+    agent: str,
+    role: str,
+    ttl_ms: int,
+    n: int,
+    key: str | None,
+) -> list[Lease]:
+    """Up to ``n`` leases for ``role`` in one request: ``claim``, or ``many``'s ``claim_many``
+    for more than one (the claimer asks for several only where the rail declares it)."""
+    if n > 1 and many is not None:
+        return await many.claim_many(agent, role, ttl_ms, n, idempotency_key=key)
+    lease = await tracker.claim(agent, role, ttl_ms, idempotency_key=key)
+    return [] if lease is None else [lease]

@@ -21,16 +21,16 @@ rooms it runs; claims are the claimer's, signals and systemd the CLI's (:mod:`wo
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Sequence
 
 import anyio
 from anyio.abc import TaskStatus
 
-from tracker_client.errors import TrackerError
-from tracker_client.protocol import RailParts, Tracker
+from tracker_client.errors import TrackerError, TrackerUnavailable, Unsupported
+from tracker_client.protocol import LeaseTracker, RailParts, Tracker
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.book import SettingsBook
-from worker.daemon.chores import maintenance_loop
 from worker.daemon.claimer import Claimer, Signals
 from worker.daemon.presence import Presence
 from worker.daemon.values import Role, WorkerState, WorkerStats
@@ -42,7 +42,7 @@ from worker.retry import call_with_retry
 from worker.telemetry import NOOP, Telemetry, WorkerView
 from worker.workdirs import prepare_workdir_base, sweep_stale_workdirs
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "maintenance_loop"]
 
 log = logging.getLogger("backlog_worker.worker")
 
@@ -75,32 +75,28 @@ class Worker:
         self.telemetry = telemetry
         tc = tracker_config or TrackerConfig()
         # Per user, 0700 and ours unless configured (ConfigError: the worker does not start).
-        self._workdir_base = prepare_workdir_base(config.workdir)
-        self._book = SettingsBook(config, tc, self._workdir_base, telemetry)
+        self._book = SettingsBook(config, tc, prepare_workdir_base(config.workdir), telemetry)
         self._signals = Signals(anyio.Event(), anyio.Event(), anyio.Event())
         self._startup_scope = anyio.CancelScope()
         self._keeper = LeaseKeeper()
         self._watch = TrackerWatch(tracker, poke=self._keeper.poke)
         #: Progress of claims, heartbeats and reports, for the systemd watchdog (see healthy).
         self.progress = ProgressMonitor(stall_after_s=1.0)
-        #: The claim loop and the runs it started (its ``pacing`` says how it claims).
+        #: The claim loop and the runs it started (its ``pacing`` says how it claims); the
+        #: roles new claims are made for are its.
         self.claimer = Claimer(
             tracker,
             config,
             roles,
+            book=self._book,
             signals=self._signals,
             stats=self.stats,
             progress=self.progress,
             keeper=self._keeper,
             watch=self._watch,
-            settings_for=self._book.for_role,
             give_up=self._give_up,
-            calls=self._book.calls,
-            claim_budget_s=tc.report_retry_budget_s if config.drain else None,
-            request_timeout_s=tc.request_timeout_s,
             telemetry=telemetry,
         )
-        self._roles: tuple[Role, ...] = tuple(roles)
         #: The worker's entry in the rail's worker list (``backlog-worker workers``).
         self.presence = Presence(tracker, self)
         self.progress.stall_after_s = self._progress_budget_s()
@@ -109,14 +105,13 @@ class Worker:
     @property
     def roles(self) -> tuple[Role, ...]:
         """The roles new claims are made for."""
-        return self._roles
+        return self.claimer.roles
 
     def set_roles(self, roles: Sequence[Role]) -> None:
         """Replace the roles for new claims (config reload); in-flight runs keep theirs."""
         if not roles:
             raise ValueError("a worker needs at least one role")
-        self._roles = tuple(roles)
-        self._reconfigured()
+        self._reconfigured(roles)
 
     def set_config(self, config: WorkerConfig) -> None:
         """Apply a reloaded ``[worker]`` section to new claims: slots (a lowered count takes
@@ -125,11 +120,11 @@ class Worker:
         base = prepare_workdir_base(config.workdir)  # a refused base changes nothing
         self.config = config
         self._book.update(config=config, workdir_base=base)
-        self._reconfigured()
+        self._reconfigured(self.roles)
 
-    def _reconfigured(self) -> None:
+    def _reconfigured(self, roles: Sequence[Role]) -> None:
         self._book.update()
-        self.claimer.reconfigure(self.config, self._roles)
+        self.claimer.reconfigure(self.config, roles)
         self.progress.stall_after_s = self._progress_budget_s()
 
     @property
@@ -171,7 +166,7 @@ class Worker:
     def _progress_budget_s(self) -> float:
         # The longest legitimate quiet period: a lease TTL (a heartbeat every TTL/3, retried
         # within the lease), a few idle rounds, a couple of request timeouts.
-        ttl = max(self._book.lease_ttl_s(r) for r in self._roles)
+        ttl = max(self._book.lease_ttl_s(r) for r in self.roles)
         return max(ttl, 3 * self.config.idle_max_s, 2 * self._book.tracker.request_timeout_s)
 
     # -- main loop ----------------------------------------------------------------------------
@@ -190,20 +185,19 @@ class Worker:
             task_status.started()
             return
         if not self.config.keep_workdirs:  # what a killed worker left (live runs' are held)
-            await anyio.to_thread.run_sync(sweep_stale_workdirs, self._workdir_base)
+            await anyio.to_thread.run_sync(sweep_stale_workdirs, self._book.workdir_base)
         # The lease ceiling, the key rule and whether reports can be batched are known now.
         parts = RailParts.declared(self.tracker, caps)
         self._book.update(
             capabilities=caps, reports=batcher_for(self.tracker, caps.extensions), parts=parts
         )
-        self.claimer.calls = self._book.calls
-        self._reconfigured()
+        self._reconfigured(self.roles)
         self._set_state(WorkerState.RUNNING)
         task_status.started()
         log.info(
             "worker %s running: roles %s, %d slots",
             self.config.agent_id,
-            ", ".join(r.name for r in self._roles),
+            ", ".join(r.name for r in self.roles),
             self.config.concurrency,
             extra={"action": "worker_started"},
         )
@@ -211,7 +205,7 @@ class Worker:
             WorkerView(
                 tracker=self.tracker,
                 slots=lambda: (self.claimer.executing, self.config.concurrency),
-                roles=lambda: [r.name for r in self._roles],
+                roles=lambda: [r.name for r in self.roles],
                 agent_id=self.config.agent_id,
                 abandoned_threads=self._abandoned_threads,
             )
@@ -239,7 +233,7 @@ class Worker:
     def _abandoned_threads(self) -> dict[str, int]:
         """Role -> threads of its cancelled runs still running (the metric's reading)."""
         counts: dict[str, int] = {}
-        for role in self._roles:
+        for role in self.roles:
             found = role.leftovers()
             if found is not None:
                 counts[role.name] = found[0]
@@ -275,6 +269,31 @@ class Worker:
             self.error = exc
             log.error("stopping: %s", exc, extra={"action": "worker_gave_up"})
         self.stop()
+
+
+async def maintenance_loop(tracker: LeaseTracker, stats: WorkerStats, interval_s: float) -> None:
+    """Call ``tracker.maintenance()`` every ``interval_s`` (jittered) until cancelled; returns
+    when the tracker has none (a remote server reclaims expired leases itself on claim)."""
+    while True:
+        await anyio.sleep(interval_s * random.uniform(0.8, 1.2))
+        try:
+            report = await tracker.maintenance()
+        except Unsupported:
+            return
+        except TrackerUnavailable as exc:
+            stats.last_error = f"maintenance: {exc}"
+            continue
+        except TrackerError as exc:
+            log.error("maintenance failed: %s", exc, extra={"action": "maintenance_failed"})
+            continue
+        if report.expired_leases or report.expired_tasks or report.crash_looped:
+            log.info(
+                "maintenance: %d expired lease(s), %d expired task(s), %d crash-looped",
+                report.expired_leases,
+                report.expired_tasks,
+                report.crash_looped,
+                extra={"action": "maintenance"},
+            )
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:

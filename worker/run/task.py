@@ -46,7 +46,7 @@ from plugins.proc.process import kill_deadline
 from plugins.supervise import call_executor, timeout_of
 from tracker_client.agent_models import Upstream
 from tracker_client.errors import TrackerError, Unsupported, ValidationFailed
-from tracker_client.models import ArtifactCreate, Lease, StoreEntry
+from tracker_client.models import ArtifactCreate, Event, Lease, StoreEntry
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.keeper import LeaseKeeper
@@ -58,12 +58,42 @@ from worker.run.settings import RunResult, RunSettings
 from worker.telemetry import RunTelemetry
 from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
 
-__all__ = ["SessionSink", "TaskRun"]
+__all__ = ["SessionSink", "TaskRun", "instructions_for"]
 
 log = logging.getLogger("backlog_worker.worker")
 
 #: The telemetry of a run given none (the no-op base: its hooks are skipped).
 _NO_TELEMETRY = RunTelemetry()
+
+#: Page size when reading a task's transitions for the instructions that led to its stage.
+TRANSITIONS_PAGE = 1000
+
+
+async def instructions_for(tracker: LeaseTracker, lease: Lease, page_size: int) -> str | None:
+    """The instructions of the transition that led the task to its stage (None for new tasks,
+    or when it got there another way, e.g. a requeue)."""
+    if lease.task.task_version <= 1:
+        return None
+    last: Event | None = None
+    cursor: str | None = None
+    try:
+        while True:  # a task's transitions are few; pages only for very long histories
+            page = await tracker.list_task_events(
+                lease.task.id, limit=page_size, cursor=cursor, kind="transition"
+            )
+            if page.items:
+                last = page.items[-1]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    except (TrackerError, NotImplementedError):
+        return None
+    if last is None or not isinstance(last.data, Mapping):
+        return None
+    if last.data.get("to") != lease.task.stage:
+        return None
+    value = last.data.get("instructions")
+    return value if isinstance(value, str) and value else None
 
 
 class SessionSink:
@@ -132,10 +162,9 @@ class TaskRun:
         settings: RunSettings,
         shutdown: anyio.Event,
         keeper: LeaseKeeper,
-        instructions: str | None = None,
         claimed_at: float | None = None,
         telemetry: RunTelemetry | None = None,
-        on_executed: Callable[[], None] | None = None,
+        on_executed: Callable[[TaskRun], None] | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``telemetry``: the run's span and
@@ -146,8 +175,6 @@ class TaskRun:
         self.role = role
         self.executor = executor
         self.settings = settings
-        #: The instructions of the transition that led the task here (for the context).
-        self.instructions = instructions
         self._tracker = tracker
         self._shutdown = shutdown
         self._keeper = keeper
@@ -181,15 +208,19 @@ class TaskRun:
 
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
+        lease = self.lease
+        instructions = None
+        if lease.task.task_version > 1:  # else there is no transition to read
+            instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
         if not self._observed:  # the no-op telemetry: no span, no timing
-            return await self._execute()
+            return await self._execute(instructions)
         started = time.time_ns()
         with self.telemetry as obs:
-            result = await self._execute()
+            result = await self._execute(instructions)
             obs.finished(result, duration_ns=time.time_ns() - started)
         return result
 
-    async def _execute(self) -> RunResult:
+    async def _execute(self, instructions: str | None) -> RunResult:
         self._log.claimed()
         workdir = self._workdir_path()
         hooks: ContextHooks | None = None
@@ -211,7 +242,7 @@ class TaskRun:
                 run=self.lease.run,
                 hooks=hooks,
                 options=self.role.options,
-                instructions=self.instructions,
+                instructions=instructions,
                 shutdown=self._shutdown,
                 logger=self._log,
                 traceparent=self.telemetry.traceparent,
@@ -280,7 +311,7 @@ class TaskRun:
                 clock.unwatch(self.scope)
         self._reporting = True
         if self._on_executed is not None:
-            self._on_executed()
+            self._on_executed(self)
         # Gone: the tracker said so, or can no longer hold it even if a hung heartbeat landed.
         lost = self.session.check_expired()
         if lost is not None:

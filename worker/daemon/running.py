@@ -1,0 +1,168 @@
+"""What the claim loop has in flight: one record per running task and one per open claim.
+
+A running task's life in the worker is three steps, each one method of :class:`InFlight`
+(cf. the one ``_RunningActivity`` record per activity of Temporal's Python worker):
+
+1. :meth:`InFlight.start`: the claimed run holds its slot (an :class:`anyio.CapacityLimiter`
+   token) and a place in its role's ``max_concurrency``;
+2. :meth:`InFlight.executed`: its executor returned (or was cancelled). The slot and the place
+   go back at once, so the next claim overlaps this run's final report, unless ``concurrency``
+   reports are already outstanding (the worker then holds at most twice ``concurrency``
+   leases);
+3. :meth:`InFlight.finished`: its final report is done; whatever it still holds goes back.
+
+A claim sent to the tracker is an :class:`OpenClaim` until it is answered: its cancel scope
+(:meth:`InFlight.stop_claims` cancels it) and, while a request is at the tracker, the shield
+that keeps a granted lease from being dropped (a second stop lifts it). Every count the loop
+reads (runs executing, per role, reporting) is kept here, in those steps only, and every end of
+a claim or a run sets the one change event :meth:`InFlight.next_change` hands out.
+
+It touches the slots it is given and the runs' cancel scopes; no tracker, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, KeysView
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import anyio
+
+from worker.run import TaskRun
+
+__all__ = ["InFlight", "OpenClaim", "RunningTask"]
+
+
+@dataclass(eq=False, slots=True)
+class RunningTask:
+    """One running task, as the claim loop holds it: its role and its slot."""
+
+    role: str
+    #: The token its slot was borrowed for.
+    slot: object
+    #: It still holds its slot and its place in its role's cap (False once they went back at
+    #: its executor's return, while it reports).
+    holds_slot: bool = True
+
+
+@dataclass(eq=False, slots=True)
+class OpenClaim:
+    """One claim not answered yet: its cancel scope, and its request's shield."""
+
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: The request at the tracker now (shielded), or None between attempts.
+    shield: anyio.CancelScope | None = None
+
+    @contextmanager
+    def at_tracker(self) -> Iterator[anyio.CancelScope]:
+        """A request of this claim at the tracker: shielded, since a stop arriving mid-claim
+        must not drop a lease the tracker granted (a second stop lifts the shield, and the
+        lease, if any, expires unused)."""
+        shield = self.shield = anyio.CancelScope(shield=True)
+        try:
+            with shield:
+                yield shield
+        finally:
+            self.shield = None
+
+    def abandon(self) -> None:
+        """Cancel the claim, its request at the tracker too."""
+        shield = self.shield
+        if shield is not None:
+            shield.shield = False
+            shield.cancel()
+        self.scope.cancel()
+
+
+class InFlight:
+    """The claims and runs in flight (see the module docstring)."""
+
+    def __init__(self, slots: anyio.CapacityLimiter) -> None:
+        """``slots``: the worker's slots (its ``total_tokens`` is ``concurrency``)."""
+        self._slots = slots
+        self._runs: dict[TaskRun, RunningTask] = {}
+        self._claims: set[OpenClaim] = set()
+        self._busy: dict[str, int] = {}  # runs holding a slot, by role
+        self._reporting = 0  # runs whose slot went back at the executor's return
+        self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
+
+    # -- runs -------------------------------------------------------------------------------
+    @property
+    def runs(self) -> KeysView[TaskRun]:
+        """The runs in flight."""
+        return self._runs.keys()
+
+    @property
+    def executing(self) -> int:
+        """Runs holding a slot: their executor is running (or they report with the slot kept)."""
+        return len(self._runs) - self._reporting
+
+    def busy(self, role: str) -> int:
+        """Runs of ``role`` holding a slot (what its ``max_concurrency`` counts)."""
+        return self._busy.get(role, 0)
+
+    def start(self, run: TaskRun, role: str, slot: object) -> None:
+        """``run`` starts, holding ``slot`` and a place in ``role``'s cap."""
+        self._runs[run] = RunningTask(role, slot)
+        self._busy[role] = self._busy.get(role, 0) + 1
+
+    def executed(self, run: TaskRun) -> None:
+        """``run``'s executor returned: its slot and place go back now, unless ``concurrency``
+        reports are already outstanding (then at :meth:`finished`)."""
+        if self._reporting >= self._slots.total_tokens:
+            return
+        record = self._runs[run]
+        self._reporting += 1
+        self._give_back(record)
+
+    def finished(self, run: TaskRun) -> None:
+        """``run``'s final report is done: what it still holds goes back."""
+        record = self._runs.pop(run)
+        if record.holds_slot:
+            self._give_back(record)
+        else:
+            self._reporting -= 1
+        self.notify()
+
+    def _give_back(self, record: RunningTask) -> None:
+        record.holds_slot = False
+        self._busy[record.role] -= 1
+        self._slots.release_on_behalf_of(record.slot)
+
+    def cancel_runs(self) -> None:
+        """Cancel every run's executor (past the grace); each still makes its final report."""
+        for run in list(self._runs):
+            run.cancel()
+
+    # -- claims -----------------------------------------------------------------------------
+    @contextmanager
+    def claim(self) -> Iterator[OpenClaim]:
+        """A claim open until the block ends (then the change event is set)."""
+        claim = OpenClaim()
+        self._claims.add(claim)
+        try:
+            yield claim
+        finally:
+            self._claims.discard(claim)
+
+    def stop_claims(self, *, immediate: bool) -> None:
+        """Cancel the open claims; ``immediate`` also abandons their requests at the tracker."""
+        for claim in self._claims:
+            if immediate:
+                claim.abandon()
+            else:
+                claim.scope.cancel()
+
+    # -- changes ----------------------------------------------------------------------------
+    def next_change(self) -> anyio.Event:
+        """The event the next claim or run to end sets."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        return self._changed
+
+    def notify(self) -> None:
+        """A claim or run ended: wake whoever waits for the next change."""
+        # No event while nobody waits: two ends per run would otherwise make two events.
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
