@@ -12,13 +12,25 @@ It talks to a :class:`~tracker_client.protocol.LeaseTracker` and hands it ``leas
 nothing of executors: :class:`~worker.run.TaskRun` supervises those and writes through it.
 The agent operations (store, subtasks, upstream, checkpoints) are :attr:`LeaseSession.agent`'s
 (:mod:`worker.lease.agents`), made on first use; a pending checkpoint rides on the next
-heartbeat. Where the worker batches final reports (:mod:`worker.lease.batch`: the rail has
-``finish_many``), the transition and the fail go through its batcher, each still under this
-session's retries, key and token.
+heartbeat.
+
+Two decisions are made here, each in one method that reads top to bottom:
+
+* :meth:`LeaseSession.heartbeat`: whether a heartbeat is sent, and what its answer does (the
+  lease extended; gone, so every scope under it is cancelled; or not confirmed in time, so the
+  work stops and the report still tries). When: every :attr:`LeaseSession.heartbeat_interval_s`
+  (the keeper's schedule, :mod:`worker.keeper`), and at once when the rail signals a change.
+  The request itself is :meth:`LeaseSession._send_heartbeat`.
+* :meth:`LeaseSession._report`: which request carries a run's final transition or fail: one
+  item of the worker's ``finish_many`` batch (:mod:`worker.lease.batch`), one ``finish`` (a
+  fail with its ``error`` event, all or nothing), or the events one by one and then the
+  ``transition`` or ``fail``. What the outcome is (transition, fail or release) is the run's
+  report's (:mod:`worker.run.report`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +56,8 @@ from worker.scrub import RunScrubber
 
 __all__ = ["LeaseSession"]
 
+_LOG = logging.getLogger("backlog_worker.worker")
+
 
 class LeaseSession:
     """The lease of one claimed task, from the claim to the last write under it."""
@@ -59,13 +73,15 @@ class LeaseSession:
         reports: ReportBatcher | None = None,
         heartbeat_grant_s: float | None = None,
         parts: RailParts | None = None,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger] = _LOG,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``reports``: the worker's batcher
         of final reports (None: each report is its own call). ``heartbeat_grant_s``: what a
         heartbeat of this tracker grants whatever TTL it asks (300 s on a plain NullTickets
         server; None: the TTL asked). ``parts``: the whole rail and the extensions it declared,
-        chosen at the worker's start (None: a lease seam only, no store or task calls)."""
+        chosen at the worker's start (None: a lease seam only, no store or task calls).
+        ``log``: where what the rail refused along the way is logged (the run's log)."""
         self.tracker = tracker
         self.reports = reports
         self.parts = parts
@@ -88,8 +104,8 @@ class LeaseSession:
         self._agent: AgentCalls | None = None
         #: A heartbeat gave up before the confirmed end: the work was stopped.
         self.unconfirmed = False
-        #: Why the rail refused the last checkpoint a heartbeat carried (None: no refusal).
-        self.checkpoint_error: str | None = None
+        self._work_ended = False  # the executor is done: the lease is kept for the report only
+        self._log = log
 
     @property
     def scrub(self) -> RunScrubber:
@@ -128,65 +144,75 @@ class LeaseSession:
         report."""
         return self.unconfirmed or self.clock.expired()
 
-    # -- keeping the lease ----------------------------------------------------------------------
+    # -- keeping the lease: the heartbeat decision ------------------------------------------
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """A third of the TTL between heartbeats: two may fail before the lease runs out."""
+        return self.ttl_s / 3
+
+    def work_ended(self) -> None:
+        """The executor is done: from now on the lease is kept for the final report only."""
+        self._work_ended = True
+
     async def heartbeat(self) -> bool:
-        """Extend the lease (retried while it is confirmed). False to stop heartbeating: when
-        the tracker says it is gone, every scope watching the clock is cancelled (nothing more
-        may be written under it); when no heartbeat got through before the confirmed end, the
-        work is cancelled but the report may still try, until the latest end the tracker may
-        hold (a hung heartbeat may have landed: :mod:`worker.lease.clock`)."""
-        ttl_ms = int(self.ttl_s * 1000)
-        sent = anyio.current_time()
-        agent = self._agent
-        data = agent.take_checkpoint() if agent is not None else UNSET
+        """The heartbeat decision, whole: whether to send one, and what its answer does. Called
+        every :attr:`heartbeat_interval_s` and when the rail signals a change (the keeper's
+        schedule). False to stop heartbeating: the lease is gone or could not be confirmed."""
         clock = self.clock
+        if self._work_ended and clock.remaining_s() >= self.ttl_s / 2:
+            # After the executor, the report needs no heartbeat while half the lease is left: a
+            # quick report sends none (on NullTickets each one would reset the lease to 300 s);
+            # one still retrying gets one with at least a sixth of the TTL to spare.
+            return True
+        sent = anyio.current_time()
         clock.heartbeat_sent()
-        answered = False
         try:
-            if data is UNSET:
-                expires_ms = await self.calls.read(
-                    "heartbeat",
-                    lambda: self.tracker.heartbeat(self.ref, lease_ttl_ms=ttl_ms),
-                    budget_s=self.remaining_s(),
-                )
-            else:
-                expires_ms = await self._heartbeat_with(data, ttl_ms)
-            answered = True
+            expires_ms = await self._send_heartbeat()
         except LeaseLost as exc:
-            answered = True  # the tracker's answer: the lease is gone
+            # The tracker's answer: the lease is gone. Every scope watching the clock is
+            # cancelled, the report's too: nothing more may be written under it.
             self.lost = exc
             clock.unanswered()
             clock.cancel_all()
             return False
         except TrackerUnavailable:
-            # Not confirmed before the confirmed end: someone else may hold the task soon, so
-            # the work stops; the report still tries (the heartbeat may have landed).
+            # Not confirmed before the confirmed end (the retries ran out of the lease's time):
+            # someone else may hold the task soon, so the work stops; the report still tries
+            # until the latest end the tracker may hold (the heartbeat may have landed:
+            # :mod:`worker.lease.clock`).
             self.unconfirmed = True
             clock.cancel_work()
+            clock.unanswered()
             return False
-        finally:
-            if not answered:  # given up, timed out or cancelled: it may have landed
-                clock.unanswered()
+        except BaseException:
+            clock.unanswered()  # given up or cancelled: it may have landed
+            raise
         clock.extended(sent, expires_ms)
         return True
 
-    async def _heartbeat_with(self, data: Any, ttl_ms: int) -> int:
-        """A heartbeat carrying the pending checkpoint; one the rail refuses is dropped (and
-        the heartbeat sent without it), one not sent is kept for the next try."""
-        assert self._agent is not None
+    async def _send_heartbeat(self) -> int:
+        """One heartbeat, retried while the lease is confirmed, carrying the pending checkpoint;
+        the lease's end as the tracker answered it (epoch ms). A checkpoint the rail refuses is
+        logged and dropped (the heartbeat sent without it), one not sent is kept for the next
+        try."""
+        ttl_ms = int(self.ttl_s * 1000)
         agent = self._agent
-        try:
-            expires: int = await self.calls.read(
-                "heartbeat",
-                lambda: agent.write_checkpoint(data, heartbeat=True, ttl_ms=ttl_ms),
-                budget_s=self.remaining_s(),
-            )
-            return expires
-        except (ValidationFailed, Unsupported) as exc:
-            self.checkpoint_error = str(exc)
-        except TrackerUnavailable:
-            agent.restore_checkpoint(data)
-            raise
+        data = agent.take_checkpoint() if agent is not None else UNSET
+        if agent is not None and data is not UNSET:
+            try:
+                expires: int = await self.calls.read(
+                    "heartbeat",
+                    lambda: agent.write_checkpoint(data, heartbeat=True, ttl_ms=ttl_ms),
+                    budget_s=self.remaining_s(),
+                )
+                return expires
+            except (ValidationFailed, Unsupported) as exc:
+                self._log.warning(
+                    "checkpoint not written: %s", exc, extra={"action": "checkpoint_failed"}
+                )
+            except TrackerUnavailable:
+                agent.restore_checkpoint(data)
+                raise
         return await self.calls.read(
             "heartbeat",
             lambda: self.tracker.heartbeat(self.ref, lease_ttl_ms=ttl_ms),
@@ -255,7 +281,7 @@ class LeaseSession:
             budget_s=self.remaining_s(),
         )
 
-    # -- the final report -------------------------------------------------------------------
+    # -- the final report: which request carries it -----------------------------------------
     async def transition(
         self,
         trigger: str,
@@ -276,46 +302,16 @@ class LeaseSession:
             scrub = self.scrub.get()
             instructions = None if instructions is None else scrub.text(instructions)
             usage = scrub.data(usage)
-        reports = self.reports
-        if reports is not None and not wait_for:
-            body = {
-                "trigger": trigger,
-                "expected_stage": expected_stage,
-                "expected_task_version": expected_task_version,
-                "instructions": instructions,
-                "usage": usage,
-            }
-            done = await self.report_batched(events, transition=body, budget_s=budget_s)
-            assert done.transition is not None
-            return done.transition
-        await self.add_events(events)
-        if wait_for:
-            return await self.calls.write(
-                "transition",
-                lambda key: self.agent.transition_waiting(
-                    trigger,
-                    wait_for,
-                    expected_stage=expected_stage,
-                    expected_task_version=expected_task_version,
-                    instructions=instructions,
-                    usage=usage,
-                    idempotency_key=key,
-                ),
-                budget_s=budget_s,
-            )
-        return await self.calls.write(
-            "transition",
-            lambda key: self.tracker.transition(
-                self.ref,
-                trigger,
-                expected_stage=expected_stage,
-                expected_task_version=expected_task_version,
-                instructions=instructions,
-                usage=usage,
-                idempotency_key=key,
-            ),
-            budget_s=budget_s,
-        )
+        body = {
+            "trigger": trigger,
+            "expected_stage": expected_stage,
+            "expected_task_version": expected_task_version,
+            "instructions": instructions,
+            "usage": usage,
+        }
+        done = await self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
+        assert done.transition is not None
+        return done.transition
 
     async def fail(
         self,
@@ -325,43 +321,101 @@ class LeaseSession:
         retryable: bool,
         budget_s: float,
         events: Sequence[tuple[str, Any]] = (),
+        event: tuple[str, Any] | None = None,
     ) -> FailResult:
         """Fail the run with ``error`` (scrubbed, as is ``usage``); ``events`` as
-        :meth:`transition`'s."""
+        :meth:`transition`'s. ``event``: the failure's own event (kind, data), written with the
+        fail all or nothing where the rail has ``finish`` or reports are batched."""
         scrub = self.scrub.get()
-        error, usage = scrub.text(error), scrub.data(usage)
-        if self.reports is not None:
-            body = {"error": error, "usage": usage, "retryable": retryable}
-            done = await self.report_batched(events, fail=body, budget_s=budget_s)
-            assert done.fail is not None
-            return done.fail
+        body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
+        done = await self._report(events, fail=body, event=event, budget_s=budget_s)
+        assert done.fail is not None
+        return done.fail
+
+    async def _report(
+        self,
+        events: Sequence[tuple[str, Any]],
+        *,
+        transition: dict[str, Any] | None = None,
+        wait_for: tuple[str, ...] = (),
+        fail: dict[str, Any] | None = None,
+        event: tuple[str, Any] | None = None,
+        budget_s: float,
+    ) -> FinishResult:
+        """The one place a final report's request is chosen, for its ``transition`` or its
+        ``fail`` (bodies scrubbed by the caller), under this session's retries and key:
+
+        1. ``finish_many``: where the worker batches reports (the rail declared it) and the
+           task waits on nothing, one item of the worker's batch holds the run's last
+           ``events``, the failure's ``event`` and the report;
+        2. ``finish``: a fail with its ``event``, where the rail has it, is one write (the
+           ``events`` before it written first);
+        3. otherwise the events one by one (:meth:`add_event`: scrubbed, an oversized one a
+           marker), then ``transition`` (waiting on ``wait_for``: :mod:`worker.lease.agents`)
+           or ``fail``.
+
+        Event data a path refuses (too large) falls to the next path, where it becomes a
+        marker. A release is not a report of this kind: :meth:`release`."""
+        if self.reports is not None and not wait_for:
+            return await self._batched(
+                events if event is None else (*events, event), transition, fail, budget_s
+            )
         await self.add_events(events)
-        return await self.calls.write(
-            "fail",
-            lambda key: self.tracker.fail(
-                self.ref, error, usage=usage, retryable=retryable, idempotency_key=key
-            ),
-            budget_s=budget_s,
-        )
+        finisher = self.parts.finish if self.parts is not None else None
+        if event is not None and fail is not None and finisher is not None:
+            scrub = self.scrub.get()
+            one = {"kind": scrub.text(event[0]), "data": scrub.data(event[1])}
+            try:
+                return await self.calls.write(
+                    "fail",
+                    lambda key: finisher.finish(
+                        self.ref, events=[one], fail=fail, idempotency_key=key
+                    ),
+                    budget_s=budget_s,
+                )
+            except ValidationFailed:
+                pass  # the event's data, refused: written alone below, as a marker
+        if event is not None:
+            await self.add_event(*event)
+        if fail is not None:
+            failed = await self.calls.write(
+                "fail",
+                lambda key: self.tracker.fail(self.ref, idempotency_key=key, **fail),
+                budget_s=budget_s,
+            )
+            return FinishResult.model_construct(event_ids=[], fail=failed)
+        assert transition is not None
+        if wait_for:
+            moved = await self.calls.write(
+                "transition",
+                lambda key: self.agent.transition_waiting(
+                    wait_for=wait_for, idempotency_key=key, **transition
+                ),
+                budget_s=budget_s,
+            )
+        else:
+            moved = await self.calls.write(
+                "transition",
+                lambda key: self.tracker.transition(self.ref, idempotency_key=key, **transition),
+                budget_s=budget_s,
+            )
+        return FinishResult.model_construct(event_ids=[], transition=moved)
 
     async def add_events(self, events: Sequence[tuple[str, Any]]) -> None:
         """Write ``events`` (kind, data) one by one, as :meth:`add_event` does."""
         for kind, data in events:
             await self.add_event(kind, data)
 
-    async def report_batched(
+    async def _batched(
         self,
         events: Sequence[tuple[str, Any]],
-        *,
-        transition: dict[str, Any] | None = None,
-        fail: dict[str, Any] | None = None,
+        transition: dict[str, Any] | None,
+        fail: dict[str, Any] | None,
         budget_s: float,
     ) -> FinishResult:
-        """The final report through the worker's batcher (the session must have one): the
-        run's last ``events`` (scrubbed here) and its ``transition`` or ``fail`` (scrubbed by
-        the caller) as one item, under this session's retries and key. Events the rail refuses
-        (too large) are then written alone, as :meth:`add_event` writes them (a marker), and
-        the report sent without them."""
+        """The report as one item of the worker's batch, its ``events`` scrubbed here. Events
+        the rail refuses (too large) are then written alone, as :meth:`add_event` writes them
+        (a marker), and the report sent without them."""
         if not events:
             return await self._finish((), transition, fail, budget_s)
         scrub = self.scrub.get()

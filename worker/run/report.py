@@ -39,7 +39,6 @@ from tracker_client.errors import (
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.lease import LeaseSession
-from worker.lease.finish import fail_with_event
 from worker.run.log import RunLog
 from worker.run.settings import RunResult, RunSettings
 from worker.triggers import choose_trigger
@@ -252,15 +251,13 @@ class FinalReport:
         error = f"{failure.reason}: {failure.message}" if failure.message else failure.reason
         error = session.scrub.get().text(error)  # the log line shows what the tracker got
         # The error event and the fail: one request where the rail has ``finish``.
-        result = await fail_with_event(
-            session,
-            "error",
-            details,
+        result = await session.fail(
             error,
             usage=failure.usage,
             retryable=failure.retryable,
             budget_s=budget,
-            before=events,
+            events=events,
+            event=("error", details),
         )
         dead = bool(result.dead_lettered)
         outcome = "dead_lettered" if dead else "retry_scheduled" if result.retry_scheduled else None

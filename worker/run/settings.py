@@ -9,6 +9,7 @@ policy) to build a run's session and calls, and calls nothing itself.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,9 +73,15 @@ class RunSettings:
         return self._report_policy
 
     def session(
-        self, tracker: LeaseTracker, lease: Lease, *, claimed_at: float | None = None
+        self,
+        tracker: LeaseTracker,
+        lease: Lease,
+        *,
+        claimed_at: float | None = None,
+        log: logging.LoggerAdapter[logging.Logger],
     ) -> LeaseSession:
-        """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now)."""
+        """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now),
+        logging to the run's ``log``."""
         return LeaseSession(
             tracker,
             lease,
@@ -84,6 +91,7 @@ class RunSettings:
             reports=self.reports,
             heartbeat_grant_s=self.heartbeat_grant_s,
             parts=self.parts,
+            log=log,
         )
 
 

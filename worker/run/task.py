@@ -171,7 +171,8 @@ class TaskRun:
         metrics (none by default). ``on_executed``: called once the executor has returned (or
         been cancelled), before the final report is sent: the worker frees the run's slot there,
         so the next claim overlaps this report."""
-        self.session = settings.session(tracker, lease, claimed_at=claimed_at)
+        self._log = RunLog.for_lease(log, lease, role.name)
+        self.session = settings.session(tracker, lease, claimed_at=claimed_at, log=self._log)
         self.role = role
         self.executor = executor
         self.settings = settings
@@ -179,9 +180,7 @@ class TaskRun:
         self._shutdown = shutdown
         self._keeper = keeper
         self._hooks: ContextHooks | None = None  # the run's context's reports and workdir
-        self._reporting = False  # the executor is done: heartbeat only when the report needs it
         self.scope = anyio.CancelScope()
-        self._log = RunLog.for_lease(log, lease, role.name)
         self.telemetry = telemetry or _NO_TELEMETRY
         #: The telemetry does something (not the no-op base): else its hooks are skipped.
         self._observed = type(self.telemetry) is not RunTelemetry
@@ -309,7 +308,7 @@ class TaskRun:
             finally:
                 kill_deadline.reset(bound)
                 clock.unwatch(self.scope)
-        self._reporting = True
+        self.session.work_ended()
         if self._on_executed is not None:
             self._on_executed(self)
         # Gone: the tracker said so, or can no longer hold it even if a hung heartbeat landed.
@@ -364,8 +363,8 @@ class TaskRun:
     # -- kept by the worker's LeaseKeeper ------------------------------------------------------
     @property
     def heartbeat_interval_s(self) -> float:
-        """A third of the lease TTL: two heartbeats may fail before the lease runs out."""
-        return self.settings.lease_ttl_s / 3
+        """The session's: a third of the lease TTL."""
+        return self.session.heartbeat_interval_s
 
     @property
     def flush_interval_s(self) -> float:
@@ -398,21 +397,10 @@ class TaskRun:
         return True
 
     async def heartbeat_once(self) -> bool:
-        """Extend the lease. When it is gone (or could not be extended before running out),
-        the executor is cancelled and False returned; nothing more is written for this run."""
-        if self._reporting and self.session.remaining_s() >= self.settings.lease_ttl_s / 2:
-            # After the executor, the report needs no heartbeat while half the lease is left: a
-            # quick report sends none (on NullTickets each one would reset the lease to 300 s);
-            # one still retrying gets one with at least a sixth of the TTL to spare.
-            return True
+        """The session's heartbeat (:meth:`LeaseSession.heartbeat`: whether one is sent, and
+        what its answer does), in the run's trace. False: stop heartbeating this run."""
         with self.telemetry.within():  # the keeper's task: make the run current for its trace
-            alive = await self.session.heartbeat()
-        error, self.session.checkpoint_error = self.session.checkpoint_error, None
-        if error is not None:
-            self._log.warning(
-                "checkpoint not written: %s", error, extra={"action": "checkpoint_failed"}
-            )
-        return alive
+            return await self.session.heartbeat()
 
     async def _flush_checkpoint(self) -> None:
         """Write a pending checkpoint now; one the rail refuses is logged and dropped."""
