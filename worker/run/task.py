@@ -10,7 +10,8 @@ The shape (docs/architecture/index.md, "One task's path"):
    unanswered, cancels the executor too; but the tracker may still hold the lease (the hung
    heartbeat may have landed, and a plain NullTickets heartbeat grants 300 s), so the run is
    then handed back (``lease_expired``) rather than abandoned
-   (docs/guarantees/stalled-tracker.md).
+   (docs/guarantees/stalled-tracker.md). Whether a heartbeat is sent and what its answer does
+   is decided in one place, :meth:`LeaseSession.heartbeat <worker.lease.LeaseSession.heartbeat>`.
 2. A per-task timeout (``metadata.timeout_s`` or the role's ``timeout_s``) cancels the executor
    and fails the run with reason ``timeout`` (:mod:`plugins.supervise`, shared with the
    plugin test harness).
@@ -26,7 +27,8 @@ kill deadline of its processes.
 
 It may touch the executor (through :mod:`plugins.supervise`), its processes' kill deadline
 (:mod:`plugins.proc.process`), the run's workdir (:mod:`worker.workdirs`) and the keeper; the
-tracker only through the session and the report.
+tracker only through the session and the report, but for one read: the instructions of the
+transition that led the task to its stage (:func:`instructions_for`).
 """
 
 from __future__ import annotations
@@ -236,6 +238,7 @@ class TaskRun:
             hooks = ContextHooks(
                 SessionSink(self.session), workdir, policy=self.settings.report_policy
             )
+            timeout = timeout_of(self.lease.task, self.role.timeout_s)
             ctx = ExecutionContext(
                 task=self.lease.task,
                 run=self.lease.run,
@@ -247,12 +250,11 @@ class TaskRun:
                 traceparent=self.telemetry.traceparent,
                 previous_checkpoint=previous,
                 upstream=upstream,
+                deadline=None if timeout is None else anyio.current_time() + timeout,
             )
-            timeout = timeout_of(self.lease.task, self.role.timeout_s)
-            if timeout is not None:
-                ctx.deadline = anyio.current_time() + timeout
             # Heartbeats and periodic flushes come from the worker's keeper, until the report is
-            # done (after the executor, heartbeat_once sends one only when the report needs it).
+            # done (after the executor, the session's heartbeat sends one only when the report
+            # needs it: LeaseSession.heartbeat, the whole heartbeat decision).
             self._hooks = hooks
             self._keeper.add(self)
             try:
