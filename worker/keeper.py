@@ -6,7 +6,8 @@ claimed task, most of a short task's cost in the worker. The keeper holds one sc
 every entry is due ``interval`` after it was (re)scheduled), so adding, removing and finding the
 next due run are all O(1). When a run is due the keeper starts that one call in its own task
 group, so a slow heartbeat of one run never delays another's; a call still in flight is not
-started twice.
+started twice. The keeper decides *when* only: whether a heartbeat is sent and what its answer
+does is decided in one place, :meth:`LeaseSession.heartbeat <worker.lease.LeaseSession.heartbeat>`.
 
 It touches nothing but the runs it keeps (:class:`Kept`: each run's ``heartbeat_once`` and
 ``flush_once``) and anyio's clock (read as :func:`worker.lease.clock.loop_time` reads it); what

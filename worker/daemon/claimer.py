@@ -9,13 +9,16 @@ claim and the run it starts share one task. Roles are tried round-robin from the
 last winner, so none starves. How many claims overlap, when to idle and whether an empty round
 is conclusive is :class:`~worker.daemon.pacing.ClaimPacing`'s to say; with no work the loop
 backs off, woken early by the tracker (:class:`~worker.daemon.watch.TrackerWatch`), and a
-draining worker asks :class:`~worker.daemon.drain.DrainCheck` whether it may exit.
+draining worker asks :class:`~worker.daemon.drain.DrainCheck` whether it may exit. What is in
+flight (each run's slot and role, each open claim's scopes, the counts read off them) is kept
+as one record per run and per claim by :class:`~worker.daemon.running.InFlight`.
 
 A claim already at the tracker when the worker stops completes (it is shielded: a lease the
 tracker granted must not be dropped); a second stop lifts the shield, and the lease expires.
 
-It may touch the tracker (claims and their retries, through :class:`~worker.retry.TrackerCalls`),
-the slots and the runs it starts; the worker's life cycle is :mod:`worker.daemon.worker`'s.
+It may touch the tracker (claims and their retries, through the
+:class:`~worker.daemon.book.SettingsBook`'s :class:`~worker.retry.TrackerCalls`), the slots and
+the runs it starts; the worker's life cycle is :mod:`worker.daemon.worker`'s.
 """
 
 from __future__ import annotations
