@@ -137,7 +137,7 @@ class InFlight:
     # -- claims -----------------------------------------------------------------------------
     @contextmanager
     def claim(self) -> Iterator[OpenClaim]:
-        """A claim open until the block ends (then the change event is set)."""
+        """A claim, open until the block ends (:meth:`stop_claims` cancels it)."""
         claim = OpenClaim()
         self._claims.add(claim)
         try:
