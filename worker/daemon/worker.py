@@ -81,7 +81,7 @@ class Worker:
         self._keeper = LeaseKeeper()
         self._watch = TrackerWatch(tracker, poke=self._keeper.poke)
         #: Progress of claims, heartbeats and reports, for the systemd watchdog (see healthy).
-        self.progress = ProgressMonitor(stall_after_s=1.0)
+        self.progress = ProgressMonitor(stall_after_s=self._progress_budget_s(roles))
         #: The claim loop and the runs it started (its ``pacing`` says how it claims); the
         #: roles new claims are made for are its.
         self.claimer = Claimer(
@@ -99,7 +99,6 @@ class Worker:
         )
         #: The worker's entry in the rail's worker list (``backlog-worker workers``).
         self.presence = Presence(tracker, self)
-        self.progress.stall_after_s = self._progress_budget_s()
 
     # -- public control -----------------------------------------------------------------------
     @property
@@ -125,7 +124,7 @@ class Worker:
     def _reconfigured(self, roles: Sequence[Role]) -> None:
         self._book.update()
         self.claimer.reconfigure(self.config, roles)
-        self.progress.stall_after_s = self._progress_budget_s()
+        self.progress.stall_after_s = self._progress_budget_s(roles)
 
     @property
     def stopping(self) -> bool:
@@ -163,10 +162,10 @@ class Worker:
             monitor.tick(at=now - run.lease_confirmed_ago_s())
         return monitor.problem()
 
-    def _progress_budget_s(self) -> float:
+    def _progress_budget_s(self, roles: Sequence[Role]) -> float:
         # The longest legitimate quiet period: a lease TTL (a heartbeat every TTL/3, retried
         # within the lease), a few idle rounds, a couple of request timeouts.
-        ttl = max(self._book.lease_ttl_s(r) for r in self.roles)
+        ttl = max(self._book.lease_ttl_s(r) for r in roles)
         return max(ttl, 3 * self.config.idle_max_s, 2 * self._book.tracker.request_timeout_s)
 
     # -- main loop ----------------------------------------------------------------------------
