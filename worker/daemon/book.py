@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracker_client.capabilities import Capabilities
-from tracker_client.protocol import RailParts
+from tracker_client.protocol import ClaimsMany, RailParts
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.values import Role
 from worker.lease.batch import ReportBatcher
@@ -42,19 +42,13 @@ class SettingsBook:
         self._config, self._workdir_base = config, workdir_base
         self._reports: ReportBatcher | None = None
         self._parts: RailParts | None = None
-        self._calls = TrackerCalls.of(self._caps, self.retry, telemetry)
+        #: How the worker's own calls (claims) are retried and keyed (by the capabilities the
+        #: tracker declared, once read). Read, never set, outside the book.
+        self.calls = TrackerCalls.of(self._caps, self.retry, telemetry)
+        #: The rail's ``claim_many`` where it declares it (None until the capabilities are
+        #: read): free slots then claim together. Read, never set, outside the book.
+        self.claim_many: ClaimsMany | None = None
         self._by_role: dict[str, RunSettings] = {}
-
-    @property
-    def calls(self) -> TrackerCalls:
-        """How the worker's own calls (claims) are retried and keyed (by the capabilities the
-        tracker declared, once read)."""
-        return self._calls
-
-    @property
-    def parts(self) -> RailParts | None:
-        """The rail's parts chosen from its declared extensions (None until they are read)."""
-        return self._parts
 
     @property
     def workdir_base(self) -> Path:
@@ -81,7 +75,8 @@ class SettingsBook:
             self._caps = capabilities
             self._reports = reports
             self._parts = parts
-            self._calls = TrackerCalls.of(capabilities, self.retry, self.telemetry)
+            self.calls = TrackerCalls.of(capabilities, self.retry, self.telemetry)
+            self.claim_many = None if parts is None else parts.claim_many
         self._by_role.clear()
 
     def lease_ttl_s(self, role: Role) -> float:

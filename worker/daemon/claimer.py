@@ -91,9 +91,8 @@ class Claimer:
             ClaimPacing.claim_width(config.concurrency), max_tasks=config.max_tasks
         )
         self._drain_check = DrainCheck()
-        self._slots = anyio.CapacityLimiter(config.concurrency)
-        #: The claims and runs in flight: one record each, and the counts read off them.
-        self._in_flight = InFlight(self._slots)
+        #: The slots, and the claims and runs in flight: one record each, and their counts.
+        self._in_flight = InFlight(config.concurrency)
         self._next_role = 0
         self._refused: dict[str, str] = {}  # roles not claimed for now, and why (logged once)
         self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
@@ -117,7 +116,7 @@ class Claimer:
     def reconfigure(self, config: WorkerConfig, roles: Sequence[Role]) -> None:
         """New claims use ``config``'s slots and overlap and ``roles`` (runs keep theirs)."""
         self._config, self._roles, self._next_role = config, tuple(roles), 0
-        self._slots.total_tokens = config.concurrency
+        self._in_flight.resize(config.concurrency)
         self.pacing.width = ClaimPacing.claim_width(config.concurrency)
 
     def stop(self, *, immediate: bool) -> None:
@@ -168,19 +167,15 @@ class Claimer:
             # Each slot is borrowed on behalf of its own token, so the task that claims and
             # runs with it (not this loop) can hand it back.
             slot = object()
-            await self._slots.acquire_on_behalf_of(slot)
-            slots = [slot, *self._free_slots()] if self._claims_many() else [slot]
+            await self._in_flight.slots.acquire_on_behalf_of(slot)
+            # On a rail with ``claim_many``, every slot free now joins this claim.
+            slots = [slot, *self._free_slots()] if self._book.claim_many else [slot]
             tickets = [pacing.claim_started() for _ in slots]
             if tickets[0].first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle
                 # wait at once.
                 self._watch.forget()
             runs.start_soon(self._claim_and_run, slots, tickets, runs)
-
-    def _claims_many(self) -> ClaimsMany | None:
-        """The rail's ``claim_many``, where it declares it: free slots then claim together."""
-        parts = self._book.parts
-        return None if parts is None else parts.claim_many
 
     def _free_slots(self) -> list[object]:
         """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
@@ -190,9 +185,10 @@ class Claimer:
         if pacing.max_tasks:
             room = min(room, pacing.max_tasks - pacing.reserved - 1)
         slots: list[object] = []
-        while len(slots) < room and self._slots.available_tokens >= 1:
+        limiter = self._in_flight.slots
+        while len(slots) < room and limiter.available_tokens >= 1:
             slot = object()
-            self._slots.acquire_on_behalf_of_nowait(slot)
+            limiter.acquire_on_behalf_of_nowait(slot)
             slots.append(slot)
         return slots
 
@@ -228,14 +224,16 @@ class Claimer:
         """
         claims: list[Claim] = []
         in_flight = self._in_flight
+        open_claim = in_flight.open_claim()
         try:
-            with in_flight.claim() as open_claim, open_claim.scope:
+            with open_claim.scope:
                 if not self._signals.stopping.is_set():
                     claims = await self._claim_next(open_claim, len(slots))
         finally:
+            in_flight.close_claim(open_claim)
             for i, (slot, ticket) in enumerate(zip(slots, tickets, strict=True)):
                 if i >= len(claims):
-                    self._slots.release_on_behalf_of(slot)
+                    in_flight.slots.release_on_behalf_of(slot)
                 self.pacing.claim_ended(ticket, found=i < len(claims))
             in_flight.notify()
         for claim in claims:
@@ -314,14 +312,15 @@ class Claimer:
         then gives back the same leases instead of stranding them."""
         book = self._book
         budget = book.tracker.request_timeout_s * 2
-        many = self._claims_many()
+        many = book.claim_many
 
         async def attempt(key: str | None) -> list[Claim]:
             leases: list[Lease] = []
             if self._signals.stopping.is_set():
                 return []  # no new claim (nor a retry of one) after a stop
             sent_at, started_ns = anyio.current_time(), time.time_ns()
-            with claim.at_tracker(), self._progress.call("tracker.claim", budget):
+            # Shielded while at the tracker (a second stop lifts it: OpenClaim.abandon).
+            with claim.shield(), self._progress.call("tracker.claim", budget):
                 leases = await send_claim(
                     self._tracker, many, self._config.agent_id, role.name, ttl_ms, n, key
                 )
@@ -356,9 +355,8 @@ class Claimer:
             ),
             on_executed=in_flight.executed,
         )
-        in_flight.start(run, name, slot)
+        stats.in_flight = in_flight.start(run, name, slot)
         stats.claimed += 1
-        stats.in_flight = len(in_flight.runs)
         stats.by_role[name] = stats.by_role.get(name, 0) + 1
         try:
             result = await run.execute()
@@ -370,9 +368,8 @@ class Claimer:
             stats.last_error = f"run {lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})
         finally:
-            in_flight.finished(run)
+            stats.in_flight = in_flight.finished(run)
             self.pacing.run_finished()
-            stats.in_flight = len(in_flight.runs)
 
 
 def refuses_token(exc: TrackerError) -> bool:

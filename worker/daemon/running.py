@@ -1,7 +1,9 @@
-"""What the claim loop has in flight: one record per running task and one per open claim.
+"""What the claim loop has in flight: its slots, one record per running task and one per claim.
 
-A running task's life in the worker is three steps, each one method of :class:`InFlight`
-(cf. the one ``_RunningActivity`` record per activity of Temporal's Python worker):
+The worker's slots are one :class:`anyio.CapacityLimiter` of ``concurrency`` tokens, a token
+borrowed for each claim *before* it is sent. A running task's life in the worker is three
+steps, each one method of :class:`InFlight` (cf. the one ``_RunningActivity`` record per
+activity of Temporal's Python worker):
 
 1. :meth:`InFlight.start`: the claimed run holds its slot (an :class:`anyio.CapacityLimiter`
    token) and a place in its role's ``max_concurrency``;
@@ -14,17 +16,16 @@ A running task's life in the worker is three steps, each one method of :class:`I
 A claim sent to the tracker is an :class:`OpenClaim` until it is answered: its cancel scope
 (:meth:`InFlight.stop_claims` cancels it) and, while a request is at the tracker, the shield
 that keeps a granted lease from being dropped (a second stop lifts it). Every count the loop
-reads (runs executing, per role, reporting) is kept here, in those steps only, and every end of
-a claim or a run sets the one change event :meth:`InFlight.next_change` hands out.
+reads (runs executing, per role, reporting) is kept here, in those steps only; the one change
+event :meth:`InFlight.next_change` hands out is set when a run finishes or a claim ends.
 
-It touches the slots it is given and the runs' cancel scopes; no tracker, no I/O.
+It touches the slots and the runs' cancel scopes; no tracker, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, KeysView
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import KeysView
+from dataclasses import dataclass
 
 import anyio
 
@@ -45,29 +46,26 @@ class RunningTask:
     holds_slot: bool = True
 
 
-@dataclass(eq=False, slots=True)
 class OpenClaim:
     """One claim not answered yet: its cancel scope, and its request's shield."""
 
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    #: The request at the tracker now (shielded), or None between attempts.
-    shield: anyio.CancelScope | None = None
+    __slots__ = ("_shield", "scope")
 
-    @contextmanager
-    def at_tracker(self) -> Iterator[anyio.CancelScope]:
-        """A request of this claim at the tracker: shielded, since a stop arriving mid-claim
-        must not drop a lease the tracker granted (a second stop lifts the shield, and the
-        lease, if any, expires unused)."""
-        shield = self.shield = anyio.CancelScope(shield=True)
-        try:
-            with shield:
-                yield shield
-        finally:
-            self.shield = None
+    def __init__(self) -> None:
+        #: The claim's scope: :meth:`InFlight.stop_claims` cancels it.
+        self.scope = anyio.CancelScope()
+        self._shield: anyio.CancelScope | None = None  # its latest request's (one at a time)
+
+    def shield(self) -> anyio.CancelScope:
+        """The scope of one request of this claim at the tracker: shielded, since a stop
+        arriving mid-claim must not drop a lease the tracker granted (a second stop lifts the
+        shield: :meth:`abandon`, and the lease, if any, expires unused)."""
+        shield = self._shield = anyio.CancelScope(shield=True)
+        return shield
 
     def abandon(self) -> None:
         """Cancel the claim, its request at the tracker too."""
-        shield = self.shield
+        shield = self._shield
         if shield is not None:
             shield.shield = False
             shield.cancel()
@@ -77,14 +75,20 @@ class OpenClaim:
 class InFlight:
     """The claims and runs in flight (see the module docstring)."""
 
-    def __init__(self, slots: anyio.CapacityLimiter) -> None:
-        """``slots``: the worker's slots (its ``total_tokens`` is ``concurrency``)."""
-        self._slots = slots
+    def __init__(self, concurrency: int) -> None:
+        """``concurrency``: how many slots the worker has."""
+        #: The worker's slots: a token per claim and the run it starts.
+        self.slots = anyio.CapacityLimiter(concurrency)
+        self._concurrency = concurrency
         self._runs: dict[TaskRun, RunningTask] = {}
         self._claims: set[OpenClaim] = set()
         self._busy: dict[str, int] = {}  # runs holding a slot, by role
         self._reporting = 0  # runs whose slot went back at the executor's return
         self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
+
+    def resize(self, concurrency: int) -> None:
+        """``concurrency`` slots from now on (a lowered count takes effect as runs end)."""
+        self.slots.total_tokens = self._concurrency = concurrency
 
     # -- runs -------------------------------------------------------------------------------
     @property
@@ -101,33 +105,39 @@ class InFlight:
         """Runs of ``role`` holding a slot (what its ``max_concurrency`` counts)."""
         return self._busy.get(role, 0)
 
-    def start(self, run: TaskRun, role: str, slot: object) -> None:
-        """``run`` starts, holding ``slot`` and a place in ``role``'s cap."""
-        self._runs[run] = RunningTask(role, slot)
+    def start(self, run: TaskRun, role: str, slot: object) -> int:
+        """``run`` starts, holding ``slot`` and a place in ``role``'s cap. How many runs are
+        in flight now."""
+        runs = self._runs
+        runs[run] = RunningTask(role, slot)
         self._busy[role] = self._busy.get(role, 0) + 1
+        return len(runs)
 
     def executed(self, run: TaskRun) -> None:
         """``run``'s executor returned: its slot and place go back now, unless ``concurrency``
         reports are already outstanding (then at :meth:`finished`)."""
-        if self._reporting >= self._slots.total_tokens:
+        if self._reporting >= self._concurrency:
             return
         record = self._runs[run]
         self._reporting += 1
         self._give_back(record)
 
-    def finished(self, run: TaskRun) -> None:
-        """``run``'s final report is done: what it still holds goes back."""
-        record = self._runs.pop(run)
+    def finished(self, run: TaskRun) -> int:
+        """``run``'s final report is done: what it still holds goes back. How many runs are
+        in flight now."""
+        runs = self._runs
+        record = runs.pop(run)
         if record.holds_slot:
             self._give_back(record)
         else:
             self._reporting -= 1
         self.notify()
+        return len(runs)
 
     def _give_back(self, record: RunningTask) -> None:
         record.holds_slot = False
         self._busy[record.role] -= 1
-        self._slots.release_on_behalf_of(record.slot)
+        self.slots.release_on_behalf_of(record.slot)
 
     def cancel_runs(self) -> None:
         """Cancel every run's executor (past the grace); each still makes its final report."""
@@ -135,15 +145,15 @@ class InFlight:
             run.cancel()
 
     # -- claims -----------------------------------------------------------------------------
-    @contextmanager
-    def claim(self) -> Iterator[OpenClaim]:
-        """A claim, open until the block ends (:meth:`stop_claims` cancels it)."""
+    def open_claim(self) -> OpenClaim:
+        """A claim is sent: open until :meth:`close_claim` (:meth:`stop_claims` cancels it)."""
         claim = OpenClaim()
         self._claims.add(claim)
-        try:
-            yield claim
-        finally:
-            self._claims.discard(claim)
+        return claim
+
+    def close_claim(self, claim: OpenClaim) -> None:
+        """``claim`` was answered, failed or cancelled."""
+        self._claims.discard(claim)
 
     def stop_claims(self, *, immediate: bool) -> None:
         """Cancel the open claims; ``immediate`` also abandons their requests at the tracker."""

@@ -91,6 +91,9 @@ class LeaseSession:
         self.ref: LeaseRef = lease.ref
         self.calls = calls
         self.ttl_s = ttl_s
+        #: When :meth:`heartbeat` is called (the keeper's schedule): every third of the TTL, so
+        #: two heartbeats may fail before the lease runs out.
+        self.heartbeat_interval_s = ttl_s / 3
         #: The lease's end on our monotonic clock; scopes doing work under it follow it.
         self.clock = LocalLease(
             ttl_s,
@@ -145,11 +148,6 @@ class LeaseSession:
         return self.unconfirmed or self.clock.expired()
 
     # -- keeping the lease: the heartbeat decision ------------------------------------------
-    @property
-    def heartbeat_interval_s(self) -> float:
-        """A third of the TTL between heartbeats: two may fail before the lease runs out."""
-        return self.ttl_s / 3
-
     def work_ended(self) -> None:
         """The executor is done: from now on the lease is kept for the final report only."""
         self._work_ended = True
@@ -310,8 +308,8 @@ class LeaseSession:
             "usage": usage,
         }
         done = await self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
-        assert done.transition is not None
-        return done.transition
+        assert isinstance(done, TransitionResult)
+        return done
 
     async def fail(
         self,
@@ -329,8 +327,8 @@ class LeaseSession:
         scrub = self.scrub.get()
         body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
         done = await self._report(events, fail=body, event=event, budget_s=budget_s)
-        assert done.fail is not None
-        return done.fail
+        assert isinstance(done, FailResult)
+        return done
 
     async def _report(
         self,
@@ -341,13 +339,13 @@ class LeaseSession:
         fail: dict[str, Any] | None = None,
         event: tuple[str, Any] | None = None,
         budget_s: float,
-    ) -> FinishResult:
+    ) -> TransitionResult | FailResult:
         """The one place a final report's request is chosen, for its ``transition`` or its
         ``fail`` (bodies scrubbed by the caller), under this session's retries and key:
 
         1. ``finish_many``: where the worker batches reports (the rail declared it) and the
            task waits on nothing, one item of the worker's batch holds the run's last
-           ``events``, the failure's ``event`` and the report;
+           ``events`` (scrubbed here), the failure's ``event`` and the report;
         2. ``finish``: a fail with its ``event``, where the rail has it, is one write (the
            ``events`` before it written first);
         3. otherwise the events one by one (:meth:`add_event`: scrubbed, an oversized one a
@@ -357,74 +355,65 @@ class LeaseSession:
         Event data a path refuses (too large) falls to the next path, where it becomes a
         marker. A release is not a report of this kind: :meth:`release`."""
         if self.reports is not None and not wait_for:
-            return await self._batched(
-                events if event is None else (*events, event), transition, fail, budget_s
-            )
-        await self.add_events(events)
+            last = events if event is None else (*events, event)
+            if not last:
+                done = await self._finish((), transition, fail, budget_s)
+            else:
+                scrub = self.scrub.get()
+                clean = tuple({"kind": scrub.text(k), "data": scrub.data(d)} for k, d in last)
+                try:
+                    done = await self._finish(clean, transition, fail, budget_s)
+                except ValidationFailed:  # too large: written alone (a marker), then the report
+                    await self.add_events(last)
+                    done = await self._finish((), transition, fail, budget_s)
+            answer = done.transition if transition is not None else done.fail
+            assert answer is not None
+            return answer
+        if events:
+            await self.add_events(events)
         finisher = self.parts.finish if self.parts is not None else None
         if event is not None and fail is not None and finisher is not None:
             scrub = self.scrub.get()
             one = {"kind": scrub.text(event[0]), "data": scrub.data(event[1])}
             try:
-                return await self.calls.write(
+                finished = await self.calls.write(
                     "fail",
                     lambda key: finisher.finish(
                         self.ref, events=[one], fail=fail, idempotency_key=key
                     ),
                     budget_s=budget_s,
                 )
+                assert finished.fail is not None
+                return finished.fail
             except ValidationFailed:
                 pass  # the event's data, refused: written alone below, as a marker
         if event is not None:
             await self.add_event(*event)
         if fail is not None:
-            failed = await self.calls.write(
+            return await self.calls.write(
                 "fail",
                 lambda key: self.tracker.fail(self.ref, idempotency_key=key, **fail),
                 budget_s=budget_s,
             )
-            return FinishResult.model_construct(event_ids=[], fail=failed)
         assert transition is not None
         if wait_for:
-            moved = await self.calls.write(
+            return await self.calls.write(
                 "transition",
                 lambda key: self.agent.transition_waiting(
                     wait_for=wait_for, idempotency_key=key, **transition
                 ),
                 budget_s=budget_s,
             )
-        else:
-            moved = await self.calls.write(
-                "transition",
-                lambda key: self.tracker.transition(self.ref, idempotency_key=key, **transition),
-                budget_s=budget_s,
-            )
-        return FinishResult.model_construct(event_ids=[], transition=moved)
+        return await self.calls.write(
+            "transition",
+            lambda key: self.tracker.transition(self.ref, idempotency_key=key, **transition),
+            budget_s=budget_s,
+        )
 
     async def add_events(self, events: Sequence[tuple[str, Any]]) -> None:
         """Write ``events`` (kind, data) one by one, as :meth:`add_event` does."""
         for kind, data in events:
             await self.add_event(kind, data)
-
-    async def _batched(
-        self,
-        events: Sequence[tuple[str, Any]],
-        transition: dict[str, Any] | None,
-        fail: dict[str, Any] | None,
-        budget_s: float,
-    ) -> FinishResult:
-        """The report as one item of the worker's batch, its ``events`` scrubbed here. Events
-        the rail refuses (too large) are then written alone, as :meth:`add_event` writes them
-        (a marker), and the report sent without them."""
-        if not events:
-            return await self._finish((), transition, fail, budget_s)
-        scrub = self.scrub.get()
-        clean = tuple({"kind": scrub.text(k), "data": scrub.data(d)} for k, d in events)
-        try:
-            return await self._finish(clean, transition, fail, budget_s)
-        except ValidationFailed:
-            await self.add_events(events)
-            return await self._finish((), transition, fail, budget_s)
 
     async def _finish(
         self,

@@ -209,7 +209,7 @@ class TaskRun:
 
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
-        lease = self.lease
+        lease = self.session.lease
         instructions = None
         if lease.task.task_version > 1:  # else there is no transition to read
             instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
@@ -365,7 +365,7 @@ class TaskRun:
     # -- kept by the worker's LeaseKeeper ------------------------------------------------------
     @property
     def heartbeat_interval_s(self) -> float:
-        """The session's: a third of the lease TTL."""
+        """The session's (:attr:`LeaseSession.heartbeat_interval_s`): a third of the TTL."""
         return self.session.heartbeat_interval_s
 
     @property
