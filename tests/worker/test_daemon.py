@@ -60,6 +60,41 @@ async def test_concurrency_is_honoured_exactly(tracker: Tracker, pipeline_id: st
     assert (await stage_counts(tracker, pipeline_id)) == {"review": 12}
 
 
+async def test_a_roles_max_concurrency_caps_its_runs_with_slots_free(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    await add_tasks(tracker, pipeline_id, 3)
+    running = 0
+    peak = 0
+    release = anyio.Event()
+
+    async def work(ctx: ExecutionContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    worker = Worker(
+        tracker,
+        worker_config(concurrency=3, drain=True),
+        [role("coder", work, max_concurrency=1)],
+    )
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: running == 1)
+        # Two slots stay free, yet rounds of claims pass without a second run of the role.
+        await wait_until(lambda: worker.claimer.pacing.idle_round >= 3)
+        stats = await tracker.queue_stats()
+        coder = stats.for_role("coder")
+        assert coder is not None and coder.running_count == 1
+        assert running == 1 and worker.claimer.executing == 1
+        release.set()  # each run then ends at once: its place goes back, the next one starts
+    assert peak == 1
+    assert worker.stats.transitioned == 3
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 3}
+
+
 async def test_roles_rotate_fairly(tracker: Tracker, pipeline_id: str) -> None:
     # 6 coder tasks and 6 tasks already in review: with one slot, claims must alternate.
     await add_tasks(tracker, pipeline_id, 6)
