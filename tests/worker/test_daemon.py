@@ -387,9 +387,7 @@ async def test_instructions_come_from_the_latest_transition_across_pages(
 ) -> None:
     # Three transitions and a history of progress events, read one transition per page: the
     # instructions must come from the latest transition, wherever its page is.
-    import worker.run.task
-
-    monkeypatch.setattr(worker.run.task, "TRANSITIONS_PAGE", 1)
+    monkeypatch.setattr("worker.run.task.TRANSITIONS_PAGE", 1)
     [task_id] = await add_tasks(tracker, pipeline_id, 1)
     moves = [
         ("coder", "complete", "first"),
