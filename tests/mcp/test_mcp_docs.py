@@ -53,7 +53,7 @@ def test_the_http_command_serves_behind_the_token(tmp_path: Path) -> None:
     with serve_tracker(tmp_path) as (rail_url, _db):
         (tmp_path / "agent.token").write_text(TOKEN + "\n")
         argv = [
-            "127.0.0.1:0" if a == "127.0.0.1:8765" else rail_url if a.endswith(":8080") else a
+            "127.0.0.1:0" if a == "127.0.0.1:8765" else rail_url if a.endswith(":7700") else a
             for a in argv
         ]
         log = tmp_path / "http.log"

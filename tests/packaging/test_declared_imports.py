@@ -57,10 +57,17 @@ CORE = _declared(PROJECT["dependencies"])
 DISTRIBUTIONS = metadata.packages_distributions()
 
 
+#: Top-level modules whose distribution is named otherwise, for when it is not installed here
+#: (CI runs this before it installs the docs extra).
+NAMED_OTHERWISE = {"griffe": "griffelib"}
+
+
 def _distributions(module: str) -> set[str]:
-    """The distributions providing top-level ``module`` (its own name when none is installed
-    here, as for the bench extra's peers)."""
-    return {canonicalize_name(d) for d in DISTRIBUTIONS.get(module, [module])}
+    """The distributions providing top-level ``module`` (its own name, or the one
+    :data:`NAMED_OTHERWISE` gives, when none is installed here, as for the bench extra's
+    peers)."""
+    fallback = [NAMED_OTHERWISE.get(module, module)]
+    return {canonicalize_name(d) for d in DISTRIBUTIONS.get(module, fallback)}
 
 
 def _imports(path: Path) -> set[str]:

@@ -24,10 +24,13 @@ PAGE = "docs/submit/producer.md"
 
 
 def blocks() -> dict[str, str]:
-    """The page's python code blocks, by their title (the file name); an included file under
-    examples/ (the web app) is not one: tests/test_examples.py serves it."""
+    """The page's python code blocks titled as files, by their title (the file name); an
+    included file under examples/ (the web app) is not one: tests/test_examples.py serves it,
+    nor is an untitled helper (tests/cli/test_python_jobs.py runs the results one)."""
     named = {
-        b.title: b.body for b in page_blocks(PAGE) if b.lang == "python" and not b.snippet_paths
+        b.title: b.body
+        for b in page_blocks(PAGE)
+        if b.lang == "python" and b.title and not b.snippet_paths
     }
     assert set(named) == {"app.py", "script.py"}, named.keys()
     return named
