@@ -34,14 +34,23 @@ import os
 import re
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The PostgreSQL rail's connections per worker (as :mod:`bench.peers` runs it).
+PG_POOL_SIZE = 4
+#: Our rails and the peers measured beside them, with each rail's peer of the same storage.
+RAILS = ("embedded", "served", "postgres")
+PEERS = ("huey", "pgqueuer")
+PEER_OF = {"embedded": "huey", "served": "huey", "postgres": "pgqueuer"}
 #: The measured worker: ``worker run --config CONFIG`` from ROOT, run as ``python -c`` so that it
 #: imports only what the worker does (not this module's argparse, sqlite3, subprocess...), with a
 #: no-op callable of its own (``bench.worker:noop`` would import that module's benchmark tools).
@@ -157,6 +166,35 @@ print(json.dumps(out))
 """
 
 
+class _Rail:
+    """Where a measured worker of ours keeps its queue: its tracker URL and the two figures
+    the bench watches (is worker ``pid`` registered; how many runs completed), read from the
+    rail's own tables."""
+
+    def __init__(self, url: str, schema: str | None = None) -> None:
+        self.url = url
+        self.schema = schema  # PostgreSQL: the rail's schema; None: a SQLite file (url)
+
+    def _one(self, sql: str, *params: Any) -> Any:
+        if self.schema is None:
+            with closing(sqlite3.connect(self.url.removeprefix("sqlite:///"))) as conn:
+                return conn.execute(sql.format(s=""), params).fetchone()
+        import psycopg
+
+        with psycopg.connect(self.url.split("?", 1)[0]) as conn:
+            return conn.execute(
+                sql.format(s=f"{self.schema}.").replace("?", "%s"), params
+            ).fetchone()
+
+    def registered(self, pid: int) -> bool:
+        """Whether worker ``pid`` is in the rail's worker list (config read, tracker answered)."""
+        return self._one("SELECT 1 FROM {s}workers WHERE pid = ?", pid) is not None
+
+    def completed(self) -> int:
+        """How many runs completed."""
+        return int(self._one("SELECT count(*) FROM {s}runs WHERE status = 'completed'")[0])
+
+
 def _run(
     root: Path,
     rail: str,
@@ -165,6 +203,8 @@ def _run(
     tasks: int,
     concurrency: int,
     profiled: bool,
+    pg: Any = None,
+    parts: bool = True,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import anyio
@@ -175,13 +215,23 @@ def _run(
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         db = tmp / "rail.db"
-        anyio.run(_seed, db, 0)
+        if rail == "postgres":
+            from bench.postgres import _seed as _pg_seed
+
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            where = _Rail(f"{pg.url}?schema={schema}&pool_size={PG_POOL_SIZE}", schema)
+            anyio.run(_pg_seed, where.url, 0)
+        else:
+            where = _Rail(f"sqlite:///{db}")
+            anyio.run(_seed, db, 0)
         server = _serve(db) if rail == "served" else None
         try:
             config = _config(tmp, db, concurrency, drain=False)
             text = config.read_text().replace("bench.worker:noop", "bench_memory_noop:run")
             if server is not None:
                 text = text.replace(f"sqlite:///{db}", server[1])
+            elif rail == "postgres":
+                text = text.replace(f"sqlite:///{db}", where.url)
             if event_loop is not None:
                 text = text.replace("[worker]\n", f'[worker]\nevent_loop = "{event_loop}"\n', 1)
             config.write_text(text)
@@ -194,11 +244,11 @@ def _run(
             )
             smaps: dict[str, int] = {}
             try:
-                _wait_for(lambda: _registered(db, proc.pid), 30, "the worker to register", proc)
+                _wait_for(lambda: where.registered(proc.pid), 30, "the worker to register", proc)
                 time.sleep(1.0)  # idle on an empty queue first (a benchmark, not a test)
                 idle = (vm_hwm_kib(proc.pid) or 0) / 1024
-                _add(db, tasks)
-                _wait_for(lambda: _completed(db) >= tasks, 300, f"{tasks} completed runs", proc)
+                _add(where.url, tasks)
+                _wait_for(lambda: where.completed() >= tasks, 300, f"{tasks} completed runs", proc)
                 smaps = _smaps(proc.pid)
             finally:
                 proc.send_signal(signal.SIGTERM)
@@ -207,13 +257,18 @@ def _run(
             if server is not None:
                 server[0].terminate()
                 server[0].wait(30)
+            if where.schema is not None:
+                import psycopg
+
+                with psycopg.connect(pg.url, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA {where.schema} CASCADE")
         if proc.returncode != 0:
             stderr = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
             raise SystemExit(f"worker exited {proc.returncode}: {stderr}")
         out: dict[str, Any] = {"idle_mib": idle, "peak_mib": peak, "cpu_s": cpu, **smaps}
         if costs is not None:
             out["costs"] = json.loads(costs.read_text())
-        else:
+        elif parts:
             out["parts"] = _parts(python, root, order)
         return out
 
@@ -250,12 +305,6 @@ def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, found[0]
 
 
-def _registered(db: Path, pid: int) -> bool:
-    """Whether worker ``pid`` is in the rail's worker list (config read, tracker answered)."""
-    with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT 1 FROM workers WHERE pid = ?", (pid,)).fetchone() is not None
-
-
 def _smaps(pid: int) -> dict[str, int]:
     """``Rss``, ``Anonymous`` and the file-backed rest (KiB) from ``/proc/<pid>/smaps_rollup``."""
     fields: dict[str, int] = {}
@@ -279,7 +328,7 @@ def _wait_for(check: Any, timeout_s: float, what: str, proc: subprocess.Popen[by
         time.sleep(0.02)  # polling a real condition under a deadline
 
 
-def _add(db: Path, n: int) -> None:
+def _add(url: str, n: int) -> None:
     import anyio
 
     from bench.worker import PIPELINE
@@ -287,7 +336,7 @@ def _add(db: Path, n: int) -> None:
     from tracker_client.models import TaskCreate
 
     async def add() -> None:
-        tracker = await open_tracker(f"sqlite:///{db}")
+        tracker = await open_tracker(url)
         try:
             pid = await tracker.create_pipeline("busy", PIPELINE)
             for start in range(0, n, 500):
@@ -299,13 +348,6 @@ def _add(db: Path, n: int) -> None:
             await tracker.aclose()
 
     anyio.run(add)
-
-
-def _completed(db: Path) -> int:
-    with sqlite3.connect(db) as conn:
-        return int(
-            conn.execute("SELECT count(*) FROM runs WHERE status = 'completed'").fetchone()[0]
-        )
 
 
 def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, top: int) -> None:
@@ -345,15 +387,62 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
     )
 
 
+def _peer_peak(peer: str, tasks: int, concurrency: int, pg: Any) -> float:
+    """A peer's worker (one process) drains ``tasks`` no-op jobs: its own peak RSS, MiB."""
+    sys.path.insert(0, str(ROOT))
+    from bench.peer_drains import huey_drain, pgqueuer_drain
+
+    if peer == "huey":
+        result = huey_drain(tasks, 1, concurrency)
+    else:
+        result = pgqueuer_drain(pg, tasks, 1, concurrency)
+    if result["done"] != tasks:
+        raise SystemExit(f"{peer} drained {result['done']} of {tasks} ({result['exit_codes']})")
+    return float(result["peak_rss_mib"])
+
+
+def _pythons(args: argparse.Namespace, rails: list[str], peers: list[str]) -> dict[str, str]:
+    """The interpreter of each system: a venv of its own (:mod:`bench.peers_venvs`), unless
+    ``--shared-venv`` (this interpreter for all) or ``--python`` (ours) says otherwise."""
+    from bench import peers_venvs
+
+    wanted = list(peers)
+    for rail in rails:
+        wanted.append("ours-postgres" if rail == "postgres" else "ours")
+    out: dict[str, str] = {}
+    for system in dict.fromkeys(wanted):
+        if system.startswith("ours") and args.python:
+            out[system] = args.python
+        elif args.shared_venv:
+            out[system] = sys.executable
+        else:
+            out[system] = peers_venvs.python_for(system)
+            print(peers_venvs.summary(system))
+    return out
+
+
+def _ratio(rows: list[float], base: list[float]) -> str:
+    """The median over rounds of ``rows`` over ``base`` in the same round."""
+    ratios = [r / b for r, b in zip(rows, base, strict=False) if b]
+    return f"{statistics.median(ratios):.2f}" if ratios else "-"
+
+
 def main() -> None:
-    """Measure each root and print its peak RSS and top import costs."""
+    """Measure each root (and the chosen peers) and print peak RSS and top import costs."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--root", action="append", type=Path, default=[])
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--rail", default="embedded", help="embedded, served or both (a,b)")
-    parser.add_argument("--python", default=sys.executable, help="the worker's interpreter")
+    parser.add_argument("--rail", default="embedded", help="embedded, served, postgres (a,b)")
+    parser.add_argument("--peers", default="", help="huey and/or pgqueuer, in the same rounds")
+    parser.add_argument("--runs", type=int, default=1, help="interleaved rounds")
+    parser.add_argument("--python", default="", help="our worker's interpreter")
+    parser.add_argument(
+        "--shared-venv",
+        action="store_true",
+        help="run every system on this interpreter, not each in a venv of its own",
+    )
     parser.add_argument("--no-profile", action="store_true", help="skip the import profile")
     parser.add_argument(
         "--event-loop",
@@ -367,16 +456,86 @@ def main() -> None:
             parser.error(f"--root {root}: not a source tree of this project (no worker/cli)")
     rails = [r.strip() for r in args.rail.split(",") if r.strip()]
     for rail in rails:
-        if rail not in ("embedded", "served"):
-            parser.error(f"--rail {rail!r}: not a rail (embedded, served)")
-    if not os.access(args.python, os.X_OK):
+        if rail not in RAILS:
+            parser.error(f"--rail {rail!r}: not a rail ({', '.join(RAILS)})")
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    for peer in peers:
+        if peer not in PEERS:
+            parser.error(f"--peers {peer!r}: not a measured peer ({', '.join(PEERS)})")
+    if args.python and not os.access(args.python, os.X_OK):
         parser.error(f"--python {args.python}: not an executable interpreter")
-    for rail in rails:
-        for root in roots:
-            run = (root, rail, args.python, args.event_loop, args.tasks, args.concurrency)
-            clean = _run(*run, profiled=False)
-            profiled = None if args.no_profile else _run(*run, profiled=True)
-            _report(f"{root} [{rail}]", clean, profiled, args.top)
+    if args.runs < 1 or args.tasks < 1:
+        parser.error("--runs and --tasks must be at least 1")
+    sys.path.insert(0, str(ROOT))
+    from bench import peer_drains, peers_setup
+
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {peers_setup.machine()}")
+    print(f"load average before: {peers_setup.load()}", flush=True)
+    pythons = _pythons(args, rails, peers)
+    peer_drains.PYTHONS.update({p: pythons[p] for p in peers})
+    pg = None
+    if "postgres" in rails or "pgqueuer" in peers:
+        from tests.postgres.server import find_bindir
+
+        bindir = find_bindir()
+        if bindir is None:
+            parser.error("PostgreSQL is not installed: apt-get install postgresql")
+        pg = peers_setup.StockPgServer.create(bindir)
+    systems = [(p, None) for p in peers] + [(rail, root) for rail in rails for root in roots]
+    peaks: dict[tuple[str, Path | None], list[float]] = {s: [] for s in systems}
+    clean: dict[tuple[str, Path | None], dict[str, Any]] = {}
+    try:
+        if pg is not None:
+            pg.start()
+        for run in range(args.runs):
+            shift = run % len(systems)
+            for name, root in systems[shift:] + systems[:shift]:
+                if root is None:
+                    peak = _peer_peak(name, args.tasks, args.concurrency, pg)
+                else:
+                    python = pythons["ours-postgres" if name == "postgres" else "ours"]
+                    out = _run(
+                        root,
+                        name,
+                        python,
+                        args.event_loop,
+                        args.tasks,
+                        args.concurrency,
+                        profiled=False,
+                        pg=pg,
+                        parts=run == 0,
+                    )
+                    clean.setdefault((name, root), out)
+                    peak = out["peak_mib"]
+                peaks[(name, root)].append(peak)
+                label = name if root is None else f"{name} {root}"
+                print(f"  round {run + 1} {label}: {peak:.1f} MiB", file=sys.stderr, flush=True)
+        print(
+            f"busy: {args.tasks} no-op tasks, concurrency {args.concurrency}, one worker "
+            f"process, {args.runs} interleaved round(s); load average after: {peers_setup.load()}"
+        )
+        print("| system | root | venv | peak RSS MiB [range] | peer | x peer RSS |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for name, root in systems:
+            rows = peaks[(name, root)]
+            peer = PEER_OF.get(name)
+            base = peaks.get((peer, None), []) if peer else []
+            venv = name if root is None else ("ours-postgres" if name == "postgres" else "ours")
+            print(
+                f"| {name} | {root or '-'} | {venv} | {statistics.median(rows):.1f} "
+                f"[{min(rows):.1f}-{max(rows):.1f}] | {peer if base else '-'} | "
+                f"{_ratio(rows, base) if base else '-'} |"
+            )
+        for name, root in systems:
+            if root is None:
+                continue
+            python = pythons["ours-postgres" if name == "postgres" else "ours"]
+            run_args = (root, name, python, args.event_loop, args.tasks, args.concurrency)
+            profiled = None if args.no_profile else _run(*run_args, profiled=True, pg=pg)
+            _report(f"{root} [{name}]", clean[(name, root)], profiled, args.top)
+    finally:
+        if pg is not None:
+            pg.destroy()
 
 
 if __name__ == "__main__":

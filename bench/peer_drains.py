@@ -37,9 +37,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The interpreter each peer's workers run on, by peer (``huey``, ``pgqueuer`` ...); a peer not
+#: listed runs on this one. :mod:`bench.memory` and ``bench.peers --own-venvs`` fill it with
+#: each peer's venv of its own (:mod:`bench.peers_venvs`), so its RSS is its own.
+PYTHONS: dict[str, str] = {}
+
+
 def _peer(kind: str, where: str, concurrency: int, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "bench.peer_workers", kind, where, str(concurrency), *extra]
+    python = PYTHONS.get(kind.removesuffix("-serve"), sys.executable)
+    argv = [python, "-m", "bench.peer_workers", kind, where, str(concurrency), *extra]
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
