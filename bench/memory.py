@@ -58,8 +58,11 @@ PEER_OF = {"embedded": "huey", "served": "huey", "postgres": "pgqueuer"}
 #: module's own cost (its RSS growth less its nested imports') there at exit.
 _CHILD = """
 import sys
-root, config, costs_out, order_out = sys.argv[1:5]
+root, config, costs_out, order_out, trace = sys.argv[1:6]
 sys.path.insert(0, root)
+if trace:  # Python's own allocations, by module, instead of the RSS
+    import tracemalloc
+    tracemalloc.start(1)
 noop = type(sys)("bench_memory_noop")
 async def run(ctx):
     from plugins.api import Transition
@@ -70,6 +73,8 @@ if costs_out:
     import importlib.abc, json, os
     page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
     def rss_kib():
+        if trace:
+            return tracemalloc.get_traced_memory()[0] // 1024
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * page_kib
     costs, stack = {}, []
@@ -109,6 +114,10 @@ try:
 finally:
     import json
     if costs_out:
+        if trace:  # what is still allocated at the end, by the file that allocated it
+            stats = tracemalloc.take_snapshot().statistics("filename")
+            live = [[st.traceback[0].filename, st.size // 1024] for st in stats[:40]]
+            costs["(live by file)"] = live
         with open(costs_out, "w") as f:
             json.dump(costs, f)
     if order_out:  # what the worker imported, in order (None: a module it marked absent)
@@ -205,6 +214,7 @@ def _run(
     profiled: bool,
     pg: Any = None,
     parts: bool = True,
+    trace: bool = False,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import anyio
@@ -238,7 +248,8 @@ def _run(
             costs = tmp / "costs.json" if profiled else None
             order = tmp / "order.json"
             argv = [python, "-c", _CHILD, str(root), str(config), str(costs or ""), str(order)]
-            env = {**os.environ, "PYTHONPATH": str(root)}
+            argv.append("trace" if profiled and trace else "")
+            env = _env(root)
             proc = subprocess.Popen(
                 argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
@@ -273,10 +284,19 @@ def _run(
         return out
 
 
+def _env(root: Path) -> dict[str, str]:
+    """A measured worker's environment: ``root`` on the path, bytecode caching allowed (a
+    worker compiling its modules from source at start-up peaks higher than an installed one,
+    which never does: :func:`bench.worker.worker_env`)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def _parts(python: str, root: Path, order: Path) -> list[tuple[str, float]]:
     """(part, MiB) of :data:`PARTS` for the worker whose imports ``order`` lists."""
     argv = [python, "-c", _PARTS_CHILD, str(root), str(order), json.dumps(PARTS)]
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = _env(root)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
     return [(label, kib / 1024) for label, kib in json.loads(done.stdout.splitlines()[-1])]
 
@@ -366,8 +386,16 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
     )
     if profiled is None:
         return
-    costs: dict[str, int] = profiled["costs"]
-    print(f"  imports: {len(costs)} modules, {sum(costs.values()) / 1024:.1f} MiB of RSS growth")
+    costs: dict[str, Any] = profiled["costs"]
+    live = costs.pop("(live by file)", None)
+    if live is not None:
+        print("  (profiled with tracemalloc: KiB of Python allocations, not RSS)")
+        print(
+            "  live at the end, by allocating file (KiB): "
+            + ", ".join(f"{_short(name)} {kib}" for name, kib in live[:top])
+        )
+    what = "of Python allocations" if live is not None else "of RSS growth"
+    print(f"  imports: {len(costs)} modules, {sum(costs.values()) / 1024:.1f} MiB {what}")
     packages: dict[str, int] = {}
     for name, kib in costs.items():
         packages[name.split(".")[0]] = packages.get(name.split(".")[0], 0) + kib
@@ -401,23 +429,31 @@ def _peer_peak(peer: str, tasks: int, concurrency: int, pg: Any) -> float:
     return float(result["peak_rss_mib"])
 
 
-def _pythons(args: argparse.Namespace, rails: list[str], peers: list[str]) -> dict[str, str]:
-    """The interpreter of each system: a venv of its own (:mod:`bench.peers_venvs`), unless
-    ``--shared-venv`` (this interpreter for all) or ``--python`` (ours) says otherwise."""
+def _venv(name: str) -> str:
+    """The venv (:mod:`bench.peers_venvs`) a system runs in: a peer's own, or ours."""
+    if name in PEERS:
+        return name
+    return "ours-postgres" if name == "postgres" else "ours"
+
+
+def _pythons(
+    args: argparse.Namespace, systems: list[tuple[str, Path | None]]
+) -> dict[tuple[str, Path | None], str]:
+    """The interpreter of each (system, root): a venv of its own (:mod:`bench.peers_venvs`,
+    ours from that root's declared requirements), unless ``--shared-venv`` (this interpreter
+    for all) or ``--python`` (ours) says otherwise."""
     from bench import peers_venvs
 
-    wanted = list(peers)
-    for rail in rails:
-        wanted.append("ours-postgres" if rail == "postgres" else "ours")
-    out: dict[str, str] = {}
-    for system in dict.fromkeys(wanted):
-        if system.startswith("ours") and args.python:
-            out[system] = args.python
+    out: dict[tuple[str, Path | None], str] = {}
+    for name, root in systems:
+        if root is not None and args.python:
+            out[(name, root)] = args.python
         elif args.shared_venv:
-            out[system] = sys.executable
+            out[(name, root)] = sys.executable
         else:
-            out[system] = peers_venvs.python_for(system)
-            print(peers_venvs.summary(system))
+            pyproject = (root or ROOT) / "pyproject.toml"
+            out[(name, root)] = python = peers_venvs.python_for(_venv(name), pyproject)
+            print(f"{name} ({root or 'peer'}): {peers_venvs.summary(_venv(name), python)}")
     return out
 
 
@@ -425,6 +461,12 @@ def _ratio(rows: list[float], base: list[float]) -> str:
     """The median over rounds of ``rows`` over ``base`` in the same round."""
     ratios = [r / b for r, b in zip(rows, base, strict=False) if b]
     return f"{statistics.median(ratios):.2f}" if ratios else "-"
+
+
+def _short(filename: str) -> str:
+    """A file name from its package down (``.../site-packages/pydantic/main.py``: the last
+    three parts)."""
+    return "/".join(Path(filename).parts[-3:])
 
 
 def main() -> None:
@@ -444,6 +486,11 @@ def main() -> None:
         help="run every system on this interpreter, not each in a venv of its own",
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the import profile")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="profile Python's allocations per module (tracemalloc) instead of the RSS",
+    )
     parser.add_argument(
         "--event-loop",
         choices=["auto", "asyncio", "uvloop"],
@@ -471,8 +518,9 @@ def main() -> None:
 
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {peers_setup.machine()}")
     print(f"load average before: {peers_setup.load()}", flush=True)
-    pythons = _pythons(args, rails, peers)
-    peer_drains.PYTHONS.update({p: pythons[p] for p in peers})
+    systems = [(p, None) for p in peers] + [(rail, root) for rail in rails for root in roots]
+    pythons = _pythons(args, systems)
+    peer_drains.PYTHONS.update({p: pythons[(p, None)] for p in peers})
     pg = None
     if "postgres" in rails or "pgqueuer" in peers:
         from tests.postgres.server import find_bindir
@@ -481,7 +529,6 @@ def main() -> None:
         if bindir is None:
             parser.error("PostgreSQL is not installed: apt-get install postgresql")
         pg = peers_setup.StockPgServer.create(bindir)
-    systems = [(p, None) for p in peers] + [(rail, root) for rail in rails for root in roots]
     peaks: dict[tuple[str, Path | None], list[float]] = {s: [] for s in systems}
     clean: dict[tuple[str, Path | None], dict[str, Any]] = {}
     try:
@@ -493,11 +540,10 @@ def main() -> None:
                 if root is None:
                     peak = _peer_peak(name, args.tasks, args.concurrency, pg)
                 else:
-                    python = pythons["ours-postgres" if name == "postgres" else "ours"]
                     out = _run(
                         root,
                         name,
-                        python,
+                        pythons[(name, root)],
                         args.event_loop,
                         args.tasks,
                         args.concurrency,
@@ -520,7 +566,7 @@ def main() -> None:
             rows = peaks[(name, root)]
             peer = PEER_OF.get(name)
             base = peaks.get((peer, None), []) if peer else []
-            venv = name if root is None else ("ours-postgres" if name == "postgres" else "ours")
+            venv = _venv(name)
             print(
                 f"| {name} | {root or '-'} | {venv} | {statistics.median(rows):.1f} "
                 f"[{min(rows):.1f}-{max(rows):.1f}] | {peer if base else '-'} | "
@@ -529,9 +575,13 @@ def main() -> None:
         for name, root in systems:
             if root is None:
                 continue
-            python = pythons["ours-postgres" if name == "postgres" else "ours"]
+            python = pythons[(name, root)]
             run_args = (root, name, python, args.event_loop, args.tasks, args.concurrency)
-            profiled = None if args.no_profile else _run(*run_args, profiled=True, pg=pg)
+            profiled = (
+                None
+                if args.no_profile
+                else _run(*run_args, profiled=True, pg=pg, trace=args.tracemalloc)
+            )
             _report(f"{root} [{name}]", clean[(name, root)], profiled, args.top)
     finally:
         if pg is not None:

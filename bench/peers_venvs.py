@@ -4,8 +4,8 @@ A worker's peak RSS is mostly the modules it imports, and some peers import what
 installed: huey imports redis-py when it is there (and redis-py imports ``cryptography`` when
 that is there), so in the bench extra's shared venv huey reads ~44 MiB, in a venv of its own
 ~24. :func:`python_for` gives each system the interpreter of a venv holding only that system's
-own requirements, made once under :data:`CACHE` (``.bench-venvs/<system>``, ignored by git)
-and made again when its requirement list changes:
+own requirements, made once under :data:`CACHE` (``.bench-venvs/<system>/<hash>``, ignored by
+git; one per distinct requirement list, so an older source tree gets its own):
 
 * ``huey``, ``pgqueuer``, ``arq``, ``celery``, ``procrastinate``: the peer's pinned range from
   this project's ``bench`` extra (``pyproject.toml``), with what the bench's peer runner
@@ -73,19 +73,15 @@ def requirements(system: str, pyproject: Path = ROOT / "pyproject.toml") -> list
     return [*found, *_RUNNER_EXTRAS.get(system, ())]
 
 
-def venv_dir(system: str) -> Path:
-    """Where ``system``'s venv lives."""
-    return CACHE / system
-
-
-def python_for(system: str, log: bool = True) -> str:
-    """The interpreter of ``system``'s venv, made (or made again) if its requirements changed."""
-    reqs = requirements(system)
+def python_for(system: str, pyproject: Path = ROOT / "pyproject.toml", log: bool = True) -> str:
+    """The interpreter of a venv holding ``system``'s requirements as ``pyproject`` declares
+    them (an older source tree's own, for ``ours``), made the first time they are asked for."""
+    reqs = requirements(system, pyproject)
     stamp = hashlib.sha256(json.dumps([sys.version, reqs]).encode()).hexdigest()
-    where = venv_dir(system)
+    where = CACHE / system / stamp[:12]
     python = where / "bin" / "python"
-    stamp_file = where / "requirements.stamp"
-    if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+    done_file = where / "complete"
+    if python.exists() and done_file.exists():
         return str(python)
     if log:
         print(f"making the {system} venv ({', '.join(reqs)}) in {where}", file=sys.stderr)
@@ -100,14 +96,15 @@ def python_for(system: str, log: bool = True) -> str:
     )
     if done.returncode != 0:
         raise SystemExit(f"pip could not fill the {system} venv: {done.stderr[-2000:]}")
-    stamp_file.write_text(stamp)
+    done_file.write_text("\n".join(reqs) + "\n")
     return str(python)
 
 
-def distributions(system: str) -> list[str]:
-    """``name==version`` of every distribution installed in ``system``'s venv, sorted."""
+def distributions(python: str) -> list[str]:
+    """``name==version`` of every distribution in the venv of ``python``, sorted."""
     found = []
-    for meta in sorted(venv_dir(system).glob("lib/python*/site-packages/*.dist-info/METADATA")):
+    venv = Path(python).parents[1]
+    for meta in sorted(venv.glob("lib/python*/site-packages/*.dist-info/METADATA")):
         fields = dict(
             line.split(": ", 1)
             for line in meta.read_text(errors="replace").split("\n\n", 1)[0].splitlines()
@@ -117,7 +114,7 @@ def distributions(system: str) -> list[str]:
     return sorted(found, key=str.lower)
 
 
-def summary(system: str) -> str:
-    """One line: how many distributions ``system``'s venv holds, and which."""
-    dists = distributions(system)
+def summary(system: str, python: str) -> str:
+    """One line: how many distributions ``system``'s venv (``python``'s) holds, and which."""
+    dists = distributions(python)
     return f"{system} venv: {len(dists)} packages ({', '.join(dists)})"

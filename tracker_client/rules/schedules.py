@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
 from pydantic import ValidationError
 
 from tracker_client.errors import Conflict, NotFound, TrackerError, ValidationFailed
@@ -70,6 +69,10 @@ def _zone(name: str) -> ZoneInfo:
 
 def ticks_after(cron: str, zone: ZoneInfo, after_ms: int) -> Iterator[int]:
     """The ticks of ``cron`` on ``zone``'s wall clock strictly after ``after_ms``, as epoch ms."""
+    # cronsim only where a schedule is read: ~0.6 MiB a worker on a rail without schedules
+    # never loads (docs/benchmarks.md, memory footprint)
+    from cronsim import CronSim
+
     start = datetime.fromtimestamp(after_ms / 1000, zone)
     for tick in CronSim(cron, start):
         yield round(tick.timestamp() * 1000)
@@ -84,6 +87,8 @@ def check(fields: dict[str, Any], now_ms: int) -> tuple[ScheduleCreate, int]:
         first = problems(exc, ScheduleCreate)[0]
         raise ValidationFailed(f"{first.place()}: {first.message}") from exc
     zone = _zone(spec.timezone)
+    from cronsim import CronSimError
+
     try:
         first_tick = next(ticks_after(spec.cron, zone, now_ms))
     except (CronSimError, StopIteration) as exc:
@@ -214,6 +219,10 @@ def _fire(ctx: Ctx, row: sqlite3.Row) -> int:
 def fire_due(ctx: Ctx) -> int:
     """Fire every unpaused schedule's due ticks (one write transaction); tasks created."""
     rows = ctx.all("schedules.due", (ctx.now,))
+    if not rows:
+        return 0
+    from cronsim import CronSimError  # see ticks_after
+
     made = 0
     for row in rows:
         ctx.exec("schedules.fire_begin")
