@@ -7,7 +7,8 @@ executor, a no-op job) in a subprocess that prints its ``sys.modules`` at exit:
 * on an embedded rail: no command it is not running (``check``, the systemd unit renderer, the
   operator commands), no reload planner before a SIGHUP, no HTTP client (httpx; its CLI module
   pulls rich and pygments), no server (starlette, uvicorn, the dashboard's jinja2), no other
-  rail, no telemetry that is off; with ``[worker] event_loop = "asyncio"``, no uvloop;
+  rail, no telemetry that is off, no pydantic-settings (nor its argparse and dotenv), no cron
+  parser without schedules; with ``[worker] event_loop = "asyncio"``, no uvloop;
 * on a served rail (a real ``tracker serve`` on 127.0.0.1): no embedded tracker (nor cronsim)
   in the worker, nor the server side, nor httpx's command-line client (rich, pygments).
 
@@ -66,6 +67,13 @@ NEVER = (
     "psycopg",
     "plugins.command.executor",
     "plugins.nullclaw.executor",
+    # issue 31 (memory): the configuration's layers are merged without pydantic-settings (its
+    # sources, argparse for its command-line source, dotenv: ~2 MiB in every worker), and
+    # cronsim is read only where a schedule is (the config's [[schedules]], a due schedule)
+    "pydantic_settings",
+    "dotenv",
+    "argparse",
+    "cronsim",
 )
 #: What a worker on an embedded rail does not import besides: the remote client's stack.
 NOT_EMBEDDED = (
@@ -82,7 +90,6 @@ NOT_EMBEDDED = (
 #: imports httpcore and h11: httpx's transport carries ``http://``, see docs/benchmarks.md.)
 NOT_SERVED = (
     "tracker_client.embedded",
-    "cronsim",
     "httpx._main",
     "rich",
     "pygments",
