@@ -136,6 +136,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pydantic, pydantic-core", ("pydantic_core", "pydantic", "annotated_types")),
     ("pydantic-settings", ("pydantic_settings", "dotenv")),
     ("httpx, httpcore, h11", ("httpx", "httpcore", "h11", "idna", "certifi")),
+    ("psycopg, psycopg-pool", ("psycopg", "psycopg_binary", "psycopg_pool")),
     ("other libraries, stdlib", ()),
     ("this project", ("worker", "tracker_client", "plugins")),
 )

@@ -40,6 +40,10 @@ medians of each round's ratio (CPU per task is the figure a loaded machine moves
 header prints the machine, its load average before and after, the PostgreSQL server's
 settings (``SHOW``) and every system's settings.
 
+``--own-venvs`` runs each peer in a venv of its own (:mod:`bench.peers_venvs`: only that peer's
+requirements), so its RSS column is its own; :mod:`bench.memory` measures peak RSS that way
+for every system, this worker's too.
+
 ``--kept K1,K2`` adds the PostgreSQL rail with that many finished tasks kept in its tables
 (:mod:`bench.peers_kept`), interleaved in the same rounds, and prints each count's rate against
 the first's. ``--pickup SAMPLES`` measures the interactive pickup latency instead
@@ -169,6 +173,17 @@ def system_settings(name: str, concurrency: int) -> str:
     if name == "served":
         return f"served: {ours}, through tracker serve (HTTP, 127.0.0.1) on a SQLite file"
     return f"postgres: {ours}, {peers_setup.psycopg_impl()}, pool_size {POOL_SIZE}"
+
+
+def _own_venvs(systems: list[str]) -> None:
+    """Run each chosen peer on a venv of its own (:mod:`bench.peers_venvs`); say what each
+    holds. This worker's rails stay on this interpreter (they import nothing optional)."""
+    from bench import peer_drains, peers_venvs
+
+    for name in systems:
+        if name in PEERS:
+            python = peer_drains.PYTHONS[name] = peers_venvs.python_for(name)
+            print(f"- {peers_venvs.summary(name, python)}")
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -310,6 +325,12 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
         "(comma-separated, e.g. 1000,200000)",
     )
     parser.add_argument(
+        "--own-venvs",
+        action="store_true",
+        help="run each peer's workers in a venv of its own (bench.peers_venvs), so its RSS "
+        "column is its own (huey imports redis-py where it is installed)",
+    )
+    parser.add_argument(
         "--pickup",
         type=int,
         default=0,
@@ -359,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(peers_setup.pg_settings(pg))
             for name in args.systems:
                 print(f"- {system_settings(name, args.concurrency)}")
+            if args.own_venvs:
+                _own_venvs(args.systems)
             if args.pickup:
                 print(
                     "- pickup: the same settings with workers that wait for work instead of "

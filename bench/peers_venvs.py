@@ -42,7 +42,7 @@ _PEER_DISTS = {
     "huey": ("huey",),
     "pgqueuer": ("pgqueuer", "asyncpg"),
     "arq": ("arq",),
-    "celery": ("celery",),
+    "celery": ("celery", "redis"),
     "procrastinate": ("procrastinate",),
 }
 #: What the ``bench`` extra leaves to a peer's own requirements but its runner imports by
