@@ -1,29 +1,46 @@
-"""Peak RSS of an idle-to-busy worker (no-op ``python`` executor) and where it goes.
+"""Peak RSS of an idle-to-busy worker (no-op ``python`` executor), beside its peers', and
+where it goes.
 
     python -m bench.memory [--tasks 2000] [--concurrency 10] [--root DIR ...] [--top 15]
-                           [--rail embedded,served] [--python PATH] [--no-profile]
-                           [--event-loop auto|asyncio|uvloop]
+                           [--rail embedded,served,postgres] [--peers huey,pgqueuer]
+                           [--runs 1] [--python PATH | --shared-venv] [--no-profile]
+                           [--tracemalloc] [--event-loop auto|asyncio|uvloop]
 
-Each ``--root`` is a source tree to measure (default: this one; add a worktree of an older
-commit, ``git worktree add /tmp/before HEAD~3``, to compare before/after in the same run).
-``--rail``: the worker on the SQLite file itself (``embedded``) and/or through a ``tracker
-serve`` process of this tree on that file (``served``; the server's memory is not counted).
-``--python``: the interpreter of the measured worker (default: this one), e.g. a clean venv's
-``.venv/bin/python`` as CI builds it: this machine's site-packages may run ``.pth`` files at
-start-up that a clean venv does not. Per root and rail, two real ``worker run`` processes on a
-fresh SQLite rail, each started idle on an empty queue (registered in the rail's worker list),
-then given N no-op tasks, stopped by SIGTERM once all are done:
+Every system runs in a venv of its own (:mod:`bench.peers_venvs`, under ``.bench-venvs/``):
+huey and PgQueuer with only their own requirements (huey imports redis-py where it is
+installed: 43.5 MiB instead of 24), this worker with only its declared runtime requirements
+(``[project].dependencies`` of each ``--root``, plus the ``postgres`` extra for that rail).
+Each venv's package count and contents are printed with the figures. ``--shared-venv`` runs
+every system on this interpreter instead; ``--python`` names our worker's.
 
-1. clean: its own peak RSS (``VmHWM``, sampled by :mod:`bench.rss`; ``wait4``'s figure counts
-   the forked copy of this process);
-2. profiled: the same with an import hook that reads the RSS around each module's execution, so
-   each module's own cost (its RSS growth less its imports') is printed, top ``--top`` modules
-   and per top-level package (``--no-profile`` skips it). The hook's own cost is small but not
-   zero: the clean run's figure is the one to quote. Its anonymous and file-backed RSS
-   (``/proc/<pid>/smaps_rollup``, read once all tasks are done) are printed too, and its peak
-   by part (:data:`PARTS`): the modules it imported, loaded part by part into a fresh
-   interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this project), the rest of
-   its peak being what it allocated while running.
+Each ``--root`` is a source tree to measure (default: this one; add an older tree, e.g. a
+``git worktree add /tmp/before HEAD~3``, to compare before/after in the same run).
+``--rail``: the worker on a SQLite file itself (``embedded``), through a ``tracker serve``
+process of this tree on that file (``served``; the server's memory is not counted), or on a
+PostgreSQL server started for the run at stock durability (``postgres``,
+:class:`bench.peers_setup.StockPgServer`, shared with PgQueuer). ``--peers``: huey (beside the
+SQLite rails) and PgQueuer (beside the PostgreSQL one), each one consumer draining N no-op
+jobs (:mod:`bench.peer_drains`). ``--runs`` rounds, every system once per round, the order
+rotating; the table prints each system's median peak and its median per-round ratio to its
+peer. Per root and rail, real ``worker run`` processes on a fresh rail, each started idle on
+an empty queue (registered in the rail's worker list), then given N no-op tasks, stopped by
+SIGTERM once all are done:
+
+1. clean (every round): its own peak RSS (``VmHWM``, sampled by :mod:`bench.rss`; ``wait4``'s
+   figure counts the forked copy of this process);
+2. profiled (once): the same with an import hook that reads the RSS around each module's
+   execution, so each module's own cost (its RSS growth less its imports') is printed, top
+   ``--top`` modules and per top-level package (``--no-profile`` skips it; ``--tracemalloc``
+   reads Python's own allocations instead of the RSS, exact to the byte where RSS moves by
+   pages, and prints what is still allocated at the end by the file that allocated it). The
+   hook's own cost is small but not zero: the clean run's figure is the one to quote. Its
+   anonymous and file-backed RSS (``/proc/<pid>/smaps_rollup``, read once all tasks are done)
+   are printed too, and its peak by part (:data:`PARTS`): the modules it imported, loaded part
+   by part into a fresh interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this
+   project), the rest of its peak being what it allocated while running.
+
+The floor is printed per rail: a fresh interpreter of the same venv loading only what any
+worker of ours needs whatever its own code does (:data:`_FLOOR_CHILD`).
 """
 
 from __future__ import annotations
@@ -283,6 +300,36 @@ def _run(
         elif parts:
             out["parts"] = _parts(python, root, order)
         return out
+
+
+#: The floor: what any worker of ours loads whatever this project's own code does (the
+#: interpreter, asyncio with OpenSSL, anyio, uvloop, click, pydantic with one model built and
+#: used), plus its rail's driver (sqlite3; psycopg and its pool); VmHWM printed in KiB.
+_FLOOR_CHILD = """
+import sys
+import asyncio, anyio, anyio._backends._asyncio, click, pydantic
+try:
+    import uvloop
+except ImportError:
+    pass
+if sys.argv[1] == "postgres":
+    import psycopg, psycopg_pool
+else:
+    import sqlite3
+class Floor(pydantic.BaseModel):
+    x: int = 0
+Floor.model_validate({"x": 1})
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM:"):
+        print(int(line.split()[1]))
+"""
+
+
+def _floor(python: str, rail: str) -> float:
+    """The floor (:data:`_FLOOR_CHILD`) of a worker on ``rail`` under ``python``, MiB."""
+    argv = [python, "-c", _FLOOR_CHILD, rail]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    return int(done.stdout.split()[-1]) / 1024
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -573,6 +620,13 @@ def main() -> None:
                 f"[{min(rows):.1f}-{max(rows):.1f}] | {peer if base else '-'} | "
                 f"{_ratio(rows, base) if base else '-'} |"
             )
+        for name, root in systems:
+            if root is not None:
+                print(
+                    f"{name} ({root}): the floor (interpreter, asyncio with OpenSSL, anyio, "
+                    f"uvloop, click, pydantic with one model, the rail's driver) "
+                    f"{_floor(pythons[(name, root)], name):.1f} MiB"
+                )
         for name, root in systems:
             if root is None:
                 continue
