@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from tracker_client.embedded import EmbeddedTracker
+from tracker_client.embedded.migrate import CACHE_KIB
 from tracker_client.errors import ConfigError, LeaseLost, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.models import ArtifactCreate, TaskCreate
@@ -99,6 +100,19 @@ async def test_claim_replay_returns_the_same_lease_with_the_same_token(tmp_path:
         await tracker.transition(again, "complete")
         with pytest.raises(LeaseLost):  # replaying once the lease is finished
             await tracker.claim("a", "coder", 60_000, idempotency_key="k")
+    finally:
+        await tracker.aclose()
+
+
+async def test_the_rail_connection_keeps_a_small_page_cache(tmp_path: Path) -> None:
+    """A busy worker's page cache holds mostly pages written once: 512 KiB, not SQLite's 2 MiB
+    (docs/benchmarks.md, memory footprint), on the connection every statement runs on."""
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        conn = tracker.engine.db.conn
+        size = await tracker.engine.db.run(lambda: conn.execute("PRAGMA cache_size").fetchone())
+        assert tuple(size) == (-CACHE_KIB,)
+        assert CACHE_KIB < 2000  # below SQLite's default
     finally:
         await tracker.aclose()
 
