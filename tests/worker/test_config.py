@@ -99,3 +99,21 @@ def test_env_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_default_agent_id_uses_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BACKLOG_WORKER_INSTANCE", "3")
     assert load_config().worker.agent_id.endswith("-3")
+
+
+def test_nested_variable_beats_its_short_form_and_leaves_the_file_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The layers merge lowest first (file < short env forms < nested env < flags), table by
+    table, without changing what the file said (the merge makes new tables)."""
+    path = write(tmp_path, '[tracker]\nurl = "http://127.0.0.1:3"\n' + ROLE)
+    monkeypatch.setenv("BACKLOG_WORKER_TRACKER_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("BACKLOG_WORKER_TRACKER__URL", "http://127.0.0.1:2")
+    assert load_config(path).tracker.url == "http://127.0.0.1:2"
+    monkeypatch.delenv("BACKLOG_WORKER_TRACKER__URL")
+    assert load_config(path).tracker.url == "http://127.0.0.1:1"
+    monkeypatch.delenv("BACKLOG_WORKER_TRACKER_URL")
+    assert load_config(path).tracker.url == "http://127.0.0.1:3"
+    flagged = load_config(path, **{"tracker.url": "http://127.0.0.1:4"})
+    assert flagged.tracker.url == "http://127.0.0.1:4"
+    assert load_config(path).tracker.url == "http://127.0.0.1:3"

@@ -1,0 +1,79 @@
+"""``bench.memory`` and the venvs it measures in (``bench.peers_venvs``).
+
+The figures are not asserted (a benchmark, not a test). What is pinned: each system's venv is
+made from only its own requirements, read from ``pyproject.toml`` (huey without redis-py, our
+worker without the bench's peers); an unknown system, rail or peer is refused by name; and a
+real measurement runs end to end (one real worker on this interpreter, ``--shared-venv``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from bench import peers_venvs
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_each_peer_venv_holds_only_that_peer() -> None:
+    assert peers_venvs.requirements("huey") == ["huey>=2.5,<4"]
+    pgq = peers_venvs.requirements("pgqueuer")
+    assert {peers_venvs._dist_name(r) for r in pgq} == {"pgqueuer", "asyncpg", "uvloop"}
+    for peer in ("arq", "celery", "procrastinate"):
+        names = {peers_venvs._dist_name(r) for r in peers_venvs.requirements(peer)}
+        assert peer in names
+        assert "huey" not in names
+        assert "backlog-worker" not in names
+
+
+def test_our_venv_holds_our_runtime_requirements_only() -> None:
+    assert peers_venvs.requirements("ours") == PROJECT["dependencies"]
+    postgres = peers_venvs.requirements("ours-postgres")
+    assert postgres == [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["postgres"]]
+    names = {peers_venvs._dist_name(r) for r in postgres}
+    assert not names & {"huey", "redis", "pgqueuer", "pytest"}
+
+
+def test_an_unknown_system_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"no venv for 'rq'; known: huey, pgqueuer"):
+        peers_venvs.requirements("rq")
+
+
+def _memory(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKLOG_WORKER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.memory", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+
+
+def test_an_unknown_rail_or_peer_is_refused_by_name() -> None:
+    done = _memory("--rail", "redis")
+    assert done.returncode == 2
+    assert "--rail 'redis': not a rail (embedded, served, postgres)" in done.stderr
+    done = _memory("--peers", "celery")
+    assert done.returncode == 2
+    assert "--peers 'celery': not a measured peer (huey, pgqueuer)" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_busy_worker_is_measured_end_to_end() -> None:
+    done = _memory("--shared-venv", "--tasks", "20", "--no-profile")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| embedded |")]
+    assert len(rows) == 1, done.stdout
+    assert "the floor (interpreter" in done.stdout
+    assert "by part (imported in this order" in done.stdout
