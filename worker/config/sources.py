@@ -3,10 +3,9 @@
 A value comes from the TOML file, a ``BACKLOG_WORKER_*`` environment variable or a command-line
 flag; an error about it says which (``worker.toml: [worker] concurrency: ...``,
 ``BACKLOG_WORKER_WORKER__CONCURRENCY: ... (environment)``, ``--concurrency: ...``) instead of
-blaming the file for what the environment said. The environment is parsed here so that a
-misspelled variable is refused by its own name (with the closest real name, via
-:func:`difflib.get_close_matches`, imported only then) instead of being ignored or reported as a
-file key.
+blaming the file for what the environment said. The environment is parsed here rather than by
+pydantic-settings so that a misspelled variable is refused by its own name (with the closest real
+name, via :func:`difflib.get_close_matches`) instead of being ignored or reported as a file key.
 
 No I/O: it is handed the file's values and the environment; it may use pydantic and
 :mod:`tracker_client.validation` (the one formatter) only.
@@ -14,6 +13,7 @@ No I/O: it is handed the file's values and the environment; it may use pydantic 
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -263,8 +263,6 @@ def _suggest(name: str, root: type[BaseModel]) -> str:
     suffix = upper.removeprefix(ENV_PREFIX)
     candidates = [*_env_names(root)]
     candidates += [n.removeprefix(ENV_PREFIX) for n in (*SHORT_FORMS, *NOT_SETTINGS)]
-    import difflib  # only for a misspelled variable: a worker that starts never needs it
-
     match = difflib.get_close_matches(suffix, candidates, n=1)
     return f"; did you mean {ENV_PREFIX}{match[0]}?" if match else ""
 
