@@ -13,9 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
+from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.embedded.migrate import CACHE_KIB
-from tracker_client.errors import ConfigError, LeaseLost, ValidationFailed
+from tracker_client.errors import ConfigError, InvalidTransition, LeaseLost, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.models import ArtifactCreate, TaskCreate
 
@@ -431,3 +432,47 @@ def test_new_ids_lead_with_the_time() -> None:
         parsed = uuid.UUID(task_id)
         assert str(parsed) == task_id and parsed.version == 4
         assert before <= parsed.int >> 80 <= after
+
+
+async def test_a_finish_many_refusing_nothing_takes_one_savepoint(tmp_path: Path) -> None:
+    """A batch nothing refuses is written under one savepoint, not one per item (two
+    statements per batch instead of two per item); one refused item still leaves the others
+    written once and itself nothing (the batch written again item by item)."""
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    statements: list[str] = []
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        for i in range(6):
+            await tracker.create_task(TaskCreate(pipeline_id=pid, title=f"t{i}"))
+        leases = await tracker.claim_many("a", "coder", 60_000, 6)
+        assert len(leases) == 6
+        done = {"trigger": "complete"}
+        tracker.engine.db.conn.set_trace_callback(statements.append)
+        first = await tracker.finish_many(
+            [FinishItem(lease=x, transition=done) for x in leases[:3]]
+        )
+        assert all(isinstance(o, FinishResult) for o in first)
+        assert sum(s.startswith("SAVEPOINT") for s in statements) == 1
+        statements.clear()
+        second = await tracker.finish_many(
+            [
+                FinishItem(lease=leases[3], transition=done),
+                FinishItem(lease=leases[4], transition={"trigger": "nope"}),
+                FinishItem(lease=leases[5], transition=done),
+            ]
+        )
+        tracker.engine.db.conn.set_trace_callback(None)
+        stages = [(await tracker.get_task(x.task.id)).stage for x in leases[3:]]
+        kinds = [
+            [e.kind for e in (await tracker.list_task_events(x.task.id)).items] for x in leases
+        ]
+    finally:
+        tracker.engine.db.conn.set_trace_callback(None)
+        await tracker.aclose()
+    assert isinstance(second[0], FinishResult) and isinstance(second[2], FinishResult)
+    assert isinstance(second[1], InvalidTransition)
+    # the batch's savepoint rolled back at the refusal, then one savepoint per item
+    assert sum(s.startswith("ROLLBACK TO SAVEPOINT finish_batch") for s in statements) == 1
+    assert sum(s.startswith("SAVEPOINT finish_item") for s in statements) == 3
+    assert stages == ["done", "todo", "done"]
+    assert [k.count("transition") for k in kinds] == [1, 1, 1, 1, 0, 1]

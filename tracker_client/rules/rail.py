@@ -37,7 +37,7 @@ from tracker_client.contract.batch_models import (
     check_items,
     per_state_of,
 )
-from tracker_client.errors import TrackerError, ValidationFailed
+from tracker_client.errors import ValidationFailed
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -75,7 +75,7 @@ from tracker_client.rules.claim_many import claim_many, keyed_claim_many
 from tracker_client.rules.common import Ctx, Options, list_assignments
 from tracker_client.rules.engine import QUIET_WRITES, Changes, Clock, Engine, Watch, wakes_waiters
 from tracker_client.rules.finish import Part, finish_keyed, prepare
-from tracker_client.rules.finish_many import prepared_item
+from tracker_client.rules.finish_many import prepared_item, write_items
 from tracker_client.rules.follow import check_follow, follow_state
 from tracker_client.rules.idempotency import idempotent, no_answer, replay_none
 from tracker_client.rules.links import add_dependency, assign, list_dependencies, unassign
@@ -934,22 +934,7 @@ class Rail(Generic[E]):
         keys = [item.idempotency_key for item in items]
 
         def op(ctx: Ctx) -> list[FinishManyOutcome]:
-            out: list[FinishManyOutcome] = []
-            for ready, key in zip(prepared, keys, strict=True):
-                if isinstance(ready, TrackerError):
-                    out.append(ready)
-                    continue
-                run_id, digest, parts = ready
-                logged = len(ctx.logs)
-                ctx.exec("finish_many.savepoint")
-                try:
-                    out.append(finish_keyed(ctx, run_id, digest, parts, self._rng, key))
-                except TrackerError as exc:
-                    ctx.exec("finish_many.rollback_item")
-                    del ctx.logs[logged:]
-                    out.append(exc)
-                ctx.exec("finish_many.release_item")
-            return out
+            return write_items(ctx, prepared, keys, self._rng)
 
         return await self._write("finish_many", op)
 
