@@ -219,14 +219,15 @@ def lease_of(
             "usage": None,
         }
     )
-    ctx.log(
-        "task_claimed",
-        f"task {row['id']} claimed by {agent_id} (attempt {attempt})",
-        task_id=row["id"],
-        run_id=run_id,
-        role=role,
-        agent_id=agent_id,
-    )
+    if ctx.will_log("task_claimed"):  # else not even the message is made
+        ctx.log(
+            "task_claimed",
+            f"task {row['id']} claimed by {agent_id} (attempt {attempt})",
+            task_id=row["id"],
+            run_id=run_id,
+            role=role,
+            agent_id=agent_id,
+        )
     return Lease.model_validate(
         {
             "task": task,

@@ -129,6 +129,10 @@ MOVE_FIELDS = (
 _MANY_CALL = STATEMENTS["hot.finish_many_tx"]
 #: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
 _ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
+#: The fields of a transition item that one round trip writes (any other: the rail's path).
+_PLAIN_FIELDS = frozenset(
+    {"trigger", "expected_stage", "expected_task_version", "instructions", "usage", "wait_for"}
+)
 
 
 class PostgresTracker(Rail[PgEngine]):
@@ -143,6 +147,10 @@ class PostgresTracker(Rail[PgEngine]):
         self._rail_key: bytes | None = None
         #: run id -> (pipeline, stage) of the leases this instance handed out (see the module).
         self._leased: dict[str, tuple[str, str]] = {}
+        #: (pipeline, stage, trigger) -> a move worked out (see :meth:`_plan_of`).
+        self._moves: dict[tuple[str, str, str], tuple[Any, str, str | None, int, str]] = {}
+        #: (stage, new stage, trigger) -> a plain transition's recorded ``finish`` answer.
+        self._answers: dict[tuple[str, str, str], str] = {}
 
     @classmethod
     async def open(
@@ -339,10 +347,12 @@ class PostgresTracker(Rail[PgEngine]):
         self._changes.wake_followers()
         by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
         leases: list[Lease] = []
+        # the leases' view: no connection (what needs one is written through _write)
+        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
         for row in rows:
             run_id = str(row["lease_run_id"])
             lease_id, token = by_run[run_id]
-            lease = await self._handed_out(row, now, run_id, lease_id, token, agent_id, role)
+            lease = await self._handed_out(row, ctx, run_id, lease_id, token, agent_id, role)
             if lease is not None:
                 leases.append(lease)
         if rows and not leases:
@@ -350,7 +360,7 @@ class PostgresTracker(Rail[PgEngine]):
         return leases
 
     async def _handed_out(
-        self, row: Row, now: int, run_id: str, lease_id: str, token: str, agent: str, role: str
+        self, row: Row, ctx: Ctx, run_id: str, lease_id: str, token: str, agent: str, role: str
     ) -> Lease | None:
         """The lease of a row ``bw_claim`` leased; a row that says it has a checkpoint has it
         read, and an unreadable row is refused alone, the embedded way (dead-lettered
@@ -365,7 +375,6 @@ class PostgresTracker(Rail[PgEngine]):
             return await self._write(
                 "claim", lambda c: lease_of(c, row, task, run_id, lease_id, token, agent, role)
             )
-        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
         return lease_of(ctx, row, task, run_id, lease_id, token, agent, role)
 
     # -- the transition in one round trip (see the module docstring) ----------------------------
@@ -425,9 +434,10 @@ class PostgresTracker(Rail[PgEngine]):
         wait_for: Sequence[str],
         key: str | None,
     ) -> TransitionResult | None:
+        digest = token_hash(lease.lease_token.get_secret_value())
         args = [
             lease.run_id,
-            token_hash(lease.lease_token.get_secret_value()),
+            digest,
             trigger,
             expected_stage,
             expected_task_version,
@@ -443,7 +453,11 @@ class PostgresTracker(Rail[PgEngine]):
             usage,
             wait_for,
             key,
-            lambda result: (args, result.model_dump(mode="json")),
+            lambda result: (
+                args,
+                json.dumps(result.model_dump(mode="json"), separators=(",", ":")),
+            ),
+            digest,
         )
         if planned is None:
             return None
@@ -467,12 +481,13 @@ class PostgresTracker(Rail[PgEngine]):
         usage: Any,
         wait_for: Any,
         key: Any,
-        record: Callable[[TransitionResult], tuple[Any, Any]],
+        record: Callable[[TransitionResult], tuple[Any, str]],
+        digest: str,
     ) -> tuple[dict[str, Any], TransitionResult] | None:
         """The parameters of ``bw_transition``/``bw_move`` for a plain transition of a lease
         this instance handed out, and its answer; None when the embedded path must answer
         (see the module docstring). ``record(result)``: the idempotency fingerprint's
-        arguments and the recorded answer."""
+        arguments and the recorded answer's JSON text; ``digest``: the lease token's."""
         known = self._leased
         where = known.pop(lease.run_id, None)
         if where is None or wait_for or log.isEnabledFor(logging.INFO):
@@ -493,38 +508,64 @@ class PostgresTracker(Rail[PgEngine]):
             return None
         if expected_stage is not None and expected_stage != stage:
             return None
-        move = pipeline.find(stage, trigger)
-        if move is None:
-            return None
-        to = move.to_state
-        text = instructions if instructions is not None else (move.instructions or "")
+        move = self._moves.get((pid, stage, trigger)) if instructions is None else None
+        if move is None or move[0] is not pipeline:
+            move = self._plan_of(pipeline, pid, stage, trigger, instructions)
+            if move is None:
+                return None
+        _, to, role, terminal, event = move
         result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
         try:
             usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
-            event = dumps(
-                {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
-            )
             args, answer = record(result)
             fp = None if key is None else fingerprint(args)
         except TrackerError:
             return None  # the embedded path refuses it, in its own order
         params = {
             "run": lease.run_id,
-            "token": token_hash(lease.lease_token.get_secret_value()),
+            "token": digest,
             "pipeline": pid,
             "stage": stage,
             "version": version,
             "to": to,
-            "role": pipeline.role_of(to),
-            "terminal": int(pipeline.is_terminal(to)),
+            "role": role,
+            "terminal": terminal,
             "usage": usage_text,
             "event": event,
             "now": int(self._clock()),
             "key": key,
             "fp": fp,
-            "result": json.dumps(answer, separators=(",", ":")),
+            "result": answer,
         }
         return params, result
+
+    def _plan_of(
+        self, pipeline: Any, pid: str, stage: str, trigger: str, instructions: str | None
+    ) -> tuple[Any, str, str | None, int, str] | None:
+        """The move ``trigger`` makes from ``stage``: (its pipeline, the stage it leads to, that
+        stage's role, whether it is terminal, the ``transition`` event's JSON text); None when
+        the pipeline has no such move or the event cannot be stored. Kept per (pipeline,
+        stage, trigger) for runs reporting no instructions of their own (nearly all: the
+        event is then the same for every run making the move), while the pipeline is the
+        cached one it was worked out from."""
+        move = pipeline.find(stage, trigger)
+        if move is None:
+            return None
+        to = move.to_state
+        text = instructions if instructions is not None else (move.instructions or "")
+        try:
+            event = dumps(
+                {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
+            )
+        except TrackerError:
+            return None  # the embedded path refuses it, in its own order
+        planned = (pipeline, to, pipeline.role_of(to), int(pipeline.is_terminal(to)), event)
+        if instructions is None:
+            moves = self._moves
+            if len(moves) >= REMEMBERED:
+                moves.clear()
+            moves[(pid, stage, trigger)] = planned
+        return planned
 
     # -- finish_many in one round trip (see the module docstring) -------------------------------
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
@@ -560,16 +601,24 @@ class PostgresTracker(Rail[PgEngine]):
             return None
         plain, body, _ = parts
         assert body is not None
-        known = {"trigger", "expected_stage", "expected_task_version", "instructions", "usage"}
-        if not set(body) <= known | {"wait_for"}:
+        if not _PLAIN_FIELDS.issuperset(body):
             return None
         digest = token_hash(item.lease.lease_token.get_secret_value())
         answers: list[FinishResult] = []
 
-        def record(result: Any) -> tuple[Any, Any]:
-            answers.append(FinishResult(event_ids=[], transition=result))
+        def record(result: TransitionResult) -> tuple[Any, str]:
+            done = FinishResult(event_ids=[], transition=result)
+            answers.append(done)
             args = [item.lease.run_id, digest, plain, body, None]
-            return args, answers[0].model_dump(mode="json")
+            # the same answer for every run making the move: its JSON text made once
+            known = (result.previous_stage, result.new_stage, result.trigger)
+            text = self._answers.get(known)
+            if text is None:
+                if len(self._answers) >= REMEMBERED:
+                    self._answers.clear()
+                text = json.dumps(done.model_dump(mode="json"), separators=(",", ":"))
+                self._answers[known] = text
+            return args, text
 
         planned = self._plan_move(
             item.lease,
@@ -581,6 +630,7 @@ class PostgresTracker(Rail[PgEngine]):
             body.get("wait_for") or (),
             item.idempotency_key,
             record,
+            digest,
         )
         if planned is None or not answers:
             return None
