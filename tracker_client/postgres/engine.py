@@ -23,6 +23,7 @@ from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import STATEMENTS, PgConn
 from tracker_client.postgres.follow import FOLLOW_QUIET, FollowChannel, follow_channel, notify_sql
 from tracker_client.postgres.idle import FRESH_TICK_S, WaitersRow
+from tracker_client.postgres.pairing import CallPairs
 from tracker_client.postgres.wake import Listener, channel_name
 from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
@@ -62,6 +63,8 @@ class PgEngine:
         self._follow_sql = notify_sql(self.follow_channel, self.instance)
         #: This instance's ``waiters`` row (see :mod:`.idle`).
         self.waiters = WaitersRow(db, self.instance, self._changes)
+        #: A ``finish_many`` and a claim ready together go as one statement (:mod:`.pairing`).
+        self.pairs = CallPairs(db)
         self._following = FollowChannel(db, self.instance, self._changes, poll_interval_s)
 
     @property

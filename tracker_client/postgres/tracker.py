@@ -341,7 +341,7 @@ class PostgresTracker(Rail[PgEngine]):
             key,
             fp,
         ]
-        rows = await self._engine.db.one_call(CLAIM_CALL, params, op)
+        rows = await self._engine.pairs.claim(CLAIM_CALL, params, op)
         if rows is None:
             return None
         self._changes.wake_followers()
@@ -642,8 +642,10 @@ class PostgresTracker(Rail[PgEngine]):
         items = [{f: p[f] for f in _ITEM_FIELDS} for p in params]
         text = json.dumps(items, separators=(",", ":"))
         try:
-            found = await self._engine.db.one_call(
-                _MANY_CALL, [*self._engine.wake_args(), int(self._clock()), text], "finish_many"
+            found = await self._engine.pairs.finish(
+                _MANY_CALL,
+                [*self._engine.wake_args(), int(self._clock()), text],
+                "finish_many",
             )
         finally:
             self._changes.notify()  # committed or not: a waiter looks again, as after any write

@@ -1,0 +1,218 @@
+"""A ``finish_many`` and a claim ready together: one statement, against a real server.
+
+``tracker_client/postgres/pairing.py``: a worker's reports and its claim for the slots they
+freed go as ONE statement (one transaction, one commit) when they come within a few scheduling
+passes of each other; each still gets its own answer, a pair that declines is answered as two
+calls, and a lost answer reaches both callers, whose retries under their keys write nothing
+twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from tests.contract.support import make_pipeline, new_task, simple_pipeline
+from tests.postgres.server import PgServer, fresh_schema_url
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, FinishResult
+from tracker_client.errors import TrackerUnavailable
+from tracker_client.factory import open_tracker
+from tracker_client.models import Lease
+from tracker_client.postgres import pairing
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+_PLAIN = {"trigger": "complete"}
+
+
+@pytest.fixture(autouse=True)
+def _quiet(quiet_tracker_log: None) -> None:
+    """The one-trip paths only (see conftest's ``quiet_tracker_log``)."""
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
+    """The queries sent on the async lane (the hot path's connections)."""
+    counter = _Sent()
+    real = psycopg.AsyncCursor.execute
+
+    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.queries.append(str(query))
+        return await real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    return counter
+
+
+async def _rail(tasks: int) -> tuple[Any, list[Lease]]:
+    tracker: Any = await open_tracker(fresh_schema_url(f"pair-{uuid.uuid4()}"))
+    pid = await make_pipeline(tracker, simple_pipeline())
+    await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(tasks)])
+    leases = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="first")
+    return tracker, leases
+
+
+async def _together(
+    tracker: Any, items: list[FinishItem], claim_key: str
+) -> tuple[list[FinishManyOutcome], list[Lease]]:
+    """``finish_many(items)`` and then, a scheduling pass later, a claim of 3 under
+    ``claim_key``, as a worker's reports and its next claim come."""
+    out: dict[str, Any] = {}
+
+    async def reports() -> None:
+        out["finished"] = await tracker.finish_many(items)
+
+    async def claim() -> None:
+        await anyio.lowlevel.checkpoint()
+        out["claimed"] = await tracker.claim_many(
+            "a", "coder", 60_000, 3, idempotency_key=claim_key
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reports)
+        tg.start_soon(claim)
+    return out["finished"], out["claimed"]
+
+
+def _items(leases: list[Lease], prefix: str) -> list[FinishItem]:
+    return [
+        FinishItem(lease=x, transition=_PLAIN, idempotency_key=f"{prefix}{i}")
+        for i, x in enumerate(leases)
+    ]
+
+
+async def test_reports_and_the_next_claim_go_as_one_statement(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    tracker, leases = await _rail(6)
+    try:
+        sent.queries.clear()
+        finished, claimed = await _together(tracker, _items(leases, "f"), "second")
+        assert len(sent.queries) == 1 and "bw_finish_claim_tx" in sent.queries[0]
+        assert tracker.engine.pairs.paired == 1
+        # each caller got its own answer, as alone
+        assert [
+            o.transition.new_stage for o in finished if isinstance(o, FinishResult) and o.transition
+        ] == ["done"] * 3
+        assert len(claimed) == 3
+        assert {x.task.id for x in claimed}.isdisjoint(x.task.id for x in leases)
+        for lease in leases:
+            assert (await tracker.get_task(lease.task.id)).stage == "done"
+        for lease in claimed:
+            detail = await tracker.get_task(lease.task.id)
+            assert detail.latest_run is not None and detail.latest_run.status == "running"
+            await tracker.heartbeat(lease)  # a live lease under its token
+        # replays under the keys answer what the pair wrote, writing nothing more
+        assert await tracker.finish_many(_items(leases, "f")) == finished
+        again = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
+        assert [x.run.id for x in again] == [x.run.id for x in claimed]
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_claim_that_finds_nothing_still_answers_the_reports(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    tracker, leases = await _rail(3)
+    try:
+        sent.queries.clear()
+        finished, claimed = await _together(tracker, _items(leases, "f"), "second")
+        assert len(sent.queries) == 1
+        assert claimed == []
+        assert all(isinstance(o, FinishResult) for o in finished)
+        for lease in leases:
+            assert (await tracker.get_task(lease.task.id)).stage == "done"
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_pair_that_declines_is_answered_as_two_calls(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    tracker, leases = await _rail(6)
+    try:
+        # the claim replays the first claim's key: its statement declines (BW001), and the
+        # whole pair with it; then each call goes alone and is answered exactly
+        sent.queries.clear()
+        finished, claimed = await _together(tracker, _items(leases, "f"), "first")
+        assert tracker.engine.pairs.split == 1 and tracker.engine.pairs.paired == 0
+        assert "bw_finish_claim_tx" in sent.queries[0]
+        assert all(isinstance(o, FinishResult) for o in finished)
+        # the replay answers the first claim's leases (sent alone before the reports went)
+        assert [x.run.id for x in claimed] == [x.run.id for x in leases]
+        for lease in leases:
+            detail = await tracker.get_task(lease.task.id)
+            assert detail.stage == "done" and detail.task_version == 2
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_lost_pair_answer_reaches_both_callers_and_retries_write_once(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker, leases = await _rail(6)
+    db = tracker.engine.db
+    real = db.one_call
+
+    async def lost(call: str, params: Any, where: str) -> Any:
+        if call == pairing.PAIR_CALL:  # a fault a real server can't be told to make
+            await real(call, params, where)  # written, and then the answer is lost
+            raise TrackerUnavailable("connection lost", code="unavailable")
+        return await real(call, params, where)
+
+    try:
+        monkeypatch.setattr(db, "one_call", lost)
+        errors: list[BaseException] = []
+
+        async def reports() -> None:
+            try:
+                await tracker.finish_many(_items(leases, "f"))
+            except TrackerUnavailable as exc:
+                errors.append(exc)
+
+        async def claim() -> None:
+            await anyio.lowlevel.checkpoint()
+            try:
+                await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
+            except TrackerUnavailable as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reports)
+            tg.start_soon(claim)
+        assert len(errors) == 2
+        monkeypatch.setattr(db, "one_call", real)
+        # the retries under the same keys: answered from the records, nothing written twice
+        finished = await tracker.finish_many(_items(leases, "f"))
+        assert all(isinstance(o, FinishResult) for o in finished)
+        claimed = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
+        assert len(claimed) == 3
+        for lease in leases:
+            runs = await tracker.list_runs(lease.task.id)
+            assert [r.status for r in runs] == ["completed"]
+        for lease in claimed:
+            assert len(await tracker.list_runs(lease.task.id)) == 1
+            await tracker.heartbeat(lease)
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_claim_alone_is_not_held_back(pg_server: PgServer, sent: _Sent) -> None:
+    tracker, _ = await _rail(6)
+    try:
+        sent.queries.clear()
+        claimed = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
+        assert len(claimed) == 3
+        assert len(sent.queries) == 1 and "bw_claim_tx" in sent.queries[0]
+        assert tracker.engine.pairs.paired == 0
+    finally:
+        await tracker.aclose()
