@@ -147,8 +147,9 @@ async def test_a_pair_that_declines_is_answered_as_two_calls(
         assert tracker.engine.pairs.split == 1 and tracker.engine.pairs.paired == 0
         assert "bw_finish_claim_tx" in sent.queries[0]
         assert all(isinstance(o, FinishResult) for o in finished)
-        # the replay answers the first claim's leases (sent alone before the reports went)
-        assert [x.run.id for x in claimed] == [x.run.id for x in leases]
+        # the replay answers the first claim's leases, less those the reports (sent alone
+        # beside it) finished first: never a new one
+        assert {x.run.id for x in claimed} <= {x.run.id for x in leases}
         for lease in leases:
             detail = await tracker.get_task(lease.task.id)
             assert detail.stage == "done" and detail.task_version == 2

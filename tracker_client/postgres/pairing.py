@@ -129,6 +129,6 @@ class CallPairs:
         # a claim that found nothing has no task).
         parked.result = [(rows[0][0],)]
         parked.done.set()
-        for _ in range(SETTLE_PASSES):
-            await anyio.lowlevel.checkpoint()
+        for _ in range(SETTLE_PASSES):  # written: a cancellation must not drop the leases
+            await anyio.lowlevel.cancel_shielded_checkpoint()
         return [row for row in rows if row["id"] is not None]
