@@ -7,7 +7,8 @@ executor, a no-op job) in a subprocess that prints its ``sys.modules`` at exit:
 * on an embedded rail: no command it is not running (``check``, the systemd unit renderer, the
   operator commands), no reload planner before a SIGHUP, no HTTP client (httpx; its CLI module
   pulls rich and pygments), no server (starlette, uvicorn, the dashboard's jinja2), no other
-  rail, no telemetry that is off, no cron parser without schedules; with ``[worker] event_loop = "asyncio"``, no uvloop;
+  rail, no telemetry that is off, no cron parser without schedules; with
+  ``[worker] event_loop = "asyncio"``, no uvloop;
 * on a served rail (a real ``tracker serve`` on 127.0.0.1): no embedded tracker (nor cronsim)
   in the worker, nor the server side, nor httpx's command-line client (rich, pygments).
 
