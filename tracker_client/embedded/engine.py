@@ -14,6 +14,9 @@ own transaction (``wake.bump``); a waiter that sees ``data_version`` move reads 
 sleeps on while it is unchanged. A release before the counter does not bump it, so a waiter
 still looks once a second after an unannounced commit (:data:`SAFETY_LOOK_S`): in a fleet
 mid-upgrade, an older writer's new work is picked up within that second instead of the poll.
+
+The poll is the fallback: a waking write also sends one datagram to every other instance with
+waiters (:mod:`.wakeup`), which wakes them at once.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TypeVar
 import anyio
 
 from tracker_client.embedded.db import Database
+from tracker_client.embedded.wakeup import WakeSockets
 from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
 
@@ -57,6 +61,8 @@ class SqliteEngine:
         #: How many times a sleeper of this instance was woken by another connection's commit
         #: (what the wake counter keeps low; tests and benches read it).
         self.woken = 0
+        #: The cross-process wake-up sockets (none for an in-memory rail: one connection).
+        self.wake: WakeSockets | None = None if db.path == ":memory:" else WakeSockets(db.path)
 
     @property
     def statements(self) -> Statements:
@@ -74,7 +80,9 @@ class SqliteEngine:
         return self.db.path
 
     async def aclose(self) -> None:
-        """Close the database and stop its thread. Idempotent."""
+        """Close the database and stop its threads (the wake-up socket's too). Idempotent."""
+        if self.wake is not None:
+            await self.wake.aclose()
         await self.db.aclose()
 
     async def write(
@@ -82,16 +90,26 @@ class SqliteEngine:
     ) -> R:
         """``job`` in a ``BEGIN IMMEDIATE`` transaction on the database thread (group commit:
         ``committed`` runs there, right after the commit). A write that wakes waiters bumps the
-        wake counter in the same transaction, for the other processes' waiters."""
-        db = self.db
+        wake counter in the same transaction and, once committed, rings the other instances'
+        wake-up sockets (once per group commit), for the other processes' waiters."""
+        db, wake = self.db, self.wake
 
         def body() -> R:
             result = job(db.conn)
             if wakes_waiters(where, result):
                 db.conn.execute(_BUMP)
+                if wake is not None:
+                    wake.pending = True
             return result
 
-        return await db.run_write(body, where, committed)
+        if wake is None:
+            return await db.run_write(body, where, committed)
+
+        def after() -> None:
+            wake.ring()  # first: the other processes' waiters are what a caller waits on
+            committed()
+
+        return await db.run_write(body, where, after)
 
     async def read(self, where: str, job: Callable[[sqlite3.Connection], R]) -> R:
         """``job`` in a deferred transaction on the database thread."""
@@ -99,7 +117,10 @@ class SqliteEngine:
         return await db.run(lambda: db.read(lambda: job(db.conn), where))
 
     async def watch(self, wait_s: float | None) -> _Seen:
-        """A look at ``data_version`` and the wake counter (see :class:`_Seen`)."""
+        """A look at ``data_version`` and the wake counter (see :class:`_Seen`); the first
+        binds this instance's wake-up socket (:mod:`.wakeup`)."""
+        if self.wake is not None:
+            self.wake.listen(self._changes.notify)
         return _Seen(self, follower=False)
 
     async def follow(self, wait_s: float) -> _Seen:
