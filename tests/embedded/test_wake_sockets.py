@@ -23,6 +23,7 @@ import pytest
 
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.embedded.wakeup import SUN_PATH_MAX, wake_dir
+from tracker_client.models import TaskCreate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -131,6 +132,41 @@ async def test_a_submit_from_another_process_wakes_an_idle_worker_process(tmp_pa
         _, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err.decode()[-2000:]
     assert _sockets(str(db)) == []  # both processes removed theirs
+
+
+def _received(sock: socket.socket) -> int:
+    """The bytes waiting in ``sock`` (read, without blocking)."""
+    n = 0
+    while True:
+        try:
+            n += len(sock.recv(16, socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            return n
+
+
+async def test_only_a_write_that_makes_work_claimable_rings(tmp_path: Path) -> None:
+    """A heartbeat, an event or a claim sends nothing; a create or a transition one byte. The
+    send is done before the write answers (right after its commit), so the count is exact."""
+    path = str(tmp_path / "rail.db")
+    writer = await EmbeddedTracker.open(path)
+    os.mkdir(wake_dir(path), 0o700)
+    # Another instance's socket, as its first wait would bind it.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as other:
+        other.bind(os.path.join(wake_dir(path), f"{os.getpid()}.999999.sock"))
+        try:
+            pid = await writer.create_pipeline("p", PIPELINE)
+            assert _received(other) == 1
+            await writer.create_task(TaskCreate(pipeline_id=pid, title="t"))
+            assert _received(other) == 1
+            lease = await writer.claim("a", "r", 60_000)
+            assert lease is not None
+            await writer.heartbeat(lease)
+            await writer.add_event(lease, "progress", {"n": 1})
+            assert _received(other) == 0
+            await writer.transition(lease, "go")
+            assert _received(other) == 1
+        finally:
+            await writer.aclose()
 
 
 def _dead_socket(where: str) -> None:
