@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import anyio
@@ -82,6 +83,26 @@ async def test_a_write_of_another_instance_wakes_a_waiter_by_its_socket(tmp_path
         await waiter.aclose()
         await writer.aclose()
     assert _sockets(path) == []  # a closed instance removes its socket
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_a_waiter_on_another_loop_than_asyncio_is_woken_by_a_thread(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """asyncio reads the socket on its loop (``add_reader``); trio has a thread block on it."""
+    path = str(tmp_path / "rail.db")
+    waiter = await EmbeddedTracker.open(path, poll_interval_s=30)
+    writer = await EmbeddedTracker.open(path)
+    try:
+        for n in range(2):
+            await _wait_woken(waiter, lambda n=n: writer.create_pipeline(f"p{n}", PIPELINE))
+        assert waiter.engine.woken == 0
+        assert "rail-wake" in {t.name for t in threading.enumerate()}
+    finally:
+        await waiter.aclose()
+        await writer.aclose()
+    assert _sockets(path) == []
+    assert "rail-wake" not in {t.name for t in threading.enumerate()}
 
 
 async def test_a_submit_from_another_process_wakes_an_idle_worker_process(tmp_path: Path) -> None:
@@ -246,9 +267,24 @@ async def test_a_socket_path_over_the_limit_falls_back_to_the_poll_with_a_log_li
     writer = await EmbeddedTracker.open(path)
     try:
         with caplog.at_level(logging.WARNING, logger="backlog_worker.tracker"):
-            # Woken all the same, by the poll.
-            await _wait_woken(waiter, lambda: writer.create_pipeline("p", PIPELINE))
-        assert waiter.engine.woken == 1
+            async with anyio.create_task_group() as tg:
+                woken = anyio.Event()
+
+                async def wait() -> None:
+                    await waiter.wait_for_work(30)
+                    woken.set()
+
+                tg.start_soon(wait)
+                # Woken all the same, by the poll; which can only see a write after the
+                # waiter's look (the socket would have caught one before it): write until.
+                with anyio.fail_after(20):
+                    n = 0
+                    while not woken.is_set():
+                        await writer.create_pipeline(f"p{n}", PIPELINE)
+                        n += 1
+                        with anyio.move_on_after(0.05):
+                            await woken.wait()
+        assert waiter.engine.woken >= 1
         assert waiter.engine.wake is not None and not waiter.engine.wake.listening
     finally:
         await waiter.aclose()

@@ -5,7 +5,8 @@ used to find out by polling (``PRAGMA data_version`` and the ``wakes`` counter, 
 :mod:`.engine`), so new work waited half a poll interval on average before an idle worker saw
 it. Here, an instance that has waiters (``wait_for_work``, ``wait``) binds a datagram socket in
 the directory beside the rail (``RAIL.wake/``, mode 0700, the socket named ``<pid>.<n>.sock``)
-and a thread of its own blocks on it; every committed write that wakes waiters
+and its event loop reads it (``add_reader`` on asyncio; a thread of its own on another loop);
+every committed write that wakes waiters
 (:func:`~tracker_client.rules.engine.wakes_waiters`, one send per group commit) sends one byte
 to each socket there but its own instance's, without blocking. A byte wakes the receiving
 instance's waiters at once, as a write of its own would (the rail's
@@ -23,6 +24,7 @@ reach its sockets (docs/operate/several-workers.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import itertools
@@ -36,6 +38,7 @@ from collections.abc import Callable
 
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 
 __all__ = ["SUN_PATH_MAX", "WakeSockets"]
 
@@ -174,7 +177,7 @@ class WakeSockets:
         """Stop receiving: the thread ends, the socket goes. Idempotent."""
         receiver, self._receiver = self._receiver, None
         if receiver is not None:
-            await anyio.to_thread.run_sync(receiver.stop)
+            await receiver.aclose()
         if self._sender is not None:
             self._sender.close()
             self._sender = None
@@ -234,43 +237,72 @@ class WakeSockets:
 
 
 class _Receiver:
-    """The thread blocking on one instance's socket; calls ``wake`` on the event loop per
-    burst of bytes."""
+    """What waits on one instance's socket and calls ``wake`` on the event loop per burst of
+    bytes: on asyncio the loop itself (``add_reader``: no thread, no hand-off between threads,
+    which a loaded machine makes slow), else a thread blocking on it."""
 
     def __init__(self, sock: socket.socket, where: str, wake: Callable[[], None]) -> None:
         self._sock = sock
         self._where = where
         self._wake = wake
-        self._token = anyio.lowlevel.current_token()
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # not asyncio (trio): a thread hands the wake-up over
+        if self._loop is not None:
+            sock.setblocking(False)
+            self._loop.add_reader(sock.fileno(), self._readable)
+            return
+        self._token = anyio.lowlevel.current_token()
         # Blocking, no timeout: with one, CPython waits for readability before every recv,
         # MSG_DONTWAIT included, and the drain below would block. A stop sends it a byte.
         sock.setblocking(True)
         self._thread = threading.Thread(target=self._run, name="rail-wake", daemon=True)
         self._thread.start()
 
+    def _drain(self) -> None:
+        """Read every byte waiting (a burst wakes once)."""
+        with contextlib.suppress(OSError):
+            while True:
+                self._sock.recv(16, socket.MSG_DONTWAIT)
+
+    def _readable(self) -> None:
+        """On the asyncio loop: bytes arrived."""
+        self._drain()
+        self._wake()
+
     def _run(self) -> None:
+        """The thread (not on asyncio)."""
         sock = self._sock
         while not self._stop.is_set():
             try:
                 sock.recv(16)
             except OSError:
                 return
-            with contextlib.suppress(OSError):
-                while True:  # a burst wakes once
-                    sock.recv(16, socket.MSG_DONTWAIT)
+            self._drain()
             if self._stop.is_set():
                 return
             with contextlib.suppress(Exception):  # the loop is gone: the tracker is closing
                 anyio.from_thread.run_sync(self._wake, token=self._token)
 
-    def stop(self) -> None:
-        """End the thread, close and remove the socket (a thread call: it joins)."""
+    async def aclose(self) -> None:
+        """Stop receiving; close and remove the socket."""
         self._stop.set()
-        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.setblocking(False)
-            s.sendto(b"\0", self._where)
-        self._thread.join(_JOIN_TIMEOUT_S)
+        if self._loop is not None:
+            with contextlib.suppress(Exception):  # a loop already closed has no reader left
+                self._loop.remove_reader(self._sock.fileno())
+        elif self._thread is not None:
+            await anyio.to_thread.run_sync(self._end_thread)
         with contextlib.suppress(OSError):
             os.unlink(self._where)
         self._sock.close()
+
+    def _end_thread(self) -> None:
+        """Wake the thread with a byte and join it (a thread call)."""
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.setblocking(False)
+            s.sendto(b"\0", self._where)
+        if self._thread is not None:
+            self._thread.join(_JOIN_TIMEOUT_S)
