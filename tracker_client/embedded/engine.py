@@ -84,6 +84,8 @@ class SqliteEngine:
         if self.wake is not None:
             await self.wake.aclose()
         await self.db.aclose()
+        if self.wake is not None:
+            self.wake.close_sender()
 
     async def write(
         self, where: str, job: Callable[[sqlite3.Connection], R], committed: Callable[[], None]

@@ -174,10 +174,15 @@ class WakeSockets:
                     self._send(probe, name)  # refused: removed; bound (another pid space): woken
 
     async def aclose(self) -> None:
-        """Stop receiving: the thread ends, the socket goes. Idempotent."""
+        """Stop receiving: this instance's socket goes (and its thread, if it has one).
+        Idempotent."""
         receiver, self._receiver = self._receiver, None
         if receiver is not None:
             await receiver.aclose()
+
+    def close_sender(self) -> None:
+        """Close the socket the writes send from; call once no write can run (the database
+        is closed): the database thread sends from it."""
         if self._sender is not None:
             self._sender.close()
             self._sender = None
