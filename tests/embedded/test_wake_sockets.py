@@ -83,6 +83,25 @@ async def test_a_write_of_another_instance_wakes_a_waiter_by_its_socket(tmp_path
         await waiter.aclose()
         await writer.aclose()
     assert _sockets(path) == []  # a closed instance removes its socket
+    assert not os.path.exists(wake_dir(path))  # and the last one out, the directory
+
+
+async def test_the_directory_stays_while_a_neighbour_listens(tmp_path: Path) -> None:
+    path = str(tmp_path / "rail.db")
+    first = await EmbeddedTracker.open(path, poll_interval_s=30)
+    second = await EmbeddedTracker.open(path, poll_interval_s=30)
+    writer = await EmbeddedTracker.open(path)
+    try:
+        await _wait_woken(first, lambda: writer.create_pipeline("p0", PIPELINE))
+        await _wait_woken(second, lambda: writer.create_pipeline("p1", PIPELINE))
+        await first.aclose()
+        assert len(_sockets(path)) == 1  # the neighbour's socket and directory stay
+        await _wait_woken(second, lambda: writer.create_pipeline("p2", PIPELINE))
+    finally:
+        await first.aclose()
+        await second.aclose()
+        await writer.aclose()
+    assert not os.path.exists(wake_dir(path))
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])

@@ -125,16 +125,7 @@ class WakeSockets:
             )
             return False
         try:
-            self._make_dir()
-            self._sweep()
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(where)  # our pid and number: a leftover of a dead namesake
-                sock.bind(where)
-            except BaseException:
-                sock.close()
-                raise
+            sock = self._bind(where)
         except OSError as exc:
             log.warning(
                 "rail wake-up socket %s not bound (%s): waiters of this process notice other "
@@ -147,6 +138,29 @@ class WakeSockets:
         self._own = name
         self._receiver = _Receiver(sock, where, wake)
         return True
+
+    def _bind(self, where: str) -> socket.socket:
+        """A datagram socket bound at ``where``, the directory made first. A neighbour that
+        closes removes the directory when it is left empty; a bind that loses that race makes
+        it again, once."""
+        for attempt in (1, 2):
+            self._make_dir()
+            self._sweep()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(where)  # our pid and number: a leftover of a dead namesake
+                sock.bind(where)
+            except FileNotFoundError:
+                sock.close()
+                if attempt == 2:
+                    raise
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _make_dir(self) -> None:
         """The directory, 0700 and ours; a directory of another user (or not a directory) is
@@ -179,6 +193,8 @@ class WakeSockets:
         receiver, self._receiver = self._receiver, None
         if receiver is not None:
             await receiver.aclose()
+            with contextlib.suppress(OSError):  # not empty: a neighbour still listens
+                os.rmdir(self.path)  # the last one out leaves no directory beside the rail
 
     def close_sender(self) -> None:
         """Close the socket the writes send from; call once no write can run (the database
