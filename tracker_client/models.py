@@ -12,9 +12,10 @@ the rail's own (leases, bodies of its operations, statistics), is internal.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from tracker_client.bounds import (
     MAX_AHEAD_MS,
@@ -28,6 +29,7 @@ from tracker_client.bounds import (
     NonEmpty,
     PositiveDurationMs,
 )
+from tracker_client.budget_models import BudgetStatus
 from tracker_client.capabilities import LeaseHandle
 
 __all__ = [
@@ -144,6 +146,11 @@ class TaskCreate(_CreateModel):
     dedupe_window_ms: AheadMs | None = None
     #: The task that spawned this one (extension ``subtasks``): cancelling it cancels this.
     parent_id: str | None = None
+    #: Its own budgets for agent loops, over its pipeline's (extension ``budgets``,
+    #: docs/operate/budgets.md): ``max_loops``, ``max_runs``, ``max_cost`` (USD),
+    #: ``max_tokens``; null: no cap. An object checked by the rail, which names a bad key or
+    #: value (so every rail and client refuses the same input the same way).
+    budgets: Any = None
 
 
 class ListedRun(_Model):
@@ -199,6 +206,20 @@ class Task(_Model):
     #: Its latest run and whether it is blocked, as ``list_tasks`` answers it on a rail with
     #: extension ``list_state``; None in any other answer, and on a plain NullTickets server.
     listed: ListedState | None = Field(None, json_schema_extra={"x-extension": "list_state"})
+    #: Its own budgets as given at submit (extension ``budgets``, docs/operate/budgets.md;
+    #: None: none given, its pipeline's and the rail's defaults apply).
+    budgets: dict[str, Any] | None = Field(None, json_schema_extra={"x-extension": "budgets"})
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _stored_budgets(cls, value: Any) -> Any:
+        """A row holds them as JSON text; an answer as an object."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return None
+        return value
 
 
 class Run(_Model):
@@ -250,6 +271,9 @@ class TaskDetail(Task):
     dependencies: list[Dependency] = Field(default_factory=list)
     assignments: list[Assignment] = Field(default_factory=list)
     available_transitions: list[AvailableTransition] = Field(default_factory=list)
+    #: Its budgets and their use (extension ``budgets``, docs/operate/budgets.md; None: a
+    #: rail without it).
+    budget: BudgetStatus | None = None
 
 
 class Lease(_Model):
@@ -340,6 +364,9 @@ class TransitionResult(_Model):
     previous_stage: str
     new_stage: str
     trigger: str
+    #: Set when the move was refused by a budget (extension ``budgets``, docs/operate/
+    #: budgets.md): the task was dead-lettered ``budget_exceeded`` where it was instead.
+    dead_letter_reason: str | None = None
 
 
 class FailResult(_Model):
@@ -404,6 +431,11 @@ class RoleStats(_Model):
     #: Waiting delayed tasks whose run_at is still ahead (``scheduled``), and the earliest.
     scheduled_count: int | None = None
     next_scheduled_at_ms: int | None = None
+    #: Cost reported by the role's open tasks (waiting and running), in USD and tokens, and its
+    #: tasks dead-lettered ``budget_exceeded`` (extension ``budgets``, docs/operate/budgets.md).
+    spent_usd: float | None = None
+    spent_tokens: int | None = None
+    budget_stopped_count: int | None = None
 
 
 class QueueStats(_Model):

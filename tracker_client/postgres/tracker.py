@@ -74,7 +74,7 @@ from tracker_client.postgres.engine import SAFETY_TICK_S, PgEngine
 from tracker_client.postgres.follow import FOLLOW_QUIET
 from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
-from tracker_client.rules import otlpjson
+from tracker_client.rules import budgets, otlpjson
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
 from tracker_client.rules.claims import check_ttl, fresh_ids, reissue
 from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
@@ -382,6 +382,8 @@ class PostgresTracker(Rail[PgEngine]):
         """Note the pipeline and stage of leases handed out (see the module docstring)."""
         known = self._leased
         for lease in leases:
+            if lease.task.budgets:  # budgets of its own: the rail's transition checks them
+                continue
             if len(known) >= REMEMBERED:
                 known.pop(next(iter(known)))
             known[lease.run_id] = (lease.task.pipeline_id, lease.task.stage)
@@ -514,6 +516,8 @@ class PostgresTracker(Rail[PgEngine]):
             if move is None:
                 return None
         _, to, role, terminal, event = move
+        if not budgets.one_trip_ok(pipeline, stage, to, usage):
+            return None  # a budget to check (docs/operate/budgets.md): the rail's transition
         result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
         try:
             usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)

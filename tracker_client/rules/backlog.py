@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
+from tracker_client.rules import budgets
 from tracker_client.rules.claims import expire_deadlines, reclaim_expired
 from tracker_client.rules.common import Ctx, artifact_from_row, event_from_row
 from tracker_client.rules.pipelines import PipelineDef
@@ -150,6 +151,7 @@ def _requeue_row(
             task["seq"],
         ),
     )
+    budgets.restart(ctx, task["seq"])  # budgets: loops, runs and spend count afresh
     ctx.event(
         task_id,
         None,

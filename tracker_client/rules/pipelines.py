@@ -62,6 +62,8 @@ class PipelineDef:
     definition: dict[str, Any] = field(repr=False)
     #: The fields of the rail's default retry policy this pipeline overrides (its ``retry``).
     retry: dict[str, Any] = field(default_factory=dict)
+    #: Its budgets for agent loops (docs/operate/budgets.md): the keys its ``budgets`` gives.
+    budgets: dict[str, Any] = field(default_factory=dict)
 
     def find(self, stage: str, trigger: str) -> TransitionDef | None:
         """The first transition (definition order) from ``stage`` on ``trigger``."""
@@ -110,7 +112,7 @@ def _nonempty_str(value: Any) -> bool:
 
 
 #: The keys a definition, a state and a transition may have (NullTickets' plus our extensions).
-TOP_KEYS = ("initial", "states", "transitions", "default_queue_ttl_ms", "retry")
+TOP_KEYS = ("initial", "states", "transitions", "default_queue_ttl_ms", "retry", "budgets")
 STATE_KEYS = ("agent_role", "description", "terminal", "workflow_id", "human")
 TRANSITION_KEYS = ("from", "to", "trigger", "instructions", "required_gates")
 
@@ -278,6 +280,11 @@ def validate_definition(
         dls = retry.get("dead_letter_stage")
         if dls is not None and dls not in states:
             raise _fail(f"'retry': 'dead_letter_stage' {dls!r} is not defined in 'states'")
+    budgets: dict[str, Any] = {}
+    if definition.get("budgets") is not None:  # budgets (docs/operate/budgets.md)
+        from tracker_client.rules.budgets import parse_limits  # imports us
+
+        budgets = parse_limits(definition["budgets"], "'budgets'", _fail)
     if strict:
         _strict_rules(definition, states, transitions)
     try:
@@ -294,6 +301,7 @@ def validate_definition(
         created_at_ms=created_at_ms,
         definition=plain,
         retry=retry,
+        budgets=budgets,
     )
 
 

@@ -16,7 +16,7 @@ from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTER
 from tracker_client.bounds import MAX_DURATION_MS
 from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
-from tracker_client.rules import fanin
+from tracker_client.rules import budgets, fanin
 from tracker_client.rules.common import MIB, Ctx, dumps
 
 __all__ = [
@@ -126,6 +126,11 @@ def transition(
     edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
     now = ctx.now
     to = move.to_state
+    # budgets (docs/operate/budgets.md): a move past one dead-letters the task where it is
+    breach = budgets.check_move(ctx, task, pipeline, stage, to, usage)
+    if breach is not None:
+        ctx.exec("runs.complete", (now, usage_text, run_id))
+        return _stop(ctx, task, breach, run_id, stage, trigger, to)
     ctx.exec("runs.complete", (now, usage_text, run_id))
     ctx.exec(
         "runs.move",
@@ -151,6 +156,26 @@ def transition(
         fanin.add_edges(ctx, task["id"], edges)
         dead_letter_if_upstream_dead(ctx, task["id"])
     return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+
+
+def _stop(
+    ctx: Ctx,
+    task: sqlite3.Row,
+    breach: budgets.Breach,
+    run_id: str,
+    stage: str,
+    trigger: str,
+    to: str,
+) -> TransitionResult:
+    """A transition refused by a budget: the task is dead-lettered ``budget_exceeded`` with the
+    figures instead of moving (its run completed)."""
+    budgets.stopped(ctx, task, breach)
+    detail = {**breach.detail(), "trigger": trigger, "to": to}
+    fresh = ctx.task_row(task["id"])
+    where = dead_letter(ctx, fresh, budgets.REASON, run_id, detail=detail)
+    return TransitionResult(
+        previous_stage=stage, new_stage=where, trigger=trigger, dead_letter_reason=budgets.REASON
+    )
 
 
 def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
@@ -198,7 +223,19 @@ def fail(
     failed = int(task["failed_attempts"]) + 1
     ctx.exec("runs.count_failure", (failed, task["seq"]))
     max_attempts = task["max_attempts"]
-    if retryable and (max_attempts is None or failed < max_attempts):
+    retrying = retryable and (max_attempts is None or failed < max_attempts)
+    # budgets (docs/operate/budgets.md): a retry past one dead-letters the task instead
+    breach = budgets.check_fail(ctx, task, ctx.pipeline(task["pipeline_id"]), usage, retrying)
+    if breach is not None:
+        budgets.stopped(ctx, task, breach)
+        dead_letter(ctx, ctx.task_row(task["id"]), budgets.REASON, run_id, detail=breach.detail())
+        return FailResult(
+            retry_scheduled=False,
+            dead_lettered=True,
+            next_eligible_at_ms=DEAD_LETTER_NEVER_MS,
+            dead_letter_reason=budgets.REASON,
+        )
+    if retrying:
         delay = retry_delay(task, failed, rng)
         eligible = now + delay
         ctx.exec("runs.retry_at", (eligible, now, task["seq"]))

@@ -45,10 +45,15 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     # concurrency key not held by a live lease (assignments and per_state are ignored).
     # Not yet eligible = a delayed task before its run_at (scheduled), or a failed run's retry
     # waiting out its delay: a draining worker waits for a retry.
-    for role, deps_ok, key_free, eligible_at, created, run_at in ctx.all(
+    # budgets (docs/operate/budgets.md): the cost reported by the role's open tasks
+    spent_usd: dict[str, float] = defaultdict(float)
+    spent_tokens: dict[str, int] = defaultdict(int)
+    for role, deps_ok, key_free, eligible_at, created, run_at, usd, tokens in ctx.all(
         "stats.waiting", {"now": now}
     ):
         waiting[role] += 1
+        spent_usd[role] += usd
+        spent_tokens[role] += tokens
         if eligible_at > now and run_at is not None and run_at > now:
             scheduled[role] += 1
             next_scheduled[role] = min(eligible_at, next_scheduled.get(role, eligible_at))
@@ -62,8 +67,10 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     running: dict[str, int] = defaultdict(int)
     near: dict[str, int] = defaultdict(int)
     stuck: dict[str, int] = defaultdict(int)
-    for role, expires, started, ttl in ctx.all("stats.running", (now,)):
+    for role, expires, started, ttl, usd, tokens in ctx.all("stats.running", (now,)):
         running[role] += 1
+        spent_usd[role] += usd
+        spent_tokens[role] += tokens
         window = near_expiry_ms if near_expiry_ms is not None else (ttl or 0) / 3
         if expires <= now + window:
             near[role] += 1
@@ -73,10 +80,12 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
     for role, count in ctx.all("stats.failed"):
         failed[role] = count
     dead: dict[str, int] = defaultdict(int)
-    for pid, from_stage, count in ctx.all("stats.dead"):
+    stopped: dict[str, int] = defaultdict(int)
+    for pid, from_stage, count, by_budget in ctx.all("stats.dead"):
         role = stage_role.get((pid, from_stage))
         if role is not None:
             dead[role] += count
+            stopped[role] += int(by_budget or 0)
     return QueueStats(
         roles=[
             RoleStats(
@@ -94,6 +103,9 @@ def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueSta
                 next_retry_at_ms=next_retry.get(r),
                 scheduled_count=scheduled[r],
                 next_scheduled_at_ms=next_scheduled.get(r),
+                spent_usd=round(spent_usd[r], 6),
+                spent_tokens=spent_tokens[r],
+                budget_stopped_count=stopped[r],
             )
             for r in roles
         ],

@@ -19,6 +19,7 @@ from tracker_client.models import (
     TaskCreate,
     TaskDetail,
 )
+from tracker_client.rules import budgets
 from tracker_client.rules.common import (
     INT64_MAX,
     INT64_MIN,
@@ -204,6 +205,9 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
     values["_deps"] = deps
     values["_parent"] = parent
     values["_assigned_by"] = spec.assigned_by
+    values["_budgets"] = (  # budgets (docs/operate/budgets.md), checked here
+        None if spec.budgets is None else budgets.parse_limits(spec.budgets, f"{at}budgets")
+    )
     return values, pipeline
 
 
@@ -286,6 +290,7 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
             ctx.exec("tasks.set_parent", (values["_parent"], tid))
         for dep in values["_deps"]:
             ctx.exec("tasks.add_dependency", (tid, dep, ctx.now))
+        budgets.store_task_limits(ctx, tid, values["_budgets"])
         if values["_deps"]:
             dead_letter_if_upstream_dead(ctx, tid)  # a dead upstream never resolves
         if values["assignee"] is not None:
@@ -414,6 +419,7 @@ def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
             "dependencies": dependencies_of(ctx, task_id),
             "assignments": list_assignments(ctx, task_id),
             "available_transitions": pipeline.available(row["stage"]),
+            "budget": budgets.status(ctx, row, pipeline),
         }
     )
 

@@ -71,7 +71,17 @@ CREATE TABLE tasks (
     parent_id TEXT,
     -- Checkpoints (schema 7): 1 once any run of the task wrote one, so a claim reads `runs`
     -- for the previous checkpoint only then.
-    checkpointed INTEGER NOT NULL DEFAULT 0
+    checkpointed INTEGER NOT NULL DEFAULT 0,
+    -- Budgets (schema 10; docs/operate/budgets.md): the task's own settings (JSON; NULL:
+    -- none), the cost its runs reported (summed), its entries into stages on a loop (JSON),
+    -- where a requeue restarted the count (JSON; NULL: from creation) and the figures of the
+    -- budget that dead-lettered it (NULL: none).
+    budgets TEXT,
+    spent_usd REAL NOT NULL DEFAULT 0,
+    spent_tokens INTEGER NOT NULL DEFAULT 0,
+    visits TEXT,
+    budget_base TEXT,
+    budget_stop TEXT
 );
 
 -- The claim scan: one role, best first, skipping leased/delayed rows inside the index.

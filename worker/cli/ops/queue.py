@@ -90,6 +90,29 @@ async def rate_limits(tracker: Tracker) -> list[RateLimit]:
     return found
 
 
+def _spend(stats: QueueStats) -> str | None:
+    """The budgets line (docs/operate/budgets.md): the cost reported by each role's open tasks
+    and its tasks stopped by a budget; None when there is none to show."""
+    spent = []
+    stopped = []
+    for r in stats.roles:
+        cost = []
+        if r.spent_usd:
+            cost.append(f"{r.spent_usd:.2f} USD")
+        if r.spent_tokens:
+            cost.append(f"{r.spent_tokens} tokens")
+        if cost:
+            spent.append(f"{r.role} {' '.join(cost)}")
+        if r.budget_stopped_count:
+            stopped.append(f"{r.role} {r.budget_stopped_count}")
+    if not spent and not stopped:
+        return None
+    line = "spend of open tasks: " + (", ".join(spent) or "none")
+    if stopped:
+        line += "; stopped by a budget: " + ", ".join(stopped)
+    return line
+
+
 def render_queue(
     stats: QueueStats,
     health: Health | None = None,
@@ -137,6 +160,9 @@ def render_queue(
         )
     if limits:
         parts.append("rate-limited (fleet-wide): " + ", ".join(_limit(x, stats) for x in limits))
+    spend = _spend(stats)
+    if spend:
+        parts.append(spend)
     if not stats.roles:
         parts.append("no roles yet: create a pipeline first")
     if health is not None and health.tasks_by_stage:
