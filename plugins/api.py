@@ -35,7 +35,7 @@ import anyio
 
 from plugins.agent import AgentSink, AgentUnsupported, Store, checkpoint_json
 from plugins.artifact_files import digest_file
-from plugins.context_hooks import ContextHooks, ContextSink, ReportPolicy
+from plugins.context_hooks import ContextHooks, ContextSink, ReportPolicy, check_cost
 from tracker_client.agent_models import Upstream
 from tracker_client.models import ArtifactCreate, Run, Task
 
@@ -268,6 +268,14 @@ class ExecutionContext:
     async def flush(self) -> None:
         """Write buffered events now (merging runs of one kind). Safe to call concurrently."""
         await self._hooks.flush()
+
+    def report_cost(self, *, usd: float = 0.0, tokens: int = 0) -> None:
+        """Count what this run spent: ``usd`` (US dollars, a float) and/or ``tokens`` (LLM
+        tokens). Call it as often as you like; the figures add up and go with the run's report,
+        and the rail sums them per task against its ``max_cost`` / ``max_tokens`` budgets
+        (docs/operate/budgets.md). A task past one is dead-lettered ``budget_exceeded`` instead
+        of running again. ``ValueError`` naming the bad figure (negative, not a number)."""
+        self._hooks.add_cost(*check_cost(usd, tokens))
 
     async def artifact(
         self,

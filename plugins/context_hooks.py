@@ -17,20 +17,41 @@ the sink it is given; it imports the rail's data models only.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from plugins.rundir_lock import hold_rundir
 from tracker_client.models import ArtifactCreate
 
-__all__ = ["ContextHooks", "ContextSink", "ReportPolicy"]
+if TYPE_CHECKING:
+    from plugins.api import Outcome
+
+__all__ = ["ContextHooks", "ContextSink", "ReportPolicy", "check_cost"]
+
+#: The key of a run's ``usage`` that carries the cost reported with ``ctx.report_cost``.
+COST_KEY = "cost"
+
+
+def check_cost(usd: Any, tokens: Any) -> tuple[float, int]:
+    """``report_cost``'s figures checked: ``usd`` a finite number >= 0, ``tokens`` a whole
+    number >= 0; ``ValueError`` naming the bad one otherwise."""
+    if isinstance(usd, bool) or not isinstance(usd, int | float) or not math.isfinite(usd):
+        raise ValueError(f"ctx.report_cost: usd must be a number of US dollars, got {usd!r}")
+    if usd < 0:
+        raise ValueError(f"ctx.report_cost: usd must be >= 0, got {usd!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise ValueError(f"ctx.report_cost: tokens must be a whole number, got {tokens!r}")
+    if tokens < 0:
+        raise ValueError(f"ctx.report_cost: tokens must be >= 0, got {tokens!r}")
+    return float(usd), tokens
 
 
 class ContextSink(Protocol):
@@ -92,6 +113,32 @@ class ContextHooks:
         self._buffered_bytes = 0
         self._last_flush = time.monotonic()
         self._lock: anyio.Lock | None = None  # made by the first flush that writes
+        self._cost: tuple[float, int] | None = None  # (USD, tokens) reported; None: none
+
+    # -- cost (docs/operate/budgets.md) ---------------------------------------------------------
+    def add_cost(self, usd: float, tokens: int) -> None:
+        """Add checked figures (:func:`check_cost`) to the run's reported cost."""
+        total_usd, total_tokens = self._cost or (0.0, 0)
+        self._cost = (total_usd + usd, total_tokens + tokens)
+
+    @property
+    def cost(self) -> tuple[float, int] | None:
+        """The run's reported cost so far (USD, tokens); None when nothing was reported."""
+        return self._cost
+
+    def with_cost(self, outcome: Outcome) -> Outcome:
+        """``outcome`` with the run's reported cost in its ``usage`` as ``{"cost": {"usd",
+        "tokens"}}``, the form the rail sums against a task's budgets (unchanged when nothing
+        was reported). A ``usage`` that is not an object is kept under ``"usage"``."""
+        if self._cost is None:
+            return outcome
+        usd, tokens = self._cost
+        usage = outcome.usage
+        base = (
+            dict(usage) if isinstance(usage, Mapping) else {} if usage is None else {"usage": usage}
+        )
+        base[COST_KEY] = {"usd": round(usd, 9), "tokens": tokens}
+        return replace(outcome, usage=base)
 
     # -- the working directory ------------------------------------------------------------------
     def workdir(self) -> Path:

@@ -397,7 +397,7 @@ class ExecutorHarness:
         if outcome is None:
             self.cancelled = cancel_requested
             return Failure(reason="cancelled", message="cancelled by the test harness")
-        return outcome
+        return hooks.with_cost(outcome)  # ctx.report_cost's figures, as the worker sends them
 
 
 async def _flush_on_interval(hooks: ContextHooks, stop: anyio.Event) -> None:

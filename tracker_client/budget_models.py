@@ -38,3 +38,26 @@ class BudgetStatus(BaseModel):
     #: The figures of the budget that dead-lettered it (``loops 3 of 3 in stage review``), when
     #: its dead-letter reason is ``budget_exceeded``; else None.
     exceeded: str | None = None
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The figures as (label, text) rows, as ``task show`` and the dashboard print them:
+        each use against its cap (``runs 4 of 10``), the spend and which budget stopped it."""
+
+        def of(used: str, cap: str | None) -> str:
+            return f"{used} (no cap)" if cap is None else f"{used} of {cap}"
+
+        looped = ", ".join(f"{stage} {n}" for stage, n in self.loops.items() if n) or "none"
+        cap = None if self.max_loops is None else f"{self.max_loops} per stage"
+        usd = None if self.max_cost is None else f"{self.max_cost:.2f} USD"
+        tokens = None if self.max_tokens is None else str(self.max_tokens)
+        out = [
+            ("loops", of(looped, cap)),
+            ("runs", of(str(self.runs), None if self.max_runs is None else str(self.max_runs))),
+            ("cost", of(f"{self.spent_usd:.2f} USD", usd)),
+            ("tokens", of(str(self.spent_tokens), tokens)),
+        ]
+        if (self.total_usd, self.total_tokens) != (self.spent_usd, self.spent_tokens):
+            out.append(("spent in all", f"{self.total_usd:.2f} USD, {self.total_tokens} tokens"))
+        if self.exceeded:
+            out.append(("exceeded", self.exceeded))
+        return out

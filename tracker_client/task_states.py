@@ -73,7 +73,14 @@ def state_of(task: Task, stage: Mapping[str, object], run_status: str | None) ->
 def dead_letter_note(task: Task) -> str | None:
     """Why a dead-lettered task is dead, where a reason has a knob to name: a ``crash_loop``
     (its lease expired ``max_stale_attempts`` times in a row; see
-    docs/guarantees/edge-cases.md). None for other tasks and reasons (the reason says it)."""
+    docs/guarantees/edge-cases.md), or a ``budget_exceeded`` (the budget's figures, read on a
+    :class:`TaskDetail`: docs/operate/budgets.md). None for other tasks and reasons (the reason
+    says it)."""
+    if task.dead_letter_reason == "budget_exceeded":
+        budget = task.budget if isinstance(task, TaskDetail) else None
+        if budget is None or budget.exceeded is None:
+            return None
+        return f"{budget.exceeded}; `task requeue` counts loops, runs and spend afresh"
     if task.dead_letter_reason != "crash_loop":
         return None
     count = task.stale_streak

@@ -137,6 +137,11 @@ class ThreadContext:
         """:meth:`ExecutionContext.flush`, blocking."""
         self._call(self._ctx.flush)
 
+    def report_cost(self, *, usd: float = 0.0, tokens: int = 0) -> None:
+        """:meth:`ExecutionContext.report_cost` (it only adds up figures: nothing to wait for)."""
+        self._check()
+        self._ctx.report_cost(usd=usd, tokens=tokens)
+
     def artifact(
         self,
         kind: str,

@@ -33,6 +33,7 @@ _EXTENSION_OPTIONS = {
     "dedupe_key": "dedupe_key",
     "dedupe_window": "dedupe_window_ms",
     "concurrency_key": "concurrency_key",
+    "budgets": "budgets",
 }
 
 
@@ -54,6 +55,7 @@ class Submission:
     depends_on: Sequence[str] = field(default_factory=tuple)
     concurrency_key: str | None = None
     description: str = ""
+    budgets: Mapping[str, Any] | None = None
 
 
 def submission_from(item: Submission | Mapping[str, Any], index: int) -> Submission:
@@ -164,6 +166,8 @@ def build_task(
         )
     if sub.concurrency_key is not None:
         values["concurrency_key"] = _text(sub.concurrency_key, "concurrency_key", at)
+    if sub.budgets is not None:  # checked by the rail, which names a bad key or value
+        values["budgets"] = dict(sub.budgets) if isinstance(sub.budgets, Mapping) else sub.budgets
     used = [opt for opt, key in _EXTENSION_OPTIONS.items() if key in values]
     if used and not caps.task_extensions:
         raise Unsupported(

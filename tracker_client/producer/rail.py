@@ -113,6 +113,7 @@ class Rail:
         concurrency_key: str | None = None,
         idempotency_key: str | None = None,
         description: str = "",
+        budgets: Mapping[str, Any] | None = None,
     ) -> str:
         """Create one task in ``pipeline`` (its name or id) and return its id.
 
@@ -127,6 +128,9 @@ class Rail:
           written together or not at all: a task never runs without them.
         * ``concurrency_key``: at most one running task per key.
         * ``idempotency_key``: a retry of this call with the same key answers the first id.
+        * ``budgets``: this task's budgets over its pipeline's (``{"max_loops": 3, "max_runs":
+          10, "max_cost": 0.5, "max_tokens": 200000}``; ``None`` values lift a cap), checked by
+          the rail (docs/operate/budgets.md).
 
         Every option is checked before anything is written: ``ValidationFailed`` names a bad
         value (empty title, naive ``run_at``, negative ``delay``...), ``Unsupported`` an option
@@ -146,6 +150,7 @@ class Rail:
             depends_on=depends_on,
             concurrency_key=concurrency_key,
             description=description,
+            budgets=budgets,
         )
         key = _key(idempotency_key)
         spec = build_task(

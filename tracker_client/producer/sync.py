@@ -115,6 +115,7 @@ class SyncRail:
         concurrency_key: str | None = None,
         idempotency_key: str | None = None,
         description: str = "",
+        budgets: Mapping[str, Any] | None = None,
     ) -> str:
         """Create one task in ``pipeline`` (name or id); its id. See ``Rail.submit``."""
         result: str = self._run(
@@ -131,6 +132,7 @@ class SyncRail:
             concurrency_key=concurrency_key,
             idempotency_key=idempotency_key,
             description=description,
+            budgets=budgets,
         )
         return result
 

@@ -361,10 +361,10 @@ def status(ctx: Ctx, row: Any, pipeline: PipelineDef) -> BudgetStatus:
     )
     total_usd, total_tokens = float(row["spent_usd"]), int(row["spent_tokens"])
     return BudgetStatus(
-        max_loops=limits["max_loops"],  # type: ignore[arg-type]  # ints by parse_limits
-        max_runs=limits["max_runs"],  # type: ignore[arg-type]
+        max_loops=limits["max_loops"],
+        max_runs=limits["max_runs"],
         max_cost=limits["max_cost"],
-        max_tokens=limits["max_tokens"],  # type: ignore[arg-type]
+        max_tokens=limits["max_tokens"],
         runs=int(ctx.scalar("budgets.runs", (row["id"], at))),
         loops=loops,
         spent_usd=round(total_usd - base_usd, 6),

@@ -81,6 +81,7 @@ class FinalReport:
         gone."""
         session = self._session
         result: RunResult | None = None
+        outcome = hooks.with_cost(outcome)  # budgets: ctx.report_cost's figures ride in usage
         # Shielded from the worker's shutdown, yet ended by its own deadline.
         with session.clock.watch_report(anyio.CancelScope(shield=True)) as scope:
             try:

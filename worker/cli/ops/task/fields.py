@@ -7,6 +7,8 @@ they pass in.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -125,6 +127,14 @@ def task_field_options(func: F) -> F:
             type=_DURATION,
             help="With --dedupe-key: keep deduping this long after that task finished.",
         ),
+        click.option(
+            "--budget",
+            "budgets",
+            metavar="KEY=VALUE",
+            multiple=True,
+            help="A budget of this task over its pipeline's (repeatable): max_loops=3, "
+            "max_runs=10, max_cost=0.50 (USD), max_tokens=200000; =none lifts a cap.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -179,6 +189,7 @@ class TaskFields:
     run_at: str | None = None
     dedupe_key: str | None = None
     dedupe_window: float | None = None
+    budgets: tuple[str, ...] = ()
 
     @classmethod
     def pop_from(cls, kwargs: dict[str, Any]) -> TaskFields:
@@ -237,7 +248,30 @@ class TaskFields:
         if self.max_stale_attempts is not None:
             payload["max_stale_attempts"] = self.max_stale_attempts
         payload.update(self._delay_and_dedupe())
+        if self.budgets:
+            payload["budgets"] = self.budget_values()
         return payload
+
+    def budget_values(self) -> dict[str, Any]:
+        """``--budget KEY=VALUE`` flags as an object (values read as JSON numbers, ``none`` as
+        null); the rail checks the keys and values and names a bad one
+        (docs/operate/budgets.md)."""
+        out: dict[str, Any] = {}
+        for flag in self.budgets:
+            key, sep, text = flag.partition("=")
+            if not sep or not key.strip() or not text.strip():
+                raise OpsError(
+                    f"--budget {flag!r}: expected KEY=VALUE, e.g. max_loops=3 or max_cost=0.5",
+                    EXIT_USAGE,
+                )
+            value: Any = text.strip()
+            if value.lower() in ("none", "null"):
+                value = None
+            else:
+                with contextlib.suppress(ValueError):  # the rail names a non-number
+                    value = json.loads(value)
+            out[key.strip()] = value
+        return out
 
     def _delay_and_dedupe(self) -> dict[str, Any]:
         """``--delay``/``--at`` and ``--dedupe-key``/``--dedupe-window`` as TaskCreate fields."""

@@ -77,6 +77,8 @@ def event_summary(kind: str, data: Any) -> str:
                 f"; {data['stale_runs']} lease expiries in a row, {of} "
                 f"max_stale_attempts {data['max_stale_attempts']}"
             )
+        if "budget_exceeded" in data:  # budgets: the figures (docs/operate/budgets.md)
+            loop = f"; {data['budget_exceeded']}"
         return f"{data['reason']} (from {data.get('from_stage', '?')}{where}{loop})"
     parts = []
     for key, value in data.items():
@@ -227,6 +229,8 @@ def render_task(report: TaskReport, *, last_runs: int = 0) -> list[RenderableTyp
         ("max attempts", "unlimited" if task.max_attempts is None else str(task.max_attempts)),
         ("retry delay", fmt_age(task.retry_delay_ms)),
     ]
+    if task.budget is not None:  # budgets (docs/operate/budgets.md)
+        rows += [(f"budget: {k}", v) for k, v in task.budget.rows()]
     if task.max_stale_attempts is not None or task.stale_streak:
         limit = "rail's" if task.max_stale_attempts is None else str(task.max_stale_attempts)
         rows.append(("lease expiries", f"{task.stale_streak} in a row (crash-loop limit {limit})"))
