@@ -29,7 +29,6 @@ from tracker_client.bounds import (
     NonEmpty,
     PositiveDurationMs,
 )
-from tracker_client.budget_models import BudgetStatus
 from tracker_client.capabilities import LeaseHandle
 
 __all__ = [
@@ -40,6 +39,7 @@ __all__ = [
     "ArtifactCreate",
     "Assignment",
     "AvailableTransition",
+    "BudgetStatus",
     "Dependency",
     "Event",
     "FailResult",
@@ -262,6 +262,55 @@ class AvailableTransition(_Model):
     trigger: str
     to: str
     required_gates: list[str] = Field(default_factory=list)
+
+
+class BudgetStatus(_Model):
+    """A task's budgets for agent loops and what it used against them (extension ``budgets``,
+    docs/operate/budgets.md): ``max_loops`` (re-entries of one stage), ``max_runs`` (runs across
+    stages), ``max_cost`` (USD its runs reported) and ``max_tokens`` (tokens they reported)."""
+
+    #: The limits in force: the task's own over its pipeline's over the rail's defaults
+    #: (``max_loops`` 10); None: no cap.
+    max_loops: int | None = None
+    max_runs: int | None = None
+    max_cost: float | None = None
+    max_tokens: int | None = None
+    #: Runs counted against ``max_runs`` (since the last requeue).
+    runs: int = 0
+    #: Re-entries per stage counted against ``max_loops`` (stages on a loop that were entered).
+    loops: dict[str, int] = Field(default_factory=dict)
+    #: Cost reported since the last requeue (USD, tokens): what the caps compare.
+    spent_usd: float = 0.0
+    spent_tokens: int = 0
+    #: Cost reported over the task's whole life (a requeue does not forget money spent).
+    total_usd: float = 0.0
+    total_tokens: int = 0
+    #: The figures of the budget that dead-lettered it (``loops 3 of 3 in stage review``), when
+    #: its dead-letter reason is ``budget_exceeded``; else None.
+    exceeded: str | None = None
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The figures as (label, text) rows, as ``task show`` and the dashboard print them:
+        each use against its cap (``runs 4 of 10``), the spend and which budget stopped it."""
+
+        def of(used: str, cap: str | None) -> str:
+            return f"{used} (no cap)" if cap is None else f"{used} of {cap}"
+
+        looped = ", ".join(f"{stage} {n}" for stage, n in self.loops.items() if n) or "none"
+        cap = None if self.max_loops is None else f"{self.max_loops} per stage"
+        usd = None if self.max_cost is None else f"{self.max_cost:.2f} USD"
+        tokens = None if self.max_tokens is None else str(self.max_tokens)
+        out = [
+            ("loops", of(looped, cap)),
+            ("runs", of(str(self.runs), None if self.max_runs is None else str(self.max_runs))),
+            ("cost", of(f"{self.spent_usd:.2f} USD", usd)),
+            ("tokens", of(str(self.spent_tokens), tokens)),
+        ]
+        if (self.total_usd, self.total_tokens) != (self.spent_usd, self.spent_tokens):
+            out.append(("spent in all", f"{self.total_usd:.2f} USD, {self.total_tokens} tokens"))
+        if self.exceeded:
+            out.append(("exceeded", self.exceeded))
+        return out
 
 
 class TaskDetail(Task):

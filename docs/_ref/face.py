@@ -142,6 +142,7 @@ FACE: tuple[PublicModule, ...] = (
             "ArtifactCreate",
             "Assignment",
             "AvailableTransition",
+            "BudgetStatus",
             "Dependency",
             "Event",
             "ListedRun",

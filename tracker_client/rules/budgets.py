@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tracker_client.budget_models import BudgetStatus
 from tracker_client.errors import ValidationFailed
+from tracker_client.models import BudgetStatus
 from tracker_client.rules.common import Ctx, dumps
 from tracker_client.rules.pipelines import PipelineDef
 
