@@ -274,6 +274,9 @@ class NullClawExecutor:
                     spawn_error = exc
             tg.cancel_scope.cancel()
         await forwarder.flush_quietly(final=True)
+        tokens = forwarder.tokens.total(forwarder.tail("stdout"))
+        if tokens:  # what nullclaw printed of its usage, timed out or not (.usage)
+            ctx.report_cost(tokens=tokens)
         if spawn_error is not None:
             return _spawn_failure(spawn_error, opts.binary)
         if result is None or timeout_scope.cancelled_caught:

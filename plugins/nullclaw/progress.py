@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from plugins.api import ExecutionContext
+from plugins.nullclaw.usage import TokenCount
 from plugins.proc.redact import Redactor
 
 __all__ = ["ProgressForwarder"]
@@ -68,6 +69,8 @@ class ProgressForwarder:
         self._wake = anyio.Event()
         self._capped = False
         self.events_sent = 0
+        #: The model's token usage as nullclaw logs it on stderr (docs/operate/budgets.md).
+        self.tokens = TokenCount()
 
     async def on_stdout(self, chunk: bytes) -> None:
         """Pipe callback for stdout."""
@@ -83,8 +86,10 @@ class ProgressForwarder:
         if not text:
             return
         stream.tail = (stream.tail + text)[-_TAIL_CHARS:]
-        if name == "stderr" and not self._forward_stderr:
-            return
+        if name == "stderr":
+            self.tokens.feed(text)
+            if not self._forward_stderr:
+                return
         stream.pending.append(text)
         stream.pending_chars += len(text)
         if stream.pending_chars >= self._chunk_chars:

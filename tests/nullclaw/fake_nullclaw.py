@@ -19,6 +19,9 @@ FAKE_NULLCLAW_RECORD  where to write {"argv", "env", "cwd", "message", "prompt"}
 FAKE_NULLCLAW_LEAK_ENV    names (comma-separated) whose values it prints on stdout and stderr
 FAKE_NULLCLAW_VERSION version subcommand behaviour: ok (default) | fail | hang
 FAKE_NULLCLAW_LEAK_KEY=1  print NULLCLAW_API_KEY on stderr (an over-verbose diagnostic)
+FAKE_NULLCLAW_USAGE   "prompt,completion" tokens of its model call: logged on stderr as nullclaw
+                      does when the config's diagnostics.log_llm_io is on (twice: two calls)
+FAKE_NULLCLAW_USAGE_FOOTER=1  end the answer with nullclaw's "[usage] ... total=N" footer
 FAKE_NULLCLAW_MCP_CALLS   a JSON list of {"server", "tool", "arguments"}: before answering, start
                       each server the config lists under mcp_servers as nullclaw does (its own
                       argv, an environment of PATH/HOME/... plus the entry's "env"), speak
@@ -148,6 +151,7 @@ def agent(args):
                 fh,
             )  # fmt: skip
     mcp_calls(config)
+    CONFIG.update(config)
     if message is None:
         out("nullclaw agent: interactive mode. Type 'exit' to quit.\n> ")
         for line in sys.stdin:
@@ -162,6 +166,7 @@ def agent(args):
 
 
 PROMPT_FILE = {}  # the file the prompt was read from: its path and mode
+CONFIG = {}  # the config the agent run loaded
 #: What nullclaw's MCP client hands a server of its environment (plus the entry's "env").
 MCP_INHERITED = ("PATH", "HOME", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "USER", "SHELL", "TMPDIR")
 
@@ -305,6 +310,25 @@ def provider_call(provider, message, streaming, session):
         return 0
     answer = os.environ.get("FAKE_NULLCLAW_ANSWER") or f"Answer: {message[:60]}"
     answer += "".join(f" {name}={os.environ.get(name)}" for name in leaked)
+    usage = os.environ.get("FAKE_NULLCLAW_USAGE")
+    if usage:
+        prompt_tokens, completion_tokens = (int(n) for n in usage.split(","))
+        total = prompt_tokens + completion_tokens
+        if (CONFIG.get("diagnostics") or {}).get("log_llm_io"):
+            for step in (1, 2):  # a tool call, then the answer: two model calls
+                err(
+                    f"info(agent): llm response session=0x0 iter={step} attempt=1 model=fake "
+                    f"bytes={len(answer)} tool_calls={2 - step} usage="
+                    + json.dumps({"prompt_tokens": prompt_tokens,
+                                  "completion_tokens": completion_tokens, "total_tokens": total},
+                                 separators=(",", ":"))
+                    + ' content="{not json} usage={}"'
+                )  # fmt: skip
+        if os.environ.get("FAKE_NULLCLAW_USAGE_FOOTER") == "1":
+            answer += (
+                f"\n\n[usage] prompt={prompt_tokens} completion={completion_tokens} "
+                f"total={total} session_total={total}"
+            )
     if mode == "slow":
         time.sleep(float(os.environ.get("FAKE_NULLCLAW_DELAY", "1")))
     if streaming:
