@@ -297,11 +297,11 @@ class BudgetStatus(_Model):
             return f"{used} (no cap)" if cap is None else f"{used} of {cap}"
 
         looped = ", ".join(f"{stage} {n}" for stage, n in self.loops.items() if n) or "none"
-        cap = None if self.max_loops is None else f"{self.max_loops} per stage"
+        cap = "no cap" if self.max_loops is None else f"cap {self.max_loops} per stage"
         usd = None if self.max_cost is None else f"{self.max_cost:.2f} USD"
         tokens = None if self.max_tokens is None else str(self.max_tokens)
         out = [
-            ("loops", of(looped, cap)),
+            ("loops", f"{looped} ({cap})"),
             ("runs", of(str(self.runs), None if self.max_runs is None else str(self.max_runs))),
             ("cost", of(f"{self.spent_usd:.2f} USD", usd)),
             ("tokens", of(str(self.spent_tokens), tokens)),

@@ -83,7 +83,7 @@ def test_a_reviewer_that_always_rejects_stops_at_the_loop_budget(
     out = shown.stdout
     assert "dead-lettered (budget_exceeded: loops 3 of 3 in stage work;" in out
     assert "loops 3 of 3 in stage work" in out  # the figures, in the state and the event
-    assert "work 3, review 3 of 3 per stage" in out
+    assert "work 3, review 3 (cap 3 per stage)" in out
     assert "8 (no cap)" in out  # runs
     assert "0.12 USD (no cap)" in out  # 4 x 0.01 + 4 x 0.02
     assert "6000 (no cap)" in out  # 4 x 1000 + 4 x 500 tokens

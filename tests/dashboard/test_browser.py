@@ -462,3 +462,44 @@ def test_bulk_cancel_then_requeue_with_a_preview_with_javascript_off(browser: Br
     assert "Requeued 3 tasks." in browser.page.inner_text(".flash")
     assert all(browser.task(t).dead_letter_reason is None for t in made)
     browser.no_script()
+
+
+#: work -> review -> done; review may reject back to work; no re-entry allowed.
+LOOP_PIPELINE = {
+    "initial": "work",
+    "states": {
+        "work": {"agent_role": "looper"},
+        "review": {"agent_role": "critic"},
+        "done": {"terminal": True},
+    },
+    "transitions": [
+        {"from": "work", "trigger": "submit", "to": "review"},
+        {"from": "review", "trigger": "reject", "to": "work"},
+        {"from": "review", "trigger": "approve", "to": "done"},
+    ],
+    "budgets": {"max_loops": 0, "max_cost": 1.0},
+}
+
+
+@pytest.mark.timeout(120)
+def test_the_task_page_shows_budgets_and_the_figures_that_stopped_it(browser: Browser) -> None:
+    """docs/operate/budgets.md: spend against each cap, and why a task was stopped."""
+    pid = browser.api("POST", "/pipelines", {"name": "loop", "definition": LOOP_PIPELINE})["id"]
+    task_id = browser.api("POST", "/tasks", {"pipeline_id": pid, "title": "loop once"})["id"]
+    for role, trigger, usd in (("looper", "submit", 0.25), ("critic", "reject", 0.1)):
+        lease = browser.api("POST", "/leases/claim", {"agent_id": "a-1", "agent_role": role})
+        assert lease["task"]["id"] == task_id
+        body = {"trigger": trigger, "usage": {"cost": {"usd": usd, "tokens": 100}}}
+        browser.api("POST", f"/runs/{lease['run']['id']}/transition", body, lease["lease_token"])
+    assert browser.task(task_id).dead_letter_reason == "budget_exceeded"
+
+    assert browser.go(f"/ui/tasks/{task_id}").status == 200
+    assert browser.page.inner_text("#dead-reason") == "budget_exceeded"
+    assert "loops 0 of 0 in stage work" in browser.page.inner_text("#dead-note")
+    budget = browser.page.inner_text("#task-budget")
+    assert "runs 2 (no cap)" in budget
+    assert "cost 0.35 USD of 1.00 USD" in budget
+    assert "tokens 200 (no cap)" in budget
+    assert "exceeded loops 0 of 0 in stage work" in budget
+    browser.no_script()
+    browser.shot("task-budget")
