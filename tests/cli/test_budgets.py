@@ -3,6 +3,7 @@ reviewer that always rejects; the rail stops the loop at its budget and ``task s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,33 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import Rail
+from tests.docs.blocks import find
 
-#: work (coder) -> review (reviewer) -> done; the reviewer may reject back to work.
-LOOP = {
-    "initial": "work",
-    "states": {
-        "work": {"agent_role": "coder"},
-        "review": {"agent_role": "reviewer"},
-        "done": {"terminal": True},
-    },
-    "transitions": [
-        {"from": "work", "to": "review", "trigger": "submit"},
-        {"from": "review", "to": "work", "trigger": "reject"},
-        {"from": "review", "to": "done", "trigger": "approve"},
-    ],
-    "budgets": {"max_loops": 3},
-}
-
-JOBS = """
-def work(ctx):
-    ctx.report_cost(usd=0.01, tokens=1000)
-    return {"trigger": "submit"}
-
-
-def review(ctx):
-    ctx.report_cost(usd=0.02, tokens=500)
-    return {"trigger": "reject", "instructions": "not good enough"}
-"""
+PAGE = "docs/operate/budgets.md"
+#: work (coder) -> review (reviewer) -> done, max_loops 3: the page's pipeline.
+LOOP = json.loads(find(PAGE, lang="json", after="## Setting them").body)
+#: A worker that always submits and a reviewer that always rejects: the page's jobs.
+JOBS = find(PAGE, lang="python", after="## Reporting cost from an executor").body
 
 CONFIG = """
 [worker]
