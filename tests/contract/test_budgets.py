@@ -4,11 +4,12 @@ every bad budget is refused naming what is wrong."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task
+from tracker_client.contract.batch_models import FinishItem
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import RetryPolicy
 from tracker_client.protocol import Tracker
@@ -215,3 +216,56 @@ async def test_a_bad_reported_cost_is_refused_and_nothing_moves(
         await tracker.transition(lease, "submit", usage={"cost": cost})
     assert words in str(err.value)
     assert (await tracker.get_task(tid)).stage == "work"
+
+
+def straight_pipeline(budgets: dict[str, Any] | None = None) -> dict[str, Any]:
+    """write (coder) -> check (checker) -> done: no loop (the PostgreSQL rail's one-trip
+    transition takes such moves, so a budget must hold there too)."""
+    definition: dict[str, Any] = {
+        "initial": "write",
+        "states": {
+            "write": {"agent_role": "coder"},
+            "check": {"agent_role": "checker"},
+            "done": {"terminal": True},
+        },
+        "transitions": [
+            {"from": "write", "to": "check", "trigger": "submit"},
+            {"from": "check", "to": "done", "trigger": "approve"},
+        ],
+    }
+    if budgets is not None:
+        definition["budgets"] = budgets
+    return definition
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["task", "pipeline"])
+async def test_runs_and_cost_hold_on_a_straight_pipeline(tracker: Tracker, own: bool) -> None:
+    budgets = {"max_runs": 1}
+    pid = await make_pipeline(tracker, straight_pipeline(None if own else budgets))
+    tid = await tracker.create_task(new_task(pid, budgets=budgets if own else None))
+    moved = await tracker.transition(await claim(tracker, "coder"), "submit")
+    assert moved.dead_letter_reason == "budget_exceeded"
+    task = await tracker.get_task(tid)
+    assert task.budget is not None and task.budget.exceeded == "runs 1 of 1"
+
+    pid = await make_pipeline(tracker, straight_pipeline())
+    tid = await tracker.create_task(new_task(pid, budgets={"max_tokens": 10}))
+    lease = await claim(tracker, "coder")
+    moved = await tracker.transition(lease, "submit", usage={"cost": {"tokens": 11}})
+    assert moved.dead_letter_reason == "budget_exceeded"
+
+
+@pytest.mark.requires("finish_many")
+async def test_a_batched_report_is_held_to_the_budgets_too(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker, straight_pipeline())
+    capped = await tracker.create_task(new_task(pid, budgets={"max_runs": 1}))
+    free = await tracker.create_task(new_task(pid))
+    leases = {lease.task.id: lease for lease in [await claim(tracker), await claim(tracker)]}
+    items = [
+        FinishItem(lease=leases[capped], transition={"trigger": "submit"}),
+        FinishItem(lease=leases[free], transition={"trigger": "submit"}),
+    ]
+    outcomes = await cast(Any, tracker).finish_many(items)
+    assert [o.transition.dead_letter_reason for o in outcomes] == ["budget_exceeded", None]
+    assert (await tracker.get_task(capped)).dead_letter_reason == "budget_exceeded"
+    assert (await tracker.get_task(free)).stage == "check"

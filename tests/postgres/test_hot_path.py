@@ -401,6 +401,10 @@ def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
     # its task's events and idempotency record; adding one is a decision, made here too.
     shared = {name for name, s in STATEMENTS.items() if s.hint("shared") is not None}
     assert shared == {
+        # a run's reported cost and its task's loop count (docs/operate/budgets.md): the
+        # leased task's own row, locked by the lease read, as runs.move writes it
+        "budgets.spend",
+        "budgets.visit",
         "claims.extend",
         "common.add_event",
         "idempotency.record",

@@ -13,11 +13,13 @@ WHERE seq = %s;
 -- The cost a run reported, added to its task's (its row is locked by the lease read).
 -- name: budgets.spend
 -- shared
+-- deferred
 UPDATE tasks SET spent_usd = spent_usd + %s, spent_tokens = spent_tokens + %s WHERE seq = %s;
 
 -- The task's entries into the stages on a loop (its row is locked by the lease read).
 -- name: budgets.visit
 -- shared
+-- deferred
 UPDATE tasks SET visits = %s WHERE seq = %s;
 
 -- The figures of the budget that stopped the task.
