@@ -298,12 +298,7 @@ MEMBERS: dict[str, list[str]] = {
         "dependencies",
         "latest_run",
     ],
-    "tracker_client.models.TransitionResult": [
-        "dead_letter_reason",
-        "new_stage",
-        "previous_stage",
-        "trigger",
-    ],
+    "tracker_client.models.TransitionResult": ["new_stage", "previous_stage", "trigger"],
     "tracker_client.models.BudgetStatus": [
         "exceeded",
         "loops",

@@ -413,9 +413,6 @@ class TransitionResult(_Model):
     previous_stage: str
     new_stage: str
     trigger: str
-    #: Set when the move was refused by a budget (extension ``budgets``, docs/operate/
-    #: budgets.md): the task was dead-lettered ``budget_exceeded`` where it was instead.
-    dead_letter_reason: str | None = None
 
 
 class FailResult(_Model):

@@ -56,7 +56,7 @@ async def test_a_rejecting_loop_stops_at_the_pipelines_loop_budget(tracker: Trac
 
     moved = await tracker.transition(lease, "reject")
 
-    assert (moved.new_stage, moved.dead_letter_reason) == ("review", "budget_exceeded")
+    assert (moved.previous_stage, moved.new_stage) == ("review", "review")  # not moved
     task = await tracker.get_task(tid)
     assert (task.stage, task.dead_letter_reason) == ("review", "budget_exceeded")
     assert task.budget is not None
@@ -78,7 +78,7 @@ async def test_the_default_loop_cap_is_ten_and_null_lifts_it(tracker: Tracker) -
     lease = await claim(tracker, "coder")
     await tracker.transition(lease, "submit")
     lease = await claim(tracker, "reviewer")
-    assert (await tracker.transition(lease, "reject")).dead_letter_reason == "budget_exceeded"
+    assert (await tracker.transition(lease, "reject")).new_stage == "review"
     assert (await tracker.get_task(capped)).budget.exceeded == "loops 10 of 10 in stage work"  # type: ignore[union-attr]
 
     free = await tracker.create_task(new_task(pid, budgets={"max_loops": None}))
@@ -93,8 +93,9 @@ async def test_a_tasks_own_budget_overrides_the_pipelines(tracker: Tracker) -> N
     lease = await claim(tracker, "coder")
     await tracker.transition(lease, "submit")
     lease = await claim(tracker, "reviewer")
-    assert (await tracker.transition(lease, "reject")).dead_letter_reason == "budget_exceeded"
+    assert (await tracker.transition(lease, "reject")).new_stage == "review"
     task = await tracker.get_task(tid)
+    assert task.dead_letter_reason == "budget_exceeded"
     assert task.budgets == {"max_loops": 0}
     assert task.budget is not None and task.budget.max_loops == 0
     assert task.budget.exceeded == "loops 0 of 0 in stage work"
@@ -126,11 +127,11 @@ async def test_reported_cost_is_summed_and_capped(tracker: Tracker) -> None:
 
     moved = await tracker.transition(lease, "reject", usage={"cost": {"usd": 0.22}})
 
-    assert moved.dead_letter_reason == "budget_exceeded"
+    assert moved.new_stage == "review"
     stopped = (await tracker.queue_stats()).for_role("reviewer")
     assert stopped is not None and stopped.budget_stopped_count == 1
     task = await tracker.get_task(tid)
-    assert task.budget is not None
+    assert task.dead_letter_reason == "budget_exceeded" and task.budget is not None
     assert task.budget.exceeded == "cost 0.52 of 0.50 USD"
     assert (task.budget.spent_usd, task.budget.spent_tokens) == (0.52, 1200)
 
@@ -141,8 +142,9 @@ async def test_a_finishing_run_is_kept_even_over_the_cost_budget(tracker: Tracke
     await tracker.transition(await claim(tracker, "coder"), "submit")
     lease = await claim(tracker, "reviewer")
     moved = await tracker.transition(lease, "approve", usage={"cost": {"tokens": 500}})
-    assert (moved.new_stage, moved.dead_letter_reason) == ("done", None)
+    assert moved.new_stage == "done"
     task = await tracker.get_task(tid)
+    assert task.dead_letter_reason is None
     assert task.budget is not None and task.budget.spent_tokens == 500
 
 
@@ -244,15 +246,17 @@ async def test_runs_and_cost_hold_on_a_straight_pipeline(tracker: Tracker, own: 
     pid = await make_pipeline(tracker, straight_pipeline(None if own else budgets))
     tid = await tracker.create_task(new_task(pid, budgets=budgets if own else None))
     moved = await tracker.transition(await claim(tracker, "coder"), "submit")
-    assert moved.dead_letter_reason == "budget_exceeded"
+    assert moved.new_stage == "write"
     task = await tracker.get_task(tid)
+    assert task.dead_letter_reason == "budget_exceeded"
     assert task.budget is not None and task.budget.exceeded == "runs 1 of 1"
 
     pid = await make_pipeline(tracker, straight_pipeline())
     tid = await tracker.create_task(new_task(pid, budgets={"max_tokens": 10}))
     lease = await claim(tracker, "coder")
     moved = await tracker.transition(lease, "submit", usage={"cost": {"tokens": 11}})
-    assert moved.dead_letter_reason == "budget_exceeded"
+    assert moved.new_stage == "write"
+    assert (await tracker.get_task(tid)).dead_letter_reason == "budget_exceeded"
 
 
 @pytest.mark.requires("finish_many")
@@ -266,6 +270,6 @@ async def test_a_batched_report_is_held_to_the_budgets_too(tracker: Tracker) -> 
         FinishItem(lease=leases[free], transition={"trigger": "submit"}),
     ]
     outcomes = await cast(Any, tracker).finish_many(items)
-    assert [o.transition.dead_letter_reason for o in outcomes] == ["budget_exceeded", None]
+    assert [o.transition.new_stage for o in outcomes] == ["write", "check"]
     assert (await tracker.get_task(capped)).dead_letter_reason == "budget_exceeded"
     assert (await tracker.get_task(free)).stage == "check"

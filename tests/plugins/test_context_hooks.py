@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: attributes the class docstring lists (docs/executors/plugin-api.md).
 AUTHOR_FACE = {
     *("artifact", "artifact_file", "checkpoint", "flush", "read_upstream", "report"),
+    "report_cost",
     *("shutting_down", "spawn", "store", "time_remaining", "wait_shutdown", "workdir"),
     *("task", "run", "attempt", "options", "instructions", "deadline", "logger"),
     *("traceparent", "previous_checkpoint", "upstream"),

@@ -173,9 +173,8 @@ def _stop(
     detail = {**breach.detail(), "trigger": trigger, "to": to}
     fresh = ctx.task_row(task["id"])
     where = dead_letter(ctx, fresh, budgets.REASON, run_id, detail=detail)
-    return TransitionResult(
-        previous_stage=stage, new_stage=where, trigger=trigger, dead_letter_reason=budgets.REASON
-    )
+    # The answer NullTickets' clients know: the stage the task is in (``get_task`` tells why).
+    return TransitionResult(previous_stage=stage, new_stage=where, trigger=trigger)
 
 
 def retry_delay(row: sqlite3.Row, failed: int, rng: random.Random) -> int:
