@@ -50,6 +50,8 @@ EXTENSIONS: Mapping[str, str] = {
     "each all or nothing under its own lease token and idempotency key)",
     "list_state": "GET /tasks answers each task's latest run (status, attempt, agent) and "
     'whether a dependency blocks it, under "listed"',
+    "budgets": "task create budgets (max_loops, max_runs, max_cost, max_tokens), enforced by the "
+    "rail; a task's budget and spend in GET /tasks/{task_id}",
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }

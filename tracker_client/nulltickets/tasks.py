@@ -52,6 +52,7 @@ _LATER_FIELDS = {
     "dedupe_key": "dedupe",
     "dedupe_window_ms": "dedupe",
     "parent_id": "subtasks",
+    "budgets": "budgets",
 }
 
 
