@@ -55,6 +55,7 @@ __all__ = [
     "parse_limits",
     "restart",
     "status",
+    "stopped",
     "store_task_limits",
 ]
 
