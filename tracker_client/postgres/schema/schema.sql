@@ -76,7 +76,7 @@ CREATE TABLE tasks (
     -- Checkpoints: 1 once any run of the task wrote one, so a claim reads `runs` for the
     -- previous checkpoint only then.
     checkpointed BIGINT NOT NULL DEFAULT 0,
-    -- Budgets (schema 15; docs/operate/budgets.md): the task's own settings (JSON; NULL:
+    -- Budgets (schema 16; docs/operate/budgets.md): the task's own settings (JSON; NULL:
     -- none), the cost its runs reported (summed), its entries into stages on a loop (JSON),
     -- where a requeue restarted the count (JSON; NULL: from creation) and the figures of the
     -- budget that dead-lettered it (NULL: none).

@@ -1,4 +1,4 @@
--- Schema version 15 of the PostgreSQL rail: budgets for agent loops (docs/operate/budgets.md).
+-- Schema version 16 of the PostgreSQL rail: budgets for agent loops (docs/operate/budgets.md).
 -- additive
 -- `budgets`: the task's own budget settings as given at submit (JSON, only the keys given; NULL:
 -- none, the pipeline's and the rail's defaults apply). `spent_usd`/`spent_tokens`: the cost its
