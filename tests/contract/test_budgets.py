@@ -273,3 +273,12 @@ async def test_a_batched_report_is_held_to_the_budgets_too(tracker: Tracker) -> 
     assert [o.transition.new_stage for o in outcomes] == ["write", "check"]
     assert (await tracker.get_task(capped)).dead_letter_reason == "budget_exceeded"
     assert (await tracker.get_task(free)).stage == "check"
+
+
+async def test_a_move_refused_for_runs_is_not_counted_as_a_loop(tracker: Tracker) -> None:
+    pid = await make_pipeline(tracker, loop_pipeline())
+    tid = await tracker.create_task(new_task(pid, budgets={"max_runs": 2}))
+    assert await _round(tracker) == "review"  # the reject is the second run: refused
+    task = await tracker.get_task(tid)
+    assert task.budget is not None and task.budget.exceeded == "runs 2 of 2"
+    assert task.budget.loops.get("work", 0) == 0  # it never went back

@@ -296,6 +296,10 @@ def check_move(
     state = ctx.one("budgets.state", (task["seq"],))
     assert state is not None  # the lease's row
     breach = _spend(ctx, task, state, cost, limits)
+    if not more:
+        breach = None  # the task is done: its spend is recorded, nothing more to stop
+    elif breach is None:
+        breach = _runs(ctx, task, state, limits)
     if loop:
         visits = _json(state["visits"])
         visits = visits if isinstance(visits, dict) else {}
@@ -304,12 +308,11 @@ def check_move(
         entries = int(visits.get(to, 0)) + 1
         cap = limits["max_loops"]
         if cap is not None and entries - 1 > cap:
-            return Breach("loops", cap, entries - 2, to)
-        visits[to] = entries
-        ctx.exec("budgets.visit", (dumps(visits, "visits"), task["seq"]))
-    if not more:
-        return None  # the task is done: its spend is recorded, nothing more to stop
-    return breach or _runs(ctx, task, state, limits)
+            return Breach("loops", cap, entries - 2, to)  # the loop is the reason to name
+        if breach is None:  # counted only when the task does move
+            visits[to] = entries
+            ctx.exec("budgets.visit", (dumps(visits, "visits"), task["seq"]))
+    return breach
 
 
 def check_fail(
