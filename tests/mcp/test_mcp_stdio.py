@@ -123,10 +123,13 @@ async def test_a_server_bound_to_a_task_makes_subtasks_and_tags_its_writes(
         parent = (await ok(mcp, "submit", pipeline="flow", title="parent"))["task_id"]
     env = {"BACKLOG_MCP_TASK": parent}  # as the nullclaw executor's config sets it
     async with stdio_session(tmp_path / "bound.log", "--tracker", url, env=env) as mcp:
-        child = await ok(mcp, "submit", pipeline="flow", title="child", priority=5)
+        child = await ok(
+            mcp, "submit", pipeline="flow", title="child", priority=5, budgets={"max_runs": 2}
+        )
         assert child["parent_id"] == parent
         detail = await ok(mcp, "get_task", task_id=child["task_id"])
         assert (detail["parent_id"], detail["priority"]) == (parent, 5)
+        assert detail["budgets"] == {"max_runs": 2}  # an agent caps what it hands out
 
         await ok(mcp, "store_put", namespace="memory", key="finding", value="it works")
         got = await ok(mcp, "store_get", namespace="memory", key="finding")
@@ -149,6 +152,8 @@ async def test_bad_input_is_a_tool_error_naming_it_and_nothing_is_written(
         too_long = await refused(mcp, "wait", task_id="x", timeout_s=600)
         assert "timeout_s" in too_long and "60" in too_long
         assert "title" in await refused(mcp, "submit", pipeline="flow", title="")
+        over = await refused(mcp, "submit", pipeline="flow", title="x", budgets={"max_runs": -1})
+        assert "max_runs" in over, over
         missing = await refused(mcp, "get_task", task_id="no-such-task")
         assert "no-such-task" in missing or "not found" in missing.lower()
         step = await refused(mcp, "transition", task_id="no-such-task", trigger="approve")

@@ -149,6 +149,14 @@ def build_server(
         depends_on: Annotated[
             list[str] | None, Field(description="Ids of tasks this one waits for.")
         ] = None,
+        budgets: Annotated[
+            dict[str, float | int | None] | None,
+            Field(
+                description="This task's budgets over its pipeline's: max_loops (re-entries "
+                "of one stage), max_runs, max_cost (USD), max_tokens; null lifts a cap. A task "
+                "past one is dead-lettered budget_exceeded."
+            ),
+        ] = None,
     ) -> Submitted:
         """Create a task in a pipeline (by name); answers its id. When this server is bound
         to a task, the new task is its subtask."""
@@ -163,6 +171,7 @@ def build_server(
                     priority=priority,
                     dedupe_key=dedupe_key,
                     depends_on=tuple(depends_on or ()),
+                    budgets=budgets,
                 )
             # Bound: the same checked options, created as the task's child (extension
             # ``subtasks``; metadata.parent_id on a rail without it).
@@ -174,6 +183,7 @@ def build_server(
                 priority=priority,
                 dedupe_key=dedupe_key,
                 depends_on=tuple(depends_on or ()),
+                budgets=budgets,
             )
             found = await rail.pipeline(pipeline)
             spec = build_task(sub, found.id, await rail.capabilities(), now_s=time.time())
