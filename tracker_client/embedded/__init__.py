@@ -2,10 +2,9 @@
 
 ``await EmbeddedTracker.open("/path/backlog.db")`` (or ``open_tracker("sqlite:///...")``). Several
 processes may share one file (WAL, ``BEGIN IMMEDIATE`` for every write, a busy timeout); SQLite
-work runs on one dedicated thread per instance (a run's short hot writes on the event loop when
-the file's write lock is free and no commit waits for the disk: see :mod:`.db`). The schema is
-versioned with numbered migrations in ``schema/``; a file that is not ours, corrupt, or from a
-newer version is refused with ``TrackerCorrupt`` and never modified.
+work runs on one dedicated thread per instance, never on the event loop. The schema is versioned
+with numbered migrations in ``schema/``; a file that is not ours, corrupt, or from a newer version
+is refused with ``TrackerCorrupt`` and never modified.
 """
 
 from __future__ import annotations

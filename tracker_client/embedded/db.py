@@ -1,15 +1,11 @@
 """The thread that owns the SQLite connection, transactions (with group commit), checkpoints.
 
-Statements run on one dedicated thread per tracker instance. The loop hands it a closure and
-awaits a future; the thread runs closures one at a time, under a lock, so the connection is
-never used concurrently. The one exception: a run's hot writes (:data:`INLINE_WRITES`) run on
-the event loop itself when the thread has nothing queued and the file's write lock is free at
-once, and only where a commit waits for no disk (see :meth:`Database._write_inline`).
-
-A dedicated thread instead of ``anyio.to_thread.run_sync`` because its hand-off costs a third as
-much (~50 us vs ~140 us per call on a 2-core machine), which matters at thousands of claims per
-second. On an event loop other than asyncio the hand-off goes through ``anyio.to_thread`` to the
-same dedicated thread.
+Every statement runs on one dedicated thread per tracker instance (never on the event loop).
+The loop hands it a closure and awaits a future; the thread runs closures one at a time, so the
+connection is never used concurrently. A dedicated thread instead of ``anyio.to_thread.run_sync``
+because its hand-off costs a third as much (~50 us vs ~140 us per call on a 2-core machine),
+which matters at thousands of claims per second. On an event loop other than asyncio the hand-off
+goes through ``anyio.to_thread`` to the same dedicated thread.
 
 Opening and migrating the file is :mod:`.migrate`; foreign exceptions are mapped to the tracker's
 errors by :mod:`.sqlerrors`, once, at this boundary.
@@ -28,7 +24,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
-import anyio.lowlevel
 
 from tracker_client.embedded.dbthread import (
     Checkpointer,
@@ -50,16 +45,6 @@ T = TypeVar("T")
 #: CPU per task with 0.2 ms); a try costs a few microseconds.
 BUSY_POLL_MAX_S = 0.0002
 
-#: The writes the event loop may run itself (see :meth:`Database.run_write`): the hot path of
-#: a run, each a few short statements (a claim's or a report batch's rows, at most
-#: ``MAX_CLAIM_MANY`` / ``MAX_FINISH_MANY`` items).
-INLINE_WRITES = frozenset(
-    {"claim", "claim_many", "finish_many", "heartbeat", "transition", "fail", "add_event"}
-)
-#: The ``synchronous`` settings whose commit does not wait for the disk (WAL: no fsync at
-#: commit), so a write run on the event loop never stalls it on one.
-_NO_FSYNC_AT_COMMIT = frozenset({"OFF", "NORMAL"})
-
 
 class Database:
     """An open, checked, migrated SQLite connection owned by one thread."""
@@ -72,7 +57,6 @@ class Database:
         self._checkpointer: Checkpointer | None = None
         self._commits = 0
         self.busy_timeout_ms = 5000
-        self._inline = False
 
     # -- opening --------------------------------------------------------------------------------
     @classmethod
@@ -87,7 +71,6 @@ class Database:
         db._checkpointer = None
         db._commits = 0
         db.busy_timeout_ms = busy_timeout_ms
-        db._inline = synchronous.upper() in _NO_FSYNC_AT_COMMIT
         try:
             await db._call(Job(lambda: box.append(connect(path, synchronous, busy_timeout_ms))))
         except BaseException:
@@ -113,51 +96,8 @@ class Database:
         """Run ``fn`` in a write transaction on the database thread; ``after`` once committed."""
         if self._closed:
             raise TrackerUnavailable("the embedded tracker is closed", code="closed")
-        job = Job(fn, write=True, where=where, after=after)
-        if self._inline and where in INLINE_WRITES:
-            outcome = self._write_inline(job)
-            if outcome is not None:
-                # A checkpoint like the hand-off's await, shielded like it: the write is
-                # committed, so its answer is delivered whatever cancels the caller now.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-                ok, value = outcome
-                if not ok:
-                    raise value
-                return value  # type: ignore[no-any-return]
-        result: T = await self._call(job)
+        result: T = await self._call(Job(fn, write=True, where=where, after=after))
         return result
-
-    def _write_inline(self, job: Job) -> tuple[bool, Any] | None:
-        """Run the write ``job`` on the calling (event loop) thread, or None to hand it over.
-
-        The hand-off to the database thread (a queue put, a thread wake-up, a future settled
-        through the loop's self-pipe) cost about as much CPU as a short write itself. So a hot
-        write (:data:`INLINE_WRITES`) runs here when nothing else would wait for it: the
-        database thread has nothing queued (its lock is free), and the file's write lock is
-        free right now (one ``BEGIN IMMEDIATE``, no waiting: busy means another process
-        writes, and the thread's polling back-off waits for it instead, never the loop).
-        Commits never wait for the disk here (``synchronous`` NORMAL or OFF in WAL mode;
-        FULL hands every write over), so the loop is held only for the statements: tens to
-        hundreds of microseconds, nothing a heartbeat (every ttl/3) could notice.
-        """
-        worker = self._worker
-        if not worker.lock.acquire(blocking=False):
-            return None
-        try:
-            if not worker.idle():
-                return None
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                if is_busy(exc):
-                    return None  # another process writes: the thread waits for it
-                return False, map_sqlite_error(exc, job.where)
-            box: list[tuple[bool, Any]] = []
-            job.done = lambda ok, value: box.append((ok, value))
-            self._write_group([job], began=True)
-            return box[0]
-        finally:
-            worker.lock.release()
 
     async def _call(self, job: Job) -> Any:
         try:
@@ -259,7 +199,7 @@ class Database:
         self._committed()
         return result
 
-    def _write_group(self, group: list[Job], *, began: bool = False) -> None:
+    def _write_group(self, group: list[Job]) -> None:
         """Run write jobs in one transaction and commit once (group commit).
 
         A job that fails without having changed a row just gets its error; the others commit.
@@ -271,8 +211,7 @@ class Database:
         """
         conn = self.conn
         try:
-            if not began:
-                self._begin(group[0].where)
+            self._begin(group[0].where)
         except BaseException as exc:
             deliver([(job, False, exc) for job in group])
             return

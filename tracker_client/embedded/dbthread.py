@@ -99,10 +99,6 @@ class DbThread:
     def __init__(self, name: str, write_group: Callable[[list[Job]], None]) -> None:
         self._queue: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._write_group = write_group
-        #: Held while a job runs on the connection: by this thread, or by the event loop
-        #: running a short write itself (:meth:`Database.run_write <.db.Database.run_write>`)
-        #: while this thread has nothing queued.
-        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.thread.start()
 
@@ -115,8 +111,7 @@ class DbThread:
                 return
             if not job.write:
                 try:
-                    with self.lock:
-                        result = job.fn()
+                    result = job.fn()
                 except BaseException as exc:  # handed to the caller, never swallowed
                     deliver([(job, False, exc)])
                 else:
@@ -131,12 +126,7 @@ class DbThread:
                     pending = nxt
                     break
                 group.append(nxt)
-            with self.lock:
-                self._write_group(group)
-
-    def idle(self) -> bool:
-        """Whether no job is queued (one taken and not yet run holds or waits for the lock)."""
-        return self._queue.empty()
+            self._write_group(group)
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` for the database thread."""
