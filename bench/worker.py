@@ -10,6 +10,9 @@ Phases (each on a fresh SQLite file in a temp dir, workers as real ``python -m w
 Throughput is measured on the tracker's own timestamps (first claim -> last transition), so
 process start-up is excluded; peak RSS and the worker's CPU time (user + system, per task: a
 figure that stays comparable on a busy machine where tasks/s does not) come from ``wait4``.
+The CPU is also split by thread (sampled from ``/proc/<pid>/task``): the event loop's (the main
+thread: start-up, the claim loop, the runs) and the other threads' (the embedded rail's database
+thread and its checkpointer), so a change shows which side it moved.
 
 Before/after in one run: ``--ab /tmp/wt-old --rounds 5`` (a ``git worktree`` of the older
 commit) runs each drain phase with that tree's worker (A, seeded by that tree too) and with this
@@ -26,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -152,6 +156,45 @@ def _wait(proc: subprocess.Popen[bytes]) -> tuple[float, float]:
     return reap([proc])[0]
 
 
+class ThreadCpu:
+    """Samples the CPU time of each thread of some processes until stopped (``/proc``).
+
+    A thread's counters vanish with it, so the last sample counts: one every 20 ms misses at
+    most the last 20 ms of each thread (the worker's exit), the same on both sides of an A/B.
+    """
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self._last: dict[tuple[int, int], float] = {}  # (pid, tid) -> CPU seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        while not self._stop.is_set():
+            for pid in self._pids:
+                try:
+                    tids = os.listdir(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                    except OSError:
+                        continue
+                    fields = stat.rsplit(")", 1)[1].split()
+                    self._last[(pid, int(tid))] = (int(fields[11]) + int(fields[12])) / ticks
+            self._stop.wait(0.02)
+
+    def stop(self) -> tuple[float, float]:
+        """Stop sampling: (CPU seconds of the processes' main threads, of their other threads)."""
+        self._stop.set()
+        self._thread.join()
+        main = sum(cpu for (pid, tid), cpu in self._last.items() if pid == tid)
+        return main, sum(self._last.values()) - main
+
+
 def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> dict[str, Any]:
     """``procs`` workers (of this tree, or of ``root``) drain ``n`` no-op tasks."""
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -164,7 +207,9 @@ def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> di
         config = _config(tmp, db, concurrency, drain=True)
         wall = time.perf_counter()
         workers = [_spawn(config, root) for _ in range(procs)]
+        threads = ThreadCpu([w.pid for w in workers])
         reaped = reap(workers)
+        loop_cpu, other_cpu = threads.stop()
         wall = time.perf_counter() - wall
         with sqlite3.connect(db) as conn:
             first, last, done = conn.execute(
@@ -180,6 +225,8 @@ def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> di
             "wall_s": wall,
             "peak_rss_mib": max(rss for rss, _ in reaped),
             "cpu_us_per_task": sum(cpu for _, cpu in reaped) / done * 1e6 if done else 0.0,
+            "loop_us_per_task": loop_cpu / done * 1e6 if done else 0.0,
+            "threads_us_per_task": other_cpu / done * 1e6 if done else 0.0,
             "exit_codes": [p.returncode for p in workers],
         }
 
@@ -270,7 +317,8 @@ def main() -> None:
             f"drain {r['done']} no-op tasks, {procs} worker process(es) x concurrency "
             f"{args.concurrency}: {r['tasks_per_s']:.0f} tasks/s (span {r['span_s']:.2f}s, "
             f"wall incl. start-up {r['wall_s']:.2f}s), peak RSS {r['peak_rss_mib']:.1f} MiB, "
-            f"worker CPU incl. start-up {r['cpu_us_per_task']:.0f} us/task, "
+            f"worker CPU incl. start-up {r['cpu_us_per_task']:.0f} us/task (event loop "
+            f"{r['loop_us_per_task']:.0f}, other threads {r['threads_us_per_task']:.0f}), "
             f"exit codes {r['exit_codes']}"
         )
     if "idle" not in phases:
@@ -293,7 +341,8 @@ def _ab(old: Path, procs_list: list[int], args: argparse.Namespace) -> None:
                 runs.setdefault((side, procs), []).append(r)
                 print(
                     f"round {rnd + 1} {side} {procs} process(es): {r['tasks_per_s']:.0f} tasks/s, "
-                    f"{r['cpu_us_per_task']:.0f} us/task, exit codes {r['exit_codes']}",
+                    f"{r['cpu_us_per_task']:.0f} us/task (loop {r['loop_us_per_task']:.0f}, "
+                    f"threads {r['threads_us_per_task']:.0f}), exit codes {r['exit_codes']}",
                     flush=True,
                 )
     print(f"A: {old}\nB: {ROOT}\nmedians of {args.rounds} round(s), {args.tasks} tasks each")
@@ -304,6 +353,16 @@ def _ab(old: Path, procs_list: list[int], args: argparse.Namespace) -> None:
         ca, cb = (statistics.median(r["cpu_us_per_task"] for r in x) for x in (a, b))
         print(f"{procs:<6}{ta:>10.0f}{tb:>8.0f}{tb / ta:>7.2f}{ca:>15.0f}{cb:>6.0f}{ca / cb:>7.2f}")
     print("B/A: tasks/s of B over A; A/B: how many times less worker CPU per task B uses")
+    print(f"{'procs':<6}{'loop us/task A':>15}{'B':>6}{'threads us/task A':>19}{'B':>6}")
+    for procs in procs_list:
+        a, b = runs[("A", procs)], runs[("B", procs)]
+        la, lb, oa, ob = (
+            statistics.median(r[key] for r in x)
+            for key in ("loop_us_per_task", "threads_us_per_task")
+            for x in (a, b)
+        )
+        print(f"{procs:<6}{la:>15.0f}{lb:>6.0f}{oa:>19.0f}{ob:>6.0f}")
+    print("loop: the workers' main threads (event loop); threads: the others (database thread)")
 
 
 if __name__ == "__main__":
