@@ -72,8 +72,9 @@ class _StubTracker:
         await anyio.lowlevel.checkpoint()
         return TransitionResult(previous_stage="todo", new_stage="done", trigger="complete")
 
-    async def wait_for_work(self, timeout_s: float) -> None:
+    async def wait_for_work(self, timeout_s: float, *, since: str | None = None) -> str:
         await anyio.sleep(timeout_s)
+        return ""
 
     async def maintenance(self) -> None:
         raise Unsupported("stub")

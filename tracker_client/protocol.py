@@ -203,10 +203,13 @@ class LeaseTracker(Protocol):
     async def maintenance(self) -> MaintenanceReport:
         """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys."""
 
-    async def wait_for_work(self, timeout_s: float) -> None:
+    async def wait_for_work(self, timeout_s: float, *, since: str | None = None) -> str:
         """Return early when the rail may have new work, else after ``timeout_s``.
 
-        A cheap wake-up for idle workers; returning is a hint, not a promise of work.
+        A cheap wake-up for idle workers; returning is a hint, not a promise of work. The
+        answer is a change mark: passed back as ``since`` to the next wait, that wait returns
+        at once when the rail changed in between, so a write landing while the caller was not
+        waiting is never lost (a mark from another tracker object only costs an early return).
         """
 
 

@@ -12,7 +12,9 @@ import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
+from tests.worker.test_watch_since import submit_during_the_pause_wakes
 from tracker_client.factory import open_tracker
+from tracker_client.postgres import engine as pg_engine
 from tracker_client.postgres.tracker import SAFETY_TICK_S
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -149,3 +151,18 @@ async def test_a_one_trip_move_wakes_a_waiter_of_another_instance(pg_server: PgS
     finally:
         await mover.aclose()
         await waiter.aclose()
+
+
+async def test_a_submit_during_the_watch_pause_wakes_the_idle_wait(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """worker/daemon/watch.py passes each wait's change mark to the next: a NOTIFY that came
+    while it paused is not lost (the safety tick, widened to 30 s, cannot wake it instead)."""
+    monkeypatch.setattr(pg_engine, "SAFETY_TICK_S", 30.0)
+    url = fresh_schema_url(f"pause-{uuid.uuid4()}")
+    watched, writer = await open_tracker(url), await open_tracker(url)
+    try:
+        await submit_during_the_pause_wakes(watched, writer, monkeypatch)
+    finally:
+        await watched.aclose()
+        await writer.aclose()

@@ -324,10 +324,11 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         claims only)."""
         return await self._wire.call("maintenance", into=MaintenanceReport)
 
-    async def wait_for_work(self, timeout_s: float) -> None:
+    async def wait_for_work(self, timeout_s: float, *, since: str | None = None) -> str:
         """Long-poll ``GET /ops/wait-for-work`` (served tracker); sleep ``timeout_s`` elsewhere.
-        Returning is a hint, not a promise of work."""
-        await self._waiting.wait_for_work(timeout_s)
+        Returning is a hint, not a promise of work; the answer is the server's generation
+        (``since``: see :meth:`~tracker_client.nulltickets.waiting.Waiting.wait_for_work`)."""
+        return await self._waiting.wait_for_work(timeout_s, since=since)
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished or ``timeout_s`` passes: a long poll on the served

@@ -39,17 +39,21 @@ class Waiting:
         """A long poll's read timeout: its wait plus the usual read timeout, plus a second."""
         return chunk_s + (self._wire.http.timeout.read or 10.0) + 1.0
 
-    async def wait_for_work(self, timeout_s: float) -> None:
+    async def wait_for_work(self, timeout_s: float, *, since: str | None = None) -> str:
         """Return when work may be claimable, or after ``timeout_s``.
 
         Returning is a hint, not a promise of work; a transport failure also just returns (after
-        at most ``timeout_s``) so an idle worker goes back to claiming. Never retried.
+        at most ``timeout_s``) so an idle worker goes back to claiming. Never retried. Answers
+        the server's generation as this long poll's answer left it (empty: none seen yet); as
+        ``since`` it makes the server answer at once when it has served a write after it. Without
+        ``since``, the generation of the last answer of any request counts.
         """
-        since = self._wire.http.generation  # before any await: a racing write counts
+        if not since:
+            since = self._wire.http.generation  # before any await: a racing write counts
         timeout_s = max(0.0, timeout_s)
         if not await self._wire.discovery.has("wait_for_work"):
             await anyio.sleep(timeout_s)
-            return
+            return self._wire.http.generation or ""
         deadline = anyio.current_time() + timeout_s
         chunk = min(timeout_s, WAIT_CHUNK_S)
         try:
@@ -61,6 +65,7 @@ class Waiting:
             )
         except TrackerUnavailable:
             await anyio.sleep(max(0.0, deadline - anyio.current_time()))
+        return self._wire.http.generation or ""
 
     async def wait(self, task_id: str, timeout_s: float) -> WaitResult:
         """Block until the task is finished or ``timeout_s`` passes (long poll or polling)."""

@@ -71,18 +71,24 @@ def wakes_waiters(where: str, result: object) -> bool:
 class Changes:
     """This instance's in-process wake-ups: the waiters' event (set by a write that
     :func:`wakes_waiters`) and the followers' event (set by every write), each replaced by a
-    fresh one once set, and how many wait on each (no one waiting: nothing is set)."""
+    fresh one once set, and how many wait on each (no one waiting: nothing is set).
 
-    __slots__ = ("changed", "followers", "waiters", "written")
+    ``seq`` counts the waiters' wake-ups whether anyone waits or not: the mark
+    ``wait_for_work`` answers, so a caller passing it back (``since``) learns of a change that
+    came while it was not waiting (see :meth:`~tracker_client.rules.rail.Rail.wait_for_work`)."""
+
+    __slots__ = ("changed", "followers", "seq", "waiters", "written")
 
     def __init__(self) -> None:
         self.changed = anyio.Event()
+        self.seq = 0
         self.waiters = 0
         self.written = anyio.Event()  # set by every write while someone follows a task
         self.followers = 0
 
     def notify(self) -> None:
         """Wake this instance's waiters: something may have become claimable or revoked."""
+        self.seq += 1
         if self.waiters:
             event, self.changed = self.changed, anyio.Event()
             event.set()

@@ -221,16 +221,21 @@ class Rail(Generic[E]):
         finally:
             changes.waiters -= 1
 
-    async def wait_for_work(self, timeout_s: float) -> None:
+    async def wait_for_work(self, timeout_s: float, *, since: str | None = None) -> str:
         """Return early when something was written that may make work (here: see
         :func:`~tracker_client.rules.engine.wakes_waiters`; another process or host: as the
         engine notices it), or when the earliest live lease lapses (its task is claimable
-        again), else on timeout."""
+        again), else on timeout. Answers the instance's change count
+        (:class:`~tracker_client.rules.engine.Changes`): a ``since`` it has passed returns at
+        once, so a write between two waits (one a worker's watch pauses through) wakes the
+        second."""
         changes = self._changes
         changes.waiters += 1
         try:
             watch = await self._engine.watch(None)
-            event = changes.changed
+            event = changes.changed  # a wake-up from here on sets it
+            if since is not None and since != str(changes.seq):
+                return str(changes.seq)
             now_ms = int(self._clock())
 
             def look(c: Ctx) -> int | None:
@@ -242,6 +247,7 @@ class Rail(Generic[E]):
             if next_expiry_ms is not None:
                 limit = min(limit, (next_expiry_ms - now_ms) / 1000 + LAPSE_MARGIN_S)
             await watch.sleep(event, limit)
+            return str(changes.seq)
         finally:
             changes.waiters -= 1
 

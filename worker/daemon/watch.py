@@ -6,6 +6,10 @@ heartbeat to a cancelled task answers ``LeaseLost`` and cancels its executor. Th
 are rate-limited (``poke_interval_s``), so a busy rail costs at most one extra heartbeat per
 lease per interval.
 
+Each wait passes back the change mark the previous one answered (``since``): a change that
+lands while the watch pauses between two waits (:meth:`TrackerWatch._pause`) ends the next wait
+at once instead of going unseen until the claim loop's idle back-off (a burst of submits).
+
 It may touch the tracker's ``wait_for_work`` only.
 """
 
@@ -82,10 +86,11 @@ class TrackerWatch:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._poke_loop)
             task_status.started()
+            mark: str | None = None  # the last wait's change mark: a change since wakes at once
             while True:
                 started = anyio.current_time()
                 try:
-                    await self._tracker.wait_for_work(WATCH_CHUNK_S)
+                    mark = await self._tracker.wait_for_work(WATCH_CHUNK_S, since=mark)
                 except TrackerError as exc:
                     log.debug("wait for work failed: %s", exc, extra={"action": "watch_failed"})
                     await anyio.sleep(WATCH_ERROR_PAUSE_S)
