@@ -97,9 +97,12 @@ async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent
         await count("transition", tracker.transition(leases[0], "complete", idempotency_key=key))
         await count("fail", tracker.fail(leases[1], "boom", idempotency_key=key))
         await count("release", tracker.call("release", leases[2], reason="later"))
+        await count("create_task", tracker.create_task(new_task(pid, "a submit")))
         # BEGIN and the lock travel with the first statement, the writes nobody reads with
-        # the COMMIT; a claim of n leases is n claim statements more.
+        # the COMMIT; a claim of n leases is n claim statements more. A create: the backlog
+        # cap's depth, then its insert with the wake-up and the COMMIT.
         assert trips == {
+            "create_task": 2,
             "claim_many": 1,
             "claim": 1,
             "heartbeat": 2,
@@ -417,7 +420,9 @@ def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
         "runs.retry_at",
     }
     deferred = {name for name, s in STATEMENTS.items() if s.hint("deferred") is not None}
-    assert deferred == shared - {"common.add_event"}  # an event's id is read (lastrowid)
+    # An event's id is read (lastrowid); a create's insert (an exclusive write whose answer
+    # nobody reads) travels with its COMMIT: a submit is two round trips, not three.
+    assert deferred == (shared - {"common.add_event"}) | {"tasks.insert"}
 
 
 def test_raw_sql_is_refused_naming_where_statements_live() -> None:

@@ -11,6 +11,7 @@ SELECT 1 FROM tasks WHERE id = %s;
 
 -- The parameters in the order of rules/tasks.py's _KEYS.
 -- name: tasks.insert
+-- deferred
 INSERT INTO tasks (id, pipeline_id, stage, title, description, priority, metadata,
     retry_delay_ms, max_attempts, dead_letter_stage, backoff, max_retry_delay_ms,
     created_at_ms, updated_at_ms, concurrency_key, expires_at_ms, max_stale_attempts, role,
