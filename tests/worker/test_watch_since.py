@@ -12,11 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from tests.contract.support import make_pipeline, new_task
 from tracker_client.factory import open_tracker
+from tracker_client.nulltickets.client import RemoteTracker
 from tracker_client.protocol import Tracker
+from tracker_client.serve.app import create_app
 from worker.daemon import watch as watch_module
 from worker.daemon.watch import TrackerWatch
 
@@ -64,3 +67,20 @@ async def test_embedded_submit_during_the_pause_wakes_the_idle_wait(
     finally:
         await watched.aclose()
         await writer.aclose()
+
+
+async def test_served_submit_during_the_pause_wakes_the_idle_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the served rail the mark is the server's generation as the long poll's answer
+    carried it: the next long poll answers at once for a write served after it."""
+    rail = await open_tracker(f"sqlite:///{tmp_path}/rail.db?poll_interval_s=30")
+    app = create_app(rail)
+    watched = RemoteTracker("http://127.0.0.1:7700", transport=httpx.ASGITransport(app=app))
+    writer = RemoteTracker("http://127.0.0.1:7700", transport=httpx.ASGITransport(app=app))
+    try:
+        await submit_during_the_pause_wakes(watched, writer, monkeypatch)
+    finally:
+        await watched.aclose()
+        await writer.aclose()
+        await rail.aclose()

@@ -44,7 +44,7 @@ class Waiting:
 
         Returning is a hint, not a promise of work; a transport failure also just returns (after
         at most ``timeout_s``) so an idle worker goes back to claiming. Never retried. Answers
-        the server's generation as this long poll's answer left it (empty: none seen yet); as
+        the server's generation as this long poll's answer carried it (empty: none seen yet); as
         ``since`` it makes the server answer at once when it has served a write after it. Without
         ``since``, the generation of the last answer of any request counts.
         """
@@ -57,7 +57,7 @@ class Waiting:
         deadline = anyio.current_time() + timeout_s
         chunk = min(timeout_s, WAIT_CHUNK_S)
         try:
-            await self._wire.send(
+            answer = await self._wire.send(
                 "wait_for_work",
                 query={"timeout_ms": math.ceil(chunk * 1000), "since": since},
                 read_timeout_s=self._read_timeout(chunk),
@@ -65,7 +65,10 @@ class Waiting:
             )
         except TrackerUnavailable:
             await anyio.sleep(max(0.0, deadline - anyio.current_time()))
-        return self._wire.http.generation or ""
+            return since or ""
+        # This answer's own generation: a concurrent claim's answer may carry a later one
+        # for a write that claim did not see.
+        return answer.headers.get("x-rail-generation") or since or ""
 
     async def wait(self, task_id: str, timeout_s: float) -> WaitResult:
         """Block until the task is finished or ``timeout_s`` passes (long poll or polling)."""
