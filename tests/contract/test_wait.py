@@ -191,3 +191,22 @@ async def test_wait_for_work_times_out_without_work(tracker: Tracker) -> None:
     with anyio.fail_after(10):
         await tracker.wait_for_work(0.2)
     assert anyio.current_time() - start >= 0.15  # it waited: nothing woke it
+
+
+async def test_wait_for_work_since_its_mark_sees_a_write_made_between_two_waits(
+    tracker: Tracker,
+) -> None:
+    """The mark a wait answers, passed back as ``since``, ends the next wait at once when a
+    write landed while nobody waited (a worker's watch pausing between two waits); with
+    nothing written since, the next wait lasts its timeout."""
+    pid = await make_pipeline(tracker)
+    await tracker.wait_for_work(0.01)  # the rail's wake-up listener is up from here on
+    mark = await tracker.wait_for_work(0)
+    await tracker.create_task(new_task(pid))  # nobody waits now
+    with anyio.fail_after(10):
+        after = await tracker.wait_for_work(LONG_S, since=mark)
+    assert after != mark
+    start = anyio.current_time()
+    with anyio.fail_after(10):
+        assert await tracker.wait_for_work(0.2, since=after) == after
+    assert anyio.current_time() - start >= 0.15  # it waited: nothing woke it
