@@ -17,7 +17,8 @@ caller's own process, and an error means nothing was committed) declares
 callers may then skip keys, which saves a lookup and a record per write.
 
 What only some rails do is declared next to :class:`LeaseTracker` as small protocols
-(:class:`ClaimsMany`, :class:`Finishes`, :class:`FinishesMany`, :class:`RegistersWorkers`); a
+(:class:`ClaimsMany`, :class:`Finishes`, :class:`FinishesMany`, :class:`RegistersWorkers`,
+:class:`EvolvesPipelines`); a
 :class:`Tracker` has them all, and :class:`RailParts` says, from the rail's declared
 capabilities, which a caller may use. The extension operations reached by name have typed calls
 in :mod:`tracker_client.calls`.
@@ -58,9 +59,11 @@ from tracker_client.models import (
 )
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
+from tracker_client.pipeline_models import PipelinePlan
 
 __all__ = [
     "ClaimsMany",
+    "EvolvesPipelines",
     "Finishes",
     "FinishesMany",
     "LeaseTracker",
@@ -251,6 +254,25 @@ class FinishesMany(Protocol):
         """Per item, its ``finish`` answer or the error refusing it, in input order."""
 
 
+class EvolvesPipelines(Protocol):
+    """Extension ``pipeline_versions``: change a pipeline by name as a new version
+    (docs/operate/pipelines.md)."""
+
+    async def apply_pipeline(
+        self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
+    ) -> PipelinePlan:
+        """Create pipeline ``name`` or store ``definition`` as its next version, moving the
+        tasks of the stages it removes by ``moves`` (old stage -> new stage), in one write.
+        An unchanged definition writes nothing (``unchanged``). ``ValidationFailed`` names a
+        bad definition or move; ``Conflict`` ``stage_holds_tasks`` names each stage that would
+        strand tasks and how many."""
+
+    async def diff_pipeline(
+        self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
+    ) -> PipelinePlan:
+        """What :meth:`apply_pipeline` would do, writing nothing; refused as it would be."""
+
+
 class RegistersWorkers(Protocol):
     """Extension ``workers``: a worker's entry in the rail's worker list."""
 
@@ -260,12 +282,21 @@ class RegistersWorkers(Protocol):
 
 
 @runtime_checkable
-class Tracker(LeaseTracker, ClaimsMany, Finishes, FinishesMany, RegistersWorkers, Protocol):
+class Tracker(
+    LeaseTracker,
+    ClaimsMany,
+    Finishes,
+    FinishesMany,
+    RegistersWorkers,
+    EvolvesPipelines,
+    Protocol,
+):
     """The whole rail: the lease seam plus pipelines, tasks, runs, artifacts and a KV store.
 
     It has a method for each extension of :class:`ClaimsMany`, :class:`Finishes`,
-    :class:`FinishesMany` and :class:`RegistersWorkers` (``Unsupported`` where the rail lacks
-    it); :class:`RailParts` says which of them the rail declared.
+    :class:`FinishesMany`, :class:`RegistersWorkers` and :class:`EvolvesPipelines`
+    (``Unsupported`` where the rail lacks it); :class:`RailParts` says which of them the rail
+    declared.
     """
 
     async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
@@ -458,6 +489,7 @@ class RailParts:
     finish: Finishes | None = None
     finish_many: FinishesMany | None = None
     workers: RegistersWorkers | None = None
+    pipelines: EvolvesPipelines | None = None
 
     @classmethod
     def declared(cls, rail: Tracker, capabilities: Capabilities) -> RailParts:
@@ -469,4 +501,5 @@ class RailParts:
             finish=rail if "finish" in ext else None,
             finish_many=rail if "finish_many" in ext else None,
             workers=rail if "workers" in ext else None,
+            pipelines=rail if "pipeline_versions" in ext else None,
         )

@@ -52,6 +52,9 @@ EXTENSIONS: Mapping[str, str] = {
     'whether a dependency blocks it, under "listed"',
     "budgets": "task create budgets (max_loops, max_runs, max_cost, max_tokens), enforced by the "
     "rail; a task's budget and spend in GET /tasks/{task_id}",
+    "pipeline_versions": "POST /pipelines/apply and /pipelines/diff (create or change a "
+    "pipeline by name as a new version, moving the tasks of removed stages; or show what would "
+    "change)",
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }

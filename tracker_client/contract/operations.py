@@ -54,6 +54,7 @@ from tracker_client.contract.wire_models import (
     TransitionBody,
 )
 from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo, WorkerRegister
+from tracker_client.pipeline_models import PipelineApplyBody, PipelinePlan
 
 __all__ = ["OPERATIONS"]
 
@@ -250,6 +251,14 @@ OPERATIONS: tuple[Operation, ...] = (
         extension="workers"),
     _op("forget_worker", "DELETE", "/workers/{worker_id}", "Remove a worker's registration",
         response=WorkerInfo, errors=(404,), extension="workers"),
+    _op("apply_pipeline", "POST", "/pipelines/apply", "Create a pipeline by name or store its "
+        "new definition as the next version, moving the tasks of removed stages (moves)",
+        body=PipelineApplyBody, response=PipelinePlan, errors=(400, 409),
+        extension="pipeline_versions", wakes=True),
+    _op("diff_pipeline", "POST", "/pipelines/diff", "What applying a definition would change "
+        "(stages, transitions, settings, tasks that would move), writing nothing",
+        body=PipelineApplyBody, response=PipelinePlan, errors=(400, 409),
+        extension="pipeline_versions"),
     _op("list_spans", "GET", "/tasks/{task_id}/spans", "The task's OTLP spans (or one run's), by "
         "start time", response=Span, shape="list", errors=(400,),
         query=(Query("run_id"), _LIMIT), extension="spans"),

@@ -60,6 +60,7 @@ from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
 from tracker_client.observe_models import WorkerInfo
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
+from tracker_client.pipeline_models import PipelinePlan
 
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 
@@ -314,6 +315,25 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         )
         return leases
 
+    async def apply_pipeline(
+        self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
+    ) -> PipelinePlan:
+        """``POST /pipelines/apply`` (extension ``pipeline_versions``; ``Unsupported`` before
+        anything is sent on a server that lacks it)."""
+        plan: PipelinePlan = await self.call(
+            "apply_pipeline", name=name, definition=dict(definition), moves=_moves(moves)
+        )
+        return plan
+
+    async def diff_pipeline(
+        self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
+    ) -> PipelinePlan:
+        """``POST /pipelines/diff`` (extension ``pipeline_versions``): writes nothing."""
+        plan: PipelinePlan = await self.call(
+            "diff_pipeline", name=name, definition=dict(definition), moves=_moves(moves)
+        )
+        return plan
+
     async def register_worker(self, worker_id: str, **fields: Any) -> WorkerInfo:
         """``PUT`` the worker's entry (extension ``workers``): register or refresh it."""
         info: WorkerInfo = await self.call("register_worker", worker_id, **fields)
@@ -334,3 +354,7 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         """Block until the task is finished or ``timeout_s`` passes: a long poll on the served
         tracker, ``GET /tasks/{task_id}`` every ``poll_interval_s`` on NullTickets."""
         return await self._waiting.wait(task_id, timeout_s)
+
+
+def _moves(moves: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if moves is None else dict(moves)

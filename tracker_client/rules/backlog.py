@@ -17,6 +17,7 @@ from tracker_client.rules.common import Ctx, artifact_from_row, event_from_row
 from tracker_client.rules.pipelines import PipelineDef
 from tracker_client.rules.runs import dead_letter
 from tracker_client.rules.tasks import get_task
+from tracker_client.rules.versions import forward_pending
 
 __all__ = [
     "REQUEUE_BATCH",
@@ -263,6 +264,7 @@ def maintenance(ctx: Ctx) -> MaintenanceReport:
     tasks = expire_deadlines(ctx)
     cutoff = ctx.now - ctx.opts.idempotency_ttl_s * 1000
     purged = ctx.exec("backlog.drop_keys", (cutoff,)).rowcount
+    forward_pending(ctx)  # tasks a pipeline apply left under their version (rules/versions.py)
     return MaintenanceReport(
         expired_leases=expired,
         crash_looped=crash,

@@ -1,7 +1,14 @@
-"""Pipeline definitions: validation (with an error naming the broken rule) and a cache.
+"""Pipeline definitions: the model, validation (with an error naming the broken rule) and a cache.
 
-Pipelines are immutable once stored (there is no update or delete), so every process may cache
-their parsed form forever; a miss reads the row (another process may have created it).
+A pipeline changes by versions (``pipeline apply``: :mod:`tracker_client.rules.evolve`,
+docs/operate/pipelines.md): each version's definition is immutable once stored, so every
+process may cache a parsed version forever. Which version is current is read from the
+pipeline's row (one small read, ``pipelines.version``) the first time a transaction asks, since
+another process may have applied a newer one.
+
+The definition's model is :class:`PipelineDef`; a new top-level setting is a key of
+:data:`TOP_KEYS`, a field here filled by :func:`validate_definition`, and (when it must reach
+waiting tasks) a step of the apply.
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ class PipelineDef:
     retry: dict[str, Any] = field(default_factory=dict)
     #: Its budgets for agent loops (docs/operate/budgets.md): the keys its ``budgets`` gives.
     budgets: dict[str, Any] = field(default_factory=dict)
+    #: Which version of the pipeline this definition is (1: as created).
+    version: int = 1
 
     def find(self, stage: str, trigger: str) -> TransitionDef | None:
         """The first transition (definition order) from ``stage`` on ``trigger``."""
@@ -99,7 +108,10 @@ class PipelineDef:
     def model(self) -> Pipeline:
         """The public model."""
         return Pipeline(
-            id=self.id, name=self.name, definition=self.definition, created_at_ms=self.created_at_ms
+            id=self.id,
+            name=self.name,
+            definition=self.definition,
+            created_at_ms=self.created_at_ms,
         )
 
 
@@ -192,6 +204,7 @@ def validate_definition(
     name: str = "",
     created_at_ms: int = 0,
     strict: bool = True,
+    version: int = 1,
 ) -> PipelineDef:
     """Check every rule of a pipeline definition; ``ValidationFailed`` names the broken one.
 
@@ -302,6 +315,7 @@ def validate_definition(
         definition=plain,
         retry=retry,
         budgets=budgets,
+        version=version,
     )
 
 
@@ -320,48 +334,84 @@ class Reads(Protocol):
 
 
 class PipelineCache:
-    """Parsed pipelines by id, filled from the database on a miss."""
+    """Parsed pipeline versions by (id, version), and which version is current.
+
+    A version never changes once stored, so a parsed one is kept for good; the current version
+    of a pipeline is read from its row once per transaction (the first :meth:`get` of it), so
+    an apply committed by another process is seen by the next transaction.
+    """
 
     def __init__(self) -> None:
-        self._by_id: dict[str, PipelineDef] = {}
+        self._by_key: dict[tuple[str, int], PipelineDef] = {}
+        self._latest: dict[str, PipelineDef] = {}
         self._order: list[str] = []
+        #: (the transaction, the pipelines whose current version it has read).
+        self._fresh: tuple[object, frozenset[str]] = (None, frozenset())
 
     def cached(self, pid: str) -> PipelineDef | None:
-        """The pipeline ``pid`` if it was parsed already, else None (never reads the database)."""
-        return self._by_id.get(pid)
+        """The newest version of ``pid`` this process parsed, else None (never reads the
+        database)."""
+        return self._latest.get(pid)
 
     def get(self, db: Reads, pid: str) -> PipelineDef | None:
-        """The pipeline ``pid`` or None (``db``: the transaction's :class:`~.common.Ctx`)."""
-        hit = self._by_id.get(pid)
-        if hit is not None:
+        """The current version of pipeline ``pid``, or None (``db``: the transaction's
+        :class:`~.common.Ctx`)."""
+        seen, fresh = self._fresh
+        hit = self._latest.get(pid)
+        if hit is not None and seen is db and pid in fresh:
             return hit
-        row = db.one("pipelines.get", (pid,))
-        if row is None:
+        version = db.scalar("pipelines.version", (pid,))
+        if version is None:
             return None
-        return self._remember(row)
+        self._fresh = (db, (fresh if seen is db else frozenset()) | {pid})
+        found = self._by_key.get((pid, int(version)))
+        if found is not None:
+            self._latest[pid] = found
+            return found
+        row = db.one("pipelines.get", (pid,))
+        return None if row is None else self._remember(row)
+
+    def at(self, db: Reads, pid: str, version: int | None) -> PipelineDef | None:
+        """Version ``version`` of pipeline ``pid`` (None: the current one), or None."""
+        if version is None:
+            return self.get(db, pid)
+        found = self._by_key.get((pid, version))
+        if found is not None:
+            return found
+        row = db.one("pipelines.at", (pid, version))
+        if row is None:
+            current = self.get(db, pid)  # a pipeline never applied has only its row
+            return current if current is not None and current.version == version else None
+        return self._remember(row, latest=False)
 
     def all(self, db: Reads) -> list[PipelineDef]:
-        """Every pipeline, in creation order (loads ones other processes created)."""
-        count = int(db.scalar("pipelines.count"))
-        if count != len(self._order):
-            rows = db.all("pipelines.all")
-            for row in rows:
-                if row["id"] not in self._by_id:
-                    self._remember(row)
-            self._order = [str(r["id"]) for r in rows]
-        return [self._by_id[p] for p in self._order]
+        """The current version of every pipeline, in creation order (loads ones other processes
+        created or changed)."""
+        rows = db.all("pipelines.all")
+        out: list[PipelineDef] = []
+        for row in rows:
+            found = self._by_key.get((row["id"], int(row["version"])))
+            out.append(found if found is not None else self._remember(row))
+        self._order = [str(r["id"]) for r in rows]
+        return out
 
-    def _remember(self, row: sqlite3.Row) -> PipelineDef:
+    def _remember(self, row: sqlite3.Row, *, latest: bool = True) -> PipelineDef:
         parsed = validate_definition(
             json.loads(row["definition"]),
             pid=row["id"],
             name=row["name"],
             created_at_ms=row["created_at_ms"],
             strict=False,
+            version=int(row["version"]),
         )
-        self._by_id[parsed.id] = parsed
+        self._by_key[(parsed.id, parsed.version)] = parsed
+        if latest:
+            self._latest[parsed.id] = parsed
         return parsed
 
     def forget(self, pid: str) -> None:
         """Drop ``pid`` (used when its creating transaction rolled back)."""
-        self._by_id.pop(pid, None)
+        self._latest.pop(pid, None)
+        for key in [k for k in self._by_key if k[0] == pid]:
+            del self._by_key[key]
+        self._fresh = (None, frozenset())

@@ -68,7 +68,18 @@ from tracker_client.ops_models import (
     TaskFollow,
     WaitResult,
 )
-from tracker_client.rules import backlog, claims, otlpjson, reads, retention, runs, stats, tasks
+from tracker_client.pipeline_models import PipelinePlan
+from tracker_client.rules import (
+    backlog,
+    claims,
+    evolve,
+    otlpjson,
+    reads,
+    retention,
+    runs,
+    stats,
+    tasks,
+)
 from tracker_client.rules.agents import list_upstream, transition_task
 from tracker_client.rules.checkpoints import write_checkpoint
 from tracker_client.rules.claim_many import claim_many, keyed_claim_many
@@ -181,8 +192,8 @@ class Rail(Generic[E]):
         except BaseException:
             if where not in QUIET_WRITES:
                 changes.notify()  # it may have committed before failing to answer
-            if where == "create_pipeline":
-                self._pipelines = PipelineCache()  # a rolled-back create may be cached
+            if where in ("create_pipeline", "apply_pipeline"):
+                self._pipelines = PipelineCache()  # a rolled-back write may be cached
             changes.wake_followers()
             raise
         if box and box[0].swept != (0, 0):
@@ -307,6 +318,22 @@ class Rail(Generic[E]):
                 str,
             ),
         )
+
+    async def apply_pipeline(
+        self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
+    ) -> PipelinePlan:
+        """Create pipeline ``name`` or store ``definition`` as its next version, moving the
+        tasks of removed stages by ``moves``, in one transaction; unchanged: nothing written
+        (see :mod:`~tracker_client.rules.evolve`)."""
+        return await self._write(
+            "apply_pipeline", lambda c: evolve.apply(c, name, definition, moves)
+        )
+
+    async def diff_pipeline(
+        self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
+    ) -> PipelinePlan:
+        """What :meth:`apply_pipeline` would do, writing nothing (refused as it would be)."""
+        return await self._read("diff_pipeline", lambda c: evolve.plan(c, name, definition, moves))
 
     async def list_pipelines(self) -> list[Pipeline]:
         """All pipelines, newest first."""

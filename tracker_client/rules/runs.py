@@ -18,6 +18,7 @@ from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, Valida
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
 from tracker_client.rules import budgets, fanin
 from tracker_client.rules.common import MIB, Ctx, dumps
+from tracker_client.rules.versions import landing, task_pipeline
 
 __all__ = [
     "add_event",
@@ -113,7 +114,8 @@ def transition(
             f"expected {expected_task_version}",
             code="task_version_mismatch",
         )
-    pipeline = ctx.pipeline(task["pipeline_id"])
+    # Judged against the version it is under (claimed with), then landed in the current one.
+    pipeline = task_pipeline(ctx, task)
     move = pipeline.find(stage, trigger)
     if move is None:
         allowed = pipeline.triggers_from(stage)
@@ -125,17 +127,17 @@ def transition(
     usage_text = _usage(usage)
     edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
     now = ctx.now
-    to = move.to_state
+    lands = landing(ctx, task, pipeline, move.to_state)
+    to = lands.stage
     # budgets (docs/operate/budgets.md): a move past one dead-letters the task where it is
     breach = budgets.check_move(ctx, task, pipeline, stage, to, usage)
     if breach is not None:
         ctx.exec("runs.complete", (now, usage_text, run_id))
         return _stop(ctx, task, breach, run_id, stage, trigger, to)
     ctx.exec("runs.complete", (now, usage_text, run_id))
-    ctx.exec(
-        "runs.move",
-        (to, now, pipeline.role_of(to), int(pipeline.is_terminal(to)), task["seq"]),
-    )
+    ctx.exec("runs.move", (to, now, lands.role, int(lands.terminal), task["seq"]))
+    if lands.version is not None:
+        ctx.exec("pipelines.set_task_version", (lands.version, task["seq"]))
     text = instructions if instructions is not None else (move.instructions or "")
     ctx.event(
         task["id"],

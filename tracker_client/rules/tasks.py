@@ -201,6 +201,8 @@ def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, A
         "run_at_ms": run_at,
         "dedupe_key": dedupe_key,
         "dedupe_window_ms": dedupe_window,
+        # The version of its pipeline it enters under (docs/operate/pipelines.md).
+        "pipeline_version": pipeline.version,
     }
     values["_deps"] = deps
     values["_parent"] = parent
@@ -238,6 +240,7 @@ _KEYS = (
     "run_at_ms",
     "dedupe_key",
     "dedupe_window_ms",
+    "pipeline_version",
 )
 
 

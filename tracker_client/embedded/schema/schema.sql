@@ -1,5 +1,5 @@
 -- The embedded (SQLite) rail's schema as it is now: what a new rail file is created from, in one
--- step (tracker_client/embedded/migrate.py), recorded as version 8 (PRAGMA user_version).
+-- step (tracker_client/embedded/migrate.py), recorded at its level (PRAGMA user_version).
 --
 -- An existing rail is brought here by the numbered migrations beside this file (0001_initial.sql
 -- ... 0009_wakes.sql), which stay as they were written: history, each a diff. A change to
@@ -16,7 +16,9 @@ CREATE TABLE pipelines (
     id TEXT NOT NULL UNIQUE,
     name TEXT NOT NULL UNIQUE,
     definition TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL
+    created_at_ms INTEGER NOT NULL,
+    -- Schema 11: the current definition's version (pipeline_versions below).
+    version INTEGER NOT NULL DEFAULT 1
 );
 
 CREATE TABLE tasks (
@@ -81,7 +83,10 @@ CREATE TABLE tasks (
     spent_tokens INTEGER NOT NULL DEFAULT 0,
     visits TEXT,
     budget_base TEXT,
-    budget_stop TEXT
+    budget_stop TEXT,
+    -- Pipeline versions (schema 11): the version of its pipeline the task is under (NULL: the
+    -- current one); see pipeline_versions below.
+    pipeline_version INTEGER
 );
 
 -- The claim scan: one role, best first, skipping leased/delayed rows inside the index.
@@ -340,3 +345,26 @@ CREATE TABLE wakes (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     n INTEGER NOT NULL
 );
+
+-- Schema 11: versioned pipeline definitions (`pipeline apply`; docs/operate/pipelines.md).
+-- `pipelines.definition` stays the current definition (what a release before this one reads) and
+-- `pipelines.version` its number. `pipeline_versions` keeps every version's definition and the
+-- stage moves it was applied with (JSON: old -> new), made by the first apply that changes a
+-- pipeline (its version 1 then) and by each later one. A task leased while an apply changes its
+-- pipeline keeps its version and finishes under it; `pipeline_forward` lists those tasks, so
+-- that one whose run ended where the rules could not bring it to the current version (an older
+-- worker, a lost lease) is brought there by the next maintenance pass.
+
+CREATE TABLE pipeline_versions (
+    pipeline_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    definition TEXT NOT NULL,
+    moves TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (pipeline_id, version)
+) WITHOUT ROWID;
+
+CREATE TABLE pipeline_forward (
+    task_id TEXT PRIMARY KEY NOT NULL,
+    pipeline_id TEXT NOT NULL
+) WITHOUT ROWID;

@@ -12,7 +12,7 @@ SELECT status FROM runs WHERE id = ?;
 SELECT t.seq, t.id, t.pipeline_id, t.stage, t.role, t.task_version, t.failed_attempts,
     t.max_attempts, t.retry_delay_ms, t.backoff, t.max_retry_delay_ms, t.checkpointed,
     t.lease_id, t.lease_run_id, t.lease_token_sha256, t.lease_expires_at_ms, t.lease_ttl_ms,
-    t.budgets
+    t.budgets, t.pipeline_version
 FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?;
 
 -- name: runs.complete

@@ -1,5 +1,5 @@
 -- The PostgreSQL rail's schema as it is now: what a new rail's schema is created from, in one
--- step, recorded at version 14 (tracker_client/postgres/migrate.py). Its functions are the current
+-- step, recorded at its level (tracker_client/postgres/migrate.py). Its functions are the current
 -- ones (a migration's CREATE OR REPLACE keeps only the last); tracker_client/postgres/sql/ holds
 -- the statements that call them.
 --
@@ -21,7 +21,9 @@ CREATE TABLE pipelines (
     id TEXT NOT NULL UNIQUE,
     name TEXT NOT NULL UNIQUE,
     definition TEXT NOT NULL,
-    created_at_ms BIGINT NOT NULL
+    created_at_ms BIGINT NOT NULL,
+    -- Schema 17: the current definition's version (pipeline_versions below).
+    version BIGINT NOT NULL DEFAULT 1
 );
 
 CREATE TABLE tasks (
@@ -85,7 +87,9 @@ CREATE TABLE tasks (
     spent_tokens BIGINT NOT NULL DEFAULT 0,
     visits TEXT,
     budget_base TEXT,
-    budget_stop TEXT
+    budget_stop TEXT,
+    -- Schema 17: the version of its pipeline the task is under (NULL: the current one).
+    pipeline_version BIGINT
 );
 
 -- The claim scan (a partial index on claimable rows): one role, best first.
@@ -608,7 +612,7 @@ $$;
 -- together (tracker_client/postgres/pairing.py). Every row carries the moves' answers; the
 -- claimed tasks follow as a tasks row each, and one row with no task answers a claim that
 -- found none. Either part declining (SQLSTATE BW001) rolls back both.
--- (Current since schema 15.)
+-- (Current since schema 17.)
 CREATE FUNCTION bw_finish_claim_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT, p_now BIGINT, p_items JSONB,
     p_op TEXT, p_role TEXT, p_agent TEXT, p_claim_now BIGINT, p_ttl BIGINT, p_runs TEXT,
@@ -717,3 +721,21 @@ BEGIN
     ORDER BY picked.i;
 END
 $$;
+
+-- Schema 17: versioned pipeline definitions (embedded schema 11; `pipeline apply`,
+-- docs/operate/pipelines.md). `pipeline_versions` keeps every version's definition and the stage
+-- moves it was applied with (JSON: old -> new); `pipeline_forward` lists the tasks leased while
+-- an apply changed their pipeline, for the maintenance pass that brings them forward.
+CREATE TABLE pipeline_versions (
+    pipeline_id TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    definition TEXT NOT NULL,
+    moves TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (pipeline_id, version)
+);
+
+CREATE TABLE pipeline_forward (
+    task_id TEXT PRIMARY KEY,
+    pipeline_id TEXT NOT NULL
+);

@@ -15,8 +15,9 @@ SELECT 1 FROM tasks WHERE id = %s;
 INSERT INTO tasks (id, pipeline_id, stage, title, description, priority, metadata,
     retry_delay_ms, max_attempts, dead_letter_stage, backoff, max_retry_delay_ms,
     created_at_ms, updated_at_ms, concurrency_key, expires_at_ms, max_stale_attempts, role,
-    terminal, has_deps, assignee, next_eligible_at_ms, run_at_ms, dedupe_key, dedupe_window_ms)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
+    terminal, has_deps, assignee, next_eligible_at_ms, run_at_ms, dedupe_key, dedupe_window_ms,
+    pipeline_version)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: tasks.set_parent
 UPDATE tasks SET parent_id = %s WHERE id = %s;
