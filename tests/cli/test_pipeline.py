@@ -173,10 +173,10 @@ def test_create_is_idempotent_and_a_changed_definition_is_refused(
         assert refused.exit_code == 1, refused.output
         assert refused.stderr.startswith(
             f"error: pipeline 'review' ({created['id']}) already exists with a different "
-            "definition (transitions added: draft:abandon:done): a pipeline cannot be changed "
-            "once created"
+            "definition (transitions added: draft:abandon:done): `pipeline create` makes a "
+            "pipeline once"
         )
-        assert "under a new name (e.g. review-v2)" in refused.stderr
+        assert "`backlog-worker pipeline apply -f FILE`" in refused.stderr
         listed = invoke(["pipeline", "list", "--tracker", url, "--json"])
         assert [p["id"] for p in json.loads(listed.stdout)] == [created["id"]]
 

@@ -1,6 +1,10 @@
-"""``backlog-worker pipeline create|list|show``: define and inspect pipelines (state machines).
+"""``backlog-worker pipeline create|apply|diff|list|show``: define, change and inspect pipelines.
 
-It may touch the tracker (create, list and read pipelines), the operator's definition file
+``apply`` and ``diff`` change a pipeline by versions (docs/operate/pipelines.md): the rail does
+the work (extension ``pipeline_versions``, declared as the rail's ``pipelines`` part), so a
+served rail answers them over HTTP the same way.
+
+It may touch the tracker (create, apply, list and read pipelines), the operator's definition file
 (:mod:`worker.cli.ops.input`), the embedded rail's definition rules (checked before any tracker is
 opened) and the terminal.
 """
@@ -19,7 +23,8 @@ from rich.table import Table
 
 from tracker_client.errors import Conflict, NotFound, Unsupported
 from tracker_client.models import Pipeline
-from tracker_client.protocol import Tracker
+from tracker_client.pipeline_models import PipelinePlan
+from tracker_client.protocol import RailParts, Tracker
 from worker.cli.ops.common import (
     EXIT_USAGE,
     OpsContext,
@@ -31,12 +36,19 @@ from worker.cli.ops.common import (
 )
 from worker.cli.ops.input import read_structured_file
 
-__all__ = ["definition_changes", "definition_from_flags", "pipeline_group", "render_pipeline"]
+__all__ = [
+    "definition_changes",
+    "definition_from_flags",
+    "pipeline_group",
+    "read_pipeline_file",
+    "render_pipeline",
+    "render_plan",
+]
 
 
 @click.group("pipeline")
 def pipeline_group() -> None:
-    """Create and inspect pipelines (stages, roles, transitions)."""
+    """Create, change and inspect pipelines (stages, roles, transitions)."""
 
 
 def _split(value: str, sep: str, parts: int, flag: str, shape: str) -> list[str]:
@@ -77,14 +89,14 @@ def definition_from_flags(
     return {"initial": initial or next(iter(defined)), "states": defined, "transitions": edges}
 
 
-#: The keys of a pipeline file that holds its name: ``{name, definition}``.
-FILE_KEYS = ("name", "definition")
+#: The keys of a pipeline file that holds its name: ``{name, definition, moves}``.
+FILE_KEYS = ("name", "definition", "moves")
 
 
 def _file_keys(path: Path, data: Mapping[str, Any]) -> None:
     """Refuse a misspelt key of the ``{name, definition}`` form: a ``[definiton]`` table would
     otherwise make the whole file read as a definition (and fail as one, or say 'no name')."""
-    named = "name" in data or "definition" in data
+    named = "name" in data or "definition" in data or "moves" in data
     for key in data:
         if key in FILE_KEYS:
             continue
@@ -93,7 +105,7 @@ def _file_keys(path: Path, data: Mapping[str, Any]) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise OpsError(
                 f"pipeline file {str(path)!r}: unknown key {key!r}{hint}; a pipeline file holds "
-                "'name' and 'definition', or the definition alone",
+                "'name', 'definition' and 'moves', or the definition alone",
                 EXIT_USAGE,
             )
     if named and "definition" not in data:
@@ -173,11 +185,11 @@ def definition_changes(stored: Mapping[str, Any], given: Mapping[str, Any]) -> l
     return changes
 
 
-#: How a pipeline is changed today (a pipeline is immutable once created: tasks follow it).
+#: How a pipeline is changed (as a new version, its tasks moved: docs/operate/pipelines.md).
 HOW_TO_CHANGE = (
-    "a pipeline cannot be changed once created (its tasks are in its stages); create the new "
-    "definition under a new name (e.g. {name}-v2) and send new tasks there "
-    "(no command changes a pipeline in place yet)"
+    "`pipeline create` makes a pipeline once; to change it, put the new definition in a file "
+    "with name = {name!r} and run `backlog-worker pipeline diff -f FILE`, then "
+    "`backlog-worker pipeline apply -f FILE` (a new version; its waiting tasks follow it)"
 )
 
 
@@ -287,6 +299,182 @@ def pipeline_create(
         return answer(pipeline_id, unchanged=False)
 
     ops.run(create, create=True)
+
+
+class PipelineFile:
+    """A pipeline file as ``apply``/``diff`` read it: the name, the definition, the moves."""
+
+    def __init__(self, name: str, definition: dict[str, Any], moves: dict[str, str]) -> None:
+        self.name = name
+        self.definition = definition
+        self.moves = moves
+
+
+def _moves_of(path: Path, data: Any) -> dict[str, str]:
+    moves = data.get("moves") if isinstance(data, dict) else None
+    if moves is None:
+        return {}
+    if not isinstance(moves, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, str) and v for k, v in moves.items()
+    ):
+        raise OpsError(
+            f"pipeline file {str(path)!r}: 'moves' must map old stage names to new ones, "
+            f'e.g. moves = {{ review = "check" }}; got {moves!r}',
+            EXIT_USAGE,
+        )
+    return dict(moves)
+
+
+def read_pipeline_file(path: Path, name: str | None) -> PipelineFile:
+    """The pipeline file ``path`` for ``apply``/``diff``; ``OpsError`` naming what is wrong
+    (no name, a NAME that is not the file's, ``moves`` misplaced or malformed, a definition
+    that breaks a rule)."""
+    data = read_structured_file(path, "pipeline file")
+    if isinstance(data, dict):
+        _file_keys(path, data)
+    file_name = data.get("name") if isinstance(data, dict) else None
+    if name is not None and file_name is not None and name != file_name:
+        raise OpsError(
+            f"pipeline file {str(path)!r} is for pipeline {file_name!r}, not {name!r}: "
+            "apply it without NAME, or give the file of that pipeline",
+            EXIT_USAGE,
+        )
+    chosen, definition = _from_file(path, name)
+    if not isinstance(definition, dict):
+        raise OpsError(
+            f"pipeline file {str(path)!r}: the definition must be a table (object)", EXIT_USAGE
+        )
+    if "moves" in definition:
+        raise OpsError(
+            f"pipeline file {str(path)!r}: 'moves' is inside the definition; in TOML put "
+            'the moves line above the [definition] table (moves = { old = "new" })',
+            EXIT_USAGE,
+        )
+    moves = _moves_of(path, data)
+    from tracker_client.rules.pipelines import validate_definition
+
+    validate_definition(definition)  # the rail's rules, named before any tracker is opened
+    return PipelineFile(chosen, definition, moves)
+
+
+def render_plan(plan: PipelinePlan, *, applied: bool) -> list[str]:
+    """A plan as lines: what changes, the moves, the tasks concerned."""
+    if plan.created:
+        verb = "created" if applied else "would be created"
+        stages = ", ".join(plan.stages_added)
+        return [f"pipeline {plan.name} {verb} (version 1): stages {stages}"]
+    if plan.unchanged:
+        return [f"pipeline {plan.name} unchanged (version {plan.version})"]
+    verb = "applied" if applied else "would change"
+    lines = [f"pipeline {plan.name} {verb}: version {plan.from_version} -> {plan.version}"]
+    lines += [f"  + stage {s}" for s in plan.stages_added]
+    lines += [f"  - stage {s}" for s in plan.stages_removed]
+    lines += [f"  ~ stage {s}" for s in plan.stages_changed]
+    lines += [f"  + transition {t}" for t in plan.transitions_added]
+    lines += [f"  - transition {t}" for t in plan.transitions_removed]
+    lines += [f"  ~ {s}" for s in plan.settings_changed]
+    for old, new in plan.moves.items():
+        n = plan.tasks_moving.get(old, 0)
+        lines.append(f"  move {old} -> {new}: {n} task(s) {'moved' if applied else 'would move'}")
+    lines.append(
+        f"  tasks: {plan.tasks_updated} {'brought' if applied else 'to bring'} to version "
+        f"{plan.version}, {plan.tasks_running} running (finish under version "
+        f"{plan.from_version}, then land in {plan.version})"
+    )
+    return lines
+
+
+def _run_file(
+    verb: str,
+    name: str | None,
+    file: Path,
+    tracker_url: str | None,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """The shared body of ``apply`` and ``diff``."""
+    ops = OpsContext.build(tracker_url, config_path, as_json)
+    with input_errors():
+        given = read_pipeline_file(file, name)
+
+    async def run(tracker: Tracker) -> int:
+        parts = RailParts.declared(tracker, await tracker.capabilities())
+        rail = parts.pipelines
+        if rail is None:
+            raise OpsError(
+                f"this rail does not support changing pipelines (`pipeline {verb}` needs "
+                "extension pipeline_versions: an embedded, PostgreSQL or served "
+                "backlog-worker rail; a plain NullTickets server has none)"
+            )
+        call = rail.apply_pipeline if verb == "apply" else rail.diff_pipeline
+        plan = await call(given.name, given.definition, given.moves or None)
+        if ops.as_json:
+            ops.emit_json(plan)
+        else:
+            for line in render_plan(plan, applied=verb == "apply"):
+                ops.print(line)
+        return 0
+
+    ops.run(run, create=verb == "apply")
+
+
+_FILE_OPTION = click.option(
+    "--file",
+    "-f",
+    "file",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The pipeline file (TOML or JSON): name, moves and [definition].",
+)
+
+
+@pipeline_group.command("apply")
+@click.argument("name", required=False)
+@_FILE_OPTION
+@common_options
+def pipeline_apply(
+    name: str | None,
+    file: Path,
+    tracker_url: str | None,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Create a pipeline or change it to the file's definition (a new version).
+
+    Idempotent: the same file again changes nothing and prints "unchanged". Waiting tasks
+    follow the new version; a running task finishes under the version it was claimed with.
+    A stage the file removes or renames must not hold tasks unless the file maps it to a
+    stage of the new definition, in one transaction with the change:
+
+    \b
+    name = "review"
+    moves = { review = "check" }    # old stage = new stage
+    [definition]
+    ...
+
+    See what it would do first with `pipeline diff -f FILE` (docs/operate/pipelines.md).
+    """
+    _run_file("apply", name, file, tracker_url, config_path, as_json)
+
+
+@pipeline_group.command("diff")
+@click.argument("name", required=False)
+@_FILE_OPTION
+@common_options
+def pipeline_diff(
+    name: str | None,
+    file: Path,
+    tracker_url: str | None,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Show what `pipeline apply -f FILE` would change, changing nothing.
+
+    Stages and transitions added, removed or changed, settings (retry, ...), the moves and
+    how many tasks each would move, and the tasks that would follow the new version. Refused
+    as the apply would be (exit 1), naming each stage that would strand tasks.
+    """
+    _run_file("diff", name, file, tracker_url, config_path, as_json)
 
 
 @pipeline_group.command("list")
