@@ -225,7 +225,7 @@ def test_show_unknown_pipeline_lists_known_ones(rail: Rail) -> None:
         (  # the file's own table: not "the file has no 'name'"
             'name = "x"\n[definiton]\ninitial = "a"\n',
             "unknown key 'definiton' (did you mean 'definition'?); a pipeline file holds "
-            "'name' and 'definition', or the definition alone",
+            "'name', 'definition' and 'moves', or the definition alone",
         ),
         ('name = "x"\n', "has a 'name' but no 'definition' table"),
     ],
