@@ -528,7 +528,9 @@ class PostgresTracker(Rail[PgEngine]):
         params = {
             "run": lease.run_id,
             "token": digest,
-            "pipeline": pid,
+            # The version the move was worked out from: the call writes nothing unless the
+            # task and its pipeline are at it (bw_version_is; docs/operate/pipelines.md).
+            "pipeline": f"{pid}@{pipeline.version}",
             "stage": stage,
             "version": version,
             "to": to,

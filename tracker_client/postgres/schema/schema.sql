@@ -334,12 +334,25 @@ CREATE TABLE rail_secrets (
     value TEXT NOT NULL
 );
 
+-- Whether a task of pipeline p_pipeline under version p_task_version (NULL: the current one) is
+-- under the current version AND that version is p_planned: the version of the definition a
+-- one-trip transition was worked out from (its caller passes "<pipeline id>@<version>"; a
+-- caller passing the id alone, a release before schema 17, is not checked). An apply committed
+-- meanwhile (docs/operate/pipelines.md) makes the call answer FALSE, and the rail's transition
+-- judges the task against its own version and lands it in the current one.
+-- (Current since schema 17.)
+CREATE FUNCTION bw_version_is(p_pipeline TEXT, p_task_version BIGINT, p_planned BIGINT)
+RETURNS BOOLEAN LANGUAGE sql STABLE AS $$
+    SELECT coalesce(p_task_version, p.version) = p_planned AND p.version = p_planned
+    FROM pipelines p WHERE p.id = p_pipeline
+$$;
+
 -- A lease's plain transition (no wait_for) in one statement: checks, with the task's row locked,
 -- that the lease is live and fenced by this token's SHA-256, that the task is still in that
 -- pipeline and stage (and version, when given), and that the idempotency key is new, then writes
 -- what tracker_client/rules/runs.py transition() writes. Anything else answers FALSE having
 -- written nothing, and the caller runs the rail's transition, which answers it exactly.
--- (Current since schema 6.)
+-- (Current since schema 17: the pipeline's version checked, see bw_version_is.)
 CREATE FUNCTION bw_transition(
     p_run TEXT, p_token TEXT, p_pipeline TEXT, p_stage TEXT, p_version BIGINT, p_to TEXT,
     p_role TEXT, p_terminal BIGINT, p_usage TEXT, p_event TEXT, p_now BIGINT, p_key TEXT,
@@ -357,8 +370,10 @@ BEGIN
     SELECT t.seq, t.id INTO t_seq, t_id
     FROM runs r JOIN tasks t ON t.id = r.task_id
     WHERE r.id = p_run AND t.lease_run_id = p_run AND t.lease_token_sha256 = p_token
-      AND t.lease_expires_at_ms > p_now AND t.pipeline_id = p_pipeline AND t.stage = p_stage
-      AND (p_version IS NULL OR t.task_version = p_version)
+      AND t.lease_expires_at_ms > p_now AND t.pipeline_id = split_part(p_pipeline, '@', 1)
+      AND t.stage = p_stage AND (p_version IS NULL OR t.task_version = p_version)
+      AND (strpos(p_pipeline, '@') = 0 OR bw_version_is(t.pipeline_id, t.pipeline_version,
+          split_part(p_pipeline, '@', 2)::bigint))
     FOR NO KEY UPDATE OF t;
     IF NOT FOUND THEN
         RETURN FALSE;
@@ -466,7 +481,7 @@ $$;
 
 -- bw_transition with the idempotency record's operation named by the caller (an item of
 -- finish_many is keyed as a finish is).
--- (Current since schema 8.)
+-- (Current since schema 17: the pipeline's version checked, see bw_version_is.)
 CREATE FUNCTION bw_move(
     p_op TEXT, p_run TEXT, p_token TEXT, p_pipeline TEXT, p_stage TEXT, p_version BIGINT,
     p_to TEXT, p_role TEXT, p_terminal BIGINT, p_usage TEXT, p_event TEXT, p_now BIGINT,
@@ -484,8 +499,10 @@ BEGIN
     SELECT t.seq, t.id INTO t_seq, t_id
     FROM runs r JOIN tasks t ON t.id = r.task_id
     WHERE r.id = p_run AND t.lease_run_id = p_run AND t.lease_token_sha256 = p_token
-      AND t.lease_expires_at_ms > p_now AND t.pipeline_id = p_pipeline AND t.stage = p_stage
-      AND (p_version IS NULL OR t.task_version = p_version)
+      AND t.lease_expires_at_ms > p_now AND t.pipeline_id = split_part(p_pipeline, '@', 1)
+      AND t.stage = p_stage AND (p_version IS NULL OR t.task_version = p_version)
+      AND (strpos(p_pipeline, '@') = 0 OR bw_version_is(t.pipeline_id, t.pipeline_version,
+          split_part(p_pipeline, '@', 2)::bigint))
     FOR NO KEY UPDATE OF t;
     IF NOT FOUND THEN
         RETURN FALSE;
