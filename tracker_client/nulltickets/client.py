@@ -320,19 +320,17 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
     ) -> PipelinePlan:
         """``POST /pipelines/apply`` (extension ``pipeline_versions``; ``Unsupported`` before
         anything is sent on a server that lacks it)."""
-        plan: PipelinePlan = await self.call(
-            "apply_pipeline", name=name, definition=dict(definition), moves=_moves(moves)
+        return await self._wire.call(
+            "apply_pipeline", body=_apply_body(name, definition, moves), into=PipelinePlan
         )
-        return plan
 
     async def diff_pipeline(
         self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
     ) -> PipelinePlan:
         """``POST /pipelines/diff`` (extension ``pipeline_versions``): writes nothing."""
-        plan: PipelinePlan = await self.call(
-            "diff_pipeline", name=name, definition=dict(definition), moves=_moves(moves)
+        return await self._wire.call(
+            "diff_pipeline", body=_apply_body(name, definition, moves), into=PipelinePlan
         )
-        return plan
 
     async def register_worker(self, worker_id: str, **fields: Any) -> WorkerInfo:
         """``PUT`` the worker's entry (extension ``workers``): register or refresh it."""
@@ -356,5 +354,13 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         return await self._waiting.wait(task_id, timeout_s)
 
 
-def _moves(moves: Mapping[str, str] | None) -> dict[str, str] | None:
-    return None if moves is None else dict(moves)
+def _apply_body(
+    name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """The body of ``apply_pipeline``/``diff_pipeline`` (sent as given: the rail names what is
+    wrong with it)."""
+    check_json(definition, "pipeline definition")
+    body: dict[str, Any] = {"name": name, "definition": dict(definition)}
+    if moves is not None:
+        body["moves"] = dict(moves)
+    return body
