@@ -325,6 +325,22 @@ def _moves_of(path: Path, data: Any) -> dict[str, str]:
     return dict(moves)
 
 
+def _misplaced_moves(definition: Mapping[str, Any]) -> str | None:
+    """Where a ``moves`` key sits inside the definition (in TOML, a line below ``[definition]``
+    or below its last ``[[definition.transitions]]`` belongs to that table), or None."""
+    if "moves" in definition:
+        return "the definition"
+    states = definition.get("states")
+    for name, state in states.items() if isinstance(states, Mapping) else ():
+        if isinstance(state, Mapping) and "moves" in state:
+            return f"the definition's state {name!r}"
+    transitions = definition.get("transitions")
+    for i, t in enumerate(transitions if isinstance(transitions, list) else [], start=1):
+        if isinstance(t, Mapping) and "moves" in t:
+            return f"the definition's transition #{i}"
+    return None
+
+
 def read_pipeline_file(path: Path, name: str | None) -> PipelineFile:
     """The pipeline file ``path`` for ``apply``/``diff``; ``OpsError`` naming what is wrong
     (no name, a NAME that is not the file's, ``moves`` misplaced or malformed, a definition
@@ -344,10 +360,11 @@ def read_pipeline_file(path: Path, name: str | None) -> PipelineFile:
         raise OpsError(
             f"pipeline file {str(path)!r}: the definition must be a table (object)", EXIT_USAGE
         )
-    if "moves" in definition:
+    where = _misplaced_moves(definition)
+    if where is not None:
         raise OpsError(
-            f"pipeline file {str(path)!r}: 'moves' is inside the definition; in TOML put "
-            'the moves line above the [definition] table (moves = { old = "new" })',
+            f"pipeline file {str(path)!r}: 'moves' is inside {where}; in TOML put the moves "
+            'line above the [definition] table (moves = { old = "new" })',
             EXIT_USAGE,
         )
     moves = _moves_of(path, data)
