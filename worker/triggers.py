@@ -15,9 +15,11 @@ Otherwise nothing is sent and the run fails with reason ``invalid_trigger``, nam
 triggers. A trigger the tracker refuses fails the same way, naming where it came from.
 
 Definitions come from ``get_pipeline``, once per pipeline id and :class:`PipelineBook` (one per
-role's run settings, so per worker and role; runs starting together share one request): a
-pipeline never changes once created (neither rail can update one), so a cached definition cannot
-go stale.
+role's run settings, so per worker and role; runs starting together share one request). A
+pipeline changes only by ``pipeline apply`` (a new version, docs/operate/pipelines.md): a task
+in a stage the cached definition lacks (one the apply added) has its definition read again; a
+change of the triggers out of an existing stage reaches a worker when its settings are reloaded
+or it restarts.
 
 It may touch the tracker's ``get_pipeline`` only (with the read retry of :mod:`worker.retry`, once
 per pipeline) and the role's configuration; sending the trigger is :mod:`worker.run.report`'s.
@@ -93,7 +95,7 @@ class _Flight:
 
 
 class PipelineBook:
-    """Pipeline definitions by id, each fetched once (pipelines are immutable).
+    """Pipeline definitions by id, each fetched once (until :meth:`forget`).
 
     Single-flight: when several runs of one pipeline start at once, the first asks the tracker
     and the others await its answer (one ``GET /pipelines/{id}``, not one per run). An error
@@ -108,6 +110,10 @@ class PipelineBook:
     def cached(self, pipeline_id: str) -> PipelineWays | None:
         """The pipeline if it was fetched already."""
         return self._by_id.get(pipeline_id)
+
+    def forget(self, pipeline_id: str) -> None:
+        """Drop the cached definition: the next :meth:`get` reads it again (a newer version)."""
+        self._by_id.pop(pipeline_id, None)
 
     async def get(
         self, tracker: LeaseTracker, pipeline_id: str, *, policy: RetryPolicy, budget_s: float
@@ -223,6 +229,10 @@ async def choose_trigger(
                 extra={"action": "pipeline_unreadable", "task_id": task.id},
             )
         pipeline = None
+    if pipeline is not None and not explicit and task.stage not in pipeline.ways:
+        # A stage added by a newer version of the pipeline (pipeline apply): read it again.
+        book.forget(task.pipeline_id)
+        pipeline = await book.get(tracker, task.pipeline_id, policy=policy, budget_s=budget_s)
     if explicit:
         name = None if pipeline is None else pipeline.name
         ways = None if pipeline is None else pipeline.ways.get(task.stage, ())
