@@ -180,6 +180,7 @@ def test_served_routes_auth_and_openapi_follow_the_table() -> None:
         "requeue_all",
         "maintenance",
         "transition_task",
+        "apply_pipeline",  # moves waiting tasks between stages and roles
     }
 
 
