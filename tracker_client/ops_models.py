@@ -1,5 +1,6 @@
 """The answers of the operations around a task's life: what ``cancel``, ``requeue``,
-``requeue_all``, a purge and a maintenance pass did, and what ``wait`` and ``follow_task`` saw.
+``requeue_all``, a purge, a maintenance pass and a pipeline apply did, and what ``wait`` and
+``follow_task`` saw.
 Split from :mod:`tracker_client.models` (same base and rules: frozen, unknown fields ignored,
 schemas built on first use).
 
@@ -18,6 +19,7 @@ from tracker_client.models import Artifact, Event, TaskDetail, _Model
 __all__ = [
     "CancelResult",
     "MaintenanceReport",
+    "PipelinePlan",
     "PurgeResult",
     "RequeueAllResult",
     "RequeueResult",
@@ -119,3 +121,57 @@ class TaskFollow(_Model):
     finished: bool
     outcome: Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
     stage: str
+
+
+class PipelinePlan(_Model):
+    """What ``apply_pipeline`` did (``applied``), or ``diff_pipeline`` says it would do: a
+    pipeline's new definition as a new version, its stage moves and the tasks concerned
+    (docs/operate/pipelines.md)."""
+
+    #: The pipeline's name (the file's).
+    name: str
+    #: Its id; None when the apply would create it (a diff of a new pipeline).
+    pipeline_id: str | None = None
+    #: The apply creates the pipeline (version 1).
+    created: bool = False
+    #: The definition is the current one and every move was applied before: nothing to do.
+    unchanged: bool = False
+    #: The apply wrote it (False for a diff, and for an unchanged apply).
+    applied: bool = False
+    #: The current version before the apply (None: no pipeline yet).
+    from_version: int | None = None
+    #: The version after the apply (the current one when unchanged).
+    version: int = 1
+    stages_added: list[str] = Field(default_factory=list)
+    stages_removed: list[str] = Field(default_factory=list)
+    #: One line per changed stage: ``"review: agent_role 'a' -> 'b'"``.
+    stages_changed: list[str] = Field(default_factory=list)
+    #: Transitions as ``from:trigger:to``.
+    transitions_added: list[str] = Field(default_factory=list)
+    transitions_removed: list[str] = Field(default_factory=list)
+    #: One line per changed top-level setting (``retry``, ``initial``, ...).
+    settings_changed: list[str] = Field(default_factory=list)
+    #: The stage moves of this apply (old stage -> new stage).
+    moves: dict[str, str] = Field(default_factory=dict)
+    #: Per moved stage, how many of its tasks move now (running ones move when their run ends).
+    tasks_moving: dict[str, int] = Field(default_factory=dict)
+    #: Tasks not running that are brought to the new version now.
+    tasks_updated: int = 0
+    #: Running tasks that finish under the version they were claimed with.
+    tasks_running: int = 0
+
+    def changes(self) -> list[str]:
+        """Every change as one short line, in a stable order (empty: unchanged)."""
+        out: list[str] = []
+        for label, items in (
+            ("stage added", self.stages_added),
+            ("stage removed", self.stages_removed),
+            ("stage changed", self.stages_changed),
+            ("transition added", self.transitions_added),
+            ("transition removed", self.transitions_removed),
+            ("setting changed", self.settings_changed),
+        ):
+            out += [f"{label}: {item}" for item in items]
+        for old, new in self.moves.items():
+            out.append(f"move: {old} -> {new} ({self.tasks_moving.get(old, 0)} task(s) now)")
+        return out

@@ -58,8 +58,13 @@ from tracker_client.models import (
     TransitionResult,
 )
 from tracker_client.observe_models import WorkerInfo
-from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
-from tracker_client.pipeline_models import PipelinePlan
+from tracker_client.ops_models import (
+    CancelResult,
+    MaintenanceReport,
+    PipelinePlan,
+    RequeueResult,
+    WaitResult,
+)
 
 __all__ = [
     "ClaimsMany",

@@ -44,6 +44,7 @@ from tracker_client.contract.wire_models import (
     IdAnswer,
     IdsAnswer,
     OtlpTracesBody,
+    PipelineApplyBody,
     PipelineBody,
     PurgeBody,
     ReleaseBody,
@@ -54,7 +55,7 @@ from tracker_client.contract.wire_models import (
     TransitionBody,
 )
 from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo, WorkerRegister
-from tracker_client.pipeline_models import PipelineApplyBody, PipelinePlan
+from tracker_client.ops_models import PipelinePlan
 
 __all__ = ["OPERATIONS"]
 

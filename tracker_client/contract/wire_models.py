@@ -34,6 +34,7 @@ __all__ = [
     "IdAnswer",
     "IdsAnswer",
     "OtlpTracesBody",
+    "PipelineApplyBody",
     "PipelineBody",
     "PurgeBody",
     "ReleaseBody",
@@ -61,6 +62,16 @@ class PipelineBody(_Body):
 
     name: str
     definition: Any = Field(json_schema_extra={"type": "object"})
+
+
+class PipelineApplyBody(_Body):
+    """``POST /pipelines/apply`` and ``/pipelines/diff`` (extension ``pipeline_versions``): a
+    pipeline by name, its new definition and the moves of the stages it removes (old stage ->
+    new stage). Checked by the rail, which names what is wrong."""
+
+    name: str
+    definition: Any = Field(json_schema_extra={"type": "object"})
+    moves: Any = Field(None, json_schema_extra={"type": "object"})
 
 
 class BulkBody(_Body):

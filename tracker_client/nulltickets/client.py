@@ -59,8 +59,13 @@ from tracker_client.nulltickets.transport import HttpTransport
 from tracker_client.nulltickets.waiting import Waiting
 from tracker_client.nulltickets.wire import Wire
 from tracker_client.observe_models import WorkerInfo
-from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
-from tracker_client.pipeline_models import PipelinePlan
+from tracker_client.ops_models import (
+    CancelResult,
+    MaintenanceReport,
+    PipelinePlan,
+    RequeueResult,
+    WaitResult,
+)
 
 __all__ = ["Capabilities", "ClientOptions", "RemoteTracker", "RetrySettings"]
 

@@ -2,8 +2,8 @@
 
 ``pipeline apply -f FILE`` (docs/operate/pipelines.md) hands a pipeline's name, its definition
 and its ``moves`` (old stage -> stage of the new definition) to :func:`apply`; ``pipeline diff``
-hands them to :func:`plan`, which answers the same :class:`~tracker_client.pipeline_models.
-PipelinePlan` and writes nothing. The rules:
+hands them to :func:`plan`, which answers the same
+:class:`~tracker_client.ops_models.PipelinePlan` and writes nothing. The rules:
 
 * a definition equal to the current one (key order aside) whose moves were all applied before
   is *unchanged*: nothing is written (so a deploy may run the same file again);
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracker_client.errors import Conflict, ValidationFailed
-from tracker_client.pipeline_models import PipelinePlan
+from tracker_client.ops_models import PipelinePlan
 from tracker_client.rules.common import Ctx, dumps
 from tracker_client.rules.pipelines import PipelineDef, validate_definition
 from tracker_client.rules.tasks import create_pipeline

@@ -62,13 +62,13 @@ from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo
 from tracker_client.ops_models import (
     CancelResult,
     MaintenanceReport,
+    PipelinePlan,
     PurgeResult,
     RequeueAllResult,
     RequeueResult,
     TaskFollow,
     WaitResult,
 )
-from tracker_client.pipeline_models import PipelinePlan
 from tracker_client.rules import (
     backlog,
     claims,

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from tracker_client.errors import Conflict, NotFound, Unsupported
 from tracker_client.models import Pipeline
-from tracker_client.pipeline_models import PipelinePlan
+from tracker_client.ops_models import PipelinePlan
 from tracker_client.protocol import RailParts, Tracker
 from worker.cli.ops.common import (
     EXIT_USAGE,
