@@ -42,13 +42,14 @@ from tracker_client.rules.versions import map_stage
 
 __all__ = ["apply", "plan"]
 
-_RETRY_FIELDS = (
-    "max_attempts",
-    "retry_delay_ms",
-    "backoff",
-    "max_retry_delay_ms",
-    "dead_letter_stage",
-)
+#: Each retry setting of a task and the statement that brings it to the pipeline's new one.
+_RETRY_FIELDS = {
+    "max_attempts": "pipelines.retry_max_attempts",
+    "retry_delay_ms": "pipelines.retry_retry_delay_ms",
+    "backoff": "pipelines.retry_backoff",
+    "max_retry_delay_ms": "pipelines.retry_max_retry_delay_ms",
+    "dead_letter_stage": "pipelines.retry_dead_letter_stage",
+}
 
 
 def _fail(message: str) -> ValidationFailed:
@@ -378,9 +379,7 @@ def _write(ctx: Ctx, d: _Diff) -> None:
             )
     before = ctx.opts.retry.merged(cur.retry)
     after = ctx.opts.retry.merged(new.retry)
-    for field in _RETRY_FIELDS:
+    for field, statement in _RETRY_FIELDS.items():
         old_value, new_value = getattr(before, field), getattr(after, field)
         if old_value != new_value:
-            ctx.exec(
-                f"pipelines.retry_{field}", {"new": new_value, "old": old_value, "pipeline": pid}
-            )
+            ctx.exec(statement, {"new": new_value, "old": old_value, "pipeline": pid})

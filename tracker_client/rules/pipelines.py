@@ -344,7 +344,6 @@ class PipelineCache:
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, int], PipelineDef] = {}
         self._latest: dict[str, PipelineDef] = {}
-        self._order: list[str] = []
         #: (the transaction, the pipelines whose current version it has read).
         self._fresh: tuple[object, frozenset[str]] = (None, frozenset())
 
@@ -387,12 +386,15 @@ class PipelineCache:
     def all(self, db: Reads) -> list[PipelineDef]:
         """The current version of every pipeline, in creation order (loads ones other processes
         created or changed)."""
-        rows = db.all("pipelines.all")
         out: list[PipelineDef] = []
-        for row in rows:
-            found = self._by_key.get((row["id"], int(row["version"])))
-            out.append(found if found is not None else self._remember(row))
-        self._order = [str(r["id"]) for r in rows]
+        for head in db.all("pipelines.heads"):  # ids and versions: definitions only if new
+            found = self._by_key.get((head["id"], int(head["version"])))
+            if found is None:
+                row = db.one("pipelines.get", (head["id"],))
+                if row is None:
+                    continue
+                found = self._remember(row)
+            out.append(found)
         return out
 
     def _remember(self, row: sqlite3.Row, *, latest: bool = True) -> PipelineDef:

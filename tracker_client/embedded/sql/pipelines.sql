@@ -7,11 +7,10 @@ SELECT id, name, definition, created_at_ms, version FROM pipelines WHERE id = ?;
 -- name: pipelines.version
 SELECT version FROM pipelines WHERE id = ?;
 
--- name: pipelines.count
-SELECT count(*) FROM pipelines;
-
--- name: pipelines.all
-SELECT id, name, definition, created_at_ms, version FROM pipelines ORDER BY seq;
+-- Every pipeline's id and current version, in creation order (the cache reads the
+-- definitions it lacks one by one).
+-- name: pipelines.heads
+SELECT id, version FROM pipelines ORDER BY seq;
 
 -- name: pipelines.by_name
 SELECT id, name, definition, created_at_ms, version FROM pipelines WHERE name = ?;
