@@ -259,8 +259,7 @@ def _diff(ctx: Ctx, name: str, definition: Any, moves: Any) -> _Diff | PipelineP
     assert current is not None
     same = _canonical(current.definition) == _canonical(new.definition)
     todo, unchanged = _moves_checked(ctx, current, new, given, same)
-    counts = _counts(ctx, current.id)
-    if unchanged:
+    if unchanged:  # no task is read: a deploy re-running the file costs one look
         plan = PipelinePlan(
             name=name,
             pipeline_id=current.id,
@@ -268,7 +267,8 @@ def _diff(ctx: Ctx, name: str, definition: Any, moves: Any) -> _Diff | PipelineP
             from_version=current.version,
             version=current.version,
         )
-        return _Diff(plan, current, new, {}, counts)
+        return _Diff(plan, current, new, {}, {})
+    counts = _counts(ctx, current.id)
     leased = sum(c[2] for c in counts.values())
     plan = PipelinePlan(
         name=name,
