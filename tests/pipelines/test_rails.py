@@ -130,6 +130,8 @@ async def test_a_task_running_in_a_renamed_stage_finishes_under_its_version(
     held = await _claim(tracker, "reviewer")  # running in review, under version 1
     await tracker.apply_pipeline("review", renamed(), {"review": "check"})
     assert await _stage(tracker, task) == "review"  # a running task is not moved under it
+    ways = (await tracker.get_task(task)).available_transitions  # its own version's
+    assert [(w.trigger, w.to) for w in ways] == [("approve", "done")]
     done = await tracker.transition(held, "approve")  # judged by version 1: review -> done
     assert (done.previous_stage, done.new_stage) == ("review", "done")
 

@@ -37,6 +37,7 @@ from tracker_client.rules.createopts import dedupe_hit, dedupe_of, run_at_of
 from tracker_client.rules.pipelines import PipelineDef, validate_definition
 from tracker_client.rules.retrypolicy import given_retry
 from tracker_client.rules.runs import dead_letter_if_upstream_dead
+from tracker_client.rules.versions import task_pipeline
 
 T = TypeVar("T")
 
@@ -413,7 +414,7 @@ def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
     if row is None:
         raise NotFound(f"task {task_id} not found", code="not_found")
     run = ctx.one("tasks.latest_run", (task_id,))
-    pipeline = ctx.pipeline(row["pipeline_id"])
+    pipeline = task_pipeline(ctx, row)  # a running task's: the version it was claimed under
     base = task_from_row(row)
     return TaskDetail.model_validate(
         {
