@@ -153,6 +153,24 @@ async def test_a_running_task_failing_is_brought_forward_by_maintenance(
     assert (await tracker.transition(again, "approve")).new_stage == "done"
 
 
+async def test_a_task_dead_lettered_under_its_version_is_requeued_into_the_new_stage(
+    tracker: Tracker,
+) -> None:
+    pid = (await tracker.apply_pipeline("review", v1())).pipeline_id
+    assert pid is not None
+    task = await _task(tracker, pid, retry_policy={"max_attempts": 1})
+    await tracker.transition(await _claim(tracker, "writer"), "submit")
+    held = await _claim(tracker, "reviewer")
+    await tracker.apply_pipeline("review", renamed(), {"review": "check"})
+    assert (await tracker.fail(held, "broken")).dead_lettered
+    await tracker.maintenance()  # brings it to version 2, through the move
+    assert await _stage(tracker, task) == "check"
+    requeued = await tracker.requeue(task)  # back where it was: the renamed stage
+    assert requeued.stage == "check"
+    again = await _claim(tracker, "reviewer")
+    assert (await tracker.transition(again, "approve")).new_stage == "done"
+
+
 async def test_removing_a_stage_that_holds_tasks_is_refused_without_moves(
     tracker: Tracker,
 ) -> None:

@@ -83,9 +83,13 @@ def forward(ctx: Ctx, task_id: str) -> bool:
     stage = map_stage(ctx, current.id, int(version), row["stage"])
     if stage not in current.states:
         return True  # no move names it: it stays under its version (see landing)
+    dead_from = row["dead_letter_from_stage"]  # where a requeue brings it back
+    if dead_from is not None:
+        dead_from = map_stage(ctx, current.id, int(version), dead_from)
     ctx.exec(
         "pipelines.forward_task",
         {
+            "dead_from": dead_from,
             "stage": stage,
             "role": current.role_of(stage),
             "terminal": int(current.is_terminal(stage)),

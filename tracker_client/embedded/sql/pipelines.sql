@@ -102,7 +102,8 @@ UPDATE tasks SET dead_letter_stage = :new WHERE pipeline_id = :pipeline
 
 -- A task brought to the current version after its run (rules/evolve.py forward).
 -- name: pipelines.forward_task
-UPDATE tasks SET stage = :stage, role = :role, terminal = :terminal, pipeline_version = :version
+UPDATE tasks SET stage = :stage, role = :role, terminal = :terminal, pipeline_version = :version,
+    dead_letter_from_stage = :dead_from
 WHERE seq = :seq;
 
 -- name: pipelines.set_task_version

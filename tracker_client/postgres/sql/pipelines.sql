@@ -102,7 +102,8 @@ UPDATE tasks SET dead_letter_stage = %(new)s WHERE pipeline_id = %(pipeline)s
 
 -- A task brought to the current version after its run (rules/evolve.py forward).
 -- name: pipelines.forward_task
-UPDATE tasks SET stage = %(stage)s, role = %(role)s, terminal = %(terminal)s, pipeline_version = %(version)s
+UPDATE tasks SET stage = %(stage)s, role = %(role)s, terminal = %(terminal)s,
+    pipeline_version = %(version)s, dead_letter_from_stage = %(dead_from)s
 WHERE seq = %(seq)s;
 
 -- name: pipelines.set_task_version
