@@ -304,7 +304,7 @@ class Tracker(
     declared.
     """
 
-    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+    async def call(self, operation: str, /, *params: str, **arguments: Any) -> Any:
         """Call an operation of the wire contract by its name (a row of
         :data:`tracker_client.contract.table.OPERATIONS`), with its path parameters in
         order and its body fields and query parameters as keywords, for an operation whose

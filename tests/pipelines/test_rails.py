@@ -296,3 +296,11 @@ async def _refused(tracker: Tracker, name: str, definition: dict[str, Any]) -> s
     assert caught.value.code == "stage_holds_tasks"
     assert str(by_diff.value) == str(caught.value)
     return str(caught.value)
+
+
+async def test_the_operations_answer_by_name_through_call(tracker: Tracker) -> None:
+    """``Tracker.call`` by the contract's names: a body field called ``name`` is no clash."""
+    plan = await tracker.call("diff_pipeline", name="review", definition=v1())
+    assert plan.created and not plan.applied
+    done = await tracker.call("apply_pipeline", name="review", definition=v1(), moves=None)
+    assert (done.created, done.applied) == (True, True)

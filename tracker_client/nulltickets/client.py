@@ -292,7 +292,7 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
             "requeue", task_id, body=body, idempotency_key=idempotency_key, into=RequeueResult
         )
 
-    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+    async def call(self, operation: str, /, *params: str, **arguments: Any) -> Any:
         """Any operation of the contract table by name, from its row alone (see the protocol)."""
         return await self._wire.generic(operation, *params, **arguments)
 

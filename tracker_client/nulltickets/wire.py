@@ -140,12 +140,13 @@ class Wire:
             return None
         return self.parse(op, loads(response, f"{op.method} {op.path}"), into)
 
-    async def generic(self, name: str, *params: str, **arguments: Any) -> Any:
+    async def generic(self, name: str, /, *params: str, **arguments: Any) -> Any:
         """Operation ``name`` from its table row alone: ``arguments`` named in the row's query
         go to the query string, the rest (and ``idempotency_key``) to the body; the answer is
         the row's model, its one field for a one-field answer, or None. A row with a
         ``body_param`` sends that one argument as the whole body (``ingest_traces(document=)``).
-        Lease operations need their lease and have typed methods: they are refused here."""
+        Lease operations need their lease and have typed methods: they are refused here.
+        ``name`` is positional only: a body field may be called ``name`` (``apply_pipeline``)."""
         op = operation(name)
         if op.auth == "lease":
             raise TypeError(f"{name}: a lease operation is called through its typed method")

@@ -295,7 +295,7 @@ class Rail(Generic[E]):
         )
 
     # -- the contract table ---------------------------------------------------------------------
-    async def call(self, operation: str, *params: str, **arguments: Any) -> Any:
+    async def call(self, operation: str, /, *params: str, **arguments: Any) -> Any:
         """The operation of the contract table called ``operation`` (see the protocol)."""
         op = contract.operation(operation)  # KeyError: not an operation of the contract
         method: Callable[..., Awaitable[Any]] = getattr(self, op.name)
