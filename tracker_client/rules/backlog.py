@@ -17,7 +17,7 @@ from tracker_client.rules.common import Ctx, artifact_from_row, event_from_row
 from tracker_client.rules.pipelines import PipelineDef
 from tracker_client.rules.runs import dead_letter
 from tracker_client.rules.tasks import get_task
-from tracker_client.rules.versions import forward_pending
+from tracker_client.rules.versions import forward, forward_pending
 
 __all__ = [
     "REQUEUE_BATCH",
@@ -109,6 +109,8 @@ def requeue(ctx: Ctx, task_id: str, stage: str | None, reset_attempts: bool) -> 
     task = ctx.task_row(task_id)
     if task["dead_letter_reason"] is None:
         raise Conflict(f"task {task_id} is not dead-lettered", code="not_dead_lettered")
+    if task["pipeline_version"] is not None and forward(ctx, task_id):  # rules/versions.py
+        task = ctx.task_row(task_id)  # under the current version, its stages moved
     return _requeue_row(ctx, task, stage, reset_attempts)
 
 
