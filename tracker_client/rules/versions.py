@@ -60,7 +60,8 @@ def landing(ctx: Ctx, task: Any, judged: PipelineDef, to: str) -> Landing:
     lacks (no move named it) keeps the task under its own version."""
     current = ctx.pipeline(task["pipeline_id"])
     if judged.version == current.version:
-        version = None if task["pipeline_version"] == current.version else current.version
+        under = task["pipeline_version"]  # NULL (an older release's task): the current one
+        version = None if under is None or under == current.version else current.version
         return Landing(to, current.role_of(to), current.is_terminal(to), version)
     mapped = map_stage(ctx, current.id, judged.version, to)
     if mapped not in current.states:
