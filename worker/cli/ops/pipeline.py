@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -301,13 +302,13 @@ def pipeline_create(
     ops.run(create, create=True)
 
 
+@dataclass(frozen=True)
 class PipelineFile:
     """A pipeline file as ``apply``/``diff`` read it: the name, the definition, the moves."""
 
-    def __init__(self, name: str, definition: dict[str, Any], moves: dict[str, str]) -> None:
-        self.name = name
-        self.definition = definition
-        self.moves = moves
+    name: str
+    definition: dict[str, Any]
+    moves: dict[str, str]
 
 
 def _moves_of(path: Path, data: Any) -> dict[str, str]:
