@@ -629,7 +629,7 @@ $$;
 -- together (tracker_client/postgres/pairing.py). Every row carries the moves' answers; the
 -- claimed tasks follow as a tasks row each, and one row with no task answers a claim that
 -- found none. Either part declining (SQLSTATE BW001) rolls back both.
--- (Current since schema 17.)
+-- (Current since schema 15.)
 CREATE FUNCTION bw_finish_claim_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT, p_now BIGINT, p_items JSONB,
     p_op TEXT, p_role TEXT, p_agent TEXT, p_claim_now BIGINT, p_ttl BIGINT, p_runs TEXT,
