@@ -226,7 +226,8 @@ def fail(
     max_attempts = task["max_attempts"]
     retrying = retryable and (max_attempts is None or failed < max_attempts)
     # budgets (docs/operate/budgets.md): a retry past one dead-letters the task instead
-    breach = budgets.check_fail(ctx, task, ctx.pipeline(task["pipeline_id"]), usage, retrying)
+    # (the task's own version: parsed once and kept, so no look at the pipeline's row)
+    breach = budgets.check_fail(ctx, task, task_pipeline(ctx, task), usage, retrying)
     if breach is not None:
         budgets.stopped(ctx, task, breach)
         dead_letter(ctx, ctx.task_row(task["id"]), budgets.REASON, run_id, detail=breach.detail())
