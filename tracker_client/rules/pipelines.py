@@ -333,6 +333,10 @@ class Reads(Protocol):
         """The first column of the first row, or None."""
 
 
+#: How old a look at a pipeline's current version a task's creation may use (ms).
+RECENT_MS = 1_000
+
+
 class PipelineCache:
     """Parsed pipeline versions by (id, version), and which version is current.
 
@@ -346,11 +350,34 @@ class PipelineCache:
         self._latest: dict[str, PipelineDef] = {}
         #: (the transaction, the pipelines whose current version it has read).
         self._fresh: tuple[object, frozenset[str]] = (None, frozenset())
+        #: When (the rail's clock, ms) each pipeline's current version was last read for
+        #: :meth:`recent`.
+        self._checked_at: dict[str, int] = {}
 
     def cached(self, pid: str) -> PipelineDef | None:
         """The newest version of ``pid`` this process parsed, else None (never reads the
         database)."""
         return self._latest.get(pid)
+
+    def recent(self, db: Reads, pid: str, now_ms: int) -> PipelineDef | None:
+        """The current version of ``pid`` as :meth:`get` read it at most :data:`RECENT_MS` ago
+        (by the rail's clock), else :meth:`get`. For a task's creation: the task records the
+        version it enters under and is judged by it, so one created under a version another
+        process replaced a moment ago is still consistent (it lands in the current version at
+        its first move); the look at the pipeline's row is saved on most creates."""
+        hit = self._latest.get(pid)
+        checked = self._checked_at.get(pid)
+        if hit is not None and checked is not None and 0 <= now_ms - checked <= RECENT_MS:
+            return hit
+        found = self.get(db, pid)
+        if found is not None:
+            self._checked_at[pid] = now_ms
+        return found
+
+    def applied(self) -> None:
+        """This process committed an apply: every pipeline's version is read again."""
+        self._checked_at = {}
+        self._fresh = (None, frozenset())
 
     def get(self, db: Reads, pid: str) -> PipelineDef | None:
         """The current version of pipeline ``pid``, or None (``db``: the transaction's

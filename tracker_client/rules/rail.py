@@ -196,6 +196,8 @@ class Rail(Generic[E]):
                 self._pipelines = PipelineCache()  # a rolled-back write may be cached
             changes.wake_followers()
             raise
+        if where == "apply_pipeline":
+            self._pipelines.applied()  # this process reads every current version again
         if box and box[0].swept != (0, 0):
             self._sweeps.add(*box[0].swept)
         if wakes_waiters(where, result):

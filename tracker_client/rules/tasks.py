@@ -99,7 +99,7 @@ def _json_type(value: Any) -> str:
 def _prepare(ctx: Ctx, spec: TaskCreate, index: int | None) -> tuple[dict[str, Any], PipelineDef]:
     """Validate one task; returns its column values and its pipeline."""
     at = "" if index is None else f"task #{index + 1}: "
-    pipeline = ctx.pipelines.get(ctx, spec.pipeline_id)
+    pipeline = ctx.pipelines.recent(ctx, spec.pipeline_id, ctx.now)
     if pipeline is None:
         raise NotFound(f"{at}pipeline {spec.pipeline_id} not found", code="pipeline_not_found")
     if not isinstance(spec.title, str) or len(spec.title) > MAX_TITLE_CHARS:

@@ -59,10 +59,11 @@ def landing(ctx: Ctx, task: Any, judged: PipelineDef, to: str) -> Landing:
     version, ``to`` taken through the moves of every later version. A stage the current version
     lacks (no move named it) keeps the task under its own version."""
     current = ctx.pipeline(task["pipeline_id"])
-    if judged.version == current.version:
+    if judged.version >= current.version:  # (newer: this process's look is a moment old)
+        newest = judged
         under = task["pipeline_version"]  # NULL (an older release's task): the current one
-        version = None if under is None or under == current.version else current.version
-        return Landing(to, current.role_of(to), current.is_terminal(to), version)
+        version = None if under is None or under == newest.version else newest.version
+        return Landing(to, newest.role_of(to), newest.is_terminal(to), version)
     mapped = map_stage(ctx, current.id, judged.version, to)
     if mapped not in current.states:
         return Landing(to, judged.role_of(to), judged.is_terminal(to), None)
