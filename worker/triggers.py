@@ -17,9 +17,9 @@ triggers. A trigger the tracker refuses fails the same way, naming where it came
 Definitions come from ``get_pipeline``, once per pipeline id and :class:`PipelineBook` (one per
 role's run settings, so per worker and role; runs starting together share one request). A
 pipeline changes only by ``pipeline apply`` (a new version, docs/operate/pipelines.md): a task
-in a stage the cached definition lacks (one the apply added) has its definition read again; a
-change of the triggers out of an existing stage reaches a worker when its settings are reloaded
-or it restarts.
+in a stage the cached definition lacks (one the apply added) has its definition read again, and
+so has one whose chosen trigger the rail refuses (the ways out of an existing stage changed):
+the trigger is then chosen once more from the newer definition.
 
 It may touch the tracker's ``get_pipeline`` only (with the read retry of :mod:`worker.retry`, once
 per pipeline) and the role's configuration; sending the trigger is :mod:`worker.run.report`'s.
@@ -195,6 +195,13 @@ def _executor_source(outcome: Transition, role: RoleConfig) -> str:
     return outcome.source or f"the {role.executor} executor of role {role.name}"
 
 
+#: Where a trigger came from when the pipeline's definition (or nothing) chose it.
+_ONLY_WAY = "the only way out of the stage"
+_BUILT_IN = "the built-in default"
+_FROM_DEFINITION = frozenset({_ONLY_WAY, _BUILT_IN})
+_ONLY_WAY_IN_VERSION = "the only way out of the stage in the task's version of the pipeline"
+
+
 async def choose_trigger(
     outcome: Transition,
     role: RoleConfig,
@@ -240,7 +247,7 @@ async def choose_trigger(
     if pipeline is None:
         if role.default_trigger:
             return TriggerChoice(role.default_trigger, f"role {role.name}'s default_trigger")
-        return TriggerChoice(FALLBACK_TRIGGER, "the built-in default")
+        return TriggerChoice(FALLBACK_TRIGGER, _BUILT_IN)
     name, stage = pipeline.name, task.stage
     ways = pipeline.ways.get(stage, ())
     for key in (f"{name}.{stage}", name):
@@ -250,13 +257,49 @@ async def choose_trigger(
                 mapped, f"pipeline override {key!r} of role {role.name}", ways, name
             )
     if len(ways) == 1:
-        return TriggerChoice(ways[0], "the only way out of the stage", ways, name)
+        return TriggerChoice(ways[0], _ONLY_WAY, ways, name)
     if role.default_trigger:
         source = f"role {role.name}'s default_trigger"
         return TriggerChoice(role.default_trigger, source, ways, name)
     if FALLBACK_TRIGGER in ways or not ways:
-        return TriggerChoice(FALLBACK_TRIGGER, "the built-in default", ways, name)
+        return TriggerChoice(FALLBACK_TRIGGER, _BUILT_IN, ways, name)
     return TriggerChoice(None, _executor_source(outcome, role) + " names no trigger", ways, name)
+
+
+async def choose_again(
+    refused: TriggerChoice,
+    allowed: Sequence[str],
+    outcome: Transition,
+    role: RoleConfig,
+    task: Task,
+    tracker: LeaseTracker,
+    book: PipelineBook,
+    *,
+    policy: RetryPolicy,
+    budget_s: float,
+) -> TriggerChoice | None:
+    """After the rail refused ``refused`` (``InvalidTransition``, naming the ``allowed``
+    triggers when it knows them): another trigger to send, or None.
+
+    A ``pipeline apply`` may have changed the ways out of the task's stage (docs/operate/
+    pipelines.md), and the rail judges a task by its own version: a waiting task by the newest,
+    a running one by the version it was claimed under. So the definition is read again and the
+    trigger chosen once more; when that gives nothing the rail allows, and the refused trigger
+    came from the definition itself (not from the role's settings), the stage's only allowed way
+    out in the task's version is taken. A trigger the executor named is its own: never changed.
+    """
+    if outcome.trigger:
+        return None
+    book.forget(task.pipeline_id)
+    again = await choose_trigger(
+        outcome, role, task, tracker, book, policy=policy, budget_s=budget_s
+    )
+    fits = again.trigger is not None and (not allowed or again.trigger in allowed)
+    if fits and again.trigger != refused.trigger:
+        return again
+    if refused.source in _FROM_DEFINITION and len(allowed) == 1 and allowed[0] != refused.trigger:
+        return TriggerChoice(allowed[0], _ONLY_WAY_IN_VERSION, tuple(allowed), again.pipeline)
+    return None
 
 
 def trigger_problems(roles: Sequence[RoleConfig], pipelines: Sequence[Pipeline]) -> list[str]:

@@ -136,3 +136,91 @@ def test_a_held_task_finishes_under_version_1_and_lands_in_version_2(tmp_path: P
         ).fetchall()
     assert json.loads(data)["from"] == "draft" and json.loads(data)["to"] == "check"
     assert "Traceback" not in log.read_text()
+
+
+#: The second run says it started and waits for the test's file; the others end at once.
+COUNT_AND_HOLD = """
+import pathlib, sys, time
+count = pathlib.Path(sys.argv[1])
+n = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(n))
+if n == 2:
+    pathlib.Path(sys.argv[2]).write_text("started")
+    deadline = time.monotonic() + 60
+    while not pathlib.Path(sys.argv[3]).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+"""
+
+
+async def _apply_and_add(url: str, definition: dict[str, object]) -> str:
+    tracker = await open_tracker(url)
+    try:
+        pid = (await tracker.apply_pipeline("review", definition)).pipeline_id
+        assert pid is not None
+        return await tracker.create_task(TaskCreate(pipeline_id=pid, title="after"))
+    finally:
+        await tracker.aclose()
+
+
+def test_a_worker_with_an_older_definition_sends_the_newer_trigger(tmp_path: Path) -> None:
+    """The worker caches version 1 (its first run sends ``submit``); ``pipeline apply`` renames
+    that trigger ``send``; a task made after it is refused ``submit`` by the rail, and the
+    worker reads the pipeline again and sends ``send``, with no failed run."""
+    db = tmp_path / "rail.db"
+    url = f"sqlite:///{db}"
+    first, held = anyio.run(_seed_two, url)
+    script = tmp_path / "count.py"
+    script.write_text(COUNT_AND_HOLD)
+    count, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
+    argv = [sys.executable, str(script), str(count), str(started), str(go)]
+    config = _config(tmp_path, db, argv)
+    config.write_text(config.read_text().replace("max_tasks = 1", "max_tasks = 3"))
+    log = tmp_path / "worker.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+        )
+    try:
+        _wait_for(started, proc, log)  # the first run ended with version 1's trigger
+        after = anyio.run(_apply_and_add, url, _sent())
+        go.write_text("go")
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    for task_id in (first, held, after):
+        assert _row(db, task_id)[0] == "review", log.read_text()
+    with sqlite3.connect(db) as conn:
+        triggers = [
+            json.loads(data)["trigger"]
+            for (data,) in conn.execute(
+                "SELECT data FROM events WHERE task_id = ? AND kind = 'transition'", (after,)
+            )
+        ]
+        failed = conn.execute("SELECT count(*) FROM runs WHERE status = 'failed'").fetchone()[0]
+    assert triggers == ["send"], log.read_text()
+    assert failed == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
+def _sent() -> dict[str, object]:
+    """v1 with the trigger out of ``draft`` renamed ``send`` (the same stages)."""
+    definition = v1()
+    definition["transitions"][0]["trigger"] = "send"
+    return definition
+
+
+async def _seed_two(url: str) -> tuple[str, str]:
+    """Version 1 with two tasks in ``draft``: the worker's first run and its held second."""
+    tracker = await open_tracker(url)
+    try:
+        pid = (await tracker.apply_pipeline("review", v1())).pipeline_id
+        assert pid is not None
+        first = await tracker.create_task(TaskCreate(pipeline_id=pid, title="first"))
+        held = await tracker.create_task(TaskCreate(pipeline_id=pid, title="held"))
+        return first, held
+    finally:
+        await tracker.aclose()

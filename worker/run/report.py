@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import anyio
@@ -36,12 +37,13 @@ from tracker_client.errors import (
     Unsupported,
     ValidationFailed,
 )
+from tracker_client.models import TransitionResult
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.lease import LeaseSession
 from worker.run.log import RunLog
 from worker.run.settings import RunResult, RunSettings
-from worker.triggers import choose_trigger
+from worker.triggers import choose_again, choose_trigger
 
 __all__ = ["FinalReport"]
 
@@ -165,8 +167,9 @@ class FinalReport:
         if outcome.wait_for:  # not a batched report: the events go first, on their own
             await self._session.add_events(events)
             events = []
-        try:
-            result = await self._session.transition(
+
+        def send(trigger: str) -> Awaitable[TransitionResult]:
+            return self._session.transition(
                 trigger,
                 expected_stage=task.stage,
                 expected_task_version=task.task_version,
@@ -176,6 +179,28 @@ class FinalReport:
                 wait_for=tuple(outcome.wait_for),
                 events=events,
             )
+
+        try:
+            try:
+                result = await send(trigger)
+            except InvalidTransition as refusal:
+                # A newer version of the pipeline may have changed the stage's ways: read it
+                # again and send the trigger it gives, once (the lease is kept on a refusal).
+                again = await choose_again(
+                    choice,
+                    refusal.allowed,
+                    outcome,
+                    role,
+                    task,
+                    self._tracker,
+                    self._settings.pipelines,
+                    policy=self._settings.retry,
+                    budget_s=budget,
+                )
+                if again is None or again.trigger is None:
+                    raise
+                choice, trigger = again, again.trigger
+                result = await send(trigger)
         except InvalidTransition as exc:
             # A refused batched item wrote nothing: its events go with the fail.
             failure = choice.failure(role, task.stage, outcome.usage, refused=exc.allowed)
