@@ -54,3 +54,10 @@ def with_edit() -> dict[str, Any]:
             {"from": "review", "to": "draft", "trigger": "reject"},
         ],
     }
+
+
+def sent() -> dict[str, Any]:
+    """v1 with the trigger out of ``draft`` renamed ``send`` (the same stages)."""
+    definition = v1()
+    definition["transitions"][0]["trigger"] = "send"
+    return definition

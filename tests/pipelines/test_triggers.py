@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from plugins.api import Transition
-from tests.pipelines.defs import v1, with_edit
+from tests.pipelines.defs import sent, v1, with_edit
 from tracker_client.errors import InvalidTransition
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -51,13 +51,6 @@ async def test_a_stage_added_by_an_apply_is_read_again(tmp_path: Path) -> None:
         await tracker.aclose()
 
 
-def _sent() -> dict[str, object]:
-    """v1 with the trigger out of ``draft`` renamed ``send`` (the same stages)."""
-    definition = v1()
-    definition["transitions"][0]["trigger"] = "send"
-    return definition
-
-
 async def test_a_refused_trigger_is_chosen_again_from_the_tasks_own_version(
     tmp_path: Path,
 ) -> None:
@@ -71,7 +64,7 @@ async def test_a_refused_trigger_is_chosen_again_from_the_tasks_own_version(
         task_id = await tracker.create_task(TaskCreate(pipeline_id=pid, title="a"))
         lease = await tracker.claim("w", "writer", 60_000)
         assert lease is not None  # claimed under version 1
-        await tracker.apply_pipeline("review", _sent())
+        await tracker.apply_pipeline("review", sent())
         book, role = PipelineBook(), RoleConfig(name="writer", executor="command")
         policy = RetryPolicy(initial_s=0.01, max_s=0.02)
         task = await tracker.get_task(task_id)

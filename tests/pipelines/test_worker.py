@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.pipelines.defs import renamed, v1
+from tests.pipelines.defs import renamed, sent, v1
 from tests.pipelines.test_cli import _toml, cli
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -184,7 +184,7 @@ def test_a_worker_with_an_older_definition_sends_the_newer_trigger(tmp_path: Pat
         )
     try:
         _wait_for(started, proc, log)  # the first run ended with version 1's trigger
-        after = anyio.run(_apply_and_add, url, _sent())
+        after = anyio.run(_apply_and_add, url, sent())
         go.write_text("go")
         assert proc.wait(timeout=60) == 0, log.read_text()
     finally:
@@ -206,21 +206,6 @@ def test_a_worker_with_an_older_definition_sends_the_newer_trigger(tmp_path: Pat
     assert "Traceback" not in log.read_text()
 
 
-def _sent() -> dict[str, object]:
-    """v1 with the trigger out of ``draft`` renamed ``send`` (the same stages)."""
-    definition = v1()
-    definition["transitions"][0]["trigger"] = "send"
-    return definition
-
-
 async def _seed_two(url: str) -> tuple[str, str]:
     """Version 1 with two tasks in ``draft``: the worker's first run and its held second."""
-    tracker = await open_tracker(url)
-    try:
-        pid = (await tracker.apply_pipeline("review", v1())).pipeline_id
-        assert pid is not None
-        first = await tracker.create_task(TaskCreate(pipeline_id=pid, title="first"))
-        held = await tracker.create_task(TaskCreate(pipeline_id=pid, title="held"))
-        return first, held
-    finally:
-        await tracker.aclose()
+    return await _apply_and_add(url, v1()), await _apply_and_add(url, v1())
