@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 
+from tests.postgres.bouncer import Bouncer, start_bouncer
 from tests.postgres.server import PgServer, shared_server
 
 
@@ -21,3 +23,14 @@ def quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
     then wants the queue depth for its lines), so a test of those paths holds whatever an
     earlier test of the same process left the logging at."""
     caplog.set_level(logging.WARNING, logger="backlog_worker.tracker")
+
+
+@pytest.fixture
+def pgbouncer(pg_server: PgServer) -> Iterator[Bouncer]:
+    """A real PgBouncer in transaction pooling mode in front of :func:`pg_server` (stopped by
+    pid after the test; see :mod:`.bouncer`)."""
+    bouncer = start_bouncer(pg_server)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

@@ -102,20 +102,31 @@ class Database:
         shown: str,
         conninfo: str,
         lane: aio.Lane | None = None,
+        *,
+        session_sql: str = "",
     ) -> None:
         self.pool = pool
+        #: Behind a PgBouncer in transaction mode (``pgbouncer=transaction``): no session
+        #: state; each transaction sets its own ``search_path`` and ``statement_timeout``
+        #: (``session_sql``) and :meth:`one_call` declines (its statement is prepared).
+        self.bouncer = bool(session_sql)
         #: The hot path's async connections (see :mod:`.aio`); None: every call on the pool.
         self.lane = lane
-        #: libpq's connection string (the wake-up listener opens its own connection with it).
+        #: libpq's connection string.
         self.conninfo = conninfo
+        #: The wake-up listeners' connection string (:mod:`.wake`): the rail's own, the server
+        #: itself behind a PgBouncer (``listen_host``/``listen_port``), or None: no listener,
+        #: waiters poll (see :class:`~tracker_client.postgres.options.PgOptions`).
+        self.listen_conninfo: str | None = conninfo
         self.schema = schema
         #: The URL without credentials (for messages and ``tracker.path``).
         self.shown = shown
         self.lock_name = f"backlog-worker:write:{schema}"
         # The schema is a checked identifier; the literal is quoted by psycopg all the same.
         key = f"hashtextextended({psycopg.sql.quote(self.lock_name)}, 0)"
-        self._begin_write = f"BEGIN; SELECT pg_advisory_xact_lock({key});"
-        self._begin_shared = f"BEGIN; SELECT pg_advisory_xact_lock_shared({key});"
+        self._begin_read = _BEGIN_READ + session_sql
+        self._begin_write = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock({key});"
+        self._begin_shared = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock_shared({key});"
         self._closed = False
 
     @classmethod
@@ -129,16 +140,31 @@ class Database:
         statement_timeout_ms: int,
         connect_timeout_s: float = 10.0,
         migrate: str = "auto",
+        bouncer: bool = False,
     ) -> Database:
         """Open the pool after checking the schema's version, migrating a schema that is behind
         (under the advisory lock) when ``migrate`` is ``auto``
-        (:func:`~tracker_client.postgres.migrate.open_schema`)."""
-        options = f"-c search_path={schema} -c statement_timeout={statement_timeout_ms}"
+        (:func:`~tracker_client.postgres.migrate.open_schema`).
+
+        ``bouncer``: the conninfo names a PgBouncer in transaction pooling mode, which
+        refuses the ``options`` startup parameter and hands each transaction whichever server
+        connection is free: the settings travel with each ``BEGIN`` (``SET LOCAL``), psycopg
+        prepares nothing (``prepare_threshold=None``) and the async lane stays shut."""
         kwargs: dict[str, Any] = {
             "autocommit": True,
-            "options": options,
             "connect_timeout": max(1, int(connect_timeout_s)),
         }
+        session_sql = ""
+        if bouncer:
+            kwargs["prepare_threshold"] = None
+            session_sql = (
+                f" SET LOCAL search_path TO {schema};"
+                f" SET LOCAL statement_timeout = {statement_timeout_ms};"
+            )
+        else:
+            kwargs["options"] = (
+                f"-c search_path={schema} -c statement_timeout={statement_timeout_ms}"
+            )
         try:
             given = psycopg.conninfo.conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as exc:
@@ -151,7 +177,7 @@ class Database:
             conn.row_factory = row_factory
 
         # pool_size bounds the process's connections: the hot path's async lane takes half.
-        lane_size = max(1, pool_size // 2)
+        lane_size = 0 if bouncer else max(1, pool_size // 2)
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=1,
@@ -173,6 +199,12 @@ class Database:
             except BaseException as exc:
                 pool.close()
                 err = map_pg_error(exc, f"opening {shown}")
+                if "unsupported startup parameter" in str(exc):
+                    err = ConfigError(
+                        f"opening {shown}: the server refused the startup parameter 'options'"
+                        " (a PgBouncer? add ?pgbouncer=transaction to the URL, see"
+                        " docs/operate/postgresql.md)"
+                    )
                 if isinstance(exc, psycopg_pool.PoolTimeout):
                     err = TrackerUnavailable(
                         f"opening {shown}: no connection to PostgreSQL within "
@@ -184,6 +216,8 @@ class Database:
                 raise err from exc
 
         await anyio.to_thread.run_sync(start)
+        if bouncer:
+            return cls(pool, schema, shown, conninfo, None, session_sql=session_sql)
         return cls(pool, schema, shown, conninfo, aio.Lane(conninfo, kwargs, lane_size, configure))
 
     def _check(self) -> None:
@@ -225,7 +259,7 @@ class Database:
         def job() -> T:
             try:
                 if not write:
-                    return attempt(_BEGIN_READ, False)
+                    return attempt(self._begin_read, False)
                 if shared:
                     try:
                         return attempt(self._begin_shared, True)
@@ -247,8 +281,11 @@ class Database:
         time on a connection. Returns its rows, or None when it declined (raised SQLSTATE
         ``BW001``, or met :data:`_DECLINES`: rolled back, nothing written); nothing is retried
         here. On asyncio it runs on the event loop (the async lane, :mod:`.aio`), else on a
-        pool thread."""
+        pool thread. Behind a PgBouncer in transaction mode it always declines: a prepared
+        statement lives on one server connection, and 1.18 does not track them."""
         self._check()
+        if self.bouncer:
+            return None
         lane = self.lane
         try:
             if lane is not None and aio.usable():

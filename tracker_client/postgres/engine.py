@@ -129,13 +129,17 @@ class PgEngine:
 
     async def _tick(self, wait_s: float | None = None) -> float:
         """How long a waiter may sleep without looking: the slow safety tick while the
-        wake-up listener is up (started here on first use), else the poll interval. A ``wait``
+        wake-up listener is up (started here on first use), else the poll interval (always
+        behind a PgBouncer in transaction mode without ``listen_host``/``listen_port``). A ``wait``
         of up to ``wait_s`` keeps this instance's ``waiters`` row alive (see :mod:`.idle`;
         a short tick just after it was written)."""
         listener = self._listener
+        listen = self.db.listen_conninfo
+        if listen is None:  # behind a PgBouncer with no direct address: poll
+            return self._poll_interval_s
         if listener is None:
             listener = self._listener = Listener(
-                self.db.conninfo, self.channel, self.instance, self._changes.notify
+                listen, self.channel, self.instance, self._changes.notify
             )
             await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
         fresh = wait_s is not None and await self.waiters.wait_interest(wait_s)

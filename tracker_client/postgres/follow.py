@@ -84,9 +84,12 @@ class FollowChannel:
     async def interest(self, wait_s: float) -> float:
         """Listen on the follow channel and keep this instance's row alive; the safety tick."""
         listener = self._follow_listener
+        listen = self._db.listen_conninfo
+        if listen is None:  # behind a PgBouncer with no direct address: poll
+            return self._poll_interval_s
         if listener is None:
             listener = self._follow_listener = Listener(
-                self._db.conninfo,
+                listen,
                 follow_channel(self._db.schema),
                 self._instance,
                 self._changes.wake_followers,

@@ -9,6 +9,13 @@
   one), plus a wake-up listener.
 * ``statement_timeout_ms``: PostgreSQL's ``statement_timeout`` for every statement (0 = none;
   default 30000). A statement past it is rolled back and answered ``TrackerUnavailable``.
+* ``pgbouncer``: ``transaction`` when the URL names a PgBouncer in transaction pooling mode
+  (default ``off``): no session state is relied on (``search_path`` and ``statement_timeout``
+  are set per transaction, no server-side prepared statements, no one-statement hot path) and
+  the wake-up listener does not go through the bouncer (see docs/operate/postgresql.md).
+* ``listen_host`` / ``listen_port``: the PostgreSQL server itself, for the wake-up listener
+  only (``LISTEN`` needs a session); same user, password and database as the URL. With
+  ``pgbouncer=transaction`` and neither, waiters poll every ``poll_interval_s`` instead.
 * the embedded rail's options (``max_backlog_depth``, ``role_backlog_depth``,
   ``max_stale_attempts``, ``idempotency_ttl_s``, ``poll_interval_s``, ``retention_days``,
   ``retry_*``), with the same meaning;
@@ -27,10 +34,14 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 from tracker_client.errors import ConfigError
 from tracker_client.urlmask import mask_url
 
-__all__ = ["MIGRATE_MODES", "PgOptions", "parse_postgres_url"]
+__all__ = ["BOUNCER_MODES", "MIGRATE_MODES", "PgOptions", "parse_postgres_url"]
 
 #: The values of the ``migrate`` option.
 MIGRATE_MODES = ("auto", "never")
+#: The values of the ``pgbouncer`` option.
+BOUNCER_MODES = ("off", "transaction")
+_OWN = ("schema", "pool_size", "statement_timeout_ms", "migrate", "pgbouncer")
+_LISTEN = ("listen_host", "listen_port")
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: The embedded rail's options, which the PostgreSQL rail honours the same way.
@@ -61,6 +72,12 @@ class PgOptions:
     #: only); ``never``: it refuses one, naming ``backlog-worker rail migrate``
     #: (:mod:`~tracker_client.postgres.migrate`).
     migrate: str = "auto"
+    #: ``transaction``: the URL names a PgBouncer in transaction pooling mode.
+    pgbouncer: str = "off"
+    #: libpq's connection string of the wake-up listener: the URL's own (``""``: same as the
+    #: rail's), the server itself (``listen_host``/``listen_port``), or None: no listener,
+    #: waiters poll (``pgbouncer=transaction`` without a direct address).
+    listen_conninfo: str | None = ""
 
 
 def _int(name: str, value: Any, low: int, high: int) -> int:
@@ -91,7 +108,7 @@ def parse_postgres_url(
     shared: dict[str, Any] = {}
     libpq: dict[str, str] = {}
     for key, value in query.items():
-        if key in ("schema", "pool_size", "statement_timeout_ms", "migrate"):
+        if key in _OWN or key in _LISTEN:
             own[key] = value
         elif key in SHARED:
             shared[key] = value
@@ -110,16 +127,45 @@ def parse_postgres_url(
         raise ConfigError(
             f"postgresql tracker option migrate: expected auto or never, got {migrate!r}"
         )
+    bouncer = str(own.get("pgbouncer", "off")).strip().lower()
+    if bouncer not in BOUNCER_MODES:
+        raise ConfigError(
+            f"postgresql tracker option pgbouncer: expected off or transaction, got {bouncer!r}"
+            " (session pooling needs no option; statement pooling is not supported)"
+        )
+    conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
     opts = PgOptions(
         schema=schema,
         migrate=migrate,
+        pgbouncer=bouncer,
+        listen_conninfo=_listen_conninfo(parts, libpq, own, bouncer),
         pool_size=_int("pool_size", own.get("pool_size", 10), 1, 1000),
         statement_timeout_ms=_int(
             "statement_timeout_ms", own.get("statement_timeout_ms", 30_000), 0, 86_400_000
         ),
     )
-    conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
     return conninfo, opts, shared, mask_url(_shown(parts, query))
+
+
+def _listen_conninfo(
+    parts: SplitResult, libpq: dict[str, str], own: dict[str, Any], bouncer: str
+) -> str | None:
+    """The wake-up listener's conninfo (see :attr:`PgOptions.listen_conninfo`)."""
+    host = own.get("listen_host")
+    port = own.get("listen_port")
+    if host is None and port is None:
+        return None if bouncer == "transaction" else ""
+    host = str(host if host is not None else parts.hostname or "").strip()
+    if not host:
+        raise ConfigError("postgresql tracker option listen_host: expected a host name, got ''")
+    port_n = _int("listen_port", port if port is not None else parts.port or 5432, 1, 65535)
+    if (host, port_n) == (parts.hostname or "", parts.port or 5432):
+        raise ConfigError(
+            f"postgresql tracker options listen_host/listen_port: {host}:{port_n} is the URL's"
+            " own address; they name the PostgreSQL server itself (not the PgBouncer in front"
+            " of it), whose sessions keep a LISTEN"
+        )
+    return urlunsplit(parts._replace(query=urlencode({**libpq, "host": host, "port": str(port_n)})))
 
 
 def _shown(parts: SplitResult, query: dict[str, Any]) -> str:

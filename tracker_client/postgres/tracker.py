@@ -180,7 +180,10 @@ class PostgresTracker(Rail[PgEngine]):
             pool_size=pg.pool_size,
             statement_timeout_ms=pg.statement_timeout_ms,
             migrate=pg.migrate,
+            bouncer=pg.pgbouncer == "transaction",
         )
+        if pg.listen_conninfo != "":
+            db.listen_conninfo = pg.listen_conninfo
         tracker = cls(PgEngine(db, opts.poll_interval_s), opts, clock or wall_ms, sweeps)
         # The one-statement claim derives a keyed claim's token before it is sent: read once.
         tracker._rail_key = await tracker._read("rail_key", stored_rail_key)
