@@ -11,7 +11,9 @@ Without the binary a test skips with how to install it (``apt-get install pgboun
 
 from __future__ import annotations
 
+import configparser
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,11 +26,21 @@ from typing import Any
 from tests.needs import missing
 from tests.postgres.server import SUPERUSER, PgServer, _free_port, _run_as
 
-__all__ = ["BINARY", "Bouncer", "start_bouncer"]
+__all__ = ["BINARY", "DEFAULT_INI", "Bouncer", "start_bouncer"]
 
 BINARY = Path("/usr/sbin/pgbouncer")
 INSTALL_HINT = "PgBouncer is not installed: apt-get install pgbouncer"
 START_DEADLINE_S = 30.0
+#: The tests' PgBouncer: every database name to the test server, transaction pooling.
+DEFAULT_INI = """\
+[databases]
+* = host=db.internal port=5432
+
+[pgbouncer]
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 500
+"""
 
 
 @dataclass
@@ -40,10 +52,14 @@ class Bouncer:
     port: int
     proc: subprocess.Popen[bytes]
 
+    def url_of(self, database: str = "postgres") -> str:
+        """A ``postgresql://`` URL of ``database`` (a name in its ini) through the bouncer."""
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
     @property
     def url(self) -> str:
         """A ``postgresql://`` URL of the ``postgres`` database through the bouncer."""
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+        return self.url_of()
 
     def transactions(self, database: str = "postgres") -> int:
         """How many transactions the bouncer has pooled for ``database`` (its admin console's
@@ -80,9 +96,10 @@ class Bouncer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_bouncer(server: PgServer, pool_size: int = 20) -> Bouncer:
-    """Start PgBouncer (``pool_mode = transaction``) in front of ``server``; wait until a
-    connection through it answers."""
+def start_bouncer(server: PgServer, base: str = DEFAULT_INI) -> Bouncer:
+    """Start PgBouncer in front of ``server`` with the settings of ``base`` (an ini text:
+    :data:`DEFAULT_INI`, or a page's example), its addresses, auth and log replaced by the test's
+    own; wait until a connection through it answers."""
     if not BINARY.is_file():
         missing(INSTALL_HINT)
     import psycopg
@@ -90,21 +107,28 @@ def start_bouncer(server: PgServer, pool_size: int = 20) -> Bouncer:
     root = Path(tempfile.mkdtemp(prefix="backlog-bouncer-"))
     port = _free_port()
     (root / "userlist.txt").write_text(f'"{SUPERUSER}" ""\n')
-    (root / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"* = host=127.0.0.1 port={server.port}\n"
-        "[pgbouncer]\n"
-        "listen_addr = 127.0.0.1\n"
-        f"listen_port = {port}\n"
-        "unix_socket_dir =\n"
-        "auth_type = trust\n"
-        f"auth_file = {root / 'userlist.txt'}\n"
-        "pool_mode = transaction\n"
-        f"admin_users = {SUPERUSER}\n"
-        f"default_pool_size = {pool_size}\n"
-        "max_client_conn = 500\n"
-        f"logfile = {root / 'bouncer.log'}\n"
+    ini = configparser.ConfigParser(interpolation=None, delimiters=("=",))
+    ini.optionxform = str  # type: ignore[assignment,method-assign]
+    ini.read_string(base)
+    for name, value in ini["databases"].items():  # the test server, its postgres database
+        value = re.sub(r"\bhost=\S+", "host=127.0.0.1", value)
+        value = re.sub(r"\bport=\S+", f"port={server.port}", value)
+        ini["databases"][name] = re.sub(r"\bdbname=\S+", "dbname=postgres", value)
+    ini["pgbouncer"].update(
+        {
+            "listen_addr": "127.0.0.1",
+            "listen_port": str(port),
+            "unix_socket_dir": "",
+            "auth_type": "trust",
+            "auth_file": str(root / "userlist.txt"),
+            "admin_users": SUPERUSER,
+            "logfile": str(root / "bouncer.log"),
+        }
     )
+    with (root / "pgbouncer.ini").open("w") as out:
+        ini.write(out)
+    probe = next(iter(ini["databases"]))
+    probe = "postgres" if probe == "*" else probe
     who = _run_as()
     extra: dict[str, Any] = {}
     if who is not None:
@@ -125,7 +149,7 @@ def start_bouncer(server: PgServer, pool_size: int = 20) -> Bouncer:
             bouncer.stop()
             raise RuntimeError(f"pgbouncer exited ({proc.returncode}): {tail}")
         try:
-            with psycopg.connect(bouncer.url, connect_timeout=2) as conn:
+            with psycopg.connect(bouncer.url_of(probe), connect_timeout=2) as conn:
                 conn.execute("SELECT 1")
             return bouncer
         except psycopg.OperationalError:

@@ -16,7 +16,8 @@ import anyio
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task
-from tests.postgres.bouncer import Bouncer
+from tests.docs.blocks import find
+from tests.postgres.bouncer import Bouncer, start_bouncer
 from tests.postgres.server import PgServer, schema_name
 from tracker_client.errors import ConfigError
 from tracker_client.factory import open_tracker
@@ -200,3 +201,26 @@ def test_the_listen_address_keeps_the_credentials_and_database() -> None:
     assert plain.listen_conninfo is None
     direct = parse_postgres_url("postgresql://u@h:6432/db", {})[1]
     assert direct.listen_conninfo == ""
+
+
+async def test_the_pages_example_config_pools_a_rail(pg_server: PgServer) -> None:
+    """docs/operate/postgresql.md's PgBouncer ini (addresses and auth replaced by the test's)
+    runs, in transaction mode, and a rail opened through it with the page's options works."""
+    page = find("docs/operate/postgresql.md", lang="ini", after="## PgBouncer")
+    assert "pool_mode = transaction" in page.body
+    bouncer = start_bouncer(pg_server, page.body)
+    try:
+        key = f"bouncer-doc-{uuid.uuid4()}"
+        query = f"schema={schema_name(key)}&pgbouncer=transaction&listen_port={pg_server.port}"
+        tracker = await open_tracker(f"{bouncer.url_of('work')}?{query}")
+        try:
+            pid = await make_pipeline(tracker)
+            await tracker.create_task(new_task(pid, "via the page's bouncer"))
+            lease = await claim(tracker)
+            await tracker.transition(lease, "complete")
+            assert await tracker.call("count_tasks", stage="todo") == 0
+        finally:
+            await tracker.aclose()
+        assert bouncer.transactions("work") >= 4
+    finally:
+        bouncer.stop()
