@@ -145,6 +145,10 @@ async def test_without_a_direct_address_waiters_poll_and_still_pick_work_up(
         pid = await make_pipeline(writer)
         engine = _engine(idle)
         assert await engine._tick(1.0) == 0.2  # the bound: poll_interval_s
+        assert await engine._following.interest(1.0) == 0.2  # a follower polls too
+        with engine.db.pool.connection() as conn:  # nothing prepared on a server connection
+            assert conn.prepare_threshold is None
+        assert engine.db.lane is None
         seen = await idle.wait_for_work(0.01)
         async with anyio.create_task_group() as tg:
             tg.start_soon(partial(idle.wait_for_work, 60.0, since=seen))
