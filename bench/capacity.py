@@ -34,6 +34,7 @@ from typing import Any
 
 import anyio
 
+from bench.peers_kept import _seed_more
 from bench.peers_pickup import _our_producer, _samples, percentile
 from bench.peers_setup import StockPgServer, load, machine, pg_settings
 from bench.peers_stamp import ENV
@@ -227,23 +228,6 @@ def _one(server: PgServer, procs: int, args: argparse.Namespace) -> dict[str, An
         "server_cpu_us_per_task": cpu / done * 1e6 if done else 0.0,
         "pickup": pickups,
     }
-
-
-async def _seed_more(url: str, n: int) -> None:
-    from tracker_client.factory import open_tracker
-    from tracker_client.models import TaskCreate
-
-    tracker = await open_tracker(url)
-    try:
-        [pid] = [p.id for p in await tracker.list_pipelines() if p.name == "bench"]
-        for start in range(0, n, 500):
-            batch = [
-                TaskCreate(pipeline_id=pid, title=f"t{i}")
-                for i in range(start, min(n, start + 500))
-            ]
-            await tracker.create_tasks(batch)
-    finally:
-        await tracker.aclose()
 
 
 def _drop(server: PgServer, schema: str) -> None:
