@@ -80,6 +80,10 @@ NEVER = (
     "httpx2",
     "tracker_client.railcopy",
     "tracker_client.embedded.backup",
+    # issue 31 (memory, start-up CPU): the configuration's layers are merged without
+    # pydantic-settings (its sources pull python-dotenv and argparse: ~1.7 MiB, ~12 ms)
+    "pydantic_settings",
+    "dotenv",
     # and the module of every command but ``run`` (a new command is covered as it is added)
     *sorted({module for name, module in COMMAND_MODULES.items() if name != "run"}),
 )
