@@ -84,6 +84,9 @@ NEVER = (
     # pydantic-settings (its sources pull python-dotenv and argparse: ~1.7 MiB, ~12 ms)
     "pydantic_settings",
     "dotenv",
+    # an operator's pipeline apply/diff and a server's OTLP parser
+    "tracker_client.rules.evolve",
+    "tracker_client.rules.otlpjson",
     # and the module of every command but ``run`` (a new command is covered as it is added)
     *sorted({module for name, module in COMMAND_MODULES.items() if name != "run"}),
 )
@@ -96,6 +99,8 @@ NOT_EMBEDDED = (
     "pygments",
     "tracker_client.nulltickets.client",
     "tracker_client.nulltickets.transport",
+    # issue 31: the closest-name hint of an error, imported where the error is
+    "difflib",
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
 #: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out. (It

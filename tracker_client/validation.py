@@ -19,7 +19,6 @@ choose the prefix (a file, a variable, an executor) and the wording of their own
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
@@ -105,6 +104,8 @@ def _closest(loc: Loc, root: type[BaseModel] | None) -> str | None:
     model = model_at(root, loc[:-1])
     if model is None:
         return None
+    import difflib  # an error's path only (issue 31, memory)
+
     match = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
     return match[0] if match else None
 

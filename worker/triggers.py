@@ -27,7 +27,6 @@ per pipeline) and the role's configuration; sending the trigger is :mod:`worker.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -352,6 +351,8 @@ def _held(
     if len(missing) < len(stages):  # right for some stages: meant for one pipeline, perhaps
         return "warn", f"{entry}, which {_has(missing)} instead (a run there would fail)"
     valid = sorted({w for _, _, ways in stages for w in ways})
+    import difflib  # an error's path only (issue 31, memory)
+
     close = difflib.get_close_matches(named.trigger, valid, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return "fail", f"{entry}, which no stage it works on has ({_has(stages)}){hint}"

@@ -28,7 +28,6 @@ the budget columns of ``tasks`` and reads ``runs``, through statements ``budgets
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -101,6 +100,8 @@ def parse_limits(raw: Any, where: str, fail: Callable[[str], Exception] | None =
     out: Limits = {}
     for key, value in raw.items():
         if key not in KEYS:
+            import difflib  # an error's path only (issue 31, memory)
+
             close = difflib.get_close_matches(str(key), KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise err(f"{where}: unknown budget {key!r}{hint}; known: {', '.join(KEYS)}")

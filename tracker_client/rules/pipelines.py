@@ -13,7 +13,6 @@ waiting tasks) a step of the apply.
 
 from __future__ import annotations
 
-import difflib
 import json
 import sqlite3
 from collections.abc import Mapping
@@ -134,6 +133,8 @@ def _no_unknown_keys(raw: Mapping[str, Any], known: tuple[str, ...], where: str)
     unknown = [k for k in raw if k not in known]
     if unknown:
         key = str(unknown[0])
+        import difflib  # an error's path only (issue 31, memory)
+
         close = difflib.get_close_matches(key, known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise _fail(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(known)}")

@@ -72,8 +72,6 @@ from tracker_client.ops_models import (
 from tracker_client.rules import (
     backlog,
     claims,
-    evolve,
-    otlpjson,
     reads,
     retention,
     runs,
@@ -327,6 +325,9 @@ class Rail(Generic[E]):
         """Create pipeline ``name`` or store ``definition`` as its next version, moving the
         tasks of removed stages by ``moves``, in one transaction; unchanged: nothing written
         (see :mod:`~tracker_client.rules.evolve`)."""
+        # imported here: an operator's command, cold in a worker (issue 31, memory)
+        from tracker_client.rules import evolve
+
         return await self._write(
             "apply_pipeline", lambda c: evolve.apply(c, name, definition, moves)
         )
@@ -335,6 +336,8 @@ class Rail(Generic[E]):
         self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None
     ) -> PipelinePlan:
         """What :meth:`apply_pipeline` would do, writing nothing (refused as it would be)."""
+        from tracker_client.rules import evolve
+
         return await self._read("diff_pipeline", lambda c: evolve.plan(c, name, definition, moves))
 
     async def list_pipelines(self) -> list[Pipeline]:
@@ -836,7 +839,10 @@ class Rail(Generic[E]):
         ``nulltickets.task_id`` / ``nulltickets.run_id``. A document not of that shape is
         ``ValidationFailed`` naming the field, and nothing is stored."""
         # Off the event loop: a 4 MiB document takes ~0.2 s to read, which would hold up every
-        # other request of a served rail (heartbeats included) for that long.
+        # other request of a served rail (heartbeats included) for that long. Imported here: a
+        # server's path, cold in a worker (issue 31, memory).
+        from tracker_client.rules import otlpjson
+
         spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
         return await self._write("ingest_traces", lambda c: store_spans(c, spans))
 

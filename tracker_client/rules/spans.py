@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.observe_models import OtlpIngestResult, Span
-from tracker_client.rules import otlpjson
 from tracker_client.rules.common import Ctx
+
+if TYPE_CHECKING:  # the parser runs on a server's path, cold in a worker (issue 31, memory)
+    from tracker_client.rules import otlpjson
 
 __all__ = [
     "DEFAULT_SPAN_LIMIT",

@@ -13,7 +13,6 @@ No I/O: it is handed the file's values and the environment; it may use pydantic 
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -259,6 +258,8 @@ def _merge(into: dict[str, Any], other: Mapping[str, Any]) -> None:
 
 def _suggest(name: str, root: type[BaseModel]) -> str:
     """``; did you mean NAME?`` for the closest real variable, or nothing."""
+    import difflib  # an error's path only (issue 31, memory)
+
     upper = name.upper()
     suffix = upper.removeprefix(ENV_PREFIX)
     candidates = [*_env_names(root)]
