@@ -5,6 +5,7 @@ where it goes.
                            [--rail embedded,served,postgres] [--peers huey,pgqueuer]
                            [--runs 1] [--python PATH | --shared-venv] [--no-profile]
                            [--tracemalloc] [--event-loop auto|asyncio|uvloop]
+                           [--startup N]
 
 Every system runs in a venv of its own (:mod:`bench.peers_venvs`, under ``.bench-venvs/``):
 huey and PgQueuer with only their own requirements (huey imports redis-py where it is
@@ -41,6 +42,13 @@ SIGTERM once all are done:
 
 The floor is printed per rail: a fresh interpreter of the same venv loading only what any
 worker of ours needs whatever its own code does (:data:`_FLOOR_CHILD`).
+
+``--startup N``: a worker's start-up cost, in the same rounds: N ``worker run`` processes per
+round of each root and rail, each started on an empty rail in drain mode (so it opens the rail,
+registers, finds nothing and exits), after one unmeasured run that writes the bytecode cache.
+Their CPU (user + system, ``wait4``) and wall time are printed as medians over every round's
+runs, with one ``python -X importtime`` run's sum of its modules' own import times (inflated by
+that option's own overhead: read it as a ratio between roots).
 """
 
 from __future__ import annotations
@@ -302,6 +310,82 @@ def _run(
         return out
 
 
+def _startups(
+    root: Path, rail: str, python: str, event_loop: str | None, n: int, pg: Any, warm: bool
+) -> tuple[list[tuple[float, float]], tuple[int, float] | None]:
+    """``n`` start-ups of a ``worker run`` of ``root`` on an empty ``rail`` (drain mode: it
+    exits once it finds no work): (CPU ms, wall ms) each, and with ``warm`` (the first round),
+    after an unmeasured run, one ``-X importtime`` run's (modules, sum of own import ms)."""
+    sys.path.insert(0, str(ROOT))
+    import anyio
+
+    from bench.worker import _config, _seed
+
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        db = tmp / "rail.db"
+        schema = None
+        url = f"sqlite:///{db}"
+        if rail == "postgres":
+            from bench.postgres import _seed as _pg_seed
+
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            url = f"{pg.url}?schema={schema}&pool_size={PG_POOL_SIZE}"
+            anyio.run(_pg_seed, url, 0)
+        else:
+            anyio.run(_seed, db, 0)
+        server = _serve(db) if rail == "served" else None
+        try:
+            config = _config(tmp, db, 10, drain=True)
+            text = config.read_text().replace("bench.worker:noop", "bench_memory_noop:run")
+            text = text.replace(f"sqlite:///{db}", server[1] if server is not None else url)
+            if event_loop is not None:
+                text = text.replace("[worker]\n", f'[worker]\nevent_loop = "{event_loop}"\n', 1)
+            config.write_text(text)
+            argv = [python, "-c", _CHILD, str(root), str(config), "", "", ""]
+            times = [_started(argv, root) for _ in range(n + (1 if warm else 0))]
+            imports = _importtime([python, "-X", "importtime", *argv[1:]], root) if warm else None
+            return times[1:] if warm else times, imports
+        finally:
+            if server is not None:
+                server[0].terminate()
+                server[0].wait(30)
+            if schema is not None:
+                import psycopg
+
+                with psycopg.connect(pg.url, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _started(argv: list[str], root: Path) -> tuple[float, float]:
+    """Run one start-up to its exit: (CPU ms user + system, wall ms)."""
+    began = time.monotonic()
+    proc = subprocess.Popen(argv, env=_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = (time.monotonic() - began) * 1000
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    if proc.returncode != 0:
+        raise SystemExit(f"worker exited {proc.returncode} at start-up: {stderr}")
+    return (usage.ru_utime + usage.ru_stime) * 1000, wall
+
+
+def _importtime(argv: list[str], root: Path) -> tuple[int, float]:
+    """(modules, sum of their own import ms) of one ``python -X importtime`` start-up."""
+    done = subprocess.run(
+        argv, env=_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+    )
+    own = [
+        int(m.group(1))
+        for m in re.finditer(r"^import time:\s+(\d+) \|", done.stderr.decode(), re.M)
+    ]
+    if done.returncode != 0 or not own:
+        raise SystemExit(f"worker -X importtime exited {done.returncode}: {done.stderr[-2000:]!r}")
+    return len(own), sum(own) / 1000
+
+
 #: The floor: what any worker of ours loads whatever this project's own code does (the
 #: interpreter, asyncio with OpenSSL, anyio, uvloop, click, pydantic with one model built and
 #: used), plus its rail's driver (sqlite3; psycopg and its pool); VmHWM printed in KiB.
@@ -544,6 +628,12 @@ def main() -> None:
         choices=["auto", "asyncio", "uvloop"],
         help="[worker] event_loop for every root (default: unset; older roots lack the key)",
     )
+    parser.add_argument(
+        "--startup",
+        type=int,
+        default=0,
+        help="also time N start-ups per round of each root and rail (an empty rail, drain mode)",
+    )
     args = parser.parse_args()
     roots = [r.resolve() for r in args.root] or [ROOT]
     for root in roots:
@@ -561,6 +651,8 @@ def main() -> None:
         parser.error(f"--python {args.python}: not an executable interpreter")
     if args.runs < 1 or args.tasks < 1:
         parser.error("--runs and --tasks must be at least 1")
+    if args.startup < 0:
+        parser.error("--startup must be 0 or more")
     sys.path.insert(0, str(ROOT))
     from bench import peer_drains, peers_setup
 
@@ -579,6 +671,8 @@ def main() -> None:
         pg = peers_setup.StockPgServer.create(bindir)
     peaks: dict[tuple[str, Path | None], list[float]] = {s: [] for s in systems}
     clean: dict[tuple[str, Path | None], dict[str, Any]] = {}
+    starts: dict[tuple[str, Path | None], list[tuple[float, float]]] = {}
+    imports: dict[tuple[str, Path | None], tuple[int, float]] = {}
     try:
         if pg is not None:
             pg.start()
@@ -601,6 +695,19 @@ def main() -> None:
                     )
                     clean.setdefault((name, root), out)
                     peak = out["peak_mib"]
+                    if args.startup:
+                        times, found = _startups(
+                            root,
+                            name,
+                            pythons[(name, root)],
+                            args.event_loop,
+                            args.startup,
+                            pg,
+                            warm=run == 0,
+                        )
+                        starts.setdefault((name, root), []).extend(times)
+                        if found is not None:
+                            imports[(name, root)] = found
                 peaks[(name, root)].append(peak)
                 label = name if root is None else f"{name} {root}"
                 print(f"  round {run + 1} {label}: {peak:.1f} MiB", file=sys.stderr, flush=True)
@@ -620,6 +727,22 @@ def main() -> None:
                 f"[{min(rows):.1f}-{max(rows):.1f}] | {peer if base else '-'} | "
                 f"{_ratio(rows, base) if base else '-'} |"
             )
+        if starts:
+            print(
+                f"start-up: {args.startup} `worker run` per round on an empty rail (drain mode), "
+                "after one unmeasured run; medians over every round's runs"
+            )
+            print("| system | root | CPU ms [range] | wall ms | imports (-X importtime) |")
+            print("| --- | --- | --- | --- | --- |")
+            for key, times in starts.items():
+                cpu = [t[0] for t in times]
+                count, own_ms = imports.get(key, (0, 0.0))
+                print(
+                    f"| {key[0]} | {key[1]} | {statistics.median(cpu):.0f} "
+                    f"[{min(cpu):.0f}-{max(cpu):.0f}] | "
+                    f"{statistics.median(t[1] for t in times):.0f} | "
+                    f"{count} modules, {own_ms:.0f} ms |"
+                )
         for name, root in systems:
             if root is not None:
                 print(

@@ -9,6 +9,7 @@ real measurement runs end to end (one real worker on this interpreter, ``--share
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -67,13 +68,19 @@ def test_an_unknown_rail_or_peer_is_refused_by_name() -> None:
     done = _memory("--peers", "celery")
     assert done.returncode == 2
     assert "--peers 'celery': not a measured peer (huey, pgqueuer)" in done.stderr
+    done = _memory("--startup", "-1")
+    assert done.returncode == 2
+    assert "--startup must be 0 or more" in done.stderr
 
 
 @pytest.mark.slow
 def test_a_busy_worker_is_measured_end_to_end() -> None:
-    done = _memory("--shared-venv", "--tasks", "20", "--no-profile")
+    done = _memory("--shared-venv", "--tasks", "20", "--no-profile", "--startup", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| embedded |")]
-    assert len(rows) == 1, done.stdout
+    assert len(rows) == 2, done.stdout  # its peak RSS, and its start-up
+    start = rows[1].split(" | ")
+    assert float(start[2].split()[0]) > 0  # CPU ms of a real start-up
+    assert re.fullmatch(r"\d+ modules, \d+ ms", start[4].rstrip(" |")), rows[1]
     assert "the floor (interpreter" in done.stdout
     assert "by part (imported in this order" in done.stdout
