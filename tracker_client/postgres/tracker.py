@@ -74,7 +74,7 @@ from tracker_client.postgres.engine import SAFETY_TICK_S, PgEngine
 from tracker_client.postgres.follow import FOLLOW_QUIET
 from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
-from tracker_client.rules import budgets, otlpjson
+from tracker_client.rules import budgets
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
 from tracker_client.rules.claims import check_ttl, fresh_ids, reissue
 from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
@@ -218,6 +218,9 @@ class PostgresTracker(Rail[PgEngine]):
         """Store the spans of an OTLP/JSON ``ExportTraceServiceRequest`` (see
         :meth:`Rail.ingest_traces`): checked first, then one transaction, its spans inserted
         with one ``executemany`` (:mod:`.spans`)."""
+        # imported here: a server's path, cold in a worker (issue 31, memory)
+        from tracker_client.rules import otlpjson
+
         spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
         return await self._write("ingest_traces", lambda c: store_spans(with_many(c), spans))
 

@@ -1,0 +1,86 @@
+"""The cold-path promise of a running worker on a PostgreSQL rail (issue 31, memory).
+
+:mod:`tests.test_cold_paths` pins it on the embedded and served rails; this runs the same real
+``backlog-worker run`` (drain mode, ``python`` executor, a no-op job) on the shared PostgreSQL
+server, in a subprocess that prints its ``sys.modules`` at exit: besides what no worker imports
+(:data:`~tests.test_cold_paths.NEVER`, less this rail and its driver), no embedded rail and no
+HTTP client.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.postgres.server import PgServer, schema_name
+from tests.test_cold_paths import _RUN, NEVER, PIPELINE, _env, _loaded, _report
+from tests.worker.daemonkit import python_config
+from tracker_client.factory import open_tracker
+from tracker_client.models import TaskCreate
+
+pytestmark = pytest.mark.timeout(120)
+
+#: What a worker on a PostgreSQL rail does not import besides: the other rails' stacks.
+NOT_POSTGRES = (
+    "tracker_client.embedded",
+    "httpx",
+    "httpcore",
+    "h11",
+    "rich",
+    "pygments",
+    "tracker_client.nulltickets.client",
+    "tracker_client.nulltickets.transport",
+    "difflib",
+)
+
+
+async def _seed(url: str, n: int) -> None:
+    tracker = await open_tracker(url)
+    try:
+        pipeline_id = await tracker.create_pipeline("p", PIPELINE)
+        await tracker.create_tasks(
+            [TaskCreate(pipeline_id=pipeline_id, title=f"t{i}") for i in range(n)]
+        )
+    finally:
+        await tracker.aclose()
+
+
+def _completed(server: PgServer, schema: str) -> int:
+    import psycopg
+
+    with psycopg.connect(server.url) as conn:
+        row = conn.execute(
+            f"SELECT count(*) FROM {schema}.runs WHERE status = 'completed'"  # our own name
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.slow
+def test_a_postgres_worker_leaves_every_cold_path_unimported(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    schema = schema_name(f"cold-paths-{uuid.uuid4()}")
+    url = f"{pg_server.url}?schema={schema}"
+    anyio.run(_seed, url, 3)
+    config = python_config(tmp_path, url, "noop_job:run", "drain = true")
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_RUN), str(config)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+        timeout=90,
+        check=False,
+    )
+    modules = _report(proc)["modules"]
+    assert _completed(pg_server, schema) == 3  # it really claimed, ran and finished every task
+    assert {"worker.cli.run", "tracker_client.postgres.tracker"} <= set(modules)
+    never = tuple(n for n in NEVER if n not in ("tracker_client.postgres", "psycopg"))
+    assert _loaded(modules, never + NOT_POSTGRES) == []
