@@ -80,10 +80,6 @@ NEVER = (
     "httpx2",
     "tracker_client.railcopy",
     "tracker_client.embedded.backup",
-    # issue 31 (memory, start-up CPU): the configuration's layers are merged without
-    # pydantic-settings (its sources pull python-dotenv and argparse: ~1.7 MiB, ~12 ms)
-    "pydantic_settings",
-    "dotenv",
     # an operator's pipeline apply/diff and a server's OTLP parser
     "tracker_client.rules.evolve",
     "tracker_client.rules.otlpjson",

@@ -1,9 +1,8 @@
 """Configuration: a TOML file + ``BACKLOG_WORKER_*`` environment + CLI flags (highest wins).
 
 Every key is defined once, by the pydantic models below (:class:`TrackerConfig`,
-:class:`WorkerConfig`, :class:`RoleConfig`, :class:`ConfigFile`): the layers are merged (a table
-key by key, the highest layer's value winning) and validated against them at the edge (the CLI),
-and the same models, frozen, are what
+:class:`WorkerConfig`, :class:`RoleConfig`, :class:`ConfigFile`): pydantic-settings merges the
+layers and validates against them at the edge (the CLI), and the same models, frozen, are what
 the daemon and the runs read (:class:`Config` adds the file it came from).
 Environment variables use ``__`` for nesting: ``BACKLOG_WORKER_TRACKER__URL``,
 ``BACKLOG_WORKER_WORKER__CONCURRENCY``; ``BACKLOG_WORKER_API_TOKEN``,
@@ -24,10 +23,17 @@ from __future__ import annotations
 import os
 import socket
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from tracker_client.errors import ConfigError
 from worker.config.secrets import settings_environ
@@ -306,31 +312,47 @@ class Config(ConfigFile):
     source: Path | None = None
 
 
-class _Settings(ConfigFile):
+class _Settings(BaseSettings, ConfigFile):
     """The layers merged and validated: the keys of :class:`ConfigFile`, no others.
 
     The environment is parsed by :mod:`worker.config.sources` (to refuse typos by their own
-    name) and the layers are merged by :func:`_layered`, so the daemon does not import
-    pydantic-settings (issue 31, memory: ~1.7 MiB and ~12 ms of start-up CPU; its ``BaseSettings``
-    only merged the mappings handed to it). Its defaults are validated too, as they were.
+    name); this class merges the layers.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(extra="forbid", case_sensitive=False)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Highest first: CLI flags > BACKLOG_WORKER_* environment > short env forms > TOML file.
+        return (init_settings, *(_DictSource(settings_cls, layer) for layer in _LAYERS.get()))
 
 
-def _layered(*layers: dict[str, Any]) -> dict[str, Any]:
-    """The layers (lowest first) merged into a new mapping: a table key by key, any other
-    value replaced by the higher layer's; no layer is modified (their values are the origins
-    an error names)."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in layer.items():
-            below = merged.get(key)
-            if isinstance(below, dict) and isinstance(value, dict):
-                merged[key] = _layered(below, value)
-            else:
-                merged[key] = value
-    return merged
+class _DictSource(PydanticBaseSettingsSource):
+    """A settings layer from an already-parsed mapping (the TOML file, the short env forms)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+#: (nested env, short env forms, file contents) for the load in progress, highest first; a
+#: ContextVar keeps loads reentrant.
+_LAYERS: ContextVar[tuple[dict[str, Any], ...]] = ContextVar(
+    "backlog_worker_config_layers", default=()
+)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -384,11 +406,13 @@ def load_config(
         node[leaf] = value
         flag = FLAG_NAMES.get(key, "--" + leaf.replace("_", "-"))
         sources.add(tuple(key.split(".")), value, Origin("flag", flag, tuple(key.split("."))))
-    # Highest last: TOML file < short env forms < BACKLOG_WORKER_* environment < CLI flags.
+    token = _LAYERS.set((env.nested, env.short, data))
     try:
-        settings = _Settings.model_validate(_layered(data, env.short, env.nested, flags))
+        settings = _Settings(**flags)
     except ValidationError as exc:
         raise ConfigError(describe_validation(exc, sources, _Settings)) from None
+    finally:
+        _LAYERS.reset(token)
     return _freeze(settings, source, sources)
 
 
