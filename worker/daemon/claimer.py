@@ -38,6 +38,7 @@ from worker.config.models import WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.drain import DrainCheck
 from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step
+from worker.daemon.runners import Runners
 from worker.daemon.running import InFlight, OpenClaim
 from worker.daemon.values import Claim, Role, Signals, WorkerStats
 from worker.daemon.watch import TrackerWatch
@@ -49,8 +50,6 @@ from worker.telemetry import NOOP, Telemetry
 __all__ = ["Claim", "Claimer", "Signals", "refuses_token", "send_claim"]
 
 log = logging.getLogger("backlog_worker.worker")
-
-_SUPERVISE = f"{__name__}.Claimer._supervise"  # a run task's name, as anyio names it
 
 
 class Claimer:
@@ -96,6 +95,8 @@ class Claimer:
         self._next_role = 0
         self._refused: dict[str, str] = {}  # roles not claimed for now, and why (logged once)
         self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
+        #: The tasks claims and runs go to (made by :meth:`run`; None before it).
+        self.runners: Runners | None = None
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -140,16 +141,21 @@ class Claimer:
 
     # -- the loop -------------------------------------------------------------------------------
     async def run(self, runs: TaskGroup) -> None:
-        """Claim until stopped, drained or ``max_tasks`` reached (runs start in ``runs``); then
-        wait for the claims still out and, unless stopped meanwhile, for the runs to finish."""
-        with self._scope:
-            await self._loop(runs)
-            # Claims still out may yet start runs, and in-flight runs finish normally, unless a
-            # stop arrives meanwhile (it cancels this scope and the claims).
-            await self.wait_idle()
-        await self._settled()  # a stop cancelled them: they end at once
+        """Claim until stopped, drained or ``max_tasks`` reached (claims and runs go to tasks
+        of ``runs``: :class:`~worker.daemon.runners.Runners`, parked between jobs); then wait
+        for the claims still out and, unless stopped meanwhile, for the runs to finish."""
+        runners = self.runners = Runners(runs)
+        try:
+            with self._scope:
+                await self._loop(runners)
+                # Claims still out may yet start runs, and in-flight runs finish normally,
+                # unless a stop arrives meanwhile (it cancels this scope and the claims).
+                await self.wait_idle()
+            await self._settled()  # a stop cancelled them: they end at once
+        finally:
+            runners.close()  # every claim has ended: no job is handed after this
 
-    async def _loop(self, runs: TaskGroup) -> None:
+    async def _loop(self, runners: Runners) -> None:
         pacing, stopping = self.pacing, self._signals.stopping
         while not stopping.is_set():
             step = pacing.next_step()
@@ -175,7 +181,7 @@ class Claimer:
                 # A change after this (which the round's claims may miss) ends the next idle
                 # wait at once.
                 self._watch.forget()
-            runs.start_soon(self._claim_and_run, slots, tickets, runs)
+            runners.start(self._claim_and_run, slots, tickets, runners)
 
     def _free_slots(self) -> list[object]:
         """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
@@ -214,10 +220,10 @@ class Claimer:
         return True
 
     async def _claim_and_run(
-        self, slots: list[object], tickets: list[ClaimTicket], runs: TaskGroup
+        self, slots: list[object], tickets: list[ClaimTicket], runners: Runners
     ) -> None:
         """Claim for ``slots`` (one claim, or one ``claim_many`` for several), then run what was
-        claimed: the first lease in this same task, the others in tasks of their own.
+        claimed: the first lease in this same task, the others in tasks of ``runners``.
 
         The claim runs in a scope of its own that :meth:`stop` cancels (a claim already at the
         tracker completes: it is shielded); the runs do not, they drain as shutdown says.
@@ -239,8 +245,7 @@ class Claimer:
         for claim in claims:
             self._drain_check.claimed(claim.lease.task.id)
         for claim, slot in zip(claims[1:], slots[1:], strict=False):
-            # named as anyio would name it, without working the name out for every run
-            runs.start_soon(self._supervise, claim, slot, name=_SUPERVISE)
+            runners.start(self._supervise, claim, slot)
         if claims:
             await self._supervise(claims[0], slots[0])
 

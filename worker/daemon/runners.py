@@ -1,0 +1,105 @@
+"""The tasks the claim loop's claims and runs go to: parked between jobs, not spawned per job.
+
+A spawned anyio task costs ~12 us of the event loop's CPU (its handle, its cancel scope, its
+done callback), paid once per run: a good share of a no-op task's cost in the worker
+(docs/benchmarks.md). :class:`Runners` keeps the tasks that finished a job parked instead, each
+on an :class:`anyio.Event`, and hands the next job to one of them (~3 us); only when none is
+parked does it spawn one in the worker's task group of runs. So the pool grows to the most jobs
+ever running at once (at most the slots' claims and twice ``concurrency`` runs: a run's slot
+goes back before its final report) and stays there.
+
+A job runs exactly as it would in a task of its own spawned at that moment, but for its context
+variables: a job sees what the jobs before it on the same task set and did not reset (the
+worker's own, :data:`plugins.proc.guard.kill_deadline` and the run's trace, are reset at the
+end of each run). A job handed to a task at the moment the group is cancelled still runs, and
+meets the cancellation at its first checkpoint, as a task spawned then would. :meth:`close`
+(the claim loop's end: no job is handed after it) ends the parked tasks; a busy one ends after
+its job.
+
+It touches the worker's task group of runs only: no tracker, no slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+__all__ = ["Runners"]
+
+#: A job: a coroutine function and its arguments.
+Job = tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]
+
+_NAME = f"{__name__}.Runners"  # the tasks' name (anyio would otherwise work one out per spawn)
+
+
+class _Parked:
+    """A task waiting for its next job."""
+
+    __slots__ = ("job", "wake")
+
+    def __init__(self) -> None:
+        self.wake = anyio.Event()
+        self.job: Job | None = None  # None when woken by close()
+
+
+class Runners:
+    """Runs jobs in parked tasks of a task group, spawning only when none is parked (see the
+    module docstring)."""
+
+    __slots__ = ("_closed", "_group", "_parked", "spawned")
+
+    def __init__(self, group: TaskGroup) -> None:
+        """``group``: where new tasks are spawned (the worker's task group of runs)."""
+        self._group = group
+        self._parked: list[_Parked] = []
+        self._closed = False
+        #: Tasks spawned so far (the pool's size; for the tests and the benchmarks).
+        self.spawned = 0
+
+    @property
+    def parked(self) -> int:
+        """Tasks waiting for a job."""
+        return len(self._parked)
+
+    def start(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``fn(*args)`` in a parked task, or in a new one when none is parked."""
+        parked = self._parked
+        if parked:
+            waiting = parked.pop()  # the last parked: its task is the likeliest still warm
+            waiting.job = (fn, args)
+            waiting.wake.set()
+            return
+        self.spawned += 1
+        self._group.start_soon(self._serve, fn, args, name=_NAME)
+
+    def close(self) -> None:
+        """No more jobs: parked tasks end now, busy ones after their job."""
+        self._closed = True
+        parked, self._parked = self._parked, []
+        for waiting in parked:
+            waiting.wake.set()
+
+    async def _serve(self, fn: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
+        job: Job | None = (fn, args)
+        while job is not None:
+            await job[0](*job[1])
+            if self._closed:
+                return
+            waiting = _Parked()
+            self._parked.append(waiting)
+            try:
+                await waiting.wake.wait()
+            except BaseException:
+                if waiting.job is None:
+                    if waiting in self._parked:  # (not after close(), which emptied the list)
+                        self._parked.remove(waiting)
+                    raise
+                # Handed a job as the group was cancelled: it runs, and meets the cancellation
+                # at its first checkpoint, as a task spawned now would.
+                handed = waiting.job
+                await handed[0](*handed[1])
+                raise
+            job = waiting.job
