@@ -104,3 +104,19 @@ async def test_outstanding_reports_are_bounded_by_concurrency(
     assert len(started) == 3
     stats = (await tracker.queue_stats()).for_role("reviewer")
     assert stats is not None and stats.claimable_count == 3
+
+
+async def test_cancelling_the_runs_leaves_a_report_under_way_be(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    """A run whose executor returned reports in its own scope made the report's (shielded):
+    cancelling the runs then, as a stop past the grace does, does not drop its report."""
+    gated, _started, worker = await _one_slot_worker(tracker, pipeline_id, 1)
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: gated.parked == 1)
+        worker.claimer.cancel_runs()
+        gated.gate.set()
+    assert worker.stats.transitioned == 1 and worker.stats.lost == 0
+    stats = (await tracker.queue_stats()).for_role("reviewer")
+    assert stats is not None and stats.claimable_count == 1

@@ -175,6 +175,15 @@ class LocalLease:
         self._reports.append(scope)
         return scope
 
+    def to_report(self, scope: anyio.CancelScope) -> None:
+        """``scope``, watched as work, goes on as the final report's: shielded from the
+        worker's shutdown, with :attr:`report_deadline` from now on (the run's one scope for
+        its executor and its report)."""
+        self._scopes.remove(scope)
+        scope.shield = True
+        scope.deadline = self.report_deadline
+        self._reports.append(scope)
+
     def unwatch(self, scope: anyio.CancelScope) -> None:
         """Stop moving ``scope``'s deadline."""
         for scopes in (self._scopes, self._reports):

@@ -83,15 +83,24 @@ class FinalReport:
         gone."""
         session = self._session
         result: RunResult | None = None
-        outcome = hooks.with_cost(outcome)  # budgets: ctx.report_cost's figures ride in usage
         # Shielded from the worker's shutdown, yet ended by its own deadline.
         with session.clock.watch_report(anyio.CancelScope(shield=True)) as scope:
             try:
-                result = await self._report(hooks, outcome)
+                result = await self.send_within(hooks, outcome)
             finally:
                 session.clock.unwatch(scope)
-        if result is not None:
-            return result
+        return self.dropped() if result is None else result
+
+    async def send_within(self, hooks: ContextHooks, outcome: Outcome) -> RunResult:
+        """The report, in the caller's scope: one the lease's clock watches as a report's
+        (:meth:`LocalLease.to_report <worker.lease.clock.LocalLease.to_report>`); when that
+        scope ends it, the caller's result is :meth:`dropped`."""
+        # budgets: ctx.report_cost's figures ride in usage
+        return await self._report(hooks, hooks.with_cost(outcome))
+
+    def dropped(self) -> RunResult:
+        """The run's result when its report was ended by the lease's end or loss."""
+        session = self._session
         why = session.lost.code if session.lost is not None else "expired_locally"
         self._log.warning(
             "lease lost during the final report (%s); result dropped",

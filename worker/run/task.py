@@ -182,7 +182,9 @@ class TaskRun:
         self._shutdown = shutdown
         self._keeper = keeper
         self._hooks: ContextHooks | None = None  # the run's context's reports and workdir
+        #: The run's scope: the executor's, then (when it returned uncancelled) the report's.
         self.scope = anyio.CancelScope()
+        self._reporting = False  # the scope is the final report's now: cancel() leaves it be
         self.telemetry = telemetry or _NO_TELEMETRY
         #: The telemetry does something (not the no-op base): else its hooks are skipped.
         self._observed = type(self.telemetry) is not RunTelemetry
@@ -205,7 +207,8 @@ class TaskRun:
     # -- the run --------------------------------------------------------------------------------
     def cancel(self) -> None:
         """Cancel the executor (shutdown past its grace); the final report still happens."""
-        self.scope.cancel()
+        if not self._reporting:
+            self.scope.cancel()
 
     async def execute(self) -> RunResult:
         """Run the executor under heartbeats, then report. Never raises for task problems."""
@@ -296,20 +299,51 @@ class TaskRun:
     ) -> RunResult:
         outcome: Outcome | None = None
         clock = self.session.clock
+        scope = self.scope
+        report = FinalReport(
+            self.session,
+            tracker=self._tracker,
+            role=self.role,
+            settings=self.settings,
+            log=self._log,
+        )
         # The scope's deadline is the lease's end by our clock (moved by each heartbeat that got
         # through); a heartbeat that finds the lease gone cancels it at once.
-        with clock.watch(self.scope):
-            # its processes get SIGKILL before the lease ends, whatever their grace
-            bound = kill_deadline.set(self._kill_by)
-            try:
-                if self._observed:
-                    with self.telemetry.phase("executor"):
+        try:
+            with clock.watch(scope):
+                # its processes get SIGKILL before the lease ends, whatever their grace
+                bound = kill_deadline.set(self._kill_by)
+                try:
+                    if self._observed:
+                        with self.telemetry.phase("executor"):
+                            outcome = await call_executor(self.executor, ctx, limit_s)
+                    else:
                         outcome = await call_executor(self.executor, ctx, limit_s)
-                else:
-                    outcome = await call_executor(self.executor, ctx, limit_s)
-            finally:
-                kill_deadline.reset(bound)
-                clock.unwatch(self.scope)
+                finally:
+                    kill_deadline.reset(bound)
+                if not scope.cancel_called:
+                    # The executor returned and nothing cancelled it: the same scope goes on as
+                    # the report's (shielded, the report's deadline: LocalLease.to_report), one
+                    # scope per run instead of two. A cancel of the run now leaves it be.
+                    self._reporting = True
+                    return await self._report(report, hooks, outcome, in_scope=True)
+        finally:
+            clock.unwatch(scope)
+        if self._reporting:  # the report's deadline passed, or the tracker took the lease
+            return report.dropped()
+        return await self._report(report, hooks, outcome, in_scope=False)
+
+    async def _report(
+        self,
+        report: FinalReport,
+        hooks: ContextHooks,
+        outcome: Outcome | None,
+        *,
+        in_scope: bool,
+    ) -> RunResult:
+        """The run's end after its executor: the slot goes back, then the final report
+        (``in_scope``: in the run's scope, made the report's here; else in a scope of its
+        own), unless the lease is gone."""
         self.session.work_ended()
         if self._on_executed is not None:
             self._on_executed(self)
@@ -336,17 +370,15 @@ class TaskRun:
                 message="the worker shut down before the task finished",
                 retryable=True,
             )
-        report = FinalReport(
-            self.session,
-            tracker=self._tracker,
-            role=self.role,
-            settings=self.settings,
-            log=self._log,
-        )
+        if in_scope:
+            self.session.clock.to_report(self.scope)
+            send = report.send_within(hooks, outcome)
+        else:
+            send = report.send(hooks, outcome)
         if not self._observed:
-            return await report.send(hooks, outcome)
+            return await send
         with self.telemetry.phase("report"):
-            return await report.send(hooks, outcome)
+            return await send
 
     def _workdir_base(self) -> Path:
         # The worker passes its prepared base; a TaskRun built without one uses the same default.
