@@ -157,6 +157,27 @@ async def test_the_local_end_is_the_earlier_of_the_ttl_and_the_trackers_expiry()
     assert skewed.expires_at == now + 15.0 and scope.deadline == skewed.deadline
 
 
+async def test_a_far_deadline_is_armed_by_the_first_heartbeat() -> None:
+    """A scope watched while the lease's end is more than half the TTL away gets no timer
+    until a heartbeat is sent (the keeper sends the first a third of the TTL in); one watched
+    closer to the end, or after a heartbeat, gets its deadline at once."""
+    now = anyio.current_time()
+    lease = LocalLease(30.0, sent_at=now, tracker_expires_ms=None)
+    far = lease.watch(anyio.CancelScope())
+    far_report = lease.watch_report(anyio.CancelScope())
+    assert far.deadline == float("inf") and far_report.deadline == float("inf")
+    lease.heartbeat_sent()  # the first heartbeat: every watched scope is armed
+    assert far.deadline == lease.deadline and far_report.deadline == lease.report_deadline
+    assert lease.watch(anyio.CancelScope()).deadline == lease.deadline  # armed from now on
+    # Claimed long ago: the end is near, so the scope is armed at once.
+    late = LocalLease(30.0, sent_at=now - 20.0, tracker_expires_ms=None)
+    assert late.watch(anyio.CancelScope()).deadline == late.deadline
+    # A work scope armed at once stays armed as it goes on as the report's.
+    scope = late.watch(anyio.CancelScope())
+    late.to_report(scope)
+    assert scope.shield and scope.deadline == late.report_deadline
+
+
 async def test_a_report_hung_with_its_heartbeats_stops_at_the_lease_end(tmp_path: Path) -> None:
     ttl = 1.5
     async with tracker_behind_proxy(tmp_path / "rail.db") as (tracker, proxy):

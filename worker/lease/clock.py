@@ -21,11 +21,22 @@ The confirmed end is the earlier of ``sent + grant`` and the tracker's own ``exp
 read against our wall clock. A tracker clock behind ours only shortens the lease (safe); one far
 enough ahead to say "already expired" is taken for clock skew and ignored.
 
+A watched scope's deadline is armed when it can next matter, not always at once: every run is
+heartbeated a third of the TTL after it starts (the keeper's schedule, :mod:`worker.keeper`),
+and the heartbeat, sent, arms every scope's deadline (:meth:`LocalLease.heartbeat_sent`). So a
+scope watched while its end is more than half the TTL away waits for that heartbeat; one
+watched later, or after any heartbeat of the lease was sent, is armed at once. A task done
+before its first heartbeat (most) arms no timer: ~5 us of the event loop's CPU per run
+(docs/benchmarks.md). A final report after the executor needs no heartbeat while half the lease
+is left (:meth:`LeaseSession.heartbeat <worker.lease.LeaseSession.heartbeat>`), and sends one,
+arming its scope, once less is: at least a sixth of the TTL before the confirmed end.
+
 It may touch anyio's cancel scopes and the monotonic and wall clocks only: no tracker, no I/O.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from asyncio import get_running_loop
 
@@ -65,6 +76,7 @@ class LocalLease:
     work scopes follow the confirmed end, watched report scopes the latest end it may hold."""
 
     __slots__ = (
+        "_armed",
         "_flying",
         "_reports",
         "_scopes",
@@ -97,6 +109,7 @@ class LocalLease:
         #: The latest the tracker may hold the lease (the claim's answer came by now).
         self.held_until = max(self.expires_at, loop_time() + ttl_s)
         self._flying = 0  # heartbeats sent and not yet answered nor given up
+        self._armed = False  # a heartbeat was sent: scopes watched from now on get deadlines
         self._scopes: list[anyio.CancelScope] = []
         self._reports: list[anyio.CancelScope] = []
 
@@ -157,21 +170,34 @@ class LocalLease:
         self._follow()
 
     def _follow(self) -> None:
+        self._armed = True
         for scope in self._scopes:
             scope.deadline = self.deadline
         for scope in self._reports:
             scope.deadline = self.report_deadline
 
     # -- scopes ---------------------------------------------------------------------------------
+    def _arm_now(self, end: float) -> bool:
+        """Whether a scope watched now must get its deadline (``end``) at once: a heartbeat
+        was sent already, or ``end`` comes within half the TTL (else the run's first
+        heartbeat, due a third of the TTL after it started, arms it: the module docstring)."""
+        return self._armed or end - loop_time() <= self.ttl_s / 2
+
     def watch(self, scope: anyio.CancelScope) -> anyio.CancelScope:
-        """Give ``scope`` (work under the lease) the lease's deadline from now on; returns it."""
-        scope.deadline = self.deadline
+        """Give ``scope`` (work under the lease) the lease's deadline from now on (armed as
+        the module docstring says); returns it."""
+        deadline = self.deadline
+        if self._arm_now(deadline):
+            scope.deadline = deadline
         self._scopes.append(scope)
         return scope
 
     def watch_report(self, scope: anyio.CancelScope) -> anyio.CancelScope:
-        """Give ``scope`` (the final report) :attr:`report_deadline` from now on; returns it."""
-        scope.deadline = self.report_deadline
+        """Give ``scope`` (the final report) :attr:`report_deadline` from now on (armed as
+        the module docstring says); returns it."""
+        deadline = self.report_deadline
+        if self._arm_now(deadline):
+            scope.deadline = deadline
         self._reports.append(scope)
         return scope
 
@@ -181,7 +207,9 @@ class LocalLease:
         its executor and its report)."""
         self._scopes.remove(scope)
         scope.shield = True
-        scope.deadline = self.report_deadline
+        deadline = self.report_deadline
+        if scope.deadline != math.inf or self._arm_now(deadline):  # armed stays armed
+            scope.deadline = deadline
         self._reports.append(scope)
 
     def unwatch(self, scope: anyio.CancelScope) -> None:
