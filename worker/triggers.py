@@ -105,6 +105,8 @@ class PipelineBook:
     def __init__(self) -> None:
         self._by_id: dict[str, PipelineWays] = {}
         self._flights: dict[str, _Flight] = {}
+        # (pipeline id, stage) -> (role, the trigger chosen for its outcomes naming none)
+        self._choices: dict[tuple[str, str], tuple[RoleConfig, TriggerChoice]] = {}
 
     def cached(self, pipeline_id: str) -> PipelineWays | None:
         """The pipeline if it was fetched already."""
@@ -113,6 +115,26 @@ class PipelineBook:
     def forget(self, pipeline_id: str) -> None:
         """Drop the cached definition: the next :meth:`get` reads it again (a newer version)."""
         self._by_id.pop(pipeline_id, None)
+        self._choices.clear()
+
+    def choice(self, outcome: Transition, role: RoleConfig, task: Task) -> TriggerChoice | None:
+        """The trigger :func:`choose_trigger` chose before for an outcome naming none, of
+        ``role`` at the task's pipeline and stage (the same definition and role choose the
+        same), or None: choose it. Most runs of a role end at one stage with no trigger named:
+        one choice, not one per run."""
+        if outcome.trigger:
+            return None
+        known = self._choices.get((task.pipeline_id, task.stage))
+        return known[1] if known is not None and known[0] is role else None
+
+    def _remember(
+        self, role: RoleConfig, task: Task, pipeline: PipelineWays, choice: TriggerChoice
+    ) -> TriggerChoice:
+        # Not kept: no trigger (the refusal names the executor), or a stage the definition
+        # lacks (each run reads it again: a newer version may have added the stage).
+        if choice.trigger is not None and task.stage in pipeline.ways:
+            self._choices[(task.pipeline_id, task.stage)] = (role, choice)
+        return choice
 
     async def get(
         self, tracker: LeaseTracker, pipeline_id: str, *, policy: RetryPolicy, budget_s: float
@@ -247,6 +269,13 @@ async def choose_trigger(
         if role.default_trigger:
             return TriggerChoice(role.default_trigger, f"role {role.name}'s default_trigger")
         return TriggerChoice(FALLBACK_TRIGGER, _BUILT_IN)
+    return book._remember(role, task, pipeline, _from_definition(outcome, role, task, pipeline))
+
+
+def _from_definition(
+    outcome: Transition, role: RoleConfig, task: Task, pipeline: PipelineWays
+) -> TriggerChoice:
+    """The trigger for an outcome naming none, by the role's overrides and the definition."""
     name, stage = pipeline.name, task.stage
     ways = pipeline.ways.get(stage, ())
     for key in (f"{name}.{stage}", name):

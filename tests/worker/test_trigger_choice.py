@@ -167,3 +167,33 @@ async def test_an_unreachable_tracker_is_not_papered_over(tracker: Tracker) -> N
     with pytest.raises(TrackerUnavailable):
         await choose(down, note)
     assert (await choose(down, note, Transition("publish"))).trigger == "publish"
+
+
+async def test_a_choice_is_kept_per_stage_and_role_until_the_pipeline_is_read_again(
+    tracker: Tracker,
+) -> None:
+    book = PipelineBook()
+    edit = await task_in(tracker, "mag", EDIT)
+    role = RoleConfig(name="writer", executor="command", default_trigger="drop")
+    assert book.choice(Transition(), role, edit) is None  # nothing chosen yet
+    first = await choose_trigger(Transition(), role, edit, tracker, book, policy=FAST, budget_s=0.2)
+    assert first.trigger == "drop" and book.choice(Transition(), role, edit) is first
+    # An outcome naming its trigger, or another role's config, chooses for itself.
+    assert book.choice(Transition("approve"), role, edit) is None
+    other = RoleConfig(name="writer", executor="command", default_trigger="approve")
+    assert book.choice(Transition(), other, edit) is None
+    # A definition read again (pipeline apply, a refused trigger) chooses again.
+    book.forget(edit.pipeline_id)
+    assert book.choice(Transition(), role, edit) is None
+
+
+async def test_no_choice_is_kept_for_a_stage_the_definition_lacks(tracker: Tracker) -> None:
+    book = PipelineBook()
+    edit = await task_in(tracker, "mag", EDIT)
+    moved = edit.model_copy(update={"stage": "added-later"})
+    role = RoleConfig(name="writer", executor="command")
+    choice = await choose_trigger(
+        Transition(), role, moved, tracker, book, policy=FAST, budget_s=0.2
+    )
+    assert choice.trigger == "complete"
+    assert book.choice(Transition(), role, moved) is None  # the next run reads it again

@@ -161,12 +161,13 @@ class FinalReport:
         self, outcome: Transition, budget: float, events: list[tuple[str, Any]]
     ) -> RunResult:
         task, role = self._session.lease.task, self._role
-        choice = await choose_trigger(
+        pipelines = self._settings.pipelines
+        choice = pipelines.choice(outcome, role, task) or await choose_trigger(
             outcome,
             role,
             task,
             self._tracker,
-            self._settings.pipelines,
+            pipelines,
             policy=self._settings.retry,
             budget_s=budget,
         )

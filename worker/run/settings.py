@@ -4,12 +4,15 @@ Values only: built by the worker once per role and configuration, read by
 :class:`~worker.run.TaskRun` and its report.
 
 No I/O: it may use the lease, retry and trigger rooms' types (and the plugin API's report
-policy) to build a run's session and calls, and calls nothing itself.
+policy) to build a run's session and calls, and the run directories' default base
+(:func:`worker.workdirs.default_workdir_base`, read from the environment), and calls nothing
+itself.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from worker.lease.batch import ReportBatcher
 from worker.retry import RetryPolicy, TrackerCalls
 from worker.telemetry import NOOP, Telemetry
 from worker.triggers import PipelineBook
+from worker.workdirs import default_workdir_base
 
 __all__ = ["RunResult", "RunSettings"]
 
@@ -54,6 +58,7 @@ class RunSettings:
     parts: RailParts | None = field(default=None, compare=False)
     _calls: TrackerCalls = field(init=False, repr=False, compare=False)
     _report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
+    _workdir_prefix: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Built once for all the runs of these settings (values: every run would build equal ones).
@@ -66,6 +71,16 @@ class RunSettings:
     def calls(self) -> TrackerCalls:
         """The retry policy and the key rule of every call a run makes."""
         return self._calls
+
+    def workdir_of(self, name: str) -> str:
+        """The path of the run directory ``name`` under the prepared base (the default base
+        when none was given): the base is read once for all the runs of these settings."""
+        prefix = self._workdir_prefix
+        if prefix is None:
+            base = self.workdir_base or default_workdir_base()[0]
+            prefix = os.path.join(base, "")  # the base and one separator
+            object.__setattr__(self, "_workdir_prefix", prefix)
+        return prefix + name
 
     @property
     def report_policy(self) -> ReportPolicy:

@@ -34,7 +34,6 @@ transition that led the task to its stage (:func:`instructions_for`).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -387,7 +386,7 @@ class TaskRun:
     def _workdir_path(self) -> str:
         # Named after the run id (unique; hashed when it is not one safe path component),
         # created only if the executor asks for it.
-        return os.path.join(self._workdir_base(), workdir_name(self.lease.run.id))
+        return self.settings.workdir_of(workdir_name(self.lease.run.id))
 
     def _kill_by(self) -> float:
         """When the run's processes must be dead: half the safety margin before the lease ends."""
