@@ -1,23 +1,39 @@
 """The worker's own cost per task, with the tracker taken out of the picture.
 
-    python -m bench.worker_overhead [--tasks 5000] [--concurrency 10]
+    python -m bench.worker_overhead [--tasks 5000] [--concurrency 10] [--rail plain|batched]
+                                    [--rounds 1] [--ab ROOT]
 
 A stub tracker answers every claim with the same lease and every transition at once, so what is
 left is the worker: slots, claim loop, one task per claimed run, the lease keeper, reporting,
-retry wrappers. Compare with ``python -m bench.worker`` (real embedded tracker) to see which side
-bounds throughput. A benchmark double only: tests always use the real embedded tracker.
+retry wrappers. ``--rail plain`` (the default) is a plain NullTickets server's shape (one lease
+per ``claim``, one ``transition`` per report, idempotency keys); ``--rail batched`` the
+embedded rail's (``claim_many`` for every free slot, reports batched into ``finish_many``, no
+keys), with no database behind it: the event loop's own CPU per task, start-up excluded, in one
+process and one thread (so steadier than ``python -m bench.worker`` on a busy machine). Compare
+with ``python -m bench.worker`` (real embedded tracker) to see which side bounds throughput.
+``--ab ROOT`` runs this stub over the worker of the source tree ROOT and of this tree in turn,
+``--rounds`` times each, and prints both sides' medians. A benchmark double only: tests always
+use the real embedded tracker.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from plugins.api import ExecutionContext, Outcome, Transition
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import Unsupported
 from tracker_client.models import Health, Lease, Pipeline, Run, Task, TransitionResult
 from worker.config.models import RoleConfig, WorkerConfig
@@ -83,14 +99,40 @@ class _StubTracker:
         raise Unsupported("stub")  # a draining worker then relies on its own retry times
 
 
+class _BatchedStub(_StubTracker):
+    """The embedded rail's shape: ``claim_many`` and ``finish_many`` declared, no keys."""
+
+    async def capabilities(self) -> Capabilities:
+        return Capabilities(
+            max_lease_ttl_ms=None,
+            answers_can_be_lost=False,
+            extensions=frozenset({"claim_many", "finish_many"}),
+        )
+
+    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Lease]:
+        n: int = args[3] if len(args) > 3 else kwargs["n"]
+        await anyio.lowlevel.checkpoint()
+        got = max(0, min(n, self.left))
+        self.left -= got
+        return [_LEASE] * got
+
+    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishResult]:
+        await anyio.lowlevel.checkpoint()
+        return [FinishResult(event_ids=[], transition=_MOVED) for _ in items]
+
+
+_MOVED = TransitionResult(previous_stage="todo", new_stage="done", trigger="complete")
+
+
 class _Noop:
     async def execute(self, ctx: ExecutionContext) -> Outcome:
         return Transition()
 
 
-async def _main(tasks: int, concurrency: int) -> None:
+async def _main(tasks: int, concurrency: int, rail: str) -> None:
+    stub = _BatchedStub(tasks) if rail == "batched" else _StubTracker(tasks)
     worker = Worker(
-        _StubTracker(tasks),  # type: ignore[arg-type]
+        stub,  # type: ignore[arg-type]
         WorkerConfig(agent_id="bench", concurrency=concurrency, drain=True, idle_min_s=0.01),
         [Role(RoleConfig(name="b", executor="noop"), _Noop())],
     )
@@ -98,9 +140,52 @@ async def _main(tasks: int, concurrency: int) -> None:
     await worker.run()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(
-        f"worker alone, {tasks} no-op tasks, concurrency {concurrency}: "
-        f"{tasks / wall:.0f} tasks/s, {cpu / tasks * 1e6:.0f} us CPU per task"
+        f"worker alone ({rail} rail), {tasks} no-op tasks, concurrency {concurrency}: "
+        f"{tasks / wall:.0f} tasks/s, {cpu / tasks * 1e6:.1f} us CPU per task",
+        flush=True,
     )
+
+
+_FIGURES = re.compile(r"(\d+) tasks/s, ([\d.]+) us CPU per task")
+
+
+def _ab(old: Path, args: argparse.Namespace) -> None:
+    """This benchmark in a ``python`` of the source tree ``old`` (A) and of this one (B)."""
+    runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+    for rnd in range(args.rounds):
+        for side in ("A", "B") if rnd % 2 == 0 else ("B", "A"):
+            tree = str(old if side == "A" else ROOT)
+            # This file's stub and loop, over the worker of ``tree`` (first on the path).
+            code = f"import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path({__file__!r}, "
+            code += "run_name='__main__')"
+            done = subprocess.run(
+                [sys.executable, "-c", code, "overhead", *_own_args(args)],
+                env={**os.environ, "PYTHONPATH": tree},
+                cwd=tree,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            found = _FIGURES.search(done.stdout)
+            if found is None:
+                raise SystemExit(f"no figures in {tree}'s output: {done.stdout!r}")
+            runs[side].append((float(found[1]), float(found[2])))
+            print(f"round {rnd + 1} {side}: {done.stdout.strip()}", flush=True)
+    (ta, ca), (tb, cb) = (
+        (statistics.median(r[0] for r in runs[s]), statistics.median(r[1] for r in runs[s]))
+        for s in ("A", "B")
+    )
+    print(f"A: {old}\nB: {ROOT}\nmedians of {args.rounds} round(s), {args.tasks} tasks each")
+    print(f"tasks/s A {ta:.0f} B {tb:.0f} (B/A {tb / ta:.2f})")
+    print(f"us CPU per task A {ca:.1f} B {cb:.1f} (A/B {ca / cb:.2f})")
+
+
+def _own_args(args: argparse.Namespace) -> list[str]:
+    return ["--tasks", str(args.tasks), "--concurrency", str(args.concurrency), "--rail", args.rail]
+
+
+#: This source tree.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -108,8 +193,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--rail", choices=("plain", "batched"), default="plain")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per side with --ab")
+    parser.add_argument(
+        "--ab",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="before/after in one run: the source tree ROOT (A) and this tree (B) in turn",
+    )
     args = parser.parse_args()
-    anyio.run(_main, args.tasks, args.concurrency)
+    if args.ab is not None:
+        if not (args.ab / "worker" / "__main__.py").is_file():
+            parser.error(f"--ab {args.ab}: not a source tree of this project (no worker/)")
+        _ab(args.ab, args)
+        return
+    anyio.run(_main, args.tasks, args.concurrency, args.rail)
 
 
 if __name__ == "__main__":

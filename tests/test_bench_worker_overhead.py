@@ -1,0 +1,54 @@
+"""``bench.worker_overhead``: the worker over a stub rail, in the plain and the batched shape.
+
+The figures are not asserted (a benchmark, not a test); what is pinned is that both rail
+shapes drain every task through a real :class:`~worker.daemon.Worker`, that ``--ab ROOT`` runs
+the stub over that tree's worker beside this one's, and that a ROOT which is not a source tree
+of this project is refused by name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.worker_overhead", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("rail", ["plain", "batched"])
+def test_each_rail_shape_drains_through_a_worker(rail: str) -> None:
+    done = _bench("--rail", rail, "--tasks", "200")
+    assert done.returncode == 0, done.stderr
+    assert re.search(
+        rf"worker alone \({rail} rail\), 200 no-op tasks, concurrency 10: \d+ tasks/s, "
+        r"[\d.]+ us CPU per task",
+        done.stdout,
+    ), done.stdout
+
+
+def test_ab_runs_the_stub_over_both_trees_workers() -> None:
+    done = _bench("--rail", "batched", "--tasks", "100", "--ab", str(ROOT), "--rounds", "1")
+    assert done.returncode == 0, done.stderr
+    assert sorted(re.findall(r"^round 1 ([AB]): worker alone", done.stdout, re.M)) == ["A", "B"]
+    assert re.search(r"^us CPU per task A [\d.]+ B [\d.]+ \(A/B [\d.]+\)$", done.stdout, re.M)
+
+
+def test_ab_refuses_a_root_that_is_not_a_source_tree(tmp_path: Path) -> None:
+    done = _bench("--ab", str(tmp_path))
+    assert done.returncode == 2
+    assert f"--ab {tmp_path}: not a source tree of this project" in done.stderr
