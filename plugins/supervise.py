@@ -39,6 +39,8 @@ TRACEBACK_TAIL_CHARS = 4000
 def timeout_of(task: Task, role_timeout_s: float | None) -> float | None:
     """The task's time limit: its ``metadata.timeout_s`` when positive, else the role's."""
     meta = task.metadata
+    if not meta:  # most tasks: no metadata to look into
+        return role_timeout_s
     if isinstance(meta, Mapping):
         value = meta.get("timeout_s")
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:

@@ -100,8 +100,12 @@ class LeaseKeeper:
 
     def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
         due = now + interval
-        self._tick = min(self._tick, interval)
-        self._queues.setdefault((kind, interval), {})[run] = due
+        if interval < self._tick:
+            self._tick = interval
+        queue = self._queues.get((kind, interval))
+        if queue is None:
+            queue = self._queues[(kind, interval)] = {}
+        queue[run] = due
         if due < self._sleep_until:
             self._wake.set()
 

@@ -103,23 +103,26 @@ class LocalLease:
         #: What one heartbeat that lands grants, from its arrival at the tracker.
         self.grant_s = ttl_s if heartbeat_grant_s is None else max(ttl_s, heartbeat_grant_s)
         self.margin_s = safety_margin_s(ttl_s)
-        self.expires_at = self._end(sent_at, tracker_expires_ms, ttl_s)
+        now = loop_time()
+        self.expires_at = self._end(sent_at, tracker_expires_ms, ttl_s, now)
         #: When the tracker last confirmed the lease (the send time of that claim or heartbeat).
         self.confirmed_at = sent_at
         #: The latest the tracker may hold the lease (the claim's answer came by now).
-        self.held_until = max(self.expires_at, loop_time() + ttl_s)
+        self.held_until = max(self.expires_at, now + ttl_s)
         self._flying = 0  # heartbeats sent and not yet answered nor given up
         self._armed = False  # a heartbeat was sent: scopes watched from now on get deadlines
         self._scopes: list[anyio.CancelScope] = []
         self._reports: list[anyio.CancelScope] = []
 
     @staticmethod
-    def _end(sent_at: float, tracker_expires_ms: int | None, granted_s: float) -> float:
+    def _end(
+        sent_at: float, tracker_expires_ms: int | None, granted_s: float, now: float | None = None
+    ) -> float:
         end = sent_at + granted_s
         if tracker_expires_ms is not None:
             left = tracker_expires_ms / 1000 - time.time()
             if 0 < left < granted_s:  # else: skew, or the grant is the earlier end anyway
-                end = min(end, loop_time() + left)
+                end = min(end, (loop_time() if now is None else now) + left)
         return end
 
     @property

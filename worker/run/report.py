@@ -112,7 +112,13 @@ class FinalReport:
     async def _report(self, hooks: ContextHooks, outcome: Outcome) -> RunResult:
         budget = self._settings.report_retry_budget_s
         try:
-            events = await self._last_events(hooks)
+            # The run's buffered events ride with the report where reports are batched (one
+            # item, one request): taken here, with no await, in the common case.
+            taken = hooks.take_reports() if self._session.reports is not None else None
+            if taken is not None and len(taken) < MAX_FINISH_EVENTS:
+                events = taken
+            else:
+                events = await self._last_events(hooks, taken)
             if self._session.checkpoint_pending():  # else nothing to write (most runs)
                 await self._checkpoint()
             if isinstance(outcome, Transition):
@@ -136,14 +142,14 @@ class FinalReport:
             self._log.error("final report failed: %s", exc, extra={"action": "report_failed"})
             return RunResult("report_failed", str(exc))
 
-    async def _last_events(self, hooks: ContextHooks) -> list[tuple[str, Any]]:
-        """The run's buffered events, to go with the report where reports are batched (one
-        item, one request); else (or while a flush is in flight) flushed now, and none."""
-        if self._session.reports is not None:
-            taken = hooks.take_reports()
-            if taken is not None and len(taken) < MAX_FINISH_EVENTS:
-                return taken
-            await self._session.add_events(taken or ())
+    async def _last_events(
+        self, hooks: ContextHooks, taken: list[tuple[str, Any]] | None
+    ) -> list[tuple[str, Any]]:
+        """The run's buffered events when they cannot ride with the report (reports not
+        batched, a flush in flight: ``taken`` None; or too many taken): written now, and
+        none left for the report."""
+        if taken:
+            await self._session.add_events(taken)
         await hooks.flush()
         return []
 
