@@ -4,7 +4,7 @@
                                     [--rounds 1] [--ab ROOT]
 
 A stub tracker answers every claim with the same lease and every transition at once, so what is
-left is the worker: slots, claim loop, one task per claimed run, the lease keeper, reporting,
+left is the worker: slots, claim loop, the tasks claims and runs go to, the lease keeper, reporting,
 retry wrappers. ``--rail plain`` (the default) is a plain NullTickets server's shape (one lease
 per ``claim``, one ``transition`` per report, idempotency keys); ``--rail batched`` the
 embedded rail's (``claim_many`` for every free slot, reports batched into ``finish_many``, no
