@@ -173,15 +173,26 @@ class Claimer:
             # Each slot is borrowed on behalf of its own token, so the task that claims and
             # runs with it (not this loop) can hand it back.
             slot = object()
-            await self._in_flight.slots.acquire_on_behalf_of(slot)
+            slots = self._in_flight.slots
+            if self._book.claim_many:
+                # The limiter's scheduling pass lets the runs ending in this same pass give
+                # their slots back first: they join this claim (one claim_many for them all).
+                await slots.acquire_on_behalf_of(slot)
+            else:
+                # One lease per claim: a free slot claims at once, with no pass in between
+                # (the loop yields at the latest when ``width`` claims are out: SETTLE).
+                try:
+                    slots.acquire_on_behalf_of_nowait(slot)
+                except anyio.WouldBlock:
+                    await slots.acquire_on_behalf_of(slot)
             # On a rail with ``claim_many``, every slot free now joins this claim.
-            slots = [slot, *self._free_slots()] if self._book.claim_many else [slot]
-            tickets = [pacing.claim_started() for _ in slots]
+            taken = [slot, *self._free_slots()] if self._book.claim_many else [slot]
+            tickets = [pacing.claim_started() for _ in taken]
             if tickets[0].first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle
                 # wait at once.
                 self._watch.forget()
-            runners.start(self._claim_and_run, slots, tickets, runners)
+            runners.start(self._claim_and_run, taken, tickets, runners)
 
     def _free_slots(self) -> list[object]:
         """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
