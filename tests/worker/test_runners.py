@@ -9,7 +9,7 @@ from tracker_client.protocol import Tracker
 from worker.daemon import Worker
 from worker.daemon.runners import Runners
 
-from .conftest import add_tasks, role, worker_config
+from .conftest import add_tasks, role, wait_until, worker_config
 from .test_daemon import stage_counts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -30,12 +30,10 @@ async def test_jobs_go_to_parked_tasks() -> None:
         assert runners.spawned == 3  # none parked yet: one task each
         for gate in gates:
             gate.set()
-        while runners.parked < 3:
-            await anyio.sleep(0.001)
+        await wait_until(lambda: runners.parked == 3)
         for i in range(3, 9):  # the gates are open: each job returns at once
             runners.start(job, i)
-            while runners.parked < 3:
-                await anyio.sleep(0.001)
+            await wait_until(lambda: runners.parked == 3)
         assert runners.spawned == 3  # the parked tasks ran them all
         runners.close()  # the parked tasks end: the group exits
     assert sorted(done) == list(range(9))
@@ -63,8 +61,7 @@ async def test_a_cancelled_group_ends_its_parked_tasks() -> None:
         async with anyio.create_task_group() as tg:
             runners = Runners(tg)
             runners.start(job)
-            while runners.parked < 1:
-                await anyio.sleep(0.001)
+            await wait_until(lambda: runners.parked == 1)
             tg.cancel_scope.cancel()
     assert runners.parked == 0
 
