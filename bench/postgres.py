@@ -10,7 +10,9 @@ The no-op drain of :mod:`bench.worker` (real ``python -m worker run --drain`` pr
 its stock durability (:class:`bench.peers_setup.StockPgServer`: every commit flushed; the
 settings are printed), with 1 and 2 worker processes; ``embedded1`` is :mod:`bench.worker`'s
 one-process drain on SQLite for the peak-RSS comparison. Throughput is measured on the rail's
-own timestamps (first claim -> last transition), peak RSS and CPU per task from ``wait4``.
+own timestamps (first claim -> last transition), peak RSS and CPU per task from ``wait4``, that
+CPU split between the worker processes' main threads (the event loop) and their other threads
+(the pool's, the wake-up listener's; :class:`bench.worker.ThreadCpu`).
 ``procrastinate1``/``2`` are procrastinate's workers on the same server in the same run
 (:func:`bench.peers.procrastinate_drain`, the ``bench`` extra: ``pip install -e '.[bench]'``);
 the last column is each PostgreSQL rail row against procrastinate's with as many processes.
@@ -39,7 +41,7 @@ import anyio
 
 from bench.peers_setup import StockPgServer, pg_settings
 from bench.rss import reap
-from bench.worker import PIPELINE, _drain, _spawn, noop_config
+from bench.worker import PIPELINE, ThreadCpu, _drain, _spawn, noop_config
 from tests.postgres.server import PgServer, find_bindir
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -110,7 +112,9 @@ def _pg_drain(
     cpu = _server_cpu_s(server)
     wall = time.perf_counter()
     workers = [_spawn_in(config, root) for _ in range(procs)]
+    threads = ThreadCpu([w.pid for w in workers])
     reaped = reap(workers)
+    loop_cpu, other_cpu = threads.stop()
     wall = time.perf_counter() - wall
     cpu = _server_cpu_s(server) - cpu
     with psycopg.connect(server.url) as conn:
@@ -131,6 +135,8 @@ def _pg_drain(
         "wall_s": wall,
         "peak_rss_mib": max(rss for rss, _ in reaped),
         "cpu_us_per_task": sum(cpu for _, cpu in reaped) / done * 1e6 if done else 0.0,
+        "loop_us_per_task": loop_cpu / done * 1e6 if done else 0.0,
+        "threads_us_per_task": other_cpu / done * 1e6 if done else 0.0,
         "server_cpu_us_per_task": cpu / done * 1e6 if done else 0.0,
         "exit_codes": [p.returncode for p in workers],
     }
@@ -212,10 +218,10 @@ def main() -> None:
     }
     print(f"PostgreSQL rail through {_psycopg_impl()}")
     print(
-        "| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | server CPU us/task "
-        "| x procrastinate | tasks/s per round |"
+        "| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | loop thread us/task "
+        "| other threads us/task | server CPU us/task | x procrastinate | tasks/s per round |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for rows in runs.values():
         first = rows[0]
         rate = _median(rows, "tasks_per_s")
@@ -226,9 +232,15 @@ def main() -> None:
         print(
             f"| {first['rail']} | {first['procs']} | {first['done']} | {rate:.0f} | "
             f"{_median(rows, 'peak_rss_mib'):.1f} | {_median(rows, 'cpu_us_per_task'):.0f} | "
+            f"{_cell(rows, 'loop_us_per_task')} | {_cell(rows, 'threads_us_per_task')} | "
             f"{f'{server_cpu:.0f}' if server_cpu else '-'} | {shown} | "
             f"{each} |"
         )
+
+
+def _cell(rows: list[dict[str, Any]], key: str) -> str:
+    """A per-thread CPU column's median (``-`` for a phase that does not sample threads)."""
+    return f"{_median(rows, key):.0f}" if any(key in r for r in rows) else "-"
 
 
 def _psycopg_impl() -> str:
