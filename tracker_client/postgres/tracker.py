@@ -129,6 +129,13 @@ MOVE_FIELDS = (
 _MANY_CALL = STATEMENTS["hot.finish_many_tx"]
 #: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
 _ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
+#: A move worked out (:meth:`PostgresTracker._plan_of`): its pipeline, the stage it leads to,
+#: that stage's role, whether it is terminal, the ``transition`` event's JSON text and the
+#: answer (a frozen model: one for every run making the move).
+_Move = tuple[Any, str, str | None, int, str, TransitionResult]
+#: The JSON text of ``bw_finish_many_tx``'s items (one encoder: ``json.dumps`` with options
+#: builds a new one on each call).
+_ENCODE_ITEMS = json.JSONEncoder(separators=(",", ":")).encode
 #: The fields of a transition item that one round trip writes (any other: the rail's path).
 _PLAIN_FIELDS = frozenset(
     {"trigger", "expected_stage", "expected_task_version", "instructions", "usage", "wait_for"}
@@ -148,7 +155,7 @@ class PostgresTracker(Rail[PgEngine]):
         #: run id -> (pipeline, stage) of the leases this instance handed out (see the module).
         self._leased: dict[str, tuple[str, str]] = {}
         #: (pipeline, stage, trigger) -> a move worked out (see :meth:`_plan_of`).
-        self._moves: dict[tuple[str, str, str], tuple[Any, str, str | None, int, str]] = {}
+        self._moves: dict[tuple[str, str, str], _Move] = {}
         #: (stage, new stage, trigger) -> a plain transition's recorded ``finish`` answer.
         self._answers: dict[tuple[str, str, str], str] = {}
 
@@ -521,10 +528,9 @@ class PostgresTracker(Rail[PgEngine]):
             move = self._plan_of(pipeline, pid, stage, trigger, instructions)
             if move is None:
                 return None
-        _, to, role, terminal, event = move
+        _, to, role, terminal, event, result = move
         if not budgets.one_trip_ok(pipeline, stage, to, usage):
             return None  # a budget to check (docs/operate/budgets.md): the rail's transition
-        result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
         try:
             usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
             args, answer = record(result)
@@ -553,10 +559,9 @@ class PostgresTracker(Rail[PgEngine]):
 
     def _plan_of(
         self, pipeline: Any, pid: str, stage: str, trigger: str, instructions: str | None
-    ) -> tuple[Any, str, str | None, int, str] | None:
-        """The move ``trigger`` makes from ``stage``: (its pipeline, the stage it leads to, that
-        stage's role, whether it is terminal, the ``transition`` event's JSON text); None when
-        the pipeline has no such move or the event cannot be stored. Kept per (pipeline,
+    ) -> _Move | None:
+        """The move ``trigger`` makes from ``stage`` (see :data:`_Move`); None when the
+        pipeline has no such move or the event cannot be stored. Kept per (pipeline,
         stage, trigger) for runs reporting no instructions of their own (nearly all: the
         event is then the same for every run making the move), while the pipeline is the
         cached one it was worked out from."""
@@ -571,7 +576,8 @@ class PostgresTracker(Rail[PgEngine]):
             )
         except TrackerError:
             return None  # the embedded path refuses it, in its own order
-        planned = (pipeline, to, pipeline.role_of(to), int(pipeline.is_terminal(to)), event)
+        result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+        planned = (pipeline, to, pipeline.role_of(to), int(pipeline.is_terminal(to)), event, result)
         if instructions is None:
             moves = self._moves
             if len(moves) >= REMEMBERED:
@@ -607,11 +613,14 @@ class PostgresTracker(Rail[PgEngine]):
         moved = item.transition
         if item.events or moved is None or item.fail is not None:
             return None
-        try:
-            parts = prepare(item.events, moved, None)
-        except TrackerError:
-            return None
-        plain, body, _ = parts
+        if type(moved) is dict and type(item.events) is tuple:  # the worker's: no events
+            plain: list[dict[str, Any]] = []
+            body: dict[str, Any] | None = dict(moved)  # what prepare makes of them
+        else:
+            try:
+                plain, body, _ = prepare(item.events, moved, None)
+            except TrackerError:
+                return None
         assert body is not None
         if not _PLAIN_FIELDS.issuperset(body):
             return None
@@ -651,8 +660,12 @@ class PostgresTracker(Rail[PgEngine]):
     async def _one_trip_many(self, params: list[dict[str, Any]]) -> list[bool]:
         """``bw_finish_many_tx`` over the planned items: per item whether it was written (all
         False when the call declined: nothing written)."""
-        items = [{f: p[f] for f in _ITEM_FIELDS} for p in params]
-        text = json.dumps(items, separators=(",", ":"))
+        items = []
+        for p in params:  # an item is bw_move's fields but the batch's now (_ITEM_FIELDS)
+            item = dict(p)
+            del item["now"]
+            items.append(item)
+        text = _ENCODE_ITEMS(items)
         try:
             found = await self._engine.pairs.finish(
                 _MANY_CALL,

@@ -258,6 +258,8 @@ def _loads(text: Any, what: str, where: str, *, strict: bool) -> Any:
     """Parse a stored JSON column. A value that does not parse, or is nested deeper than any
     write stores (and than the answers' encoder can carry), is refused (``strict``: a claim
     must not hand it out) or shown as ``{"_corrupt": "..."}`` (reads keep listing the rest)."""
+    if text == "{}":  # the usual metadata: no parse, nothing nested
+        return {}
     try:
         if not isinstance(text, str | bytes):
             raise TypeError(f"a {type(text).__name__}, not text")
