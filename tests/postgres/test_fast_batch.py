@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import psycopg
 import pytest
 
@@ -23,6 +24,7 @@ from tests.postgres.server import PgServer, fresh_schema_url
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import Conflict, LeaseLost, TrackerUnavailable
 from tracker_client.factory import open_tracker
+from tracker_client.postgres import aio
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -283,3 +285,44 @@ async def test_without_the_lane_the_hot_calls_run_on_the_pool(
         )  # replayed from the records
     finally:
         await tracker.aclose()
+
+
+async def test_a_full_lane_queues_calls_in_turn_and_hands_each_slot_on(pg_server: PgServer) -> None:
+    """More calls than the lane's connections: the rest wait, first come first served, never
+    more in flight than its size; a call that fails hands its slot on all the same."""
+    lane = aio.Lane(pg_server.url, {"autocommit": True}, 2, lambda conn: None)
+    started: list[int] = []
+    in_flight = most = 0
+
+    async def job(i: int, conn: psycopg.AsyncConnection[Any]) -> int:
+        nonlocal in_flight, most
+        started.append(i)
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await conn.execute("SELECT pg_sleep(0.05)")
+            if i == 2:
+                await conn.execute("SELECT 1/0")  # fails: its slot goes to the next call
+        finally:
+            in_flight -= 1
+        return i
+
+    answers: dict[int, Any] = {}
+
+    async def call(i: int) -> None:
+        try:
+            answers[i] = await lane.run(lambda conn: job(i, conn))
+        except psycopg.errors.DivisionByZero:
+            answers[i] = "failed"
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(call, i)
+                await anyio.lowlevel.checkpoint()  # each call asks in this order
+    finally:
+        lane.close()
+    # the first two open a connection each (in either order), the rest take turns
+    assert sorted(started[:2]) == [0, 1] and started[2:] == [2, 3, 4]
+    assert most == 2
+    assert answers == {0: (True, 0), 1: (True, 1), 2: "failed", 3: (True, 3), 4: (True, 4)}

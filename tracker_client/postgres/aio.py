@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -56,9 +57,12 @@ class Lane:
         self.size = size
         self._configure = configure
         self._idle: list[psycopg.AsyncConnection[Any]] = []
+        #: Calls holding a connection slot (at most :attr:`size`).
         self._busy = 0
+        #: Calls waiting for a slot, first come first served (each woken with the slot of the
+        #: call that ended: see :meth:`_release`).
+        self._queue: deque[anyio.Event] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._free: anyio.Semaphore | None = None
         self._closed = False
 
     def _bind(self) -> bool:
@@ -70,8 +74,25 @@ class Lane:
             return False
         self._drop_idle()
         self._loop = loop
-        self._free = anyio.Semaphore(self.size)
         return True
+
+    async def _acquire(self) -> None:
+        """Take a slot, waiting while :attr:`size` calls are in flight. A free slot is taken
+        without a scheduling pass (``anyio.Semaphore`` makes one on every acquire: ~50 us of
+        CPU per call, measured on a call waiting 1.5 ms for its answer)."""
+        if self._busy < self.size and not self._queue:
+            self._busy += 1
+            return
+        turn = anyio.Event()
+        self._queue.append(turn)
+        await turn.wait()  # shielded by the caller; the slot is handed over by _release
+
+    def _release(self) -> None:
+        """Hand the slot to the first waiting call, or free it."""
+        if self._queue:
+            self._queue.popleft().set()
+        else:
+            self._busy -= 1
 
     async def _get(self) -> psycopg.AsyncConnection[Any]:
         while self._idle:
@@ -100,22 +121,19 @@ class Lane:
         from cancellation, as a thread's call is: it ends, and its answer is read."""
         if self._closed or not self._bind():
             return False, None
-        free = self._free
-        assert free is not None
         result: Any = None
         with anyio.CancelScope(shield=True):
-            async with free:
-                self._busy += 1
-                conn: psycopg.AsyncConnection[Any] | None = None
-                healthy = False
-                try:
-                    conn = await self._get()
-                    result = await job(conn)
-                    healthy = True
-                finally:
-                    self._busy -= 1
-                    if conn is not None:
-                        self._put(conn, healthy)
+            await self._acquire()
+            conn: psycopg.AsyncConnection[Any] | None = None
+            healthy = False
+            try:
+                conn = await self._get()
+                result = await job(conn)
+                healthy = True
+            finally:
+                if conn is not None:
+                    self._put(conn, healthy)
+                self._release()
         return True, result
 
     def _drop_idle(self) -> None:
