@@ -68,6 +68,9 @@ NEVER = (
     "psycopg",
     "plugins.command.executor",
     "plugins.nullclaw.executor",
+    # issue 31 (memory): the child-process machinery, for the executors that spawn (~0.5 MiB);
+    # the run reads only its kill-deadline variable (plugins.proc.guard)
+    "plugins.proc.process",
     # issue 31 (memory): cronsim is read only where a schedule is (the config's
     # [[schedules]], a due schedule)
     "cronsim",

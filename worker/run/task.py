@@ -43,7 +43,7 @@ import anyio
 
 from plugins.api import ExecutionContext, Executor, Failure, Outcome
 from plugins.context_hooks import ContextHooks
-from plugins.proc.process import kill_deadline
+from plugins.proc.guard import kill_deadline
 from plugins.supervise import call_executor, timeout_of
 from tracker_client.agent_models import Upstream
 from tracker_client.errors import TrackerError, Unsupported, ValidationFailed
