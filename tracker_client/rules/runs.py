@@ -10,24 +10,34 @@ import hmac
 import random
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
 from tracker_client.bounds import MAX_DURATION_MS
-from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
+from tracker_client.errors import (
+    Conflict,
+    InvalidTransition,
+    LeaseLost,
+    TrackerError,
+    ValidationFailed,
+)
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
 from tracker_client.rules import budgets, fanin
 from tracker_client.rules.common import MIB, Ctx, dumps
+from tracker_client.rules.pipelines import PipelineDef, TransitionDef
 from tracker_client.rules.versions import landing, task_pipeline
 
 __all__ = [
+    "PlainMove",
     "add_event",
     "check_lease",
     "dead_letter",
     "dead_letter_if_upstream_dead",
     "fail",
+    "plain_move",
     "token_hash",
     "transition",
+    "write_moves",
 ]
 
 
@@ -84,23 +94,17 @@ def _usage(usage: Any) -> str | None:
     return None if usage is None else dumps(usage, "usage", max_bytes=MIB)
 
 
-def transition(
+def _judged(
     ctx: Ctx,
     run_id: str,
     token_sha256: str,
     trigger: str,
     expected_stage: str | None,
     expected_task_version: int | None,
-    instructions: str | None,
-    usage: Any,
-    wait_for: Sequence[str] = (),
-) -> TransitionResult:
-    """Complete the run and move its task along ``trigger``; errors leave everything unchanged.
-
-    ``wait_for`` (extension ``fan_in``): the task then waits for these tasks, the edges added
-    here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
-    resolves: the task is dead-lettered at once (the upstream-failure rule).
-    """
+) -> tuple[sqlite3.Row, PipelineDef, TransitionDef]:
+    """A transition's checks, in their order (the lease, the expected stage and version, the
+    move): the lease's row, the pipeline version it is judged under and the move; the error
+    refusing it otherwise. Reads only."""
     task = check_lease(ctx, run_id, token_sha256)
     stage = task["stage"]
     if expected_stage is not None and expected_stage != stage:
@@ -124,6 +128,30 @@ def transition(
             + (", ".join(repr(t) for t in allowed) or "none"),
             allowed=allowed,
         )
+    return task, pipeline, move
+
+
+def transition(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    trigger: str,
+    expected_stage: str | None,
+    expected_task_version: int | None,
+    instructions: str | None,
+    usage: Any,
+    wait_for: Sequence[str] = (),
+) -> TransitionResult:
+    """Complete the run and move its task along ``trigger``; errors leave everything unchanged.
+
+    ``wait_for`` (extension ``fan_in``): the task then waits for these tasks, the edges added
+    here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
+    resolves: the task is dead-lettered at once (the upstream-failure rule).
+    """
+    task, pipeline, move = _judged(
+        ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version
+    )
+    stage = task["stage"]
     usage_text = _usage(usage)
     edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
     now = ctx.now
@@ -158,6 +186,86 @@ def transition(
         fanin.add_edges(ctx, task["id"], edges)
         dead_letter_if_upstream_dead(ctx, task["id"])
     return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+
+
+class PlainMove(NamedTuple):
+    """A plain transition checked and worked out, not written yet (:func:`plain_move`)."""
+
+    run_id: str
+    seq: int
+    task_id: str
+    to: str
+    role: str | None
+    terminal: int
+    #: The pipeline version to record on the task (None: unchanged).
+    version: int | None
+    usage: str | None
+    #: The ``transition`` event's data, as stored.
+    event: str
+    result: TransitionResult
+
+
+def plain_move(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    trigger: Any,
+    expected_stage: Any,
+    expected_task_version: Any,
+    instructions: Any,
+    usage: Any,
+) -> PlainMove | None:
+    """:func:`transition` of a run whose move needs nothing but its own rows written (no
+    ``wait_for``, no budget to count, no log line to queue): checked as :func:`transition`
+    checks it (raising its errors) and worked out, but not written (:func:`write_moves`).
+    None when :func:`transition` must write it itself (a budget to count, logging on, the
+    task's own budgets, a value it would refuse): reads only, so a caller may go on with
+    :func:`transition` after None or an error."""
+    if ctx.will_log("task_finished"):
+        return None  # the line names the role's depth after each move, in order
+    task, pipeline, move = _judged(
+        ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version
+    )
+    stage = task["stage"]
+    if task["budgets"] is not None:
+        return None  # the task's own budgets: transition reads and counts them
+    try:
+        usage_text = _usage(usage)
+        lands = landing(ctx, task, pipeline, move.to_state)
+        to = lands.stage
+        text = instructions if instructions is not None else (move.instructions or "")
+        data = dumps(
+            {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
+        )
+    except TrackerError:
+        return None  # transition refuses it, in its own order
+    if not budgets.one_trip_ok(pipeline, stage, to, usage):
+        return None  # a budget to check and count (docs/operate/budgets.md)
+    return PlainMove(
+        run_id,
+        task["seq"],
+        task["id"],
+        to,
+        lands.role,
+        int(lands.terminal),
+        lands.version,
+        usage_text,
+        data,
+        TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger),
+    )
+
+
+def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
+    """Write moves worked out by :func:`plain_move` (of distinct runs and tasks), each as
+    :func:`transition` writes it: the run completed, the task moved (its version recorded),
+    the ``transition`` event appended, in the moves' order."""
+    now = ctx.now
+    for m in moves:
+        ctx.exec("runs.complete", (now, m.usage, m.run_id))
+        ctx.exec("runs.move", (m.to, now, m.role, m.terminal, m.seq))
+        if m.version is not None:
+            ctx.exec("pipelines.set_task_version", (m.version, m.seq))
+        ctx.exec("common.add_event", (m.task_id, m.run_id, now, "transition", m.event))
 
 
 def _stop(
