@@ -23,6 +23,7 @@ from tracker_client.models import Lease, Task
 from tracker_client.rules import claims
 from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
 from tracker_client.rules.idempotency import idempotent
+from tracker_client.rules.leasekeys import rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter
 
@@ -66,6 +67,7 @@ def claim_many(
         dead_letter(ctx, row, "corrupt_row", None)
     leases: list[Lease] = []
     rate_limit: sqlite3.Row | None = None
+    secret: bytes | None = None
     for row, parsed in picks:
         if rate_limit is not None or not leases:
             # Re-read before each lease: the previous one spent a token. A role without a
@@ -73,8 +75,10 @@ def claim_many(
             allowed, rate_limit = admit(ctx, role)
             if not allowed:
                 break
+        if idempotency_key is not None and secret is None:
+            secret = rail_key(ctx)  # once for the batch, not once per lease
         leases.append(
-            claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key)
+            claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key, secret)
         )
         if rate_limit is not None:
             spend(ctx, rate_limit)

@@ -274,15 +274,17 @@ def _lease(
     role: str,
     lease_ttl_ms: int,
     idempotency_key: str | None = None,
+    secret: bytes | None = None,
 ) -> Lease:
     """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
-    derived from ``idempotency_key`` when given, else random)."""
+    derived from ``idempotency_key`` when given, else random; ``secret``: the rail's key
+    when the caller read it already, once for a batch of leases)."""
     now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
     run_id, lease_id, token = fresh_ids(now)
     if idempotency_key is not None:
-        token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
+        token = keyed_token(secret or rail_key(ctx), lease_id, idempotency_key)
     expires = now + lease_ttl_ms
     ctx.exec("claims.add_run", (run_id, task_id, attempt, agent_id, role, now))
     ctx.exec(
