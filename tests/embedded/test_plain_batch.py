@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.pipelines.defs import renamed, v1
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import Conflict, LeaseLost
@@ -154,3 +155,28 @@ async def test_one_key_or_one_run_twice_in_a_batch_is_answered_as_in_order(
     assert isinstance(keyed[0], FinishResult)
     assert isinstance(keyed[1], Conflict) and keyed[1].code == "idempotency_conflict"
     assert third.stage == "todo"
+
+
+async def test_a_batch_after_an_apply_lands_where_the_new_version_says(tmp_path: Path) -> None:
+    """The same move (draft --submit-->) made before and after an apply that renames its
+    target: worked out again for the new versions, not taken from the first batch's."""
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = (await tracker.apply_pipeline("review", v1())).pipeline_id
+        assert pid is not None
+        for i in range(3):
+            await tracker.create_task(TaskCreate(pipeline_id=pid, title=f"t{i}"))
+        held = await tracker.claim_many("w", "writer", 60_000, 2)  # under version 1
+        submit = {"trigger": "submit"}
+        before = await tracker.finish_many([FinishItem(lease=held[0], transition=submit)])
+        await tracker.apply_pipeline("review", renamed(), {"review": "check"})
+        after = await tracker.finish_many([FinishItem(lease=held[1], transition=submit)])
+        fresh = await tracker.claim_many("w", "writer", 60_000, 1)  # under version 2
+        last = await tracker.finish_many([FinishItem(lease=fresh[0], transition=submit)])
+        stages = [(await tracker.get_task(x.task.id)).stage for x in [*held, *fresh]]
+    finally:
+        await tracker.aclose()
+    moved = [o[0].transition for o in (before, after, last)]  # type: ignore[union-attr]
+    assert [m.new_stage for m in moved if m is not None] == ["review", "check", "check"]
+    # the first moved before the apply, which brought it along (review -> check)
+    assert stages == ["check", "check", "check"]

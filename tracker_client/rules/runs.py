@@ -25,7 +25,7 @@ from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionRe
 from tracker_client.rules import budgets, fanin
 from tracker_client.rules.common import MIB, Ctx, dumps
 from tracker_client.rules.pipelines import PipelineDef, TransitionDef
-from tracker_client.rules.versions import landing, task_pipeline
+from tracker_client.rules.versions import Landing, landing, task_pipeline
 
 __all__ = [
     "PlainMove",
@@ -231,15 +231,16 @@ def plain_move(
         return None  # the task's own budgets: transition reads and counts them
     try:
         usage_text = _usage(usage)
-        lands = landing(ctx, task, pipeline, move.to_state)
-        to = lands.stage
-        text = instructions if instructions is not None else (move.instructions or "")
-        data = dumps(
-            {"trigger": trigger, "from": stage, "to": to, "instructions": text}, "event data"
-        )
+        if instructions is None:
+            lands, data, plain = _plan(ctx, task, pipeline, move)
+        else:
+            lands = landing(ctx, task, pipeline, move.to_state)
+            data = _event_data(trigger, stage, lands.stage, instructions)
+            plain = budgets.one_trip_ok(pipeline, stage, lands.stage, None)
     except TrackerError:
         return None  # transition refuses it, in its own order
-    if not budgets.one_trip_ok(pipeline, stage, to, usage):
+    to = lands.stage
+    if not (plain if usage is None else budgets.one_trip_ok(pipeline, stage, to, usage)):
         return None  # a budget to check and count (docs/operate/budgets.md)
     return PlainMove(
         run_id,
@@ -253,6 +254,44 @@ def plain_move(
         data,
         TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger),
     )
+
+
+def _event_data(trigger: str, stage: str, to: str, instructions: Any) -> str:
+    """The ``transition`` event's data as stored (``transition`` writes the same)."""
+    return dumps(
+        {"trigger": trigger, "from": stage, "to": to, "instructions": instructions}, "event data"
+    )
+
+
+#: Plain moves worked out (:func:`_plan`), by (the version judged under, the current version,
+#: stage, trigger, the task's recorded version): those two versions (kept to check the ids
+#: still name them), where the move lands, its event's data, whether no budget needs it.
+_PLANS: dict[
+    tuple[int, int, str, str, int | None],
+    tuple[PipelineDef, PipelineDef, Landing, str, bool],
+] = {}
+
+
+def _plan(
+    ctx: Ctx, task: sqlite3.Row, pipeline: PipelineDef, move: TransitionDef
+) -> tuple[Landing, str, bool]:
+    """A run's move reporting no instructions of its own (nearly every one): where it lands,
+    its event's data, whether it needs no budget (usage aside). The same for every run making
+    the move from the same version while the current version is the same (both immutable
+    once stored), so worked out once and kept."""
+    current = ctx.pipeline(task["pipeline_id"])
+    stage, under = task["stage"], task["pipeline_version"]
+    key = (id(pipeline), id(current), stage, move.trigger, under)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is pipeline and hit[1] is current:
+        return hit[2], hit[3], hit[4]
+    lands = landing(ctx, task, pipeline, move.to_state)
+    data = _event_data(move.trigger, stage, lands.stage, move.instructions or "")
+    plain = budgets.one_trip_ok(pipeline, stage, lands.stage, None)
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[key] = (pipeline, current, lands, data, plain)
+    return lands, data, plain
 
 
 def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
