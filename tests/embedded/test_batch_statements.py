@@ -89,7 +89,7 @@ async def test_a_finish_many_and_the_next_claim_share_one_commit(tmp_path: Path)
     assert (paired, alone) == (1, 0)
     assert ran.count("BEGIN IMMEDIATE") == 1 and ran.count("COMMIT") == 1
     writes = [s for s in ran if s.startswith(("UPDATE", "INSERT"))]
-    assert writes[0].startswith("UPDATE runs SET status = 'completed'")  # the reports first
+    assert writes[0].startswith("UPDATE tasks SET stage = 'done'")  # the reports first
     assert order == ["reports", "claim"]
 
 

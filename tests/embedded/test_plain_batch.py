@@ -105,7 +105,7 @@ async def test_a_plain_batch_writes_and_answers_what_each_finish_would(tmp_path:
             answers[name] = [o.model_dump() for o in got]
         finally:
             await tracker.aclose()
-    assert not [s for s in ran if "SAVEPOINT" in s]  # the plain batch wrote it
+    assert not [s for s in ran if s.startswith("ROLLBACK")]  # the plain batch wrote it
     assert answers["batch"] == answers["single"]
     assert all(a["transition"]["new_stage"] == "review" for a in answers["batch"])
     assert _state(tmp_path / "batch.db") == _state(tmp_path / "single.db")
@@ -180,3 +180,38 @@ async def test_a_batch_after_an_apply_lands_where_the_new_version_says(tmp_path:
     assert [m.new_stage for m in moved if m is not None] == ["review", "check", "check"]
     # the first moved before the apply, which brought it along (review -> check)
     assert stages == ["check", "check", "check"]
+
+
+async def test_a_lease_changed_since_it_was_handed_out_is_read_and_answered(
+    tmp_path: Path,
+) -> None:
+    """A plain batch checks its leases as this process handed them out, and each move checks
+    the row is still so: a lease revoked (a cancel), lapsed, or re-keyed since (a replayed
+    claim) rolls the batch's moves back and the item paths answer it from the row (the
+    others still written)."""
+    clock = [NOW]
+    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"), clock=lambda: clock[0])
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        for i in range(6):
+            await tracker.create_task(TaskCreate(pipeline_id=pid, title=f"t{i}"))
+        leases = await tracker.claim_many("w", "coder", 60_000, 3)
+        keyed = await tracker.claim_many("w", "coder", 1_000, 3, idempotency_key="k")
+        await tracker.cancel(leases[1].task.id)
+        replayed = await tracker.claim_many("w", "coder", 1_000, 3, idempotency_key="k")
+        done = {"trigger": "complete"}
+        revoked = await tracker.finish_many([FinishItem(x, transition=done) for x in leases])
+        # a replayed keyed claim answers the same token: the first answer's still holds
+        same = await tracker.finish_many([FinishItem(keyed[0], transition=done)])
+        again = await tracker.finish_many([FinishItem(replayed[1], transition=done)])
+        clock[0] += 2_000  # the last keyed lease (TTL 1 s) lapsed
+        lapsed = await tracker.finish_many([FinishItem(keyed[2], transition=done)])
+        stages = [(await tracker.get_task(x.task.id)).stage for x in [*leases, *keyed]]
+    finally:
+        await tracker.aclose()
+    assert isinstance(revoked[0], FinishResult) and isinstance(revoked[2], FinishResult)
+    assert isinstance(revoked[1], LeaseLost) and revoked[1].code == "revoked"
+    assert isinstance(same[0], FinishResult) and isinstance(again[0], FinishResult)
+    assert isinstance(lapsed[0], LeaseLost) and lapsed[0].code == "expired"
+    assert stages[:2] == ["review", "todo"] and stages[2:5] == ["review"] * 3
+    assert stages[5] == "todo"

@@ -133,7 +133,17 @@ def plain_batch(
             return None
     except TrackerError:
         return None  # refused: the item paths answer it, in their own order
-    runs.write_moves(ctx, [move for move, _, _ in moves])
+    held = any(move.held is not None for move, _, _ in moves)
+    if held:  # a move checked against its lease as handed out may find the row moved on
+        ctx.exec("finish_many.savepoint_batch")
+    try:
+        runs.write_moves(ctx, [move for move, _, _ in moves])
+    except runs.StaleLease:
+        ctx.exec("finish_many.rollback_batch")
+        ctx.exec("finish_many.release_batch")
+        return None  # nothing written: the item paths read the rows and answer
+    if held:
+        ctx.exec("finish_many.release_batch")
     done = iter(moves)
     out: list[FinishManyOutcome] = []
     for item in ready:

@@ -28,12 +28,16 @@ from tracker_client.rules.pipelines import PipelineDef, TransitionDef
 from tracker_client.rules.versions import Landing, landing, task_pipeline
 
 __all__ = [
+    "MAX_HELD",
+    "Held",
     "PlainMove",
+    "StaleLease",
     "add_event",
     "check_lease",
     "dead_letter",
     "dead_letter_if_upstream_dead",
     "fail",
+    "hand_out",
     "plain_move",
     "token_hash",
     "transition",
@@ -148,6 +152,7 @@ def transition(
     here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
     resolves: the task is dead-lettered at once (the upstream-failure rule).
     """
+    _HELD.pop(run_id, None)  # the run ends here (or stays, refused: read from its row then)
     task, pipeline, move = _judged(
         ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version
     )
@@ -203,6 +208,96 @@ class PlainMove(NamedTuple):
     #: The ``transition`` event's data, as stored.
     event: str
     result: TransitionResult
+    #: The lease as this process handed it out, when the move was checked against that
+    #: instead of the row: the write then checks the row is still so (:func:`write_moves`).
+    held: Held | None = None
+
+
+class Held(NamedTuple):
+    """A lease this process handed out, as its claim left the task's row: what a plain
+    transition of its run is checked against instead of reading the row (:func:`plain_move`),
+    the move's write checking the row is still so (``runs.move_held``)."""
+
+    #: The connection it was handed out on (the rail: another one's leases are not ours).
+    conn: object
+    seq: int
+    task_id: str
+    stage: str
+    task_version: int
+    pipeline_id: str
+    pipeline_version: int | None
+    #: The SHA-256 of its token (what the row holds).
+    digest: str
+
+
+#: The leases handed out here and not ended yet, by run id (:func:`hand_out`). An entry lost
+#: (the table full, the process restarted) only costs that finish a read of the row.
+_HELD: dict[str, Held] = {}
+#: The statement that moves a task only while its lease is as handed out.
+_MOVE_HELD = "runs.move_held"
+#: At most this many are kept (the running runs of this process's rails; entries of runs that
+#: ended another way, a release, a lapsed lease, go when it fills).
+MAX_HELD = 1024
+
+
+def hand_out(ctx: Ctx, run_id: str, row: Any, digest: str) -> None:
+    """Remember the lease of ``run_id`` on the task ``row`` (its claim's picked row) with the
+    token hash ``digest``, for :func:`plain_move`. A task with budgets of its own is not
+    remembered (its transition reads and counts them), nor a lease of an engine without the
+    guarded move (``runs.move_held``: the SQLite engine's)."""
+    if row["budgets"] is not None or _MOVE_HELD not in ctx.sql:
+        return
+    if len(_HELD) >= MAX_HELD:
+        _HELD.clear()
+    version = row["pipeline_version"]
+    _HELD[run_id] = Held(
+        ctx.conn,
+        row["seq"],
+        row["id"],
+        row["stage"],
+        int(row["task_version"]),
+        row["pipeline_id"],
+        None if version is None else int(version),
+        digest,
+    )
+
+
+class StaleLease(Exception):
+    """A move checked against a lease as handed out found the row changed since (a cancel,
+    an expiry, an apply, a replayed claim): nothing of it was written (:func:`write_moves`)."""
+
+
+def _judged_held(
+    ctx: Ctx,
+    held: Held,
+    token_sha256: str,
+    trigger: Any,
+    expected_stage: Any,
+    expected_task_version: Any,
+) -> tuple[dict[str, Any], PipelineDef, TransitionDef] | None:
+    """:func:`_judged` against the lease as handed out (no read of the row), or None when
+    that cannot tell: a token, stage or version not as handed out, no such move (the row's
+    read then answers with the error, or finds the lease moved on)."""
+    if not hmac.compare_digest(held.digest, token_sha256):
+        return None
+    stage = held.stage
+    if expected_stage is not None and expected_stage != stage:
+        return None
+    if expected_task_version is not None and expected_task_version != held.task_version:
+        return None
+    task = {
+        "seq": held.seq,
+        "id": held.task_id,
+        "stage": stage,
+        "pipeline_id": held.pipeline_id,
+        "pipeline_version": held.pipeline_version,
+        "budgets": None,
+    }
+    pipeline = task_pipeline(ctx, task)
+    move = pipeline.find(stage, trigger) if isinstance(trigger, str) else None
+    if move is None:
+        return None
+    return task, pipeline, move
 
 
 def plain_move(
@@ -223,9 +318,16 @@ def plain_move(
     :func:`transition` after None or an error."""
     if ctx.will_log("task_finished"):
         return None  # the line names the role's depth after each move, in order
-    task, pipeline, move = _judged(
-        ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version
-    )
+    held = _HELD.pop(run_id, None)
+    judged: tuple[Any, PipelineDef, TransitionDef] | None = None
+    if held is not None and held.conn is ctx.conn:
+        judged = _judged_held(
+            ctx, held, token_sha256, trigger, expected_stage, expected_task_version
+        )
+    if judged is None:
+        held = None
+        judged = _judged(ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version)
+    task, pipeline, move = judged
     stage = task["stage"]
     if task["budgets"] is not None:
         return None  # the task's own budgets: transition reads and counts them
@@ -253,6 +355,7 @@ def plain_move(
         usage_text,
         data,
         TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger),
+        held,
     )
 
 
@@ -273,7 +376,7 @@ _PLANS: dict[
 
 
 def _plan(
-    ctx: Ctx, task: sqlite3.Row, pipeline: PipelineDef, move: TransitionDef
+    ctx: Ctx, task: Any, pipeline: PipelineDef, move: TransitionDef
 ) -> tuple[Landing, str, bool]:
     """A run's move reporting no instructions of its own (nearly every one): where it lands,
     its event's data, whether it needs no budget (usage aside). The same for every run making
@@ -296,12 +399,36 @@ def _plan(
 
 def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
     """Write moves worked out by :func:`plain_move` (of distinct runs and tasks), each as
-    :func:`transition` writes it: the run completed, the task moved (its version recorded),
-    the ``transition`` event appended, in the moves' order."""
+    :func:`transition` writes it: the task moved (its version recorded), the run completed,
+    the ``transition`` event appended, in the moves' order. A move checked against its lease
+    as handed out moves the task only if its row is still so (the lease live, held by that
+    run and token, the stage, version and pipeline version as handed out, no budgets of its
+    own): ``StaleLease`` otherwise, before that move wrote anything (the caller rolls back
+    the moves before it)."""
     now = ctx.now
     for m in moves:
+        held = m.held
+        if held is None:
+            ctx.exec("runs.move", (m.to, now, m.role, m.terminal, m.seq))
+        else:
+            cur = ctx.exec(
+                _MOVE_HELD,
+                {
+                    "to": m.to,
+                    "now": now,
+                    "role": m.role,
+                    "terminal": m.terminal,
+                    "seq": m.seq,
+                    "run": m.run_id,
+                    "digest": held.digest,
+                    "stage": held.stage,
+                    "version": held.task_version,
+                    "pipeline_version": held.pipeline_version,
+                },
+            )
+            if cur.rowcount != 1:
+                raise StaleLease(m.run_id)
         ctx.exec("runs.complete", (now, m.usage, m.run_id))
-        ctx.exec("runs.move", (m.to, now, m.role, m.terminal, m.seq))
         if m.version is not None:
             ctx.exec("pipelines.set_task_version", (m.version, m.seq))
         ctx.exec("common.add_event", (m.task_id, m.run_id, now, "transition", m.event))
@@ -358,6 +485,7 @@ def fail(
 
     ``retryable=False`` dead-letters at once with reason ``permanent_failure``.
     """
+    _HELD.pop(run_id, None)  # the run ends here (or stays, refused: read from its row then)
     task = check_lease(ctx, run_id, token_sha256)
     if not isinstance(error, str):
         raise ValidationFailed("fail: 'error' must be a string")
