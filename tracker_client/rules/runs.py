@@ -411,20 +411,10 @@ def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
         if held is None:
             ctx.exec("runs.move", (m.to, now, m.role, m.terminal, m.seq))
         else:
+            # the move as runs.move's, then the row as handed out (the time twice)
+            guard = (m.seq, m.run_id, held.digest, now, held.stage, held.task_version)
             cur = ctx.exec(
-                _MOVE_HELD,
-                {
-                    "to": m.to,
-                    "now": now,
-                    "role": m.role,
-                    "terminal": m.terminal,
-                    "seq": m.seq,
-                    "run": m.run_id,
-                    "digest": held.digest,
-                    "stage": held.stage,
-                    "version": held.task_version,
-                    "pipeline_version": held.pipeline_version,
-                },
+                _MOVE_HELD, (m.to, now, m.role, m.terminal, *guard, held.pipeline_version)
             )
             if cur.rowcount != 1:
                 raise StaleLease(m.run_id)
