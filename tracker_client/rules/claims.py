@@ -268,7 +268,7 @@ def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqli
 
 def _lease(
     ctx: Ctx,
-    task: sqlite3.Row,
+    task: Any,
     parsed: Task,
     agent_id: str,
     role: str,

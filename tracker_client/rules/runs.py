@@ -540,7 +540,7 @@ def fail(
 
 def dead_letter(
     ctx: Ctx,
-    task: sqlite3.Row,
+    task: Any,
     reason: str,
     run_id: str | None,
     *,
