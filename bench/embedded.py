@@ -1,12 +1,18 @@
-"""Embedded tracker throughput: drain N tasks through claim -> 1 event -> transition.
+"""Embedded tracker throughput: drain N tasks through claim -> 1 event -> transition, and in
+a worker's batches.
 
-``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous NORMAL]``
+``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous NORMAL]
+[--batch 10]``
 
 Phase 1: one process, one tracker, one sequential loop (latency-bound: three commits per
 cycle). Phase 2: one process, ``--slots`` concurrent loops on one tracker, as a worker daemon
 with that many slots (their writes share commits). Phase 3: ``--processes`` processes, one
-sequential loop each, on one file. Each phase prints cycles/s and p50/p99 per operation
-(milliseconds) and the CPU per cycle (phase 3: of the child processes, start-up included);
+sequential loop each, on one file. Phase 4 (``--batch N``, 0 to skip): a worker's batches,
+``claim_many`` of N and one ``finish_many`` of their plain transitions, the next claim sent a
+pass after the reports (as a worker's claimer sends it); it prints the database thread's own
+CPU per task and the statements and commits per task (counted in a second, traced run).
+Phases 1-3 print cycles/s and p50/p99 per operation (milliseconds) and the CPU per cycle
+(phase 3: of the child processes, start-up included);
 ``--synchronous FULL`` measures power-loss durability. A benchmark, not a test: it asserts
 nothing about speed, only that every task was transitioned exactly once. Before/after: run it
 in a ``git worktree`` of the older commit and here, in turn.
@@ -25,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
+from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.models import TaskCreate
+from tracker_client.models import Lease, TaskCreate
 
 PIPELINE = {
     "initial": "todo",
@@ -88,6 +96,72 @@ async def _slot(tracker: EmbeddedTracker, agent: str, lat: dict[str, list[float]
         lat["cycle"].append(t3 - t0)
 
 
+async def _batches(path: str, n: int, trace: bool) -> dict[str, float]:
+    """Drain with :func:`_batch_loop`: tasks, the database thread's CPU seconds, statements and
+    commits (counted when ``trace``: the callback costs CPU, so not in a timed run)."""
+    tracker = await EmbeddedTracker.open(path)
+    statements = commits = 0
+
+    def count(sql: str) -> None:
+        nonlocal statements, commits
+        statements += 1
+        commits += sql == "COMMIT"
+
+    db = tracker.engine.db
+    clock = time.pthread_getcpuclockid(db.thread_id)
+    try:
+        if trace:
+            await db.run(lambda: db.conn.set_trace_callback(count))
+        cpu0 = time.clock_gettime(clock)
+        done = await _batch_loop(tracker, n)
+        cpu = time.clock_gettime(clock) - cpu0
+        if trace:
+            await db.run(lambda: db.conn.set_trace_callback(None))
+    finally:
+        await tracker.aclose()
+    return {"tasks": done, "db_cpu": cpu, "statements": statements, "commits": commits}
+
+
+async def _batch_loop(tracker: EmbeddedTracker, n: int) -> int:
+    """Claim ``n``, report them in one ``finish_many`` and send the next claim a pass later,
+    until no work is left; how many tasks were finished."""
+    done = 0
+    leases = await tracker.claim_many("bench", "coder", 60_000, n)
+    while leases:
+        nxt: list[Lease] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_report_all, tracker, leases)
+            tg.start_soon(_claim_next, tracker, n, nxt)
+        done += len(leases)
+        leases = nxt
+    return done
+
+
+async def _report_all(tracker: EmbeddedTracker, leases: list[Lease]) -> None:
+    """One ``finish_many`` of the leases' plain transitions, as a worker reports no-op runs."""
+    items = [
+        FinishItem(
+            lease=x,
+            transition={
+                "trigger": "complete",
+                "expected_stage": x.task.stage,
+                "expected_task_version": x.task.task_version,
+                "instructions": None,
+                "usage": None,
+            },
+        )
+        for x in leases
+    ]
+    outcomes = await tracker.finish_many(items)
+    assert all(isinstance(o, FinishResult) for o in outcomes), outcomes
+
+
+async def _claim_next(tracker: EmbeddedTracker, n: int, into: list[Lease]) -> None:
+    """The next ``claim_many``, a scheduling pass after the reports went."""
+    await anyio.lowlevel.checkpoint()
+    into.extend(await tracker.claim_many("bench", "coder", 60_000, n))
+
+
 def _child(path: str, agent: str, synchronous: str, ready: Any, go: Any, out: Any) -> None:
     ready.set()
     go.wait()
@@ -119,6 +193,27 @@ def _report(title: str, n: int, wall: float, lat: dict[str, list[float]]) -> Non
         print(f"  {op:<11} {_pct(values, 0.5):>8.3f} {_pct(values, 0.99):>8.3f} {mean:>8.3f}")
 
 
+def _report_batches(tmp: Path, tasks: int, n: int, synchronous: str) -> None:
+    """Phase 4: a timed drain in batches of ``n``, then a traced one for the counts."""
+    timed, traced = str(tmp / "batch.db"), str(tmp / "batch-traced.db")
+    anyio.run(_setup, timed, tasks, synchronous)
+    anyio.run(_setup, traced, tasks, synchronous)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = anyio.run(_batches, timed, n, False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert anyio.run(_count_done, timed) == tasks == res["tasks"], res
+    counted = anyio.run(_batches, traced, n, True)
+    print(
+        f"\n1 process, claim_many {n} + finish_many: {tasks} tasks in {wall:.2f} s -> "
+        f"{tasks / wall:,.0f} tasks/s"
+    )
+    print(
+        f"  CPU per task: {cpu / tasks * 1e6:.0f} us (all threads), database thread "
+        f"{res['db_cpu'] / tasks * 1e6:.0f} us; statements per task "
+        f"{counted['statements'] / tasks:.2f}, commits per task {counted['commits'] / tasks:.3f}"
+    )
+
+
 def _calibrate() -> float:
     """CPU seconds for 10 million Python additions: compare machines (and load) with it."""
     c0 = time.process_time()
@@ -135,6 +230,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--synchronous", default="NORMAL")
     parser.add_argument("--slots", type=int, default=8, help="concurrent loops in phase 2")
+    parser.add_argument("--batch", type=int, default=10, help="claim_many size in phase 4")
     args = parser.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
@@ -199,6 +295,9 @@ def main() -> None:
         per = ", ".join(str(len(r["cycle"])) for r in results)
         _report(f"{args.processes} processes (per process: {per})", done, wall, merged)
         print(f"  CPU per cycle (the processes, start-up included): {cpu / done * 1e6:.0f} us")
+
+        if args.batch > 0:
+            _report_batches(Path(tmp), args.tasks, args.batch, args.synchronous)
         print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

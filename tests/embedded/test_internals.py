@@ -434,10 +434,12 @@ def test_new_ids_lead_with_the_time() -> None:
         assert before <= parsed.int >> 80 <= after
 
 
-async def test_a_finish_many_refusing_nothing_takes_one_savepoint(tmp_path: Path) -> None:
-    """A batch nothing refuses is written under one savepoint, not one per item (two
-    statements per batch instead of two per item); one refused item still leaves the others
-    written once and itself nothing (the batch written again item by item)."""
+async def test_a_finish_many_refusing_nothing_reads_no_lease_row(tmp_path: Path) -> None:
+    """A batch of plain transitions of leases this process handed out, nothing refuses, is
+    checked against the leases as handed out and written under one savepoint: no read of a
+    lease's row (one per item before; the batch's moves check the rows as they write); one
+    refused item still leaves the others written once and itself nothing (the batch written
+    again item by item)."""
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     statements: list[str] = []
     try:
@@ -452,7 +454,9 @@ async def test_a_finish_many_refusing_nothing_takes_one_savepoint(tmp_path: Path
             [FinishItem(lease=x, transition=done) for x in leases[:3]]
         )
         assert all(isinstance(o, FinishResult) for o in first)
+        assert not [s for s in statements if s.startswith("SELECT") and "lease_token" in s]
         assert sum(s.startswith("SAVEPOINT") for s in statements) == 1
+        assert not [s for s in statements if s.startswith("ROLLBACK")]
         statements.clear()
         second = await tracker.finish_many(
             [

@@ -34,7 +34,7 @@ class Job:
     Its outcome goes to ``fut`` on ``loop`` (asyncio callers) or to ``done`` (any other caller).
     """
 
-    __slots__ = ("after", "done", "fn", "fut", "loop", "where", "write")
+    __slots__ = ("after", "done", "fn", "fut", "loop", "together", "where", "write")
 
     def __init__(
         self,
@@ -51,6 +51,8 @@ class Job:
         self.done: Callable[[bool, Any], None] = ignore
         self.loop: asyncio.AbstractEventLoop | None = None
         self.fut: asyncio.Future[Any] | None = None
+        #: Write jobs to commit in one transaction (a carrier: :meth:`DbThread.submit_together`).
+        self.together: list[Job] | None = None
 
 
 def ignore(_ok: bool, _value: Any) -> None:
@@ -117,7 +119,7 @@ class DbThread:
                 else:
                     deliver([(job, True, result)])
                 continue
-            group = [job]
+            group = [job] if job.together is None else list(job.together)
             # Only this thread takes from the queue, so a queue seen non-empty stays so (and
             # an empty one costs no raised queue.Empty per group).
             while len(group) < MAX_GROUP and not self._queue.empty():
@@ -125,12 +127,19 @@ class DbThread:
                 if not nxt.write or nxt is STOP:
                     pending = nxt
                     break
-                group.append(nxt)
+                group.extend([nxt] if nxt.together is None else nxt.together)
             self._write_group(group)
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` for the database thread."""
         self._queue.put(job)
+
+    def submit_together(self, jobs: list[Job]) -> None:
+        """Queue write ``jobs`` to be committed in one transaction, in this order (one put:
+        the thread cannot start the group between them)."""
+        carrier = Job(lambda: None, write=True, where=jobs[0].where)
+        carrier.together = jobs
+        self._queue.put(carrier)
 
     def stop(self) -> None:
         """Ask the thread to finish the queued jobs and exit."""

@@ -34,7 +34,7 @@ from tracker_client.embedded.wakeup import WakeSockets
 from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
 
-__all__ = ["SAFETY_LOOK_S", "STATEMENTS", "SqliteEngine"]
+__all__ = ["PARKED_WRITES", "SAFETY_LOOK_S", "STATEMENTS", "SqliteEngine"]
 
 #: The SQLite engine's named statements (``tracker_client/embedded/sql/*.sql``).
 STATEMENTS = Statements.load("tracker_client.embedded", "sqlite")
@@ -43,6 +43,10 @@ _COUNT = STATEMENTS["wake.count"]
 #: A waiter that saw another connection commit without bumping the wake counter still wakes
 #: after this long (a writer of a release before the counter announces nothing).
 SAFETY_LOOK_S = 1.0
+#: Writes that wait a pass or two for the next write to share their transaction
+#: (:meth:`.db.Database.run_write`): a worker's batch of final reports, which the claim for the
+#: slots its runs freed follows.
+PARKED_WRITES = frozenset({"finish_many"})
 
 R = TypeVar("R")
 
@@ -93,7 +97,8 @@ class SqliteEngine:
         """``job`` in a ``BEGIN IMMEDIATE`` transaction on the database thread (group commit:
         ``committed`` runs there, right after the commit). A write that wakes waiters bumps the
         wake counter in the same transaction and, once committed, rings the other instances'
-        wake-up sockets (once per group commit), for the other processes' waiters."""
+        wake-up sockets (once per group commit), for the other processes' waiters. A write of
+        :data:`PARKED_WRITES` waits a pass or two for the next write to share its commit."""
         db, wake = self.db, self.wake
 
         def body() -> R:
@@ -104,14 +109,15 @@ class SqliteEngine:
                     wake.pending = True
             return result
 
+        park = where in PARKED_WRITES
         if wake is None:
-            return await db.run_write(body, where, committed)
+            return await db.run_write(body, where, committed, park=park)
 
         def after() -> None:
             wake.ring()  # first: the other processes' waiters are what a caller waits on
             committed()
 
-        return await db.run_write(body, where, after)
+        return await db.run_write(body, where, after, park=park)
 
     async def read(self, where: str, job: Callable[[sqlite3.Connection], R]) -> R:
         """``job`` in a deferred transaction on the database thread."""

@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Task
 from tracker_client.rules import claims
-from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
+from tracker_client.rules.common import CorruptRow, Ctx, task_from_fields
 from tracker_client.rules.idempotency import idempotent
+from tracker_client.rules.leasekeys import rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter
 
 __all__ = ["MAX_CLAIM_MANY", "check_n", "claim_many"]
+
+#: A candidate row of the claim's scan, as a dict (:func:`_pick_many`).
+Row = dict[str, Any]
 
 
 def check_n(n: object) -> int:
@@ -66,6 +71,7 @@ def claim_many(
         dead_letter(ctx, row, "corrupt_row", None)
     leases: list[Lease] = []
     rate_limit: sqlite3.Row | None = None
+    secret: bytes | None = None
     for row, parsed in picks:
         if rate_limit is not None or not leases:
             # Re-read before each lease: the previous one spent a token. A role without a
@@ -73,8 +79,10 @@ def claim_many(
             allowed, rate_limit = admit(ctx, role)
             if not allowed:
                 break
+        if idempotency_key is not None and secret is None:
+            secret = rail_key(ctx)  # once for the batch, not once per lease
         leases.append(
-            claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key)
+            claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key, secret)
         )
         if rate_limit is not None:
             spend(ctx, rate_limit)
@@ -83,14 +91,19 @@ def claim_many(
 
 def _pick_many(
     ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int], n: int
-) -> tuple[list[tuple[sqlite3.Row, Task]], list[tuple[sqlite3.Row, str]]]:
+) -> tuple[list[tuple[Row, Task]], list[tuple[Row, str]]]:
     """The best ``n`` eligible rows (parsed), and the unreadable ones met on the way."""
     now = ctx.now
     stage_counts: dict[str, int] = {}
     keys: set[str] = set()
-    picks: list[tuple[sqlite3.Row, Task]] = []
-    corrupt: list[tuple[sqlite3.Row, str]] = []
-    for cand in ctx.exec("claims.candidates", (role, now, now)):
+    picks: list[tuple[Row, Task]] = []
+    corrupt: list[tuple[Row, str]] = []
+    cursor = ctx.exec("claims.candidates", (role, now, now))
+    # Each row as a dict: read by name a dozen times here and in the lease (a sqlite3.Row
+    # scans its 48 columns for each name), and the Task is made of a dict anyway.
+    names = [d[0] for d in cursor.description]
+    cursor.row_factory = lambda _cursor, values: dict(zip(names, values, strict=True))
+    for cand in cursor:
         seq = cand["seq"]
         assignee = cand["assignee"]
         if assignee is not None and assignee != agent_id:
@@ -110,7 +123,7 @@ def _pick_many(
                 continue
             stage_counts[stage] = held + 1
         try:
-            parsed = task_from_row(cand, strict=True)
+            parsed = task_from_fields(cand, strict=True)
         except CorruptRow as exc:
             corrupt.append((cand, str(exc)))
             continue

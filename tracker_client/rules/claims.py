@@ -20,7 +20,7 @@ from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoi
 from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
-from tracker_client.rules.runs import check_lease, dead_letter, token_hash
+from tracker_client.rules.runs import check_lease, dead_letter, hand_out, token_hash
 
 __all__ = [
     "MAX_LEASE_TTL_MS",
@@ -268,27 +268,30 @@ def _pick(ctx: Ctx, agent_id: str, role: str, limits: Mapping[str, int]) -> sqli
 
 def _lease(
     ctx: Ctx,
-    task: sqlite3.Row,
+    task: Any,
     parsed: Task,
     agent_id: str,
     role: str,
     lease_ttl_ms: int,
     idempotency_key: str | None = None,
+    secret: bytes | None = None,
 ) -> Lease:
     """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
-    derived from ``idempotency_key`` when given, else random)."""
+    derived from ``idempotency_key`` when given, else random; ``secret``: the rail's key
+    when the caller read it already, once for a batch of leases)."""
     now = ctx.now
     task_id = task["id"]
     attempt = int(task["last_attempt"]) + 1
     run_id, lease_id, token = fresh_ids(now)
     if idempotency_key is not None:
-        token = keyed_token(rail_key(ctx), lease_id, idempotency_key)
+        token = keyed_token(secret or rail_key(ctx), lease_id, idempotency_key)
     expires = now + lease_ttl_ms
+    digest = token_hash(token)
     ctx.exec("claims.add_run", (run_id, task_id, attempt, agent_id, role, now))
     ctx.exec(
-        "claims.lease",
-        (expires, attempt, lease_id, run_id, token_hash(token), lease_ttl_ms, task["seq"]),
+        "claims.lease", (expires, attempt, lease_id, run_id, digest, lease_ttl_ms, task["seq"])
     )
+    hand_out(ctx, run_id, task, digest)  # its plain finish checks this instead of the row
     # model_validate, not model_construct: pydantic-core validates a dict in about half the
     # time model_construct's Python code takes (measured: 5.9 vs 12.9 us).
     run = Run.model_validate(

@@ -22,7 +22,7 @@ from tracker_client.rules import runs
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.idempotency import idempotent
 
-__all__ = ["Prepared", "finish", "finish_keyed", "prepare"]
+__all__ = ["Prepared", "encode", "finish", "finish_keyed", "keyed_args", "prepare"]
 
 Part = BaseModel | Mapping[str, Any]
 
@@ -108,8 +108,19 @@ def finish_keyed(
         ctx,
         key,
         "finish",
-        [run_id, digest, plain, moved, failed],
+        keyed_args(run_id, digest, parts),
         lambda: finish(ctx, run_id, digest, plain, moved, failed, rng),
-        lambda r: r.model_dump(mode="json"),
+        encode,
         FinishResult.model_validate,
     )
+
+
+def keyed_args(run_id: str, digest: str, parts: Prepared) -> list[Any]:
+    """The arguments a keyed ``finish`` is fingerprinted by (a replay must repeat them)."""
+    plain, moved, failed = parts
+    return [run_id, digest, plain, moved, failed]
+
+
+def encode(result: FinishResult) -> dict[str, Any]:
+    """A ``finish``'s answer as its idempotency record keeps it."""
+    return result.model_dump(mode="json")

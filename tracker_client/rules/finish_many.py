@@ -19,16 +19,18 @@ It touches what ``finish`` touches, through :mod:`.finish`; and the savepoints o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, FinishResult
 from tracker_client.errors import TrackerError
 from tracker_client.rules import runs
 from tracker_client.rules.common import Ctx
-from tracker_client.rules.finish import Prepared, finish_keyed, prepare
+from tracker_client.rules.finish import Prepared, encode, finish_keyed, keyed_args, prepare
+from tracker_client.rules.idempotency import fingerprint
 
-__all__ = ["Ready", "prepared_item", "write_items"]
+__all__ = ["Ready", "plain_batch", "prepared_item", "write_items"]
 
 #: An item checked before the write (run id, token digest, its parts), or its refusal.
 Ready = tuple[str, str, Prepared] | TrackerError
@@ -51,8 +53,13 @@ def write_items(
     """Write each checked item (``finish`` under its ``key``) in the caller's transaction; per
     item its ``FinishResult`` or the error refusing it (that item alone wrote nothing).
 
-    Two or more items are written under one savepoint first; an item refused rolls that back
-    (its log lines and sweep counts too) and the batch is written again item by item."""
+    A batch of plain transitions (:func:`plain_batch`) is checked whole, then written with no
+    savepoint. Otherwise two or more items are written under one savepoint first; an item
+    refused rolls that back (its log lines and sweep counts too) and the batch is written
+    again item by item."""
+    planned = plain_batch(ctx, ready, keys)
+    if planned is not None:
+        return planned
     if sum(not isinstance(r, TrackerError) for r in ready) > 1:
         logged, swept = len(ctx.logs), ctx.swept
         ctx.exec("finish_many.savepoint_batch")
@@ -70,6 +77,86 @@ def write_items(
             ctx.exec("finish_many.release_batch")
             return out
     return _item_by_item(ctx, ready, keys, rng)
+
+
+#: The fields of a transition item :func:`plain_batch` writes (any other: ``finish``'s path).
+_PLAIN_FIELDS = frozenset(
+    {"trigger", "expected_stage", "expected_task_version", "instructions", "usage", "wait_for"}
+)
+
+
+def plain_batch(
+    ctx: Ctx, ready: Sequence[Ready], keys: Sequence[str | None]
+) -> list[FinishManyOutcome] | None:
+    """The answers of a batch whose every checked item is a plain transition (no events, no
+    ``wait_for``, no budget to count: :func:`.runs.plain_move`) of a run of its own, under a
+    fresh key of its own or none, all of them accepted: checked whole first (reads only),
+    then written as ``finish`` writes each, in the items' order. None, having written
+    nothing, for any other batch (an item refused, a replayed key, a fail, ...): the item
+    paths answer it. Items refused before the write are answered in their place."""
+    moves: list[tuple[runs.PlainMove, str | None, str | None]] = []
+    seen_runs: set[str] = set()
+    seen_keys: set[str] = set()
+    try:
+        for item, key in zip(ready, keys, strict=True):
+            if isinstance(item, TrackerError):
+                continue
+            run_id, digest, parts = item
+            events, moved, failed = parts
+            if events or moved is None or failed is not None or run_id in seen_runs:
+                return None
+            if not _PLAIN_FIELDS.issuperset(moved) or moved.get("wait_for"):
+                return None
+            seen_runs.add(run_id)
+            fp = None
+            if key is not None:
+                if not isinstance(key, str) or not key or len(key) > 255 or key in seen_keys:
+                    return None  # refused, or the second use of one key: the item paths
+                seen_keys.add(key)
+                fp = fingerprint(keyed_args(run_id, digest, parts))
+                if ctx.one("idempotency.find", (key, "finish")) is not None:
+                    return None  # a replay (or a conflict): answered by the record
+            move = runs.plain_move(
+                ctx,
+                run_id,
+                digest,
+                moved.get("trigger"),
+                moved.get("expected_stage"),
+                moved.get("expected_task_version"),
+                moved.get("instructions"),
+                moved.get("usage"),
+            )
+            if move is None:
+                return None
+            moves.append((move, key, fp))
+        if not moves:
+            return None
+    except TrackerError:
+        return None  # refused: the item paths answer it, in their own order
+    held = any(move.held is not None for move, _, _ in moves)
+    if held:  # a move checked against its lease as handed out may find the row moved on
+        ctx.exec("finish_many.savepoint_batch")
+    try:
+        runs.write_moves(ctx, [move for move, _, _ in moves])
+    except runs.StaleLease:
+        ctx.exec("finish_many.rollback_batch")
+        ctx.exec("finish_many.release_batch")
+        return None  # nothing written: the item paths read the rows and answer
+    if held:
+        ctx.exec("finish_many.release_batch")
+    done = iter(moves)
+    out: list[FinishManyOutcome] = []
+    for item in ready:
+        if isinstance(item, TrackerError):
+            out.append(item)
+            continue
+        move, key, fp = next(done)
+        result = FinishResult(event_ids=[], transition=move.result)
+        if key is not None:
+            record = json.dumps(encode(result), separators=(",", ":"))
+            ctx.exec("idempotency.record", (key, "finish", fp, record, ctx.now))
+        out.append(result)
+    return out
 
 
 def _item_by_item(

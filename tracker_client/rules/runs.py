@@ -10,24 +10,38 @@ import hmac
 import random
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
 from tracker_client.bounds import MAX_DURATION_MS
-from tracker_client.errors import Conflict, InvalidTransition, LeaseLost, ValidationFailed
+from tracker_client.errors import (
+    Conflict,
+    InvalidTransition,
+    LeaseLost,
+    TrackerError,
+    ValidationFailed,
+)
 from tracker_client.models import DEAD_LETTER_NEVER_MS, FailResult, TransitionResult
 from tracker_client.rules import budgets, fanin
 from tracker_client.rules.common import MIB, Ctx, dumps
-from tracker_client.rules.versions import landing, task_pipeline
+from tracker_client.rules.pipelines import PipelineDef, TransitionDef
+from tracker_client.rules.versions import Landing, landing, task_pipeline
 
 __all__ = [
+    "MAX_HELD",
+    "Held",
+    "PlainMove",
+    "StaleLease",
     "add_event",
     "check_lease",
     "dead_letter",
     "dead_letter_if_upstream_dead",
     "fail",
+    "hand_out",
+    "plain_move",
     "token_hash",
     "transition",
+    "write_moves",
 ]
 
 
@@ -84,23 +98,17 @@ def _usage(usage: Any) -> str | None:
     return None if usage is None else dumps(usage, "usage", max_bytes=MIB)
 
 
-def transition(
+def _judged(
     ctx: Ctx,
     run_id: str,
     token_sha256: str,
     trigger: str,
     expected_stage: str | None,
     expected_task_version: int | None,
-    instructions: str | None,
-    usage: Any,
-    wait_for: Sequence[str] = (),
-) -> TransitionResult:
-    """Complete the run and move its task along ``trigger``; errors leave everything unchanged.
-
-    ``wait_for`` (extension ``fan_in``): the task then waits for these tasks, the edges added
-    here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
-    resolves: the task is dead-lettered at once (the upstream-failure rule).
-    """
+) -> tuple[sqlite3.Row, PipelineDef, TransitionDef]:
+    """A transition's checks, in their order (the lease, the expected stage and version, the
+    move): the lease's row, the pipeline version it is judged under and the move; the error
+    refusing it otherwise. Reads only."""
     task = check_lease(ctx, run_id, token_sha256)
     stage = task["stage"]
     if expected_stage is not None and expected_stage != stage:
@@ -124,6 +132,31 @@ def transition(
             + (", ".join(repr(t) for t in allowed) or "none"),
             allowed=allowed,
         )
+    return task, pipeline, move
+
+
+def transition(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    trigger: str,
+    expected_stage: str | None,
+    expected_task_version: int | None,
+    instructions: str | None,
+    usage: Any,
+    wait_for: Sequence[str] = (),
+) -> TransitionResult:
+    """Complete the run and move its task along ``trigger``; errors leave everything unchanged.
+
+    ``wait_for`` (extension ``fan_in``): the task then waits for these tasks, the edges added
+    here, checked whole first (:func:`.fanin.check_wait_for`). One already dead-lettered never
+    resolves: the task is dead-lettered at once (the upstream-failure rule).
+    """
+    _HELD.pop(run_id, None)  # the run ends here (or stays, refused: read from its row then)
+    task, pipeline, move = _judged(
+        ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version
+    )
+    stage = task["stage"]
     usage_text = _usage(usage)
     edges = fanin.check_wait_for(ctx, task["id"], wait_for) if wait_for else []
     now = ctx.now
@@ -158,6 +191,237 @@ def transition(
         fanin.add_edges(ctx, task["id"], edges)
         dead_letter_if_upstream_dead(ctx, task["id"])
     return TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
+
+
+class PlainMove(NamedTuple):
+    """A plain transition checked and worked out, not written yet (:func:`plain_move`)."""
+
+    run_id: str
+    seq: int
+    task_id: str
+    to: str
+    role: str | None
+    terminal: int
+    #: The pipeline version to record on the task (None: unchanged).
+    version: int | None
+    usage: str | None
+    #: The ``transition`` event's data, as stored.
+    event: str
+    result: TransitionResult
+    #: The lease as this process handed it out, when the move was checked against that
+    #: instead of the row: the write then checks the row is still so (:func:`write_moves`).
+    held: Held | None = None
+
+
+class Held(NamedTuple):
+    """A lease this process handed out, as its claim left the task's row: what a plain
+    transition of its run is checked against instead of reading the row (:func:`plain_move`),
+    the move's write checking the row is still so (``runs.move_held``)."""
+
+    #: The connection it was handed out on (the rail: another one's leases are not ours).
+    conn: object
+    seq: int
+    task_id: str
+    stage: str
+    task_version: int
+    pipeline_id: str
+    pipeline_version: int | None
+    #: The SHA-256 of its token (what the row holds).
+    digest: str
+
+
+#: The leases handed out here and not ended yet, by run id (:func:`hand_out`). An entry lost
+#: (the table full, the process restarted) only costs that finish a read of the row.
+_HELD: dict[str, Held] = {}
+#: The statement that moves a task only while its lease is as handed out.
+_MOVE_HELD = "runs.move_held"
+#: At most this many are kept (the running runs of this process's rails; entries of runs that
+#: ended another way, a release, a lapsed lease, go when it fills).
+MAX_HELD = 1024
+
+
+def hand_out(ctx: Ctx, run_id: str, row: Any, digest: str) -> None:
+    """Remember the lease of ``run_id`` on the task ``row`` (its claim's picked row) with the
+    token hash ``digest``, for :func:`plain_move`. A task with budgets of its own is not
+    remembered (its transition reads and counts them), nor a lease of an engine without the
+    guarded move (``runs.move_held``: the SQLite engine's)."""
+    if row["budgets"] is not None or _MOVE_HELD not in ctx.sql:
+        return
+    if len(_HELD) >= MAX_HELD:
+        _HELD.clear()
+    version = row["pipeline_version"]
+    _HELD[run_id] = Held(
+        ctx.conn,
+        row["seq"],
+        row["id"],
+        row["stage"],
+        int(row["task_version"]),
+        row["pipeline_id"],
+        None if version is None else int(version),
+        digest,
+    )
+
+
+class StaleLease(Exception):
+    """A move checked against a lease as handed out found the row changed since (a cancel,
+    an expiry, an apply, a replayed claim): nothing of it was written (:func:`write_moves`)."""
+
+
+def _judged_held(
+    ctx: Ctx,
+    held: Held,
+    token_sha256: str,
+    trigger: Any,
+    expected_stage: Any,
+    expected_task_version: Any,
+) -> tuple[dict[str, Any], PipelineDef, TransitionDef] | None:
+    """:func:`_judged` against the lease as handed out (no read of the row), or None when
+    that cannot tell: a token, stage or version not as handed out, no such move (the row's
+    read then answers with the error, or finds the lease moved on)."""
+    if not hmac.compare_digest(held.digest, token_sha256):
+        return None
+    stage = held.stage
+    if expected_stage is not None and expected_stage != stage:
+        return None
+    if expected_task_version is not None and expected_task_version != held.task_version:
+        return None
+    task = {
+        "seq": held.seq,
+        "id": held.task_id,
+        "stage": stage,
+        "pipeline_id": held.pipeline_id,
+        "pipeline_version": held.pipeline_version,
+        "budgets": None,
+    }
+    pipeline = task_pipeline(ctx, task)
+    move = pipeline.find(stage, trigger) if isinstance(trigger, str) else None
+    if move is None:
+        return None
+    return task, pipeline, move
+
+
+def plain_move(
+    ctx: Ctx,
+    run_id: str,
+    token_sha256: str,
+    trigger: Any,
+    expected_stage: Any,
+    expected_task_version: Any,
+    instructions: Any,
+    usage: Any,
+) -> PlainMove | None:
+    """:func:`transition` of a run whose move needs nothing but its own rows written (no
+    ``wait_for``, no budget to count, no log line to queue): checked as :func:`transition`
+    checks it (raising its errors) and worked out, but not written (:func:`write_moves`).
+    None when :func:`transition` must write it itself (a budget to count, logging on, the
+    task's own budgets, a value it would refuse): reads only, so a caller may go on with
+    :func:`transition` after None or an error."""
+    if ctx.will_log("task_finished"):
+        return None  # the line names the role's depth after each move, in order
+    held = _HELD.pop(run_id, None)
+    judged: tuple[Any, PipelineDef, TransitionDef] | None = None
+    if held is not None and held.conn is ctx.conn:
+        judged = _judged_held(
+            ctx, held, token_sha256, trigger, expected_stage, expected_task_version
+        )
+    if judged is None:
+        held = None
+        judged = _judged(ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version)
+    task, pipeline, move = judged
+    stage = task["stage"]
+    if task["budgets"] is not None:
+        return None  # the task's own budgets: transition reads and counts them
+    try:
+        usage_text = _usage(usage)
+        if instructions is None:
+            lands, data, plain = _plan(ctx, task, pipeline, move)
+        else:
+            lands = landing(ctx, task, pipeline, move.to_state)
+            data = _event_data(trigger, stage, lands.stage, instructions)
+            plain = budgets.one_trip_ok(pipeline, stage, lands.stage, None)
+    except TrackerError:
+        return None  # transition refuses it, in its own order
+    to = lands.stage
+    if not (plain if usage is None else budgets.one_trip_ok(pipeline, stage, to, usage)):
+        return None  # a budget to check and count (docs/operate/budgets.md)
+    return PlainMove(
+        run_id,
+        task["seq"],
+        task["id"],
+        to,
+        lands.role,
+        int(lands.terminal),
+        lands.version,
+        usage_text,
+        data,
+        TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger),
+        held,
+    )
+
+
+def _event_data(trigger: str, stage: str, to: str, instructions: Any) -> str:
+    """The ``transition`` event's data as stored (``transition`` writes the same)."""
+    return dumps(
+        {"trigger": trigger, "from": stage, "to": to, "instructions": instructions}, "event data"
+    )
+
+
+#: Plain moves worked out (:func:`_plan`), by (the version judged under, the current version,
+#: stage, trigger, the task's recorded version): those two versions (kept to check the ids
+#: still name them), where the move lands, its event's data, whether no budget needs it.
+_PLANS: dict[
+    tuple[int, int, str, str, int | None],
+    tuple[PipelineDef, PipelineDef, Landing, str, bool],
+] = {}
+
+
+def _plan(
+    ctx: Ctx, task: Any, pipeline: PipelineDef, move: TransitionDef
+) -> tuple[Landing, str, bool]:
+    """A run's move reporting no instructions of its own (nearly every one): where it lands,
+    its event's data, whether it needs no budget (usage aside). The same for every run making
+    the move from the same version while the current version is the same (both immutable
+    once stored), so worked out once and kept."""
+    current = ctx.pipeline(task["pipeline_id"])
+    stage, under = task["stage"], task["pipeline_version"]
+    key = (id(pipeline), id(current), stage, move.trigger, under)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is pipeline and hit[1] is current:
+        return hit[2], hit[3], hit[4]
+    lands = landing(ctx, task, pipeline, move.to_state)
+    data = _event_data(move.trigger, stage, lands.stage, move.instructions or "")
+    plain = budgets.one_trip_ok(pipeline, stage, lands.stage, None)
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[key] = (pipeline, current, lands, data, plain)
+    return lands, data, plain
+
+
+def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
+    """Write moves worked out by :func:`plain_move` (of distinct runs and tasks), each as
+    :func:`transition` writes it: the task moved (its version recorded), the run completed,
+    the ``transition`` event appended, in the moves' order. A move checked against its lease
+    as handed out moves the task only if its row is still so (the lease live, held by that
+    run and token, the stage, version and pipeline version as handed out, no budgets of its
+    own): ``StaleLease`` otherwise, before that move wrote anything (the caller rolls back
+    the moves before it)."""
+    now = ctx.now
+    for m in moves:
+        held = m.held
+        if held is None:
+            ctx.exec("runs.move", (m.to, now, m.role, m.terminal, m.seq))
+        else:
+            # the move as runs.move's, then the row as handed out (the time twice)
+            guard = (m.seq, m.run_id, held.digest, now, held.stage, held.task_version)
+            cur = ctx.exec(
+                _MOVE_HELD, (m.to, now, m.role, m.terminal, *guard, held.pipeline_version)
+            )
+            if cur.rowcount != 1:
+                raise StaleLease(m.run_id)
+        ctx.exec("runs.complete", (now, m.usage, m.run_id))
+        if m.version is not None:
+            ctx.exec("pipelines.set_task_version", (m.version, m.seq))
+        ctx.exec("common.add_event", (m.task_id, m.run_id, now, "transition", m.event))
 
 
 def _stop(
@@ -211,6 +475,7 @@ def fail(
 
     ``retryable=False`` dead-letters at once with reason ``permanent_failure``.
     """
+    _HELD.pop(run_id, None)  # the run ends here (or stays, refused: read from its row then)
     task = check_lease(ctx, run_id, token_sha256)
     if not isinstance(error, str):
         raise ValidationFailed("fail: 'error' must be a string")
@@ -275,7 +540,7 @@ def fail(
 
 def dead_letter(
     ctx: Ctx,
-    task: sqlite3.Row,
+    task: Any,
     reason: str,
     run_id: str | None,
     *,

@@ -26,6 +26,17 @@ UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason 
     lease_ttl_ms = NULL
 WHERE seq = ?;
 
+-- runs.move for a lease checked as this process handed it out (rules/runs.py plain_move): it
+-- moves the task only while the row is still so (no row changed: the caller reads it then).
+-- Positional, the time given twice: binding ten names cost more than the WHERE's checks.
+-- name: runs.move_held
+UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL,
+    next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0,
+    lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, lease_token_sha256 = NULL,
+    lease_ttl_ms = NULL
+WHERE seq = ? AND lease_run_id = ? AND lease_token_sha256 = ? AND lease_expires_at_ms > ?
+AND stage = ? AND task_version = ? AND pipeline_version IS ? AND budgets IS NULL;
+
 -- name: runs.fail
 UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?;
 

@@ -1,0 +1,139 @@
+"""What a worker's batches cost the embedded rail in statements and commits: a keyed
+``claim_many`` reads the rail's key once, not once per lease; a ``finish_many`` and the claim
+that follows it within a pass or two share one transaction (embedded/db.py ``run_write``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from tracker_client.contract.batch_models import FinishItem, FinishResult
+from tracker_client.embedded import EmbeddedTracker
+from tracker_client.models import Lease, TaskCreate
+
+pytestmark = pytest.mark.anyio
+
+PIPE = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+DONE = {"trigger": "complete"}
+
+
+async def _seeded(path: Path, n: int) -> EmbeddedTracker:
+    tracker = await EmbeddedTracker.open(str(path))
+    pid = await tracker.create_pipeline("p", PIPE)
+    await tracker.create_tasks([TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(n)])
+    return tracker
+
+
+async def test_a_keyed_claim_many_reads_the_rail_key_once(tmp_path: Path) -> None:
+    tracker = await _seeded(tmp_path / "rail.db", 6)
+    ran: list[str] = []
+    try:
+        await tracker.claim_many("w", "coder", 60_000, 1, idempotency_key="k0")  # makes the key
+        tracker.engine.db.conn.set_trace_callback(ran.append)
+        leases = await tracker.claim_many("w", "coder", 60_000, 5, idempotency_key="k")
+        tracker.engine.db.conn.set_trace_callback(None)
+        again = await tracker.claim_many("w", "coder", 60_000, 5, idempotency_key="k")
+    finally:
+        tracker.engine.db.conn.set_trace_callback(None)
+        await tracker.aclose()
+    assert len(leases) == 5
+    assert len([s for s in ran if "FROM rail_secrets" in s]) == 1
+    # the tokens are still derived from the key: a replay answers the same ones
+    assert [x.lease_token.get_secret_value() for x in again] == [
+        x.lease_token.get_secret_value() for x in leases
+    ]
+
+
+async def test_a_finish_many_and_the_next_claim_share_one_commit(tmp_path: Path) -> None:
+    """The claim sent a pass after the reports (as a worker's claimer sends it) joins the
+    parked ``finish_many``: one BEGIN and one COMMIT for both, the reports written first (the
+    claim takes the tasks they freed up no slot of), each caller its own answer, the reports'
+    caller first."""
+    tracker = await _seeded(tmp_path / "rail.db", 4)
+    ran: list[str] = []
+    order: list[str] = []
+    try:
+        first = await tracker.claim_many("w", "coder", 60_000, 2)
+        db = tracker.engine.db
+        db.conn.set_trace_callback(ran.append)
+        done: list[object] = []
+        claimed: list[Lease] = []
+
+        async def report() -> None:
+            done.extend(await tracker.finish_many([FinishItem(x, transition=DONE) for x in first]))
+            order.append("reports")
+
+        async def claim() -> None:
+            await anyio.lowlevel.checkpoint()  # a pass later, as the claimer comes
+            claimed.extend(await tracker.claim_many("w", "coder", 60_000, 5))
+            order.append("claim")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report)
+            tg.start_soon(claim)
+        db.conn.set_trace_callback(None)
+        paired, alone = db.paired, db.alone
+    finally:
+        tracker.engine.db.conn.set_trace_callback(None)
+        await tracker.aclose()
+    assert all(isinstance(o, FinishResult) for o in done) and len(done) == 2
+    assert len(claimed) == 2
+    assert {x.task.id for x in claimed}.isdisjoint(x.task.id for x in first)
+    assert (paired, alone) == (1, 0)
+    assert ran.count("BEGIN IMMEDIATE") == 1 and ran.count("COMMIT") == 1
+    writes = [s for s in ran if s.startswith(("UPDATE", "INSERT"))]
+    assert writes[0].startswith("UPDATE tasks SET stage = 'done'")  # the reports first
+    assert order == ["reports", "claim"]
+
+
+async def test_a_finish_many_no_write_follows_goes_alone(tmp_path: Path) -> None:
+    tracker = await _seeded(tmp_path / "rail.db", 2)
+    try:
+        leases = await tracker.claim_many("w", "coder", 60_000, 2)
+        with anyio.fail_after(5):
+            done = await tracker.finish_many([FinishItem(x, transition=DONE) for x in leases])
+        paired, alone = tracker.engine.db.paired, tracker.engine.db.alone
+        stages = [(await tracker.get_task(x.task.id)).stage for x in leases]
+    finally:
+        await tracker.aclose()
+    assert all(isinstance(o, FinishResult) for o in done)
+    assert (paired, alone) == (0, 1)
+    assert stages == ["done", "done"]
+
+
+async def test_a_read_or_a_close_sends_a_parked_write_on(tmp_path: Path) -> None:
+    """A read arriving while a ``finish_many`` is parked goes after it (and sees it); closing
+    the rail while one is parked writes it before the connection closes."""
+    path = tmp_path / "rail.db"
+    tracker = await _seeded(path, 4)
+    try:
+        leases = await tracker.claim_many("w", "coder", 60_000, 4)
+        seen: list[str] = []
+
+        async def read() -> None:
+            seen.append((await tracker.get_task(leases[0].task.id)).stage)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tracker.finish_many, [FinishItem(leases[0], transition=DONE)])
+            tg.start_soon(read)
+        assert seen == ["done"]
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tracker.finish_many, [FinishItem(leases[1], transition=DONE)])
+                await anyio.lowlevel.checkpoint()  # parked now
+                await tracker.aclose()
+    finally:
+        await tracker.aclose()
+    reopened = await EmbeddedTracker.open(str(path))
+    try:
+        stages = [(await reopened.get_task(x.task.id)).stage for x in leases[:2]]
+    finally:
+        await reopened.aclose()
+    assert stages == ["done", "done"]
