@@ -17,11 +17,10 @@ caller's own process, and an error means nothing was committed) declares
 callers may then skip keys, which saves a lookup and a record per write.
 
 What only some rails do is declared next to :class:`LeaseTracker` as small protocols
-(:class:`ClaimsMany`, :class:`Finishes`, :class:`FinishesMany`, :class:`RegistersWorkers`,
-:class:`EvolvesPipelines`); a
-:class:`Tracker` has them all, and :class:`RailParts` says, from the rail's declared
-capabilities, which a caller may use. The extension operations reached by name have typed calls
-in :mod:`tracker_client.calls`.
+(:class:`ClaimsMany`, :class:`ParksClaims`, :class:`Finishes`, :class:`FinishesMany`,
+:class:`RegistersWorkers`, :class:`EvolvesPipelines`); a :class:`Tracker` has them all, and
+:class:`RailParts` says, from the rail's declared capabilities, which a caller may use. The
+extension operations reached by name have typed calls in :mod:`tracker_client.calls`.
 
 No I/O: it imports only models (:mod:`tracker_client.models`, the batching, observation and
 operator answers) and :mod:`~tracker_client.capabilities` (no implementation), so a caller can
@@ -37,6 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, FinishResult
+from tracker_client.contract.parked_models import ParkedCancelled
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
@@ -72,6 +72,7 @@ __all__ = [
     "Finishes",
     "FinishesMany",
     "LeaseTracker",
+    "ParksClaims",
     "RailParts",
     "RegistersWorkers",
     "Tracker",
@@ -237,6 +238,31 @@ class ClaimsMany(Protocol):
         rail lacks the extension."""
 
 
+class ParksClaims(Protocol):
+    """Extension ``parked_claim``: a claim that waits at the rail for work and leases it as it
+    comes (one answer for an idle worker's pickup instead of a wake-up and a claim)."""
+
+    async def parked_claim(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        wait_ms: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """Up to ``n`` leases of ``agent_role``, waiting up to ``wait_ms`` for work (empty: none
+        came). ``idempotency_key`` is required: a retry under it answers the same leases, and
+        cancelling the call (or :meth:`cancel_parked_claim` under it) gives back what it
+        leased; ``Unsupported`` where the rail lacks the extension."""
+
+    async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:
+        """Stop the parked claim of ``idempotency_key`` and release what it leased that its
+        caller did not take (how many)."""
+
+
 class Finishes(Protocol):
     """Extension ``finish``: a run's last events and its transition or fail in one write."""
 
@@ -290,6 +316,7 @@ class RegistersWorkers(Protocol):
 class Tracker(
     LeaseTracker,
     ClaimsMany,
+    ParksClaims,
     Finishes,
     FinishesMany,
     RegistersWorkers,
@@ -298,7 +325,8 @@ class Tracker(
 ):
     """The whole rail: the lease seam plus pipelines, tasks, runs, artifacts and a KV store.
 
-    It has a method for each extension of :class:`ClaimsMany`, :class:`Finishes`,
+    It has a method for each extension of :class:`ClaimsMany`, :class:`ParksClaims`,
+    :class:`Finishes`,
     :class:`FinishesMany`, :class:`RegistersWorkers` and :class:`EvolvesPipelines`
     (``Unsupported`` where the rail lacks it); :class:`RailParts` says which of them the rail
     declared.
@@ -491,6 +519,7 @@ class RailParts:
     #: The whole rail: its store, task and contract calls.
     rail: Tracker
     claim_many: ClaimsMany | None = None
+    parked_claim: ParksClaims | None = None
     finish: Finishes | None = None
     finish_many: FinishesMany | None = None
     workers: RegistersWorkers | None = None
@@ -503,6 +532,7 @@ class RailParts:
         return cls(
             rail,
             claim_many=rail if "claim_many" in ext else None,
+            parked_claim=rail if "parked_claim" in ext else None,
             finish=rail if "finish" in ext else None,
             finish_many=rail if "finish_many" in ext else None,
             workers=rail if "workers" in ext else None,

@@ -55,6 +55,9 @@ EXTENSIONS: Mapping[str, str] = {
     "pipeline_versions": "POST /pipelines/apply and /pipelines/diff (create or change a "
     "pipeline by name as a new version, moving the tasks of removed stages; or show what would "
     "change)",
+    "parked_claim": "POST /leases/claim-parked (claim_many that waits up to wait_ms for work "
+    "and leases it as it comes; Idempotency-Key required) and POST /leases/claim-parked/cancel "
+    "(stop it, giving back what it leased)",
     "keep_alive": "persistent connections: a client may send many requests on one connection "
     "(idle ones are closed after 5 s)",
 }

@@ -27,6 +27,7 @@ from tracker_client.contract.batch_models import (
     FinishResult,
 )
 from tracker_client.contract.contract_types import Auth, Method, Operation, Query
+from tracker_client.contract.parked_models import ParkedCancelled, ParkedClaimBody
 from tracker_client.contract.wire_models import (
     AssignBody,
     BulkBody,
@@ -128,6 +129,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "role in one write, by claim's rules (a list; empty: no work)", body=ClaimManyBody,
         response=m.Lease, shape="list", errors=(400,), extension="claim_many", idempotent=True,
         features=("checkpoints",)),
+    _op("parked_claim", "POST", "/leases/claim-parked", "Claim up to n tasks of a role, "
+        "waiting up to wait_ms for work (a list; empty: none came); Idempotency-Key required",
+        body=ParkedClaimBody, response=m.Lease, shape="list", errors=(400,),
+        extension="parked_claim", idempotent=True, features=("checkpoints",)),
+    _op("cancel_parked_claim", "POST", "/leases/claim-parked/cancel", "Stop the parked claim "
+        "of this Idempotency-Key, giving back (releasing) what it leased",
+        response=ParkedCancelled, errors=(400,), extension="parked_claim", idempotent=True),
     _op("heartbeat", "POST", "/leases/{lease_id}/heartbeat", "Extend the lease by its own TTL",
         "lease", body=HeartbeatBody, body_required=False, response=ExpiryAnswer,
         errors=(400, 401, 404, 410), features=("heartbeat_ttl", "checkpoints"),

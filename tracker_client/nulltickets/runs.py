@@ -1,11 +1,12 @@
 """The lease and run calls of the remote client, as :class:`RunCalls`, a base of
 :class:`~tracker_client.nulltickets.client.RemoteTracker`: what a worker sends while it works.
 
-``claim``, ``heartbeat``, ``add_event``, ``transition``, ``fail`` and ``release`` (each under a
-lease: its quirks on a plain NullTickets server are in :mod:`.leases`) and the reads of a run's
-events (:mod:`.reads`). They are the worker's hot path, apart from the admin and producer side
-that the client itself holds; each method is one call into the module that handles it, so a
-request costs no more than it did on the client. May touch: the wire only.
+``claim``, ``parked_claim`` (:mod:`.parking`), ``heartbeat``, ``add_event``, ``transition``,
+``fail`` and ``release`` (each under a lease: its quirks on a plain NullTickets server are in
+:mod:`.leases`) and the reads of a run's events (:mod:`.reads`). They are the worker's hot
+path, apart from the admin and producer side that the client itself holds; each method is one
+call into the module that handles it, so a request costs no more than it did on the client.
+May touch: the wire only.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.parked_models import ParkedCancelled
 from tracker_client.models import Event, FailResult, Lease, Page, ReleaseResult, TransitionResult
-from tracker_client.nulltickets import leases, reads
+from tracker_client.nulltickets import leases, parking, reads
 from tracker_client.nulltickets.wire import Wire
 
 __all__ = ["RunCalls"]
@@ -43,6 +45,33 @@ class RunCalls:
         return await leases.claim(
             self._wire, agent_id, role, lease_ttl_ms, per_state, idempotency_key
         )
+
+    async def parked_claim(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        wait_ms: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """``POST /leases/claim-parked`` (extension ``parked_claim``): up to ``n`` leases,
+        waiting up to ``wait_ms`` for work; cancelled or unanswered, it is cancelled at the
+        server under its key (:mod:`.parking`)."""
+        body = {
+            "agent_id": agent_id,
+            "agent_role": agent_role,
+            "lease_ttl_ms": lease_ttl_ms,
+            "n": n,
+        }
+        return await parking.parked_claim(self._wire, body, wait_ms, concurrency, idempotency_key)
+
+    async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:
+        """``POST /leases/claim-parked/cancel``: stop the parked claim of the key and release
+        what it leased."""
+        return await parking.cancel_parked_claim(self._wire, idempotency_key)
 
     async def heartbeat(
         self, lease: LeaseRef, *, lease_ttl_ms: int | None = None, checkpoint: Any = UNSET

@@ -37,6 +37,7 @@ from tracker_client.contract.batch_models import (
     check_items,
     per_state_of,
 )
+from tracker_client.contract.parked_models import ParkedCancelled, check_parked
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import (
     Artifact,
@@ -88,6 +89,7 @@ from tracker_client.rules.finish_many import prepared_item, write_items
 from tracker_client.rules.follow import check_follow, follow_state
 from tracker_client.rules.idempotency import idempotent, no_answer, replay_none
 from tracker_client.rules.links import add_dependency, assign, list_dependencies, unassign
+from tracker_client.rules.parked import ParkedClaims, attempt_key
 from tracker_client.rules.pipelines import PipelineCache
 from tracker_client.rules.ratelimits import clear_limit, list_limits, set_limit
 from tracker_client.rules.release import release
@@ -142,6 +144,7 @@ class Rail(Generic[E]):
         self._clock = clock
         self._pipelines = PipelineCache()
         self._rng = random.SystemRandom()
+        self._parked = ParkedClaims()
 
     @property
     def path(self) -> str:
@@ -944,6 +947,54 @@ class Rail(Generic[E]):
             )
 
         return await self._write("claim_many", op)
+
+    # -- parked claims (extension ``parked_claim``: see :mod:`.parked`) --------------------------
+    async def parked_claim(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        wait_ms: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """``claim_many`` that waits up to ``wait_ms`` for work and leases it as it comes
+        (empty: none came, or cancelled); the key is required: a retry under it answers the
+        same leases, :meth:`cancel_parked_claim` under it gives back what it leased."""
+        key = check_parked(idempotency_key, wait_ms)
+
+        def claim(k: str) -> Awaitable[list[Lease]]:
+            return self.claim_many(
+                agent_id, agent_role, lease_ttl_ms, n, concurrency=concurrency, idempotency_key=k
+            )
+
+        def count(c: Ctx) -> int:
+            i = 0
+            while c.scalar("idempotency.recorded", (attempt_key(key, i), "claim_many")):
+                i += 1
+            return i
+
+        changes = self._changes
+        return await self._parked.park(
+            key,
+            wait_ms / 1000,
+            claim=claim,
+            mark=lambda: str(changes.seq),
+            wait_for_work=lambda timeout_s, since: self.wait_for_work(timeout_s, since=since),
+            recorded=lambda: self._read("parked_claim", count),
+            give_back=self._give_back,
+        )
+
+    async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:
+        """Stop the parked claim of ``idempotency_key`` (it leases nothing more) and release
+        what it leased that its caller did not take (no attempt counted)."""
+        key = check_parked(idempotency_key, 0)
+        return ParkedCancelled(released=await self._parked.cancel(key, self._give_back))
+
+    async def _give_back(self, lease: Lease) -> None:
+        await self.release(lease, "claim_cancelled")
 
     # -- finish ---------------------------------------------------------------------------------
     async def finish(

@@ -18,22 +18,34 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.bounds import MAX_WAIT_MS
 from tracker_client.contract import wire_models as w
+from tracker_client.contract.parked_models import ParkedClaimBody
+from tracker_client.models import Lease
 from tracker_client.serve.helpers import (
+    Closing,
     dump,
     idem_key,
     int_query,
+    lease_json,
     limit_query,
     page_json,
     store_path,
     tracker_of,
     until_closing,
 )
-from tracker_client.serve.http import ApiError, Handlers, json_response, no_content, read_model
+from tracker_client.serve.http import (
+    ApiError,
+    Handlers,
+    json_response,
+    no_content,
+    raw_json_response,
+    read_model,
+)
 
 __all__ = ["HANDLERS", "MAX_WAIT_MS"]
 
@@ -167,6 +179,59 @@ async def wait_for_work(request: Request) -> Response:
     tracker = tracker_of(request)
     await until_closing(request, lambda: tracker.wait_for_work(timeout_ms / 1000))
     return json_response({"status": "ok"})
+
+
+@HANDLERS
+async def parked_claim(request: Request) -> Response:
+    """``POST /leases/claim-parked``: ``claim_many`` waiting up to ``wait_ms`` for work.
+
+    A client that leaves while it waits cancels it (nothing more is leased, and a lease taken
+    as it left is given back: nobody would read the answer); a stopping server cancels it too
+    and answers ``[]``. A retry under the same ``Idempotency-Key`` answers the same leases.
+    """
+    body = await read_model(request, ParkedClaimBody)
+    tracker, key = tracker_of(request), idem_key(request)
+    closing: Closing = request.app.state.closing
+    leases: list[Lease] = []
+    error: Exception | None = None
+
+    async def cancel() -> None:
+        with anyio.CancelScope(shield=True):
+            await tracker.cancel_parked_claim(idempotency_key=key)
+
+    async with anyio.create_task_group() as tg:
+
+        async def claim() -> None:
+            nonlocal leases, error
+            try:
+                leases = await tracker.parked_claim(
+                    body.agent_id,
+                    body.agent_role,
+                    body.lease_ttl_ms,
+                    body.n,
+                    body.wait_ms,
+                    concurrency=body.concurrency,
+                    idempotency_key=key,
+                )
+            except Exception as exc:
+                error = exc
+            tg.cancel_scope.cancel()
+
+        async def client_gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass  # the body was read: the next message comes when the client leaves
+            await cancel()
+
+        async def stopping() -> None:
+            await closing.wait()
+            await cancel()
+
+        tg.start_soon(claim)
+        tg.start_soon(client_gone)
+        tg.start_soon(stopping)
+    if error is not None:
+        raise error
+    return raw_json_response(b"[" + b",".join(map(lease_json, leases)) + b"]")
 
 
 @HANDLERS

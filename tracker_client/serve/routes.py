@@ -17,8 +17,6 @@ the storage directly.
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,6 +28,7 @@ from tracker_client.serve.helpers import (
     dump,
     idem_key,
     lease_handle,
+    lease_json,
     limit_query,
     page_json,
     tracker_of,
@@ -172,10 +171,7 @@ async def claim(request: Request) -> Response:
     )
     if lease is None:
         return no_content()
-    # The lease as JSON text in one pass, its token (masked in the model's own JSON) in clear.
-    text = lease.model_dump_json(exclude={"lease_token"}).encode()
-    token = json.dumps(lease.lease_token.get_secret_value()).encode()
-    return raw_json_response(text[:-1] + b',"lease_token":' + token + b"}")
+    return raw_json_response(lease_json(lease))
 
 
 @HANDLERS

@@ -4,7 +4,8 @@ Every operation of the contract table is classified here, once (``tests/serve/te
 fails on one that is not): which kinds of scoped token may call it at all, and for some, which
 arguments they may call it with:
 
-* a ``worker`` token claims only for its roles (``agent_role`` of ``claim``/``claim_many``);
+* a ``worker`` token claims only for its roles (``agent_role`` of ``claim``/``claim_many``/
+  ``parked_claim``);
 * a ``producer`` token creates tasks only in its pipelines, lists tasks of one of them, and
   reads, waits on or cancels a task only when the task is in one of them;
 * a ``read`` token calls reads only (never the store, never the wake-up poll).
@@ -31,6 +32,8 @@ __all__ = ["ALLOWED", "BODY_CHECKED", "ScopeGuard"]
 _WORKER = {
     "claim",
     "claim_many",
+    "parked_claim",
+    "cancel_parked_claim",
     "finish_many",
     "register_worker",
     "wait_for_work",
@@ -108,6 +111,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 BODY_CHECKED: dict[str, frozenset[str]] = {
     "claim": frozenset({"worker"}),
     "claim_many": frozenset({"worker"}),
+    "parked_claim": frozenset({"worker"}),
     "create_task": frozenset({"producer"}),
     "create_tasks": frozenset({"producer"}),
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracker_client.capabilities import Capabilities
-from tracker_client.protocol import ClaimsMany, RailParts
+from tracker_client.protocol import ClaimsMany, ParksClaims, RailParts
 from worker.config.models import TrackerConfig, WorkerConfig
 from worker.daemon.values import Role
 from worker.lease.batch import ReportBatcher
@@ -48,6 +48,9 @@ class SettingsBook:
         #: The rail's ``claim_many`` where it declares it (None until the capabilities are
         #: read): free slots then claim together. Read, never set, outside the book.
         self.claim_many: ClaimsMany | None = None
+        #: The rail's ``parked_claim`` where it declares it: an idle worker's probe waits at
+        #: the tracker for work (:mod:`worker.daemon.parking`). Read, never set, outside.
+        self.parked_claim: ParksClaims | None = None
         self._by_role: dict[str, RunSettings] = {}
 
     @property
@@ -77,6 +80,7 @@ class SettingsBook:
             self._parts = parts
             self.calls = TrackerCalls.of(capabilities, self.retry, self.telemetry)
             self.claim_many = None if parts is None else parts.claim_many
+            self.parked_claim = None if parts is None else parts.parked_claim
         self._by_role.clear()
 
     def lease_ttl_s(self, role: Role) -> float:

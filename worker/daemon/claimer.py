@@ -8,7 +8,9 @@ claim: one request (one housekeeping pass, one candidate scan) leases for all of
 claim and the run it starts share one task. Roles are tried round-robin from the one after the
 last winner, so none starves. How many claims overlap, when to idle and whether an empty round
 is conclusive is :class:`~worker.daemon.pacing.ClaimPacing`'s to say; with no work the loop
-backs off, woken early by the tracker (:class:`~worker.daemon.watch.TrackerWatch`), and a
+backs off, woken early by the tracker (:class:`~worker.daemon.watch.TrackerWatch`), or on a
+rail with ``parked_claim`` sends its next probe as a claim that waits at the tracker for the
+back-off's length (:mod:`worker.daemon.parking`), and a
 draining worker asks :class:`~worker.daemon.drain.DrainCheck` whether it may exit. What is in
 flight (each run's slot and role, each open claim's scopes, the counts read off them) is kept
 as one record per run and per claim by :class:`~worker.daemon.running.InFlight`.
@@ -38,6 +40,7 @@ from worker.config.models import WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.drain import DrainCheck
 from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step
+from worker.daemon.parking import park_claim
 from worker.daemon.runners import Runners
 from worker.daemon.running import InFlight, OpenClaim
 from worker.daemon.values import Claim, Role, Signals, WorkerStats
@@ -97,6 +100,9 @@ class Claimer:
         self._scope = anyio.CancelScope()  # the loop's, cancelled by stop()
         #: The tasks claims and runs go to (made by :meth:`run`; None before it).
         self.runners: Runners | None = None
+        #: How long the next claim waits at the tracker for work (0: it does not): an idle
+        #: round's probe on a rail with ``parked_claim`` (:mod:`worker.daemon.parking`).
+        self._park_s = 0.0
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -226,9 +232,18 @@ class Claimer:
             # Ended early by a change the tracker signals (new work, a lapsed lease), or in
             # drain mode by a run finishing, since its transition may have made work for us.
             also = self._in_flight.next_change() if config.drain else None
-            await self._watch.wait(delay, also=also)
+            if also is None and self._parks():
+                self._park_s = delay  # the probe that follows waits at the tracker instead
+            else:
+                await self._watch.wait(delay, also=also)
             self.pacing.idled()
         return True
+
+    def _parks(self) -> bool:
+        """Whether an idle round's probe may wait at the tracker (a parked claim): the rail
+        declares ``parked_claim`` and one role is claimed for (a claim parked for one role
+        would keep another's work waiting)."""
+        return self._book.parked_claim is not None and len(self._roles) == 1 and not self._refused
 
     async def _claim_and_run(
         self, slots: list[object], tickets: list[ClaimTicket], runners: Runners
@@ -329,17 +344,26 @@ class Claimer:
         book = self._book
         budget = book.tracker.request_timeout_s * 2
         many = book.claim_many
+        parks, park_s, self._park_s = book.parked_claim, self._park_s, 0.0
+        agent = self._config.agent_id
 
         async def attempt(key: str | None) -> list[Claim]:
             leases: list[Lease] = []
-            if self._signals.stopping.is_set():
+            stopping = self._signals.stopping
+            if stopping.is_set():
                 return []  # no new claim (nor a retry of one) after a stop
             sent_at, started_ns = anyio.current_time(), time.time_ns()
-            # Shielded while at the tracker (a second stop lifts it: OpenClaim.abandon).
-            with claim.shield(), self._progress.call("tracker.claim", budget):
-                leases = await send_claim(
-                    self._tracker, many, self._config.agent_id, role.name, ttl_ms, n, key
-                )
+            # Shielded while at the tracker (a second stop lifts it: OpenClaim.abandon); a
+            # parked claim ends at the first stop (cancelled at the tracker: parking.py).
+            with claim.shield(), self._progress.call("tracker.claim", budget + park_s):
+                if park_s and parks is not None:
+                    leases = await park_claim(
+                        parks, stopping, agent, role.name, ttl_ms, n, park_s, key
+                    )
+                    # The lease began when work came: by the answer, less its way here.
+                    sent_at = max(sent_at, anyio.current_time() - budget / 2)
+                else:
+                    leases = await send_claim(self._tracker, many, agent, role.name, ttl_ms, n, key)
                 self._progress.tick()  # answered, with or without a task
             ended_ns = time.time_ns()
             for found in [True] * len(leases) or [False]:  # one per lease, as claims would

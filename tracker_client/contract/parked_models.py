@@ -1,0 +1,63 @@
+"""The wire models of the ``parked_claim`` extension: a claim that waits at the rail for work.
+
+A parked claim is ``claim_many``'s body and ``wait_ms``: the rail leases as soon as work is
+claimable (or answers an empty list after ``wait_ms``), so an idle worker's pickup is one
+answer instead of a wake-up and a claim (docs/operate/rails.md). Its ``Idempotency-Key`` is
+required: a retry under it answers the same leases, and ``cancel_parked_claim`` under it stops
+the claim and gives back whatever it leased.
+
+Pure data, imported by the contract table (:mod:`tracker_client.contract.table`), the rails,
+the served tracker and the remote client; it imports pydantic only.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracker_client.bounds import MAX_WAIT_MS
+from tracker_client.contract.batch_models import ClaimManyBody
+from tracker_client.errors import ValidationFailed
+
+__all__ = ["MAX_PARKED_KEY_CHARS", "ParkedCancelled", "ParkedClaimBody", "check_parked"]
+
+#: The longest key of a parked claim (its attempts' keys add ``/<i>`` within the 255 of a key).
+MAX_PARKED_KEY_CHARS = 240
+
+
+class ParkedClaimBody(ClaimManyBody):
+    """``POST /leases/claim-parked`` (extension ``parked_claim``): ``claim_many``'s body and
+    how long to wait for work."""
+
+    #: How long the claim waits at the rail for work (0..60000 ms) before answering ``[]``.
+    wait_ms: int = Field(json_schema_extra={"minimum": 0, "maximum": MAX_WAIT_MS})
+
+
+class ParkedCancelled(BaseModel):
+    """The answer of ``POST /leases/claim-parked/cancel``: how many leases the parked claim
+    of that key had taken and were given back (released: no attempt counted)."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    released: int
+
+
+def check_parked(idempotency_key: str | None, wait_ms: int) -> str:
+    """The parked claim's key, or ``ValidationFailed`` naming what is wrong (no key: a parked
+    claim could be neither retried nor cancelled; a wait outside 0..60000 ms)."""
+    if not idempotency_key:
+        raise ValidationFailed(
+            "parked_claim needs an idempotency key (the Idempotency-Key header): without it a "
+            "lost answer could be neither retried nor cancelled",
+            code="idempotency_key_required",
+        )
+    if len(idempotency_key) > MAX_PARKED_KEY_CHARS:
+        raise ValidationFailed(
+            f"parked_claim: idempotency key over {MAX_PARKED_KEY_CHARS} characters",
+            code="invalid_idempotency_key",
+        )
+    if isinstance(wait_ms, bool) or not 0 <= wait_ms <= MAX_WAIT_MS:
+        raise ValidationFailed(
+            f"parked_claim: wait_ms must be 0..{MAX_WAIT_MS}, got {wait_ms}",
+            code="invalid_request",
+        )
+    return idempotency_key
