@@ -5,6 +5,10 @@ leases."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,7 +18,18 @@ import httpx
 import pytest
 
 from tests.faultproxy import FaultProxy, Hang
-from tests.worker.daemonkit import leased, run_outcomes, serve_tracker
+from tests.worker.daemonkit import (
+    TOKEN,
+    RouteFaults,
+    add_task,
+    leased,
+    reap,
+    run_outcomes,
+    serve_tracker,
+    spawn_worker,
+    wait_for,
+    write_config,
+)
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.models import Lease, TaskCreate
 from tracker_client.nulltickets.client import RemoteTracker
@@ -207,3 +222,46 @@ async def test_a_retry_after_a_lost_cancel_answers_the_same_lease(served: tuple[
             assert leased(db) == 0
         finally:
             await tracker.aclose()
+
+
+# -- a real worker process --------------------------------------------------------------------
+def _parked_worker(tmp_path: Path, url: str) -> subprocess.Popen[bytes]:
+    """A worker of role ``coder`` whose idle probe parks for 5-10 s (a stop must not wait)."""
+    argv = [sys.executable, "-c", "pass"]
+    config = write_config(tmp_path, url, token=TOKEN, argv=argv, idle_min_s=5, idle_max_s=10)
+    return spawn_worker(config, tmp_path / "worker.log")
+
+
+def test_a_worker_stopped_while_parked_cancels_it_at_the_server(tmp_path: Path) -> None:
+    with serve_tracker(tmp_path) as (url, db), RouteFaults(int(url.rsplit(":", 1)[1])) as proxy:
+        proc = _parked_worker(tmp_path, proxy.url)
+        try:
+            wait_for(lambda: proxy.count("POST /leases/claim-parked"), 30, "a parked claim")
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            assert time.monotonic() - started < 4  # not the park's 5-10 s
+            assert proxy.count("POST /leases/claim-parked/cancel") == 1
+        finally:
+            reap(proc)
+        add_task(db)
+        assert leased(db) == 0
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 0.05, 0.2])
+def test_a_stop_racing_a_submit_strands_no_lease(tmp_path: Path, pause_s: float) -> None:
+    """The task arrives as the worker stops: it runs (the answer came first) or is left
+    unleased (the claim was cancelled, or its lease given back): never held to its TTL."""
+    with serve_tracker(tmp_path) as (url, db), RouteFaults(int(url.rsplit(":", 1)[1])) as proxy:
+        proc = _parked_worker(tmp_path, proxy.url)
+        try:
+            wait_for(lambda: proxy.count("POST /leases/claim-parked"), 30, "a parked claim")
+            task_id = add_task(db)
+            time.sleep(pause_s)  # the stop lands at a different point of the pickup
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            reap(proc)
+        assert leased(db) == 0
+        outcomes = [status for status, _ in run_outcomes(db, task_id)]
+        assert outcomes in ([], ["released"], ["completed"]), outcomes
