@@ -21,6 +21,7 @@ import uuid
 
 import anyio
 
+from tracker_client.bounds import MAX_WAIT_MS
 from tracker_client.models import Lease
 from tracker_client.protocol import ParksClaims
 
@@ -54,7 +55,7 @@ async def park_claim(
                     role,
                     ttl_ms,
                     n,
-                    math.ceil(wait_s * 1000),
+                    min(math.ceil(wait_s * 1000), MAX_WAIT_MS),  # a longer idle: parks again
                     idempotency_key=key or str(uuid.uuid4()),
                 )
             except Exception as exc:  # raised as itself below, not as a group

@@ -1,0 +1,54 @@
+"""The idle worker's parked claim (worker/daemon/parking.py), over the rail's own
+``parked_claim`` (the embedded rail has the method; the served tracker serves it)."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from tracker_client.protocol import Tracker
+from worker.daemon.parking import park_claim
+
+from .conftest import add_tasks
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def test_an_idle_delay_past_the_longest_wait_still_parks(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    """An ``idle_max_s`` over 60 s asks the tracker for its longest wait (not a refusal)."""
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)
+    with anyio.fail_after(10):
+        leases = await park_claim(
+            tracker, anyio.Event(), "w", "coder", 30_000, 1, 120.0, str(uuid.uuid4())
+        )
+    assert [x.task.id for x in leases] == [task_id]
+
+
+async def test_a_stop_ends_the_parked_claim_at_once(tracker: Tracker, pipeline_id: str) -> None:
+    stopping = anyio.Event()
+    got: list[object] = ["not answered"]
+
+    async def park() -> None:
+        got[:] = await park_claim(tracker, stopping, "w", "coder", 30_000, 1, 30.0, None)
+
+    with anyio.fail_after(5):  # not the 30 s wait
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(park)
+            await anyio.sleep(0.05)  # parked by now, or not yet: either way it ends
+            stopping.set()
+    assert got == []
+    [task_id] = await add_tasks(tracker, pipeline_id, 1)  # after the stop: nobody holds it
+    lease = await tracker.claim("other", "coder", 30_000)
+    assert lease is not None and lease.task.id == task_id
+
+
+async def test_a_stopped_worker_sends_no_parked_claim(tracker: Tracker, pipeline_id: str) -> None:
+    await add_tasks(tracker, pipeline_id, 1)
+    stopping = anyio.Event()
+    stopping.set()
+    assert await park_claim(tracker, stopping, "w", "coder", 30_000, 1, 5.0, None) == []
+    assert await tracker.claim("other", "coder", 30_000) is not None
