@@ -265,3 +265,28 @@ def test_a_stop_racing_a_submit_strands_no_lease(tmp_path: Path, pause_s: float)
         assert leased(db) == 0
         outcomes = [status for status, _ in run_outcomes(db, task_id)]
         assert outcomes in ([], ["released"], ["completed"]), outcomes
+
+
+async def test_a_retry_while_the_first_still_waits_takes_over(served: tuple[str, Path]) -> None:
+    """The first request's client is gone but the server has not noticed (a proxy keeps its
+    side open): the retry under the key stops it and is the one that leases."""
+    url, db = served
+    with FaultProxy(int(url.rsplit(":", 1)[1])).start() as proxy:
+        body = {"agent_id": "w1", "agent_role": "coder", "lease_ttl_ms": 30_000, "n": 1}
+        body["wait_ms"] = 30_000
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=0.5) as http:
+            with pytest.raises(httpx.ReadTimeout):
+                await http.post("/leases/claim-parked", json=body, headers={"Idempotency-Key": "k"})
+        tracker = RemoteTracker(url, timeout_s=2)
+        try:
+            task_id = await _add(tracker)
+            with anyio.fail_after(10):  # not the first request's 30 s
+                [lease] = await _park(tracker, 30_000, "k")
+            assert lease.task.id == task_id
+            assert leased(db) == 1
+            assert [s for s, _ in run_outcomes(db, task_id)] in (
+                ["running"],
+                ["released", "running"],
+            )
+        finally:
+            await tracker.aclose()

@@ -16,8 +16,8 @@ connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) an
   back (``release``: no attempt counted) what a claim of that key leased and its caller did
   not take: the served tracker calls it when the client leaves, a stopping worker sends it;
 * a retry that arrives while the first request still waits (the server has not noticed the
-  first connection drop) takes over: the first one stops, and its leases, if it took any in
-  the meantime, are the retry's answer.
+  first connection drop) takes over: the first one stops (giving back what it leased in the
+  meantime, which its gone caller will never take) and the retry parks on from its attempt.
 
 The claim itself runs shielded from cancellation (a write that commits while its caller is
 cancelled would strand its leases); a caller cancelled after it leased gives them back.
@@ -100,9 +100,7 @@ class ParkedClaims:
         if old is not None:  # a retry while the first request still waits: it takes over
             old.cancelled = True
             old.wake.set()
-            await old.done.wait()
-            if old.leases:
-                return self._ended_with(key, old.leases)
+            await old.done.wait()  # it leases nothing more, and gave back what it had
             attempt = old.attempt
         elif key in self._ended:
             self._ended.move_to_end(key)
@@ -124,7 +122,8 @@ class ParkedClaims:
                 await self._give_back(entry, give_back)
             raise
         finally:
-            del self._live[key]
+            if self._live.get(key) is entry:  # (a later retry may have taken the key over)
+                del self._live[key]
             self._ended_with(key, entry.leases)
             entry.done.set()
         return list(entry.leases)
