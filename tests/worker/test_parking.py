@@ -10,8 +10,9 @@ import pytest
 
 from tracker_client.protocol import Tracker
 from worker.daemon.parking import park_claim
+from worker.daemon.watch import TrackerWatch
 
-from .conftest import add_tasks
+from .conftest import add_tasks, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -52,3 +53,24 @@ async def test_a_stopped_worker_sends_no_parked_claim(tracker: Tracker, pipeline
     stopping.set()
     assert await park_claim(tracker, stopping, "w", "coder", 30_000, 1, 5.0, None) == []
     assert await tracker.claim("other", "coder", 30_000) is not None
+
+
+async def test_the_watch_stands_down_while_a_parked_claim_waits(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    """While quiet, a submit wakes no long poll of the watch (the parked claim takes it); after,
+    the watch polls again from its last mark, so a change made meanwhile wakes it at once."""
+    watch = TrackerWatch(tracker, poke=lambda: None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(watch.run)
+        await add_tasks(tracker, pipeline_id, 1)
+        await wait_until(lambda: watch.wakeups == 1)  # polling, with a mark from now on
+        with watch.quiet():
+            await add_tasks(tracker, pipeline_id, 1)
+            await anyio.sleep(0.2)  # not readiness: time for a wake-up that must not come
+            assert watch.wakeups == 1
+        await wait_until(lambda: watch.wakeups == 2)
+        with watch.quiet(enabled=False):  # a run in flight: the watch keeps polling
+            await add_tasks(tracker, pipeline_id, 1)
+            await wait_until(lambda: watch.wakeups == 3)
+        tg.cancel_scope.cancel()

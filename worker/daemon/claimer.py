@@ -357,9 +357,11 @@ class Claimer:
             # parked claim ends at the first stop (cancelled at the tracker: parking.py).
             with claim.shield(), self._progress.call("tracker.claim", budget + park_s):
                 if park_s and parks is not None:
-                    leases = await park_claim(
-                        parks, stopping, agent, role.name, ttl_ms, n, park_s, key
-                    )
+                    # Nothing in flight to poke: the parked claim is the only wait needed.
+                    with self._watch.quiet(not self._in_flight.runs):
+                        leases = await park_claim(
+                            parks, stopping, agent, role.name, ttl_ms, n, park_s, key
+                        )
                     # The lease began when work came: by the answer, less its way here.
                     sent_at = max(sent_at, anyio.current_time() - budget / 2)
                 else:
