@@ -105,6 +105,23 @@ async def test_bulk_create_is_all_or_nothing_at_the_cap(open_tracker: OpenTracke
 
 
 @pytest.mark.requires(OPTIONS)
+async def test_a_refusal_names_the_exact_depth_not_the_rows_the_check_counted(
+    open_tracker: OpenTracker,
+) -> None:
+    # The check counts at most cap - n + 1 waiting tasks (3 here) to decide; the refusal
+    # still names all 4 waiting.
+    tracker = await open_tracker(max_backlog_depth=5)
+    pid = await make_pipeline(tracker)
+    await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(4)])
+    with pytest.raises(BacklogFull) as err:
+        await tracker.create_tasks([new_task(pid, f"b{i}") for i in range(3)])
+    assert (err.value.role, err.value.depth, err.value.cap) == ("coder", 4, 5)
+    assert str(err.value) == "backlog of role 'coder' is full: 4 waiting, cap 5"
+    assert len(await all_tasks(tracker)) == 4
+    assert len(await tracker.create_tasks([new_task(pid, "fits")])) == 1
+
+
+@pytest.mark.requires(OPTIONS)
 async def test_bulk_across_roles_is_refused_whole(open_tracker: OpenTracker) -> None:
     tracker = await open_tracker(role_backlog_depth={"reviewer": 1})
     coders = await make_pipeline(tracker)

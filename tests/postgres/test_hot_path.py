@@ -99,10 +99,10 @@ async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent
         await count("release", tracker.call("release", leases[2], reason="later"))
         await count("create_task", tracker.create_task(new_task(pid, "a submit")))
         # BEGIN and the lock travel with the first statement, the writes nobody reads with
-        # the COMMIT; a claim of n leases is n claim statements more. A create: the backlog
-        # cap's depth, then its insert with the wake-up and the COMMIT.
+        # the COMMIT; a claim of n leases is n claim statements more. A create: its backlog
+        # cap's check (schema 18, on the server), insert, wake-up and COMMIT in one.
         assert trips == {
-            "create_task": 2,
+            "create_task": 1,
             "claim_many": 1,
             "claim": 1,
             "heartbeat": 2,
@@ -420,9 +420,9 @@ def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
         "runs.retry_at",
     }
     deferred = {name for name, s in STATEMENTS.items() if s.hint("deferred") is not None}
-    # An event's id is read (lastrowid); a create's insert (an exclusive write whose answer
-    # nobody reads) travels with its COMMIT: a submit is two round trips, not three.
-    assert deferred == (shared - {"common.add_event"}) | {"tasks.insert"}
+    # An event's id is read (lastrowid); a create's cap check and insert (an exclusive write
+    # whose answer nobody reads) travel with its COMMIT: a submit is one round trip, not three.
+    assert deferred == (shared - {"common.add_event"}) | {"tasks.insert", "tasks_cap.check"}
 
 
 def test_raw_sql_is_refused_naming_where_statements_live() -> None:

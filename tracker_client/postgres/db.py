@@ -19,6 +19,7 @@ rolled back, nothing half-granted), an out-of-range value ``ValidationFailed``.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -55,6 +56,9 @@ _RUN_ALONE = (
 #: The SQLSTATE a hot-path function raises for what it leaves to the embedded path.
 DECLINED = "BW001"
 
+#: The SQLSTATE of ``bw_backlog_check`` (schema 18) refusing a create at a role's backlog cap.
+BACKLOG_FULL = "BW002"
+
 #: What else a hot-path function's transaction may meet that the embedded path answers
 #: exactly (run alone if need be): a unique key a concurrent write took first, a deadlock.
 _DECLINES = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
@@ -70,7 +74,10 @@ def map_pg_error(exc: BaseException, where: str) -> BaseException:
         return exc
     err: TrackerError
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege):  # SQLSTATE 42501: a grant missing
+    full = _backlog_full(exc)
+    if full is not None:
+        err = full
+    elif isinstance(exc, psycopg.errors.InsufficientPrivilege):  # SQLSTATE 42501: a grant missing
         err = TrackerRejected(
             f"{where}: the PostgreSQL role lacks a privilege ({text}); grant it as"
             " docs/operate/security.md lists for a runtime role",
@@ -318,6 +325,20 @@ class Database:
         if self.lane is not None:
             self.lane.close()
         await anyio.to_thread.run_sync(self.pool.close)
+
+
+def _backlog_full(exc: BaseException) -> TrackerError | None:
+    """The ``BacklogFull`` of a create the server refused at a role's cap (SQLSTATE
+    :data:`BACKLOG_FULL`, the role, depth and cap as JSON in its DETAIL), else None."""
+    if not isinstance(exc, psycopg.Error) or exc.sqlstate != BACKLOG_FULL:
+        return None
+    from tracker_client.rules.tasks import backlog_full
+
+    try:
+        found = json.loads(exc.diag.message_detail or "")
+        return backlog_full(str(found["role"]), int(found["depth"]), int(found["cap"]))
+    except (ValueError, TypeError, KeyError):
+        return None  # not ours after all: reported as a PostgreSQL error
 
 
 def _declined(exc: BaseException) -> bool:

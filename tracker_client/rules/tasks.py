@@ -42,6 +42,7 @@ from tracker_client.rules.versions import task_pipeline
 T = TypeVar("T")
 
 __all__ = [
+    "backlog_full",
     "create_pipeline",
     "create_tasks",
     "get_task",
@@ -259,6 +260,16 @@ def _deduped(ctx: Ctx, prepared: list[tuple[dict[str, Any], PipelineDef]]) -> li
     return out
 
 
+def backlog_full(role: str, depth: int, cap: int) -> BacklogFull:
+    """The refusal of a create that would pass ``role``'s backlog cap (``depth`` waiting now)."""
+    return BacklogFull(
+        f"backlog of role {role!r} is full: {depth} waiting, cap {cap}",
+        role=role,
+        depth=depth,
+        cap=cap,
+    )
+
+
 def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[str]:
     """Create tasks all-or-nothing; ``BacklogFull`` when a role's cap would be passed.
 
@@ -278,14 +289,12 @@ def create_tasks(ctx: Ctx, specs: Sequence[TaskCreate], *, bulk: bool) -> list[s
         cap = ctx.opts.cap_for(role)
         if cap <= 0:
             continue
-        depth = ctx.depth(role) or 0
-        if depth + n > cap:
-            raise BacklogFull(
-                f"backlog of role {role!r} is full: {depth} waiting, cap {cap}",
-                role=role,
-                depth=depth,
-                cap=cap,
-            )
+        # A row only when adding n would pass the cap (its exact depth). On PostgreSQL the
+        # server decides, with the insert's round trip (schema 18): no row here, BacklogFull
+        # from the commit (see backlog_full).
+        full = ctx.one("tasks_cap.check", {"role": role, "now": ctx.now, "n": n, "cap": cap})
+        if full is not None:
+            raise backlog_full(role, int(full[0]), cap)
     ids: list[str] = []
     for values, _p in prepared:
         ctx.exec("tasks.insert", tuple(values[k] for k in _KEYS))

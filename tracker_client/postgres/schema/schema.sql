@@ -756,3 +756,31 @@ CREATE TABLE pipeline_forward (
     task_id TEXT PRIMARY KEY,
     pipeline_id TEXT NOT NULL
 );
+
+-- Schema 18: the backlog cap checked inside the create's own round trip (see
+-- 0018_backlog_check.sql): a bounded count, and the exact depth only for a refusal (BW002).
+CREATE FUNCTION bw_backlog_check(p_role TEXT, p_now BIGINT, p_n BIGINT, p_cap BIGINT)
+RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    found_n BIGINT;
+BEGIN
+    IF p_role IS NULL OR p_cap <= 0 THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO found_n FROM (
+        SELECT 1 FROM tasks
+        WHERE role = p_role AND dead_letter_reason IS NULL AND terminal = 0
+          AND lease_expires_at_ms <= p_now
+        LIMIT greatest(p_cap - p_n + 1, 0)
+    ) waiting;
+    IF found_n + p_n <= p_cap THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO found_n FROM tasks
+    WHERE role = p_role AND dead_letter_reason IS NULL AND terminal = 0
+      AND lease_expires_at_ms <= p_now;
+    RAISE EXCEPTION 'backlog of role % is full: % waiting, cap %', p_role, found_n, p_cap
+        USING ERRCODE = 'BW002',
+              DETAIL = jsonb_build_object('role', p_role, 'depth', found_n, 'cap', p_cap)::text;
+END
+$$;
