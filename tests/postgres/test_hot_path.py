@@ -20,6 +20,7 @@ import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
+from tracker_client.errors import BacklogFull
 from tracker_client.factory import open_tracker
 from tracker_client.models import CORRUPT_MARKER, RetryPolicy
 from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn
@@ -432,3 +433,58 @@ def test_raw_sql_is_refused_naming_where_statements_live() -> None:
     with pytest.raises(TypeError, match=r"named statements .*not raw SQL: 'SELECT 1'"):
         conn.execute(raw)
     assert not conn.pending
+
+
+async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_back(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Schema 18: the cap check travels with the insert and the COMMIT, sent on the event
+    # loop's own connection (no pool thread); a refusal at the cap rolls back and the next
+    # create goes on that same connection.
+    on_loop: list[bytes] = []
+    on_pool: list[str] = []
+    real_async, real = psycopg.AsyncCursor.execute, psycopg.Cursor.execute
+
+    async def async_counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        on_loop.append(query if isinstance(query, bytes) else str(query).encode())
+        return await real_async(self, query, *args, **kwargs)
+
+    def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        on_pool.append(str(query))
+        return real(self, query, *args, **kwargs)
+
+    tracker = await open_tracker(_url(max_backlog_depth=2))
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_task(new_task(pid, "warm"))  # the pipeline read, once
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+        await tracker.create_task(new_task(pid, "second"))
+        assert (len(on_loop), on_pool) == (1, [])
+        assert b"bw_backlog_check" in on_loop[0] and on_loop[0].endswith(b"COMMIT")
+        with pytest.raises(BacklogFull) as err:
+            await tracker.create_task(new_task(pid, "third"))
+        assert (err.value.role, err.value.depth, err.value.cap) == ("coder", 2, 2)
+        assert on_loop[-1] == b"ROLLBACK" and on_pool == []
+        await tracker.call("claim", agent_id="a", role="coder", lease_ttl_ms=60_000)
+        before = len(on_loop)
+        await tracker.create_task(new_task(pid, "fits"))
+        assert len(on_loop) == before + 1 and on_pool == []
+        assert await tracker.count_tasks() == 3
+    finally:
+        monkeypatch.undo()
+        await tracker.aclose()
+
+
+async def test_a_create_that_reads_runs_on_the_pool_as_before(pg_server: PgServer) -> None:
+    # A dedupe key is looked up (a read): the create is gathered, found to need its answer,
+    # and run whole on a pooled connection; the answer is the dedupe's.
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker)
+        first = await tracker.create_task(new_task(pid, "a", dedupe_key="k"))
+        again = await tracker.create_task(new_task(pid, "b", dedupe_key="k"))
+        assert again == first
+        assert await tracker.count_tasks() == 1
+    finally:
+        await tracker.aclose()

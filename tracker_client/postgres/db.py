@@ -35,7 +35,14 @@ from tracker_client.errors import (
     ValidationFailed,
 )
 from tracker_client.postgres import aio
-from tracker_client.postgres.dialect import NeedExclusive, PgConn, configure_types, row_factory
+from tracker_client.postgres.dialect import (
+    NeedExclusive,
+    NeedsTrip,
+    OneTrip,
+    PgConn,
+    configure_types,
+    row_factory,
+)
 from tracker_client.postgres.migrate import open_schema
 
 __all__ = ["Database", "NeedExclusive", "map_pg_error"]
@@ -280,6 +287,55 @@ class Database:
                 raise err from exc
 
         return await anyio.to_thread.run_sync(job)
+
+    async def one_trip_write(self, fn: Callable[[PgConn], T], where: str) -> tuple[bool, T | None]:
+        """``fn`` gathered whole (:class:`~.dialect.OneTrip`: only deferred statements) and
+        sent as ONE round trip under the write lock (exclusive) on the event loop (the async
+        lane, :mod:`.aio`): ``(True, its answer)``, or ``(False, None)`` when it can't be (a
+        statement whose answer is read, no lane, not asyncio, behind a PgBouncer): nothing
+        was sent, the caller runs it with :meth:`run`. What ``fn`` raises is raised (nothing
+        sent), as is the commit's error, mapped (:func:`map_pg_error`: a create refused at its
+        backlog cap is ``BacklogFull``), the transaction rolled back."""
+        self._check()
+        lane = self.lane
+        if lane is None or self.bouncer or not aio.usable():
+            return False, None
+        begin = self._begin_write
+
+        async def job(conn: psycopg.AsyncConnection[Any]) -> tuple[bool, Any, BaseException | None]:
+            gathered = OneTrip(conn, begin)
+            try:
+                result = fn(gathered)
+            except NeedsTrip:
+                return False, None, None
+            except Exception as exc:  # nothing was sent: the connection stays usable
+                return True, None, exc
+            try:
+                await conn.execute(gathered.commit_sql(), prepare=False)
+            except psycopg.Error as exc:
+                idle = psycopg.pq.TransactionStatus.IDLE
+                if not conn.closed and conn.info.transaction_status != idle:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute(b"ROLLBACK", prepare=False)
+                return True, None, exc
+            return True, result, None
+
+        try:
+            served, found = await lane.run(job)
+        except BaseException as exc:
+            err = map_pg_error(exc, where)
+            if err is exc:
+                raise
+            raise err from exc
+        if not served or not found[0]:
+            return False, None
+        _, result, failed = found
+        if failed is not None:
+            err = map_pg_error(failed, where)
+            if err is failed:
+                raise failed
+            raise err from failed
+        return True, cast(T, result)
 
     async def one_call(self, call: str, params: Sequence[Any], where: str) -> list[Any] | None:
         """``call``, one prepared statement of a hot-path function that takes the write lock

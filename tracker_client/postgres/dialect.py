@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.adapt import Buffer
@@ -40,6 +40,8 @@ from tracker_client.rules.statements import Statement, Statements
 __all__ = [
     "STATEMENTS",
     "NeedExclusive",
+    "NeedsTrip",
+    "OneTrip",
     "PgConn",
     "PgCursor",
     "Row",
@@ -55,6 +57,11 @@ STATEMENTS = Statements.load("tracker_client.postgres", "postgres")
 class NeedExclusive(Exception):
     """Raised inside a shared-mode write that must run alone (its transaction is rolled back
     and the write run again under the exclusive write lock)."""
+
+
+class NeedsTrip(Exception):
+    """Raised by :class:`OneTrip` at a statement whose answer is read (the write then runs on
+    a pooled connection, from the start)."""
 
 
 class Row:
@@ -269,3 +276,36 @@ class _Done(PgCursor):
 
 
 _DONE = _Done()
+
+
+class OneTrip(PgConn):
+    """A write transaction gathered whole before anything is sent: every statement must be
+    ``deferred`` (nobody reads its answer); the first one that is not raises
+    :class:`NeedsTrip`. :meth:`~PgConn.commit_sql` is then the whole transaction (``BEGIN``
+    and the lock, the writes, ``before_commit``, ``COMMIT``): one round trip, sent by the
+    caller on an async connection (a create on the event loop, see :mod:`.engine`).
+
+    ``conn`` (a psycopg async connection, configured as the pool's) only binds parameters
+    (``mogrify``, on the client); nothing is sent here."""
+
+    __slots__ = ("_bind",)
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], begin: str) -> None:
+        super().__init__(cast(psycopg.Connection[Any], None), write=True, begin=begin)
+        self._bind = psycopg.AsyncClientCursor(conn)
+
+    @property
+    def in_transaction(self) -> bool:
+        """Always: the transaction is this one, not sent yet."""
+        return True
+
+    def execute(self, sql: Statement, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
+        """Queue deferred statement ``sql``; :class:`NeedsTrip` for any other."""
+        if not isinstance(sql, Statement):
+            raise TypeError(f"PgConn runs named statements, not raw SQL: {str(sql)[:60]!r}")
+        if sql.hint("deferred") is None:
+            raise NeedsTrip(sql.name)
+        args: Any = dict(params) if isinstance(params, Mapping) else (tuple(params) or None)
+        bound = sql.replace("%%", "%") if args is None else self._bind.mogrify(sql, args)
+        self.pending.append(bound + ";")
+        return _DONE

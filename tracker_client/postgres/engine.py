@@ -28,7 +28,7 @@ from tracker_client.postgres.wake import Listener, channel_name
 from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
 
-__all__ = ["LISTEN_START_S", "SAFETY_TICK_S", "SHARED_WRITES", "PgEngine"]
+__all__ = ["LISTEN_START_S", "ONE_TRIP_WRITES", "SAFETY_TICK_S", "SHARED_WRITES", "PgEngine"]
 
 R = TypeVar("R")
 
@@ -39,6 +39,12 @@ R = TypeVar("R")
 SHARED_WRITES = frozenset(
     {"claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish", "release"}
 )
+#: Writes tried first as ONE round trip on the event loop (:meth:`.db.Database.one_trip_write`):
+#: a create whose statements are all deferred (its cap check on the server, schema 18; the
+#: insert; the wake-ups) goes without a worker thread's hand-off or a second round trip; one
+#: that reads (a pipeline version to look at again, a dedupe key, a dependency, an
+#: idempotency key, INFO logging's depth) runs on a pooled connection as before.
+ONE_TRIP_WRITES = frozenset({"create_task", "create_tasks"})
 #: A waiter with a live wake-up listener still looks this often (a lost NOTIFY costs no more).
 SAFETY_TICK_S = 5.0
 #: How long the first waiter waits for ``LISTEN`` to be in place before it polls instead.
@@ -98,6 +104,11 @@ class PgEngine:
                 conn.before_commit.append(self._follow_sql)  # followers of every host
             return result
 
+        if where in ONE_TRIP_WRITES:
+            sent, found = await self.db.one_trip_write(body, where)
+            if sent:
+                committed()
+                return cast(R, found)
         result = await self.db.run(body, where, write=True, shared=where in SHARED_WRITES)
         committed()
         return result
