@@ -166,3 +166,44 @@ async def test_a_submit_during_the_watch_pause_wakes_the_idle_wait(
     finally:
         await watched.aclose()
         await writer.aclose()
+
+
+async def test_the_listener_listens_again_after_its_connection_is_killed(
+    pg_server: PgServer,
+) -> None:
+    # The event loop reads the listening socket (tracker_client/postgres/wake.py); the server
+    # ending that backend is seen there, and the listener's thread connects and LISTENs again.
+    # Polling every 10 s, only a listener that is back wakes the waiter within the bound.
+    import psycopg
+
+    from tracker_client.postgres.wake import channel_name
+
+    key = f"wake-{uuid.uuid4()}"
+    idle = await open_tracker(fresh_schema_url(key, poll_interval_s=10))
+    writer = await open_tracker(fresh_schema_url(key))
+    listen = f'LISTEN "{channel_name(schema_name(key))}"'
+
+    def listening() -> set[int]:
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE query = %s", (listen,))
+            return {int(row[0]) for row in rows}
+
+    try:
+        pid = await make_pipeline(writer)
+        await idle.wait_for_work(0.01)  # the listener is up from here on
+        before = listening()
+        assert len(before) == 1
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (next(iter(before)),))
+        with anyio.fail_after(15):
+            while not listening() - before:  # a new backend LISTENs: the listener is back
+                await anyio.sleep(0.05)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(idle.wait_for_work, 30.0)
+            await anyio.sleep(0.2)  # the waiter is asleep
+            start = anyio.current_time()
+            await writer.create_task(new_task(pid, "after the listener came back"))
+        assert anyio.current_time() - start < WOKEN_WITHIN_S
+    finally:
+        await idle.aclose()
+        await writer.aclose()

@@ -4,9 +4,15 @@ A write that may make work claimable or revoke a lease (the embedded rail's waki
 claims, heartbeats, events, artifacts, the store, an idle maintenance pass) sends
 ``pg_notify(channel, instance)`` inside its transaction, so the notification leaves at commit and
 never for a rolled-back write. Each tracker instance with waiters keeps one listening connection
-on a thread of its own (:class:`Listener`); a notification of another instance wakes this
-instance's waiters on their event loop. Its own notifications are ignored: the write already
-woke them in process.
+(:class:`Listener`); a notification of another instance wakes this instance's waiters on their
+event loop. Its own notifications are ignored: the write already woke them in process.
+
+On asyncio the event loop itself reads the listening socket (``add_reader``): a NOTIFY wakes
+the loop directly, with no thread to wake first and no hand-off from it (the wake-up is on the
+path of every pickup: docs/benchmarks.md, "Pickup latency"). A thread of its own still opens
+the connection and ``LISTEN`` s (a blocking connect, reconnects with a back-off), then hands it
+to the loop and waits until the loop reports it lost. Under another event loop (trio) that
+thread reads the notifications too and hands each wake-up to the loop.
 
 Lease expiry needs no message: ``wait_for_work`` sleeps at most until the earliest live lease
 lapses. While the listening connection is down (a server restart), :attr:`Listener.healthy` is
@@ -15,6 +21,7 @@ false and waiters fall back to a poll tick; it reconnects by itself with a cappe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -41,7 +48,8 @@ def channel_name(schema: str) -> str:
 
 
 class Listener:
-    """A thread holding ``LISTEN channel`` that calls ``wake`` on the event loop per message."""
+    """``LISTEN channel`` on a connection of its own, calling ``wake`` on the event loop per
+    message of another instance (see the module docstring)."""
 
     def __init__(self, conninfo: str, channel: str, instance: str, wake: Callable[[], None]):
         self._conninfo = conninfo
@@ -49,7 +57,16 @@ class Listener:
         self._instance = instance
         self._wake = wake
         self._token = anyio.lowlevel.current_token()
+        native = self._token.native_token
+        #: The asyncio loop that reads the socket itself (None: the thread reads it).
+        self._loop: asyncio.AbstractEventLoop | None = (
+            native if isinstance(native, asyncio.AbstractEventLoop) else None
+        )
+        #: The connection the loop reads (set and cleared on the loop only).
+        self._reading: psycopg.Connection[Any] | None = None
+        self._fd = -1
         self._stop = threading.Event()
+        self._lost = threading.Event()
         self._listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{channel}-listen", daemon=True)
         self._thread.start()
@@ -69,8 +86,17 @@ class Listener:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f'LISTEN "{self._channel}"')
-                    self._listening.set()
                     backoff = 0.1
+                    if self._loop is not None:
+                        self._lost.clear()
+                        self._loop.call_soon_threadsafe(self._attach, conn)
+                        while not (self._stop.is_set() or self._lost.wait(_POLL_S)):
+                            pass
+                        if self._stop.is_set():
+                            return
+                        self._listening.set()  # it was up: say that it dropped (below)
+                        raise psycopg.OperationalError("the listening connection was lost")
+                    self._listening.set()
                     self._deliver(None)  # anything written while we were away
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=_POLL_S):
@@ -89,6 +115,52 @@ class Listener:
             self._stop.wait(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
+    # -- on the event loop (asyncio): the loop reads the socket --------------------------------
+    def _attach(self, conn: psycopg.Connection[Any]) -> None:
+        """Start reading ``conn``'s socket on the loop (called on the loop)."""
+        if self._stop.is_set() or self._loop is None:
+            return
+        try:
+            fd = conn.fileno()
+            self._loop.add_reader(fd, self._readable)
+        except (OSError, ValueError, psycopg.Error):
+            self._lost.set()  # closed meanwhile: the thread connects again
+            return
+        self._reading, self._fd = conn, fd
+        self._listening.set()
+        self._wake_now()  # anything written while we were away
+
+    def _readable(self) -> None:
+        """The socket has data: read it and wake the waiters once per message of another
+        instance; a failed read (the server went away) hands the connection back."""
+        conn = self._reading
+        if conn is None:
+            return
+        pgconn = conn.pgconn
+        try:
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the listening connection is closed")
+            while (note := pgconn.notifies()) is not None:
+                if note.extra.decode() != self._instance:
+                    self._wake_now()
+        except psycopg.Error:
+            self._detach()
+            self._lost.set()
+
+    def _wake_now(self) -> None:
+        if not self._stop.is_set():
+            self._wake()
+
+    def _detach(self) -> None:
+        """Stop reading (on the loop, before the thread may close the connection)."""
+        conn, self._reading = self._reading, None
+        self._listening.clear()
+        if conn is not None and self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._fd)
+
+    # -- on the thread (another event loop) ----------------------------------------------------
     def _deliver(self, payload: str | None) -> None:
         if payload == self._instance or self._stop.is_set():
             return
@@ -96,6 +168,8 @@ class Listener:
             anyio.from_thread.run_sync(self._wake, token=self._token)
 
     def stop(self) -> Any:
-        """Ask the thread to end; returns its ``join`` (to run on a worker thread)."""
+        """Ask the thread to end (called on the event loop: the loop stops reading first);
+        returns its ``join`` (to run on a worker thread)."""
+        self._detach()
         self._stop.set()
         return self._thread.join
