@@ -141,6 +141,9 @@ def _redis_version() -> str:
 
 def system_settings(name: str, concurrency: int) -> str:
     """One line saying how ``name`` runs in this benchmark."""
+    if name.startswith("postgres@"):
+        tree = name.partition("@")[2]
+        return f"{name}: {system_settings('postgres', concurrency)}, source tree {tree}"
     if name == "arq":
         import arq.version
 
@@ -339,7 +342,13 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
-    unknown = sorted(set(args.systems) - set(SYSTEMS))
+    # postgres@TREE: the PostgreSQL rail of another source tree, for a before/after in
+    # --pickup (bench.peers_pickup)
+    unknown = sorted(
+        s
+        for s in args.systems
+        if s not in SYSTEMS and not (s.startswith("postgres@") and args.pickup)
+    )
     if unknown:
         parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
     try:
@@ -356,7 +365,8 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--kept: counts of finished tasks cannot be negative")
     if args.pickup < 0:
         parser.error("--pickup: the number of samples cannot be negative")
-    args.needs_pg = bool({"procrastinate", "pgqueuer", "postgres"} & set(args.systems) or args.kept)
+    kinds = {s.partition("@")[0] for s in args.systems}
+    args.needs_pg = bool({"procrastinate", "pgqueuer", "postgres"} & kinds or args.kept)
     args.bindir = find_bindir()
     if args.needs_pg and args.bindir is None:
         parser.error("PostgreSQL is not installed: apt-get install postgresql")

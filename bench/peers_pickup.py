@@ -11,6 +11,11 @@ takes SAMPLES samples: a pause of 0.3-1.2 s (random, so the worker settles into 
 time, one submit from this process, and the time the job's executor wrote when it started
 (:mod:`bench.peers_stamp`; one machine, one clock). The table
 gives p50/p95/p99 and the maximum over every round's samples.
+
+``postgres@TREE`` (``--systems postgres@/tmp/base,postgres@.``): the PostgreSQL rail of the
+source tree ``TREE``, its worker and its producer both running that tree's code (the producer
+in a process of its own, taking the submit time itself): a before/after in one run, rounds
+interleaved with the other systems.
 """
 
 from __future__ import annotations
@@ -41,10 +46,10 @@ STAMP_TIMEOUT_S = 60.0
 PAUSE_S = (0.3, 1.2)
 
 
-def _worker(argv: list[str], stamps: Path) -> subprocess.Popen[bytes]:
-    env = {**worker_env(str(ROOT)), ENV: str(stamps)}
+def _worker(argv: list[str], stamps: Path, tree: Path = ROOT) -> subprocess.Popen[bytes]:
+    env = {**worker_env(str(tree)), ENV: str(stamps)}
     return subprocess.Popen(
-        argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
 
@@ -53,7 +58,9 @@ def _peer(kind: str, where: str, concurrency: int, stamps: Path) -> subprocess.P
     return _worker(argv, stamps)
 
 
-def _ours(url: str, tmp: Path, concurrency: int, stamps: Path) -> subprocess.Popen[bytes]:
+def _ours(
+    url: str, tmp: Path, concurrency: int, stamps: Path, tree: Path = ROOT
+) -> subprocess.Popen[bytes]:
     config = noop_config(
         tmp / "pickup.toml",
         url,
@@ -61,7 +68,82 @@ def _ours(url: str, tmp: Path, concurrency: int, stamps: Path) -> subprocess.Pop
         drain=False,
         callable_path="bench.peers_stamp:stamp",
     )
-    return _worker([sys.executable, "-m", "worker", "run", "--config", str(config)], stamps)
+    argv = [sys.executable, "-m", "worker", "run", "--config", str(config)]
+    return _worker(argv, stamps, tree)
+
+
+#: The producer of ``postgres@TREE`` (a source tree's own code, in a process of its own): the
+#: rail seeded, then per line on stdin (a sample id) the time just before its create, once
+#: created. Only the public API both trees share: open_tracker, create_task.
+_TREE_PRODUCER = """
+import sys, time, anyio
+from bench.postgres import _seed
+from tracker_client.factory import open_tracker
+from tracker_client.models import TaskCreate
+
+async def main(url):
+    await _seed(url, 0)
+    tracker = await open_tracker(url)
+    try:
+        [pid] = [p.id for p in await tracker.list_pipelines() if p.name == "bench"]
+        print("ready", flush=True)
+        while sample := (await anyio.to_thread.run_sync(sys.stdin.readline)).strip():
+            submitted = time.time()
+            await tracker.create_task(TaskCreate(pipeline_id=pid, title=sample))
+            print(f"{submitted:.6f}", flush=True)
+    finally:
+        await tracker.aclose()
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+def _spawn_producer(url: str, tree: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _TREE_PRODUCER, url],
+        env=worker_env(str(tree)),
+        cwd=tree,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@asynccontextmanager
+async def _tree_producer(url: str, tree: Path) -> AsyncIterator[Submit]:
+    """Submits from a process running ``tree``'s code (see :data:`_TREE_PRODUCER`); the
+    submit time is the one that process took just before its create."""
+    proc = _spawn_producer(url, tree)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    async def line() -> str:
+        got = await anyio.to_thread.run_sync(stdout.readline)
+        if not got:
+            raise RuntimeError(f"the producer of {tree} exited ({proc.wait()})")
+        return str(got).strip()
+
+    try:
+        await line()  # ready: seeded and open
+
+        async def submit(sample: str) -> None:
+            stdin.write(sample + "\n")
+            stdin.flush()
+            _submitted[sample] = float(await line())
+
+        yield submit
+    finally:
+        stdin.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
+#: Submit times the producer of ``postgres@TREE`` reported, by sample (else: taken here).
+_submitted: dict[str, float] = {}
 
 
 @asynccontextmanager
@@ -182,6 +264,7 @@ async def _samples(
             sample = f"s{i}-{uuid.uuid4().hex[:6]}"
             submitted = time.time()
             await submit(sample)
+            submitted = _submitted.pop(sample, submitted)
             out.append(await _wait_stamp(stamps, sample, proc) - submitted)
     return out
 
@@ -217,6 +300,12 @@ def _system(
                 anyio.run(seed_pg, url, 0)
                 proc = _ours(url, tmp, concurrency, stamps)
                 producer = _our_producer(url)
+            elif name.startswith("postgres@"):  # a source tree's rail, worker and producer
+                assert pg is not None
+                tree = Path(name.partition("@")[2]).resolve()
+                url = f"{pg.url}?schema=pickup_{uuid.uuid4().hex[:12]}&pool_size=4"
+                producer = _tree_producer(url, tree)  # seeds the rail as it starts
+                proc = _ours(url, tmp, concurrency, stamps, tree)
             elif name == "arq":
                 assert redis is not None
                 proc = _peer("arq", str(redis.port), concurrency, stamps)
