@@ -488,3 +488,62 @@ async def test_a_create_that_reads_runs_on_the_pool_as_before(pg_server: PgServe
         assert await tracker.count_tasks() == 1
     finally:
         await tracker.aclose()
+
+
+async def test_a_create_checks_a_cached_pipeline_version_on_the_server(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past RECENT_MS the rules look at the pipeline's version again: on the event loop the
+    # version this process knows goes with the insert and the server checks it (schema 18,
+    # bw_pipeline_is): still one round trip. Another process applied a new version meanwhile:
+    # the create is rolled back and runs again the rail's way, under the new version.
+    from tracker_client.rules import pipelines
+
+    monkeypatch.setattr(pipelines, "RECENT_MS", -1)  # every create looks again
+    key = f"hot-{uuid.uuid4()}"
+    tracker, other = (
+        await open_tracker(fresh_schema_url(key)),
+        await open_tracker(fresh_schema_url(key)),
+    )
+    on_loop: list[bytes] = []
+    on_pool: list[str] = []
+    real_async, real = psycopg.AsyncCursor.execute, psycopg.Cursor.execute
+
+    async def async_counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        on_loop.append(query if isinstance(query, bytes) else str(query).encode())
+        return await real_async(self, query, *args, **kwargs)
+
+    def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        on_pool.append(str(query))
+        return real(self, query, *args, **kwargs)
+
+    try:
+        name = f"versioned-{uuid.uuid4().hex[:8]}"
+        pid = await tracker.create_pipeline(name, simple_pipeline())
+        await tracker.create_task(new_task(pid, "reads the version once"))
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+        await tracker.create_task(new_task(pid, "checked on the server"))
+        assert (len(on_loop), on_pool) == (1, [])
+        assert b"bw_pipeline_is" in on_loop[0]
+        monkeypatch.undo()
+        monkeypatch.setattr(pipelines, "RECENT_MS", -1)
+        second = simple_pipeline()
+        second["states"]["done"] = {"terminal": True, "description": "version 2"}
+        await other.apply_pipeline(name, second)
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+        on_loop.clear()
+        moved = await tracker.create_task(new_task(pid, "after another version"))
+        assert on_pool, "the declined create ran again on a pooled connection"
+        monkeypatch.undo()
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            row = conn.execute(
+                f"SELECT pipeline_version FROM {schema_name(key)}.tasks WHERE id = %s", (moved,)
+            ).fetchone()
+        assert row == (2,)
+        assert await tracker.count_tasks() == 3
+    finally:
+        monkeypatch.undo()
+        await tracker.aclose()
+        await other.aclose()

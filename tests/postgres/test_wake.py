@@ -207,3 +207,59 @@ async def test_the_listener_listens_again_after_its_connection_is_killed(
     finally:
         await idle.aclose()
         await writer.aclose()
+
+
+async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothing(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wait beginning within REARM_AFTER_WAKE_S of another host's wake-up first lets the
+    # calls in flight on the event loop's connections end (the claim the wake-up started), so
+    # its own read does not run beside that claim; a submit meanwhile still ends it at once.
+    monkeypatch.setattr(pg_engine, "REARM_AFTER_WAKE_S", 5.0)  # room for the order to show
+    monkeypatch.setattr(pg_engine, "SAFETY_TICK_S", 30.0)
+    url = fresh_schema_url(f"rearm-{uuid.uuid4()}")
+    idle, writer = await open_tracker(url), await open_tracker(url)
+    try:
+        pid = await make_pipeline(writer)
+        await idle.wait_for_work(0.01)  # the listener is up from here on
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(idle.wait_for_work, 30.0)
+            await anyio.sleep(0.2)  # the waiter is asleep
+            await writer.create_task(new_task(pid, "first"))
+        mark = str(idle._changes.seq)
+        order: list[str] = []
+        lane = idle._engine.db.lane
+        assert lane is not None
+        real_run = lane.run
+
+        async def slow_run(job: Any) -> Any:
+            async def slow(conn: Any) -> Any:
+                await anyio.sleep(0.3)  # a claim still at the server
+                return await job(conn)
+
+            found = await real_run(slow)
+            order.append("claim answered")
+            return found
+
+        monkeypatch.setattr(lane, "run", slow_run)
+        claiming = anyio.Event()
+
+        async def claim_it() -> None:
+            claiming.set()
+            await claim(idle)  # on the event loop's connection (the lane)
+
+        async def wait_it() -> None:
+            await claiming.wait()
+            await idle.wait_for_work(30.0, since=mark)
+            order.append("wait ended")
+
+        with anyio.fail_after(WOKEN_WITHIN_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_it)
+                tg.start_soon(claim_it)
+                await claiming.wait()
+                await writer.create_task(new_task(pid, "second, during the claim"))
+        assert order == ["claim answered", "wait ended"]
+    finally:
+        await idle.aclose()
+        await writer.aclose()

@@ -64,6 +64,8 @@ class Lane:
         self._queue: deque[anyio.Event] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        #: Set when the last call in flight ends (see :meth:`settled`).
+        self._quiet: anyio.Event | None = None
 
     def _bind(self) -> bool:
         """Tie the lane to the running loop (False: another loop has a call in flight)."""
@@ -88,11 +90,16 @@ class Lane:
         await turn.wait()  # shielded by the caller; the slot is handed over by _release
 
     def _release(self) -> None:
-        """Hand the slot to the first waiting call, or free it."""
+        """Hand the slot to the first waiting call, or free it (the last one: wakes
+        :meth:`settled`)."""
         if self._queue:
             self._queue.popleft().set()
         else:
             self._busy -= 1
+            quiet = self._quiet
+            if not self._busy and quiet is not None:
+                self._quiet = None
+                quiet.set()
 
     async def _get(self) -> psycopg.AsyncConnection[Any]:
         while self._idle:
@@ -135,6 +142,13 @@ class Lane:
                     self._put(conn, healthy)
                 self._release()
         return True, result
+
+    async def settled(self) -> None:
+        """Until no call is in flight on the lane (at once when none is)."""
+        while self._busy:
+            if self._quiet is None:
+                self._quiet = anyio.Event()
+            await self._quiet.wait()
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []

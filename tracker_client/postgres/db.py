@@ -288,14 +288,23 @@ class Database:
 
         return await anyio.to_thread.run_sync(job)
 
-    async def one_trip_write(self, fn: Callable[[PgConn], T], where: str) -> tuple[bool, T | None]:
+    async def one_trip_write(
+        self,
+        fn: Callable[[PgConn], T],
+        where: str,
+        versions: Callable[[str], int | None] | None = None,
+        declined: Callable[[], None] | None = None,
+    ) -> tuple[bool, T | None]:
         """``fn`` gathered whole (:class:`~.dialect.OneTrip`: only deferred statements) and
         sent as ONE round trip under the write lock (exclusive) on the event loop (the async
         lane, :mod:`.aio`): ``(True, its answer)``, or ``(False, None)`` when it can't be (a
         statement whose answer is read, no lane, not asyncio, behind a PgBouncer): nothing
         was sent, the caller runs it with :meth:`run`. What ``fn`` raises is raised (nothing
         sent), as is the commit's error, mapped (:func:`map_pg_error`: a create refused at its
-        backlog cap is ``BacklogFull``), the transaction rolled back."""
+        backlog cap is ``BacklogFull``), the transaction rolled back. ``versions``: the
+        pipeline versions the process knows (:class:`~.dialect.OneTrip`); a commit that
+        declined (SQLSTATE ``BW001``: a pipeline moved on; or a clash, :data:`_DECLINES`)
+        rolled back, calls ``declined`` and answers ``(False, None)``."""
         self._check()
         lane = self.lane
         if lane is None or self.bouncer or not aio.usable():
@@ -303,7 +312,7 @@ class Database:
         begin = self._begin_write
 
         async def job(conn: psycopg.AsyncConnection[Any]) -> tuple[bool, Any, BaseException | None]:
-            gathered = OneTrip(conn, begin)
+            gathered = OneTrip(conn, begin, versions)
             try:
                 result = fn(gathered)
             except NeedsTrip:
@@ -330,6 +339,10 @@ class Database:
         if not served or not found[0]:
             return False, None
         _, result, failed = found
+        if failed is not None and _declined(failed):
+            if declined is not None:
+                declined()
+            return False, None
         if failed is not None:
             err = map_pg_error(failed, where)
             if err is failed:

@@ -26,7 +26,7 @@ is bound as ``0``/``1`` (the schema keeps SQLite's integer flags). Rows answer `
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, cast
@@ -286,13 +286,25 @@ class OneTrip(PgConn):
     caller on an async connection (a create on the event loop, see :mod:`.engine`).
 
     ``conn`` (a psycopg async connection, configured as the pool's) only binds parameters
-    (``mogrify``, on the client); nothing is sent here."""
+    (``mogrify``, on the client); nothing is sent here.
 
-    __slots__ = ("_bind",)
+    ``versions``: a pipeline's version as this process last read it (None: not known). The
+    rules look at it again after a second (``PipelineCache.recent``), which would be a read:
+    here it is answered from ``versions`` and checked by the server instead, with the insert
+    (:data:`PIPELINE_IS`, schema 18: SQLSTATE ``BW001``, the create rolled back, when the
+    pipeline has moved on meanwhile)."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], begin: str) -> None:
+    __slots__ = ("_bind", "_versions")
+
+    def __init__(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        begin: str,
+        versions: Callable[[str], int | None] | None = None,
+    ) -> None:
         super().__init__(cast(psycopg.Connection[Any], None), write=True, begin=begin)
         self._bind = psycopg.AsyncClientCursor(conn)
+        self._versions = versions
 
     @property
     def in_transaction(self) -> bool:
@@ -303,9 +315,35 @@ class OneTrip(PgConn):
         """Queue deferred statement ``sql``; :class:`NeedsTrip` for any other."""
         if not isinstance(sql, Statement):
             raise TypeError(f"PgConn runs named statements, not raw SQL: {str(sql)[:60]!r}")
+        if sql.name == "pipelines.version" and self._versions is not None:
+            return self._version(params)
         if sql.hint("deferred") is None:
             raise NeedsTrip(sql.name)
         args: Any = dict(params) if isinstance(params, Mapping) else (tuple(params) or None)
         bound = sql.replace("%%", "%") if args is None else self._bind.mogrify(sql, args)
         self.pending.append(bound + ";")
         return _DONE
+
+    def _version(self, params: Sequence[Any] | Mapping[str, Any]) -> PgCursor:
+        """``pipelines.version`` answered from what this process knows, checked at commit."""
+        assert self._versions is not None
+        pid = params[0] if isinstance(params, Sequence) else None
+        known = self._versions(pid) if isinstance(pid, str) else None
+        if known is None:
+            raise NeedsTrip("pipelines.version")
+        self.pending.append(self._bind.mogrify(PIPELINE_IS, (pid, known)) + ";")
+        return _Answer([(known,)])
+
+
+#: The check a :class:`OneTrip` create sends for a pipeline version it did not read (schema
+#: 18); psycopg's placeholders, engine-internal (no domain rule runs it).
+PIPELINE_IS = "SELECT bw_pipeline_is(%s, %s)"
+
+
+class _Answer(PgCursor):
+    """Rows known without asking the server."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rowcount = len(rows)
+        self.lastrowid = None
+        self._rows = rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -45,6 +46,10 @@ SHARED_WRITES = frozenset(
 #: that reads (a pipeline version to look at again, a dedupe key, a dependency, an
 #: idempotency key, INFO logging's depth) runs on a pooled connection as before.
 ONE_TRIP_WRITES = frozenset({"create_task", "create_tasks"})
+#: How long after a wake-up from another host a new wait lets the calls it started end first
+#: (see :meth:`PgEngine._after_wake`), and how long it gives the claim to be sent.
+REARM_AFTER_WAKE_S = 0.02
+CLAIM_STARTS_S = 0.002
 #: A waiter with a live wake-up listener still looks this often (a lost NOTIFY costs no more).
 SAFETY_TICK_S = 5.0
 #: How long the first waiter waits for ``LISTEN`` to be in place before it polls instead.
@@ -64,6 +69,12 @@ class PgEngine:
         self.channel = channel_name(db.schema)
         self.follow_channel = follow_channel(db.schema)
         self._listener: Listener | None = None
+        #: A pipeline's version as the rail last read it (None: not known), and what to do
+        #: when a create found one moved on: set by the tracker (see :meth:`write`).
+        self.known_version: Callable[[str], int | None] = _unknown
+        self.versions_moved: Callable[[], None] = _nothing
+        #: ``time.monotonic()`` of the last wake-up from another host (see _after_wake).
+        self._woken_at = float("-inf")
         # Channel and instance are hex names of ours: safe to spell in the statement.
         self._notify_sql = f"SELECT pg_notify('{self.channel}', '{self.instance}');"
         self._follow_sql = notify_sql(self.follow_channel, self.instance)
@@ -105,7 +116,9 @@ class PgEngine:
             return result
 
         if where in ONE_TRIP_WRITES:
-            sent, found = await self.db.one_trip_write(body, where)
+            sent, found = await self.db.one_trip_write(
+                body, where, self.known_version, self.versions_moved
+            )
             if sent:
                 committed()
                 return cast(R, found)
@@ -120,8 +133,31 @@ class PgEngine:
         )
 
     async def watch(self, wait_s: float | None) -> _Tick:
-        """A waiter's look: sleep at most a tick (see :meth:`_tick`)."""
+        """A waiter's look: sleep at most a tick (see :meth:`_tick`). Right after a wake-up
+        from another host it first lets this instance's calls in flight end
+        (:meth:`_after_wake`)."""
+        await self._after_wake()
         return _Tick(await self._tick(wait_s))
+
+    async def _after_wake(self) -> None:
+        """A wait beginning within :data:`REARM_AFTER_WAKE_S` of a wake-up from another host
+        waits until then for the calls in flight on the event loop's connections (the claim
+        the wake-up started) to end: its own look at the rail (a read on a pool thread) would
+        otherwise run beside that claim, on the same two cores, on the path of the pickup
+        (docs/benchmarks.md, "Pickup latency"). Nothing is missed meanwhile: a wake-up during
+        it moves the change mark, and ``wait_for_work`` answers at once."""
+        since = time.monotonic() - self._woken_at
+        lane = self.db.lane
+        if since >= REARM_AFTER_WAKE_S or lane is None:
+            return
+        with anyio.move_on_after(REARM_AFTER_WAKE_S - since):
+            await anyio.sleep(max(0.0, CLAIM_STARTS_S - since))  # the claim is under way
+            await lane.settled()
+
+    def _woken(self) -> None:
+        """Another host's write may have made work: wake this instance's waiters."""
+        self._woken_at = time.monotonic()  # a loop callback: no anyio task context here
+        self._changes.notify()
 
     async def follow(self, wait_s: float) -> _Tick:
         """A follower's look: listening on the follow channel (see :mod:`.follow`)."""
@@ -149,9 +185,7 @@ class PgEngine:
         if listen is None:  # behind a PgBouncer with no direct address: poll
             return self._poll_interval_s
         if listener is None:
-            listener = self._listener = Listener(
-                listen, self.channel, self.instance, self._changes.notify
-            )
+            listener = self._listener = Listener(listen, self.channel, self.instance, self._woken)
             await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
         fresh = wait_s is not None and await self.waiters.wait_interest(wait_s)
         if not listener.healthy:
@@ -166,6 +200,14 @@ class PgEngine:
         await self._following.aclose()
         await self.waiters.aclose()
         await self.db.aclose()
+
+
+def _unknown(_pid: str) -> int | None:
+    return None
+
+
+def _nothing() -> None:
+    return None
 
 
 class _Tick:

@@ -158,6 +158,19 @@ class PostgresTracker(Rail[PgEngine]):
         self._moves: dict[tuple[str, str, str], _Move] = {}
         #: (stage, new stage, trigger) -> a plain transition's recorded ``finish`` answer.
         self._answers: dict[tuple[str, str, str], str] = {}
+        # A create on the event loop takes its pipeline's version from the cache, checked
+        # by the server at commit (see PgEngine.write).
+        engine.known_version = self._known_version
+        engine.versions_moved = self._versions_moved
+
+    def _known_version(self, pid: str) -> int | None:
+        """Pipeline ``pid``'s current version as this instance last read it, or None."""
+        known = self._pipelines.cached(pid)
+        return None if known is None else known.version
+
+    def _versions_moved(self) -> None:
+        """A create found a pipeline at another version: every version is read again."""
+        self._pipelines = PipelineCache()
 
     @classmethod
     async def open(

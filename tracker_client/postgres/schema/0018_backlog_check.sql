@@ -33,3 +33,17 @@ BEGIN
               DETAIL = jsonb_build_object('role', p_role, 'depth', found_n, 'cap', p_cap)::text;
 END
 $$;
+
+-- A create gathered whole on the event loop (tracker_client/postgres/dialect.py, OneTrip) takes
+-- its pipeline's version from the process's cache instead of reading it first, and sends this
+-- with the insert: SQLSTATE BW001 (the create is rolled back and runs again the rail's way,
+-- reading the version) unless pipeline p_id is at version p_version now.
+CREATE FUNCTION bw_pipeline_is(p_id TEXT, p_version BIGINT)
+RETURNS VOID LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pipelines WHERE id = p_id AND version = p_version) THEN
+        RAISE EXCEPTION 'create: pipeline % is no longer at version %', p_id, p_version
+            USING ERRCODE = 'BW001';
+    END IF;
+END
+$$;
