@@ -114,9 +114,25 @@ def test_pickup_latency_on_our_rails_and_pgqueuer() -> None:
         assert 0 < float(found.group(1)) < 60_000
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("peers")
+def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
+    # postgres@TREE: that tree's worker and producer (here this tree itself), beside the
+    # in-process one, in one run.
+    tree = str(Path(__file__).resolve().parents[1])
+    done = _bench("--pickup", "2", "--runs", "1", "--systems", f"postgres,postgres@{tree}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"source tree {tree}" in done.stdout
+    for system in ("postgres", re.escape(f"postgres@{tree}")):
+        found = re.search(rf"^\| {system} \| 2 \| ([\d.]+) \|", done.stdout, re.M)
+        assert found, done.stdout
+        assert 0 < float(found.group(1)) < 60_000
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
+        (["--systems", "postgres@/tmp"], "unknown system(s) postgres@/tmp"),
         (["--kept", "lots"], "--kept must be comma-separated integers, not 'lots'"),
         (["--kept", "-5"], "--kept: counts of finished tasks cannot be negative"),
         (["--pickup", "-1"], "--pickup: the number of samples cannot be negative"),
