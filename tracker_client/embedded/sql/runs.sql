@@ -29,7 +29,10 @@ WHERE seq = ?;
 -- runs.move for a lease checked as this process handed it out (rules/runs.py plain_move): it
 -- moves the task only while the row is still so (no row changed: the caller reads it then).
 -- Positional, the time given twice: binding ten names cost more than the WHERE's checks.
+-- SQLite's only: a PostgreSQL process remembers no lease it handed out (its batch is one
+-- statement on the server, tracker_client/postgres/sql/finish_many.sql).
 -- name: runs.move_held
+-- only: sqlite
 UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL,
     next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0,
     lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, lease_token_sha256 = NULL,
