@@ -134,12 +134,8 @@ async def _tree_producer(url: str, tree: Path) -> AsyncIterator[Submit]:
 
         yield submit
     finally:
-        stdin.close()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+        stdin.close()  # the producer's end of input: it exits by itself
+        _reap(proc)
 
 
 #: Submit times the producer of ``postgres@TREE`` reported, by sample (else: taken here).
@@ -337,11 +333,7 @@ def _system(
         finally:
             for stop in stops:  # the worker first, then its server; each by its pid
                 stop.terminate()
-                try:
-                    stop.wait(30)
-                except subprocess.TimeoutExpired:
-                    stop.kill()
-                    stop.wait(30)
+                _reap(stop)
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -388,3 +380,12 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
         )
     lines += [f"{name}: skipped: {why}" for name, why in failed.items()]
     return lines
+
+
+def _reap(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """Wait up to 30 s for ``proc`` to exit, then kill it by its pid and reap it."""
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)

@@ -435,12 +435,9 @@ def test_raw_sql_is_refused_naming_where_statements_live() -> None:
     assert not conn.pending
 
 
-async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_back(
-    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Schema 18: the cap check travels with the insert and the COMMIT, sent on the event
-    # loop's own connection (no pool thread); a refusal at the cap rolls back and the next
-    # create goes on that same connection.
+def _count_queries(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], list[str]]:
+    """From now on, every query psycopg sends: (those on the event loop's async connections,
+    those on the pool's threads), each in the order sent."""
     on_loop: list[bytes] = []
     on_pool: list[str] = []
     real_async, real = psycopg.AsyncCursor.execute, psycopg.Cursor.execute
@@ -453,12 +450,22 @@ async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_bac
         on_pool.append(str(query))
         return real(self, query, *args, **kwargs)
 
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    return on_loop, on_pool
+
+
+async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_back(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Schema 18: the cap check travels with the insert and the COMMIT, sent on the event
+    # loop's own connection (no pool thread); a refusal at the cap rolls back and the next
+    # create goes on that same connection.
     tracker = await open_tracker(_url(max_backlog_depth=2))
     try:
         pid = await make_pipeline(tracker)
         await tracker.create_task(new_task(pid, "warm"))  # the pipeline read, once
-        monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
-        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+        on_loop, on_pool = _count_queries(monkeypatch)
         await tracker.create_task(new_task(pid, "second"))
         assert (len(on_loop), on_pool) == (1, [])
         assert b"bw_backlog_check" in on_loop[0] and on_loop[0].endswith(b"COMMIT")
@@ -505,24 +512,11 @@ async def test_a_create_checks_a_cached_pipeline_version_on_the_server(
         await open_tracker(fresh_schema_url(key)),
         await open_tracker(fresh_schema_url(key)),
     )
-    on_loop: list[bytes] = []
-    on_pool: list[str] = []
-    real_async, real = psycopg.AsyncCursor.execute, psycopg.Cursor.execute
-
-    async def async_counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        on_loop.append(query if isinstance(query, bytes) else str(query).encode())
-        return await real_async(self, query, *args, **kwargs)
-
-    def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        on_pool.append(str(query))
-        return real(self, query, *args, **kwargs)
-
     try:
         name = f"versioned-{uuid.uuid4().hex[:8]}"
         pid = await tracker.create_pipeline(name, simple_pipeline())
         await tracker.create_task(new_task(pid, "reads the version once"))
-        monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
-        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+        on_loop, on_pool = _count_queries(monkeypatch)
         await tracker.create_task(new_task(pid, "checked on the server"))
         assert (len(on_loop), on_pool) == (1, [])
         assert b"bw_pipeline_is" in on_loop[0]
@@ -531,9 +525,7 @@ async def test_a_create_checks_a_cached_pipeline_version_on_the_server(
         second = simple_pipeline()
         second["states"]["done"] = {"terminal": True, "description": "version 2"}
         await other.apply_pipeline(name, second)
-        monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
-        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
-        on_loop.clear()
+        on_loop, on_pool = _count_queries(monkeypatch)
         moved = await tracker.create_task(new_task(pid, "after another version"))
         assert on_pool, "the declined create ran again on a pooled connection"
         monkeypatch.undo()
