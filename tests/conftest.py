@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import signal
@@ -45,3 +46,16 @@ def _tracker_log_lines() -> Iterator[None]:
     yield
     MUTED_ACTIONS.clear()
     MUTED_ACTIONS.update(muted)
+
+
+@pytest.fixture
+def rail_logs_warnings_only() -> Iterator[None]:
+    """The rail's logger at WARNING for one test: its fast paths (a plain ``finish_many``
+    batch, PostgreSQL's one-trip calls) are taken only when no per-task INFO line is wanted, so
+    a test of those paths must not depend on a level an earlier test left on a parent logger
+    (the worker's own logging set-up, run in-process by CLI tests, sets one)."""
+    rail = logging.getLogger("backlog_worker.tracker")
+    level = rail.level
+    rail.setLevel(logging.WARNING)
+    yield
+    rail.setLevel(level)

@@ -11,7 +11,9 @@ import anyio
 from bench.embedded import _batches, _count_done, _setup
 
 
-def test_the_batch_phase_drains_every_task_at_one_commit_per_batch(tmp_path: Path) -> None:
+def test_the_batch_phase_drains_every_task_at_one_commit_per_batch(
+    tmp_path: Path, rail_logs_warnings_only: None
+) -> None:
     path = str(tmp_path / "rail.db")
     anyio.run(_setup, path, 40, "NORMAL")
     counted = anyio.run(_batches, path, 10, True)

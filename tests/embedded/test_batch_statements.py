@@ -51,7 +51,9 @@ async def test_a_keyed_claim_many_reads_the_rail_key_once(tmp_path: Path) -> Non
     ]
 
 
-async def test_a_finish_many_and_the_next_claim_share_one_commit(tmp_path: Path) -> None:
+async def test_a_finish_many_and_the_next_claim_share_one_commit(
+    tmp_path: Path, rail_logs_warnings_only: None
+) -> None:
     """The claim sent a pass after the reports (as a worker's claimer sends it) joins the
     parked ``finish_many``: one BEGIN and one COMMIT for both, the reports written first (the
     claim takes the tasks they freed up no slot of), each caller its own answer, the reports'

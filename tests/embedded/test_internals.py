@@ -434,7 +434,9 @@ def test_new_ids_lead_with_the_time() -> None:
         assert before <= parsed.int >> 80 <= after
 
 
-async def test_a_finish_many_refusing_nothing_reads_no_lease_row(tmp_path: Path) -> None:
+async def test_a_finish_many_refusing_nothing_reads_no_lease_row(
+    tmp_path: Path, rail_logs_warnings_only: None
+) -> None:
     """A batch of plain transitions of leases this process handed out, nothing refuses, is
     checked against the leases as handed out and written under one savepoint: no read of a
     lease's row (one per item before; the batch's moves check the rows as they write); one

@@ -210,7 +210,7 @@ async def test_the_listener_listens_again_after_its_connection_is_killed(
 
 
 async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothing(
-    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch, rail_logs_warnings_only: None
 ) -> None:
     # A wait beginning within REARM_AFTER_WAKE_S of another host's wake-up first lets the
     # calls in flight on the event loop's connections end (the claim the wake-up started), so
