@@ -266,7 +266,9 @@ class TrackerRunLines(logging.Filter):
     time. Its other lines (expired leases, crash loops, requeues) stay.
     """
 
-    _REPEATS = frozenset({"task_claimed", "task_finished", "task_released"})
+    #: The actions a run's own line repeats (a worker mutes them at their source too, where
+    #: its rail runs in-process: :func:`worker.cli.run` setup).
+    REPEATS = frozenset({"task_claimed", "task_finished", "task_released"})
     #: Dead letters decided by a run's ``fail`` (the run's ``run_failed`` line says so).
     _RUN_DEAD_LETTERS = frozenset({"max_attempts_exceeded", "permanent_failure"})
 
@@ -275,7 +277,7 @@ class TrackerRunLines(logging.Filter):
         if not record.name.startswith("backlog_worker.tracker"):
             return True
         action = getattr(record, "action", None)
-        if action in self._REPEATS:
+        if action in self.REPEATS:
             return False
         reason = getattr(record, "reason", None)
         return not (action == "task_dead_lettered" and reason in self._RUN_DEAD_LETTERS)
