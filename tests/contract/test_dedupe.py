@@ -19,6 +19,7 @@ import pytest
 
 from tests.contract.support import FakeClock, all_tasks, claim, make_pipeline, new_task
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
+from tests.startline import release_together
 from tracker_client.errors import Unsupported, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.nulltickets.client import RemoteTracker
@@ -131,14 +132,7 @@ def _submit_together(url: str, pid: str, n: int) -> list[str]:
         for _ in range(n)
     ]
     try:
-        for proc in procs:  # every child has opened the rail before any submits
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line == "ready\n", f"child said {line!r}: {proc.stderr and proc.stderr.read()}"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        release_together(procs)  # every child has opened the rail before any submits
         out = []
         for proc in procs:
             stdout, stderr = proc.communicate(timeout=50)

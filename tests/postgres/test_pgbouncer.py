@@ -19,6 +19,7 @@ from tests.contract.support import claim, make_pipeline, new_task
 from tests.docs.blocks import find
 from tests.postgres.bouncer import Bouncer, start_bouncer
 from tests.postgres.server import PgServer, schema_name
+from tests.startline import release_together
 from tracker_client.errors import ConfigError
 from tracker_client.factory import open_tracker
 from tracker_client.postgres.engine import PgEngine
@@ -59,14 +60,7 @@ def _drain(url: str) -> list[str]:
     ]
     lines: list[str] = []
     try:
-        for proc in procs:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line == "ready\n", f"child said {line!r}: {proc.stderr and proc.stderr.read()}"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        release_together(procs)
         for proc in procs:
             out, err = proc.communicate(timeout=100)
             assert proc.returncode == 0, err[-2000:]

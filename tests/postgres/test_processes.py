@@ -16,6 +16,7 @@ import pytest
 
 from tests.contract.support import make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
+from tests.startline import release_together
 from tracker_client.factory import open_tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -41,14 +42,7 @@ def _run(url: str) -> tuple[list[str], list[str]]:
     """Start the four at once, SIGKILL the first after KILL_AFTER tasks; (its lines, the rest)."""
     procs = [_spawn(url, f"host-{n}") for n in range(WORKERS)]
     try:
-        for proc in procs:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line == "ready\n", f"child said {line!r}: {proc.stderr and proc.stderr.read()}"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        release_together(procs)
         victim = procs[0]
         assert victim.stdout is not None
         killed: list[str] = []
