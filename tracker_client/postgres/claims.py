@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.models import Lease, Run
@@ -38,6 +38,9 @@ from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter, token_hash
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "CLAIM_CALL",

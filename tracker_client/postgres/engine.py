@@ -13,10 +13,9 @@ keeps this instance's ``waiters`` row alive so that the lease-ending moves notif
 from __future__ import annotations
 
 import secrets
-import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 
@@ -28,6 +27,9 @@ from tracker_client.postgres.pairing import CallPairs
 from tracker_client.postgres.wake import Listener, channel_name
 from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["LISTEN_START_S", "ONE_TRIP_WRITES", "SAFETY_TICK_S", "SHARED_WRITES", "PgEngine"]
 
@@ -107,7 +109,7 @@ class PgEngine:
 
         def body(conn: PgConn) -> R:
             # The rules only call execute() and in_transaction on their connection.
-            result = job(cast(sqlite3.Connection, conn))
+            result = job(cast("sqlite3.Connection", conn))
             if wakes_waiters(where, result):
                 # Delivered at commit, to every host's listener (see .wake).
                 conn.before_commit.append(self._notify_sql)
@@ -129,7 +131,7 @@ class PgEngine:
     async def read(self, where: str, job: Callable[[sqlite3.Connection], R]) -> R:
         """``job`` in a read transaction on a pooled connection."""
         return await self.db.run(
-            lambda conn: job(cast(sqlite3.Connection, conn)), where, write=False
+            lambda conn: job(cast("sqlite3.Connection", conn)), where, write=False
         )
 
     async def watch(self, wait_s: float | None) -> _Tick:

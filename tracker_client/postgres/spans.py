@@ -11,15 +11,17 @@ code unchanged. This room writes ``span_batches`` and ``spans`` only.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
 from tracker_client.postgres.dialect import PgConn, PgCursor
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.statements import Statement
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["with_many"]
 
@@ -54,6 +56,8 @@ class _ManyConn:
 def with_many(ctx: Ctx) -> Ctx:
     """``ctx`` on the same transaction, its connection with ``executemany`` (same log lines)."""
     conn = cast(PgConn, ctx.conn)
-    many = Ctx(cast(sqlite3.Connection, _ManyConn(conn)), ctx.now, ctx.opts, ctx.pipelines, ctx.sql)
+    many = Ctx(
+        cast("sqlite3.Connection", _ManyConn(conn)), ctx.now, ctx.opts, ctx.pipelines, ctx.sql
+    )
     many.logs = ctx.logs
     return many

@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
 
@@ -88,6 +87,9 @@ from tracker_client.rules.rail import Rail
 from tracker_client.rules.runs import token_hash
 from tracker_client.rules.spans import store_spans
 from tracker_client.sweeps import SweepCounts
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "SAFETY_TICK_S", "PostgresTracker"]
 
@@ -374,7 +376,7 @@ class PostgresTracker(Rail[PgEngine]):
         by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
         leases: list[Lease] = []
         # the leases' view: no connection (what needs one is written through _write)
-        ctx = Ctx(cast(sqlite3.Connection, None), now, self._opts, self._pipelines, STATEMENTS)
+        ctx = Ctx(cast("sqlite3.Connection", None), now, self._opts, self._pipelines, STATEMENTS)
         for row in rows:
             run_id = str(row["lease_run_id"])
             lease_id, token = by_run[run_id]

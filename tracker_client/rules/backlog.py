@@ -5,9 +5,8 @@ database thread inside a transaction; touches the tasks and their events only.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
 from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
@@ -18,6 +17,9 @@ from tracker_client.rules.pipelines import PipelineDef
 from tracker_client.rules.runs import dead_letter
 from tracker_client.rules.tasks import get_task
 from tracker_client.rules.versions import forward, forward_pending
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "REQUEUE_BATCH",

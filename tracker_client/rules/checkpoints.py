@@ -8,12 +8,14 @@ Runs on the database thread inside the caller's transaction (a heartbeat's, a cl
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.agent_models import MAX_CHECKPOINT_BYTES
 from tracker_client.errors import ValidationFailed
 from tracker_client.rules.common import Ctx, dumps, stored_json
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["checkpoint_text", "previous_checkpoint", "write_checkpoint"]
 

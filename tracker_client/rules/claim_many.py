@@ -14,9 +14,8 @@ the picking rules are :mod:`.claims`' own helpers, reused, not copied.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY
 from tracker_client.errors import LeaseLost, ValidationFailed
@@ -27,6 +26,9 @@ from tracker_client.rules.idempotency import idempotent
 from tracker_client.rules.leasekeys import rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["MAX_CLAIM_MANY", "check_n", "claim_many"]
 

@@ -9,9 +9,8 @@ There is no candidate cap: the scan goes on until a task qualifies or the role h
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.agent_models import UNSET
 from tracker_client.errors import LeaseLost, ValidationFailed
@@ -21,6 +20,9 @@ from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import check_lease, dead_letter, hand_out, token_hash
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "MAX_LEASE_TTL_MS",

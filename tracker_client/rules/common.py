@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -33,6 +32,9 @@ from tracker_client.rules.pipelines import PipelineCache, PipelineDef
 from tracker_client.rules.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.rules.statements import Statements
 from tracker_client.validation import problems
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "CORRUPT_MARKER",

@@ -17,15 +17,17 @@ sets them too when another process's write arrives (a NOTIFY on PostgreSQL).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 
 from tracker_client.ops_models import MaintenanceReport
 from tracker_client.rules.statements import Statements
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "QUIET_WRITES",

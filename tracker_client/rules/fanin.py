@@ -13,12 +13,15 @@ Runs on the database thread inside a transaction; reads ``tasks`` and ``dependen
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
 from tracker_client.rules.common import Ctx
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["add_edges", "check_wait_for", "dead_upstream", "upstream_reason", "waiting_on"]
 

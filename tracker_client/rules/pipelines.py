@@ -14,15 +14,17 @@ waiting tasks) a step of the apply.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
 from tracker_client.models import AvailableTransition, Pipeline
 from tracker_client.rules.retrypolicy import parse_retry
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "MAX_DEFINITION_BYTES",

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import functools
 import random
-import sqlite3
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import anyio
 from pydantic import BaseModel
@@ -114,6 +113,9 @@ from tracker_client.rules.store import delete, delete_namespace, get, list_names
 from tracker_client.rules.workers import forget, list_all, register
 from tracker_client.schedule_models import RateLimit, Schedule
 from tracker_client.sweeps import SweepCounts
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["LAPSE_MARGIN_S", "MAINTENANCE_PURGE_BATCHES", "Rail"]
 

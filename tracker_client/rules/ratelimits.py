@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.rules.common import Ctx
 from tracker_client.schedule_models import RateLimit
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "PERIODS_MS",

@@ -8,9 +8,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random
-import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker_client.agent_models import UPSTREAM_CANCELLED, UPSTREAM_DEAD_LETTERED
 from tracker_client.bounds import MAX_DURATION_MS
@@ -26,6 +25,9 @@ from tracker_client.rules import budgets, fanin
 from tracker_client.rules.common import MIB, Ctx, dumps
 from tracker_client.rules.pipelines import PipelineDef, TransitionDef
 from tracker_client.rules.versions import Landing, landing, task_pipeline
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "MAX_HELD",

@@ -23,10 +23,9 @@ This room touches the ``schedules`` table and creates tasks through :mod:`.tasks
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
@@ -37,6 +36,9 @@ from tracker_client.rules import tasks
 from tracker_client.rules.common import Ctx, dumps, stored_json
 from tracker_client.schedule_models import Schedule, ScheduleCreate
 from tracker_client.validation import problems
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "MAX_COUNTED",

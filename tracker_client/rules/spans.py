@@ -15,7 +15,6 @@ This room touches the ``span_batches`` and ``spans`` tables (schema 0005) and re
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,8 @@ from tracker_client.observe_models import OtlpIngestResult, Span
 from tracker_client.rules.common import Ctx
 
 if TYPE_CHECKING:  # the parser runs on a server's path, cold in a worker (issue 31, memory)
+    import sqlite3
+
     from tracker_client.rules import otlpjson
 
 __all__ = [

@@ -7,12 +7,14 @@ tracker's face of them (PostgreSQL searches its own way: ``postgres/search.py``)
 from __future__ import annotations
 
 import re
-import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.models import StoreEntry
 from tracker_client.rules.common import MIB, Ctx, dumps, stored_json
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["delete", "delete_namespace", "entry_from_row", "get", "list_namespace", "put", "search"]
 
@@ -145,6 +147,8 @@ def search(
     filter_value: str | None,
 ) -> list[StoreEntry]:
     """Entries matching every word of ``query``, best first."""
+    import sqlite3  # here only: a PostgreSQL worker never loads it (issue 31, memory)
+
     expr = match_expression(check_search(query, namespace, filter_path, filter_value))
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ValidationFailed(

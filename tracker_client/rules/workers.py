@@ -26,9 +26,8 @@ leases.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Mapping
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import ValidationError
 
@@ -36,6 +35,9 @@ from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.observe_models import RunningTask, WorkerInfo, WorkerRegister, WorkerState
 from tracker_client.rules.common import Ctx, dumps
 from tracker_client.validation import problems
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["FORGET_AFTER_MS", "STATES", "state_of"]
 
