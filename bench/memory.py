@@ -390,10 +390,12 @@ def _importtime(argv: list[str], root: Path) -> tuple[int, float]:
 
 #: The floor: what any worker of ours loads whatever this project's own code does (the
 #: interpreter, asyncio with OpenSSL, anyio, uvloop, click, pydantic with one model built and
-#: used), plus its rail's driver (sqlite3; psycopg and its pool); VmHWM printed in KiB.
+#: used, pydantic-settings with one settings class loaded: the configuration's loader, a
+#: declared dependency kept in use), plus its rail's driver (sqlite3; psycopg and its pool);
+#: VmHWM printed in KiB.
 _FLOOR_CHILD = """
 import sys
-import asyncio, anyio, anyio._backends._asyncio, click, pydantic
+import asyncio, anyio, anyio._backends._asyncio, click, pydantic, pydantic_settings
 try:
     import uvloop
 except ImportError:
@@ -405,6 +407,9 @@ else:
 class Floor(pydantic.BaseModel):
     x: int = 0
 Floor.model_validate({"x": 1})
+class FloorSettings(pydantic_settings.BaseSettings):
+    y: int = 0
+FloorSettings(y=1)
 for line in open("/proc/self/status"):
     if line.startswith("VmHWM:"):
         print(int(line.split()[1]))
@@ -765,7 +770,8 @@ def main() -> None:
             if root is not None:
                 print(
                     f"{name} ({root}): the floor (interpreter, asyncio with OpenSSL, anyio, "
-                    f"uvloop, click, pydantic with one model, the rail's driver) "
+                    "uvloop, click, pydantic with one model, pydantic-settings, the rail's "
+                    f"driver) "
                     f"{_floor(pythons[(name, root)], name):.1f} MiB"
                 )
         for name, root in systems:

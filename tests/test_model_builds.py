@@ -1,0 +1,84 @@
+"""Which pydantic models a running worker builds (issue 31, memory and start-up CPU).
+
+Building a model's validator and serializer costs CPU at start-up and memory for the life of the
+process, so a model a worker imports but does not validate in its steady state is declared with
+``defer_build=True``: it is built on first use, not at import. Only the configuration's models
+(and an executor's options) are built eagerly: a worker validates them as it starts. This runs
+the real ``backlog-worker run`` (drain mode, ``python`` executor, a no-op job) in a subprocess
+that lists, at exit, each of this project's model classes it imported with its ``defer_build``
+and whether its schema was built.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.test_cold_paths import _completed, _config, _env, _seed
+
+pytestmark = pytest.mark.timeout(120)
+
+#: The models a worker validates as it starts (its configuration, an executor's options):
+#: built at import, as nested configuration models share their schemas when built eagerly
+#: (docs/benchmarks.md: deferring them measured no less memory and no less start-up CPU).
+EAGER = ("worker.config.", "plugins.python.options")
+
+_RUN = """
+import atexit, json, sys
+def report():
+    import pydantic
+    found, stack = [], [pydantic.BaseModel]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            stack.append(sub)
+            if sub.__module__.split(".")[0] in ("worker", "tracker_client", "plugins"):
+                validator = type(sub.__dict__.get("__pydantic_validator__")).__name__
+                found.append([
+                    f"{sub.__module__}.{sub.__qualname__}",
+                    bool(sub.model_config.get("defer_build")),
+                    not validator.startswith("Mock"),
+                ])
+    print(json.dumps(sorted(found)))
+atexit.register(report)
+import plugins.api
+async def job(ctx):
+    return plugins.api.Transition()
+sys.modules["noop_job"] = type(sys)("noop_job")
+sys.modules["noop_job"].run = job
+sys.argv = ["backlog-worker", "run", "--config", sys.argv[1]]
+from worker.cli import main
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_builds_at_import_only_the_models_it_validates_as_it_starts(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "rail.db"
+    anyio.run(_seed, db, 3)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_RUN), str(_config(tmp_path, f"sqlite:///{db}"))],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _completed(db) == 3  # it really claimed, ran and transitioned every task
+    models = json.loads(proc.stdout.splitlines()[-1])
+    names = {name for name, _, _ in models}
+    assert {"tracker_client.models.Task", "worker.config.models.Config"} <= names
+    eager = [name for name, deferred, _ in models if not deferred and not name.startswith(EAGER)]
+    assert eager == []  # a model built at import by every worker, whether it uses it or not
+    # and most of what it imports it never builds: the wire, operator and schedule models
+    unbuilt = [name for name, _, built in models if not built]
+    assert len(unbuilt) > len(models) // 2, models
