@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -211,6 +209,8 @@ def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> di
         reaped = reap(workers)
         loop_cpu, other_cpu = threads.stop()
         wall = time.perf_counter() - wall
+        import sqlite3  # here: a measured worker imports this module for its no-op (noop)
+
         with sqlite3.connect(db) as conn:
             first, last, done = conn.execute(
                 "SELECT min(started_at_ms), max(ended_at_ms), count(*) FROM runs "
@@ -257,6 +257,8 @@ async def _pickup_samples(db: Path, pipeline_id: str, samples: int) -> list[floa
 
 
 def _idle(samples: int) -> dict[str, Any]:
+    import statistics
+
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         db = tmp / "rail.db"
@@ -332,6 +334,8 @@ def main() -> None:
 
 def _ab(old: Path, procs_list: list[int], args: argparse.Namespace) -> None:
     """Each drain phase with the worker of ``old`` (A) and of this tree (B), alternating."""
+    import statistics
+
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rnd in range(args.rounds):
         for procs in procs_list:
