@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.peer_workers import log_level
+
 #: How often a worker looks whether the queue is drained.
 DRAIN_POLL_S = 0.05
 QUEUE = "celery"
@@ -57,7 +59,7 @@ def _argv(concurrency: int) -> list[str]:
         "--concurrency",
         str(concurrency),
         "--loglevel",
-        "WARNING",
+        log_level(),
         "--hostname",
         f"bench-{uuid.uuid4().hex[:8]}@%h",
     ]
@@ -75,7 +77,8 @@ def settings(concurrency: int) -> str:
     return (
         f"celery {version('celery')} (kombu {version('kombu')}): Redis broker (the same "
         f"redis-server as arq), worker --pool threads --concurrency {concurrency}, its defaults "
-        "(prefetch multiplier 4, early ack, gossip/mingle/heartbeat on), no result backend"
+        "(prefetch multiplier 4, early ack, gossip/mingle/heartbeat on), no result backend, "
+        f"--loglevel {log_level()}"
     )
 
 

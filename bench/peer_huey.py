@@ -14,6 +14,7 @@ user stops it with SIGINT.
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,13 +55,32 @@ def huey_app(filename: str, func: Any = noop) -> Any:
     return huey, huey.task()(func)
 
 
+#: SQLite's ``synchronous`` levels by number (``PRAGMA synchronous`` answers the number).
+_SYNCHRONOUS_NAMES = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
 def settings(concurrency: int) -> str:
-    """How huey runs here, for the benchmark's header."""
+    """How huey runs here, for the benchmark's header: read back from a real ``SqliteHuey`` on
+    a scratch file (its connection's journal mode and ``synchronous``) and from the consumer
+    :func:`consume` makes (its workers and polling), so the line says what ran."""
     from importlib.metadata import version
 
+    from bench.peer_workers import log_level
+
+    with tempfile.TemporaryDirectory() as tmp:
+        huey, _ = huey_app(str(Path(tmp) / "settings.db"))
+        conn = huey.storage.conn
+        journal = conn.execute("pragma journal_mode").fetchone()[0]
+        synchronous = conn.execute("pragma synchronous").fetchone()[0]
+        consumer = huey.create_consumer(workers=concurrency, worker_type="thread")
+        huey.storage.close()
+    sync = _SYNCHRONOUS_NAMES.get(synchronous, synchronous)
+    c = consumer
     return (
-        f"huey {version('huey')}: SqliteHuey (WAL, synchronous={SYNCHRONOUS}), consumer "
-        f"workers={concurrency} worker_type=thread, its default polling (0.1 s back-off x1.15)"
+        f"huey {version('huey')}: SqliteHuey (journal_mode={journal}, synchronous={sync}), "
+        f"consumer workers={c.workers} worker_type={c.worker_type}, polling "
+        f"{c.default_delay:g} s back-off x{c.backoff:g} up to {c.max_delay:g} s, "
+        f"periodic={c.periodic}, logging {log_level()}"
     )
 
 

@@ -19,6 +19,8 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
+from bench.peer_workers import log_level
+
 #: PgQueuer's default ``batch_size`` (``pgq run --batch-size``).
 BATCH_SIZE = 10
 ENTRYPOINT = "noop"
@@ -37,7 +39,8 @@ def settings(concurrency: int) -> str:
     return (
         f"pgqueuer {version('pgqueuer')} (asyncpg {version('asyncpg')}, uvloop): QueueManager "
         f"via pgqueuer.run, mode=drain, batch_size={BATCH_SIZE} (default), max_concurrent_tasks="
-        f"{max_concurrent(concurrency)} (its floor 2 x batch_size), durability durable (default)"
+        f"{max_concurrent(concurrency)} (its floor 2 x batch_size), durability durable "
+        f"(default), logging {log_level()}"
     )
 
 
@@ -121,7 +124,7 @@ def consume(dsn: str, concurrency: int, drain: bool = True) -> None:
     import uvloop
     from pgqueuer.domain.types import QueueExecutionMode
 
-    logging.getLogger("pgqueuer").setLevel(logging.WARNING)
+    logging.getLogger("pgqueuer").setLevel(log_level())
     uvloop.run(
         pgqueuer.run(
             _factory(dsn),

@@ -7,25 +7,42 @@ PgQueuer.
     python -m bench.peer_workers pgqueuer DSN CONCURRENCY
     python -m bench.peer_workers celery REDIS_PORT CONCURRENCY OUT_JSON
     python -m bench.peer_workers KIND-serve WHERE CONCURRENCY  (KIND: one of the five)
+    python -m bench.peer_workers settings KIND CONCURRENCY
 
 Each drains its queue of no-op jobs and exits (arq ``burst=True`` with ``poll_delay`` 0.05 s;
 procrastinate ``wait=False``; huey's consumer stopped once the queue is empty
 (:mod:`bench.peer_huey`); PgQueuer's ``drain`` mode (:mod:`bench.peer_pgqueuer`); Celery's
 worker shut down once the queue is empty (:mod:`bench.peer_celery`)); a
 ``-serve`` kind runs the same worker idle until stopped, for the pickup latency bench
-(:mod:`bench.peers_pickup`). This module
-imports only its peer (never this project's packages), so a peer worker's peak RSS is that
-peer's own.
+(:mod:`bench.peers_pickup`); ``settings`` prints how KIND runs, read on the interpreter its
+workers run on (its venv of its own under ``--own-venvs``: the versions printed are the ones
+measured). This module imports only its peer (never this project's packages), so a peer
+worker's peak RSS is that peer's own.
+
+Every peer worker logs at the level :data:`LOG_LEVEL_ENV` names (``bench.peers --log-level``;
+WARNING when unset), through ``logging.basicConfig`` (arq, procrastinate, huey, PgQueuer) or
+its own option (Celery's ``--loglevel``), as this project's workers take
+``BACKLOG_WORKER_LOG_LEVEL``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 ARQ_POLL_DELAY_S = 0.05
+#: The environment variable holding the peers' log level (``bench.peers --log-level``).
+LOG_LEVEL_ENV = "BENCH_PEERS_LOG_LEVEL"
+#: The level a peer worker logs at when :data:`LOG_LEVEL_ENV` is unset (the benchmarks').
+DEFAULT_LOG_LEVEL = "WARNING"
+
+
+def log_level() -> str:
+    """The level every peer worker logs at (:data:`LOG_LEVEL_ENV`, else WARNING)."""
+    return os.environ.get(LOG_LEVEL_ENV) or DEFAULT_LOG_LEVEL
 
 
 async def arq_noop(ctx: dict[str, Any]) -> None:
@@ -79,9 +96,41 @@ def _procrastinate(conninfo: str, concurrency: int, wait: bool = False) -> None:
     app.run_worker(concurrency=concurrency, wait=wait, install_signal_handlers=False)
 
 
+def settings(kind: str, concurrency: int) -> str:
+    """How the peer ``kind`` runs in the benchmark, from this interpreter's packages."""
+    from importlib.metadata import version
+
+    if kind == "arq":
+        return (
+            f"arq {version('arq')}: burst workers, max_jobs={concurrency}, poll_delay "
+            f"{ARQ_POLL_DELAY_S:g} s, logging {log_level()}"
+        )
+    if kind == "procrastinate":
+        return (
+            f"procrastinate {version('procrastinate')}: PsycopgConnector, "
+            f"run_worker(concurrency={concurrency}, wait=False), logging {log_level()}"
+        )
+    if kind == "huey":
+        from bench.peer_huey import settings as huey_settings
+
+        return huey_settings(concurrency)
+    if kind == "pgqueuer":
+        from bench.peer_pgqueuer import settings as pgq_settings
+
+        return pgq_settings(concurrency)
+    if kind == "celery":
+        from bench.peer_celery import settings as celery_settings
+
+        return celery_settings(concurrency)
+    raise SystemExit(f"unknown peer {kind!r} (arq, celery, procrastinate, huey, pgqueuer)")
+
+
 def main() -> None:
     """Run one peer worker to its queue's end (arguments: see the module docstring)."""
-    logging.basicConfig(level=logging.WARNING)
+    if sys.argv[1] == "settings":
+        print(settings(sys.argv[2], int(sys.argv[3])))
+        return
+    logging.basicConfig(level=log_level())
     kind, where, concurrency = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if kind == "arq":
         _arq(int(where), concurrency)

@@ -3,7 +3,8 @@ worker on each of its rails.
 
     python -m bench.peers [--tasks 5000] [--concurrency 10] [--runs 3] [--procs 1,2]
                           [--systems arq,celery,huey,procrastinate,pgqueuer,embedded,...]
-                          [--kept 1000,200000] [--pickup SAMPLES]
+                          [--kept 1000,200000] [--pickup SAMPLES] [--own-venvs]
+                          [--log-level WARNING]
 
 Brokers are started by this script on free 127.0.0.1 ports from Debian's packages and stopped
 by pid: ``redis-server`` (``apt-get install redis-server``) for arq and Celery, PostgreSQL
@@ -38,7 +39,21 @@ procrastinate and PgQueuer by median tasks/s; Redis: the faster of arq and Celer
 beside arq: the ratios are
 medians of each round's ratio (CPU per task is the figure a loaded machine moves least). The
 header prints the machine, its load average before and after, the PostgreSQL server's
-settings (``SHOW``) and every system's settings.
+settings (``SHOW``), every worker's log level and every system's settings (each peer's read
+on the interpreter its workers run on, huey's storage pragmas read back from a connection).
+
+The machine is shared, so each row also says what it ran under (:mod:`bench.peers_setup`):
+the share of the machine's CPU left idle during the system's runs and its worker processes'
+voluntary context switches per task, median [range] over the rounds; and a fixed CPU-bound
+loop is timed before and after each round (the calibration line), so a slower core shows.
+huey's rate depends on the idle share: with a core free its 10 threads hand their one lock
+to each other (~5 switches per task) and it drains about half as fast as when the machine is
+busy (under 1 switch per task).
+
+``--log-level LEVEL`` (default WARNING, as every figure on the Benchmarks page) sets every
+worker's level, ours (``BACKLOG_WORKER_LOG_LEVEL``, over the configuration's WARNING) and the
+peers' (:data:`bench.peer_workers.LOG_LEVEL_ENV`), so INFO, this worker's default, can be
+measured side by side. ``tracker serve`` keeps its own default (INFO, its per-task lines off).
 
 ``--own-venvs`` runs each peer in a venv of its own (:mod:`bench.peers_venvs`: only that peer's
 requirements), so its RSS column is its own; :mod:`bench.memory` measures peak RSS that way
@@ -53,6 +68,7 @@ the first's. ``--pickup SAMPLES`` measures the interactive pickup latency instea
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -77,6 +93,7 @@ from bench.peer_drains import (
     pgqueuer_drain,
     procrastinate_drain,
 )
+from bench.peer_workers import DEFAULT_LOG_LEVEL, LOG_LEVEL_ENV
 from bench.postgres import _config, _pg_drain
 from bench.remote import _start_server
 from bench.worker import _drain, _seed, _spawn
@@ -107,6 +124,8 @@ STORAGE = {
 }
 #: The PostgreSQL rail's connections per worker process.
 POOL_SIZE = 4
+#: The levels ``--log-level`` takes (every worker's, ours and the peers').
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 # -- this project's served rail -------------------------------------------------------------------
@@ -120,7 +139,9 @@ def served_drain(n: int, procs: int, concurrency: int) -> Result:
         try:
             config = _config(tmp, url, concurrency)
             workers = [_spawn(config) for _ in range(procs)]
+            conditions = peers_setup.Conditions.start()
             reaped = _reap(workers)
+            _, switches = conditions.stop()  # the workers' own, before the server is reaped
         finally:
             server.terminate()
             server.wait(30)
@@ -129,7 +150,9 @@ def served_drain(n: int, procs: int, concurrency: int) -> Result:
                 "SELECT min(started_at_ms), max(ended_at_ms), count(*) FROM runs "
                 "WHERE status = 'completed'"
             ).fetchone()
-        return _result(workers, reaped, done, (first or 0) / 1000, (last or 0) / 1000)
+        result = _result(workers, reaped, done, (first or 0) / 1000, (last or 0) / 1000)
+        result["switches"] = switches
+        return result
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -139,42 +162,47 @@ def _redis_version() -> str:
     return next((w.removeprefix("v=") for w in words if w.startswith("v=")), "?")
 
 
-def system_settings(name: str, concurrency: int) -> str:
+def _peer_settings(name: str, concurrency: int) -> str:
+    """The peer's own settings line, read on the interpreter its workers run on (its venv of
+    its own under ``--own-venvs``): the versions printed are the ones measured."""
+    from bench import peer_drains
+
+    python = peer_drains.PYTHONS.get(name, sys.executable)
+    done = subprocess.run(
+        [python, "-m", "bench.peer_workers", "settings", name, str(concurrency)],
+        env={**os.environ, "PYTHONPATH": str(peer_drains.ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        return f"{name}: settings unreadable ({done.stderr.strip().splitlines()[-1:]})"
+    return done.stdout.strip()
+
+
+def system_settings(name: str, concurrency: int, log_level: str = DEFAULT_LOG_LEVEL) -> str:
     """One line saying how ``name`` runs in this benchmark."""
     if name.startswith("postgres@"):
         tree = name.partition("@")[2]
-        return f"{name}: {system_settings('postgres', concurrency)}, source tree {tree}"
+        return f"{name}: {system_settings('postgres', concurrency, log_level)}, source tree {tree}"
     if name == "arq":
-        import arq.version
-
         return (
-            f"arq {arq.version.VERSION}: redis-server {_redis_version()} (--save '' "
-            f"--appendonly no), burst workers, max_jobs={concurrency}, poll_delay 0.05 s"
+            f"{_peer_settings(name, concurrency)}; redis-server {_redis_version()} (--save '' "
+            "--appendonly no)"
         )
-    if name == "celery":
-        from bench.peer_celery import settings as celery_settings
-
-        return celery_settings(concurrency)
-    if name == "huey":
-        from bench.peer_huey import settings
-
-        return settings(concurrency)
-    if name == "procrastinate":
-        from importlib.metadata import version
-
-        return (
-            f"procrastinate {version('procrastinate')}: PsycopgConnector, "
-            f"run_worker(concurrency={concurrency}, wait=False)"
-        )
-    if name == "pgqueuer":
-        from bench.peer_pgqueuer import settings as pgq_settings
-
-        return pgq_settings(concurrency)
-    ours = f"python -m worker run, concurrency {concurrency}, no-op python executor"
+    if name in PEERS:
+        return _peer_settings(name, concurrency)
+    ours = (
+        f"python -m worker run, concurrency {concurrency}, no-op python executor, log_level "
+        f"{log_level}"
+    )
     if name == "embedded":
         return f"embedded: {ours}, SQLite file (WAL, synchronous=NORMAL)"
     if name == "served":
-        return f"served: {ours}, through tracker serve (HTTP, 127.0.0.1) on a SQLite file"
+        return (
+            f"served: {ours}, through tracker serve (HTTP, 127.0.0.1; its own log at its "
+            "default, INFO without per-task lines) on a SQLite file"
+        )
     return f"postgres: {ours}, {peers_setup.psycopg_impl()}, pool_size {POOL_SIZE}"
 
 
@@ -227,39 +255,78 @@ def _runners(systems: list[str], redis: Redis | None, pg: PgServer | None) -> di
     return {name: known[name] for name in systems}
 
 
+Calibration = tuple[tuple[float, float], tuple[float, float]]
+
+
 def _measure(
     args: argparse.Namespace, runners: dict[str, Runner]
-) -> tuple[dict[tuple[str, int], list[Result]], dict[str, str]]:
+) -> tuple[dict[tuple[str, int], list[Result]], dict[str, str], list[Calibration]]:
     """Every (system, procs) ``args.runs`` times, interleaved (the order rotating by one each
-    round); a system that fails is skipped from then on with the reason."""
+    round); a system that fails is skipped from then on with the reason. Each result also
+    holds the machine's idle share during it and its workers' voluntary context switches
+    (:class:`bench.peers_setup.Conditions`); each round is framed by a calibration loop
+    (:func:`bench.peers_setup.calibrate`), returned as (before, after) per round."""
     results: dict[tuple[str, int], list[Result]] = {}
     skipped: dict[str, str] = {}
+    calibrations: list[Calibration] = []
     names = list(runners)
     for run in range(args.runs):
         shift = run % len(names)
         order = names[shift:] + names[:shift]
+        before = peers_setup.calibrate()
         for procs in args.procs:
             for name in order:
                 if name in skipped:
                     continue
+                conditions = peers_setup.Conditions.start()
                 try:
                     r = runners[name](args.tasks, procs, args.concurrency)
                 except Exception as exc:  # a rail being built may not open: say why, go on
                     skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                     traceback.print_exc(limit=3, file=sys.stderr)
                     continue
+                idle, switches = conditions.stop()
                 if r["done"] != args.tasks:
                     skipped[name] = f"drained {r['done']} of {args.tasks} (exit {r['exit_codes']})"
                     continue
                 r["round"] = run
+                r["idle_pct"] = idle
+                r["switches_per_task"] = r.get("switches", switches) / r["done"]
                 results.setdefault((name, procs), []).append(r)
                 print(
                     f"  round {run + 1} {name} x{procs}: {r['tasks_per_s']:.0f} tasks/s, "
-                    f"{r['peak_rss_mib']:.1f} MiB, {r['cpu_us_per_task']:.0f} us/task",
+                    f"{r['peak_rss_mib']:.1f} MiB, {r['cpu_us_per_task']:.0f} us/task, "
+                    f"{r['switches_per_task']:.1f} switches/task, machine {idle:.0f} % idle",
                     file=sys.stderr,
                     flush=True,
                 )
-    return results, skipped
+        after = peers_setup.calibrate()
+        calibrations.append((before, after))
+        print(
+            f"  round {run + 1} calibration: {_calibration(before)} before, "
+            f"{_calibration(after)} after",
+            file=sys.stderr,
+            flush=True,
+        )
+    return results, skipped, calibrations
+
+
+def _calibration(reading: tuple[float, float]) -> str:
+    cpu, wall = reading
+    return f"{cpu:.0f} ms CPU ({wall:.0f} ms wall)"
+
+
+def calibration_line(calibrations: list[Calibration]) -> str:
+    """The calibration loop's spread over the run: CPU ms (the core's speed) and wall ms (the
+    wait for a core), min-max over every reading before and after each round."""
+    readings = [reading for pair in calibrations for reading in pair]
+    cpu = [c for c, _ in readings]
+    wall = [w for _, w in readings]
+    return (
+        f"calibration ({peers_setup.CALIBRATION_LOOPS:,} Python additions, before and after "
+        f"each round): {min(cpu):.0f}-{max(cpu):.0f} ms CPU, {min(wall):.0f}-{max(wall):.0f} "
+        "ms wall"
+    )
 
 
 def ratio(rows: list[Result], base: list[Result], key: str) -> float | None:
@@ -267,6 +334,12 @@ def ratio(rows: list[Result], base: list[Result], key: str) -> float | None:
     by_round = {r["round"]: r[key] for r in base}
     ratios = [r[key] / by_round[r["round"]] for r in rows if by_round.get(r["round"])]
     return statistics.median(ratios) if ratios else None
+
+
+def _spread(values: list[float], spec: str) -> str:
+    """``median [min-max]`` of ``values``, each formatted with ``spec``."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:{spec}} [{low:{spec}}-{high:{spec}}]"
 
 
 def _fmt(value: float | None) -> str:
@@ -284,12 +357,14 @@ def best_peer(results: dict[tuple[str, int], list[Result]], storage: str, procs:
 
 
 def table(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]) -> list[str]:
-    """The results as Markdown table lines."""
+    """The results as Markdown table lines: medians over the rounds, ratios as medians of
+    per-round ratios (:func:`ratio`), and the conditions each system ran under (the machine's
+    idle share, its workers' voluntary context switches per task: :mod:`bench.peers_setup`)."""
     lines = [
         "| system | storage | procs | tasks/s [range] | peak RSS MiB | CPU us/task "
         "| best same-storage peer | x peer tasks/s | x peer CPU/task | x peer RSS "
-        "| x arq tasks/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| x arq tasks/s | machine idle % [range] | switches/task [range] |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for procs in args.procs:
         arq_rows = results.get(("arq", procs), [])
@@ -300,6 +375,8 @@ def table(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]
             tps = [r["tasks_per_s"] for r in rows]
             rss = statistics.median(r["peak_rss_mib"] for r in rows)
             cpu = statistics.median(r["cpu_us_per_task"] for r in rows)
+            idle = [r["idle_pct"] for r in rows]
+            switches = [r["switches_per_task"] for r in rows]
             peer = best_peer(results, STORAGE[name], procs)
             base = results.get((peer, procs), []) if peer else []
             lines.append(
@@ -308,7 +385,8 @@ def table(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]
                 f"{_fmt(ratio(rows, base, 'tasks_per_s'))} | "
                 f"{_fmt(ratio(rows, base, 'cpu_us_per_task'))} | "
                 f"{_fmt(ratio(rows, base, 'peak_rss_mib'))} | "
-                f"{_fmt(ratio(rows, arq_rows, 'tasks_per_s'))} |"
+                f"{_fmt(ratio(rows, arq_rows, 'tasks_per_s'))} | {_spread(idle, '.0f')} | "
+                f"{_spread(switches, '.1f')} |"
             )
     return lines
 
@@ -332,6 +410,14 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="run each peer's workers in a venv of its own (bench.peers_venvs), so its RSS "
         "column is its own (huey imports redis-py where it is installed)",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=DEFAULT_LOG_LEVEL,
+        help="the level every worker logs at, ours (BACKLOG_WORKER_LOG_LEVEL) and the peers' "
+        "(default: WARNING; INFO is this worker's own default, to measure what it costs)",
     )
     parser.add_argument(
         "--pickup",
@@ -376,6 +462,9 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Start the brokers the chosen systems need, measure, print the table, stop them."""
     args = _parse(argv)
+    # every worker this run starts inherits the level: ours read BACKLOG_WORKER_LOG_LEVEL over
+    # their config file's WARNING, the peers' runners read LOG_LEVEL_ENV (bench.peer_workers)
+    os.environ["BACKLOG_WORKER_LOG_LEVEL"] = os.environ[LOG_LEVEL_ENV] = args.log_level
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {peers_setup.machine()}")
     print(f"load average before: {peers_setup.load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -388,10 +477,11 @@ def main(argv: list[str] | None = None) -> None:
             if pg is not None:
                 pg.start()
                 print(peers_setup.pg_settings(pg))
-            for name in args.systems:
-                print(f"- {system_settings(name, args.concurrency)}")
-            if args.own_venvs:
+            if args.own_venvs:  # first: each peer's settings are read on its own venv
                 _own_venvs(args.systems)
+            print(f"- log level: {args.log_level} for every worker, ours and the peers'")
+            for name in args.systems:
+                print(f"- {system_settings(name, args.concurrency, args.log_level)}")
             if args.pickup:
                 print(
                     "- pickup: the same settings with workers that wait for work instead of "
@@ -411,8 +501,8 @@ def main(argv: list[str] | None = None) -> None:
 
                     assert pg is not None
                     kept_runners = make_kept(pg, args.kept, args.concurrency, POOL_SIZE)
-                results, skipped = _measure(args, {**runners, **kept_runners})
-                lines = table(args, results)
+                results, skipped, calibrations = _measure(args, {**runners, **kept_runners})
+                lines = [*table(args, results), "", calibration_line(calibrations)]
                 kept_lines = []
                 if kept_runners:
                     from bench.peers_kept import kept_table

@@ -1,12 +1,25 @@
 """What a run of :mod:`bench.peers` stands on, printed with its results: the machine (cores,
-CPU model, load average), the PostgreSQL server at its stock durability with the settings it
+CPU model, load average, how fast it runs a fixed CPU-bound loop, how much of it stood idle
+during each measurement), the PostgreSQL server at its stock durability with the settings it
 runs under (read back with ``SHOW``), and every system's own settings.
+
+The machine is shared, and two of its readings move the figures: a slower CPU (another VM on
+the same core, a lower clock) slows every system alike, which :func:`calibrate` shows; and the
+CPU left idle while a system runs, which moves some systems one way and others the other. A
+consumer whose threads hand one lock to each other (huey's: one SQLite connection behind a
+lock, shared by its 10 worker threads) runs ~2x faster when no second core is free: the thread
+that releases the lock takes it again before a woken waiter can run, instead of handing it on
+with a context switch or several per task. :class:`Conditions` reads both: the machine's idle
+share and the worker processes' voluntary context switches.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import resource
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.postgres.server import PgServer
@@ -97,3 +110,56 @@ def psycopg_impl() -> str:
         f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__}, libpq {libpq // 10000}."
         f"{libpq % 100})"
     )
+
+
+#: The calibration loop's length: ~50 ms of one core on this project's 2-core test machine.
+CALIBRATION_LOOPS = 2_000_000
+
+
+def calibrate(loops: int = CALIBRATION_LOOPS) -> tuple[float, float]:
+    """A fixed CPU-bound loop (integer additions in Python) run here: its (CPU ms, wall ms).
+
+    The CPU time moves with the core's speed (its clock, a neighbour on the same physical
+    core); the wall time beyond it is time this process waited for a core (the machine's load).
+    Timed before and after each round, it shows drift that would otherwise pass for a
+    system's own."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    total = 0
+    for i in range(loops):
+        total += i
+    return (time.process_time() - cpu) * 1e3, (time.perf_counter() - wall) * 1e3
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(idle + iowait, total) jiffies of the whole machine so far (``/proc/stat``)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def _children_switches() -> int:
+    """Voluntary context switches of this process's reaped children so far."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """What the machine did while one measurement ran: read at :meth:`start`, closed by
+    :meth:`stop`."""
+
+    idle: int
+    total: int
+    switches: int
+
+    @classmethod
+    def start(cls) -> Conditions:
+        """The counters now."""
+        idle, total = _cpu_jiffies()
+        return cls(idle, total, _children_switches())
+
+    def stop(self) -> tuple[float, int]:
+        """The share of the machine's CPU left idle since :meth:`start` (percent), and the
+        voluntary context switches of the children reaped since (the worker processes: a
+        drain reaps its workers and nothing else that ran)."""
+        idle, total = _cpu_jiffies()
+        share = 100.0 * (idle - self.idle) / (total - self.total) if total > self.total else 0.0
+        return share, _children_switches() - self.switches

@@ -3,10 +3,11 @@
 The figures are not asserted (a benchmark, not a test). What is pinned: huey and PgQueuer drain
 every task beside this worker's embedded and PostgreSQL rails, on a PostgreSQL server at stock
 durability whose settings the header prints with the machine, the load and each system's
-settings; each of our rows names the best peer of its storage class; ``--kept`` measures the
-PostgreSQL rail with finished tasks kept and ``--pickup`` the submit-to-start latency; bad
-options are refused by name. arq and Celery need ``redis-server``, which CI does not install:
-they are left to the benchmark's own runs.
+settings, every worker's log level (``--log-level``) and, per row, the machine's idle share and
+the workers' context switches; each of our rows names the best peer of its storage class;
+``--kept`` measures the PostgreSQL rail with finished tasks kept and ``--pickup`` the
+submit-to-start latency; bad options are refused by name. arq and Celery need
+``redis-server``, which CI does not install: they are left to the benchmark's own runs.
 """
 
 from __future__ import annotations
@@ -71,8 +72,13 @@ def test_huey_and_pgqueuer_drain_beside_our_rails_on_a_durable_server() -> None:
     assert re.search(r"machine: \d+ cores", out), out
     assert re.search(r"load average before: [\d.]+ [\d.]+ [\d.]+", out), out
     assert re.search(r"load average after: [\d.]+ [\d.]+ [\d.]+", out), out
-    assert "huey " in out and "synchronous=NORMAL" in out and "workers=10" in out, out
-    assert "pgqueuer " in out and "batch_size=10" in out, out
+    assert "- log level: WARNING for every worker, ours and the peers'" in out, out
+    huey = next(line for line in out.splitlines() if line.startswith("- huey "))
+    for setting in ("journal_mode=wal", "synchronous=NORMAL", "workers=10", "logging WARNING"):
+        assert setting in huey, huey
+    pgq = next(line for line in out.splitlines() if line.startswith("- pgqueuer "))
+    assert "batch_size=10" in pgq and "logging WARNING" in pgq, pgq
+    assert re.search(r"^calibration \(.*\): \d+-\d+ ms CPU, \d+-\d+ ms wall$", out, re.M), out
     for system, storage, peer in (
         ("huey", "SQLite", "huey"),
         ("pgqueuer", "PostgreSQL", "pgqueuer"),
@@ -82,7 +88,27 @@ def test_huey_and_pgqueuer_drain_beside_our_rails_on_a_durable_server() -> None:
         cells = _row(out, system, 1)
         assert cells[1] == storage and cells[6] == peer, cells
         assert float(cells[3].split()[0]) > 0 and float(cells[7]) > 0, cells
+        assert re.fullmatch(r"\d+ \[\d+-\d+\]", cells[11]), cells  # machine idle %
+        assert re.fullmatch(r"[\d.]+ \[[\d.]+-[\d.]+\]", cells[12]), cells  # switches/task
     assert _row(out, "huey", 1)[7] == "1.00"
+
+
+@pytest.mark.timeout(300)
+def test_log_level_sets_every_workers_level_and_is_printed() -> None:
+    require_module("huey", HINT)
+    done = _bench(
+        "--tasks", "30", "--runs", "1", "--procs", "1", "--systems", "huey,embedded",
+        "--log-level", "info",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "- log level: INFO for every worker, ours and the peers'" in out, out
+    huey = next(line for line in out.splitlines() if line.startswith("- huey "))
+    assert huey.endswith("logging INFO"), huey  # read on the interpreter huey's workers run on
+    embedded = next(line for line in out.splitlines() if line.startswith("- embedded: "))
+    assert "log_level INFO" in embedded, embedded
+    for system in ("huey", "embedded"):
+        assert float(_row(out, system, 1)[3].split()[0]) > 0
 
 
 @pytest.mark.timeout(300)
@@ -138,6 +164,7 @@ def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
         (["--pickup", "-1"], "--pickup: the number of samples cannot be negative"),
         (["--systems", "huey,rq"], "unknown system(s) rq; known: arq, celery, huey"),
         (["--procs", "1,x"], "--procs must be comma-separated integers, not '1,x'"),
+        (["--log-level", "loud"], "argument --log-level: invalid choice: 'LOUD'"),
     ],
 )
 def test_bad_options_are_refused_by_name(args: list[str], says: str) -> None:

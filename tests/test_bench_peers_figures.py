@@ -1,0 +1,132 @@
+"""``bench.peers``' arithmetic and its readings of the machine, in process.
+
+The Benchmarks page says how the table's figures are computed: each column a median over the
+rounds, each ratio the median of per-round ratios against the best peer of the same storage
+(the peer with the highest median tasks/s) in the same round, a round whose peer did not run
+leaving no ratio. These tests pin that on results built by hand, where the median of the
+ratios and the ratio of the medians differ, so a change of method shows. The machine's
+readings (a calibration loop, the idle share, the worker processes' context switches) are
+taken from the real machine and real child processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from bench import peers_setup
+from bench.peer_drains import Result
+from bench.peers import best_peer, calibration_line, ratio, table
+
+
+def _result(round_: int, tps: float, cpu: float = 100.0, rss: float = 20.0) -> Result:
+    return {
+        "round": round_,
+        "done": 5000,
+        "tasks_per_s": tps,
+        "cpu_us_per_task": cpu,
+        "peak_rss_mib": rss,
+        "idle_pct": 10.0 * (round_ + 1),
+        "switches_per_task": 0.5 + round_,
+        "exit_codes": [0],
+    }
+
+
+def test_a_ratio_is_the_median_of_the_per_round_ratios() -> None:
+    rows = [_result(0, 100), _result(1, 300), _result(2, 900)]
+    base = [_result(0, 100), _result(1, 100), _result(2, 1800)]
+    # per round 1.0, 3.0, 0.5: median 1.0; the ratio of the medians would be 300/100 = 3.0
+    assert ratio(rows, base, "tasks_per_s") == 1.0
+
+
+def test_a_round_whose_peer_did_not_run_or_read_zero_gives_no_ratio() -> None:
+    rows = [_result(0, 100), _result(1, 300), _result(2, 900)]
+    base = [_result(0, 50), _result(2, 0)]  # round 1 missing, round 2 read nothing
+    assert ratio(rows, base, "tasks_per_s") == 2.0
+    assert ratio(rows, [], "tasks_per_s") is None
+
+
+def test_the_best_peer_is_the_one_with_the_highest_median_rate_of_its_storage() -> None:
+    results = {
+        # procrastinate's best round beats PgQueuer's, its median does not
+        ("procrastinate", 1): [_result(0, 10), _result(1, 20), _result(2, 9000)],
+        ("pgqueuer", 1): [_result(0, 3000), _result(1, 3000), _result(2, 3000)],
+        ("postgres", 1): [_result(0, 8000), _result(1, 8000), _result(2, 8000)],  # not a peer
+        ("huey", 2): [_result(0, 7000)],
+    }
+    assert best_peer(results, "PostgreSQL", 1) == "pgqueuer"
+    assert best_peer(results, "SQLite", 1) is None  # huey ran with 2 processes only
+    assert best_peer(results, "SQLite", 2) == "huey"
+
+
+def _cells(lines: list[str], system: str, procs: int) -> list[str]:
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == system and cells[2] == str(procs):
+            return cells
+    raise AssertionError(f"no row for {system} x{procs} in {lines}")
+
+
+def test_the_table_prints_medians_and_per_round_ratios_against_the_best_peer() -> None:
+    results = {
+        ("huey", 1): [
+            _result(0, 1000, cpu=50, rss=20),
+            _result(1, 4000, cpu=200, rss=24),
+            _result(2, 2000, cpu=100, rss=22),
+        ],
+        ("embedded", 1): [
+            _result(0, 1500, cpu=100, rss=40),
+            _result(1, 2000, cpu=150, rss=48),
+            _result(2, 2500, cpu=400, rss=44),
+        ],
+        ("arq", 1): [_result(0, 500), _result(1, 500), _result(2, 500)],
+    }
+    lines = table(argparse.Namespace(procs=[1]), results)
+    assert lines[0].count("|") == lines[1].count("|") == 14, lines[:2]
+    embedded = _cells(lines, "embedded", 1)
+    assert embedded[:7] == ["embedded", "SQLite", "1", "2000 [1500-2500]", "44.0", "150", "huey"]
+    # per round x huey: 1.5, 0.5, 1.25 -> 1.25 (2000/2000 = 1.00 from the medians)
+    # CPU 2.0, 0.75, 4.0 -> 2.00; RSS 2.0, 2.0, 2.0 -> 2.00; x arq 3, 4, 5 -> 4.00
+    assert embedded[7:11] == ["1.25", "2.00", "2.00", "4.00"]
+    # the conditions: machine idle 10/20/30 %, switches 0.5/1.5/2.5 per task
+    assert embedded[11:13] == ["20 [10-30]", "1.5 [0.5-2.5]"]
+    huey = _cells(lines, "huey", 1)
+    assert huey[6:11] == ["huey", "1.00", "1.00", "1.00", "4.00"]
+
+
+def test_a_system_without_a_peer_of_its_storage_shows_no_ratio() -> None:
+    results = {("postgres", 2): [_result(0, 3000)]}
+    cells = _cells(table(argparse.Namespace(procs=[2]), results), "postgres", 2)
+    assert cells[6:11] == ["-", "-", "-", "-", "-"]
+
+
+def test_the_calibration_loop_is_timed_in_cpu_and_wall_clock() -> None:
+    cpu, wall = peers_setup.calibrate(200_000)
+    assert cpu > 0 and wall > 0
+    line = calibration_line([((47.2, 52.0), (48.9, 96.4)), ((46.6, 47.1), (47.0, 343.0))])
+    assert line.endswith("47-49 ms CPU, 47-343 ms wall"), line
+    assert f"{peers_setup.CALIBRATION_LOOPS:,} Python additions" in line
+
+
+@pytest.mark.timeout(60)
+def test_conditions_count_the_reaped_workers_switches_and_the_machine_idle_share() -> None:
+    conditions = peers_setup.Conditions.start()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfor _ in range(200): time.sleep(0.001)"]
+    )
+    child.wait(30)
+    idle, switches = conditions.stop()
+    assert 0.0 <= idle <= 100.0
+    assert switches >= 200, switches  # each sleep gives up the CPU: a voluntary switch
+    # a child still running is not counted: only the reaped ones are
+    again = peers_setup.Conditions.start()
+    running = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfor _ in range(200): time.sleep(0.001)"]
+    )
+    try:
+        assert again.stop()[1] == 0
+    finally:
+        running.wait(30)
