@@ -256,6 +256,13 @@ def _runners(systems: list[str], redis: Redis | None, pg: PgServer | None) -> di
 
 
 Calibration = tuple[tuple[float, float], tuple[float, float]]
+#: Printed under the table: what its last two columns mean and why they are there.
+CONDITIONS_LEGEND = (
+    "machine idle %: the machine's CPU left idle while the system ran (its seeding and drain, "
+    "/proc/stat); switches/task: its worker processes' voluntary context switches per task. "
+    "A consumer whose threads share one lock (huey) drains about half as fast, at ~5 "
+    "switches/task, when a core stands idle: read its rounds against these columns.",
+)
 
 
 def _measure(
@@ -502,7 +509,8 @@ def main(argv: list[str] | None = None) -> None:
                     assert pg is not None
                     kept_runners = make_kept(pg, args.kept, args.concurrency, POOL_SIZE)
                 results, skipped, calibrations = _measure(args, {**runners, **kept_runners})
-                lines = [*table(args, results), "", calibration_line(calibrations)]
+                lines = [*table(args, results), "", *CONDITIONS_LEGEND]
+                lines.append(calibration_line(calibrations))
                 kept_lines = []
                 if kept_runners:
                     from bench.peers_kept import kept_table
