@@ -4,7 +4,7 @@ worker on each of its rails.
     python -m bench.peers [--tasks 5000] [--concurrency 10] [--runs 3] [--procs 1,2]
                           [--systems arq,celery,huey,procrastinate,pgqueuer,embedded,...]
                           [--kept 1000,200000] [--pickup SAMPLES] [--own-venvs]
-                          [--log-level WARNING]
+                          [--log-level WARNING[,INFO]]
 
 Brokers are started by this script on free 127.0.0.1 ports from Debian's packages and stopped
 by pid: ``redis-server`` (``apt-get install redis-server``) for arq and Celery, PostgreSQL
@@ -37,7 +37,8 @@ process start-up is excluded; peak RSS is the max over the worker processes of t
 beside the best peer of its storage class (SQLite: huey; PostgreSQL: the faster of
 procrastinate and PgQueuer by median tasks/s; Redis: the faster of arq and Celery) and
 beside arq: the ratios are
-medians of each round's ratio (CPU per task is the figure a loaded machine moves least). The
+medians of each round's ratio (CPU per task is the figure a loaded machine moves least, for
+every system but huey, whose CPU per task more than doubles with a core idle: below). The
 header prints the machine, its load average before and after, the PostgreSQL server's
 settings (``SHOW``), every worker's log level and every system's settings (each peer's read
 on the interpreter its workers run on, huey's storage pragmas read back from a connection).
@@ -51,9 +52,9 @@ to each other (~5 switches per task) and it drains about half as fast as when th
 busy (under 1 switch per task).
 
 ``--log-level LEVEL`` (default WARNING, as every figure on the Benchmarks page) sets every
-worker's level, ours (``BACKLOG_WORKER_LOG_LEVEL``, over the configuration's WARNING) and the
-peers' (:data:`bench.peer_workers.LOG_LEVEL_ENV`), so INFO, this worker's default, can be
-measured side by side. ``tracker serve`` keeps its own default (INFO, its per-task lines off).
+worker's level, ours and the peers'; ``--log-level WARNING,INFO`` runs each system at each
+level in every round and adds a table of each level's cost (:mod:`bench.peers_levels`).
+``tracker serve`` keeps its own default (INFO, its per-task lines off).
 
 ``--own-venvs`` runs each peer in a venv of its own (:mod:`bench.peers_venvs`: only that peer's
 requirements), so its RSS column is its own; :mod:`bench.memory` measures peak RSS that way
@@ -93,7 +94,8 @@ from bench.peer_drains import (
     pgqueuer_drain,
     procrastinate_drain,
 )
-from bench.peer_workers import DEFAULT_LOG_LEVEL, LOG_LEVEL_ENV
+from bench.peer_workers import DEFAULT_LOG_LEVEL
+from bench.peers_levels import MARK, level_table, parse_levels, per_level, set_level, split
 from bench.postgres import _config, _pg_drain
 from bench.remote import _start_server
 from bench.worker import _drain, _seed, _spawn
@@ -124,8 +126,6 @@ STORAGE = {
 }
 #: The PostgreSQL rail's connections per worker process.
 POOL_SIZE = 4
-#: The levels ``--log-level`` takes (every worker's, ours and the peers').
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 # -- this project's served rail -------------------------------------------------------------------
@@ -366,36 +366,56 @@ def best_peer(results: dict[tuple[str, int], list[Result]], storage: str, procs:
 def table(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]) -> list[str]:
     """The results as Markdown table lines: medians over the rounds, ratios as medians of
     per-round ratios (:func:`ratio`), and the conditions each system ran under (the machine's
-    idle share, its workers' voluntary context switches per task: :mod:`bench.peers_setup`)."""
+    idle share, its workers' voluntary context switches per task: :mod:`bench.peers_setup`).
+    With several log levels (``args.log_levels``) each system has a row per level, set beside
+    the best peer at the same level (:mod:`bench.peers_levels`)."""
     lines = [
         "| system | storage | procs | tasks/s [range] | peak RSS MiB | CPU us/task "
         "| best same-storage peer | x peer tasks/s | x peer CPU/task | x peer RSS "
         "| x arq tasks/s | machine idle % [range] | switches/task [range] |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    by_level: dict[str | None, dict[tuple[str, int], list[Result]]] = {}
+    for (label, procs), measured in results.items():
+        name, level = split(label)
+        by_level.setdefault(level, {})[(name, procs)] = measured
+    levels = [lv for lv in (None, *args.log_levels) if lv in by_level]
     for procs in args.procs:
-        arq_rows = results.get(("arq", procs), [])
         for name in SYSTEMS:
-            rows = results.get((name, procs))
-            if not rows:
-                continue
-            tps = [r["tasks_per_s"] for r in rows]
-            rss = statistics.median(r["peak_rss_mib"] for r in rows)
-            cpu = statistics.median(r["cpu_us_per_task"] for r in rows)
-            idle = [r["idle_pct"] for r in rows]
-            switches = [r["switches_per_task"] for r in rows]
-            peer = best_peer(results, STORAGE[name], procs)
-            base = results.get((peer, procs), []) if peer else []
-            lines.append(
-                f"| {name} | {STORAGE[name]} | {procs} | {statistics.median(tps):.0f} "
-                f"[{min(tps):.0f}-{max(tps):.0f}] | {rss:.1f} | {cpu:.0f} | {peer or '-'} | "
-                f"{_fmt(ratio(rows, base, 'tasks_per_s'))} | "
-                f"{_fmt(ratio(rows, base, 'cpu_us_per_task'))} | "
-                f"{_fmt(ratio(rows, base, 'peak_rss_mib'))} | "
-                f"{_fmt(ratio(rows, arq_rows, 'tasks_per_s'))} | {_spread(idle, '.0f')} | "
-                f"{_spread(switches, '.1f')} |"
-            )
+            for level in levels:
+                group = by_level[level]
+                rows = group.get((name, procs))
+                if rows:
+                    label = name if level is None else f"{name}{MARK}{level}"
+                    lines.append(_row(label, STORAGE[name], procs, rows, group))
     return lines
+
+
+def _row(
+    label: str,
+    storage: str,
+    procs: int,
+    rows: list[Result],
+    group: dict[tuple[str, int], list[Result]],
+) -> str:
+    """One system's row: ``rows`` are its rounds, ``group`` every system's at its log level."""
+    tps = [r["tasks_per_s"] for r in rows]
+    rss = statistics.median(r["peak_rss_mib"] for r in rows)
+    cpu = statistics.median(r["cpu_us_per_task"] for r in rows)
+    idle = [r["idle_pct"] for r in rows]
+    switches = [r["switches_per_task"] for r in rows]
+    peer = best_peer(group, storage, procs)
+    base = group.get((peer, procs), []) if peer else []
+    arq_rows = group.get(("arq", procs), [])
+    return (
+        f"| {label} | {storage} | {procs} | {statistics.median(tps):.0f} "
+        f"[{min(tps):.0f}-{max(tps):.0f}] | {rss:.1f} | {cpu:.0f} | {peer or '-'} | "
+        f"{_fmt(ratio(rows, base, 'tasks_per_s'))} | "
+        f"{_fmt(ratio(rows, base, 'cpu_us_per_task'))} | "
+        f"{_fmt(ratio(rows, base, 'peak_rss_mib'))} | "
+        f"{_fmt(ratio(rows, arq_rows, 'tasks_per_s'))} | {_spread(idle, '.0f')} | "
+        f"{_spread(switches, '.1f')} |"
+    )
 
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -420,11 +440,11 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--log-level",
-        type=str.upper,
-        choices=LOG_LEVELS,
         default=DEFAULT_LOG_LEVEL,
-        help="the level every worker logs at, ours (BACKLOG_WORKER_LOG_LEVEL) and the peers' "
-        "(default: WARNING; INFO is this worker's own default, to measure what it costs)",
+        metavar="LEVELS",
+        help="the level every worker logs at, ours and the peers' (default: WARNING); several "
+        "(WARNING,INFO) run each system at each, interleaved in every round, to read what a "
+        "level costs (INFO is this worker's own default)",
     )
     parser.add_argument(
         "--pickup",
@@ -458,6 +478,13 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--kept: counts of finished tasks cannot be negative")
     if args.pickup < 0:
         parser.error("--pickup: the number of samples cannot be negative")
+    try:
+        args.log_levels = parse_levels(args.log_level)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.log_level = args.log_levels[0]
+    if len(args.log_levels) > 1 and (args.kept or args.pickup):
+        parser.error("--log-level: several levels measure the drains only, not --kept or --pickup")
     kinds = {s.partition("@")[0] for s in args.systems}
     args.needs_pg = bool({"procrastinate", "pgqueuer", "postgres"} & kinds or args.kept)
     args.bindir = find_bindir()
@@ -469,9 +496,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Start the brokers the chosen systems need, measure, print the table, stop them."""
     args = _parse(argv)
-    # every worker this run starts inherits the level: ours read BACKLOG_WORKER_LOG_LEVEL over
-    # their config file's WARNING, the peers' runners read LOG_LEVEL_ENV (bench.peer_workers)
-    os.environ["BACKLOG_WORKER_LOG_LEVEL"] = os.environ[LOG_LEVEL_ENV] = args.log_level
+    set_level(args.log_level)  # every worker spawned inherits it (bench.peers_levels)
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {peers_setup.machine()}")
     print(f"load average before: {peers_setup.load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -486,7 +511,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(peers_setup.pg_settings(pg))
             if args.own_venvs:  # first: each peer's settings are read on its own venv
                 _own_venvs(args.systems)
-            print(f"- log level: {args.log_level} for every worker, ours and the peers'")
+            if len(args.log_levels) > 1:
+                print(
+                    f"- log level: each system at each of {', '.join(args.log_levels)}, "
+                    "interleaved in every round, ours and the peers' alike"
+                )
+            else:
+                print(f"- log level: {args.log_level} for every worker, ours and the peers'")
             for name in args.systems:
                 print(f"- {system_settings(name, args.concurrency, args.log_level)}")
             if args.pickup:
@@ -502,6 +533,8 @@ def main(argv: list[str] | None = None) -> None:
                 kept_lines: list[str] = []
             else:
                 runners = _runners(args.systems, redis, pg)
+                if len(args.log_levels) > 1:
+                    runners = per_level(runners, args.log_levels)
                 kept_runners: dict[str, Runner] = {}
                 if args.kept:
                     from bench.peers_kept import kept_runners as make_kept
@@ -511,6 +544,9 @@ def main(argv: list[str] | None = None) -> None:
                 results, skipped, calibrations = _measure(args, {**runners, **kept_runners})
                 lines = [*table(args, results), "", *CONDITIONS_LEGEND]
                 lines.append(calibration_line(calibrations))
+                if len(args.log_levels) > 1:
+                    systems = [name for name in SYSTEMS if name in args.systems]
+                    lines += level_table(systems, args.log_levels, args.procs, results)
                 kept_lines = []
                 if kept_runners:
                     from bench.peers_kept import kept_table

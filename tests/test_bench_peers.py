@@ -94,21 +94,26 @@ def test_huey_and_pgqueuer_drain_beside_our_rails_on_a_durable_server() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_log_level_sets_every_workers_level_and_is_printed() -> None:
+def test_log_levels_are_measured_side_by_side_and_printed() -> None:
     require_module("huey", HINT)
     done = _bench(
         "--tasks", "30", "--runs", "1", "--procs", "1", "--systems", "huey,embedded",
-        "--log-level", "info",
+        "--log-level", "info,warning",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "- log level: INFO for every worker, ours and the peers'" in out, out
+    assert "- log level: each system at each of INFO, WARNING, interleaved in every round" in out
     huey = next(line for line in out.splitlines() if line.startswith("- huey "))
     assert huey.endswith("logging INFO"), huey  # read on the interpreter huey's workers run on
     embedded = next(line for line in out.splitlines() if line.startswith("- embedded: "))
     assert "log_level INFO" in embedded, embedded
     for system in ("huey", "embedded"):
-        assert float(_row(out, system, 1)[3].split()[0]) > 0
+        for level in ("INFO", "WARNING"):
+            assert float(_row(out, f"{system} log={level}", 1)[3].split()[0]) > 0
+    assert "| system | procs | log level | tasks/s [range] | CPU us/task | x INFO tasks/s " in out
+    first = r"^\| embedded \| 1 \| INFO \| \d+ \[\d+-\d+\] \| \d+ \| 1\.00 \| 1\.00 \|$"
+    assert re.search(first, out, re.M), out
+    assert re.search(r"^\| embedded \| 1 \| WARNING \| .* \| [\d.]+ \| [\d.]+ \|$", out, re.M), out
 
 
 @pytest.mark.timeout(300)
@@ -164,7 +169,11 @@ def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
         (["--pickup", "-1"], "--pickup: the number of samples cannot be negative"),
         (["--systems", "huey,rq"], "unknown system(s) rq; known: arq, celery, huey"),
         (["--procs", "1,x"], "--procs must be comma-separated integers, not '1,x'"),
-        (["--log-level", "loud"], "argument --log-level: invalid choice: 'LOUD'"),
+        (["--log-level", "loud"], "--log-level: unknown level(s) LOUD; known: DEBUG, INFO"),
+        (
+            ["--log-level", "WARNING,INFO", "--kept", "10"],
+            "--log-level: several levels measure the drains only, not --kept or --pickup",
+        ),
     ],
 )
 def test_bad_options_are_refused_by_name(args: list[str], says: str) -> None:

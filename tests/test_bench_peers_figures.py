@@ -12,6 +12,8 @@ taken from the real machine and real child processes.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import subprocess
 import sys
 
@@ -19,7 +21,9 @@ import pytest
 
 from bench import peers_setup
 from bench.peer_drains import Result
+from bench.peer_workers import LOG_LEVEL_ENV
 from bench.peers import best_peer, calibration_line, ratio, table
+from bench.peers_levels import level_table, parse_levels, per_level
 
 
 def _result(round_: int, tps: float, cpu: float = 100.0, rss: float = 20.0) -> Result:
@@ -84,7 +88,7 @@ def test_the_table_prints_medians_and_per_round_ratios_against_the_best_peer() -
         ],
         ("arq", 1): [_result(0, 500), _result(1, 500), _result(2, 500)],
     }
-    lines = table(argparse.Namespace(procs=[1]), results)
+    lines = table(argparse.Namespace(procs=[1], log_levels=["WARNING"]), results)
     assert lines[0].count("|") == lines[1].count("|") == 14, lines[:2]
     embedded = _cells(lines, "embedded", 1)
     assert embedded[:7] == ["embedded", "SQLite", "1", "2000 [1500-2500]", "44.0", "150", "huey"]
@@ -99,7 +103,8 @@ def test_the_table_prints_medians_and_per_round_ratios_against_the_best_peer() -
 
 def test_a_system_without_a_peer_of_its_storage_shows_no_ratio() -> None:
     results = {("postgres", 2): [_result(0, 3000)]}
-    cells = _cells(table(argparse.Namespace(procs=[2]), results), "postgres", 2)
+    args = argparse.Namespace(procs=[2], log_levels=["WARNING"])
+    cells = _cells(table(args, results), "postgres", 2)
     assert cells[6:11] == ["-", "-", "-", "-", "-"]
 
 
@@ -130,3 +135,70 @@ def test_conditions_count_the_reaped_workers_switches_and_the_machine_idle_share
         assert again.stop()[1] == 0
     finally:
         running.wait(30)
+
+
+def test_with_several_log_levels_each_row_is_set_beside_the_peer_at_its_own_level() -> None:
+    results = {
+        ("huey log=WARNING", 1): [_result(0, 10000), _result(1, 12000)],
+        ("embedded log=WARNING", 1): [_result(0, 5000), _result(1, 9000)],
+        ("huey log=INFO", 1): [_result(0, 5000), _result(1, 4000)],
+        ("embedded log=INFO", 1): [_result(0, 2500), _result(1, 3000)],
+    }
+    args = argparse.Namespace(procs=[1], log_levels=["WARNING", "INFO"])
+    lines = table(args, results)
+    # rows by system, then level in the order asked
+    assert [line.split("|")[1].strip() for line in lines[2:]] == [
+        "huey log=WARNING",
+        "huey log=INFO",
+        "embedded log=WARNING",
+        "embedded log=INFO",
+    ]
+    # embedded at INFO against huey at INFO: 0.5, 0.75 -> 0.62 (not against huey at WARNING)
+    assert _cells(lines, "embedded log=INFO", 1)[6:8] == ["huey", "0.62"]
+    assert _cells(lines, "embedded log=WARNING", 1)[6:8] == ["huey", "0.62"]  # 0.5, 0.75
+    cost = level_table(["huey", "embedded"], ["WARNING", "INFO"], [1], results)
+    assert cost[1].startswith("| system | procs | log level |") and "x WARNING tasks/s" in cost[1]
+    # embedded at INFO against itself at WARNING: 0.5, 0.333 -> 0.42; CPU equal -> 1.00
+    assert "| embedded | 1 | INFO | 2750 [2500-3000] | 100 | 0.42 | 1.00 |" in cost
+    assert "| embedded | 1 | WARNING | 7000 [5000-9000] | 100 | 1.00 | 1.00 |" in cost
+
+
+def test_each_level_reaches_the_workers_spawned_for_it() -> None:
+    def runner(n: int, procs: int, concurrency: int) -> Result:
+        seen = subprocess.run(
+            [sys.executable, "-c", f"import os; print(os.environ['{LOG_LEVEL_ENV}'], "
+             "os.environ['BACKLOG_WORKER_LOG_LEVEL'])"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return {"seen": seen.stdout.split()}
+
+    saved = {k: os.environ.get(k) for k in (LOG_LEVEL_ENV, "BACKLOG_WORKER_LOG_LEVEL")}
+    try:
+        runners = per_level({"huey": runner}, ["INFO", "WARNING"])
+        assert list(runners) == ["huey log=INFO", "huey log=WARNING"]
+        assert runners["huey log=WARNING"](1, 1, 1)["seen"] == ["WARNING", "WARNING"]
+        assert runners["huey log=INFO"](1, 1, 1)["seen"] == ["INFO", "INFO"]
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("loud", "--log-level: unknown level(s) LOUD; known: DEBUG, INFO, WARNING, ERROR"),
+        ("warning,,nope", "--log-level: unknown level(s) NOPE;"),
+        (",", "--log-level: unknown level(s) ','"),
+        ("info,INFO", "--log-level: a level is given twice in 'info,INFO'"),
+    ],
+)
+def test_a_bad_log_level_is_named(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_levels(text)
+
+
+def test_log_levels_are_read_in_order_whatever_their_case() -> None:
+    assert parse_levels("warning, Info") == ["WARNING", "INFO"]
