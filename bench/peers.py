@@ -176,7 +176,8 @@ def _peer_settings(name: str, concurrency: int) -> str:
         timeout=120,
     )
     if done.returncode != 0:
-        return f"{name}: settings unreadable ({done.stderr.strip().splitlines()[-1:]})"
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return f"{name}: its settings could not be read on {python}: {last}"
     return done.stdout.strip()
 
 

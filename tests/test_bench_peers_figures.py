@@ -6,7 +6,8 @@ rounds, each ratio the median of per-round ratios against the best peer of the s
 leaving no ratio. These tests pin that on results built by hand, where the median of the
 ratios and the ratio of the medians differ, so a change of method shows. The machine's
 readings (a calibration loop, the idle share, the worker processes' context switches) are
-taken from the real machine and real child processes.
+taken from the real machine and real child processes; a peer's settings line is read on the
+interpreter its workers run on.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from bench import peers_setup
-from bench.peer_drains import Result
+from bench.peer_drains import PYTHONS, Result
 from bench.peer_workers import LOG_LEVEL_ENV
-from bench.peers import best_peer, calibration_line, ratio, table
+from bench.peers import best_peer, calibration_line, ratio, system_settings, table
 from bench.peers_levels import level_table, parse_levels, per_level
 
 
@@ -202,3 +204,19 @@ def test_a_bad_log_level_is_named(text: str, says: str) -> None:
 
 def test_log_levels_are_read_in_order_whatever_their_case() -> None:
     assert parse_levels("warning, Info") == ["WARNING", "INFO"]
+
+
+@pytest.mark.timeout(60)
+def test_a_peers_settings_are_read_where_its_workers_run_and_a_failure_says_where(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "empty"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(empty)], check=True)
+    python = str(empty / "bin" / "python")
+    PYTHONS["procrastinate"] = python  # a venv without procrastinate
+    try:
+        line = system_settings("procrastinate", 10)
+    finally:
+        del PYTHONS["procrastinate"]
+    assert line.startswith(f"procrastinate: its settings could not be read on {python}: "), line
+    assert "PackageNotFoundError" in line, line
