@@ -38,7 +38,7 @@ beside the best peer of its storage class (SQLite: huey; PostgreSQL: the faster 
 procrastinate and PgQueuer by median tasks/s; Redis: the faster of arq and Celery) and
 beside arq: the ratios are
 medians of each round's ratio (CPU per task is the figure a loaded machine moves least, for
-every system but huey, whose CPU per task more than doubles with a core idle: below). The
+every system but huey, whose CPU per task more than doubles on an idle machine: below). The
 header prints the machine, its load average before and after, the PostgreSQL server's
 settings (``SHOW``), every worker's log level and every system's settings (each peer's read
 on the interpreter its workers run on, huey's storage pragmas read back from a connection).
@@ -47,8 +47,9 @@ The machine is shared, so each row also says what it ran under (:mod:`bench.peer
 the share of the machine's CPU left idle during the system's runs and its worker processes'
 voluntary context switches per task, median [range] over the rounds; and a fixed CPU-bound
 loop is timed before and after each round (the calibration line), so a slower core shows.
-huey's rate depends on the idle share: with a core free its 10 threads hand their one lock
-to each other (~5 switches per task) and it drains about half as fast as when the machine is
+huey's rate depends on it: on an otherwise idle machine (a core free for each thread woken)
+its 10 threads hand their one lock to each other (~5 switches per task, ~45 % of this 2-core
+machine left idle) and it drains about half as fast as when other work keeps the second core
 busy (under 1 switch per task).
 
 ``--log-level LEVEL`` (default WARNING, as every figure on the Benchmarks page) sets every
@@ -262,7 +263,7 @@ CONDITIONS_LEGEND = (
     "machine idle %: the machine's CPU left idle while the system ran (its seeding and drain, "
     "/proc/stat); switches/task: its worker processes' voluntary context switches per task. "
     "A consumer whose threads share one lock (huey) drains about half as fast, at ~5 "
-    "switches/task, when a core stands idle: read its rounds against these columns.",
+    "switches/task, on an otherwise idle machine: read its rounds against these columns.",
 )
 
 

@@ -7,10 +7,11 @@ The machine is shared, and two of its readings move the figures: a slower CPU (a
 the same core, a lower clock) slows every system alike, which :func:`calibrate` shows; and the
 CPU left idle while a system runs, which moves some systems one way and others the other. A
 consumer whose threads hand one lock to each other (huey's: one SQLite connection behind a
-lock, shared by its 10 worker threads) runs ~2x faster when no second core is free: the thread
-that releases the lock takes it again before a woken waiter can run, instead of handing it on
-with a context switch or several per task. :class:`Conditions` reads both: the machine's idle
-share and the worker processes' voluntary context switches.
+lock, shared by its 10 worker threads) runs ~2x faster when other work keeps the second core
+busy: the thread that releases the lock takes it again before a woken waiter can run, instead
+of handing it on with a context switch or several per task, as it does on an otherwise idle
+machine, where the waiter wakes at once on the free core. :class:`Conditions` reads both: the
+machine's idle share and the worker processes' voluntary context switches.
 """
 
 from __future__ import annotations
