@@ -71,6 +71,13 @@ _SYSLOG_PRIORITY = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING,
 
 _HEX_TOKEN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+")
+_HEX_LEN = 64  # the shortest text _HEX_TOKEN can match
+_BEARER_MIN = len("bearer x")  # the shortest text _BEARER can match
+# Values redaction leaves as they are (``bool`` is an ``int``; exact types only: a subclass's
+# ``str()`` may say anything).
+_PLAIN_TYPES = frozenset({int, float, bool})
+# A record's own attributes and rendering hints: what the filter and the formatters skip.
+_NOT_EXTRA = _RECORD_ATTRS | _HINT_ATTRS
 _SAFE_VALUE = re.compile(r"[^\s\"'=\\]+")
 
 
@@ -84,13 +91,11 @@ def syslog_priority(levelno: int) -> int:
 
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The structured fields of a record (its ``extra``), ``action`` first, Nones dropped."""
+    fields = vars(record)
     extras = {
         key: value
-        for key, value in vars(record).items()
-        if key not in _RECORD_ATTRS
-        and key not in _HINT_ATTRS
-        and not key.startswith("_")
-        and value is not None
+        for key in fields.keys() - _NOT_EXTRA
+        if (value := fields[key]) is not None and not key.startswith("_")
     }
     ordered = {key: extras.pop(key) for key in _FIELD_ORDER if key in extras}
     ordered.update(sorted(extras.items()))
@@ -98,6 +103,8 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _format_value(value: object) -> str:
+    if type(value) is int:
+        return str(value)  # digits and a sign: nothing to quote
     text = value if isinstance(value, str) else str(value)
     if text and _SAFE_VALUE.fullmatch(text):
         return text
@@ -133,9 +140,17 @@ class _OneLineFormatter(logging.Formatter):
 class PlainFormatter(_OneLineFormatter):
     """``2026-01-01T12:00:00.000Z INFO backlog_worker.daemon: claimed action=... task_id=...``."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
     def format(self, record: logging.LogRecord) -> str:
         """One line per record, UTC timestamp first."""
-        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        second, cached = int(record.created), self._second
+        if second != cached[0]:  # a busy worker writes many lines a second: format each once
+            cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+            self._second = cached
+        stamp = cached[1]
         millis = int(record.msecs)
         return f"{stamp}.{millis:03d}Z {record.levelname} {self.body(record)}"
 
@@ -217,18 +232,25 @@ class RedactingFilter(logging.Filter):
         return self._secrets
 
     def redact(self, text: str) -> str:
-        """Return ``text`` with every secret masked."""
+        """Return ``text`` with every secret masked.
+
+        Each pattern runs only where it can match (a log line's fields are mostly short ids:
+        two regex passes over each cost most of a line's redaction, docs/benchmarks.md): the
+        64-hex token in a text of at least 64 characters, ``Bearer`` where the lowercased text
+        holds ``bearer`` (what the case-insensitive pattern needs; none of its letters has
+        another case form)."""
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        text = _HEX_TOKEN.sub(REDACTED, text)
-        return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+        if len(text) >= _HEX_LEN:
+            text = _HEX_TOKEN.sub(REDACTED, text)
+        if len(text) >= _BEARER_MIN and "bearer" in text.lower():
+            text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+        return text
 
     def _redact_value(self, value: object) -> object:
         if isinstance(value, str):
             return self.redact(value)
-        if value is None or isinstance(value, bool | int | float):
-            return value
         text = str(value)
         redacted = self.redact(text)
         # Keep structured values (dicts, lists) intact unless they actually held a secret.
@@ -248,10 +270,14 @@ class RedactingFilter(logging.Filter):
             record.exc_text = self.redact(record.exc_text)
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
-        for key, value in list(vars(record).items()):
-            if key in _RECORD_ATTRS or key in _HINT_ATTRS:
-                continue
-            setattr(record, key, self._redact_value(value))
+        fields = vars(record)
+        for key in fields.keys() - _NOT_EXTRA:  # the extras (a set difference, in C)
+            value = fields[key]
+            if value is None or type(value) in _PLAIN_TYPES:
+                continue  # no secret fits in a number
+            redacted = self._redact_value(value)
+            if redacted is not value:
+                fields[key] = redacted
         if not hasattr(record, "action"):
             record.action = None
         return True

@@ -280,3 +280,69 @@ def test_redaction_leaves_ordinary_text_and_short_hex_alone():
 def test_short_secrets_are_not_registered():
     redactor = RedactingFilter(["ab", "abcd"])
     assert redactor.redact("ab abcd") == f"ab {logs.REDACTED}"
+
+
+# Each kind of secret the filter masks, in each place of a record it may hide, including the
+# places the filter's cheap pre-checks look at first (a short field, exactly 64 characters, a
+# mixed-case scheme, a value that is not a string).
+_LEASE = "0123456789abcdef" * 4  # a lease token: 64 hex digits
+_API = "nt_" + "k" * 29  # a registered secret (the api token), shorter than 64 characters
+
+
+class _Shown:
+    """A field value whose ``str()`` shows a secret."""
+
+    def __str__(self) -> str:
+        return f"shown {_LEASE}"
+
+
+@pytest.mark.parametrize(
+    ("secret", "value"),
+    [
+        (_LEASE, _LEASE),  # exactly 64 characters: the shortest text the token check reads
+        (_LEASE.upper(), _LEASE.upper()),
+        (_LEASE, f"token={_LEASE};"),
+        (_API, _API),  # a registered secret in a short field
+        (_API, f"?t={_API}"),
+        ("abc.def", "BeArEr abc.def"),  # the scheme in any case
+        ("abc.def", "bearer\tabc.def"),
+        ("xyz9", "Authorization: BEARER xyz9"),
+        (_LEASE, [f"lease {_LEASE}"]),  # not a string: its text is checked
+        (_API, {"headers": {"authorization": f"Bearer {_API}"}}),
+        (_LEASE, _Shown()),
+    ],
+)
+def test_every_secret_kind_is_masked_in_each_place(secret, value):
+    redactor = RedactingFilter([_API])
+    record = _record(
+        msg="sent %s", args=(value,), exc_info=None, action="request", field=value, other=value
+    )
+    record.exc_text = f"Traceback: {value}"
+    record.stack_info = f"Stack: {value}"
+    assert redactor.filter(record) is True
+    for text in (record.msg, str(record.field), str(record.other), record.exc_text):
+        assert secret not in text and logs.REDACTED in text
+    assert secret not in record.stack_info
+
+
+def test_fields_without_a_secret_are_left_as_they_were():
+    redactor = RedactingFilter([_API])
+    meta = {"stage": "todo", "n": 3}
+    record = _record(action="run_start", attempt=2, took=0.5, meta=meta, task_id="t-1")
+    redactor.filter(record)
+    assert record.meta is meta  # a structured value stays itself, not its text
+    assert (record.attempt, record.took, record.task_id) == (2, 0.5, "t-1")
+    assert record.msg == "task claimed" and record.args is None
+
+
+def test_plain_lines_in_one_second_share_its_timestamp_and_keep_their_own_millis():
+    formatter = PlainFormatter()
+    first, second = _record(), _record()
+    first.created, first.msecs = 1_800_000_000.123, 123.0
+    second.created, second.msecs = 1_800_000_000.987, 987.0
+    later = _record()
+    later.created, later.msecs = 1_800_000_001.004, 4.0
+    lines = [formatter.format(r) for r in (first, second, later)]
+    assert lines[0].startswith("2027-01-15T08:00:00.123Z INFO ")
+    assert lines[1].startswith("2027-01-15T08:00:00.987Z INFO ")
+    assert lines[2].startswith("2027-01-15T08:00:01.004Z INFO ")
