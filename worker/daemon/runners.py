@@ -3,7 +3,7 @@
 A spawned anyio task costs ~12 us of the event loop's CPU (its handle, its cancel scope, its
 done callback), paid once per run: a good share of a no-op task's cost in the worker
 (docs/benchmarks.md). :class:`Runners` keeps the tasks that finished a job parked instead, each
-on an :class:`anyio.Event`, and hands the next job to one of them (~3 us); only when none is
+on a :class:`~worker.wake.Wake`, and hands the next job to one of them (~3 us); only when none is
 parked does it spawn one in the worker's task group of runs. So the pool grows to the most jobs
 ever running at once (at most the slots' claims and twice ``concurrency`` runs: a run's slot
 goes back before its final report) and stays there.
@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
 from anyio.abc import TaskGroup
+
+from worker.wake import Wake
 
 __all__ = ["Runners"]
 
@@ -41,7 +42,7 @@ class _Parked:
     __slots__ = ("job", "wake")
 
     def __init__(self) -> None:
-        self.wake = anyio.Event()
+        self.wake = Wake()
         self.job: Job | None = None  # None when woken by close()
 
 

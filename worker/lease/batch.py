@@ -35,6 +35,7 @@ from tracker_client.contract.batch_models import (
     FinishResult,
 )
 from tracker_client.errors import TrackerError, TrackerUnavailable
+from worker.wake import Wake
 
 if TYPE_CHECKING:
     from tracker_client.protocol import FinishesMany
@@ -53,7 +54,7 @@ class _Pending:
     def __init__(self, item: FinishItem) -> None:
         self.item = item
         self.outcome: FinishManyOutcome | None = None
-        self.wake: anyio.Event | None = None
+        self.wake: Wake | None = None
 
     def wake_up(self) -> None:
         if self.wake is not None:
@@ -83,8 +84,8 @@ class ReportBatcher:
         try:
             while pending.outcome is None:
                 if self._sending:
-                    pending.wake = anyio.Event()
-                    await pending.wake.wait()
+                    wake = pending.wake = Wake()
+                    await wake.wait()
                 else:
                     await self._lead()
         except BaseException:
