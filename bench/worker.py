@@ -14,6 +14,9 @@ The CPU is also split by thread (sampled from ``/proc/<pid>/task``): the event l
 thread: start-up, the claim loop, the runs) and the other threads' (the embedded rail's database
 thread and its checkpointer), so a change shows which side it moved.
 
+``--log-level INFO`` runs the drains' workers at the worker's own default level (two lines per
+run through the secret-scrubbing filter) instead of WARNING, as every benchmark does.
+
 Before/after in one run: ``--ab /tmp/wt-old --rounds 5`` (a ``git worktree`` of the older
 commit) runs each drain phase with that tree's worker (A, seeded by that tree too) and with this
 tree's (B) in turn, alternating which goes first, and prints both sides' medians and ratios.
@@ -64,13 +67,15 @@ def noop_config(
     lease_ttl_s: float = 60,
     presence: bool = True,
     callable_path: str = "bench.worker:noop",
+    log_level: str = "WARNING",
 ) -> Path:
     """Write the benchmarks' worker configuration to ``path``: one ``role`` running
-    :func:`noop` (or another ``callable_path``) on the rail at ``url``, logging warnings only."""
+    :func:`noop` (or another ``callable_path``) on the rail at ``url``, logging warnings only
+    (or at ``log_level``: the default ``INFO`` writes two lines per run)."""
     no_presence = "" if presence else "presence = false\n"
     path.write_text(
         f"""
-log_level = "WARNING"
+log_level = "{log_level}"
 [tracker]
 url = "{url}"
 [worker]
@@ -89,8 +94,14 @@ callable = "{callable_path}"
     return path
 
 
-def _config(tmp: Path, db: Path, concurrency: int, drain: bool) -> Path:
-    return noop_config(tmp / "bench.toml", f"sqlite:///{db}", concurrency=concurrency, drain=drain)
+def _config(tmp: Path, db: Path, concurrency: int, drain: bool, log_level: str = "WARNING") -> Path:
+    return noop_config(
+        tmp / "bench.toml",
+        f"sqlite:///{db}",
+        concurrency=concurrency,
+        drain=drain,
+        log_level=log_level,
+    )
 
 
 async def _seed(db: Path, n: int) -> str:
@@ -193,8 +204,11 @@ class ThreadCpu:
         return main, sum(self._last.values()) - main
 
 
-def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> dict[str, Any]:
-    """``procs`` workers (of this tree, or of ``root``) drain ``n`` no-op tasks."""
+def _drain(
+    n: int, procs: int, concurrency: int, root: Path | None = None, log_level: str = "WARNING"
+) -> dict[str, Any]:
+    """``procs`` workers (of this tree, or of ``root``) drain ``n`` no-op tasks, logging at
+    ``log_level`` (their lines go nowhere: the cost measured is making them)."""
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         db = tmp / "rail.db"
@@ -202,7 +216,7 @@ def _drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> di
             anyio.run(_seed, db, n)
         else:
             _seed_with(root, db, n)
-        config = _config(tmp, db, concurrency, drain=True)
+        config = _config(tmp, db, concurrency, drain=True, log_level=log_level)
         wall = time.perf_counter()
         workers = [_spawn(config, root) for _ in range(procs)]
         threads = ThreadCpu([w.pid for w in workers])
@@ -301,6 +315,13 @@ def main() -> None:
         " older commit) and of this tree (B) in turn",
     )
     parser.add_argument("--rounds", type=int, default=1, help="drains per side with --ab")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=("DEBUG", "INFO", "WARNING"),
+        help="the drain workers' log_level (default WARNING, as every bench runs; INFO is the "
+        "worker's own default: two lines per run)",
+    )
     args = parser.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = [p for p in phases if p not in PHASES]
@@ -314,7 +335,7 @@ def main() -> None:
     for procs in (1, 2):
         if f"drain{procs}" not in phases:
             continue
-        r = _drain(args.tasks, procs, args.concurrency)
+        r = _drain(args.tasks, procs, args.concurrency, log_level=args.log_level)
         print(
             f"drain {r['done']} no-op tasks, {procs} worker process(es) x concurrency "
             f"{args.concurrency}: {r['tasks_per_s']:.0f} tasks/s (span {r['span_s']:.2f}s, "
@@ -341,7 +362,7 @@ def _ab(old: Path, procs_list: list[int], args: argparse.Namespace) -> None:
         for procs in procs_list:
             for side in ("A", "B") if rnd % 2 == 0 else ("B", "A"):
                 root = old if side == "A" else None
-                r = _drain(args.tasks, procs, args.concurrency, root)
+                r = _drain(args.tasks, procs, args.concurrency, root, args.log_level)
                 runs.setdefault((side, procs), []).append(r)
                 print(
                     f"round {rnd + 1} {side} {procs} process(es): {r['tasks_per_s']:.0f} tasks/s, "

@@ -54,3 +54,18 @@ def test_ab_drains_with_both_trees_workers() -> None:
     split = re.search(r"^1\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", done.stdout, re.M)
     assert split, done.stdout
     assert all(int(v) > 0 for v in split.groups()), done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_drain_at_the_default_info_level_drains_every_task() -> None:
+    done = _bench("--tasks", "100", "--phases", "drain1", "--log-level", "INFO")
+    assert done.returncode == 0, done.stderr
+    assert re.search(
+        r"drain 100 no-op tasks, 1 worker process\(es\).*exit codes \[0\]", done.stdout
+    )
+
+
+def test_an_unknown_log_level_is_refused_by_name() -> None:
+    done = _bench("--phases", "drain1", "--log-level", "LOUD")
+    assert done.returncode == 2
+    assert "--log-level: invalid choice: 'LOUD'" in done.stderr
