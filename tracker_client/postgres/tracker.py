@@ -70,7 +70,7 @@ from tracker_client.errors import (
 from tracker_client.models import Health, Lease, StoreEntry, TransitionResult
 from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres import claims, search
-from tracker_client.postgres.ahead import ClaimAhead
+from tracker_client.postgres.ahead import ClaimAhead, Granted, Kept
 from tracker_client.postgres.claims import (
     CLAIM_CALL,
     array_literal,
@@ -331,11 +331,11 @@ class PostgresTracker(Rail[PgEngine]):
         ):
             # leases claimed ahead with this agent's last reports (see .ahead)
             await self._replay_lost(agent_id, agent_role, lease_ttl_ms)
-            got = ahead.take(n)
+            got = await self._built(ahead.take(n))
             waited = False
             while len(got) < n and ahead.flying is not None:
                 await ahead.flying.wait()
-                got += ahead.take(n - len(got))
+                got += await self._built(ahead.take(n - len(got)))
                 waited = True
             await self._give_back_unwanted()
             if got:
@@ -403,6 +403,31 @@ class PostgresTracker(Rail[PgEngine]):
         self._remember(leases)  # their transitions can take one round trip (see the module)
         return leases
 
+    async def _built(self, kept: list[Kept]) -> list[Lease]:
+        """The ``Lease`` s of kept leases (see :class:`.ahead.Granted`); an unreadable row is
+        refused alone, as a claim refuses it."""
+        out: list[Lease] = []
+        ctx: Ctx | None = None
+        for item in kept:
+            if not isinstance(item, Granted):
+                out.append(item)
+                continue
+            if ctx is None or ctx.now != item.now:
+                ctx = Ctx(
+                    cast(sqlite3.Connection, None),
+                    item.now,
+                    self._opts,
+                    self._pipelines,
+                    STATEMENTS,
+                )
+            lease = await self._handed_out(
+                item.row, ctx, item.run_id, item.lease_id, item.token, item.agent, item.role
+            )
+            if lease is not None:
+                out.append(lease)
+        self._remember(out)
+        return out
+
     async def _replay_lost(self, agent: str, role: str, ttl_ms: int) -> None:
         """Replay, under their keys, the claims ahead whose answers were lost: what they
         leased is kept (or claimed now, if they wrote nothing), never stranded."""
@@ -443,9 +468,9 @@ class PostgresTracker(Rail[PgEngine]):
         """Release the leases claimed ahead that no ``claim_many`` took (see :mod:`.ahead`):
         the run ends ``released``, nothing counted; a release that fails leaves the lease to
         expire with its TTL."""
-        for lease in self._ahead.unwanted():
+        for kept in self._ahead.unwanted():
             try:
-                await self.release(lease.ref, AHEAD_RELEASED)
+                await self.release(kept.ref, AHEAD_RELEASED)
             except TrackerError as exc:
                 log.debug("a lease claimed ahead was not released: %s", exc)
 
@@ -838,8 +863,11 @@ class PostgresTracker(Rail[PgEngine]):
         text = _ENCODE_ITEMS(items)
         call = [*self._engine.wake_args(), int(self._clock()), text]
         try:
-            wanted = self._ahead.wanted()
-            if wanted is None:
+            ahead = self._ahead
+            wanted = ahead.wanted()
+            if wanted is None and ahead.busy():  # enough kept: no claim will come to pair
+                found = await self._engine.db.one_call(_MANY_CALL, call, "finish_many")
+            elif wanted is None:
                 found = await self._engine.pairs.finish(_MANY_CALL, call, "finish_many")
             else:
                 found = await self._finish_and_claim_ahead(call, *wanted)
@@ -872,7 +900,7 @@ class PostgresTracker(Rail[PgEngine]):
     ) -> list[Any] | None:
         """The statement of :meth:`_finish_and_claim_ahead`, its leases kept."""
         ahead = self._ahead
-        leases: list[Lease] = []
+        granted: list[Kept] = []
         try:
             fp = fingerprint([agent, role, ttl_ms, n, {}])
             params, ids, now = await self._claim_params(
@@ -885,11 +913,15 @@ class PostgresTracker(Rail[PgEngine]):
             except TrackerUnavailable:
                 ahead.lost(key, n)
                 raise
-            if rows:
-                leases = await self._leases_of(rows, ids, now, agent, role) or []
-                self._remember(leases)
+            if rows:  # kept as they came: each Lease is built when handed out
+                self._changes.wake_followers()
+                by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
+                for row in rows:
+                    run_id = str(row["lease_run_id"])
+                    lease_id, token = by_run[run_id]
+                    granted.append(Granted(row, run_id, lease_id, token, now, agent, role))
         finally:
-            ahead.landed((agent, role, ttl_ms), n, leases)
+            ahead.landed((agent, role, ttl_ms), n, granted)
         return found
 
 
