@@ -172,16 +172,21 @@ async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fre
         await tracker.aclose()
 
 
-async def test_a_second_agent_stops_claiming_ahead_and_gets_the_kept_work(
+@pytest.mark.parametrize(
+    ("agent", "role_ttl"), [("b", 60_000), ("a", 30_000)], ids=["another agent", "another ttl"]
+)
+async def test_another_agent_or_ttl_stops_claiming_ahead_and_gets_the_kept_work(
+    agent: str,
+    role_ttl: int,
     pg_server: PgServer,
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
         await tracker.finish_many(_items(leases, "f"))
         kept = await _leased(tracker)
-        got = await tracker.claim_many("b", "coder", 60_000, 6, idempotency_key="b1")
-        assert {x.task.id for x in got} == kept  # released, then claimed by b
-        assert got[0].run.agent_id == "b"
+        got = await tracker.claim_many(agent, "coder", role_ttl, 6, idempotency_key="b1")
+        assert {x.task.id for x in got} == kept  # released, then claimed afresh
+        assert got[0].run.agent_id == agent
         await tracker.finish_many(_items(got, "g"))
         assert await _leased(tracker) == set()  # never again on this instance
     finally:

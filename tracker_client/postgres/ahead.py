@@ -26,14 +26,15 @@ process).
 What a kept lease promises is what any lease promises: its row is leased to the agent, under
 the TTL it asked for, from the moment the statement committed (the ``Lease`` says when it
 ends, and the worker's own clock keeps the earlier of that and its own count,
-docs/guarantees/worker.md). It is held here at most :data:`MAX_AGE_S`: an older one, one whose
-agent, role or TTL the next ``claim_many`` does not ask for, and every one still kept when
-the rail closes is released (the run ends ``released``, nothing counted: the task is claimable
-again at once). A process killed meanwhile leaves them to expire with the TTL, as it leaves
-the leases of its runs.
+docs/guarantees/worker.md). It is held here at most :data:`MAX_AGE_S`: an older one, and
+every one still kept when the rail closes or stops claiming ahead, is released (the run ends
+``released``, nothing counted: the task is claimable again at once). A process killed
+meanwhile leaves them to expire with the TTL, as it leaves the leases of its runs.
 
-An instance claimed through by more than one agent (a server fronting the rail for several
-workers) never claims ahead: whose the next batch would be is not known.
+An instance claimed through for more than one agent, role or TTL (a server fronting the rail
+for several workers, a worker of several roles) stops claiming ahead at the second one, and
+releases what it kept: their claims would take turns, each releasing what the other's reports
+claimed.
 """
 
 from __future__ import annotations
@@ -106,7 +107,6 @@ class ClaimAhead:
         #: (agent, role, ttl) of the last plain ``claim_many`` of n >= 2, and its n.
         self._who: tuple[str, str, int] | None = None
         self._n = 0
-        self._agent: str | None = None
         self._last_claim = -1e9
         #: (kept since: monotonic seconds, the lease), oldest first.
         self._kept: deque[tuple[float, Kept]] = deque()
@@ -136,16 +136,15 @@ class ClaimAhead:
         from what is kept (the same agent, role and TTL as the kept leases')."""
         if not self.enabled:
             return False
-        if self._agent is None:
-            self._agent = agent
-        elif agent != self._agent:  # several agents through this instance: never again
+        who = (agent, role, ttl_ms)
+        if self._who is None:
+            self._who = who
+        elif who != self._who:
+            # several agents, roles or TTLs through this instance: their claims would take
+            # turns, each releasing what the other's reports claimed. Never again here.
             self.enabled = False
             self._drop_all()
             return False
-        who = (agent, role, ttl_ms)
-        if who != self._who:
-            self._drop_all()
-            self._who = who
         self._n = n
         self._last_claim = time.monotonic()
         return n >= 2
