@@ -10,14 +10,21 @@ nothing.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
-from tests.postgres.server import PgServer, fresh_schema_url, shared_server
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name, shared_server
+from tests.startline import release_together
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import ConfigError, Conflict, TrackerUnavailable
 from tracker_client.factory import open_tracker
@@ -242,3 +249,78 @@ async def test_claim_ahead_off_claims_nothing_ahead(pg_server: PgServer, sent: _
 async def test_a_bad_claim_ahead_value_is_refused_by_name(pg_server: PgServer, value: str) -> None:
     with pytest.raises(ConfigError, match=r"claim_ahead: expected on or off"):
         await open_tracker(fresh_schema_url(f"ahead-{uuid.uuid4()}", claim_ahead=value))
+
+
+def _hosts(url: str, workers: int, kill_after: int) -> list[str]:
+    """``workers`` processes claiming and finishing in batches (tests/postgres/_drain_proc.py,
+    ``drain_many``), started at once; the first SIGKILLed after ``kill_after`` tasks (its kept
+    leases are left behind). The others' lines."""
+    repo = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.postgres._drain_proc", "drain_many", url, f"h{n}"],
+            cwd=repo,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(workers)
+    ]
+    try:
+        release_together(procs)
+        victim = procs[0]
+        assert victim.stdout is not None
+        for _ in range(kill_after):
+            assert victim.stdout.readline(), "the victim ended early"
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate(timeout=30)
+        rest: list[str] = []
+        for proc in procs[1:]:
+            out, err = proc.communicate(timeout=150)
+            assert proc.returncode == 0, err[-2000:]
+            rest += out.splitlines()
+        return rest
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_hosts_claiming_ahead_drain_every_task_once_despite_a_sigkill(
+    pg_server: PgServer,
+) -> None:
+    """A process killed with leases kept ahead loses nothing: they lapse and are claimed again;
+    no task is finished twice."""
+    tasks = 600
+    key = f"ahead-hosts-{uuid.uuid4()}"
+    url = fresh_schema_url(key, pool_size=2)
+    tracker = await open_tracker(url)
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        for start in range(0, tasks, 300):
+            await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(start, start + 300)])
+    finally:
+        await tracker.aclose()
+    rest = await anyio.to_thread.run_sync(_hosts, url, 3, 60)
+    assert any(line.startswith("drained ") for line in rest)
+    schema = schema_name(key)
+    with psycopg.connect(pg_server.url) as conn:
+        stages = conn.execute(f"SELECT stage, count(*) FROM {schema}.tasks GROUP BY stage")
+        assert dict(stages.fetchall()) == {"done": tasks}
+        twice = conn.execute(
+            f"SELECT task_id FROM {schema}.runs WHERE status = 'completed' "
+            "GROUP BY task_id HAVING count(*) <> 1"
+        ).fetchall()
+        assert twice == [], "a task finished twice"
+        statuses = dict(
+            conn.execute(f"SELECT status, count(*) FROM {schema}.runs GROUP BY status").fetchall()
+        )
+        assert statuses["completed"] == tasks
+        # what the victim held (a batch running, at most two kept) lapsed; the others gave
+        # back what they kept when they closed
+        assert set(statuses) <= {"completed", "stale", "released"}
+        assert statuses.get("stale", 0) <= 15
