@@ -414,7 +414,7 @@ class PostgresTracker(Rail[PgEngine]):
                 continue
             if ctx is None or ctx.now != item.now:
                 ctx = Ctx(
-                    cast(sqlite3.Connection, None),
+                    cast("sqlite3.Connection", None),
                     item.now,
                     self._opts,
                     self._pipelines,
