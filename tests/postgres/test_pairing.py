@@ -54,7 +54,9 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
 
 
 async def _rail(tasks: int) -> tuple[Any, list[Lease]]:
-    tracker: Any = await open_tracker(fresh_schema_url(f"pair-{uuid.uuid4()}"))
+    # claim_ahead=off: the pairing alone (claiming ahead rides on it: test_claim_ahead.py)
+    url = fresh_schema_url(f"pair-{uuid.uuid4()}", claim_ahead="off")
+    tracker: Any = await open_tracker(url)
     pid = await make_pipeline(tracker, simple_pipeline())
     await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(tasks)])
     leases = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="first")

@@ -13,6 +13,11 @@
   (default ``off``): no session state is relied on (``search_path`` and ``statement_timeout``
   are set per transaction, no server-side prepared statements, no one-statement hot path) and
   the wake-up listener does not go through the bouncer (see docs/operate/postgresql.md).
+* ``claim_ahead``: ``on`` (default) or ``off``. On, a worker draining a role through this
+  process has its next batch claimed together with its last batch's final reports, and held
+  here until it asks (at most a second; released, uncounted, when not taken): one WAL flush
+  fewer per batch, and the runs start without waiting for it (see
+  :mod:`~tracker_client.postgres.ahead`).
 * ``listen_host`` / ``listen_port``: the PostgreSQL server itself, for the wake-up listener
   only (``LISTEN`` needs a session); same user, password and database as the URL. With
   ``pgbouncer=transaction`` and neither, waiters poll every ``poll_interval_s`` instead.
@@ -34,13 +39,15 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 from tracker_client.errors import ConfigError
 from tracker_client.urlmask import mask_url
 
-__all__ = ["BOUNCER_MODES", "MIGRATE_MODES", "PgOptions", "parse_postgres_url"]
+__all__ = ["AHEAD_MODES", "BOUNCER_MODES", "MIGRATE_MODES", "PgOptions", "parse_postgres_url"]
 
 #: The values of the ``migrate`` option.
 MIGRATE_MODES = ("auto", "never")
 #: The values of the ``pgbouncer`` option.
 BOUNCER_MODES = ("off", "transaction")
-_OWN = ("schema", "pool_size", "statement_timeout_ms", "migrate", "pgbouncer")
+_OWN = ("schema", "pool_size", "statement_timeout_ms", "migrate", "pgbouncer", "claim_ahead")
+#: The values of the ``claim_ahead`` option.
+AHEAD_MODES = ("on", "off")
 _LISTEN = ("listen_host", "listen_port")
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -78,6 +85,8 @@ class PgOptions:
     #: rail's), the server itself (``listen_host``/``listen_port``), or None: no listener,
     #: waiters poll (``pgbouncer=transaction`` without a direct address).
     listen_conninfo: str | None = ""
+    #: Claim a busy worker's next batch with its reports (:mod:`~tracker_client.postgres.ahead`).
+    claim_ahead: bool = True
 
 
 def _int(name: str, value: Any, low: int, high: int) -> int:
@@ -133,8 +142,14 @@ def parse_postgres_url(
             f"postgresql tracker option pgbouncer: expected off or transaction, got {bouncer!r}"
             " (session pooling needs no option; statement pooling is not supported)"
         )
+    ahead = str(own.get("claim_ahead", "on")).strip().lower()
+    if ahead not in AHEAD_MODES:
+        raise ConfigError(
+            f"postgresql tracker option claim_ahead: expected on or off, got {ahead!r}"
+        )
     conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
     opts = PgOptions(
+        claim_ahead=ahead == "on",
         schema=schema,
         migrate=migrate,
         pgbouncer=bouncer,

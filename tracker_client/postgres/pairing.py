@@ -104,6 +104,22 @@ class CallPairs:
         found: list[Any] | None = me.result
         return found
 
+    async def together(
+        self, call: str, params: Sequence[Any], claim: Sequence[Any], where: str
+    ) -> tuple[list[Any] | None, list[Any] | None]:
+        """A ``finish_many``'s statement and a claim (``bw_claim_tx``'s parameters) sent now as
+        one: (the ``finish_many``'s answer as :meth:`.db.Database.one_call` gives it, the
+        claimed rows). A pair that declined (nothing written) sends the ``finish_many`` alone,
+        and the claim is not made: (its answer, None)."""
+        rows = await self._db.one_call(
+            PAIR_CALL, [*params, *claim[_WAKE_ARGS:]], "finish_many and claim"
+        )
+        if not rows:
+            self.split += 1
+            return await self._db.one_call(call, params, where), None
+        self.paired += 1
+        return [(rows[0][0],)], [row for row in rows if row["id"] is not None]
+
     async def claim(self, call: str, params: Sequence[Any], where: str) -> list[Any] | None:
         """A claim's statement (``bw_claim_tx``) as :meth:`.db.Database.one_call` answers it,
         with a waiting ``finish_many`` in the same statement."""

@@ -36,6 +36,10 @@ out by another instance), every item the function answers it did not write (a lo
 replayed key, a moved task: it writes nothing for them) and the whole batch when the call
 declines go to the rail's ``finish_many`` in a second call, which answers them exactly. Items
 are independent, as ``finish_many``'s are, so writing them in two calls changes no answer.
+
+Claiming ahead (:mod:`.ahead`, option ``claim_ahead``): while one agent drains a role through
+this instance, its ``finish_many`` also claims its next batch in the same statement, and the
+next ``claim_many`` is answered from those leases without a round trip.
 """
 
 from __future__ import annotations
@@ -56,10 +60,17 @@ from tracker_client.contract.batch_models import (
     check_items,
     per_state_of,
 )
-from tracker_client.errors import ConfigError, TrackerError, Unsupported
+from tracker_client.errors import (
+    ConfigError,
+    Conflict,
+    TrackerError,
+    TrackerUnavailable,
+    Unsupported,
+)
 from tracker_client.models import Health, Lease, StoreEntry, TransitionResult
 from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres import claims, search
+from tracker_client.postgres.ahead import ClaimAhead, Granted, Kept
 from tracker_client.postgres.claims import (
     CLAIM_CALL,
     array_literal,
@@ -116,6 +127,9 @@ POSTGRES = Capabilities(
 
 VERSION = "backlog-worker-postgres/1"
 
+#: The reason a lease claimed ahead and never handed out is released with (see .ahead).
+AHEAD_RELEASED = "claimed_ahead_unused"
+
 #: Leases remembered per instance (the oldest forgotten first: its transition takes the
 #: rail's path, nothing else changes).
 REMEMBERED = 4096
@@ -160,6 +174,8 @@ class PostgresTracker(Rail[PgEngine]):
         self._moves: dict[tuple[str, str, str], _Move] = {}
         #: (stage, new stage, trigger) -> a plain transition's recorded ``finish`` answer.
         self._answers: dict[tuple[str, str, str], str] = {}
+        #: Leases claimed ahead with the reports of this instance's busy worker (see .ahead).
+        self._ahead = ClaimAhead()
         # A create on the event loop takes its pipeline's version from the cache, checked
         # by the server at commit (see PgEngine.write).
         engine.known_version = self._known_version
@@ -207,6 +223,7 @@ class PostgresTracker(Rail[PgEngine]):
         if pg.listen_conninfo != "":
             db.listen_conninfo = pg.listen_conninfo
         tracker = cls(PgEngine(db, opts.poll_interval_s), opts, clock or wall_ms, sweeps)
+        tracker._ahead.enabled = pg.claim_ahead
         # The one-statement claim derives a keyed claim's token before it is sent: read once.
         tracker._rail_key = await tracker._read("rail_key", stored_rail_key)
         return tracker
@@ -302,13 +319,79 @@ class PostgresTracker(Rail[PgEngine]):
         the key answers the same leases (the same tokens; one gone since is left out)."""
         limits = per_state_of(dict(concurrency) if concurrency is not None else None)
         args = [agent_id, agent_role, lease_ttl_ms, n, limits]
+        ahead = self._ahead
+        earlier = ahead.replayed(idempotency_key)
+        if earlier is not None:
+            return await self._replay_kept(idempotency_key, args, *earlier)
+        got: list[Lease] = []
+        if (
+            not ahead.seen(idempotency_key)  # a replay is answered as the first call was
+            and self._may_ahead(agent_id, agent_role, lease_ttl_ms, n, limits)
+            and ahead.asked(agent_id, agent_role, lease_ttl_ms, n)
+        ):
+            # leases claimed ahead with this agent's last reports (see .ahead)
+            await self._replay_lost(agent_id, agent_role, lease_ttl_ms)
+            got = await self._built(ahead.take(n))
+            waited = False
+            while len(got) < n and ahead.flying is not None:
+                await ahead.flying.wait()
+                got += await self._built(ahead.take(n - len(got)))
+                waited = True
+            await self._give_back_unwanted()
+            if got:
+                ahead.answered(idempotency_key, fingerprint(args), got)
+            if len(got) == n or (waited and ahead.came_short):
+                # all asked for, or the claim waited for found the role drained just now
+                if len(got) < n:
+                    await self._engine.waiters.claimed_short()
+                return got
+        ahead.sent(idempotency_key)
+        await self._give_back_unwanted()  # kept leases no longer wanted: claimable again
+        try:
+            found = await self._claim_many_now(
+                agent_id, agent_role, lease_ttl_ms, n - len(got), limits, idempotency_key, args
+            )
+        except BaseException:
+            ahead.give_back(got)
+            raise
+        leases = got + found
+        if got and found:
+            ahead.answered(idempotency_key, fingerprint(args), leases)
+        if len(leases) < n:
+            await self._engine.waiters.claimed_short()
+        return leases
+
+    @staticmethod
+    def _may_ahead(agent: Any, role: Any, ttl_ms: Any, n: Any, limits: Mapping[str, int]) -> bool:
+        """Whether a ``claim_many`` may be answered from leases claimed ahead: its arguments
+        are good (a bad one is refused by the claim, as before) and it has no limits."""
+        if limits or log.isEnabledFor(logging.INFO):
+            return False
+        if not (isinstance(agent, str) and agent and isinstance(role, str) and role):
+            return False
+        try:
+            check_ttl(ttl_ms)
+            check_n(n)
+        except TrackerError:
+            return False
+        return True
+
+    async def _claim_many_now(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        limits: dict[str, int],
+        idempotency_key: str | None,
+        args: list[Any],
+    ) -> list[Lease]:
+        """``claim_many``'s write: one statement where it can (see :mod:`.claims`)."""
         fast = await self._one_trip_claim(
             "claim_many", agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key, args
         )
         if fast is not None:
             self._remember(fast)
-            if len(fast) < n:
-                await self._engine.waiters.claimed_short()
             return fast
 
         def op(c: Ctx) -> list[Lease]:
@@ -318,9 +401,84 @@ class PostgresTracker(Rail[PgEngine]):
 
         leases = await self._write("claim_many", op)
         self._remember(leases)  # their transitions can take one round trip (see the module)
-        if len(leases) < n:
-            await self._engine.waiters.claimed_short()
         return leases
+
+    async def _built(self, kept: list[Kept]) -> list[Lease]:
+        """The ``Lease`` s of kept leases (see :class:`.ahead.Granted`); an unreadable row is
+        refused alone, as a claim refuses it."""
+        out: list[Lease] = []
+        ctx: Ctx | None = None
+        for item in kept:
+            if not isinstance(item, Granted):
+                out.append(item)
+                continue
+            if ctx is None or ctx.now != item.now:
+                ctx = Ctx(
+                    cast("sqlite3.Connection", None),
+                    item.now,
+                    self._opts,
+                    self._pipelines,
+                    STATEMENTS,
+                )
+            lease = await self._handed_out(
+                item.row, ctx, item.run_id, item.lease_id, item.token, item.agent, item.role
+            )
+            if lease is not None:
+                out.append(lease)
+        self._remember(out)
+        return out
+
+    async def _replay_lost(self, agent: str, role: str, ttl_ms: int) -> None:
+        """Replay, under their keys, the claims ahead whose answers were lost: what they
+        leased is kept (or claimed now, if they wrote nothing), never stranded."""
+        ahead = self._ahead
+        lost = ahead.take_lost()
+        while lost:
+            key, n = lost[0]
+            args = [agent, role, ttl_ms, n, {}]
+            try:
+                leases = await self._claim_many_now(agent, role, ttl_ms, n, {}, key, args)
+            except BaseException:
+                for again in lost:
+                    ahead.lost(*again)
+                raise
+            ahead.kept_again(leases)
+            lost.pop(0)
+
+    async def _replay_kept(
+        self, key: str | None, args: list[Any], fp: str, leases: list[Lease]
+    ) -> list[Lease]:
+        """A ``claim_many`` replayed under a key first answered with leases claimed ahead: the
+        same leases, those still live (one read), or ``Conflict`` for other arguments, as the
+        rail's record answers (:mod:`.ahead`)."""
+        if fingerprint(args) != fp:
+            raise Conflict(
+                f"idempotency key {key!r} was already used for a different claim_many request",
+                code="idempotency_conflict",
+            )
+        runs = [lease.run_id for lease in leases]
+
+        def live(c: Ctx) -> set[str]:
+            return {str(row[0]) for row in c.all("claims.live_runs", (runs, c.now))}
+
+        held = await self._read("claim_many", live)
+        return [lease for lease in leases if lease.run_id in held]
+
+    async def _give_back_unwanted(self) -> None:
+        """Release the leases claimed ahead that no ``claim_many`` took (see :mod:`.ahead`):
+        the run ends ``released``, nothing counted; a release that fails leaves the lease to
+        expire with its TTL."""
+        for kept in self._ahead.unwanted():
+            try:
+                await self.release(kept.ref, AHEAD_RELEASED)
+            except TrackerError as exc:
+                log.debug("a lease claimed ahead was not released: %s", exc)
+
+    async def aclose(self) -> None:
+        """Release the leases claimed ahead (see :mod:`.ahead`), then close the engine."""
+        self._ahead.close()
+        await self._give_back_unwanted()
+        await super().aclose()
 
     async def _one_trip_claim(
         self,
@@ -348,6 +506,24 @@ class PostgresTracker(Rail[PgEngine]):
             return None
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
             return None
+        built = await self._claim_params(op, agent_id, role, lease_ttl_ms, n, key, fp)
+        rows = await self._engine.pairs.claim(CLAIM_CALL, built[0], op)
+        if rows is None:
+            return None
+        return await self._leases_of(rows, built[1], built[2], agent_id, role)
+
+    async def _claim_params(
+        self,
+        op: str,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        n: int,
+        key: str | None,
+        fp: str | None,
+    ) -> tuple[list[Any], list[tuple[str, str, str]], int]:
+        """``bw_claim_tx``'s parameters for ``n`` leases (checked arguments), the ids they
+        carry and the claim's ``now``."""
         now = int(self._clock())
         # run ids lead with the time (docs/benchmarks.md, "Finished tasks kept")
         ids = [fresh_ids(now) for _ in range(n)]
@@ -369,9 +545,12 @@ class PostgresTracker(Rail[PgEngine]):
             key,
             fp,
         ]
-        rows = await self._engine.pairs.claim(CLAIM_CALL, params, op)
-        if rows is None:
-            return None
+        return params, ids, now
+
+    async def _leases_of(
+        self, rows: list[Any], ids: list[tuple[str, str, str]], now: int, agent_id: str, role: str
+    ) -> list[Lease] | None:
+        """The leases of the rows ``bw_claim`` leased (None: every row was unreadable)."""
         self._changes.wake_followers()
         by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
         leases: list[Lease] = []
@@ -674,19 +853,24 @@ class PostgresTracker(Rail[PgEngine]):
 
     async def _one_trip_many(self, params: list[dict[str, Any]]) -> list[bool]:
         """``bw_finish_many_tx`` over the planned items: per item whether it was written (all
-        False when the call declined: nothing written)."""
+        False when the call declined: nothing written). While this instance's worker is busy,
+        its next batch's claim rides along (:mod:`.ahead`)."""
         items = []
         for p in params:  # an item is bw_move's fields but the batch's now (_ITEM_FIELDS)
             item = dict(p)
             del item["now"]
             items.append(item)
         text = _ENCODE_ITEMS(items)
+        call = [*self._engine.wake_args(), int(self._clock()), text]
         try:
-            found = await self._engine.pairs.finish(
-                _MANY_CALL,
-                [*self._engine.wake_args(), int(self._clock()), text],
-                "finish_many",
-            )
+            ahead = self._ahead
+            wanted = ahead.wanted()
+            if wanted is None and ahead.busy():  # enough kept: no claim will come to pair
+                found = await self._engine.db.one_call(_MANY_CALL, call, "finish_many")
+            elif wanted is None:
+                found = await self._engine.pairs.finish(_MANY_CALL, call, "finish_many")
+            else:
+                found = await self._finish_and_claim_ahead(call, *wanted)
         finally:
             self._changes.notify()  # committed or not: a waiter looks again, as after any write
             self._changes.wake_followers()
@@ -694,6 +878,51 @@ class PostgresTracker(Rail[PgEngine]):
         if not isinstance(done, list) or len(done) != len(params):
             return [False] * len(params)
         return [bool(ok) for ok in done]
+
+    async def _finish_and_claim_ahead(
+        self, call: list[Any], agent: str, role: str, ttl_ms: int, n: int
+    ) -> list[Any] | None:
+        """``bw_finish_many_tx``'s answer, its statement sent with a claim of ``n`` leases
+        kept for the agent's next ``claim_many`` (:mod:`.ahead`): one statement, one commit.
+        The claim is keyed: an answer lost is replayed by the next ``claim_many``. (A claim
+        on a second connection beside it measured slower on 2 cores: both statements ~3 ms
+        instead of one of ~2.4, and twice the commits.)"""
+        ahead = self._ahead
+        ahead.started()
+        key = f"claim-ahead-{self._engine.instance}-{ahead.sent_n}"
+        # shielded from the send to the leases kept: a lease granted is never dropped
+        with anyio.CancelScope(shield=True):
+            found = await self._send_with_claim_ahead(call, agent, role, ttl_ms, n, key)
+        return found
+
+    async def _send_with_claim_ahead(
+        self, call: list[Any], agent: str, role: str, ttl_ms: int, n: int, key: str
+    ) -> list[Any] | None:
+        """The statement of :meth:`_finish_and_claim_ahead`, its leases kept."""
+        ahead = self._ahead
+        granted: list[Kept] = []
+        try:
+            fp = fingerprint([agent, role, ttl_ms, n, {}])
+            params, ids, now = await self._claim_params(
+                "claim_many", agent, role, ttl_ms, n, key, fp
+            )
+            try:
+                found, rows = await self._engine.pairs.together(
+                    _MANY_CALL, call, params, "finish_many"
+                )
+            except TrackerUnavailable:
+                ahead.lost(key, n)
+                raise
+            if rows:  # kept as they came: each Lease is built when handed out
+                self._changes.wake_followers()
+                by_run = {run_id: (lease_id, token) for run_id, lease_id, token in ids}
+                for row in rows:
+                    run_id = str(row["lease_run_id"])
+                    lease_id, token = by_run[run_id]
+                    granted.append(Granted(row, run_id, lease_id, token, now, agent, role))
+        finally:
+            ahead.landed((agent, role, ttl_ms), n, granted)
+        return found
 
 
 def _not_here_yet(name: str, extension: str) -> Callable[..., Awaitable[Any]]:

@@ -79,3 +79,7 @@ UPDATE tasks SET lease_token_sha256 = %s WHERE seq = %s;
 -- name: claims.run
 SELECT * FROM runs WHERE id = %s;
 
+
+-- name: claims.live_runs
+-- only: postgres
+SELECT lease_run_id FROM tasks WHERE lease_run_id = ANY(%s) AND lease_expires_at_ms > %s;

@@ -1,0 +1,326 @@
+"""Claiming ahead (``tracker_client/postgres/ahead.py``), against a real server.
+
+While one agent drains a role, a ``finish_many`` of its runs also claims its next batch in the
+same statement; the next ``claim_many`` is answered from those leases with no round trip. A
+kept lease is a real lease (heartbeat and transition work under its token); an unused one is
+released, uncounted, when the rail closes, when it waits too long, or when another agent, role
+or TTL is asked for; a replayed key is answered as the first call was; a lost answer strands
+nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from tests.contract.support import make_pipeline, new_task, simple_pipeline
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name, shared_server
+from tests.startline import release_together
+from tracker_client.contract.batch_models import FinishItem, FinishResult
+from tracker_client.errors import ConfigError, Conflict, TrackerUnavailable
+from tracker_client.factory import open_tracker
+from tracker_client.models import Lease
+from tracker_client.postgres import pairing
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+_PLAIN = {"trigger": "complete"}
+
+
+@pytest.fixture(autouse=True)
+def _quiet(quiet_tracker_log: None) -> None:
+    """The one-trip paths only (see conftest's ``quiet_tracker_log``)."""
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
+    """The queries sent on the async lane (the hot path's connections)."""
+    counter = _Sent()
+    real = psycopg.AsyncCursor.execute
+
+    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.queries.append(str(query))
+        return await real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    return counter
+
+
+async def _rail(tasks: int, **options: Any) -> tuple[Any, str, list[Lease]]:
+    url = fresh_schema_url(f"ahead-{uuid.uuid4()}", **options)
+    tracker: Any = await open_tracker(url)
+    pid = await make_pipeline(tracker, simple_pipeline())
+    await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(tasks)])
+    leases = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k0")
+    return tracker, url, leases
+
+
+def _items(leases: list[Lease], prefix: str) -> list[FinishItem]:
+    return [
+        FinishItem(lease=x, transition=_PLAIN, idempotency_key=f"{prefix}{i}")
+        for i, x in enumerate(leases)
+    ]
+
+
+async def _leased(tracker: Any) -> set[str]:
+    """Ids of the tasks under a live lease now (read from the rows)."""
+    db = tracker.engine.db
+    with psycopg.connect(shared_server().url) as conn:
+        rows = conn.execute(
+            f"SELECT id FROM {db.schema}.tasks WHERE lease_expires_at_ms > 0"
+        ).fetchall()
+    return {str(row[0]) for row in rows}
+
+
+async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_trip(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    tracker, _, leases = await _rail(9)
+    try:
+        sent.queries.clear()
+        finished = await tracker.finish_many(_items(leases, "f"))
+        assert all(isinstance(o, FinishResult) for o in finished)
+        # one statement: the reports and a claim of the next batches (3, what was asked
+        # last, and 3 more: the last claim found none kept, so one batch is kept while the
+        # next is flushed)
+        assert len(sent.queries) == 1 and "bw_finish_claim_tx" in sent.queries[0]
+        assert tracker.engine.pairs.paired == 1
+        kept = await _leased(tracker)
+        assert len(kept) == 6
+        sent.queries.clear()
+        nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
+        assert sent.queries == []  # answered from the kept leases: no round trip
+        assert {x.task.id for x in nxt} < kept
+        # real leases: a heartbeat and a transition under their tokens work
+        await tracker.heartbeat(nxt[0])
+        done = await tracker.finish_many(_items(nxt, "g"))
+        assert all(isinstance(o, FinishResult) for o in done)
+        # a replay under the key answers the same leases, those still live: none now
+        assert await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1") == []
+        # the rest of the kept ones, then the role is drained
+        last = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k2")
+        assert {x.task.id for x in last} == kept - {x.task.id for x in nxt}
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_replay_answers_the_same_leases_and_other_arguments_conflict(
+    pg_server: PgServer,
+) -> None:
+    tracker, _, leases = await _rail(9)
+    try:
+        await tracker.finish_many(_items(leases, "f"))
+        first = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
+        again = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
+        assert [(x.run.id, x.lease_token.get_secret_value()) for x in again] == [
+            (x.run.id, x.lease_token.get_secret_value()) for x in first
+        ]
+        with pytest.raises(Conflict, match="k1"):
+            await tracker.claim_many("a", "coder", 60_000, 2, idempotency_key="k1")
+        # a replay of a key answered by the server is the server's: never kept leases
+        replay = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k0")
+        assert {x.run.id for x in replay} <= {x.run.id for x in leases}
+    finally:
+        await tracker.aclose()
+
+
+async def test_closing_the_rail_releases_the_kept_leases_uncounted(pg_server: PgServer) -> None:
+    tracker, url, leases = await _rail(9)
+    await tracker.finish_many(_items(leases, "f"))
+    kept = await _leased(tracker)
+    assert len(kept) == 6
+    await tracker.aclose()
+    other: Any = await open_tracker(url)
+    try:
+        for task_id in kept:
+            detail = await other.get_task(task_id)
+            assert detail.latest_run is not None and detail.latest_run.status == "released"
+            assert detail.stale_streak == 0 and detail.dead_letter_reason is None
+        # claimable again at once, by anyone
+        again = await other.claim_many("b", "coder", 60_000, 6)
+        assert {x.task.id for x in again} == kept
+    finally:
+        await other.aclose()
+
+
+async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fresh(
+    pg_server: PgServer,
+) -> None:
+    tracker, _, leases = await _rail(12)
+    try:
+        await tracker.finish_many(_items(leases, "f"))
+        kept = await _leased(tracker)
+        tracker._ahead.max_age_s = 0.0  # every kept lease is now too old
+        nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
+        assert len(nxt) == 3
+        for task_id in kept:  # each kept lease was released (and its task claimable again)
+            runs = await tracker.list_runs(task_id)
+            assert runs[0].status == "released"
+        # the new leases are new runs (the released tasks come first again: best first)
+        for lease in nxt:
+            runs = await tracker.list_runs(lease.task.id)
+            assert [r.status for r in runs] == ["released", "running"]
+            assert runs[-1].id == lease.run.id
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.parametrize(
+    ("agent", "role_ttl"), [("b", 60_000), ("a", 30_000)], ids=["another agent", "another ttl"]
+)
+async def test_another_agent_or_ttl_stops_claiming_ahead_and_gets_the_kept_work(
+    agent: str,
+    role_ttl: int,
+    pg_server: PgServer,
+) -> None:
+    tracker, _, leases = await _rail(9)
+    try:
+        await tracker.finish_many(_items(leases, "f"))
+        kept = await _leased(tracker)
+        got = await tracker.claim_many(agent, "coder", role_ttl, 6, idempotency_key="b1")
+        assert {x.task.id for x in got} == kept  # released, then claimed afresh
+        assert got[0].run.agent_id == agent
+        await tracker.finish_many(_items(got, "g"))
+        assert await _leased(tracker) == set()  # never again on this instance
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_lost_answer_is_replayed_by_the_next_claim_and_strands_nothing(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker, _, leases = await _rail(15)
+    db = tracker.engine.db
+    real = db.one_call
+
+    async def lost(call: str, params: Any, where: str) -> Any:
+        if call == pairing.PAIR_CALL:  # a fault a real server can't be told to make
+            await real(call, params, where)  # written, and then the answer is lost
+            raise TrackerUnavailable("connection lost", code="unavailable")
+        return await real(call, params, where)
+
+    try:
+        monkeypatch.setattr(db, "one_call", lost)
+        with pytest.raises(TrackerUnavailable):
+            await tracker.finish_many(_items(leases, "f"))
+        monkeypatch.setattr(db, "one_call", real)
+        stranded = await _leased(tracker) - {x.task.id for x in leases}
+        assert len(stranded) == 6  # the claim ahead was written
+        # the reports' retry under their keys writes nothing twice
+        again = await tracker.finish_many(_items(leases, "f"))
+        assert all(isinstance(o, FinishResult) for o in again)
+        # the next claim takes the lost claim's leases (replayed under its key)
+        nxt = await tracker.claim_many("a", "coder", 60_000, 6, idempotency_key="k1")
+        assert {x.task.id for x in nxt} == stranded
+        await tracker.finish_many(_items(nxt, "g"))
+        rest = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k2")
+        assert len(rest) == 3
+        assert {x.task.id for x in rest}.isdisjoint(stranded)
+    finally:
+        await tracker.aclose()
+
+
+async def test_claim_ahead_off_claims_nothing_ahead(pg_server: PgServer, sent: _Sent) -> None:
+    tracker, _, leases = await _rail(9, claim_ahead="off")
+    try:
+        sent.queries.clear()
+        await tracker.finish_many(_items(leases, "f"))
+        assert len(sent.queries) == 1 and "bw_finish_many_tx" in sent.queries[0]
+        assert await _leased(tracker) == set()
+    finally:
+        await tracker.aclose()
+
+
+@pytest.mark.parametrize("value", ["yes", "", "2"])
+async def test_a_bad_claim_ahead_value_is_refused_by_name(pg_server: PgServer, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"claim_ahead: expected on or off"):
+        await open_tracker(fresh_schema_url(f"ahead-{uuid.uuid4()}", claim_ahead=value))
+
+
+def _hosts(url: str, workers: int, kill_after: int) -> list[str]:
+    """``workers`` processes claiming and finishing in batches (tests/postgres/_drain_proc.py,
+    ``drain_many``), started at once; the first SIGKILLed after ``kill_after`` tasks (its kept
+    leases are left behind). The others' lines."""
+    repo = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.postgres._drain_proc", "drain_many", url, f"h{n}"],
+            cwd=repo,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(workers)
+    ]
+    try:
+        release_together(procs)
+        victim = procs[0]
+        assert victim.stdout is not None
+        for _ in range(kill_after):
+            assert victim.stdout.readline(), "the victim ended early"
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate(timeout=30)
+        rest: list[str] = []
+        for proc in procs[1:]:
+            out, err = proc.communicate(timeout=150)
+            assert proc.returncode == 0, err[-2000:]
+            rest += out.splitlines()
+        return rest
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_hosts_claiming_ahead_drain_every_task_once_despite_a_sigkill(
+    pg_server: PgServer,
+) -> None:
+    """A process killed with leases kept ahead loses nothing: they lapse and are claimed again;
+    no task is finished twice."""
+    tasks = 600
+    key = f"ahead-hosts-{uuid.uuid4()}"
+    url = fresh_schema_url(key, pool_size=2)
+    tracker = await open_tracker(url)
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        for start in range(0, tasks, 300):
+            await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(start, start + 300)])
+    finally:
+        await tracker.aclose()
+    rest = await anyio.to_thread.run_sync(_hosts, url, 3, 60)
+    assert any(line.startswith("drained ") for line in rest)
+    schema = schema_name(key)
+    with psycopg.connect(pg_server.url) as conn:
+        stages = conn.execute(f"SELECT stage, count(*) FROM {schema}.tasks GROUP BY stage")
+        assert dict(stages.fetchall()) == {"done": tasks}
+        twice = conn.execute(
+            f"SELECT task_id FROM {schema}.runs WHERE status = 'completed' "
+            "GROUP BY task_id HAVING count(*) <> 1"
+        ).fetchall()
+        assert twice == [], "a task finished twice"
+        statuses = dict(
+            conn.execute(f"SELECT status, count(*) FROM {schema}.runs GROUP BY status").fetchall()
+        )
+        assert statuses["completed"] == tasks
+        # what the victim held (a batch running, at most two kept) lapsed; the others gave
+        # back what they kept when they closed
+        assert set(statuses) <= {"completed", "stale", "released"}
+        assert statuses.get("stale", 0) <= 15
