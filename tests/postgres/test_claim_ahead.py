@@ -324,3 +324,50 @@ async def test_hosts_claiming_ahead_drain_every_task_once_despite_a_sigkill(
         # back what they kept when they closed
         assert set(statuses) <= {"completed", "stale", "released"}
         assert statuses.get("stale", 0) <= 15
+
+
+async def test_a_worker_claiming_one_at_a_time_takes_what_is_kept_and_is_not_claimed_ahead_for(
+    pg_server: PgServer, sent: _Sent
+) -> None:
+    tracker, _, leases = await _rail(9)
+    try:
+        await tracker.finish_many(_items(leases, "f"))  # 6 kept (see the first test)
+        kept = await _leased(tracker)
+        assert len(kept) == 6
+        sent.queries.clear()
+        one = await tracker.claim_many("a", "coder", 60_000, 1, idempotency_key="k1")
+        assert sent.queries == []  # a kept lease, no round trip
+        assert len(one) == 1 and one[0].task.id in kept
+        # its report claims nothing ahead: one slot's worker holds what it runs, no more
+        await tracker.finish_many(_items(one, "g"))
+        assert await _leased(tracker) == kept - {one[0].task.id}
+        # the rest kept go one by one to one-lease claims; nothing is left leased
+        seen = {one[0].task.id}
+        for i in range(5):
+            got = await tracker.claim_many("a", "coder", 60_000, 1, idempotency_key=f"n{i}")
+            assert len(got) == 1
+            seen.add(got[0].task.id)
+            await tracker.finish_many(_items(got, f"h{i}"))
+        assert seen == kept and await _leased(tracker) == set()
+        assert await tracker.claim_many("a", "coder", 60_000, 1, idempotency_key="n5") == []
+    finally:
+        await tracker.aclose()
+
+
+async def test_leases_kept_too_long_are_released_at_the_workers_next_report(
+    pg_server: PgServer,
+) -> None:
+    tracker, _, leases = await _rail(9)
+    try:
+        await tracker.finish_many(_items(leases, "f"))  # 6 kept
+        nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
+        stale = await _leased(tracker) - {x.task.id for x in nxt}
+        assert len(stale) == 3
+        tracker._ahead.max_age_s = 0.0  # the 3 still kept are now too old
+        await tracker.finish_many(_items(nxt, "g"))
+        # released, uncounted: claimable again at once, nothing leased any more
+        assert await _leased(tracker) == set()
+        again = await tracker.claim_many("b", "coder", 60_000, 3, idempotency_key="k2")
+        assert {x.task.id for x in again} == stale
+    finally:
+        await tracker.aclose()

@@ -26,10 +26,12 @@ process).
 What a kept lease promises is what any lease promises: its row is leased to the agent, under
 the TTL it asked for, from the moment the statement committed (the ``Lease`` says when it
 ends, and the worker's own clock keeps the earlier of that and its own count,
-docs/guarantees/worker.md). It is held here at most :data:`MAX_AGE_S`: an older one, and
-every one still kept when the rail closes or stops claiming ahead, is released (the run ends
-``released``, nothing counted: the task is claimable again at once). A process killed
-meanwhile leaves them to expire with the TTL, as it leaves the leases of its runs.
+docs/guarantees/worker.md). It is handed out within :data:`MAX_AGE_S` or not at all: an
+older one is released at the worker's next claim or report, and every one still kept when the
+rail closes or stops claiming ahead is released (the run ends ``released``, nothing counted:
+the task is claimable again at once). A worker claiming one lease at a time (its last
+``claim_many`` asked for one) is not claimed ahead for, but takes what is kept. A process
+killed meanwhile leaves them to expire with the TTL, as it leaves the leases of its runs.
 
 An instance claimed through for more than one agent, role or TTL (a server fronting the rail
 for several workers, a worker of several roles) stops claiming ahead at the second one, and
@@ -104,7 +106,7 @@ class ClaimAhead:
         self.enabled = enabled
         #: The longest a lease is kept (:data:`MAX_AGE_S`).
         self.max_age_s = MAX_AGE_S
-        #: (agent, role, ttl) of the last plain ``claim_many`` of n >= 2, and its n.
+        #: (agent, role, ttl) of the last plain ``claim_many``, and its n.
         self._who: tuple[str, str, int] | None = None
         self._n = 0
         self._last_claim = -1e9
@@ -133,7 +135,8 @@ class ClaimAhead:
 
     def asked(self, agent: str, role: str, ttl_ms: int, n: int) -> bool:
         """A plain ``claim_many`` came (no limits): note it; True when it may be answered
-        from what is kept (the same agent, role and TTL as the kept leases')."""
+        from what is kept (the same agent, role and TTL as the kept leases'), whatever its
+        ``n``: a worker with one slot free takes a kept lease too."""
         if not self.enabled:
             return False
         who = (agent, role, ttl_ms)
@@ -147,7 +150,7 @@ class ClaimAhead:
             return False
         self._n = n
         self._last_claim = time.monotonic()
-        return n >= 2
+        return True
 
     def take(self, n: int) -> list[Kept]:
         """Up to ``n`` kept leases, oldest first (an expired-by-age one is set aside)."""
@@ -226,7 +229,12 @@ class ClaimAhead:
         """Whether an agent is draining a role through this instance now (its claims are
         answered here: a ``finish_many`` waits for no claim to pair with)."""
         return (
-            self.enabled and self._who is not None and time.monotonic() - self._last_claim <= BUSY_S
+            self.enabled
+            and self._who is not None
+            # a worker claiming one lease at a time is not claimed ahead for: it would hold
+            # twice what it runs (its finishes pair with its claims, :mod:`.pairing`)
+            and self._n >= 2
+            and time.monotonic() - self._last_claim <= BUSY_S
         )
 
     def wanted(self) -> tuple[str, str, int, int] | None:
@@ -262,6 +270,15 @@ class ClaimAhead:
         self.claimed += len(leases)
         if flying is not None:
             flying.set()
+
+    def expire(self) -> bool:
+        """Set aside the kept leases older than :attr:`max_age_s` (to be given back,
+        :meth:`unwanted`); whether any lease is to be given back now."""
+        kept = self._kept
+        oldest = time.monotonic() - self.max_age_s
+        while kept and kept[0][0] < oldest:
+            self._unwanted.append(kept.popleft()[1])
+        return bool(self._unwanted)
 
     def unwanted(self) -> list[Kept]:
         """The leases to give back now (taken out)."""

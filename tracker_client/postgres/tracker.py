@@ -862,8 +862,8 @@ class PostgresTracker(Rail[PgEngine]):
             items.append(item)
         text = _ENCODE_ITEMS(items)
         call = [*self._engine.wake_args(), int(self._clock()), text]
+        ahead = self._ahead
         try:
-            ahead = self._ahead
             wanted = ahead.wanted()
             if wanted is None and ahead.busy():  # enough kept: no claim will come to pair
                 found = await self._engine.db.one_call(_MANY_CALL, call, "finish_many")
@@ -874,6 +874,8 @@ class PostgresTracker(Rail[PgEngine]):
         finally:
             self._changes.notify()  # committed or not: a waiter looks again, as after any write
             self._changes.wake_followers()
+        if ahead.expire():  # kept too long while the worker reported: claimable again
+            await self._give_back_unwanted()
         done = found[0][0] if found else None
         if not isinstance(done, list) or len(done) != len(params):
             return [False] * len(params)
