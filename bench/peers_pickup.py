@@ -310,11 +310,67 @@ class StampPipe:
             self._fd = -1
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants so far (its own, its reaped
+    children's, and every live descendant's own: a peer's worker may fork its pool)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    own: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(entry)] = int(fields[1])
+        own[int(entry)] = int(fields[11]) + int(fields[12])
+        if int(entry) == pid:
+            own[pid] += int(fields[13]) + int(fields[14])
+    total, frontier = own.get(pid, 0), [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent:
+                total += own[child]
+                frontier.append(child)
+    return total / tick
+
+
+class CpuMeter:
+    """CPU seconds spent while the samples were taken (after the warm-up): the worker's
+    process tree, and the PostgreSQL server's processes (every backend: the producer's, the
+    worker's and the listener's) for the systems that use it. Rounds run one system at a
+    time, so the server's share is that system's."""
+
+    def __init__(self, worker: int, server: Callable[[], float] | None) -> None:
+        self._worker = worker
+        self._server = server
+        self._start = (0.0, 0.0)
+        self.worker_s = 0.0
+        self.server_s: float | None = None
+
+    def _now(self) -> tuple[float, float]:
+        return tree_cpu_s(self._worker), self._server() if self._server else 0.0
+
+    def start(self) -> None:
+        """Sampling begins."""
+        self._start = self._now()
+
+    def stop(self) -> None:
+        """Sampling ended: what was spent since :meth:`start`."""
+        worker, server = self._now()
+        self.worker_s = worker - self._start[0]
+        if self._server is not None:
+            self.server_s = server - self._start[1]
+
+
 async def _samples(
     producer: Producer,
     stamps: Path | StampPipe,
     proc: subprocess.Popen[bytes],
     samples: int,
+    meter: CpuMeter | None = None,
 ) -> list[float]:
     started: Callable[[str], Awaitable[float]]
     if isinstance(stamps, StampPipe):
@@ -326,6 +382,8 @@ async def _samples(
     async with producer as submit:
         await submit("warm-up")
         await started("warm-up")
+        if meter is not None:
+            meter.start()
         for i in range(samples):
             await anyio.sleep(random.uniform(*PAUSE_S))  # pacing: the worker goes idle
             sample = f"s{i}-{uuid.uuid4().hex[:6]}"
@@ -333,13 +391,17 @@ async def _samples(
             await submit(sample)
             submitted = _submitted.pop(sample, submitted)
             out.append(await started(sample) - submitted)
+        if meter is not None:
+            meter.stop()
     return out
 
 
 def _system(
     name: str, samples: int, concurrency: int, redis: Redis | None, pg: PgServer | None
-) -> list[float]:
-    """One idle worker of ``name`` and ``samples`` pickups (seconds each)."""
+) -> tuple[list[float], CpuMeter]:
+    """One idle worker of ``name`` and ``samples`` pickups (seconds each), and the CPU they
+    cost (:class:`CpuMeter`)."""
+    from bench.postgres import _server_cpu_s
     from bench.worker import _seed as seed_file
 
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -348,6 +410,7 @@ def _system(
         stamps = pipe.path
         stops: list[subprocess.Popen[bytes]] = []
         producer: Producer
+        server_cpu: Callable[[], float] | None = None
         try:
             if name in ("embedded", "served"):
                 db = tmp / "rail.db"
@@ -358,6 +421,7 @@ def _system(
 
                     server, url = _start_server(db)
                     stops.append(server)
+                    server_cpu = partial(tree_cpu_s, server.pid)
                 proc = _ours(url, tmp, concurrency, stamps)
                 producer = _our_producer(url)
             elif name == "postgres":
@@ -400,8 +464,11 @@ def _system(
                 anyio.run(peer_pgqueuer.install, conninfo)
                 proc = _peer("pgqueuer", conninfo, concurrency, stamps)
                 producer = peer_pgqueuer.producer(conninfo)
+            if pg is not None and name not in ("embedded", "served"):
+                server_cpu = partial(_server_cpu_s, pg)
             stops.insert(0, proc)
-            return anyio.run(_samples, producer, pipe, proc, samples)
+            meter = CpuMeter(proc.pid, server_cpu)
+            return anyio.run(_samples, producer, pipe, proc, samples, meter), meter
         finally:
             for stop in stops:  # the worker first, then its server; each by its pid
                 stop.terminate()
@@ -418,6 +485,8 @@ def percentile(sorted_values: list[float], p: float) -> float:
 def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -> list[str]:
     """Every system's pickup latencies, rounds interleaved; the table as Markdown lines."""
     latencies: dict[str, list[float]] = {name: [] for name in args.systems}
+    #: per system: worker CPU seconds, server CPU seconds (None: not measured) over its samples
+    cpu: dict[str, tuple[float, float | None]] = {}
     failed: dict[str, str] = {}
     names = list(args.systems)
     for run in range(args.runs):
@@ -426,11 +495,15 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
             if name in failed:
                 continue
             try:
-                got = _system(name, args.pickup, args.concurrency, redis, pg)
+                got, meter = _system(name, args.pickup, args.concurrency, redis, pg)
             except Exception as exc:  # a rail being built may not run: say why, go on
                 failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 continue
             latencies[name] += got
+            worker_s, server_s = cpu.get(name, (0.0, None))
+            if meter.server_s is not None:
+                server_s = (server_s or 0.0) + meter.server_s
+            cpu[name] = (worker_s + meter.worker_s, server_s)
             got.sort()
             print(
                 f"  round {run + 1} {name}: p50 {percentile(got, 50) * 1000:.1f} ms, "
@@ -451,7 +524,34 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
             f"| {name} | {len(values)} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
             f"{values[-1] * 1000:.1f} |"
         )
+    lines += cpu_lines(names, latencies, cpu)
     lines += [f"{name}: skipped: {why}" for name, why in failed.items()]
+    return lines
+
+
+def cpu_lines(
+    names: list[str],
+    latencies: dict[str, list[float]],
+    cpu: dict[str, tuple[float, float | None]],
+) -> list[str]:
+    """The CPU each pickup cost, as Markdown lines: per sample, the worker's process tree and
+    its server (PostgreSQL's processes, or ``tracker serve``; "-": not measured), from the
+    warm-up's end to the last sample, idle time between samples included (a worker's idle
+    back-off and probes are part of what a pickup costs a loaded machine)."""
+    lines = [
+        "",
+        "CPU per pickup (ms; the sampling phase, idle time between samples included):",
+        "",
+        "| system | worker CPU ms | server CPU ms |",
+        "| --- | --- | --- |",
+    ]
+    for name in names:
+        count = len(latencies[name])
+        if not count or name not in cpu:
+            continue
+        worker_s, server_s = cpu[name]
+        server = "-" if server_s is None else f"{server_s / count * 1000:.2f}"
+        lines.append(f"| {name} | {worker_s / count * 1000:.2f} | {server} |")
     return lines
 
 

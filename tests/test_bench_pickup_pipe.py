@@ -98,3 +98,37 @@ def test_a_stamp_that_never_comes_times_out(
             proc.wait(30)
     finally:
         pipe.close()
+
+
+_SPIN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+
+
+def test_a_workers_cpu_counts_the_processes_it_forked() -> None:
+    # A peer's worker may run its jobs in forked children (Celery's prefork pool): the tree's
+    # CPU is the worker's. A child spins 0.3 s of CPU and says so; the parent stays idle.
+    code = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {_SPIN + 'print(1, flush=True)'!r}"
+        ", '-'], stdout=sys.stdout)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"1"  # the child has spun
+        assert peers_pickup.tree_cpu_s(proc.pid) >= 0.25
+    finally:
+        proc.kill()
+        proc.wait(30)
+        proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_the_cpu_table_gives_each_system_its_cost_per_sample() -> None:
+    lines = peers_pickup.cpu_lines(
+        ["postgres", "arq", "huey"],
+        {"postgres": [0.005] * 4, "arq": [0.03] * 2, "huey": []},
+        {"postgres": (0.01, 0.02), "arq": (0.004, None)},
+    )
+    assert "| postgres | 2.50 | 5.00 |" in lines
+    assert "| arq | 2.00 | - |" in lines  # no server measured
+    assert not any(line.startswith("| huey") for line in lines)  # no samples: no row
