@@ -12,6 +12,11 @@ time, one submit from this process, and the time the job's executor wrote when i
 (:mod:`bench.peers_stamp`; one machine, one clock). The table
 gives p50/p95/p99 and the maximum over every round's samples.
 
+The stamps come through a named pipe (:class:`StampPipe`): this process sleeps until the
+executor's line arrives instead of reading the stamp file every millisecond, which woke it ~5
+times inside each measured pickup, on the same two cores as the worker and the server. A
+regular stamp file (:mod:`bench.capacity` gives one) is still read by polling.
+
 ``postgres@TREE`` (``--systems postgres@/tmp/base,postgres@.``): the PostgreSQL rail of the
 source tree ``TREE``, its worker and its producer both running that tree's code (the producer
 in a process of its own, taking the submit time itself): a before/after in one run, rounds
@@ -21,6 +26,7 @@ interleaved with the other systems.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -29,6 +35,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -248,34 +255,162 @@ async def _wait_stamp(stamps: Path, sample: str, proc: subprocess.Popen[bytes]) 
         await anyio.sleep(0.001)  # polling the stamp file, under the deadline above
 
 
+#: How often a wait on the stamp pipe looks whether the worker is still there.
+ALIVE_CHECK_S = 1.0
+
+
+class StampPipe:
+    """The stamp file as a named pipe this process reads: a wait sleeps until a line comes
+    (see the module docstring). Made before the worker starts and held open (read and write)
+    until it is gone, so a worker's ``open(path, "a")`` never blocks and never meets a closed
+    pipe; each stamp line is one ``write`` under ``PIPE_BUF``, so lines never interleave."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        self._partial = b""
+        self._seen: dict[str, float] = {}
+
+    def _drain(self) -> None:
+        """Read what the pipe holds now into :attr:`_seen` (a sample id -> its stamp)."""
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return
+            lines = (self._partial + chunk).split(b"\n")
+            self._partial = lines.pop()
+            for line in lines:
+                sample, _, at = line.decode().partition(" ")
+                if at:
+                    self._seen[sample] = float(at)
+
+    async def wait(self, sample: str, proc: subprocess.Popen[bytes]) -> float:
+        """The stamp of ``sample``, once its executor wrote it; ``RuntimeError`` when the
+        worker exited first or none came within :data:`STAMP_TIMEOUT_S`."""
+        deadline = time.monotonic() + STAMP_TIMEOUT_S
+        while True:
+            self._drain()
+            at = self._seen.pop(sample, None)
+            if at is not None:
+                return at
+            if proc.poll() is not None:
+                raise RuntimeError(f"the worker exited ({proc.returncode}) before {sample} started")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"{sample} did not start within {STAMP_TIMEOUT_S:.0f} s")
+            with anyio.move_on_after(min(ALIVE_CHECK_S, left)):
+                await anyio.wait_readable(self._fd)
+
+    def close(self) -> None:
+        """Stop reading (after the worker is gone). Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants so far (its own, its reaped
+    children's, and every live descendant's own: a peer's worker may fork its pool)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    own: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(entry)] = int(fields[1])
+        own[int(entry)] = int(fields[11]) + int(fields[12])
+        if int(entry) == pid:
+            own[pid] += int(fields[13]) + int(fields[14])
+    total, frontier = own.get(pid, 0), [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent:
+                total += own[child]
+                frontier.append(child)
+    return total / tick
+
+
+class CpuMeter:
+    """CPU seconds spent while the samples were taken (after the warm-up): the worker's
+    process tree, and the PostgreSQL server's processes (every backend: the producer's, the
+    worker's and the listener's) for the systems that use it. Rounds run one system at a
+    time, so the server's share is that system's."""
+
+    def __init__(self, worker: int, server: Callable[[], float] | None) -> None:
+        self._worker = worker
+        self._server = server
+        self._start = (0.0, 0.0)
+        self.worker_s = 0.0
+        self.server_s: float | None = None
+
+    def _now(self) -> tuple[float, float]:
+        return tree_cpu_s(self._worker), self._server() if self._server else 0.0
+
+    def start(self) -> None:
+        """Sampling begins."""
+        self._start = self._now()
+
+    def stop(self) -> None:
+        """Sampling ended: what was spent since :meth:`start`."""
+        worker, server = self._now()
+        self.worker_s = worker - self._start[0]
+        if self._server is not None:
+            self.server_s = server - self._start[1]
+
+
 async def _samples(
-    producer: Producer, stamps: Path, proc: subprocess.Popen[bytes], samples: int
+    producer: Producer,
+    stamps: Path | StampPipe,
+    proc: subprocess.Popen[bytes],
+    samples: int,
+    meter: CpuMeter | None = None,
 ) -> list[float]:
+    started: Callable[[str], Awaitable[float]]
+    if isinstance(stamps, StampPipe):
+        started = partial(stamps.wait, proc=proc)
+    else:
+        started = partial(_wait_stamp, stamps, proc=proc)
+
     out: list[float] = []
     async with producer as submit:
         await submit("warm-up")
-        await _wait_stamp(stamps, "warm-up", proc)
+        await started("warm-up")
+        if meter is not None:
+            meter.start()
         for i in range(samples):
             await anyio.sleep(random.uniform(*PAUSE_S))  # pacing: the worker goes idle
             sample = f"s{i}-{uuid.uuid4().hex[:6]}"
             submitted = time.time()
             await submit(sample)
             submitted = _submitted.pop(sample, submitted)
-            out.append(await _wait_stamp(stamps, sample, proc) - submitted)
+            out.append(await started(sample) - submitted)
+        if meter is not None:
+            meter.stop()
     return out
 
 
 def _system(
     name: str, samples: int, concurrency: int, redis: Redis | None, pg: PgServer | None
-) -> list[float]:
-    """One idle worker of ``name`` and ``samples`` pickups (seconds each)."""
+) -> tuple[list[float], CpuMeter]:
+    """One idle worker of ``name`` and ``samples`` pickups (seconds each), and the CPU they
+    cost (:class:`CpuMeter`)."""
+    from bench.postgres import _server_cpu_s
     from bench.worker import _seed as seed_file
 
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        stamps = tmp / "stamps"
+        pipe = StampPipe(tmp / "stamps")
+        stamps = pipe.path
         stops: list[subprocess.Popen[bytes]] = []
         producer: Producer
+        server_cpu: Callable[[], float] | None = None
         try:
             if name in ("embedded", "served"):
                 db = tmp / "rail.db"
@@ -286,6 +421,7 @@ def _system(
 
                     server, url = _start_server(db)
                     stops.append(server)
+                    server_cpu = partial(tree_cpu_s, server.pid)
                 proc = _ours(url, tmp, concurrency, stamps)
                 producer = _our_producer(url)
             elif name == "postgres":
@@ -328,12 +464,16 @@ def _system(
                 anyio.run(peer_pgqueuer.install, conninfo)
                 proc = _peer("pgqueuer", conninfo, concurrency, stamps)
                 producer = peer_pgqueuer.producer(conninfo)
+            if pg is not None and name not in ("embedded", "served"):
+                server_cpu = partial(_server_cpu_s, pg)
             stops.insert(0, proc)
-            return anyio.run(_samples, producer, stamps, proc, samples)
+            meter = CpuMeter(proc.pid, server_cpu)
+            return anyio.run(_samples, producer, pipe, proc, samples, meter), meter
         finally:
             for stop in stops:  # the worker first, then its server; each by its pid
                 stop.terminate()
                 _reap(stop)
+            pipe.close()  # the workers are gone: nobody writes to it any more
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -345,6 +485,8 @@ def percentile(sorted_values: list[float], p: float) -> float:
 def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -> list[str]:
     """Every system's pickup latencies, rounds interleaved; the table as Markdown lines."""
     latencies: dict[str, list[float]] = {name: [] for name in args.systems}
+    #: per system: worker CPU seconds, server CPU seconds (None: not measured) over its samples
+    cpu: dict[str, tuple[float, float | None]] = {}
     failed: dict[str, str] = {}
     names = list(args.systems)
     for run in range(args.runs):
@@ -353,11 +495,15 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
             if name in failed:
                 continue
             try:
-                got = _system(name, args.pickup, args.concurrency, redis, pg)
+                got, meter = _system(name, args.pickup, args.concurrency, redis, pg)
             except Exception as exc:  # a rail being built may not run: say why, go on
                 failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 continue
             latencies[name] += got
+            worker_s, server_s = cpu.get(name, (0.0, None))
+            if meter.server_s is not None:
+                server_s = (server_s or 0.0) + meter.server_s
+            cpu[name] = (worker_s + meter.worker_s, server_s)
             got.sort()
             print(
                 f"  round {run + 1} {name}: p50 {percentile(got, 50) * 1000:.1f} ms, "
@@ -378,7 +524,34 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
             f"| {name} | {len(values)} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
             f"{values[-1] * 1000:.1f} |"
         )
+    lines += cpu_lines(names, latencies, cpu)
     lines += [f"{name}: skipped: {why}" for name, why in failed.items()]
+    return lines
+
+
+def cpu_lines(
+    names: list[str],
+    latencies: dict[str, list[float]],
+    cpu: dict[str, tuple[float, float | None]],
+) -> list[str]:
+    """The CPU each pickup cost, as Markdown lines: per sample, the worker's process tree and
+    its server (PostgreSQL's processes, or ``tracker serve``; "-": not measured), from the
+    warm-up's end to the last sample, idle time between samples included (a worker's idle
+    back-off and probes are part of what a pickup costs a loaded machine)."""
+    lines = [
+        "",
+        "CPU per pickup (ms; the sampling phase, idle time between samples included):",
+        "",
+        "| system | worker CPU ms | server CPU ms |",
+        "| --- | --- | --- |",
+    ]
+    for name in names:
+        count = len(latencies[name])
+        if not count or name not in cpu:
+            continue
+        worker_s, server_s = cpu[name]
+        server = "-" if server_s is None else f"{server_s / count * 1000:.2f}"
+        lines.append(f"| {name} | {worker_s / count * 1000:.2f} | {server} |")
     return lines
 
 
