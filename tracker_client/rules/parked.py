@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
@@ -59,6 +60,9 @@ Claim = Callable[[str], Awaitable[list[Lease]]]
 WaitForWork = Callable[[float, str], Awaitable[str]]
 #: Give one lease back (``release``).
 GiveBack = Callable[[Lease], Awaitable[None]]
+#: Scheduling passes a create that carried parked claims lets them answer first (a woken claim
+#: is through its wait and back to its caller in about 7).
+ANSWER_PASSES = 12
 #: One attempt's claim inside another write's transaction (``claim_many`` under the key given).
 RideClaim = Callable[[Ctx, str], list[Lease]]
 
@@ -146,6 +150,14 @@ class ParkedClaims:
             riders.append(Rider(entry, key))
             room -= entry.n
         return riders
+
+    async def answered(self, riders: Sequence[Rider], passes: int = ANSWER_PASSES) -> None:
+        """Until the claims that rode have answered their callers, ``passes`` scheduling
+        passes at most (the create that carried them answers after them)."""
+        for _ in range(passes):
+            if all(rider._entry.done.is_set() for rider in riders):
+                return
+            await anyio.lowlevel.cancel_shielded_checkpoint()
 
     def landed(self, riders: Sequence[Rider], *, committed: bool) -> None:
         """The create the ``riders`` rode has answered (``committed``: its transaction, their

@@ -418,6 +418,9 @@ class Rail(Generic[E]):
             self._parked.landed(riders, committed=False)
             raise
         self._parked.landed(riders, committed=True)
+        # The claims answer first (a pickup waits on them; the creator has its id already):
+        # a few scheduling passes at most, never for a claim still finishing something else.
+        await self._parked.answered(riders)
         return created
 
     async def list_tasks(
