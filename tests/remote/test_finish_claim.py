@@ -345,3 +345,42 @@ async def test_a_worker_token_claims_only_its_roles_in_the_riding_claim(tmp_path
         assert "may not claim role 'review'" in answer.json()["error"]["message"]
         assert worker not in answer.text
         assert leased(db) == 1  # nothing written: the report waits for a request it may send
+
+
+# -- a real worker ------------------------------------------------------------------------------
+async def test_a_draining_worker_sends_its_claims_inside_its_reports(tmp_path: Path) -> None:
+    """A real worker draining a served rail (concurrency 4, 60 no-op tasks): the claims for
+    the slots a batch of reports freed ride in that batch's finish-many, so claim-many is sent
+    only for the first claim and the idle looks at the end, not once per batch."""
+    from tests.remote.fixtures import serve_on_port
+    from tests.worker.daemonkit import python_config
+    from tests.worker.test_requests_per_task import ONE_STAGE, ROOT, Counting
+    from tracker_client.embedded import EmbeddedTracker
+    from tracker_client.serve.app import create_app
+
+    tasks = 60
+    (tmp_path / "jobs.py").write_text("async def noop(ctx):\n    return None\n")
+    rail = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await rail.create_pipeline("p", ONE_STAGE)
+        await rail.create_tasks([TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(tasks)])
+        counting = Counting(create_app(rail), plain=False)
+        async with serve_on_port(counting) as url:
+            config = python_config(
+                tmp_path, url, "jobs:noop", "drain = true", "lease_ttl_s = 60", concurrency=4
+            )
+            done = await anyio.run_process(
+                [sys.executable, "-m", "worker", "run", "--config", str(config)],
+                env=clean_env(PYTHONPATH=f"{tmp_path}:{ROOT}"),
+                cwd=tmp_path,
+                check=False,
+            )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        page = await rail.list_tasks(stage="done", limit=100)
+        assert len(page.items) == tasks
+    finally:
+        await rail.aclose()
+    reports = counting.per_route("POST /runs/finish-many")
+    claims = counting.per_route("POST /leases/claim-many")
+    assert reports >= tasks // 6, counting.counts
+    assert claims <= 8, counting.counts  # one per batch (15+) before the claims rode along
