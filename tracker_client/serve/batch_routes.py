@@ -17,7 +17,6 @@ never the storage directly.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -68,14 +67,19 @@ async def claim_many(request: Request) -> Response:
     return json_response(docs)
 
 
-def _entry(outcome: Any) -> dict[str, Any]:
-    """One item's answer entry: ``{"status": 200, "result"}`` or its error as ``finish``'s."""
+def _entry(outcome: FinishManyOutcome) -> bytes:
+    """One item's answer entry as JSON text: ``{"status": 200, "result"}`` (the result's own
+    ``model_dump_json``, one pass) or its error as ``finish``'s route would answer it."""
     if isinstance(outcome, TrackerError):
         if isinstance(outcome, TrackerCorrupt):
             raise outcome  # the storage itself: the whole request fails, as any request would
         status, body, _headers = response_for(outcome)
-        return {"status": status, "error": body["error"]}
-    return {"status": 200, "result": dump(outcome)}
+        return json.dumps({"status": status, "error": body["error"]}).encode()
+    return b'{"status":200,"result":' + outcome.model_dump_json().encode() + b"}"
+
+
+def _results(outcomes: list[FinishManyOutcome]) -> bytes:
+    return b'{"results":[' + b",".join(map(_entry, outcomes)) + b"]"
 
 
 @HANDLERS
@@ -96,10 +100,9 @@ async def finish_many(request: Request) -> Response:
     tracker = tracker_of(request)
     if body.claim is None:
         outcomes = await tracker.call("finish_many", items=items)
-        return json_response({"results": [_entry(o) for o in outcomes]})
+        return raw_json_response(_results(outcomes) + b"}")
     outcomes, claimed = await _finish_and_claim(tracker, items, body.claim)
-    results = json.dumps([_entry(o) for o in outcomes], separators=(",", ":")).encode()
-    return raw_json_response(b'{"results":' + results + b',"claim":' + _claim_entry(claimed) + b"}")
+    return raw_json_response(_results(outcomes) + b',"claim":' + _claim_entry(claimed) + b"}")
 
 
 async def _finish_and_claim(
