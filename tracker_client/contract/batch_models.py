@@ -18,7 +18,7 @@ from tracker_client.capabilities import LeaseRef
 from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
 from tracker_client.contract.wire_models import EventBody, FailBody, TransitionBody
 from tracker_client.errors import TrackerError, ValidationFailed
-from tracker_client.models import FailResult, TransitionResult
+from tracker_client.models import FailResult, Lease, TransitionResult
 
 __all__ = [
     "MAX_CLAIM_MANY",
@@ -26,6 +26,8 @@ __all__ = [
     "MAX_FINISH_MANY",
     "ClaimManyBody",
     "FinishBody",
+    "FinishClaimBody",
+    "FinishClaimEntry",
     "FinishItem",
     "FinishManyBody",
     "FinishManyEntry",
@@ -107,15 +109,25 @@ class FinishManyItemBody(FinishBody):
     idempotency_key: str | None = None
 
 
+class FinishClaimBody(ClaimManyBody):
+    """The claim riding in a ``finish_many`` (extension ``finish_claim``): ``claim_many``'s body
+    and its idempotency key (the request's ``Idempotency-Key`` header is not the claim's)."""
+
+    idempotency_key: str | None = None
+
+
 class FinishManyBody(BaseModel):
     """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of up to
-    :data:`MAX_FINISH_MANY` runs, each written all or nothing, independently of the others."""
+    :data:`MAX_FINISH_MANY` runs, each written all or nothing, independently of the others;
+    with extension ``finish_claim``, ``claim``: a ``claim_many`` for the slots those runs
+    freed, written after the items in the same write and answered under ``claim``."""
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     items: list[FinishManyItemBody] = Field(
         json_schema_extra={"minItems": 1, "maxItems": MAX_FINISH_MANY}
     )
+    claim: FinishClaimBody | None = None
 
 
 class FinishManyEntry(BaseModel):
@@ -129,12 +141,26 @@ class FinishManyEntry(BaseModel):
     error: dict[str, Any] | None = None
 
 
+class FinishClaimEntry(BaseModel):
+    """The answer of the claim riding in a ``finish_many`` (extension ``finish_claim``): its
+    status as ``claim_many`` would have answered it, and its leases (each with its token, as
+    ``claim_many`` answers them) or its error object."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    status: int
+    leases: list[Lease] | None = None
+    error: dict[str, Any] | None = None
+
+
 class FinishManyResult(BaseModel):
-    """``finish_many``'s answer: one entry per item, in the items' order."""
+    """``finish_many``'s answer: one entry per item, in the items' order; ``claim``: the riding
+    claim's answer (extension ``finish_claim``; absent when the request had none)."""
 
     model_config = ConfigDict(defer_build=True)
 
     results: list[FinishManyEntry]
+    claim: FinishClaimEntry | None = None
 
 
 #: What ``finish_many`` gives per item: its result, or the error that refused it (nothing of

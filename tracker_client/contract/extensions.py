@@ -48,6 +48,9 @@ EXTENSIONS: Mapping[str, str] = {
     "one write, all or nothing)",
     "finish_many": "POST /runs/finish-many (the final reports of up to 100 runs in one write, "
     "each all or nothing under its own lease token and idempotency key)",
+    "finish_claim": "POST /runs/finish-many takes a claim_many body (and its idempotency_key) "
+    'under "claim": the leases for the slots the reported runs freed, claimed after the items '
+    'in the same write and answered under "claim" (one request instead of two)',
     "list_state": "GET /tasks answers each task's latest run (status, attempt, agent) and "
     'whether a dependency blocks it, under "listed"',
     "budgets": "task create budgets (max_loops, max_runs, max_cost, max_tokens), enforced by the "

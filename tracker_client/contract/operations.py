@@ -166,7 +166,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "(each finish's events, then its transition or fail; each under its own lease token and "
         "idempotency key, all or nothing) in one write: one answer entry per item",
         body=FinishManyBody, response=FinishManyResult, errors=(400,), extension="finish_many",
-        wakes=True),
+        wakes=True, features=("finish_claim",)),
     # artifacts, ops
     _op("add_artifact", "POST", "/artifacts", "Add artifact", body=m.ArtifactCreate, status=201,
         response=IdAnswer, errors=(400, 404), idempotent=True),

@@ -34,7 +34,7 @@ from tracker_client.errors import TrackerUnavailable, ValidationFailed
 from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.wire import Wire
 
-__all__ = ["BatchCalls", "finish", "finish_many"]
+__all__ = ["BatchCalls", "finish", "finish_many", "item_body", "outcomes_of"]
 
 #: What an item's error is read as: an error answer of ``finish``'s own route.
 _ITEM_ROUTE = "POST /runs/{run_id}/finish"
@@ -81,7 +81,7 @@ async def finish(
     )
 
 
-def _item_body(item: FinishItem) -> dict[str, Any]:
+def item_body(item: FinishItem) -> dict[str, Any]:
     """An item as the wire carries it (its own checks are the server's, answered per item)."""
     body: dict[str, Any] = {
         "run_id": item.lease.run_id,
@@ -113,12 +113,18 @@ async def finish_many(wire: Wire, items: Sequence[FinishItem]) -> list[FinishMan
     """``POST /runs/finish-many``: each item's ``finish`` in one request; per item, its result
     or the exception its error entry is (a lost lease, a stale version: as on ``finish``)."""
     check_items(items)
-    body = {"items": [_item_body(item) for item in items]}
+    body = {"items": [item_body(item) for item in items]}
     check_json(body, "finish_many")
     answer = await wire.call("finish_many", body=body, into=FinishManyResult)
-    if len(answer.results) != len(items):
+    return outcomes_of(answer, len(items))
+
+
+def outcomes_of(answer: FinishManyResult, n: int) -> list[FinishManyOutcome]:
+    """Per item of the ``n`` sent, its result or the exception its error entry is;
+    ``TrackerUnavailable`` when the answer has another count of entries."""
+    if len(answer.results) != n:
         raise TrackerUnavailable(
-            f"POST /runs/finish-many: {len(answer.results)} entries for {len(items)} items",
+            f"POST /runs/finish-many: {len(answer.results)} entries for {n} items",
             code="invalid_response",
         )
     return [_outcome(entry) for entry in answer.results]

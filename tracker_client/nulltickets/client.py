@@ -29,6 +29,7 @@ import httpx
 from pydantic import SecretStr
 
 from tracker_client.capabilities import Capabilities
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome
 from tracker_client.contract.table import operation
 from tracker_client.contract.wire_models import CancelCountAnswer, IdAnswer
 from tracker_client.models import (
@@ -53,6 +54,7 @@ from tracker_client.nulltickets.batching import BatchCalls
 from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.discovery import Advertised, Discovery
 from tracker_client.nulltickets.options import ClientOptionArgs, ClientOptions, RetrySettings
+from tracker_client.nulltickets.pairing import Pairing
 from tracker_client.nulltickets.runs import RunCalls
 from tracker_client.nulltickets.store import StoreCalls
 from tracker_client.nulltickets.transport import HttpTransport
@@ -97,6 +99,9 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         self._discovery = Discovery(self._http, self.url)
         self._wire = Wire(self._http, self._discovery)
         self._waiting = Waiting(self._wire, self.options.poll_interval_s)
+        #: A ``finish_many`` and the ``claim_many`` that follows it in one request, where the
+        #: server advertises ``finish_claim`` (:mod:`~tracker_client.nulltickets.pairing`).
+        self.pairing = Pairing(self._wire)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -309,16 +314,30 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         """``POST /leases/claim-many`` (extension ``claim_many``): up to ``n`` leases of
         ``agent_role`` in one write (empty: no work)."""
         arguments: dict[str, Any] = {"concurrency": concurrency} if concurrency is not None else {}
-        leases: list[Lease] = await self.call(
-            "claim_many",
-            agent_id=agent_id,
-            agent_role=agent_role,
-            lease_ttl_ms=lease_ttl_ms,
-            n=n,
-            idempotency_key=idempotency_key,
-            **arguments,
-        )
-        return leases
+        claim = {"agent_id": agent_id, "agent_role": agent_role, "lease_ttl_ms": lease_ttl_ms}
+
+        async def alone() -> list[Lease]:
+            leases: list[Lease] = await self.call(
+                "claim_many", n=n, idempotency_key=idempotency_key, **claim, **arguments
+            )
+            return leases
+
+        if not self._pairs():
+            return await alone()
+        return await self.pairing.claim_many({**claim, "n": n, **arguments}, idempotency_key, alone)
+
+    async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
+        """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of many
+        runs in one request; per item, its ``finish`` answer or the error refusing it. Where
+        the server advertises ``finish_claim``, the ``claim_many`` that follows within a few
+        scheduling passes rides in the same request (:mod:`~.pairing`)."""
+        if not self._pairs():
+            return await super().finish_many(items)
+        return await self.pairing.finish_many(items)
+
+    def _pairs(self) -> bool:
+        advertised = self._discovery.advertised
+        return advertised is not None and "finish_claim" in advertised.extensions
 
     async def apply_pipeline(
         self, name: str, definition: Mapping[str, Any], moves: Mapping[str, str] | None = None

@@ -22,6 +22,15 @@ connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) an
 The claim itself runs shielded from cancellation (a write that commits while its caller is
 cancelled would strand its leases); a caller cancelled after it leased gives them back.
 
+A parked claim waiting for work also *rides* the create that brings it: a ``create_task`` (or
+``create_tasks``) that finds parked claims waiting takes the first ones along (as many as it
+creates tasks, :meth:`ParkedClaims.board`) and runs their claim, under the attempt's key, in
+its own transaction right after the insert (each under a savepoint: a refused claim writes
+nothing and leaves the create alone). The leases are handed to the waiting claim when the
+create has committed (:meth:`ParkedClaims.landed`): no wake-up, no second write, no second
+trip to the database thread. A ride that leased nothing (another role's task) or did not land
+(the create failed) leaves the claim to look again on its own, as it would have.
+
 It may touch the rail's ``claim_many``, ``wait_for_work``, ``release`` and its record of keys,
 through the callables :class:`~tracker_client.rules.rail.Rail` hands it.
 """
@@ -33,11 +42,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 
 from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
+from tracker_client.rules.common import Ctx
 
-__all__ = ["ENDED_KEPT", "ParkedClaims", "attempt_key"]
+__all__ = ["ENDED_KEPT", "ParkedClaims", "Rider", "attempt_key"]
 
 #: Ended parked claims remembered per rail instance (key -> the leases it answered), for a
 #: retry or a cancel arriving after the answer; the oldest are forgotten first.
@@ -49,6 +60,11 @@ Claim = Callable[[str], Awaitable[list[Lease]]]
 WaitForWork = Callable[[float, str], Awaitable[str]]
 #: Give one lease back (``release``).
 GiveBack = Callable[[Lease], Awaitable[None]]
+#: Scheduling passes a create that carried parked claims lets them answer first (a woken claim
+#: is through its wait and back to its caller in about 7).
+ANSWER_PASSES = 12
+#: One attempt's claim inside another write's transaction (``claim_many`` under the key given).
+RideClaim = Callable[[Ctx, str], list[Lease]]
 
 
 def attempt_key(key: str, attempt: int) -> str:
@@ -66,6 +82,45 @@ class _Parked:
     done: anyio.Event = field(default_factory=anyio.Event)
     leases: list[Lease] = field(default_factory=list)
     released: int = 0
+    #: How many leases it asks for, and its claim inside another write (None: it never rides).
+    n: int = 1
+    ride: RideClaim | None = None
+    #: Waiting for work now, and not taken along by a create yet.
+    boardable: bool = False
+    #: Set when the create that took it along has answered (made when it boards).
+    landed: anyio.Event | None = None
+    #: The ride's leases once landed (None: it did not land, or leased under no record).
+    rode: list[Lease] | None = None
+
+
+class Rider:
+    """A parked claim taken along by a create: its claim runs in the create's transaction
+    (:meth:`claim`, on the database's thread), its leases go to the claim once committed."""
+
+    __slots__ = ("_entry", "_key", "leases")
+
+    def __init__(self, entry: _Parked, key: str) -> None:
+        self._entry = entry
+        self._key = key
+        #: The claim's leases (None: refused or not run), set by :meth:`claim`.
+        self.leases: list[Lease] | None = None
+
+    def claim(self, ctx: Ctx) -> None:
+        """Run the claim under a savepoint of ``ctx``'s transaction: a refused claim is
+        rolled back alone (the create it rides with is not refused for it)."""
+        ride = self._entry.ride
+        assert ride is not None  # only claims with a ride board
+        self.leases = None
+        # The savepoint statements finish_many's items use (every engine has them).
+        ctx.exec("finish_many.savepoint")
+        try:
+            leases = ride(ctx, attempt_key(self._key, self._entry.attempt))
+        except TrackerError:
+            ctx.exec("finish_many.rollback_item")
+            ctx.exec("finish_many.release_item")
+            return
+        ctx.exec("finish_many.release_item")
+        self.leases = leases
 
 
 class ParkedClaims:
@@ -75,6 +130,47 @@ class ParkedClaims:
         self._live: dict[str, _Parked] = {}
         self._ended: OrderedDict[str, list[Lease]] = OrderedDict()
         self._kept = kept
+        #: Claims that rode a create and leased (tests and benches read it).
+        self.rides = 0
+
+    def board(self, tasks: int) -> list[Rider]:
+        """The parked claims a create of ``tasks`` tasks takes along: the longest waiting
+        first, until their ``n`` cover the tasks (see the module docstring)."""
+        riders: list[Rider] = []
+        room = tasks
+        if not self._live:
+            return riders
+        for key, entry in self._live.items():
+            if room <= 0:
+                break
+            if not entry.boardable or entry.cancelled or entry.ride is None:
+                continue
+            entry.boardable = False
+            entry.landed = anyio.Event()
+            riders.append(Rider(entry, key))
+            room -= entry.n
+        return riders
+
+    async def answered(self, riders: Sequence[Rider], passes: int = ANSWER_PASSES) -> None:
+        """Until the claims that rode have answered their callers, ``passes`` scheduling
+        passes at most (the create that carried them answers after them)."""
+        for _ in range(passes):
+            if all(rider._entry.done.is_set() for rider in riders):
+                return
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+
+    def landed(self, riders: Sequence[Rider], *, committed: bool) -> None:
+        """The create the ``riders`` rode has answered (``committed``: its transaction, their
+        claims in it, committed); hand each claim its leases and wake it."""
+        for rider in riders:
+            entry = rider._entry
+            if committed and rider.leases is not None:
+                entry.attempt += 1  # the ride recorded this attempt, empty or not
+                entry.rode = rider.leases
+                if rider.leases:
+                    self.rides += 1
+            if entry.landed is not None:
+                entry.landed.set()
 
     @property
     def waiting(self) -> int:
@@ -91,10 +187,13 @@ class ParkedClaims:
         wait_for_work: WaitForWork,
         recorded: Callable[[], Awaitable[int]],
         give_back: GiveBack,
+        ride: RideClaim | None = None,
+        n: int = 1,
     ) -> list[Lease]:
         """Claim under ``key``, waiting up to ``wait_s`` for work; the leases (empty: none
         came, or the claim was cancelled). ``mark``: the rail's change mark now;
-        ``recorded``: how many attempts of ``key`` the rail has recorded."""
+        ``recorded``: how many attempts of ``key`` the rail has recorded; ``ride``: the same
+        claim inside a create's transaction (None: it never rides), ``n`` leases at most."""
         attempt = 0
         old = self._live.get(key)
         if old is not None:  # a retry while the first request still waits: it takes over
@@ -112,7 +211,7 @@ class ParkedClaims:
                     leases = await claim(attempt_key(key, attempt - 1))
                 if leases:
                     return self._ended_with(key, leases)
-        entry = self._live[key] = _Parked(attempt)
+        entry = self._live[key] = _Parked(attempt, n=n, ride=ride)
         try:
             await self._wait_and_claim(entry, key, wait_s, claim, mark, wait_for_work)
             if entry.cancelled and entry.leases:
@@ -146,18 +245,29 @@ class ParkedClaims:
             remaining = deadline - anyio.current_time()
             if entry.leases or entry.cancelled or remaining <= 0:
                 return
-            async with anyio.create_task_group() as tg:
+            entry.boardable = True
+            try:
+                async with anyio.create_task_group() as tg:
 
-                async def work(seen: str = seen, remaining: float = remaining) -> None:
-                    await wait_for_work(remaining, seen)
-                    tg.cancel_scope.cancel()
+                    async def work(seen: str = seen, remaining: float = remaining) -> None:
+                        await wait_for_work(remaining, seen)
+                        tg.cancel_scope.cancel()
 
-                async def cancelled() -> None:
-                    await entry.wake.wait()
-                    tg.cancel_scope.cancel()
+                    async def cancelled() -> None:
+                        await entry.wake.wait()
+                        tg.cancel_scope.cancel()
 
-                tg.start_soon(work)
-                tg.start_soon(cancelled)
+                    tg.start_soon(work)
+                    tg.start_soon(cancelled)
+            finally:
+                entry.boardable = False
+                if entry.landed is not None:  # taken along: its claim is in a create's write
+                    with anyio.CancelScope(shield=True):
+                        await entry.landed.wait()
+                    entry.landed = None
+                    entry.leases, entry.rode = entry.rode or [], None
+            if entry.leases:
+                return
             # Woken, or timed out: either way one more look (work that came with the deadline
             # is not left behind), unless cancelled meanwhile.
 

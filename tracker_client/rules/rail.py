@@ -364,10 +364,11 @@ class Rail(Generic[E]):
 
     # -- tasks ----------------------------------------------------------------------------------
     async def create_task(self, task: TaskCreate, *, idempotency_key: str | None = None) -> str:
-        """Create a task in its pipeline's initial stage; returns its id."""
-        return await self._write(
-            "create_task",
-            lambda c: idempotent(
+        """Create a task in its pipeline's initial stage; returns its id. A parked claim
+        waiting for work rides along: its claim runs in this same write (:mod:`.parked`)."""
+
+        def create(c: Ctx) -> str:
+            return idempotent(
                 c,
                 idempotency_key,
                 "create_task",
@@ -375,17 +376,19 @@ class Rail(Generic[E]):
                 lambda: tasks.create_tasks(c, [task], bulk=False)[0],
                 str,
                 str,
-            ),
-        )
+            )
+
+        return await self._create("create_task", create, 1)
 
     async def create_tasks(
         self, tasks_: Sequence[TaskCreate], *, idempotency_key: str | None = None
     ) -> list[str]:
-        """Create many tasks, all or nothing; ids in input order."""
+        """Create many tasks, all or nothing; ids in input order (parked claims ride along,
+        as on :meth:`create_task`)."""
         items = list(tasks_)
-        return await self._write(
-            "create_tasks",
-            lambda c: idempotent(
+
+        def create(c: Ctx) -> list[str]:
+            return idempotent(
                 c,
                 idempotency_key,
                 "create_tasks",
@@ -393,8 +396,32 @@ class Rail(Generic[E]):
                 lambda: tasks.create_tasks(c, items, bulk=True),
                 list,
                 list,
-            ),
-        )
+            )
+
+        return await self._create("create_tasks", create, len(items))
+
+    async def _create(self, where: str, create: Callable[[Ctx], R], count: int) -> R:
+        """The create's write, with the parked claims it takes along (:mod:`.parked`)."""
+        riders = self._parked.board(count)
+        if not riders:
+            return await self._write(where, create)
+
+        def op(c: Ctx) -> R:
+            created = create(c)
+            for rider in riders:
+                rider.claim(c)
+            return created
+
+        try:
+            created = await self._write(where, op)
+        except BaseException:
+            self._parked.landed(riders, committed=False)
+            raise
+        self._parked.landed(riders, committed=True)
+        # The claims answer first (a pickup waits on them; the creator has its id already):
+        # a few scheduling passes at most, never for a claim still finishing something else.
+        await self._parked.answered(riders)
+        return created
 
     async def list_tasks(
         self,
@@ -972,6 +999,11 @@ class Rail(Generic[E]):
                 agent_id, agent_role, lease_ttl_ms, n, concurrency=concurrency, idempotency_key=k
             )
 
+        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+
+        def ride(c: Ctx, k: str) -> list[Lease]:
+            return keyed_claim_many(c, claim_many, k, agent_id, agent_role, lease_ttl_ms, n, limits)
+
         def count(c: Ctx) -> int:
             i = 0
             while c.scalar("idempotency.recorded", (attempt_key(key, i), "claim_many")):
@@ -987,6 +1019,8 @@ class Rail(Generic[E]):
             wait_for_work=lambda timeout_s, since: self.wait_for_work(timeout_s, since=since),
             recorded=lambda: self._read("parked_claim", count),
             give_back=self._give_back,
+            ride=ride,
+            n=n,
         )
 
     async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:

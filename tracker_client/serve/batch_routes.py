@@ -1,9 +1,13 @@
-"""Route handlers of the served tracker's batching extensions: ``claim_many``, ``finish_many``.
+"""Route handlers of the served tracker's batching extensions: ``claim_many``, ``finish_many``
+(and the claim riding in it, extension ``finish_claim``).
 
 A row alone cannot say them: ``claim_many`` answers the leases' tokens in clear (as ``claim``
 answers its one); ``finish_many`` reads a lease token per item (the request itself carries the
 api token, as ``claim`` does) and answers each item's outcome as the status and error object
-``finish`` would have answered it. Named after their operations in
+``finish`` would have answered it; its ``claim`` (extension ``finish_claim``) is claimed after
+the items, in the same write where the tracker shares one (the embedded rail's parked
+``finish_many`` takes the claim that follows it along), and answered under ``claim`` as
+``claim_many`` would have answered it. Named after their operations in
 :data:`tracker_client.contract.table.OPERATIONS`, as in :mod:`tracker_client.serve.routes`.
 
 It may touch the request and the tracker of the request (through ``call`` by operation name);
@@ -12,18 +16,28 @@ never the storage directly.
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
+import anyio
+import anyio.lowlevel
 from pydantic import SecretStr
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.capabilities import LeaseHandle
-from tracker_client.contract.batch_models import ClaimManyBody, FinishItem, FinishManyBody
+from tracker_client.contract.batch_models import (
+    ClaimManyBody,
+    FinishClaimBody,
+    FinishItem,
+    FinishManyBody,
+    FinishManyOutcome,
+)
 from tracker_client.contract.wire_errors import response_for
 from tracker_client.errors import TrackerCorrupt, TrackerError
-from tracker_client.serve.helpers import dump, idem_key, tracker_of
-from tracker_client.serve.http import Handlers, json_response, read_model
+from tracker_client.models import Lease
+from tracker_client.protocol import Tracker
+from tracker_client.serve.helpers import dump, idem_key, lease_json, tracker_of
+from tracker_client.serve.http import Handlers, json_response, raw_json_response, read_model
 
 __all__ = ["HANDLERS"]
 
@@ -53,14 +67,19 @@ async def claim_many(request: Request) -> Response:
     return json_response(docs)
 
 
-def _entry(outcome: Any) -> dict[str, Any]:
-    """One item's answer entry: ``{"status": 200, "result"}`` or its error as ``finish``'s."""
+def _entry(outcome: FinishManyOutcome) -> bytes:
+    """One item's answer entry as JSON text: ``{"status": 200, "result"}`` (the result's own
+    ``model_dump_json``, one pass) or its error as ``finish``'s route would answer it."""
     if isinstance(outcome, TrackerError):
         if isinstance(outcome, TrackerCorrupt):
             raise outcome  # the storage itself: the whole request fails, as any request would
         status, body, _headers = response_for(outcome)
-        return {"status": status, "error": body["error"]}
-    return {"status": 200, "result": dump(outcome)}
+        return json.dumps({"status": status, "error": body["error"]}).encode()
+    return b'{"status":200,"result":' + outcome.model_dump_json().encode() + b"}"
+
+
+def _results(outcomes: list[FinishManyOutcome]) -> bytes:
+    return b'{"results":[' + b",".join(map(_entry, outcomes)) + b"]"
 
 
 @HANDLERS
@@ -78,5 +97,55 @@ async def finish_many(request: Request) -> Response:
         )
         for i in body.items
     ]
-    outcomes = await tracker_of(request).call("finish_many", items=items)
-    return json_response({"results": [_entry(o) for o in outcomes]})
+    tracker = tracker_of(request)
+    if body.claim is None:
+        outcomes = await tracker.call("finish_many", items=items)
+        return raw_json_response(_results(outcomes) + b"}")
+    outcomes, claimed = await _finish_and_claim(tracker, items, body.claim)
+    return raw_json_response(_results(outcomes) + b',"claim":' + _claim_entry(claimed) + b"}")
+
+
+async def _finish_and_claim(
+    tracker: Tracker, items: list[FinishItem], claim: FinishClaimBody
+) -> tuple[list[FinishManyOutcome], list[Lease] | TrackerError]:
+    """The items' outcomes, then the claim's leases or the error refusing it.
+
+    The claim starts right after the items' write is queued: a tracker whose ``finish_many``
+    waits for the next write (the embedded rail) writes both in one transaction, the items
+    first, so the slots they free count for the claim. Only the claim's own refusal is
+    answered under ``claim``; a failure of the whole write (the storage) fails the request.
+    """
+    outcomes: list[FinishManyOutcome] = []
+    claimed: list[Lease] | TrackerError = []
+
+    async def finish() -> None:
+        nonlocal outcomes
+        outcomes = await tracker.call("finish_many", items=items)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(finish)
+        await anyio.lowlevel.checkpoint()  # the items' write is queued first
+        try:
+            claimed = await tracker.call(
+                "claim_many",
+                agent_id=claim.agent_id,
+                agent_role=claim.agent_role,
+                lease_ttl_ms=claim.lease_ttl_ms,
+                n=claim.n,
+                concurrency=claim.concurrency,
+                idempotency_key=claim.idempotency_key,
+            )
+        except TrackerCorrupt:
+            raise
+        except TrackerError as exc:
+            claimed = exc
+    return outcomes, claimed
+
+
+def _claim_entry(claimed: list[Lease] | TrackerError) -> bytes:
+    """The riding claim's answer: ``{"status": 200, "leases": [...]}`` (tokens in clear, as
+    ``claim_many`` answers them) or its error as ``claim_many``'s route would answer it."""
+    if isinstance(claimed, TrackerError):
+        status, body, _headers = response_for(claimed)
+        return json.dumps({"status": status, "error": body["error"]}).encode()
+    return b'{"status":200,"leases":[' + b",".join(map(lease_json, claimed)) + b"]}"

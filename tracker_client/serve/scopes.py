@@ -5,7 +5,7 @@ fails on one that is not): which kinds of scoped token may call it at all, and f
 arguments they may call it with:
 
 * a ``worker`` token claims only for its roles (``agent_role`` of ``claim``/``claim_many``/
-  ``parked_claim``);
+  ``parked_claim``, and of the claim riding in ``finish_many``: extension ``finish_claim``);
 * a ``producer`` token creates tasks only in its pipelines, lists tasks of one of them, and
   reads, waits on or cancels a task only when the task is in one of them;
 * a ``read`` token calls reads only (never the store, never the wake-up poll).
@@ -112,6 +112,7 @@ BODY_CHECKED: dict[str, frozenset[str]] = {
     "claim": frozenset({"worker"}),
     "claim_many": frozenset({"worker"}),
     "parked_claim": frozenset({"worker"}),
+    "finish_many": frozenset({"worker"}),
     "create_task": frozenset({"producer"}),
     "create_tasks": frozenset({"producer"}),
 }
@@ -160,6 +161,8 @@ class ScopeGuard:
         if token.kind not in allowed:
             return f"{_words(token)} may not call {op.name} ({op.method} {op.path})"
         if token.kind == "worker" and op.name in BODY_CHECKED:
+            if op.name == "finish_many" and isinstance(body, dict):
+                body = body.get("claim")  # the claim riding in it (extension finish_claim)
             role = body.get("agent_role") if isinstance(body, dict) else None
             if isinstance(role, str) and role not in token.roles:
                 return f"{_words(token)} may not claim role {role!r}"
