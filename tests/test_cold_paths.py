@@ -100,6 +100,9 @@ NOT_EMBEDDED = (
     "tracker_client.nulltickets.transport",
     # issue 31: the closest-name hint of an error, imported where the error is
     "difflib",
+    # issue 31 (start-up): the wire contract's rows (~2 ms), read only by a call by name
+    "tracker_client.contract.table",
+    "tracker_client.contract.operations",
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
 #: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out. (It

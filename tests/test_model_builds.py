@@ -82,3 +82,46 @@ def test_a_worker_builds_at_import_only_the_models_it_validates_as_it_starts(
     # and most of what it imports it never builds: the wire, operator and schedule models
     unbuilt = [name for name, _, built in models if not built]
     assert len(unbuilt) > len(models) // 2, models
+
+
+#: The modules whose many models every worker creates at import: their annotations are objects
+#: (no ``from __future__ import annotations``), so pydantic reads them as they are instead of
+#: compiling and evaluating each field's string against a merged namespace, ~14 % of creating
+#: a model (docs/benchmarks.md: ~3 ms of a worker's start-up CPU over these ~90 models).
+OBJECT_ANNOTATIONS = (
+    "tracker_client.models",
+    "tracker_client.contract.wire_models",
+    "tracker_client.contract.batch_models",
+    "tracker_client.ops_models",
+    "tracker_client.observe_models",
+    "tracker_client.schedule_models",
+    "worker.config.models",
+    "worker.config.telemetry",
+)
+
+
+@pytest.mark.parametrize("module_name", OBJECT_ANNOTATIONS)
+def test_the_models_a_worker_creates_at_import_are_annotated_with_objects(
+    module_name: str,
+) -> None:
+    import importlib
+    import inspect
+
+    import pydantic
+
+    module = importlib.import_module(module_name)
+    models = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, pydantic.BaseModel)
+        and value.__module__ == module_name
+    ]
+    assert models, module_name
+    strings = {
+        f"{model.__name__}.{field}": annotation
+        for model in models
+        for field, annotation in inspect.get_annotations(model).items()
+        if isinstance(annotation, str)
+    }
+    assert strings == {}

@@ -10,8 +10,6 @@ Partly public (docs/reference/stability.md): the models an executor or an applic
 the rail's own (leases, bodies of its operations, statistics), is internal.
 """
 
-from __future__ import annotations
-
 import json
 from typing import Annotated, Any, Generic, Literal, TypeVar
 

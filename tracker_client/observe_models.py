@@ -7,8 +7,6 @@ and workers are an extension of this project's rails. Every tracker answers them
 capabilities list the ``spans`` / ``workers`` extension.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -8,8 +8,6 @@ Partly public (docs/reference/stability.md): what the producer API answers is on
 API reference; the rest is internal.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

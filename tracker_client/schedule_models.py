@@ -4,8 +4,6 @@ and what the rail stores and answers. Split from :mod:`tracker_client.models` (s
 rules: frozen, unknown fields ignored, schemas built on first use).
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field

@@ -5,8 +5,6 @@ Pure data, imported by the contract table (:mod:`tracker_client.contract.table`)
 served tracker and the remote client; it imports pydantic only.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -7,8 +7,6 @@ operation table that uses them is :mod:`tracker_client.contract.table`, which re
 every name here. Pure data: imports the models only.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Self
 
 from tracker_client.capabilities import EMBEDDED, Capabilities
-from tracker_client.contract import table as contract
+from tracker_client.contract.extensions import EXTENSIONS
 from tracker_client.embedded.db import Database
 from tracker_client.embedded.engine import SqliteEngine
 from tracker_client.errors import ConfigError
@@ -25,7 +25,7 @@ __all__ = ["EmbeddedTracker"]
 
 #: What the embedded rail declares: :data:`~tracker_client.capabilities.EMBEDDED`'s powers and
 #: every extension of the wire contract (it implements each operation of the table).
-_CAPABILITIES = replace(EMBEDDED, extensions=frozenset(contract.EXTENSIONS))
+_CAPABILITIES = replace(EMBEDDED, extensions=frozenset(EXTENSIONS))
 
 
 class EmbeddedTracker(Rail[SqliteEngine]):

@@ -28,7 +28,6 @@ from pydantic import BaseModel
 
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import LeaseRef
-from tracker_client.contract import table as contract
 from tracker_client.contract.batch_models import (
     FinishItem,
     FinishManyOutcome,
@@ -302,6 +301,9 @@ class Rail(Generic[E]):
     # -- the contract table ---------------------------------------------------------------------
     async def call(self, operation: str, /, *params: str, **arguments: Any) -> Any:
         """The operation of the contract table called ``operation`` (see the protocol)."""
+        # Imported here: the table's rows (~2 ms of start-up) serve only calls by name.
+        from tracker_client.contract import table as contract
+
         op = contract.operation(operation)  # KeyError: not an operation of the contract
         method: Callable[..., Awaitable[Any]] = getattr(self, op.name)
         return await method(*params, **arguments)

@@ -16,15 +16,20 @@ While the worker runs:
   a collection (~70 us, finding next to nothing: the runs' objects die by reference count);
   cyclic garbage still goes, a little later. Same-run A/B, 20,000 tasks: 4,371 -> 4,667 tasks/s.
 
-Both are undone when the worker stops. ``[worker] gc_tuning = false`` (or
-``BACKLOG_WORKER_WORKER__GC_TUNING=false``) leaves the collector as Python set it.
+Both are undone when the worker stops. Then, as the process exits (:func:`freeze_for_exit`), the
+heap is frozen again: the interpreter's own shutdown collections would otherwise walk every
+object once more just before the process is gone (~40 ms of a ~275 ms empty-rail ``run``,
+docs/benchmarks.md); exit handlers still run, streams are still flushed and modules finalized.
+
+``[worker] gc_tuning = false`` (or ``BACKLOG_WORKER_WORKER__GC_TUNING=false``) leaves the
+collector as Python set it, at exit too.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["BUSY_GC_GEN0", "BusyGc"]
+__all__ = ["BUSY_GC_GEN0", "BusyGc", "freeze_for_exit"]
 
 #: The youngest generation's threshold while a ``run`` worker runs (Python's default is 700).
 BUSY_GC_GEN0 = 20_000
@@ -54,3 +59,16 @@ class BusyGc:
         gc.set_threshold(*self._saved)
         gc.unfreeze()
         self._saved = None
+
+
+def freeze_for_exit(enabled: bool) -> None:
+    """Set the whole heap aside from the collector as the ``run`` process exits (after the
+    worker stopped, before ``sys.exit``), when ``enabled`` (``[worker] gc_tuning``).
+
+    Python's shutdown runs full collections over a heap that is about to be freed whole; frozen
+    objects are not examined. Exit handlers (:mod:`atexit`), the flushing of streams and the
+    finalization of modules are unchanged; what it skips is collecting reference cycles at exit,
+    whose finalizers Python does not promise to run at exit anyway.
+    """
+    if enabled:
+        gc.freeze()

@@ -34,7 +34,7 @@ from tracker_client.errors import (
 )
 from tracker_client.sweeps import SweepCounts
 from worker.cli.errors import NO_TOKEN, describe, exit_code_for
-from worker.cli.gc_tuning import BusyGc
+from worker.cli.gc_tuning import BusyGc, freeze_for_exit
 from worker.cli.prepare import (
     EXIT_CONFIG,
     EXIT_FAILURE,
@@ -317,6 +317,7 @@ def run_command(
         fail(str(exc), EXIT_CONFIG)
     except TrackerError as exc:
         fail(describe(exc, url, token_source), exit_code_for(exc))
+    freeze_for_exit(config.worker.gc_tuning)  # no collection of the heap at interpreter exit
     sys.exit(code)
 
 

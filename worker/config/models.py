@@ -18,14 +18,12 @@ refused at load, see :func:`worker.workdirs.open_workdir_problem`);
 of the rail it imports :mod:`tracker_client.errors` only.
 """
 
-from __future__ import annotations
-
 import os
 import socket
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -103,7 +101,7 @@ class TrackerConfig(_Frozen):
         (--token-file)``), for a refusal to name it; never the token itself. None: no token."""
         return self._api_token_source
 
-    def with_token(self, token: str | None, source: str | None) -> TrackerConfig:
+    def with_token(self, token: str | None, source: str | None) -> Self:
         """This table with the token the loader picked (see :mod:`worker.config.token`)."""
         picked = self.model_copy(update={"api_token": token})
         picked._api_token_source = source

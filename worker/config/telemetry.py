@@ -4,9 +4,7 @@ Both are off by default (no listener, no exporter, nothing imported). Values onl
 telemetry itself is :mod:`worker.telemetry`'s.
 """
 
-from __future__ import annotations
-
-from typing import Literal
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -80,7 +78,7 @@ class TracingConfig(_Table):
         return value
 
     @model_validator(mode="after")
-    def _otlp_needs_endpoint(self) -> TracingConfig:
+    def _otlp_needs_endpoint(self) -> Self:
         if self.enabled and self.export == "otlp" and self.endpoint is None:
             raise ValueError(
                 'export = "otlp" needs endpoint (the collector\'s traces URL, '
