@@ -137,3 +137,39 @@ def test_bad_import_paths() -> None:
         load_executor("plugins.api:Nope", {})
     with pytest.raises(ExecutorError, match=r"must look like 'package\.module:attribute'"):
         load_executor(":Thing", {})
+
+
+def _dist(site: Path, name: str, entry_points: str) -> None:
+    """A real installed distribution ``name`` in ``site`` with this ``entry_points.txt``."""
+    info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+def test_duplicate_name_first_wins_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "dup-one", f"[{ENTRY_POINT_GROUP}]\ntwin = one_mod:Twin\n")
+    _dist(second, "dup-two", f"[{ENTRY_POINT_GROUP}]\ntwin = two_mod:Twin\n")
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    with caplog.at_level("WARNING", logger="backlog_worker.executor.registry"):
+        found = installed_executors()
+    assert found["twin"].value == "one_mod:Twin"
+    assert "'twin' is registered twice (one_mod:Twin and two_mod:Twin)" in caplog.text
+
+
+def test_a_plugin_may_take_a_builtin_name_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A distribution ahead of backlog-worker's on the path registering ``python`` is the one
+    used, with the duplicate named."""
+    site = tmp_path / "site"
+    _dist(site, "my-python", f"[{ENTRY_POINT_GROUP}]\npython = my_python:Executor\n")
+    monkeypatch.syspath_prepend(str(site))
+    with caplog.at_level("WARNING", logger="backlog_worker.executor.registry"):
+        found = installed_executors()
+    assert found["python"].value == "my_python:Executor"
+    assert "'python' is registered twice" in caplog.text
