@@ -326,7 +326,7 @@ class PostgresTracker(Rail[PgEngine]):
         got: list[Lease] = []
         if (
             not ahead.seen(idempotency_key)  # a replay is answered as the first call was
-            and self._may_ahead(agent_id, agent_role, lease_ttl_ms, n, limits)
+            and self._plain_claim(agent_id, agent_role, lease_ttl_ms, n, limits)
             and ahead.asked(agent_id, agent_role, lease_ttl_ms, n)
         ):
             # leases claimed ahead with this agent's last reports (see .ahead)
@@ -362,9 +362,12 @@ class PostgresTracker(Rail[PgEngine]):
         return leases
 
     @staticmethod
-    def _may_ahead(agent: Any, role: Any, ttl_ms: Any, n: Any, limits: Mapping[str, int]) -> bool:
-        """Whether a ``claim_many`` may be answered from leases claimed ahead: its arguments
-        are good (a bad one is refused by the claim, as before) and it has no limits."""
+    def _plain_claim(
+        agent: Any, role: Any, ttl_ms: Any, n: Any, limits: Mapping[str, object]
+    ) -> bool:
+        """Whether a claim may skip the embedded-path claim (answered from leases claimed
+        ahead, or in one round trip): its arguments are good (a bad one is refused by the
+        embedded-path claim, as before), it has no limits and INFO logging is off."""
         if limits or log.isEnabledFor(logging.INFO):
             return False
         if not (isinstance(agent, str) and agent and isinstance(role, str) and role):
@@ -494,17 +497,13 @@ class PostgresTracker(Rail[PgEngine]):
         """Up to ``n`` leases through ``bw_claim`` (schema 7) in one round trip, or None when
         the embedded-path claim must run (it answers what this one leaves: bad arguments, a
         replayed key, housekeeping due, a rate limit, ``per_state`` limits, INFO logging)."""
-        if limits or log.isEnabledFor(logging.INFO):
-            return None
-        try:
-            check_ttl(lease_ttl_ms)
-            check_n(n)
-            fp = None if key is None else fingerprint(args)
-        except TrackerError:
-            return None
-        if not (isinstance(agent_id, str) and agent_id and isinstance(role, str) and role):
+        if not self._plain_claim(agent_id, role, lease_ttl_ms, n, limits):
             return None
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            return None
+        try:
+            fp = None if key is None else fingerprint(args)
+        except TrackerError:
             return None
         built = await self._claim_params(op, agent_id, role, lease_ttl_ms, n, key, fp)
         rows = await self._engine.pairs.claim(CLAIM_CALL, built[0], op)
