@@ -50,21 +50,28 @@ async def claim_many(request: Request) -> Response:
     """``POST /leases/claim-many``: up to ``n`` leases of the role in one write (a JSON array,
     empty when there is no work; each lease with its token, as ``claim`` answers it)."""
     body = await read_model(request, ClaimManyBody)
-    leases = await tracker_of(request).call(
-        "claim_many",
-        agent_id=body.agent_id,
-        agent_role=body.agent_role,
-        lease_ttl_ms=body.lease_ttl_ms,
-        n=body.n,
-        concurrency=body.concurrency,
-        idempotency_key=idem_key(request),
-    )
+    leases = await _claim_many(tracker_of(request), body, idem_key(request))
     docs = []
     for lease in leases:
         doc = dump(lease)
         doc["lease_token"] = lease.lease_token.get_secret_value()
         docs.append(doc)
     return json_response(docs)
+
+
+async def _claim_many(tracker: Tracker, body: ClaimManyBody, key: str | None) -> list[Lease]:
+    """The tracker's ``claim_many`` of a claim body (the route's own, or the claim riding in
+    a ``finish_many``) under the idempotency key ``key``."""
+    leases: list[Lease] = await tracker.call(
+        "claim_many",
+        agent_id=body.agent_id,
+        agent_role=body.agent_role,
+        lease_ttl_ms=body.lease_ttl_ms,
+        n=body.n,
+        concurrency=body.concurrency,
+        idempotency_key=key,
+    )
+    return leases
 
 
 def _entry(outcome: FinishManyOutcome) -> bytes:
@@ -126,15 +133,7 @@ async def _finish_and_claim(
         tg.start_soon(finish)
         await anyio.lowlevel.checkpoint()  # the items' write is queued first
         try:
-            claimed = await tracker.call(
-                "claim_many",
-                agent_id=claim.agent_id,
-                agent_role=claim.agent_role,
-                lease_ttl_ms=claim.lease_ttl_ms,
-                n=claim.n,
-                concurrency=claim.concurrency,
-                idempotency_key=claim.idempotency_key,
-            )
+            claimed = await _claim_many(tracker, claim, claim.idempotency_key)
         except TrackerCorrupt:
             raise
         except TrackerError as exc:
