@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg
 import pytest
 
 from tests.postgres.bouncer import Bouncer, start_bouncer
@@ -23,6 +25,21 @@ def quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
     then wants the queue depth for its lines), so a test of those paths holds whatever an
     earlier test of the same process left the logging at."""
     caplog.set_level(logging.WARNING, logger="backlog_worker.tracker")
+
+
+@pytest.fixture
+def sent_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of each query sent on the async lane (the hot path's connections), in order:
+    one ``execute`` is one round trip."""
+    queries: list[str] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        queries.append(str(query))
+        return await real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    return queries
 
 
 @pytest.fixture

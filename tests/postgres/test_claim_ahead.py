@@ -31,33 +31,14 @@ from tracker_client.factory import open_tracker
 from tracker_client.models import Lease
 from tracker_client.postgres import pairing
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+# the one-trip paths only (see conftest's ``quiet_tracker_log``)
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("quiet_tracker_log"),
+]
 
 _PLAIN = {"trigger": "complete"}
-
-
-@pytest.fixture(autouse=True)
-def _quiet(quiet_tracker_log: None) -> None:
-    """The one-trip paths only (see conftest's ``quiet_tracker_log``)."""
-
-
-class _Sent:
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
-    """The queries sent on the async lane (the hot path's connections)."""
-    counter = _Sent()
-    real = psycopg.AsyncCursor.execute
-
-    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        counter.queries.append(str(query))
-        return await real(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
-    return counter
 
 
 async def _rail(tasks: int, **options: Any) -> tuple[Any, str, list[Lease]]:
@@ -87,23 +68,23 @@ async def _leased(tracker: Any) -> set[str]:
 
 
 async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_trip(
-    pg_server: PgServer, sent: _Sent
+    pg_server: PgServer, sent_queries: list[str]
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
-        sent.queries.clear()
+        sent_queries.clear()
         finished = await tracker.finish_many(_items(leases, "f"))
         assert all(isinstance(o, FinishResult) for o in finished)
         # one statement: the reports and a claim of the next batches (3, what was asked
         # last, and 3 more: the last claim found none kept, so one batch is kept while the
         # next is flushed)
-        assert len(sent.queries) == 1 and "bw_finish_claim_tx" in sent.queries[0]
+        assert len(sent_queries) == 1 and "bw_finish_claim_tx" in sent_queries[0]
         assert tracker.engine.pairs.paired == 1
         kept = await _leased(tracker)
         assert len(kept) == 6
-        sent.queries.clear()
+        sent_queries.clear()
         nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
-        assert sent.queries == []  # answered from the kept leases: no round trip
+        assert sent_queries == []  # answered from the kept leases: no round trip
         assert {x.task.id for x in nxt} < kept
         # real leases: a heartbeat and a transition under their tokens work
         await tracker.heartbeat(nxt[0])
@@ -234,12 +215,14 @@ async def test_a_lost_answer_is_replayed_by_the_next_claim_and_strands_nothing(
         await tracker.aclose()
 
 
-async def test_claim_ahead_off_claims_nothing_ahead(pg_server: PgServer, sent: _Sent) -> None:
+async def test_claim_ahead_off_claims_nothing_ahead(
+    pg_server: PgServer, sent_queries: list[str]
+) -> None:
     tracker, _, leases = await _rail(9, claim_ahead="off")
     try:
-        sent.queries.clear()
+        sent_queries.clear()
         await tracker.finish_many(_items(leases, "f"))
-        assert len(sent.queries) == 1 and "bw_finish_many_tx" in sent.queries[0]
+        assert len(sent_queries) == 1 and "bw_finish_many_tx" in sent_queries[0]
         assert await _leased(tracker) == set()
     finally:
         await tracker.aclose()
@@ -327,16 +310,16 @@ async def test_hosts_claiming_ahead_drain_every_task_once_despite_a_sigkill(
 
 
 async def test_a_worker_claiming_one_at_a_time_takes_what_is_kept_and_is_not_claimed_ahead_for(
-    pg_server: PgServer, sent: _Sent
+    pg_server: PgServer, sent_queries: list[str]
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
         await tracker.finish_many(_items(leases, "f"))  # 6 kept (see the first test)
         kept = await _leased(tracker)
         assert len(kept) == 6
-        sent.queries.clear()
+        sent_queries.clear()
         one = await tracker.claim_many("a", "coder", 60_000, 1, idempotency_key="k1")
-        assert sent.queries == []  # a kept lease, no round trip
+        assert sent_queries == []  # a kept lease, no round trip
         assert len(one) == 1 and one[0].task.id in kept
         # its report claims nothing ahead: one slot's worker holds what it runs, no more
         await tracker.finish_many(_items(one, "g"))

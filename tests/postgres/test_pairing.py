@@ -13,7 +13,6 @@ import uuid
 from typing import Any
 
 import anyio
-import psycopg
 import pytest
 
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
@@ -24,33 +23,14 @@ from tracker_client.factory import open_tracker
 from tracker_client.models import Lease
 from tracker_client.postgres import pairing
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+# the one-trip paths only (see conftest's ``quiet_tracker_log``)
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("quiet_tracker_log"),
+]
 
 _PLAIN = {"trigger": "complete"}
-
-
-@pytest.fixture(autouse=True)
-def _quiet(quiet_tracker_log: None) -> None:
-    """The one-trip paths only (see conftest's ``quiet_tracker_log``)."""
-
-
-class _Sent:
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
-    """The queries sent on the async lane (the hot path's connections)."""
-    counter = _Sent()
-    real = psycopg.AsyncCursor.execute
-
-    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        counter.queries.append(str(query))
-        return await real(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
-    return counter
 
 
 async def _rail(tasks: int) -> tuple[Any, list[Lease]]:
@@ -93,13 +73,13 @@ def _items(leases: list[Lease], prefix: str) -> list[FinishItem]:
 
 
 async def test_reports_and_the_next_claim_go_as_one_statement(
-    pg_server: PgServer, sent: _Sent
+    pg_server: PgServer, sent_queries: list[str]
 ) -> None:
     tracker, leases = await _rail(6)
     try:
-        sent.queries.clear()
+        sent_queries.clear()
         finished, claimed = await _together(tracker, _items(leases, "f"), "second")
-        assert len(sent.queries) == 1 and "bw_finish_claim_tx" in sent.queries[0]
+        assert len(sent_queries) == 1 and "bw_finish_claim_tx" in sent_queries[0]
         assert tracker.engine.pairs.paired == 1
         # each caller got its own answer, as alone
         assert [
@@ -122,13 +102,13 @@ async def test_reports_and_the_next_claim_go_as_one_statement(
 
 
 async def test_a_claim_that_finds_nothing_still_answers_the_reports(
-    pg_server: PgServer, sent: _Sent
+    pg_server: PgServer, sent_queries: list[str]
 ) -> None:
     tracker, leases = await _rail(3)
     try:
-        sent.queries.clear()
+        sent_queries.clear()
         finished, claimed = await _together(tracker, _items(leases, "f"), "second")
-        assert len(sent.queries) == 1
+        assert len(sent_queries) == 1
         assert claimed == []
         assert all(isinstance(o, FinishResult) for o in finished)
         for lease in leases:
@@ -138,16 +118,16 @@ async def test_a_claim_that_finds_nothing_still_answers_the_reports(
 
 
 async def test_a_pair_that_declines_is_answered_as_two_calls(
-    pg_server: PgServer, sent: _Sent
+    pg_server: PgServer, sent_queries: list[str]
 ) -> None:
     tracker, leases = await _rail(6)
     try:
         # the claim replays the first claim's key: its statement declines (BW001), and the
         # whole pair with it; then each call goes alone and is answered exactly
-        sent.queries.clear()
+        sent_queries.clear()
         finished, claimed = await _together(tracker, _items(leases, "f"), "first")
         assert tracker.engine.pairs.split == 1 and tracker.engine.pairs.paired == 0
-        assert "bw_finish_claim_tx" in sent.queries[0]
+        assert "bw_finish_claim_tx" in sent_queries[0]
         assert all(isinstance(o, FinishResult) for o in finished)
         # the replay answers the first claim's leases, less those the reports (sent alone
         # beside it) finished first: never a new one
@@ -209,13 +189,13 @@ async def test_a_lost_pair_answer_reaches_both_callers_and_retries_write_once(
         await tracker.aclose()
 
 
-async def test_a_claim_alone_is_not_held_back(pg_server: PgServer, sent: _Sent) -> None:
+async def test_a_claim_alone_is_not_held_back(pg_server: PgServer, sent_queries: list[str]) -> None:
     tracker, _ = await _rail(6)
     try:
-        sent.queries.clear()
+        sent_queries.clear()
         claimed = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
         assert len(claimed) == 3
-        assert len(sent.queries) == 1 and "bw_claim_tx" in sent.queries[0]
+        assert len(sent_queries) == 1 and "bw_claim_tx" in sent_queries[0]
         assert tracker.engine.pairs.paired == 0
     finally:
         await tracker.aclose()
