@@ -23,13 +23,13 @@ import psycopg
 import pytest
 
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
+from tests.postgres.batch_rail import finish_items, leased_rail, pair_answer_lost
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name, shared_server
 from tests.startline import release_together
-from tracker_client.contract.batch_models import FinishItem, FinishResult
+from tracker_client.contract.batch_models import FinishResult
 from tracker_client.errors import ConfigError, Conflict, TrackerUnavailable
 from tracker_client.factory import open_tracker
 from tracker_client.models import Lease
-from tracker_client.postgres import pairing
 
 # the one-trip paths only (see conftest's ``quiet_tracker_log``)
 pytestmark = [
@@ -38,23 +38,9 @@ pytestmark = [
     pytest.mark.usefixtures("quiet_tracker_log"),
 ]
 
-_PLAIN = {"trigger": "complete"}
-
 
 async def _rail(tasks: int, **options: Any) -> tuple[Any, str, list[Lease]]:
-    url = fresh_schema_url(f"ahead-{uuid.uuid4()}", **options)
-    tracker: Any = await open_tracker(url)
-    pid = await make_pipeline(tracker, simple_pipeline())
-    await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(tasks)])
-    leases = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k0")
-    return tracker, url, leases
-
-
-def _items(leases: list[Lease], prefix: str) -> list[FinishItem]:
-    return [
-        FinishItem(lease=x, transition=_PLAIN, idempotency_key=f"{prefix}{i}")
-        for i, x in enumerate(leases)
-    ]
+    return await leased_rail(f"ahead-{uuid.uuid4()}", tasks, "k0", **options)
 
 
 async def _leased(tracker: Any) -> set[str]:
@@ -73,7 +59,7 @@ async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_t
     tracker, _, leases = await _rail(9)
     try:
         sent_queries.clear()
-        finished = await tracker.finish_many(_items(leases, "f"))
+        finished = await tracker.finish_many(finish_items(leases, "f"))
         assert all(isinstance(o, FinishResult) for o in finished)
         # one statement: the reports and a claim of the next batches (3, what was asked
         # last, and 3 more: the last claim found none kept, so one batch is kept while the
@@ -88,7 +74,7 @@ async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_t
         assert {x.task.id for x in nxt} < kept
         # real leases: a heartbeat and a transition under their tokens work
         await tracker.heartbeat(nxt[0])
-        done = await tracker.finish_many(_items(nxt, "g"))
+        done = await tracker.finish_many(finish_items(nxt, "g"))
         assert all(isinstance(o, FinishResult) for o in done)
         # a replay under the key answers the same leases, those still live: none now
         assert await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1") == []
@@ -104,7 +90,7 @@ async def test_a_replay_answers_the_same_leases_and_other_arguments_conflict(
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
-        await tracker.finish_many(_items(leases, "f"))
+        await tracker.finish_many(finish_items(leases, "f"))
         first = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
         again = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
         assert [(x.run.id, x.lease_token.get_secret_value()) for x in again] == [
@@ -121,7 +107,7 @@ async def test_a_replay_answers_the_same_leases_and_other_arguments_conflict(
 
 async def test_closing_the_rail_releases_the_kept_leases_uncounted(pg_server: PgServer) -> None:
     tracker, url, leases = await _rail(9)
-    await tracker.finish_many(_items(leases, "f"))
+    await tracker.finish_many(finish_items(leases, "f"))
     kept = await _leased(tracker)
     assert len(kept) == 6
     await tracker.aclose()
@@ -143,7 +129,7 @@ async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fre
 ) -> None:
     tracker, _, leases = await _rail(12)
     try:
-        await tracker.finish_many(_items(leases, "f"))
+        await tracker.finish_many(finish_items(leases, "f"))
         kept = await _leased(tracker)
         tracker._ahead.max_age_s = 0.0  # every kept lease is now too old
         nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
@@ -170,12 +156,12 @@ async def test_another_agent_or_ttl_stops_claiming_ahead_and_gets_the_kept_work(
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
-        await tracker.finish_many(_items(leases, "f"))
+        await tracker.finish_many(finish_items(leases, "f"))
         kept = await _leased(tracker)
         got = await tracker.claim_many(agent, "coder", role_ttl, 6, idempotency_key="b1")
         assert {x.task.id for x in got} == kept  # released, then claimed afresh
         assert got[0].run.agent_id == agent
-        await tracker.finish_many(_items(got, "g"))
+        await tracker.finish_many(finish_items(got, "g"))
         assert await _leased(tracker) == set()  # never again on this instance
     finally:
         await tracker.aclose()
@@ -188,26 +174,20 @@ async def test_a_lost_answer_is_replayed_by_the_next_claim_and_strands_nothing(
     db = tracker.engine.db
     real = db.one_call
 
-    async def lost(call: str, params: Any, where: str) -> Any:
-        if call == pairing.PAIR_CALL:  # a fault a real server can't be told to make
-            await real(call, params, where)  # written, and then the answer is lost
-            raise TrackerUnavailable("connection lost", code="unavailable")
-        return await real(call, params, where)
-
     try:
-        monkeypatch.setattr(db, "one_call", lost)
+        monkeypatch.setattr(db, "one_call", pair_answer_lost(real))
         with pytest.raises(TrackerUnavailable):
-            await tracker.finish_many(_items(leases, "f"))
+            await tracker.finish_many(finish_items(leases, "f"))
         monkeypatch.setattr(db, "one_call", real)
         stranded = await _leased(tracker) - {x.task.id for x in leases}
         assert len(stranded) == 6  # the claim ahead was written
         # the reports' retry under their keys writes nothing twice
-        again = await tracker.finish_many(_items(leases, "f"))
+        again = await tracker.finish_many(finish_items(leases, "f"))
         assert all(isinstance(o, FinishResult) for o in again)
         # the next claim takes the lost claim's leases (replayed under its key)
         nxt = await tracker.claim_many("a", "coder", 60_000, 6, idempotency_key="k1")
         assert {x.task.id for x in nxt} == stranded
-        await tracker.finish_many(_items(nxt, "g"))
+        await tracker.finish_many(finish_items(nxt, "g"))
         rest = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k2")
         assert len(rest) == 3
         assert {x.task.id for x in rest}.isdisjoint(stranded)
@@ -221,7 +201,7 @@ async def test_claim_ahead_off_claims_nothing_ahead(
     tracker, _, leases = await _rail(9, claim_ahead="off")
     try:
         sent_queries.clear()
-        await tracker.finish_many(_items(leases, "f"))
+        await tracker.finish_many(finish_items(leases, "f"))
         assert len(sent_queries) == 1 and "bw_finish_many_tx" in sent_queries[0]
         assert await _leased(tracker) == set()
     finally:
@@ -314,7 +294,7 @@ async def test_a_worker_claiming_one_at_a_time_takes_what_is_kept_and_is_not_cla
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
-        await tracker.finish_many(_items(leases, "f"))  # 6 kept (see the first test)
+        await tracker.finish_many(finish_items(leases, "f"))  # 6 kept (see the first test)
         kept = await _leased(tracker)
         assert len(kept) == 6
         sent_queries.clear()
@@ -322,7 +302,7 @@ async def test_a_worker_claiming_one_at_a_time_takes_what_is_kept_and_is_not_cla
         assert sent_queries == []  # a kept lease, no round trip
         assert len(one) == 1 and one[0].task.id in kept
         # its report claims nothing ahead: one slot's worker holds what it runs, no more
-        await tracker.finish_many(_items(one, "g"))
+        await tracker.finish_many(finish_items(one, "g"))
         assert await _leased(tracker) == kept - {one[0].task.id}
         # the rest kept go one by one to one-lease claims; nothing is left leased
         seen = {one[0].task.id}
@@ -330,7 +310,7 @@ async def test_a_worker_claiming_one_at_a_time_takes_what_is_kept_and_is_not_cla
             got = await tracker.claim_many("a", "coder", 60_000, 1, idempotency_key=f"n{i}")
             assert len(got) == 1
             seen.add(got[0].task.id)
-            await tracker.finish_many(_items(got, f"h{i}"))
+            await tracker.finish_many(finish_items(got, f"h{i}"))
         assert seen == kept and await _leased(tracker) == set()
         assert await tracker.claim_many("a", "coder", 60_000, 1, idempotency_key="n5") == []
     finally:
@@ -342,12 +322,12 @@ async def test_leases_kept_too_long_are_released_at_the_workers_next_report(
 ) -> None:
     tracker, _, leases = await _rail(9)
     try:
-        await tracker.finish_many(_items(leases, "f"))  # 6 kept
+        await tracker.finish_many(finish_items(leases, "f"))  # 6 kept
         nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
         stale = await _leased(tracker) - {x.task.id for x in nxt}
         assert len(stale) == 3
         tracker._ahead.max_age_s = 0.0  # the 3 still kept are now too old
-        await tracker.finish_many(_items(nxt, "g"))
+        await tracker.finish_many(finish_items(nxt, "g"))
         # released, uncounted: claimable again at once, nothing leased any more
         assert await _leased(tracker) == set()
         again = await tracker.claim_many("b", "coder", 60_000, 3, idempotency_key="k2")

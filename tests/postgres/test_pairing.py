@@ -15,13 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.contract.support import make_pipeline, new_task, simple_pipeline
-from tests.postgres.server import PgServer, fresh_schema_url
+from tests.postgres.batch_rail import finish_items, leased_rail, pair_answer_lost
+from tests.postgres.server import PgServer
 from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, FinishResult
 from tracker_client.errors import TrackerUnavailable
-from tracker_client.factory import open_tracker
 from tracker_client.models import Lease
-from tracker_client.postgres import pairing
 
 # the one-trip paths only (see conftest's ``quiet_tracker_log``)
 pytestmark = [
@@ -30,16 +28,11 @@ pytestmark = [
     pytest.mark.usefixtures("quiet_tracker_log"),
 ]
 
-_PLAIN = {"trigger": "complete"}
-
 
 async def _rail(tasks: int) -> tuple[Any, list[Lease]]:
     # claim_ahead=off: the pairing alone (claiming ahead rides on it: test_claim_ahead.py)
-    url = fresh_schema_url(f"pair-{uuid.uuid4()}", claim_ahead="off")
-    tracker: Any = await open_tracker(url)
-    pid = await make_pipeline(tracker, simple_pipeline())
-    await tracker.create_tasks([new_task(pid, f"t{i}", priority=-i) for i in range(tasks)])
-    leases = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="first")
+    key = f"pair-{uuid.uuid4()}"
+    tracker, _, leases = await leased_rail(key, tasks, "first", claim_ahead="off")
     return tracker, leases
 
 
@@ -65,20 +58,13 @@ async def _together(
     return out["finished"], out["claimed"]
 
 
-def _items(leases: list[Lease], prefix: str) -> list[FinishItem]:
-    return [
-        FinishItem(lease=x, transition=_PLAIN, idempotency_key=f"{prefix}{i}")
-        for i, x in enumerate(leases)
-    ]
-
-
 async def test_reports_and_the_next_claim_go_as_one_statement(
     pg_server: PgServer, sent_queries: list[str]
 ) -> None:
     tracker, leases = await _rail(6)
     try:
         sent_queries.clear()
-        finished, claimed = await _together(tracker, _items(leases, "f"), "second")
+        finished, claimed = await _together(tracker, finish_items(leases, "f"), "second")
         assert len(sent_queries) == 1 and "bw_finish_claim_tx" in sent_queries[0]
         assert tracker.engine.pairs.paired == 1
         # each caller got its own answer, as alone
@@ -94,7 +80,7 @@ async def test_reports_and_the_next_claim_go_as_one_statement(
             assert detail.latest_run is not None and detail.latest_run.status == "running"
             await tracker.heartbeat(lease)  # a live lease under its token
         # replays under the keys answer what the pair wrote, writing nothing more
-        assert await tracker.finish_many(_items(leases, "f")) == finished
+        assert await tracker.finish_many(finish_items(leases, "f")) == finished
         again = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
         assert [x.run.id for x in again] == [x.run.id for x in claimed]
     finally:
@@ -107,7 +93,7 @@ async def test_a_claim_that_finds_nothing_still_answers_the_reports(
     tracker, leases = await _rail(3)
     try:
         sent_queries.clear()
-        finished, claimed = await _together(tracker, _items(leases, "f"), "second")
+        finished, claimed = await _together(tracker, finish_items(leases, "f"), "second")
         assert len(sent_queries) == 1
         assert claimed == []
         assert all(isinstance(o, FinishResult) for o in finished)
@@ -125,7 +111,7 @@ async def test_a_pair_that_declines_is_answered_as_two_calls(
         # the claim replays the first claim's key: its statement declines (BW001), and the
         # whole pair with it; then each call goes alone and is answered exactly
         sent_queries.clear()
-        finished, claimed = await _together(tracker, _items(leases, "f"), "first")
+        finished, claimed = await _together(tracker, finish_items(leases, "f"), "first")
         assert tracker.engine.pairs.split == 1 and tracker.engine.pairs.paired == 0
         assert "bw_finish_claim_tx" in sent_queries[0]
         assert all(isinstance(o, FinishResult) for o in finished)
@@ -146,19 +132,13 @@ async def test_a_lost_pair_answer_reaches_both_callers_and_retries_write_once(
     db = tracker.engine.db
     real = db.one_call
 
-    async def lost(call: str, params: Any, where: str) -> Any:
-        if call == pairing.PAIR_CALL:  # a fault a real server can't be told to make
-            await real(call, params, where)  # written, and then the answer is lost
-            raise TrackerUnavailable("connection lost", code="unavailable")
-        return await real(call, params, where)
-
     try:
-        monkeypatch.setattr(db, "one_call", lost)
+        monkeypatch.setattr(db, "one_call", pair_answer_lost(real))
         errors: list[BaseException] = []
 
         async def reports() -> None:
             try:
-                await tracker.finish_many(_items(leases, "f"))
+                await tracker.finish_many(finish_items(leases, "f"))
             except TrackerUnavailable as exc:
                 errors.append(exc)
 
@@ -175,7 +155,7 @@ async def test_a_lost_pair_answer_reaches_both_callers_and_retries_write_once(
         assert len(errors) == 2
         monkeypatch.setattr(db, "one_call", real)
         # the retries under the same keys: answered from the records, nothing written twice
-        finished = await tracker.finish_many(_items(leases, "f"))
+        finished = await tracker.finish_many(finish_items(leases, "f"))
         assert all(isinstance(o, FinishResult) for o in finished)
         claimed = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="second")
         assert len(claimed) == 3
