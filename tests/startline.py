@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-__all__ = ["release_together"]
+__all__ = ["reap", "release_together"]
 
 
 def release_together(procs: Sequence[subprocess.Popen[str]]) -> None:
@@ -20,3 +20,12 @@ def release_together(procs: Sequence[subprocess.Popen[str]]) -> None:
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
+
+
+def reap(procs: Sequence[subprocess.Popen[str]]) -> None:
+    """Kill the children still running (a test that failed midway) and collect every child's
+    pipes, so none is left behind or holds its pipes open."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

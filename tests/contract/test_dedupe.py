@@ -19,7 +19,7 @@ import pytest
 
 from tests.contract.support import FakeClock, all_tasks, claim, make_pipeline, new_task
 from tests.remote.fake_nulltickets import PIPELINE, FakeNullTickets
-from tests.startline import release_together
+from tests.startline import reap, release_together
 from tracker_client.errors import Unsupported, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.nulltickets.client import RemoteTracker
@@ -140,10 +140,7 @@ def _submit_together(url: str, pid: str, n: int) -> list[str]:
             out.extend(stdout.split())
         return out
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        reap(procs)
 
 
 @pytest.mark.slow

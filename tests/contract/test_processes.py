@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from tests.contract.support import all_tasks, make_pipeline, new_task
+from tests.startline import reap
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
 
@@ -39,13 +40,6 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def _reap(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
-
-
 def _run_together(procs: list[subprocess.Popen[str]]) -> list[str]:
     """Wait until every child is ready, start them at once, and return their last lines."""
     try:
@@ -64,7 +58,7 @@ def _run_together(procs: list[subprocess.Popen[str]]) -> list[str]:
             last.append(out.strip().splitlines()[-1])
         return last
     finally:
-        _reap(procs)
+        reap(procs)
 
 
 def _run_drainers(db: Path, out_dir: Path) -> list[list[dict[str, object]]]:
@@ -125,7 +119,7 @@ def _kill_mid_stream(db: Path, pipeline_id: str, writes: int) -> list[str]:
         proc.wait(timeout=30)
         said.extend(line.strip() for line in proc.stdout.read().splitlines() if line.strip())
     finally:
-        _reap([proc])
+        reap([proc])
     assert proc.returncode == -signal.SIGKILL
     return said
 

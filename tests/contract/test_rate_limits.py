@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from tests.contract.support import CLOCK, FakeClock, claim, make_pipeline, new_task, simple_pipeline
+from tests.startline import reap
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
@@ -169,10 +170,7 @@ async def _race(db: Path, claimers: int, seconds: float, hold: float) -> tuple[f
             spans.extend(json.loads(out.strip().splitlines()[-1]))
         return start, spans
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        reap(procs)
 
 
 async def _rail(tmp_path: Path, tasks: int, **limit: Any) -> Path:

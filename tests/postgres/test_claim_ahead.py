@@ -25,7 +25,7 @@ import pytest
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
 from tests.postgres.batch_rail import finish_items, leased_rail, pair_answer_lost
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name, shared_server
-from tests.startline import release_together
+from tests.startline import reap, release_together
 from tracker_client.contract.batch_models import FinishResult
 from tracker_client.errors import ConfigError, Conflict, TrackerUnavailable
 from tracker_client.factory import open_tracker
@@ -245,10 +245,7 @@ def _hosts(url: str, workers: int, kill_after: int) -> list[str]:
             rest += out.splitlines()
         return rest
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
+        reap(procs)
 
 
 @pytest.mark.slow

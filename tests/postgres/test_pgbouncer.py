@@ -19,7 +19,7 @@ from tests.contract.support import claim, make_pipeline, new_task
 from tests.docs.blocks import find
 from tests.postgres.bouncer import Bouncer, start_bouncer
 from tests.postgres.server import PgServer, schema_name
-from tests.startline import release_together
+from tests.startline import reap, release_together
 from tracker_client.errors import ConfigError
 from tracker_client.factory import open_tracker
 from tracker_client.postgres.engine import PgEngine
@@ -67,10 +67,7 @@ def _drain(url: str) -> list[str]:
             lines += out.splitlines()
         return lines
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
+        reap(procs)
 
 
 async def test_worker_processes_drain_through_the_bouncer_exactly_once(

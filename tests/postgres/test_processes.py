@@ -16,7 +16,7 @@ import pytest
 
 from tests.contract.support import make_pipeline, new_task
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
-from tests.startline import release_together
+from tests.startline import reap, release_together
 from tracker_client.factory import open_tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -61,10 +61,7 @@ def _run(url: str) -> tuple[list[str], list[str]]:
             rest += out.splitlines()
         return killed, rest
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
+        reap(procs)
 
 
 @pytest.mark.timeout(240)
