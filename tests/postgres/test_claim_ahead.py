@@ -10,12 +10,7 @@ nothing.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,8 +19,8 @@ import pytest
 
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
 from tests.postgres.batch_rail import finish_items, leased_rail, pair_answer_lost
+from tests.postgres.drain_hosts import drain_losing_one
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name, shared_server
-from tests.startline import reap, release_together
 from tracker_client.contract.batch_models import FinishResult
 from tracker_client.errors import ConfigError, Conflict, TrackerUnavailable
 from tracker_client.factory import open_tracker
@@ -214,40 +209,6 @@ async def test_a_bad_claim_ahead_value_is_refused_by_name(pg_server: PgServer, v
         await open_tracker(fresh_schema_url(f"ahead-{uuid.uuid4()}", claim_ahead=value))
 
 
-def _hosts(url: str, workers: int, kill_after: int) -> list[str]:
-    """``workers`` processes claiming and finishing in batches (tests/postgres/_drain_proc.py,
-    ``drain_many``), started at once; the first SIGKILLed after ``kill_after`` tasks (its kept
-    leases are left behind). The others' lines."""
-    repo = Path(__file__).resolve().parents[2]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.postgres._drain_proc", "drain_many", url, f"h{n}"],
-            cwd=repo,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(workers)
-    ]
-    try:
-        release_together(procs)
-        victim = procs[0]
-        assert victim.stdout is not None
-        for _ in range(kill_after):
-            assert victim.stdout.readline(), "the victim ended early"
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.communicate(timeout=30)
-        rest: list[str] = []
-        for proc in procs[1:]:
-            out, err = proc.communicate(timeout=150)
-            assert proc.returncode == 0, err[-2000:]
-            rest += out.splitlines()
-        return rest
-    finally:
-        reap(procs)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_hosts_claiming_ahead_drain_every_task_once_despite_a_sigkill(
@@ -265,7 +226,9 @@ async def test_hosts_claiming_ahead_drain_every_task_once_despite_a_sigkill(
             await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(start, start + 300)])
     finally:
         await tracker.aclose()
-    rest = await anyio.to_thread.run_sync(_hosts, url, 3, 60)
+    # 3 processes claiming and finishing in batches; the first SIGKILLed after 60 tasks
+    # (its kept leases are left behind)
+    _killed, rest = await anyio.to_thread.run_sync(drain_losing_one, "drain_many", url, 3, 60)
     assert any(line.startswith("drained ") for line in rest)
     schema = schema_name(key)
     with psycopg.connect(pg_server.url) as conn:

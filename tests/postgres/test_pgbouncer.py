@@ -6,11 +6,8 @@ each misconfiguration is a clear error."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from functools import partial
-from pathlib import Path
 
 import anyio
 import pytest
@@ -18,6 +15,7 @@ import pytest
 from tests.contract.support import claim, make_pipeline, new_task
 from tests.docs.blocks import find
 from tests.postgres.bouncer import Bouncer, start_bouncer
+from tests.postgres.drain_hosts import spawn
 from tests.postgres.server import PgServer, schema_name
 from tests.startline import reap, release_together
 from tracker_client.errors import ConfigError
@@ -28,7 +26,6 @@ from tracker_client.postgres.tracker import PostgresTracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
-REPO = Path(__file__).resolve().parents[2]
 WORKERS = 3
 TASKS = 300
 
@@ -47,17 +44,7 @@ def _engine(tracker: object) -> PgEngine:
 
 def _drain(url: str) -> list[str]:
     """WORKERS drain processes (tests/postgres/_drain_proc.py) at once; their output lines."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.postgres._drain_proc", "drain", url, f"host-{n}"],
-            cwd=REPO,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(WORKERS)
-    ]
+    procs = [spawn("drain", url, f"host-{n}") for n in range(WORKERS)]
     lines: list[str] = []
     try:
         release_together(procs)
