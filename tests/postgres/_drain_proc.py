@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import LeaseLost
 from tracker_client.factory import open_tracker
+from tracker_client.protocol import Tracker
 
 
 def _say(line: str) -> None:
@@ -27,58 +29,66 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-async def drain(url: str, agent: str) -> None:
-    """Claim and finish until every task is out of ``todo``."""
+async def _drain(url: str, take: Callable[[Tracker], Awaitable[list[str] | None]]) -> None:
+    """Say ``ready``, wait for ``go``, then ``take`` (the ids of the tasks it finished, or
+    None when it claimed nothing) until every task is out of ``todo``."""
     tracker = await open_tracker(url)
     done = 0
     try:
         _say("ready")
         await anyio.to_thread.run_sync(sys.stdin.readline)
         while True:
-            lease = await tracker.claim(agent, "coder", 2_000)
-            if lease is None:
+            finished = await take(tracker)
+            if finished is None:
                 if await tracker.call("count_tasks", stage="todo") == 0:
                     break
                 await tracker.wait_for_work(0.5)
                 continue
-            try:
-                await tracker.transition(lease, "complete")
-            except LeaseLost:
-                continue  # it took too long here: the task went back to the pool
-            done += 1
-            _say(f"done {lease.task.id}")
+            for task_id in finished:
+                done += 1
+                _say(f"done {task_id}")
     finally:
         await tracker.aclose()
     _say(f"drained {done}")
+
+
+async def drain(url: str, agent: str) -> None:
+    """Claim and finish one task at a time until every task is out of ``todo``."""
+
+    async def one(tracker: Tracker) -> list[str] | None:
+        lease = await tracker.claim(agent, "coder", 2_000)
+        if lease is None:
+            return None
+        try:
+            await tracker.transition(lease, "complete")
+        except LeaseLost:
+            return []  # it took too long here: the task went back to the pool
+        return [lease.task.id]
+
+    await _drain(url, one)
 
 
 async def drain_many(url: str, agent: str) -> None:
     """Claim batches and finish each batch in one call until every task is out of ``todo``."""
-    tracker = await open_tracker(url)
-    done = 0
-    try:
-        _say("ready")
-        await anyio.to_thread.run_sync(sys.stdin.readline)
-        while True:
-            key = str(uuid.uuid4())
-            leases = await tracker.claim_many(agent, "coder", 2_000, 5, idempotency_key=key)
-            if not leases:
-                if await tracker.call("count_tasks", stage="todo") == 0:
-                    break
-                await tracker.wait_for_work(0.5)
-                continue
-            items = [
-                FinishItem(lease=x, transition={"trigger": "complete"}, idempotency_key=x.run.id)
-                for x in leases
-            ]
-            outcomes = await tracker.finish_many(items)
-            for lease, outcome in zip(leases, outcomes, strict=True):
-                if isinstance(outcome, FinishResult):  # else lost: the task went back
-                    done += 1
-                    _say(f"done {lease.task.id}")
-    finally:
-        await tracker.aclose()
-    _say(f"drained {done}")
+
+    async def batch(tracker: Tracker) -> list[str] | None:
+        key = str(uuid.uuid4())
+        leases = await tracker.claim_many(agent, "coder", 2_000, 5, idempotency_key=key)
+        if not leases:
+            return None
+        items = [
+            FinishItem(lease=x, transition={"trigger": "complete"}, idempotency_key=x.run.id)
+            for x in leases
+        ]
+        outcomes = await tracker.finish_many(items)
+        # an outcome other than a result: the lease was lost, the task went back
+        return [
+            lease.task.id
+            for lease, outcome in zip(leases, outcomes, strict=True)
+            if isinstance(outcome, FinishResult)
+        ]
+
+    await _drain(url, batch)
 
 
 if __name__ == "__main__":
