@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.mcp.kit import CLI, http_server, http_session, ok, refused, stdio_session
-from tests.worker.daemonkit import TOKEN, clean_env, make_rail, serve_tracker
+from tests.worker.daemonkit import TOKEN, clean_env, create_token, make_rail, serve_tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -131,27 +131,7 @@ async def test_a_producer_token_limits_the_tools_to_its_pipelines(tmp_path: Path
             check=False,
         )
         assert made.returncode == 0, made.stderr
-        created = subprocess.run(
-            [
-                *CLI,
-                "token",
-                "create",
-                "app",
-                "--kind",
-                "producer",
-                "--pipeline",
-                "flow",
-                "--tracker",
-                f"sqlite://{db}",
-            ],
-            capture_output=True,
-            text=True,
-            env=clean_env(),
-            timeout=60,
-            check=False,
-        )
-        assert created.returncode == 0, created.stderr
-        producer = created.stdout.strip()
+        producer = create_token(db, "app", "--kind", "producer", "--pipeline", "flow")
         token_file = _secret_file(tmp_path / "producer.token", producer)
         args = ("--tracker", rail_url, "--token-file", str(token_file))
 

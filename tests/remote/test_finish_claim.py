@@ -7,7 +7,6 @@ fails both, and their retries under their keys recover it)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,7 +19,14 @@ import pytest
 from pydantic import SecretStr
 
 from tests.faultproxy import FaultProxy, Hang
-from tests.worker.daemonkit import TOKEN, clean_env, leased, run_outcomes, serve_tracker
+from tests.worker.daemonkit import (
+    TOKEN,
+    clean_env,
+    create_token,
+    leased,
+    run_outcomes,
+    serve_tracker,
+)
 from tracker_client.capabilities import LeaseHandle
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
@@ -310,26 +316,7 @@ async def test_a_lost_answer_fails_both_and_their_retries_answer_the_same(
 # -- scoped tokens ----------------------------------------------------------------------------
 async def test_a_worker_token_claims_only_its_roles_in_the_riding_claim(tmp_path: Path) -> None:
     with serve_tracker(tmp_path, token=TOKEN) as (url, db):
-        made = subprocess.run(
-            [
-                *CLI,
-                "token",
-                "create",
-                "w",
-                "--kind",
-                "worker",
-                "--role",
-                "coder",
-                "--tracker",
-                f"sqlite://{db}",
-            ],
-            capture_output=True,
-            text=True,
-            env=clean_env(),
-            timeout=60,
-            check=True,
-        )
-        worker = made.stdout.strip()
+        worker = create_token(db, "w", "--kind", "worker", "--role", "coder")
         admin = RemoteTracker(url, api_token=TOKEN, timeout_s=5)
         try:
             await _add(admin, 1)

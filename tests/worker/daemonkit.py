@@ -306,6 +306,12 @@ def cli(db: Path, *args: str) -> str:
     return done.stdout
 
 
+def create_token(db: Path, name: str, *flags: str) -> str:
+    """``backlog-worker token create NAME FLAGS...`` on the rail ``db`` (through :func:`cli`):
+    the new scoped token's value (``--kind`` and its scope in ``flags``)."""
+    return str(json.loads(cli(db, "token", "create", name, *flags))["token"])
+
+
 def add_task(db: Path, title: str = "t") -> str:
     """Add a task to the ``flow`` pipeline of the rail ``db`` (another process); its id."""
     doc = json.loads(cli(db, "task", "add", "-p", "flow", title))
