@@ -164,8 +164,14 @@ def _config(tmp_path: Path, url: str, *worker_lines: str) -> Path:
 
 
 def _run(config: Path, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    return _python(prelude + _RUN, config)
+
+
+def _python(script: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter with ``config`` as its argument, in the config's
+    folder (the workers of these tests, and of the model and PostgreSQL import tests)."""
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(prelude + _RUN), str(config)],
+        [sys.executable, "-c", textwrap.dedent(script), str(config)],
         capture_output=True,
         text=True,
         env=_env(),

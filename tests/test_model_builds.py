@@ -12,15 +12,12 @@ and whether its schema was built.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.test_cold_paths import _completed, _config, _env, _seed
+from tests.test_cold_paths import _completed, _config, _python, _seed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,15 +60,7 @@ def test_a_worker_builds_at_import_only_the_models_it_validates_as_it_starts(
 ) -> None:
     db = tmp_path / "rail.db"
     anyio.run(_seed, db, 3)
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_RUN), str(_config(tmp_path, f"sqlite:///{db}"))],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=tmp_path,
-        timeout=90,
-        check=False,
-    )
+    proc = _python(_RUN, _config(tmp_path, f"sqlite:///{db}"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _completed(db) == 3  # it really claimed, ran and transitioned every task
     models = json.loads(proc.stdout.splitlines()[-1])

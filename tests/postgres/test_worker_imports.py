@@ -9,9 +9,6 @@ HTTP client.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import anyio
 import pytest
 
 from tests.postgres.server import PgServer, schema_name
-from tests.test_cold_paths import _RUN, NEVER, NOT_EMBEDDED, PIPELINE, _env, _loaded, _report
+from tests.test_cold_paths import NEVER, NOT_EMBEDDED, PIPELINE, _loaded, _report, _run
 from tests.worker.daemonkit import python_config
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
@@ -62,15 +59,7 @@ def test_a_postgres_worker_leaves_every_cold_path_unimported(
     url = f"{pg_server.url}?schema={schema}"
     anyio.run(_seed, url, 3)
     config = python_config(tmp_path, url, "noop_job:run", "drain = true")
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_RUN), str(config)],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=tmp_path,
-        timeout=90,
-        check=False,
-    )
+    proc = _run(config)
     modules = _report(proc)["modules"]
     assert _completed(pg_server, schema) == 3  # it really claimed, ran and finished every task
     assert {"worker.cli.run", "tracker_client.postgres.tracker"} <= set(modules)
