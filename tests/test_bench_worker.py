@@ -38,7 +38,9 @@ def test_ab_refuses_a_root_that_is_not_a_source_tree(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_ab_drains_with_both_trees_workers() -> None:
     # This tree stands in for the older one: both sides are real worker processes.
-    done = _bench("--ab", str(ROOT), "--tasks", "200", "--phases", "drain1", "--rounds", "1")
+    # 2,000 tasks: the per-thread CPU is read in 10 ms clock ticks, and at 200 a database
+    # thread's ~15 ms could read as 0 (a CI run did)
+    done = _bench("--ab", str(ROOT), "--tasks", "2000", "--phases", "drain1", "--rounds", "1")
     assert done.returncode == 0, done.stderr
     rows = re.findall(
         r"round 1 ([AB]) 1 process\(es\): \d+ tasks/s, \d+ us/task \(loop \d+, threads \d+\), "
