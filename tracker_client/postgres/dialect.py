@@ -88,6 +88,10 @@ class Row:
         """The column names, in order."""
         return list(self._index)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a new dict, column name to value."""
+        return dict(zip(self._index, self._values, strict=True))
+
     def __repr__(self) -> str:
         return f"Row({dict(zip(self._index, self._values, strict=True))!r})"
 

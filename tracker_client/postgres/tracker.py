@@ -76,6 +76,7 @@ from tracker_client.postgres.claims import (
     array_literal,
     claim_many,
     lease_of,
+    lease_of_row,
     refuse_leased,
 )
 from tracker_client.postgres.db import Database
@@ -415,6 +416,12 @@ class PostgresTracker(Rail[PgEngine]):
             if not isinstance(item, Granted):
                 out.append(item)
                 continue
+            built = lease_of_row(
+                item.row, item.now, item.run_id, item.lease_id, item.token, item.agent, item.role
+            )
+            if built is not None:
+                out.append(built)
+                continue
             if ctx is None or ctx.now != item.now:
                 ctx = Ctx(
                     cast("sqlite3.Connection", None),
@@ -558,7 +565,9 @@ class PostgresTracker(Rail[PgEngine]):
         for row in rows:
             run_id = str(row["lease_run_id"])
             lease_id, token = by_run[run_id]
-            lease = await self._handed_out(row, ctx, run_id, lease_id, token, agent_id, role)
+            lease = lease_of_row(row, now, run_id, lease_id, token, agent_id, role)
+            if lease is None:
+                lease = await self._handed_out(row, ctx, run_id, lease_id, token, agent_id, role)
             if lease is not None:
                 leases.append(lease)
         if rows and not leases:
