@@ -11,6 +11,7 @@ import pytest
 
 from tests.postgres.bouncer import Bouncer, start_bouncer
 from tests.postgres.server import PgServer, shared_server
+from tracker_client.postgres import aio
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +31,7 @@ def quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
 @pytest.fixture
 def sent_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The text of each query sent on the async lane (the hot path's connections), in order:
-    one ``execute`` is one round trip."""
+    one ``execute`` or ``aio.prepared_call`` is one round trip."""
     queries: list[str] = []
     real = psycopg.AsyncCursor.execute
 
@@ -38,7 +39,14 @@ def sent_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         queries.append(str(query))
         return await real(self, query, *args, **kwargs)
 
+    real_prepared = aio.prepared_call
+
+    async def counting_prepared(conn: Any, query: str, *args: Any) -> Any:
+        queries.append(query)  # the lane's one-statement calls, on libpq itself
+        return await real_prepared(conn, query, *args)
+
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    monkeypatch.setattr(aio, "prepared_call", counting_prepared)
     return queries
 
 

@@ -65,8 +65,15 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
         counter.count += 1
         return await real_async(self, *args, **kwargs)
 
+    real_prepared = aio.prepared_call
+
+    async def counting_prepared(*args: Any, **kwargs: Any) -> Any:
+        counter.count += 1  # the lane's one-statement calls, on libpq itself
+        return await real_prepared(*args, **kwargs)
+
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting_async)
+    monkeypatch.setattr(aio, "prepared_call", counting_prepared)
     return counter
 
 

@@ -23,6 +23,7 @@ from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.errors import BacklogFull
 from tracker_client.factory import open_tracker
 from tracker_client.models import CORRUPT_MARKER, RetryPolicy
+from tracker_client.postgres import aio
 from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -38,8 +39,8 @@ def _quiet(quiet_tracker_log: None) -> None:
 
 
 class _Sent:
-    """Counts the queries psycopg sends, on the pool and on the async lane (one ``execute`` is
-    one round trip)."""
+    """Counts the queries psycopg sends, on the pool and on the async lane (one ``execute`` or
+    one :func:`~tracker_client.postgres.aio.prepared_call` is one round trip)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -59,8 +60,15 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
         counter.count += 1  # the hot path's async lane (tracker_client/postgres/aio.py)
         return await real_async(self, *args, **kwargs)
 
+    real_prepared = aio.prepared_call
+
+    async def counting_prepared(*args: Any, **kwargs: Any) -> Any:
+        counter.count += 1  # the lane's one-statement calls, on libpq itself
+        return await real_prepared(*args, **kwargs)
+
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting_async)
+    monkeypatch.setattr(aio, "prepared_call", counting_prepared)
     return counter
 
 

@@ -5,7 +5,9 @@ a worker's traffic. On the pool (:mod:`.db`) each went through a worker thread: 
 hand-off, the pool's lock and condition, psycopg's blocking wait, the hand-back, a few hundred
 microseconds of CPU per call against a round trip that costs less. Here they run on the event
 loop (psycopg's async connection, waiting through the loop's reader), on a small set of
-connections of their own, at most :attr:`Lane.size` at once (the rest queue).
+connections of their own, at most :attr:`Lane.size` at once (the rest queue). The
+one-statement calls (:meth:`.db.Database.one_call`) go on libpq itself
+(:func:`prepared_call`).
 
 A lane belongs to one event loop (psycopg's async connection waits on the loop that runs it):
 used from another loop while a call is in flight it answers None and the caller takes the
@@ -18,15 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import psycopg
+from psycopg import pq
+from psycopg.adapt import PyFormat, Transformer
 
-__all__ = ["Lane", "usable"]
+__all__ = ["Lane", "prepared_call", "usable"]
 
 
 def usable() -> bool:
@@ -159,6 +165,129 @@ class Lane:
         """Close the idle connections; one in use is closed when its call ends. Idempotent."""
         self._closed = True
         self._drop_idle()
+
+
+class _Prepared:
+    """A lane connection's own prepared statements (see :func:`prepared_call`)."""
+
+    __slots__ = ("names", "tx")
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        #: (query, parameter types) -> the statement's name on this connection.
+        self.names: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        #: The connection's adapters (its dumpers and loaders: :func:`~.dialect.configure_types`),
+        #: kept for its calls as a psycopg cursor keeps its own.
+        self.tx = Transformer(conn)
+
+
+_PREPARED: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Prepared] = (
+    weakref.WeakKeyDictionary()
+)
+_PLACEHOLDER = re.compile(r"%s")
+#: Statements' text with ``$n`` placeholders, by their psycopg text (a handful of hot calls).
+_NUMBERED: dict[str, bytes] = {}
+_TEXT = pq.Format.TEXT
+
+
+def _numbered(query: str) -> bytes:
+    """``query`` with psycopg's ``%s`` placeholders as PostgreSQL's ``$1, $2, ...``."""
+    found = _NUMBERED.get(query)
+    if found is None:
+        if "%" in _PLACEHOLDER.sub("", query):
+            raise ValueError("only %s placeholders are supported here")
+        count = iter(range(1, 1 << 16))
+        found = _PLACEHOLDER.sub(lambda _: f"${next(count)}", query).encode()
+        _NUMBERED[query] = found
+    return found
+
+
+async def prepared_call(
+    conn: psycopg.AsyncConnection[Any],
+    query: str,
+    params: Sequence[Any],
+    make_row: Callable[[pq.abc.PGresult], Callable[[Sequence[Any]], Any]],
+) -> list[Any]:
+    """``query`` (psycopg ``%s`` placeholders only) as a prepared statement on ``conn``, its
+    rows (``make_row(result)`` makes each), in one round trip once prepared on ``conn``.
+
+    What ``conn.execute(query, params, prepare=True)`` does, on libpq itself: the same
+    parameters' adaptation and rows' loading (psycopg's ``Transformer`` over the
+    connection's adapters), the same protocol messages, without psycopg's per-call
+    machinery around them (a cursor, its prepare bookkeeping, its async wait's poll, timer
+    and busy-time checks). A hot-path statement waits ~1.5-2 ms for its durable commit, the
+    loop often idle meanwhile: a statement waiting 2 ms on the server took 104-130 us of
+    the loop's CPU through psycopg's ``execute`` and 32-49 us this way (same run, uvloop;
+    docs/benchmarks.md, "PostgreSQL rail"). An error the server answers is raised as
+    psycopg raises it (``psycopg.Error`` with its SQLSTATE); the connection stays usable."""
+    state = _PREPARED.get(conn)
+    if state is None:
+        state = _PREPARED[conn] = _Prepared(conn)
+    tx = state.tx
+    values = tx.dump_sequence(params, [PyFormat.AUTO] * len(params))
+    types = tx.types or ()
+    formats = tx.formats
+    pgconn = conn.pgconn
+    key = (query, types)
+    name = state.names.get(key)
+    if name is None:
+        name = f"_bw_hot_{len(state.names)}".encode()
+        pgconn.send_prepare(name, _numbered(query), param_types=types)
+        _check(await _results(pgconn), conn)
+        state.names[key] = name
+    pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
+    results = await _results(pgconn)
+    res = _check(results, conn)
+    tx.set_pgresult(res)
+    return tx.load_rows(0, res.ntuples, make_row(res))
+
+
+def _check(results: list[pq.abc.PGresult], conn: psycopg.AsyncConnection[Any]) -> pq.abc.PGresult:
+    """The last result of a statement; the server's error raised as psycopg raises it."""
+    for res in results:
+        if res.status == pq.ExecStatus.FATAL_ERROR:
+            raise psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
+    if not results:
+        raise psycopg.OperationalError("the server answered nothing")
+    return results[-1]
+
+
+async def _results(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
+    """Send what libpq holds and read every result of the command in flight, waiting on the
+    loop's reader (one future per wait, the socket registered only while waiting)."""
+    loop = asyncio.get_running_loop()
+    fd = pgconn.socket
+    while pgconn.flush():  # a big statement the socket took only part of
+        await _ready(loop, fd, write=True)
+    out: list[pq.abc.PGresult] = []
+    while True:
+        pgconn.consume_input()
+        while not pgconn.is_busy():
+            res = pgconn.get_result()
+            if res is None:
+                return out
+            out.append(res)
+        await _ready(loop, fd, write=False)
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
+    """Until ``fd`` is readable (or writable)."""
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    if write:
+        loop.add_writer(fd, wake)
+    else:
+        loop.add_reader(fd, wake)
+    try:
+        await fut
+    finally:
+        if write:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
 
 
 def _finish(conn: psycopg.AsyncConnection[Any]) -> None:

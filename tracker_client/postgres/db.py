@@ -42,6 +42,7 @@ from tracker_client.postgres.dialect import (
     PgConn,
     configure_types,
     row_factory,
+    row_maker,
 )
 from tracker_client.postgres.migrate import open_schema
 
@@ -421,8 +422,7 @@ async def _call_async(
     conn: psycopg.AsyncConnection[Any], call: str, params: Sequence[Any]
 ) -> list[Any] | None:
     try:
-        cur = await conn.execute(call, params, prepare=True)
-        return await cur.fetchall()
+        return await aio.prepared_call(conn, call, params, row_maker)
     except psycopg.Error as exc:
         if _declined(exc):
             return None  # rolled back (autocommit: the statement was its transaction)

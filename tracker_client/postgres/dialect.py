@@ -47,6 +47,7 @@ __all__ = [
     "Row",
     "configure_types",
     "row_factory",
+    "row_maker",
 ]
 
 
@@ -108,7 +109,11 @@ def row_factory(cursor: psycopg.Cursor[Any]) -> Any:
     per column, type looked up: a task row's 40 of them on every statement), their index
     cached per distinct set of names.
     """
-    result = cursor.pgresult
+    return row_maker(cursor.pgresult)
+
+
+def row_maker(result: psycopg.pq.abc.PGresult | None) -> Callable[[Sequence[Any]], Row]:
+    """What makes the :class:`Row` s of ``result`` (see :func:`row_factory`)."""
     if result is None or not result.nfields:
         index: dict[str, int] = {}
     else:

@@ -1,0 +1,109 @@
+"""The async lane's one-statement call on libpq itself (``aio.prepared_call``).
+
+It must answer what psycopg's ``execute(..., prepare=True)`` answers on the same connection:
+the same values (the connection's own dumpers and loaders), the server's errors raised as
+psycopg raises them (their SQLSTATE, which the rail maps), a statement prepared once per
+connection and parameter types, and a parameter bigger than the socket takes at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.postgres.server import PgServer
+from tracker_client.postgres.aio import prepared_call
+from tracker_client.postgres.dialect import configure_types, row_factory, row_maker
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # psycopg's async connection (the lane runs only there)
+
+
+@pytest.fixture
+async def conn(pg_server: PgServer) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    connection = await psycopg.AsyncConnection.connect(pg_server.url, autocommit=True)
+    configure_types(connection)  # type: ignore[arg-type]
+    connection.row_factory = row_factory  # type: ignore[assignment]  # as the lane's
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+QUERY = (
+    "SELECT %s::bigint AS n, %s::text AS s, %s::bigint AS flag, %s::text AS nothing,"
+    " %s::jsonb AS doc, (%s::bigint * 2)::numeric AS twice, 1.5::numeric AS half"
+)
+PARAMS = [7, "zoë", True, None, '{"a": [1, 2]}', 21]
+
+
+async def test_answers_what_psycopg_answers(conn: psycopg.AsyncConnection[Any]) -> None:
+    ours = await prepared_call(conn, QUERY, PARAMS, row_maker)
+    cur = await conn.execute(QUERY, PARAMS, prepare=True)
+    theirs = await cur.fetchall()
+    assert [list(r) for r in ours] == [list(r) for r in theirs]
+    row = ours[0]
+    assert (row["n"], row["s"], row["flag"], row["nothing"]) == (7, "zoë", 1, None)
+    assert row["doc"] == {"a": [1, 2]}
+    assert (row["twice"], row["half"]) == (42, 1.5)  # the rail's numeric loader
+    assert row.keys() == ["n", "s", "flag", "nothing", "doc", "twice", "half"]
+
+
+async def test_prepared_once_per_connection_and_types(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    async def ours() -> list[str]:
+        cur = await conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_bw\\_hot\\_%%'"
+            " ORDER BY name"
+        )
+        return [row[0] for row in await cur.fetchall()]
+
+    for n in range(3):
+        found = await prepared_call(conn, "SELECT %s::bigint + 1", [n], row_maker)
+        assert found[0][0] == n + 1
+    assert await ours() == ["_bw_hot_0"]
+    # another parameter type (None is sent untyped): a statement of its own, same answer
+    assert (await prepared_call(conn, "SELECT %s::bigint + 1", [None], row_maker))[0][0] is None
+    assert await ours() == ["_bw_hot_0", "_bw_hot_1"]
+
+
+async def test_a_server_error_is_psycopgs_with_its_sqlstate(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    with pytest.raises(psycopg.errors.DivisionByZero) as caught:
+        await prepared_call(conn, "SELECT 1 / %s::bigint", [0], row_maker)
+    assert caught.value.sqlstate == "22012"
+    with pytest.raises(psycopg.DatabaseError, match="declined here") as raised:
+        await prepared_call(
+            conn,
+            "DO $$ BEGIN RAISE EXCEPTION 'declined here' USING ERRCODE = 'BW001'; END $$",
+            [],
+            row_maker,
+        )
+    assert raised.value.sqlstate == "BW001"
+    # the connection is usable after either, its statements still prepared
+    assert (await prepared_call(conn, "SELECT 1 / %s::bigint", [1], row_maker))[0][0] == 1
+    with pytest.raises(psycopg.errors.UndefinedFunction):
+        await prepared_call(conn, "SELECT no_such_function(%s::text)", ["x"], row_maker)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+async def test_a_parameter_bigger_than_the_socket_takes(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    big = "x" * (8 << 20)  # several socket buffers: libpq flushes it in parts
+    found = await prepared_call(conn, "SELECT length(%s::text)", [big], row_maker)
+    assert found[0][0] == len(big)
+
+
+async def test_only_plain_placeholders(conn: psycopg.AsyncConnection[Any]) -> None:
+    with pytest.raises(ValueError, match="only %s placeholders"):
+        await prepared_call(conn, "SELECT %(name)s::text", ["x"], row_maker)
