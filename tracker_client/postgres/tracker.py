@@ -147,9 +147,11 @@ _MANY_CALL = STATEMENTS["hot.finish_many_tx"]
 #: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
 _ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
 #: A move worked out (:meth:`PostgresTracker._plan_of`): its pipeline, the stage it leads to,
-#: that stage's role, whether it is terminal, the ``transition`` event's JSON text and the
-#: answer (a frozen model: one for every run making the move).
-_Move = tuple[Any, str, str | None, int, str, TransitionResult]
+#: that stage's role, whether it is terminal, the ``transition`` event's JSON text, the
+#: answer (a frozen model: one for every run making the move) and whether a run reporting no
+#: usage may make it without a budget check (:func:`~tracker_client.rules.budgets.one_trip_ok`
+#: of the pipeline, worked out once per move).
+_Move = tuple[Any, str, str | None, int, str, TransitionResult, bool]
 #: The JSON text of ``bw_finish_many_tx``'s items (one encoder: ``json.dumps`` with options
 #: builds a new one on each call).
 _ENCODE_ITEMS = json.JSONEncoder(separators=(",", ":")).encode
@@ -730,8 +732,8 @@ class PostgresTracker(Rail[PgEngine]):
             move = self._plan_of(pipeline, pid, stage, trigger, instructions)
             if move is None:
                 return None
-        _, to, role, terminal, event, result = move
-        if not budgets.one_trip_ok(pipeline, stage, to, usage):
+        _, to, role, terminal, event, result, no_check = move
+        if not (no_check if usage is None else budgets.one_trip_ok(pipeline, stage, to, usage)):
             return None  # a budget to check (docs/operate/budgets.md): the rail's transition
         try:
             usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
@@ -779,7 +781,15 @@ class PostgresTracker(Rail[PgEngine]):
         except TrackerError:
             return None  # the embedded path refuses it, in its own order
         result = TransitionResult(previous_stage=stage, new_stage=to, trigger=trigger)
-        planned = (pipeline, to, pipeline.role_of(to), int(pipeline.is_terminal(to)), event, result)
+        planned = (
+            pipeline,
+            to,
+            pipeline.role_of(to),
+            int(pipeline.is_terminal(to)),
+            event,
+            result,
+            budgets.one_trip_ok(pipeline, stage, to, None),
+        )
         if instructions is None:
             moves = self._moves
             if len(moves) >= REMEMBERED:
