@@ -44,9 +44,11 @@ next ``claim_many`` is answered from those leases without a round trip.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _encode_string
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
@@ -161,6 +163,48 @@ _PLAIN_FIELDS = frozenset(
 )
 
 
+#: ``fingerprint``'s canonical JSON of a flat object (sorted keys, no spaces).
+_CANONICAL_FLAT = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+#: Scalars a report's fields may hold for :func:`_fingerprint`'s short way.
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _fingerprint(args: list[Any], texts: dict[Any, str]) -> str:
+    """:func:`~tracker_client.rules.idempotency.fingerprint` of a plain report's arguments,
+    the same digest made the short way when they are flat (strings, whole numbers, booleans,
+    None, an empty list, objects of those): the canonical JSON of a list is its items' joined
+    by commas, and the worker's report objects repeat from run to run (the same trigger,
+    stage and version), so each object's text is made once (``texts``, by its keys, values
+    and their types: ``1`` and ``True`` are not one key). Anything else: ``fingerprint``."""
+    parts: list[str] = []
+    for value in args:
+        kind = type(value)
+        if kind is str:
+            parts.append(_encode_string(value))
+        elif kind is dict:
+            try:
+                key = tuple((k, type(v), v) for k, v in value.items())
+                text = texts.get(key)
+            except TypeError:  # a value that cannot be a key (a nested object)
+                return fingerprint(args)
+            if text is None:
+                if not all(type(k) is str and type(v) in _SCALARS for k, v in value.items()):
+                    return fingerprint(args)
+                if len(texts) >= REMEMBERED:
+                    texts.clear()
+                text = texts[key] = _CANONICAL_FLAT(value)
+            parts.append(text)
+        elif value is None:
+            parts.append("null")
+        elif kind is list and not value:
+            parts.append("[]")
+        elif kind is int or kind is bool:
+            parts.append(_CANONICAL_FLAT(value))
+        else:
+            return fingerprint(args)
+    return hashlib.sha256(("[" + ",".join(parts) + "]").encode()).hexdigest()
+
+
 class PostgresTracker(Rail[PgEngine]):
     """The PostgreSQL rail. Open it with ``await PostgresTracker.open("postgresql://...")``."""
 
@@ -175,8 +219,12 @@ class PostgresTracker(Rail[PgEngine]):
         self._leased: dict[str, tuple[str, str]] = {}
         #: (pipeline, stage, trigger) -> a move worked out (see :meth:`_plan_of`).
         self._moves: dict[tuple[str, str, str], _Move] = {}
-        #: (stage, new stage, trigger) -> a plain transition's recorded ``finish`` answer.
-        self._answers: dict[tuple[str, str, str], str] = {}
+        #: (stage, new stage, trigger) -> a plain transition's ``finish`` answer and its
+        #: recorded JSON text.
+        self._answers: dict[tuple[str, str, str], tuple[FinishResult, str]] = {}
+        #: A report's object (its keys, values and their types) -> its canonical JSON text
+        #: (see :func:`_fingerprint`).
+        self._texts: dict[Any, str] = {}
         #: Leases claimed ahead with the reports of this instance's busy worker (see .ahead).
         self._ahead = ClaimAhead()
         # A create on the event loop takes its pipeline's version from the cache, checked
@@ -738,7 +786,7 @@ class PostgresTracker(Rail[PgEngine]):
         try:
             usage_text = None if usage is None else dumps(usage, "usage", max_bytes=MIB)
             args, answer = record(result)
-            fp = None if key is None else fingerprint(args)
+            fp = None if key is None else _fingerprint(args, self._texts)
         except TrackerError:
             return None  # the embedded path refuses it, in its own order
         params = {
@@ -840,18 +888,19 @@ class PostgresTracker(Rail[PgEngine]):
         answers: list[FinishResult] = []
 
         def record(result: TransitionResult) -> tuple[Any, str]:
-            done = FinishResult(event_ids=[], transition=result)
-            answers.append(done)
             args = [item.lease.run_id, digest, plain, body, None]
-            # the same answer for every run making the move: its JSON text made once
+            # the same answer for every run making the move (a frozen model, as its
+            # TransitionResult is): made, and its JSON text, once
             known = (result.previous_stage, result.new_stage, result.trigger)
-            text = self._answers.get(known)
-            if text is None:
+            found = self._answers.get(known)
+            if found is None or found[0].transition is not result:
                 if len(self._answers) >= REMEMBERED:
                     self._answers.clear()
+                done = FinishResult(event_ids=[], transition=result)
                 text = json.dumps(done.model_dump(mode="json"), separators=(",", ":"))
-                self._answers[known] = text
-            return args, text
+                found = self._answers[known] = (done, text)
+            answers.append(found[0])
+            return args, found[1]
 
         planned = self._plan_move(
             item.lease,
