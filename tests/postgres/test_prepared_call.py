@@ -107,3 +107,15 @@ async def test_a_parameter_bigger_than_the_socket_takes(
 async def test_only_plain_placeholders(conn: psycopg.AsyncConnection[Any]) -> None:
     with pytest.raises(ValueError, match="only %s placeholders"):
         await prepared_call(conn, "SELECT %(name)s::text", ["x"], row_maker)
+
+
+async def test_a_dropped_connection_is_psycopgs_operational_error(
+    pg_server: PgServer, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    assert (await prepared_call(conn, "SELECT %s::bigint", [1], row_maker))[0][0] == 1
+    pid = conn.info.backend_pid
+    async with await psycopg.AsyncConnection.connect(pg_server.url, autocommit=True) as other:
+        # waits until the backend is gone (up to 5 s: PostgreSQL 14+)
+        await other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+    with pytest.raises(psycopg.OperationalError):
+        await prepared_call(conn, "SELECT %s::bigint", [1], row_maker)
