@@ -256,8 +256,9 @@ async def _results(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
     loop's reader (one future per wait, the socket registered only while waiting)."""
     loop = asyncio.get_running_loop()
     fd = pgconn.socket
-    while pgconn.flush():  # a big statement the socket took only part of
-        await _ready(loop, fd, write=True)
+    while pgconn.flush():  # a big statement the socket took only part of: as psycopg's
+        if await _ready(loop, fd, write=True):  # send, read what the server says meanwhile
+            pgconn.consume_input()
     out: list[pq.abc.PGresult] = []
     while True:
         pgconn.consume_input()
@@ -269,25 +270,28 @@ async def _results(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
         await _ready(loop, fd, write=False)
 
 
-async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
-    """Until ``fd`` is readable (or writable)."""
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bool:
+    """Until ``fd`` is readable (or, with ``write``, either writable or readable): whether it
+    is readable."""
     fut: asyncio.Future[None] = loop.create_future()
+    readable = False
 
-    def wake() -> None:
+    def wake(read: bool) -> None:
+        nonlocal readable
+        readable = readable or read
         if not fut.done():
             fut.set_result(None)
 
+    loop.add_reader(fd, wake, True)
     if write:
-        loop.add_writer(fd, wake)
-    else:
-        loop.add_reader(fd, wake)
+        loop.add_writer(fd, wake, False)
     try:
         await fut
     finally:
+        loop.remove_reader(fd)
         if write:
             loop.remove_writer(fd)
-        else:
-            loop.remove_reader(fd)
+    return readable
 
 
 def _finish(conn: psycopg.AsyncConnection[Any]) -> None:
