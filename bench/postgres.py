@@ -143,16 +143,10 @@ def _pg_drain(
 
 
 def _spawn_in(config: Path, root: Path | None) -> subprocess.Popen[bytes]:
-    if root is None:
-        return _spawn(config)
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "worker", "run", "--config", str(config)],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    """A worker of this tree or of ``root``, in the same environment either way (bytecode
+    caching allowed: :func:`bench.worker.worker_env`; an older tree's worker started with
+    ``PYTHONDONTWRITEBYTECODE`` compiled its modules at every start, ~20-40 us/task more)."""
+    return _spawn(config, root)
 
 
 def _phase(
