@@ -8,6 +8,7 @@ HTTP; afterwards every read still answers 200.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,13 @@ def test_depth_scan_matches_the_parsed_depth() -> None:
     samples = [nested(d) for d in range(0, 80)]
     samples += [f'[{nested(d)}, "[[[[{{{{\\"", [[], {{}}], {nested(d // 2)}]' for d in range(70)]
     samples += ['"' + "[" * 500 + '"', "[" + "[]," * 300 + "[]]"]
+    # Strings of brackets, quotes and backslashes, empty and side by side, around real nesting.
+    pieces = ["", "[", "]{", '"', "\\", '\\"[', "{}", "a"]
+    rng = random.Random(31)
+    for d in range(0, 90, 3):
+        keys = ["".join(rng.choices(pieces, k=rng.randrange(4))) for _ in range(6)]
+        doc = {k: [rng.choice(keys), {"": k}] for k in keys}
+        samples.append(json.dumps({**doc, "n": json.loads(nested(d)), "m": [doc, [""] * d]}))
     for text in samples:
         actual = depth(json.loads(text))
         for limit in (actual - 1, actual, MAX_BODY_DEPTH):
