@@ -6,6 +6,7 @@ wrong; a server that never answers is a timeout, not a hang; tokens never reach 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
@@ -196,3 +197,30 @@ async def test_tokens_never_reach_the_logs(caplog: pytest.LogCaptureFixture) -> 
     assert admin not in text
     assert lease.lease_token.get_secret_value() not in text
     assert lease.lease_token.get_secret_value() not in repr(lease)
+
+
+@pytest.mark.anyio
+async def test_an_answer_only_the_standard_json_parser_reads_is_read_as_before() -> None:
+    """pydantic's JSON parser refuses a lone surrogate's escape that ``json.loads`` reads: such
+    an answer is read as the standard library reads it, not called "not JSON"."""
+    fake = FakeNullTickets()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        answer = fake.handle(request)
+        if request.method == "GET" and request.url.path.startswith("/tasks/"):
+            doc = {**json.loads(answer.read()), "title": "\ud800"}
+            raw = json.dumps(doc).encode()  # ascii: the lone surrogate as its escape
+            assert b'"\\ud800"' in raw
+            return httpx.Response(answer.status_code, content=raw)
+        return answer
+
+    tracker = RemoteTracker(
+        "http://127.0.0.1:1", retry=NO_RETRY, transport=httpx.MockTransport(handler)
+    )
+    try:
+        pid = await tracker.create_pipeline("p", PIPELINE)
+        tid = await tracker.create_task(TaskCreate(pipeline_id=pid, title="t"))
+        task = await tracker.get_task(tid)
+    finally:
+        await tracker.aclose()
+    assert task.title == "\ud800"

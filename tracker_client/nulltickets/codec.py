@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MAX_ANSWER_BYTES",
     "MAX_ANSWER_DEPTH",
     "answer_too_large",
+    "check_answer_depth",
     "check_json",
     "dumps",
     "encode_query",
@@ -89,17 +90,28 @@ def loads(response: httpx.Response, what: str) -> Any:
     nested deeper than :data:`MAX_ANSWER_DEPTH` is :class:`AnswerRefused` (measured on the bytes
     before parsing: ``json.loads`` would overflow the stack past ~1,000 levels)."""
     raw = response.content
-    if nesting_depth_exceeds(raw, MAX_ANSWER_DEPTH):
-        raise _too_deep(what)
+    check_answer_depth(raw, what)
     try:
         return json.loads(raw)
     except RecursionError as exc:  # not expected after the depth check
         raise _too_deep(what) from exc
     except ValueError as exc:
-        raise TrackerUnavailable(
-            f"{what}: the tracker answered {response.status_code} with a body that is not JSON",
-            code="invalid_response",
-        ) from exc
+        raise _not_json(what, response.status_code) from exc
+
+
+def check_answer_depth(raw: bytes, what: str) -> None:
+    """Refuse (:class:`AnswerRefused`) an answer body nested deeper than
+    :data:`MAX_ANSWER_DEPTH`, before anything parses it."""
+    if nesting_depth_exceeds(raw, MAX_ANSWER_DEPTH):
+        raise _too_deep(what)
+
+
+def _not_json(what: str, status: int) -> TrackerUnavailable:
+    """A success answer whose body is not JSON: a broken answer, transient."""
+    return TrackerUnavailable(
+        f"{what}: the tracker answered {status} with a body that is not JSON",
+        code="invalid_response",
+    )
 
 
 def _too_deep(what: str) -> AnswerRefused:
