@@ -244,6 +244,43 @@ async def test_a_report_no_claim_follows_goes_alone_and_a_keyless_claim_never_ri
         await tracker.aclose()
 
 
+@pytest.mark.parametrize("bad", [{"n": {1, 2}}, {"n": float("nan")}], ids=["set", "nan"])
+async def test_a_report_that_is_not_json_is_refused_before_it_is_sent_alone_or_riding(
+    served: tuple[str, Path], bad: dict[str, Any]
+) -> None:
+    url, db = served
+    counted = Counted()
+    tracker = RemoteTracker(url, timeout_s=5, transport=counted)
+    try:
+        first, _second = await _add(tracker, 2)
+        [held] = await tracker.claim_many("w1", "coder", 30_000, 1, idempotency_key="c1")
+        item = FinishItem(
+            lease=_finish_item(held, "f1").lease,
+            events=({"kind": "step", "data": bad},),
+            transition=COMPLETE,
+            idempotency_key="f1",
+        )
+        counted.paths.clear()
+        with pytest.raises(ValidationFailed, match="finish_many") as alone:
+            await tracker.finish_many([item])
+        assert alone.value.code == "invalid_json" and counted.paths == []
+
+        async def report() -> None:
+            with pytest.raises(ValidationFailed, match="finish_many") as riding:
+                await tracker.finish_many([item])
+            assert riding.value.code == "invalid_json"
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report)
+            await anyio.lowlevel.checkpoint()
+            claimed = await tracker.claim_many("w1", "coder", 30_000, 1, idempotency_key="c2")
+        assert counted.paths == ["/leases/claim-many"]  # the claim went alone, as its own call
+        assert len(claimed) == 1
+        assert run_outcomes(db, first) == [("running", None)]  # nothing of the report written
+    finally:
+        await tracker.aclose()
+
+
 async def test_a_riding_claim_refused_raises_to_the_claim_only(served: tuple[str, Path]) -> None:
     tracker = RemoteTracker(served[0], timeout_s=5)
     try:

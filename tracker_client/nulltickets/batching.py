@@ -31,10 +31,18 @@ from tracker_client.contract.batch_models import (
 )
 from tracker_client.contract.wire_errors import error_for
 from tracker_client.errors import TrackerUnavailable, ValidationFailed
-from tracker_client.nulltickets.codec import check_json
+from tracker_client.nulltickets.codec import encode_json
 from tracker_client.nulltickets.wire import Wire
 
-__all__ = ["BatchCalls", "finish", "finish_many", "item_body", "outcomes_of"]
+__all__ = [
+    "BatchCalls",
+    "finish",
+    "finish_many",
+    "item_body",
+    "items_json",
+    "outcomes_of",
+    "send_items",
+]
 
 #: What an item's error is read as: an error answer of ``finish``'s own route.
 _ITEM_ROUTE = "POST /runs/{run_id}/finish"
@@ -70,11 +78,10 @@ async def finish(
         body["transition"] = _plain(transition)
     if fail is not None:
         body["fail"] = _plain(fail)
-    check_json(body, "finish")
     return await wire.call(
         "finish",
         lease.run_id,
-        body=body,
+        raw=encode_json(body, "finish"),
         lease=lease,
         idempotency_key=idempotency_key,
         into=FinishResult,
@@ -112,11 +119,21 @@ def _outcome(entry: FinishManyEntry) -> FinishManyOutcome:
 async def finish_many(wire: Wire, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
     """``POST /runs/finish-many``: each item's ``finish`` in one request; per item, its result
     or the exception its error entry is (a lost lease, a stale version: as on ``finish``)."""
+    return await send_items(wire, items_json(items), len(items))
+
+
+def items_json(items: Sequence[FinishItem]) -> bytes:
+    """The body of a ``finish_many`` of ``items``, checked and encoded once: the batch's limits
+    and plain JSON (``ValidationFailed`` naming ``finish_many`` otherwise, before anything is
+    sent). A JSON object: :mod:`~.pairing` appends the riding claim to it."""
     check_items(items)
-    body = {"items": [item_body(item) for item in items]}
-    check_json(body, "finish_many")
-    answer = await wire.call("finish_many", body=body, into=FinishManyResult)
-    return outcomes_of(answer, len(items))
+    return encode_json({"items": [item_body(item) for item in items]}, "finish_many")
+
+
+async def send_items(wire: Wire, raw: bytes, n: int) -> list[FinishManyOutcome]:
+    """Send the body :func:`items_json` made of ``n`` items; per item, its outcome."""
+    answer = await wire.call("finish_many", raw=raw, into=FinishManyResult)
+    return outcomes_of(answer, n)
 
 
 def outcomes_of(answer: FinishManyResult, n: int) -> list[FinishManyOutcome]:

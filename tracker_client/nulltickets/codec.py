@@ -28,6 +28,7 @@ __all__ = [
     "check_answer_depth",
     "check_json",
     "dumps",
+    "encode_json",
     "encode_query",
     "loads",
 ]
@@ -74,6 +75,18 @@ def check_json(value: Any, what: str) -> Any:
 def dumps(value: Any) -> bytes:
     """Compact, deterministic JSON bytes (a retry must send identical bytes)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_json(value: Any, what: str) -> bytes:
+    """:func:`check_json` and :func:`dumps` in one: the bytes a request body is sent as, from one
+    encoding (a worker's ``finish_many`` body was encoded twice: once to check it, once to send
+    it), or the same ``ValidationFailed`` naming ``what``."""
+    check_json_limits(value, what)
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(f"{what} must be JSON: {exc}", code="invalid_json") from exc
+    return text.encode()
 
 
 def answer_too_large(what: str, limit: int) -> AnswerRefused:

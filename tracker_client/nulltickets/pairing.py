@@ -36,13 +36,12 @@ from tracker_client.contract.batch_models import (
     FinishItem,
     FinishManyOutcome,
     FinishManyResult,
-    check_items,
 )
 from tracker_client.contract.wire_errors import error_for
 from tracker_client.errors import TrackerError, TrackerUnavailable
 from tracker_client.models import Lease
-from tracker_client.nulltickets.batching import finish_many, item_body, outcomes_of
-from tracker_client.nulltickets.codec import check_json
+from tracker_client.nulltickets.batching import items_json, outcomes_of, send_items
+from tracker_client.nulltickets.codec import dumps
 from tracker_client.nulltickets.wire import Wire
 
 __all__ = ["PAIR_PASSES", "Pairing"]
@@ -58,12 +57,14 @@ SendClaim = Callable[[], Awaitable[list[Lease]]]
 
 
 class _Waiting:
-    """A ``finish_many`` waiting for a claim: its items, and its outcome once answered."""
+    """A ``finish_many`` waiting for a claim: its items' body and count, and its outcome once
+    answered."""
 
-    __slots__ = ("done", "error", "items", "outcomes", "taken")
+    __slots__ = ("done", "error", "n", "outcomes", "raw", "taken")
 
-    def __init__(self, items: Sequence[FinishItem]) -> None:
-        self.items = items
+    def __init__(self, raw: bytes, n: int) -> None:
+        self.raw = raw
+        self.n = n
         self.taken = False
         self.done = anyio.Event()
         self.outcomes: list[FinishManyOutcome] = []
@@ -83,12 +84,14 @@ class Pairing:
         self.alone = 0
 
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
-        """``items``' outcomes, sent with the next claim when one comes within the passes."""
-        check_items(items)
+        """``items``' outcomes, sent with the next claim when one comes within the passes.
+        Items that are refused before sending (the batch's limits, not JSON) are refused here,
+        in this call: they never ride, so the claim never fails for them."""
+        raw = items_json(items)
         if self._waiting is not None or self._passes <= 0:
             self.alone += 1
-            return await finish_many(self._wire, items)
-        waiting = self._waiting = _Waiting(items)
+            return await send_items(self._wire, raw, len(items))
+        waiting = self._waiting = _Waiting(raw, len(items))
         try:
             for _ in range(self._passes):
                 await anyio.lowlevel.checkpoint()
@@ -99,7 +102,7 @@ class Pairing:
                 self._waiting = None
         if not waiting.taken:
             self.alone += 1
-            return await finish_many(self._wire, items)
+            return await send_items(self._wire, raw, len(items))
         await waiting.done.wait()
         if waiting.error is not None:
             raise waiting.error
@@ -113,11 +116,14 @@ class Pairing:
         waiting = self._waiting
         if waiting is None or idempotency_key is None:
             return await alone()
+        # The claim's own checks first: a claim refused before sending takes no report along.
+        riding = FinishClaimBody.model_validate(dict(claim)).model_dump(exclude_unset=True)
+        riding["idempotency_key"] = idempotency_key
         self._waiting = None
         waiting.taken = True
         self.paired += 1
         try:
-            answer = await self._send(waiting.items, claim, idempotency_key)
+            answer = await self._send(waiting.raw, riding)
         except BaseException as exc:
             waiting.error = (
                 exc
@@ -132,7 +138,7 @@ class Pairing:
             waiting.done.set()
             raise
         try:
-            waiting.outcomes = outcomes_of(answer, len(waiting.items))
+            waiting.outcomes = outcomes_of(answer, waiting.n)
         except TrackerError as exc:
             waiting.error = exc
         waiting.done.set()
@@ -152,14 +158,11 @@ class Pairing:
         error = entry.error or {"code": "invalid_response", "message": "no error object"}
         raise error_for(entry.status, _error_json(error), {}, _CLAIM_ROUTE, lease_route=False)
 
-    async def _send(
-        self, items: Sequence[FinishItem], claim: Mapping[str, Any], key: str
-    ) -> FinishManyResult:
-        riding = FinishClaimBody.model_validate(dict(claim)).model_dump(exclude_unset=True)
-        riding["idempotency_key"] = key
-        body = {"items": [item_body(item) for item in items], "claim": riding}
-        check_json(body, "finish_many")
-        return await self._wire.call("finish_many", body=body, into=FinishManyResult)
+    async def _send(self, items: bytes, riding: Mapping[str, Any]) -> FinishManyResult:
+        # The items' body, already checked and encoded, with the claim (plain JSON: its model's
+        # dump) as one more member: ``{"items":[...]}`` becomes ``{"items":[...],"claim":{...}}``.
+        raw = b"".join((items[:-1], b',"claim":', dumps(riding), b"}"))
+        return await self._wire.call("finish_many", raw=raw, into=FinishManyResult)
 
 
 def _error_json(error: Mapping[str, Any]) -> bytes:
