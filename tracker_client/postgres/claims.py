@@ -35,6 +35,7 @@ from tracker_client.rules.claims import (
     fresh_ids,
     per_state_limits,
     reclaim_expired,
+    started_run,
 )
 from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
 from tracker_client.rules.common import log as common_log
@@ -268,18 +269,9 @@ def lease_of_row(
         return Lease.model_validate(
             {
                 "task": fields,
-                "run": {
-                    "id": run_id,
-                    "task_id": fields["id"],
-                    "attempt": int(fields["last_attempt"]),
-                    "status": "running",
-                    "agent_id": agent_id,
-                    "agent_role": role,
-                    "started_at_ms": now,
-                    "ended_at_ms": None,
-                    "error": None,
-                    "usage": None,
-                },
+                "run": started_run(
+                    run_id, fields["id"], int(fields["last_attempt"]), agent_id, role, now
+                ),
                 "lease_id": lease_id,
                 "lease_token": token,  # pydantic wraps it in SecretStr
                 "expires_at_ms": int(fields["lease_expires_at_ms"]),

@@ -34,6 +34,7 @@ __all__ = [
     "per_state_limits",
     "reclaim_expired",
     "reissue",
+    "started_run",
 ]
 
 #: Leases last 1 ms .. 24 h.
@@ -47,6 +48,26 @@ def _uuid4(raw: bytes) -> str:
     b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = b.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def started_run(
+    run_id: str, task_id: str, attempt: int, agent_id: str, role: str, now: int
+) -> dict[str, Any]:
+    """The fields of the run a claim starts (status ``running``, nothing ended yet), as the
+    ``Run`` model validates them: one place for every rail's claim (the PostgreSQL rail builds
+    its leases from them too)."""
+    return {
+        "id": run_id,
+        "task_id": task_id,
+        "attempt": attempt,
+        "status": "running",
+        "agent_id": agent_id,
+        "agent_role": role,
+        "started_at_ms": now,
+        "ended_at_ms": None,
+        "error": None,
+        "usage": None,
+    }
 
 
 def fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
@@ -296,20 +317,7 @@ def _lease(
     hand_out(ctx, run_id, task, digest)  # its plain finish checks this instead of the row
     # model_validate, not model_construct: pydantic-core validates a dict in about half the
     # time model_construct's Python code takes (measured: 5.9 vs 12.9 us).
-    run = Run.model_validate(
-        {
-            "id": run_id,
-            "task_id": task_id,
-            "attempt": attempt,
-            "status": "running",
-            "agent_id": agent_id,
-            "agent_role": role,
-            "started_at_ms": now,
-            "ended_at_ms": None,
-            "error": None,
-            "usage": None,
-        }
-    )
+    run = Run.model_validate(started_run(run_id, task_id, attempt, agent_id, role, now))
     if ctx.will_log("task_claimed"):
         ctx.log(
             "task_claimed",
