@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from tests.contract.support import all_tasks, make_pipeline, new_task
-from tests.startline import reap
+from tests.startline import reap, release_together
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
 
@@ -43,14 +43,7 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 def _run_together(procs: list[subprocess.Popen[str]]) -> list[str]:
     """Wait until every child is ready, start them at once, and return their last lines."""
     try:
-        for proc in procs:  # every child has opened the rail before any starts
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line == "ready\n", f"child said {line!r}: {proc.stderr and proc.stderr.read()}"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        release_together(procs)  # every child has opened the rail before any starts
         last = []
         for proc in procs:
             out, err = proc.communicate(timeout=100)
