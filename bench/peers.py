@@ -27,6 +27,11 @@ with worker processes at the given concurrency:
 * ``postgres``: the worker on the PostgreSQL rail (:func:`bench.postgres._pg_drain`); skipped
   with the reason when that rail does not open.
 
+``embedded@TREE``, ``served@TREE``, ``postgres@TREE`` (``--systems embedded,embedded@/tmp/base``):
+the same rail run by the source tree ``TREE`` (a ``git worktree`` of an older commit), its
+seeding, its ``tracker serve`` and its workers, in the same rounds as this tree's: a
+before/after measured under the same load. Its row is set beside the same best peer.
+
 Every round runs every system (with 1 process, then 2 ...), the systems' order rotating from
 round to round, so a machine's load drifts over all of them alike. Throughput is the queue's
 own timestamps (first start -> last finish; huey and Celery keep none, so their workers' own
@@ -99,7 +104,7 @@ from bench.peer_workers import DEFAULT_LOG_LEVEL
 from bench.peers_levels import MARK, level_table, parse_levels, per_level, set_level, split
 from bench.postgres import _config, _pg_drain
 from bench.remote import _start_server
-from bench.worker import _drain, _seed, _spawn
+from bench.worker import _drain, _seed, _seed_with, _spawn
 from tests.postgres.server import PgServer, find_bindir
 
 SYSTEMS = (
@@ -125,21 +130,27 @@ STORAGE = {
     "served": "SQLite",
     "postgres": "PostgreSQL",
 }
+#: This project's rails: each also runs from another source tree as ``RAIL@TREE``.
+OURS = ("embedded", "served", "postgres")
 #: The PostgreSQL rail's connections per worker process.
 POOL_SIZE = 4
 
 
 # -- this project's served rail -------------------------------------------------------------------
-def served_drain(n: int, procs: int, concurrency: int) -> Result:
-    """The worker through ``tracker serve`` (its own SQLite file) drains ``n`` no-op tasks."""
+def served_drain(n: int, procs: int, concurrency: int, root: Path | None = None) -> Result:
+    """The worker through ``tracker serve`` (its own SQLite file) drains ``n`` no-op tasks;
+    seeding, server and workers all of the source tree ``root`` when given."""
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         db = tmp / "served.db"
-        anyio.run(_seed, db, n)
-        server, url = _start_server(db)
+        if root is None:
+            anyio.run(_seed, db, n)
+        else:
+            _seed_with(root, db, n)
+        server, url = _start_server(db, root)
         try:
             config = _config(tmp, url, concurrency)
-            workers = [_spawn(config) for _ in range(procs)]
+            workers = [_spawn(config, root) for _ in range(procs)]
             conditions = peers_setup.Conditions.start()
             reaped = _reap(workers)
             _, switches = conditions.stop()  # the workers' own, before the server is reaped
@@ -184,9 +195,9 @@ def _peer_settings(name: str, concurrency: int) -> str:
 
 def system_settings(name: str, concurrency: int, log_level: str = DEFAULT_LOG_LEVEL) -> str:
     """One line saying how ``name`` runs in this benchmark."""
-    if name.startswith("postgres@"):
-        tree = name.partition("@")[2]
-        return f"{name}: {system_settings('postgres', concurrency, log_level)}, source tree {tree}"
+    rail, _, tree = name.partition("@")
+    if tree:
+        return f"{name}: {system_settings(rail, concurrency, log_level)}, source tree {tree}"
     if name == "arq":
         return (
             f"{_peer_settings(name, concurrency)}; redis-server {_redis_version()} (--save '' "
@@ -240,9 +251,17 @@ def _runners(systems: list[str], redis: Redis | None, pg: PgServer | None) -> di
         assert pg is not None
         return pgqueuer_drain(pg, n, p, c)
 
-    def postgres(n: int, p: int, c: int) -> Result:
+    def postgres(n: int, p: int, c: int, root: Path | None = None) -> Result:
         assert pg is not None
-        return _pg_drain(pg, n, p, c, POOL_SIZE)
+        return _pg_drain(pg, n, p, c, POOL_SIZE, root)
+
+    def of_tree(rail: str, tree: Path) -> Runner:
+        """``rail`` run by the source tree ``tree`` (seeding, server and workers)."""
+        if rail == "embedded":
+            return lambda n, p, c: _drain(n, p, c, tree)
+        if rail == "served":
+            return lambda n, p, c: served_drain(n, p, c, tree)
+        return lambda n, p, c: postgres(n, p, c, tree)
 
     known: dict[str, Runner] = {
         "arq": arq,
@@ -254,7 +273,15 @@ def _runners(systems: list[str], redis: Redis | None, pg: PgServer | None) -> di
         "served": served_drain,
         "postgres": postgres,
     }
-    return {name: known[name] for name in systems}
+    return {
+        name: known[name] if name in known else of_tree(*_tree_system(name)) for name in systems
+    }
+
+
+def _tree_system(name: str) -> tuple[str, Path]:
+    """``embedded@/tmp/base`` -> ``("embedded", Path("/tmp/base").resolve())``."""
+    rail, _, tree = name.partition("@")
+    return rail, Path(tree).resolve()
 
 
 Calibration = tuple[tuple[float, float], tuple[float, float]]
@@ -382,14 +409,21 @@ def table(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]
         name, level = split(label)
         by_level.setdefault(level, {})[(name, procs)] = measured
     levels = [lv for lv in (None, *args.log_levels) if lv in by_level]
+    # each system, then its runs from other source trees (RAIL@TREE) in the order given
+    names = [
+        system
+        for name in SYSTEMS
+        for system in [name, *(s for s in args.systems if s.partition("@")[0] == name and "@" in s)]
+    ]
     for procs in args.procs:
-        for name in SYSTEMS:
+        for name in names:
             for level in levels:
                 group = by_level[level]
                 rows = group.get((name, procs))
                 if rows:
                     label = name if level is None else f"{name}{MARK}{level}"
-                    lines.append(_row(label, STORAGE[name], procs, rows, group))
+                    storage = STORAGE[name.partition("@")[0]]
+                    lines.append(_row(label, storage, procs, rows, group))
     return lines
 
 
@@ -457,15 +491,24 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
-    # postgres@TREE: the PostgreSQL rail of another source tree, for a before/after in
-    # --pickup (bench.peers_pickup)
+    # RAIL@TREE: one of this project's rails run by another source tree (a before/after in
+    # the same rounds); --pickup (bench.peers_pickup) has it for the PostgreSQL rail only
+    trees = ("postgres",) if args.pickup else OURS
     unknown = sorted(
-        s
-        for s in args.systems
-        if s not in SYSTEMS and not (s.startswith("postgres@") and args.pickup)
+        s for s in args.systems if s not in SYSTEMS and s.partition("@")[0] not in trees
     )
     if unknown:
-        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
+        known = ", ".join([*SYSTEMS, *(f"{rail}@TREE" for rail in trees)])
+        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {known}")
+    not_trees = sorted(
+        s
+        for s in args.systems
+        if "@" in s and not (Path(s.partition("@")[2]) / "worker" / "__main__.py").is_file()
+    )
+    if not_trees:
+        parser.error(
+            f"not a source tree of this project (no worker/__main__.py): {', '.join(not_trees)}"
+        )
     try:
         args.procs = [int(p) for p in args.procs.split(",") if p]
     except ValueError:

@@ -118,6 +118,29 @@ def test_log_levels_are_measured_side_by_side_and_printed() -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("peers")
+def test_each_rail_runs_from_another_source_tree_in_the_same_rounds() -> None:
+    # RAIL@TREE: that tree's seeding, server and workers (here this tree itself), in the same
+    # rounds as this tree's, each row set beside the same best peer.
+    tree = str(ROOT)
+    systems = ["huey", "pgqueuer", *(f"{r},{r}@{tree}" for r in ("embedded", "served", "postgres"))]
+    done = _bench("--tasks", "40", "--runs", "1", "--procs", "1", "--systems", ",".join(systems))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "skipped" not in out, out
+    for rail, storage, peer in (
+        ("embedded", "SQLite", "huey"),
+        ("served", "SQLite", "huey"),
+        ("postgres", "PostgreSQL", "pgqueuer"),
+    ):
+        assert f"- {rail}@{tree}: {rail}: " in out and f"source tree {tree}" in out, out
+        for system in (rail, f"{rail}@{tree}"):
+            cells = _row(out, system, 1)
+            assert cells[1] == storage and cells[6] == peer, cells
+            assert float(cells[3].split()[0]) > 0 and float(cells[7]) > 0, cells
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("peers")
 def test_kept_measures_the_postgres_rail_with_finished_tasks_kept() -> None:
     done = _bench(
         "--tasks", "30", "--runs", "1", "--procs", "1", "--systems", "postgres",
@@ -163,7 +186,15 @@ def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--systems", "postgres@/tmp"], "unknown system(s) postgres@/tmp"),
+        (
+            ["--systems", "postgres@/tmp"],
+            "not a source tree of this project (no worker/__main__.py): postgres@/tmp",
+        ),
+        (["--systems", "huey@/tmp"], "unknown system(s) huey@/tmp; known: arq, "),
+        (
+            ["--pickup", "2", "--systems", "served@/tmp"],
+            "embedded, served, postgres, postgres@TREE",
+        ),
         (["--kept", "lots"], "--kept must be comma-separated integers, not 'lots'"),
         (["--kept", "-5"], "--kept: counts of finished tasks cannot be negative"),
         (["--pickup", "-1"], "--pickup: the number of samples cannot be negative"),
