@@ -339,7 +339,9 @@ CREATE TABLE rail_secrets (
 -- one-trip transition was worked out from (its caller passes "<pipeline id>@<version>"; a
 -- caller passing the id alone, a release before schema 17, is not checked). An apply committed
 -- meanwhile (docs/operate/pipelines.md) makes the call answer FALSE, and the rail's transition
--- judges the task against its own version and lands it in the current one.
+-- judges the task against its own version and lands it in the current one. Since schema 19
+-- bw_transition and bw_move spell this check out inline: PostgreSQL (before 18) plans a SQL
+-- function's query again at every execution of the statement calling it.
 -- (Current since schema 17.)
 CREATE FUNCTION bw_version_is(p_pipeline TEXT, p_task_version BIGINT, p_planned BIGINT)
 RETURNS BOOLEAN LANGUAGE sql STABLE AS $$
@@ -352,7 +354,7 @@ $$;
 -- pipeline and stage (and version, when given), and that the idempotency key is new, then writes
 -- what tracker_client/rules/runs.py transition() writes. Anything else answers FALSE having
 -- written nothing, and the caller runs the rail's transition, which answers it exactly.
--- (Current since schema 17: the pipeline's version checked, see bw_version_is.)
+-- (Current since schema 19: the pipeline's version checked as bw_version_is does, inline.)
 CREATE FUNCTION bw_transition(
     p_run TEXT, p_token TEXT, p_pipeline TEXT, p_stage TEXT, p_version BIGINT, p_to TEXT,
     p_role TEXT, p_terminal BIGINT, p_usage TEXT, p_event TEXT, p_now BIGINT, p_key TEXT,
@@ -372,8 +374,10 @@ BEGIN
     WHERE r.id = p_run AND t.lease_run_id = p_run AND t.lease_token_sha256 = p_token
       AND t.lease_expires_at_ms > p_now AND t.pipeline_id = split_part(p_pipeline, '@', 1)
       AND t.stage = p_stage AND (p_version IS NULL OR t.task_version = p_version)
-      AND (strpos(p_pipeline, '@') = 0 OR bw_version_is(t.pipeline_id, t.pipeline_version,
-          split_part(p_pipeline, '@', 2)::bigint))
+      AND (strpos(p_pipeline, '@') = 0 OR EXISTS (
+          SELECT 1 FROM pipelines p
+          WHERE p.id = t.pipeline_id AND p.version = split_part(p_pipeline, '@', 2)::bigint
+            AND coalesce(t.pipeline_version, p.version) = p.version))
     FOR NO KEY UPDATE OF t;
     IF NOT FOUND THEN
         RETURN FALSE;
@@ -395,12 +399,14 @@ END
 $$;
 
 -- One claim: the first candidate of a role (bw_candidates) leased and its run started
--- (bw_grant), in one statement (sql/claim.sql calls it; bw_claim too).
--- (Current since schema 12.)
+-- (bw_grant), in one statement (sql/claim.sql calls it; bw_claim too). Its plans are generic
+-- (see bw_claim_tx).
+-- (Current since schema 19.)
 CREATE FUNCTION bw_claim_one(
     p_role TEXT, p_agent TEXT, p_now BIGINT, p_expires BIGINT, p_ttl BIGINT, p_limits JSONB,
     p_run TEXT, p_lease TEXT, p_token TEXT
-) RETURNS SETOF tasks LANGUAGE plpgsql AS $$
+) RETURNS SETOF tasks LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     RETURN QUERY SELECT * FROM bw_grant(
         ARRAY(SELECT c.o_seq FROM bw_candidates(p_role, p_agent, p_now, p_limits, 1) c),
@@ -481,7 +487,7 @@ $$;
 
 -- bw_transition with the idempotency record's operation named by the caller (an item of
 -- finish_many is keyed as a finish is).
--- (Current since schema 17: the pipeline's version checked, see bw_version_is.)
+-- (Current since schema 19: the pipeline's version checked as bw_version_is does, inline.)
 CREATE FUNCTION bw_move(
     p_op TEXT, p_run TEXT, p_token TEXT, p_pipeline TEXT, p_stage TEXT, p_version BIGINT,
     p_to TEXT, p_role TEXT, p_terminal BIGINT, p_usage TEXT, p_event TEXT, p_now BIGINT,
@@ -501,8 +507,10 @@ BEGIN
     WHERE r.id = p_run AND t.lease_run_id = p_run AND t.lease_token_sha256 = p_token
       AND t.lease_expires_at_ms > p_now AND t.pipeline_id = split_part(p_pipeline, '@', 1)
       AND t.stage = p_stage AND (p_version IS NULL OR t.task_version = p_version)
-      AND (strpos(p_pipeline, '@') = 0 OR bw_version_is(t.pipeline_id, t.pipeline_version,
-          split_part(p_pipeline, '@', 2)::bigint))
+      AND (strpos(p_pipeline, '@') = 0 OR EXISTS (
+          SELECT 1 FROM pipelines p
+          WHERE p.id = t.pipeline_id AND p.version = split_part(p_pipeline, '@', 2)::bigint
+            AND coalesce(t.pipeline_version, p.version) = p.version))
     FOR NO KEY UPDATE OF t;
     IF NOT FOUND THEN
         RETURN FALSE;
@@ -568,12 +576,20 @@ $$;
 -- it), the call, then bw_wake. An exception (SQLSTATE BW001: the caller's rail path answers it)
 -- rolls everything back. bw_claim_tx: bw_claim; the run, lease and token-hash arrays come as
 -- array literals of hex and uuid text.
--- (Current since schema 9.)
+-- Since schema 19 each runs its statements (and those of the functions it calls) on their
+-- generic plans (plan_cache_mode), each planned once per connection: left to choose, plpgsql
+-- planned some of them again at every call, where a parameter let the planner prove a partial
+-- index's predicate (tasks_leased) only for the call's own values (the finish's row look-up,
+-- the claim's candidates and its housekeeping check: about half the server's CPU per task,
+-- docs/benchmarks.md "PostgreSQL rail"). Every statement of theirs reaches its rows through
+-- an index under a generic plan too (tests/postgres/test_generic_plans.py).
+-- (Current since schema 19.)
 CREATE FUNCTION bw_claim_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT,
     p_op TEXT, p_role TEXT, p_agent TEXT, p_now BIGINT, p_ttl BIGINT, p_runs TEXT,
     p_leases TEXT, p_tokens TEXT, p_key TEXT, p_fp TEXT
-) RETURNS SETOF tasks LANGUAGE plpgsql AS $$
+) RETURNS SETOF tasks LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_lock, 0));
     RETURN QUERY SELECT * FROM bw_claim(
@@ -584,13 +600,14 @@ END
 $$;
 
 -- bw_transition under the lock (see bw_claim_tx).
--- (Current since schema 9.)
+-- (Current since schema 19.)
 CREATE FUNCTION bw_transition_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT,
     p_run TEXT, p_token TEXT, p_pipeline TEXT, p_stage TEXT, p_version BIGINT, p_to TEXT,
     p_role TEXT, p_terminal BIGINT, p_usage TEXT, p_event TEXT, p_now BIGINT, p_key TEXT,
     p_fp TEXT, p_result TEXT
-) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+) RETURNS BOOLEAN LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     done BOOLEAN;
 BEGIN
@@ -603,10 +620,11 @@ END
 $$;
 
 -- bw_finish_many under the lock (see bw_claim_tx).
--- (Current since schema 9.)
+-- (Current since schema 19.)
 CREATE FUNCTION bw_finish_many_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT, p_now BIGINT, p_items JSONB
-) RETURNS BOOLEAN[] LANGUAGE plpgsql AS $$
+) RETURNS BOOLEAN[] LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     item JSONB;
     done BOOLEAN[] := '{}';
@@ -628,13 +646,15 @@ $$;
 -- commit): a worker's reports and the claim for the slots they freed, when they are ready
 -- together (tracker_client/postgres/pairing.py). Every row carries the moves' answers; the
 -- claimed tasks follow as a tasks row each, and one row with no task answers a claim that
--- found none. Either part declining (SQLSTATE BW001) rolls back both.
--- (Current since schema 15.)
+-- found none. Either part declining (SQLSTATE BW001) rolls back both. Generic plans (see
+-- bw_claim_tx).
+-- (Current since schema 19.)
 CREATE FUNCTION bw_finish_claim_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT, p_now BIGINT, p_items JSONB,
     p_op TEXT, p_role TEXT, p_agent TEXT, p_claim_now BIGINT, p_ttl BIGINT, p_runs TEXT,
     p_leases TEXT, p_tokens TEXT, p_key TEXT, p_fp TEXT
-) RETURNS TABLE (o_done BOOLEAN[], o_task tasks) LANGUAGE plpgsql AS $$
+) RETURNS TABLE (o_done BOOLEAN[], o_task tasks) LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     item JSONB;
     done BOOLEAN[] := '{}';
@@ -671,8 +691,9 @@ $$;
 -- embedded claim's rules (tracker_client/rules/claims.py): highest priority first, then creation
 -- order; skip delayed rows, leased rows (tasks_free), rows assigned to another agent, rows with
 -- an unresolved dependency, rows whose concurrency key another live lease holds, and stages at
--- their per_state limit. Each row comes with whether it has a concurrency key.
--- (Current since schema 12.)
+-- their per_state limit. Each row comes with whether it has a concurrency key. A live lease is
+-- also compared with 0, so a generic plan reaches it through tasks_leased.
+-- (Current since schema 19.)
 CREATE FUNCTION bw_candidates(
     p_role TEXT, p_agent TEXT, p_now BIGINT, p_limits JSONB, p_n INTEGER
 ) RETURNS TABLE (o_seq BIGINT, o_keyed BOOLEAN) LANGUAGE plpgsql AS $$
@@ -692,10 +713,10 @@ BEGIN
       AND (t.concurrency_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM tasks k
           WHERE k.concurrency_key = t.concurrency_key AND k.lease_expires_at_ms > p_now
-            AND k.seq <> t.seq))
+            AND k.lease_expires_at_ms > 0 AND k.seq <> t.seq))
       AND (p_limits ->> t.stage IS NULL OR (
           SELECT count(*) FROM tasks s
-          WHERE s.lease_expires_at_ms > p_now AND s.stage = t.stage
+          WHERE s.lease_expires_at_ms > p_now AND s.lease_expires_at_ms > 0 AND s.stage = t.stage
       ) < (p_limits ->> t.stage)::bigint)
     ORDER BY t.priority DESC, t.seq
     LIMIT p_n
