@@ -2,7 +2,7 @@
 
     python -m bench.postgres [--tasks 2000] [--concurrency 10] [--pool-size 4] [--rounds 1]
                              [--phases pg1,pg2,procrastinate1,procrastinate2,embedded1]
-                             [--ab OLD_TREE]
+                             [--ab OLD_TREE] [--analyze]
 
 The no-op drain of :mod:`bench.worker` (real ``python -m worker run --drain`` processes, the
 ``python`` executor calling :func:`bench.worker.noop`) on a PostgreSQL started for the run
@@ -22,7 +22,10 @@ round runs each phase once), and prints the median of each column with every rou
 ``server CPU us/task`` is the PostgreSQL server's own CPU (its processes' user + system time)
 over the drain. ``--ab OLD_TREE`` adds ``pgold1``/``pgold2`` phases: the same drains with the
 worker processes (and the seeding, so the schema is that tree's) of another source tree, e.g.
-``git worktree add /tmp/before <sha>``, interleaved with this tree's.
+``git worktree add /tmp/before <sha>``, interleaved with this tree's. ``--analyze`` analyzes
+the seeded tasks before each drain, as autovacuum does after a large submit: a fresh schema has
+no statistics yet, and the server plans some statements differently with them
+(docs/benchmarks.md, "PostgreSQL rail").
 """
 
 from __future__ import annotations
@@ -96,8 +99,13 @@ def _pg_drain(
     concurrency: int,
     pool_size: int = 4,
     root: Path | None = None,
+    analyze: bool = False,
 ) -> dict[str, Any]:
-    """A drain by ``procs`` workers of ``root``'s tree (None: this one, seeded in process)."""
+    """A drain by ``procs`` workers of ``root``'s tree (None: this one, seeded in process);
+    ``analyze``: the seeded tasks analyzed first, as autovacuum does after a submit of more than
+    50 rows (a fresh schema's tables have no statistics until its next pass). Only ``tasks``:
+    an analyzed empty ``runs`` is planned as empty for as long as a connection keeps its plans,
+    a state no rail that has run a while is in."""
     import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
@@ -108,6 +116,9 @@ def _pg_drain(
         code = f"import anyio; from bench.postgres import _seed; anyio.run(_seed, {url!r}, {n})"
         env = {**os.environ, "PYTHONPATH": str(root)}
         subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
+    if analyze:
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute(f"ANALYZE {schema}.tasks")
     config = _config(server.root, url, concurrency)
     cpu = _server_cpu_s(server)
     wall = time.perf_counter()
@@ -163,7 +174,9 @@ def _phase(
         return {"rail": "procrastinate", "procs": procs, **found}
     root = old if phase.startswith("pgold") else None
     procs = int(phase.removeprefix("pgold" if root else "pg"))
-    return _pg_drain(server, args.tasks, procs, args.concurrency, args.pool_size, root)
+    return _pg_drain(
+        server, args.tasks, procs, args.concurrency, args.pool_size, root, args.analyze
+    )
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
@@ -179,6 +192,11 @@ def main() -> None:
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument("--rounds", type=int, default=1, help="runs of each phase (median)")
     parser.add_argument("--ab", type=Path, default=None, help="an older tree: pgold1/pgold2 too")
+    parser.add_argument(
+        "--analyze",
+        action="store_true",
+        help="analyze the seeded tasks before each drain (as autovacuum does after a submit)",
+    )
     args = parser.parse_args()
     phases = [p for p in args.phases.split(",") if p]
     if args.ab is not None:
