@@ -103,10 +103,12 @@ def _pick_many(
     corrupt: list[tuple[Row, str]] = []
     cursor = ctx.exec("claims.candidates", (role, now, now))
     # Each row as a dict: read by name a dozen times here and in the lease (a sqlite3.Row
-    # scans its 48 columns for each name), and the Task is made of a dict anyway.
-    names = [d[0] for d in cursor.description]
-    cursor.row_factory = lambda _cursor, values: dict(zip(names, values, strict=True))
-    for cand in cursor:
+    # scans its columns for each name), and the Task is made of a dict anyway. Made here
+    # from the row's values (no row factory: a Python call per row from C).
+    names = tuple(d[0] for d in cursor.description)
+    cursor.row_factory = None
+    for values in cursor:
+        cand = dict(zip(names, values, strict=True))
         seq = cand["seq"]
         assignee = cand["assignee"]
         if assignee is not None and assignee != agent_id:

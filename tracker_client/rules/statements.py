@@ -73,6 +73,11 @@ class Statements(Mapping[str, Statement]):
         except KeyError:
             raise KeyError(f"no statement {name!r} in the {self.engine} engine's sql/") from None
 
+    def __contains__(self, name: object) -> bool:
+        # A rule asks whether its engine has a statement (one only SQLite has) on hot paths:
+        # Mapping's own __contains__ goes through __getitem__ and a caught KeyError.
+        return name in self._by_name
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_name)
 
