@@ -182,6 +182,7 @@ async def test_a_statement_run_for_many_rows_writes_and_counts_as_one_by_one(
                         for seq in seqs
                     ],
                 )
+                assert ctx.many("common.add_event", []) == 0  # nothing to run
                 return added, moved
 
             return op

@@ -187,6 +187,8 @@ class Ctx:
         says so (hint ``many``: SQLite's connection binds and steps it for each item in C, on
         one cursor), else one :meth:`exec` per item."""
         sql = self.sql[name]
+        if not rows:
+            return 0
         if sql.hint("many") is not None:
             return int(self.conn.executemany(sql, rows).rowcount)
         return sum(int(self.conn.execute(sql, row).rowcount) for row in rows)
