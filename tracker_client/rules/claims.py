@@ -325,30 +325,23 @@ def _lease(
 ) -> Lease:
     """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
     derived from ``idempotency_key`` when given, else random; ``secret``: the rail's key
-    when the caller read it already, once for a batch of leases)."""
-    now = ctx.now
-    task_id = task["id"]
-    attempt = int(task["last_attempt"]) + 1
-    run_id, lease_id, token = fresh_ids(now)
-    if idempotency_key is not None:
-        token = keyed_token(secret or rail_key(ctx), lease_id, idempotency_key)
-    expires = now + lease_ttl_ms
-    digest = token_hash(token)
-    ctx.exec("claims.add_run", (run_id, task_id, attempt, agent_id, role, now))
-    ctx.exec(
-        "claims.lease", (expires, attempt, lease_id, run_id, digest, lease_ttl_ms, task["seq"])
+    when the caller read it already, once for a batch of leases), and its log line."""
+    if idempotency_key is not None and secret is None:
+        secret = rail_key(ctx)
+    (lease,) = lease_all(
+        ctx, [(task, parsed)], agent_id, role, lease_ttl_ms, idempotency_key, secret
     )
-    hand_out(ctx, run_id, task, digest)  # its plain finish checks this instead of the row
     if ctx.will_log("task_claimed"):
+        task_id, run = task["id"], lease.run
         ctx.log(
             "task_claimed",
-            f"task {task_id} claimed by {agent_id} (attempt {attempt})",
+            f"task {task_id} claimed by {agent_id} (attempt {run.attempt})",
             task_id=task_id,
-            run_id=run_id,
+            run_id=run.id,
             role=role,
             agent_id=agent_id,
         )
-    return _handed(ctx, task, parsed, run_id, lease_id, token, attempt, agent_id, role, expires)
+    return lease
 
 
 def _handed(
@@ -389,10 +382,12 @@ def lease_all(
     idempotency_key: str | None,
     secret: bytes | None,
 ) -> list[Lease]:
-    """:func:`_lease` of each picked row (its row, parsed), in order, for a batch no rate limit
-    counts and no log line names (``task_claimed`` names the role's depth after each lease):
-    the runs and the leases written with one statement each for the batch
-    (:meth:`.common.Ctx.many`), the ids made together (:func:`fresh_ids_many`)."""
+    """Lease each picked row (its row, parsed) to ``agent_id``, in order: a new run each, the
+    lease on its task row (tokens derived from ``idempotency_key`` with the rail's ``secret``
+    when a key is given, else random), the runs and the leases written with one statement
+    each for the batch (:meth:`.common.Ctx.many`), the ids made together
+    (:func:`fresh_ids_many`). No log line: ``task_claimed`` names the role's depth after each
+    lease (:func:`_lease` writes one lease and its line)."""
     now = ctx.now
     expires = now + lease_ttl_ms
     made: list[tuple[Any, Task, str, str, str, int, str]] = []
