@@ -2,7 +2,7 @@
 a worker's batches.
 
 ``python -m bench.embedded [--tasks 10000] [--slots 8] [--processes 4] [--synchronous NORMAL]
-[--batch 10]``
+[--batch 10] [--phases 1,2,3,4] [--ab OLD_TREE --rounds 5]``
 
 Phase 1: one process, one tracker, one sequential loop (latency-bound: three commits per
 cycle). Phase 2: one process, ``--slots`` concurrent loops on one tracker, as a worker daemon
@@ -14,17 +14,23 @@ CPU per task and the statements and commits per task (counted in a second, trace
 Phases 1-3 print cycles/s and p50/p99 per operation (milliseconds) and the CPU per cycle
 (phase 3: of the child processes, start-up included);
 ``--synchronous FULL`` measures power-loss durability. A benchmark, not a test: it asserts
-nothing about speed, only that every task was transitioned exactly once. Before/after: run it
-in a ``git worktree`` of the older commit and here, in turn.
+nothing about speed, only that every task was transitioned exactly once. ``--phases`` runs a
+subset. Before/after of phase 4 in one run: ``--ab OLD_TREE --rounds 5`` runs it in a
+process of the source tree ``OLD_TREE`` (A, e.g. a ``git worktree`` of the older commit) and
+of this tree (B) in turn, alternating which goes first, and prints each round and both
+sides' medians of the database thread's CPU per task.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -214,6 +220,64 @@ def _report_batches(tmp: Path, tasks: int, n: int, synchronous: str) -> None:
     )
 
 
+def _batch_round(tree: Path, tasks: int, n: int, synchronous: str) -> dict[str, float]:
+    """Phase 4's timed drain in a fresh process of the source tree ``tree`` (its rail, its
+    rules): tasks/s and the database thread's CPU per task."""
+    code = (
+        "import json, sys, tempfile, time, anyio\n"
+        "from pathlib import Path\n"
+        "from bench.embedded import _batches, _setup\n"
+        "tasks, n, sync = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]\n"
+        "with tempfile.TemporaryDirectory() as tmp:\n"
+        "    path = str(Path(tmp) / 'batch.db')\n"
+        "    anyio.run(_setup, path, tasks, sync)\n"
+        "    t0 = time.perf_counter()\n"
+        "    res = anyio.run(_batches, path, n, False)\n"
+        "    wall = time.perf_counter() - t0\n"
+        "print(json.dumps({'tasks_per_s': res['tasks'] / wall,"
+        " 'db_us': res['db_cpu'] / res['tasks'] * 1e6}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed rail: no compiling per round
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tasks), str(n), synchronous],
+        env=env,
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _ab_batches(old: Path, rounds: int, tasks: int, n: int, synchronous: str) -> None:
+    """Phase 4 of ``old`` (A) and of this tree (B) in turn, ``rounds`` each, alternating which
+    goes first; each round and the medians."""
+    here = Path(__file__).resolve().parents[1]
+    sides: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+    for r in range(rounds):
+        order = ("A", "B") if r % 2 == 0 else ("B", "A")
+        for side in order:
+            res = _batch_round(old if side == "A" else here, tasks, n, synchronous)
+            sides[side].append(res)
+            print(
+                f"round {r + 1} {side}: {res['tasks_per_s']:,.0f} tasks/s, database thread "
+                f"{res['db_us']:.1f} us/task"
+            )
+    med = {
+        side: {k: statistics.median(x[k] for x in got) for k in ("tasks_per_s", "db_us")}
+        for side, got in sides.items()
+    }
+    print(f"A: {old}\nB: {here}\nmedians of {rounds} round(s), claim_many {n} + finish_many")
+    print(
+        f"  tasks/s A {med['A']['tasks_per_s']:,.0f}  B {med['B']['tasks_per_s']:,.0f}  B/A "
+        f"{med['B']['tasks_per_s'] / med['A']['tasks_per_s']:.2f}; database thread us/task A "
+        f"{med['A']['db_us']:.1f}  B {med['B']['db_us']:.1f}  A/B "
+        f"{med['A']['db_us'] / med['B']['db_us']:.2f}"
+    )
+
+
 def _calibrate() -> float:
     """CPU seconds for 10 million Python additions: compare machines (and load) with it."""
     c0 = time.process_time()
@@ -224,22 +288,51 @@ def _calibrate() -> float:
 
 
 def main() -> None:
-    """Run both phases and print the figures."""
+    """Run the phases (or the before/after of phase 4) and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--synchronous", default="NORMAL")
     parser.add_argument("--slots", type=int, default=8, help="concurrent loops in phase 2")
     parser.add_argument("--batch", type=int, default=10, help="claim_many size in phase 4")
+    parser.add_argument("--phases", default="1,2,3,4", help="comma-separated subset of 1,2,3,4")
+    parser.add_argument(
+        "--ab",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="phase 4 of the source tree ROOT (A) and of this tree (B) in turn",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="phase 4 drains per side, --ab")
     args = parser.parse_args()
+    try:
+        phases = {int(p) for p in args.phases.split(",") if p.strip()}
+    except ValueError:
+        parser.error(f"--phases must be comma-separated phase numbers, not {args.phases!r}")
+    if not phases or not phases <= {1, 2, 3, 4}:
+        parser.error(f"--phases: choose among 1,2,3,4, not {args.phases!r}")
+    if args.ab is not None and not (args.ab / "bench" / "embedded.py").is_file():
+        parser.error(f"--ab {args.ab}: not a source tree of this project (no bench/embedded.py)")
+    if args.ab is not None and (args.batch < 1 or args.rounds < 1):
+        parser.error("--ab: --batch and --rounds must be at least 1")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"embedded tracker bench: {args.tasks} tasks, synchronous={args.synchronous}, "
         f"{os.cpu_count()} CPUs, load average {load}, calibration {_calibrate():.2f} CPU-s "
         "per 10M Python additions"
     )
+    if args.ab is not None:
+        _ab_batches(args.ab, args.rounds, args.tasks, args.batch, args.synchronous)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-embedded-") as tmp:
-        one = str(Path(tmp) / "one.db")
+        _phases(Path(tmp), args, phases)
+        print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _phases(tmp: Path, args: argparse.Namespace, phases: set[int]) -> None:
+    """Run the chosen ``phases`` in ``tmp`` and print their figures."""
+    if 1 in phases:
+        one = str(tmp / "one.db")
         anyio.run(_setup, one, args.tasks, args.synchronous)
         t0, c0 = time.perf_counter(), time.process_time()
         lat = anyio.run(_drain, one, "bench-1", args.synchronous)
@@ -248,57 +341,57 @@ def main() -> None:
         assert done == args.tasks == len(lat["cycle"]), (done, len(lat["cycle"]))
         _report("1 process", len(lat["cycle"]), wall, lat)
         print(f"  CPU per cycle (all threads of the process): {cpu / args.tasks * 1e6:.0f} us")
+    if 2 in phases and args.slots > 1:
+        slotted = str(tmp / "slots.db")
+        anyio.run(_setup, slotted, args.tasks, args.synchronous)
+        t0, c0 = time.perf_counter(), time.process_time()
+        lat = anyio.run(_drain, slotted, "bench-s", args.synchronous, args.slots)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        assert anyio.run(_count_done, slotted) == args.tasks == len(lat["cycle"])
+        _report(f"1 process, {args.slots} concurrent slots", args.tasks, wall, lat)
+        print(f"  CPU per cycle (all threads of the process): {cpu / args.tasks * 1e6:.0f} us")
+    if 3 in phases:
+        _processes(tmp, args)
+    if 4 in phases and args.batch > 0:
+        _report_batches(tmp, args.tasks, args.batch, args.synchronous)
 
-        if args.slots > 1:
-            slotted = str(Path(tmp) / "slots.db")
-            anyio.run(_setup, slotted, args.tasks, args.synchronous)
-            t0, c0 = time.perf_counter(), time.process_time()
-            lat = anyio.run(_drain, slotted, "bench-s", args.synchronous, args.slots)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            assert anyio.run(_count_done, slotted) == args.tasks == len(lat["cycle"])
-            _report(f"1 process, {args.slots} concurrent slots", args.tasks, wall, lat)
-            print(f"  CPU per cycle (all threads of the process): {cpu / args.tasks * 1e6:.0f} us")
 
-        many = str(Path(tmp) / "many.db")
-        anyio.run(_setup, many, args.tasks, args.synchronous)
-        ctx = mp.get_context("spawn")
-        ready = [ctx.Event() for _ in range(args.processes)]
-        go = ctx.Event()
-        out: Any = ctx.Queue()
-        procs = [
-            ctx.Process(
-                target=_child, args=(many, f"bench-{n}", args.synchronous, ready[n], go, out)
-            )
-            for n in range(args.processes)
-        ]
-        for p in procs:
-            p.start()
-        for r in ready:
-            r.wait()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu0 = before.ru_utime + before.ru_stime
-        t0 = time.perf_counter()
-        go.set()
-        results = [out.get() for _ in procs]
-        wall = time.perf_counter() - t0
-        for p in procs:
-            p.join()
-        # The children's CPU, start-up and waiting for the go included (they are reaped now).
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = children.ru_utime + children.ru_stime - cpu0
-        merged: dict[str, list[float]] = {op: [] for op in OPS}
-        for res in results:
-            for op in OPS:
-                merged[op].extend(res[op])
-        done = anyio.run(_count_done, many)
-        assert done == args.tasks == len(merged["cycle"]), (done, len(merged["cycle"]))
-        per = ", ".join(str(len(r["cycle"])) for r in results)
-        _report(f"{args.processes} processes (per process: {per})", done, wall, merged)
-        print(f"  CPU per cycle (the processes, start-up included): {cpu / done * 1e6:.0f} us")
-
-        if args.batch > 0:
-            _report_batches(Path(tmp), args.tasks, args.batch, args.synchronous)
-        print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+def _processes(tmp: Path, args: argparse.Namespace) -> None:
+    """Phase 3: ``args.processes`` processes, one sequential loop each, on one file."""
+    many = str(tmp / "many.db")
+    anyio.run(_setup, many, args.tasks, args.synchronous)
+    ctx = mp.get_context("spawn")
+    ready = [ctx.Event() for _ in range(args.processes)]
+    go = ctx.Event()
+    out: Any = ctx.Queue()
+    procs = [
+        ctx.Process(target=_child, args=(many, f"bench-{n}", args.synchronous, ready[n], go, out))
+        for n in range(args.processes)
+    ]
+    for p in procs:
+        p.start()
+    for r in ready:
+        r.wait()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = before.ru_utime + before.ru_stime
+    t0 = time.perf_counter()
+    go.set()
+    results = [out.get() for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    # The children's CPU, start-up and waiting for the go included (they are reaped now).
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = children.ru_utime + children.ru_stime - cpu0
+    merged: dict[str, list[float]] = {op: [] for op in OPS}
+    for res in results:
+        for op in OPS:
+            merged[op].extend(res[op])
+    done = anyio.run(_count_done, many)
+    assert done == args.tasks == len(merged["cycle"]), (done, len(merged["cycle"]))
+    per = ", ".join(str(len(r["cycle"])) for r in results)
+    _report(f"{args.processes} processes (per process: {per})", done, wall, merged)
+    print(f"  CPU per cycle (the processes, start-up included): {cpu / done * 1e6:.0f} us")
 
 
 if __name__ == "__main__":

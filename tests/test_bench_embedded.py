@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 
-from bench.embedded import _batches, _count_done, _setup
+from bench.embedded import _ab_batches, _batches, _count_done, _setup, main
 
 
 def test_the_batch_phase_drains_every_task_at_one_commit_per_batch(
@@ -25,3 +26,39 @@ def test_the_batch_phase_drains_every_task_at_one_commit_per_batch(
     # few statements per batch (no read of the lease's row)
     assert counted["statements"] / 40 < 6.5
     assert counted["db_cpu"] > 0
+
+
+def test_the_batch_phase_before_and_after_runs_each_tree_in_turn(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--ab``: phase 4 in a process of each source tree (here this tree twice), alternating
+    which goes first, each round printed and both sides' medians."""
+    root = Path(__file__).resolve().parents[1]
+    _ab_batches(root, 2, 30, 10, "NORMAL")
+    out = capsys.readouterr().out
+    rounds = [line for line in out.splitlines() if line.startswith("round ")]
+    assert [line.split(":")[0] for line in rounds] == [
+        "round 1 A",
+        "round 1 B",
+        "round 2 B",
+        "round 2 A",
+    ]
+    assert "database thread us/task A" in out and "B/A" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--phases", "1,5"], "--phases: choose among 1,2,3,4"),
+        (["--phases", "x"], "--phases must be comma-separated"),
+        (["--ab", "/nonexistent"], "not a source tree of this project"),
+    ],
+)
+def test_bad_options_are_named(
+    argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench.embedded", *argv])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    assert named in capsys.readouterr().err

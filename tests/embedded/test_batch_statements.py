@@ -4,6 +4,7 @@ that follows it within a pass or two share one transaction (embedded/db.py ``run
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -13,6 +14,8 @@ import pytest
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import Lease, TaskCreate
+from tracker_client.rules.common import Ctx
+from tracker_client.rules.statements import Statement, Statements
 
 pytestmark = pytest.mark.anyio
 
@@ -139,3 +142,59 @@ async def test_a_read_or_a_close_sends_a_parked_write_on(tmp_path: Path) -> None
     finally:
         await reopened.aclose()
     assert stages == ["done", "done"]
+
+
+def _unmarked(statements: Statements, *names: str) -> Statements:
+    """``statements`` with ``names``' hint ``many`` dropped (as another engine's would be)."""
+    out = dict(statements)
+    for name in names:
+        hints = {k: v for k, v in statements[name].hints.items() if k != "many"}
+        out[name] = Statement(str(statements[name]), name, hints)
+    return Statements(out, "sqlite")
+
+
+async def test_a_statement_run_for_many_rows_writes_and_counts_as_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """``Ctx.many``: a statement the engine marks ``many`` runs for all the rows in one
+    ``executemany``, one it does not mark once per row; both write the same rows in the
+    same order and answer how many rows changed (a row matching nothing counts 0)."""
+    tracker = await _seeded(tmp_path / "rail.db", 3)
+    marked = tracker.engine.statements
+    assert marked["common.add_event"].hint("many") is not None
+    plain = _unmarked(marked, "common.add_event", "runs.move_held")
+    try:
+        seqs = [s for (s,) in tracker.engine.db.conn.execute("SELECT seq FROM tasks ORDER BY seq")]
+        ids = [i for (i,) in tracker.engine.db.conn.execute("SELECT id FROM tasks ORDER BY seq")]
+
+        def write(sql: Statements, tag: str) -> Callable[[Ctx], tuple[int, int]]:
+            def op(ctx: Ctx) -> tuple[int, int]:
+                ctx.sql = sql
+                rows = [
+                    (task_id, None, ctx.now, tag, f'{{"n":{n}}}') for n, task_id in enumerate(ids)
+                ]
+                added = ctx.many("common.add_event", rows)
+                # a guarded move of rows whose lease is not as named: none changes
+                moved = ctx.many(
+                    "runs.move_held",
+                    [
+                        ("done", ctx.now, None, 1, seq, "no-run", "x", 0, "todo", 1, None)
+                        for seq in seqs
+                    ],
+                )
+                assert ctx.many("common.add_event", []) == 0  # nothing to run
+                return added, moved
+
+            return op
+
+        got_marked = await tracker._write("test", write(marked, "marked"))
+        got_plain = await tracker._write("test", write(plain, "plain"))
+        rows = tracker.engine.db.conn.execute(
+            "SELECT kind, task_id, data FROM events WHERE kind IN ('marked', 'plain') ORDER BY id"
+        ).fetchall()
+    finally:
+        await tracker.aclose()
+    assert got_marked == got_plain == (3, 0)
+    assert [r[1:] for r in rows[:3]] == [r[1:] for r in rows[3:]]
+    assert [r[0] for r in rows] == ["marked"] * 3 + ["plain"] * 3
+    assert [r[2] for r in rows[:3]] == ['{"n":0}', '{"n":1}', '{"n":2}']

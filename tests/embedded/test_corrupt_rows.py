@@ -196,3 +196,39 @@ async def test_served_reads_show_the_marker_of_a_corrupt_row(tmp_path: Path, bad
     assert says in marked[ids[2]][CORRUPT_MARKER]
     assert says in one.json()["metadata"][CORRUPT_MARKER]
     assert other.json()["metadata"] == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"i":1}',
+        '{"a":[1,{"b":null}],"c":"\\u00e9"}',
+        "[]",
+        "123",
+        '"text"',
+        ' {"i":1}',
+        '{"i":1} ',
+        '{"i":1}x',
+        '{"i":1}{"j":2}',
+        "",
+        "nul",
+        "[1,2",
+        "NaN",
+        "\ufeff{}",
+        '{"repo": ',
+    ],
+)
+def test_a_stored_value_is_read_as_json_loads_reads_it(text: str) -> None:
+    """The claim's reader of stored JSON takes a compact value straight from the json module's
+    scanner: every text answers what ``json.loads`` answers, or fails as it fails."""
+    from tracker_client.rules.common import _parse
+
+    try:
+        expected: object = ("value", json.loads(text))
+    except ValueError as exc:
+        expected = ("error", type(exc), str(exc))
+    try:
+        got: object = ("value", _parse(text))
+    except ValueError as exc:
+        got = ("error", type(exc), str(exc))
+    assert repr(got) == repr(expected)  # repr: NaN is not equal to itself

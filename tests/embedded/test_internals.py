@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -414,6 +415,31 @@ def test_claimed_run_ids_are_in_creation_order() -> None:
         assert parsed.int >> 80 == now
     later = [fresh_ids(now + step)[0] for step in (1, 2, 1000, 86_400_000)]
     assert max(same_ms) < later[0] and later == sorted(later)
+
+
+def test_ids_made_for_a_batch_are_as_made_one_by_one() -> None:
+    """A claim's batch makes its ids together (one urandom call): each run id still leads
+    with the claim's time, every id is a canonical UUIDv4 text, every token 32 random bytes
+    in hex, none repeated."""
+    import uuid
+
+    from tracker_client.rules.claims import _uuid4, _uuid4_hex, fresh_ids_many
+
+    for _ in range(200):
+        raw = os.urandom(16)
+        assert _uuid4_hex(raw.hex()) == _uuid4(raw)
+    now = 1_767_000_000_000
+    made = fresh_ids_many(now, 500)
+    assert len(made) == 500
+    runs, leases, tokens = (set(column) for column in zip(*made, strict=True))
+    assert len(runs) == len(leases) == len(tokens) == 500
+    for run_id, lease_id, token in made:
+        for text in (run_id, lease_id):
+            parsed = uuid.UUID(text)
+            assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert uuid.UUID(run_id).int >> 80 == now
+        assert len(token) == 64 and int(token, 16) >= 0
+    assert fresh_ids_many(now, 0) == []
 
 
 def test_new_ids_lead_with_the_time() -> None:

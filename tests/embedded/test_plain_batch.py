@@ -215,3 +215,66 @@ async def test_a_lease_changed_since_it_was_handed_out_is_read_and_answered(
     assert isinstance(lapsed[0], LeaseLost) and lapsed[0].code == "expired"
     assert stages[:2] == ["review", "todo"] and stages[2:5] == ["review"] * 3
     assert stages[5] == "todo"
+
+
+#: Two more pipelines of role ``coder``: one whose ``complete`` ends the task, one whose two
+#: stages are both the coder's (so one batch holds tasks of two stages under one trigger).
+ENDS = {
+    "initial": "todo",
+    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+}
+TWICE = {
+    "initial": "draft",
+    "states": {
+        "draft": {"agent_role": "coder"},
+        "polish": {"agent_role": "coder"},
+        "out": {"terminal": True},
+    },
+    "transitions": [
+        {"from": "draft", "to": "polish", "trigger": "complete"},
+        {"from": "polish", "to": "out", "trigger": "complete", "instructions": "ship"},
+    ],
+}
+
+
+async def test_one_batch_of_moves_under_several_pipelines_and_stages_lands_each_its_way(
+    tmp_path: Path,
+) -> None:
+    """Where a plain move lands is worked out once per transaction for each pipeline
+    version, stage and trigger, and shared by the batch's runs making that move: a batch
+    holding runs of three pipelines and of two stages of one of them writes and answers
+    what one ``finish`` each writes and answers."""
+    answers: dict[str, list[Any]] = {}
+    for name in ("batch", "single"):
+        path = tmp_path / f"{name}.db"
+        tracker = await EmbeddedTracker.open(str(path), clock=lambda: NOW)
+        try:
+            pids = [await tracker.create_pipeline(p, d) for p, d in [("a", PIPE), ("b", ENDS)]]
+            twice = await tracker.create_pipeline("c", TWICE)
+            await tracker.create_task(TaskCreate(pipeline_id=twice, title="first"))
+            (ahead,) = await tracker.claim_many("w", "coder", 60_000, 1)
+            await tracker.finish_many([FinishItem(ahead, transition={"trigger": "complete"})])
+            for i in range(6):
+                await tracker.create_task(TaskCreate(pipeline_id=pids[i % 2], title=f"t{i}"))
+            await tracker.create_task(TaskCreate(pipeline_id=twice, title="second"))
+            leases = await tracker.claim_many("w", "coder", 60_000, 8)
+            assert sorted(x.task.stage for x in leases) == ["draft", "polish", *["todo"] * 6]
+            items = [FinishItem(x, transition={"trigger": "complete"}) for x in leases]
+            if name == "batch":
+                got: list[Any] = await tracker.finish_many(items)
+            else:
+                got = [await tracker.finish(x, transition={"trigger": "complete"}) for x in leases]
+            answers[name] = [
+                (x.task.title, o.model_dump()) for x, o in zip(leases, got, strict=True)
+            ]
+        finally:
+            await tracker.aclose()
+    assert answers["batch"] == answers["single"]
+    landed = {title: a["transition"]["new_stage"] for title, a in answers["batch"]}
+    assert landed == {
+        "first": "out",
+        "second": "polish",
+        **{f"t{i}": ("review", "done")[i % 2] for i in range(6)},
+    }
+    assert _state(tmp_path / "batch.db") == _state(tmp_path / "single.db")

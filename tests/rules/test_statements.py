@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SQLITE = Statements.load("tracker_client.embedded", "sqlite")
 POSTGRES = Statements.load("tracker_client.postgres", "postgres")
 #: Ctx methods that take a statement's name as their first argument.
-BY_NAME = {"exec", "all", "one", "scalar"}
+BY_NAME = {"exec", "all", "one", "scalar", "many"}
 
 
 def _only(statements: Statements, engine: str) -> set[str]:
@@ -42,7 +42,7 @@ def _names_used() -> set[str]:
 
 
 def _names_called() -> dict[str, str]:
-    """Statement names passed literally to ``ctx.exec/all/one/scalar`` -> where."""
+    """Statement names passed literally to ``ctx.exec/all/one/scalar/many`` -> where."""
     found: dict[str, str] = {}
     for path in (ROOT / "tracker_client").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))

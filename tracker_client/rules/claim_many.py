@@ -15,7 +15,7 @@ the picking rules are :mod:`.claims`' own helpers, reused, not copied.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY
 from tracker_client.errors import LeaseLost, ValidationFailed
@@ -26,9 +26,6 @@ from tracker_client.rules.idempotency import idempotent
 from tracker_client.rules.leasekeys import rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter
-
-if TYPE_CHECKING:
-    import sqlite3
 
 __all__ = ["MAX_CLAIM_MANY", "check_n", "claim_many"]
 
@@ -72,17 +69,21 @@ def claim_many(
         ctx.event(row["id"], None, "corrupt_row", {"reason": "corrupt_row", "error": error})
         dead_letter(ctx, row, "corrupt_row", None)
     leases: list[Lease] = []
-    rate_limit: sqlite3.Row | None = None
-    secret: bytes | None = None
+    if not picks:
+        return leases
+    # A role without a limit row (the first answer None) gets none within this write: asked
+    # once. With one, it is asked again before each lease (the previous one spent a token).
+    allowed, rate_limit = admit(ctx, role)
+    if not allowed:
+        return leases
+    secret = None if idempotency_key is None else rail_key(ctx)  # once for the batch
+    if rate_limit is None and not ctx.will_log("task_claimed"):
+        return claims.lease_all(ctx, picks, agent_id, role, lease_ttl_ms, idempotency_key, secret)
     for row, parsed in picks:
-        if rate_limit is not None or not leases:
-            # Re-read before each lease: the previous one spent a token. A role without a
-            # limit row (the first answer None) gets none within this write: asked once.
+        if rate_limit is not None and leases:
             allowed, rate_limit = admit(ctx, role)
             if not allowed:
                 break
-        if idempotency_key is not None and secret is None:
-            secret = rail_key(ctx)  # once for the batch, not once per lease
         leases.append(
             claims._lease(ctx, row, parsed, agent_id, role, lease_ttl_ms, idempotency_key, secret)
         )
@@ -102,10 +103,12 @@ def _pick_many(
     corrupt: list[tuple[Row, str]] = []
     cursor = ctx.exec("claims.candidates", (role, now, now))
     # Each row as a dict: read by name a dozen times here and in the lease (a sqlite3.Row
-    # scans its 48 columns for each name), and the Task is made of a dict anyway.
-    names = [d[0] for d in cursor.description]
-    cursor.row_factory = lambda _cursor, values: dict(zip(names, values, strict=True))
-    for cand in cursor:
+    # scans its columns for each name), and the Task is made of a dict anyway. Made here
+    # from the row's values (no row factory: a Python call per row from C).
+    names = tuple(d[0] for d in cursor.description)
+    cursor.row_factory = None
+    for values in cursor:
+        cand = dict(zip(names, values, strict=True))
         seq = cand["seq"]
         assignee = cand["assignee"]
         if assignee is not None and assignee != agent_id:

@@ -9,12 +9,12 @@ There is no candidate cap: the scan goes on until a task qualifies or the role h
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tracker_client.agent_models import UNSET
 from tracker_client.errors import LeaseLost, ValidationFailed
-from tracker_client.models import Lease, Run, Task
+from tracker_client.models import Lease, Task
 from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoint
 from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row
 from tracker_client.rules.leasekeys import keyed_token, rail_key
@@ -29,8 +29,10 @@ __all__ = [
     "claim",
     "expire_deadlines",
     "fresh_ids",
+    "fresh_ids_many",
     "heartbeat",
     "housekeeping",
+    "lease_all",
     "per_state_limits",
     "reclaim_expired",
     "reissue",
@@ -82,6 +84,28 @@ def fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
         return _uuid4(raw[:16]), _uuid4(raw[16:32]), raw[32:].hex()
     run = (now_ms & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + raw[6:16]
     return _uuid4(run), _uuid4(raw[16:32]), raw[32:].hex()
+
+
+#: The UUID variant digit (RFC 4122: ``10xx``) for each hex digit it replaces.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+def _uuid4_hex(h: str) -> str:
+    """The canonical text of a version-4 UUID made of 32 random hex digits (:func:`_uuid4`
+    of their bytes)."""
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
+def fresh_ids_many(now_ms: int, n: int) -> list[tuple[str, str, str]]:
+    """``n`` of :func:`fresh_ids` ``(now_ms)`` (a claim's batch): one urandom call and one hex
+    conversion for all of them."""
+    h = os.urandom(64 * n).hex()
+    stamp = f"{now_ms & 0xFFFF_FFFF_FFFF:012x}"
+    return [
+        (_uuid4_hex(stamp + h[i + 12 : i + 32]), _uuid4_hex(h[i + 32 : i + 64]),
+         h[i + 64 : i + 128])
+        for i in range(0, 128 * n, 128)
+    ]  # fmt: skip
 
 
 def check_ttl(lease_ttl_ms: int) -> int:
@@ -301,40 +325,94 @@ def _lease(
 ) -> Lease:
     """Lease the picked row to ``agent_id``: a new run, the lease on the task row (its token
     derived from ``idempotency_key`` when given, else random; ``secret``: the rail's key
-    when the caller read it already, once for a batch of leases)."""
-    now = ctx.now
-    task_id = task["id"]
-    attempt = int(task["last_attempt"]) + 1
-    run_id, lease_id, token = fresh_ids(now)
-    if idempotency_key is not None:
-        token = keyed_token(secret or rail_key(ctx), lease_id, idempotency_key)
-    expires = now + lease_ttl_ms
-    digest = token_hash(token)
-    ctx.exec("claims.add_run", (run_id, task_id, attempt, agent_id, role, now))
-    ctx.exec(
-        "claims.lease", (expires, attempt, lease_id, run_id, digest, lease_ttl_ms, task["seq"])
+    when the caller read it already, once for a batch of leases), and its log line."""
+    if idempotency_key is not None and secret is None:
+        secret = rail_key(ctx)
+    (lease,) = lease_all(
+        ctx, [(task, parsed)], agent_id, role, lease_ttl_ms, idempotency_key, secret
     )
-    hand_out(ctx, run_id, task, digest)  # its plain finish checks this instead of the row
-    # model_validate, not model_construct: pydantic-core validates a dict in about half the
-    # time model_construct's Python code takes (measured: 5.9 vs 12.9 us).
-    run = Run.model_validate(started_run(run_id, task_id, attempt, agent_id, role, now))
     if ctx.will_log("task_claimed"):
+        task_id, run = task["id"], lease.run
         ctx.log(
             "task_claimed",
-            f"task {task_id} claimed by {agent_id} (attempt {attempt})",
+            f"task {task_id} claimed by {agent_id} (attempt {run.attempt})",
             task_id=task_id,
-            run_id=run_id,
+            run_id=run.id,
             role=role,
             agent_id=agent_id,
         )
-    return Lease(
-        task=parsed,
-        run=run,
-        lease_id=lease_id,
-        lease_token=token,  # pydantic wraps it in SecretStr
-        expires_at_ms=expires,
-        previous_checkpoint=previous_checkpoint(ctx, task),
+    return lease
+
+
+def _handed(
+    ctx: Ctx,
+    task: Any,
+    parsed: Task,
+    run_id: str,
+    lease_id: str,
+    token: str,
+    attempt: int,
+    agent_id: str,
+    role: str,
+    expires: int,
+) -> Lease:
+    """The ``Lease`` of a lease written (its run started at ``ctx.now``): one validation of
+    the whole answer, the run's fields in it (the parsed task is taken as it is)."""
+    # model_validate, not model_construct: pydantic-core validates a dict in about half the
+    # time model_construct's Python code takes (measured: 5.9 vs 12.9 us); and once for the
+    # lease and its run, not once each (3.6 -> 2.9 us).
+    return Lease.model_validate(
+        {
+            "task": parsed,
+            "run": started_run(run_id, task["id"], attempt, agent_id, role, ctx.now),
+            "lease_id": lease_id,
+            "lease_token": token,  # pydantic wraps it in SecretStr
+            "expires_at_ms": expires,
+            "previous_checkpoint": previous_checkpoint(ctx, task),
+        }
     )
+
+
+def lease_all(
+    ctx: Ctx,
+    picks: Sequence[tuple[Any, Task]],
+    agent_id: str,
+    role: str,
+    lease_ttl_ms: int,
+    idempotency_key: str | None,
+    secret: bytes | None,
+) -> list[Lease]:
+    """Lease each picked row (its row, parsed) to ``agent_id``, in order: a new run each, the
+    lease on its task row (tokens derived from ``idempotency_key`` with the rail's ``secret``
+    when a key is given, else random), the runs and the leases written with one statement
+    each for the batch (:meth:`.common.Ctx.many`), the ids made together
+    (:func:`fresh_ids_many`). No log line: ``task_claimed`` names the role's depth after each
+    lease (:func:`_lease` writes one lease and its line)."""
+    now = ctx.now
+    expires = now + lease_ttl_ms
+    made: list[tuple[Any, Task, str, str, str, int, str]] = []
+    runs: list[tuple[Any, ...]] = []
+    held: list[tuple[Any, ...]] = []
+    for (task, parsed), (run_id, lease_id, token) in zip(
+        picks, fresh_ids_many(now, len(picks)), strict=True
+    ):
+        if idempotency_key is not None:
+            assert secret is not None
+            token = keyed_token(secret, lease_id, idempotency_key)
+        attempt = int(task["last_attempt"]) + 1
+        digest = token_hash(token)
+        made.append((task, parsed, run_id, lease_id, token, attempt, digest))
+        runs.append((run_id, task["id"], attempt, agent_id, role, now))
+        held.append((expires, attempt, lease_id, run_id, digest, lease_ttl_ms, task["seq"]))
+    ctx.many("claims.add_run", runs)
+    ctx.many("claims.lease", held)
+    out: list[Lease] = []
+    for task, parsed, run_id, lease_id, token, attempt, digest in made:
+        hand_out(ctx, run_id, task, digest)  # its plain finish checks this instead of the row
+        out.append(
+            _handed(ctx, task, parsed, run_id, lease_id, token, attempt, agent_id, role, expires)
+        )
+    return out
 
 
 def heartbeat(

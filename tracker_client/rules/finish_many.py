@@ -146,6 +146,10 @@ def plain_batch(
         ctx.exec("finish_many.release_batch")
     done = iter(moves)
     out: list[FinishManyOutcome] = []
+    records: list[tuple[str, str, str | None, str, int]] = []
+    #: The record's text by its answer's id: a move planned once per transaction shares its
+    #: answer (runs.plain_move), so its runs' records are one text, encoded once.
+    texts: dict[int, str] = {}
     for item in ready:
         if isinstance(item, TrackerError):
             out.append(item)
@@ -153,9 +157,14 @@ def plain_batch(
         move, key, fp = next(done)
         result = FinishResult(event_ids=[], transition=move.result)
         if key is not None:
-            record = json.dumps(encode(result), separators=(",", ":"))
-            ctx.exec("idempotency.record", (key, "finish", fp, record, ctx.now))
+            record = texts.get(id(move.result))
+            if record is None:
+                record = json.dumps(encode(result), separators=(",", ":"))
+                texts[id(move.result)] = record
+            records.append((key, "finish", fp, record, ctx.now))
         out.append(result)
+    if records:
+        ctx.many("idempotency.record", records)
     return out
 
 

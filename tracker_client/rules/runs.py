@@ -269,24 +269,25 @@ class StaleLease(Exception):
     an expiry, an apply, a replayed claim): nothing of it was written (:func:`write_moves`)."""
 
 
-def _judged_held(
-    ctx: Ctx,
-    held: Held,
-    token_sha256: str,
-    trigger: Any,
-    expected_stage: Any,
-    expected_task_version: Any,
-) -> tuple[dict[str, Any], PipelineDef, TransitionDef] | None:
-    """:func:`_judged` against the lease as handed out (no read of the row), or None when
-    that cannot tell: a token, stage or version not as handed out, no such move (the row's
-    read then answers with the error, or finds the lease moved on)."""
+def _held_ok(
+    held: Held, token_sha256: str, expected_stage: Any, expected_task_version: Any
+) -> bool:
+    """Whether a transition's own checks pass against the lease as handed out (its token, the
+    expected stage and version); False when that cannot tell (the row's read then answers,
+    with the error, or finds the lease moved on)."""
     if not hmac.compare_digest(held.digest, token_sha256):
-        return None
+        return False
+    if expected_stage is not None and expected_stage != held.stage:
+        return False
+    return expected_task_version is None or expected_task_version == held.task_version
+
+
+def _judged_held(
+    ctx: Ctx, held: Held, trigger: Any
+) -> tuple[dict[str, Any], PipelineDef, TransitionDef] | None:
+    """:func:`_judged` against the lease as handed out (no read of the row; its checks passed:
+    :func:`_held_ok`), or None when there is no such move (the row's read then answers)."""
     stage = held.stage
-    if expected_stage is not None and expected_stage != stage:
-        return None
-    if expected_task_version is not None and expected_task_version != held.task_version:
-        return None
     task = {
         "seq": held.seq,
         "id": held.task_id,
@@ -300,6 +301,40 @@ def _judged_held(
     if move is None:
         return None
     return task, pipeline, move
+
+
+#: A plain move of a held lease worked out for its transaction (:func:`_held_plan`): where it
+#: lands (stage, role, terminal, the version to record), its event's data and its answer.
+HeldPlan = tuple[str, "str | None", int, "int | None", str, TransitionResult]
+#: The memo key of :func:`_held_plan` (:attr:`.common.Ctx.memo`).
+_HELD_PLAN = "runs.held_plan"
+
+
+def _held_plan(ctx: Ctx, held: Held, trigger: str) -> HeldPlan | None:
+    """Where a held lease's run moving along ``trigger``, reporting no instructions and no
+    usage, lands, its event's data and its answer; None when that move is not plain (no such
+    move, a budget to count): the general path then answers it. The same for every run of the
+    transaction under the same pipeline version, stage and trigger, so worked out once per
+    transaction (the answer is a frozen model, shared by those runs' results)."""
+    key = (_HELD_PLAN, held.pipeline_id, held.pipeline_version, held.stage, trigger)
+    memo = ctx.memo
+    if key in memo:
+        found: HeldPlan | None = memo[key]
+        return found
+    plan: HeldPlan | None = None
+    judged = _judged_held(ctx, held, trigger)
+    if judged is not None:
+        task, pipeline, move = judged
+        try:
+            lands, data, plain = _plan(ctx, task, pipeline, move)
+        except TrackerError:
+            plain = False  # transition refuses it, in its own order
+        if plain:
+            to = lands.stage
+            result = TransitionResult(previous_stage=held.stage, new_stage=to, trigger=trigger)
+            plan = (to, lands.role, int(lands.terminal), lands.version, data, result)
+    memo[key] = plan
+    return plan
 
 
 def plain_move(
@@ -322,10 +357,20 @@ def plain_move(
         return None  # the line names the role's depth after each move, in order
     held = _HELD.pop(run_id, None)
     judged: tuple[Any, PipelineDef, TransitionDef] | None = None
-    if held is not None and held.conn is ctx.conn:
-        judged = _judged_held(
-            ctx, held, token_sha256, trigger, expected_stage, expected_task_version
-        )
+    if (
+        held is not None
+        and held.conn is ctx.conn
+        and _held_ok(held, token_sha256, expected_stage, expected_task_version)
+    ):
+        if instructions is None and usage is None and type(trigger) is str:
+            plan = _held_plan(ctx, held, trigger)
+            if plan is not None:
+                to, role, terminal, version, data, result = plan
+                return PlainMove(
+                    run_id, held.seq, held.task_id, to, role, terminal, version, None, data,
+                    result, held,
+                )  # fmt: skip
+        judged = _judged_held(ctx, held, trigger)
     if judged is None:
         held = None
         judged = _judged(ctx, run_id, token_sha256, trigger, expected_stage, expected_task_version)
@@ -402,12 +447,15 @@ def _plan(
 def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
     """Write moves worked out by :func:`plain_move` (of distinct runs and tasks), each as
     :func:`transition` writes it: the task moved (its version recorded), the run completed,
-    the ``transition`` event appended, in the moves' order. A move checked against its lease
-    as handed out moves the task only if its row is still so (the lease live, held by that
-    run and token, the stage, version and pipeline version as handed out, no budgets of its
-    own): ``StaleLease`` otherwise, before that move wrote anything (the caller rolls back
-    the moves before it)."""
+    the ``transition`` event appended, the events in the moves' order. A move checked against
+    its lease as handed out moves the task only if its row is still so (the lease live, held
+    by that run and token, the stage, version and pipeline version as handed out, no budgets
+    of its own): ``StaleLease`` otherwise, with the moves of the batch written so far (the
+    caller rolls them back)."""
     now = ctx.now
+    if len(moves) > 1 and all(m.held is not None for m in moves):
+        _write_held(ctx, moves, now)
+        return
     for m in moves:
         held = m.held
         if held is None:
@@ -424,6 +472,27 @@ def write_moves(ctx: Ctx, moves: Sequence[PlainMove]) -> None:
         if m.version is not None:
             ctx.exec("pipelines.set_task_version", (m.version, m.seq))
         ctx.exec("common.add_event", (m.task_id, m.run_id, now, "transition", m.event))
+
+
+def _write_held(ctx: Ctx, moves: Sequence[PlainMove], now: int) -> None:
+    """:func:`write_moves` of moves all checked against their leases as handed out: each
+    statement once for the whole batch (:meth:`.common.Ctx.many`), the guarded moves first;
+    ``StaleLease`` when any of them found its row changed."""
+    guarded: list[tuple[Any, ...]] = []
+    for m in moves:
+        held = m.held
+        assert held is not None
+        guarded.append(
+            (m.to, now, m.role, m.terminal, m.seq, m.run_id, held.digest, now, held.stage,
+             held.task_version, held.pipeline_version)
+        )  # fmt: skip
+    if ctx.many(_MOVE_HELD, guarded) != len(moves):
+        raise StaleLease(moves[0].run_id)
+    ctx.many("runs.complete", [(now, m.usage, m.run_id) for m in moves])
+    versions = [(m.version, m.seq) for m in moves if m.version is not None]
+    if versions:
+        ctx.many("pipelines.set_task_version", versions)
+    ctx.many("common.add_event", [(m.task_id, m.run_id, now, "transition", m.event) for m in moves])
 
 
 def _stop(

@@ -15,9 +15,11 @@ A file holds statements of one area, its stem the names' prefix; each statement 
 
 Other ``-- key`` or ``-- key: value`` lines right under the name are the statement's *hints*,
 read by the engine that runs it (PostgreSQL's: ``shared``, ``deferred``, ``returning``,
-``in-write``); other ``--`` lines are comments. Parameters use the engine's own placeholders
-(SQLite ``?``/``:name``, PostgreSQL ``%s``/``%(name)s``); a statement that binds one value twice
-uses names, so both engines take the same arguments.
+``in-write``; SQLite's: ``many``, a statement a batch runs for all its rows in one
+``executemany``, see :meth:`~tracker_client.rules.common.Ctx.many`), or by the tests (``only``:
+a statement one engine alone has); other ``--`` lines are comments. Parameters use the engine's
+own placeholders (SQLite ``?``/``:name``, PostgreSQL ``%s``/``%(name)s``); a statement that binds
+one value twice uses names, so both engines take the same arguments.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ class Statements(Mapping[str, Statement]):
             return self._by_name[name]
         except KeyError:
             raise KeyError(f"no statement {name!r} in the {self.engine} engine's sql/") from None
+
+    def __contains__(self, name: object) -> bool:
+        # A rule asks whether its engine has a statement (one only SQLite has) on hot paths:
+        # Mapping's own __contains__ goes through __getitem__ and a caught KeyError.
+        return name in self._by_name
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_name)

@@ -2,9 +2,16 @@
 -- tasks (rules/claims.py; rules/claim_many.py scans with the same statements).
 
 -- The role's claimable tasks, best first: one indexed scan, delayed and leased rows skipped
--- inside the index.
+-- inside the index. The columns a claim reads (the task's fields, what the pick checks,
+-- what the lease and a dead letter of an unreadable row write), not the lease's or the
+-- budgets' counters: each column read is a Python value made and a dict entry per row.
 -- name: claims.candidates
-SELECT * FROM tasks INDEXED BY tasks_claim
+SELECT seq, id, pipeline_id, stage, title, description, priority, metadata, task_version,
+    next_eligible_at_ms, retry_delay_ms, max_attempts, dead_letter_stage, dead_letter_reason,
+    created_at_ms, updated_at_ms, concurrency_key, expires_at_ms, run_at_ms, dedupe_key,
+    parent_id, max_stale_attempts, stale_streak, budgets, failed_attempts, last_attempt,
+    has_deps, assignee, checkpointed, pipeline_version
+FROM tasks INDEXED BY tasks_claim
 WHERE role = ? AND dead_letter_reason IS NULL AND terminal = 0
 AND next_eligible_at_ms <= ? AND lease_expires_at_ms <= ?
 ORDER BY priority DESC, seq;
@@ -53,10 +60,12 @@ SELECT u.id, u.has_deps FROM dependencies d JOIN tasks u ON u.id = d.depends_on_
 WHERE d.task_id = ? AND u.dead_letter_reason IS NULL AND u.terminal = 0 ORDER BY d.seq;
 
 -- name: claims.add_run
+-- many
 INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms)
 VALUES (?, ?, ?, 'running', ?, ?, ?);
 
 -- name: claims.lease
+-- many
 UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ?, lease_id = ?,
     lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ?
 WHERE seq = ?;

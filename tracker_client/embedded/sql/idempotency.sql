@@ -10,5 +10,6 @@ SELECT fingerprint, result FROM idempotency WHERE key = ? AND operation = ?;
 SELECT 1 FROM idempotency WHERE key = ? AND operation = ?;
 
 -- name: idempotency.record
+-- many
 INSERT INTO idempotency (key, operation, fingerprint, result, created_at_ms)
 VALUES (?, ?, ?, ?, ?);

@@ -107,6 +107,7 @@ UPDATE tasks SET stage = :stage, role = :role, terminal = :terminal, pipeline_ve
 WHERE seq = :seq;
 
 -- name: pipelines.set_task_version
+-- many
 UPDATE tasks SET pipeline_version = ? WHERE seq = ?;
 
 -- name: pipelines.forward_rows

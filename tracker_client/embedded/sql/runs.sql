@@ -16,6 +16,7 @@ SELECT t.seq, t.id, t.pipeline_id, t.stage, t.role, t.task_version, t.failed_att
 FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?;
 
 -- name: runs.complete
+-- many
 UPDATE runs SET status = 'completed', ended_at_ms = ?, usage = ? WHERE id = ?;
 
 -- The task moves along a transition; its lease is dropped.
@@ -33,6 +34,7 @@ WHERE seq = ?;
 -- statement on the server, tracker_client/postgres/sql/finish_many.sql).
 -- name: runs.move_held
 -- only: sqlite
+-- many
 UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL,
     next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0,
     lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, lease_token_sha256 = NULL,
