@@ -90,3 +90,20 @@ async def test_a_cancel_gives_back_what_it_leased(tracker: Tracker) -> None:
     again = await claim(tracker)
     assert again is not None and again.task.id == task_id and again.lease_id != lease.lease_id
     assert (await tracker.cancel_parked_claim(idempotency_key=str(uuid.uuid4()))).released == 0
+
+
+async def test_a_cancel_that_overtakes_its_claim_leaves_the_claim_nothing(
+    tracker: Tracker,
+) -> None:
+    """A stopping worker's cancel can reach the server before its parked claim does (two
+    connections): the claim that arrives after it leases nothing, even with work waiting,
+    and answers at once instead of parking for a caller that is gone."""
+    pid = await make_pipeline(tracker)
+    key = str(uuid.uuid4())
+    assert (await tracker.cancel_parked_claim(idempotency_key=key)).released == 0
+    task_id = await tracker.create_task(new_task(pid, "not for the cancelled claim"))
+    with anyio.fail_after(10):  # not its 30 s wait
+        assert await park(tracker, 30_000, key) == []
+    assert await runs_of(tracker, task_id) == []
+    again = await claim(tracker)
+    assert again is not None and again.task.id == task_id

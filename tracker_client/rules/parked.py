@@ -14,7 +14,9 @@ connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) an
   attempt recorded (a restarted server), which leaves out a lease gone since;
 * ``cancel`` under the key stops a claim still waiting before it leases anything, and gives
   back (``release``: no attempt counted) what a claim of that key leased and its caller did
-  not take: the served tracker calls it when the client leaves, a stopping worker sends it;
+  not take: the served tracker calls it when the client leaves, a stopping worker sends it; a
+  cancel that arrives before its claim (they travel on two connections) is remembered, and
+  that claim answers ``[]`` at once without leasing;
 * a retry that arrives while the first request still waits (the server has not noticed the
   first connection drop) takes over: the first one stops (giving back what it leased in the
   meantime, which its gone caller will never take) and the retry parks on from its attempt.
@@ -280,7 +282,12 @@ class ParkedClaims:
             live.wake.set()
             await live.done.wait()
             return live.released
-        leases = self._ended.get(key)
+        if key not in self._ended:
+            # The cancel overtook its claim (two connections; a stopping worker): the claim
+            # that arrives after it answers at once and leases nothing (see :meth:`park`).
+            self._ended_with(key, [])
+            return 0
+        leases = self._ended[key]
         if not leases:
             return 0
         entry = _Parked(0, cancelled=True, leases=leases)
