@@ -1,24 +1,28 @@
 """The worker's own cost per task, with the tracker taken out of the picture.
 
     python -m bench.worker_overhead [--tasks 5000] [--concurrency 10] [--rail plain|batched]
-                                    [--rounds 1] [--ab ROOT]
+                                    [--log-level WARNING] [--rounds 1] [--ab ROOT]
 
-A stub tracker answers every claim with the same lease and every transition at once, so what is
-left is the worker: slots, claim loop, the tasks claims and runs go to, the lease keeper, reporting,
-retry wrappers. ``--rail plain`` (the default) is a plain NullTickets server's shape (one lease
-per ``claim``, one ``transition`` per report, idempotency keys); ``--rail batched`` the
-embedded rail's (``claim_many`` for every free slot, reports batched into ``finish_many``, no
-keys), with no database behind it: the event loop's own CPU per task, start-up excluded, in one
-process and one thread (so steadier than ``python -m bench.worker`` on a busy machine). Compare
-with ``python -m bench.worker`` (real embedded tracker) to see which side bounds throughput.
-``--ab ROOT`` runs this stub over the worker of the source tree ROOT and of this tree in turn,
-``--rounds`` times each, and prints both sides' medians. A benchmark double only: tests always
-use the real embedded tracker.
+A stub tracker answers every claim with leases of their own ids (built before the clock
+starts) and every transition at once, so what is left is the worker: slots, claim loop, the tasks
+claims and runs go to, the lease keeper, reporting, retry wrappers. ``--rail plain`` (the
+default) is a plain NullTickets server's shape (one lease per ``claim``, one ``transition`` per
+report, idempotency keys); ``--rail batched`` the embedded rail's (``claim_many`` for every free
+slot, reports batched into ``finish_many``, no keys), with no database behind it: the event
+loop's own CPU per task, start-up excluded, in one process and one thread (so steadier than
+``python -m bench.worker`` on a busy machine). Compare with ``python -m bench.worker`` (real
+embedded tracker) to see which side bounds throughput. ``--log-level INFO`` logs as a worker at
+its default level does (two lines per run through the secret-scrubbing filter and the plain
+formatter, into ``/dev/null``): what those lines cost the event loop. ``--ab ROOT`` runs this
+stub over the worker of the source tree ROOT and of this tree in turn, ``--rounds`` times each,
+and prints both sides' medians. A benchmark double only: tests always use the real embedded
+tracker.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import statistics
@@ -64,9 +68,25 @@ _PIPELINE = Pipeline(
 )
 
 
+def _leases(n: int) -> list[Lease]:
+    """``n`` leases of their own ids (a run's log lines and keys differ from run to run, as on
+    a rail), built before the clock starts."""
+    return [
+        _LEASE.model_copy(
+            update={
+                "task": _TASK.model_copy(update={"id": f"t{i:08d}"}),
+                "run": _RUN.model_copy(update={"id": f"r{i:08d}", "task_id": f"t{i:08d}"}),
+                "lease_id": f"l{i:08d}",
+            }
+        )
+        for i in range(n)
+    ]
+
+
 class _StubTracker:
     def __init__(self, tasks: int) -> None:
         self.left = tasks
+        self._leases = _leases(tasks)
 
     async def health(self) -> Health:
         return Health(status="ok", version="stub")
@@ -79,7 +99,7 @@ class _StubTracker:
         if self.left <= 0:
             return None
         self.left -= 1
-        return _LEASE
+        return self._leases[self.left]
 
     async def get_pipeline(self, pipeline_id: str) -> Pipeline:
         return _PIPELINE  # read once per worker and role: the trigger is chosen per stage
@@ -114,7 +134,7 @@ class _BatchedStub(_StubTracker):
         await anyio.lowlevel.checkpoint()
         got = max(0, min(n, self.left))
         self.left -= got
-        return [_LEASE] * got
+        return self._leases[self.left : self.left + got]
 
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishResult]:
         await anyio.lowlevel.checkpoint()
@@ -129,6 +149,13 @@ class _Noop:
         return Transition()
 
 
+def _log_to_null(level: str) -> None:
+    """Log as a worker process does (its handler, filters and plain format) into /dev/null."""
+    from worker.logs import configure_logging
+
+    configure_logging(level, "plain", stream=open(os.devnull, "w"), worker=True)  # noqa: SIM115
+
+
 async def _main(tasks: int, concurrency: int, rail: str) -> None:
     stub = _BatchedStub(tasks) if rail == "batched" else _StubTracker(tasks)
     worker = Worker(
@@ -140,10 +167,15 @@ async def _main(tasks: int, concurrency: int, rail: str) -> None:
     await worker.run()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(
-        f"worker alone ({rail} rail), {tasks} no-op tasks, concurrency {concurrency}: "
+        f"worker alone ({rail} rail, log level {logging.getLevelName(_level())}), "
+        f"{tasks} no-op tasks, concurrency {concurrency}: "
         f"{tasks / wall:.0f} tasks/s, {cpu / tasks * 1e6:.1f} us CPU per task",
         flush=True,
     )
+
+
+def _level() -> int:
+    return logging.getLogger("backlog_worker").getEffectiveLevel()
 
 
 _FIGURES = re.compile(r"(\d+) tasks/s, ([\d.]+) us CPU per task")
@@ -181,7 +213,10 @@ def _ab(old: Path, args: argparse.Namespace) -> None:
 
 
 def _own_args(args: argparse.Namespace) -> list[str]:
-    return ["--tasks", str(args.tasks), "--concurrency", str(args.concurrency), "--rail", args.rail]
+    return [
+        *("--tasks", str(args.tasks), "--concurrency", str(args.concurrency)),
+        *("--rail", args.rail, "--log-level", args.log_level),
+    ]
 
 
 #: This source tree.
@@ -194,6 +229,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--rail", choices=("plain", "batched"), default="plain")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="the worker's log level (INFO: its default, two lines per run), into /dev/null",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="runs per side with --ab")
     parser.add_argument(
         "--ab",
@@ -208,6 +248,7 @@ def main() -> None:
             parser.error(f"--ab {args.ab}: not a source tree of this project (no worker/)")
         _ab(args.ab, args)
         return
+    _log_to_null(args.log_level)
     anyio.run(_main, args.tasks, args.concurrency, args.rail)
 
 

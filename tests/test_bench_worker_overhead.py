@@ -35,10 +35,17 @@ def test_each_rail_shape_drains_through_a_worker(rail: str) -> None:
     done = _bench("--rail", rail, "--tasks", "200")
     assert done.returncode == 0, done.stderr
     assert re.search(
-        rf"worker alone \({rail} rail\), 200 no-op tasks, concurrency 10: \d+ tasks/s, "
-        r"[\d.]+ us CPU per task",
+        rf"worker alone \({rail} rail, log level WARNING\), 200 no-op tasks, concurrency 10: "
+        r"\d+ tasks/s, [\d.]+ us CPU per task",
         done.stdout,
     ), done.stdout
+
+
+def test_info_logs_each_run_as_a_worker_does() -> None:
+    done = _bench("--rail", "batched", "--tasks", "200", "--log-level", "INFO")
+    assert done.returncode == 0, done.stderr
+    assert "(batched rail, log level INFO), 200 no-op tasks" in done.stdout, done.stdout
+    assert done.stderr == ""  # the lines go to /dev/null, not to the bench's output
 
 
 def test_ab_runs_the_stub_over_both_trees_workers() -> None:

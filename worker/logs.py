@@ -66,6 +66,7 @@ _RECORD_ATTRS = frozenset(
 _HINT_ATTRS = frozenset({"markup", "highlighter", "color_message"})
 # Fields shown first, in this order; other extras follow sorted by name.
 _FIELD_ORDER = ("action", "task_id", "run_id", "role", "attempt", "agent_id", "stage", "trigger")
+_FIELD_SET = frozenset(_FIELD_ORDER)
 
 _SYSLOG_PRIORITY = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4))
 
@@ -79,6 +80,9 @@ _PLAIN_TYPES = frozenset({int, float, bool})
 # A record's own attributes and rendering hints: what the filter and the formatters skip.
 _NOT_EXTRA = _RECORD_ATTRS | _HINT_ATTRS
 _SAFE_VALUE = re.compile(r"[^\s\"'=\\]+")
+#: Texts the redaction filter remembers as clean: at most this many, of at most this length.
+_CLEAN_MAX = 4096
+_CLEAN_LEN = 256
 
 
 def syslog_priority(levelno: int) -> int:
@@ -92,27 +96,49 @@ def syslog_priority(levelno: int) -> int:
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The structured fields of a record (its ``extra``), ``action`` first, Nones dropped."""
     fields = vars(record)
-    extras = {
-        key: value
-        for key in fields.keys() - _NOT_EXTRA
-        if (value := fields[key]) is not None and not key.startswith("_")
-    }
-    ordered = {key: extras.pop(key) for key in _FIELD_ORDER if key in extras}
-    ordered.update(sorted(extras.items()))
+    keys = fields.keys() - _NOT_EXTRA  # the extras' names (a set difference, in C)
+    ordered: dict[str, Any] = {}
+    for key in _FIELD_ORDER:
+        if key in keys and (value := fields[key]) is not None:
+            ordered[key] = value
+    for key in sorted(keys - _FIELD_SET):
+        if (value := fields[key]) is not None and not key.startswith("_"):
+            ordered[key] = value
     return ordered
+
+
+#: Field values as a line shows them, by value: a worker's lines repeat most of theirs (its role,
+#: stages, actions; a run's ids on both its lines). Bounded: emptied when it fills.
+_SHOWN: dict[str, str] = {}
+_SHOWN_MAX = 4096
 
 
 def _format_value(value: object) -> str:
     if type(value) is int:
         return str(value)  # digits and a sign: nothing to quote
-    text = value if isinstance(value, str) else str(value)
+    if type(value) is str:
+        shown = _SHOWN.get(value)
+        if shown is None:
+            if len(_SHOWN) >= _SHOWN_MAX:
+                _SHOWN.clear()
+            shown = _SHOWN[value] = _quoted(value)
+        return shown
+    return _quoted(str(value))
+
+
+def _quoted(text: str) -> str:
     if text and _SAFE_VALUE.fullmatch(text):
         return text
     return json.dumps(text, ensure_ascii=False)
 
 
 def _key_values(record: logging.LogRecord) -> str:
-    return " ".join(f"{key}={_format_value(value)}" for key, value in record_fields(record).items())
+    shown = _SHOWN
+    parts = []
+    for key, value in record_fields(record).items():
+        text = shown.get(value) if type(value) is str else None  # most are shown already
+        parts.append(f"{key}={_format_value(value) if text is None else text}")
+    return " ".join(parts)
 
 
 def _escape_newlines(text: str) -> str:
@@ -212,7 +238,12 @@ class RedactingFilter(logging.Filter):
         """Mask the 64-hex token pattern, ``Bearer`` values, and each of ``secrets``."""
         super().__init__()
         self._lock = threading.Lock()
-        self._secrets: tuple[str, ...] = ()
+        # The secrets, and the texts known to hold none of them nor a token-shaped string
+        # (a worker's lines repeat most of their values: its role, stages, actions, a run's
+        # ids on both its lines). One tuple, replaced whole when a secret is added, so a text
+        # is only ever found clean against the secrets it was checked against, whatever the
+        # threads logging meanwhile.
+        self._state: tuple[tuple[str, ...], dict[str, None]] = ((), {})
         for secret in secrets:
             self.add(secret)
 
@@ -222,14 +253,16 @@ class RedactingFilter(logging.Filter):
         if len(secret) < 4:
             return
         with self._lock:
-            if secret not in self._secrets:
-                # Longest first so a secret containing another is masked whole.
-                self._secrets = tuple(sorted((*self._secrets, secret), key=len, reverse=True))
+            secrets = self._state[0]
+            if secret not in secrets:
+                # Longest first so a secret containing another is masked whole; no text is
+                # known clean of the new one yet.
+                self._state = (tuple(sorted((*secrets, secret), key=len, reverse=True)), {})
 
     @property
     def secrets(self) -> tuple[str, ...]:
         """The exact secrets masked (longest first), without the token-shaped patterns."""
-        return self._secrets
+        return self._state[0]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with every secret masked.
@@ -238,14 +271,23 @@ class RedactingFilter(logging.Filter):
         two regex passes over each cost most of a line's redaction, docs/benchmarks.md): the
         64-hex token in a text of at least 64 characters, ``Bearer`` where the lowercased text
         holds ``bearer`` (what the case-insensitive pattern needs; none of its letters has
-        another case form)."""
-        for secret in self._secrets:
+        another case form). A short text found clean is remembered as clean (until a secret is
+        added, or :data:`_CLEAN_MAX` texts are): a worker's lines repeat most of their values."""
+        secrets, clean = self._state
+        if text in clean:
+            return text
+        original = text
+        for secret in secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
         if len(text) >= _HEX_LEN:
             text = _HEX_TOKEN.sub(REDACTED, text)
         if len(text) >= _BEARER_MIN and "bearer" in text.lower():
             text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+        if text is original and len(text) <= _CLEAN_LEN:
+            if len(clean) >= _CLEAN_MAX:
+                clean.clear()
+            clean[text] = None
         return text
 
     def _redact_value(self, value: object) -> object:
@@ -271,10 +313,12 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
         fields = vars(record)
+        clean = self._state[1]
         for key in fields.keys() - _NOT_EXTRA:  # the extras (a set difference, in C)
             value = fields[key]
-            if value is None or type(value) in _PLAIN_TYPES:
-                continue  # no secret fits in a number
+            kind = type(value)
+            if value is None or kind in _PLAIN_TYPES or (kind is str and value in clean):
+                continue  # no secret fits in a number; a text found clean already
             redacted = self._redact_value(value)
             if redacted is not value:
                 fields[key] = redacted

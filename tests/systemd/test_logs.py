@@ -325,6 +325,32 @@ def test_every_secret_kind_is_masked_in_each_place(secret, value):
     assert secret not in record.stack_info
 
 
+def test_a_text_found_clean_is_masked_once_its_secret_is_registered():
+    # The filter remembers texts it found clean (a worker's lines repeat their values); a
+    # secret registered later must still be masked in a text remembered before it.
+    redactor = RedactingFilter()
+    text = f"role={_API}"
+    assert redactor.redact(text) == text
+    assert redactor.redact(text) == text  # now answered from what it remembers
+    redactor.add(_API)
+    assert redactor.redact(text) == f"role={logs.REDACTED}"
+    record = _record(action="run_start", role=_API)
+    redactor.filter(record)
+    assert record.role == logs.REDACTED
+
+
+def test_remembered_clean_texts_and_shown_values_stay_bounded():
+    redactor = RedactingFilter()
+    formatter = PlainFormatter()
+    for i in range(logs._CLEAN_MAX + 10):
+        assert redactor.redact(f"run-{i}") == f"run-{i}"
+        assert f"run_id=run-{i}" in formatter.format(_record(run_id=f"run-{i}"))
+    assert len(redactor._state[1]) <= logs._CLEAN_MAX
+    assert len(logs._SHOWN) <= logs._SHOWN_MAX
+    long = "x" * (logs._CLEAN_LEN + 1)  # long texts (tracebacks) are not remembered
+    assert redactor.redact(long) == long and long not in redactor._state[1]
+
+
 def test_fields_without_a_secret_are_left_as_they_were():
     redactor = RedactingFilter([_API])
     meta = {"stage": "todo", "n": 3}
