@@ -40,6 +40,7 @@ from tracker_client.capabilities import Capabilities
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.errors import Unsupported
 from tracker_client.models import Health, Lease, Pipeline, Run, Task, TransitionResult
+from worker.cli.gc_tuning import BusyGc
 from worker.config.models import RoleConfig, WorkerConfig
 from worker.daemon import Role, Worker
 
@@ -158,6 +159,9 @@ def _log_to_null(level: str) -> None:
 
 async def _main(tasks: int, concurrency: int, rail: str) -> None:
     stub = _BatchedStub(tasks) if rail == "batched" else _StubTracker(tasks)
+    # The collector as `backlog-worker run` tunes it: what exists now (the leases built ahead
+    # too, which a rail would build as it claims them) is frozen, the youngest generation raised.
+    BusyGc(enabled=True).apply()
     worker = Worker(
         stub,  # type: ignore[arg-type]
         WorkerConfig(agent_id="bench", concurrency=concurrency, drain=True, idle_min_s=0.01),
