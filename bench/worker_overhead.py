@@ -151,10 +151,14 @@ class _Noop:
 
 
 def _log_to_null(level: str) -> None:
-    """Log as a worker process does (its handler, filters and plain format) into /dev/null."""
-    from worker.logs import configure_logging
+    """Log as a ``backlog-worker run`` process of the tree under test does (its handler,
+    filters and plain format; no call sites where that tree omits them) into /dev/null."""
+    from worker import logs
 
-    configure_logging(level, "plain", stream=open(os.devnull, "w"), worker=True)  # noqa: SIM115
+    logs.configure_logging(level, "plain", stream=open(os.devnull, "w"), worker=True)  # noqa: SIM115
+    omit = getattr(logs, "omit_call_sites", None)  # (an older tree, run by --ab, may lack it)
+    if omit is not None:
+        omit()
 
 
 async def _main(tasks: int, concurrency: int, rail: str) -> None:

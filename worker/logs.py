@@ -46,6 +46,7 @@ __all__ = [
     "add_secret",
     "configure_logging",
     "detect_format",
+    "omit_call_sites",
     "record_fields",
     "redact",
     "registered_secrets",
@@ -371,6 +372,19 @@ def registered_secrets() -> tuple[str, ...]:
 def redact(text: str) -> str:
     """Mask token-shaped strings and every registered secret in ``text`` (for STATUS= etc.)."""
     return _FILTER.redact(text)
+
+
+def omit_call_sites() -> None:
+    """Records made from now on carry no call site (source file, line, function: ``pathname``
+    ``(unknown file)``, ``lineno`` 0, ``funcName`` ``(unknown function)``).
+
+    No format of this module shows one, and finding it walks the caller's frames for every
+    record made, with a path comparison per frame: ~4 us of each of a run's two lines at the
+    default INFO (docs/benchmarks.md). This is the Python logging HOWTO's own optimisation
+    (``logging._srcfile = None``), and the whole process's: ``backlog-worker run`` sets it for
+    the process it owns, as it tunes the garbage collector; an application that embeds a
+    ``Worker`` keeps its logging as it set it."""
+    logging._srcfile = None
 
 
 def stream_is_journal(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:

@@ -351,6 +351,31 @@ def test_remembered_clean_texts_and_shown_values_stay_bounded():
     assert redactor.redact(long) == long and long not in redactor._state[1]
 
 
+def test_lines_without_call_sites_keep_everything_a_format_shows(captured, monkeypatch):
+    monkeypatch.setattr(logging, "_srcfile", logging._srcfile)  # restored after the test
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep()
+    logging.getLogger().addHandler(keep)
+    try:
+        for fmt in ("plain", "json", "journal"):
+            stream = captured(fmt, level="INFO", worker=True)
+            logs.omit_call_sites()
+            log.info("transitioned %s -> %s", "todo", "done", extra={"action": "run_transitioned"})
+            line = stream.getvalue().splitlines()[-1]
+            assert "transitioned todo -> done" in line and "run_transitioned" in line
+    finally:
+        logging.getLogger().removeHandler(keep)
+    # The records carry no call site: nothing walked the caller's frames to find it.
+    assert {(r.pathname, r.lineno, r.funcName) for r in seen} == {
+        ("(unknown file)", 0, "(unknown function)")
+    }
+
+
 def test_fields_without_a_secret_are_left_as_they_were():
     redactor = RedactingFilter([_API])
     meta = {"stage": "todo", "n": 3}
