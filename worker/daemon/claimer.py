@@ -396,7 +396,6 @@ class Claimer:
                 lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
             ),
             on_executed=in_flight.executed,
-            scope=in_flight.new_scope(),
         )
         stats.in_flight = in_flight.start(run, name, slot)
         stats.claimed += 1

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import anyio
 
 from worker.run import TaskRun
-from worker.run.scopes import ScopeMaker
 
 __all__ = ["InFlight", "OpenClaim", "RunningTask"]
 
@@ -50,20 +49,18 @@ class RunningTask:
 class OpenClaim:
     """One claim not answered yet: its cancel scope, and its request's shield."""
 
-    __slots__ = ("_new_scope", "_shield", "scope")
+    __slots__ = ("_shield", "scope")
 
-    def __init__(self, new_scope: ScopeMaker) -> None:
-        """``new_scope``: makes the claim's scopes."""
+    def __init__(self) -> None:
         #: The claim's scope: :meth:`InFlight.stop_claims` cancels it.
-        self.scope = new_scope()
-        self._new_scope = new_scope
+        self.scope = anyio.CancelScope()
         self._shield: anyio.CancelScope | None = None  # its latest request's (one at a time)
 
     def shield(self) -> anyio.CancelScope:
         """The scope of one request of this claim at the tracker: shielded, since a stop
         arriving mid-claim must not drop a lease the tracker granted (a second stop lifts the
         shield: :meth:`abandon`, and the lease, if any, expires unused)."""
-        shield = self._shield = self._new_scope(shield=True)
+        shield = self._shield = anyio.CancelScope(shield=True)
         return shield
 
     def abandon(self) -> None:
@@ -88,8 +85,6 @@ class InFlight:
         self._busy: dict[str, int] = {}  # runs holding a slot, by role
         self._reporting = 0  # runs whose slot went back at the executor's return
         self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
-        #: Makes each claim's and each run's cancel scope (one backend lookup, not one each).
-        self.new_scope = ScopeMaker()
 
     def resize(self, concurrency: int) -> None:
         """``concurrency`` slots from now on (a lowered count takes effect as runs end)."""
@@ -152,7 +147,7 @@ class InFlight:
     # -- claims -----------------------------------------------------------------------------
     def open_claim(self) -> OpenClaim:
         """A claim is sent: open until :meth:`close_claim` (:meth:`stop_claims` cancels it)."""
-        claim = OpenClaim(self.new_scope)
+        claim = OpenClaim()
         self._claims.add(claim)
         return claim
 

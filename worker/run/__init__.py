@@ -4,8 +4,7 @@
 * :mod:`plugins.supervise`: the executor call and how every way it ends becomes an outcome
   (shared with :mod:`plugins.testing`);
 * :mod:`worker.run.report`: the final report (transition, fail or release);
-* :mod:`worker.run.log`, :mod:`worker.run.settings`: the run's log lines and its values;
-* :mod:`worker.run.scopes`: each run's cancel scope, made without a backend lookup per run.
+* :mod:`worker.run.log`, :mod:`worker.run.settings`: the run's log lines and its values.
 
 It may touch the plugin API, the run's :class:`~worker.lease.LeaseSession` and the trigger
 choice; slots, claims and the worker's life cycle are :mod:`worker.daemon`'s.
