@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY, FinishItem, FinishManyOutcome
+from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
 from tracker_client.errors import Conflict, TrackerError, TrackerUnavailable
 from tracker_client.models import Lease
 from tracker_client.nulltickets.batching import items_json, outcomes_of, send_items
@@ -79,6 +80,26 @@ class ServedClaimAhead(ClaimAhead):
         agent, role, ttl = who
         return agent, role, ttl, n
 
+    def drop_kept(self) -> None:
+        """Set every kept lease aside, to be given back (:meth:`unwanted`): no claim came for
+        them."""
+        self._drop_all()
+
+
+def _plain(agent: object, role: object, ttl_ms: object, n: object) -> bool:
+    """Whether a claim's arguments are good (a bad one goes to the server, which names what
+    is wrong, as before)."""
+    return (
+        isinstance(agent, str)
+        and bool(agent)
+        and isinstance(role, str)
+        and bool(role)
+        and type(ttl_ms) is int
+        and 1 <= ttl_ms <= MAX_LEASE_TTL_MS
+        and type(n) is int
+        and 1 <= n <= MAX_CLAIM_MANY
+    )
+
 
 def _fingerprint(agent: str, role: str, ttl_ms: int, n: int) -> str:
     return f"{agent}\x00{role}\x00{ttl_ms}\x00{n}"
@@ -95,6 +116,9 @@ class ClaimingAhead:
         self.book = ServedClaimAhead()
         # Keys of claims ahead: unique per client (a replay must find this one's record).
         self._prefix = f"claim-ahead-{uuid.uuid4().hex}"
+        # The worker's rhythm: whether a report came before, and how many since the last claim.
+        self._reported = False
+        self._unclaimed = 0
 
     async def claim_many(
         self, agent: str, role: str, ttl_ms: int, n: int, key: str | None, send: SendClaim
@@ -107,7 +131,12 @@ class ClaimingAhead:
         if earlier is not None:
             return await self._replay_kept(key, _fingerprint(agent, role, ttl_ms, n), *earlier)
         got: list[Lease] = []
-        if key is not None and not book.seen(key) and book.asked(agent, role, ttl_ms, n):
+        if (
+            not book.seen(key)
+            and _plain(agent, role, ttl_ms, n)
+            and book.asked(agent, role, ttl_ms, n)
+        ):
+            self._unclaimed = 0
             await self._replay_lost(agent, role, ttl_ms)
             got = self._leases(book.take(n))
             waited = False
@@ -134,10 +163,18 @@ class ClaimingAhead:
         """The items' outcomes: sent with a claim ahead while the worker is busy (or alone
         when enough is kept), else as :mod:`.pairing` sends them."""
         book = self.book
-        wanted = book.wanted()
+        # Claimed ahead for only while reports and claims alternate: a claim came since the
+        # last report. Three reports with no claim between them: the worker claims no more
+        # (stopping, or between bursts): what it kept is given back now, not at its close.
+        rhythm = self._reported and not self._unclaimed
+        self._reported = True
+        self._unclaimed += 1
+        if self._unclaimed > 2:
+            book.drop_kept()
+        wanted = book.wanted() if rhythm else None
         if wanted is not None:
             outcomes = await self._with_claim(items, *wanted)
-        elif book.busy():  # enough kept: no claim will come to ride along
+        elif rhythm and book.busy():  # enough kept: no claim will come to ride along
             outcomes = await send_items(self._wire, items_json(items), len(items))
         else:
             outcomes = await self._pairing.finish_many(items)
