@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -290,3 +291,65 @@ async def test_a_retry_while_the_first_still_waits_takes_over(served: tuple[str,
             )
         finally:
             await tracker.aclose()
+
+
+async def test_the_claim_a_create_brought_work_to_is_answered_before_the_create(
+    tmp_path: Path,
+) -> None:
+    """A parked claim riding a create is answered first (the pickup waits on it, the creator
+    only for its id): the order in which ``tracker serve`` starts the two answers."""
+    from tests.remote.fixtures import serve_on_port
+    from tracker_client.embedded import EmbeddedTracker
+    from tracker_client.serve.app import create_app
+
+    rail = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
+    started: list[str] = []
+
+    async def observer(name: str, scope: Any, receive: Any, send: Any, call: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                started.append(name)
+            await send(message)
+
+        await call(receive, sending)
+
+    try:
+        pid = await rail.create_pipeline(
+            "flow",
+            {
+                "initial": "todo",
+                "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
+                "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
+            },
+        )
+        app = create_app(rail)
+        app.observe(observer)
+        async with serve_on_port(app) as url:
+            worker, producer = RemoteTracker(url, timeout_s=5), RemoteTracker(url, timeout_s=5)
+            try:
+                await worker.health()
+                await producer.health()
+                got: list[Lease] = []
+
+                async def parked() -> None:
+                    got.extend(await _park(worker, 10_000, str(uuid.uuid4())))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(parked)
+                    await wait_for_parked(rail)
+                    started.clear()
+                    await producer.create_task(TaskCreate(pipeline_id=pid, title="t"))
+            finally:
+                await worker.aclose()
+                await producer.aclose()
+        assert len(got) == 1
+        assert started == ["parked_claim", "create_task"]
+    finally:
+        await rail.aclose()
+
+
+async def wait_for_parked(rail: Any) -> None:
+    """Until a parked claim waits at ``rail`` (what a create can take along)."""
+    with anyio.fail_after(10):
+        while not rail._parked.waiting:
+            await anyio.sleep(0.005)

@@ -91,19 +91,20 @@ async def test_next_claim_overlaps_the_previous_report(tracker: Tracker, pipelin
 async def test_outstanding_reports_are_bounded_by_concurrency(
     tracker: Tracker, pipeline_id: str
 ) -> None:
-    gated, started, worker = await _one_slot_worker(tracker, pipeline_id, 3)
+    gated, started, worker = await _one_slot_worker(tracker, pipeline_id, 4)
     async with anyio.create_task_group() as tg:
         await start_worker(tg, worker)
-        await wait_until(lambda: gated.parked == 2)
-        # The first report freed its slot; the second may not (one report is outstanding so
-        # already): it keeps its slot, so the third task is not claimed until a report lands.
-        assert len(started) == 2
-        assert len(worker.claimer.runs) == 2
+        await wait_until(lambda: gated.parked == 3)
+        # The first two reports freed their slot (REPORTS_PER_SLOT); the third may not (two
+        # are outstanding already): it keeps its slot, so the fourth task is not claimed until
+        # a report lands.
+        assert len(started) == 3
+        assert len(worker.claimer.runs) == 3
         assert worker.claimer.executing == 1
         gated.gate.set()
-    assert len(started) == 3
+    assert len(started) == 4
     stats = (await tracker.queue_stats()).for_role("reviewer")
-    assert stats is not None and stats.claimable_count == 3
+    assert stats is not None and stats.claimable_count == 4
 
 
 async def test_cancelling_the_runs_leaves_a_report_under_way_be(

@@ -50,6 +50,7 @@ from tracker_client.models import (
 from tracker_client.nulltickets import reads
 from tracker_client.nulltickets import tasks as writes
 from tracker_client.nulltickets.agents import AgentCalls
+from tracker_client.nulltickets.ahead import ClaimingAhead
 from tracker_client.nulltickets.batching import BatchCalls
 from tracker_client.nulltickets.codec import check_json
 from tracker_client.nulltickets.discovery import Advertised, Discovery
@@ -102,6 +103,10 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         #: A ``finish_many`` and the ``claim_many`` that follows it in one request, where the
         #: server advertises ``finish_claim`` (:mod:`~tracker_client.nulltickets.pairing`).
         self.pairing = Pairing(self._wire)
+        #: A busy worker's next batch claimed with its reports, kept here
+        #: (:mod:`~tracker_client.nulltickets.ahead`), where the server advertises
+        #: ``finish_claim``.
+        self.ahead = ClaimingAhead(self._wire, self.pairing)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -128,10 +133,14 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         return self._wire.parse(operation("health"), await self._discovery.health(), Health)
 
     async def aclose(self) -> None:
-        """Close the HTTP client. Idempotent."""
+        """Release the leases claimed ahead and never handed out, close the HTTP client.
+        Idempotent."""
         if not self._closed:
             self._closed = True
-            await self._http.aclose()
+            try:
+                await self.ahead.aclose()  # the leases claimed ahead, released
+            finally:
+                await self._http.aclose()
 
     # -- pipelines ------------------------------------------------------------------------------
     async def create_pipeline(
@@ -316,15 +325,24 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         arguments: dict[str, Any] = {"concurrency": concurrency} if concurrency is not None else {}
         claim = {"agent_id": agent_id, "agent_role": agent_role, "lease_ttl_ms": lease_ttl_ms}
 
-        async def alone() -> list[Lease]:
-            leases: list[Lease] = await self.call(
-                "claim_many", n=n, idempotency_key=idempotency_key, **claim, **arguments
-            )
-            return leases
+        async def send(k: int) -> list[Lease]:
+            async def alone() -> list[Lease]:
+                leases: list[Lease] = await self.call(
+                    "claim_many", n=k, idempotency_key=idempotency_key, **claim, **arguments
+                )
+                return leases
 
-        if not self._pairs():
-            return await alone()
-        return await self.pairing.claim_many({**claim, "n": n, **arguments}, idempotency_key, alone)
+            if not self._pairs():
+                return await alone()
+            body = {**claim, "n": k, **arguments}
+            return await self.pairing.claim_many(body, idempotency_key, alone)
+
+        if not self._pairs() or concurrency is not None:
+            return await send(n)
+        # A plain claim: answered from the leases claimed ahead where some are kept (.ahead).
+        return await self.ahead.claim_many(
+            agent_id, agent_role, lease_ttl_ms, n, idempotency_key, send
+        )
 
     async def finish_many(self, items: Sequence[FinishItem]) -> list[FinishManyOutcome]:
         """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of many
@@ -333,7 +351,7 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         scheduling passes rides in the same request (:mod:`~.pairing`)."""
         if not self._pairs():
             return await super().finish_many(items)
-        return await self.pairing.finish_many(items)
+        return await self.ahead.finish_many(items)
 
     def _pairs(self) -> bool:
         advertised = self._discovery.advertised

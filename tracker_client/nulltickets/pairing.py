@@ -123,7 +123,7 @@ class Pairing:
         waiting.taken = True
         self.paired += 1
         try:
-            answer = await self._send(waiting.raw, riding)
+            answer = await self.send_riding(waiting.raw, riding)
         except BaseException as exc:
             waiting.error = (
                 exc
@@ -158,7 +158,9 @@ class Pairing:
         error = entry.error or {"code": "invalid_response", "message": "no error object"}
         raise error_for(entry.status, _error_json(error), {}, _CLAIM_ROUTE, lease_route=False)
 
-    async def _send(self, items: bytes, riding: Mapping[str, Any]) -> FinishManyResult:
+    async def send_riding(self, items: bytes, riding: Mapping[str, Any]) -> FinishManyResult:
+        """One ``finish_many`` request: ``items`` (a body :func:`~.batching.items_json` made)
+        with ``riding`` (a ``claim_many`` body with its idempotency key) as its claim."""
         # The items' body, already checked and encoded, with the claim (plain JSON: its model's
         # dump) as one more member: ``{"items":[...]}`` becomes ``{"items":[...],"claim":{...}}``.
         raw = b"".join((items[:-1], b',"claim":', dumps(riding), b"}"))

@@ -64,7 +64,11 @@ WaitForWork = Callable[[float, str], Awaitable[str]]
 GiveBack = Callable[[Lease], Awaitable[None]]
 #: Scheduling passes a create that carried parked claims lets them answer first (a woken claim
 #: is through its wait and back to its caller in about 7).
-ANSWER_PASSES = 12
+ANSWER_PASSES = 16
+#: Passes the create still lets go by once the claims that rode it have answered: their
+#: callers' answers (the served tracker's route: its task group, the response) go out in
+#: them, before the create's own (a pickup waits on the claim, not on the create).
+AFTER_PASSES = 4
 #: One attempt's claim inside another write's transaction (``claim_many`` under the key given).
 RideClaim = Callable[[Ctx, str], list[Lease]]
 
@@ -154,11 +158,15 @@ class ParkedClaims:
         return riders
 
     async def answered(self, riders: Sequence[Rider], passes: int = ANSWER_PASSES) -> None:
-        """Until the claims that rode have answered their callers, ``passes`` scheduling
-        passes at most (the create that carried them answers after them)."""
+        """Until the claims that rode have answered their callers and :data:`AFTER_PASSES`
+        more passes have gone by, ``passes`` scheduling passes at most (the create that
+        carried them answers after them)."""
+        after = AFTER_PASSES
         for _ in range(passes):
             if all(rider._entry.done.is_set() for rider in riders):
-                return
+                if after <= 0:
+                    return
+                after -= 1
             await anyio.lowlevel.cancel_shielded_checkpoint()
 
     def landed(self, riders: Sequence[Rider], *, committed: bool) -> None:
