@@ -183,8 +183,8 @@ def _fingerprint(args: list[Any], texts: dict[Any, str]) -> str:
         if kind is str:
             parts.append(_encode_string(value))
         elif kind is dict:
-            try:
-                key = tuple((k, type(v), v) for k, v in value.items())
+            try:  # built by C calls: a generator per object cost ~0.3 us more
+                key = (tuple(value.items()), tuple(map(type, value.values())))
                 text = texts.get(key)
             except TypeError:  # a value that cannot be a key (a nested object)
                 return fingerprint(args)
@@ -730,6 +730,7 @@ class PostgresTracker(Rail[PgEngine]):
         if planned is None:
             return None
         params, result = planned
+        params["now"] = int(self._clock())
         try:
             found = await self._engine.db.one_call(
                 _CALL, [*self._engine.wake_args(), *(params[f] for f in MOVE_FIELDS)], "transition"
@@ -752,7 +753,8 @@ class PostgresTracker(Rail[PgEngine]):
         record: Callable[[TransitionResult], tuple[Any, str]],
         digest: str,
     ) -> tuple[dict[str, Any], TransitionResult] | None:
-        """The parameters of ``bw_transition``/``bw_move`` for a plain transition of a lease
+        """The parameters of ``bw_transition``/``bw_move`` (all but ``now``, the caller's:
+        a batch's items share the call's) for a plain transition of a lease
         this instance handed out, and its answer; None when the embedded path must answer
         (see the module docstring). ``record(result)``: the idempotency fingerprint's
         arguments and the recorded answer's JSON text; ``digest``: the lease token's."""
@@ -803,7 +805,6 @@ class PostgresTracker(Rail[PgEngine]):
             "terminal": terminal,
             "usage": usage_text,
             "event": event,
-            "now": int(self._clock()),
             "key": key,
             "fp": fp,
             "result": answer,
@@ -923,12 +924,7 @@ class PostgresTracker(Rail[PgEngine]):
         """``bw_finish_many_tx`` over the planned items: per item whether it was written (all
         False when the call declined: nothing written). While this instance's worker is busy,
         its next batch's claim rides along (:mod:`.ahead`)."""
-        items = []
-        for p in params:  # an item is bw_move's fields but the batch's now (_ITEM_FIELDS)
-            item = dict(p)
-            del item["now"]
-            items.append(item)
-        text = _ENCODE_ITEMS(items)
+        text = _ENCODE_ITEMS(params)  # bw_move's fields but the batch's now (_ITEM_FIELDS)
         call = [*self._engine.wake_args(), int(self._clock()), text]
         ahead = self._ahead
         try:
