@@ -75,6 +75,25 @@ async def test_prepared_once_per_connection_and_types(
     assert await ours() == ["_bw_hot_0", "_bw_hot_1"]
 
 
+async def test_a_statements_row_maker_is_made_once(conn: psycopg.AsyncConnection[Any]) -> None:
+    """A prepared statement's columns are its own for its life on the connection: its rows'
+    maker is made from its first result only, and each row still reads by name."""
+    made: list[int] = []
+
+    def counting(result: Any) -> Any:
+        made.append(result.nfields)
+        return row_maker(result)
+
+    for n in range(3):
+        rows = await prepared_call(conn, QUERY, [n, *PARAMS[1:]], counting)
+        assert rows[0]["n"] == n and rows[0]["half"] == 1.5
+    assert made == [7]
+    # another maker for the same statement is asked again (and kept)
+    again = await prepared_call(conn, QUERY, PARAMS, row_maker)
+    assert again[0]["s"] == "zoë"
+    assert made == [7]
+
+
 async def test_a_server_error_is_psycopgs_with_its_sqlstate(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:

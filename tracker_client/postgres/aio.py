@@ -170,11 +170,16 @@ class Lane:
 class _Prepared:
     """A lane connection's own prepared statements (see :func:`prepared_call`)."""
 
-    __slots__ = ("names", "tx")
+    __slots__ = ("makers", "names", "tx")
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         #: (query, parameter types) -> the statement's name on this connection.
         self.names: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        #: A statement's name -> (``make_row``, what it made of the statement's first result):
+        #: a prepared statement's columns are its own for its life on the connection (the
+        #: server refuses to run it with others), so its rows' maker is made once, not from
+        #: every result's ~40 column names.
+        self.makers: dict[bytes, tuple[Any, Callable[[Sequence[Any]], Any]]] = {}
         #: The connection's adapters (its dumpers and loaders: :func:`~.dialect.configure_types`),
         #: kept for its calls as a psycopg cursor keeps its own.
         self.tx = Transformer(conn)
@@ -238,7 +243,10 @@ async def prepared_call(
     results = await _results(pgconn)
     res = _check(results, conn)
     tx.set_pgresult(res)
-    return tx.load_rows(0, res.ntuples, make_row(res))
+    maker = state.makers.get(name)
+    if maker is None or maker[0] is not make_row:
+        maker = state.makers[name] = (make_row, make_row(res))
+    return tx.load_rows(0, res.ntuples, maker[1])
 
 
 def _check(results: list[pq.abc.PGresult], conn: psycopg.AsyncConnection[Any]) -> pq.abc.PGresult:
