@@ -42,15 +42,14 @@ async def test_claimed_run_ids_lead_with_the_claim_time(quiet_tracker_log: None)
     assert len({lease.run_id for lease in (one, *many)}) == 4
 
 
-def test_batch_ids_have_fresh_ids_layouts() -> None:
+def test_ids_made_together_have_fresh_ids_layouts() -> None:
     """A claim's ids made together (one read of the random source) are what ``fresh_ids``
     makes one at a time: run ids leading with the claim's ms, canonical UUIDv4 texts, all
     distinct; tokens 64 hex digits, or empty for a keyed claim (it derives its own)."""
-    from tracker_client.postgres.claims import batch_ids
-    from tracker_client.rules.claims import fresh_ids
+    from tracker_client.rules.claims import fresh_ids, fresh_ids_many
 
     now = 1_767_000_000_000
-    ids = batch_ids(now, 500)
+    ids = fresh_ids_many(now, 500)
     assert len(ids) == 500
     one = fresh_ids(now)
     for run_id, lease_id, token in ids:
@@ -63,6 +62,6 @@ def test_batch_ids_have_fresh_ids_layouts() -> None:
     assert len({i for row in ids for i in row}) == 1500
     variants = {lease_id[19] for _, lease_id, _ in ids}
     assert variants == set("89ab")  # every variant digit occurs (500 draws)
-    keyed = batch_ids(now, 3, random_tokens=False)
+    keyed = fresh_ids_many(now, 3, random_tokens=False)
     assert [token for _, _, token in keyed] == ["", "", ""]
     assert all(_ms(run_id) == now for run_id, _, _ in keyed)

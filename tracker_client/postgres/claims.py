@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -51,7 +50,6 @@ __all__ = [
     "CLAIM_CALL",
     "CLAIM_SQL",
     "array_literal",
-    "batch_ids",
     "claim",
     "claim_many",
     "lease_of",
@@ -286,35 +284,6 @@ def lease_of_row(
 
 #: ``bw_claim_tx`` (schema 9): the lock, ``bw_claim`` and the wake-ups in one statement.
 CLAIM_CALL = STATEMENTS["claim.many_tx"]
-
-
-#: A UUID's variant digit (RFC 4122: its two top bits ``10``) by the random digit's low bits.
-_VARIANT = "89ab"
-
-
-def batch_ids(now_ms: int, n: int, random_tokens: bool = True) -> list[tuple[str, str, str]]:
-    """``n`` of :func:`~tracker_client.rules.claims.fresh_ids` ``(now_ms)`` (a run id leading
-    with the time, a lease id, a token; the same layouts), made from ONE read of the random
-    source and one hex conversion: a claim of ten made each with its own read, bytes copied
-    and rewritten twice (~3 us a lease on the event loop). ``random_tokens=False`` leaves the
-    tokens empty, for a keyed claim that derives its own (``leasekeys.keyed_token``)."""
-    width = 128 if random_tokens else 64  # hex digits a lease takes
-    digits = os.urandom(width // 2 * n).hex()
-    stamp = f"{now_ms & 0xFFFF_FFFF_FFFF:012x}"
-    head = f"{stamp[:8]}-{stamp[8:12]}-4"
-    out: list[tuple[str, str, str]] = []
-    for at in range(0, width * n, width):
-        run = digits[at : at + 32]  # its first 12 digits are the time's
-        lid = digits[at + 32 : at + 64]
-        out.append(
-            (
-                f"{head}{run[13:16]}-{_VARIANT[int(run[16], 16) & 3]}{run[17:20]}-{run[20:32]}",
-                f"{lid[:8]}-{lid[8:12]}-4{lid[13:16]}-"
-                f"{_VARIANT[int(lid[16], 16) & 3]}{lid[17:20]}-{lid[20:32]}",
-                digits[at + 64 : at + width],  # empty without random tokens
-            )
-        )
-    return out
 
 
 def array_literal(values: list[str]) -> str:

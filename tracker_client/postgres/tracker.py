@@ -76,7 +76,6 @@ from tracker_client.postgres.ahead import ClaimAhead, Granted, Kept
 from tracker_client.postgres.claims import (
     CLAIM_CALL,
     array_literal,
-    batch_ids,
     claim_many,
     lease_of,
     lease_of_row,
@@ -90,7 +89,7 @@ from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
 from tracker_client.rules import budgets
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
-from tracker_client.rules.claims import check_ttl, reissue
+from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue
 from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
 from tracker_client.rules.engine import QUIET_WRITES, Clock, wall_ms
 from tracker_client.rules.finish import prepare
@@ -609,7 +608,7 @@ class PostgresTracker(Rail[PgEngine]):
         carry and the claim's ``now``."""
         now = int(self._clock())
         # run ids lead with the time (docs/benchmarks.md, "Finished tasks kept")
-        ids = batch_ids(now, n, random_tokens=key is None)
+        ids = fresh_ids_many(now, n, random_tokens=key is None)
         if key is not None:
             secret = self._rail_key
             if secret is None:

@@ -96,15 +96,17 @@ def _uuid4_hex(h: str) -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
-def fresh_ids_many(now_ms: int, n: int) -> list[tuple[str, str, str]]:
+def fresh_ids_many(now_ms: int, n: int, random_tokens: bool = True) -> list[tuple[str, str, str]]:
     """``n`` of :func:`fresh_ids` ``(now_ms)`` (a claim's batch): one urandom call and one hex
-    conversion for all of them."""
-    h = os.urandom(64 * n).hex()
+    conversion for all of them. ``random_tokens=False`` leaves the tokens empty, for a keyed
+    claim that derives its own (:func:`~tracker_client.rules.leasekeys.keyed_token`)."""
+    width = 128 if random_tokens else 64  # hex digits a lease takes
+    h = os.urandom(width // 2 * n).hex()
     stamp = f"{now_ms & 0xFFFF_FFFF_FFFF:012x}"
     return [
         (_uuid4_hex(stamp + h[i + 12 : i + 32]), _uuid4_hex(h[i + 32 : i + 64]),
-         h[i + 64 : i + 128])
-        for i in range(0, 128 * n, 128)
+         h[i + 64 : i + width])
+        for i in range(0, width * n, width)
     ]  # fmt: skip
 
 
