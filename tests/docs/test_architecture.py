@@ -86,8 +86,8 @@ RAIL_FLOORS: tuple[tuple[str, ...], ...] = (
     ),
     # 1. the seam: what a worker needs of a rail, as types
     ("tracker_client.protocol", "tracker_client.calls", "tracker_client.agents"),
-    # 2. the rules, written once
-    ("tracker_client.rules",),
+    # 2. the rules, written once; claiming ahead, shared by an engine and the HTTP client
+    ("tracker_client.rules", "tracker_client.ahead"),
     # 3. the engines and the HTTP client
     ("tracker_client.embedded", "tracker_client.postgres", "tracker_client.nulltickets"),
     # 4. opening a rail from its URL, and moving one between engines

@@ -7,7 +7,7 @@ leases of a process that died to lapse, and claims their tasks again. Prints ``d
 
 ``drain_many URL AGENT``: the same as a worker sends it: ``claim_many`` of 5 under a fresh key
 and the batch's final reports as one ``finish_many`` (so the rail claims ahead with them,
-``tracker_client/postgres/ahead.py``).
+``tracker_client/ahead.py``).
 """
 
 from __future__ import annotations

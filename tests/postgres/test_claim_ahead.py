@@ -1,4 +1,4 @@
-"""Claiming ahead (``tracker_client/postgres/ahead.py``), against a real server.
+"""Claiming ahead (``tracker_client/ahead.py``), against a real server.
 
 While one agent drains a role, a ``finish_many`` of its runs also claims its next batch in the
 same statement; the next ``claim_many`` is answered from those leases with no round trip. A

@@ -11,7 +11,7 @@ those runs go while the server writes the reports and the claim that will refill
 kept. Nothing new goes on the wire: the riding claim is a ``claim_many`` of ``finish_claim``,
 under an idempotency key of its own.
 
-The bookkeeping is :class:`~tracker_client.postgres.ahead.ClaimAhead`'s (the PostgreSQL rail's,
+The bookkeeping is :class:`~tracker_client.ahead.ClaimAhead`'s (the PostgreSQL rail's,
 rail-agnostic: when a worker is busy, which leases are kept and for how long, replays of keys
 answered from them, claims whose answers were lost). What differs is how much rides:
 :class:`ServedClaimAhead` keeps one batch in reserve (the next ``claim_many`` of a busy worker
@@ -20,7 +20,7 @@ claim tops its kept leases up to one batch.
 
 What a kept lease promises is what any lease promises (the ``Lease`` says when it ends, and
 the worker's clock keeps the earlier of that and its own count, docs/guarantees/worker.md). It
-is handed out within :data:`~tracker_client.postgres.ahead.MAX_AGE_S` or released (the run ends
+is handed out within :data:`~tracker_client.ahead.MAX_AGE_S` or released (the run ends
 ``released``, nothing counted), and every lease still kept is released when the client closes;
 a process killed meanwhile leaves them to expire with their TTL, as it leaves its runs'
 leases. A ``claim_many`` with per-state limits, without an idempotency key, or of a worker
@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
+from tracker_client.ahead import ClaimAhead
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY, FinishItem, FinishManyOutcome
 from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
 from tracker_client.errors import Conflict, TrackerError, TrackerUnavailable
@@ -49,7 +50,6 @@ from tracker_client.nulltickets.leases import release
 from tracker_client.nulltickets.pairing import Pairing
 from tracker_client.nulltickets.reads import get_task
 from tracker_client.nulltickets.wire import Wire, log
-from tracker_client.postgres.ahead import ClaimAhead
 
 __all__ = ["AHEAD_RELEASED", "ClaimingAhead", "ServedClaimAhead"]
 
@@ -61,7 +61,7 @@ SendClaim = Callable[[int], Awaitable[list[Lease]]]
 
 
 class ServedClaimAhead(ClaimAhead):
-    """:class:`~tracker_client.postgres.ahead.ClaimAhead` keeping one batch in reserve."""
+    """:class:`~tracker_client.ahead.ClaimAhead` keeping one batch in reserve."""
 
     def wanted(self) -> tuple[str, str, int, int] | None:
         """(agent, role, ttl, n) for the claim riding with a ``finish_many`` now, or None (not

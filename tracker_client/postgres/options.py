@@ -17,7 +17,7 @@
   process has its next batch claimed together with its last batch's final reports, and held
   here until it asks (at most a second; released, uncounted, when not taken): one WAL flush
   fewer per batch, and the runs start without waiting for it (see
-  :mod:`~tracker_client.postgres.ahead`).
+  :mod:`~tracker_client.ahead`).
 * ``listen_host`` / ``listen_port``: the PostgreSQL server itself, for the wake-up listener
   only (``LISTEN`` needs a session); same user, password and database as the URL. With
   ``pgbouncer=transaction`` and neither, waiters poll every ``poll_interval_s`` instead.
@@ -85,7 +85,7 @@ class PgOptions:
     #: rail's), the server itself (``listen_host``/``listen_port``), or None: no listener,
     #: waiters poll (``pgbouncer=transaction`` without a direct address).
     listen_conninfo: str | None = ""
-    #: Claim a busy worker's next batch with its reports (:mod:`~tracker_client.postgres.ahead`).
+    #: Claim a busy worker's next batch with its reports (:mod:`~tracker_client.ahead`).
     claim_ahead: bool = True
 
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
 
+from tracker_client.ahead import ClaimAhead, Granted, Kept
 from tracker_client.capabilities import Capabilities, LeaseRef
 from tracker_client.contract.batch_models import (
     FinishItem,
@@ -72,7 +73,6 @@ from tracker_client.errors import (
 from tracker_client.models import Health, Lease, StoreEntry, TransitionResult
 from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres import claims, search
-from tracker_client.postgres.ahead import ClaimAhead, Granted, Kept
 from tracker_client.postgres.claims import (
     CLAIM_CALL,
     array_literal,

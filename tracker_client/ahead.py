@@ -1,21 +1,24 @@
 """Claiming ahead: the next batch's leases taken with this batch's final reports.
 
 A worker whose runs are short claims a batch, runs it, reports it (``finish_many``) and claims
-the next batch for the slots it freed. At stock durability each of those writes waits for a
-WAL flush (~1.5-2.5 ms), and the next batch cannot start before its claim is answered: the
-worker's CPU and the server's flush alternate, neither overlapping the other (measured: a
+the next batch for the slots it freed. Each of those writes waits for the rail (on PostgreSQL
+at stock durability a WAL flush, ~1.5-2.5 ms; on a served rail an HTTP request and the
+server's commit), and the next batch cannot start before its claim is answered: the worker's
+CPU and the rail's write alternate, neither overlapping the other (measured on PostgreSQL: a
 2.3 ms statement, then ~1.1 ms of the worker running the ten runs it brought, in turn).
 PgQueuer overlaps them by holding up to twice its batch picked (docs/benchmarks.md,
 "PostgreSQL rail").
 
-Here the rail does it, with no new operation on the wire: while one instance's worker drains
-a role (its ``claim_many`` calls come within :data:`BUSY_S` of each other), a ``finish_many``
-of the runs it leased also claims, in the same statement and transaction
-(``bw_finish_claim_tx``, :mod:`.pairing`), as many leases as the last ``claim_many`` asked for,
-and keeps them here. The next ``claim_many`` for the same agent, role and TTL is answered from
-them at once, without a round trip, and the runs start while the next reports and claim are
-being flushed. A ``claim_many`` that finds none kept while such a claim is in flight waits for
-it instead of sending its own.
+This module is the bookkeeping both rails that do it share, with no new operation on the
+wire: while one instance's worker drains a role (its ``claim_many`` calls come within
+:data:`BUSY_S` of each other), a ``finish_many`` of the runs it leased also claims, in the same
+write, as many leases as the last ``claim_many`` asked for, and :class:`ClaimAhead` keeps them.
+The PostgreSQL rail claims in the report's statement and transaction (``bw_finish_claim_tx``,
+:mod:`tracker_client.postgres.pairing`); the served rail's client in the report's request
+(extension ``finish_claim``, :mod:`tracker_client.nulltickets.ahead`). The next ``claim_many``
+for the same agent, role and TTL is answered from them at once, without a round trip, and the
+runs start while the next reports and claim are being written. A ``claim_many`` that finds none
+kept while such a claim is in flight waits for it instead of sending its own.
 
 A call answered with kept leases under an idempotency key is remembered (the last
 :data:`REMEMBERED_ANSWERS`): its replay answers the same leases with the same tokens, those
