@@ -77,6 +77,9 @@ class PgEngine:
         self.versions_moved: Callable[[], None] = _nothing
         #: ``time.monotonic()`` of the last wake-up from another host (see _after_wake).
         self._woken_at = float("-inf")
+        #: Wake-ups from other hosts so far (an idle parked claim tells them from this
+        #: instance's own writes: :class:`~.idle.IdleLook`).
+        self.woken_from_afar = 0
         # Channel and instance are hex names of ours: safe to spell in the statement.
         self._notify_sql = f"SELECT pg_notify('{self.channel}', '{self.instance}');"
         self._follow_sql = notify_sql(self.follow_channel, self.instance)
@@ -159,6 +162,7 @@ class PgEngine:
     def _woken(self) -> None:
         """Another host's write may have made work: wake this instance's waiters."""
         self._woken_at = time.monotonic()  # a loop callback: no anyio task context here
+        self.woken_from_afar += 1
         self._changes.notify()
 
     async def follow(self, wait_s: float) -> _Tick:
@@ -182,17 +186,31 @@ class PgEngine:
         behind a PgBouncer in transaction mode without ``listen_host``/``listen_port``). A ``wait``
         of up to ``wait_s`` keeps this instance's ``waiters`` row alive (see :mod:`.idle`;
         a short tick just after it was written)."""
+        healthy, fresh = await self._listen(wait_s)
+        if not healthy:
+            return self._poll_interval_s
+        return FRESH_TICK_S if fresh else SAFETY_TICK_S
+
+    async def listening(self, wait_s: float) -> bool:
+        """Whether a waiter of up to ``wait_s`` may rely on wake-ups alone: the listener is up
+        and this instance's ``waiters`` row was live already (not written just now, when a
+        move racing its commit may have sent none). The idle parked claim's test
+        (:class:`~.idle.IdleLook`)."""
+        healthy, fresh = await self._listen(wait_s)
+        return healthy and not fresh
+
+    async def _listen(self, wait_s: float | None) -> tuple[bool, bool]:
+        """Start the wake-up listener on first use, keep the ``waiters`` row alive for a wait
+        of ``wait_s``: (the listener is up, the row was written just now)."""
         listener = self._listener
         listen = self.db.listen_conninfo
         if listen is None:  # behind a PgBouncer with no direct address: poll
-            return self._poll_interval_s
+            return False, False
         if listener is None:
             listener = self._listener = Listener(listen, self.channel, self.instance, self._woken)
             await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
         fresh = wait_s is not None and await self.waiters.wait_interest(wait_s)
-        if not listener.healthy:
-            return self._poll_interval_s
-        return FRESH_TICK_S if fresh else SAFETY_TICK_S
+        return listener.healthy, fresh
 
     async def aclose(self) -> None:
         """Stop the listeners, drop this instance's rows, close every connection. Idempotent."""

@@ -16,19 +16,43 @@ A move racing the row's first commit (its check before the row existed, its comm
 claim's look) is covered at once: a freshly written row wakes this instance's waiters in
 process, so the idle claim loop claims again after it. A ``wait`` sleeps at most
 :data:`FRESH_TICK_S` after writing its row. This room writes only the ``waiters`` table.
+
+An idle worker's parked claim (:class:`IdleLook`) waits without writing while nothing can be
+claimed: one read (``wait.idle_look``) says whether a claim could lease now and when time alone
+may make work claimable; while the listener is up and the row was live, it then sleeps until a
+NOTIFY (or a write of this instance), that time, :data:`LOOK_TICK_S` or its deadline, and only
+a wake-up or a due time sends the keyed claim. Before it, every idle round's probe was two
+keyed claims (each a durable write) and two reads (docs/benchmarks.md, "Pickup latency").
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tracker_client.models import Lease
 from tracker_client.postgres.db import Database
-from tracker_client.postgres.dialect import PgConn
+from tracker_client.postgres.dialect import STATEMENTS, PgConn
 from tracker_client.rules.engine import Changes
+from tracker_client.rules.parked import ENDED_KEPT, attempt_key
 
-__all__ = ["FRESH_TICK_S", "IDLE_ROW_S", "INTEREST_MARGIN_S", "WaitersRow"]
+if TYPE_CHECKING:
+    from tracker_client.postgres.engine import PgEngine
+
+__all__ = [
+    "FRESH_TICK_S",
+    "IDLE_ROW_S",
+    "INTEREST_MARGIN_S",
+    "LOOK_TICK_S",
+    "IdleLook",
+    "WaitersRow",
+    "look_params",
+]
 
 #: A waiting instance's row outlives its longest wait by this much (seconds).
 INTEREST_MARGIN_S = 30
@@ -37,6 +61,15 @@ INTEREST_MARGIN_S = 30
 IDLE_ROW_S = 30
 #: The longest first sleep after the row was (re)written (a write racing its commit).
 FRESH_TICK_S = 1.0
+
+#: The longest an idle parked claim sleeps without looking again: a writer that sends no NOTIFY
+#: (none of this project's), or a lease another host's claim took since the last look (claims
+#: are quiet) lapsing before the look's due time.
+LOOK_TICK_S = 2.0
+
+#: The idle look (postgres/sql/wait.sql) and the order of its positional parameters.
+_LOOK = STATEMENTS["wait.idle_look"]
+_LOOK_ORDER = ("key", "role", "now", "agent", *("now",) * 4, "role", "role", *("now",) * 3)
 
 # psycopg's own placeholders, on the raw connection (no domain rule is involved).
 _INTEREST = (
@@ -101,3 +134,151 @@ class WaitersRow:
                     write=True,
                     shared=True,
                 )
+
+
+def look_params(key: str, role: str, agent: str, now_ms: int) -> list[Any]:
+    """``wait.idle_look``'s parameters: the parked claim's first attempt's key, the role, the
+    agent and the rail's time, where each appears."""
+    values = {"key": key, "role": role, "agent": agent, "now": now_ms}
+    return [values[name] for name in _LOOK_ORDER]
+
+
+#: A parked claim sent on (the rail's: :meth:`~tracker_client.rules.rail.Rail._park_claim`):
+#: how long it may still wait, and the attempts of its key recorded (None: it reads them).
+ParkOn = Callable[[float, int | None], Awaitable[list[Lease]]]
+
+
+class IdleLook:
+    """An idle parked claim's wait on PostgreSQL: no write while nothing can be claimed (see
+    the module docstring; part of the tracker).
+
+    Every path that makes work claimable either sends a NOTIFY at its commit (a create, a
+    transition or finish while a ``waiters`` row is live, a fail, a release, a cancel, a
+    requeue, a schedule's tick, a maintenance pass that reclaimed or dead-lettered), or is
+    time: a delay or retry delay coming due, a lease lapsing, a deadline passing, a rate
+    limit's tokens refilling. The look answers the first times of the former three and sends
+    a rate-limited role on at once. A listener that is down, or a ``waiters`` row written just
+    now, sends the claim on as before (the rail's parked claim: claims and ``wait_for_work``).
+    """
+
+    def __init__(self, engine: PgEngine, clock: Callable[[], int]) -> None:
+        self._engine = engine
+        self._db = engine.db
+        self._changes = engine.changes
+        self._clock = clock
+        #: Parked claims waiting here, by key (:meth:`cancel` stops one), and the keys of
+        #: cancels that found none (a claim arriving after its cancel answers at once).
+        self._waiting: dict[str, _Waiting] = {}
+        self._cancelled: OrderedDict[str, None] = OrderedDict()
+        #: Looks sent and claims sent on after a wake-up or a due time (tests read them).
+        self.looks = 0
+        self.sent_on = 0
+
+    async def park(
+        self, key: str, agent: str, role: str, wait_s: float, park_on: ParkOn
+    ) -> list[Lease]:
+        """Up to the parked claim's leases of ``role`` within ``wait_s``: empty when its
+        deadline passed with nothing claimable, or it was cancelled; else what ``park_on``
+        answers (a wake-up or a due time: one keyed claim, waiting no more)."""
+        if key in self._cancelled:  # its cancel overtook it: its caller is gone
+            return []
+        deadline = anyio.current_time() + max(0.0, wait_s)
+        stop = self._waiting[key] = _Waiting()
+        try:
+            while not stop.stopped:
+                remaining = deadline - anyio.current_time()
+                if not await self._engine.listening(max(0.0, remaining)):
+                    return await park_on(max(0.0, deadline - anyio.current_time()), None)
+                changes, engine = self._changes, self._engine
+                # Before the look: a NOTIFY after its snapshot moves them.
+                seen, afar = changes.seq, engine.woken_from_afar
+                recorded, claimable, due_ms = await self._look(key, agent, role)
+                if stop.stopped:
+                    break
+                if recorded:  # a retry of a claim sent on already: the rail replays it
+                    return await park_on(max(0.0, deadline - anyio.current_time()), None)
+                if claimable or engine.woken_from_afar != afar:
+                    return await self._send_on(park_on)
+                now = anyio.current_time()
+                until = min(deadline, now + LOOK_TICK_S)
+                if due_ms is not None:
+                    until = min(until, now + max(0.0, (due_ms - self._clock()) / 1000))
+                woken = await self._sleep(seen, afar, until - now, stop)
+                if woken is _Woken.AFAR:
+                    return await self._send_on(park_on)
+                if woken is _Woken.NOT and anyio.current_time() >= deadline:
+                    break  # nothing came: the caller's next round looks again
+                # A write of this instance (it may have made work: its task finished, say),
+                # a due time or the tick: look again.
+        finally:
+            if self._waiting.get(key) is stop:
+                del self._waiting[key]
+        return []
+
+    async def _send_on(self, park_on: ParkOn) -> list[Lease]:
+        """Work may have come: the parked claim's one keyed claim (its first attempt; the
+        look read that none was recorded), answering at once."""
+        self.sent_on += 1
+        return await park_on(0.0, 0)
+
+    async def _look(self, key: str, agent: str, role: str) -> tuple[bool, bool, int | None]:
+        """One read: (a claim of the key is recorded, a claim could lease now, the earliest
+        time time alone may make work claimable or None)."""
+        self.looks += 1
+        params = look_params(attempt_key(key, 0), role, agent, int(self._clock()))
+        rows = await self._db.one_call(_LOOK, params, "parked_claim")
+        if rows is None:  # behind a PgBouncer: on a pooled connection
+            rows = await self._db.run(
+                lambda conn: conn.raw.execute(_LOOK.encode(), params).fetchall(),
+                "parked_claim",
+                write=False,
+            )
+        recorded, claimable, due = rows[0]
+        return bool(recorded), bool(claimable), None if due is None else int(due)
+
+    async def _sleep(self, seen: int, afar: int, limit_s: float, stop: _Waiting) -> _Woken:
+        """Until a wake-up since ``seen`` (from another host since ``afar``: AFAR; a write of
+        this instance: OWN), or ``limit_s`` passed or ``stop`` (NOT)."""
+        changes = self._changes
+        changes.waiters += 1
+        try:
+            event = changes.changed  # a wake-up from here on sets it
+            if changes.seq == seen:
+                with anyio.move_on_after(max(0.0, limit_s)) as stop.scope:
+                    await event.wait()
+            if stop.stopped or changes.seq == seen:
+                return _Woken.NOT
+            return _Woken.AFAR if self._engine.woken_from_afar != afar else _Woken.OWN
+        finally:
+            stop.scope = None
+            changes.waiters -= 1
+
+    def cancel(self, key: str) -> None:
+        """Stop the parked claim of ``key`` waiting here: it answers empty, nothing leased; a
+        claim of ``key`` arriving after this answers empty at once (the cancel overtook it)."""
+        self._cancelled[key] = None
+        while len(self._cancelled) > ENDED_KEPT:
+            self._cancelled.popitem(last=False)
+        stop = self._waiting.pop(key, None)
+        if stop is not None:
+            stop.stopped = True
+            if stop.scope is not None:
+                stop.scope.cancel()
+
+
+class _Woken(enum.Enum):
+    """How an idle parked claim's sleep ended."""
+
+    NOT = "not"  # its time, its deadline, or stopped
+    AFAR = "afar"  # a NOTIFY of another host (or the listener lost): claim now
+    OWN = "own"  # a write of this instance: look again
+
+
+class _Waiting:
+    """One parked claim waiting in :meth:`IdleLook.park`: stopped, and its sleep's scope."""
+
+    __slots__ = ("scope", "stopped")
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.scope: anyio.CancelScope | None = None

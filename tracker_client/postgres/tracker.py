@@ -63,6 +63,7 @@ from tracker_client.contract.batch_models import (
     per_state_of,
 )
 from tracker_client.contract.extensions import EXTENSIONS
+from tracker_client.contract.parked_models import ParkedCancelled, check_parked
 from tracker_client.errors import (
     ConfigError,
     Conflict,
@@ -85,6 +86,7 @@ from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import STATEMENTS, Row
 from tracker_client.postgres.engine import SAFETY_TICK_S, PgEngine
 from tracker_client.postgres.follow import FOLLOW_QUIET
+from tracker_client.postgres.idle import IdleLook
 from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
 from tracker_client.rules import budgets
@@ -257,6 +259,8 @@ class PostgresTracker(Rail[PgEngine]):
         # by the server at commit (see PgEngine.write).
         engine.known_version = self._known_version
         engine.versions_moved = self._versions_moved
+        #: An idle parked claim's wait without writes (see .idle, IdleLook).
+        self._idle_look = IdleLook(engine, clock)
 
     def _known_version(self, pid: str) -> int | None:
         """Pipeline ``pid``'s current version as this instance last read it, or None."""
@@ -339,6 +343,35 @@ class PostgresTracker(Rail[PgEngine]):
 
         spans = await anyio.to_thread.run_sync(otlpjson.parse_traces, document)
         return await self._write("ingest_traces", lambda c: store_spans(with_many(c), spans))
+
+    # -- the idle worker's parked claim: no write while nothing can be claimed (see .idle) -----
+    async def parked_claim(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        wait_ms: int,
+        *,
+        concurrency: Mapping[str, object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Lease]:
+        """The rail's parked claim (:meth:`Rail.parked_claim`), waiting without writing while
+        nothing can be claimed and the wake-up listener is up (:class:`~.idle.IdleLook`)."""
+        key = check_parked(idempotency_key, wait_ms)
+
+        def park_on(wait_s: float, recorded: int | None) -> Awaitable[list[Lease]]:
+            return self._park_claim(
+                key, agent_id, agent_role, lease_ttl_ms, n, wait_s, concurrency, recorded=recorded
+            )
+
+        return await self._idle_look.park(key, agent_id, agent_role, wait_ms / 1000, park_on)
+
+    async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:
+        """Stop the parked claim of the key, waiting here or claiming (see
+        :meth:`Rail.cancel_parked_claim`)."""
+        self._idle_look.cancel(check_parked(idempotency_key, 0))
+        return await super().cancel_parked_claim(idempotency_key=idempotency_key)
 
     # -- the claim: one statement (see .claims) -------------------------------------------------
     async def claim(

@@ -17,6 +17,8 @@ thread reads the notifications too and hands each wake-up to the loop.
 Lease expiry needs no message: ``wait_for_work`` sleeps at most until the earliest live lease
 lapses. While the listening connection is down (a server restart), :attr:`Listener.healthy` is
 false and waiters fall back to a poll tick; it reconnects by itself with a capped back-off.
+Losing it wakes the waiters at once (a NOTIFY may have been lost with it): each looks, and an
+idle parked claim that relied on NOTIFYs alone goes back to claiming (:class:`~.idle.IdleLook`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,9 @@ class Listener:
                 if self._stop.is_set():
                     return
                 if self._listening.is_set():
+                    self._listening.clear()
+                    if self._loop is None:
+                        self._deliver(None)  # a NOTIFY may be lost with it: waiters look
                     log.warning(
                         "the rail's wake-up connection dropped (%s); polling until it is back",
                         type(exc).__name__,
@@ -147,6 +152,7 @@ class Listener:
         except psycopg.Error:
             self._detach()
             self._lost.set()
+            self._wake_now()  # a NOTIFY may be lost with it: waiters look, then poll
 
     def _wake_now(self) -> None:
         if not self._stop.is_set():

@@ -995,6 +995,26 @@ class Rail(Generic[E]):
         (empty: none came, or cancelled); the key is required: a retry under it answers the
         same leases, :meth:`cancel_parked_claim` under it gives back what it leased."""
         key = check_parked(idempotency_key, wait_ms)
+        return await self._park_claim(
+            key, agent_id, agent_role, lease_ttl_ms, n, wait_ms / 1000, concurrency
+        )
+
+    async def _park_claim(
+        self,
+        key: str,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        wait_s: float,
+        concurrency: Mapping[str, object] | None,
+        *,
+        recorded: int | None = None,
+    ) -> list[Lease]:
+        """:meth:`parked_claim` of a checked ``key``; ``recorded``: how many attempts of the
+        key the rail has recorded, when the caller has just read it (None: read it first).
+        An engine that waits for work its own way (the PostgreSQL rail's idle look,
+        :mod:`tracker_client.postgres.idle`) hands the claim over here once work may have come."""
 
         def claim(k: str) -> Awaitable[list[Lease]]:
             return self.claim_many(
@@ -1012,14 +1032,17 @@ class Rail(Generic[E]):
                 i += 1
             return i
 
+        async def attempts() -> int:
+            return await self._read("parked_claim", count) if recorded is None else recorded
+
         changes = self._changes
         return await self._parked.park(
             key,
-            wait_ms / 1000,
+            wait_s,
             claim=claim,
             mark=lambda: str(changes.seq),
             wait_for_work=lambda timeout_s, since: self.wait_for_work(timeout_s, since=since),
-            recorded=lambda: self._read("parked_claim", count),
+            recorded=attempts,
             give_back=self._give_back,
             ride=ride,
             n=n,

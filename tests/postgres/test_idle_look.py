@@ -1,0 +1,298 @@
+"""An idle parked claim on PostgreSQL (tracker_client/postgres/idle.py, ``IdleLook``): it writes
+nothing while nothing can be claimed, and every path that makes work claimable still reaches
+it: another instance's create, a delay or a retry delay coming due, a lease lapsing, an
+upstream task finishing, a cancel; and a listener that is lost sends it back to claiming."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name
+from tracker_client.factory import open_tracker
+from tracker_client.models import Lease, RetryPolicy
+from tracker_client.postgres.tracker import PostgresTracker
+from tracker_client.postgres.wake import channel_name
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+#: Generous for a loaded CI machine; every parked claim below may wait 20 s.
+WITHIN_S = 3.0
+PARK_MS = 20_000
+
+
+async def _pair(key: str) -> tuple[PostgresTracker, PostgresTracker]:
+    idle, writer = (
+        await open_tracker(fresh_schema_url(key)),
+        await open_tracker(fresh_schema_url(key)),
+    )
+    assert isinstance(idle, PostgresTracker) and isinstance(writer, PostgresTracker)
+    return idle, writer
+
+
+async def _settle(idle: PostgresTracker) -> None:
+    """A first parked claim: the listener is up and this instance's ``waiters`` row is live
+    (the first one falls back to claiming: the row was written just now)."""
+    await idle.parked_claim("idle", "coder", 60_000, 1, 50, idempotency_key=str(uuid.uuid4()))
+
+
+def _claims_recorded(pg: PgServer, key: str) -> int:
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT count(*) FROM "{schema_name(key)}".idempotency '
+            "WHERE operation = 'claim_many'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _park(idle: PostgresTracker, role: str = "coder") -> list[Lease]:
+    return await idle.parked_claim(
+        "idle", role, 60_000, 1, PARK_MS, idempotency_key=str(uuid.uuid4())
+    )
+
+
+async def _leased_within(idle: PostgresTracker, bound_s: float, role: str = "coder") -> Lease:
+    """Parked claims one after the other (as the worker's idle rounds send them) until one
+    answers a lease, within ``bound_s``."""
+    with anyio.fail_after(bound_s):
+        while not (leases := await _park(idle, role)):
+            pass
+    return leases[0]
+
+
+async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server: PgServer) -> None:
+    key = f"look-{uuid.uuid4()}"
+    idle, writer = await _pair(key)
+    try:
+        await make_pipeline(writer)
+        await _settle(idle)
+        before = _claims_recorded(pg_server, key)
+        for _ in range(3):
+            got = await idle.parked_claim(
+                "idle", "coder", 60_000, 1, 300, idempotency_key=str(uuid.uuid4())
+            )
+            assert got == []
+        # Before: each of these claimed at its start and at its deadline (keyed writes).
+        assert _claims_recorded(pg_server, key) == before
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -> None:
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        async with anyio.create_task_group() as tg:
+            got: list[Lease] = []
+
+            async def park() -> None:
+                got.append(await _leased_within(idle, WITHIN_S + 1))
+
+            tg.start_soon(park)
+            await anyio.sleep(0.3)  # parked, asleep
+            start = anyio.current_time()
+            task_id = await writer.create_task(new_task(pid, "new work"))
+        assert anyio.current_time() - start < WITHIN_S
+        assert got[0].task.id == task_id
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_delayed_task_is_leased_when_it_comes_due(pg_server: PgServer) -> None:
+    # Before, the parked claim slept until its deadline (20 s): a delay has no NOTIFY.
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        task_id = await writer.create_task(new_task(pid, "later", delay_ms=1000))
+        start = time.monotonic()
+        lease = await _leased_within(idle, WITHIN_S + 1)
+        assert lease.task.id == task_id
+        assert time.monotonic() - start >= 0.5  # not before it was due
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_retry_delay_coming_due_is_leased(pg_server: PgServer) -> None:
+    # The fail's NOTIFY comes before the task is due; the due time wakes the parked claim.
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        task_id = await writer.create_task(
+            new_task(pid, "flaky", retry_policy=RetryPolicy(retry_delay_ms=1000))
+        )
+        lease = await claim(writer, agent="other")
+        await writer.fail(lease, "boom")
+        again = await _leased_within(idle, WITHIN_S + 1)
+        assert again.task.id == task_id
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_lapsed_lease_is_leased_again(pg_server: PgServer) -> None:
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        pid = await make_pipeline(writer)
+        task_id = await writer.create_task(new_task(pid, "orphan"))
+        await claim(writer, agent="dies", ttl_ms=800)  # never heartbeated: it lapses
+        await _settle(idle)
+        lease = await _leased_within(idle, WITHIN_S + 1)
+        assert lease.task.id == task_id
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_an_upstream_task_finishing_releases_its_dependent(pg_server: PgServer) -> None:
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        pid = await make_pipeline(writer)
+        upstream = await writer.create_task(new_task(pid, "first"))
+        lease = await claim(writer, agent="other")
+        assert lease.task.id == upstream
+        dependent = await writer.create_task(new_task(pid, "second", dependencies=[upstream]))
+        await _settle(idle)
+        async with anyio.create_task_group() as tg:
+            got: list[Lease] = []
+
+            async def park() -> None:
+                got.append(await _leased_within(idle, WITHIN_S + 1))
+
+            tg.start_soon(park)
+            await anyio.sleep(0.3)  # parked: nothing claimable (its upstream runs)
+            assert not got
+            await writer.transition(lease, "complete")
+        assert got[0].task.id == dependent
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
+    pg_server: PgServer,
+) -> None:
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        key = str(uuid.uuid4())
+        got: list[Any] = []
+        with anyio.fail_after(WITHIN_S):
+            async with anyio.create_task_group() as tg:
+
+                async def park() -> None:
+                    got.append(
+                        await idle.parked_claim(
+                            "idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key
+                        )
+                    )
+
+                tg.start_soon(park)
+                await anyio.sleep(0.3)
+                cancelled = await idle.cancel_parked_claim(idempotency_key=key)
+        assert got == [[]] and cancelled.released == 0
+        task_id = await writer.create_task(new_task(pid, "for someone else"))
+        assert (await claim(writer)).task.id == task_id  # nobody leased it meanwhile
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_lost_listener_sends_the_parked_claim_back_to_claiming(pg_server: PgServer) -> None:
+    # The listener's backend ends while a create's NOTIFY is in flight: the waiter is woken by
+    # the loss itself, and the work is leased whatever the reconnect does.
+    key = f"look-{uuid.uuid4()}"
+    idle, writer = await _pair(key)
+    listen = f'LISTEN "{channel_name(schema_name(key))}"'
+    try:
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        async with anyio.create_task_group() as tg:
+            got: list[Lease] = []
+
+            async def park() -> None:
+                got.append(await _leased_within(idle, WITHIN_S + 2))
+
+            tg.start_soon(park)
+            await anyio.sleep(0.3)
+            with psycopg.connect(pg_server.url, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                    (listen,),
+                )
+            task_id = await writer.create_task(new_task(pid, "while the listener was down"))
+        assert got[0].task.id == task_id
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_write_of_its_own_instance_is_looked_at_not_claimed(pg_server: PgServer) -> None:
+    # Its own worker's reports wake it in process: a look (a read) says whether they made work
+    # for its role; a task of another role is no reason to claim, one of its role is leased.
+    key = f"look-{uuid.uuid4()}"
+    idle, writer = await _pair(key)
+    try:
+        mine = await make_pipeline(writer)
+        other = await make_pipeline(writer, simple_pipeline(role="reviewer"))
+        await _settle(idle)
+        before = _claims_recorded(pg_server, key)
+        async with anyio.create_task_group() as tg:
+            got: list[list[Lease]] = []
+
+            async def park() -> None:
+                got.append(
+                    await idle.parked_claim(
+                        "idle", "coder", 60_000, 1, 1500, idempotency_key=str(uuid.uuid4())
+                    )
+                )
+
+            tg.start_soon(park)
+            await anyio.sleep(0.3)
+            await idle.create_task(new_task(other, "not for a coder"))
+        assert got == [[]]
+        assert _claims_recorded(pg_server, key) == before
+        async with anyio.create_task_group() as tg:
+
+            async def park_again() -> None:
+                got.append([await _leased_within(idle, WITHIN_S)])
+
+            tg.start_soon(park_again)
+            await anyio.sleep(0.3)
+            task_id = await idle.create_task(new_task(mine, "for a coder"))
+        assert got[1][0].task.id == task_id
+    finally:
+        await idle.aclose()
+        await writer.aclose()
+
+
+async def test_a_cancel_that_overtakes_an_idle_parked_claim_answers_it_at_once(
+    pg_server: PgServer,
+) -> None:
+    # Nothing waiting: the claim would wait without writing; its cancel came first (two
+    # connections, a stopping worker), so it answers at once instead of its 20 s.
+    idle, writer = await _pair(f"look-{uuid.uuid4()}")
+    try:
+        await make_pipeline(writer)
+        await _settle(idle)
+        key = str(uuid.uuid4())
+        assert (await idle.cancel_parked_claim(idempotency_key=key)).released == 0
+        with anyio.fail_after(WITHIN_S):
+            got = await idle.parked_claim("idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key)
+        assert got == []
+    finally:
+        await idle.aclose()
+        await writer.aclose()
