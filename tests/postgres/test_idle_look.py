@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -27,13 +29,20 @@ WITHIN_S = 3.0
 PARK_MS = 20_000
 
 
-async def _pair(key: str) -> tuple[PostgresTracker, PostgresTracker]:
-    idle, writer = (
-        await open_tracker(fresh_schema_url(key)),
-        await open_tracker(fresh_schema_url(key)),
-    )
-    assert isinstance(idle, PostgresTracker) and isinstance(writer, PostgresTracker)
-    return idle, writer
+@asynccontextmanager
+async def _pair(key: str) -> AsyncIterator[tuple[PostgresTracker, PostgresTracker]]:
+    """Two instances on the schema of ``key``: the idle one whose parked claims are watched,
+    and a writer (another host); both closed at the end."""
+    idle = await open_tracker(fresh_schema_url(key))
+    try:
+        writer = await open_tracker(fresh_schema_url(key))
+        try:
+            assert isinstance(idle, PostgresTracker) and isinstance(writer, PostgresTracker)
+            yield idle, writer
+        finally:
+            await writer.aclose()
+    finally:
+        await idle.aclose()
 
 
 async def _settle(idle: PostgresTracker) -> None:
@@ -69,8 +78,7 @@ async def _leased_within(idle: PostgresTracker, bound_s: float, role: str = "cod
 
 async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server: PgServer) -> None:
     key = f"look-{uuid.uuid4()}"
-    idle, writer = await _pair(key)
-    try:
+    async with _pair(key) as (idle, writer):
         await make_pipeline(writer)
         await _settle(idle)
         before = _claims_recorded(pg_server, key)
@@ -81,14 +89,10 @@ async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server
             assert got == []
         # Before: each of these claimed at its start and at its deadline (keyed writes).
         assert _claims_recorded(pg_server, key) == before
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -> None:
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
         async with anyio.create_task_group() as tg:
@@ -103,15 +107,11 @@ async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -
             task_id = await writer.create_task(new_task(pid, "new work"))
         assert anyio.current_time() - start < WITHIN_S
         assert got[0].task.id == task_id
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_delayed_task_is_leased_when_it_comes_due(pg_server: PgServer) -> None:
     # Before, the parked claim slept until its deadline (20 s): a delay has no NOTIFY.
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
         task_id = await writer.create_task(new_task(pid, "later", delay_ms=1000))
@@ -119,15 +119,11 @@ async def test_a_delayed_task_is_leased_when_it_comes_due(pg_server: PgServer) -
         lease = await _leased_within(idle, WITHIN_S + 1)
         assert lease.task.id == task_id
         assert time.monotonic() - start >= 0.5  # not before it was due
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_retry_delay_coming_due_is_leased(pg_server: PgServer) -> None:
     # The fail's NOTIFY comes before the task is due; the due time wakes the parked claim.
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
         task_id = await writer.create_task(
@@ -137,28 +133,20 @@ async def test_a_retry_delay_coming_due_is_leased(pg_server: PgServer) -> None:
         await writer.fail(lease, "boom")
         again = await _leased_within(idle, WITHIN_S + 1)
         assert again.task.id == task_id
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_lapsed_lease_is_leased_again(pg_server: PgServer) -> None:
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         task_id = await writer.create_task(new_task(pid, "orphan"))
         await claim(writer, agent="dies", ttl_ms=800)  # never heartbeated: it lapses
         await _settle(idle)
         lease = await _leased_within(idle, WITHIN_S + 1)
         assert lease.task.id == task_id
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_an_upstream_task_finishing_releases_its_dependent(pg_server: PgServer) -> None:
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         upstream = await writer.create_task(new_task(pid, "first"))
         lease = await claim(writer, agent="other")
@@ -176,16 +164,12 @@ async def test_an_upstream_task_finishing_releases_its_dependent(pg_server: PgSe
             assert not got
             await writer.transition(lease, "complete")
         assert got[0].task.id == dependent
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
     pg_server: PgServer,
 ) -> None:
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
         key = str(uuid.uuid4())
@@ -206,18 +190,14 @@ async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
         assert got == [[]] and cancelled.released == 0
         task_id = await writer.create_task(new_task(pid, "for someone else"))
         assert (await claim(writer)).task.id == task_id  # nobody leased it meanwhile
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_lost_listener_sends_the_parked_claim_back_to_claiming(pg_server: PgServer) -> None:
     # The listener's backend ends while a create's NOTIFY is in flight: the waiter is woken by
     # the loss itself, and the work is leased whatever the reconnect does.
     key = f"look-{uuid.uuid4()}"
-    idle, writer = await _pair(key)
     listen = f'LISTEN "{channel_name(schema_name(key))}"'
-    try:
+    async with _pair(key) as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
         async with anyio.create_task_group() as tg:
@@ -235,17 +215,13 @@ async def test_a_lost_listener_sends_the_parked_claim_back_to_claiming(pg_server
                 )
             task_id = await writer.create_task(new_task(pid, "while the listener was down"))
         assert got[0].task.id == task_id
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_write_of_its_own_instance_is_looked_at_not_claimed(pg_server: PgServer) -> None:
     # Its own worker's reports wake it in process: a look (a read) says whether they made work
     # for its role; a task of another role is no reason to claim, one of its role is leased.
     key = f"look-{uuid.uuid4()}"
-    idle, writer = await _pair(key)
-    try:
+    async with _pair(key) as (idle, writer):
         mine = await make_pipeline(writer)
         other = await make_pipeline(writer, simple_pipeline(role="reviewer"))
         await _settle(idle)
@@ -274,9 +250,6 @@ async def test_a_write_of_its_own_instance_is_looked_at_not_claimed(pg_server: P
             await anyio.sleep(0.3)
             task_id = await idle.create_task(new_task(mine, "for a coder"))
         assert got[1][0].task.id == task_id
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_cancel_that_overtakes_an_idle_parked_claim_answers_it_at_once(
@@ -284,8 +257,7 @@ async def test_a_cancel_that_overtakes_an_idle_parked_claim_answers_it_at_once(
 ) -> None:
     # Nothing waiting: the claim would wait without writing; its cancel came first (two
     # connections, a stopping worker), so it answers at once instead of its 20 s.
-    idle, writer = await _pair(f"look-{uuid.uuid4()}")
-    try:
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         await make_pipeline(writer)
         await _settle(idle)
         key = str(uuid.uuid4())
@@ -293,6 +265,3 @@ async def test_a_cancel_that_overtakes_an_idle_parked_claim_answers_it_at_once(
         with anyio.fail_after(WITHIN_S):
             got = await idle.parked_claim("idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key)
         assert got == []
-    finally:
-        await idle.aclose()
-        await writer.aclose()
