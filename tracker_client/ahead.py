@@ -44,9 +44,10 @@ claimed.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 import anyio
@@ -54,9 +55,13 @@ from pydantic import SecretStr
 
 from tracker_client.capabilities import LeaseHandle
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY
+from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 
+log = logging.getLogger("backlog_worker.tracker")
+
 __all__ = [
+    "AHEAD_RELEASED",
     "BUSY_S",
     "MAX_AGE_S",
     "REMEMBERED_ANSWERS",
@@ -74,6 +79,12 @@ REMEMBERED_KEYS = 256
 REMEMBERED_ANSWERS = 4
 #: The longest a kept lease waits for a ``claim_many`` before it is released.
 MAX_AGE_S = 1.0
+#: The reason a kept lease no ``claim_many`` took is released with (its run ends ``released``).
+AHEAD_RELEASED = "claimed_ahead_unused"
+#: A rail's claim of ``n`` under the key given (a lost claim ahead's replay).
+ReplayClaim = Callable[[str, int], Awaitable[list[Lease]]]
+#: A rail's release of one lease, with the reason given.
+Release = Callable[[LeaseHandle, str], Awaitable[object]]
 
 
 class Granted(NamedTuple):
@@ -210,6 +221,32 @@ class ClaimAhead:
         """The claims ahead whose answers were lost (taken out)."""
         out, self._lost = self._lost, []
         return out
+
+    async def replay_lost(self, claim: ReplayClaim) -> None:
+        """Replay, under their keys, the claims ahead whose answers were lost (``claim``: the
+        rail's ``claim_many`` of ``n`` under a key): what they leased is kept (or claimed now,
+        if they wrote nothing), never stranded; a replay that fails leaves the rest lost."""
+        lost = self.take_lost()
+        while lost:
+            key, n = lost[0]
+            try:
+                leases = await claim(key, n)
+            except BaseException:
+                for again in lost:
+                    self.lost(*again)
+                raise
+            self.kept_again(leases)
+            lost.pop(0)
+
+    async def release_unwanted(self, release: Release) -> None:
+        """Release the kept leases no ``claim_many`` took (:meth:`unwanted`): the run ends
+        ``released``, nothing counted; a release that fails leaves the lease to expire with
+        its TTL."""
+        for kept in self.unwanted():
+            try:
+                await release(kept.ref, AHEAD_RELEASED)
+            except TrackerError as exc:
+                log.debug("a lease claimed ahead was not released: %s", exc)
 
     def kept_again(self, leases: Sequence[Kept]) -> None:
         """Leases of a lost claim ahead, answered by its replay: kept."""

@@ -43,18 +43,15 @@ import anyio
 from tracker_client.ahead import ClaimAhead
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY, FinishItem, FinishManyOutcome
 from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
-from tracker_client.errors import Conflict, TrackerError, TrackerUnavailable
+from tracker_client.errors import Conflict, TrackerUnavailable
 from tracker_client.models import Lease
 from tracker_client.nulltickets.batching import items_json, outcomes_of, send_items
 from tracker_client.nulltickets.leases import release
 from tracker_client.nulltickets.pairing import Pairing
 from tracker_client.nulltickets.reads import get_task
-from tracker_client.nulltickets.wire import Wire, log
+from tracker_client.nulltickets.wire import Wire
 
-__all__ = ["AHEAD_RELEASED", "ClaimingAhead", "ServedClaimAhead"]
-
-#: The reason a lease claimed ahead and never handed out is released with (as on PostgreSQL).
-AHEAD_RELEASED = "claimed_ahead_unused"
+__all__ = ["ClaimingAhead", "ServedClaimAhead"]
 
 #: Sends a ``claim_many`` of ``n`` leases the ordinary way (riding or alone: :mod:`.pairing`).
 SendClaim = Callable[[int], Awaitable[list[Lease]]]
@@ -137,7 +134,12 @@ class ClaimingAhead:
             and book.asked(agent, role, ttl_ms, n)
         ):
             self._unclaimed = 0
-            await self._replay_lost(agent, role, ttl_ms)
+            await book.replay_lost(
+                lambda key, k: self._wire.generic(
+                    "claim_many", agent_id=agent, agent_role=role, lease_ttl_ms=ttl_ms, n=k,
+                    idempotency_key=key,
+                )
+            )  # fmt: skip
             got = self._leases(book.take(n))
             waited = False
             while len(got) < n and book.flying is not None:
@@ -212,29 +214,6 @@ class ClaimingAhead:
                 book.landed((agent, role, ttl_ms), n, leases)
         return outcomes_of(answer, len(items))
 
-    async def _replay_lost(self, agent: str, role: str, ttl_ms: int) -> None:
-        """Replay, under their keys, the claims ahead whose answers were lost: what they
-        leased is kept (or claimed now, if they wrote nothing), never stranded."""
-        book = self.book
-        lost = book.take_lost()
-        while lost:
-            key, n = lost[0]
-            try:
-                leases: list[Lease] = await self._wire.generic(
-                    "claim_many",
-                    agent_id=agent,
-                    agent_role=role,
-                    lease_ttl_ms=ttl_ms,
-                    n=n,
-                    idempotency_key=key,
-                )
-            except BaseException:
-                for again in lost:
-                    book.lost(*again)
-                raise
-            book.kept_again(leases)
-            lost.pop(0)
-
     async def _replay_kept(
         self, key: str | None, fp: str, first: str, leases: list[Lease]
     ) -> list[Lease]:
@@ -258,11 +237,7 @@ class ClaimingAhead:
     async def give_back(self) -> None:
         """Release the kept leases no ``claim_many`` took: the run ends ``released``, nothing
         counted; a release that fails leaves the lease to expire with its TTL."""
-        for kept in self.book.unwanted():
-            try:
-                await release(self._wire, kept.ref, AHEAD_RELEASED, None)
-            except TrackerError as exc:
-                log.debug("a lease claimed ahead was not released: %s", exc)
+        await self.book.release_unwanted(lambda ref, reason: release(self._wire, ref, reason, None))
 
     async def aclose(self) -> None:
         """Release every lease still kept (at the client's close)."""

@@ -133,7 +133,6 @@ POSTGRES = Capabilities(
 VERSION = "backlog-worker-postgres/1"
 
 #: The reason a lease claimed ahead and never handed out is released with (see .ahead).
-AHEAD_RELEASED = "claimed_ahead_unused"
 
 #: Leases remembered per instance (the oldest forgotten first: its transition takes the
 #: rail's path, nothing else changes).
@@ -440,7 +439,12 @@ class PostgresTracker(Rail[PgEngine]):
             and ahead.asked(agent_id, agent_role, lease_ttl_ms, n)
         ):
             # leases claimed ahead with this agent's last reports (see .ahead)
-            await self._replay_lost(agent_id, agent_role, lease_ttl_ms)
+            await ahead.replay_lost(
+                lambda key, k: self._claim_many_now(
+                    agent_id, agent_role, lease_ttl_ms, k, {}, key,
+                    [agent_id, agent_role, lease_ttl_ms, k, {}],
+                )
+            )  # fmt: skip
             got = await self._built(ahead.take(n))
             waited = False
             while len(got) < n and ahead.flying is not None:
@@ -547,23 +551,6 @@ class PostgresTracker(Rail[PgEngine]):
         self._remember(out)
         return out
 
-    async def _replay_lost(self, agent: str, role: str, ttl_ms: int) -> None:
-        """Replay, under their keys, the claims ahead whose answers were lost: what they
-        leased is kept (or claimed now, if they wrote nothing), never stranded."""
-        ahead = self._ahead
-        lost = ahead.take_lost()
-        while lost:
-            key, n = lost[0]
-            args = [agent, role, ttl_ms, n, {}]
-            try:
-                leases = await self._claim_many_now(agent, role, ttl_ms, n, {}, key, args)
-            except BaseException:
-                for again in lost:
-                    ahead.lost(*again)
-                raise
-            ahead.kept_again(leases)
-            lost.pop(0)
-
     async def _replay_kept(
         self, key: str | None, args: list[Any], fp: str, leases: list[Lease]
     ) -> list[Lease]:
@@ -584,14 +571,8 @@ class PostgresTracker(Rail[PgEngine]):
         return [lease for lease in leases if lease.run_id in held]
 
     async def _give_back_unwanted(self) -> None:
-        """Release the leases claimed ahead that no ``claim_many`` took (see :mod:`.ahead`):
-        the run ends ``released``, nothing counted; a release that fails leaves the lease to
-        expire with its TTL."""
-        for kept in self._ahead.unwanted():
-            try:
-                await self.release(kept.ref, AHEAD_RELEASED)
-            except TrackerError as exc:
-                log.debug("a lease claimed ahead was not released: %s", exc)
+        """Release the leases claimed ahead that no ``claim_many`` took (see :mod:`.ahead`)."""
+        await self._ahead.release_unwanted(self.release)
 
     async def aclose(self) -> None:
         """Release the leases claimed ahead (see :mod:`.ahead`), then close the engine."""
