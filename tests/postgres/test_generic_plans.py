@@ -195,3 +195,32 @@ async def test_the_generic_plans_read_through_indexes_with_work_kept(
         if (m := re.search(rf"Seq Scan on ({'|'.join(KEPT_TABLES)})\b", plan))
     ]
     assert plans and scans == []
+
+
+#: The create's insert as pg_stat_statements shows it (sent plain or prepared).
+CREATE_INSERT = "INSERT INTO tasks (id, pipeline_id, stage, title"
+
+
+async def test_a_create_insert_is_planned_once_per_connection(stats_server: PgServer) -> None:
+    """A create's one round trip sends its insert as ``EXECUTE`` of a statement prepared once
+    per connection (``tasks.insert``'s ``prepared`` hint, no schema change), not as text the
+    server plans at every create: plain, these 65 inserts were 65 plans."""
+    schema = f"gp_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(stats_server.url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+    tracker = await open_tracker(f"{stats_server.url}?schema={schema}")
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        made = [await tracker.create_task(new_task(pid, f"c{i}")) for i in range(60)]
+        made += await tracker.create_tasks([new_task(pid, f"b{i}") for i in range(5)])
+        listed = await tracker.list_tasks(limit=100)
+    finally:
+        await tracker.aclose()
+    assert sorted(t.id for t in listed.items) == sorted(made)  # every create answered and kept
+    with psycopg.connect(stats_server.url, autocommit=True) as conn:
+        rows = conn.execute("SELECT query, calls, plans FROM pg_stat_statements").fetchall()
+    found = [(int(c), int(p)) for q, c, p in rows if CREATE_INSERT in str(q)]
+    calls, plans = sum(c for c, _ in found), sum(p for _, p in found)
+    # 65 inserts on the lane's few connections: PostgreSQL's plan cache makes a custom plan
+    # for each of a prepared statement's first five runs, then keeps the generic one
+    assert calls >= 65 and plans <= 12, (calls, plans, found)

@@ -106,11 +106,14 @@ async def test_each_hot_operation_is_a_few_round_trips(pg_server: PgServer, sent
         await count("transition", tracker.transition(leases[0], "complete", idempotency_key=key))
         await count("fail", tracker.fail(leases[1], "boom", idempotency_key=key))
         await count("release", tracker.call("release", leases[2], reason="later"))
+        await count("first create_task", tracker.create_task(new_task(pid, "a first")))
         await count("create_task", tracker.create_task(new_task(pid, "a submit")))
         # BEGIN and the lock travel with the first statement, the writes nobody reads with
         # the COMMIT; a claim of n leases is n claim statements more. A create: its backlog
-        # cap's check (schema 18, on the server), insert, wake-up and COMMIT in one.
+        # cap's check (schema 18, on the server), insert, wake-up and COMMIT in one; the
+        # first on its connection prepares the insert before (once per connection).
         assert trips == {
+            "first create_task": 2,
             "create_task": 1,
             "claim_many": 1,
             "claim": 1,
@@ -475,8 +478,11 @@ async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_bac
         await tracker.create_task(new_task(pid, "warm"))  # the pipeline read, once
         on_loop, on_pool = _count_queries(monkeypatch)
         await tracker.create_task(new_task(pid, "second"))
-        assert (len(on_loop), on_pool) == (1, [])
-        assert b"bw_backlog_check" in on_loop[0] and on_loop[0].endswith(b"COMMIT")
+        # the first create on the loop's connection prepares its insert (once per connection)
+        assert (len(on_loop), on_pool) == (2, [])
+        assert on_loop[0].startswith(b"PREPARE _bw_task_insert AS INSERT INTO tasks ")
+        assert b"bw_backlog_check" in on_loop[1] and on_loop[1].endswith(b"COMMIT")
+        assert b"EXECUTE _bw_task_insert(" in on_loop[1] and b"INSERT" not in on_loop[1]
         with pytest.raises(BacklogFull) as err:
             await tracker.create_task(new_task(pid, "third"))
         assert (err.value.role, err.value.depth, err.value.cap) == ("coder", 2, 2)
@@ -526,8 +532,9 @@ async def test_a_create_checks_a_cached_pipeline_version_on_the_server(
         await tracker.create_task(new_task(pid, "reads the version once"))
         on_loop, on_pool = _count_queries(monkeypatch)
         await tracker.create_task(new_task(pid, "checked on the server"))
-        assert (len(on_loop), on_pool) == (1, [])
-        assert b"bw_pipeline_is" in on_loop[0]
+        sent = [q for q in on_loop if not q.startswith(b"PREPARE ")]  # once per connection
+        assert (len(sent), len(on_loop) <= 2, on_pool) == (1, True, [])
+        assert b"bw_pipeline_is" in sent[0]
         monkeypatch.undo()
         monkeypatch.setattr(pipelines, "RECENT_MS", -1)
         second = simple_pipeline()

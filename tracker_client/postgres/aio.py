@@ -32,7 +32,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
 
-__all__ = ["Lane", "prepared_call", "usable"]
+__all__ = ["Lane", "prepare_once", "prepared_call", "usable"]
 
 
 def usable() -> bool:
@@ -247,6 +247,33 @@ async def prepared_call(
     if maker is None or maker[0] is not make_row:
         maker = state.makers[name] = (make_row, make_row(res))
     return tx.load_rows(0, res.ntuples, maker[1])
+
+
+#: The statements :func:`prepare_once` prepared on each lane connection, by name.
+_ONCE: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def prepare_once(conn: psycopg.AsyncConnection[Any], name: str, query: str) -> None:
+    """``query`` (psycopg ``%s`` placeholders only) prepared as ``name`` on ``conn``, once
+    per connection: the first call sends ``PREPARE`` (its own round trip, outside any
+    transaction: a later rollback keeps it), the next ones nothing.
+
+    For a statement sent as ``EXECUTE name(...)`` inside a multi-statement round trip (a
+    create's insert: :class:`~.dialect.OneTrip`), where an extended-protocol prepared
+    statement can't go: PostgreSQL's plan cache plans it for its first few runs on the
+    connection, then keeps its generic plan (an insert of values has no custom plan cheaper),
+    where the plain text was parsed and planned at every create (docs/benchmarks.md,
+    "PostgreSQL rail"). ``name`` is an identifier of ours (a statement's ``prepared`` hint).
+    An error is raised as psycopg raises it, nothing marked prepared."""
+    done = _ONCE.get(conn)
+    if done is None:
+        done = _ONCE[conn] = set()
+    if name in done:
+        return
+    await conn.execute(b"PREPARE " + name.encode() + b" AS " + _numbered(query), prepare=False)
+    done.add(name)
 
 
 def _check(results: list[pq.abc.PGresult], conn: psycopg.AsyncConnection[Any]) -> pq.abc.PGresult:

@@ -321,6 +321,8 @@ class Database:
             except Exception as exc:  # nothing was sent: the connection stays usable
                 return True, None, exc
             try:
+                for name, statement in gathered.prepared.items():
+                    await aio.prepare_once(conn, name, statement)
                 await conn.execute(gathered.commit_sql(), prepare=False)
             except psycopg.Error as exc:
                 idle = psycopg.pq.TransactionStatus.IDLE

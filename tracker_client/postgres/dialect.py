@@ -16,7 +16,10 @@ SQLite's SQL), and honours their hints:
   that locks the task's row);
 * ``deferred``: nobody reads its answer: queued and sent with the next statement or the
   ``COMMIT``, in the same round trip;
-* ``returning: <column>``: its ``RETURNING`` column is the cursor's ``lastrowid``.
+* ``returning: <column>``: its ``RETURNING`` column is the cursor's ``lastrowid``;
+* ``prepared: <name>``: in a create's one round trip (:class:`OneTrip`) the deferred write is
+  sent as ``EXECUTE <name>(...)`` of a statement prepared once per connection
+  (:func:`~.aio.prepare_once`): PostgreSQL plans it there, not at every create.
 
 Parameters are bound on the client (psycopg's ``ClientCursor``): a literal has no type until
 the column gives it one, as in SQLite, so ``%s IS NULL`` and text ids work unchanged; ``bool``
@@ -303,7 +306,7 @@ class OneTrip(PgConn):
     (:data:`PIPELINE_IS`, schema 18: SQLSTATE ``BW001``, the create rolled back, when the
     pipeline has moved on meanwhile)."""
 
-    __slots__ = ("_bind", "_versions")
+    __slots__ = ("_bind", "_versions", "prepared")
 
     def __init__(
         self,
@@ -314,6 +317,9 @@ class OneTrip(PgConn):
         super().__init__(cast(psycopg.Connection[Any], None), write=True, begin=begin)
         self._bind = psycopg.AsyncClientCursor(conn)
         self._versions = versions
+        #: The ``prepared`` statements its writes EXECUTE (name -> statement): the caller
+        #: prepares each on ``conn`` first (:func:`~.aio.prepare_once`).
+        self.prepared: dict[str, Statement] = {}
 
     @property
     def in_transaction(self) -> bool:
@@ -329,7 +335,12 @@ class OneTrip(PgConn):
         if sql.hint("deferred") is None:
             raise NeedsTrip(sql.name)
         args: Any = dict(params) if isinstance(params, Mapping) else (tuple(params) or None)
-        bound = sql.replace("%%", "%") if args is None else self._bind.mogrify(sql, args)
+        name = sql.hint("prepared")
+        if name and isinstance(args, tuple):
+            self.prepared[name] = sql
+            bound = self._bind.mogrify(_execute_sql(name, len(args)), args)
+        else:
+            bound = sql.replace("%%", "%") if args is None else self._bind.mogrify(sql, args)
         self.pending.append(bound + ";")
         return _DONE
 
@@ -342,6 +353,13 @@ class OneTrip(PgConn):
             raise NeedsTrip("pipelines.version")
         self.pending.append(self._bind.mogrify(PIPELINE_IS, (pid, known)) + ";")
         return _Answer([(known,)])
+
+
+@lru_cache(maxsize=16)
+def _execute_sql(name: str, count: int) -> str:
+    """``EXECUTE name(%s, ...)`` with ``count`` placeholders (``name``: a statement's
+    ``prepared`` hint, an identifier of ours)."""
+    return f"EXECUTE {name}({', '.join(['%s'] * count)})"
 
 
 #: The check a :class:`OneTrip` create sends for a pipeline version it did not read (schema

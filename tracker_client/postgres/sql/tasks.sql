@@ -9,9 +9,11 @@ INSERT INTO pipelines (id, name, definition, created_at_ms) VALUES (%s, %s, %s, 
 -- name: tasks.exists
 SELECT 1 FROM tasks WHERE id = %s;
 
--- The parameters in the order of rules/tasks.py's _KEYS.
+-- The parameters in the order of rules/tasks.py's _KEYS. A create's one round trip sends it as
+-- EXECUTE of a statement prepared once per connection (planned there, not at every create).
 -- name: tasks.insert
 -- deferred
+-- prepared: _bw_task_insert
 INSERT INTO tasks (id, pipeline_id, stage, title, description, priority, metadata,
     retry_delay_ms, max_attempts, dead_letter_stage, backoff, max_retry_delay_ms,
     created_at_ms, updated_at_ms, concurrency_key, expires_at_ms, max_stale_attempts, role,
