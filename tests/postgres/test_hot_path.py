@@ -11,6 +11,7 @@ the first call's result, a dead letter propagates.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
-from tracker_client.errors import BacklogFull
+from tracker_client.errors import BacklogFull, TrackerUnavailable
 from tracker_client.factory import open_tracker
 from tracker_client.models import CORRUPT_MARKER, RetryPolicy
 from tracker_client.postgres import aio
@@ -478,11 +479,16 @@ async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_bac
         await tracker.create_task(new_task(pid, "warm"))  # the pipeline read, once
         on_loop, on_pool = _count_queries(monkeypatch)
         await tracker.create_task(new_task(pid, "second"))
-        # the first create on the loop's connection prepares its insert (once per connection)
+        # the first create on the loop's connection prepares its lock, insert and follow
+        # notify first, in one round trip (once per connection)
         assert (len(on_loop), on_pool) == (2, [])
-        assert on_loop[0].startswith(b"PREPARE _bw_task_insert AS INSERT INTO tasks ")
-        assert b"bw_backlog_check" in on_loop[1] and on_loop[1].endswith(b"COMMIT")
-        assert b"EXECUTE _bw_task_insert(" in on_loop[1] and b"INSERT" not in on_loop[1]
+        assert on_loop[0].split(b" AS ")[0] == b"PREPARE _bw_write_lock"
+        assert b";PREPARE _bw_task_insert AS INSERT INTO tasks " in on_loop[0]
+        assert b";PREPARE _bw_follow_notify AS SELECT pg_notify($1, $2)" in on_loop[0]
+        trip = on_loop[1]
+        assert trip.startswith(b"BEGIN;EXECUTE _bw_write_lock;") and trip.endswith(b"COMMIT")
+        assert b"bw_backlog_check" in trip and b"EXECUTE _bw_task_insert(" in trip
+        assert b"EXECUTE _bw_follow_notify(" in trip and b"INSERT" not in trip
         with pytest.raises(BacklogFull) as err:
             await tracker.create_task(new_task(pid, "third"))
         assert (err.value.role, err.value.depth, err.value.cap) == ("coder", 2, 2)
@@ -492,6 +498,39 @@ async def test_a_create_is_one_trip_on_the_event_loop_and_a_refusal_rolls_it_bac
         await tracker.create_task(new_task(pid, "fits"))
         assert len(on_loop) == before + 1 and on_pool == []
         assert await tracker.count_tasks() == 3
+    finally:
+        monkeypatch.undo()
+        await tracker.aclose()
+
+
+async def test_a_create_on_a_new_connection_prepares_its_statements_again(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The create's statements are prepared once per connection: a lane connection the server
+    # dropped is replaced, and the new one prepares them before its first create (an
+    # EXECUTE of a statement it lacks would fail every create on it).
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker)
+        made = [await tracker.create_task(new_task(pid, f"before {i}")) for i in range(2)]
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND query LIKE %s",
+                ("%EXECUTE _bw_follow_notify(%",),
+            ).fetchall()
+        assert killed and all(ok for (ok,) in killed)
+        with contextlib.suppress(TrackerUnavailable):  # the dropped connection's own call
+            made.append(await tracker.create_task(new_task(pid, "meets the dropped one")))
+        on_loop, on_pool = _count_queries(monkeypatch)
+        made.append(await tracker.create_task(new_task(pid, "after")))
+        made.append(await tracker.create_task(new_task(pid, "and again")))
+        monkeypatch.undo()
+        assert on_pool == [] and [q.split(b" ")[0] for q in on_loop] in (
+            [b"BEGIN;EXECUTE", b"BEGIN;EXECUTE"],
+            [b"PREPARE", b"BEGIN;EXECUTE", b"BEGIN;EXECUTE"],
+        )
+        assert await tracker.count_tasks() == len(made)
     finally:
         monkeypatch.undo()
         await tracker.aclose()

@@ -23,7 +23,7 @@ import contextlib
 import re
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -255,25 +255,34 @@ _ONCE: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
 )
 
 
-async def prepare_once(conn: psycopg.AsyncConnection[Any], name: str, query: str) -> None:
-    """``query`` (psycopg ``%s`` placeholders only) prepared as ``name`` on ``conn``, once
-    per connection: the first call sends ``PREPARE`` (its own round trip, outside any
-    transaction: a later rollback keeps it), the next ones nothing.
+async def prepare_once(conn: psycopg.AsyncConnection[Any], statements: Mapping[str, str]) -> None:
+    """Each of ``statements`` (name -> query, psycopg ``%s`` placeholders only) prepared on
+    ``conn`` once per connection: those it lacks in one round trip of ``PREPARE`` s (outside
+    any transaction: a later rollback keeps them), none the next time.
 
-    For a statement sent as ``EXECUTE name(...)`` inside a multi-statement round trip (a
-    create's insert: :class:`~.dialect.OneTrip`), where an extended-protocol prepared
-    statement can't go: PostgreSQL's plan cache plans it for its first few runs on the
-    connection, then keeps its generic plan (an insert of values has no custom plan cheaper),
-    where the plain text was parsed and planned at every create (docs/benchmarks.md,
-    "PostgreSQL rail"). ``name`` is an identifier of ours (a statement's ``prepared`` hint).
-    An error is raised as psycopg raises it, nothing marked prepared."""
+    For statements sent as ``EXECUTE name(...)`` inside a multi-statement round trip (a
+    create's: :class:`~.dialect.OneTrip`), where an extended-protocol prepared statement
+    can't go: PostgreSQL's plan cache plans each for its first few runs on the connection,
+    then keeps its generic plan (their values change no plan), where the plain text was
+    parsed and planned at every create (docs/benchmarks.md, "PostgreSQL rail"). A name is an
+    identifier of ours. An error is raised as psycopg raises it, the connection closed (which
+    of the round trip's statements were prepared is not known; a lane never reuses it)."""
     done = _ONCE.get(conn)
     if done is None:
         done = _ONCE[conn] = set()
-    if name in done:
+    missing = [name for name in statements if name not in done]
+    if not missing:
         return
-    await conn.execute(b"PREPARE " + name.encode() + b" AS " + _numbered(query), prepare=False)
-    done.add(name)
+    sql = b"".join(
+        b"PREPARE " + name.encode() + b" AS " + _numbered(statements[name]) + b";"
+        for name in missing
+    )
+    try:
+        await conn.execute(sql, prepare=False)
+    except BaseException:
+        await conn.close()
+        raise
+    done.update(missing)
 
 
 def _check(results: list[pq.abc.PGresult], conn: psycopg.AsyncConnection[Any]) -> pq.abc.PGresult:

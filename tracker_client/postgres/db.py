@@ -40,6 +40,7 @@ from tracker_client.postgres.dialect import (
     NeedsTrip,
     OneTrip,
     PgConn,
+    Prepared,
     configure_types,
     row_factory,
     row_maker,
@@ -142,6 +143,13 @@ class Database:
         self._begin_read = _BEGIN_READ + session_sql
         self._begin_write = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock({key});"
         self._begin_shared = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock_shared({key});"
+        #: The write lock of a create's one round trip, prepared once per lane connection.
+        self._trip_lock = Prepared(
+            name="_bw_write_lock",
+            query=f"SELECT pg_advisory_xact_lock({key})",
+            plain=f"SELECT pg_advisory_xact_lock({key});",
+            execute="EXECUTE _bw_write_lock;",
+        )
         self._closed = False
 
     @classmethod
@@ -310,10 +318,10 @@ class Database:
         lane = self.lane
         if lane is None or self.bouncer or not aio.usable():
             return False, None
-        begin = self._begin_write
+        lock = self._trip_lock
 
         async def job(conn: psycopg.AsyncConnection[Any]) -> tuple[bool, Any, BaseException | None]:
-            gathered = OneTrip(conn, begin, versions)
+            gathered = OneTrip(conn, lock, versions)
             try:
                 result = fn(gathered)
             except NeedsTrip:
@@ -321,8 +329,7 @@ class Database:
             except Exception as exc:  # nothing was sent: the connection stays usable
                 return True, None, exc
             try:
-                for name, statement in gathered.prepared.items():
-                    await aio.prepare_once(conn, name, statement)
+                await aio.prepare_once(conn, gathered.prepared)
                 await conn.execute(gathered.commit_sql(), prepare=False)
             except psycopg.Error as exc:
                 idle = psycopg.pq.TransactionStatus.IDLE

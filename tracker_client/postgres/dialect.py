@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import psycopg
 from psycopg.adapt import Buffer
@@ -47,6 +47,7 @@ __all__ = [
     "OneTrip",
     "PgConn",
     "PgCursor",
+    "Prepared",
     "Row",
     "configure_types",
     "row_factory",
@@ -193,6 +194,18 @@ class PgCursor:
         return iter(self.fetchall())
 
 
+class Prepared(NamedTuple):
+    """SQL of an engine's own sent with a write (its lock, a wake-up before the ``COMMIT``):
+    ``plain`` (bound, ending in ``;``) in a simple query, or in a create's one round trip
+    (:class:`OneTrip`) ``execute`` (``EXECUTE name(...);``) of ``query`` (``%s``
+    placeholders) prepared once per connection: planned there, not at every create."""
+
+    name: str
+    query: str
+    plain: str
+    execute: str
+
+
 class PgConn:
     """One psycopg connection inside one transaction, as the rules use it (named statements).
 
@@ -233,6 +246,10 @@ class PgConn:
     def commit_sql(self) -> bytes:
         """What is still to send, then ``before_commit``, then ``COMMIT``: one round trip."""
         return "".join([*self.pending, *self.before_commit, "COMMIT"]).encode()
+
+    def commit_with(self, sql: Prepared) -> None:
+        """``sql`` run right before the ``COMMIT`` (its plain text here)."""
+        self.before_commit.append(sql.plain)
 
     def flush(self) -> None:
         """Send what is pending now (before a statement run on ``raw`` itself)."""
@@ -311,20 +328,28 @@ class OneTrip(PgConn):
     def __init__(
         self,
         conn: psycopg.AsyncConnection[Any],
-        begin: str,
+        lock: Prepared,
         versions: Callable[[str], int | None] | None = None,
     ) -> None:
-        super().__init__(cast(psycopg.Connection[Any], None), write=True, begin=begin)
+        super().__init__(
+            cast(psycopg.Connection[Any], None), write=True, begin="BEGIN;" + lock.execute
+        )
         self._bind = psycopg.AsyncClientCursor(conn)
         self._versions = versions
-        #: The ``prepared`` statements its writes EXECUTE (name -> statement): the caller
-        #: prepares each on ``conn`` first (:func:`~.aio.prepare_once`).
-        self.prepared: dict[str, Statement] = {}
+        #: The prepared statements it EXECUTEs (name -> query, ``%s`` placeholders): the
+        #: write lock's (``lock``), ``prepared`` statements' and :meth:`commit_with`'s; the
+        #: caller prepares each on ``conn`` first (:func:`~.aio.prepare_once`).
+        self.prepared: dict[str, str] = {lock.name: lock.query}
 
     @property
     def in_transaction(self) -> bool:
         """Always: the transaction is this one, not sent yet."""
         return True
+
+    def commit_with(self, sql: Prepared) -> None:
+        """``sql`` run right before the ``COMMIT``, as ``EXECUTE`` of its prepared statement."""
+        self.prepared[sql.name] = sql.query
+        self.before_commit.append(sql.execute)
 
     def execute(self, sql: Statement, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
         """Queue deferred statement ``sql``; :class:`NeedsTrip` for any other."""

@@ -21,7 +21,12 @@ import anyio
 
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import STATEMENTS, PgConn
-from tracker_client.postgres.follow import FOLLOW_QUIET, FollowChannel, follow_channel, notify_sql
+from tracker_client.postgres.follow import (
+    FOLLOW_QUIET,
+    FollowChannel,
+    follow_channel,
+    notify_prepared,
+)
 from tracker_client.postgres.idle import FRESH_TICK_S, WaitersRow
 from tracker_client.postgres.pairing import CallPairs
 from tracker_client.postgres.wake import Listener, channel_name
@@ -82,7 +87,7 @@ class PgEngine:
         self.woken_from_afar = 0
         # Channel and instance are hex names of ours: safe to spell in the statement.
         self._notify_sql = f"SELECT pg_notify('{self.channel}', '{self.instance}');"
-        self._follow_sql = notify_sql(self.follow_channel, self.instance)
+        self._follow = notify_prepared(self.follow_channel, self.instance)
         #: This instance's ``waiters`` row (see :mod:`.idle`).
         self.waiters = WaitersRow(db, self.instance, self._changes)
         #: A ``finish_many`` and a claim ready together go as one statement (:mod:`.pairing`).
@@ -117,7 +122,7 @@ class PgEngine:
                 # Delivered at commit, to every host's listener (see .wake).
                 conn.before_commit.append(self._notify_sql)
             if where not in FOLLOW_QUIET:
-                conn.before_commit.append(self._follow_sql)  # followers of every host
+                conn.commit_with(self._follow)  # followers of every host
             return result
 
         if where in ONE_TRIP_WRITES:

@@ -28,11 +28,18 @@ import anyio
 from psycopg import sql
 
 from tracker_client.postgres.db import Database
-from tracker_client.postgres.dialect import STATEMENTS, PgConn
+from tracker_client.postgres.dialect import STATEMENTS, PgConn, Prepared
 from tracker_client.postgres.wake import Listener
 from tracker_client.rules.engine import Changes
 
-__all__ = ["FOLLOW_QUIET", "FOLLOW_TICK_S", "FollowChannel", "follow_channel", "notify_sql"]
+__all__ = [
+    "FOLLOW_QUIET",
+    "FOLLOW_TICK_S",
+    "FollowChannel",
+    "follow_channel",
+    "notify_prepared",
+    "notify_sql",
+]
 
 #: Writes that change nothing a follower reads (events, stage, dead-letter reason).
 FOLLOW_QUIET = frozenset(
@@ -64,6 +71,21 @@ def notify_sql(channel: str, instance: str) -> str:
     literal = {"channel": sql.Literal(channel), "instance": sql.Literal(instance)}
     return (
         STATEMENTS["follow.notify"].format(**{k: v.as_string() for k, v in literal.items()}) + ";"
+    )
+
+
+def notify_prepared(channel: str, instance: str) -> Prepared:
+    """:func:`notify_sql`, and the same statement for a create's one round trip: prepared
+    once per connection (``channel`` and ``instance`` its parameters), where the plain text
+    was planned at every create (~25 us of the server's time, docs/benchmarks.md,
+    "PostgreSQL rail")."""
+    literals = [sql.Literal(v).as_string() for v in (channel, instance)]
+    name = "_bw_follow_notify"
+    return Prepared(
+        name=name,
+        query=STATEMENTS["follow.notify"].format(channel="%s", instance="%s"),
+        plain=notify_sql(channel, instance),
+        execute=f"EXECUTE {name}({', '.join(literals)});",
     )
 
 
