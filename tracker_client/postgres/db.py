@@ -141,15 +141,16 @@ class Database:
         # The schema is a checked identifier; the literal is quoted by psycopg all the same.
         key = f"hashtextextended({psycopg.sql.quote(self.lock_name)}, 0)"
         self._begin_read = _BEGIN_READ + session_sql
-        self._begin_write = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock({key});"
-        self._begin_shared = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock_shared({key});"
-        #: The write lock of a create's one round trip, prepared once per lane connection.
+        #: The write lock: plain after ``BEGIN`` on the pool, prepared once per lane
+        #: connection in a create's one round trip (:class:`~.dialect.OneTrip`).
         self._trip_lock = Prepared(
             name="_bw_write_lock",
             query=f"SELECT pg_advisory_xact_lock({key})",
             plain=f"SELECT pg_advisory_xact_lock({key});",
             execute="EXECUTE _bw_write_lock;",
         )
+        self._begin_write = f"BEGIN;{session_sql} {self._trip_lock.plain}"
+        self._begin_shared = f"BEGIN;{session_sql} SELECT pg_advisory_xact_lock_shared({key});"
         self._closed = False
 
     @classmethod

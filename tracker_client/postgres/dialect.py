@@ -315,7 +315,10 @@ class OneTrip(PgConn):
     caller on an async connection (a create on the event loop, see :mod:`.engine`).
 
     ``conn`` (a psycopg async connection, configured as the pool's) only binds parameters
-    (``mogrify``, on the client); nothing is sent here.
+    (``mogrify``, on the client); nothing is sent here. ``lock``: the write lock, taken after
+    ``BEGIN``. The lock, a ``prepared`` statement's write and :meth:`commit_with`'s SQL go as
+    ``EXECUTE`` of statements the caller prepares on ``conn`` once (:attr:`prepared`):
+    PostgreSQL plans them once per connection, not at every create.
 
     ``versions``: a pipeline's version as this process last read it (None: not known). The
     rules look at it again after a second (``PipelineCache.recent``), which would be a read:
