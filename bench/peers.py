@@ -409,11 +409,12 @@ def table(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]
         name, level = split(label)
         by_level.setdefault(level, {})[(name, procs)] = measured
     levels = [lv for lv in (None, *args.log_levels) if lv in by_level]
-    # each system, then its runs from other source trees (RAIL@TREE) in the order given
+    # each system, then its runs from other source trees (RAIL@TREE) in the order measured
+    trees = list(dict.fromkeys(split(label)[0] for label, _ in results if "@" in label))
     names = [
         system
         for name in SYSTEMS
-        for system in [name, *(s for s in args.systems if s.partition("@")[0] == name and "@" in s)]
+        for system in [name, *(t for t in trees if t.partition("@")[0] == name)]
     ]
     for procs in args.procs:
         for name in names:
