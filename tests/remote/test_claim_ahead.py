@@ -70,6 +70,19 @@ async def counted(served: tuple[str, Path]) -> AsyncIterator[tuple[RemoteTracker
         await tracker.aclose()
 
 
+#: A counted client with 12 tasks on the rail, in a worker's rhythm: (client, rail file, the
+#: tasks of the leases it keeps).
+Rhythm = tuple[RemoteTracker, Path, set[str]]
+
+
+@pytest.fixture
+async def rhythm(served: tuple[str, Path], counted: tuple[RemoteTracker, Counted]) -> Rhythm:
+    _, db = served
+    tracker, _ = counted
+    await _add(tracker, 12)
+    return tracker, db, await _in_rhythm(tracker, db)
+
+
 async def _add(tracker: RemoteTracker, n: int) -> list[str]:
     [pid] = [p.id for p in await tracker.list_pipelines() if p.name == "flow"]
     return await tracker.create_tasks(
@@ -144,12 +157,9 @@ async def test_a_busy_clients_reports_claim_ahead_and_its_next_claim_sends_nothi
 
 
 async def test_a_replay_answers_the_same_leases_and_other_arguments_conflict(
-    served: tuple[str, Path], counted: tuple[RemoteTracker, Counted]
+    rhythm: Rhythm,
 ) -> None:
-    _, db = served
-    tracker, _ = counted
-    await _add(tracker, 12)
-    await _in_rhythm(tracker, db)
+    tracker, _, _ = rhythm
     first = await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2")
     again = await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2")
     assert [(x.run.id, x.lease_token.get_secret_value()) for x in again] == [
@@ -186,12 +196,9 @@ async def test_closing_the_client_releases_the_kept_leases_uncounted(
 
 
 async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fresh(
-    served: tuple[str, Path], counted: tuple[RemoteTracker, Counted]
+    rhythm: Rhythm,
 ) -> None:
-    _, db = served
-    tracker, _ = counted
-    await _add(tracker, 12)
-    kept = await _in_rhythm(tracker, db)
+    tracker, db, kept = rhythm
     tracker.ahead.book.max_age_s = 0.0  # every kept lease is now too old
     nxt = await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2")
     assert len(nxt) == 3
@@ -202,12 +209,9 @@ async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fre
 
 
 async def test_reports_with_no_claim_between_them_give_back_what_is_kept(
-    served: tuple[str, Path], counted: tuple[RemoteTracker, Counted]
+    rhythm: Rhythm,
 ) -> None:
-    _, db = served
-    tracker, _ = counted
-    await _add(tracker, 12)
-    await _in_rhythm(tracker, db)
+    tracker, db, _ = rhythm
     running = await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2")
     # the worker stops claiming: its runs report one by one, no claim in between
     for i, lease in enumerate(running):
@@ -231,12 +235,9 @@ async def test_another_agent_stops_claiming_ahead_and_gets_the_kept_work(
 
 
 async def test_a_claim_with_bad_arguments_is_refused_by_the_server_not_answered_from_kept(
-    served: tuple[str, Path], counted: tuple[RemoteTracker, Counted]
+    rhythm: Rhythm,
 ) -> None:
-    _, db = served
-    tracker, _ = counted
-    await _add(tracker, 12)
-    kept = await _in_rhythm(tracker, db)
+    tracker, db, kept = rhythm
     with pytest.raises(ValidationFailed, match="n must be"):
         await tracker.claim_many("w1", "coder", TTL, 0, idempotency_key="bad")
     assert _leased_ids(db) == kept
