@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ from tracker_client.models import Lease
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import STATEMENTS, PgConn
 from tracker_client.rules.engine import Changes
-from tracker_client.rules.parked import ENDED_KEPT, attempt_key
+from tracker_client.rules.parked import attempt_key
 
 if TYPE_CHECKING:
     from tracker_client.postgres.engine import PgEngine
@@ -161,15 +160,18 @@ class IdleLook:
     now, sends the claim on as before (the rail's parked claim: claims and ``wait_for_work``).
     """
 
-    def __init__(self, engine: PgEngine, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, engine: PgEngine, clock: Callable[[], int], ended: Callable[[str], bool]
+    ) -> None:
+        """``ended``: whether the rail's parked claims know the key as ended or cancelled
+        (:meth:`~tracker_client.rules.parked.ParkedClaims.ended`)."""
         self._engine = engine
+        self._ended = ended
         self._db = engine.db
         self._changes = engine.changes
         self._clock = clock
-        #: Parked claims waiting here, by key (:meth:`cancel` stops one), and the keys of
-        #: cancels that found none (a claim arriving after its cancel answers at once).
+        #: Parked claims waiting here, by key (:meth:`cancel` stops one).
         self._waiting: dict[str, _Waiting] = {}
-        self._cancelled: OrderedDict[str, None] = OrderedDict()
         #: Looks sent and claims sent on after a wake-up or a due time (tests read them).
         self.looks = 0
         self.sent_on = 0
@@ -180,8 +182,8 @@ class IdleLook:
         """Up to the parked claim's leases of ``role`` within ``wait_s``: empty when its
         deadline passed with nothing claimable, or it was cancelled; else what ``park_on``
         answers (a wake-up or a due time: one keyed claim, waiting no more)."""
-        if key in self._cancelled:  # its cancel overtook it: its caller is gone
-            return []
+        if self._ended(key):  # a retry, or its cancel overtook it: the rail answers at once
+            return await park_on(0.0, None)
         deadline = anyio.current_time() + max(0.0, wait_s)
         stop = self._waiting[key] = _Waiting()
         try:
@@ -254,11 +256,8 @@ class IdleLook:
             changes.waiters -= 1
 
     def cancel(self, key: str) -> None:
-        """Stop the parked claim of ``key`` waiting here: it answers empty, nothing leased; a
-        claim of ``key`` arriving after this answers empty at once (the cancel overtook it)."""
-        self._cancelled[key] = None
-        while len(self._cancelled) > ENDED_KEPT:
-            self._cancelled.popitem(last=False)
+        """Stop the parked claim of ``key`` waiting here: it answers empty, nothing leased (a
+        claim of ``key`` arriving after the cancel is answered by the rail's record of it)."""
         stop = self._waiting.pop(key, None)
         if stop is not None:
             stop.stopped = True

@@ -259,7 +259,7 @@ class PostgresTracker(Rail[PgEngine]):
         engine.known_version = self._known_version
         engine.versions_moved = self._versions_moved
         #: An idle parked claim's wait without writes (see .idle, IdleLook).
-        self._idle_look = IdleLook(engine, clock)
+        self._idle_look = IdleLook(engine, clock, self._parked.ended)
 
     def _known_version(self, pid: str) -> int | None:
         """Pipeline ``pid``'s current version as this instance last read it, or None."""

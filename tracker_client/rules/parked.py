@@ -281,6 +281,11 @@ class ParkedClaims:
             # Woken, or timed out: either way one more look (work that came with the deadline
             # is not left behind), unless cancelled meanwhile.
 
+    def ended(self, key: str) -> bool:
+        """Whether a parked claim of ``key`` ended here, or its cancel came first: a claim of
+        ``key`` arriving now is answered at once by :meth:`park` (what it answered, or ``[]``)."""
+        return key in self._ended
+
     async def cancel(self, key: str, give_back: GiveBack) -> int:
         """Stop the parked claim of ``key`` (it leases nothing more) and give back what it
         leased and its caller did not take; how many leases were given back."""
