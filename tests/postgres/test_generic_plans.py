@@ -34,9 +34,10 @@ from tracker_client.factory import open_tracker
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 #: The hot functions' own statements that plpgsql planned at every call before schema 19
-#: (a fragment of each one's text as pg_stat_statements shows it).
+#: (a fragment of each one's text as pg_stat_statements shows it). Since schema 20 a batch's
+#: moves, the finish's row look-up included, are one statement (bw_moves).
 REPLANNED = {
-    "the finish's row look-up": "t.lease_run_id = p_run",
+    "the finish's moves": "FROM ROWS FROM (jsonb_to_recordset(p_items)",
     "the claim's candidates": "SELECT t.seq, t.concurrency_key IS NOT NULL",
     "the claim's housekeeping check": "lease_expires_at_ms <= p_now",
 }

@@ -80,7 +80,8 @@ def _notes_until_marker(conn: Any, channel: str) -> list[str]:
 @pytest.mark.usefixtures("quiet_tracker_log")  # the moves' one-trip path is what is counted
 async def test_moves_notify_only_while_an_instance_is_idle(pg_server: PgServer) -> None:
     """A plain transition or finish_many of a busy rail sends no NOTIFY (nobody waits for what
-    it brings); once a claim came back short, they do. Other writes always notify."""
+    it brings); once a claim of another instance came back short, they do (a writer's own
+    waiters are woken in process). Other writes always notify."""
     import psycopg
 
     from tracker_client.contract.batch_models import FinishItem
@@ -112,10 +113,21 @@ async def test_moves_notify_only_while_an_instance_is_idle(pg_server: PgServer) 
             )
             assert len(rest) == 3  # short: this instance is idle now
             await tracker.transition(rest[0], "complete")
-            await tracker.finish_many(
-                [FinishItem(lease=rest[1], transition={"trigger": "complete"})]
-            )
-            assert len(_notes_until_marker(listen, channel)) == 2
+            # its own row only: it ignores its own NOTIFYs, so none is sent (schema 20)
+            assert _notes_until_marker(listen, channel) == []
+            other: Any = await open_tracker(fresh_schema_url(key))
+            try:  # another instance idle: the moves notify
+                idle = await other.call(
+                    "claim_many", agent_id="b", agent_role="coder", lease_ttl_ms=60_000, n=1
+                )
+                assert idle == []
+                await tracker.transition(rest[1], "complete")
+                await tracker.finish_many(
+                    [FinishItem(lease=rest[2], transition={"trigger": "complete"})]
+                )
+                assert len(_notes_until_marker(listen, channel)) == 2
+            finally:
+                await other.aclose()
         finally:
             await tracker.aclose()
 

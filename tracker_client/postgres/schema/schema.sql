@@ -553,14 +553,17 @@ BEGIN
 END
 $$;
 
--- The wake-ups of a write: NOTIFY on the rail channel while an instance waits (a live waiters
--- row), on the follow channel while one follows (a live followers row); a NULL channel sends
--- nothing.
--- (Current since schema 10.)
+-- The wake-ups of a write: NOTIFY on the rail channel while another instance waits (a live
+-- waiters row not the writer's own: an instance ignores its own notifications, its write woke
+-- its waiters in process), on the follow channel while one follows (a live followers row); a
+-- NULL channel sends nothing.
+-- (Current since schema 20.)
 CREATE FUNCTION bw_wake(p_notify TEXT, p_follow TEXT, p_instance TEXT)
 RETURNS VOID LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_notify IS NOT NULL AND EXISTS (SELECT 1 FROM waiters WHERE expires_at > clock_timestamp())
+    IF p_notify IS NOT NULL AND EXISTS (
+        SELECT 1 FROM waiters
+        WHERE expires_at > clock_timestamp() AND instance IS DISTINCT FROM p_instance)
     THEN
         PERFORM pg_notify(p_notify, p_instance);
     END IF;
@@ -619,24 +622,81 @@ BEGIN
 END
 $$;
 
--- bw_finish_many under the lock (see bw_claim_tx).
--- (Current since schema 19.)
+-- The plain moves of a batch (bw_move's fields per item, as bw_finish_many_tx's JSON carries
+-- them), in one statement: per item whether it was written. An item repeating an earlier
+-- item's run or idempotency key is answered FALSE (the loop could only write it if the
+-- earlier one was refused; the rail's way answers it). Joins go through the tables' unique
+-- indexes, one probe per item: sequential scans, hash and merge joins are off for it, since a
+-- generic plan knows neither that a batch is small nor how large the tables have grown since
+-- the plan was made (a plan made on a fresh rail, kept by a connection for its life, would
+-- otherwise read every task or idempotency record kept).
+-- (Current since schema 20.)
+CREATE FUNCTION bw_moves(p_now BIGINT, p_items JSONB) RETURNS BOOLEAN[] LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    done BOOLEAN[];
+BEGIN
+    WITH items AS MATERIALIZED (
+        SELECT i.*
+        FROM ROWS FROM (jsonb_to_recordset(p_items) AS (
+            run TEXT, token TEXT, pipeline TEXT, stage TEXT, version BIGINT, "to" TEXT,
+            role TEXT, terminal BIGINT, usage TEXT, event TEXT, key TEXT, fp TEXT,
+            result TEXT)) WITH ORDINALITY AS i(
+            run, token, pipeline, stage, version, "to", role, terminal, usage, event, key, fp,
+            result, n)
+    ), firsts AS (
+        SELECT i.*, r.task_id
+        FROM items i JOIN runs r ON r.id = i.run
+        WHERE NOT EXISTS (
+            SELECT 1 FROM items j WHERE j.n < i.n AND (j.run = i.run OR j.key = i.key))
+          AND NOT EXISTS (
+            SELECT 1 FROM idempotency WHERE key = i.key AND operation = 'finish')
+    ), moved AS (
+        UPDATE tasks t SET stage = f."to", task_version = t.task_version + 1,
+            dead_letter_reason = NULL, next_eligible_at_ms = 0, updated_at_ms = p_now,
+            role = f.role, terminal = f.terminal, stale_streak = 0, lease_expires_at_ms = 0,
+            lease_id = NULL, lease_run_id = NULL, lease_token_sha256 = NULL,
+            lease_ttl_ms = NULL
+        FROM firsts f
+        WHERE t.id = f.task_id AND t.lease_run_id = f.run AND t.lease_token_sha256 = f.token
+          AND t.lease_expires_at_ms > p_now AND t.pipeline_id = split_part(f.pipeline, '@', 1)
+          AND t.stage = f.stage AND (f.version IS NULL OR t.task_version = f.version)
+          AND (strpos(f.pipeline, '@') = 0 OR EXISTS (
+              SELECT 1 FROM pipelines p
+              WHERE p.id = t.pipeline_id AND p.version = split_part(f.pipeline, '@', 2)::bigint
+                AND coalesce(t.pipeline_version, p.version) = p.version))
+        RETURNING f.n, f.run, t.id AS task_id, f.usage, f.event, f.key, f.fp, f.result
+    ), ended AS (
+        UPDATE runs r SET status = 'completed', ended_at_ms = p_now, usage = m.usage
+        FROM moved m WHERE r.id = m.run
+    ), noted AS (
+        INSERT INTO events (task_id, run_id, ts_ms, kind, data)
+        SELECT m.task_id, m.run, p_now, 'transition', m.event FROM moved m ORDER BY m.n
+    ), kept AS (
+        INSERT INTO idempotency (key, operation, fingerprint, result, created_at_ms)
+        SELECT m.key, 'finish', m.fp, m.result, p_now FROM moved m WHERE m.key IS NOT NULL
+    )
+    SELECT coalesce(array_agg(m.n IS NOT NULL ORDER BY i.n), '{}')
+    INTO done
+    FROM items i LEFT JOIN moved m ON m.n = i.n;
+    RETURN done;
+END
+$$;
+
+-- bw_finish_many under the lock (see bw_claim_tx): since schema 20 the moves are bw_moves'
+-- one statement.
+-- (Current since schema 20.)
 CREATE FUNCTION bw_finish_many_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT, p_now BIGINT, p_items JSONB
 ) RETURNS BOOLEAN[] LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    item JSONB;
-    done BOOLEAN[] := '{}';
+    done BOOLEAN[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_lock, 0));
-    FOR item IN SELECT value FROM jsonb_array_elements(p_items) LOOP
-        done := done || bw_move(
-            'finish', item ->> 'run', item ->> 'token', item ->> 'pipeline', item ->> 'stage',
-            (item ->> 'version')::bigint, item ->> 'to', item ->> 'role',
-            (item ->> 'terminal')::bigint, item ->> 'usage', item ->> 'event', p_now,
-            item ->> 'key', item ->> 'fp', item ->> 'result');
-    END LOOP;
+    done := bw_moves(p_now, p_items);
     PERFORM bw_wake(p_notify, p_follow, p_instance);
     RETURN done;
 END
@@ -648,7 +708,7 @@ $$;
 -- claimed tasks follow as a tasks row each, and one row with no task answers a claim that
 -- found none. Either part declining (SQLSTATE BW001) rolls back both. Generic plans (see
 -- bw_claim_tx).
--- (Current since schema 19.)
+-- (Current since schema 20: the moves are bw_moves'.)
 CREATE FUNCTION bw_finish_claim_tx(
     p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT, p_now BIGINT, p_items JSONB,
     p_op TEXT, p_role TEXT, p_agent TEXT, p_claim_now BIGINT, p_ttl BIGINT, p_runs TEXT,
@@ -656,19 +716,12 @@ CREATE FUNCTION bw_finish_claim_tx(
 ) RETURNS TABLE (o_done BOOLEAN[], o_task tasks) LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    item JSONB;
-    done BOOLEAN[] := '{}';
+    done BOOLEAN[];
     got tasks%ROWTYPE;
     answered BOOLEAN := false;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_lock, 0));
-    FOR item IN SELECT value FROM jsonb_array_elements(p_items) LOOP
-        done := done || bw_move(
-            'finish', item ->> 'run', item ->> 'token', item ->> 'pipeline', item ->> 'stage',
-            (item ->> 'version')::bigint, item ->> 'to', item ->> 'role',
-            (item ->> 'terminal')::bigint, item ->> 'usage', item ->> 'event', p_now,
-            item ->> 'key', item ->> 'fp', item ->> 'result');
-    END LOOP;
+    done := bw_moves(p_now, p_items);
     FOR got IN SELECT * FROM bw_claim(
         p_op, p_role, p_agent, p_claim_now, p_ttl, p_runs::text[], p_leases::text[],
         p_tokens::text[], p_key, p_fp)
