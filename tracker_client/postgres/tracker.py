@@ -145,7 +145,8 @@ MOVE_FIELDS = (
     *("run", "token", "pipeline", "stage", "version", "to", "role", "terminal", "usage"),
     *("event", "now", "key", "fp", "result"),
 )
-#: ``bw_finish_many_tx`` (schema 9): the lock, wake-ups and ``bw_move`` per item.
+#: ``bw_finish_many_tx`` (schema 9): the lock, wake-ups and the items' moves (since schema 20
+#: one statement for the batch, ``bw_moves``: docs/benchmarks.md, "PostgreSQL rail").
 _MANY_CALL = STATEMENTS["hot.finish_many_tx"]
 #: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
 _ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
