@@ -13,8 +13,9 @@
 -- them gets the same results.
 -- And bw_wake leaves out the rail channel's NOTIFY while the only live waiters row is the
 -- writer's own: an instance ignores its own notifications (the write already woke its
--- waiters in process, tracker_client/postgres/wake.py), so a busy worker alone on a rail no
--- longer sends one per batch.
+-- waiters in process, tracker_client/postgres/wake.py), so a worker alone on a rail whose
+-- claims come back short now and then (its row then lives 30 s) no longer notifies itself
+-- with every batch it reports.
 
 -- The plain moves of a batch (bw_move's fields per item, as bw_finish_many_tx's JSON carries
 -- them), in one statement: per item whether it was written. An item repeating an earlier
