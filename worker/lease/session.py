@@ -31,7 +31,7 @@ Two decisions are made here, each in one method that reads top to bottom:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -415,18 +415,19 @@ class LeaseSession:
         for kind, data in events:
             await self.add_event(kind, data)
 
-    async def _finish(
+    def _finish(
         self,
         events: tuple[dict[str, Any], ...],
         transition: dict[str, Any] | None,
         fail: dict[str, Any] | None,
         budget_s: float,
-    ) -> FinishResult:
-        """One item through the batcher, under this session's retries and key."""
+    ) -> Coroutine[Any, Any, FinishResult]:
+        """One item through the batcher, under this session's retries and key (the call's
+        coroutine itself: no frame of its own in the report's chain)."""
         reports = self.reports
         assert reports is not None
         ref = self.ref
-        return await self.calls.write(
+        return self.calls.write(
             "transition" if transition is not None else "fail",
             lambda key: reports.finish(
                 FinishItem(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import anyio
@@ -91,12 +91,13 @@ class FinalReport:
                 session.clock.unwatch(scope)
         return self.dropped() if result is None else result
 
-    async def send_within(self, hooks: ContextHooks, outcome: Outcome) -> RunResult:
-        """The report, in the caller's scope: one the lease's clock watches as a report's
-        (:meth:`LocalLease.to_report <worker.lease.clock.LocalLease.to_report>`); when that
-        scope ends it, the caller's result is :meth:`dropped`."""
+    def send_within(self, hooks: ContextHooks, outcome: Outcome) -> Coroutine[Any, Any, RunResult]:
+        """The report (a coroutine to await), in the caller's scope: one the lease's clock
+        watches as a report's (:meth:`LocalLease.to_report
+        <worker.lease.clock.LocalLease.to_report>`); when that scope ends it, the caller's
+        result is :meth:`dropped`."""
         # budgets: ctx.report_cost's figures ride in usage
-        return await self._report(hooks, hooks.with_cost(outcome))
+        return self._report(hooks, hooks.with_cost(outcome))
 
     def dropped(self) -> RunResult:
         """The run's result when its report was ended by the lease's end or loss."""

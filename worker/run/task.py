@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -209,26 +209,34 @@ class TaskRun:
         if not self._reporting:
             self.scope.cancel()
 
-    async def execute(self) -> RunResult:
-        """Run the executor under heartbeats, then report. Never raises for task problems."""
-        lease = self.session.lease
-        instructions = None
-        if lease.task.task_version > 1:  # else there is no transition to read
-            instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
+    def execute(self) -> Coroutine[Any, Any, RunResult]:
+        """The run, whole (a coroutine to await): the executor under heartbeats, then the final
+        report. Never raises for task problems.
+
+        One coroutine does it all (:meth:`_run`), so each time the run's task resumes (its
+        hand-off, its report's batch answered) the wake-up passes through one frame of the run,
+        not a chain of methods that only forward (docs/benchmarks.md)."""
         if not self._observed:  # the no-op telemetry: no span, no timing
-            return await self._execute(instructions)
+            return self._run()
+        return self._run_observed()
+
+    async def _run_observed(self) -> RunResult:
         started = time.time_ns()
         with self.telemetry as obs:
-            result = await self._execute(instructions)
+            result = await self._run()
             obs.finished(result, duration_ns=time.time_ns() - started)
         return result
 
-    async def _execute(self, instructions: str | None) -> RunResult:
+    async def _run(self) -> RunResult:
+        session = self.session
+        lease = session.lease
+        instructions = None
+        if lease.task.task_version > 1:  # else there is no transition to read
+            instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
         self._log.claimed()
         workdir = self._workdir_path()
         hooks: ContextHooks | None = None
         try:
-            lease = self.lease
             if (
                 lease.task.task_version <= 1
                 and lease.run.attempt <= 1
@@ -237,13 +245,11 @@ class TaskRun:
                 previous, upstream = None, None  # as _agent_inputs answers: no call needed
             else:
                 previous, upstream = await self._agent_inputs()
-            hooks = ContextHooks(
-                SessionSink(self.session), workdir, policy=self.settings.report_policy
-            )
-            timeout = timeout_of(self.lease.task, self.role.timeout_s)
+            hooks = ContextHooks(SessionSink(session), workdir, policy=self.settings.report_policy)
+            limit_s = timeout_of(lease.task, self.role.timeout_s)
             ctx = ExecutionContext(
-                task=self.lease.task,
-                run=self.lease.run,
+                task=lease.task,
+                run=lease.run,
                 hooks=hooks,
                 options=self.role.options,
                 instructions=instructions,
@@ -252,17 +258,60 @@ class TaskRun:
                 traceparent=self.telemetry.traceparent,
                 previous_checkpoint=previous,
                 upstream=upstream,
-                deadline=None if timeout is None else anyio.current_time() + timeout,
+                deadline=None if limit_s is None else anyio.current_time() + limit_s,
             )
             # Heartbeats and periodic flushes come from the worker's keeper, until the report is
             # done (after the executor, the session's heartbeat sends one only when the report
             # needs it: LeaseSession.heartbeat, the whole heartbeat decision).
             self._hooks = hooks
-            self._keeper.add(self)
+            keeper = self._keeper
+            keeper.add(self)
             try:
-                return await self._execute_and_report(ctx, hooks, timeout)
+                outcome: Outcome | None = None
+                clock = session.clock
+                scope = self.scope
+                report = FinalReport(
+                    session,
+                    tracker=self._tracker,
+                    role=self.role,
+                    settings=self.settings,
+                    log=self._log,
+                )
+                # The scope's deadline is the lease's end by our clock (moved by each heartbeat
+                # that got through); a heartbeat that finds the lease gone cancels it at once.
+                try:
+                    with clock.watch(scope):
+                        # its processes get SIGKILL before the lease ends, whatever their grace
+                        bound = kill_deadline.set(self._kill_by)
+                        try:
+                            if self._observed:
+                                with self.telemetry.phase("executor"):
+                                    outcome = await call_executor(self.executor, ctx, limit_s)
+                            else:
+                                outcome = await call_executor(self.executor, ctx, limit_s)
+                        finally:
+                            kill_deadline.reset(bound)
+                        if not scope.cancel_called:
+                            # The executor returned and nothing cancelled it: the same scope
+                            # goes on as the report's (shielded, the report's deadline:
+                            # LocalLease.to_report), one scope per run instead of two. A cancel
+                            # of the run now leaves it be.
+                            self._reporting = True
+                            ended = self._executed(outcome)
+                            if isinstance(ended, RunResult):
+                                return ended
+                            clock.to_report(scope)
+                            return await self._reported(report.send_within(hooks, ended))
+                finally:
+                    clock.unwatch(scope)
+                if self._reporting:  # the report's deadline passed, or the tracker took the lease
+                    return report.dropped()
+                ended = self._executed(outcome)
+                if isinstance(ended, RunResult):
+                    return ended
+                return await self._reported(report.send(hooks, ended))
             finally:
-                self._keeper.remove(self)
+                keeper.remove(self)
         finally:
             if hooks is not None and hooks.workdir_created and not self.settings.keep_workdirs:
                 with anyio.CancelScope(shield=True):
@@ -293,56 +342,10 @@ class TaskRun:
             )
         return previous, upstream
 
-    async def _execute_and_report(
-        self, ctx: ExecutionContext, hooks: ContextHooks, limit_s: float | None
-    ) -> RunResult:
-        outcome: Outcome | None = None
-        clock = self.session.clock
-        scope = self.scope
-        report = FinalReport(
-            self.session,
-            tracker=self._tracker,
-            role=self.role,
-            settings=self.settings,
-            log=self._log,
-        )
-        # The scope's deadline is the lease's end by our clock (moved by each heartbeat that got
-        # through); a heartbeat that finds the lease gone cancels it at once.
-        try:
-            with clock.watch(scope):
-                # its processes get SIGKILL before the lease ends, whatever their grace
-                bound = kill_deadline.set(self._kill_by)
-                try:
-                    if self._observed:
-                        with self.telemetry.phase("executor"):
-                            outcome = await call_executor(self.executor, ctx, limit_s)
-                    else:
-                        outcome = await call_executor(self.executor, ctx, limit_s)
-                finally:
-                    kill_deadline.reset(bound)
-                if not scope.cancel_called:
-                    # The executor returned and nothing cancelled it: the same scope goes on as
-                    # the report's (shielded, the report's deadline: LocalLease.to_report), one
-                    # scope per run instead of two. A cancel of the run now leaves it be.
-                    self._reporting = True
-                    return await self._report(report, hooks, outcome, in_scope=True)
-        finally:
-            clock.unwatch(scope)
-        if self._reporting:  # the report's deadline passed, or the tracker took the lease
-            return report.dropped()
-        return await self._report(report, hooks, outcome, in_scope=False)
-
-    async def _report(
-        self,
-        report: FinalReport,
-        hooks: ContextHooks,
-        outcome: Outcome | None,
-        *,
-        in_scope: bool,
-    ) -> RunResult:
-        """The run's end after its executor: the slot goes back, then the final report
-        (``in_scope``: in the run's scope, made the report's here; else in a scope of its
-        own), unless the lease is gone."""
+    def _executed(self, outcome: Outcome | None) -> Outcome | RunResult:
+        """The run's end after its executor: the slot goes back; then what the final report
+        says (the executor's outcome, or why it was stopped), or the run's result when the
+        lease is gone and nothing is reported."""
         self.session.work_ended()
         if self._on_executed is not None:
             self._on_executed(self)
@@ -355,27 +358,30 @@ class TaskRun:
                 extra={"action": "lease_lost"},
             )
             return RunResult("lost", lost.code)
-        if outcome is None and self.session.expired() and not self._shutdown.is_set():
+        if outcome is not None:
+            return outcome
+        if self.session.expired() and not self._shutdown.is_set():
             # Stopped at the lease's confirmed end: the tracker may still hold the lease (a
             # hung heartbeat may have landed), so the task is handed back, not abandoned.
-            outcome = Failure(
+            return Failure(
                 reason=LEASE_EXPIRED,
                 message="no heartbeat got through before the lease's end by the worker's clock",
                 retryable=True,
             )
-        elif outcome is None:  # cancelled by the worker's shutdown
-            outcome = Failure(
-                reason=SHUTDOWN,
-                message="the worker shut down before the task finished",
-                retryable=True,
-            )
-        if in_scope:
-            self.session.clock.to_report(self.scope)
-            send = report.send_within(hooks, outcome)
-        else:
-            send = report.send(hooks, outcome)
+        # cancelled by the worker's shutdown
+        return Failure(
+            reason=SHUTDOWN,
+            message="the worker shut down before the task finished",
+            retryable=True,
+        )
+
+    def _reported(self, send: Awaitable[RunResult]) -> Awaitable[RunResult]:
+        """The final report ``send``, in the run's trace phase ``report`` when observed."""
         if not self._observed:
-            return await send
+            return send
+        return self._observed_phase(send)
+
+    async def _observed_phase(self, send: Awaitable[RunResult]) -> RunResult:
         with self.telemetry.phase("report"):
             return await send
 
