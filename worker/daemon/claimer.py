@@ -254,7 +254,7 @@ class Claimer:
         The claim runs in a scope of its own that :meth:`stop` cancels (a claim already at the
         tracker completes: it is shielded); the runs do not, they drain as shutdown says.
         """
-        claims: list[Claim] = []
+        claims: list[tuple[Lease, Claim]] = []
         in_flight = self._in_flight
         open_claim = in_flight.open_claim()
         try:
@@ -268,18 +268,20 @@ class Claimer:
                     in_flight.slots.release_on_behalf_of(slot)
                 self.pacing.claim_ended(ticket, found=i < len(claims))
             in_flight.notify()
-        for claim in claims:
-            self._drain_check.claimed(claim.lease.task.id)
-        for claim, slot in zip(claims[1:], slots[1:], strict=False):
-            runners.start(self._supervise, claim, slot)
+        for lease, _ in claims:
+            self._drain_check.claimed(lease.task.id)
+        for (lease, claim), slot in zip(claims[1:], slots[1:], strict=False):
+            runners.start(self._supervise, lease, claim, slot)
         if claims:
-            await self._supervise(claims[0], slots[0])
+            lease, claim = claims[0]
+            await self._supervise(lease, claim, slots[0])
 
-    async def _claim_next(self, claim: OpenClaim, want: int) -> list[Claim]:
-        """Up to ``want`` leases, roles tried round-robin from the one after the last winner."""
+    async def _claim_next(self, claim: OpenClaim, want: int) -> list[tuple[Lease, Claim]]:
+        """Up to ``want`` leases, each with its claim, roles tried round-robin from the one
+        after the last winner."""
         roles = self._roles
         n = len(roles)
-        got: list[Claim] = []
+        got: list[tuple[Lease, Claim]] = []
         for i in range(n):
             role = roles[(self._next_role + i) % n]
             room = want - len(got)
@@ -336,9 +338,11 @@ class Claimer:
         self._refused[name] = refusal
         return True
 
-    async def _claim_some(self, claim: OpenClaim, role: Role, ttl_ms: int, n: int) -> list[Claim]:
-        """Up to ``n`` leases for ``role`` (with when the claim was sent: the leases count from
-        then): one ``claim``, or one ``claim_many`` for more than one; empty: no work, or
+    async def _claim_some(
+        self, claim: OpenClaim, role: Role, ttl_ms: int, n: int
+    ) -> list[tuple[Lease, Claim]]:
+        """Up to ``n`` leases for ``role``, each with the claim (when it was sent: the leases
+        count from then): one ``claim``, or one ``claim_many`` for more than one; empty: no work, or
         stopped. One idempotency key per claim, reused only across retries of it: a lost answer
         then gives back the same leases instead of stranding them."""
         book = self._book
@@ -347,7 +351,7 @@ class Claimer:
         parks, park_s, self._park_s = book.parked_claim, self._park_s, 0.0
         agent = self._config.agent_id
 
-        async def attempt(key: str | None) -> list[Claim]:
+        async def attempt(key: str | None) -> list[tuple[Lease, Claim]]:
             leases: list[Lease] = []
             stopping = self._signals.stopping
             if stopping.is_set():
@@ -372,15 +376,18 @@ class Claimer:
                 self._telemetry.claim_answered(
                     role.name, found=found, started_ns=started_ns, ended_ns=ended_ns
                 )
-            return [Claim(lease, role, sent_at, started_ns, ended_ns) for lease in leases]
+            if not leases:
+                return []
+            answered = Claim(role, sent_at, started_ns, ended_ns)  # one for the claim's leases
+            return [(lease, answered) for lease in leases]
 
         # A daemon outlives tracker outages; a drain gives up after the report budget.
         claim_budget_s = book.tracker.report_retry_budget_s if self._config.drain else None
         return await book.calls.write("claim", attempt, budget_s=claim_budget_s)
 
     # -- runs -----------------------------------------------------------------------------------
-    async def _supervise(self, claim: Claim, slot: object) -> None:
-        role, lease = claim.role, claim.lease
+    async def _supervise(self, lease: Lease, claim: Claim, slot: object) -> None:
+        role = claim.role
         name = role.name
         in_flight, stats = self._in_flight, self._stats
         run = TaskRun(

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import anyio
 
 from plugins.api import Executor, SupportsLeftovers
-from tracker_client.models import Lease
 from worker.config.models import RoleConfig
 from worker.run import RunResult
 
@@ -98,9 +97,9 @@ class WorkerStats:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A claimed lease, the role it was claimed for and when the claim was sent."""
+    """One claim answered: the role it was for and when it was sent (one record for all the
+    leases it brought, not one per lease)."""
 
-    lease: Lease
     role: Role
     sent_at: float
     #: Wall-clock ns when the claim was sent and answered (for the run's telemetry).
