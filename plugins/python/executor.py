@@ -163,6 +163,8 @@ class PythonExecutor:
                     "declare it async def to have it awaited",
                     retryable=False,
                 )
+        if isinstance(result, _OUTCOMES):
+            return result  # (most runs: no coroutine of _outcome's to make)
         return await self._outcome(ctx, result)
 
     async def _outcome(self, ctx: ExecutionContext, returned: Any) -> Outcome:
