@@ -1,13 +1,15 @@
 """``bench.worker_overhead``: the worker over a stub rail, in the plain and the batched shape.
 
 The figures are not asserted (a benchmark, not a test); what is pinned is that both rail
-shapes drain every task through a real :class:`~worker.daemon.Worker`, that ``--ab ROOT`` runs
+shapes drain every task through a real :class:`~worker.daemon.Worker` (on the event loop asked:
+asyncio, or uvloop as a worker chooses where it is installed), that ``--ab ROOT`` runs
 the stub over that tree's worker beside this one's, and that a ROOT which is not a source tree
 of this project is refused by name.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -35,7 +37,8 @@ def test_each_rail_shape_drains_through_a_worker(rail: str) -> None:
     done = _bench("--rail", rail, "--tasks", "200")
     assert done.returncode == 0, done.stderr
     assert re.search(
-        rf"worker alone \({rail} rail, log level WARNING\), 200 no-op tasks, concurrency 10: "
+        rf"worker alone \({rail} rail, log level WARNING, (asyncio|uvloop)\), 200 no-op tasks, "
+        r"concurrency 10: "
         r"\d+ tasks/s, [\d.]+ us CPU per task",
         done.stdout,
     ), done.stdout
@@ -44,7 +47,7 @@ def test_each_rail_shape_drains_through_a_worker(rail: str) -> None:
 def test_info_logs_each_run_as_a_worker_does() -> None:
     done = _bench("--rail", "batched", "--tasks", "200", "--log-level", "INFO")
     assert done.returncode == 0, done.stderr
-    assert "(batched rail, log level INFO), 200 no-op tasks" in done.stdout, done.stdout
+    assert "(batched rail, log level INFO, " in done.stdout, done.stdout
     assert done.stderr == ""  # the lines go to /dev/null, not to the bench's output
 
 
@@ -59,3 +62,21 @@ def test_ab_refuses_a_root_that_is_not_a_source_tree(tmp_path: Path) -> None:
     done = _bench("--ab", str(tmp_path))
     assert done.returncode == 2
     assert f"--ab {tmp_path}: not a source tree of this project" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "asyncio",
+        pytest.param(
+            "uvloop",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed"
+            ),
+        ),
+    ],
+)
+def test_the_stub_runs_on_the_event_loop_asked(loop: str) -> None:
+    done = _bench("--rail", "batched", "--tasks", "100", "--event-loop", loop)
+    assert done.returncode == 0, done.stderr
+    assert f"(batched rail, log level WARNING, {loop}), 100 no-op tasks" in done.stdout, done.stdout
