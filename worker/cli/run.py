@@ -156,10 +156,14 @@ class _Probe:
         return self._worker.progress_problem()
 
 
-async def _run(config_path: Path | None, overrides: dict[str, Any], roles: Sequence[str]) -> int:
+async def _run(
+    config: Config, config_path: Path | None, overrides: dict[str, Any], roles: Sequence[str]
+) -> int:
+    """Run a worker with ``config``, the configuration :func:`run_command` loaded (read once:
+    the worker runs the configuration it checked; ``config_path``, ``overrides`` and ``roles``
+    are read again only on a ``SIGHUP`` reload)."""
     # Taken (and removed from the environment) before any child process can inherit it.
     notifier = Notifier.from_env(unset_environment=True)
-    config = load_selected(config_path, overrides, roles)
     built = build_roles(config)
     problems = await readiness(built)
     if problems:
@@ -312,7 +316,12 @@ def run_command(
         _setup_logging(config)
         use_uvloop = uvloop_wanted(config.worker.event_loop)
         code = anyio.run(
-            _run, config_path, overrides, roles, backend_options={"use_uvloop": use_uvloop}
+            _run,
+            config,
+            config_path,
+            overrides,
+            roles,
+            backend_options={"use_uvloop": use_uvloop},
         )
     except (ConfigError, ExecutorError) as exc:
         fail(str(exc), EXIT_CONFIG)
