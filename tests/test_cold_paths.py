@@ -103,6 +103,10 @@ NOT_EMBEDDED = (
     # issue 31 (start-up): the wire contract's rows (~2 ms), read only by a call by name
     "tracker_client.contract.table",
     "tracker_client.contract.operations",
+    # issue 31 (start-up): the wire contract's other bodies and its operation types (~5 ms of
+    # CPU): a run's own bodies are in contract.run_bodies
+    "tracker_client.contract.wire_models",
+    "tracker_client.contract.contract_types",
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
 #: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out. (It

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_DEDUPE_KEY_CHARS",
     "MAX_DURATION_MS",
     "MAX_EPOCH_MS",
+    "MAX_LEASE_TTL_MS",
     "MAX_LIMIT",
     "MAX_TITLE_CHARS",
     "MAX_WAIT_MS",
@@ -48,6 +49,8 @@ MAX_AHEAD_MS = 10 * 366 * 86_400_000
 MAX_DURATION_MS = MAX_AHEAD_MS
 #: The latest time a client may give (epoch ms): 9999-12-31T23:59:59.999Z, the last date.
 MAX_EPOCH_MS = 253_402_300_799_999
+#: Longest lease either side accepts at claim (a NullTickets heartbeat cuts it to 300 s anyway).
+MAX_LEASE_TTL_MS = 86_400_000
 #: The largest page a list or search answers.
 MAX_LIMIT = 1000
 #: The longest a long poll (``wait``, ``follow``, ``wait_for_work``) waits per request.

@@ -11,10 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracker_client.bounds import NonEmpty
+from tracker_client.bounds import MAX_LEASE_TTL_MS, NonEmpty
 from tracker_client.capabilities import LeaseRef
-from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
-from tracker_client.contract.wire_models import EventBody, FailBody, TransitionBody
+from tracker_client.contract.run_bodies import EventBody, FailBody, TransitionBody
 from tracker_client.errors import TrackerError, ValidationFailed
 from tracker_client.models import FailResult, Lease, TransitionResult
 

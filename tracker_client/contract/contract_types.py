@@ -21,6 +21,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from tracker_client import models as m
+from tracker_client.bounds import MAX_LEASE_TTL_MS
 
 __all__ = ["MAX_LEASE_TTL_MS", "Auth", "Method", "Operation", "Query", "Shape"]
 
@@ -30,8 +31,6 @@ Method = Literal["GET", "POST", "PUT", "DELETE"]
 #: ``object``: one model; ``list``: a JSON array of it; ``page``: ``{"items", "next_cursor"}``.
 Shape = Literal["object", "list", "page"]
 
-#: Longest lease either side accepts at claim (a NullTickets heartbeat cuts it to 300 s anyway).
-MAX_LEASE_TTL_MS = 86_400_000
 
 _PARAM = re.compile(r"\{(\w+)\}")
 

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from tracker_client import models as m
 from tracker_client.bounds import NonEmpty
 from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
+from tracker_client.contract.run_bodies import Body as _Body
+from tracker_client.contract.run_bodies import EventBody, FailBody, TransitionBody
+from tracker_client.contract.run_bodies import extension as _ext
 
 __all__ = [
     "AssignBody",
@@ -44,17 +47,7 @@ __all__ = [
 ]
 
 
-def _ext(name: str) -> Any:
-    """JSON-schema marker of a body field only the served tracker reads (extension ``name``;
-    a test checks every name is one of ``contract.EXTENSIONS``)."""
-    return {"x-extension": name}
-
-
 # -- request bodies (docs/reference/http-api.md; unknown fields are ignored, as NullTickets does) --
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-
 class PipelineBody(_Body):
     """``POST /pipelines``."""
 
@@ -113,34 +106,6 @@ class HeartbeatBody(_Body):
     run_id: str = Field("", json_schema_extra=_ext("heartbeat_ttl"))
     #: Extension: the run's checkpoint, written with the heartbeat (absent: left as it is).
     checkpoint: Any = Field(None, json_schema_extra=_ext("checkpoints"))
-
-
-class EventBody(_Body):
-    """``POST /runs/{run_id}/events``."""
-
-    kind: NonEmpty
-    data: Any = Field(default_factory=dict)
-
-
-class TransitionBody(_Body):
-    """``POST /runs/{run_id}/transition``."""
-
-    trigger: str
-    instructions: str | None = None
-    usage: Any = None
-    expected_stage: str | None = None
-    expected_task_version: int | None = None
-    #: Extension: task ids the moved task waits for (dependency edges added in the same write).
-    wait_for: list[str] = Field(default_factory=list, json_schema_extra=_ext("fan_in"))
-
-
-class FailBody(_Body):
-    """``POST /runs/{run_id}/fail``."""
-
-    error: str
-    usage: Any = None
-    #: Extension: ``False`` dead-letters at once.
-    retryable: bool = Field(True, json_schema_extra=_ext("backlog"))
 
 
 class ReleaseBody(_Body):
