@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 import uvicorn
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tests.remote.fixtures import QuietServer
 from tests.remote.test_server_connections import _read_answers, closed_by_server
@@ -49,13 +49,13 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @asynccontextmanager
-async def guarded(http: str, limits: ConnectionLimits) -> AsyncIterator[int]:
+async def guarded(http: str, limits: ConnectionLimits, app: ASGIApp = _app) -> AsyncIterator[int]:
     """uvicorn on 127.0.0.1 with the guard, as ``tracker serve`` runs it; yields the port."""
     guard = ConnectionGuard(limits, http)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        guard.wrap(_app),
+        guard.wrap(app),
         log_config=None,
         access_log=False,
         lifespan="off",
@@ -106,3 +106,68 @@ async def test_a_late_body_closes_at_the_body_deadline(http: str) -> None:
             sock.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\nab")
             assert await _closed_within(sock, 10) < 3
         assert limits.timed_out == 1
+
+
+@LOOPS
+@HTTP
+async def test_an_answers_head_waits_for_its_body_and_both_leave_in_one_write(http: str) -> None:
+    # uvicorn writes the head as the application starts its answer: the client would be woken
+    # for it and again for the body (docs/benchmarks.md, "Pickup latency").
+    head_sent, go = anyio.Event(), anyio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        head_sent.set()
+        await go.wait()
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    async with guarded(http, ConnectionLimits(), app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            with anyio.fail_after(10):
+                await head_sent.wait()
+            with pytest.raises(BlockingIOError):  # nothing on the wire yet: the head is held
+                sock.recv(65536, socket.MSG_DONTWAIT)
+            go.set()
+            first = await anyio.to_thread.run_sync(sock.recv, 65536)
+            assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert first.endswith(b"\r\n\r\nhello")  # the head and the body in one read
+
+
+@LOOPS
+@HTTP
+async def test_a_streamed_answer_and_one_that_fails_after_its_head_still_reach_the_client(
+    http: str,
+) -> None:
+    async def streamed(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        if scope["path"] == "/fails":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            raise RuntimeError("broken after its head")  # uvicorn closes the connection
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for part in (b"one ", b"two ", b"three"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with guarded(http, ConnectionLimits(), streamed) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            answer = await anyio.to_thread.run_sync(_read_all, sock)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert b"one " in answer and b"three" in answer
+            assert answer.endswith(b"0\r\n\r\n")  # the chunked answer's end
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET /fails HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = await anyio.to_thread.run_sync(_read_all, sock)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n")  # the head, then the close
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes ``sock`` (10 s at most)."""
+    sock.settimeout(10)
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got

@@ -27,8 +27,12 @@ the context it was created in, and uvicorn creates it while the connection's byt
 over. uvicorn's protocol classes used to be subclassed for this (reading their private request
 state), with each answer's writes gathered into one; a same-run benchmark found neither worth
 anything measurable in tasks/s (``python -m bench.transport``: 0.92-1.01x, docs/benchmarks.md).
+An answer's head is held for its body again, now through the transport uvicorn is handed
+(:class:`_OneSendAnswers`): not for throughput, but so an idle worker's parked claim is read in
+one wake-up instead of two (the pickup latency).
 
-It may touch the transport of a connection (to close it), the event loop's timers and
+It may touch the transport of a connection (to close it, and to hold an answer's head until
+its body is written), the event loop's timers and
 exception handler, the descriptor limit (:mod:`resource`) and a request's framing headers
 (``Content-Length``, ``Transfer-Encoding``: whether a body is due); never a request's body, an
 answer's content or the tracker.
@@ -42,9 +46,9 @@ import logging
 import resource
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -148,10 +152,121 @@ _CONNECTION: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar(
 )
 
 
-class _Watch:
-    """The deadline of one connection: what it waits for (``headers`` or ``body``), if any."""
+class _OneSendAnswers(asyncio.Transport):
+    """A connection's transport as uvicorn's protocol sees it: an answer's head (status line
+    and headers) is held until its body comes and both leave in one write.
 
-    __slots__ = ("_client", "_deadline", "_limits", "_loop", "_transport", "_waiting_for")
+    uvicorn writes the head when the application starts its answer and the body as a second
+    write; each then leaves as a TCP segment of its own, and the client is woken for the head,
+    parses it, and is woken again for the body. On the two cores the pickup bench shares with
+    the client and the producer, the worker read a parked claim's head ~0.6 ms and its body
+    ~1 ms after the server wrote them (docs/benchmarks.md, "Pickup latency"). Everything else
+    is the real transport's."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._transport = transport
+        self._holding = False
+        self._held: list[bytes] = []
+
+    def hold(self) -> None:
+        """Keep what is written from now on until :meth:`release` (an answer's head)."""
+        self._holding = True
+
+    def release(self) -> None:
+        """Write what was kept, in one write, and write through again."""
+        self._holding = False
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            self._transport.write(data)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` (kept while holding)."""
+        if self._holding:
+            self._held.append(bytes(data))
+        else:
+            self._transport.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        """Write each piece (kept while holding)."""
+        for data in list_of_data:
+            self.write(data)
+
+    def write_eof(self) -> None:
+        """What is kept goes first."""
+        self.release()
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        """As the real transport."""
+        return self._transport.can_write_eof()
+
+    def close(self) -> None:
+        """What is kept goes first (as it would have been written before the close)."""
+        self.release()
+        self._transport.close()
+
+    def abort(self) -> None:
+        """Drop what is kept with what the real transport still buffers."""
+        self._holding = False
+        self._held.clear()
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        """As the real transport."""
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """As the real transport."""
+        return self._transport.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """As the real transport."""
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        """As the real transport."""
+        return self._transport.get_protocol()
+
+    def is_reading(self) -> bool:
+        """As the real transport."""
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        """As the real transport."""
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """As the real transport."""
+        self._transport.resume_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """As the real transport."""
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        """The real transport's, and what is kept."""
+        return self._transport.get_write_buffer_size() + sum(map(len, self._held))
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        """As the real transport."""
+        return self._transport.get_write_buffer_limits()
+
+
+class _Watch:
+    """The deadline of one connection: what it waits for (``headers`` or ``body``), if any;
+    and its transport as uvicorn sees it (:class:`_OneSendAnswers`)."""
+
+    __slots__ = (
+        "_client",
+        "_deadline",
+        "_limits",
+        "_loop",
+        "_transport",
+        "_waiting_for",
+        "answers",
+    )
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self._limits = limits
@@ -160,6 +275,8 @@ class _Watch:
         self._deadline: asyncio.TimerHandle | None = None
         self._waiting_for = ""
         self._client: str | None = None
+        #: The transport handed to uvicorn (None: the connection was refused).
+        self.answers: _OneSendAnswers | None = None
 
     def made(self, transport: asyncio.BaseTransport) -> bool:
         """A new connection: closed at once over a cap (False), else its headers are awaited."""
@@ -311,9 +428,25 @@ class ConnectionGuard:
                     watch.body_read()
                 return message
 
+            answers = watch.answers
+
             async def send_answer(message: Message) -> None:
-                await send(message)
-                if message["type"] == "http.response.body" and not message.get("more_body"):
+                kind = message["type"]
+                if answers is None:
+                    await send(message)
+                elif kind == "http.response.start":
+                    answers.hold()  # the head leaves with the body: one write
+                    try:
+                        await send(message)
+                    except BaseException:
+                        answers.release()
+                        raise
+                else:
+                    try:
+                        await send(message)
+                    finally:
+                        answers.release()
+                if kind == "http.response.body" and not message.get("more_body"):
                     watch.answered()
 
             # An app that fails or returns without a whole answer: uvicorn closes the connection.
@@ -336,9 +469,13 @@ def _guarded_protocol(
             self._open = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            if self._watch.made(transport):
+            watch = self._watch
+            if watch.made(transport):
                 self._open = True
-                self._inner.connection_made(transport)
+                # A stream server's transport: a full one (uvloop's is, without subclassing
+                # asyncio's), so no isinstance check here.
+                answers = watch.answers = _OneSendAnswers(cast(asyncio.Transport, transport))
+                self._inner.connection_made(answers)
 
         def data_received(self, data: bytes) -> None:
             token = _CONNECTION.set(self._watch)
