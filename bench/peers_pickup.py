@@ -20,7 +20,8 @@ regular stamp file (:mod:`bench.capacity` gives one) is still read by polling.
 ``postgres@TREE`` (``--systems postgres@/tmp/base,postgres@.``): the PostgreSQL rail of the
 source tree ``TREE``, its worker and its producer both running that tree's code (the producer
 in a process of its own, taking the submit time itself): a before/after in one run, rounds
-interleaved with the other systems.
+interleaved with the other systems. ``served@TREE`` likewise: that tree seeds the rail file
+and runs ``tracker serve``, the worker and the producer.
 """
 
 from __future__ import annotations
@@ -79,17 +80,19 @@ def _ours(
     return _worker(argv, stamps, tree)
 
 
-#: The producer of ``postgres@TREE`` (a source tree's own code, in a process of its own): the
-#: rail seeded, then per line on stdin (a sample id) the time just before its create, once
-#: created. Only the public API both trees share: open_tracker, create_task.
+#: The producer of ``RAIL@TREE`` (a source tree's own code, in a process of its own): the
+#: rail seeded (a PostgreSQL one; a served rail's file is seeded before its server starts),
+#: then per line on stdin (a sample id) the time just before its create, once created. Only
+#: the public API both trees share: open_tracker, create_task.
 _TREE_PRODUCER = """
 import sys, time, anyio
-from bench.postgres import _seed
 from tracker_client.factory import open_tracker
 from tracker_client.models import TaskCreate
 
 async def main(url):
-    await _seed(url, 0)
+    if url.startswith("postgres"):
+        from bench.postgres import _seed
+        await _seed(url, 0)
     tracker = await open_tracker(url)
     try:
         [pid] = [p.id for p in await tracker.list_pipelines() if p.name == "bench"]
@@ -113,6 +116,27 @@ def _spawn_producer(url: str, tree: Path) -> subprocess.Popen[str]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+    )
+
+
+#: Seeds a rail file with a source tree's own code (``served@TREE``): the bench pipeline.
+_TREE_SEED = """
+import sys, anyio
+from pathlib import Path
+from bench.worker import _seed
+
+anyio.run(_seed, Path(sys.argv[1]), 0)
+"""
+
+
+def _seed_file_of(tree: Path, db: Path) -> None:
+    """The rail file ``db`` made and seeded by the source tree ``tree``."""
+    subprocess.run(
+        [sys.executable, "-c", _TREE_SEED, str(db)],
+        env=worker_env(str(tree)),
+        cwd=tree,
+        check=True,
+        timeout=120,
     )
 
 
@@ -432,6 +456,17 @@ def _system(
                 anyio.run(seed_pg, url, 0)
                 proc = _ours(url, tmp, concurrency, stamps)
                 producer = _our_producer(url)
+            elif name.startswith("served@"):  # a source tree's server, worker and producer
+                from bench.remote import _start_server
+
+                tree = Path(name.partition("@")[2]).resolve()
+                db = tmp / "rail.db"
+                _seed_file_of(tree, db)
+                server, url = _start_server(db, tree)
+                stops.append(server)
+                server_cpu = partial(tree_cpu_s, server.pid)
+                proc = _ours(url, tmp, concurrency, stamps, tree)
+                producer = _tree_producer(url, tree)
             elif name.startswith("postgres@"):  # a source tree's rail, worker and producer
                 assert pg is not None
                 tree = Path(name.partition("@")[2]).resolve()
@@ -464,7 +499,7 @@ def _system(
                 anyio.run(peer_pgqueuer.install, conninfo)
                 proc = _peer("pgqueuer", conninfo, concurrency, stamps)
                 producer = peer_pgqueuer.producer(conninfo)
-            if pg is not None and name not in ("embedded", "served"):
+            if pg is not None and name.partition("@")[0] not in ("embedded", "served"):
                 server_cpu = partial(_server_cpu_s, pg)
             stops.insert(0, proc)
             meter = CpuMeter(proc.pid, server_cpu)

@@ -183,6 +183,21 @@ def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
         assert 0 < float(found.group(1)) < 60_000
 
 
+@pytest.mark.timeout(300)
+def test_pickup_compares_another_source_tree_of_the_served_rail() -> None:
+    # served@TREE: that tree seeds the rail file and runs tracker serve, the worker and the
+    # producer (here this tree itself), beside this tree's, in one run.
+    tree = str(Path(__file__).resolve().parents[1])
+    done = _bench("--pickup", "2", "--runs", "1", "--systems", f"served,served@{tree}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"source tree {tree}" in done.stdout
+    for system in ("served", re.escape(f"served@{tree}")):
+        found = re.search(rf"^\| {system} \| 2 \| ([\d.]+) \|", done.stdout, re.M)
+        assert found, done.stdout
+        assert 0 < float(found.group(1)) < 60_000
+    assert re.search(rf"^\| served@{re.escape(tree)} \| [\d.]+ \| [\d.]+ \|$", done.stdout, re.M)
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -192,8 +207,12 @@ def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
         ),
         (["--systems", "huey@/tmp"], "unknown system(s) huey@/tmp; known: arq, "),
         (
+            ["--pickup", "2", "--systems", "embedded@/tmp"],
+            "embedded, served, postgres, served@TREE, postgres@TREE",
+        ),
+        (
             ["--pickup", "2", "--systems", "served@/tmp"],
-            "embedded, served, postgres, postgres@TREE",
+            "not a source tree of this project (no worker/__main__.py): served@/tmp",
         ),
         (["--kept", "lots"], "--kept must be comma-separated integers, not 'lots'"),
         (["--kept", "-5"], "--kept: counts of finished tasks cannot be negative"),
