@@ -16,15 +16,20 @@ docs/benchmarks.md): under the 1.3x that would pay for keeping an HTTP client of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ssl
+from collections.abc import Iterable
 from typing import Any
 
+import httpcore
 import httpx
+from httpcore import SOCKET_OPTION
 
 __all__ = [
     "KEEP_ALIVE_CONNECTIONS",
     "KEEP_ALIVE_EXPIRY_S",
+    "OneWriteRequests",
     "PlainHttpTransport",
     "http_client",
     "tls_context",
@@ -57,8 +62,6 @@ class PlainHttpTransport(httpx.AsyncHTTPTransport):
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
-        import httpcore
-
         # The parent's __init__ is the part that builds the context: its pool is built here.
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=None,
@@ -67,7 +70,105 @@ class PlainHttpTransport(httpx.AsyncHTTPTransport):
             keepalive_expiry=limits.keepalive_expiry,
             http1=True,
             http2=False,
+            network_backend=OneWriteRequests(),
         )
+
+
+class OneWriteRequests(httpcore.AsyncNetworkBackend):
+    """httpcore's own network backend (anyio's), its connections sending what is written
+    with the next read: a request's head and body leave in one write.
+
+    httpcore writes a request's head and its body separately (with a pass of the event loop
+    between), so each goes out as a TCP segment of its own: the server is woken for the head,
+    starts the request and waits for its body. In the pickup bench the served tracker read a
+    create's body 0.8 ms after its head, on two cores shared with the worker and the producer
+    (docs/benchmarks.md, "Pickup latency"). HTTP/1.1 without ``Expect: 100-continue`` (which
+    this client never sends) reads nothing before its request is written whole, so the first
+    read after the writes is where they are sent. Used for ``http://`` only (TLS connections
+    write through ``start_tls``'s stream)."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """A connection of httpcore's backend, its writes gathered (see the class)."""
+        stream = await self._backend.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        )
+        return _GatheredWrites(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """As :meth:`connect_tcp`, over a Unix socket."""
+        stream = await self._backend.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        return _GatheredWrites(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        """httpcore's backend's."""
+        await self._backend.sleep(seconds)
+
+
+class _GatheredWrites(httpcore.AsyncNetworkStream):
+    """One connection of :class:`OneWriteRequests`: writes are kept until the next read (or
+    ``start_tls``), then sent as one."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+        self._pending: list[bytes] = []
+        self._timeout: float | None = None
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Keep ``buffer`` for the next read (an empty one is nothing to send)."""
+        if buffer:
+            self._pending.append(buffer)
+            self._timeout = timeout
+
+    async def _flush(self) -> None:
+        """Send what was written, as httpcore would have: a write error is left for the read
+        that follows to meet (a server may answer a request it stopped reading)."""
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        with contextlib.suppress(httpcore.WriteError):
+            await self._stream.write(data, timeout=self._timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        """What was written goes first."""
+        await self._flush()
+        return await self._stream.read(max_bytes, timeout=timeout)
+
+    async def aclose(self) -> None:
+        """Close (what was never read after is dropped with the connection)."""
+        self._pending.clear()
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+    ) -> httpcore.AsyncNetworkStream:
+        """What was written goes first; the TLS stream writes through."""
+        await self._flush()
+        return await self._stream.start_tls(ssl_context, server_hostname, timeout)
+
+    def get_extra_info(self, info: str) -> Any:
+        """httpcore's stream's (the socket, whether it is readable: a dropped idle one)."""
+        return self._stream.get_extra_info(info)
 
 
 def http_client(
