@@ -91,6 +91,53 @@ async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server
         assert _claims_recorded(pg_server, key) == before
 
 
+async def test_idle_parked_claims_one_after_another_read_the_rail_once(
+    pg_server: PgServer,
+) -> None:
+    # An idle worker's parked claims follow each other (its idle rounds): while nothing came
+    # since the last look (no wake-up, no due time, within the look's tick) it still answers.
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        looks = idle._idle_look.looks
+        for _ in range(3):
+            assert (
+                await idle.parked_claim(
+                    "idle", "coder", 60_000, 1, 100, idempotency_key=str(uuid.uuid4())
+                )
+                == []
+            )
+        assert idle._idle_look.looks == looks + 1
+        assert idle._idle_look.looks_saved == 2
+        # Another role's parked claim looks for itself; and work that comes is leased.
+        assert await _park_for(idle, "reviewer", 100) == []
+        assert idle._idle_look.looks == looks + 2
+        task_id = await writer.create_task(new_task(pid, "new work"))
+        lease = await _leased_within(idle, WITHIN_S)
+        assert lease.task.id == task_id
+
+
+async def test_a_look_past_its_due_time_is_not_reused(pg_server: PgServer) -> None:
+    # The look saw a delayed task due in 0.6 s: a parked claim after that reads the rail again.
+    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        task_id = await writer.create_task(new_task(pid, "later", delay_ms=600))
+        assert await _park_for(idle, "coder", 100) == []  # looked: due in ~0.5 s
+        looks = idle._idle_look.looks
+        with anyio.fail_after(WITHIN_S):
+            while not (got := await _park_for(idle, "coder", 100)):
+                pass
+        assert got[0].task.id == task_id
+        assert idle._idle_look.looks > looks  # the look came due: read again, not reused
+
+
+async def _park_for(idle: PostgresTracker, role: str, wait_ms: int) -> list[Lease]:
+    return await idle.parked_claim(
+        "idle", role, 60_000, 1, wait_ms, idempotency_key=str(uuid.uuid4())
+    )
+
+
 async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -> None:
     async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)

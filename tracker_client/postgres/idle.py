@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -175,6 +176,10 @@ class IdleLook:
         #: Looks sent and claims sent on after a wake-up or a due time (tests read them).
         self.looks = 0
         self.sent_on = 0
+        #: The last look that found nothing claimable, while it still holds (:meth:`_held`).
+        self._quiet: _QuietLook | None = None
+        #: Looks a parked claim did without: the last one held (tests read it).
+        self.looks_saved = 0
 
     async def park(
         self, key: str, agent: str, role: str, wait_s: float, park_on: ParkOn
@@ -194,7 +199,17 @@ class IdleLook:
                 changes, engine = self._changes, self._engine
                 # Before the look: a NOTIFY after its snapshot moves them.
                 seen, afar = changes.seq, engine.woken_from_afar
-                recorded, claimable, due_ms = await self._look(key, agent, role)
+                held = self._held(role, agent, seen, afar)
+                looked_at = anyio.current_time()
+                if held is not None:  # nothing came since the last look: it still answers
+                    self.looks_saved += 1
+                    recorded, claimable, due_ms = False, False, held.due_ms
+                    looked_at = held.at
+                else:
+                    recorded, claimable, due_ms = await self._look(key, agent, role)
+                    self._quiet = None
+                    if not recorded and not claimable:
+                        self._quiet = _QuietLook(role, agent, seen, afar, looked_at, due_ms)
                 if stop.stopped:
                     break
                 if recorded:  # a retry of a claim sent on already: the rail replays it
@@ -202,7 +217,7 @@ class IdleLook:
                 if claimable or engine.woken_from_afar != afar:
                     return await self._send_on(park_on)
                 now = anyio.current_time()
-                until = min(deadline, now + LOOK_TICK_S)
+                until = min(deadline, looked_at + LOOK_TICK_S)
                 if due_ms is not None:
                     until = min(until, now + max(0.0, (due_ms - self._clock()) / 1000))
                 woken = await self._sleep(seen, afar, until - now, stop)
@@ -216,6 +231,26 @@ class IdleLook:
             if self._waiting.get(key) is stop:
                 del self._waiting[key]
         return []
+
+    def _held(self, role: str, agent: str, seen: int, afar: int) -> _QuietLook | None:
+        """The last look, when it still answers for a new parked claim of ``role``: it found
+        nothing claimable for the same agent, no wake-up came since (a NOTIFY, a write of this
+        instance), its due time has not come and it is younger than :data:`LOOK_TICK_S` (the
+        bound on a lease another host's quiet claim took since, as for a sleep; the sleep
+        after it ends by then). The parked claim's key is new here (one the rail knows as
+        ended was answered before the look), so no claim of it is recorded: the look's first
+        answer is known too. Each idle round's parked claim otherwise read the rail once
+        (about five per pickup in the pickup bench, docs/benchmarks.md "Pickup latency")."""
+        quiet = self._quiet
+        if quiet is None or (quiet.role, quiet.agent) != (role, agent):
+            return None
+        if (quiet.seen, quiet.afar) != (seen, afar):  # a wake-up came since
+            return None
+        if anyio.current_time() - quiet.at >= LOOK_TICK_S:
+            return None
+        if quiet.due_ms is not None and self._clock() >= quiet.due_ms:
+            return None
+        return quiet
 
     async def _send_on(self, park_on: ParkOn) -> list[Lease]:
         """Work may have come: the parked claim's one keyed claim (its first attempt; the
@@ -263,6 +298,20 @@ class IdleLook:
             stop.stopped = True
             if stop.scope is not None:
                 stop.scope.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class _QuietLook:
+    """A look that found nothing claimable: for whom, the wake-up counts it saw, when it was
+    taken (``anyio.current_time()``) and the earliest time time alone may make work
+    claimable (the rail's clock, ms; None: none)."""
+
+    role: str
+    agent: str
+    seen: int
+    afar: int
+    at: float
+    due_ms: int | None
 
 
 class _Woken(enum.Enum):
