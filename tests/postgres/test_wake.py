@@ -275,3 +275,23 @@ async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothi
     finally:
         await idle.aclose()
         await writer.aclose()
+
+
+async def test_a_stopped_listener_ends_without_waiting_out_its_poll(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While the event loop reads the socket, the listener's thread waits for the connection to
+    # be lost, looking at its stop flag once per poll: a stop must end that wait at once (a
+    # stopping worker joined the thread for up to a poll, 0.5 s of every PostgreSQL worker's
+    # exit). With the poll at 60 s, only a stop that wakes the thread ends within the bound.
+    from tracker_client.postgres import wake
+
+    monkeypatch.setattr(wake, "_POLL_S", 60.0)
+    channel = wake.channel_name(schema_name(f"stop-{uuid.uuid4()}"))
+    listener = wake.Listener(pg_server.url, channel, "instance", lambda: None)
+    with anyio.fail_after(15):
+        while not listener.healthy:  # connected and LISTENing, the loop reading its socket
+            await anyio.sleep(0.02)
+    join = listener.stop()
+    await anyio.to_thread.run_sync(join, 15.0)
+    assert not listener._thread.is_alive()

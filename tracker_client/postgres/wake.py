@@ -178,4 +178,5 @@ class Listener:
         returns its ``join`` (to run on a worker thread)."""
         self._detach()
         self._stop.set()
+        self._lost.set()  # the thread's wait on the loop's reading ends now, not a poll later
         return self._thread.join
