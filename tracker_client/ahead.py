@@ -165,6 +165,15 @@ class ClaimAhead:
         self._last_claim = time.monotonic()
         return True
 
+    def holds(self, agent: str, role: str, ttl_ms: int) -> bool:
+        """Whether leases for ``agent``, ``role`` and ``ttl_ms`` are kept, or a claim ahead
+        of them is in flight (a caller about to wait for work takes them first)."""
+        return (
+            self.enabled
+            and self._who == (agent, role, ttl_ms)
+            and (bool(self._kept) or self._flying is not None)
+        )
+
     def take(self, n: int) -> list[Kept]:
         """Up to ``n`` kept leases, oldest first (an expired-by-age one is set aside)."""
         out: list[Kept] = []

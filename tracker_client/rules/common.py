@@ -83,6 +83,9 @@ class Options:
     retention_days: int = 30
     #: The rail's default retry policy (built-in default overridden by ``retry_*`` options).
     retry: RetryDefaults = BUILTIN
+    #: A worker draining a role gets its batch after next claimed with its reports
+    #: (``tracker_client/ahead.py``; the embedded tracker's ``claim_ahead`` option).
+    claim_ahead: bool = True
 
     def cap_for(self, role: str) -> int:
         """The effective backlog cap of ``role`` (0 = unlimited)."""

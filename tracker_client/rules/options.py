@@ -88,6 +88,16 @@ def _retention(value: Any) -> int:
     return days
 
 
+def _on_off(name: str, value: Any) -> bool:
+    """``on``/``off`` (a URL's text) or a bool (a keyword option)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("on", "off"):
+        raise ConfigError(f"embedded tracker option {name}: expected on or off, got {value!r}")
+    return text == "on"
+
+
 def parse_options(options: Mapping[str, Any]) -> Options:
     """Build :class:`Options` from keyword/URL options; ``ConfigError`` names what is wrong."""
     known = {
@@ -99,6 +109,7 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         "idempotency_ttl_s",
         "poll_interval_s",
         "retention_days",
+        "claim_ahead",
         *_RETRY,
     }
     unknown = sorted(set(options) - known)
@@ -122,6 +133,7 @@ def parse_options(options: Mapping[str, Any]) -> Options:
         idempotency_ttl_s=_int("idempotency_ttl_s", options.get("idempotency_ttl_s", 86_400), 0),
         poll_interval_s=_float("poll_interval_s", options.get("poll_interval_s", 0.05)),
         retention_days=_retention(options.get("retention_days", 30)),
+        claim_ahead=_on_off("claim_ahead", options.get("claim_ahead", "on")),
         retry=BUILTIN.merged(
             parse_retry(
                 {k: v for k, v in options.items() if k in _RETRY},
