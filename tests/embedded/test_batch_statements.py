@@ -28,7 +28,9 @@ DONE = {"trigger": "complete"}
 
 
 async def _seeded(path: Path, n: int) -> EmbeddedTracker:
-    tracker = await EmbeddedTracker.open(str(path))
+    # without claiming ahead: these tests pair a worker's reports with the claim it sends
+    # (tests/embedded/test_claim_ahead.py has the claim riding with them)
+    tracker = await EmbeddedTracker.open(str(path), claim_ahead="off")
     pid = await tracker.create_pipeline("p", PIPE)
     await tracker.create_tasks([TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(n)])
     return tracker

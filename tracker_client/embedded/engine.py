@@ -67,6 +67,10 @@ class SqliteEngine:
         self.woken = 0
         #: The cross-process wake-up sockets (none for an in-memory rail: one connection).
         self.wake: WakeSockets | None = None if db.path == ":memory:" else WakeSockets(db.path)
+        #: Whether a write of :data:`PARKED_WRITES` waits for the next write now (the
+        #: tracker's: not while its worker's claims are answered from leases claimed ahead,
+        #: when no claim comes to share the commit).
+        self.pairing: Callable[[], bool] = _always
 
     @property
     def statements(self) -> Statements:
@@ -109,7 +113,7 @@ class SqliteEngine:
                     wake.pending = True
             return result
 
-        park = where in PARKED_WRITES
+        park = where in PARKED_WRITES and self.pairing()
         if wake is None:
             return await db.run_write(body, where, committed, park=park)
 
@@ -222,6 +226,10 @@ class SqliteEngine:
         changed = signature != self._wal_signature
         self._wal_signature = signature
         return changed
+
+
+def _always() -> bool:
+    return True
 
 
 class _Seen:
