@@ -174,6 +174,11 @@ class ClaimAhead:
             and (bool(self._kept) or self._flying is not None)
         )
 
+    def gave_back(self) -> None:
+        """The agent gave a lease back (a release: shutting down, a parked claim cancelled):
+        its reports claim nothing ahead until it claims again."""
+        self._last_claim = -1e9
+
     def take(self, n: int) -> list[Kept]:
         """Up to ``n`` kept leases, oldest first (an expired-by-age one is set aside)."""
         out: list[Kept] = []
