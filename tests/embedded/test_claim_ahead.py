@@ -165,6 +165,23 @@ async def test_a_parked_claim_takes_the_kept_leases_without_a_write(tmp_path: Pa
     assert "BEGIN IMMEDIATE" not in ran
 
 
+async def test_a_release_stops_claiming_ahead_until_the_agent_claims_again(
+    tmp_path: Path,
+) -> None:
+    """A stopping worker gives its runs back: its last reports must not lease those tasks
+    (nor others) again for it."""
+    tracker, leases = await _rail(tmp_path / "rail.db", 9)
+    try:
+        await tracker.release(leases[0], "worker_shutdown")
+        await tracker.finish_many(_items(leases[1:]))
+        assert _leased(tracker) == set()
+        again = await tracker.claim_many("a", "coder", 60_000, 3)
+        await tracker.finish_many(_items(again))
+        assert _leased(tracker)  # claiming again: its reports claim ahead again
+    finally:
+        await tracker.aclose()
+
+
 async def test_keyed_claims_are_never_claimed_ahead_for(tmp_path: Path) -> None:
     """A caller whose answers can be lost keys its claims (a served rail's client): its
     reports claim nothing for it."""

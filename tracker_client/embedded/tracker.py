@@ -23,14 +23,14 @@ import anyio
 import anyio.lowlevel
 
 from tracker_client.ahead import ClaimAhead, Kept
-from tracker_client.capabilities import EMBEDDED, Capabilities
+from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
 from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, per_state_of
 from tracker_client.contract.extensions import EXTENSIONS
 from tracker_client.contract.parked_models import check_parked
 from tracker_client.embedded.db import Database
 from tracker_client.embedded.engine import SqliteEngine
 from tracker_client.errors import ConfigError, TrackerError
-from tracker_client.models import Lease
+from tracker_client.models import Lease, ReleaseResult
 from tracker_client.rules.claim_many import check_n
 from tracker_client.rules.claims import check_ttl
 from tracker_client.rules.engine import Clock, wall_ms
@@ -167,6 +167,19 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         # failed: nothing claimed, the next claim_many claims for itself
         with contextlib.suppress(TrackerError):
             into.extend(await Rail.claim_many(self, agent, role, ttl_ms, n))
+
+    async def release(
+        self,
+        lease: LeaseRef,
+        reason: str = "worker_shutdown",
+        *,
+        idempotency_key: str | None = None,
+    ) -> ReleaseResult:
+        """Give the lease's task back (:meth:`Rail.release`); the agent's reports claim
+        nothing ahead until it claims again (a stopping worker's reports would lease the
+        tasks it is giving back)."""
+        self._ahead.gave_back()
+        return await super().release(lease, reason, idempotency_key=idempotency_key)
 
     async def parked_claim(
         self,
