@@ -9,8 +9,10 @@ cycle). Phase 2: one process, ``--slots`` concurrent loops on one tracker, as a 
 with that many slots (their writes share commits). Phase 3: ``--processes`` processes, one
 sequential loop each, on one file. Phase 4 (``--batch N``, 0 to skip): a worker's batches,
 ``claim_many`` of N and one ``finish_many`` of their plain transitions, the next claim sent a
-pass after the reports (as a worker's claimer sends it); it prints the database thread's own
-CPU per task and the statements and commits per task (counted in a second, traced run).
+pass after the reports (as a worker's claimer sends it; the rail claims ahead as it does for a
+worker: the reports also claim the batch after next, and a claim is answered from those); it
+prints the database thread's own CPU per task and the statements and commits per task
+(counted in a second, traced run).
 Phases 1-3 print cycles/s and p50/p99 per operation (milliseconds) and the CPU per cycle
 (phase 3: of the child processes, start-up included);
 ``--synchronous FULL`` measures power-loss durability. A benchmark, not a test: it asserts
