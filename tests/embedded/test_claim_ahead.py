@@ -82,7 +82,12 @@ async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_w
     assert all(isinstance(o, FinishResult) for o in done)
 
 
-async def test_closing_the_rail_releases_the_kept_leases_uncounted(tmp_path: Path) -> None:
+async def test_closing_the_rail_withdraws_the_kept_leases_without_a_trace(
+    tmp_path: Path,
+) -> None:
+    """A lease no claim took is withdrawn: no run of it stays, nothing is counted, and the
+    task's next run is its first attempt (an executor never sees attempt 2 of a task whose
+    attempt 1 never ran)."""
     path = tmp_path / "rail.db"
     tracker, leases = await _rail(path, 9)
     await tracker.finish_many(_items(leases))
@@ -93,16 +98,18 @@ async def test_closing_the_rail_releases_the_kept_leases_uncounted(tmp_path: Pat
     try:
         for task_id in kept:
             detail = await other.get_task(task_id)
-            assert detail.latest_run is not None and detail.latest_run.status == "released"
+            assert detail.latest_run is None
             assert detail.stale_streak == 0 and detail.dead_letter_reason is None
-        # claimable again at once, by anyone
+            assert await other.list_runs(task_id) == []
+        # claimable again at once, by anyone, as their first attempt
         again = await other.claim_many("b", "coder", 60_000, 6, idempotency_key="b1")
         assert {x.task.id for x in again} == kept
+        assert {x.run.attempt for x in again} == {1}
     finally:
         await other.aclose()
 
 
-async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fresh(
+async def test_a_kept_lease_that_waits_too_long_is_withdrawn_and_work_claimed_fresh(
     tmp_path: Path,
 ) -> None:
     tracker, leases = await _rail(tmp_path / "rail.db", 12)
@@ -112,14 +119,31 @@ async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fre
         tracker._ahead.max_age_s = 0.0  # every kept lease is now too old
         nxt = await tracker.claim_many("a", "coder", 60_000, 3)
         assert len(nxt) == 3
-        for task_id in kept:  # each kept lease was released (its task claimable again)
-            runs = await tracker.list_runs(task_id)
-            assert runs[0].status == "released"
-        # the new leases are new runs (the released tasks come first again: best first)
+        for task_id in kept - {x.task.id for x in nxt}:  # withdrawn, claimable again
+            assert await tracker.list_runs(task_id) == []
+        # the new leases are fresh runs of their first attempt (the withdrawn tasks come
+        # first again: best first)
         for lease in nxt:
             runs = await tracker.list_runs(lease.task.id)
-            assert [r.status for r in runs] == ["released", "running"]
-            assert runs[-1].id == lease.run.id
+            assert [(r.status, r.attempt) for r in runs] == [("running", 1)]
+            assert runs[0].id == lease.run.id
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_lease_that_moved_on_is_not_withdrawn(tmp_path: Path) -> None:
+    """Withdrawing checks the lease is still as claimed: one cancelled meanwhile stays as
+    the cancel left it."""
+    tracker, leases = await _rail(tmp_path / "rail.db", 9)
+    try:
+        await tracker.finish_many(_items(leases))
+        kept = sorted(_leased(tracker))
+        await tracker.cancel(kept[0])
+        tracker._ahead.max_age_s = 0.0
+        await tracker.claim_many("a", "coder", 60_000, 3)
+        runs = await tracker.list_runs(kept[0])
+        assert [r.status for r in runs] == ["cancelled"]
+        assert (await tracker.get_task(kept[0])).dead_letter_reason is not None
     finally:
         await tracker.aclose()
 

@@ -9,7 +9,10 @@ the same commit, and its next ``claim_many`` is answered from those leases witho
 worker's runs then no longer wait for the database thread's transaction between batches: they
 overlap it (a 1-process drain's throughput was bounded by that wait: 100 us more per batch on
 the database thread, GIL held or not, cost ~12-16 % of tasks/s; docs/benchmarks.md). A caller
-that keys its claims (a served rail's clients) is never claimed ahead for.
+that keys its claims (a served rail's clients) is never claimed ahead for. A kept lease no
+claim takes (at close, after 1 s, when another agent, role or TTL claims) is withdrawn, not
+released: no run of it is left and the task's next run is the attempt it would have been, so
+an executor never sees attempt 2 of a task whose attempt 1 never ran.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import anyio
 import anyio.lowlevel
 
 from tracker_client.ahead import ClaimAhead, Kept
-from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseRef
+from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseHandle, LeaseRef
 from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, per_state_of
 from tracker_client.contract.extensions import EXTENSIONS
 from tracker_client.contract.parked_models import check_parked
@@ -32,10 +35,11 @@ from tracker_client.embedded.engine import SqliteEngine
 from tracker_client.errors import ConfigError, TrackerError
 from tracker_client.models import Lease, ReleaseResult
 from tracker_client.rules.claim_many import check_n
-from tracker_client.rules.claims import check_ttl
+from tracker_client.rules.claims import check_ttl, withdraw
 from tracker_client.rules.engine import Clock, wall_ms
 from tracker_client.rules.options import parse_options
 from tracker_client.rules.rail import Rail
+from tracker_client.rules.runs import token_hash
 from tracker_client.sweeps import SweepCounts
 
 __all__ = ["EmbeddedTracker"]
@@ -109,7 +113,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
             # kept leases this call does not take (another agent or TTL stopped claiming
             # ahead; or too old): given back first, claimable by this very claim
             ahead.expire()
-            await ahead.release_unwanted(self.release)
+            await ahead.release_unwanted(self._withdraw)
             return await super().claim_many(
                 agent_id,
                 agent_role,
@@ -124,7 +128,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
             await ahead.flying.wait()
             got += _leases(ahead.take(n - len(got)))
             waited = True
-        await ahead.release_unwanted(self.release)
+        await ahead.release_unwanted(self._withdraw)
         if len(got) == n or (waited and ahead.came_short):
             return got
         try:
@@ -155,7 +159,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
                 # claim waiting for these leases does; and a lease granted is never dropped
                 ahead.landed((agent, role, ttl_ms), n, leases)
         if ahead.expire():  # kept too long while the worker reported: claimable again
-            await ahead.release_unwanted(self.release)
+            await ahead.release_unwanted(self._withdraw)
         return out
 
     async def _claim_ahead(
@@ -167,6 +171,15 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         # failed: nothing claimed, the next claim_many claims for itself
         with contextlib.suppress(TrackerError):
             into.extend(await Rail.claim_many(self, agent, role, ttl_ms, n))
+
+    async def _withdraw(self, lease: LeaseHandle, reason: str) -> bool:
+        """Give back a lease claimed ahead that no claim took (``reason``: why, for the
+        interface :meth:`ClaimAhead.release_unwanted` calls): withdrawn, not released, so it
+        leaves no run and the task's next run is the attempt it would have been
+        (:func:`~tracker_client.rules.claims.withdraw`). False: the lease had moved on."""
+        digest = token_hash(lease.lease_token.get_secret_value())
+        run_id = lease.run_id
+        return await self._write("withdraw", lambda c: withdraw(c, run_id, digest))
 
     async def release(
         self,
@@ -219,7 +232,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         """Release the leases claimed ahead that no claim took, then close the rail."""
         ahead = self._ahead
         ahead.close()
-        await ahead.release_unwanted(self.release)
+        await ahead.release_unwanted(self._withdraw)
         await super().aclose()
 
     async def capabilities(self) -> Capabilities:

@@ -19,7 +19,7 @@ from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoi
 from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
-from tracker_client.rules.runs import check_lease, dead_letter, hand_out, token_hash
+from tracker_client.rules.runs import check_lease, dead_letter, forget, hand_out, token_hash
 
 if TYPE_CHECKING:
     import sqlite3
@@ -37,6 +37,7 @@ __all__ = [
     "reclaim_expired",
     "reissue",
     "started_run",
+    "withdraw",
 ]
 
 #: Leases last 1 ms .. 24 h.
@@ -415,6 +416,20 @@ def lease_all(
             _handed(ctx, task, parsed, run_id, lease_id, token, attempt, agent_id, role, expires)
         )
     return out
+
+
+def withdraw(ctx: Ctx, run_id: str, token_sha256: str) -> bool:
+    """Undo a lease that was claimed but never handed out (a claim ahead no claim took, on
+    the embedded rail): the task as if it had not been claimed, its attempt count back, and
+    the run no executor saw gone, so the task's next run is the attempt its executor expects.
+    Only while the lease is still as claimed (its run, token and attempt); False otherwise,
+    nothing written (the lease moved on: lapsed, cancelled)."""
+    moved = ctx.exec("claims.withdraw_lease", {"run": run_id, "digest": token_sha256})
+    if moved.rowcount != 1:
+        return False
+    ctx.exec("claims.withdraw_run", (run_id,))
+    forget(run_id)
+    return True
 
 
 def heartbeat(

@@ -39,6 +39,7 @@ __all__ = [
     "dead_letter",
     "dead_letter_if_upstream_dead",
     "fail",
+    "forget",
     "hand_out",
     "plain_move",
     "token_hash",
@@ -262,6 +263,11 @@ def hand_out(ctx: Ctx, run_id: str, row: Any, digest: str) -> None:
         None if version is None else int(version),
         digest,
     )
+
+
+def forget(run_id: str) -> None:
+    """Forget the lease of ``run_id`` handed out here (:func:`hand_out`): it ended otherwise."""
+    _HELD.pop(run_id, None)
 
 
 class StaleLease(Exception):
