@@ -18,6 +18,7 @@ an executor never sees attempt 2 of a task whose attempt 1 never ran.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
@@ -25,7 +26,7 @@ from typing import Any, Self
 import anyio
 import anyio.lowlevel
 
-from tracker_client.ahead import ClaimAhead, Kept
+from tracker_client.ahead import AHEAD_RELEASED, ClaimAhead, Kept
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseHandle, LeaseRef
 from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, per_state_of
 from tracker_client.contract.extensions import EXTENSIONS
@@ -43,6 +44,8 @@ from tracker_client.rules.runs import token_hash
 from tracker_client.sweeps import SweepCounts
 
 __all__ = ["EmbeddedTracker"]
+
+log = logging.getLogger("backlog_worker.tracker")
 
 
 #: What the embedded rail declares: :data:`~tracker_client.capabilities.EMBEDDED`'s powers and
@@ -89,6 +92,8 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         return tracker
 
     _ahead: ClaimAhead
+    #: Leases given back through :meth:`release` (claims ahead in flight compare it).
+    _gave = 0
 
     async def claim_many(
         self,
@@ -150,24 +155,34 @@ class EmbeddedTracker(Rail[SqliteEngine]):
             agent, role, ttl_ms, n = wanted
             ahead.started()
             leases: list[Lease] = []
+            gave = self._gave
             try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._claim_ahead, agent, role, ttl_ms, n, leases)
+                    tg.start_soon(self._claim_ahead, agent, role, ttl_ms, n, leases, gave)
                     out = await super().finish_many(items)
             finally:
                 # here, not in the claim's task: the reports' caller hears back before a
-                # claim waiting for these leases does; and a lease granted is never dropped
-                ahead.landed((agent, role, ttl_ms), n, leases)
+                # claim waiting for these leases does; and a lease granted is never dropped.
+                # The agent gave a lease back meanwhile (it is stopping): none is kept.
+                stale = self._gave != gave
+                ahead.landed((agent, role, ttl_ms), n, [] if stale else leases)
+                if stale and leases:
+                    with anyio.CancelScope(shield=True):
+                        for lease in leases:
+                            await self._withdraw_quietly(lease)
         if ahead.expire():  # kept too long while the worker reported: claimable again
             await ahead.release_unwanted(self._withdraw)
         return out
 
     async def _claim_ahead(
-        self, agent: str, role: str, ttl_ms: int, n: int, into: list[Lease]
+        self, agent: str, role: str, ttl_ms: int, n: int, into: list[Lease], gave: int
     ) -> None:
         """A claim of ``n`` into ``into``, sent a pass after the reports it rides with (they
-        wait for it: one commit)."""
+        wait for it: one commit); none when the agent gave a lease back since the reports
+        came (``gave``: :attr:`_gave` then): it is stopping."""
         await anyio.lowlevel.checkpoint()
+        if self._gave != gave:
+            return
         # failed: nothing claimed, the next claim_many claims for itself
         with contextlib.suppress(TrackerError):
             into.extend(await Rail.claim_many(self, agent, role, ttl_ms, n))
@@ -181,6 +196,13 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         run_id = lease.run_id
         return await self._write("withdraw", lambda c: withdraw(c, run_id, digest))
 
+    async def _withdraw_quietly(self, lease: Lease) -> None:
+        """:meth:`_withdraw`; one that fails is left to the lease's TTL (logged at debug)."""
+        try:
+            await self._withdraw(lease.ref, AHEAD_RELEASED)
+        except TrackerError as exc:
+            log.debug("a lease claimed ahead was not withdrawn: %s", exc)
+
     async def release(
         self,
         lease: LeaseRef,
@@ -191,6 +213,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         """Give the lease's task back (:meth:`Rail.release`); the agent's reports claim
         nothing ahead until it claims again (a stopping worker's reports would lease the
         tasks it is giving back)."""
+        self._gave += 1  # before the release is queued: a claim ahead not sent yet sees it
         self._ahead.gave_back()
         return await super().release(lease, reason, idempotency_key=idempotency_key)
 
