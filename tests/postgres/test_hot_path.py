@@ -193,17 +193,19 @@ async def test_dependents_are_claimed_once_their_upstreams_finish_concurrently(
         downs = await first.create_tasks(
             [new_task(pid, f"down{i}", dependencies=[ups[i], ups[(i + 1) % 20]]) for i in range(20)]
         )
-        done: dict[str, set[str]] = {}
+        # Each task's id goes in before its transition is sent: the transition commits before
+        # its caller resumes, and another agent's claim of a dependent can come in between.
+        finishing: set[str] = set()
         got: list[str] = []
 
         async def drain(tracker: Any, agent: str) -> None:
             while (lease := await tracker.claim(agent, "coder", 60_000)) is not None:
                 if lease.task.id in downs:
                     i = downs.index(lease.task.id)
-                    assert {ups[i], ups[(i + 1) % 20]} <= done["up"]
+                    assert {ups[i], ups[(i + 1) % 20]} <= finishing
                 got.append(lease.task.id)
+                finishing.add(lease.task.id)
                 await tracker.transition(lease, "complete")
-                done.setdefault("up", set()).add(lease.task.id)
 
         async with anyio.create_task_group() as tg:
             for n in range(3):
