@@ -9,13 +9,14 @@ CPU and the rail's write alternate, neither overlapping the other (measured on P
 PgQueuer overlaps them by holding up to twice its batch picked (docs/benchmarks.md,
 "PostgreSQL rail").
 
-This module is the bookkeeping both rails that do it share, with no new operation on the
+This module is the bookkeeping the rails that do it share, with no new operation on the
 wire: while one instance's worker drains a role (its ``claim_many`` calls come within
 :data:`BUSY_S` of each other), a ``finish_many`` of the runs it leased also claims, in the same
 write, as many leases as the last ``claim_many`` asked for, and :class:`ClaimAhead` keeps them.
 The PostgreSQL rail claims in the report's statement and transaction (``bw_finish_claim_tx``,
 :mod:`tracker_client.postgres.pairing`); the served rail's client in the report's request
-(extension ``finish_claim``, :mod:`tracker_client.nulltickets.ahead`). The next ``claim_many``
+(extension ``finish_claim``, :mod:`tracker_client.nulltickets.ahead`); the embedded rail in the
+report's commit (:mod:`tracker_client.embedded.tracker`). The next ``claim_many``
 for the same agent, role and TTL is answered from them at once, without a round trip, and the
 runs start while the next reports and claim are being written. A ``claim_many`` that finds none
 kept while such a claim is in flight waits for it instead of sending its own.
@@ -32,7 +33,8 @@ ends, and the worker's own clock keeps the earlier of that and its own count,
 docs/guarantees/worker.md). It is handed out within :data:`MAX_AGE_S` or not at all: an
 older one is released at the worker's next claim or report, and every one still kept when the
 rail closes or stops claiming ahead is released (the run ends ``released``, nothing counted:
-the task is claimable again at once). A worker claiming one lease at a time (its last
+the task is claimable again at once; the embedded rail withdraws it instead, leaving no run and
+the attempt count as it was). A worker claiming one lease at a time (its last
 ``claim_many`` asked for one) is not claimed ahead for, but takes what is kept. A process
 killed meanwhile leaves them to expire with the TTL, as it leaves the leases of its runs.
 
@@ -69,6 +71,7 @@ __all__ = [
     "ClaimAhead",
     "Granted",
     "Kept",
+    "leases_of",
 ]
 
 #: A ``claim_many`` this recent makes the role's worker busy: its next reports claim ahead.
@@ -109,6 +112,12 @@ class Granted(NamedTuple):
 
 #: A kept lease: granted (its ``Lease`` not built yet) or built (given back by a call).
 Kept = Granted | Lease
+
+
+async def leases_of(kept: Sequence[Kept]) -> list[Lease]:
+    """Kept leases of a rail whose claim ahead keeps each as its claim built it (the embedded
+    rail's, the served client's): no :class:`Granted` to build."""
+    return [lease for lease in kept if isinstance(lease, Lease)]
 
 
 class ClaimAhead:
@@ -194,6 +203,22 @@ class ClaimAhead:
         if len(out) < n:
             self._short = True
         return out
+
+    async def take_waiting(
+        self, n: int, build: Callable[[list[Kept]], Awaitable[list[Lease]]] | None = None
+    ) -> tuple[list[Lease], bool]:
+        """Up to ``n`` kept leases, built by ``build`` (default: :func:`leases_of`), waiting
+        for the claim ahead in flight while fewer are kept; and whether they answer the call:
+        all ``n``, or the claim waited for found the role drained just now (else the caller
+        claims the rest itself). Every rail that claims ahead answers its ``claim_many`` so."""
+        make = build or leases_of
+        got = await make(self.take(n))
+        waited = False
+        while len(got) < n and self._flying is not None:
+            await self._flying.wait()
+            got += await make(self.take(n - len(got)))
+            waited = True
+        return got, len(got) == n or (waited and self._came_short)
 
     def answered(self, key: str | None, fp: str, leases: list[Lease]) -> None:
         """A call under ``key`` was answered ``leases``, some of them kept ones: a replay

@@ -26,7 +26,7 @@ from typing import Any, Self
 import anyio
 import anyio.lowlevel
 
-from tracker_client.ahead import AHEAD_RELEASED, ClaimAhead, Kept
+from tracker_client.ahead import AHEAD_RELEASED, ClaimAhead
 from tracker_client.capabilities import EMBEDDED, Capabilities, LeaseHandle, LeaseRef
 from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, per_state_of
 from tracker_client.contract.extensions import EXTENSIONS
@@ -127,14 +127,9 @@ class EmbeddedTracker(Rail[SqliteEngine]):
                 concurrency=concurrency,
                 idempotency_key=idempotency_key,
             )
-        got = _leases(ahead.take(n))
-        waited = False
-        while len(got) < n and ahead.flying is not None:
-            await ahead.flying.wait()
-            got += _leases(ahead.take(n - len(got)))
-            waited = True
+        got, done = await ahead.take_waiting(n)
         await ahead.release_unwanted(self._withdraw)
-        if len(got) == n or (waited and ahead.came_short):
+        if done:
             return got
         try:
             found = await super().claim_many(agent_id, agent_role, lease_ttl_ms, n - len(got))
@@ -278,12 +273,3 @@ def _plain(agent: Any, role: Any, ttl_ms: Any, n: Any) -> bool:
     except TrackerError:
         return False
     return True
-
-
-def _leases(kept: list[Kept]) -> list[Lease]:
-    """Kept leases: this rail keeps each as the claim built it."""
-    out: list[Lease] = []
-    for lease in kept:
-        assert isinstance(lease, Lease)
-        out.append(lease)
-    return out

@@ -140,13 +140,8 @@ class ClaimingAhead:
                     idempotency_key=key,
                 )
             )  # fmt: skip
-            got = self._leases(book.take(n))
-            waited = False
-            while len(got) < n and book.flying is not None:
-                await book.flying.wait()
-                got += self._leases(book.take(n - len(got)))
-                waited = True
-            if len(got) == n or (waited and book.came_short):
+            got, done = await book.take_waiting(n)
+            if done:
                 # all asked for, or the claim waited for found the role drained just now
                 await self.give_back()
                 if got:
@@ -229,10 +224,6 @@ class ClaimingAhead:
             if run is not None and run.id == lease.run_id and run.status == "running":
                 live.append(lease)
         return live
-
-    @staticmethod
-    def _leases(kept: Sequence[object]) -> list[Lease]:
-        return [lease for lease in kept if isinstance(lease, Lease)]
 
     async def give_back(self) -> None:
         """Release the kept leases no ``claim_many`` took: the run ends ``released``, nothing

@@ -446,16 +446,11 @@ class PostgresTracker(Rail[PgEngine]):
                     [agent_id, agent_role, lease_ttl_ms, k, {}],
                 )
             )  # fmt: skip
-            got = await self._built(ahead.take(n))
-            waited = False
-            while len(got) < n and ahead.flying is not None:
-                await ahead.flying.wait()
-                got += await self._built(ahead.take(n - len(got)))
-                waited = True
+            got, done = await ahead.take_waiting(n, self._built)
             await self._give_back_unwanted()
             if got:
                 ahead.answered(idempotency_key, fingerprint(args), got)
-            if len(got) == n or (waited and ahead.came_short):
+            if done:
                 # all asked for, or the claim waited for found the role drained just now
                 if len(got) < n:
                     await self._engine.waiters.claimed_short()
