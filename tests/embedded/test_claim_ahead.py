@@ -18,19 +18,13 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.embedded.test_batch_statements import DONE, PIPE
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.errors import ConfigError
 from tracker_client.models import Lease, TaskCreate
 
 pytestmark = pytest.mark.anyio
-
-PIPE = {
-    "initial": "todo",
-    "states": {"todo": {"agent_role": "coder"}, "done": {"terminal": True}},
-    "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
-}
-DONE = {"trigger": "complete"}
 
 
 async def _rail(path: Path, tasks: int, **options: Any) -> tuple[EmbeddedTracker, list[Lease]]:
