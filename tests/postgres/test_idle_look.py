@@ -76,6 +76,24 @@ async def _leased_within(idle: PostgresTracker, bound_s: float, role: str = "cod
     return leases[0]
 
 
+@asynccontextmanager
+async def _parked_in_background(
+    idle: PostgresTracker, bound_s: float
+) -> AsyncIterator[list[Lease]]:
+    """The idle worker's parked claims sent in the background until one answers a lease
+    (:func:`_leased_within` ``bound_s``); the block starts once they are parked and asleep, and
+    the list yielded holds the lease when the block has ended."""
+    got: list[Lease] = []
+    async with anyio.create_task_group() as tg:
+
+        async def park() -> None:
+            got.append(await _leased_within(idle, bound_s))
+
+        tg.start_soon(park)
+        await anyio.sleep(0.3)  # parked, asleep
+        yield got
+
+
 async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server: PgServer) -> None:
     key = f"look-{uuid.uuid4()}"
     async with _pair(key) as (idle, writer):
@@ -142,14 +160,7 @@ async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -
     async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
-        async with anyio.create_task_group() as tg:
-            got: list[Lease] = []
-
-            async def park() -> None:
-                got.append(await _leased_within(idle, WITHIN_S + 1))
-
-            tg.start_soon(park)
-            await anyio.sleep(0.3)  # parked, asleep
+        async with _parked_in_background(idle, WITHIN_S + 1) as got:
             start = anyio.current_time()
             task_id = await writer.create_task(new_task(pid, "new work"))
         assert anyio.current_time() - start < WITHIN_S
@@ -200,15 +211,8 @@ async def test_an_upstream_task_finishing_releases_its_dependent(pg_server: PgSe
         assert lease.task.id == upstream
         dependent = await writer.create_task(new_task(pid, "second", dependencies=[upstream]))
         await _settle(idle)
-        async with anyio.create_task_group() as tg:
-            got: list[Lease] = []
-
-            async def park() -> None:
-                got.append(await _leased_within(idle, WITHIN_S + 1))
-
-            tg.start_soon(park)
-            await anyio.sleep(0.3)  # parked: nothing claimable (its upstream runs)
-            assert not got
+        async with _parked_in_background(idle, WITHIN_S + 1) as got:
+            assert not got  # parked: nothing claimable (its upstream runs)
             await writer.transition(lease, "complete")
         assert got[0].task.id == dependent
 
@@ -247,14 +251,7 @@ async def test_a_lost_listener_sends_the_parked_claim_back_to_claiming(pg_server
     async with _pair(key) as (idle, writer):
         pid = await make_pipeline(writer)
         await _settle(idle)
-        async with anyio.create_task_group() as tg:
-            got: list[Lease] = []
-
-            async def park() -> None:
-                got.append(await _leased_within(idle, WITHIN_S + 2))
-
-            tg.start_soon(park)
-            await anyio.sleep(0.3)
+        async with _parked_in_background(idle, WITHIN_S + 2) as got:
             with psycopg.connect(pg_server.url, autocommit=True) as conn:
                 conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",

@@ -21,11 +21,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from pydantic import SecretStr
 
 from tests.faultproxy import FaultProxy, Hang
+from tests.remote.test_finish_claim import Counted
 from tests.worker.daemonkit import clean_env, leased, python_config, serve_tracker
 from tracker_client.capabilities import LeaseHandle
 from tracker_client.contract.batch_models import FinishItem, FinishResult
@@ -37,21 +37,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 30_000
-
-
-class Counted(httpx.AsyncBaseTransport):
-    """httpx's own transport (real HTTP), counting the requests by path."""
-
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.paths: list[str] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.paths.append(request.url.path)
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.fixture
