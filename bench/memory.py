@@ -40,7 +40,8 @@ SIGTERM once all are done:
    anonymous and file-backed RSS (``/proc/<pid>/smaps_rollup``, read once all tasks are done)
    are printed too, and its peak by part (:data:`PARTS`): the modules it imported, loaded part
    by part into a fresh interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this
-   project), the rest of its peak being what it allocated while running.
+   project), the rest of its peak being what it allocated while running; with each part's CPU
+   ms to import (the median of a few such interpreters), start-up's cost by library.
 
 The floor is printed per rail: a fresh interpreter of the same venv loading only what any
 worker of ours needs whatever its own code does (:data:`_FLOOR_CHILD`).
@@ -168,9 +169,15 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("this project", ("worker", "tracker_client", "plugins")),
 )
 
+#: How many fresh interpreters :func:`_parts` times (CPU is noisy on a shared machine).
+PART_RUNS = 5
+
 #: Imports a worker's modules (the order file of a clean run) part by part into a fresh
-#: interpreter and prints each part's RSS growth as JSON; names the worker marked absent stay so.
+#: interpreter and prints each part's RSS growth and CPU ms as JSON (the interpreter's own: its
+#: RSS and CPU before the first import); names the worker marked absent stay so.
 _PARTS_CHILD = """
+import time
+cpu_at_start = time.process_time()  # the interpreter's own start-up, before any import here
 import importlib, json, sys
 root, order_file, parts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 sys.path.insert(0, root)
@@ -182,10 +189,10 @@ for name, absent in order:
     if absent:
         sys.modules[name] = None
 names = [n for n, absent in order if not absent and n not in ("__main__", "bench_memory_noop")]
-out = [["interpreter", rss_kib()]]
+out = [["interpreter", rss_kib(), cpu_at_start * 1000]]
 project = tuple(parts[-1][1])
 for label, tops in parts:
-    before = rss_kib()
+    before, began = rss_kib(), time.process_time()
     for name in names:
         top = name.split(".")[0]
         if tops and top not in tops or not tops and top in project:
@@ -198,7 +205,7 @@ for label, tops in parts:
             import pydantic
             class _pm(pydantic.BaseModel):  # the model machinery, as the first model builds it
                 x: int = 0
-    out.append([label, rss_kib() - before])
+    out.append([label, rss_kib() - before, (time.process_time() - began) * 1000])
 print(json.dumps(out))
 """
 
@@ -445,12 +452,22 @@ def _warm(python: str, root: Path) -> None:
     )
 
 
-def _parts(python: str, root: Path, order: Path) -> list[tuple[str, float]]:
-    """(part, MiB) of :data:`PARTS` for the worker whose imports ``order`` lists."""
+def _parts(python: str, root: Path, order: Path) -> list[tuple[str, float, float]]:
+    """(part, MiB, CPU ms) of :data:`PARTS` for the worker whose imports ``order`` lists: each
+    part's import into a fresh interpreter (median CPU of :data:`PART_RUNS` such interpreters;
+    the RSS does not move between them)."""
     argv = [python, "-c", _PARTS_CHILD, str(root), str(order), json.dumps(PARTS)]
     env = _env(root)
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
-    return [(label, kib / 1024) for label, kib in json.loads(done.stdout.splitlines()[-1])]
+    runs = []
+    for _ in range(PART_RUNS):
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=120, check=True
+        )
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
+    return [
+        (label, kib / 1024, statistics.median(run[i][2] for run in runs))
+        for i, (label, kib, _) in enumerate(runs[0])
+    ]
 
 
 def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -530,10 +547,10 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
         + (f" (profiled run {profiled['peak_mib']:.1f})" if profiled else "")
     )
     parts = clean.get("parts", [])
-    imported = sum(mib for _, mib in parts)
+    imported = sum(mib for _, mib, _ in parts)
     print(
-        "  by part (imported in this order into a fresh interpreter): "
-        + ", ".join(f"{label} {mib:.1f}" for label, mib in parts)
+        "  by part (imported in this order into a fresh interpreter; MiB / CPU ms): "
+        + ", ".join(f"{label} {mib:.1f} / {ms:.0f}" for label, mib, ms in parts)
         + f"; running (threads, caches, data) {clean['peak_mib'] - imported:.1f} MiB"
     )
     if profiled is None:
