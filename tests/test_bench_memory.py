@@ -84,3 +84,7 @@ def test_a_busy_worker_is_measured_end_to_end() -> None:
     assert re.fullmatch(r"\d+ modules, \d+ ms", start[4].rstrip(" |")), rows[1]
     assert "the floor (interpreter" in done.stdout
     assert "by part (imported in this order" in done.stdout
+    # each part with its MiB and its CPU ms to import (the project's own is never free)
+    project = re.search(r"this project (\d+\.\d) / (\d+);", done.stdout)
+    assert project is not None, done.stdout
+    assert float(project.group(1)) > 0 and int(project.group(2)) > 0
