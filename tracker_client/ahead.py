@@ -12,7 +12,12 @@ PgQueuer overlaps them by holding up to twice its batch picked (docs/benchmarks.
 This module is the bookkeeping the rails that do it share, with no new operation on the
 wire: while one instance's worker drains a role (its ``claim_many`` calls come within
 :data:`BUSY_S` of each other), a ``finish_many`` of the runs it leased also claims, in the same
-write, as many leases as the last ``claim_many`` asked for, and :class:`ClaimAhead` keeps them.
+write, a batch (as many leases as the last ``claim_many`` asked for) while fewer than two are
+kept, and :class:`ClaimAhead` keeps them. Two: the worker's claim for the slots a batch freed
+comes beside that batch's reports, before or after them, and finds one batch kept either way,
+so every report carries the next claim and no claim goes alone (one batch kept measured 0.11
+statements per task on PostgreSQL, a lone report or claim in every third; two, 0.07:
+docs/benchmarks.md, "PostgreSQL rail").
 The PostgreSQL rail claims in the report's statement and transaction (``bw_finish_claim_tx``,
 :mod:`tracker_client.postgres.pairing`); the served rail's client in the report's request
 (extension ``finish_claim``, :mod:`tracker_client.nulltickets.ahead`); the embedded rail in the
@@ -317,16 +322,20 @@ class ClaimAhead:
 
     def wanted(self) -> tuple[str, str, int, int] | None:
         """(agent, role, ttl, n) for a claim ahead riding with a ``finish_many`` now, or None:
-        not busy, one already in flight, or enough kept."""
+        not busy, one already in flight, or two batches kept already. ``n`` is one batch (what
+        the last ``claim_many`` asked for), two after a ``claim_many`` found too few kept (the
+        reserve is being built), never more than two batches kept and in flight together: the
+        worker's next claim finds one batch kept whichever of its reports and its claim comes
+        first, so each report carries a claim and no claim goes alone."""
         who = self._who
         if who is None or self._flying is not None or not self.busy():
             return None
-        n = self._n - len(self._kept)
-        if n < max(1, self._n // 2):
+        batch = self._n
+        n = 2 * batch if self._short else batch
+        self._short = False
+        n = min(n, 2 * batch - len(self._kept), MAX_CLAIM_MANY)
+        if n < max(1, batch // 2):
             return None
-        if self._short:  # one batch to hand out while the next is flushed
-            self._short = False
-            n = min(n + self._n, MAX_CLAIM_MANY)
         agent, role, ttl = who
         return agent, role, ttl, n
 

@@ -294,3 +294,33 @@ async def test_leases_kept_too_long_are_released_at_the_workers_next_report(
         assert {x.task.id for x in again} == stale
     finally:
         await tracker.aclose()
+
+
+async def test_every_report_of_a_busy_worker_carries_its_next_claim(
+    pg_server: PgServer, sent_queries: list[str]
+) -> None:
+    """A worker's claim for the slots a batch freed comes beside that batch's reports (the
+    claimer and the reporter run at once): each report claims a batch ahead, one batch stays
+    kept, so no claim goes alone and every statement is a report with its claim."""
+    tracker, _, leases = await _rail(60)
+    try:
+        sent_queries.clear()
+        batches = 0
+        while leases:
+            nxt: list[Lease] = []
+
+            async def claim(into: list[Lease] = nxt) -> None:
+                into.extend(await tracker.claim_many("a", "coder", 60_000, 3))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claim)
+                await tracker.finish_many(finish_items(leases, f"b{batches}-"))
+            leases = nxt
+            batches += 1
+        assert batches == 20
+        lone = [q for q in sent_queries if "bw_finish_claim_tx" not in q]
+        # the first claim (nothing kept yet) and the last, finding the role drained
+        assert len(lone) <= 2, lone
+        assert len(sent_queries) <= batches + 2
+    finally:
+        await tracker.aclose()
