@@ -420,8 +420,9 @@ def lease_all(
 
 def withdraw(ctx: Ctx, run_id: str, token_sha256: str) -> bool:
     """Undo a lease that was claimed but never handed out (a claim ahead no claim took, on
-    the embedded rail): the task as if it had not been claimed, its attempt count back, and
-    the run no executor saw gone, so the task's next run is the attempt its executor expects.
+    the embedded and PostgreSQL rails): the task as if it had not been claimed, its attempt
+    count back, and the run no executor saw gone, so the task's next run is the attempt its
+    executor expects.
     Only while the lease is still as claimed (its run, token and attempt); False otherwise,
     nothing written (the lease moved on: lapsed, cancelled)."""
     moved = ctx.exec("claims.withdraw_lease", {"run": run_id, "digest": token_sha256})

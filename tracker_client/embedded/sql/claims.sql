@@ -86,16 +86,14 @@ UPDATE tasks SET lease_token_sha256 = ? WHERE seq = ?;
 -- name: claims.run
 SELECT * FROM runs WHERE id = ?;
 
--- A lease claimed ahead and never handed out, withdrawn (the embedded tracker's claim ahead):
+-- A lease claimed ahead and never handed out, withdrawn (claiming ahead, tracker_client/ahead.py):
 -- the task as if it had not been claimed (its attempt count back), while the lease is still as
 -- claimed; then its run, which no executor saw, goes.
 -- name: claims.withdraw_lease
--- only: sqlite
 UPDATE tasks SET lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL,
     lease_token_sha256 = NULL, lease_ttl_ms = NULL, last_attempt = last_attempt - 1
 WHERE lease_run_id = :run AND lease_token_sha256 = :digest AND lease_expires_at_ms > 0
 AND last_attempt = (SELECT attempt FROM runs WHERE id = :run AND status = 'running');
 
 -- name: claims.withdraw_run
--- only: sqlite
 DELETE FROM runs WHERE id = ? AND status = 'running';
