@@ -3,9 +3,9 @@
 While one agent drains a role, a ``finish_many`` of its runs also claims its next batch in the
 same statement; the next ``claim_many`` is answered from those leases with no round trip. A
 kept lease is a real lease (heartbeat and transition work under its token); an unused one is
-released, uncounted, when the rail closes, when it waits too long, or when another agent, role
-or TTL is asked for; a replayed key is answered as the first call was; a lost answer strands
-nothing.
+withdrawn (no run left, the attempt count as it was) when the rail closes, when it waits too
+long, or when another agent, role or TTL is asked for; a replayed key is answered as the first
+call was; a lost answer strands nothing.
 """
 
 from __future__ import annotations
@@ -100,7 +100,12 @@ async def test_a_replay_answers_the_same_leases_and_other_arguments_conflict(
         await tracker.aclose()
 
 
-async def test_closing_the_rail_releases_the_kept_leases_uncounted(pg_server: PgServer) -> None:
+async def test_closing_the_rail_withdraws_the_kept_leases_without_a_trace(
+    pg_server: PgServer,
+) -> None:
+    """A lease no claim took is withdrawn: no run of it stays, nothing is counted, and the
+    task's next run is its first attempt (an executor never sees attempt 2 of a task whose
+    attempt 1 never ran)."""
     tracker, url, leases = await _rail(9)
     await tracker.finish_many(finish_items(leases, "f"))
     kept = await _leased(tracker)
@@ -110,16 +115,18 @@ async def test_closing_the_rail_releases_the_kept_leases_uncounted(pg_server: Pg
     try:
         for task_id in kept:
             detail = await other.get_task(task_id)
-            assert detail.latest_run is not None and detail.latest_run.status == "released"
+            assert detail.latest_run is None
             assert detail.stale_streak == 0 and detail.dead_letter_reason is None
-        # claimable again at once, by anyone
+            assert await other.list_runs(task_id) == []
+        # claimable again at once, by anyone, as their first attempt
         again = await other.claim_many("b", "coder", 60_000, 6)
         assert {x.task.id for x in again} == kept
+        assert {x.run.attempt for x in again} == {1}
     finally:
         await other.aclose()
 
 
-async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fresh(
+async def test_a_kept_lease_that_waits_too_long_is_withdrawn_and_work_claimed_fresh(
     pg_server: PgServer,
 ) -> None:
     tracker, _, leases = await _rail(12)
@@ -129,14 +136,46 @@ async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fre
         tracker._ahead.max_age_s = 0.0  # every kept lease is now too old
         nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
         assert len(nxt) == 3
-        for task_id in kept:  # each kept lease was released (and its task claimable again)
-            runs = await tracker.list_runs(task_id)
-            assert runs[0].status == "released"
-        # the new leases are new runs (the released tasks come first again: best first)
+        for task_id in kept - {x.task.id for x in nxt}:  # withdrawn, claimable again
+            assert await tracker.list_runs(task_id) == []
+        # the new leases are fresh runs of their first attempt (the withdrawn tasks come
+        # first again: best first)
         for lease in nxt:
             runs = await tracker.list_runs(lease.task.id)
-            assert [r.status for r in runs] == ["released", "running"]
-            assert runs[-1].id == lease.run.id
+            assert [(r.status, r.attempt) for r in runs] == [("running", 1)]
+            assert runs[0].id == lease.run.id
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_lease_that_moved_on_is_not_withdrawn(pg_server: PgServer) -> None:
+    """Withdrawing checks the lease is still as claimed: one cancelled meanwhile stays as
+    the cancel left it."""
+    tracker, _, leases = await _rail(9)
+    try:
+        await tracker.finish_many(finish_items(leases, "f"))
+        kept = sorted(await _leased(tracker))
+        await tracker.cancel(kept[0])
+        tracker._ahead.max_age_s = 0.0
+        await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
+        runs = await tracker.list_runs(kept[0])
+        assert [r.status for r in runs] == ["cancelled"]
+        assert (await tracker.get_task(kept[0])).dead_letter_reason is not None
+    finally:
+        await tracker.aclose()
+
+
+async def test_a_stopping_worker_releasing_a_lease_claims_nothing_ahead(
+    pg_server: PgServer,
+) -> None:
+    """A release (a worker shutting down gives its unfinished runs back) stops claiming ahead
+    until the agent claims again: its last reports would lease the tasks it gives back."""
+    tracker, _, leases = await _rail(9)
+    try:
+        await tracker.release(leases[2])
+        done = await tracker.finish_many(finish_items(leases[:2], "f"))
+        assert all(isinstance(o, FinishResult) for o in done)
+        assert await _leased(tracker) == set()
     finally:
         await tracker.aclose()
 
@@ -287,11 +326,13 @@ async def test_leases_kept_too_long_are_released_at_the_workers_next_report(
         stale = await _leased(tracker) - {x.task.id for x in nxt}
         assert len(stale) == 3
         tracker._ahead.max_age_s = 0.0  # the 3 still kept are now too old
+        tracker._ahead.enabled = False  # (and the reports claim nothing more ahead)
         await tracker.finish_many(finish_items(nxt, "g"))
-        # released, uncounted: claimable again at once, nothing leased any more
+        # withdrawn: claimable again at once as first attempts, nothing leased any more
         assert await _leased(tracker) == set()
         again = await tracker.claim_many("b", "coder", 60_000, 3, idempotency_key="k2")
         assert {x.task.id for x in again} == stale
+        assert {x.run.attempt for x in again} == {1}
     finally:
         await tracker.aclose()
 

@@ -45,7 +45,10 @@ R = TypeVar("R")
 #: task's row and run; a write they may not make shared (a dead letter, fan-in edges: a
 #: statement without the ``shared`` hint, see :mod:`.dialect`) sends them round again alone.
 SHARED_WRITES = frozenset(
-    {"claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish", "release"}
+    {
+        *("claim", "claim_many", "heartbeat", "add_event", "transition", "fail", "finish"),
+        *("release", "withdraw"),
+    }
 )
 #: Writes tried first as ONE round trip on the event loop (:meth:`.db.Database.one_trip_write`):
 #: a create whose statements are all deferred (its cap check on the server, schema 18; the

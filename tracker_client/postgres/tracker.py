@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio
 
 from tracker_client.ahead import ClaimAhead, Granted, Kept
-from tracker_client.capabilities import Capabilities, LeaseRef
+from tracker_client.capabilities import Capabilities, LeaseHandle, LeaseRef
 from tracker_client.contract.batch_models import (
     FinishItem,
     FinishManyOutcome,
@@ -71,7 +71,7 @@ from tracker_client.errors import (
     TrackerUnavailable,
     Unsupported,
 )
-from tracker_client.models import Health, Lease, StoreEntry, TransitionResult
+from tracker_client.models import Health, Lease, ReleaseResult, StoreEntry, TransitionResult
 from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres import claims, search
 from tracker_client.postgres.claims import (
@@ -91,7 +91,7 @@ from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
 from tracker_client.rules import budgets
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
-from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue
+from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue, withdraw
 from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
 from tracker_client.rules.engine import QUIET_WRITES, Clock, wall_ms
 from tracker_client.rules.finish import prepare
@@ -567,8 +567,32 @@ class PostgresTracker(Rail[PgEngine]):
         return [lease for lease in leases if lease.run_id in held]
 
     async def _give_back_unwanted(self) -> None:
-        """Release the leases claimed ahead that no ``claim_many`` took (see :mod:`.ahead`)."""
-        await self._ahead.release_unwanted(self.release)
+        """Withdraw the leases claimed ahead that no ``claim_many`` took (see :mod:`.ahead`)."""
+        await self._ahead.release_unwanted(self._withdraw)
+
+    async def _withdraw(self, lease: LeaseHandle, reason: str) -> bool:
+        """Give back a lease claimed ahead that no claim took (``reason``: why, for the
+        interface :meth:`ClaimAhead.release_unwanted` calls): withdrawn, not released, so it
+        leaves no run and the task's next run is the attempt it would have been, and no
+        executor sees attempt 2 of a task whose attempt 1 never ran
+        (:func:`~tracker_client.rules.claims.withdraw`, as on the embedded rail). False: the
+        lease had moved on (lapsed and swept, say), nothing written."""
+        digest = token_hash(lease.lease_token.get_secret_value())
+        run_id = lease.run_id
+        return await self._write("withdraw", lambda c: withdraw(c, run_id, digest))
+
+    async def release(
+        self,
+        lease: LeaseRef,
+        reason: str = "worker_shutdown",
+        *,
+        idempotency_key: str | None = None,
+    ) -> ReleaseResult:
+        """Give the lease's task back (:meth:`Rail.release`); the agent's reports claim
+        nothing ahead until it claims again (a stopping worker's reports would lease the
+        tasks it is giving back)."""
+        self._ahead.gave_back()
+        return await super().release(lease, reason, idempotency_key=idempotency_key)
 
     async def aclose(self) -> None:
         """Release the leases claimed ahead (see :mod:`.ahead`), then close the engine."""

@@ -83,3 +83,20 @@ SELECT * FROM runs WHERE id = %s;
 -- name: claims.live_runs
 -- only: postgres
 SELECT lease_run_id FROM tasks WHERE lease_run_id = ANY(%s) AND lease_expires_at_ms > %s;
+
+-- A lease claimed ahead and never handed out, withdrawn (claiming ahead, tracker_client/ahead.py):
+-- the task as if it had not been claimed (its attempt count back), while the lease is still as
+-- claimed (its run running, its token, its attempt); the row found through the run's key. Then
+-- its run, which no executor saw, goes. Each touches only that task's row and its run.
+-- name: claims.withdraw_lease
+-- shared
+UPDATE tasks t SET lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL,
+    lease_token_sha256 = NULL, lease_ttl_ms = NULL, last_attempt = t.last_attempt - 1
+FROM runs r
+WHERE r.id = %(run)s AND r.status = 'running' AND t.id = r.task_id AND t.lease_run_id = r.id
+AND t.lease_token_sha256 = %(digest)s AND t.lease_expires_at_ms > 0
+AND t.last_attempt = r.attempt;
+
+-- name: claims.withdraw_run
+-- shared
+DELETE FROM runs WHERE id = %s AND status = 'running';
