@@ -47,11 +47,12 @@ def test_the_table_is_consistent() -> None:
     # Every advertised extension is used by the table (or is the connection's), and the table
     # names no other.
     assert used | contract.CONNECTION_EXTENSIONS == set(contract.EXTENSIONS)
-    # The lease class is NullTickets' (plus release, checkpoint, finish); GET /runs/{id}/events
-    # is admin here.
+    # The lease class is NullTickets' (plus release, checkpoint, finish, withdraw); GET
+    # /runs/{id}/events is admin here.
     lease = {op.name for op in contract.OPERATIONS if op.auth == "lease"}
     assert lease == {"heartbeat", "add_event", "transition", "fail", "release", "checkpoint"} | {
-        "finish"
+        "finish",
+        "withdraw",
     }
     assert contract.operation("list_events").auth == "admin"
 

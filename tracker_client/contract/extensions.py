@@ -26,6 +26,8 @@ EXTENSIONS: Mapping[str, str] = {
     "runs": "GET /tasks/{task_id}/runs (every run, with error and usage)",
     "task_events": "GET /tasks/{task_id}/events (every event of a task)",
     "release": "POST /runs/{run_id}/release (give a task back without counting an attempt)",
+    "withdraw": "POST /runs/{run_id}/withdraw (undo a lease claimed ahead and never handed "
+    "out: the task as if never claimed, no run left, its attempt count unchanged)",
     "count": "GET /ops/count (how many tasks, by stage and/or pipeline, without listing them)",
     "purge": "POST /ops/purge (delete finished tasks older than an age, in batches)",
     "requeue_all": "POST /ops/requeue-all (requeue a pipeline's dead letters, in batches)",

@@ -54,6 +54,7 @@ from tracker_client.contract.wire_models import (
     StatusAnswer,
     StoreBody,
     TransitionBody,
+    WithdrawnAnswer,
 )
 from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo, WorkerRegister
 from tracker_client.ops_models import PipelinePlan
@@ -155,6 +156,9 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("release", "POST", "/runs/{run_id}/release", "Give an unfinished run's task back (worker "
         "shutdown): no attempt counted", "lease", body=ReleaseBody, response=m.ReleaseResult,
         errors=(400, 401, 404, 410), extension="release", idempotent=True),
+    _op("withdraw", "POST", "/runs/{run_id}/withdraw", "Undo a lease claimed ahead and never "
+        "handed out: the task as if never claimed (no run left, attempt count unchanged)",
+        "lease", response=WithdrawnAnswer, errors=(401, 404, 410), extension="withdraw"),
     _op("checkpoint", "POST", "/runs/{run_id}/checkpoint", "Replace the run's checkpoint (one "
         "JSON value, at most 64 KiB; the next claim of the task hands it back)", "lease",
         body=CheckpointBody, status=204, errors=(400, 401, 404, 410), extension="checkpoints"),

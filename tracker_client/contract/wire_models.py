@@ -44,6 +44,7 @@ __all__ = [
     "StatusAnswer",
     "StoreBody",
     "TransitionBody",
+    "WithdrawnAnswer",
 ]
 
 
@@ -199,6 +200,13 @@ class StatusAnswer(_Body):
     """``{"status": str}`` (``created``, ``assigned``, ``unassigned``, ``ok``, ``changed``)."""
 
     status: str
+
+
+class WithdrawnAnswer(_Body):
+    """``{"withdrawn": bool}``: whether a lease claimed ahead was withdrawn (False: it had
+    moved on, nothing written)."""
+
+    withdrawn: bool
 
 
 class ExpiryAnswer(_Body):

@@ -729,6 +729,15 @@ class Rail(Generic[E]):
             ),
         )
 
+    async def withdraw(self, lease: LeaseRef) -> bool:
+        """Undo a lease claimed ahead and never handed out (``claim_ahead``,
+        :mod:`tracker_client.ahead`): the task as if never claimed, no run left, its attempt
+        count unchanged, so its next executor sees the attempt it would have seen. Only while
+        the lease is still as claimed; False when it moved on (nothing written)."""
+        digest = token_hash(lease.lease_token.get_secret_value())
+        run_id = lease.run_id
+        return await self._write("withdraw", lambda c: claims.withdraw(c, run_id, digest))
+
     # -- the store ------------------------------------------------------------------------------
     async def store_put(self, namespace: str, key: str, value: Any) -> None:
         """Upsert a value."""
