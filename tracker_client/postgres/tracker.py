@@ -91,7 +91,7 @@ from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
 from tracker_client.rules import budgets
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
-from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue, withdraw
+from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue
 from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
 from tracker_client.rules.engine import QUIET_WRITES, Clock, wall_ms
 from tracker_client.rules.finish import prepare
@@ -572,14 +572,10 @@ class PostgresTracker(Rail[PgEngine]):
 
     async def _withdraw(self, lease: LeaseHandle, reason: str) -> bool:
         """Give back a lease claimed ahead that no claim took (``reason``: why, for the
-        interface :meth:`ClaimAhead.release_unwanted` calls): withdrawn, not released, so it
-        leaves no run and the task's next run is the attempt it would have been, and no
-        executor sees attempt 2 of a task whose attempt 1 never ran
-        (:func:`~tracker_client.rules.claims.withdraw`, as on the embedded rail). False: the
-        lease had moved on (lapsed and swept, say), nothing written."""
-        digest = token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run_id
-        return await self._write("withdraw", lambda c: withdraw(c, run_id, digest))
+        interface :meth:`ClaimAhead.release_unwanted` calls): withdrawn (:meth:`Rail.withdraw`),
+        not released, so no executor sees attempt 2 of a task whose attempt 1 never ran, as on
+        the embedded rail. False: the lease had moved on (lapsed and swept, say)."""
+        return await self.withdraw(lease)
 
     async def release(
         self,
