@@ -4,10 +4,11 @@
 While a client's reports and claims alternate, its ``finish_many`` also claims (the riding
 claim of extension ``finish_claim``) a batch ahead, kept in the client; the next ``claim_many``
 is answered from those leases without a request. A kept lease is a real lease (heartbeat and
-report work under its token); an unused one is released, uncounted, when the client closes,
-when it waits too long, when reports come with no claim between them, or when another agent
-is asked for; a replayed key is answered as the first call was; a lost answer strands nothing;
-a worker killed with leases kept loses no task and finishes none twice.
+report work under its token); an unused one is withdrawn (extension ``withdraw``: no run left,
+the attempt count unchanged) when the client closes, when it waits too long, when reports come
+with no claim between them, or when another agent is asked for; a replayed key is answered as
+the first call was; a lost answer strands nothing; a worker killed with leases kept loses no
+task and finishes none twice.
 """
 
 from __future__ import annotations
@@ -157,9 +158,12 @@ async def test_a_replay_answers_the_same_leases_and_other_arguments_conflict(
     assert await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2") == []
 
 
-async def test_closing_the_client_releases_the_kept_leases_uncounted(
+async def test_closing_the_client_withdraws_the_kept_leases_without_a_trace(
     served: tuple[str, Path],
 ) -> None:
+    """A lease no claim took is withdrawn at the server: no run of it stays, and the task's
+    next run is its first attempt (an executor never sees attempt 2 of a task whose attempt
+    1 never ran)."""
     url, db = served
     tracker = RemoteTracker(url, timeout_s=5)
     try:
@@ -172,25 +176,38 @@ async def test_closing_the_client_releases_the_kept_leases_uncounted(
     try:
         for task_id in kept:
             detail = await other.get_task(task_id)
-            assert detail.latest_run is not None and detail.latest_run.status == "released"
-            assert detail.dead_letter_reason is None
+            assert detail.latest_run is None and detail.dead_letter_reason is None
         again = await other.claim_many("w2", "coder", TTL, 6)  # claimable at once, by anyone
         assert {x.task.id for x in again} == kept
+        assert {x.run.attempt for x in again} == {1}
     finally:
         await other.aclose()
 
 
-async def test_a_kept_lease_that_waits_too_long_is_released_and_work_claimed_fresh(
+async def test_a_kept_lease_that_waits_too_long_is_withdrawn_and_work_claimed_fresh(
     rhythm: Rhythm,
 ) -> None:
-    tracker, db, kept = rhythm
+    tracker, db, _ = rhythm
     tracker.ahead.book.max_age_s = 0.0  # every kept lease is now too old
     nxt = await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2")
     assert len(nxt) == 3
-    for task_id in kept:  # each kept lease was released, its task claimable again
-        runs = await tracker.list_runs(task_id)
-        assert runs[0].status == "released"
+    for lease in nxt:  # the withdrawn tasks, claimed again as first attempts
+        runs = await tracker.list_runs(lease.task.id)
+        assert [(r.status, r.attempt) for r in runs] == [("running", 1)]
     assert _leased_ids(db) == {x.task.id for x in nxt}
+    assert "released" not in _runs(db)
+
+
+async def test_a_kept_lease_that_moved_on_is_left_as_it_is(rhythm: Rhythm) -> None:
+    """A lease that is no longer as claimed (a cancel came first) is not withdrawn: the
+    server refuses the lease, writing nothing, and the client goes on."""
+    tracker, _, kept = rhythm
+    victim = sorted(kept)[0]
+    await tracker.cancel(victim)
+    tracker.ahead.book.max_age_s = 0.0
+    await tracker.claim_many("w1", "coder", TTL, 3, idempotency_key="k2")
+    runs = await tracker.list_runs(victim)
+    assert [r.status for r in runs] == ["cancelled"]
 
 
 async def test_reports_with_no_claim_between_them_give_back_what_is_kept(
@@ -202,7 +219,7 @@ async def test_reports_with_no_claim_between_them_give_back_what_is_kept(
     for i, lease in enumerate(running):
         await tracker.finish_many(_items([lease], f"s{i}-"))
     assert _leased_ids(db) == set()
-    assert _runs(db).get("released") == 3  # the three still kept, given back uncounted
+    assert "released" not in _runs(db)  # the three still kept, withdrawn without a trace
 
 
 async def test_another_agent_stops_claiming_ahead_and_gets_the_kept_work(
@@ -213,7 +230,7 @@ async def test_another_agent_stops_claiming_ahead_and_gets_the_kept_work(
     await _add(tracker, 9)
     kept = await _in_rhythm(tracker, db)
     got = await tracker.claim_many("w2", "coder", TTL, 6, idempotency_key="b1")
-    assert {x.task.id for x in got} == kept  # released, then claimed afresh
+    assert {x.task.id for x in got} == kept  # withdrawn, then claimed afresh
     assert got[0].run.agent_id == "w2"
     await tracker.finish_many(_items(got, "g"))
     assert _leased_ids(db) == set()  # never again through this client

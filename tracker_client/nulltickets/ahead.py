@@ -11,26 +11,27 @@ those runs go while the server writes the reports and the claim that will refill
 kept. Nothing new goes on the wire: the riding claim is a ``claim_many`` of ``finish_claim``,
 under an idempotency key of its own.
 
-The bookkeeping is :class:`~tracker_client.ahead.ClaimAhead`'s (the PostgreSQL rail's,
-rail-agnostic: when a worker is busy, which leases are kept and for how long, replays of keys
-answered from them, claims whose answers were lost). What differs is how much rides:
-:class:`ServedClaimAhead` keeps one batch in reserve (the next ``claim_many`` of a busy worker
-finds it kept, whichever of the reports and the claim runs first), where the PostgreSQL rail's
-claim tops its kept leases up to one batch.
+The bookkeeping is :class:`~tracker_client.ahead.ClaimAhead`'s (every rail's that claims
+ahead: when a worker is busy, how much rides with each report, which leases are kept and for
+how long, replays of keys answered from them, claims whose answers were lost). What is this
+client's: the worker's rhythm (a claim came since its last report) decides whether a report
+carries a claim, and three reports with no claim between them give back what is kept.
 
 What a kept lease promises is what any lease promises (the ``Lease`` says when it ends, and
 the worker's clock keeps the earlier of that and its own count, docs/guarantees/worker.md). It
-is handed out within :data:`~tracker_client.ahead.MAX_AGE_S` or released (the run ends
-``released``, nothing counted), and every lease still kept is released when the client closes;
-a process killed meanwhile leaves them to expire with their TTL, as it leaves its runs'
-leases. A ``claim_many`` with per-state limits, without an idempotency key, or of a worker
-claiming one lease at a time is never answered from kept leases nor claimed ahead for; a
-second agent, role or TTL through one client turns claiming ahead off for good. A claim
-ahead whose answer is lost is replayed under its key by the next ``claim_many`` (the server's
-record answers the same leases): no lease it made is stranded.
+is handed out within :data:`~tracker_client.ahead.MAX_AGE_S` or given back, and every lease
+still kept is given back when the client closes: withdrawn where the server lists
+``withdraw`` (no run left, the attempt count unchanged), else released (the run ends
+``released``, nothing counted); a process killed meanwhile leaves them to expire with their
+TTL, as it leaves its runs' leases. A ``claim_many`` with per-state limits, without an
+idempotency key, or of a worker claiming one lease at a time is never answered from kept
+leases nor claimed ahead for; a second agent, role or TTL through one client turns claiming
+ahead off for good. A claim ahead whose answer is lost is replayed under its key by the next
+``claim_many`` (the server's record answers the same leases): no lease it made is stranded.
 
 May touch: the wire (the ``finish_many`` request with its riding claim, a plain
-``claim_many``, ``release``, ``get_task`` for a replay's live check); no configuration.
+``claim_many``, ``withdraw`` or ``release``, ``get_task`` for a replay's live check); no
+configuration.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from tracker_client.contract.contract_types import MAX_LEASE_TTL_MS
 from tracker_client.errors import Conflict, TrackerUnavailable
 from tracker_client.models import Lease
 from tracker_client.nulltickets.batching import items_json, outcomes_of, send_items
-from tracker_client.nulltickets.leases import release
+from tracker_client.nulltickets.leases import withdraw
 from tracker_client.nulltickets.pairing import Pairing
 from tracker_client.nulltickets.reads import get_task
 from tracker_client.nulltickets.wire import Wire
@@ -58,24 +59,7 @@ SendClaim = Callable[[int], Awaitable[list[Lease]]]
 
 
 class ServedClaimAhead(ClaimAhead):
-    """:class:`~tracker_client.ahead.ClaimAhead` keeping one batch in reserve."""
-
-    def wanted(self) -> tuple[str, str, int, int] | None:
-        """(agent, role, ttl, n) for the claim riding with a ``finish_many`` now, or None (not
-        busy, one in flight, or two batches kept already). ``n`` is one batch, two after a
-        ``claim_many`` found too few kept (the reserve is being built), never more than two
-        batches kept and in flight together."""
-        who = self._who
-        if who is None or self._flying is not None or not self.busy():
-            return None
-        batch = self._n
-        n = 2 * batch if self._short else batch
-        self._short = False
-        n = min(n, 2 * batch - len(self._kept), MAX_CLAIM_MANY)
-        if n < max(1, batch // 2):
-            return None
-        agent, role, ttl = who
-        return agent, role, ttl, n
+    """:class:`~tracker_client.ahead.ClaimAhead` that can drop what it keeps."""
 
     def drop_kept(self) -> None:
         """Set every kept lease aside, to be given back (:meth:`unwanted`): no claim came for
@@ -226,9 +210,10 @@ class ClaimingAhead:
         return live
 
     async def give_back(self) -> None:
-        """Release the kept leases no ``claim_many`` took: the run ends ``released``, nothing
-        counted; a release that fails leaves the lease to expire with its TTL."""
-        await self.book.release_unwanted(lambda ref, reason: release(self._wire, ref, reason, None))
+        """Give back the kept leases no ``claim_many`` took: withdrawn (no run left, the attempt
+        count unchanged) where the server lists ``withdraw``, else released (the run ends
+        ``released``, nothing counted); one that fails is left to expire with its TTL."""
+        await self.book.release_unwanted(lambda ref, reason: withdraw(self._wire, ref, reason))
 
     async def aclose(self) -> None:
         """Release every lease still kept (at the client's close)."""

@@ -17,7 +17,9 @@ particular to each, and handled here:
   are read from the task;
 * ``fail``: NullTickets answers the same whether a retry was scheduled or the task
   dead-lettered: what happened is read back from the task;
-* ``release``: a plain server has no such route (nothing is sent: the lease is left to expire).
+* ``release``: a plain server has no such route (nothing is sent: the lease is left to expire);
+* ``withdraw`` (a lease claimed ahead and never handed out): released instead where the server
+  does not list the ``withdraw`` extension.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 from tracker_client.agent_models import UNSET
 from tracker_client.capabilities import LeaseRef
 from tracker_client.contract.table import MAX_LEASE_TTL_MS
-from tracker_client.contract.wire_models import EventIdAnswer, ExpiryAnswer
+from tracker_client.contract.wire_models import EventIdAnswer, ExpiryAnswer, WithdrawnAnswer
 from tracker_client.errors import InvalidTransition, TrackerError, ValidationFailed
 from tracker_client.models import FailResult, Lease, ReleaseResult, TransitionResult
 from tracker_client.nulltickets.codec import check_json
@@ -227,3 +229,14 @@ async def release(
         idempotency_key=idempotency_key,
         into=ReleaseResult,
     )
+
+
+async def withdraw(wire: Wire, lease: LeaseRef, reason: str) -> bool:
+    """Give back a lease claimed ahead that no claim took: withdrawn where the server lists
+    ``withdraw`` (no run left, its attempt count unchanged: the task's next executor never
+    sees attempt 2 of a task whose attempt 1 never ran), else released with ``reason`` (the
+    run ends ``released``, nothing counted). Whether it was given back."""
+    if await wire.discovery.has("withdraw"):
+        answer = await wire.call("withdraw", lease.run_id, lease=lease, into=WithdrawnAnswer)
+        return answer.withdrawn
+    return (await release(wire, lease, reason, None)).released
