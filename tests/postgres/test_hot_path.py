@@ -424,6 +424,9 @@ def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
         "budgets.spend",
         "budgets.visit",
         "claims.extend",
+        # a lease claimed ahead and never handed out, withdrawn: its task's row and its run
+        "claims.withdraw_lease",
+        "claims.withdraw_run",
         "common.add_event",
         "idempotency.record",
         "release.drop_lease",
@@ -435,9 +438,11 @@ def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
         "runs.retry_at",
     }
     deferred = {name for name, s in STATEMENTS.items() if s.hint("deferred") is not None}
-    # An event's id is read (lastrowid); a create's cap check and insert (an exclusive write
-    # whose answer nobody reads) travel with its COMMIT: a submit is one round trip, not three.
-    assert deferred == (shared - {"common.add_event"}) | {"tasks.insert", "tasks_cap.check"}
+    # An event's id is read (lastrowid), a withdrawal's count too (whether the lease was still
+    # as claimed); a create's cap check and insert (an exclusive write whose answer nobody
+    # reads) travel with its COMMIT: a submit is one round trip, not three.
+    read = {"common.add_event", "claims.withdraw_lease"}
+    assert deferred == (shared - read) | {"tasks.insert", "tasks_cap.check"}
 
 
 def test_raw_sql_is_refused_naming_where_statements_live() -> None:

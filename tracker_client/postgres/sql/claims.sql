@@ -99,4 +99,5 @@ AND t.last_attempt = r.attempt;
 
 -- name: claims.withdraw_run
 -- shared
+-- deferred
 DELETE FROM runs WHERE id = %s AND status = 'running';
