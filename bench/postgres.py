@@ -20,9 +20,11 @@ the last column is each PostgreSQL rail row against procrastinate's with as many
 This machine may be shared and noisy: ``--rounds N`` runs every phase N times, round-robin (each
 round runs each phase once), and prints the median of each column with every round's tasks/s;
 ``server CPU us/task`` is the PostgreSQL server's own CPU (its processes' user + system time)
-over the drain. ``--ab OLD_TREE`` adds ``pgold1``/``pgold2`` phases: the same drains with the
-worker processes (and the seeding, so the schema is that tree's) of another source tree, e.g.
-``git worktree add /tmp/before <sha>``, interleaved with this tree's. ``--analyze`` analyzes
+over the drain, ``commits/task`` its transactions committed (``pg_stat_database``; on the hot
+path each statement is one: a report with the claim riding along, a report or a claim alone).
+``--ab OLD_TREE`` adds ``pgold1``/``pgold2`` phases: the same drains with the worker processes
+(and the seeding, so the schema is that tree's) of another source tree, e.g. ``git worktree
+add /tmp/before <sha>``, interleaved with this tree's. ``--analyze`` analyzes
 the seeded tasks before each drain, as autovacuum does after a large submit: a fresh schema has
 no statistics yet, and the server plans some statements differently with them
 (docs/benchmarks.md, "PostgreSQL rail").
@@ -92,6 +94,31 @@ def _server_cpu_s(server: PgServer) -> float:
     return total / tick
 
 
+def _commits(server: PgServer) -> int:
+    """Transactions committed in the server's database so far, once every other client's
+    backend has gone (a backend reports its counts when it exits) and the count holds still:
+    the drain's commits, its statements on the hot path (each is one transaction)."""
+    import psycopg
+
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        last = -1
+        for _ in range(100):  # at most ~5 s
+            others = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()"
+            ).fetchone()
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            found = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+            count = int(found[0]) if found is not None else 0
+            if others is not None and others[0] == 0 and count == last:
+                return count
+            last = count
+            time.sleep(0.05)
+        return last
+
+
 def _pg_drain(
     server: PgServer,
     n: int,
@@ -120,6 +147,7 @@ def _pg_drain(
         with psycopg.connect(server.url, autocommit=True) as conn:
             conn.execute(f"ANALYZE {schema}.tasks")
     config = _config(server.root, url, concurrency)
+    commits = _commits(server)
     cpu = _server_cpu_s(server)
     wall = time.perf_counter()
     workers = [_spawn_in(config, root) for _ in range(procs)]
@@ -128,6 +156,7 @@ def _pg_drain(
     loop_cpu, other_cpu = threads.stop()
     wall = time.perf_counter() - wall
     cpu = _server_cpu_s(server) - cpu
+    commits = _commits(server) - commits
     with psycopg.connect(server.url) as conn:
         row = conn.execute(
             f"SELECT min(started_at_ms), max(ended_at_ms), count(*) FROM {schema}.runs "
@@ -149,6 +178,7 @@ def _pg_drain(
         "loop_us_per_task": loop_cpu / done * 1e6 if done else 0.0,
         "threads_us_per_task": other_cpu / done * 1e6 if done else 0.0,
         "server_cpu_us_per_task": cpu / done * 1e6 if done else 0.0,
+        "commits_per_task": commits / done if done else 0.0,
         "exit_codes": [p.returncode for p in workers],
     }
 
@@ -231,9 +261,10 @@ def main() -> None:
     print(f"PostgreSQL rail through {_psycopg_impl()}")
     print(
         "| rail | procs | tasks | tasks/s | peak RSS MiB | CPU us/task | loop thread us/task "
-        "| other threads us/task | server CPU us/task | x procrastinate | tasks/s per round |"
+        "| other threads us/task | server CPU us/task | commits/task | x procrastinate "
+        "| tasks/s per round |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for rows in runs.values():
         first = rows[0]
         rate = _median(rows, "tasks_per_s")
@@ -245,14 +276,15 @@ def main() -> None:
             f"| {first['rail']} | {first['procs']} | {first['done']} | {rate:.0f} | "
             f"{_median(rows, 'peak_rss_mib'):.1f} | {_median(rows, 'cpu_us_per_task'):.0f} | "
             f"{_cell(rows, 'loop_us_per_task')} | {_cell(rows, 'threads_us_per_task')} | "
-            f"{f'{server_cpu:.0f}' if server_cpu else '-'} | {shown} | "
+            f"{f'{server_cpu:.0f}' if server_cpu else '-'} | {_cell(rows, 'commits_per_task', 3)} "
+            f"| {shown} | "
             f"{each} |"
         )
 
 
-def _cell(rows: list[dict[str, Any]], key: str) -> str:
-    """A per-thread CPU column's median (``-`` for a phase that does not sample threads)."""
-    return f"{_median(rows, key):.0f}" if any(key in r for r in rows) else "-"
+def _cell(rows: list[dict[str, Any]], key: str, digits: int = 0) -> str:
+    """A column's median (``-`` for a phase that does not measure it: threads, commits)."""
+    return f"{_median(rows, key):.{digits}f}" if any(key in r for r in rows) else "-"
 
 
 def _psycopg_impl() -> str:
