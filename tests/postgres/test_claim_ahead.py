@@ -365,3 +365,36 @@ async def test_every_report_of_a_busy_worker_carries_its_next_claim(
         assert len(sent_queries) <= batches + 2
     finally:
         await tracker.aclose()
+
+
+async def test_a_one_lease_claim_takes_a_kept_lease_and_its_replay_answers_it_again(
+    pg_server: PgServer, sent_queries: list[str]
+) -> None:
+    """A worker with one slot free claims one lease (``claim``): it takes a kept one with no
+    statement, as a ``claim_many`` of one would; its replay answers the same lease, other
+    arguments under the key conflict, and a key the rail answered stays the rail's."""
+    tracker, _, leases = await _rail(12)
+    try:
+        await tracker.finish_many(finish_items(leases, "f"))  # 6 kept (see the first test)
+        kept = await _leased(tracker)
+        sent_queries.clear()
+        one = await tracker.claim("a", "coder", 60_000, idempotency_key="c1")
+        assert sent_queries == []  # a kept lease, no round trip
+        assert one is not None and one.task.id in kept
+        again = await tracker.claim("a", "coder", 60_000, idempotency_key="c1")
+        assert again is not None
+        assert (again.run.id, again.lease_token.get_secret_value()) == (
+            one.run.id,
+            one.lease_token.get_secret_value(),
+        )
+        with pytest.raises(Conflict, match=r"c1.*claim request"):
+            await tracker.claim("a", "coder", 30_000, idempotency_key="c1")
+        # reported, its replay answers no lease (the rail's record would say the same run)
+        await tracker.finish_many(finish_items([one], "g"))
+        assert await tracker.claim("a", "coder", 60_000, idempotency_key="c1") is None
+        # another agent's claim is not answered from what this agent keeps
+        sent_queries.clear()
+        other = await tracker.claim("b", "coder", 60_000, idempotency_key="c2")
+        assert other is not None and sent_queries != []
+    finally:
+        await tracker.aclose()

@@ -383,9 +383,13 @@ class PostgresTracker(Rail[PgEngine]):
         per_state: Mapping[str, int] | None = None,
         idempotency_key: str | None = None,
     ) -> Lease | None:
-        """Claim the best eligible task of ``role``: one statement (see :mod:`.claims`)."""
+        """Claim the best eligible task of ``role``: a lease claimed ahead for the agent when
+        one is kept (:meth:`_claim_kept`), else one statement (see :mod:`.claims`)."""
         limits = dict(per_state or {})
         args = [agent_id, role, lease_ttl_ms, limits]
+        kept = await self._claim_kept(agent_id, role, lease_ttl_ms, limits, idempotency_key, args)
+        if kept is not None:
+            return kept[0] if kept else None
         fast = await self._one_trip_claim(
             "claim", agent_id, role, lease_ttl_ms, 1, limits, idempotency_key, args
         )
@@ -414,6 +418,41 @@ class PostgresTracker(Rail[PgEngine]):
         else:
             await self._engine.waiters.claimed_short()
         return lease
+
+    async def _claim_kept(
+        self,
+        agent_id: str,
+        role: str,
+        lease_ttl_ms: int,
+        limits: Mapping[str, object],
+        key: str | None,
+        args: list[Any],
+    ) -> list[Lease] | None:
+        """A ``claim``'s answer from the leases claimed ahead for the agent (a worker with one
+        slot free claims one lease so, between the batches its reports claim ahead for: it
+        takes a kept one as a ``claim_many`` of one would, with no statement), or None when
+        the claim goes to the rail. A replay of a key answered so answers the same lease while
+        it is live, none after (``[]``), or ``Conflict`` for other arguments, as the rail's
+        record would; a key the rail answered is the rail's to answer again."""
+        ahead = self._ahead
+        mark = None if key is None else f"claim\x00{key}"  # the rail keys per operation too
+        earlier = ahead.replayed(mark)
+        if earlier is not None:
+            return await self._replay_kept(key, args, *earlier, op="claim")
+        if (
+            ahead.seen(mark)
+            or not ahead.holds(agent_id, role, lease_ttl_ms)
+            or not self._plain_claim(agent_id, role, lease_ttl_ms, 1, limits)
+        ):
+            ahead.sent(mark)  # to the rail: so is a replay of it
+            return None
+        got, _ = await ahead.take_waiting(1, self._built)
+        await self._give_back_unwanted()
+        if not got:
+            ahead.sent(mark)
+            return None
+        ahead.answered(mark, fingerprint(args), got)
+        return got
 
     async def claim_many(
         self,
@@ -548,14 +587,19 @@ class PostgresTracker(Rail[PgEngine]):
         return out
 
     async def _replay_kept(
-        self, key: str | None, args: list[Any], fp: str, leases: list[Lease]
+        self,
+        key: str | None,
+        args: list[Any],
+        fp: str,
+        leases: list[Lease],
+        op: str = "claim_many",
     ) -> list[Lease]:
-        """A ``claim_many`` replayed under a key first answered with leases claimed ahead: the
-        same leases, those still live (one read), or ``Conflict`` for other arguments, as the
-        rail's record answers (:mod:`.ahead`)."""
+        """A ``claim_many`` (or ``op``) replayed under a key first answered with leases claimed
+        ahead: the same leases, those still live (one read), or ``Conflict`` for other
+        arguments, as the rail's record answers (:mod:`.ahead`)."""
         if fingerprint(args) != fp:
             raise Conflict(
-                f"idempotency key {key!r} was already used for a different claim_many request",
+                f"idempotency key {key!r} was already used for a different {op} request",
                 code="idempotency_conflict",
             )
         runs = [lease.run_id for lease in leases]
