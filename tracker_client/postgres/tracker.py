@@ -38,8 +38,9 @@ declines go to the rail's ``finish_many`` in a second call, which answers them e
 are independent, as ``finish_many``'s are, so writing them in two calls changes no answer.
 
 Claiming ahead (:mod:`.ahead`, option ``claim_ahead``): while one agent drains a role through
-this instance, its ``finish_many`` also claims its next batch in the same statement, and the
-next ``claim_many`` is answered from those leases without a round trip.
+this instance, its ``finish_many`` also claims a batch in the same statement while fewer than
+two are kept, and its next ``claim_many`` (or one-lease ``claim``) is answered from those leases
+without a round trip; one no claim takes is withdrawn (no run left, the attempt count as it was).
 """
 
 from __future__ import annotations
