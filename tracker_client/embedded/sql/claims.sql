@@ -88,12 +88,15 @@ SELECT * FROM runs WHERE id = ?;
 
 -- A lease claimed ahead and never handed out, withdrawn (claiming ahead, tracker_client/ahead.py):
 -- the task as if it had not been claimed (its attempt count back), while the lease is still as
--- claimed; then its run, which no executor saw, goes.
+-- claimed and untouched (never heartbeated, no event of its run: what an executor's run would
+-- leave, so a lease token cannot erase a run that ran); then its run, which no executor saw, goes.
 -- name: claims.withdraw_lease
 UPDATE tasks SET lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL,
     lease_token_sha256 = NULL, lease_ttl_ms = NULL, last_attempt = last_attempt - 1
 WHERE lease_run_id = :run AND lease_token_sha256 = :digest AND lease_expires_at_ms > 0
-AND last_attempt = (SELECT attempt FROM runs WHERE id = :run AND status = 'running');
+AND last_attempt = (SELECT attempt FROM runs WHERE id = :run AND status = 'running')
+AND lease_expires_at_ms <= (SELECT started_at_ms FROM runs WHERE id = :run) + lease_ttl_ms
+AND NOT EXISTS (SELECT 1 FROM events WHERE run_id = :run);
 
 -- name: claims.withdraw_run
 DELETE FROM runs WHERE id = ? AND status = 'running';

@@ -86,7 +86,9 @@ SELECT lease_run_id FROM tasks WHERE lease_run_id = ANY(%s) AND lease_expires_at
 
 -- A lease claimed ahead and never handed out, withdrawn (claiming ahead, tracker_client/ahead.py):
 -- the task as if it had not been claimed (its attempt count back), while the lease is still as
--- claimed (its run running, its token, its attempt); the row found through the run's key. Then
+-- claimed (its run running, its token, its attempt) and untouched (never heartbeated, no event of
+-- its run: what an executor's run would leave, so a lease token cannot erase a run that ran); the
+-- row found through the run's key. Then
 -- its run, which no executor saw, goes. Each touches only that task's row and its run.
 -- name: claims.withdraw_lease
 -- shared
@@ -95,7 +97,8 @@ UPDATE tasks t SET lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL
 FROM runs r
 WHERE r.id = %(run)s AND r.status = 'running' AND t.id = r.task_id AND t.lease_run_id = r.id
 AND t.lease_token_sha256 = %(digest)s AND t.lease_expires_at_ms > 0
-AND t.last_attempt = r.attempt;
+AND t.last_attempt = r.attempt AND t.lease_expires_at_ms <= r.started_at_ms + t.lease_ttl_ms
+AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id);
 
 -- name: claims.withdraw_run
 -- shared
