@@ -242,6 +242,13 @@ class ParksClaims(Protocol):
     """Extension ``parked_claim``: a claim that waits at the rail for work and leases it as it
     comes (one answer for an idle worker's pickup instead of a wake-up and a claim)."""
 
+    @property
+    def quiet_parks(self) -> bool:
+        """Whether a parked claim costs the rail nothing while it waits (no write, no poll: it
+        sleeps until a wake-up), so an idle worker's parks start from half its back-off's
+        ceiling instead of doubling up from ``idle_min_s`` (docs/benchmarks.md, "Pickup
+        latency"). False where a shorter park answers a pickup sooner (the served rail)."""
+
     async def parked_claim(
         self,
         agent_id: str,

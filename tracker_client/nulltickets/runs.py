@@ -46,6 +46,10 @@ class RunCalls:
             self._wire, agent_id, role, lease_ttl_ms, per_state, idempotency_key
         )
 
+    #: A served parked claim waits in the server (an HTTP request held open): an idle worker
+    #: parks with its plain back-off (:attr:`~tracker_client.protocol.ParksClaims.quiet_parks`).
+    quiet_parks = False
+
     async def parked_claim(
         self,
         agent_id: str,

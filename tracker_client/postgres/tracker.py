@@ -346,6 +346,11 @@ class PostgresTracker(Rail[PgEngine]):
         return await self._write("ingest_traces", lambda c: store_spans(with_many(c), spans))
 
     # -- the idle worker's parked claim: no write while nothing can be claimed (see .idle) -----
+    #: An idle parked claim sleeps until a NOTIFY, a due time or its end (:class:`~.idle.IdleLook`):
+    #: a long park costs the rail nothing, so idle workers park from half their back-off's
+    #: ceiling (docs/benchmarks.md, "Pickup latency").
+    quiet_parks = True
+
     async def parked_claim(
         self,
         agent_id: str,

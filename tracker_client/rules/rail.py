@@ -989,6 +989,10 @@ class Rail(Generic[E]):
         return await self._write("claim_many", op)
 
     # -- parked claims (extension ``parked_claim``: see :mod:`.parked`) --------------------------
+    #: Whether a parked claim waits without a write or a poll (the PostgreSQL rail's idle
+    #: look says yes): :attr:`~tracker_client.protocol.ParksClaims.quiet_parks`.
+    quiet_parks = False
+
     async def parked_claim(
         self,
         agent_id: str,
