@@ -143,3 +143,14 @@ def test_idle_delay_grows_with_idle_rounds_and_is_bounded() -> None:
     assert pacing.idle_delay_s(1.0, 8.0, 0.3) == 0.3  # e.g. until an own retry is due
     pacing.claim_ended(pacing.claim_started(), found=True)
     assert pacing.idle_round == 0  # work found: the back-off starts over
+
+
+def test_quiet_parks_start_from_half_the_ceiling_others_back_off() -> None:
+    # A rail whose parked claim waits without writing: one draw from half the ceiling to the
+    # ceiling from the first idle round (bounded like any idle wait); else the idle back-off.
+    pacing = ClaimPacing(1, uniform=low)
+    assert pacing.park_s(0.5, 4.0, float("inf"), quiet=True) == 2.0
+    assert pacing.park_s(0.5, 4.0, float("inf"), quiet=False) == 0.5
+    assert pacing.park_s(0.5, 4.0, 0.3, quiet=True) == 0.3
+    assert ClaimPacing(1, uniform=high).park_s(0.5, 4.0, float("inf"), quiet=True) == 4.0
+    assert pacing.park_s(3.0, 4.0, float("inf"), quiet=True) == 3.0  # never under idle_min_s

@@ -228,13 +228,16 @@ class Claimer:
         if bound is None:
             return False
         if bound > 0:
-            delay = self.pacing.idle_delay_s(config.idle_min_s, config.idle_max_s, bound)
             # Ended early by a change the tracker signals (new work, a lapsed lease), or in
             # drain mode by a run finishing, since its transition may have made work for us.
             also = self._in_flight.next_change() if config.drain else None
-            if also is None and self._parks():
-                self._park_s = delay  # the probe that follows waits at the tracker instead
+            parks = self._book.parked_claim if also is None and self._parks() else None
+            if parks is not None:  # the probe that follows waits at the tracker instead
+                self._park_s = self.pacing.park_s(
+                    config.idle_min_s, config.idle_max_s, bound, quiet=parks.quiet_parks
+                )
             else:
+                delay = self.pacing.idle_delay_s(config.idle_min_s, config.idle_max_s, bound)
                 await self._watch.wait(delay, also=also)
             self.pacing.idled()
         return True

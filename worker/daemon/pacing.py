@@ -152,6 +152,17 @@ class ClaimPacing:
         """How long to idle this round (at most ``bound_s``)."""
         return min(idle_delay_s(idle_min_s, idle_max_s, self.idle_round, self._uniform), bound_s)
 
+    def park_s(self, idle_min_s: float, idle_max_s: float, bound_s: float, *, quiet: bool) -> float:
+        """How long an idle round's parked claim waits (at most ``bound_s``): the idle
+        back-off, or, on a rail whose parked claim waits without a write or a poll
+        (``quiet``), one draw between half the ceiling and the ceiling from the first idle
+        round: a parked claim answers as soon as work comes, so its length costs no latency,
+        and each park that ends empty costs the worker a round (a new claim, its look)."""
+        if not quiet:
+            return self.idle_delay_s(idle_min_s, idle_max_s, bound_s)
+        low = max(idle_min_s, idle_max_s / 2)
+        return min(self._uniform(low, max(low, idle_max_s)), bound_s)
+
     def idled(self) -> None:
         """An idle wait ended: the next one backs off further until a claim finds work."""
         self.idle_round += 1
