@@ -23,6 +23,8 @@ may make work claimable; while the listener is up and the row was live, it then 
 NOTIFY (or a write of this instance), that time, :data:`LOOK_TICK_S` or its deadline, and only
 a wake-up or a due time sends the keyed claim. Before it, every idle round's probe was two
 keyed claims (each a durable write) and two reads (docs/benchmarks.md, "Pickup latency").
+While it sleeps it *stands* (:mod:`.standing`): the create that brings its work claims for it
+in the create's own write, and the keyed claim the NOTIFY sends then only reads the leases.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 from tracker_client.postgres.db import Database
 from tracker_client.postgres.dialect import STATEMENTS, PgConn
+from tracker_client.postgres.standing import Stand, StandingClaims
 from tracker_client.rules.engine import Changes
 from tracker_client.rules.parked import attempt_key
 
@@ -146,6 +150,8 @@ def look_params(key: str, role: str, agent: str, now_ms: int) -> list[Any]:
 #: A parked claim sent on (the rail's: :meth:`~tracker_client.rules.rail.Rail._park_claim`):
 #: how long it may still wait, and the attempts of its key recorded (None: it reads them).
 ParkOn = Callable[[float, int | None], Awaitable[list[Lease]]]
+#: Give one lease back (the rail's ``release``, no attempt counted).
+GiveBack = Callable[[Lease], Awaitable[None]]
 
 
 class IdleLook:
@@ -162,11 +168,20 @@ class IdleLook:
     """
 
     def __init__(
-        self, engine: PgEngine, clock: Callable[[], int], ended: Callable[[str], bool]
+        self,
+        engine: PgEngine,
+        clock: Callable[[], int],
+        ended: Callable[[str], bool],
+        standing: StandingClaims | None = None,
+        give_back: GiveBack | None = None,
     ) -> None:
         """``ended``: whether the rail's parked claims know the key as ended or cancelled
-        (:meth:`~tracker_client.rules.parked.ParkedClaims.ended`)."""
+        (:meth:`~tracker_client.rules.parked.ParkedClaims.ended`); ``standing``: where a
+        parked claim stands while it sleeps (:mod:`.standing`; None: it does not), and
+        ``give_back`` what a create claimed for a parked claim that was stopped meanwhile."""
         self._engine = engine
+        self._standing = standing
+        self._give_back = give_back
         self._ended = ended
         self._db = engine.db
         self._changes = engine.changes
@@ -182,19 +197,29 @@ class IdleLook:
         self.looks_saved = 0
 
     async def park(
-        self, key: str, agent: str, role: str, wait_s: float, park_on: ParkOn
+        self,
+        key: str,
+        agent: str,
+        role: str,
+        wait_s: float,
+        park_on: ParkOn,
+        stand: Stand | None = None,
     ) -> list[Lease]:
         """Up to the parked claim's leases of ``role`` within ``wait_s``: empty when its
         deadline passed with nothing claimable, or it was cancelled; else what ``park_on``
-        answers (a wake-up or a due time: one keyed claim, waiting no more)."""
+        answers (a wake-up or a due time: one keyed claim, waiting no more). ``stand``: its
+        standing claim while it sleeps (None: it does not stand)."""
         if self._ended(key):  # a retry, or its cancel overtook it: the rail answers at once
             return await park_on(0.0, None)
         deadline = anyio.current_time() + max(0.0, wait_s)
         stop = self._waiting[key] = _Waiting()
+        if self._standing is None:
+            stand = None
         try:
             while not stop.stopped:
                 remaining = deadline - anyio.current_time()
                 if not await self._engine.listening(max(0.0, remaining)):
+                    stop.standing, stop.sent = False, True  # its first claim withdraws a row
                     return await park_on(max(0.0, deadline - anyio.current_time()), None)
                 changes, engine = self._changes, self._engine
                 # Before the look: a NOTIFY after its snapshot moves them.
@@ -212,25 +237,68 @@ class IdleLook:
                         self._quiet = _QuietLook(role, agent, seen, afar, looked_at, due_ms)
                 if stop.stopped:
                     break
-                if recorded:  # a retry of a claim sent on already: the rail replays it
+                if recorded:  # a retry, or a create claimed for its stand: the rail replays it
+                    stop.standing, stop.sent = False, True  # its claim withdraws the row
                     return await park_on(max(0.0, deadline - anyio.current_time()), None)
                 if claimable or engine.woken_from_afar != afar:
-                    return await self._send_on(park_on)
+                    return await self._send_on(park_on, stop)
+                if stand is not None and not stop.standing:
+                    assert self._standing is not None
+                    stop.standing = True  # before the write: a stop meanwhile withdraws it
+                    await self._standing.stand(stand)
+                    if stop.stopped:
+                        break
                 now = anyio.current_time()
                 until = min(deadline, looked_at + LOOK_TICK_S)
                 if due_ms is not None:
                     until = min(until, now + max(0.0, (due_ms - self._clock()) / 1000))
                 woken = await self._sleep(seen, afar, until - now, stop)
                 if woken is _Woken.AFAR:
-                    return await self._send_on(park_on)
+                    return await self._send_on(park_on, stop)
                 if woken is _Woken.NOT and anyio.current_time() >= deadline:
                     break  # nothing came: the caller's next round looks again
                 # A write of this instance (it may have made work: its task finished, say),
                 # a due time or the tick: look again.
+            if stand is not None and stop.standing and not stop.stopped:
+                stop.standing = False
+                if not await self._withdraw(stand):  # a create claimed for it meanwhile
+                    stop.sent = True
+                    return await park_on(0.0, None)
         finally:
             if self._waiting.get(key) is stop:
                 del self._waiting[key]
+            try:
+                if stand is not None and stop.standing:  # stopped, or its caller cancelled
+                    stop.standing = False
+                    await self._stood_down(stand, park_on, stop)
+            finally:
+                if stand is not None and self._standing is not None:
+                    self._standing.forget(stand)
+                stop.ended.set()
         return []
+
+    async def _withdraw(self, stand: Stand) -> bool:
+        """Withdraw ``stand``'s row (shielded: it must go even for a cancelled caller); True
+        when it was there, False when a create took it (see :mod:`.standing`)."""
+        assert self._standing is not None
+        withdrawn = False
+        with anyio.CancelScope(shield=True):
+            withdrawn = await self._standing.withdraw(stand)
+        return withdrawn
+
+    async def _stood_down(self, stand: Stand, park_on: ParkOn, stop: _Waiting) -> None:
+        """A parked claim stopped (or cancelled) while it stood: its row withdrawn, or what a
+        create leased for it taken through its key's record and given back (no attempt
+        counted), so nothing stays leased to a claim nobody answers."""
+        if await self._withdraw(stand):
+            return
+        with anyio.CancelScope(shield=True):
+            leases = await park_on(0.0, None)
+            for lease in leases:
+                if self._give_back is not None:
+                    with contextlib.suppress(TrackerError):  # gone already: nothing held
+                        await self._give_back(lease)
+                        stop.released += 1
 
     def _held(self, role: str, agent: str, seen: int, afar: int) -> _QuietLook | None:
         """The last look, when it still answers for a new parked claim of ``role``: it found
@@ -252,10 +320,12 @@ class IdleLook:
             return None
         return quiet
 
-    async def _send_on(self, park_on: ParkOn) -> list[Lease]:
+    async def _send_on(self, park_on: ParkOn, stop: _Waiting) -> list[Lease]:
         """Work may have come: the parked claim's one keyed claim (its first attempt; the
-        look read that none was recorded), answering at once."""
+        look read that none was recorded), answering at once. A standing claim's row is
+        withdrawn by that claim itself, in the same statement (:data:`.standing.STAND_CALL`)."""
         self.sent_on += 1
+        stop.standing, stop.sent = False, True
         return await park_on(0.0, 0)
 
     async def _look(self, key: str, agent: str, role: str) -> tuple[bool, bool, int | None]:
@@ -290,14 +360,20 @@ class IdleLook:
             stop.scope = None
             changes.waiters -= 1
 
-    def cancel(self, key: str) -> None:
+    async def cancel(self, key: str) -> int:
         """Stop the parked claim of ``key`` waiting here: it answers empty, nothing leased (a
-        claim of ``key`` arriving after the cancel is answered by the rail's record of it)."""
+        claim of ``key`` arriving after the cancel is answered by the rail's record of it).
+        Returns once its standing claim is withdrawn, or what a create leased for it was
+        given back (how many leases); a claim it already sent on is the rail's to cancel."""
         stop = self._waiting.pop(key, None)
-        if stop is not None:
-            stop.stopped = True
-            if stop.scope is not None:
-                stop.scope.cancel()
+        if stop is None:
+            return 0
+        stop.stopped = True
+        if stop.scope is not None:
+            stop.scope.cancel()
+        if not stop.sent:
+            await stop.ended.wait()
+        return stop.released
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,10 +399,16 @@ class _Woken(enum.Enum):
 
 
 class _Waiting:
-    """One parked claim waiting in :meth:`IdleLook.park`: stopped, and its sleep's scope."""
+    """One parked claim waiting in :meth:`IdleLook.park`: stopped, its sleep's scope, whether
+    it stands now (a row that must be withdrawn), whether its claim was sent on (the rail's
+    parked claim has it), the leases it gave back, and its end."""
 
-    __slots__ = ("scope", "stopped")
+    __slots__ = ("ended", "released", "scope", "sent", "standing", "stopped")
 
     def __init__(self) -> None:
         self.stopped = False
         self.scope: anyio.CancelScope | None = None
+        self.standing = False
+        self.sent = False
+        self.released = 0
+        self.ended = anyio.Event()

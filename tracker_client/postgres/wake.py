@@ -14,6 +14,11 @@ the connection and ``LISTEN`` s (a blocking connect, reconnects with a back-off)
 to the loop and waits until the loop reports it lost. Under another event loop (trio) that
 thread reads the notifications too and hands each wake-up to the loop.
 
+While it listens the connection also holds a session advisory lock of this instance
+(:func:`holder_of`): the sign of life a create checks before it claims for one of this
+instance's standing claims (:mod:`.standing`). The lock goes with the connection (a process
+killed, a connection dropped), so a create never claims for a holder that is gone.
+
 Lease expiry needs no message: ``wait_for_work`` sleeps at most until the earliest live lease
 lapses. While the listening connection is down (a server restart), :attr:`Listener.healthy` is
 false and waiters fall back to a poll tick; it reconnects by itself with a capped back-off.
@@ -35,7 +40,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import psycopg
 
-__all__ = ["Listener", "channel_name"]
+__all__ = ["Listener", "channel_name", "holder_of"]
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -49,6 +54,13 @@ def channel_name(schema: str) -> str:
     return "backlog_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
 
 
+def holder_of(channel: str, instance: str) -> tuple[int, int]:
+    """The session advisory lock (two int4 keys: the rail's channel, the instance) an
+    instance's listening connection holds while it listens (see the module docstring)."""
+    a, b = (hashlib.sha256(part.encode()).digest()[:4] for part in (channel, instance))
+    return int.from_bytes(a, "big", signed=True), int.from_bytes(b, "big", signed=True)
+
+
 class Listener:
     """``LISTEN channel`` on a connection of its own, calling ``wake`` on the event loop per
     message of another instance (see the module docstring)."""
@@ -58,6 +70,7 @@ class Listener:
         self._channel = channel
         self._instance = instance
         self._wake = wake
+        self._holder = holder_of(channel, instance)
         self._token = anyio.lowlevel.current_token()
         native = self._token.native_token
         #: The asyncio loop that reads the socket itself (None: the thread reads it).
@@ -87,6 +100,10 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
+                    # Not waiting for it: a lock still held by this instance's earlier
+                    # connection (not yet gone at the server) makes its standing claims look
+                    # gone, so creates leave them to the NOTIFY (see .standing).
+                    conn.execute("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", self._holder)
                     conn.execute(f'LISTEN "{self._channel}"')
                     backoff = 0.1
                     if self._loop is not None:

@@ -872,3 +872,87 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Standing claims (schema 21): an idle parked claim the create that brings its work claims for
+-- (schema/0021_standing_claims.sql says how; tracker_client/postgres/standing.py).
+CREATE UNLOGGED TABLE standing_claims (
+    key TEXT PRIMARY KEY NOT NULL,
+    role TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    ttl_ms BIGINT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    runs TEXT[] NOT NULL,
+    leases TEXT[] NOT NULL,
+    tokens TEXT[] NOT NULL,
+    holder_a INTEGER NOT NULL,
+    holder_b INTEGER NOT NULL,
+    since TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX standing_claims_role ON standing_claims (role, since);
+
+-- The standing claims of the roles of tasks p_ids (just inserted by the caller's transaction)
+-- claim at p_now, longest standing first, until as many leases as tasks were granted; how many
+-- were. Never raises for a claim: the create it rides in is not refused for it.
+CREATE FUNCTION bw_hand_off(p_ids TEXT[], p_now BIGINT) RETURNS INTEGER LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    s standing_claims%ROWTYPE;
+    granted INTEGER := 0;
+    got INTEGER;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM standing_claims) THEN
+        RETURN 0;
+    END IF;
+    FOR s IN
+        SELECT c.* FROM standing_claims c
+        WHERE c.role IN (SELECT t.role FROM tasks t WHERE t.id = ANY (p_ids))
+        ORDER BY c.since
+        FOR UPDATE OF c SKIP LOCKED
+    LOOP
+        IF pg_try_advisory_xact_lock(s.holder_a, s.holder_b)  -- its holder is gone
+           OR EXISTS (SELECT 1 FROM idempotency WHERE key = s.key AND operation = 'claim_many')
+        THEN  -- (or it claimed under its key already: a claim its statement sent on)
+            DELETE FROM standing_claims WHERE key = s.key;
+            CONTINUE;
+        END IF;
+        BEGIN
+            DELETE FROM standing_claims WHERE key = s.key;
+            SELECT count(*) INTO got FROM bw_claim(
+                'claim_many', s.role, s.agent, p_now, s.ttl_ms, s.runs, s.leases, s.tokens,
+                s.key, s.fingerprint);
+            IF got = 0 THEN
+                RAISE EXCEPTION 'hand-off: nothing to lease' USING ERRCODE = 'BW001';
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            got := 0;  -- refused, or nothing for it: rolled back alone, the row kept
+        END;
+        granted := granted + got;
+        EXIT WHEN granted >= coalesce(array_length(p_ids, 1), 0);
+    END LOOP;
+    RETURN granted;
+END
+$$;
+
+-- A standing claim's own claim (its holder was woken, or looks again): bw_claim_tx's parameters
+-- and answer. It withdraws the row first (waiting for a create that is claiming for it); when a
+-- create claimed under the key, the leases it recorded that are still held under their runs
+-- are read (nothing written), else bw_claim_tx claims with the ids made ahead.
+CREATE FUNCTION bw_stand_claim_tx(
+    p_lock TEXT, p_notify TEXT, p_follow TEXT, p_instance TEXT,
+    p_op TEXT, p_role TEXT, p_agent TEXT, p_now BIGINT, p_ttl BIGINT, p_runs TEXT,
+    p_leases TEXT, p_tokens TEXT, p_key TEXT, p_fp TEXT
+) RETURNS SETOF tasks LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    DELETE FROM standing_claims WHERE key = p_key;
+    IF EXISTS (SELECT 1 FROM idempotency WHERE key = p_key AND operation = p_op) THEN
+        RETURN QUERY
+        SELECT t.* FROM runs r JOIN tasks t ON t.id = r.task_id
+        WHERE r.id = ANY (p_runs::text[]) AND t.lease_run_id = r.id
+          AND t.lease_expires_at_ms > p_now;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM bw_claim_tx(
+        p_lock, p_notify, p_follow, p_instance, p_op, p_role, p_agent, p_now, p_ttl, p_runs,
+        p_leases, p_tokens, p_key, p_fp);
+END
+$$;

@@ -1,0 +1,297 @@
+"""Standing claims (schema 21, tracker_client/postgres/standing.py): an idle parked claim stands
+while it sleeps, and the create that brings its work claims for it in the create's own write;
+the woken parked claim only reads its leases. Nothing is stranded: a holder that died, a parked
+claim stopped or cancelled, two creates racing for one standing claim, a retry under the key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import psycopg
+import pytest
+
+from tests.contract.support import make_pipeline, new_task
+from tests.postgres.server import PgServer, fresh_schema_url, schema_name
+from tests.worker.conftest import wait_until
+from tracker_client.factory import open_tracker
+from tracker_client.models import Lease
+from tracker_client.postgres.tracker import PostgresTracker
+from tracker_client.postgres.wake import channel_name, holder_of
+from tracker_client.rules.parked import attempt_key
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+#: Every parked claim below may wait this long; each test ends well before.
+PARK_MS = 20_000
+
+
+@asynccontextmanager
+async def _pair(key: str) -> AsyncIterator[tuple[PostgresTracker, PostgresTracker]]:
+    """The idle instance whose parked claims stand, and a writer (another host)."""
+    idle = await open_tracker(fresh_schema_url(key))
+    try:
+        writer = await open_tracker(fresh_schema_url(key))
+        try:
+            assert isinstance(idle, PostgresTracker) and isinstance(writer, PostgresTracker)
+            yield idle, writer
+        finally:
+            await writer.aclose()
+    finally:
+        await idle.aclose()
+
+
+def _sql(pg: PgServer, key: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    """``query`` on the schema of ``key`` (``{s}`` names it), on a connection of its own.
+    Synchronous on purpose: the event loop (and the idle instance's wake-up) waits for it."""
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        return conn.execute(query.format(s=f'"{schema_name(key)}"'), params).fetchall()  # type: ignore[arg-type]
+
+
+def _leased_to(pg: PgServer, key: str, task_id: str) -> str | None:
+    """The agent of the run holding ``task_id``'s lease now (None: not leased)."""
+    rows = _sql(
+        pg,
+        key,
+        "SELECT r.agent_id FROM {s}.tasks t JOIN {s}.runs r ON r.id = t.lease_run_id "
+        "WHERE t.id = %s AND t.lease_expires_at_ms > 0",
+        task_id,
+    )
+    return str(rows[0][0]) if rows else None
+
+
+def _standing(pg: PgServer, key: str) -> int:
+    return int(_sql(pg, key, "SELECT count(*) FROM {s}.standing_claims")[0][0])  # type: ignore[call-overload]
+
+
+async def _settle(idle: PostgresTracker) -> None:
+    """A first parked claim: the listener is up and this instance's ``waiters`` row is live."""
+    await idle.parked_claim("idle", "coder", 60_000, 1, 50, idempotency_key=str(uuid.uuid4()))
+
+
+@asynccontextmanager
+async def _standing_park(
+    idle: PostgresTracker, key: str, role: str = "coder"
+) -> AsyncIterator[list[Lease]]:
+    """One parked claim of ``idle`` under ``key``, in the background; the block starts once it
+    stands, and the list holds what it answered when the block has ended."""
+    got: list[Lease] = []
+    stood = idle._standing.stood
+    async with anyio.create_task_group() as tg:
+
+        async def park() -> None:
+            got.extend(
+                await idle.parked_claim("idle", role, 60_000, 1, PARK_MS, idempotency_key=key)
+            )
+
+        tg.start_soon(park)
+        await wait_until(lambda: idle._standing.stood > stood)
+        yield got
+
+
+async def test_a_create_claims_for_a_standing_parked_claim(pg_server: PgServer) -> None:
+    schema = f"stand-{uuid.uuid4()}"
+    async with _pair(schema) as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        key = str(uuid.uuid4())
+        with anyio.fail_after(10):
+            async with _standing_park(idle, key) as got:
+                assert _standing(pg_server, schema) == 1
+                task_id = await writer.create_task(new_task(pid, "now"))
+                assert _leased_to(pg_server, schema, task_id) == "idle"
+                assert _standing(pg_server, schema) == 0
+        # The create's own write claimed it: the claim was recorded at the create's time
+        # (the idle instance's own claim would have come after the create's NOTIFY).
+        [(recorded_at, created_at)] = _sql(
+            pg_server,
+            schema,
+            "SELECT i.created_at_ms, t.created_at_ms FROM {s}.idempotency i, {s}.tasks t "
+            "WHERE i.key = %s AND i.operation = 'claim_many' AND t.id = %s",
+            attempt_key(key, 0),
+            task_id,
+        )
+        assert recorded_at == created_at
+        [lease] = got
+        assert lease.task.id == task_id
+        # a retry under the key answers the same lease, the same token
+        [again] = await idle.claim_many(
+            "idle", "coder", 60_000, 1, idempotency_key=attempt_key(key, 0)
+        )
+        assert (again.run_id, again.lease_token) == (lease.run_id, lease.lease_token)
+        await idle.heartbeat(lease)  # the token is the rail's
+        await idle.transition(lease, "complete")
+        assert (await writer.get_task(task_id)).stage != "todo"
+
+
+async def test_a_dead_holders_standing_claim_strands_nothing(pg_server: PgServer) -> None:
+    schema = f"stand-{uuid.uuid4()}"
+    code = (
+        "import anyio, uuid, sys\n"
+        "from tracker_client.factory import open_tracker\n"
+        "async def main():\n"
+        f"    t = await open_tracker({fresh_schema_url(schema)!r})\n"
+        "    await t.parked_claim('idle', 'coder', 60000, 1, 50,"
+        " idempotency_key=str(uuid.uuid4()))\n"
+        "    async with anyio.create_task_group() as tg:\n"
+        "        tg.start_soon(lambda: t.parked_claim('idle', 'coder', 600000, 1, 60000,"
+        " idempotency_key=str(uuid.uuid4())))\n"
+        "        while not t._standing.stood:\n"
+        "            await anyio.sleep(0.01)\n"
+        "        print('standing', flush=True)\n"
+        "anyio.run(main)\n"
+    )
+    writer = await open_tracker(fresh_schema_url(schema))
+    try:
+        pid = await make_pipeline(writer)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ}
+        )
+        try:
+            assert proc.stdout is not None
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+            assert line.strip() == b"standing"
+            assert _standing(pg_server, schema) == 1
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        # its listener's session, and the lock that says it is alive, end with the process
+        rail = holder_of(channel_name(schema_name(schema)), "")[0] % 2**32
+        await wait_until(
+            lambda: (
+                not _sql(
+                    pg_server,
+                    schema,
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+                    "AND classid::bigint = %s",
+                    rail,
+                )
+            )
+        )
+        task_id = await writer.create_task(new_task(pid, "after the kill"))
+        assert _leased_to(pg_server, schema, task_id) is None  # not leased to the dead one
+        assert _standing(pg_server, schema) == 0  # its row went with the create's look
+        lease = await writer.claim("other", "coder", 60_000)
+        assert lease is not None and lease.task.id == task_id  # claimable at once
+    finally:
+        await writer.aclose()
+
+
+async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(
+    pg_server: PgServer,
+) -> None:
+    schema = f"stand-{uuid.uuid4()}"
+    async with _pair(schema) as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        key = str(uuid.uuid4())
+        with anyio.fail_after(10):
+            async with _standing_park(idle, key) as got:
+                task_id = await writer.create_task(new_task(pid, "then cancelled"))
+                assert _leased_to(pg_server, schema, task_id) == "idle"
+                # the cancel comes before the idle instance has read the NOTIFY
+                cancelled = await idle.cancel_parked_claim(idempotency_key=key)
+        assert got == []
+        assert cancelled.released == 1
+        assert _leased_to(pg_server, schema, task_id) is None
+        lease = await writer.claim("other", "coder", 60_000)
+        assert lease is not None and lease.task.id == task_id
+        # the run the create started for it ended released (given back, not failed)
+        assert _sql(
+            pg_server,
+            schema,
+            "SELECT status FROM {s}.runs WHERE task_id = %s AND id <> %s",
+            task_id,
+            lease.run_id,
+        ) == [("released",)]
+
+
+async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(
+    pg_server: PgServer,
+) -> None:
+    schema = f"stand-{uuid.uuid4()}"
+    async with _pair(schema) as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        key = str(uuid.uuid4())
+        with anyio.fail_after(10):
+            async with _standing_park(idle, key) as got:
+                cancelled = await idle.cancel_parked_claim(idempotency_key=key)
+        assert (got, cancelled.released) == ([], 0)
+        assert _standing(pg_server, schema) == 0
+        task_id = await writer.create_task(new_task(pid, "after the cancel"))
+        assert _leased_to(pg_server, schema, task_id) is None
+
+
+async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
+    pg_server: PgServer,
+) -> None:
+    # The wait ends (its deadline) after a create claimed for it but before the NOTIFY was
+    # read: the withdrawal finds the row gone and the parked claim answers the lease.
+    schema = f"stand-{uuid.uuid4()}"
+    async with _pair(schema) as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        stood = idle._standing.stood
+        task_id = ""
+
+        async def create_when_standing() -> None:
+            nonlocal task_id
+            await wait_until(lambda: idle._standing.stood > stood)
+            task_id = await writer.create_task(new_task(pid, "at the deadline"))
+
+        got: list[Lease] = []
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(create_when_standing)
+                got = await idle.parked_claim(
+                    "idle", "coder", 60_000, 1, 400, idempotency_key=str(uuid.uuid4())
+                )
+        assert [lease.task.id for lease in got] == [task_id]
+
+
+async def test_two_creates_never_grant_one_standing_claim_twice(pg_server: PgServer) -> None:
+    schema = f"stand-{uuid.uuid4()}"
+    async with _pair(schema) as (idle, writer):
+        other = await open_tracker(fresh_schema_url(schema))
+        try:
+            pid = await make_pipeline(writer)
+            await _settle(idle)
+            ids: list[str] = []
+            with anyio.fail_after(10):
+                async with (
+                    _standing_park(idle, str(uuid.uuid4())) as got,
+                    anyio.create_task_group() as tg,
+                ):
+                    for creator in (writer, other):
+
+                        async def create(c: PostgresTracker = creator) -> None:  # type: ignore[assignment]
+                            ids.append(await c.create_task(new_task(pid, "race")))
+
+                        tg.start_soon(create)
+            leased = [i for i in ids if _leased_to(pg_server, schema, i) == "idle"]
+            assert len(ids) == 2 and len(leased) == 1
+            assert [lease.task.id for lease in got] == leased
+        finally:
+            await other.aclose()
+
+
+async def test_a_standing_claim_of_another_role_is_left_standing(pg_server: PgServer) -> None:
+    schema = f"stand-{uuid.uuid4()}"
+    async with _pair(schema) as (idle, writer):
+        pid = await make_pipeline(writer)
+        await _settle(idle)
+        key = str(uuid.uuid4())
+        with anyio.fail_after(10):
+            async with _standing_park(idle, key, role="reviewer") as got:
+                task_id = await writer.create_task(new_task(pid, "for a coder"))
+                assert _leased_to(pg_server, schema, task_id) is None
+        assert got == []  # its NOTIFY sent the claim on: no reviewer's work
