@@ -50,7 +50,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _encode_string
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 import anyio
 
@@ -90,6 +90,13 @@ from tracker_client.postgres.follow import FOLLOW_QUIET
 from tracker_client.postgres.idle import IdleLook
 from tracker_client.postgres.options import parse_postgres_url
 from tracker_client.postgres.spans import with_many
+from tracker_client.postgres.standing import (
+    STAND_CALL,
+    Stand,
+    StandingClaims,
+    offering,
+    stand_of,
+)
 from tracker_client.rules import budgets
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
 from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue
@@ -99,6 +106,7 @@ from tracker_client.rules.finish import prepare
 from tracker_client.rules.idempotency import fingerprint, idempotent
 from tracker_client.rules.leasekeys import keyed_token, rail_key, stored_rail_key
 from tracker_client.rules.options import parse_options
+from tracker_client.rules.parked import attempt_key
 from tracker_client.rules.pipelines import PipelineCache
 from tracker_client.rules.rail import Rail
 from tracker_client.rules.runs import token_hash
@@ -109,6 +117,8 @@ if TYPE_CHECKING:
     import sqlite3
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "SAFETY_TICK_S", "PostgresTracker"]
+
+_R = TypeVar("_R")
 
 log = logging.getLogger("backlog_worker.tracker")
 
@@ -260,8 +270,12 @@ class PostgresTracker(Rail[PgEngine]):
         # by the server at commit (see PgEngine.write).
         engine.known_version = self._known_version
         engine.versions_moved = self._versions_moved
-        #: An idle parked claim's wait without writes (see .idle, IdleLook).
-        self._idle_look = IdleLook(engine, clock, self._parked.ended)
+        #: An idle parked claim's wait without writes (see .idle, IdleLook), standing while
+        #: it sleeps (see .standing).
+        self._standing = StandingClaims(engine.db, engine.channel, engine.instance)
+        self._idle_look = IdleLook(
+            engine, clock, self._parked.ended, self._standing, self._give_back
+        )
 
     def _known_version(self, pid: str) -> int | None:
         """Pipeline ``pid``'s current version as this instance last read it, or None."""
@@ -371,13 +385,43 @@ class PostgresTracker(Rail[PgEngine]):
                 key, agent_id, agent_role, lease_ttl_ms, n, wait_s, concurrency, recorded=recorded
             )
 
-        return await self._idle_look.park(key, agent_id, agent_role, wait_ms / 1000, park_on)
+        stand = self._stand(key, agent_id, agent_role, lease_ttl_ms, n, concurrency)
+        return await self._idle_look.park(key, agent_id, agent_role, wait_ms / 1000, park_on, stand)
+
+    def _stand(
+        self,
+        key: str,
+        agent: str,
+        role: str,
+        ttl_ms: int,
+        n: int,
+        concurrency: Mapping[str, object] | None,
+    ) -> Stand | None:
+        """The standing claim of a parked claim's first attempt (see .standing): a claim the
+        one-statement claim takes (no limits), with the claim_many's fingerprint."""
+        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+        secret = self._rail_key
+        if secret is None or not self._plain_claim(agent, role, ttl_ms, n, limits):
+            return None
+        first = attempt_key(key, 0)
+        try:
+            fp = fingerprint([agent, role, ttl_ms, n, limits])
+        except TrackerError:
+            return None
+        return stand_of(first, agent, role, ttl_ms, n, fp, secret, int(self._clock()))
 
     async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:
         """Stop the parked claim of the key, waiting here or claiming (see
-        :meth:`Rail.cancel_parked_claim`)."""
-        self._idle_look.cancel(check_parked(idempotency_key, 0))
-        return await super().cancel_parked_claim(idempotency_key=idempotency_key)
+        :meth:`Rail.cancel_parked_claim`); what a create leased for its standing claim is
+        given back too."""
+        released = await self._idle_look.cancel(check_parked(idempotency_key, 0))
+        cancelled = await super().cancel_parked_claim(idempotency_key=idempotency_key)
+        return ParkedCancelled(released=cancelled.released + released)
+
+    async def _create(self, where: str, create: Callable[[Ctx], _R], count: int) -> _R:
+        """The rail's create, and in its write the standing claims of its tasks' roles
+        claiming (see .standing)."""
+        return await super()._create(where, offering(create), count)
 
     # -- the claim: one statement (see .claims) -------------------------------------------------
     async def claim(
@@ -668,8 +712,14 @@ class PostgresTracker(Rail[PgEngine]):
             fp = None if key is None else fingerprint(args)
         except TrackerError:
             return None
-        built = await self._claim_params(op, agent_id, role, lease_ttl_ms, n, key, fp)
-        rows = await self._engine.pairs.claim(CLAIM_CALL, built[0], op)
+        # A parked claim's standing claim: its ids, in the statement that reads what a
+        # create claimed with them (see .standing).
+        ahead = self._standing.ids(key, n) if op == "claim_many" else None
+        built = await self._claim_params(op, agent_id, role, lease_ttl_ms, n, key, fp, ahead)
+        if ahead is None:
+            rows = await self._engine.pairs.claim(CLAIM_CALL, built[0], op)
+        else:
+            rows = await self._engine.db.one_call(STAND_CALL, built[0], op)
         if rows is None:
             return None
         return await self._leases_of(rows, built[1], built[2], agent_id, role)
@@ -683,13 +733,14 @@ class PostgresTracker(Rail[PgEngine]):
         n: int,
         key: str | None,
         fp: str | None,
+        ahead: list[tuple[str, str, str]] | None = None,
     ) -> tuple[list[Any], list[tuple[str, str, str]], int]:
         """``bw_claim_tx``'s parameters for ``n`` leases (checked arguments), the ids they
-        carry and the claim's ``now``."""
+        carry (``ahead``: made already, keyed) and the claim's ``now``."""
         now = int(self._clock())
         # run ids lead with the time (docs/benchmarks.md, "Finished tasks kept")
-        ids = fresh_ids_many(now, n, random_tokens=key is None)
-        if key is not None:
+        ids = ahead or fresh_ids_many(now, n, random_tokens=key is None)
+        if key is not None and ahead is None:
             secret = self._rail_key
             if secret is None:
                 secret = self._rail_key = await self._write("claim", rail_key)
