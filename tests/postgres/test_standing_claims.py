@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -120,6 +121,7 @@ async def test_a_create_claims_for_a_standing_parked_claim(pg_server: PgServer) 
         assert recorded_at == created_at
         [lease] = got
         assert lease.task.id == task_id
+        assert lease.run.started_at_ms == created_at  # as the rail's run row says
         # a retry under the key answers the same lease, the same token
         [again] = await idle.claim_many(
             "idle", "coder", 60_000, 1, idempotency_key=attempt_key(key, 0)
@@ -185,6 +187,25 @@ async def test_a_dead_holders_standing_claim_strands_nothing(pg_server: PgServer
         await writer.aclose()
 
 
+def _create_holding_the_loop(url: str, pid: str) -> str:
+    """A task created by an instance of its own on a thread of its own, this thread (and its
+    event loop) blocked until it has committed."""
+    created: list[str] = []
+
+    async def create() -> None:
+        writer = await open_tracker(url)
+        try:
+            created.append(await writer.create_task(new_task(pid, "then cancelled")))
+        finally:
+            await writer.aclose()
+
+    thread = threading.Thread(target=anyio.run, args=(create,))
+    thread.start()
+    thread.join(30)
+    [task_id] = created
+    return task_id
+
+
 async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(
     pg_server: PgServer,
 ) -> None:
@@ -195,9 +216,10 @@ async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(
         key = str(uuid.uuid4())
         with anyio.fail_after(10):
             async with _standing_park(idle, key) as got:
-                task_id = await writer.create_task(new_task(pid, "then cancelled"))
+                # the create from another thread, this loop held meanwhile: the cancel comes
+                # before the idle instance has read the create's NOTIFY
+                task_id = _create_holding_the_loop(fresh_schema_url(schema), pid)
                 assert _leased_to(pg_server, schema, task_id) == "idle"
-                # the cancel comes before the idle instance has read the NOTIFY
                 cancelled = await idle.cancel_parked_claim(idempotency_key=key)
         assert got == []
         assert cancelled.released == 1
@@ -232,12 +254,14 @@ async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(
 
 
 async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
-    pg_server: PgServer,
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The wait ends (its deadline) after a create claimed for it but before the NOTIFY was
-    # read: the withdrawal finds the row gone and the parked claim answers the lease.
+    # The wait ends (its deadline) after a create claimed for it and no NOTIFY came (the fault
+    # injected: the writer's NOTIFY lost): the withdrawal finds the row gone and the parked
+    # claim answers the lease.
     schema = f"stand-{uuid.uuid4()}"
     async with _pair(schema) as (idle, writer):
+        monkeypatch.setattr(writer._engine, "_notify_sql", "SELECT 1;")
         pid = await make_pipeline(writer)
         await _settle(idle)
         stood = idle._standing.stood
