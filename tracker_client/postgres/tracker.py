@@ -716,13 +716,16 @@ class PostgresTracker(Rail[PgEngine]):
         # create claimed with them (see .standing).
         ahead = self._standing.ids(key, n) if op == "claim_many" else None
         built = await self._claim_params(op, agent_id, role, lease_ttl_ms, n, key, fp, ahead)
+        now = built[2]
         if ahead is None:
             rows = await self._engine.pairs.claim(CLAIM_CALL, built[0], op)
         else:
             rows = await self._engine.db.one_call(STAND_CALL, built[0], op)
+            if rows:  # granted by a create, maybe: its runs started at the create's time
+                now = int(rows[0]["lease_expires_at_ms"]) - int(rows[0]["lease_ttl_ms"])
         if rows is None:
             return None
-        return await self._leases_of(rows, built[1], built[2], agent_id, role)
+        return await self._leases_of(rows, built[1], now, agent_id, role)
 
     async def _claim_params(
         self,
