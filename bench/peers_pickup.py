@@ -22,11 +22,17 @@ source tree ``TREE``, its worker and its producer both running that tree's code 
 in a process of its own, taking the submit time itself): a before/after in one run, rounds
 interleaved with the other systems. ``served@TREE`` likewise: that tree seeds the rail file
 and runs ``tracker serve``, the worker and the producer.
+
+``--alternate`` runs every system's idle worker at once and takes the samples in turns
+instead (:func:`alternating`): on a machine whose load drifts (others' tests and benches on
+the same two cores) one system's round and the next can see different loads, while samples
+taken in turns see the same one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import subprocess
@@ -34,8 +40,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -420,95 +426,150 @@ async def _samples(
     return out
 
 
+@contextmanager
+def _running(
+    name: str, tmp: Path, concurrency: int, redis: Redis | None, pg: PgServer | None
+) -> Iterator[tuple[subprocess.Popen[bytes], Producer, StampPipe, Callable[[], float] | None]]:
+    """One idle worker of ``name`` started in ``tmp``: its process, its producer (not entered
+    yet), the pipe its executor stamps into and its server's CPU meter (None: none); stopped
+    at the end (the worker first, then its server; each by its pid)."""
+    from bench.postgres import _server_cpu_s
+    from bench.worker import _seed as seed_file
+
+    pipe = StampPipe(tmp / "stamps")
+    stamps = pipe.path
+    stops: list[subprocess.Popen[bytes]] = []
+    producer: Producer
+    server_cpu: Callable[[], float] | None = None
+    try:
+        if name in ("embedded", "served"):
+            db = tmp / "rail.db"
+            anyio.run(seed_file, db, 0)
+            url = f"sqlite:///{db}"
+            if name == "served":
+                from bench.remote import _start_server
+
+                server, url = _start_server(db)
+                stops.append(server)
+                server_cpu = partial(tree_cpu_s, server.pid)
+            proc = _ours(url, tmp, concurrency, stamps)
+            producer = _our_producer(url)
+        elif name == "postgres":
+            from bench.postgres import _seed as seed_pg
+
+            assert pg is not None
+            url = f"{pg.url}?schema=pickup_{uuid.uuid4().hex[:12]}&pool_size=4"
+            anyio.run(seed_pg, url, 0)
+            proc = _ours(url, tmp, concurrency, stamps)
+            producer = _our_producer(url)
+        elif name.startswith("served@"):  # a source tree's server, worker and producer
+            from bench.remote import _start_server
+
+            tree = Path(name.partition("@")[2]).resolve()
+            db = tmp / "rail.db"
+            _seed_file_of(tree, db)
+            server, url = _start_server(db, tree)
+            stops.append(server)
+            server_cpu = partial(tree_cpu_s, server.pid)
+            proc = _ours(url, tmp, concurrency, stamps, tree)
+            producer = _tree_producer(url, tree)
+        elif name.startswith("postgres@"):  # a source tree's rail, worker and producer
+            assert pg is not None
+            tree = Path(name.partition("@")[2]).resolve()
+            url = f"{pg.url}?schema=pickup_{uuid.uuid4().hex[:12]}&pool_size=4"
+            producer = _tree_producer(url, tree)  # seeds the rail as it starts
+            proc = _ours(url, tmp, concurrency, stamps, tree)
+        elif name == "arq":
+            assert redis is not None
+            proc = _peer("arq", str(redis.port), concurrency, stamps)
+            producer = _arq_producer(redis.port)
+        elif name == "celery":
+            assert redis is not None
+            proc = _peer("celery", str(redis.port), concurrency, stamps)
+            producer = _celery_producer(redis.port)
+        elif name == "huey":
+            filename = str(tmp / "huey.db")
+            proc = _peer("huey", filename, concurrency, stamps)
+            producer = _huey_producer(filename)
+        elif name == "procrastinate":
+            assert pg is not None
+            conninfo = _new_database(pg)
+            anyio.run(_procrastinate_schema, conninfo)
+            proc = _peer("procrastinate", conninfo, concurrency, stamps)
+            producer = _procrastinate_producer(conninfo)
+        else:
+            from bench import peer_pgqueuer
+
+            assert pg is not None
+            conninfo = _new_database(pg)
+            anyio.run(peer_pgqueuer.install, conninfo)
+            proc = _peer("pgqueuer", conninfo, concurrency, stamps)
+            producer = peer_pgqueuer.producer(conninfo)
+        if pg is not None and name.partition("@")[0] not in ("embedded", "served"):
+            server_cpu = partial(_server_cpu_s, pg)
+        stops.insert(0, proc)
+        yield proc, producer, pipe, server_cpu
+    finally:
+        for stop in stops:  # the worker first, then its server; each by its pid
+            stop.terminate()
+            _reap(stop)
+        pipe.close()  # the workers are gone: nobody writes to it any more
+
+
 def _system(
     name: str, samples: int, concurrency: int, redis: Redis | None, pg: PgServer | None
 ) -> tuple[list[float], CpuMeter]:
     """One idle worker of ``name`` and ``samples`` pickups (seconds each), and the CPU they
     cost (:class:`CpuMeter`)."""
-    from bench.postgres import _server_cpu_s
-    from bench.worker import _seed as seed_file
+    with (
+        tempfile.TemporaryDirectory() as tmp_s,
+        _running(name, Path(tmp_s), concurrency, redis, pg) as (proc, producer, pipe, server),
+    ):
+        meter = CpuMeter(proc.pid, server)
+        return anyio.run(_samples, producer, pipe, proc, samples, meter), meter
 
-    with tempfile.TemporaryDirectory() as tmp_s:
-        tmp = Path(tmp_s)
-        pipe = StampPipe(tmp / "stamps")
-        stamps = pipe.path
-        stops: list[subprocess.Popen[bytes]] = []
-        producer: Producer
-        server_cpu: Callable[[], float] | None = None
-        try:
-            if name in ("embedded", "served"):
-                db = tmp / "rail.db"
-                anyio.run(seed_file, db, 0)
-                url = f"sqlite:///{db}"
-                if name == "served":
-                    from bench.remote import _start_server
 
-                    server, url = _start_server(db)
-                    stops.append(server)
-                    server_cpu = partial(tree_cpu_s, server.pid)
-                proc = _ours(url, tmp, concurrency, stamps)
-                producer = _our_producer(url)
-            elif name == "postgres":
-                from bench.postgres import _seed as seed_pg
+def alternating(
+    names: list[str], samples: int, concurrency: int, redis: Redis | None, pg: PgServer | None
+) -> dict[str, list[float]]:
+    """``samples`` pickups of each system in ``names`` (seconds each), every system's idle
+    worker running at once and the systems taking turns sample by sample, in a fresh random
+    order each turn: a before/after whose samples saw the same load within a second or two
+    of each other (``--alternate``; the machine's load drifts over a round of minutes). No
+    CPU figures: the servers and workers run side by side."""
+    with contextlib.ExitStack() as stack:
+        running = {}
+        for name in names:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            running[name] = stack.enter_context(_running(name, tmp, concurrency, redis, pg))
+        return anyio.run(_turns, running, samples)
 
-                assert pg is not None
-                url = f"{pg.url}?schema=pickup_{uuid.uuid4().hex[:12]}&pool_size=4"
-                anyio.run(seed_pg, url, 0)
-                proc = _ours(url, tmp, concurrency, stamps)
-                producer = _our_producer(url)
-            elif name.startswith("served@"):  # a source tree's server, worker and producer
-                from bench.remote import _start_server
 
-                tree = Path(name.partition("@")[2]).resolve()
-                db = tmp / "rail.db"
-                _seed_file_of(tree, db)
-                server, url = _start_server(db, tree)
-                stops.append(server)
-                server_cpu = partial(tree_cpu_s, server.pid)
-                proc = _ours(url, tmp, concurrency, stamps, tree)
-                producer = _tree_producer(url, tree)
-            elif name.startswith("postgres@"):  # a source tree's rail, worker and producer
-                assert pg is not None
-                tree = Path(name.partition("@")[2]).resolve()
-                url = f"{pg.url}?schema=pickup_{uuid.uuid4().hex[:12]}&pool_size=4"
-                producer = _tree_producer(url, tree)  # seeds the rail as it starts
-                proc = _ours(url, tmp, concurrency, stamps, tree)
-            elif name == "arq":
-                assert redis is not None
-                proc = _peer("arq", str(redis.port), concurrency, stamps)
-                producer = _arq_producer(redis.port)
-            elif name == "celery":
-                assert redis is not None
-                proc = _peer("celery", str(redis.port), concurrency, stamps)
-                producer = _celery_producer(redis.port)
-            elif name == "huey":
-                filename = str(tmp / "huey.db")
-                proc = _peer("huey", filename, concurrency, stamps)
-                producer = _huey_producer(filename)
-            elif name == "procrastinate":
-                assert pg is not None
-                conninfo = _new_database(pg)
-                anyio.run(_procrastinate_schema, conninfo)
-                proc = _peer("procrastinate", conninfo, concurrency, stamps)
-                producer = _procrastinate_producer(conninfo)
-            else:
-                from bench import peer_pgqueuer
-
-                assert pg is not None
-                conninfo = _new_database(pg)
-                anyio.run(peer_pgqueuer.install, conninfo)
-                proc = _peer("pgqueuer", conninfo, concurrency, stamps)
-                producer = peer_pgqueuer.producer(conninfo)
-            if pg is not None and name.partition("@")[0] not in ("embedded", "served"):
-                server_cpu = partial(_server_cpu_s, pg)
-            stops.insert(0, proc)
-            meter = CpuMeter(proc.pid, server_cpu)
-            return anyio.run(_samples, producer, pipe, proc, samples, meter), meter
-        finally:
-            for stop in stops:  # the worker first, then its server; each by its pid
-                stop.terminate()
-                _reap(stop)
-            pipe.close()  # the workers are gone: nobody writes to it any more
+async def _turns(
+    running: dict[
+        str, tuple[subprocess.Popen[bytes], Producer, StampPipe, Callable[[], float] | None]
+    ],
+    samples: int,
+) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {name: [] for name in running}
+    async with contextlib.AsyncExitStack() as stack:
+        submits: dict[str, Submit] = {}
+        for name, (proc, producer, pipe, _) in running.items():
+            submits[name] = await stack.enter_async_context(producer)
+            await submits[name]("warm-up")
+            await pipe.wait("warm-up", proc)
+        names = list(running)
+        for i in range(samples):
+            random.shuffle(names)
+            for name in names:
+                proc, _, pipe, _ = running[name]
+                await anyio.sleep(random.uniform(*PAUSE_S))  # pacing: the workers go idle
+                sample = f"s{i}-{uuid.uuid4().hex[:6]}"
+                submitted = time.time()
+                await submits[name](sample)
+                submitted = _submitted.pop(sample, submitted)
+                out[name].append(await pipe.wait(sample, proc) - submitted)
+    return out
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -524,7 +585,18 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
     cpu: dict[str, tuple[float, float | None]] = {}
     failed: dict[str, str] = {}
     names = list(args.systems)
-    for run in range(args.runs):
+    if args.alternate:
+        for run in range(args.runs):
+            for name, got in alternating(names, args.pickup, args.concurrency, redis, pg).items():
+                latencies[name] += got
+                got.sort()
+                print(
+                    f"  run {run + 1} {name}: p50 {percentile(got, 50) * 1000:.1f} ms, "
+                    f"max {got[-1] * 1000:.1f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    for run in range(0 if args.alternate else args.runs):
         shift = run % len(names)
         for name in names[shift:] + names[:shift]:
             if name in failed:
