@@ -490,6 +490,12 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="SAMPLES",
         help="measure pickup latency (submit -> executor start, idle worker) instead",
     )
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="with --pickup: every system's idle worker at once, samples taken in turns "
+        "(a before/after under the same load; no CPU figures)",
+    )
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     # RAIL@TREE: one of this project's rails run by another source tree (a before/after in
