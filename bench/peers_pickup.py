@@ -631,7 +631,8 @@ def pickup(args: argparse.Namespace, redis: Redis | None, pg: PgServer | None) -
             f"| {name} | {len(values)} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
             f"{values[-1] * 1000:.1f} |"
         )
-    lines += cpu_lines(names, latencies, cpu)
+    if not args.alternate:  # side by side, the CPU is no one system's
+        lines += cpu_lines(names, latencies, cpu)
     lines += [f"{name}: skipped: {why}" for name, why in failed.items()]
     return lines
 
