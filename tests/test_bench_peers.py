@@ -184,6 +184,23 @@ def test_pickup_compares_another_source_tree_of_the_postgres_rail() -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.usefixtures("peers")
+def test_pickup_samples_can_take_turns_across_systems() -> None:
+    # --alternate: every system's idle worker at once, the samples in turns; no CPU table
+    # (side by side, the CPU is no one system's).
+    tree = str(Path(__file__).resolve().parents[1])
+    done = _bench(
+        "--pickup", "3", "--runs", "1", "--alternate", "--systems", f"postgres,postgres@{tree}"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for system in ("postgres", re.escape(f"postgres@{tree}")):
+        found = re.search(rf"^\| {system} \| 3 \| ([\d.]+) \|", done.stdout, re.M)
+        assert found, done.stdout
+        assert 0 < float(found.group(1)) < 60_000
+    assert "CPU per pickup" not in done.stdout
+
+
+@pytest.mark.timeout(300)
 def test_pickup_compares_another_source_tree_of_the_served_rail() -> None:
     # served@TREE: that tree seeds the rail file and runs tracker serve, the worker and the
     # producer (here this tree itself), beside this tree's, in one run.
