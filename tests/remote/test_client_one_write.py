@@ -87,3 +87,23 @@ async def test_a_server_answering_before_it_read_the_body_is_heard() -> None:
         async with client:
             answer = await client.post("/tasks", content=b"x" * 200_000)
     assert (answer.status_code, answer.content) == (413, b"big")
+
+
+async def test_an_idle_connection_the_server_closed_reads_as_readable() -> None:
+    """httpcore drops an idle pooled connection whose socket is readable (the server closed
+    it): the poll kept per connection answers as httpcore's backend does, before and after
+    the close, and once the connection itself is closed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        stream = await OneWriteRequests().connect_tcp("127.0.0.1", listener.getsockname()[1])
+        server_side, _ = listener.accept()
+        assert stream.get_extra_info("is_readable") is False
+        assert stream.get_extra_info("is_readable") is False  # the kept poll, asked again
+        server_side.close()
+        with anyio.fail_after(5):
+            while not stream.get_extra_info("is_readable"):
+                await anyio.sleep(0.01)  # the FIN crossing the loopback
+        await stream.aclose()
+        assert stream.get_extra_info("is_readable") is True
+    finally:
+        listener.close()

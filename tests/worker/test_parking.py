@@ -10,6 +10,7 @@ import pytest
 
 from tracker_client.protocol import Tracker
 from worker.daemon.parking import park_claim
+from worker.daemon.running import InFlight
 from worker.daemon.watch import TrackerWatch
 
 from .conftest import add_tasks, wait_until
@@ -24,23 +25,23 @@ async def test_an_idle_delay_past_the_longest_wait_still_parks(
     [task_id] = await add_tasks(tracker, pipeline_id, 1)
     with anyio.fail_after(10):
         leases = await park_claim(
-            tracker, anyio.Event(), "w", "coder", 30_000, 1, 120.0, str(uuid.uuid4())
+            tracker, anyio.CancelScope(), "w", "coder", 30_000, 1, 120.0, str(uuid.uuid4())
         )
     assert [x.task.id for x in leases] == [task_id]
 
 
 async def test_a_stop_ends_the_parked_claim_at_once(tracker: Tracker, pipeline_id: str) -> None:
-    stopping = anyio.Event()
+    stop = anyio.CancelScope()
     got: list[object] = ["not answered"]
 
     async def park() -> None:
-        got[:] = await park_claim(tracker, stopping, "w", "coder", 30_000, 1, 30.0, None)
+        got[:] = await park_claim(tracker, stop, "w", "coder", 30_000, 1, 30.0, None)
 
     with anyio.fail_after(5):  # not the 30 s wait
         async with anyio.create_task_group() as tg:
             tg.start_soon(park)
             await anyio.sleep(0.05)  # parked by now, or not yet: either way it ends
-            stopping.set()
+            stop.cancel()
     assert got == []
     [task_id] = await add_tasks(tracker, pipeline_id, 1)  # after the stop: nobody holds it
     lease = await tracker.claim("other", "coder", 30_000)
@@ -49,9 +50,9 @@ async def test_a_stop_ends_the_parked_claim_at_once(tracker: Tracker, pipeline_i
 
 async def test_a_stopped_worker_sends_no_parked_claim(tracker: Tracker, pipeline_id: str) -> None:
     await add_tasks(tracker, pipeline_id, 1)
-    stopping = anyio.Event()
-    stopping.set()
-    assert await park_claim(tracker, stopping, "w", "coder", 30_000, 1, 5.0, None) == []
+    stop = anyio.CancelScope()
+    stop.cancel()
+    assert await park_claim(tracker, stop, "w", "coder", 30_000, 1, 5.0, None) == []
     assert await tracker.claim("other", "coder", 30_000) is not None
 
 
@@ -74,3 +75,27 @@ async def test_the_watch_stands_down_while_a_parked_claim_waits(
             await add_tasks(tracker, pipeline_id, 1)
             await wait_until(lambda: watch.wakeups == 3)
         tg.cancel_scope.cancel()
+
+
+async def test_the_first_stop_cancels_a_parked_wait_inside_the_shield() -> None:
+    """A parked claim's wait runs inside its claim's shield: the first (graceful) stop must
+    still end it (the tracker gives back what it leased), while a plain claim's request stays
+    shielded until a second stop abandons it."""
+    in_flight = InFlight(2)
+    claim = in_flight.open_claim()
+    with claim.scope, claim.shield():
+        parked = claim.parked()
+        in_flight.stop_claims(immediate=False)
+        with parked:
+            await anyio.sleep(5)  # cancelled on entry: the stop came first
+        assert parked.cancelled_caught
+        await anyio.lowlevel.checkpoint()  # the shield holds off the claim's own cancel
+    assert claim.scope.cancel_called
+
+    other = in_flight.open_claim()
+    with other.scope, other.shield():
+        waiting = other.parked()
+        with waiting:
+            in_flight.stop_claims(immediate=True)
+            await anyio.sleep(5)
+        assert waiting.cancelled_caught

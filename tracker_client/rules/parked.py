@@ -62,9 +62,9 @@ Claim = Callable[[str], Awaitable[list[Lease]]]
 WaitForWork = Callable[[float, str], Awaitable[str]]
 #: Give one lease back (``release``).
 GiveBack = Callable[[Lease], Awaitable[None]]
-#: Scheduling passes a create that carried parked claims lets them answer first (a woken claim
-#: is through its wait and back to its caller in about 7).
-ANSWER_PASSES = 16
+#: How long a create that carried parked claims waits for them to answer first (a woken claim
+#: is through its wait and back to its caller in about 7 scheduling passes, well under this).
+ANSWER_WAIT_S = 0.002
 #: Passes the create still lets go by once the claims that rode it have answered: their
 #: callers' answers (the served tracker's route: its task group, the response) go out in
 #: them, before the create's own (a pickup waits on the claim, not on the create).
@@ -84,6 +84,8 @@ class _Parked:
 
     attempt: int
     cancelled: bool = False
+    #: Set to end the current wait for work: a cancel, a retry taking over, the wait's own
+    #: wake-up, or the create it rode having answered (a fresh one per wait).
     wake: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
     leases: list[Lease] = field(default_factory=list)
@@ -157,16 +159,18 @@ class ParkedClaims:
             room -= entry.n
         return riders
 
-    async def answered(self, riders: Sequence[Rider], passes: int = ANSWER_PASSES) -> None:
-        """Until the claims that rode have answered their callers and :data:`AFTER_PASSES`
-        more passes have gone by, ``passes`` scheduling passes at most (the create that
-        carried them answers after them)."""
-        after = AFTER_PASSES
-        for _ in range(passes):
-            if all(rider._entry.done.is_set() for rider in riders):
-                if after <= 0:
-                    return
-                after -= 1
+    async def answered(self, riders: Sequence[Rider], wait_s: float = ANSWER_WAIT_S) -> None:
+        """Until the claims that rode have answered their callers (``wait_s`` at most) and
+        :data:`AFTER_PASSES` more scheduling passes have gone by (the create that carried them
+        answers after them). Shielded: the create has committed, its answer must go out.
+
+        It waits on each claim's end instead of looking once per scheduling pass: a look per
+        pass ran on the same event loop as the claims' way back to their callers, between each
+        of their steps (docs/benchmarks.md, "Pickup latency")."""
+        with anyio.move_on_after(wait_s, shield=True):
+            for rider in riders:
+                await rider._entry.done.wait()
+        for _ in range(AFTER_PASSES):
             await anyio.lowlevel.cancel_shielded_checkpoint()
 
     def landed(self, riders: Sequence[Rider], *, committed: bool) -> None:
@@ -181,6 +185,7 @@ class ParkedClaims:
                     self.rides += 1
             if entry.landed is not None:
                 entry.landed.set()
+            entry.wake.set()  # its wait ends now, not when the write's wake-up gets to it
 
     @property
     def waiting(self) -> int:
@@ -256,19 +261,21 @@ class ParkedClaims:
             if entry.leases or entry.cancelled or remaining <= 0:
                 return
             entry.boardable = True
+            # One task waits for work; this one waits for whatever ends the wait first (a
+            # task more, racing the two, cost its start and its cancel on the pickup's path).
+            wake = entry.wake = anyio.Event()
             try:
                 async with anyio.create_task_group() as tg:
 
-                    async def work(seen: str = seen, remaining: float = remaining) -> None:
+                    async def work(
+                        seen: str = seen, remaining: float = remaining, wake: anyio.Event = wake
+                    ) -> None:
                         await wait_for_work(remaining, seen)
-                        tg.cancel_scope.cancel()
-
-                    async def cancelled() -> None:
-                        await entry.wake.wait()
-                        tg.cancel_scope.cancel()
+                        wake.set()
 
                     tg.start_soon(work)
-                    tg.start_soon(cancelled)
+                    await wake.wait()
+                    tg.cancel_scope.cancel()
             finally:
                 entry.boardable = False
                 if entry.landed is not None:  # taken along: its claim is in a create's write

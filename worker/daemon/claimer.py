@@ -367,7 +367,7 @@ class Claimer:
                     # Nothing in flight to poke: the parked claim is the only wait needed.
                     with self._watch.quiet(not self._in_flight.runs):
                         leases = await park_claim(
-                            parks, stopping, agent, role.name, ttl_ms, n, park_s, key
+                            parks, claim.parked(), agent, role.name, ttl_ms, n, park_s, key
                         )
                     # The lease began when work came: by the answer, less its way here.
                     sent_at = max(sent_at, anyio.current_time() - budget / 2)

@@ -6,10 +6,14 @@ executor's start. Where the rail declares the extension ``parked_claim`` (``trac
 the claim loop's probe after an empty round is instead a parked claim that waits up to the idle
 delay and leases the work as it comes (docs/operate/rails.md).
 
-A stop must not strand a lease: the parked claim is raced against the worker's ``stopping``
-event, and cancelling it cancels it at the tracker under its key (the client sends
+A stop must not strand a lease: the parked claim's wait runs in a cancel scope that the
+worker's first stop cancels (:meth:`~worker.daemon.running.OpenClaim.parked`, inside the
+claim's shield), and cancelling it cancels it at the tracker under its key (the client sends
 ``cancel_parked_claim``, and the tracker releases whatever it leased: no attempt counted).
-Leases answered before the stop are the claim loop's, as any claim's are.
+Leases answered before the stop are the claim loop's, as any claim's are. The answer goes
+straight back to the claim loop: no task races the claim against the stop (a task group of
+two, torn down after the answer, cost ~65 us of CPU per pickup, more on a cold cache:
+docs/benchmarks.md, "Pickup latency").
 
 It may touch the tracker's ``parked_claim`` only.
 """
@@ -30,7 +34,7 @@ __all__ = ["park_claim"]
 
 async def park_claim(
     parks: ParksClaims,
-    stopping: anyio.Event,
+    stop: anyio.CancelScope,
     agent: str,
     role: str,
     ttl_ms: int,
@@ -39,35 +43,18 @@ async def park_claim(
     key: str | None,
 ) -> list[Lease]:
     """Up to ``n`` leases of ``role``, waiting up to ``wait_s`` at the tracker; empty when none
-    came or ``stopping`` was set first (the claim is then cancelled at the tracker). ``key``:
-    the claim's idempotency key (its retries reuse it; a fresh one when None)."""
-    leases: list[Lease] = []
-    error: Exception | None = None
-    if stopping.is_set():
-        return leases
-    async with anyio.create_task_group() as tg:
-
-        async def claim() -> None:
-            nonlocal leases, error
-            try:
-                leases = await parks.parked_claim(
-                    agent,
-                    role,
-                    ttl_ms,
-                    n,
-                    min(math.ceil(wait_s * 1000), MAX_WAIT_MS),  # a longer idle: parks again
-                    idempotency_key=key or str(uuid.uuid4()),
-                )
-            except Exception as exc:  # raised as itself below, not as a group
-                error = exc
-            tg.cancel_scope.cancel()
-
-        async def stop() -> None:
-            await stopping.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(claim)
-        tg.start_soon(stop)
-    if error is not None:
-        raise error
-    return leases
+    came or ``stop`` (the scope the worker's first stop cancels) was cancelled first (the claim
+    is then cancelled at the tracker; cancelled before: nothing is sent). ``key``: the claim's
+    idempotency key (its retries reuse it; a fresh one when None)."""
+    if stop.cancel_called:
+        return []
+    with stop:
+        return await parks.parked_claim(
+            agent,
+            role,
+            ttl_ms,
+            n,
+            min(math.ceil(wait_s * 1000), MAX_WAIT_MS),  # a longer idle: parks again
+            idempotency_key=key or str(uuid.uuid4()),
+        )
+    return []  # stopped

@@ -15,7 +15,8 @@ activity of Temporal's Python worker):
 
 A claim sent to the tracker is an :class:`OpenClaim` until it is answered: its cancel scope
 (:meth:`InFlight.stop_claims` cancels it) and, while a request is at the tracker, the shield
-that keeps a granted lease from being dropped (a second stop lifts it). Every count the loop
+that keeps a granted lease from being dropped (a second stop lifts it), and inside it the
+scope of a parked claim's wait, which the first stop cancels. Every count the loop
 reads (runs executing, per role, reporting) is kept here, in those steps only; the one change
 event :meth:`InFlight.next_change` hands out is set when a run finishes or a claim ends.
 
@@ -55,14 +56,16 @@ class RunningTask:
 
 
 class OpenClaim:
-    """One claim not answered yet: its cancel scope, and its request's shield."""
+    """One claim not answered yet: its cancel scope, its request's shield, and the scope of
+    its parked claim's wait."""
 
-    __slots__ = ("_shield", "scope")
+    __slots__ = ("_parked", "_shield", "scope")
 
     def __init__(self) -> None:
         #: The claim's scope: :meth:`InFlight.stop_claims` cancels it.
         self.scope = anyio.CancelScope()
         self._shield: anyio.CancelScope | None = None  # its latest request's (one at a time)
+        self._parked: anyio.CancelScope | None = None  # its latest parked wait's, if any
 
     def shield(self) -> anyio.CancelScope:
         """The scope of one request of this claim at the tracker: shielded, since a stop
@@ -71,13 +74,27 @@ class OpenClaim:
         shield = self._shield = anyio.CancelScope(shield=True)
         return shield
 
+    def parked(self) -> anyio.CancelScope:
+        """The scope of a parked claim's wait inside the shield (:mod:`worker.daemon.parking`):
+        the first stop cancels it, since a parked claim waits for work, not for a lease the
+        tracker granted (cancelling it cancels it at the tracker, which gives back what it
+        leased). A stop before it is entered cancels it on entry."""
+        parked = self._parked = anyio.CancelScope()
+        return parked
+
+    def stop(self) -> None:
+        """Cancel the claim, and its parked wait if one is at the tracker (the first stop)."""
+        if self._parked is not None:
+            self._parked.cancel()
+        self.scope.cancel()
+
     def abandon(self) -> None:
         """Cancel the claim, its request at the tracker too."""
         shield = self._shield
         if shield is not None:
             shield.shield = False
             shield.cancel()
-        self.scope.cancel()
+        self.stop()
 
 
 class InFlight:
@@ -170,7 +187,7 @@ class InFlight:
             if immediate:
                 claim.abandon()
             else:
-                claim.scope.cancel()
+                claim.stop()
 
     # -- changes ----------------------------------------------------------------------------
     def next_change(self) -> anyio.Event:
