@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import operator
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _encode_string
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
@@ -104,7 +105,7 @@ from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, ta
 from tracker_client.rules.engine import QUIET_WRITES, Clock, wall_ms
 from tracker_client.rules.finish import prepare
 from tracker_client.rules.idempotency import fingerprint, idempotent
-from tracker_client.rules.leasekeys import keyed_token, rail_key, stored_rail_key
+from tracker_client.rules.leasekeys import keyed_tokens, rail_key, stored_rail_key
 from tracker_client.rules.options import parse_options
 from tracker_client.rules.parked import attempt_key
 from tracker_client.rules.pipelines import PipelineCache
@@ -170,6 +171,12 @@ _Move = tuple[Any, str, str | None, int, str, TransitionResult, bool]
 #: The JSON text of ``bw_finish_many_tx``'s items (one encoder: ``json.dumps`` with options
 #: builds a new one on each call).
 _ENCODE_ITEMS = json.JSONEncoder(separators=(",", ":")).encode
+#: An item's fields that each run has its own of (the others repeat for every run making the
+#: same move: their text is made once, :func:`_items_text`).
+_OWN_FIELDS = ("run", "token", "key", "fp")
+#: An item's fields that repeat from run to run (the move's), and their values of an item.
+_SHARED_FIELDS = tuple(f for f in _ITEM_FIELDS if f not in _OWN_FIELDS)
+_shared_of = operator.itemgetter(*_SHARED_FIELDS)
 #: The fields of a transition item that one round trip writes (any other: the rail's path).
 _PLAIN_FIELDS = frozenset(
     {"trigger", "expected_stage", "expected_task_version", "instructions", "usage", "wait_for"}
@@ -227,6 +234,35 @@ def _fingerprint(args: list[Any], texts: dict[Any, str]) -> str:
     return hashlib.sha256(("[" + ",".join(parts) + "]").encode()).hexdigest()
 
 
+def _items_text(items: list[dict[str, Any]], heads: dict[tuple[Any, ...], str]) -> str:
+    """``bw_finish_many_tx``'s items as JSON text (an array of objects of
+    :data:`_ITEM_FIELDS`): the same value as ``_ENCODE_ITEMS(items)``, made faster. The fields
+    of the move (its pipeline, stages, event and recorded answer: two of them JSON text,
+    escaped again at every item, ~3 us of an item's encoding) are the same for every run
+    making it: their text is made once per distinct set (``heads``). Per item only its run
+    id and key are escaped (as the encoder escapes a string); its token digest and
+    fingerprint, hex digits made by this module, are quoted as they are. Same JSON value,
+    ~1.3 us an item instead of ~2.6-3.7."""
+    parts: list[str] = []
+    for item in items:
+        shared = _shared_of(item)
+        head = heads.get(shared)
+        if head is None:
+            if len(heads) >= REMEMBERED:
+                heads.clear()
+            text = _ENCODE_ITEMS(dict(zip(_SHARED_FIELDS, shared, strict=True)))
+            head = heads[shared] = text[:-1]  # without its closing brace
+        key, fp = item["key"], item["fp"]
+        key_text = "null" if key is None else _encode_string(key)
+        # the token's digest and the fingerprint are hex digits: no character to escape
+        fp_text = "null" if fp is None else '"' + fp + '"'
+        run_text = _encode_string(item["run"])
+        parts.append(
+            f'{head},"run":{run_text},"token":"{item["token"]}","key":{key_text},"fp":{fp_text}}}'
+        )
+    return "[" + ",".join(parts) + "]"
+
+
 def _flat_text(value: dict[Any, Any], texts: dict[Any, str]) -> str | None:
     """The canonical JSON of a flat object (see :func:`_fingerprint`), kept in ``texts`` by
     its keys, values and their types; None when it is not flat."""
@@ -264,6 +300,8 @@ class PostgresTracker(Rail[PgEngine]):
         #: A report's object (its keys, values and their types) -> its canonical JSON text
         #: (see :func:`_fingerprint`).
         self._texts: dict[Any, str] = {}
+        #: A move's fields of a ``finish_many`` item -> their JSON text (see :func:`_items_text`).
+        self._heads: dict[tuple[Any, ...], str] = {}
         #: Leases claimed ahead with the reports of this instance's busy worker (see .ahead).
         self._ahead = ClaimAhead()
         # A create on the event loop takes its pipeline's version from the cache, checked
@@ -747,7 +785,8 @@ class PostgresTracker(Rail[PgEngine]):
             secret = self._rail_key
             if secret is None:
                 secret = self._rail_key = await self._write("claim", rail_key)
-            ids = [(r, lid, keyed_token(secret, lid, key)) for r, lid, _ in ids]
+            tokens = keyed_tokens(secret, [lid for _, lid, _ in ids], key)
+            ids = [(r, lid, token) for (r, lid, _), token in zip(ids, tokens, strict=True)]
         params = [
             *self._engine.wake_args(notify=op not in QUIET_WRITES, follow=op not in FOLLOW_QUIET),
             op,
@@ -1083,7 +1122,7 @@ class PostgresTracker(Rail[PgEngine]):
         """``bw_finish_many_tx`` over the planned items: per item whether it was written (all
         False when the call declined: nothing written). While this instance's worker is busy,
         its next batch's claim rides along (:mod:`.ahead`)."""
-        text = _ENCODE_ITEMS(params)  # bw_move's fields but the batch's now (_ITEM_FIELDS)
+        text = _items_text(params, self._heads)  # bw_move's fields but the batch's now
         call = [*self._engine.wake_args(), int(self._clock()), text]
         ahead = self._ahead
         try:

@@ -27,7 +27,7 @@ import secrets
 
 from tracker_client.rules.common import Ctx
 
-__all__ = ["KEY_NAME", "keyed_token", "rail_key", "stored_rail_key"]
+__all__ = ["KEY_NAME", "keyed_token", "keyed_tokens", "rail_key", "stored_rail_key"]
 
 #: The ``rail_secrets`` row holding the key lease tokens are derived with.
 KEY_NAME = "lease_token_key"
@@ -56,3 +56,17 @@ def keyed_token(key: bytes, lease_id: str, idempotency_key: str) -> str:
     under ``idempotency_key``: the same for the claim and every replay of it."""
     message = b"lease-token\x00" + lease_id.encode() + b"\x00" + idempotency_key.encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def keyed_tokens(key: bytes, lease_ids: list[str], idempotency_key: str) -> list[str]:
+    """:func:`keyed_token` of each of ``lease_ids`` (a claim's batch): the same tokens, the
+    HMAC keyed once and copied per lease (``hmac.new`` pads and hashes the key at every
+    call: ~1.5 us a lease against ~1.0)."""
+    keyed = hmac.new(key, digestmod=hashlib.sha256)
+    tail = b"\x00" + idempotency_key.encode()
+    out: list[str] = []
+    for lease_id in lease_ids:
+        mac = keyed.copy()
+        mac.update(b"lease-token\x00" + lease_id.encode() + tail)
+        out.append(mac.hexdigest())
+    return out
