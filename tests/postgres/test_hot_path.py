@@ -12,6 +12,7 @@ the first call's result, a dead letter propagates.
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from typing import Any
 
@@ -26,6 +27,8 @@ from tracker_client.factory import open_tracker
 from tracker_client.models import CORRUPT_MARKER, RetryPolicy
 from tracker_client.postgres import aio
 from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn
+from tracker_client.rules import common
+from worker.logs import TrackerRunLines
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -601,3 +604,37 @@ async def test_a_create_checks_a_cached_pipeline_version_on_the_server(
         monkeypatch.undo()
         await tracker.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("muted", [True, False], ids=["a worker at INFO", "rail lines wanted"])
+async def test_info_logging_keeps_the_one_trip_paths_when_their_lines_are_muted(
+    pg_server: PgServer,
+    sent: _Sent,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    muted: bool,
+) -> None:
+    # A worker at the default INFO mutes the rail's lines that repeat its runs' own
+    # (worker.logs.TrackerRunLines.REPEATS): the one-trip claim and transition, which cannot
+    # write those lines, step aside only where the lines are wanted.
+    caplog.set_level(logging.INFO, logger="backlog_worker.tracker")
+    monkeypatch.setattr(common, "MUTED_ACTIONS", set(TrackerRunLines.REPEATS) if muted else set())
+    tracker = await open_tracker(_url())
+    try:
+        pid = await make_pipeline(tracker)
+        await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(2)])
+        before = sent.count
+        leases = await tracker.claim_many("a", "coder", 60_000, 2, idempotency_key="k")
+        claim_trips = sent.count - before
+        before = sent.count
+        await tracker.transition(leases[0], "complete", idempotency_key="t")
+        transition_trips = sent.count - before
+        lines = {r.__dict__.get("action") for r in caplog.records}
+        if muted:
+            assert (claim_trips, transition_trips) == (1, 1)
+            assert not lines & {"task_claimed", "task_finished"}
+        else:
+            assert claim_trips > 1 and transition_trips > 1
+            assert {"task_claimed", "task_finished"} <= lines
+    finally:
+        await tracker.aclose()

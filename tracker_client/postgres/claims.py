@@ -37,8 +37,7 @@ from tracker_client.rules.claims import (
     reclaim_expired,
     started_run,
 )
-from tracker_client.rules.common import CorruptRow, Ctx, task_from_row
-from tracker_client.rules.common import log as common_log
+from tracker_client.rules.common import CorruptRow, Ctx, task_from_row, will_log
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import dead_letter, token_hash
@@ -259,7 +258,7 @@ def lease_of_row(
     (parsed and checked there), or the row does not read as a task
     (:func:`~tracker_client.rules.common.task_from_row` names why, and the claim refuses it
     alone). The same ``Lease`` either way: the same fields, the same models' validation."""
-    if row["checkpointed"] or common_log.isEnabledFor(logging.INFO):
+    if row["checkpointed"] or will_log("task_claimed"):
         return None
     fields = row.as_dict()
     if fields["metadata"] != "{}":  # parsed and checked the other way (task_from_row)

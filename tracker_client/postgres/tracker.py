@@ -20,8 +20,9 @@ locked, that the lease is live under this token and the task still in that pipel
 and writes; ``bw_transition_tx`` (schema 9) takes the write lock (shared) and sends the
 wake-ups itself, one prepared statement in its own transaction
 (:meth:`.db.Database.one_call`). Whenever it cannot answer exactly (a lease it did not hand
-out, an unknown move, a replayed key, a lost lease, a moved task, INFO logging on, which wants
-the queue depth) it writes nothing and the rail's ``transition`` runs, which answers it.
+out, an unknown move, a replayed key, a lost lease, a moved task, a ``task_finished`` line to
+write, which wants the queue depth) it writes nothing and the rail's ``transition`` runs, which
+answers it.
 
 ``finish_many``: a batch of plain transitions in ONE round trip. A worker sends the final
 reports of runs ending together as one ``finish_many``. The rail's ``finish_many`` writes each
@@ -101,7 +102,15 @@ from tracker_client.postgres.standing import (
 from tracker_client.rules import budgets
 from tracker_client.rules.claim_many import check_n, keyed_claim_many
 from tracker_client.rules.claims import check_ttl, fresh_ids_many, reissue
-from tracker_client.rules.common import MIB, CorruptRow, Ctx, Options, dumps, task_from_row
+from tracker_client.rules.common import (
+    MIB,
+    CorruptRow,
+    Ctx,
+    Options,
+    dumps,
+    task_from_row,
+    will_log,
+)
 from tracker_client.rules.engine import QUIET_WRITES, Clock, wall_ms
 from tracker_client.rules.finish import prepare
 from tracker_client.rules.idempotency import fingerprint, idempotent
@@ -604,8 +613,9 @@ class PostgresTracker(Rail[PgEngine]):
     ) -> bool:
         """Whether a claim may skip the embedded-path claim (answered from leases claimed
         ahead, or in one round trip): its arguments are good (a bad one is refused by the
-        embedded-path claim, as before), it has no limits and INFO logging is off."""
-        if limits or log.isEnabledFor(logging.INFO):
+        embedded-path claim, as before), it has no limits and no ``task_claimed`` line is
+        written (:func:`~tracker_client.rules.common.will_log`)."""
+        if limits or will_log("task_claimed"):
             return False
         if not (isinstance(agent, str) and agent and isinstance(role, str) and role):
             return False
@@ -958,7 +968,7 @@ class PostgresTracker(Rail[PgEngine]):
         arguments and the recorded answer's JSON text; ``digest``: the lease token's."""
         known = self._leased
         where = known.pop(lease.run_id, None)
-        if where is None or wait_for or log.isEnabledFor(logging.INFO):
+        if where is None or wait_for or will_log("task_finished"):
             return None
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
             return None  # the embedded path refuses it, naming it

@@ -55,11 +55,21 @@ __all__ = [
     "stored_json",
     "task_from_fields",
     "task_from_row",
+    "will_log",
 ]
 
 log = logging.getLogger("backlog_worker.tracker")
 #: Actions this process never logs, skipped before any work (tracker serve mutes per-task ones).
 MUTED_ACTIONS: set[str] = set()
+
+
+def will_log(action: str) -> bool:
+    """Whether the rail writes ``action``'s line (an INFO line not muted in this process): a
+    path that cannot write it (the PostgreSQL rail's one-trip claims and transitions) steps
+    aside only then, not whenever the logger is at INFO (a worker at the default INFO mutes
+    the rail's lines that repeat its runs' own: docs/benchmarks.md)."""
+    return action not in MUTED_ACTIONS and log.isEnabledFor(logging.INFO)
+
 
 MIB = 1024 * 1024
 INT64_MIN = bounds.INT64_MIN
@@ -240,7 +250,7 @@ class Ctx:
     def will_log(self, action: str) -> bool:
         """Whether :meth:`log` would queue ``action``'s line: the hot paths ask first, so a
         rail logging at WARNING does not even format the message."""
-        return action not in MUTED_ACTIONS and log.isEnabledFor(logging.INFO)
+        return will_log(action)
 
     def log(
         self,
