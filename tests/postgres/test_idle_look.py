@@ -76,6 +76,14 @@ async def _leased_within(idle: PostgresTracker, bound_s: float, role: str = "cod
     return leases[0]
 
 
+async def _asleep(idle: PostgresTracker) -> None:
+    """Until a parked claim of ``idle`` is asleep, waiting for a wake-up (polled: a real
+    condition, not a guess at how long parking takes)."""
+    with anyio.fail_after(WITHIN_S):
+        while not idle._idle_look.asleep:
+            await anyio.sleep(0.005)
+
+
 @asynccontextmanager
 async def _parked_in_background(
     idle: PostgresTracker, bound_s: float
@@ -90,7 +98,7 @@ async def _parked_in_background(
             got.append(await _leased_within(idle, bound_s))
 
         tg.start_soon(park)
-        await anyio.sleep(0.3)  # parked, asleep
+        await _asleep(idle)
         yield got
 
 
@@ -236,7 +244,7 @@ async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
                     )
 
                 tg.start_soon(park)
-                await anyio.sleep(0.3)
+                await _asleep(idle)
                 cancelled = await idle.cancel_parked_claim(idempotency_key=key)
         assert got == [[]] and cancelled.released == 0
         task_id = await writer.create_task(new_task(pid, "for someone else"))
@@ -281,7 +289,7 @@ async def test_a_write_of_its_own_instance_is_looked_at_not_claimed(pg_server: P
                 )
 
             tg.start_soon(park)
-            await anyio.sleep(0.3)
+            await _asleep(idle)
             await idle.create_task(new_task(other, "not for a coder"))
         assert got == [[]]
         assert _claims_recorded(pg_server, key) == before
@@ -291,7 +299,7 @@ async def test_a_write_of_its_own_instance_is_looked_at_not_claimed(pg_server: P
                 got.append([await _leased_within(idle, WITHIN_S)])
 
             tg.start_soon(park_again)
-            await anyio.sleep(0.3)
+            await _asleep(idle)
             task_id = await idle.create_task(new_task(mine, "for a coder"))
         assert got[1][0].task.id == task_id
 

@@ -195,6 +195,8 @@ class IdleLook:
         self._quiet: _QuietLook | None = None
         #: Looks a parked claim did without: the last one held (tests read it).
         self.looks_saved = 0
+        #: Parked claims asleep now, waiting for a wake-up or a due time (tests wait on it).
+        self.asleep = 0
 
     async def park(
         self,
@@ -252,7 +254,11 @@ class IdleLook:
                 until = min(deadline, looked_at + LOOK_TICK_S)
                 if due_ms is not None:
                     until = min(until, now + max(0.0, (due_ms - self._clock()) / 1000))
-                woken = await self._sleep(seen, afar, until - now, stop)
+                self.asleep += 1
+                try:
+                    woken = await self._sleep(seen, afar, until - now, stop)
+                finally:
+                    self.asleep -= 1
                 if woken is _Woken.AFAR:
                     return await self._send_on(park_on, stop)
                 if woken is _Woken.NOT and anyio.current_time() >= deadline:
