@@ -423,11 +423,12 @@ def test_ids_made_for_a_batch_are_as_made_one_by_one() -> None:
     in hex, none repeated."""
     import uuid
 
-    from tracker_client.rules.claims import _uuid4, _uuid4_hex, fresh_ids_many
+    from tracker_client.rules.claims import _uuid4, fresh_ids_many
+    from tracker_client.rules.common import uuid4_hex
 
     for _ in range(200):
         raw = os.urandom(16)
-        assert _uuid4_hex(raw.hex()) == _uuid4(raw)
+        assert uuid4_hex(raw.hex()) == _uuid4(raw)
     now = 1_767_000_000_000
     made = fresh_ids_many(now, 500)
     assert len(made) == 500
@@ -457,6 +458,7 @@ def test_new_ids_lead_with_the_time() -> None:
     for task_id in ids:
         parsed = uuid.UUID(task_id)
         assert str(parsed) == task_id and parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
         assert before <= parsed.int >> 80 <= after
 
 

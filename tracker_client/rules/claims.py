@@ -16,7 +16,7 @@ from tracker_client.agent_models import UNSET
 from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Task
 from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoint
-from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row
+from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row, uuid4_hex
 from tracker_client.rules.leasekeys import keyed_token, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import check_lease, dead_letter, forget, hand_out, token_hash
@@ -87,16 +87,6 @@ def fresh_ids(now_ms: int | None = None) -> tuple[str, str, str]:
     return _uuid4(run), _uuid4(raw[16:32]), raw[32:].hex()
 
 
-#: The UUID variant digit (RFC 4122: ``10xx``) for each hex digit it replaces.
-_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-
-
-def _uuid4_hex(h: str) -> str:
-    """The canonical text of a version-4 UUID made of 32 random hex digits (:func:`_uuid4`
-    of their bytes)."""
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
-
-
 def fresh_ids_many(now_ms: int, n: int, random_tokens: bool = True) -> list[tuple[str, str, str]]:
     """``n`` of :func:`fresh_ids` ``(now_ms)`` (a claim's batch): one urandom call and one hex
     conversion for all of them. ``random_tokens=False`` leaves the tokens empty, for a keyed
@@ -105,7 +95,7 @@ def fresh_ids_many(now_ms: int, n: int, random_tokens: bool = True) -> list[tupl
     h = os.urandom(width // 2 * n).hex()
     stamp = f"{now_ms & 0xFFFF_FFFF_FFFF:012x}"
     return [
-        (_uuid4_hex(stamp + h[i + 12 : i + 32]), _uuid4_hex(h[i + 32 : i + 64]),
+        (uuid4_hex(stamp + h[i + 12 : i + 32]), uuid4_hex(h[i + 32 : i + 64]),
          h[i + 64 : i + width])
         for i in range(0, width * n, width)
     ]  # fmt: skip
