@@ -94,18 +94,42 @@ def syslog_priority(levelno: int) -> int:
     return 6 if levelno >= logging.INFO else 7
 
 
+#: The extras' names in the order a line shows them, by the record's attribute names in their
+#: order: a worker's records come in few shapes (a call site's ``extra`` keeps its key order), so
+#: the set difference and the sort run once per shape, not per line. Bounded: emptied when full.
+_SHOWN_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {}
+#: The same for the redaction filter: every extra, ``_``-prefixed ones too (all are scrubbed).
+_EXTRA_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_KEYS_MAX = 1024
+
+
+def _shown_keys(fields: dict[str, Any]) -> tuple[str, ...]:
+    shape = tuple(fields)
+    keys = _SHOWN_KEYS.get(shape)
+    if keys is None:
+        extras = fields.keys() - _NOT_EXTRA  # the extras' names (a set difference, in C)
+        first = tuple(key for key in _FIELD_ORDER if key in extras)
+        rest = sorted(key for key in extras - _FIELD_SET if not key.startswith("_"))
+        if len(_SHOWN_KEYS) >= _KEYS_MAX:
+            _SHOWN_KEYS.clear()
+        keys = _SHOWN_KEYS[shape] = (*first, *rest)
+    return keys
+
+
+def _extra_keys(fields: dict[str, Any]) -> tuple[str, ...]:
+    shape = tuple(fields)
+    keys = _EXTRA_KEYS.get(shape)
+    if keys is None:
+        if len(_EXTRA_KEYS) >= _KEYS_MAX:
+            _EXTRA_KEYS.clear()
+        keys = _EXTRA_KEYS[shape] = tuple(fields.keys() - _NOT_EXTRA)
+    return keys
+
+
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The structured fields of a record (its ``extra``), ``action`` first, Nones dropped."""
     fields = vars(record)
-    keys = fields.keys() - _NOT_EXTRA  # the extras' names (a set difference, in C)
-    ordered: dict[str, Any] = {}
-    for key in _FIELD_ORDER:
-        if key in keys and (value := fields[key]) is not None:
-            ordered[key] = value
-    for key in sorted(keys - _FIELD_SET):
-        if (value := fields[key]) is not None and not key.startswith("_"):
-            ordered[key] = value
-    return ordered
+    return {key: value for key in _shown_keys(fields) if (value := fields[key]) is not None}
 
 
 #: Field values as a line shows them, by value: a worker's lines repeat most of theirs (its role,
@@ -135,10 +159,22 @@ def _quoted(text: str) -> str:
 
 def _key_values(record: logging.LogRecord) -> str:
     shown = _SHOWN
+    fields = vars(record)
     parts = []
-    for key, value in record_fields(record).items():
-        text = shown.get(value) if type(value) is str else None  # most are shown already
-        parts.append(f"{key}={_format_value(value) if text is None else text}")
+    for key in _shown_keys(fields):
+        value = fields[key]
+        if value is None:
+            continue
+        kind = type(value)
+        if kind is str:
+            text = shown.get(value)  # most are shown already
+            if text is None:
+                text = _format_value(value)
+        elif kind is int:
+            text = str(value)  # digits and a sign: nothing to quote
+        else:
+            text = _format_value(value)
+        parts.append(f"{key}={text}")
     return " ".join(parts)
 
 
@@ -315,7 +351,7 @@ class RedactingFilter(logging.Filter):
             record.stack_info = self.redact(record.stack_info)
         fields = vars(record)
         clean = self._state[1]
-        for key in fields.keys() - _NOT_EXTRA:  # the extras (a set difference, in C)
+        for key in _extra_keys(fields):
             value = fields[key]
             kind = type(value)
             if value is None or kind in _PLAIN_TYPES or (kind is str and value in clean):
