@@ -397,3 +397,79 @@ def test_plain_lines_in_one_second_share_its_timestamp_and_keep_their_own_millis
     assert lines[0].startswith("2027-01-15T08:00:00.123Z INFO ")
     assert lines[1].startswith("2027-01-15T08:00:00.987Z INFO ")
     assert lines[2].startswith("2027-01-15T08:00:01.004Z INFO ")
+
+
+def test_records_of_one_shape_keep_their_own_values_and_every_extra_is_scrubbed():
+    redactor, formatter = RedactingFilter([_API]), PlainFormatter()
+    lines = []
+    for i, extra in enumerate(
+        [
+            {"zeta": "z1", "alpha": "a1", "_hidden": f"k={_API}"},
+            {"zeta": "z2", "alpha": "a2", "_hidden": f"k={_API}"},  # the same shape again
+            {"alpha": "a3", "zeta": "z3", "_hidden": f"k={_API}"},  # its keys in another order
+        ]
+    ):
+        record = _record(action="run_start", task_id=f"t-{i}", **extra)
+        redactor.filter(record)
+        assert record._hidden == f"k={logs.REDACTED}"  # scrubbed, though never shown
+        lines.append(formatter.format(record))
+    for i, line in enumerate(lines):
+        assert line.endswith(f"action=run_start task_id=t-{i} alpha=a{i + 1} zeta=z{i + 1}")
+    assert _API not in "".join(lines)
+
+
+class _CountingText(io.TextIOWrapper):
+    flushes = 0
+
+    def flush(self) -> None:
+        type(self).flushes += 1
+        super().flush()
+
+
+@pytest.fixture
+def into():
+    """Configure logging into a given stream; undo it afterwards."""
+    root = logging.getLogger()
+    saved = (root.level, logging.getLogger("backlog_worker").level)
+    installed: list[logging.Handler] = []
+    yield lambda stream: installed.append(configure_logging("INFO", "plain", stream=stream))
+    for handler in installed:
+        root.removeHandler(handler)
+    root.setLevel(saved[0])
+    logging.getLogger("backlog_worker").setLevel(saved[1])
+
+
+def test_a_stream_that_writes_each_line_through_is_not_flushed_again(into, tmp_path):
+    path = tmp_path / "log"
+    raw = open(path, "wb", buffering=0)  # noqa: SIM115 (closed below)
+    stream = _CountingText(raw, encoding="utf-8", write_through=True)  # as Python's stderr
+    try:
+        into(stream)
+        _CountingText.flushes = 0
+        for i in range(3):
+            log.info("line %d", i, extra={"action": "x"})
+            # Every line is in the file as it is logged: nothing waits in a buffer.
+            assert path.read_text().count("\n") == i + 1
+        assert _CountingText.flushes == 0
+    finally:
+        stream.detach()
+        raw.close()
+
+
+def test_a_buffered_file_gets_each_line_as_it_is_logged(into, tmp_path):
+    path = tmp_path / "log"
+    with open(path, "w", encoding="utf-8") as stream:  # block-buffered: flushed per line
+        into(stream)
+        for i in range(3):
+            log.info("line %d", i, extra={"action": "x"})
+            assert path.read_text().count("\n") == i + 1
+        handler = logging.getLogger().handlers[-1]
+        assert isinstance(handler, logging.StreamHandler)
+        raw = open(path, "ab", buffering=0)  # noqa: SIM115 (closed below)
+        through = _CountingText(raw, encoding="utf-8", write_through=True)
+        _CountingText.flushes = 0
+        handler.setStream(through)  # re-decided: this one writes each line through
+        log.info("through", extra={"action": "x"})
+        assert path.read_text().count("\n") == 4 and _CountingText.flushes == 0
+        through.detach()
+        raw.close()
