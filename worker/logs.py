@@ -171,8 +171,8 @@ def _key_values(record: logging.LogRecord) -> str:
             text = shown.get(value)  # most are shown already
             if text is None:
                 text = _format_value(value)
-        elif kind is int:
-            text = str(value)  # digits and a sign: nothing to quote
+        elif kind is int or kind is float:
+            text = repr(value)  # digits, sign, point, exponent, inf or nan: nothing to quote
         else:
             text = _format_value(value)
         parts.append(f"{key}={text}")

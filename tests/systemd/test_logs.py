@@ -473,3 +473,10 @@ def test_a_buffered_file_gets_each_line_as_it_is_logged(into, tmp_path):
         assert path.read_text().count("\n") == 4 and _CountingText.flushes == 0
         through.detach()
         raw.close()
+
+
+def test_numbers_are_shown_bare_as_python_writes_them():
+    line = PlainFormatter().format(
+        _record(attempt=3, duration_s=0.003, tiny=1e-05, big=float("inf"))
+    )
+    assert line.endswith("attempt=3 big=inf duration_s=0.003 tiny=1e-05")
