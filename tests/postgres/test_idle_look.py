@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task, simple_pipeline
-from tests.postgres.server import PgServer, fresh_schema_url, schema_name
-from tracker_client.factory import open_tracker
+from tests.postgres.idle_pair import idle_pair, settle
+from tests.postgres.server import PgServer, schema_name
 from tracker_client.models import Lease, RetryPolicy
 from tracker_client.postgres.tracker import PostgresTracker
 from tracker_client.postgres.wake import channel_name
@@ -27,28 +27,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 #: Generous for a loaded CI machine; every parked claim below may wait 20 s.
 WITHIN_S = 3.0
 PARK_MS = 20_000
-
-
-@asynccontextmanager
-async def _pair(key: str) -> AsyncIterator[tuple[PostgresTracker, PostgresTracker]]:
-    """Two instances on the schema of ``key``: the idle one whose parked claims are watched,
-    and a writer (another host); both closed at the end."""
-    idle = await open_tracker(fresh_schema_url(key))
-    try:
-        writer = await open_tracker(fresh_schema_url(key))
-        try:
-            assert isinstance(idle, PostgresTracker) and isinstance(writer, PostgresTracker)
-            yield idle, writer
-        finally:
-            await writer.aclose()
-    finally:
-        await idle.aclose()
-
-
-async def _settle(idle: PostgresTracker) -> None:
-    """A first parked claim: the listener is up and this instance's ``waiters`` row is live
-    (the first one falls back to claiming: the row was written just now)."""
-    await idle.parked_claim("idle", "coder", 60_000, 1, 50, idempotency_key=str(uuid.uuid4()))
 
 
 def _claims_recorded(pg: PgServer, key: str) -> int:
@@ -104,9 +82,9 @@ async def _parked_in_background(
 
 async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server: PgServer) -> None:
     key = f"look-{uuid.uuid4()}"
-    async with _pair(key) as (idle, writer):
+    async with idle_pair(key) as (idle, writer):
         await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         before = _claims_recorded(pg_server, key)
         for _ in range(3):
             got = await idle.parked_claim(
@@ -122,9 +100,9 @@ async def test_idle_parked_claims_one_after_another_read_the_rail_once(
 ) -> None:
     # An idle worker's parked claims follow each other (its idle rounds): while nothing came
     # since the last look (no wake-up, no due time, within the look's tick) it still answers.
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         looks = idle._idle_look.looks
         for _ in range(3):
             assert (
@@ -145,9 +123,9 @@ async def test_idle_parked_claims_one_after_another_read_the_rail_once(
 
 async def test_a_look_past_its_due_time_is_not_reused(pg_server: PgServer) -> None:
     # The look saw a delayed task due in 0.6 s: a parked claim after that reads the rail again.
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         task_id = await writer.create_task(new_task(pid, "later", delay_ms=600))
         assert await _park_for(idle, "coder", 100) == []  # looked: due in ~0.5 s
         looks = idle._idle_look.looks
@@ -165,9 +143,9 @@ async def _park_for(idle: PostgresTracker, role: str, wait_ms: int) -> list[Leas
 
 
 async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -> None:
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         async with _parked_in_background(idle, WITHIN_S + 1) as got:
             start = anyio.current_time()
             task_id = await writer.create_task(new_task(pid, "new work"))
@@ -177,9 +155,9 @@ async def test_another_instances_create_is_leased_at_once(pg_server: PgServer) -
 
 async def test_a_delayed_task_is_leased_when_it_comes_due(pg_server: PgServer) -> None:
     # Before, the parked claim slept until its deadline (20 s): a delay has no NOTIFY.
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         task_id = await writer.create_task(new_task(pid, "later", delay_ms=1000))
         start = time.monotonic()
         lease = await _leased_within(idle, WITHIN_S + 1)
@@ -189,9 +167,9 @@ async def test_a_delayed_task_is_leased_when_it_comes_due(pg_server: PgServer) -
 
 async def test_a_retry_delay_coming_due_is_leased(pg_server: PgServer) -> None:
     # The fail's NOTIFY comes before the task is due; the due time wakes the parked claim.
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         task_id = await writer.create_task(
             new_task(pid, "flaky", retry_policy=RetryPolicy(retry_delay_ms=1000))
         )
@@ -202,23 +180,23 @@ async def test_a_retry_delay_coming_due_is_leased(pg_server: PgServer) -> None:
 
 
 async def test_a_lapsed_lease_is_leased_again(pg_server: PgServer) -> None:
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         task_id = await writer.create_task(new_task(pid, "orphan"))
         await claim(writer, agent="dies", ttl_ms=800)  # never heartbeated: it lapses
-        await _settle(idle)
+        await settle(idle)
         lease = await _leased_within(idle, WITHIN_S + 1)
         assert lease.task.id == task_id
 
 
 async def test_an_upstream_task_finishing_releases_its_dependent(pg_server: PgServer) -> None:
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         upstream = await writer.create_task(new_task(pid, "first"))
         lease = await claim(writer, agent="other")
         assert lease.task.id == upstream
         dependent = await writer.create_task(new_task(pid, "second", dependencies=[upstream]))
-        await _settle(idle)
+        await settle(idle)
         async with _parked_in_background(idle, WITHIN_S + 1) as got:
             assert not got  # parked: nothing claimable (its upstream runs)
             await writer.transition(lease, "complete")
@@ -228,9 +206,9 @@ async def test_an_upstream_task_finishing_releases_its_dependent(pg_server: PgSe
 async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
     pg_server: PgServer,
 ) -> None:
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         key = str(uuid.uuid4())
         got: list[Any] = []
         with anyio.fail_after(WITHIN_S):
@@ -256,9 +234,9 @@ async def test_a_lost_listener_sends_the_parked_claim_back_to_claiming(pg_server
     # the loss itself, and the work is leased whatever the reconnect does.
     key = f"look-{uuid.uuid4()}"
     listen = f'LISTEN "{channel_name(schema_name(key))}"'
-    async with _pair(key) as (idle, writer):
+    async with idle_pair(key) as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         async with _parked_in_background(idle, WITHIN_S + 2) as got:
             with psycopg.connect(pg_server.url, autocommit=True) as conn:
                 conn.execute(
@@ -273,10 +251,10 @@ async def test_a_write_of_its_own_instance_is_looked_at_not_claimed(pg_server: P
     # Its own worker's reports wake it in process: a look (a read) says whether they made work
     # for its role; a task of another role is no reason to claim, one of its role is leased.
     key = f"look-{uuid.uuid4()}"
-    async with _pair(key) as (idle, writer):
+    async with idle_pair(key) as (idle, writer):
         mine = await make_pipeline(writer)
         other = await make_pipeline(writer, simple_pipeline(role="reviewer"))
-        await _settle(idle)
+        await settle(idle)
         before = _claims_recorded(pg_server, key)
         async with anyio.create_task_group() as tg:
             got: list[list[Lease]] = []
@@ -309,9 +287,9 @@ async def test_a_cancel_that_overtakes_an_idle_parked_claim_answers_it_at_once(
 ) -> None:
     # Nothing waiting: the claim would wait without writing; its cancel came first (two
     # connections, a stopping worker), so it answers at once instead of its 20 s.
-    async with _pair(f"look-{uuid.uuid4()}") as (idle, writer):
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         key = str(uuid.uuid4())
         assert (await idle.cancel_parked_claim(idempotency_key=key)).released == 0
         with anyio.fail_after(WITHIN_S):

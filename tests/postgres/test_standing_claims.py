@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests.contract.support import make_pipeline, new_task
+from tests.postgres.idle_pair import idle_pair, settle
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tests.worker.conftest import wait_until
 from tracker_client.factory import open_tracker
@@ -37,21 +38,6 @@ pytestmark = [
 
 #: Every parked claim below may wait this long; each test ends well before.
 PARK_MS = 20_000
-
-
-@asynccontextmanager
-async def _pair(key: str) -> AsyncIterator[tuple[PostgresTracker, PostgresTracker]]:
-    """The idle instance whose parked claims stand, and a writer (another host)."""
-    idle = await open_tracker(fresh_schema_url(key))
-    try:
-        writer = await open_tracker(fresh_schema_url(key))
-        try:
-            assert isinstance(idle, PostgresTracker) and isinstance(writer, PostgresTracker)
-            yield idle, writer
-        finally:
-            await writer.aclose()
-    finally:
-        await idle.aclose()
 
 
 def _sql(pg: PgServer, key: str, query: str, *params: object) -> list[tuple[object, ...]]:
@@ -77,11 +63,6 @@ def _standing(pg: PgServer, key: str) -> int:
     return int(_sql(pg, key, "SELECT count(*) FROM {s}.standing_claims")[0][0])  # type: ignore[call-overload]
 
 
-async def _settle(idle: PostgresTracker) -> None:
-    """A first parked claim: the listener is up and this instance's ``waiters`` row is live."""
-    await idle.parked_claim("idle", "coder", 60_000, 1, 50, idempotency_key=str(uuid.uuid4()))
-
-
 @asynccontextmanager
 async def _standing_park(
     idle: PostgresTracker, key: str, role: str = "coder"
@@ -104,9 +85,9 @@ async def _standing_park(
 
 async def test_a_create_claims_for_a_standing_parked_claim(pg_server: PgServer) -> None:
     schema = f"stand-{uuid.uuid4()}"
-    async with _pair(schema) as (idle, writer):
+    async with idle_pair(schema) as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         key = str(uuid.uuid4())
         with anyio.fail_after(10):
             async with _standing_park(idle, key) as got:
@@ -216,9 +197,9 @@ async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(
     pg_server: PgServer,
 ) -> None:
     schema = f"stand-{uuid.uuid4()}"
-    async with _pair(schema) as (idle, writer):
+    async with idle_pair(schema) as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         key = str(uuid.uuid4())
         with anyio.fail_after(10):
             async with _standing_park(idle, key) as got:
@@ -246,9 +227,9 @@ async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(
     pg_server: PgServer,
 ) -> None:
     schema = f"stand-{uuid.uuid4()}"
-    async with _pair(schema) as (idle, writer):
+    async with idle_pair(schema) as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         key = str(uuid.uuid4())
         with anyio.fail_after(10):
             async with _standing_park(idle, key) as got:
@@ -266,10 +247,10 @@ async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
     # injected: the writer's NOTIFY lost): the withdrawal finds the row gone and the parked
     # claim answers the lease.
     schema = f"stand-{uuid.uuid4()}"
-    async with _pair(schema) as (idle, writer):
+    async with idle_pair(schema) as (idle, writer):
         monkeypatch.setattr(writer._engine, "_notify_sql", "SELECT 1;")
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         stood = idle._standing.stood
         task_id = ""
 
@@ -290,11 +271,11 @@ async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
 
 async def test_two_creates_never_grant_one_standing_claim_twice(pg_server: PgServer) -> None:
     schema = f"stand-{uuid.uuid4()}"
-    async with _pair(schema) as (idle, writer):
+    async with idle_pair(schema) as (idle, writer):
         other = await open_tracker(fresh_schema_url(schema))
         try:
             pid = await make_pipeline(writer)
-            await _settle(idle)
+            await settle(idle)
             ids: list[str] = []
             with anyio.fail_after(10):
                 async with (
@@ -316,9 +297,9 @@ async def test_two_creates_never_grant_one_standing_claim_twice(pg_server: PgSer
 
 async def test_a_standing_claim_of_another_role_is_left_standing(pg_server: PgServer) -> None:
     schema = f"stand-{uuid.uuid4()}"
-    async with _pair(schema) as (idle, writer):
+    async with idle_pair(schema) as (idle, writer):
         pid = await make_pipeline(writer)
-        await _settle(idle)
+        await settle(idle)
         key = str(uuid.uuid4())
         with anyio.fail_after(10):
             async with _standing_park(idle, key, role="reviewer") as got:
