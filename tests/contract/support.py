@@ -232,3 +232,24 @@ def only(events: Iterable[Event], kind: str) -> Event:
 async def runs_of(tracker: Tracker, task_id: str) -> list[Run]:
     """A task's runs by attempt."""
     return sorted(await tracker.list_runs(task_id), key=lambda r: r.attempt)
+
+
+async def check_withdraw_takes_only_untouched(
+    tracker: Any, leases: list[Lease], **claim_options: Any
+) -> None:
+    """Withdraw (a lease claimed ahead and never handed out) erases a run, so it takes only a
+    lease as claimed and untouched: of three leases of role ``coder`` for agent ``a``, one
+    heartbeated and one whose run recorded an event stay (a lease token cannot erase a run
+    that ran); the untouched one goes, its attempt count back (``claim_options``: the
+    rail's claim_many's extra arguments, an idempotency key)."""
+    beat, noted, untouched = leases
+    await tracker.heartbeat(beat, lease_ttl_ms=120_000)  # later than claimed, whatever the clock
+    await tracker.add_event(noted, "progress", {"step": 1})
+    assert await tracker.withdraw(beat) is False
+    assert await tracker.withdraw(noted) is False
+    assert await tracker.withdraw(untouched) is True
+    assert [r.status for r in await tracker.list_runs(beat.task.id)] == ["running"]
+    assert [r.status for r in await tracker.list_runs(noted.task.id)] == ["running"]
+    assert await tracker.list_runs(untouched.task.id) == []
+    again = await tracker.claim_many("b", "coder", 60_000, 3, **claim_options)
+    assert [(x.task.id, x.run.attempt) for x in again] == [(untouched.task.id, 1)]

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.contract.support import check_withdraw_takes_only_untouched
 from tests.embedded.test_batch_statements import DONE, PIPE
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
@@ -232,25 +233,13 @@ async def test_a_bad_claim_ahead_value_is_refused_by_name(value: str, tmp_path: 
 
 
 async def test_a_lease_a_run_has_used_is_never_withdrawn(tmp_path: Path) -> None:
-    """Withdraw erases a run, so it takes only a lease as claimed and untouched: one that was
-    heartbeated, or whose run recorded an event, stays (a lease token cannot erase a run
-    that ran); an untouched one goes, its attempt count back."""
+    """See :func:`check_withdraw_takes_only_untouched`."""
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"), claim_ahead=False)
     try:
         pid = await tracker.create_pipeline("p", PIPE)
         await tracker.create_tasks([TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(3)])
-        beat, noted, untouched = await tracker.claim_many("a", "coder", 60_000, 3)
-        await tracker.heartbeat(
-            beat, lease_ttl_ms=120_000
-        )  # later than claimed, whatever the clock
-        await tracker.add_event(noted, "progress", {"step": 1})
-        assert await tracker.withdraw(beat) is False
-        assert await tracker.withdraw(noted) is False
-        assert await tracker.withdraw(untouched) is True
-        assert [r.status for r in await tracker.list_runs(beat.task.id)] == ["running"]
-        assert [r.status for r in await tracker.list_runs(noted.task.id)] == ["running"]
-        assert await tracker.list_runs(untouched.task.id) == []
-        again = await tracker.claim_many("b", "coder", 60_000, 3)
-        assert [(x.task.id, x.run.attempt) for x in again] == [(untouched.task.id, 1)]
+        await check_withdraw_takes_only_untouched(
+            tracker, await tracker.claim_many("a", "coder", 60_000, 3)
+        )
     finally:
         await tracker.aclose()

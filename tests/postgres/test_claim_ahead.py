@@ -17,7 +17,12 @@ import anyio
 import psycopg
 import pytest
 
-from tests.contract.support import make_pipeline, new_task, simple_pipeline
+from tests.contract.support import (
+    check_withdraw_takes_only_untouched,
+    make_pipeline,
+    new_task,
+    simple_pipeline,
+)
 from tests.postgres.batch_rail import finish_items, leased_rail, pair_answer_lost
 from tests.postgres.drain_hosts import drain_losing_one
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name, shared_server
@@ -401,23 +406,9 @@ async def test_a_one_lease_claim_takes_a_kept_lease_and_its_replay_answers_it_ag
 
 
 async def test_a_lease_a_run_has_used_is_never_withdrawn(pg_server: PgServer) -> None:
-    """Withdraw erases a run, so it takes only a lease as claimed and untouched: one that was
-    heartbeated, or whose run recorded an event, stays (a lease token cannot erase a run that
-    ran); an untouched one goes, its attempt count back."""
+    """See :func:`check_withdraw_takes_only_untouched`."""
     tracker, _, leases = await _rail(3)
     try:
-        beat, noted, untouched = leases
-        await tracker.heartbeat(
-            beat, lease_ttl_ms=120_000
-        )  # later than claimed, whatever the clock
-        await tracker.add_event(noted, "progress", {"step": 1})
-        assert await tracker.withdraw(beat) is False
-        assert await tracker.withdraw(noted) is False
-        assert await tracker.withdraw(untouched) is True
-        assert [r.status for r in await tracker.list_runs(beat.task.id)] == ["running"]
-        assert [r.status for r in await tracker.list_runs(noted.task.id)] == ["running"]
-        assert await tracker.list_runs(untouched.task.id) == []
-        again = await tracker.claim_many("b", "coder", 60_000, 3, idempotency_key="k9")
-        assert [(x.task.id, x.run.attempt) for x in again] == [(untouched.task.id, 1)]
+        await check_withdraw_takes_only_untouched(tracker, leases, idempotency_key="k9")
     finally:
         await tracker.aclose()
