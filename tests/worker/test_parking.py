@@ -99,3 +99,16 @@ async def test_the_first_stop_cancels_a_parked_wait_inside_the_shield() -> None:
             in_flight.stop_claims(immediate=True)
             await anyio.sleep(5)
         assert waiting.cancelled_caught
+
+
+async def test_a_parked_wait_begun_after_the_stop_ends_at_once() -> None:
+    """A stop that came before the parked wait's scope was made (the claim's scope cancelled,
+    its shield holding) still ends the wait as soon as it starts: nothing parks on after it."""
+    in_flight = InFlight(1)
+    claim = in_flight.open_claim()
+    with claim.scope, claim.shield():
+        in_flight.stop_claims(immediate=False)
+        parked = claim.parked()
+        with anyio.fail_after(5), parked:
+            await anyio.sleep(5)
+        assert parked.cancelled_caught

@@ -80,6 +80,8 @@ class OpenClaim:
         tracker granted (cancelling it cancels it at the tracker, which gives back what it
         leased). A stop before it is entered cancels it on entry."""
         parked = self._parked = anyio.CancelScope()
+        if self.scope.cancel_called:  # stopped already: the wait ends as soon as it starts
+            parked.cancel()
         return parked
 
     def stop(self) -> None:
