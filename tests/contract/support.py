@@ -253,3 +253,22 @@ async def check_withdraw_takes_only_untouched(
     assert await tracker.list_runs(untouched.task.id) == []
     again = await tracker.claim_many("b", "coder", 60_000, 3, **claim_options)
     assert [(x.task.id, x.run.attempt) for x in again] == [(untouched.task.id, 1)]
+
+
+async def check_stale_kept_leases_are_withdrawn(
+    tracker: Any, kept: set[str], **claim_options: Any
+) -> None:
+    """Kept leases (claimed ahead, task ids ``kept``) all too old: the next ``claim_many`` of
+    agent ``a`` withdraws them and claims afresh; the withdrawn tasks keep no run, the new
+    leases are fresh runs of their first attempt (``claim_options``: an idempotency key)."""
+    tracker._ahead.max_age_s = 0.0  # every kept lease is now too old
+    nxt = await tracker.claim_many("a", "coder", 60_000, 3, **claim_options)
+    assert len(nxt) == 3
+    for task_id in kept - {x.task.id for x in nxt}:  # withdrawn, claimable again
+        assert await tracker.list_runs(task_id) == []
+    # the new leases are fresh runs of their first attempt (the withdrawn tasks come first
+    # again: best first)
+    for lease in nxt:
+        runs = await tracker.list_runs(lease.task.id)
+        assert [(r.status, r.attempt) for r in runs] == [("running", 1)]
+        assert runs[0].id == lease.run.id

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.contract.support import (
+    check_stale_kept_leases_are_withdrawn,
     check_withdraw_takes_only_untouched,
     make_pipeline,
     new_task,
@@ -138,17 +139,7 @@ async def test_a_kept_lease_that_waits_too_long_is_withdrawn_and_work_claimed_fr
     try:
         await tracker.finish_many(finish_items(leases, "f"))
         kept = await _leased(tracker)
-        tracker._ahead.max_age_s = 0.0  # every kept lease is now too old
-        nxt = await tracker.claim_many("a", "coder", 60_000, 3, idempotency_key="k1")
-        assert len(nxt) == 3
-        for task_id in kept - {x.task.id for x in nxt}:  # withdrawn, claimable again
-            assert await tracker.list_runs(task_id) == []
-        # the new leases are fresh runs of their first attempt (the withdrawn tasks come
-        # first again: best first)
-        for lease in nxt:
-            runs = await tracker.list_runs(lease.task.id)
-            assert [(r.status, r.attempt) for r in runs] == [("running", 1)]
-            assert runs[0].id == lease.run.id
+        await check_stale_kept_leases_are_withdrawn(tracker, kept, idempotency_key="k1")
     finally:
         await tracker.aclose()
 

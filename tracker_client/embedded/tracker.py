@@ -36,11 +36,10 @@ from tracker_client.embedded.engine import SqliteEngine
 from tracker_client.errors import ConfigError, TrackerError
 from tracker_client.models import Lease, ReleaseResult
 from tracker_client.rules.claim_many import check_n
-from tracker_client.rules.claims import check_ttl, withdraw
+from tracker_client.rules.claims import check_ttl
 from tracker_client.rules.engine import Clock, wall_ms
 from tracker_client.rules.options import parse_options
 from tracker_client.rules.rail import Rail
-from tracker_client.rules.runs import token_hash
 from tracker_client.sweeps import SweepCounts
 
 __all__ = ["EmbeddedTracker"]
@@ -186,10 +185,8 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         """Give back a lease claimed ahead that no claim took (``reason``: why, for the
         interface :meth:`ClaimAhead.release_unwanted` calls): withdrawn, not released, so it
         leaves no run and the task's next run is the attempt it would have been
-        (:func:`~tracker_client.rules.claims.withdraw`). False: the lease had moved on."""
-        digest = token_hash(lease.lease_token.get_secret_value())
-        run_id = lease.run_id
-        return await self._write("withdraw", lambda c: withdraw(c, run_id, digest))
+        (:meth:`Rail.withdraw`). False: the lease had moved on."""
+        return await self.withdraw(lease)
 
     async def _withdraw_quietly(self, lease: Lease) -> None:
         """:meth:`_withdraw`; one that fails is left to the lease's TTL (logged at debug)."""
