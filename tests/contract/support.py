@@ -272,3 +272,18 @@ async def check_stale_kept_leases_are_withdrawn(
         runs = await tracker.list_runs(lease.task.id)
         assert [(r.status, r.attempt) for r in runs] == [("running", 1)]
         assert runs[0].id == lease.run.id
+
+
+async def check_withdrawn_without_a_trace(other: Any, kept: set[str], **claim_options: Any) -> None:
+    """The tasks ``kept`` (leases claimed ahead, withdrawn when their rail closed), read by
+    another instance ``other``: no run of them stays, nothing is counted, and they are
+    claimable again at once, by anyone, as their first attempt (``claim_options``: an
+    idempotency key)."""
+    for task_id in kept:
+        detail = await other.get_task(task_id)
+        assert detail.latest_run is None
+        assert detail.stale_streak == 0 and detail.dead_letter_reason is None
+        assert await other.list_runs(task_id) == []
+    again = await other.claim_many("b", "coder", 60_000, 6, **claim_options)
+    assert {x.task.id for x in again} == kept
+    assert {x.run.attempt for x in again} == {1}

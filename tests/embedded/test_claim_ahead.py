@@ -21,6 +21,7 @@ import pytest
 from tests.contract.support import (
     check_stale_kept_leases_are_withdrawn,
     check_withdraw_takes_only_untouched,
+    check_withdrawn_without_a_trace,
 )
 from tests.embedded.test_batch_statements import DONE, PIPE
 from tracker_client.contract.batch_models import FinishItem, FinishResult
@@ -94,15 +95,7 @@ async def test_closing_the_rail_withdraws_the_kept_leases_without_a_trace(
     await tracker.aclose()
     other = await EmbeddedTracker.open(str(path))
     try:
-        for task_id in kept:
-            detail = await other.get_task(task_id)
-            assert detail.latest_run is None
-            assert detail.stale_streak == 0 and detail.dead_letter_reason is None
-            assert await other.list_runs(task_id) == []
-        # claimable again at once, by anyone, as their first attempt
-        again = await other.claim_many("b", "coder", 60_000, 6, idempotency_key="b1")
-        assert {x.task.id for x in again} == kept
-        assert {x.run.attempt for x in again} == {1}
+        await check_withdrawn_without_a_trace(other, kept, idempotency_key="b1")
     finally:
         await other.aclose()
 
