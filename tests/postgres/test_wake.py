@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from tests.contract.support import claim, make_pipeline, new_task
+from tests.postgres.idle_pair import idle_pair, waiters_asleep
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tests.worker.test_watch_since import submit_during_the_pause_wakes
 from tracker_client.factory import open_tracker
@@ -25,9 +26,7 @@ WOKEN_WITHIN_S = 2.5
 
 async def test_another_instance_wakes_idle_waiters_at_once(pg_server: PgServer) -> None:
     assert WOKEN_WITHIN_S < SAFETY_TICK_S
-    url = fresh_schema_url(f"wake-{uuid.uuid4()}")
-    idle, writer = await open_tracker(url), await open_tracker(url)
-    try:
+    async with idle_pair(f"wake-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await idle.wait_for_work(0.01)  # the listener is up from here on
         latencies: list[float] = []
@@ -35,14 +34,17 @@ async def test_another_instance_wakes_idle_waiters_at_once(pg_server: PgServer) 
         async def woken(action: Callable[[], Awaitable[object]]) -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(idle.wait_for_work, 30.0)
-                await anyio.sleep(0.2)  # the waiter is asleep
+                await waiters_asleep(idle)
                 start = anyio.current_time()
                 await action()
             latencies.append(anyio.current_time() - start)
 
         await woken(lambda: writer.create_task(new_task(pid, "new work")))
         lease = await claim(idle)
+        mark = await idle.wait_for_work(0)
         second = await writer.create_task(new_task(pid, "to cancel"))
+        with anyio.fail_after(WOKEN_WITHIN_S):  # its NOTIFY came: no late wake-up below
+            await idle.wait_for_work(30.0, since=mark)
         await woken(lambda: writer.cancel(second))
         assert all(s < WOKEN_WITHIN_S for s in latencies), latencies
 
@@ -50,15 +52,12 @@ async def test_another_instance_wakes_idle_waiters_at_once(pg_server: PgServer) 
             async with anyio.create_task_group() as tg:
 
                 async def finish() -> None:
-                    await anyio.sleep(0.2)
+                    await waiters_asleep(idle)  # the wait looked: the task was not finished
                     await writer.transition(lease, "complete")
 
                 tg.start_soon(finish)
                 result = await idle.wait(lease.task.id, timeout_s=30)
         assert result.finished and result.outcome == "done"
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 def _notes_until_marker(conn: Any, channel: str) -> list[str]:
@@ -136,9 +135,7 @@ async def test_a_one_trip_move_wakes_a_waiter_of_another_instance(pg_server: PgS
     import psycopg
 
     key = f"waitmove-{uuid.uuid4()}"
-    url = fresh_schema_url(key)
-    mover, waiter = await open_tracker(url), await open_tracker(url)
-    try:
+    async with idle_pair(key) as (waiter, mover):
         pid = await make_pipeline(mover)
         await mover.create_tasks([new_task(pid, "a"), new_task(pid, "b")])
         lease = await claim(mover)  # a full claim of one: the mover is busy, not idle
@@ -155,14 +152,11 @@ async def test_a_one_trip_move_wakes_a_waiter_of_another_instance(pg_server: PgS
                         f"SELECT count(*) FROM {schema_name(key)}.waiters"
                     ).fetchone()[0]:  # type: ignore[index]
                         await anyio.sleep(0.01)  # polling a real condition: the waiter's row
-                await anyio.sleep(0)
+                await waiters_asleep(waiter)  # and its look found the task running
                 start = anyio.current_time()
                 await mover.transition(lease, "complete")  # the one-trip move
         assert anyio.current_time() - start < WOKEN_WITHIN_S
         assert result and result[0].finished and result[0].outcome == "done"
-    finally:
-        await mover.aclose()
-        await waiter.aclose()
 
 
 async def test_a_submit_during_the_watch_pause_wakes_the_idle_wait(
@@ -171,13 +165,8 @@ async def test_a_submit_during_the_watch_pause_wakes_the_idle_wait(
     """worker/daemon/watch.py passes each wait's change mark to the next: a NOTIFY that came
     while it paused is not lost (the safety tick, widened to 30 s, cannot wake it instead)."""
     monkeypatch.setattr(pg_engine, "SAFETY_TICK_S", 30.0)
-    url = fresh_schema_url(f"pause-{uuid.uuid4()}")
-    watched, writer = await open_tracker(url), await open_tracker(url)
-    try:
+    async with idle_pair(f"pause-{uuid.uuid4()}") as (watched, writer):
         await submit_during_the_pause_wakes(watched, writer, monkeypatch)
-    finally:
-        await watched.aclose()
-        await writer.aclose()
 
 
 async def test_the_listener_listens_again_after_its_connection_is_killed(
@@ -191,8 +180,6 @@ async def test_the_listener_listens_again_after_its_connection_is_killed(
     from tracker_client.postgres.wake import channel_name
 
     key = f"wake-{uuid.uuid4()}"
-    idle = await open_tracker(fresh_schema_url(key, poll_interval_s=10))
-    writer = await open_tracker(fresh_schema_url(key))
     listen = f'LISTEN "{channel_name(schema_name(key))}"'
 
     def listening() -> set[int]:
@@ -200,25 +187,26 @@ async def test_the_listener_listens_again_after_its_connection_is_killed(
             rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE query = %s", (listen,))
             return {int(row[0]) for row in rows}
 
-    try:
+    async with idle_pair(key, poll_interval_s=10) as (idle, writer):
         pid = await make_pipeline(writer)
         await idle.wait_for_work(0.01)  # the listener is up from here on
         before = listening()
         assert len(before) == 1
         with psycopg.connect(pg_server.url, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (next(iter(before)),))
+        listener = idle._engine._listener
+        assert listener is not None
         with anyio.fail_after(15):
             while not listening() - before:  # a new backend LISTENs: the listener is back
                 await anyio.sleep(0.05)
+            while not listener.healthy:  # and the loop reads it (its wake-up on coming back
+                await anyio.sleep(0.005)  # is done: it cannot end the waiter below early)
         async with anyio.create_task_group() as tg:
             tg.start_soon(idle.wait_for_work, 30.0)
-            await anyio.sleep(0.2)  # the waiter is asleep
+            await waiters_asleep(idle)
             start = anyio.current_time()
             await writer.create_task(new_task(pid, "after the listener came back"))
         assert anyio.current_time() - start < WOKEN_WITHIN_S
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothing(
@@ -229,14 +217,12 @@ async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothi
     # its own read does not run beside that claim; a submit meanwhile still ends it at once.
     monkeypatch.setattr(pg_engine, "REARM_AFTER_WAKE_S", 5.0)  # room for the order to show
     monkeypatch.setattr(pg_engine, "SAFETY_TICK_S", 30.0)
-    url = fresh_schema_url(f"rearm-{uuid.uuid4()}")
-    idle, writer = await open_tracker(url), await open_tracker(url)
-    try:
+    async with idle_pair(f"rearm-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await idle.wait_for_work(0.01)  # the listener is up from here on
         async with anyio.create_task_group() as tg:
             tg.start_soon(idle.wait_for_work, 30.0)
-            await anyio.sleep(0.2)  # the waiter is asleep
+            await waiters_asleep(idle)
             await writer.create_task(new_task(pid, "first"))
         mark = str(idle._changes.seq)
         order: list[str] = []
@@ -246,7 +232,7 @@ async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothi
 
         async def slow_run(job: Any) -> Any:
             async def slow(conn: Any) -> Any:
-                await anyio.sleep(0.3)  # a claim still at the server
+                await anyio.sleep(0.3)  # the subject, not a wait: a claim still at the server
                 return await job(conn)
 
             found = await real_run(slow)
@@ -272,9 +258,6 @@ async def test_a_wait_right_after_a_wake_up_waits_for_the_claim_and_misses_nothi
                 await claiming.wait()
                 await writer.create_task(new_task(pid, "second, during the claim"))
         assert order == ["claim answered", "wait ended"]
-    finally:
-        await idle.aclose()
-        await writer.aclose()
 
 
 async def test_a_stopped_listener_ends_without_waiting_out_its_poll(
