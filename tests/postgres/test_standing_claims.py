@@ -13,6 +13,8 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import psycopg
@@ -40,11 +42,11 @@ pytestmark = [
 PARK_MS = 20_000
 
 
-def _sql(pg: PgServer, key: str, query: str, *params: object) -> list[tuple[object, ...]]:
+def _sql(pg: PgServer, key: str, query: str, *params: object) -> list[tuple[Any, ...]]:
     """``query`` on the schema of ``key`` (``{s}`` names it), on a connection of its own.
     Synchronous on purpose: the event loop (and the idle instance's wake-up) waits for it."""
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        return conn.execute(query.format(s=f'"{schema_name(key)}"'), params).fetchall()  # type: ignore[arg-type]
+        return conn.execute(query.format(s=f'"{schema_name(key)}"'), params).fetchall()
 
 
 def _leased_to(pg: PgServer, key: str, task_id: str) -> str | None:
@@ -60,63 +62,99 @@ def _leased_to(pg: PgServer, key: str, task_id: str) -> str | None:
 
 
 def _standing(pg: PgServer, key: str) -> int:
-    return int(_sql(pg, key, "SELECT count(*) FROM {s}.standing_claims")[0][0])  # type: ignore[call-overload]
+    """How many parked claims stand on the schema of ``key`` now."""
+    return int(_sql(pg, key, "SELECT count(*) FROM {s}.standing_claims")[0][0])
 
 
-@asynccontextmanager
-async def _standing_park(
-    idle: PostgresTracker, key: str, role: str = "coder"
-) -> AsyncIterator[list[Lease]]:
-    """One parked claim of ``idle`` under ``key``, in the background; the block starts once it
-    stands, and the list holds what it answered when the block has ended."""
-    got: list[Lease] = []
-    stood = idle._standing.stood
-    async with anyio.create_task_group() as tg:
+@dataclass(frozen=True)
+class Rail:
+    """One rail's schema seen by two instances (:func:`idle_pair`): ``idle``, settled (its
+    listener up, its ``waiters`` row live: its parked claims stand), and ``writer`` for
+    another host; ``pid`` a pipeline with a ``coder`` stage."""
 
-        async def park() -> None:
-            got.extend(
-                await idle.parked_claim("idle", role, 60_000, 1, PARK_MS, idempotency_key=key)
-            )
+    pg: PgServer
+    schema: str
+    idle: PostgresTracker
+    writer: PostgresTracker
+    pid: str
 
-        tg.start_soon(park)
-        await wait_until(lambda: idle._standing.stood > stood)
-        yield got
+    def leased_to(self, task_id: str) -> str | None:
+        """:func:`_leased_to` on this rail."""
+        return _leased_to(self.pg, self.schema, task_id)
+
+    def standing(self) -> int:
+        """:func:`_standing` on this rail."""
+        return _standing(self.pg, self.schema)
 
 
-async def test_a_create_claims_for_a_standing_parked_claim(pg_server: PgServer) -> None:
+@pytest.fixture
+async def rail(pg_server: PgServer) -> AsyncIterator[Rail]:
+    """A fresh :class:`Rail` (its schema new), both instances closed after the test."""
     schema = f"stand-{uuid.uuid4()}"
     async with idle_pair(schema) as (idle, writer):
         pid = await make_pipeline(writer)
         await settle(idle)
-        key = str(uuid.uuid4())
-        with anyio.fail_after(10):
-            async with _standing_park(idle, key) as got:
-                assert _standing(pg_server, schema) == 1
-                task_id = await writer.create_task(new_task(pid, "now"))
-                assert _leased_to(pg_server, schema, task_id) == "idle"
-                assert _standing(pg_server, schema) == 0
-        # The create's own write claimed it: the claim was recorded at the create's time
-        # (the idle instance's own claim would have come after the create's NOTIFY).
-        [(recorded_at, created_at)] = _sql(
-            pg_server,
-            schema,
-            "SELECT i.created_at_ms, t.created_at_ms FROM {s}.idempotency i, {s}.tasks t "
-            "WHERE i.key = %s AND i.operation = 'claim_many' AND t.id = %s",
-            attempt_key(key, 0),
-            task_id,
-        )
-        assert recorded_at == created_at
-        [lease] = got
-        assert lease.task.id == task_id
-        assert lease.run.started_at_ms == created_at  # as the rail's run row says
-        # a retry under the key answers the same lease, the same token
-        [again] = await idle.claim_many(
-            "idle", "coder", 60_000, 1, idempotency_key=attempt_key(key, 0)
-        )
-        assert (again.run_id, again.lease_token) == (lease.run_id, lease.lease_token)
-        await idle.heartbeat(lease)  # the token is the rail's
-        await idle.transition(lease, "complete")
-        assert (await writer.get_task(task_id)).stage != "todo"
+        yield Rail(pg_server, schema, idle, writer, pid)
+
+
+@dataclass
+class Park:
+    """A parked claim of :func:`_standing_park`: its key, and what it answered (filled once
+    its block has ended)."""
+
+    key: str = field(default_factory=lambda: str(uuid.uuid4()))
+    got: list[Lease] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def _standing_park(idle: PostgresTracker, role: str = "coder") -> AsyncIterator[Park]:
+    """One parked claim of ``idle`` under a new key, in the background, the whole block within
+    10 s; the block starts once it stands (a real condition: ``stood`` counted up)."""
+    park = Park()
+    stood = idle._standing.stood
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def parked() -> None:
+                park.got.extend(
+                    await idle.parked_claim(
+                        "idle", role, 60_000, 1, PARK_MS, idempotency_key=park.key
+                    )
+                )
+
+            tg.start_soon(parked)
+            await wait_until(lambda: idle._standing.stood > stood)
+            yield park
+
+
+async def test_a_create_claims_for_a_standing_parked_claim(rail: Rail) -> None:
+    async with _standing_park(rail.idle) as park:
+        assert rail.standing() == 1
+        task_id = await rail.writer.create_task(new_task(rail.pid, "now"))
+        assert rail.leased_to(task_id) == "idle"
+        assert rail.standing() == 0
+    # The create's own write claimed it: the claim was recorded at the create's time
+    # (the idle instance's own claim would have come after the create's NOTIFY).
+    [(recorded_at, created_at)] = _sql(
+        rail.pg,
+        rail.schema,
+        "SELECT i.created_at_ms, t.created_at_ms FROM {s}.idempotency i, {s}.tasks t "
+        "WHERE i.key = %s AND i.operation = 'claim_many' AND t.id = %s",
+        attempt_key(park.key, 0),
+        task_id,
+    )
+    assert recorded_at == created_at
+    [lease] = park.got
+    assert lease.task.id == task_id
+    assert lease.run.started_at_ms == created_at  # as the rail's run row says
+    # a retry under the key answers the same lease, the same token
+    [again] = await rail.idle.claim_many(
+        "idle", "coder", 60_000, 1, idempotency_key=attempt_key(park.key, 0)
+    )
+    assert (again.run_id, again.lease_token) == (lease.run_id, lease.lease_token)
+    await rail.idle.heartbeat(lease)  # the token is the rail's
+    await rail.idle.transition(lease, "complete")
+    assert (await rail.writer.get_task(task_id)).stage != "todo"
 
 
 async def test_a_dead_holders_standing_claim_strands_nothing(pg_server: PgServer) -> None:
@@ -193,116 +231,83 @@ def _create_holding_the_loop(url: str, pid: str) -> str:
     return task_id
 
 
-async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(
-    pg_server: PgServer,
-) -> None:
-    schema = f"stand-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        pid = await make_pipeline(writer)
-        await settle(idle)
-        key = str(uuid.uuid4())
-        with anyio.fail_after(10):
-            async with _standing_park(idle, key) as got:
-                # the create from another thread, this loop held meanwhile: the cancel comes
-                # before the idle instance has read the create's NOTIFY
-                task_id = _create_holding_the_loop(fresh_schema_url(schema), pid)
-                assert _leased_to(pg_server, schema, task_id) == "idle"
-                cancelled = await idle.cancel_parked_claim(idempotency_key=key)
-        assert got == []
-        assert cancelled.released == 1
-        assert _leased_to(pg_server, schema, task_id) is None
-        lease = await writer.claim("other", "coder", 60_000)
-        assert lease is not None and lease.task.id == task_id
-        # the run the create started for it ended released (given back, not failed)
-        assert _sql(
-            pg_server,
-            schema,
-            "SELECT status FROM {s}.runs WHERE task_id = %s AND id <> %s",
-            task_id,
-            lease.run_id,
-        ) == [("released",)]
+async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(rail: Rail) -> None:
+    async with _standing_park(rail.idle) as park:
+        # the create from another thread, this loop held meanwhile: the cancel comes before
+        # the idle instance has read the create's NOTIFY
+        task_id = _create_holding_the_loop(fresh_schema_url(rail.schema), rail.pid)
+        assert rail.leased_to(task_id) == "idle"
+        cancelled = await rail.idle.cancel_parked_claim(idempotency_key=park.key)
+    assert park.got == []
+    assert cancelled.released == 1
+    assert rail.leased_to(task_id) is None
+    lease = await rail.writer.claim("other", "coder", 60_000)
+    assert lease is not None and lease.task.id == task_id
+    # the run the create started for it ended released (given back, not failed)
+    assert _sql(
+        rail.pg,
+        rail.schema,
+        "SELECT status FROM {s}.runs WHERE task_id = %s AND id <> %s",
+        task_id,
+        lease.run_id,
+    ) == [("released",)]
 
 
-async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(
-    pg_server: PgServer,
-) -> None:
-    schema = f"stand-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        pid = await make_pipeline(writer)
-        await settle(idle)
-        key = str(uuid.uuid4())
-        with anyio.fail_after(10):
-            async with _standing_park(idle, key) as got:
-                cancelled = await idle.cancel_parked_claim(idempotency_key=key)
-        assert (got, cancelled.released) == ([], 0)
-        assert _standing(pg_server, schema) == 0
-        task_id = await writer.create_task(new_task(pid, "after the cancel"))
-        assert _leased_to(pg_server, schema, task_id) is None
+async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(rail: Rail) -> None:
+    async with _standing_park(rail.idle) as park:
+        cancelled = await rail.idle.cancel_parked_claim(idempotency_key=park.key)
+    assert (park.got, cancelled.released) == ([], 0)
+    assert rail.standing() == 0
+    task_id = await rail.writer.create_task(new_task(rail.pid, "after the cancel"))
+    assert rail.leased_to(task_id) is None
 
 
 async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
-    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+    rail: Rail, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The wait ends (its deadline) after a create claimed for it and no NOTIFY came (the fault
     # injected: the writer's NOTIFY lost): the withdrawal finds the row gone and the parked
     # claim answers the lease.
-    schema = f"stand-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        monkeypatch.setattr(writer._engine, "_notify_sql", "SELECT 1;")
-        pid = await make_pipeline(writer)
-        await settle(idle)
-        stood = idle._standing.stood
-        task_id = ""
+    idle, writer = rail.idle, rail.writer
+    monkeypatch.setattr(writer._engine, "_notify_sql", "SELECT 1;")
+    stood = idle._standing.stood
+    task_id = ""
 
-        async def create_when_standing() -> None:
-            nonlocal task_id
-            await wait_until(lambda: idle._standing.stood > stood)
-            task_id = await writer.create_task(new_task(pid, "at the deadline"))
+    async def create_when_standing() -> None:
+        nonlocal task_id
+        await wait_until(lambda: idle._standing.stood > stood)
+        task_id = await writer.create_task(new_task(rail.pid, "at the deadline"))
 
-        got: list[Lease] = []
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(create_when_standing)
-                got = await idle.parked_claim(
-                    "idle", "coder", 60_000, 1, 400, idempotency_key=str(uuid.uuid4())
-                )
-        assert [lease.task.id for lease in got] == [task_id]
+    got: list[Lease] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create_when_standing)
+            got = await idle.parked_claim(
+                "idle", "coder", 60_000, 1, 400, idempotency_key=str(uuid.uuid4())
+            )
+    assert [lease.task.id for lease in got] == [task_id]
 
 
-async def test_two_creates_never_grant_one_standing_claim_twice(pg_server: PgServer) -> None:
-    schema = f"stand-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        other = await open_tracker(fresh_schema_url(schema))
-        try:
-            pid = await make_pipeline(writer)
-            await settle(idle)
-            ids: list[str] = []
-            with anyio.fail_after(10):
-                async with (
-                    _standing_park(idle, str(uuid.uuid4())) as got,
-                    anyio.create_task_group() as tg,
-                ):
-                    for creator in (writer, other):
+async def test_two_creates_never_grant_one_standing_claim_twice(rail: Rail) -> None:
+    other = await open_tracker(fresh_schema_url(rail.schema))
+    try:
+        ids: list[str] = []
+        async with _standing_park(rail.idle) as park, anyio.create_task_group() as tg:
+            for creator in (rail.writer, other):
 
-                        async def create(c: PostgresTracker = creator) -> None:  # type: ignore[assignment]
-                            ids.append(await c.create_task(new_task(pid, "race")))
+                async def create(c: PostgresTracker = creator) -> None:  # type: ignore[assignment]
+                    ids.append(await c.create_task(new_task(rail.pid, "race")))
 
-                        tg.start_soon(create)
-            leased = [i for i in ids if _leased_to(pg_server, schema, i) == "idle"]
-            assert len(ids) == 2 and len(leased) == 1
-            assert [lease.task.id for lease in got] == leased
-        finally:
-            await other.aclose()
+                tg.start_soon(create)
+        leased = [i for i in ids if rail.leased_to(i) == "idle"]
+        assert len(ids) == 2 and len(leased) == 1
+        assert [lease.task.id for lease in park.got] == leased
+    finally:
+        await other.aclose()
 
 
-async def test_a_standing_claim_of_another_role_is_left_standing(pg_server: PgServer) -> None:
-    schema = f"stand-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        pid = await make_pipeline(writer)
-        await settle(idle)
-        key = str(uuid.uuid4())
-        with anyio.fail_after(10):
-            async with _standing_park(idle, key, role="reviewer") as got:
-                task_id = await writer.create_task(new_task(pid, "for a coder"))
-                assert _leased_to(pg_server, schema, task_id) is None
-        assert got == []  # its NOTIFY sent the claim on: no reviewer's work
+async def test_a_standing_claim_of_another_role_is_left_standing(rail: Rail) -> None:
+    async with _standing_park(rail.idle, role="reviewer") as park:
+        task_id = await rail.writer.create_task(new_task(rail.pid, "for a coder"))
+        assert rail.leased_to(task_id) is None
+    assert park.got == []  # its NOTIFY sent the claim on: no reviewer's work
