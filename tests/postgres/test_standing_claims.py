@@ -267,16 +267,26 @@ async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
 ) -> None:
     # The wait ends (its deadline) after a create claimed for it and no NOTIFY came (the fault
     # injected: the writer's NOTIFY lost): the withdrawal finds the row gone and the parked
-    # claim answers the lease.
+    # claim answers the lease. The withdrawal waits for the create (on a loaded machine the
+    # create may come after the 400 ms: the order under test would be left to timing).
     idle, writer = rail.idle, rail.writer
     monkeypatch.setattr(writer._engine, "_notify_sql", "SELECT 1;")
     stood = idle._standing.stood
     task_id = ""
+    created = anyio.Event()
+    withdraw = idle._idle_look._withdraw
+
+    async def withdraw_after_the_create(stand: Any) -> bool:
+        await created.wait()
+        return await withdraw(stand)
+
+    monkeypatch.setattr(idle._idle_look, "_withdraw", withdraw_after_the_create)
 
     async def create_when_standing() -> None:
         nonlocal task_id
         await wait_until(lambda: idle._standing.stood > stood)
         task_id = await writer.create_task(new_task(rail.pid, "at the deadline"))
+        created.set()
 
     got: list[Lease] = []
     with anyio.fail_after(10):
