@@ -19,6 +19,7 @@ from tests.contract.support import claim, make_pipeline, new_task, simple_pipeli
 from tests.postgres.idle_pair import idle_pair, settle
 from tests.postgres.server import PgServer, schema_name
 from tracker_client.models import Lease, RetryPolicy
+from tracker_client.postgres import idle as idle_module
 from tracker_client.postgres.tracker import PostgresTracker
 from tracker_client.postgres.wake import channel_name
 
@@ -121,13 +122,17 @@ async def test_idle_parked_claims_one_after_another_read_the_rail_once(
         assert lease.task.id == task_id
 
 
-async def test_a_look_past_its_due_time_is_not_reused(pg_server: PgServer) -> None:
-    # The look saw a delayed task due in 0.6 s: a parked claim after that reads the rail again.
+async def test_a_look_past_its_due_time_is_not_reused(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The look saw a delayed task due in 1 s: a parked claim after that reads the rail again.
+    # With the look's tick at 60 s, only its due time ends its reuse within the bound.
+    monkeypatch.setattr(idle_module, "LOOK_TICK_S", 60.0)
     async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await settle(idle)
-        task_id = await writer.create_task(new_task(pid, "later", delay_ms=600))
-        assert await _park_for(idle, "coder", 100) == []  # looked: due in ~0.5 s
+        task_id = await writer.create_task(new_task(pid, "later", delay_ms=1000))
+        assert await _park_for(idle, "coder", 100) == []  # looked: due in ~0.9 s
         looks = idle._idle_look.looks
         with anyio.fail_after(WITHIN_S):
             while not (got := await _park_for(idle, "coder", 100)):
