@@ -97,10 +97,12 @@ async def test_an_idle_parked_claim_writes_nothing_while_nothing_comes(pg_server
 
 
 async def test_idle_parked_claims_one_after_another_read_the_rail_once(
-    pg_server: PgServer,
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # An idle worker's parked claims follow each other (its idle rounds): while nothing came
     # since the last look (no wake-up, no due time, within the look's tick) it still answers.
+    # The tick at 60 s: a machine stalled past the 2 s tick would make the counts below lie.
+    monkeypatch.setattr(idle_module, "LOOK_TICK_S", 60.0)
     async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await settle(idle)
