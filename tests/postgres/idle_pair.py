@@ -47,6 +47,12 @@ async def waiters_asleep(tracker: PostgresTracker, n: int = 1, within_s: float =
     in-process wake-up event, the one another instance's NOTIFY sets: past their look at the
     rail, so only a wake-up (or their tick) ends them. Polled under a deadline: a real
     condition, not a guess at how long a waiter takes to fall asleep."""
-    with anyio.fail_after(within_s):
-        while tracker._changes.changed.statistics().tasks_waiting < n:
-            await anyio.sleep(0.005)
+    try:
+        with anyio.fail_after(within_s):
+            while tracker._changes.changed.statistics().tasks_waiting < n:
+                await anyio.sleep(0.005)
+    except TimeoutError:
+        raise AssertionError(
+            f"not {n} waiter(s) asleep within {within_s} s: one ended before it was seen"
+            " asleep (a late NOTIFY of an earlier write woke it?) or never got past its look"
+        ) from None
