@@ -67,7 +67,7 @@ def _standing(pg: PgServer, key: str) -> int:
 
 
 @dataclass(frozen=True)
-class Rail:
+class SettledRail:
     """One rail's schema seen by two instances (:func:`idle_pair`): ``idle``, settled (its
     listener up, its ``waiters`` row live: its parked claims stand), and ``writer`` for
     another host; ``pid`` a pipeline with a ``coder`` stage."""
@@ -88,13 +88,13 @@ class Rail:
 
 
 @pytest.fixture
-async def rail(pg_server: PgServer) -> AsyncIterator[Rail]:
-    """A fresh :class:`Rail` (its schema new), both instances closed after the test."""
+async def rail(pg_server: PgServer) -> AsyncIterator[SettledRail]:
+    """A fresh :class:`SettledRail` (its schema new), both instances closed after the test."""
     schema = f"stand-{uuid.uuid4()}"
     async with idle_pair(schema) as (idle, writer):
         pid = await make_pipeline(writer)
         await settle(idle)
-        yield Rail(pg_server, schema, idle, writer, pid)
+        yield SettledRail(pg_server, schema, idle, writer, pid)
 
 
 @dataclass
@@ -127,7 +127,7 @@ async def _standing_park(idle: PostgresTracker, role: str = "coder") -> AsyncIte
             yield park
 
 
-async def test_a_create_claims_for_a_standing_parked_claim(rail: Rail) -> None:
+async def test_a_create_claims_for_a_standing_parked_claim(rail: SettledRail) -> None:
     async with _standing_park(rail.idle) as park:
         assert rail.standing() == 1
         task_id = await rail.writer.create_task(new_task(rail.pid, "now"))
@@ -231,7 +231,9 @@ def _create_holding_the_loop(url: str, pid: str) -> str:
     return task_id
 
 
-async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(rail: Rail) -> None:
+async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(
+    rail: SettledRail,
+) -> None:
     async with _standing_park(rail.idle) as park:
         # the create from another thread, this loop held meanwhile: the cancel comes before
         # the idle instance has read the create's NOTIFY
@@ -253,7 +255,7 @@ async def test_a_cancelled_standing_claim_gives_back_what_a_create_leased(rail: 
     ) == [("released",)]
 
 
-async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(rail: Rail) -> None:
+async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(rail: SettledRail) -> None:
     async with _standing_park(rail.idle) as park:
         cancelled = await rail.idle.cancel_parked_claim(idempotency_key=park.key)
     assert (park.got, cancelled.released) == ([], 0)
@@ -263,7 +265,7 @@ async def test_a_cancelled_standing_claim_leaves_nothing_to_claim_for(rail: Rail
 
 
 async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
-    rail: Rail, monkeypatch: pytest.MonkeyPatch
+    rail: SettledRail, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The wait ends (its deadline) after a create claimed for it and no NOTIFY came (the fault
     # injected: the writer's NOTIFY lost): the withdrawal finds the row gone and the parked
@@ -298,7 +300,7 @@ async def test_a_parked_claim_whose_wait_ends_takes_what_a_create_leased(
     assert [lease.task.id for lease in got] == [task_id]
 
 
-async def test_two_creates_never_grant_one_standing_claim_twice(rail: Rail) -> None:
+async def test_two_creates_never_grant_one_standing_claim_twice(rail: SettledRail) -> None:
     other = await open_tracker(fresh_schema_url(rail.schema))
     try:
         ids: list[str] = []
@@ -316,7 +318,7 @@ async def test_two_creates_never_grant_one_standing_claim_twice(rail: Rail) -> N
         await other.aclose()
 
 
-async def test_a_standing_claim_of_another_role_is_left_standing(rail: Rail) -> None:
+async def test_a_standing_claim_of_another_role_is_left_standing(rail: SettledRail) -> None:
     async with _standing_park(rail.idle, role="reviewer") as park:
         task_id = await rail.writer.create_task(new_task(rail.pid, "for a coder"))
         assert rail.leased_to(task_id) is None
