@@ -81,6 +81,27 @@ async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_w
     assert all(isinstance(o, FinishResult) for o in done)
 
 
+async def test_reports_and_their_claim_ahead_are_handed_over_at_once_as_one_job(
+    tmp_path: Path,
+) -> None:
+    """The reports and the claim riding with them go to the database thread together, in
+    the call itself: the reports do not park waiting for a claim to join them (a scheduling
+    pass or two of the loop), and both answers come back with one wake-up."""
+    tracker, leases = await _rail(tmp_path / "rail.db", 9)
+    db = tracker.engine.db
+    try:
+        with anyio.fail_after(5):
+            finished = await tracker.finish_many(_items(leases))
+        kept = _leased(tracker)
+        paired, alone = db.paired, db.alone
+    finally:
+        await tracker.aclose()
+    assert all(isinstance(o, FinishResult) for o in finished)
+    assert len(kept) == 6
+    # nothing parked: neither taken along by the claim nor sent on alone after waiting
+    assert (paired, alone) == (0, 0)
+
+
 async def test_closing_the_rail_withdraws_the_kept_leases_without_a_trace(
     tmp_path: Path,
 ) -> None:
