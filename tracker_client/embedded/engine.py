@@ -2,9 +2,11 @@
 
 Each operation of :class:`~tracker_client.rules.rail.Rail` hands one closure to the database
 thread (:mod:`.db`); writes run in one ``BEGIN IMMEDIATE`` transaction each (group-committed),
-reads in one deferred transaction. Waiters in this process are woken by the write itself (the
-rail's :class:`~tracker_client.rules.engine.Changes`); writes of other processes sharing the
-file are noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``, gated by the WAL
+reads in one deferred transaction. A worker's reports and the claim riding with them
+(:mod:`tracker_client.ahead`) go as one job of two writes (:meth:`SqliteEngine.write_both`).
+Waiters in this process are woken by the write itself (the rail's
+:class:`~tracker_client.rules.engine.Changes`); writes of other processes sharing the file
+are noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``, gated by the WAL
 file's stat. Followers of a task's events wake on every such commit.
 
 ``data_version`` moves on every commit, heartbeats and events included, so it alone would wake

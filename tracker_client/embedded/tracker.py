@@ -85,8 +85,9 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         )
         tracker = cls(SqliteEngine(db, opts.poll_interval_s), opts, clock or wall_ms, sweeps)
         tracker._ahead = ahead = ClaimAhead(enabled=opts.claim_ahead)
-        # a report of a worker answered from kept leases waits for no claim to pair with
-        tracker.engine.pairing = lambda: ahead.flying is not None or not ahead.busy()
+        # a report of a worker answered from kept leases waits for no claim to pair with (a
+        # claim ahead in flight was handed over with its own reports, at once)
+        tracker.engine.pairing = lambda: not ahead.busy()
         return tracker
 
     _ahead: ClaimAhead
