@@ -81,6 +81,53 @@ async def test_the_next_batch_rides_with_the_reports_and_is_answered_without_a_w
     assert all(isinstance(o, FinishResult) for o in done)
 
 
+async def test_reports_and_their_claim_ahead_are_handed_over_at_once_as_one_job(
+    tmp_path: Path,
+) -> None:
+    """The reports and the claim riding with them go to the database thread together, in
+    the call itself: the reports do not park waiting for a claim to join them (a scheduling
+    pass or two of the loop), and both answers come back with one wake-up."""
+    tracker, leases = await _rail(tmp_path / "rail.db", 9)
+    db = tracker.engine.db
+    try:
+        with anyio.fail_after(5):
+            finished = await tracker.finish_many(_items(leases))
+        kept = _leased(tracker)
+        paired, alone = db.paired, db.alone
+    finally:
+        await tracker.aclose()
+    assert all(isinstance(o, FinishResult) for o in finished)
+    assert len(kept) == 6
+    # nothing parked: neither taken along by the claim nor sent on alone after waiting
+    assert (paired, alone) == (0, 0)
+
+
+async def test_reports_sent_while_a_claim_ahead_is_in_flight_do_not_park(
+    tmp_path: Path,
+) -> None:
+    """Reports sent while the claim ahead riding with earlier reports is in flight go at
+    once: that claim was handed over with its own reports, and no claim of the worker comes
+    to take them along (its claims are answered from the kept leases)."""
+    tracker, leases = await _rail(tmp_path / "rail.db", 12)
+    db = tracker.engine.db
+    more = await tracker.claim_many("a", "coder", 60_000, 3)
+    outcomes: list[Any] = []
+    try:
+
+        async def report(batch: list[Lease]) -> None:
+            outcomes.extend(await tracker.finish_many(_items(batch)))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(report, leases)  # carries the claim ahead
+                tg.start_soon(report, more)  # sent while it is in flight
+        paired, alone = db.paired, db.alone
+    finally:
+        await tracker.aclose()
+    assert len(outcomes) == 6 and all(isinstance(o, FinishResult) for o in outcomes)
+    assert (paired, alone) == (0, 0)
+
+
 async def test_closing_the_rail_withdraws_the_kept_leases_without_a_trace(
     tmp_path: Path,
 ) -> None:

@@ -20,7 +20,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -173,6 +173,46 @@ class Database:
             else:
                 self._worker.submit(job)
             return await fut
+
+    async def run_writes(
+        self, writes: Sequence[tuple[Callable[[], Any], str, Callable[[], None] | None]]
+    ) -> list[tuple[bool, Any]]:
+        """Run ``writes`` ((fn, where, after), as :meth:`run_write` takes them) in one
+        transaction on the database thread, in this order, handed over as one job and
+        answered with one wake-up of the loop: each one's outcome, ``(True, result)`` or
+        ``(False, error)``, as if each had been its own :meth:`run_write` (a write that fails
+        alone is rolled back alone: :meth:`_write_group`). A parked write goes first."""
+        if self._closed:
+            raise TrackerUnavailable("the embedded tracker is closed", code="closed")
+        jobs = [Job(fn, write=True, where=where, after=after) for fn, where, after in writes]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): one hand-off each, in order
+            loop = None
+        outcomes: list[tuple[bool, Any]] = []
+        if loop is None:
+            for job in jobs:
+                try:
+                    outcomes.append((True, await self._call(job)))
+                except Exception as exc:
+                    outcomes.append((False, exc))
+            return outcomes
+        futures: list[asyncio.Future[Any]] = []
+        for job in jobs:
+            job.loop, job.fut = loop, loop.create_future()
+            futures.append(job.fut)
+        # shielded as _call is: the writes handed over are written and answered
+        with anyio.CancelScope(shield=True):
+            parked, self._parked = self._parked, None
+            if parked is not None:
+                self.paired += 1
+            self._worker.submit_together(jobs if parked is None else [parked, *jobs])
+            for fut in futures:
+                try:
+                    outcomes.append((True, await fut))
+                except Exception as exc:
+                    outcomes.append((False, exc))
+        return outcomes
 
     def _release_parked(self) -> None:
         """Send a parked write on alone (closing, or a caller that cannot take it along)."""

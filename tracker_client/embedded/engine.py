@@ -2,9 +2,11 @@
 
 Each operation of :class:`~tracker_client.rules.rail.Rail` hands one closure to the database
 thread (:mod:`.db`); writes run in one ``BEGIN IMMEDIATE`` transaction each (group-committed),
-reads in one deferred transaction. Waiters in this process are woken by the write itself (the
-rail's :class:`~tracker_client.rules.engine.Changes`); writes of other processes sharing the
-file are noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``, gated by the WAL
+reads in one deferred transaction. A worker's reports and the claim riding with them
+(:mod:`tracker_client.ahead`) go as one job of two writes (:meth:`SqliteEngine.write_both`).
+Waiters in this process are woken by the write itself (the rail's
+:class:`~tracker_client.rules.engine.Changes`); writes of other processes sharing the file
+are noticed by polling ``PRAGMA data_version`` every ``poll_interval_s``, gated by the WAL
 file's stat. Followers of a task's events wake on every such commit.
 
 ``data_version`` moves on every commit, heartbeats and events included, so it alone would wake
@@ -25,7 +27,7 @@ import os
 import random
 import sqlite3
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
@@ -95,14 +97,26 @@ class SqliteEngine:
         if self.wake is not None:
             self.wake.close_sender()
 
-    async def write(
+    async def write_both(
+        self,
+        first: tuple[str, Callable[[sqlite3.Connection], Any], Callable[[], None]],
+        second: tuple[str, Callable[[sqlite3.Connection], Any], Callable[[], None]],
+    ) -> list[tuple[bool, Any]]:
+        """Two writes ((where, job, committed), as :meth:`write` takes each) in one
+        transaction, ``first`` first, handed to the database thread as one job and answered
+        together (:meth:`.db.Database.run_writes`): each one's ``(True, result)`` or
+        ``(False, error)``. Each bumps the wake counter and rings as its own write would."""
+        writes: list[tuple[Callable[[], Any], str, Callable[[], None] | None]] = []
+        for where, job, committed in (first, second):
+            body, after = self._body(where, job, committed)
+            writes.append((body, where, after))
+        return await self.db.run_writes(writes)
+
+    def _body(
         self, where: str, job: Callable[[sqlite3.Connection], R], committed: Callable[[], None]
-    ) -> R:
-        """``job`` in a ``BEGIN IMMEDIATE`` transaction on the database thread (group commit:
-        ``committed`` runs there, right after the commit). A write that wakes waiters bumps the
-        wake counter in the same transaction and, once committed, rings the other instances'
-        wake-up sockets (once per group commit), for the other processes' waiters. A write of
-        :data:`PARKED_WRITES` waits a pass or two for the next write to share its commit."""
+    ) -> tuple[Callable[[], R], Callable[[], None]]:
+        """``job`` as the database thread runs it in a write (the wake counter bumped when
+        it wakes waiters) and what runs once it committed (the wake-up sockets rung first)."""
         db, wake = self.db, self.wake
 
         def body() -> R:
@@ -113,15 +127,26 @@ class SqliteEngine:
                     wake.pending = True
             return result
 
-        park = where in PARKED_WRITES and self.pairing()
         if wake is None:
-            return await db.run_write(body, where, committed, park=park)
+            return body, committed
 
         def after() -> None:
             wake.ring()  # first: the other processes' waiters are what a caller waits on
             committed()
 
-        return await db.run_write(body, where, after, park=park)
+        return body, after
+
+    async def write(
+        self, where: str, job: Callable[[sqlite3.Connection], R], committed: Callable[[], None]
+    ) -> R:
+        """``job`` in a ``BEGIN IMMEDIATE`` transaction on the database thread (group commit:
+        ``committed`` runs there, right after the commit). A write that wakes waiters bumps the
+        wake counter in the same transaction and, once committed, rings the other instances'
+        wake-up sockets (once per group commit), for the other processes' waiters. A write of
+        :data:`PARKED_WRITES` waits a pass or two for the next write to share its commit."""
+        body, after = self._body(where, job, committed)
+        park = where in PARKED_WRITES and self.pairing()
+        return await self.db.run_write(body, where, after, park=park)
 
     async def read(self, where: str, job: Callable[[sqlite3.Connection], R]) -> R:
         """``job`` in a deferred transaction on the database thread."""

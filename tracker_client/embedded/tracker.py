@@ -17,7 +17,6 @@ an executor never sees attempt 2 of a task whose attempt 1 never ran.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -86,8 +85,9 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         )
         tracker = cls(SqliteEngine(db, opts.poll_interval_s), opts, clock or wall_ms, sweeps)
         tracker._ahead = ahead = ClaimAhead(enabled=opts.claim_ahead)
-        # a report of a worker answered from kept leases waits for no claim to pair with
-        tracker.engine.pairing = lambda: ahead.flying is not None or not ahead.busy()
+        # a report of a worker answered from kept leases waits for no claim to pair with (a
+        # claim ahead in flight was handed over with its own reports, at once)
+        tracker.engine.pairing = lambda: not ahead.busy()
         return tracker
 
     _ahead: ClaimAhead
@@ -146,40 +146,54 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         if wanted is None:
             out = await super().finish_many(items)
         else:
-            agent, role, ttl_ms, n = wanted
-            ahead.started()
-            leases: list[Lease] = []
-            gave = self._gave
-            try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._claim_ahead, agent, role, ttl_ms, n, leases, gave)
-                    out = await super().finish_many(items)
-            finally:
-                # here, not in the claim's task: the reports' caller hears back before a
-                # claim waiting for these leases does; and a lease granted is never dropped.
-                # The agent gave a lease back meanwhile (it is stopping): none is kept.
-                stale = self._gave != gave
-                ahead.landed((agent, role, ttl_ms), n, [] if stale else leases)
-                if stale and leases:
-                    with anyio.CancelScope(shield=True):
-                        for lease in leases:
-                            await self._withdraw_quietly(lease)
+            out = await self._finish_and_claim(items, *wanted)
         if ahead.expire():  # kept too long while the worker reported: claimable again
             await ahead.release_unwanted(self._withdraw)
         return out
 
-    async def _claim_ahead(
-        self, agent: str, role: str, ttl_ms: int, n: int, into: list[Lease], gave: int
-    ) -> None:
-        """A claim of ``n`` into ``into``, sent a pass after the reports it rides with (they
-        wait for it: one commit); none when the agent gave a lease back since the reports
-        came (``gave``: :attr:`_gave` then): it is stopping."""
-        await anyio.lowlevel.checkpoint()
-        if self._gave != gave:
-            return
-        # failed: nothing claimed, the next claim_many claims for itself
-        with contextlib.suppress(TrackerError):
-            into.extend(await Rail.claim_many(self, agent, role, ttl_ms, n))
+    async def _finish_and_claim(
+        self, items: Sequence[FinishItem], agent: str, role: str, ttl_ms: int, n: int
+    ) -> list[FinishManyOutcome]:
+        """:meth:`Rail.finish_many` of ``items`` and a claim of ``n`` for the agent's next
+        batches, written in one transaction after them, handed to the database thread as one
+        job and answered with one wake-up of the loop. The claim's leases are kept
+        (:class:`ClaimAhead`); a claim the rail refuses claims nothing, and the next
+        ``claim_many`` claims for itself."""
+        finish = self._write_job("finish_many", self._finish_many_op(items))
+        claim = self._write_job(
+            "claim_many", self._claim_many_op(agent, role, ttl_ms, n, None, None)
+        )
+        ahead = self._ahead
+        ahead.started()
+        leases: list[Lease] = []
+        gave = self._gave
+        try:
+            (done, out), (claimed, got) = await self.engine.write_both(
+                (finish.where, finish.job, finish.committed),
+                (claim.where, claim.job, claim.committed),
+            )
+            for write, ok, value in ((finish, done, out), (claim, claimed, got)):
+                if ok:
+                    self._written(write, value)
+                else:
+                    self._write_failed(write.where)
+            if claimed:
+                leases = got
+            if not done:
+                raise out
+            if not claimed and not isinstance(got, TrackerError):
+                raise got  # not the rail's answer: a fault, as the reports' own would be
+        finally:
+            # a lease granted is never dropped. The agent gave a lease back meanwhile (it is
+            # stopping): none is kept.
+            stale = self._gave != gave
+            ahead.landed((agent, role, ttl_ms), n, [] if stale else leases)
+            if stale and leases:
+                with anyio.CancelScope(shield=True):
+                    for lease in leases:
+                        await self._withdraw_quietly(lease)
+        result: list[FinishManyOutcome] = out
+        return result
 
     async def _withdraw(self, lease: LeaseHandle, reason: str) -> bool:
         """Give back a lease claimed ahead that no claim took (``reason``: why, for the

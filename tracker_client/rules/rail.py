@@ -116,7 +116,7 @@ from tracker_client.sweeps import SweepCounts
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["LAPSE_MARGIN_S", "MAINTENANCE_PURGE_BATCHES", "Rail"]
+__all__ = ["LAPSE_MARGIN_S", "MAINTENANCE_PURGE_BATCHES", "Rail", "WriteJob"]
 
 R = TypeVar("R")
 E = TypeVar("E", bound=Engine)
@@ -127,6 +127,33 @@ _DAY_MS = 86_400_000
 #: ``wait_for_work`` returns this long after the earliest live lease's expiry, so that the claim
 #: it prompts finds the lease lapsed by the tracker's clock.
 LAPSE_MARGIN_S = 0.01
+
+
+class WriteJob(Generic[R]):
+    """One write of :class:`Rail` as its engine runs it: :attr:`job` (the rule ``fn`` in a
+    context of the transaction, made on the database thread) and :attr:`committed` (the
+    context's log lines, once committed); :attr:`ctx` is the context of its last run (a job
+    run again, after a rolled-back group, answers with its last run)."""
+
+    __slots__ = ("_fn", "_make", "ctx", "where")
+
+    def __init__(
+        self, where: str, fn: Callable[[Ctx], R], make: Callable[[sqlite3.Connection], Ctx]
+    ) -> None:
+        self.where = where
+        self._fn = fn
+        self._make = make
+        self.ctx: Ctx | None = None
+
+    def job(self, conn: sqlite3.Connection) -> R:
+        """Run the rule in a fresh context of the transaction on ``conn``."""
+        ctx = self.ctx = self._make(conn)
+        return self._fn(ctx)
+
+    def committed(self) -> None:
+        """Emit the write's log lines (on the database thread, right after the commit)."""
+        if self.ctx is not None:
+            self.ctx.flush_logs()
 
 
 class Rail(Generic[E]):
@@ -178,34 +205,41 @@ class Rail(Generic[E]):
 
     async def _write(self, where: str, fn: Callable[[Ctx], R]) -> R:
         """Run ``fn`` in a write transaction of the engine; wake who the write may concern."""
-        box: list[Ctx] = []
-
-        def job(conn: sqlite3.Connection) -> R:
-            ctx = self._ctx(conn)
-            box[:] = [ctx]  # a job run again (a rolled-back group) answers with its last run
-            return fn(ctx)
-
-        def committed() -> None:
-            box[0].flush_logs()
-
-        changes = self._changes
+        write = self._write_job(where, fn)
         try:
-            result = await self._engine.write(where, job, committed)
+            result = await self._engine.write(where, write.job, write.committed)
         except BaseException:
-            if where not in QUIET_WRITES:
-                changes.notify()  # it may have committed before failing to answer
-            if where in ("create_pipeline", "apply_pipeline"):
-                self._pipelines = PipelineCache()  # a rolled-back write may be cached
-            changes.wake_followers()
+            self._write_failed(where)
             raise
+        self._written(write, result)
+        return result
+
+    def _write_job(self, where: str, fn: Callable[[Ctx], R]) -> WriteJob[R]:
+        """``fn`` as the engine's job for the write ``where`` (its context made on the
+        database thread), with what runs once it committed; :meth:`_written` or
+        :meth:`_write_failed` after it (what :meth:`_write` does around the engine's write)."""
+        return WriteJob(where, fn, self._ctx)
+
+    def _written(self, write: WriteJob[Any], result: object) -> None:
+        """After ``write`` committed, answering ``result``: caches, sweep counts, wake-ups."""
+        changes = self._changes
+        where, ctx = write.where, write.ctx
         if where == "apply_pipeline":
             self._pipelines.applied()  # this process reads every current version again
-        if box and box[0].swept != (0, 0):
-            self._sweeps.add(*box[0].swept)
+        if ctx is not None and ctx.swept != (0, 0):
+            self._sweeps.add(*ctx.swept)
         if wakes_waiters(where, result):
             changes.notify()
         changes.wake_followers()
-        return result
+
+    def _write_failed(self, where: str) -> None:
+        """After the write ``where`` failed (it may have committed before failing to answer)."""
+        changes = self._changes
+        if where not in QUIET_WRITES:
+            changes.notify()
+        if where in ("create_pipeline", "apply_pipeline"):
+            self._pipelines = PipelineCache()  # a rolled-back write may be cached
+        changes.wake_followers()
 
     async def _read(self, where: str, fn: Callable[[Ctx], R]) -> R:
         """Run ``fn`` in a read transaction of the engine."""
@@ -980,13 +1014,26 @@ class Rail(Generic[E]):
         The arguments are the body's (``ClaimManyBody``), so every rail answers
         ``call("claim_many", ...)`` alike; ``concurrency`` is ``{"per_state": {stage: n}}``."""
         limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+        op = self._claim_many_op(agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key)
+        return await self._write("claim_many", op)
+
+    @staticmethod
+    def _claim_many_op(
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        limits: Mapping[str, int] | None,
+        idempotency_key: str | None,
+    ) -> Callable[[Ctx], list[Lease]]:
+        """:meth:`claim_many`'s write, to run in a transaction."""
 
         def op(c: Ctx) -> list[Lease]:
             return keyed_claim_many(
                 c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
             )
 
-        return await self._write("claim_many", op)
+        return op
 
     # -- parked claims (extension ``parked_claim``: see :mod:`.parked`) --------------------------
     #: Whether a parked claim waits without a write or a poll (the PostgreSQL rail's idle
@@ -1095,14 +1142,22 @@ class Rail(Generic[E]):
         """Write each item as ``finish`` would, in one transaction; per item, its
         :class:`~tracker_client.contract.batch_models.FinishResult` or the error that
         refused it (that item alone written nothing), in the items' order."""
+        return await self._write("finish_many", self._finish_many_op(items))
+
+    def _finish_many_op(
+        self, items: Sequence[FinishItem]
+    ) -> Callable[[Ctx], list[FinishManyOutcome]]:
+        """:meth:`finish_many`'s write, to run in a transaction (the items checked and
+        prepared first, here: a bad call is refused before anything is queued)."""
         check_items(items)
         prepared = [prepared_item(item) for item in items]
         keys = [item.idempotency_key for item in items]
+        rng = self._rng
 
         def op(ctx: Ctx) -> list[FinishManyOutcome]:
-            return write_items(ctx, prepared, keys, self._rng)
+            return write_items(ctx, prepared, keys, rng)
 
-        return await self._write("finish_many", op)
+        return op
 
     # -- backlog operations ---------------------------------------------------------------------
     async def cancel(
