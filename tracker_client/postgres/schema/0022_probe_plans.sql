@@ -1,21 +1,20 @@
 -- Schema version 22 of the PostgreSQL rail: a batch's grant and moves find their rows by key.
 -- additive
 -- A worker's connection keeps a generic plan of each statement of bw_grant and bw_moves for its
--- life, made at its first call. On a rail whose tasks were never analyzed (a fresh schema, or
--- work submitted since autovacuum's last pass: the worker's first batch comes within seconds of
--- the submit), those plans read every task: bw_grant's update joined its seqs to a
--- sequential scan of tasks (a hash join), and bw_moves' update found each item's task through
--- tasks_pipeline (all the pipeline's tasks, finished ones included, filtered on the lease),
--- the runs look-up joined after it. So each batch cost more with every task kept: 600 tasks
--- drained by claim_many/finish_many of 10, the last batches' moves took 3.3 ms each, 0.4-0.6
--- ms now (auto_explain, same server). Now bw_grant runs with bw_moves' settings (a nested loop of
--- probes through tasks' primary key: sequential scans, hash and merge joins off) and answers
--- its rows in slot order without joining its own results again; bw_moves looks up the items'
--- runs first and reaches each task through its unique id only (its pipeline is compared with
--- IS NOT DISTINCT FROM, which no index serves: the same test, both sides never NULL there).
--- bw_candidates' count of a stage's live leases (a claim with per_state limits) read every task
--- in such a plan: sequential scans are off for it too. Names, arguments and answers are
--- unchanged.
+-- life, made at its first call. On a rail whose tasks were never analyzed (a fresh schema, or work
+-- submitted since autovacuum's last pass: the worker's first batch comes within seconds of the
+-- submit), those plans read every task: bw_grant's update joined its seqs to a sequential scan of
+-- tasks (a hash join), and bw_moves' update found each item's task through tasks_pipeline (all the
+-- pipeline's tasks, finished ones included, filtered on the lease), the runs look-up joined after
+-- it. So each batch cost more with every task kept: 600 tasks drained by claim_many/finish_many of
+-- 10, the last batches' moves took 3.3 ms each, 0.4-0.6 ms now (auto_explain, same server). Now
+-- bw_grant runs with bw_moves' settings (a nested loop of probes through tasks' primary key:
+-- sequential scans, hash and merge joins off) and answers its rows in slot order by their seqs'
+-- places (no join of its own results again); bw_moves looks up the items' runs first and reaches
+-- each task through its unique id only (its pipeline is compared with IS NOT DISTINCT FROM, which
+-- no index serves: the same test, both sides never NULL there). bw_candidates' count of a stage's
+-- live leases (a claim with per_state limits) read every task in such a plan: sequential scans are
+-- off for it too. Names, arguments and answers are unchanged.
 
 ALTER FUNCTION bw_candidates(TEXT, TEXT, BIGINT, JSONB, INTEGER) SET enable_seqscan = off;
 
@@ -38,14 +37,13 @@ BEGIN
             lease_ttl_ms = p_ttl
         FROM unnest(p_seqs) WITH ORDINALITY AS u(seq, i)
         WHERE t.seq = u.seq
-        RETURNING u.i, t AS row
+        RETURNING t.*
     ), started AS (
         INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms)
-        SELECT (g.row).lease_run_id, (g.row).id, (g.row).last_attempt, 'running', p_agent,
-            p_role, p_now
+        SELECT g.lease_run_id, g.id, g.last_attempt, 'running', p_agent, p_role, p_now
         FROM granted g
     )
-    SELECT (g.row).* FROM granted g ORDER BY g.i;
+    SELECT g.* FROM granted g ORDER BY array_position(p_seqs, g.seq);
 END
 $$;
 

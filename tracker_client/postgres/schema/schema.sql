@@ -806,14 +806,13 @@ BEGIN
             lease_ttl_ms = p_ttl
         FROM unnest(p_seqs) WITH ORDINALITY AS u(seq, i)
         WHERE t.seq = u.seq
-        RETURNING u.i, t AS row
+        RETURNING t.*
     ), started AS (
         INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms)
-        SELECT (g.row).lease_run_id, (g.row).id, (g.row).last_attempt, 'running', p_agent,
-            p_role, p_now
+        SELECT g.lease_run_id, g.id, g.last_attempt, 'running', p_agent, p_role, p_now
         FROM granted g
     )
-    SELECT (g.row).* FROM granted g ORDER BY g.i;
+    SELECT g.* FROM granted g ORDER BY array_position(p_seqs, g.seq);
 END
 $$;
 
