@@ -24,9 +24,10 @@ from tests.contract.support import claim, make_pipeline, new_task, simple_pipeli
 from tests.postgres.server import PgServer, fresh_schema_url, schema_name
 from tracker_client.errors import BacklogFull, TrackerUnavailable
 from tracker_client.factory import open_tracker
-from tracker_client.models import CORRUPT_MARKER, RetryPolicy
+from tracker_client.models import CORRUPT_MARKER, Lease, RetryPolicy
 from tracker_client.postgres import aio
-from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn
+from tracker_client.postgres.claims import lease_of_row
+from tracker_client.postgres.dialect import STATEMENTS, NeedExclusive, PgConn, row_factory
 from tracker_client.rules import common
 from worker.logs import TrackerRunLines
 
@@ -638,3 +639,48 @@ async def test_info_logging_keeps_the_one_trip_paths_when_their_lines_are_muted(
             assert {"task_claimed", "task_finished"} <= lines
     finally:
         await tracker.aclose()
+
+
+async def test_a_claimed_lease_is_what_its_whole_row_validates_to(pg_server: PgServer) -> None:
+    # The one-trip claim validates only the task's own fields of a leased row
+    # (claims.lease_of_row); its leases must be what the whole row validated to before.
+    key = f"hot-{uuid.uuid4()}"
+    tracker = await open_tracker(fresh_schema_url(key))
+    try:
+        pid = await make_pipeline(tracker, simple_pipeline())
+        await tracker.create_tasks(
+            [
+                new_task(pid, "plain"),
+                new_task(pid, "keyed", priority=5, concurrency_key="k", max_stale_attempts=3),
+                new_task(pid, "budgeted", budgets={"max_runs": 4}),
+            ]
+        )
+        leases = await tracker.claim_many("a1", "coder", 60_000, 3)
+    finally:
+        await tracker.aclose()
+    assert len(leases) == 3
+    with psycopg.connect(pg_server.url) as conn:
+        conn.row_factory = row_factory
+        for lease in leases:
+            row = conn.execute(
+                f"SELECT * FROM {schema_name(key)}.tasks WHERE id = %s", (lease.task.id,)
+            ).fetchone()
+            assert row is not None
+            token = lease.lease_token.get_secret_value()
+            whole = Lease.model_validate(
+                {
+                    "task": {**row.as_dict(), "metadata": {}},
+                    "run": lease.run.model_dump(),
+                    "lease_id": lease.lease_id,
+                    "lease_token": token,
+                    "expires_at_ms": row["lease_expires_at_ms"],
+                    "previous_checkpoint": None,
+                }
+            )
+            built = lease_of_row(
+                row, lease.run.started_at_ms, lease.run.id, lease.lease_id, token, "a1", "coder"
+            )
+            assert built is not None
+            assert (built, built.task.model_fields_set) == (whole, whole.task.model_fields_set)
+            assert (lease, lease.task.model_fields_set) == (whole, whole.task.model_fields_set)
+    assert leases[2].task.budgets == {"max_runs": 4}

@@ -29,7 +29,7 @@ is bound as ``0``/``1`` (the schema keeps SQLite's integer flags). Rows answer `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple, cast
@@ -96,6 +96,12 @@ class Row:
     def as_dict(self) -> dict[str, Any]:
         """The row as a new dict, column name to value."""
         return dict(zip(self._index, self._values, strict=True))
+
+    def pick(self, names: Iterable[str]) -> dict[str, Any]:
+        """Those of ``names`` the row has, name to value, as a new dict (a name it lacks is
+        left out)."""
+        values, index = self._values, self._index
+        return {name: values[index[name]] for name in names if name in index}
 
     def __repr__(self) -> str:
         return f"Row({dict(zip(self._index, self._values, strict=True))!r})"

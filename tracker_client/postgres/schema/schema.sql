@@ -629,8 +629,10 @@ $$;
 -- indexes, one probe per item: sequential scans, hash and merge joins are off for it, since a
 -- generic plan knows neither that a batch is small nor how large the tables have grown since
 -- the plan was made (a plan made on a fresh rail, kept by a connection for its life, would
--- otherwise read every task or idempotency record kept).
--- (Current since schema 20.)
+-- otherwise read every task or idempotency record kept). The items' runs are looked up first
+-- (firsts is materialized), so each task is reached through its unique id, never through
+-- tasks_pipeline (schema 22).
+-- (Current since schema 22.)
 CREATE FUNCTION bw_moves(p_now BIGINT, p_items JSONB) RETURNS BOOLEAN[] LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off
 SET enable_mergejoin = off
@@ -661,7 +663,8 @@ BEGIN
             lease_ttl_ms = NULL
         FROM firsts f
         WHERE t.id = f.task_id AND t.lease_run_id = f.run AND t.lease_token_sha256 = f.token
-          AND t.lease_expires_at_ms > p_now AND t.pipeline_id = split_part(f.pipeline, '@', 1)
+          AND t.lease_expires_at_ms > p_now
+          AND t.pipeline_id IS NOT DISTINCT FROM split_part(f.pipeline, '@', 1)
           AND t.stage = f.stage AND (f.version IS NULL OR t.task_version = f.version)
           AND (strpos(f.pipeline, '@') = 0 OR EXISTS (
               SELECT 1 FROM pipelines p
@@ -745,11 +748,14 @@ $$;
 -- order; skip delayed rows, leased rows (tasks_free), rows assigned to another agent, rows with
 -- an unresolved dependency, rows whose concurrency key another live lease holds, and stages at
 -- their per_state limit. Each row comes with whether it has a concurrency key. A live lease is
--- also compared with 0, so a generic plan reaches it through tasks_leased.
--- (Current since schema 19.)
+-- also compared with 0, so a generic plan reaches it through tasks_leased, and sequential scans
+-- are off for it: a plan made before the tasks were ever analyzed otherwise counted a stage's
+-- live leases by reading every task (schema 22).
+-- (Current since schema 22.)
 CREATE FUNCTION bw_candidates(
     p_role TEXT, p_agent TEXT, p_now BIGINT, p_limits JSONB, p_n INTEGER
-) RETURNS TABLE (o_seq BIGINT, o_keyed BOOLEAN) LANGUAGE plpgsql AS $$
+) RETURNS TABLE (o_seq BIGINT, o_keyed BOOLEAN) LANGUAGE plpgsql
+SET enable_seqscan = off AS $$
 BEGIN
     RETURN QUERY
     SELECT t.seq, t.concurrency_key IS NOT NULL
@@ -778,38 +784,35 @@ END
 $$;
 
 -- Leases the given rows (slot i gets run, lease and token-hash i) and starts their runs, in one
--- statement, answering the leased rows in slot order.
--- (Current since schema 12.)
+-- statement, answering the leased rows in slot order. Its rows are found through tasks' primary
+-- key, whatever the statistics its generic plan was made with (schema 22).
+-- (Current since schema 22.)
 CREATE FUNCTION bw_grant(
     p_seqs BIGINT[], p_runs TEXT[], p_leases TEXT[], p_tokens TEXT[], p_agent TEXT,
     p_role TEXT, p_now BIGINT, p_expires BIGINT, p_ttl BIGINT
-) RETURNS SETOF tasks LANGUAGE plpgsql AS $$
+) RETURNS SETOF tasks LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 BEGIN
     RETURN QUERY
-    WITH picked AS (
-        SELECT u.seq, u.i FROM unnest(p_seqs) WITH ORDINALITY AS u(seq, i)
-    ), granted AS (
+    WITH granted AS (
         UPDATE tasks t
         SET lease_expires_at_ms = p_expires,
             last_attempt = t.last_attempt + 1,
-            lease_id = p_leases[picked.i],
-            lease_run_id = p_runs[picked.i],
-            lease_token_sha256 = p_tokens[picked.i],
+            lease_id = p_leases[u.i],
+            lease_run_id = p_runs[u.i],
+            lease_token_sha256 = p_tokens[u.i],
             lease_ttl_ms = p_ttl
-        FROM picked
-        WHERE t.seq = picked.seq
+        FROM unnest(p_seqs) WITH ORDINALITY AS u(seq, i)
+        WHERE t.seq = u.seq
         RETURNING t.*
     ), started AS (
         INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms)
         SELECT g.lease_run_id, g.id, g.last_attempt, 'running', p_agent, p_role, p_now
         FROM granted g
-        RETURNING id
     )
-    SELECT granted.*
-    FROM granted
-    JOIN started ON started.id = granted.lease_run_id
-    JOIN picked ON picked.seq = granted.seq
-    ORDER BY picked.i;
+    SELECT g.* FROM granted g ORDER BY array_position(p_seqs, g.seq);
 END
 $$;
 
