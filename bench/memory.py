@@ -41,7 +41,9 @@ SIGTERM once all are done:
    are printed too, and its peak by part (:data:`PARTS`): the modules it imported, loaded part
    by part into a fresh interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this
    project), the rest of its peak being what it allocated while running; with each part's CPU
-   ms to import (the median of a few such interpreters), start-up's cost by library.
+   ms to import (the median of a few such interpreters), start-up's cost by library. And its
+   RSS by stage (what each added, and how much of it imports brought): start-up to the
+   configuration read, the event loop's start, the rail's opening, then idle and busy (peaks).
 
 The floor is printed per rail: a fresh interpreter of the same venv loading only what any
 worker of ours needs whatever its own code does (:data:`_FLOOR_CHILD`).
