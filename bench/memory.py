@@ -41,7 +41,9 @@ SIGTERM once all are done:
    are printed too, and its peak by part (:data:`PARTS`): the modules it imported, loaded part
    by part into a fresh interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this
    project), the rest of its peak being what it allocated while running; with each part's CPU
-   ms to import (the median of a few such interpreters), start-up's cost by library.
+   ms to import (the median of a few such interpreters), start-up's cost by library. And its
+   RSS by stage (what each added, and how much of it imports brought): start-up to the
+   configuration read, the event loop's start, the rail's opening, then idle and busy (peaks).
 
 The floor is printed per rail: a fresh interpreter of the same venv loading only what any
 worker of ours needs whatever its own code does (:data:`_FLOOR_CHILD`).
@@ -133,8 +135,39 @@ if costs_out:
                 costs[spec.name] = total - nested
                 if stack:
                     stack[-1] += total
+                else:
+                    imported[0] += total
         loader.exec_module = exec_module
     sys.meta_path.insert(0, CostFinder())
+    # the stages of a run (RSS then, and how much of it imports brought): the wrapped functions
+    # of the run command, each marking its stage when it is called or returns
+    imported, stages = [0], [["start", rss_kib(), 0]]
+    import worker.cli.run as run_command
+    def mark(label):
+        stages.append([label, rss_kib(), imported[0]])
+    def stage(name, label, after):
+        inner = getattr(run_command, name, None)
+        if inner is None:
+            return
+        if after:
+            def wrapped(*args, **kwargs):
+                result = inner(*args, **kwargs)
+                mark(label)
+                return result
+        else:
+            def wrapped(*args, **kwargs):
+                mark(label)
+                return inner(*args, **kwargs)
+        setattr(run_command, name, wrapped)
+    stage("uvloop_wanted", "configuration read", after=True)
+    stage("build_roles", "event loop started", after=False)
+    inner_open = run_command.open_for_worker
+    async def open_for_worker(*args, **kwargs):
+        tracker = await inner_open(*args, **kwargs)
+        mark("rail opened")
+        return tracker
+    run_command.open_for_worker = open_for_worker
+    costs["(stages)"] = stages
 sys.argv = ["backlog-worker", "run", "--config", config]
 from worker.cli import main
 try:
@@ -557,6 +590,7 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
         return
     costs: dict[str, Any] = profiled["costs"]
     live = costs.pop("(live by file)", None)
+    _report_stages(costs.pop("(stages)", []), profiled, live is not None)
     if live is not None:
         print("  (profiled with tracemalloc: KiB of Python allocations, not RSS)")
         print(
@@ -582,6 +616,24 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
             for name, kib in sorted(costs.items(), key=lambda x: -x[1])[:top]
         )
     )
+
+
+def _report_stages(stages: list[list[Any]], profiled: dict[str, Any], traced: bool) -> None:
+    """Print what each stage of the profiled run added to its RSS (and how much of that its
+    imports brought): start-up up to the configuration read, the event loop's start, the rail's
+    opening, then idle on an empty queue and busy (peaks, read by the bench)."""
+    if not stages or traced:
+        return
+    cells = []
+    (_, prev_rss, prev_imp), *rest = stages
+    cells.append(f"interpreter and the import hook {prev_rss / 1024:.1f}")
+    for label, rss, imp in rest:
+        cells.append(f"{label} +{(rss - prev_rss) / 1024:.1f} ({(imp - prev_imp) / 1024:.1f})")
+        prev_rss, prev_imp = rss, imp
+    idle, peak = profiled["idle_mib"], profiled["peak_mib"]
+    cells.append(f"registered, idle +{idle - prev_rss / 1024:.1f}")
+    cells.append(f"busy +{peak - idle:.1f}")
+    print("  by stage (MiB, of which imports; idle and busy are peaks): " + ", ".join(cells))
 
 
 def _peer_peak(peer: str, tasks: int, concurrency: int, pg: Any) -> float:

@@ -88,3 +88,17 @@ def test_a_busy_worker_is_measured_end_to_end() -> None:
     project = re.search(r"this project (\d+\.\d) / (\d+);", done.stdout)
     assert project is not None, done.stdout
     assert float(project.group(1)) > 0 and int(project.group(2)) > 0
+
+
+@pytest.mark.slow
+def test_the_profiled_run_splits_its_rss_by_stage() -> None:
+    done = _memory("--shared-venv", "--tasks", "20", "--top", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next((s for s in done.stdout.splitlines() if "by stage" in s), None)
+    assert line is not None, done.stdout
+    # every stage of the run, in order, each with its MiB and the part its imports brought
+    labels = ["configuration read", "event loop started", "rail opened"]
+    found = re.findall(r"(configuration read|event loop started|rail opened) \+(\d+\.\d) \(", line)
+    assert [label for label, _ in found] == labels, line
+    assert float(found[0][1]) > 0, line  # reading the configuration imports the worker
+    assert re.search(r"registered, idle \+-?\d+\.\d, busy \+-?\d+\.\d$", line), line

@@ -107,6 +107,9 @@ NOT_EMBEDDED = (
     # CPU): a run's own bodies are in contract.run_bodies
     "tracker_client.contract.wire_models",
     "tracker_client.contract.contract_types",
+    # issue 31 (memory): the password mask of error lines (its case-blind regexes compile at
+    # import); the remote and PostgreSQL rails' options use it to name their URL
+    "tracker_client.urlmask",
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
 #: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out. (It

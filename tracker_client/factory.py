@@ -28,7 +28,6 @@ from urllib.parse import parse_qsl, urlsplit
 from tracker_client.errors import ConfigError, NoRail
 from tracker_client.extras import missing
 from tracker_client.protocol import Tracker
-from tracker_client.urlmask import mask_url
 
 if TYPE_CHECKING:
     from tracker_client.nulltickets.options import RetrySettings
@@ -143,4 +142,6 @@ async def open_tracker(
                 "postgres", f"tracker url {scheme}://... (the PostgreSQL rail)", exc
             ) from exc
         return await PostgresTracker.open(url, sweeps=sweeps, **options)
+    from tracker_client.urlmask import mask_url  # an error's path only (issue 31, memory)
+
     raise ConfigError(f"tracker url {mask_url(url)!r}: unknown scheme {scheme!r} (use {URL_FORMS})")

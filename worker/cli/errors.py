@@ -25,7 +25,6 @@ from tracker_client.errors import (
     TrackerUnavailable,
     ValidationFailed,
 )
-from tracker_client.urlmask import mask_url
 
 __all__ = [
     "EXIT_BACKLOG_FULL",
@@ -102,6 +101,8 @@ def describe(
     sent, None when unknown: a refused token is then named, never printed. A password in any
     URL the line quotes is masked (:func:`~tracker_client.urlmask.mask_url`).
     """
+    from tracker_client.urlmask import mask_url  # an error's path only (issue 31, memory)
+
     return mask_url(_describe(exc, tracker_url, token_source))
 
 
@@ -116,6 +117,8 @@ def _describe(exc: BaseException, tracker_url: str | None, token_source: str | N
             "nothing was written"
         )
     if isinstance(exc, TrackerUnavailable):
+        from tracker_client.urlmask import mask_url
+
         where = f" at {mask_url(tracker_url)}" if tracker_url else ""
         return f"tracker unreachable{where}: {exc.message}"
     if isinstance(exc, TrackerError):
