@@ -46,6 +46,7 @@ from worker.daemon.running import InFlight, OpenClaim
 from worker.daemon.values import Claim, Role, Signals, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
+from worker.lease.clock import loop_clock, loop_time
 from worker.progress import ProgressMonitor
 from worker.run import TaskRun
 from worker.telemetry import NOOP, Telemetry
@@ -103,6 +104,7 @@ class Claimer:
         #: How long the next claim waits at the tracker for work (0: it does not): an idle
         #: round's probe on a rail with ``parked_claim`` (:mod:`worker.daemon.parking`).
         self._park_s = 0.0
+        self._clock: Callable[[], float] = loop_time  # the running loop's, bound by run()
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -151,6 +153,7 @@ class Claimer:
         of ``runs``: :class:`~worker.daemon.runners.Runners`, parked between jobs); then wait
         for the claims still out and, unless stopped meanwhile, for the runs to finish."""
         runners = self.runners = Runners(runs)
+        self._clock = loop_clock()  # the running loop's, for every run (read once, here)
         try:
             with self._scope:
                 await self._loop(runners)
@@ -359,7 +362,7 @@ class Claimer:
             stopping = self._signals.stopping
             if stopping.is_set():
                 return []  # no new claim (nor a retry of one) after a stop
-            sent_at, started_ns = anyio.current_time(), time.time_ns()
+            sent_at, started_ns = self._clock(), time.time_ns()
             # Shielded while at the tracker (a second stop lifts it: OpenClaim.abandon); a
             # parked claim ends at the first stop (cancelled at the tracker: parking.py).
             with claim.shield(), self._progress.call("tracker.claim", budget + park_s):
@@ -406,6 +409,7 @@ class Claimer:
                 lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
             ),
             on_executed=in_flight.executed,
+            clock=self._clock,
         )
         stats.in_flight = in_flight.start(run, name, slot)
         stats.claimed += 1
