@@ -79,10 +79,11 @@ class LeaseKeeper:
         """Stop keeping ``run``; a heartbeat of it still in flight is cancelled."""
         for queue in self._queues.values():
             queue.pop(run, None)
-        self._again.discard(run)
-        scope = self._calls.get((_HEARTBEAT, run))
-        if scope is not None:
-            scope.cancel()
+        if self._calls:  # (most runs end with no call of theirs in flight, nor one to repeat)
+            self._again.discard(run)
+            scope = self._calls.get((_HEARTBEAT, run))
+            if scope is not None:
+                scope.cancel()
 
     def poke(self) -> None:
         """Heartbeat every kept run now instead of at its turn (the tracker signalled a change
@@ -101,11 +102,10 @@ class LeaseKeeper:
 
     def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
         due = now + interval
-        if interval < self._tick:
-            self._tick = interval
         queue = self._queues.get((kind, interval))
         if queue is None:
             queue = self._queues[(kind, interval)] = {}
+            self._tick = min(self._tick, interval)
         queue[run] = due
         if due < self._sleep_until:
             self._wake.set()

@@ -80,6 +80,7 @@ class Claimer:
         claim and run."""
         self._tracker = tracker
         self._telemetry = telemetry
+        self._observed = type(telemetry) is not Telemetry  # else runs get no telemetry object
         self._config = config
         self._roles = tuple(roles)
         self._book = book
@@ -196,12 +197,12 @@ class Claimer:
                     await slots.acquire_on_behalf_of(slot)
             # On a rail with ``claim_many``, every slot free now joins this claim.
             taken = [slot, *self._free_slots()] if self._book.claim_many else [slot]
-            tickets = [pacing.claim_started() for _ in taken]
-            if tickets[0].first_of_round:
+            ticket = pacing.claims_started(len(taken))
+            if ticket.first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle
                 # wait at once.
                 self._watch.forget()
-            runners.start(self._claim_and_run, taken, tickets, runners)
+            runners.start(self._claim_and_run, taken, ticket, runners)
 
     def _free_slots(self) -> list[object]:
         """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
@@ -252,7 +253,7 @@ class Claimer:
         return self._book.parked_claim is not None and len(self._roles) == 1 and not self._refused
 
     async def _claim_and_run(
-        self, slots: list[object], tickets: list[ClaimTicket], runners: Runners
+        self, slots: list[object], ticket: ClaimTicket, runners: Runners
     ) -> None:
         """Claim for ``slots`` (one claim, or one ``claim_many`` for several), then run what was
         claimed: the first lease in this same task, the others in tasks of ``runners``.
@@ -269,13 +270,13 @@ class Claimer:
                     claims = await self._claim_next(open_claim, len(slots))
         finally:
             in_flight.close_claim(open_claim)
-            for i, (slot, ticket) in enumerate(zip(slots, tickets, strict=True)):
-                if i >= len(claims):
-                    in_flight.slots.release_on_behalf_of(slot)
-                self.pacing.claim_ended(ticket, found=i < len(claims))
+            found = len(claims)
+            for slot in slots[found:]:  # the slots no lease came for
+                in_flight.slots.release_on_behalf_of(slot)
+            self.pacing.claims_ended(ticket, sent=len(slots), found=found)
             in_flight.notify()
-        for lease, _ in claims:
-            self._drain_check.claimed(lease.task.id)
+        if claims:
+            self._drain_check.claimed(*[lease.task.id for lease, _ in claims])
         for (lease, claim), slot in zip(claims[1:], slots[1:], strict=False):
             runners.start(self._supervise, lease, claim, slot)
         if claims:
@@ -407,7 +408,9 @@ class Claimer:
             claimed_at=claim.sent_at,
             telemetry=self._telemetry.run(
                 lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
-            ),
+            )
+            if self._observed
+            else None,
             on_executed=in_flight.executed,
             clock=self._clock,
         )
@@ -419,7 +422,8 @@ class Claimer:
             if result.landed:
                 self._progress.tick()  # the report landed: a round trip that worked
             stats.count(result)
-            self._drain_check.failed(lease.task.id, result.retry_at_ms)
+            if result.retry_at_ms is not None:  # a fail that scheduled a retry
+                self._drain_check.failed(lease.task.id, result.retry_at_ms)
         except Exception as exc:  # a bug in our own reporting must not take the worker down
             stats.last_error = f"run {lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})

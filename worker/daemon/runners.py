@@ -88,11 +88,15 @@ class Runners:
 
     async def _serve(self, fn: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
         job: Job | None = (fn, args)
+        waiting: _Parked | None = None  # this task's, a new wake-up each time it parks
         while job is not None:
             await job[0](*job[1])
             if self._closed:
                 return
-            waiting = _Parked(self._loop)
+            if waiting is None:
+                waiting = _Parked(self._loop)
+            else:
+                waiting.job, waiting.wake = None, Wake(self._loop)
             self._parked.append(waiting)
             try:
                 await waiting.wake.wait()

@@ -232,9 +232,10 @@ class LocalLease:
 
     def unwatch(self, scope: anyio.CancelScope) -> None:
         """Stop moving ``scope``'s deadline."""
-        for scopes in (self._scopes, self._reports):
-            if scope in scopes:
-                scopes.remove(scope)
+        if scope in self._scopes:
+            self._scopes.remove(scope)
+        if scope in self._reports:
+            self._reports.remove(scope)
 
     def cancel_work(self) -> None:
         """The lease could not be confirmed in time: cancel every watched work scope (a report

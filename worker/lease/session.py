@@ -62,6 +62,24 @@ _LOG = logging.getLogger("backlog_worker.worker")
 class LeaseSession:
     """The lease of one claimed task, from the claim to the last write under it."""
 
+    __slots__ = (
+        "_agent",
+        "_log",
+        "_scrub",
+        "_work_ended",
+        "calls",
+        "clock",
+        "heartbeat_interval_s",
+        "lease",
+        "lost",
+        "parts",
+        "ref",
+        "reports",
+        "tracker",
+        "ttl_s",
+        "unconfirmed",
+    )
+
     def __init__(
         self,
         tracker: LeaseTracker,

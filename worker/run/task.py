@@ -153,6 +153,23 @@ class SessionSink:
 class TaskRun:
     """Supervises one claimed task's executor from the claim to the final report."""
 
+    __slots__ = (
+        "_hooks",
+        "_keeper",
+        "_log",
+        "_observed",
+        "_on_executed",
+        "_reporting",
+        "_shutdown",
+        "_tracker",
+        "executor",
+        "role",
+        "scope",
+        "session",
+        "settings",
+        "telemetry",
+    )
+
     def __init__(
         self,
         *,
