@@ -22,7 +22,7 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from worker.lease.clock import loop_time
+from worker.lease.clock import loop_clock, loop_time
 
 __all__ = ["Kept", "LeaseKeeper"]
 
@@ -63,6 +63,7 @@ class LeaseKeeper:
         self._wake = anyio.Event()
         self._sleep_until = math.inf
         self._tick = math.inf  # the shortest interval seen: how long an idle keeper sleeps
+        self._now = loop_time  # the running loop's clock, bound once the keeper runs
 
     def keeps(self, run: Kept) -> bool:
         """Whether ``run`` is scheduled for heartbeats."""
@@ -70,7 +71,7 @@ class LeaseKeeper:
 
     def add(self, run: Kept) -> None:
         """Start keeping ``run``: its first heartbeat and flush are one interval from now."""
-        now = loop_time()
+        now = self._now()
         self._schedule(_HEARTBEAT, run.heartbeat_interval_s, run, now)
         self._schedule(_FLUSH, run.flush_interval_s, run, now)
 
@@ -78,10 +79,11 @@ class LeaseKeeper:
         """Stop keeping ``run``; a heartbeat of it still in flight is cancelled."""
         for queue in self._queues.values():
             queue.pop(run, None)
-        self._again.discard(run)
-        scope = self._calls.get((_HEARTBEAT, run))
-        if scope is not None:
-            scope.cancel()
+        if self._calls:  # (most runs end with no call of theirs in flight, nor one to repeat)
+            self._again.discard(run)
+            scope = self._calls.get((_HEARTBEAT, run))
+            if scope is not None:
+                scope.cancel()
 
     def poke(self) -> None:
         """Heartbeat every kept run now instead of at its turn (the tracker signalled a change
@@ -100,17 +102,17 @@ class LeaseKeeper:
 
     def _schedule(self, kind: str, interval: float, run: Kept, now: float) -> None:
         due = now + interval
-        if interval < self._tick:
-            self._tick = interval
         queue = self._queues.get((kind, interval))
         if queue is None:
             queue = self._queues[(kind, interval)] = {}
+            self._tick = min(self._tick, interval)
         queue[run] = due
         if due < self._sleep_until:
             self._wake.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep runs until cancelled."""
+        self._now = loop_clock()
         async with anyio.create_task_group() as tg:
             task_status.started()
             while True:

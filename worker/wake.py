@@ -20,7 +20,15 @@ from collections.abc import Awaitable
 
 import anyio
 
-__all__ = ["Wake"]
+__all__ = ["Wake", "running_loop"]
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, to make many :class:`Wake` in (None under another backend)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class Wake:
@@ -28,16 +36,19 @@ class Wake:
 
     __slots__ = ("_event", "_fut")
 
-    def __init__(self) -> None:
-        """Made in the task's event loop (it binds to it)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (trio): anyio's event
-            self._fut: asyncio.Future[None] | None = None
-            self._event: anyio.Event | None = anyio.Event()
-        else:
-            self._fut = loop.create_future()
-            self._event = None
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Made in the task's event loop (it binds to it). ``loop``: that loop, when the
+        caller holds it (:func:`running_loop`; finding it is a system call on CPython 3.11,
+        its fork check); None: looked up."""
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not asyncio (trio): anyio's event
+                self._fut: asyncio.Future[None] | None = None
+                self._event: anyio.Event | None = anyio.Event()
+                return
+        self._fut = loop.create_future()
+        self._event = None
 
     def set(self) -> None:
         """Wake the waiter (now, or at once when it waits); a no-op when already set or when

@@ -154,3 +154,30 @@ def test_quiet_parks_start_from_half_the_ceiling_others_back_off() -> None:
     assert pacing.park_s(0.5, 4.0, 0.3, quiet=True) == 0.3
     assert ClaimPacing(1, uniform=high).park_s(0.5, 4.0, float("inf"), quiet=True) == 4.0
     assert pacing.park_s(3.0, 4.0, float("inf"), quiet=True) == 3.0  # never under idle_min_s
+
+
+def test_claims_sent_together_count_as_as_many_single_claims() -> None:
+    # One claim_many for n slots: one ticket, given back once, leaves the pacing as n claims
+    # started and ended one by one would (found ones first, then the empty ones).
+    for found in (0, 2, 3):
+        together, one_by_one = ClaimPacing(3), ClaimPacing(3)
+        for pacing in (together, one_by_one):
+            pacing.claim_ended(pacing.claim_started(), found=True)  # work flows: width 3
+            pacing.run_finished()
+        ticket = together.claims_started(3)
+        tickets = [one_by_one.claim_started() for _ in range(3)]
+        assert ticket.first_of_round and ticket == tickets[0]
+        assert (together.in_flight, together.reserved) == (3, 4)
+        together.run_finished()
+        one_by_one.run_finished()
+        settled = together.claims_ended(ticket, sent=3, found=found)
+        ends = [one_by_one.claim_ended(t, found=i < found) for i, t in enumerate(tickets)]
+        assert settled == ends[-1]
+        assert vars_of(together) == vars_of(one_by_one)
+        assert together.next_step() is one_by_one.next_step()
+        assert together.round_conclusive() == one_by_one.round_conclusive()
+
+
+def vars_of(pacing: ClaimPacing) -> dict[str, object]:
+    """The pacing's counters and flags (not its random source)."""
+    return {k: v for k, v in vars(pacing).items() if k != "_uniform"}

@@ -197,3 +197,18 @@ async def test_a_report_hung_with_its_heartbeats_stops_at_the_lease_end(tmp_path
         # heartbeat, sent before the claim's TTL ran out, may have landed and granted one more
         # TTL), not after the 30 s request timeout.
         assert result.status == "lost" and took < 2 * ttl + 0.5, (result, took)
+
+
+async def test_a_lease_reads_the_clock_it_was_handed() -> None:
+    """A run's lease reads the clock the claim loop hands it (the running loop's, looked up
+    once per worker instead of a few times per run), for every end it keeps."""
+    now = [100.0]
+    lease = LocalLease(30.0, sent_at=100.0, tracker_expires_ms=None, clock=lambda: now[0])
+    assert lease.remaining_s() == pytest.approx(30.0 - lease.margin_s)
+    assert not lease.expired() and not lease.released()
+    now[0] = 130.0 - lease.margin_s  # the confirmed end, less the margin: work stops
+    assert lease.expired() and lease.remaining_s() == 0.0 and not lease.released()
+    now[0] = 130.0  # the latest end the tracker may hold: the report stops too
+    assert lease.released()
+    lease.extended(125.0, None)  # a heartbeat sent at 125 and answered now
+    assert lease.expires_at == 155.0 and lease.held_until == 160.0 and not lease.expired()

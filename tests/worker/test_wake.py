@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from worker.wake import Wake
+from worker.wake import Wake, running_loop
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -62,3 +62,28 @@ def test_a_cancelled_waiter_is_cancelled_and_a_later_set_is_a_no_op(backend: str
         wake.set()  # nobody waits any more: nothing raised
 
     _run(backend, main)
+
+
+def test_a_wake_made_with_the_loop_in_hand_binds_to_it() -> None:
+    async def main() -> None:
+        loop = running_loop()
+        assert loop is not None
+        wake = Wake(loop)  # the caller's loop: no lookup of its own
+        assert not wake.is_set()
+        wake.set()
+        with anyio.fail_after(5):
+            await wake.wait()
+        assert wake.is_set()
+
+    _run("asyncio", main)
+
+
+def test_there_is_no_asyncio_loop_to_hold_under_trio() -> None:
+    async def main() -> None:
+        assert running_loop() is None
+        wake = Wake(running_loop())  # anyio's event, as Wake() makes under trio
+        wake.set()
+        with anyio.fail_after(5):
+            await wake.wait()
+
+    _run("trio", main)

@@ -46,6 +46,7 @@ from worker.daemon.running import InFlight, OpenClaim
 from worker.daemon.values import Claim, Role, Signals, WorkerStats
 from worker.daemon.watch import TrackerWatch
 from worker.keeper import LeaseKeeper
+from worker.lease.clock import loop_clock, loop_time
 from worker.progress import ProgressMonitor
 from worker.run import TaskRun
 from worker.telemetry import NOOP, Telemetry
@@ -79,6 +80,9 @@ class Claimer:
         claim and run."""
         self._tracker = tracker
         self._telemetry = telemetry
+        #: Telemetry does something (not the base, whose hooks do nothing): else its per-claim
+        #: and per-run hooks are not called at all.
+        self._observed = type(telemetry) is not Telemetry
         self._config = config
         self._roles = tuple(roles)
         self._book = book
@@ -103,6 +107,7 @@ class Claimer:
         #: How long the next claim waits at the tracker for work (0: it does not): an idle
         #: round's probe on a rail with ``parked_claim`` (:mod:`worker.daemon.parking`).
         self._park_s = 0.0
+        self._clock: Callable[[], float] = loop_time  # the running loop's, bound by run()
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -151,6 +156,7 @@ class Claimer:
         of ``runs``: :class:`~worker.daemon.runners.Runners`, parked between jobs); then wait
         for the claims still out and, unless stopped meanwhile, for the runs to finish."""
         runners = self.runners = Runners(runs)
+        self._clock = loop_clock()  # the running loop's, for every run (read once, here)
         try:
             with self._scope:
                 await self._loop(runners)
@@ -193,12 +199,12 @@ class Claimer:
                     await slots.acquire_on_behalf_of(slot)
             # On a rail with ``claim_many``, every slot free now joins this claim.
             taken = [slot, *self._free_slots()] if self._book.claim_many else [slot]
-            tickets = [pacing.claim_started() for _ in taken]
-            if tickets[0].first_of_round:
+            ticket = pacing.claims_started(len(taken))
+            if ticket.first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle
                 # wait at once.
                 self._watch.forget()
-            runners.start(self._claim_and_run, taken, tickets, runners)
+            runners.start(self._claim_and_run, taken, ticket, runners)
 
     def _free_slots(self) -> list[object]:
         """Every other slot free now (at most what one ``claim_many`` and ``max_tasks`` allow),
@@ -249,7 +255,7 @@ class Claimer:
         return self._book.parked_claim is not None and len(self._roles) == 1 and not self._refused
 
     async def _claim_and_run(
-        self, slots: list[object], tickets: list[ClaimTicket], runners: Runners
+        self, slots: list[object], ticket: ClaimTicket, runners: Runners
     ) -> None:
         """Claim for ``slots`` (one claim, or one ``claim_many`` for several), then run what was
         claimed: the first lease in this same task, the others in tasks of ``runners``.
@@ -266,13 +272,13 @@ class Claimer:
                     claims = await self._claim_next(open_claim, len(slots))
         finally:
             in_flight.close_claim(open_claim)
-            for i, (slot, ticket) in enumerate(zip(slots, tickets, strict=True)):
-                if i >= len(claims):
-                    in_flight.slots.release_on_behalf_of(slot)
-                self.pacing.claim_ended(ticket, found=i < len(claims))
+            found = len(claims)
+            for slot in slots[found:]:  # the slots no lease came for
+                in_flight.slots.release_on_behalf_of(slot)
+            self.pacing.claims_ended(ticket, sent=len(slots), found=found)
             in_flight.notify()
-        for lease, _ in claims:
-            self._drain_check.claimed(lease.task.id)
+        if claims:
+            self._drain_check.claimed(*[lease.task.id for lease, _ in claims])
         for (lease, claim), slot in zip(claims[1:], slots[1:], strict=False):
             runners.start(self._supervise, lease, claim, slot)
         if claims:
@@ -359,7 +365,7 @@ class Claimer:
             stopping = self._signals.stopping
             if stopping.is_set():
                 return []  # no new claim (nor a retry of one) after a stop
-            sent_at, started_ns = anyio.current_time(), time.time_ns()
+            sent_at, started_ns = self._clock(), time.time_ns()
             # Shielded while at the tracker (a second stop lifts it: OpenClaim.abandon); a
             # parked claim ends at the first stop (cancelled at the tracker: parking.py).
             with claim.shield(), self._progress.call("tracker.claim", budget + park_s):
@@ -375,10 +381,11 @@ class Claimer:
                     leases = await send_claim(self._tracker, many, agent, role.name, ttl_ms, n, key)
                 self._progress.tick()  # answered, with or without a task
             ended_ns = time.time_ns()
-            for found in [True] * len(leases) or [False]:  # one per lease, as claims would
-                self._telemetry.claim_answered(
-                    role.name, found=found, started_ns=started_ns, ended_ns=ended_ns
-                )
+            if self._observed:  # (the base's hooks do nothing)
+                for found in [True] * len(leases) or [False]:  # one per lease, as claims would
+                    self._telemetry.claim_answered(
+                        role.name, found=found, started_ns=started_ns, ended_ns=ended_ns
+                    )
             if not leases:
                 return []
             answered = Claim(role, sent_at, started_ns, ended_ns)  # one for the claim's leases
@@ -404,8 +411,11 @@ class Claimer:
             claimed_at=claim.sent_at,
             telemetry=self._telemetry.run(
                 lease, name, claim_started_ns=claim.started_ns, claim_ended_ns=claim.ended_ns
-            ),
+            )
+            if self._observed
+            else None,
             on_executed=in_flight.executed,
+            clock=self._clock,
         )
         stats.in_flight = in_flight.start(run, name, slot)
         stats.claimed += 1
@@ -415,7 +425,8 @@ class Claimer:
             if result.landed:
                 self._progress.tick()  # the report landed: a round trip that worked
             stats.count(result)
-            self._drain_check.failed(lease.task.id, result.retry_at_ms)
+            if result.retry_at_ms is not None:  # a fail that scheduled a retry
+                self._drain_check.failed(lease.task.id, result.retry_at_ms)
         except Exception as exc:  # a bug in our own reporting must not take the worker down
             stats.last_error = f"run {lease.run.id}: {exc}"
             log.exception("run crashed", extra={"action": "run_crashed"})

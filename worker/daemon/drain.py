@@ -105,9 +105,12 @@ class DrainCheck:
         self.own = OwnRetries()
         self._confirm = False  # the tracker said drained: one more empty round ends the drain
 
-    def claimed(self, task_id: str) -> None:
-        """A claim found ``task_id``: work flows again."""
-        self.own.claimed(task_id)
+    def claimed(self, *task_ids: str) -> None:
+        """A claim found ``task_ids``: work flows again."""
+        own = self.own
+        if own:  # (no own retry is waited for: nearly always)
+            for task_id in task_ids:
+                own.claimed(task_id)
         self._confirm = False
 
     def failed(self, task_id: str, retry_at_ms: int | None) -> None:

@@ -115,20 +115,33 @@ class ClaimPacing:
 
     def claim_started(self) -> ClaimTicket:
         """A claim is sent; its ticket goes back in :meth:`claim_ended`."""
-        self.reserved += 1
-        self.in_flight += 1
-        return ClaimTicket(self._finished, first_of_round=self.in_flight == 1)
+        return self.claims_started(1)
+
+    def claims_started(self, n: int) -> ClaimTicket:
+        """``n`` claims are sent together (one ``claim_many`` for ``n`` slots): one ticket for
+        them all, given back once in :meth:`claims_ended` (as ``n`` of :meth:`claim_started`
+        would be, but for the ticket's objects: the claims share when they began)."""
+        in_flight = self.in_flight
+        self.reserved += n
+        self.in_flight = in_flight + n
+        return ClaimTicket(self._finished, first_of_round=in_flight == 0)
 
     def claim_ended(self, ticket: ClaimTicket, *, found: bool) -> bool:
         """A claim came back with a task (``found``) or without; True when it was the last one
         in flight (the round settled)."""
-        self.in_flight -= 1
+        return self.claims_ended(ticket, sent=1, found=int(found))
+
+    def claims_ended(self, ticket: ClaimTicket, *, sent: int, found: int) -> bool:
+        """The ``sent`` claims of ``ticket`` came back, ``found`` of them with a task (as
+        ``found`` calls of :meth:`claim_ended` with a task and then the others without); True
+        when they were the last in flight (the round settled)."""
+        self.in_flight -= sent
         if found:
             self._found_no_work = False
             self._cap = self.width
             self.idle_round = 0
-        else:
-            self.reserved -= 1
+        if found < sent:
+            self.reserved -= sent - found
             self._found_no_work = True
             self._empty_seen = ticket.finished_before
         return self.in_flight == 0

@@ -21,12 +21,13 @@ It touches the worker's task group of runs only: no tracker, no slots.
 
 from __future__ import annotations
 
+from asyncio import AbstractEventLoop
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from anyio.abc import TaskGroup
 
-from worker.wake import Wake
+from worker.wake import Wake, running_loop
 
 __all__ = ["Runners"]
 
@@ -41,8 +42,8 @@ class _Parked:
 
     __slots__ = ("job", "wake")
 
-    def __init__(self) -> None:
-        self.wake = Wake()
+    def __init__(self, loop: AbstractEventLoop | None) -> None:
+        self.wake = Wake(loop)
         self.job: Job | None = None  # None when woken by close()
 
 
@@ -50,11 +51,13 @@ class Runners:
     """Runs jobs in parked tasks of a task group, spawning only when none is parked (see the
     module docstring)."""
 
-    __slots__ = ("_closed", "_group", "_parked", "spawned")
+    __slots__ = ("_closed", "_group", "_loop", "_parked", "spawned")
 
     def __init__(self, group: TaskGroup) -> None:
-        """``group``: where new tasks are spawned (the worker's task group of runs)."""
+        """``group``: where new tasks are spawned (the worker's task group of runs). Made in
+        the running loop (the parked tasks' wake-ups are bound to it)."""
         self._group = group
+        self._loop = running_loop()
         self._parked: list[_Parked] = []
         self._closed = False
         #: Tasks spawned so far (the pool's size; for the tests and the benchmarks).
@@ -85,11 +88,15 @@ class Runners:
 
     async def _serve(self, fn: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
         job: Job | None = (fn, args)
+        waiting: _Parked | None = None  # this task's, a new wake-up each time it parks
         while job is not None:
             await job[0](*job[1])
             if self._closed:
                 return
-            waiting = _Parked()
+            if waiting is None:
+                waiting = _Parked(self._loop)
+            else:
+                waiting.job, waiting.wake = None, Wake(self._loop)
             self._parked.append(waiting)
             try:
                 await waiting.wake.wait()

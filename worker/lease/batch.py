@@ -22,6 +22,7 @@ May touch: the tracker's ``finish_many`` only (given as a function); no configur
 
 from __future__ import annotations
 
+from asyncio import AbstractEventLoop
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ from tracker_client.contract.batch_models import (
     FinishResult,
 )
 from tracker_client.errors import TrackerError, TrackerUnavailable
-from worker.wake import Wake
+from worker.wake import Wake, running_loop
 
 if TYPE_CHECKING:
     from tracker_client.protocol import FinishesMany
@@ -72,6 +73,7 @@ class ReportBatcher:
         self._max = max_items
         self._queue: list[_Pending] = []
         self._sending = False
+        self._loop: AbstractEventLoop | None = None  # the sending leader's (wake-ups bind to it)
         #: Calls sent and items they carried (for the benchmarks and the tests).
         self.calls = 0
         self.items = 0
@@ -84,7 +86,7 @@ class ReportBatcher:
         try:
             while pending.outcome is None:
                 if self._sending:
-                    wake = pending.wake = Wake()
+                    wake = pending.wake = Wake(self._loop)
                     await wake.wait()
                 else:
                     await self._lead()
@@ -102,6 +104,7 @@ class ReportBatcher:
     async def _lead(self) -> None:
         """Send the first reports of the queue as one call and hand each its outcome."""
         self._sending = True
+        self._loop = running_loop()  # those waiting for this batch are in the same loop
         # One scheduling pass first (shielded: it cannot be cancelled): runs ending in this
         # same pass (a claim's no-op runs end together) join this batch instead of waiting a
         # round trip for the next.

@@ -39,10 +39,11 @@ from __future__ import annotations
 import math
 import time
 from asyncio import get_running_loop
+from collections.abc import Callable
 
 import anyio
 
-__all__ = ["LocalLease", "loop_time", "safety_margin_s"]
+__all__ = ["LocalLease", "loop_clock", "loop_time", "safety_margin_s"]
 
 #: The margin is this share of the TTL...
 MARGIN_SHARE = 0.1
@@ -71,6 +72,17 @@ def loop_time() -> float:
         return anyio.current_time()
 
 
+def loop_clock() -> Callable[[], float]:
+    """:func:`loop_time` as a function bound to the running loop, looked up once: what a
+    long-lived object made in the loop (the claim loop, the keeper) and every run's lease read
+    many times. Finding the running loop is a system call on CPython 3.11 (``getpid``: its
+    fork check), and a run reads the clock several times."""
+    try:
+        return get_running_loop().time
+    except RuntimeError:
+        return anyio.current_time
+
+
 class LocalLease:
     """The lease's ends on ``anyio.current_time()``'s clock (see the module docstring): watched
     work scopes follow the confirmed end, watched report scopes the latest end it may hold."""
@@ -78,6 +90,7 @@ class LocalLease:
     __slots__ = (
         "_armed",
         "_flying",
+        "_now",
         "_reports",
         "_scopes",
         "confirmed_at",
@@ -95,15 +108,18 @@ class LocalLease:
         sent_at: float,
         tracker_expires_ms: int | None,
         heartbeat_grant_s: float | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """A lease of ``ttl_s`` claimed at ``sent_at``; the tracker said ``tracker_expires_ms``.
         ``heartbeat_grant_s``: what a heartbeat grants whatever TTL it asks (300 s on a plain
-        NullTickets server); None: the TTL asked."""
+        NullTickets server); None: the TTL asked. ``clock``: the running loop's
+        (:func:`loop_clock`), when the caller holds it (default: looked up now)."""
+        self._now = now_of = loop_clock() if clock is None else clock
         self.ttl_s = ttl_s
         #: What one heartbeat that lands grants, from its arrival at the tracker.
         self.grant_s = ttl_s if heartbeat_grant_s is None else max(ttl_s, heartbeat_grant_s)
         self.margin_s = safety_margin_s(ttl_s)
-        now = loop_time()
+        now = now_of()
         self.expires_at = self._end(sent_at, tracker_expires_ms, ttl_s, now)
         #: When the tracker last confirmed the lease (the send time of that claim or heartbeat).
         self.confirmed_at = sent_at
@@ -115,14 +131,12 @@ class LocalLease:
         self._reports: list[anyio.CancelScope] = []
 
     @staticmethod
-    def _end(
-        sent_at: float, tracker_expires_ms: int | None, granted_s: float, now: float | None = None
-    ) -> float:
+    def _end(sent_at: float, tracker_expires_ms: int | None, granted_s: float, now: float) -> float:
         end = sent_at + granted_s
         if tracker_expires_ms is not None:
             left = tracker_expires_ms / 1000 - time.time()
             if 0 < left < granted_s:  # else: skew, or the grant is the earlier end anyway
-                end = min(end, (loop_time() if now is None else now) + left)
+                end = min(end, now + left)
         return end
 
     @property
@@ -139,15 +153,15 @@ class LocalLease:
 
     def remaining_s(self) -> float:
         """Seconds until :attr:`deadline`, never negative."""
-        return max(0.0, self.deadline - loop_time())
+        return max(0.0, self.deadline - self._now())
 
     def expired(self) -> bool:
         """Whether the deadline (of work under the confirmed end) has passed."""
-        return loop_time() >= self.deadline
+        return self._now() >= self.deadline
 
     def released(self) -> bool:
         """Whether the tracker can no longer hold the lease (:attr:`report_deadline` passed)."""
-        return loop_time() >= self.report_deadline
+        return self._now() >= self.report_deadline
 
     # -- heartbeats: the one place the ends move ----------------------------------------------
     def heartbeat_sent(self) -> None:
@@ -159,16 +173,17 @@ class LocalLease:
         """The heartbeat sent at ``sent_at`` was answered: the tracker's answer is the lease's
         end now (it grants ``grant_s`` from the heartbeat's arrival, between sending and now)."""
         self._flying = max(0, self._flying - 1)
-        self.expires_at = self._end(sent_at, tracker_expires_ms, self.grant_s)
+        now = self._now()
+        self.expires_at = self._end(sent_at, tracker_expires_ms, self.grant_s, now)
         self.confirmed_at = sent_at
-        self.held_until = max(self.expires_at, loop_time() + self.grant_s)
+        self.held_until = max(self.expires_at, now + self.grant_s)
         self._follow()
 
     def unanswered(self) -> None:
         """A heartbeat ended without an answer (failed, timed out, cancelled): it may have
         landed at any time before now, though not after the lease had already run out."""
         self._flying = max(0, self._flying - 1)
-        now = loop_time()
+        now = self._now()
         self.held_until = max(self.held_until, min(now, self.held_until) + self.grant_s)
         self._follow()
 
@@ -184,7 +199,7 @@ class LocalLease:
         """Whether a scope watched now must get its deadline (``end``) at once: a heartbeat
         was sent already, or ``end`` comes within half the TTL (else the run's first
         heartbeat, due a third of the TTL after it started, arms it: the module docstring)."""
-        return self._armed or end - loop_time() <= self.ttl_s / 2
+        return self._armed or end - self._now() <= self.ttl_s / 2
 
     def watch(self, scope: anyio.CancelScope) -> anyio.CancelScope:
         """Give ``scope`` (work under the lease) the lease's deadline from now on (armed as
@@ -217,9 +232,10 @@ class LocalLease:
 
     def unwatch(self, scope: anyio.CancelScope) -> None:
         """Stop moving ``scope``'s deadline."""
-        for scopes in (self._scopes, self._reports):
-            if scope in scopes:
-                scopes.remove(scope)
+        if scope in self._scopes:
+            self._scopes.remove(scope)
+        if scope in self._reports:
+            self._reports.remove(scope)
 
     def cancel_work(self) -> None:
         """The lease could not be confirmed in time: cancel every watched work scope (a report

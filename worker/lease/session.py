@@ -31,7 +31,7 @@ Two decisions are made here, each in one method that reads top to bottom:
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -50,7 +50,7 @@ from tracker_client.models import (
 from tracker_client.protocol import LeaseTracker, RailParts
 from worker.lease.agents import AgentCalls
 from worker.lease.batch import ReportBatcher
-from worker.lease.clock import LocalLease, loop_time
+from worker.lease.clock import LocalLease, loop_clock
 from worker.retry import TrackerCalls
 from worker.scrub import RunScrubber
 
@@ -61,6 +61,24 @@ _LOG = logging.getLogger("backlog_worker.worker")
 
 class LeaseSession:
     """The lease of one claimed task, from the claim to the last write under it."""
+
+    __slots__ = (
+        "_agent",
+        "_log",
+        "_scrub",
+        "_work_ended",
+        "calls",
+        "clock",
+        "heartbeat_interval_s",
+        "lease",
+        "lost",
+        "parts",
+        "ref",
+        "reports",
+        "tracker",
+        "ttl_s",
+        "unconfirmed",
+    )
 
     def __init__(
         self,
@@ -74,6 +92,7 @@ class LeaseSession:
         heartbeat_grant_s: float | None = None,
         parts: RailParts | None = None,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] = _LOG,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``reports``: the worker's batcher
@@ -81,7 +100,9 @@ class LeaseSession:
         heartbeat of this tracker grants whatever TTL it asks (300 s on a plain NullTickets
         server; None: the TTL asked). ``parts``: the whole rail and the extensions it declared,
         chosen at the worker's start (None: a lease seam only, no store or task calls).
-        ``log``: where what the rail refused along the way is logged (the run's log)."""
+        ``log``: where what the rail refused along the way is logged (the run's log).
+        ``clock``: the running loop's (:func:`~worker.lease.clock.loop_clock`), when the caller
+        holds it."""
         self.tracker = tracker
         self.reports = reports
         self.parts = parts
@@ -95,11 +116,13 @@ class LeaseSession:
         #: two heartbeats may fail before the lease runs out.
         self.heartbeat_interval_s = ttl_s / 3
         #: The lease's end on our monotonic clock; scopes doing work under it follow it.
+        now = loop_clock() if clock is None else clock
         self.clock = LocalLease(
             ttl_s,
-            sent_at=loop_time() if claimed_at is None else claimed_at,
+            sent_at=now() if claimed_at is None else claimed_at,
             tracker_expires_ms=lease.expires_at_ms,
             heartbeat_grant_s=heartbeat_grant_s,
+            clock=now,
         )
         #: Why the lease is gone (the tracker said so, or it ran out by our clock), or None.
         self.lost: LeaseLost | None = None

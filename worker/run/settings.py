@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,9 +95,11 @@ class RunSettings:
         *,
         claimed_at: float | None = None,
         log: logging.LoggerAdapter[logging.Logger],
+        clock: Callable[[], float] | None = None,
     ) -> LeaseSession:
         """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now),
-        logging to the run's ``log``."""
+        logging to the run's ``log``; ``clock``: the running loop's, when the caller holds it
+        (:func:`~worker.lease.clock.loop_clock`)."""
         return LeaseSession(
             tracker,
             lease,
@@ -107,6 +110,7 @@ class RunSettings:
             heartbeat_grant_s=self.heartbeat_grant_s,
             parts=self.parts,
             log=log,
+            clock=clock,
         )
 
 

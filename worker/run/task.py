@@ -153,6 +153,23 @@ class SessionSink:
 class TaskRun:
     """Supervises one claimed task's executor from the claim to the final report."""
 
+    __slots__ = (
+        "_hooks",
+        "_keeper",
+        "_log",
+        "_observed",
+        "_on_executed",
+        "_reporting",
+        "_shutdown",
+        "_tracker",
+        "executor",
+        "role",
+        "scope",
+        "session",
+        "settings",
+        "telemetry",
+    )
+
     def __init__(
         self,
         *,
@@ -166,14 +183,18 @@ class TaskRun:
         claimed_at: float | None = None,
         telemetry: RunTelemetry | None = None,
         on_executed: Callable[[TaskRun], None] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``telemetry``: the run's span and
         metrics (none by default). ``on_executed``: called once the executor has returned (or
         been cancelled), before the final report is sent: the worker frees the run's slot there,
-        so the next claim overlaps this report."""
+        so the next claim overlaps this report. ``clock``: the running loop's, when the caller
+        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own)."""
         self._log = RunLog.for_lease(log, lease, role.name)
-        self.session = settings.session(tracker, lease, claimed_at=claimed_at, log=self._log)
+        self.session = settings.session(
+            tracker, lease, claimed_at=claimed_at, log=self._log, clock=clock
+        )
         self.role = role
         self.executor = executor
         self.settings = settings
