@@ -445,9 +445,11 @@ def test_the_writes_a_shared_transaction_may_make_are_named_ones() -> None:
     # An event's id is read (lastrowid), a withdrawal's count too (whether the lease was still
     # as claimed); a create's cap check and insert (an exclusive write whose answer nobody
     # reads) travel with its COMMIT: a submit is one round trip, not three; so does its offer
-    # to the standing claims of its tasks' roles (postgres/standing.py).
+    # to the standing claims of its tasks' roles, and the NOTIFY of what they were granted
+    # (postgres/standing.py).
     read = {"common.add_event", "claims.withdraw_lease"}
-    assert deferred == (shared - read) | {"tasks.insert", "tasks_cap.check", "standing.offer"}
+    create = {"tasks.insert", "tasks_cap.check", "standing.offer", "standing.grants"}
+    assert deferred == (shared - read) | create
 
 
 def test_raw_sql_is_refused_naming_where_statements_live() -> None:

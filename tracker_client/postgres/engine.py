@@ -29,7 +29,7 @@ from tracker_client.postgres.follow import (
 )
 from tracker_client.postgres.idle import FRESH_TICK_S, WaitersRow
 from tracker_client.postgres.pairing import CallPairs
-from tracker_client.postgres.wake import Listener, channel_name
+from tracker_client.postgres.wake import Grants, Listener, channel_name
 from tracker_client.rules.engine import Changes, wakes_waiters
 from tracker_client.rules.statements import Statements
 
@@ -79,6 +79,8 @@ class PgEngine:
         self.channel = channel_name(db.schema)
         self.follow_channel = follow_channel(db.schema)
         self._listener: Listener | None = None
+        #: The rail's grant channel and its taker, set by the tracker (:mod:`.standing`).
+        self.grants: Grants | None = None
         #: A pipeline's version as the rail last read it (None: not known), and what to do
         #: when a create found one moved on: set by the tracker (see :meth:`write`).
         self.known_version: Callable[[str], int | None] = _unknown
@@ -215,7 +217,9 @@ class PgEngine:
         if listen is None:  # behind a PgBouncer with no direct address: poll
             return False, False
         if listener is None:
-            listener = self._listener = Listener(listen, self.channel, self.instance, self._woken)
+            listener = self._listener = Listener(
+                listen, self.channel, self.instance, self._woken, self.grants
+            )
             await anyio.to_thread.run_sync(listener.wait_listening, LISTEN_START_S)
         fresh = wait_s is not None and await self.waiters.wait_interest(wait_s)
         return listener.healthy, fresh

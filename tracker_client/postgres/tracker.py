@@ -369,6 +369,8 @@ class PostgresTracker(Rail[PgEngine]):
         tracker._ahead.enabled = pg.claim_ahead
         # The one-statement claim derives a keyed claim's token before it is sent: read once.
         tracker._rail_key = await tracker._read("rail_key", stored_rail_key)
+        if tracker._rail_key is not None:  # a create's grants come in a NOTIFY (.standing)
+            tracker._engine.grants = tracker._standing.grants_on(tracker._rail_key)
         return tracker
 
     async def capabilities(self) -> Capabilities:
@@ -468,7 +470,7 @@ class PostgresTracker(Rail[PgEngine]):
     async def _create(self, where: str, create: Callable[[Ctx], _R], count: int) -> _R:
         """The rail's create, and in its write the standing claims of its tasks' roles
         claiming (see .standing)."""
-        return await super()._create(where, offering(create), count)
+        return await super()._create(where, offering(create, self._standing.channel), count)
 
     # -- the claim: one statement (see .claims) -------------------------------------------------
     async def claim(
@@ -768,7 +770,9 @@ class PostgresTracker(Rail[PgEngine]):
         if ahead is None:
             rows = await self._engine.pairs.claim(CLAIM_CALL, built[0], op)
         else:
-            rows = await self._engine.db.one_call(STAND_CALL, built[0], op)
+            rows = self._standing.granted_rows(key)  # sent by the create's NOTIFY
+            if rows is None:
+                rows = await self._engine.db.one_call(STAND_CALL, built[0], op)
             if rows:  # granted by a create, maybe: its runs started at the create's time
                 now = int(rows[0]["lease_expires_at_ms"]) - int(rows[0]["lease_ttl_ms"])
         if rows is None:

@@ -19,6 +19,12 @@ While it listens the connection also holds a session advisory lock of this insta
 instance's standing claims (:mod:`.standing`). The lock goes with the connection (a process
 killed, a connection dropped), so a create never claims for a holder that is gone.
 
+The listening connection also listens on the rail's grant channel when the tracker names one
+(``grants``: the channel and what takes each of its payloads, :mod:`.standing`): a create's
+grant to a standing claim arrives there, with the create's own NOTIFY, in the same read of the
+socket, and is handed over before the waiters are woken. The grant channel is listened on
+before the rail's channel, so the session's last statement names the rail's.
+
 Lease expiry needs no message: ``wait_for_work`` sleeps at most until the earliest live lease
 lapses. While the listening connection is down (a server restart), :attr:`Listener.healthy` is
 false and waiters fall back to a poll tick; it reconnects by itself with a capped back-off.
@@ -40,13 +46,16 @@ import anyio.from_thread
 import anyio.lowlevel
 import psycopg
 
-__all__ = ["Listener", "channel_name", "holder_of"]
+__all__ = ["Grants", "Listener", "channel_name", "holder_of"]
 
 log = logging.getLogger("backlog_worker.tracker")
 
 #: How long one wait on the listening socket lasts before the stop flag is looked at again.
 _POLL_S = 0.5
 _MAX_BACKOFF_S = 5.0
+
+#: The rail's grant channel and what takes each of its payloads (see the module docstring).
+Grants = tuple[str, Callable[[str], None]]
 
 
 def channel_name(schema: str) -> str:
@@ -63,11 +72,20 @@ def holder_of(channel: str, instance: str) -> tuple[int, int]:
 
 class Listener:
     """``LISTEN channel`` on a connection of its own, calling ``wake`` on the event loop per
-    message of another instance (see the module docstring)."""
+    message of another instance, and ``grants``' taker per message on the grant channel (see
+    the module docstring)."""
 
-    def __init__(self, conninfo: str, channel: str, instance: str, wake: Callable[[], None]):
+    def __init__(
+        self,
+        conninfo: str,
+        channel: str,
+        instance: str,
+        wake: Callable[[], None],
+        grants: Grants | None = None,
+    ):
         self._conninfo = conninfo
         self._channel = channel
+        self._grants = grants
         self._instance = instance
         self._wake = wake
         self._holder = holder_of(channel, instance)
@@ -104,6 +122,8 @@ class Listener:
                     # connection (not yet gone at the server) makes its standing claims look
                     # gone, so creates leave them to the NOTIFY (see .standing).
                     conn.execute("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", self._holder)
+                    if self._grants is not None:
+                        conn.execute(f'LISTEN "{self._grants[0]}"')
                     conn.execute(f'LISTEN "{self._channel}"')
                     backoff = 0.1
                     if self._loop is not None:
@@ -119,7 +139,10 @@ class Listener:
                     self._deliver(None)  # anything written while we were away
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=_POLL_S):
-                            self._deliver(note.payload)
+                            if self._grants is not None and note.channel == self._grants[0]:
+                                self._deliver_grant(self._grants[1], note.payload)
+                            else:
+                                self._deliver(note.payload)
             except psycopg.Error as exc:
                 if self._stop.is_set():
                     return
@@ -163,8 +186,12 @@ class Listener:
             pgconn.consume_input()
             if pgconn.status != psycopg.pq.ConnStatus.OK:
                 raise psycopg.OperationalError("the listening connection is closed")
+            grants = self._grants
             while (note := pgconn.notifies()) is not None:
-                if note.extra.decode() != self._instance:
+                if grants is not None and note.relname.decode() == grants[0]:
+                    with contextlib.suppress(Exception):  # never in the way of the wake-ups
+                        grants[1](note.extra.decode(errors="replace"))
+                elif note.extra.decode() != self._instance:
                     self._wake_now()
         except psycopg.Error:
             self._detach()
@@ -189,6 +216,12 @@ class Listener:
             return
         with contextlib.suppress(Exception):  # the loop is gone: the tracker is closing
             anyio.from_thread.run_sync(self._wake, token=self._token)
+
+    def _deliver_grant(self, take: Callable[[str], None], payload: str) -> None:
+        if self._stop.is_set():
+            return
+        with contextlib.suppress(Exception):  # the loop is gone: the tracker is closing
+            anyio.from_thread.run_sync(take, payload, token=self._token)
 
     def stop(self) -> Any:
         """Ask the thread to end (called on the event loop: the loop stops reading first);
