@@ -10,6 +10,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import psycopg
@@ -20,6 +21,7 @@ from tests.postgres.idle_pair import idle_pair, settle
 from tests.postgres.server import PgServer
 from tests.worker.conftest import wait_until
 from tracker_client.models import Lease, TaskCreate
+from tracker_client.postgres import aio
 from tracker_client.postgres.standing import GRANT_PAYLOAD_MAX, grant_channel
 from tracker_client.postgres.tracker import PostgresTracker
 from tracker_client.rules.parked import attempt_key
@@ -117,3 +119,50 @@ async def test_others_grants_and_too_large_ones_leave_the_claim_to_read(
         assert lease.task.description == big.description
         await idle.heartbeat(lease)
         await idle.transition(lease, "complete")
+
+
+@pytest.fixture
+def every_statement(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text and parameters of every statement a connection sends (the listener's sync
+    connection, the async lane and its one-statement calls), each as one string."""
+    sent: list[str] = []
+    sync_execute, async_execute = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
+    real_prepared = aio.prepared_call
+
+    def on_sync(self: Any, query: Any, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        sent.append(f"{query} {params!r}")
+        return sync_execute(self, query, params, *args, **kwargs)
+
+    async def on_async(self: Any, query: Any, params: Any = None, *args: Any, **kw: Any) -> Any:
+        sent.append(f"{query} {params!r}")
+        return await async_execute(self, query, params, *args, **kw)
+
+    async def on_prepared(conn: Any, query: str, params: Any, *args: Any) -> Any:
+        sent.append(f"{query} {params!r}")
+        return await real_prepared(conn, query, params, *args)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", on_sync)
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", on_async)
+    monkeypatch.setattr(aio, "prepared_call", on_prepared)
+    return sent
+
+
+async def test_no_statement_sent_names_the_grant_channel(
+    pg_server: PgServer, every_statement: list[str]
+) -> None:
+    # A statement's text and parameters show in pg_stat_activity, pg_stat_statements (to a
+    # monitoring role) and a server log: a role that learnt the name there could LISTEN and
+    # read the tasks granted. The server names the channel itself (schema 23).
+    schema = f"grant-{uuid.uuid4()}"
+    async with idle_pair(schema) as (idle, writer):
+        pid = await make_pipeline(writer)
+        await settle(idle)
+        with anyio.fail_after(10):
+            async with _standing_park(idle, str(uuid.uuid4())) as got:
+                await writer.create_task(new_task(pid, "granted"))
+        assert idle._standing.granted == 1 and len(got) == 1  # the grant came on the channel
+        assert idle._rail_key is not None
+        channel = grant_channel(idle._rail_key)
+    sent = "\n".join(every_statement)
+    assert channel not in sent
+    assert "bw_listen_grants" in sent and "bw_grant_channel()" in sent  # both sides were seen

@@ -200,12 +200,13 @@ class StandingClaims:
         for run_id, _, _ in stand.ids:
             self._keys.pop(run_id, None)
 
-    def grants_on(self, rail_key: bytes) -> tuple[str, Callable[[str], None]]:
+    def grants_on(self, rail_key: bytes) -> tuple[str, Callable[[str], None], str]:
         """Take grants on the rail's grant channel (:func:`grant_channel` of ``rail_key``):
-        the channel and what takes its payloads, for the wake-up listener; this instance's
-        creates send their grants there from now on."""
+        the channel, what takes its payloads and the rail's schema (whose ``bw_listen_grants``
+        listens there), for the wake-up listener; this instance's creates send their grants
+        there from now on."""
         self.channel = grant_channel(rail_key)
-        return self.channel, self.grant
+        return self.channel, self.grant, self._db.schema
 
     def grant(self, payload: str) -> None:
         """A create's grant (the NOTIFY on the grant channel, see the module docstring): the
@@ -245,13 +246,14 @@ class StandingClaims:
         return rows
 
 
-def offering(create: Callable[[Ctx], R], channel: str | None = None) -> Callable[[Ctx], R]:
+def offering(create: Callable[[Ctx], R], grants: bool = False) -> Callable[[Ctx], R]:
     """``create`` (a task's id, or a list of them) followed, in its transaction, by
     ``bw_hand_off`` of the tasks it answers: standing claims of their roles claim in the same
-    write (a deferred statement: no round trip of its own, nothing read back), and what they
-    were granted goes out in the NOTIFY of ``standing.grants`` on the grant ``channel``
-    (deferred too; None: no grant is sent). The ids go as one array literal (task ids are
-    ours: nothing in them needs quoting), not a list each statement adapts."""
+    write (a deferred statement: no round trip of its own, nothing read back), and, with
+    ``grants``, what they were granted goes out in the NOTIFY of ``standing.grants`` on the
+    rail's grant channel (deferred too; the server names the channel). The ids go as one
+    array literal (task ids are ours: nothing in them needs quoting), not a list each
+    statement adapts."""
 
     def op(c: Ctx) -> R:
         created = create(c)
@@ -259,8 +261,8 @@ def offering(create: Callable[[Ctx], R], channel: str | None = None) -> Callable
             [str(i) for i in created] if isinstance(created, list) else [str(created)]
         )
         c.exec("standing.offer", (ids, c.now))
-        if channel is not None:
-            c.exec("standing.grants", (channel, ids))
+        if grants:
+            c.exec("standing.grants", (ids,))
         return created
 
     return op

@@ -470,7 +470,8 @@ class PostgresTracker(Rail[PgEngine]):
     async def _create(self, where: str, create: Callable[[Ctx], _R], count: int) -> _R:
         """The rail's create, and in its write the standing claims of its tasks' roles
         claiming (see .standing)."""
-        return await super()._create(where, offering(create, self._standing.channel), count)
+        grants = self._standing.channel is not None
+        return await super()._create(where, offering(create, grants), count)
 
     # -- the claim: one statement (see .claims) -------------------------------------------------
     async def claim(

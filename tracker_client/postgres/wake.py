@@ -20,7 +20,9 @@ instance's standing claims (:mod:`.standing`). The lock goes with the connection
 killed, a connection dropped), so a create never claims for a holder that is gone.
 
 The listening connection also listens on the rail's grant channel when the tracker names one
-(``grants``: the channel and what takes each of its payloads, :mod:`.standing`): a create's
+(``grants``: the channel and what takes each of its payloads, :mod:`.standing`), through the
+rail's ``bw_listen_grants``: the server derives the name, so no statement sent holds it (it
+would show in ``pg_stat_activity`` and ``pg_stat_statements`` to a monitoring role): a create's
 grant to a standing claim arrives there, with the create's own NOTIFY, in the same read of the
 socket, and is handed over before the waiters are woken. The grant channel is listened on
 before the rail's channel, so the session's last statement names the rail's.
@@ -45,6 +47,7 @@ from typing import Any
 import anyio.from_thread
 import anyio.lowlevel
 import psycopg
+from psycopg import sql
 
 __all__ = ["Grants", "Listener", "channel_name", "holder_of"]
 
@@ -54,8 +57,9 @@ log = logging.getLogger("backlog_worker.tracker")
 _POLL_S = 0.5
 _MAX_BACKOFF_S = 5.0
 
-#: The rail's grant channel and what takes each of its payloads (see the module docstring).
-Grants = tuple[str, Callable[[str], None]]
+#: The rail's grant channel, what takes each of its payloads, and the rail's schema (whose
+#: ``bw_listen_grants`` listens there: see the module docstring).
+Grants = tuple[str, Callable[[str], None], str]
 
 
 def channel_name(schema: str) -> str:
@@ -122,8 +126,13 @@ class Listener:
                     # connection (not yet gone at the server) makes its standing claims look
                     # gone, so creates leave them to the NOTIFY (see .standing).
                     conn.execute("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", self._holder)
-                    if self._grants is not None:
-                        conn.execute(f'LISTEN "{self._grants[0]}"')
+                    if self._grants is not None:  # the server names the channel
+                        conn.execute(
+                            sql.SQL("SELECT {}.bw_listen_grants(%s)").format(
+                                sql.Identifier(self._grants[2])
+                            ),
+                            (self._grants[2],),
+                        )
                     conn.execute(f'LISTEN "{self._channel}"')
                     backoff = 0.1
                     if self._loop is not None:

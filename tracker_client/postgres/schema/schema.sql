@@ -959,3 +959,29 @@ BEGIN
         p_leases, p_tokens, p_key, p_fp);
 END
 $$;
+
+-- The rail's grant channel, named by the server so no client statement holds it (schema 23:
+-- schema/0023_grant_channel.sql says why): 'bwg_' and the first 40 hex digits of SHA-256 of
+-- 'grants:' and the key's hex text (standing.grant_channel derives the same name); NULL without
+-- a key.
+CREATE FUNCTION bw_grant_channel() RETURNS TEXT LANGUAGE sql STABLE AS $$
+    SELECT 'bwg_' || left(encode(sha256(convert_to('grants:' || value, 'UTF8')), 'hex'), 40)
+    FROM rail_secrets WHERE name = 'lease_token_key'
+$$;
+
+-- LISTEN on the grant channel of the rail in schema p_schema (the listening connection has no
+-- search_path of the rail's); false when the rail has no key yet.
+CREATE FUNCTION bw_listen_grants(p_schema TEXT) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+DECLARE
+    v_key TEXT;
+BEGIN
+    EXECUTE format('SELECT value FROM %I.rail_secrets WHERE name = $1', p_schema)
+        INTO v_key USING 'lease_token_key';
+    IF v_key IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('LISTEN %I',
+        'bwg_' || left(encode(sha256(convert_to('grants:' || v_key, 'UTF8')), 'hex'), 40));
+    RETURN true;
+END
+$$;

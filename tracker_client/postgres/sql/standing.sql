@@ -22,18 +22,17 @@ SELECT * FROM bw_stand_claim_tx(%s::text, %s::text, %s::text, %s::text, %s::text
 
 -- The leases this create's offer granted (its tasks leased in its own transaction: the offer
 -- is the only claim between the insert and here), sent at commit as ONE NOTIFY on the rail's
--- grant channel (the first parameter: standing.py, grant_channel): the rows as JSON without
--- their token digest, so a woken standing claim starts without reading them. The channel's
--- name derives from the rail's key, which only a role that can read the rail holds; no token
--- is in it. Nothing is sent for no grant, or for rows too large for a NOTIFY (the woken claim
--- reads them).
+-- grant channel (bw_grant_channel(): named by the server from the rail's key, so no statement
+-- a client sends holds the name, schema 23): the rows as JSON without their token digest, so
+-- a woken standing claim starts without reading them; no token is in it. Nothing is sent for
+-- no grant, or for rows too large for a NOTIFY (the woken claim reads them).
 -- name: standing.grants
 -- only: postgres
 -- deferred
 -- prepared: _bw_grants
-SELECT pg_notify(%s::text, g.rows) FROM (
+SELECT pg_notify(c.channel, g.rows) FROM (SELECT bw_grant_channel() AS channel) c, (
     SELECT json_agg(to_jsonb(t) - 'lease_token_sha256')::text AS rows FROM tasks t
     WHERE current_setting('backlog_worker.stood', true) = 'true'
       AND t.id = ANY (%s::text[]) AND t.lease_run_id IS NOT NULL
 ) g
-WHERE g.rows IS NOT NULL AND octet_length(g.rows) < 7900;
+WHERE c.channel IS NOT NULL AND g.rows IS NOT NULL AND octet_length(g.rows) < 7900;
