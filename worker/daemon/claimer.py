@@ -80,9 +80,9 @@ class Claimer:
         claim and run."""
         self._tracker = tracker
         self._telemetry = telemetry
-        #: Telemetry does something (not the base, whose hooks do nothing): else its per-claim
-        #: and per-run hooks are not called at all.
-        self._observed = type(telemetry) is not Telemetry
+        #: Telemetry does something (``Telemetry.enabled``, declared by each implementation):
+        #: else its per-claim and per-run hooks are not called at all.
+        self._observed = telemetry.enabled
         self._config = config
         self._roles = tuple(roles)
         self._book = book
@@ -381,7 +381,7 @@ class Claimer:
                     leases = await send_claim(self._tracker, many, agent, role.name, ttl_ms, n, key)
                 self._progress.tick()  # answered, with or without a task
             ended_ns = time.time_ns()
-            if self._observed:  # (the base's hooks do nothing)
+            if self._observed:  # (a disabled telemetry's hooks do nothing)
                 for found in [True] * len(leases) or [False]:  # one per lease, as claims would
                     self._telemetry.claim_answered(
                         role.name, found=found, started_ns=started_ns, ended_ns=ended_ns
