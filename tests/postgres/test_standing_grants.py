@@ -58,67 +58,69 @@ async def _standing_park(idle: PostgresTracker, key: str) -> AsyncIterator[list[
         yield got
 
 
-async def test_a_woken_standing_claim_takes_its_grant_from_the_notify(
-    pg_server: PgServer, sent_queries: list[str]
-) -> None:
-    schema = f"grant-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
+@pytest.fixture
+async def pair(pg_server: PgServer) -> AsyncIterator[tuple[PostgresTracker, PostgresTracker, str]]:
+    """Two instances of a fresh rail (:func:`idle_pair`): the idle one settled (its parked
+    claims stand), the writer, and a pipeline with a ``coder`` stage."""
+    async with idle_pair(f"grant-{uuid.uuid4()}") as (idle, writer):
         pid = await make_pipeline(writer)
         await settle(idle)
-        key = str(uuid.uuid4())
-        with anyio.fail_after(10):
-            async with _standing_park(idle, key) as got:
-                sent_queries.clear()
-                task_id = await writer.create_task(new_task(pid, "granted"))
-        assert idle._standing.granted == 1
-        assert not [q for q in sent_queries if STAND_READ in q]  # nothing read: no round trip
-        [lease] = got
-        assert lease.task.id == task_id
-        # the same lease a replay under the key reads from the rail (the same token)
-        [again] = await idle.claim_many(
-            "idle", "coder", 60_000, 1, idempotency_key=attempt_key(key, 0)
-        )
-        assert again.model_dump() == lease.model_dump()
-        assert again.lease_token == lease.lease_token
-        await idle.heartbeat(lease)  # the token's digest is the rail's: the fencing holds
-        await idle.transition(lease, "complete")
-        assert (await writer.get_task(task_id)).stage != "todo"
+        yield idle, writer, pid
+
+
+async def test_a_woken_standing_claim_takes_its_grant_from_the_notify(
+    pair: tuple[PostgresTracker, PostgresTracker, str], sent_queries: list[str]
+) -> None:
+    idle, writer, pid = pair
+    key = str(uuid.uuid4())
+    with anyio.fail_after(10):
+        async with _standing_park(idle, key) as got:
+            sent_queries.clear()
+            task_id = await writer.create_task(new_task(pid, "granted"))
+    assert idle._standing.granted == 1
+    assert not [q for q in sent_queries if STAND_READ in q]  # nothing read: no round trip
+    [lease] = got
+    assert lease.task.id == task_id
+    # the same lease a replay under the key reads from the rail (the same token)
+    [again] = await idle.claim_many("idle", "coder", 60_000, 1, idempotency_key=attempt_key(key, 0))
+    assert again.model_dump() == lease.model_dump()
+    assert again.lease_token == lease.lease_token
+    await idle.heartbeat(lease)  # the token's digest is the rail's: the fencing holds
+    await idle.transition(lease, "complete")
+    assert (await writer.get_task(task_id)).stage != "todo"
 
 
 async def test_others_grants_and_too_large_ones_leave_the_claim_to_read(
-    pg_server: PgServer, sent_queries: list[str]
+    pg_server: PgServer, pair: tuple[PostgresTracker, PostgresTracker, str], sent_queries: list[str]
 ) -> None:
-    schema = f"grant-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        pid = await make_pipeline(writer)
-        await settle(idle)
-        key = str(uuid.uuid4())
-        assert idle._rail_key is not None
-        channel = grant_channel(idle._rail_key)
-        big = TaskCreate(
-            pipeline_id=pid, title="large", description="x" * GRANT_PAYLOAD_MAX, priority=0
-        )
-        with anyio.fail_after(10):
-            async with _standing_park(idle, key) as got:
-                # a grant of someone else's runs, one that does not read, and a row of its own
-                # run without a task's columns: passed over
-                [(run_id, _, _)] = idle._standing._ids[attempt_key(key, 0)]
-                with psycopg.connect(pg_server.url, autocommit=True) as conn:
-                    for payload in (
-                        '[{"lease_run_id": "x"}]',
-                        "not json",
-                        json.dumps([{"lease_run_id": run_id, "id": "forged"}]),
-                    ):
-                        conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
-                sent_queries.clear()
-                task_id = await writer.create_task(big)
-        assert idle._standing.granted == 0
-        assert [q for q in sent_queries if STAND_READ in q]  # read, as before the grants
-        [lease] = got
-        assert lease.task.id == task_id
-        assert lease.task.description == big.description
-        await idle.heartbeat(lease)
-        await idle.transition(lease, "complete")
+    idle, writer, pid = pair
+    key = str(uuid.uuid4())
+    assert idle._rail_key is not None
+    channel = grant_channel(idle._rail_key)
+    big = TaskCreate(
+        pipeline_id=pid, title="large", description="x" * GRANT_PAYLOAD_MAX, priority=0
+    )
+    with anyio.fail_after(10):
+        async with _standing_park(idle, key) as got:
+            # a grant of someone else's runs, one that does not read, and a row of its own
+            # run without a task's columns: passed over
+            [(run_id, _, _)] = idle._standing._ids[attempt_key(key, 0)]
+            with psycopg.connect(pg_server.url, autocommit=True) as conn:
+                for payload in (
+                    '[{"lease_run_id": "x"}]',
+                    "not json",
+                    json.dumps([{"lease_run_id": run_id, "id": "forged"}]),
+                ):
+                    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+            sent_queries.clear()
+            task_id = await writer.create_task(big)
+    assert idle._standing.granted == 0
+    assert [q for q in sent_queries if STAND_READ in q]  # read, as before the grants
+    [lease] = got
+    assert lease.task.id == task_id
+    assert lease.task.description == big.description
+    await idle.heartbeat(lease)
+    await idle.transition(lease, "complete")
 
 
 @pytest.fixture
@@ -147,22 +149,19 @@ def every_statement(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return sent
 
 
-async def test_no_statement_sent_names_the_grant_channel(
-    pg_server: PgServer, every_statement: list[str]
+async def test_no_statement_sent_names_the_grant_channel(  # recording before the pair opens
+    every_statement: list[str], pair: tuple[PostgresTracker, PostgresTracker, str]
 ) -> None:
     # A statement's text and parameters show in pg_stat_activity, pg_stat_statements (to a
     # monitoring role) and a server log: a role that learnt the name there could LISTEN and
     # read the tasks granted. The server names the channel itself (schema 23).
-    schema = f"grant-{uuid.uuid4()}"
-    async with idle_pair(schema) as (idle, writer):
-        pid = await make_pipeline(writer)
-        await settle(idle)
-        with anyio.fail_after(10):
-            async with _standing_park(idle, str(uuid.uuid4())) as got:
-                await writer.create_task(new_task(pid, "granted"))
-        assert idle._standing.granted == 1 and len(got) == 1  # the grant came on the channel
-        assert idle._rail_key is not None
-        channel = grant_channel(idle._rail_key)
+    idle, writer, pid = pair
+    with anyio.fail_after(10):
+        async with _standing_park(idle, str(uuid.uuid4())) as got:
+            await writer.create_task(new_task(pid, "granted"))
+    assert idle._standing.granted == 1 and len(got) == 1  # the grant came on the channel
+    assert idle._rail_key is not None
+    channel = grant_channel(idle._rail_key)
     sent = "\n".join(every_statement)
     assert channel not in sent
     assert "bw_listen_grants" in sent and "bw_grant_channel()" in sent  # both sides were seen
