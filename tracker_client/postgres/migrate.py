@@ -31,7 +31,6 @@ rail migrate``.
 from __future__ import annotations
 
 import logging
-import secrets
 from importlib import resources
 from typing import Any
 
@@ -231,17 +230,22 @@ def _create(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
+#: Makes the rail's lease-token key on the server (:func:`_seed_rail_key`).
+SEED_RAIL_KEY = (
+    "INSERT INTO rail_secrets (name, value) VALUES (%s, encode(sha256("
+    "uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid())), 'hex')) "
+    "ON CONFLICT (name) DO NOTHING"
+)
+
+
 def _seed_rail_key(conn: psycopg.Connection[Any]) -> None:
     """Make the rail's lease-token key (schema 13) if it has none: at open, under the
     migration lock, so a keyed claim never waits for it (the one-statement claim derives its
-    token before it is sent; :mod:`tracker_client.rules.leasekeys`). 32 bytes from the
-    operating system's CSPRNG; never logged."""
-    found = conn.execute("SELECT 1 FROM rail_secrets WHERE name = %s", (KEY_NAME,)).fetchone()
-    if found is None:
-        conn.execute(
-            "INSERT INTO rail_secrets (name, value) VALUES (%s, %s)",
-            (KEY_NAME, secrets.token_hex(32)),
-        )
+    token before it is sent; :mod:`tracker_client.rules.leasekeys`). Made by the server, so
+    the key is in no statement a client sends (a server's statement log, ``log_statement =
+    all``, shows each statement's parameters): the SHA-256 of two ``gen_random_uuid()`` (244
+    bits from the server's CSPRNG, ``pg_strong_random``; PostgreSQL 13 or newer)."""
+    conn.execute(SEED_RAIL_KEY, (KEY_NAME,))
 
 
 def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
