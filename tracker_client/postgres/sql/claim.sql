@@ -51,7 +51,15 @@ UPDATE runs SET status = 'cancelled' WHERE id = %s;
 -- Parameters: the lock's name, the rail's channel, the follow channel, the instance's name,
 -- the operation, role, agent, now, ttl, then the run ids, lease ids and token digests (text
 -- arrays), the idempotency key and its fingerprint.
+-- Each leased row answers only what its lease is built from (the Task model's fields, the
+-- lease's columns and the checkpoint flag; tests/postgres/test_claim_columns.py), not the whole
+-- tasks row: the worker's loop loads every column it gets into a Python object.
 -- name: claim.many_tx
 -- only: postgres
-SELECT * FROM bw_claim_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text,
+SELECT seq, id, pipeline_id, stage, title, description, priority, metadata, task_version,
+    next_eligible_at_ms, retry_delay_ms, max_attempts, dead_letter_stage, dead_letter_reason,
+    created_at_ms, updated_at_ms, concurrency_key, expires_at_ms, run_at_ms, dedupe_key,
+    parent_id, max_stale_attempts, stale_streak, budgets, last_attempt, lease_run_id,
+    lease_expires_at_ms, lease_ttl_ms, checkpointed
+FROM bw_claim_tx(%s::text, %s::text, %s::text, %s::text, %s::text, %s::text,
     %s::text, %s::bigint, %s::bigint, %s::text, %s::text, %s::text, %s::text, %s::text);
