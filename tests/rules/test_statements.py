@@ -12,6 +12,7 @@ import pathlib
 
 import pytest
 
+from tracker_client.rules.common import _values_text
 from tracker_client.rules.statements import Statement, StatementError, Statements, parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -139,3 +140,19 @@ def test_comments_and_hints_are_told_apart() -> None:
     assert isinstance(first, Statement)
     assert dict(first.hints) == {"returning": "seq", "shared": ""}
     assert first == "INSERT INTO t\nVALUES (1)"
+
+
+def test_a_values_statement_repeats_its_one_row() -> None:
+    """A SQLite statement marked ``values`` (or the one its hint names) takes positional
+    parameters only, and its text for n rows repeats its ``VALUES`` row n times: the same
+    statement, n times the parameters."""
+    marked = [s for s in SQLITE.values() if s.hint("values") is not None]
+    assert marked
+    for sql in marked:
+        target = SQLITE[sql.hint("values") or sql.name]
+        assert target.hint("values") == "", target.name
+        assert ":" not in str(target).split("VALUES")[-1], target.name
+        one = str(target).count("?")
+        text = _values_text(str(target), 3)
+        assert text.count("?") == 3 * one, target.name
+        assert text.replace(" ", "").count("),(") == 2, target.name
