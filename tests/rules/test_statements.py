@@ -28,10 +28,8 @@ def _only(statements: Statements, engine: str) -> set[str]:
 
 def _names_used() -> set[str]:
     """Every string literal that names a statement (``area.name``) in the package's code, and
-    every statement another one names as its variant inside a write (hint ``in-write``) or
-    as its form for many rows (hint ``values``)."""
+    every statement another one names as its variant inside a write (hint ``in-write``)."""
     names = {s.hint("in-write") or "" for s in POSTGRES.values()} - {""}
-    names |= {s.hint("values") or "" for s in SQLITE.values()} - {""}
     known = set(SQLITE) | set(POSTGRES)
     for path in (ROOT / "tracker_client").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

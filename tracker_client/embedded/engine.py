@@ -34,27 +34,12 @@ import anyio
 from tracker_client.embedded.db import Database
 from tracker_client.embedded.wakeup import WakeSockets
 from tracker_client.rules.engine import Changes, wakes_waiters
-from tracker_client.rules.statements import Statement, Statements
+from tracker_client.rules.statements import Statements
 
 __all__ = ["PARKED_WRITES", "SAFETY_LOOK_S", "STATEMENTS", "SqliteEngine"]
 
-
-def _statements() -> Statements:
-    """The SQLite engine's named statements; on a SQLite without ``UPDATE ... FROM`` (before
-    3.33) an update's ``values`` hint naming its batch form is dropped: it runs row by row."""
-    loaded = Statements.load("tracker_client.embedded", "sqlite")
-    if sqlite3.sqlite_version_info >= (3, 33, 0):
-        return loaded
-    out = dict(loaded)
-    for name, sql in loaded.items():
-        if sql.hint("values"):
-            hints = {k: v for k, v in sql.hints.items() if k != "values"}
-            out[name] = Statement(str(sql), name, hints)
-    return Statements(out, "sqlite")
-
-
 #: The SQLite engine's named statements (``tracker_client/embedded/sql/*.sql``).
-STATEMENTS = _statements()
+STATEMENTS = Statements.load("tracker_client.embedded", "sqlite")
 _BUMP = STATEMENTS["wake.bump"]
 _COUNT = STATEMENTS["wake.count"]
 #: A waiter that saw another connection commit without bumping the wake counter still wakes

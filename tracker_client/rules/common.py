@@ -178,24 +178,9 @@ VALUES_ROWS = 100
 _VALUES_TEXT: dict[tuple[str, int], str] = {}
 
 
-def _values_text(sql: str, n: int) -> str:
-    """``sql`` with the row after its last ``VALUES`` (the parenthesised group there) given
-    ``n`` times."""
-    at = sql.rindex("VALUES") + len("VALUES")
-    opened = sql.index("(", at)
-    depth, end = 0, opened
-    for end in range(opened, len(sql)):
-        depth += {"(": 1, ")": -1}.get(sql[end], 0)
-        if depth == 0:
-            break
-    row = sql[opened : end + 1]
-    return sql[:at] + " " + ", ".join([row] * n) + sql[end + 1 :]
-
-
 def _many_values(conn: sqlite3.Connection, sql: str, rows: Sequence[Params]) -> int:
-    """The statement ``sql`` with its ``VALUES`` row once per item of ``rows`` (positional
-    parameters), one statement per :data:`VALUES_ROWS` items, their values in order; the rows
-    it changed.
+    """``INSERT ... VALUES (row)`` for every item of ``rows`` (positional parameters) as one
+    statement per :data:`VALUES_ROWS` items, their values in order; the rows inserted.
 
     ``executemany`` steps the statement once per item, and every step gives up the GIL and
     takes it back: on a worker's database thread each take waits for the event loop to let
@@ -208,7 +193,8 @@ def _many_values(conn: sqlite3.Connection, sql: str, rows: Sequence[Params]) -> 
         key = (sql, len(chunk))
         text = _VALUES_TEXT.get(key)
         if text is None:
-            text = _values_text(sql, len(chunk))
+            head, values, row = sql.rpartition("VALUES")
+            text = head + values + " " + ", ".join([row.strip()] * len(chunk))
             if len(_VALUES_TEXT) < 1024:
                 _VALUES_TEXT[key] = text
         flat = [value for item in chunk for value in cast("Sequence[Any]", item)]
@@ -253,16 +239,12 @@ class Ctx:
         """Run statement ``name`` once per item of ``rows``, in order; the rows they changed,
         as the engine's cursor counts them. One ``executemany`` where the engine's statement
         says so (hint ``many``: SQLite's connection binds and steps it for each item in C, on
-        one cursor), else one :meth:`exec` per item. A statement the engine marks ``values``
-        runs as one statement of one ``VALUES`` row per item instead (:func:`_many_values`):
-        itself (an ``INSERT ... VALUES (...)``), or the statement the hint names (an
-        ``UPDATE ... FROM (VALUES (...))`` taking the same parameters a row)."""
+        one cursor), else one :meth:`exec` per item."""
         sql = self.sql[name]
         if not rows:
             return 0
-        values = sql.hint("values")
-        if values is not None and len(rows) > 1:
-            return _many_values(self.conn, self.sql[values] if values else sql, rows)
+        if sql.hint("values") is not None and len(rows) > 1:
+            return _many_values(self.conn, sql, rows)
         if sql.hint("many") is not None:
             return int(self.conn.executemany(sql, rows).rowcount)
         return sum(int(self.conn.execute(sql, row).rowcount) for row in rows)

@@ -67,20 +67,9 @@ VALUES (?, ?, ?, 'running', ?, ?, ?);
 
 -- name: claims.lease
 -- many
--- values: claims.lease_values
 UPDATE tasks SET lease_expires_at_ms = ?, last_attempt = ?, lease_id = ?,
     lease_run_id = ?, lease_token_sha256 = ?, lease_ttl_ms = ?
 WHERE seq = ?;
-
--- claims.lease of a batch's leases in one statement (rules/common.py Ctx.many), the same
--- parameters a row; SQLite 3.33+ (UPDATE FROM).
--- name: claims.lease_values
--- only: sqlite
--- values
-UPDATE tasks SET lease_expires_at_ms = v.column1, last_attempt = v.column2,
-    lease_id = v.column3, lease_run_id = v.column4, lease_token_sha256 = v.column5,
-    lease_ttl_ms = v.column6
-FROM (VALUES (?, ?, ?, ?, ?, ?, ?)) AS v WHERE tasks.seq = v.column7;
 
 -- The run of a lease named only by its id (the partial index on held leases answers it).
 -- name: claims.run_of_lease

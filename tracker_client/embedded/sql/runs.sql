@@ -17,16 +17,7 @@ FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?;
 
 -- name: runs.complete
 -- many
--- values: runs.complete_values
 UPDATE runs SET status = 'completed', ended_at_ms = ?, usage = ? WHERE id = ?;
-
--- runs.complete of a batch's runs in one statement (rules/common.py Ctx.many), the same
--- parameters a row; SQLite 3.33+ (UPDATE FROM).
--- name: runs.complete_values
--- only: sqlite
--- values
-UPDATE runs SET status = 'completed', ended_at_ms = v.column1, usage = v.column2
-FROM (VALUES (?, ?, ?)) AS v WHERE runs.id = v.column3;
 
 -- The task moves along a transition; its lease is dropped.
 -- name: runs.move
@@ -44,28 +35,12 @@ WHERE seq = ?;
 -- name: runs.move_held
 -- only: sqlite
 -- many
--- values: runs.move_held_values
 UPDATE tasks SET stage = ?, task_version = task_version + 1, dead_letter_reason = NULL,
     next_eligible_at_ms = 0, updated_at_ms = ?, role = ?, terminal = ?, stale_streak = 0,
     lease_expires_at_ms = 0, lease_id = NULL, lease_run_id = NULL, lease_token_sha256 = NULL,
     lease_ttl_ms = NULL
 WHERE seq = ? AND lease_run_id = ? AND lease_token_sha256 = ? AND lease_expires_at_ms > ?
 AND stage = ? AND task_version = ? AND pipeline_version IS ? AND budgets IS NULL;
-
--- runs.move_held of a batch's moves in one statement (rules/common.py Ctx.many), the same
--- parameters a row: the rows it changed count the moves whose row was still as handed out.
--- name: runs.move_held_values
--- only: sqlite
--- values
-UPDATE tasks SET stage = v.column1, task_version = task_version + 1, dead_letter_reason = NULL,
-    next_eligible_at_ms = 0, updated_at_ms = v.column2, role = v.column3,
-    terminal = v.column4, stale_streak = 0, lease_expires_at_ms = 0, lease_id = NULL,
-    lease_run_id = NULL, lease_token_sha256 = NULL, lease_ttl_ms = NULL
-FROM (VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)) AS v
-WHERE tasks.seq = v.column5 AND tasks.lease_run_id = v.column6
-AND tasks.lease_token_sha256 = v.column7 AND tasks.lease_expires_at_ms > v.column8
-AND tasks.stage = v.column9 AND tasks.task_version = v.column10
-AND tasks.pipeline_version IS v.column11 AND tasks.budgets IS NULL;
 
 -- name: runs.fail
 UPDATE runs SET status = 'failed', ended_at_ms = ?, error = ?, usage = ? WHERE id = ?;
