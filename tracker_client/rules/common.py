@@ -239,7 +239,9 @@ class Ctx:
         """Run statement ``name`` once per item of ``rows``, in order; the rows they changed,
         as the engine's cursor counts them. One ``executemany`` where the engine's statement
         says so (hint ``many``: SQLite's connection binds and steps it for each item in C, on
-        one cursor), else one :meth:`exec` per item."""
+        one cursor), else one :meth:`exec` per item. An ``INSERT ... VALUES (...)`` the engine
+        marks ``values`` runs as one statement of one ``VALUES`` row per item instead
+        (:func:`_many_values`)."""
         sql = self.sql[name]
         if not rows:
             return 0
