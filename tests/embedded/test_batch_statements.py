@@ -14,7 +14,7 @@ import pytest
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import Lease, TaskCreate
-from tracker_client.rules.common import Ctx
+from tracker_client.rules.common import VALUES_ROWS, Ctx
 from tracker_client.rules.statements import Statement, Statements
 
 pytestmark = pytest.mark.anyio
@@ -147,10 +147,11 @@ async def test_a_read_or_a_close_sends_a_parked_write_on(tmp_path: Path) -> None
 
 
 def _unmarked(statements: Statements, *names: str) -> Statements:
-    """``statements`` with ``names``' hint ``many`` dropped (as another engine's would be)."""
+    """``statements`` with ``names``' hints ``many`` and ``values`` dropped (as another
+    engine's would be)."""
     out = dict(statements)
     for name in names:
-        hints = {k: v for k, v in statements[name].hints.items() if k != "many"}
+        hints = {k: v for k, v in statements[name].hints.items() if k not in ("many", "values")}
         out[name] = Statement(str(statements[name]), name, hints)
     return Statements(out, "sqlite")
 
@@ -159,11 +160,13 @@ async def test_a_statement_run_for_many_rows_writes_and_counts_as_one_by_one(
     tmp_path: Path,
 ) -> None:
     """``Ctx.many``: a statement the engine marks ``many`` runs for all the rows in one
-    ``executemany``, one it does not mark once per row; both write the same rows in the
-    same order and answer how many rows changed (a row matching nothing counts 0)."""
+    ``executemany`` (an insert marked ``values``: one statement of a ``VALUES`` row each),
+    one it does not mark once per row; both write the same rows in the same order and answer
+    how many rows changed (a row matching nothing counts 0)."""
     tracker = await _seeded(tmp_path / "rail.db", 3)
     marked = tracker.engine.statements
     assert marked["common.add_event"].hint("many") is not None
+    assert marked["common.add_event"].hint("values") is not None
     plain = _unmarked(marked, "common.add_event", "runs.move_held")
     try:
         seqs = [s for (s,) in tracker.engine.db.conn.execute("SELECT seq FROM tasks ORDER BY seq")]
@@ -200,3 +203,58 @@ async def test_a_statement_run_for_many_rows_writes_and_counts_as_one_by_one(
     assert [r[1:] for r in rows[:3]] == [r[1:] for r in rows[3:]]
     assert [r[0] for r in rows] == ["marked"] * 3 + ["plain"] * 3
     assert [r[2] for r in rows[:3]] == ['{"n":0}', '{"n":1}', '{"n":2}']
+
+
+async def test_a_batch_inserts_its_runs_and_events_with_one_statement_each(
+    tmp_path: Path,
+) -> None:
+    """A ``claim_many`` inserts its runs, and a ``finish_many`` of plain moves the
+    ``transition`` events, with one ``INSERT`` each for the batch (statement hint ``values``,
+    ``Ctx.many``): one step of SQLite, one release of the GIL, instead of one per row. Every
+    run and event is still written, the events in the items' order."""
+    tracker = await _seeded(tmp_path / "rail.db", 5)
+    ran: list[str] = []
+    try:
+        db = tracker.engine.db
+        db.conn.set_trace_callback(ran.append)
+        leases = await tracker.claim_many("w", "coder", 60_000, 5)
+        done = await tracker.finish_many([FinishItem(x, transition=DONE) for x in leases])
+        db.conn.set_trace_callback(None)
+        runs = db.conn.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
+        events = db.conn.execute(
+            "SELECT run_id, kind FROM events WHERE kind = 'transition' ORDER BY id"
+        ).fetchall()
+    finally:
+        tracker.engine.db.conn.set_trace_callback(None)
+        await tracker.aclose()
+    assert len(leases) == 5 and all(isinstance(o, FinishResult) for o in done)
+    assert len([s for s in ran if s.startswith("INSERT INTO runs")]) == 1
+    assert len([s for s in ran if s.startswith("INSERT INTO events")]) == 1
+    assert sorted(r[0] for r in runs) == sorted(x.run_id for x in leases)
+    assert {r[1] for r in runs} == {"completed"}
+    assert [e[0] for e in events] == [x.run_id for x in leases]
+
+
+async def test_a_values_statement_of_many_rows_goes_in_chunks(tmp_path: Path) -> None:
+    """More rows than one ``VALUES`` statement takes (:data:`~.common.VALUES_ROWS`) go in
+    several, all of them written, in order, and counted."""
+    tracker = await _seeded(tmp_path / "rail.db", 1)
+    n = VALUES_ROWS * 2 + 7
+    try:
+        (task_id,) = tracker.engine.db.conn.execute("SELECT id FROM tasks").fetchone()
+
+        def op(ctx: Ctx) -> int:
+            rows = [(task_id, None, ctx.now, "bulk", f'{{"n":{i}}}') for i in range(n)]
+            return ctx.many("common.add_event", rows)
+
+        added = await tracker._write("test", op)
+        data = [
+            d
+            for (d,) in tracker.engine.db.conn.execute(
+                "SELECT data FROM events WHERE kind = 'bulk' ORDER BY id"
+            )
+        ]
+    finally:
+        await tracker.aclose()
+    assert added == n
+    assert data == [f'{{"n":{i}}}' for i in range(n)]

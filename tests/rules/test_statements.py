@@ -137,3 +137,16 @@ def test_comments_and_hints_are_told_apart() -> None:
     assert isinstance(first, Statement)
     assert dict(first.hints) == {"returning": "seq", "shared": ""}
     assert first == "INSERT INTO t\nVALUES (1)"
+
+
+def test_a_values_statement_is_an_insert_of_one_positional_row() -> None:
+    """A SQLite statement marked ``values`` is an ``INSERT ... VALUES (...)`` ending with its
+    one row of positional parameters: what ``Ctx.many`` repeats once per item."""
+    marked = [s for s in SQLITE.values() if s.hint("values") is not None]
+    assert marked
+    for sql in marked:
+        text = str(sql)
+        assert text.startswith("INSERT INTO "), sql.name
+        row = text.rpartition("VALUES")[2].strip()
+        assert row.startswith("(") and row.endswith(")"), sql.name
+        assert ":" not in row and "?" in row, sql.name

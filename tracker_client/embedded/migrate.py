@@ -153,7 +153,11 @@ def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connec
     if not memory:
         _check_file(path)
     try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # Room for the batch statements' texts, one per batch size (rules/common.py
+        # Ctx.many, hint ``values``), beside the other statements (the default keeps 128).
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, cached_statements=256
+        )
     except (sqlite3.Error, OSError) as exc:
         raise map_sqlite_error(exc, f"opening {path}") from exc
     try:

@@ -16,7 +16,8 @@ A file holds statements of one area, its stem the names' prefix; each statement 
 Other ``-- key`` or ``-- key: value`` lines right under the name are the statement's *hints*,
 read by the engine that runs it (PostgreSQL's: ``shared``, ``deferred``, ``returning``,
 ``in-write``, ``prepared``; SQLite's: ``many``, a statement a batch runs for all its rows in one
-``executemany``, see :meth:`~tracker_client.rules.common.Ctx.many`), or by the tests (``only``:
+``executemany``, and ``values``, one whose ``VALUES`` row a batch repeats, once per row, in one
+statement, see :meth:`~tracker_client.rules.common.Ctx.many`), or by the tests (``only``:
 a statement one engine alone has); other ``--`` lines are comments. Parameters use the engine's
 own placeholders (SQLite ``?``/``:name``, PostgreSQL ``%s``/``%(name)s``); a statement that binds
 one value twice uses names, so both engines take the same arguments.

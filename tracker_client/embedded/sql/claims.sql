@@ -61,6 +61,7 @@ WHERE d.task_id = ? AND u.dead_letter_reason IS NULL AND u.terminal = 0 ORDER BY
 
 -- name: claims.add_run
 -- many
+-- values
 INSERT INTO runs (id, task_id, attempt, status, agent_id, agent_role, started_at_ms)
 VALUES (?, ?, ?, 'running', ?, ?, ?);
 

@@ -6,6 +6,7 @@ SELECT * FROM tasks WHERE id = ?;
 
 -- name: common.add_event
 -- many
+-- values
 INSERT INTO events (task_id, run_id, ts_ms, kind, data) VALUES (?, ?, ?, ?, ?);
 
 -- Waiting tasks of a role now.
