@@ -278,7 +278,9 @@ class Claimer:
             self.pacing.claims_ended(ticket, sent=len(slots), found=found)
             in_flight.notify()
         if claims:
-            self._drain_check.claimed(*[lease.task.id for lease, _ in claims])
+            drain = self._drain_check
+            # (the ids only when an own retry is waited for: nearly never)
+            drain.claimed(*[lease.task.id for lease, _ in claims] if drain.own else ())
         for (lease, claim), slot in zip(claims[1:], slots[1:], strict=False):
             runners.start(self._supervise, lease, claim, slot)
         if claims:

@@ -36,6 +36,7 @@ It may touch anyio's cancel scopes and the monotonic and wall clocks only: no tr
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from asyncio import get_running_loop
@@ -55,6 +56,7 @@ MARGIN_MAX_S = 5.0
 MARGIN_MAX_SHARE = 0.25
 
 
+@functools.cache  # (a run's lease asks it for its TTL: a worker has a few TTLs)
 def safety_margin_s(ttl_s: float) -> float:
     """How long before the lease's end the worker stops work under it: 10 % of the TTL, at least
     1 s and at most 5 s, never more than a quarter of the TTL (room for the claim's round trip,
@@ -161,7 +163,8 @@ class LocalLease:
 
     def released(self) -> bool:
         """Whether the tracker can no longer hold the lease (:attr:`report_deadline` passed)."""
-        return self._now() >= self.report_deadline
+        held = self.held_until + self.grant_s if self._flying else self.held_until
+        return self._now() >= held
 
     # -- heartbeats: the one place the ends move ----------------------------------------------
     def heartbeat_sent(self) -> None:
@@ -204,8 +207,8 @@ class LocalLease:
     def watch(self, scope: anyio.CancelScope) -> anyio.CancelScope:
         """Give ``scope`` (work under the lease) the lease's deadline from now on (armed as
         the module docstring says); returns it."""
-        deadline = self.deadline
-        if self._arm_now(deadline):
+        deadline = self.expires_at - self.margin_s  # (:attr:`deadline`, :meth:`_arm_now`)
+        if self._armed or deadline - self._now() <= self.ttl_s / 2:
             scope.deadline = deadline
         self._scopes.append(scope)
         return scope
@@ -225,8 +228,9 @@ class LocalLease:
         its executor and its report)."""
         self._scopes.remove(scope)
         scope.shield = True
-        deadline = self.report_deadline
-        if scope.deadline != math.inf or self._arm_now(deadline):  # armed stays armed
+        deadline = self.held_until + self.grant_s if self._flying else self.held_until
+        # armed stays armed (else as :meth:`_arm_now` says)
+        if scope.deadline != math.inf or self._armed or deadline - self._now() <= self.ttl_s / 2:
             scope.deadline = deadline
         self._reports.append(scope)
 
