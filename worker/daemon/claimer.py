@@ -214,12 +214,11 @@ class Claimer:
         pacing = self.pacing
         if pacing.max_tasks:
             room = min(room, pacing.max_tasks - pacing.reserved - 1)
-        slots: list[object] = []
         limiter = self._in_flight.slots
-        while len(slots) < room and limiter.available_tokens >= 1:
-            slot = object()
+        # Read once: only these borrowings change it before the claim is sent (no await).
+        slots = [object() for _ in range(int(min(room, limiter.available_tokens)))]
+        for slot in slots:
             limiter.acquire_on_behalf_of_nowait(slot)
-            slots.append(slot)
         return slots
 
     async def _idle(self) -> bool:
