@@ -10,11 +10,6 @@ coroutine frames that every resumption of the waiting task's whole await chain p
 :class:`anyio.Event`. It is set at most once and awaited by one task; a waiter cancelled while
 waiting gets the cancellation as it would from an event, and a later :meth:`Wake.set` is a no-op.
 
-:func:`scope_type` and :func:`event_type` are the running backend's own classes of
-:class:`anyio.CancelScope` and :class:`anyio.Event`: anyio looks its backend up each time one
-is made (~2 us of the ~2.5 us a scope costs to make), the backend's class makes one directly.
-The claim loop reads them once and makes each run's and each claim's scope with them.
-
 It touches the running event loop only.
 """
 
@@ -25,7 +20,7 @@ from collections.abc import Awaitable
 
 import anyio
 
-__all__ = ["Wake", "event_type", "running_loop", "scope_type"]
+__all__ = ["Wake", "running_loop"]
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
@@ -34,20 +29,6 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def scope_type() -> type[anyio.CancelScope]:
-    """The running backend's :class:`anyio.CancelScope` class (the class anyio itself makes a
-    scope of): called as ``anyio.CancelScope`` is, it makes the same scope without looking the
-    backend up. Read in the running loop, by an object living in it (a scope of one backend's
-    class is not the other's)."""
-    return type(anyio.CancelScope())
-
-
-def event_type() -> type[anyio.Event]:
-    """The running backend's :class:`anyio.Event` class, as :func:`scope_type` (read in the
-    running loop)."""
-    return type(anyio.Event())
 
 
 class Wake:

@@ -12,7 +12,6 @@ from tracker_client.protocol import Tracker
 from worker.daemon.parking import park_claim
 from worker.daemon.running import InFlight
 from worker.daemon.watch import TrackerWatch
-from worker.wake import scope_type
 
 from .conftest import add_tasks, wait_until
 
@@ -78,16 +77,11 @@ async def test_the_watch_stands_down_while_a_parked_claim_waits(
         tg.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("bound", [False, True], ids=["anyio", "backend_classes"])
-async def test_the_first_stop_cancels_a_parked_wait_inside_the_shield(bound: bool) -> None:
+async def test_the_first_stop_cancels_a_parked_wait_inside_the_shield() -> None:
     """A parked claim's wait runs inside its claim's shield: the first (graceful) stop must
     still end it (the tracker gives back what it leased), while a plain claim's request stays
-    shielded until a second stop abandons it. Alike with the claim loop's scopes made by the
-    running backend's class (``InFlight.bind``, as the claim loop does in its loop)."""
+    shielded until a second stop abandons it."""
     in_flight = InFlight(2)
-    if bound:
-        in_flight.bind()
-        assert in_flight.new_scope is scope_type()
     claim = in_flight.open_claim()
     with claim.scope, claim.shield():
         parked = claim.parked()

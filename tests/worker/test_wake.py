@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from worker.wake import Wake, event_type, running_loop, scope_type
+from worker.wake import Wake, running_loop
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -87,50 +87,3 @@ def test_there_is_no_asyncio_loop_to_hold_under_trio() -> None:
             await wake.wait()
 
     _run("trio", main)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_backends_scope_class_makes_scopes_that_cancel_and_shield(backend: str) -> None:
-    async def main() -> None:
-        new_scope = scope_type()
-        assert new_scope is not anyio.CancelScope  # the backend's own: no look-up per scope
-        assert isinstance(new_scope(), anyio.CancelScope)
-        with new_scope() as scope:
-            scope.cancel()
-            await anyio.sleep(5)
-        assert scope.cancelled_caught
-        done = []
-        with anyio.fail_after(5), new_scope() as outer:
-            outer.cancel()
-            with new_scope(shield=True) as inner:
-                await anyio.sleep(0.01)  # shielded: the cancelled outer scope waits for it
-                done.append(True)
-            await anyio.sleep(5)
-        assert done == [True] and outer.cancelled_caught and not inner.cancelled_caught
-        with new_scope(deadline=anyio.current_time() + 0.01) as timed:
-            await anyio.sleep(5)
-        assert timed.cancelled_caught
-
-    _run(backend, main)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_backends_event_class_makes_events(backend: str) -> None:
-    async def main() -> None:
-        new_event = event_type()
-        assert new_event is not anyio.Event
-        event, woken = new_event(), []
-
-        async def waiter() -> None:
-            await event.wait()
-            woken.append(True)
-
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(waiter)
-                tg.start_soon(waiter)
-                await anyio.sleep(0.01)
-                event.set()
-        assert woken == [True, True] and event.is_set()
-
-    _run(backend, main)

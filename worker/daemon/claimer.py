@@ -157,7 +157,6 @@ class Claimer:
         for the claims still out and, unless stopped meanwhile, for the runs to finish."""
         runners = self.runners = Runners(runs)
         self._clock = loop_clock()  # the running loop's, for every run (read once, here)
-        self._in_flight.bind()  # the backend's scope and event classes, likewise
         try:
             with self._scope:
                 await self._loop(runners)
@@ -418,7 +417,6 @@ class Claimer:
             else None,
             on_executed=in_flight.executed,
             clock=self._clock,
-            scope=in_flight.new_scope(),
         )
         stats.in_flight = in_flight.start(run, name, slot)
         stats.claimed += 1

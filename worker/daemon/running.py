@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import anyio
 
 from worker.run import TaskRun
-from worker.wake import event_type, scope_type
 
 __all__ = ["REPORTS_PER_SLOT", "InFlight", "OpenClaim", "RunningTask"]
 
@@ -60,14 +59,11 @@ class OpenClaim:
     """One claim not answered yet: its cancel scope, its request's shield, and the scope of
     its parked claim's wait."""
 
-    __slots__ = ("_new_scope", "_parked", "_shield", "scope")
+    __slots__ = ("_parked", "_shield", "scope")
 
-    def __init__(self, new_scope: type[anyio.CancelScope] = anyio.CancelScope) -> None:
-        """``new_scope``: how its scopes are made (:func:`worker.wake.scope_type`, when the
-        caller holds it)."""
-        self._new_scope = new_scope
+    def __init__(self) -> None:
         #: The claim's scope: :meth:`InFlight.stop_claims` cancels it.
-        self.scope = new_scope()
+        self.scope = anyio.CancelScope()
         self._shield: anyio.CancelScope | None = None  # its latest request's (one at a time)
         self._parked: anyio.CancelScope | None = None  # its latest parked wait's, if any
 
@@ -75,7 +71,7 @@ class OpenClaim:
         """The scope of one request of this claim at the tracker: shielded, since a stop
         arriving mid-claim must not drop a lease the tracker granted (a second stop lifts the
         shield: :meth:`abandon`, and the lease, if any, expires unused)."""
-        shield = self._shield = self._new_scope(shield=True)
+        shield = self._shield = anyio.CancelScope(shield=True)
         return shield
 
     def parked(self) -> anyio.CancelScope:
@@ -83,7 +79,7 @@ class OpenClaim:
         the first stop cancels it, since a parked claim waits for work, not for a lease the
         tracker granted (cancelling it cancels it at the tracker, which gives back what it
         leased). A stop before it is entered cancels it on entry."""
-        parked = self._parked = self._new_scope()
+        parked = self._parked = anyio.CancelScope()
         if self.scope.cancel_called:  # stopped already: the wait ends as soon as it starts
             parked.cancel()
         return parked
@@ -116,15 +112,6 @@ class InFlight:
         self._busy: dict[str, int] = {}  # runs holding a slot, by role
         self._reporting = 0  # runs whose slot went back at the executor's return
         self._changed: anyio.Event | None = None  # set when a claim or run ends (if awaited)
-        #: How scopes and events are made: anyio's own, or the running backend's classes
-        #: once :meth:`bind` was called in the loop (:func:`worker.wake.scope_type`).
-        self.new_scope: type[anyio.CancelScope] = anyio.CancelScope
-        self._new_event: type[anyio.Event] = anyio.Event
-
-    def bind(self) -> None:
-        """Made in the running loop from now on: scopes and events are made with the running
-        backend's classes, without anyio's look-up of the backend per object."""
-        self.new_scope, self._new_event = scope_type(), event_type()
 
     def resize(self, concurrency: int) -> None:
         """``concurrency`` slots from now on (a lowered count takes effect as runs end)."""
@@ -188,7 +175,7 @@ class InFlight:
     # -- claims -----------------------------------------------------------------------------
     def open_claim(self) -> OpenClaim:
         """A claim is sent: open until :meth:`close_claim` (:meth:`stop_claims` cancels it)."""
-        claim = OpenClaim(self.new_scope)
+        claim = OpenClaim()
         self._claims.add(claim)
         return claim
 
@@ -208,7 +195,7 @@ class InFlight:
     def next_change(self) -> anyio.Event:
         """The event the next claim or run to end sets."""
         if self._changed is None:
-            self._changed = self._new_event()
+            self._changed = anyio.Event()
         return self._changed
 
     def notify(self) -> None:

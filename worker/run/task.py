@@ -186,16 +186,13 @@ class TaskRun:
         telemetry: RunTelemetry | None = None,
         on_executed: Callable[[TaskRun], None] | None = None,
         clock: Callable[[], float] | None = None,
-        scope: anyio.CancelScope | None = None,
     ) -> None:
         """``claimed_at``: ``anyio.current_time()`` when the claim request was sent (default:
         now); the lease's end by our clock counts from there. ``telemetry``: the run's span and
         metrics (none by default). ``on_executed``: called once the executor has returned (or
         been cancelled), before the final report is sent: the worker frees the run's slot there,
         so the next claim overlaps this report. ``clock``: the running loop's, when the caller
-        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own).
-        ``scope``: a new :class:`anyio.CancelScope` to be the run's (default: one made here;
-        the claim loop makes it with the backend's class, :func:`worker.wake.scope_type`)."""
+        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own)."""
         self._log = RunLog.for_lease(log, lease, role.name)
         self.session = settings.session(
             tracker, lease, claimed_at=claimed_at, log=self._log, clock=clock
@@ -213,7 +210,7 @@ class TaskRun:
         self._keeper = keeper
         self._hooks: ContextHooks | None = None  # the run's context's reports and workdir
         #: The run's scope: the executor's, then (when it returned uncancelled) the report's.
-        self.scope = anyio.CancelScope() if scope is None else scope
+        self.scope = anyio.CancelScope()
         self._reporting = False  # the scope is the final report's now: cancel() leaves it be
         self.telemetry = telemetry or _NO_TELEMETRY
         #: The telemetry does something (not the no-op base): else its hooks are skipped.
