@@ -56,7 +56,7 @@ MARGIN_MAX_S = 5.0
 MARGIN_MAX_SHARE = 0.25
 
 
-@functools.cache  # (a run's lease asks it for its TTL: a worker has a few TTLs)
+@functools.lru_cache(maxsize=32)  # (a run asks it for its TTL: a worker has a few TTLs)
 def safety_margin_s(ttl_s: float) -> float:
     """How long before the lease's end the worker stops work under it: 10 % of the TTL, at least
     1 s and at most 5 s, never more than a quarter of the TTL (room for the claim's round trip,
@@ -163,8 +163,7 @@ class LocalLease:
 
     def released(self) -> bool:
         """Whether the tracker can no longer hold the lease (:attr:`report_deadline` passed)."""
-        held = self.held_until + self.grant_s if self._flying else self.held_until
-        return self._now() >= held
+        return self._now() >= self.report_deadline
 
     # -- heartbeats: the one place the ends move ----------------------------------------------
     def heartbeat_sent(self) -> None:
@@ -207,8 +206,8 @@ class LocalLease:
     def watch(self, scope: anyio.CancelScope) -> anyio.CancelScope:
         """Give ``scope`` (work under the lease) the lease's deadline from now on (armed as
         the module docstring says); returns it."""
-        deadline = self.expires_at - self.margin_s  # (:attr:`deadline`, :meth:`_arm_now`)
-        if self._armed or deadline - self._now() <= self.ttl_s / 2:
+        deadline = self.deadline
+        if self._arm_now(deadline):
             scope.deadline = deadline
         self._scopes.append(scope)
         return scope
@@ -228,9 +227,8 @@ class LocalLease:
         its executor and its report)."""
         self._scopes.remove(scope)
         scope.shield = True
-        deadline = self.held_until + self.grant_s if self._flying else self.held_until
-        # armed stays armed (else as :meth:`_arm_now` says)
-        if scope.deadline != math.inf or self._armed or deadline - self._now() <= self.ttl_s / 2:
+        deadline = self.report_deadline
+        if scope.deadline != math.inf or self._arm_now(deadline):  # armed stays armed
             scope.deadline = deadline
         self._reports.append(scope)
 
