@@ -6,9 +6,9 @@ the monitor and wraps its tracker calls in it; the watchdog calls it. No I/O.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 __all__ = ["ProgressMonitor"]
@@ -43,16 +43,10 @@ class ProgressMonitor:
         when = self.clock() if at is None else at
         self._last_tick = max(self._last_tick, when)
 
-    @contextlib.contextmanager
-    def call(self, name: str, budget_s: float) -> Iterator[None]:
-        """Track a call (e.g. a tracker request) that must finish within ``budget_s``."""
-        call_id = self._next_id
-        self._next_id += 1
-        self._calls[call_id] = (name, self.clock() + budget_s)
-        try:
-            yield
-        finally:
-            del self._calls[call_id]
+    def call(self, name: str, budget_s: float) -> AbstractContextManager[None]:
+        """Track a call (e.g. a tracker request) that must finish within ``budget_s``: a
+        context manager around it (a plain object, not a generator's: one per claim)."""
+        return _Call(self, name, budget_s)
 
     def problem(self) -> str | None:
         """Why the probe fails right now, or None when everything is progressing."""
@@ -68,3 +62,21 @@ class ProgressMonitor:
     def __call__(self) -> bool:
         """The probe: True while progressing."""
         return self.problem() is None
+
+
+class _Call:
+    """One call :meth:`ProgressMonitor.call` tracks, while its ``with`` block runs."""
+
+    __slots__ = ("_budget_s", "_id", "_monitor", "_name")
+
+    def __init__(self, monitor: ProgressMonitor, name: str, budget_s: float) -> None:
+        self._monitor, self._name, self._budget_s, self._id = monitor, name, budget_s, 0
+
+    def __enter__(self) -> None:
+        monitor = self._monitor
+        self._id = call_id = monitor._next_id
+        monitor._next_id = call_id + 1
+        monitor._calls[call_id] = (self._name, monitor.clock() + self._budget_s)
+
+    def __exit__(self, *exc: object) -> None:
+        del self._monitor._calls[self._id]

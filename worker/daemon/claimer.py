@@ -213,12 +213,11 @@ class Claimer:
         pacing = self.pacing
         if pacing.max_tasks:
             room = min(room, pacing.max_tasks - pacing.reserved - 1)
-        slots: list[object] = []
         limiter = self._in_flight.slots
-        while len(slots) < room and limiter.available_tokens >= 1:
-            slot = object()
+        # Read once: only these borrowings change it before the claim is sent (no await).
+        slots = [object() for _ in range(int(min(room, limiter.available_tokens)))]
+        for slot in slots:
             limiter.acquire_on_behalf_of_nowait(slot)
-            slots.append(slot)
         return slots
 
     async def _idle(self) -> bool:
@@ -278,7 +277,9 @@ class Claimer:
             self.pacing.claims_ended(ticket, sent=len(slots), found=found)
             in_flight.notify()
         if claims:
-            self._drain_check.claimed(*[lease.task.id for lease, _ in claims])
+            drain = self._drain_check
+            # (the ids only when an own retry is waited for: nearly never)
+            drain.claimed(*[lease.task.id for lease, _ in claims] if drain.own else ())
         for (lease, claim), slot in zip(claims[1:], slots[1:], strict=False):
             runners.start(self._supervise, lease, claim, slot)
         if claims:

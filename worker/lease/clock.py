@@ -36,6 +36,7 @@ It may touch anyio's cancel scopes and the monotonic and wall clocks only: no tr
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from asyncio import get_running_loop
@@ -55,6 +56,7 @@ MARGIN_MAX_S = 5.0
 MARGIN_MAX_SHARE = 0.25
 
 
+@functools.lru_cache(maxsize=32)  # (a run asks it for its TTL: a worker has a few TTLs)
 def safety_margin_s(ttl_s: float) -> float:
     """How long before the lease's end the worker stops work under it: 10 % of the TTL, at least
     1 s and at most 5 s, never more than a quarter of the TTL (room for the claim's round trip,

@@ -33,19 +33,43 @@ class RunLog(logging.LoggerAdapter[logging.Logger]):
     the one that ends it (an action of :data:`FINISH_ACTIONS`), which gets its ``outcome`` and
     ``duration_s`` (since the claim) added here. The stock adapter replaces a call's ``extra``
     with its own before Python 3.13.
+
+    The ids are read off the lease when a line is first logged (:attr:`extra`): a worker
+    logging at WARNING logs no line for most runs, and gathers nothing for them.
     """
 
-    def __init__(self, logger: logging.Logger, extra: dict[str, Any]) -> None:
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any] | None) -> None:
         super().__init__(logger, extra)
         self._started = time.monotonic()
+        self._lease: Lease | None = None  # the ids' lease while they are not gathered yet
+        self._role = ""
 
     @classmethod
     def for_lease(cls, logger: logging.Logger, lease: Lease, role: str) -> RunLog:
         """The log of the run of ``lease`` for ``role``: ids, attempt and stage on every line."""
-        task, run = lease.task, lease.run
-        ids: dict[str, Any] = {"task_id": task.id, "run_id": run.id, "role": role}
-        ids["attempt"], ids["stage"] = run.attempt, task.stage
-        return cls(logger, ids)
+        run_log = cls(logger, None)
+        run_log._lease, run_log._role = lease, role
+        return run_log
+
+    @property  # type: ignore[override]
+    def extra(self) -> dict[str, Any] | None:
+        """The ids added to every line (task, run, role, attempt, stage)."""
+        lease = self._lease
+        if lease is not None:
+            task, run = lease.task, lease.run
+            self._extra: dict[str, Any] | None = {
+                "task_id": task.id,
+                "run_id": run.id,
+                "role": self._role,
+                "attempt": run.attempt,
+                "stage": task.stage,
+            }
+            self._lease = None
+        return self._extra
+
+    @extra.setter
+    def extra(self, value: dict[str, Any] | None) -> None:
+        self._extra, self._lease = value, None
 
     def claimed(self) -> None:
         """The run's first line."""

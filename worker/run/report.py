@@ -193,7 +193,7 @@ class FinalReport:
                 instructions=outcome.instructions,
                 usage=outcome.usage,
                 budget_s=budget,
-                wait_for=tuple(outcome.wait_for),
+                wait_for=tuple(outcome.wait_for) if outcome.wait_for else (),
                 events=events,
             )
 

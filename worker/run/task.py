@@ -163,6 +163,8 @@ class TaskRun:
         "_shutdown",
         "_tracker",
         "executor",
+        "flush_interval_s",
+        "heartbeat_interval_s",
         "role",
         "scope",
         "session",
@@ -198,6 +200,11 @@ class TaskRun:
         self.role = role
         self.executor = executor
         self.settings = settings
+        #: The session's (:attr:`LeaseSession.heartbeat_interval_s`): a third of the TTL (read
+        #: by the keeper: plain attributes, as those of the session and the settings are).
+        self.heartbeat_interval_s = self.session.heartbeat_interval_s
+        #: How often buffered reports are written when the executor doesn't flush itself.
+        self.flush_interval_s = settings.report_flush_s
         self._tracker = tracker
         self._shutdown = shutdown
         self._keeper = keeper
@@ -255,7 +262,9 @@ class TaskRun:
         if lease.task.task_version > 1:  # else there is no transition to read
             instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
         self._log.claimed()
-        workdir = self._workdir_path()
+        # Named after the run id (unique; hashed when it is not one safe path component),
+        # created only if the executor asks for it.
+        workdir = self.settings.workdir_of(workdir_name(lease.run.id))
         hooks: ContextHooks | None = None
         try:
             if (
@@ -322,7 +331,9 @@ class TaskRun:
                             if isinstance(ended, RunResult):
                                 return ended
                             clock.to_report(scope)
-                            return await self._reported(report.send_within(hooks, ended))
+                            if not self._observed:
+                                return await report.send_within(hooks, ended)
+                            return await self._observed_phase(report.send_within(hooks, ended))
                 finally:
                     clock.unwatch(scope)
                 if self._reporting:  # the report's deadline passed, or the tracker took the lease
@@ -410,27 +421,12 @@ class TaskRun:
         # The worker passes its prepared base; a TaskRun built without one uses the same default.
         return self.settings.workdir_base or default_workdir_base()[0]
 
-    def _workdir_path(self) -> str:
-        # Named after the run id (unique; hashed when it is not one safe path component),
-        # created only if the executor asks for it.
-        return self.settings.workdir_of(workdir_name(self.lease.run.id))
-
     def _kill_by(self) -> float:
         """When the run's processes must be dead: half the safety margin before the lease ends."""
         clock = self.session.clock
         return clock.expires_at - clock.margin_s / 2
 
     # -- kept by the worker's LeaseKeeper ------------------------------------------------------
-    @property
-    def heartbeat_interval_s(self) -> float:
-        """The session's (:attr:`LeaseSession.heartbeat_interval_s`): a third of the TTL."""
-        return self.session.heartbeat_interval_s
-
-    @property
-    def flush_interval_s(self) -> float:
-        """How often buffered reports are written when the executor doesn't flush itself."""
-        return self.settings.report_flush_s
-
     def has_pending_reports(self) -> bool:
         """Whether the executor's context holds reports not written yet (or a checkpoint that
         is due before the next heartbeat)."""
