@@ -8,7 +8,11 @@ would cost ~6-7 MiB of RSS for nothing: httpx's own transport without an SSL con
 ``http://``) and the pool's limits. It stands apart from the transport because none of it is
 looked at per request.
 
-``http://`` goes through httpx's own transport (httpcore's pool). A hand-written HTTP/1.1
+``http://`` goes through httpx's own transport (httpcore's pool), whose connections on an
+asyncio loop are the loop's own transport (:class:`_LoopStream`, behind httpcore's public
+:class:`httpcore.AsyncNetworkBackend`): httpcore's anyio backend ran each socket read and write
+in a ``fail_after`` scope (a cancel scope, a timer armed and disarmed, a pass of the loop). HTTP
+itself stays httpx's, httpcore's and h11's. A hand-written HTTP/1.1
 transport did it for a while, in 1.35-1.4x less worker CPU per task, but was worth only
 1.18-1.20x tasks/s to a worker draining a served rail (``python -m bench.transport``, see
 docs/benchmarks.md): under the 1.3x that would pay for keeping an HTTP client of our own.
@@ -82,8 +86,10 @@ class PlainHttpTransport(httpx.AsyncHTTPTransport):
 
 
 class OneWriteRequests(httpcore.AsyncNetworkBackend):
-    """httpcore's own network backend (anyio's), its connections sending what is written
-    with the next read: a request's head and body leave in one write.
+    """The ``http://`` transport's network backend: on an asyncio loop its connections are the
+    loop's own transport (:class:`_LoopStream`), under trio httpcore's anyio backend's
+    (:class:`_GatheredWrites`); both send what is written with the next read, so a request's
+    head and body leave in one write.
 
     httpcore writes a request's head and its body separately (with a pass of the event loop
     between), so each goes out as a TCP segment of its own: the server is woken for the head,
