@@ -12,6 +12,7 @@ reused in keep-alive mode, one per request otherwise, one the server closed neve
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -349,3 +350,32 @@ async def test_a_whole_task_over_uvicorn(tmp_path: Path, keep_alive: bool) -> No
         assert (await embedded.get_task(tid)).stage == "done"
     finally:
         await embedded.aclose()
+
+
+@LOOPS
+async def test_an_answer_far_larger_than_the_read_buffer_is_read_whole() -> None:
+    """A 5 MiB answer: the connection stops reading past its buffer's limit and resumes as
+    the answer is read (on asyncio, the loop's transport; on trio, httpcore's stream)."""
+    big = b"[" + b",".join([b'"' + b"q" * 1000 + b'"'] * 5000) + b"]"
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big)
+    async with raw_server(_answering(answer)) as url:
+        response = await _get(url)
+    assert response.content == big
+
+
+@LOOPS
+async def test_a_body_the_server_never_reads_fails_as_a_write_timeout() -> None:
+    """A request body larger than the socket buffers, to a server that never reads (its
+    listener never accepts: the kernel completes the connection and buffers what it can):
+    the write waits for room within the client's timeout, then fails as a write timeout."""
+    body = b"{" + b" " * (32 * 1024 * 1024) + b"}"
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        http = HttpTransport(ClientOptions.parse(url, timeout_s=0.5, max_request_bytes=1 << 26))
+        try:
+            with pytest.raises(TrackerUnavailable) as info:
+                await http.send("POST", "/tasks", body=body, auth="public")
+        finally:
+            await http.aclose()
+    assert info.value.code == "timeout"
+    assert type(info.value.__cause__).__name__ == "WriteTimeout"
