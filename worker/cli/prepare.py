@@ -44,7 +44,8 @@ EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_TRACKER = 0, 1, 2, 3
 
 
 def select_roles(config: Config, names: Sequence[str]) -> Config:
-    """Keep only the roles named (all when ``names`` is empty); unknown names are a ConfigError."""
+    """Keep only the roles named (all when ``names`` is empty), and every other key as it is;
+    unknown names are a ConfigError."""
     if not config.roles:
         where = f" in {config.source}" if config.source else ""
         raise ConfigError(f"no [[roles]] configured{where}: a worker needs at least one role")
@@ -57,15 +58,8 @@ def select_roles(config: Config, names: Sequence[str]) -> Config:
             f"--role {unknown[0]!r} is not configured "
             f"(configured roles: {', '.join(sorted(known))})"
         )
-    roles = tuple(r for r in config.roles if r.name in names)
-    return Config(
-        tracker=config.tracker,
-        worker=config.worker,
-        roles=roles,
-        source=config.source,
-        log_level=config.log_level,
-        log_format=config.log_format,
-    )
+    # Everything else stays (schedules, metrics, tracing too); nothing to validate again.
+    return config.model_copy(update={"roles": tuple(r for r in config.roles if r.name in names)})
 
 
 def build_role(role: RoleConfig) -> Role:
