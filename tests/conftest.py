@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.upgrade.previous import Release, build, remove
+
 # A job a non-interactive shell starts in the background (``.ci/run &``, some CI runners) has
 # SIGINT ignored, and every process it starts inherits that: the tests that send SIGINT as a
 # terminal's Ctrl-C would then see it ignored. A terminal's foreground job has SIGINT at its
@@ -59,3 +61,16 @@ def rail_logs_warnings_only() -> Iterator[None]:
     rail.setLevel(logging.WARNING)
     yield
     rail.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def previous(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """The previous release, installed in its own venv (tests/upgrade/previous.py): built once
+    per session for every test that runs it (tests/upgrade, tests/pipelines), defined here so
+    that one fixture serves them all (a fixture imported into another directory's module is a
+    fixture of its own there, and built the release a second time)."""
+    release = build(tmp_path_factory.mktemp("previous-release"))
+    try:
+        yield release
+    finally:
+        remove(release)
