@@ -9,8 +9,11 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from tests.upgrade.previous import Release, build, remove
 
 # A job a non-interactive shell starts in the background (``.ci/run &``, some CI runners) has
 # SIGINT ignored, and every process it starts inherits that: the tests that send SIGINT as a
@@ -27,6 +30,36 @@ _DATA_HOME = tempfile.mkdtemp(prefix="backlog-worker-suite-data-")
 atexit.register(shutil.rmtree, _DATA_HOME, True)
 os.environ["XDG_DATA_HOME"] = _DATA_HOME
 os.environ.pop("STATE_DIRECTORY", None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The suite's ``--dist loadgroup`` (pyproject's addopts): each test file goes to one
+    worker whole, and the tests marked ``xdist_group(NAME)`` to one worker together.
+
+    By file: a module's fixtures of module scope (a browser, a bare clone of the checkout) are
+    made once, and a module's tests keep their order. By group: a session fixture shared by
+    several files (the previous release, :func:`previous`) is built once, in one worker.
+    xdist's own loadgroup sends every unmarked test on its own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # a group (as xdist's loadgroup tells)
+                return "@" + nodeid.rsplit("@", 1)[-1]
+            return nodeid.split("::", 1)[0]
+
+    return FileOrGroup(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of the previous release share one worker (see :func:`pytest_xdist_make_scheduler`):
+    its build is the slowest session fixture."""
+    for item in items:
+        if "previous" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("previous-release"))
 
 
 @pytest.fixture
@@ -59,3 +92,16 @@ def rail_logs_warnings_only() -> Iterator[None]:
     rail.setLevel(logging.WARNING)
     yield
     rail.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def previous(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """The previous release, installed in its own venv (tests/upgrade/previous.py): built once
+    per session for every test that runs it (tests/upgrade, tests/pipelines), defined here so
+    that one fixture serves them all (a fixture imported into another directory's module is a
+    fixture of its own there, and built the release a second time)."""
+    release = build(tmp_path_factory.mktemp("previous-release"))
+    try:
+        yield release
+    finally:
+        remove(release)

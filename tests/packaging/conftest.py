@@ -113,11 +113,14 @@ class Venvs:
             with log.open("w") as fh:
                 # pip of the test venv installs INTO the new venv (--python): the venv holds
                 # only the wheel and what it declares; the wheel's directory stands in for the
-                # index for backlog-worker itself (the extras that name it).
+                # index for backlog-worker itself (the extras that name it). --no-compile: no
+                # byte-compiling of every installed module up front (what the tests run is
+                # compiled as it is imported); it was over half of each install's time.
                 proc = subprocess.Popen(
                     [
                         *(sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")),
-                        *("install", "--quiet", "--find-links", str(self.built.wheel.parent)),
+                        *("install", "--quiet", "--no-compile"),
+                        *("--find-links", str(self.built.wheel.parent)),
                         target,
                     ],
                     stdout=fh,

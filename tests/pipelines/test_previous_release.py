@@ -15,7 +15,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.upgrade.conftest import previous  # noqa: F401  (the fixture, re-used)
 from tests.upgrade.previous import Release
 from tests.worker.daemonkit import HOLD_JOB, R_PIPELINE, clean_env, python_config, reap
 from tracker_client.factory import open_tracker
@@ -48,7 +47,7 @@ async def _apply(url: str) -> None:
 
 
 def test_the_previous_release_drains_a_changed_pipeline(
-    previous: Release,  # noqa: F811
+    previous: Release,
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "rail.db"

@@ -7,6 +7,7 @@ verifies the server's certificate (a self-signed one is refused).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,8 +148,13 @@ def tls_server(self_signed: tuple[Path, Path]) -> Iterator[tuple[int, list[str]]
     try:
         yield listener.getsockname()[1], failures
     finally:
+        # shutdown() wakes the thread's accept() (close() alone leaves it blocked on Linux,
+        # and the join below waited out its 10 s)
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         thread.join(timeout=10)
+        assert not thread.is_alive()
 
 
 @pytest.mark.timeout(30)

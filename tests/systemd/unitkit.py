@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tests.needs import mark_needs
@@ -39,13 +40,18 @@ def verify(directory: Path, *units: str, user: bool = False) -> list[str]:
     """Run ``systemd-analyze verify``; return its complaints minus the known-harmless ones."""
     env = {**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"}
     argv = [_analyze()]
-    if user:
-        runtime = directory / "runtime"
-        runtime.mkdir(mode=0o700, exist_ok=True)
-        env["XDG_RUNTIME_DIR"] = str(runtime)
-        argv.append("--user")
-    argv += ["verify", "--man=no", *(str(directory / unit) for unit in units)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    # --user: a runtime dir of its own, short (tempfile's, not under tmp_path): the user
+    # manager's sockets live in it, and a socket path longer than sun_path's 108 bytes
+    # (pytest-xdist's tmp_path is 10 bytes longer) makes the stock gpg-agent units complain.
+    with tempfile.TemporaryDirectory(prefix="bw-rt-") as runtime:
+        if user:
+            os.chmod(runtime, 0o700)
+            env["XDG_RUNTIME_DIR"] = runtime
+            argv.append("--user")
+        argv += ["verify", "--man=no", *(str(directory / unit) for unit in units)]
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=60, check=False
+        )
     complaints = [
         line for line in (proc.stdout + proc.stderr).splitlines() if not HARMLESS.search(line)
     ]

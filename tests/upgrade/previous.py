@@ -69,7 +69,8 @@ def build(where: Path) -> Release:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", f"{tree}[postgres]"],
+        # --no-compile: what the tests run is byte-compiled as it is imported
+        [str(python), "-m", "pip", "install", "-q", "--no-compile", f"{tree}[postgres]"],
         capture_output=True,
         text=True,
         check=False,
@@ -80,7 +81,7 @@ def build(where: Path) -> Release:
         # 0.1.0's postgres extra imported sniffio without declaring it (fixed since): its users
         # had to install it by hand, and so does this harness.
         extra = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "sniffio"],
+            [str(python), "-m", "pip", "install", "-q", "--no-compile", "sniffio"],
             capture_output=True,
             text=True,
             check=False,
