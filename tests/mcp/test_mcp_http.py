@@ -164,3 +164,32 @@ async def test_a_producer_token_limits_the_tools_to_its_pipelines(tmp_path: Path
             assert refused_admin.status_code == 401
         logs = (tmp_path / "mcp.log").read_text() + (tmp_path / "mcp-http.log").read_text()
         assert producer not in logs
+
+
+async def test_the_listening_socket_gives_connections_without_nagle() -> None:
+    # asyncio sets TCP_NODELAY on an accepted connection only when the listening socket was made
+    # with IPPROTO_TCP; with Nagle on, each answer on a kept-alive connection waited ~40 ms for
+    # the client's delayed ACK. A real asyncio server on the socket `bind` makes.
+    import asyncio
+    import socket
+
+    from tracker_client.mcp.http import bind
+
+    loop = asyncio.get_running_loop()
+    nodelay: asyncio.Future[int] = loop.create_future()
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            nodelay.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    server = await loop.create_server(Probe, sock=bind("127.0.0.1", 0))
+    try:
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+        assert await asyncio.wait_for(nodelay, 10) == 1
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
