@@ -44,7 +44,6 @@ from tracker_client.nulltickets.codec import answer_too_large
 from tracker_client.nulltickets.connections import (
     KEEP_ALIVE_CONNECTIONS,
     KEEP_ALIVE_EXPIRY_S,
-    client_transport,
     http_client,
 )
 from tracker_client.nulltickets.options import (
@@ -91,14 +90,11 @@ class HttpTransport:
         #: The largest answer body read (``AnswerRefused`` past it, as it arrives).
         self.max_answer_bytes = options.max_answer_bytes
         self.timeout = httpx.Timeout(options.timeout_s, connect=options.connect_timeout_s)
-        # One connection per request: nothing may sit idle against a single-threaded server.
-        limits = httpx.Limits(max_keepalive_connections=0, max_connections=100)
-        #: What requests are sent on (:meth:`_read`); its client builds their URLs and closes it.
-        self._sender = client_transport(options.url, transport, limits)
         self._client = http_client(
             options.url,
-            self._sender,
-            limits,
+            transport,
+            # One connection per request: nothing may sit idle against a single-threaded server.
+            httpx.Limits(max_keepalive_connections=0, max_connections=100),
             timeout=self.timeout,
             headers={"Connection": "close", "Accept": "application/json"},
         )
@@ -108,10 +104,8 @@ class HttpTransport:
         self._timeouts: dict[str, float | None] = self.timeout.as_dict()
         #: URLs of paths already sent, by path (:meth:`_url`).
         self._urls: dict[str, httpx.URL] = {}
-        #: The keep-alive client once the server advertised ``keep_alive`` (else None), and the
-        #: transport of its pool.
+        #: The keep-alive client once the server advertised ``keep_alive`` (else None).
         self._pooled: httpx.AsyncClient | None = None
-        self._pooled_sender: httpx.AsyncBaseTransport = self._sender
 
     @property
     def keep_alive(self) -> bool:
@@ -124,16 +118,14 @@ class HttpTransport:
         if not enabled or self._pooled is not None:
             return
         self._urls.clear()  # the other client's (the same base URL: cleared all the same)
-        limits = httpx.Limits(
-            max_keepalive_connections=KEEP_ALIVE_CONNECTIONS,
-            max_connections=100,
-            keepalive_expiry=KEEP_ALIVE_EXPIRY_S,
-        )
-        self._pooled_sender = client_transport(self._options.url, self._transport, limits)
         self._pooled = http_client(
             self._options.url,
-            self._pooled_sender,
-            limits,
+            self._transport,
+            httpx.Limits(
+                max_keepalive_connections=KEEP_ALIVE_CONNECTIONS,
+                max_connections=100,
+                keepalive_expiry=KEEP_ALIVE_EXPIRY_S,
+            ),
             timeout=self.timeout,
             headers={"Accept": "application/json"},
         )
@@ -291,10 +283,9 @@ class HttpTransport:
         pooled = self._pooled
         cap = self.max_answer_bytes
         if pooled is None or request.headers.get("connection") == "close":
-            return await self._read(self._client, self._sender, request, cap)
-        sender = self._pooled_sender
+            return await self._read(self._client, request, cap)
         try:
-            return await self._read(pooled, sender, request, cap)
+            return await self._read(pooled, request, cap)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
             # A reused connection closed under the request (the server's idle timeout, a
             # restart). A read is sent again on a fresh connection; a write is not (whether it
@@ -302,32 +293,13 @@ class HttpTransport:
             # sends it again with the same Idempotency-Key, as on a closing connection.
             if request.method != "GET":
                 raise
-            return await self._read(pooled, sender, request, cap)
+            return await self._read(pooled, request, cap)
 
     @staticmethod
-    async def _read(
-        client: httpx.AsyncClient,
-        sender: httpx.AsyncBaseTransport,
-        request: httpx.Request,
-        cap: int,
-    ) -> httpx.Response:
+    async def _read(client: httpx.AsyncClient, request: httpx.Request, cap: int) -> httpx.Response:
         """The answer with its whole body, read as a stream: a body (decoded) over ``cap``
-        bytes is refused as it arrives (``AnswerRefused``), never held whole.
-
-        The request goes straight to ``client``'s transport (``sender``), through its public
-        ``handle_async_request``: what ``AsyncClient.send`` adds on the way is nothing this
-        client uses (auth flows, redirects, event hooks: none; the request is built whole by
-        :meth:`build`) but its cookie jar, which parsed every answer's headers through the
-        standard library's ``http.cookiejar`` and ``email`` modules (~100 Python calls per
-        request, ~15 % of a keep-alive request's client CPU; no tracker sets cookies)."""
-        if client.is_closed:
-            raise RuntimeError("Cannot send a request, as the client has been closed.")
-        try:
-            response = await sender.handle_async_request(request)
-        except httpx.RequestError as exc:
-            exc.request = request  # as the client's own sending names it
-            raise
-        response.request = request  # an error reading the body names it too
+        bytes is refused as it arrives (``AnswerRefused``), never held whole."""
+        response = await client.send(request, stream=True)
         try:
             declared = response.headers.get("content-length", "")
             what = f"{request.method} {request.url.path}"
