@@ -205,6 +205,7 @@ async def test_a_statement_run_for_many_rows_writes_and_counts_as_one_by_one(
     assert [r[2] for r in rows[:3]] == ['{"n":0}', '{"n":1}', '{"n":2}']
 
 
+@pytest.mark.usefixtures("rail_logs_warnings_only")  # one INSERT only where no INFO line per task
 async def test_a_batch_inserts_its_runs_and_events_with_one_statement_each(
     tmp_path: Path,
 ) -> None:
