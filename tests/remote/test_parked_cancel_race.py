@@ -8,6 +8,8 @@ leasing the next task to it (held until its TTL).
 The served app runs on a real 127.0.0.1 port (uvicorn, as ``tracker serve`` runs it) over a
 real SQLite rail; the only hook is the order: the claim's read of its record waits until the
 cancel has reached the rail (:class:`_CancelComesFirst`), what a loaded server does by chance.
+The embedded rail's other way in before the claim parks, the leases its agent's reports claimed
+ahead, is held the same way (:class:`_CancelledWhileClaiming`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import anyio
 import httpx
 import pytest
 
+from tests.embedded.test_batch_statements import DONE, PIPE
 from tests.remote.fixtures import serve_on_port
+from tracker_client.contract.batch_models import FinishItem
 from tracker_client.contract.parked_models import ParkedCancelled
 from tracker_client.embedded import EmbeddedTracker
 from tracker_client.models import Lease, TaskCreate
@@ -143,3 +147,51 @@ async def test_a_client_gone_before_its_claim_parks_stops_it(tmp_path: Path) -> 
             await _not_leased(rail, task_id)
         finally:
             await producer.aclose()
+
+
+def _leased(tracker: EmbeddedTracker) -> set[str]:
+    """Ids of the tasks under a live lease now (read from the rows)."""
+    rows = tracker.engine.db.conn.execute("SELECT id FROM tasks WHERE lease_expires_at_ms > 0")
+    return {str(row[0]) for row in rows}
+
+
+class _CancelledWhileClaiming(EmbeddedTracker):
+    """An embedded rail where a parked claim's cancel is served while the claim takes the
+    leases its agent's last reports claimed ahead (a claim before it parks: the window)."""
+
+    key: str | None = None
+    answer: ParkedCancelled | None = None
+
+    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Lease]:
+        got = await super().claim_many(*args, **kwargs)
+        key, self.key = self.key, None
+        if key is not None:  # the parked claim's claim of the kept leases has just answered
+            self.answer = await self.cancel_parked_claim(idempotency_key=key)
+        return got
+
+
+async def test_kept_leases_a_cancelled_parked_claim_took_are_given_back(tmp_path: Path) -> None:
+    """The kept leases a parked claim takes at once are not answered to a caller whose cancel
+    came meanwhile: they are given back, and the key stays cancelled."""
+    tracker = await _CancelledWhileClaiming.open(str(tmp_path / "rail.db"))
+    try:
+        pid = await tracker.create_pipeline("p", PIPE)
+        tasks = [TaskCreate(pipeline_id=pid, title=f"t{i}") for i in range(6)]
+        await tracker.create_tasks(tasks)
+        first = await tracker.claim_many("a", "coder", 60_000, 3)
+        await tracker.finish_many([FinishItem(x, transition=DONE) for x in first])
+        kept = _leased(tracker)
+        assert len(kept) == 3  # its reports claimed its next batch ahead
+        tracker.key = "park-1"
+        with anyio.fail_after(10):
+            got = await tracker.parked_claim(
+                "a", "coder", 60_000, 3, 30_000, idempotency_key="park-1"
+            )
+            assert got == [] and tracker.answer is not None
+            assert _leased(tracker) == set()  # given back, not held to their TTL
+            assert (
+                await tracker.parked_claim("a", "coder", 60_000, 3, 0, idempotency_key="park-1")
+                == []
+            )
+    finally:
+        await tracker.aclose()
