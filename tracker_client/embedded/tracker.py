@@ -241,10 +241,19 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         ahead = self._ahead
         if (
             not per_state_of(dict(concurrency) if concurrency is not None else None)
+            and not self._parked.ended(key)  # a retry, or cancelled: the rail's record answers
             and ahead.holds(agent_id, agent_role, lease_ttl_ms)
             and _plain(agent_id, agent_role, lease_ttl_ms, n)
         ):
             got = await self.claim_many(agent_id, agent_role, lease_ttl_ms, n)
+            if got and self._parked.ended(key):  # its cancel came while it claimed
+                with anyio.CancelScope(shield=True):  # a cancelled caller gives them back too
+                    for lease in got:
+                        try:
+                            await self._give_back(lease)
+                        except TrackerError:
+                            continue  # gone already: nothing held
+                return []
             if got:
                 return got
         return await super().parked_claim(

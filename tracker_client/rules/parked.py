@@ -16,7 +16,10 @@ connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) an
   back (``release``: no attempt counted) what a claim of that key leased and its caller did
   not take: the served tracker calls it when the client leaves, a stopping worker sends it; a
   cancel that arrives before its claim (they travel on two connections) is remembered, and
-  that claim answers ``[]`` at once without leasing;
+  that claim answers ``[]`` at once without leasing; a claim is live (a cancel stops it)
+  from its arrival, before its first await (the read of its key's record), not only once it
+  waits for work: a cancel served in between would otherwise find nothing and the claim park
+  on for a caller gone, leasing the next task to it (held until its TTL);
 * a retry that arrives while the first request still waits (the server has not noticed the
   first connection drop) takes over: the first one stops (giving back what it leased in the
   meantime, which its gone caller will never take) and the retry parks on from its attempt.
@@ -189,8 +192,8 @@ class ParkedClaims:
 
     @property
     def waiting(self) -> int:
-        """Parked claims waiting now."""
-        return len(self._live)
+        """Parked claims waiting for work now (not those still reading their key's record)."""
+        return sum(1 for e in self._live.values() if e.boardable or e.landed is not None)
 
     async def park(
         self,
@@ -209,26 +212,28 @@ class ParkedClaims:
         came, or the claim was cancelled). ``mark``: the rail's change mark now;
         ``recorded``: how many attempts of ``key`` the rail has recorded; ``ride``: the same
         claim inside a create's transaction (None: it never rides), ``n`` leases at most."""
-        attempt = 0
         old = self._live.get(key)
-        if old is not None:  # a retry while the first request still waits: it takes over
-            old.cancelled = True
-            old.wake.set()
-            await old.done.wait()  # it leases nothing more, and gave back what it had
-            attempt = old.attempt
-        elif key in self._ended:
+        if old is None and key in self._ended:  # a retry, or its cancel came first
             self._ended.move_to_end(key)
             return list(self._ended[key])
-        else:
-            attempt = await recorded()
-            if attempt:  # a key this instance does not know (restarted): replay the last one
-                with anyio.CancelScope(shield=True):
-                    leases = await claim(attempt_key(key, attempt - 1))
-                if leases:
-                    return self._ended_with(key, leases)
-        entry = self._live[key] = _Parked(attempt, n=n, ride=ride)
+        # Live before its first await: a cancel (or the client leaving) that arrives while it
+        # reads its record or waits for the claim it takes over from stops it, instead of
+        # finding no claim and being forgotten while this one parks on for a caller gone.
+        entry = self._live[key] = _Parked(0, n=n, ride=ride)
         try:
-            await self._wait_and_claim(entry, key, wait_s, claim, mark, wait_for_work)
+            if old is not None:  # a retry while the first request still waits: it takes over
+                old.cancelled = True
+                old.wake.set()
+                await old.done.wait()  # it leases nothing more, and gave back what it had
+                entry.attempt = old.attempt
+            else:
+                entry.attempt = await recorded()
+                if entry.attempt and not entry.cancelled:
+                    # A key this instance does not know (restarted): replay the last attempt.
+                    with anyio.CancelScope(shield=True):
+                        entry.leases = await claim(attempt_key(key, entry.attempt - 1))
+            if not entry.leases:
+                await self._wait_and_claim(entry, key, wait_s, claim, mark, wait_for_work)
             if entry.cancelled and entry.leases:
                 await self._give_back(entry, give_back)
         except BaseException:
