@@ -236,6 +236,50 @@ async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
         assert (await claim(writer)).task.id == task_id  # nobody leased it meanwhile
 
 
+async def test_a_cancel_while_the_listener_starts_ends_the_claim_at_once(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cancel comes while the claim waits for its listener, which then answers "not up":
+    # the claim answers empty at once, instead of parking on the rail for its whole wait while
+    # the cancel (and the stopping worker) waits for it. The order is forced: the listener's
+    # answer is held until the cancel has taken the claim out.
+    async with idle_pair(f"look-{uuid.uuid4()}") as (idle, writer):
+        await make_pipeline(writer)
+        await settle(idle)
+        look = idle._idle_look
+        entered, gate = anyio.Event(), anyio.Event()
+
+        async def listening(wait_s: float) -> bool:
+            entered.set()
+            await gate.wait()
+            return False  # the listener is not up: the claim would go to the rail's park
+
+        monkeypatch.setattr(look._engine, "listening", listening)
+        key = str(uuid.uuid4())
+        got: list[Any] = []
+        with anyio.fail_after(WITHIN_S):  # not the park's 20 s
+            async with anyio.create_task_group() as tg:
+
+                async def park() -> None:
+                    got.append(
+                        await idle.parked_claim(
+                            "idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key
+                        )
+                    )
+
+                tg.start_soon(park)
+                await entered.wait()
+
+                async def cancel() -> None:
+                    await idle.cancel_parked_claim(idempotency_key=key)
+
+                tg.start_soon(cancel)
+                while key in look._waiting:  # the cancel has taken it out
+                    await anyio.sleep(0.005)
+                gate.set()
+        assert got == [[]]
+
+
 async def test_a_lost_listener_sends_the_parked_claim_back_to_claiming(pg_server: PgServer) -> None:
     # The listener's backend ends while a create's NOTIFY is in flight: the waiter is woken by
     # the loss itself, and the work is leased whatever the reconnect does.

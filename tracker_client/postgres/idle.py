@@ -221,6 +221,8 @@ class IdleLook:
             while not stop.stopped:
                 remaining = deadline - anyio.current_time()
                 if not await self._engine.listening(max(0.0, remaining)):
+                    if stop.stopped:  # cancelled while the listener started: no claim sent
+                        break
                     stop.standing, stop.sent = False, True  # its first claim withdraws a row
                     return await park_on(max(0.0, deadline - anyio.current_time()), None)
                 changes, engine = self._changes, self._engine
