@@ -46,6 +46,11 @@ async def _park(idle: PostgresTracker, role: str = "coder") -> list[Lease]:
     )
 
 
+async def _park_keyed(idle: PostgresTracker, key: str, got: list[Any]) -> None:
+    """A parked claim of ``key`` (20 s), its answer appended to ``got``."""
+    got.append(await idle.parked_claim("idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key))
+
+
 async def _leased_within(idle: PostgresTracker, bound_s: float, role: str = "coder") -> Lease:
     """Parked claims one after the other (as the worker's idle rounds send them) until one
     answers a lease, within ``bound_s``."""
@@ -220,15 +225,7 @@ async def test_a_cancelled_parked_claim_answers_empty_and_leases_nothing(
         got: list[Any] = []
         with anyio.fail_after(WITHIN_S):
             async with anyio.create_task_group() as tg:
-
-                async def park() -> None:
-                    got.append(
-                        await idle.parked_claim(
-                            "idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key
-                        )
-                    )
-
-                tg.start_soon(park)
+                tg.start_soon(_park_keyed, idle, key, got)
                 await _asleep(idle)
                 cancelled = await idle.cancel_parked_claim(idempotency_key=key)
         assert got == [[]] and cancelled.released == 0
@@ -259,15 +256,7 @@ async def test_a_cancel_while_the_listener_starts_ends_the_claim_at_once(
         got: list[Any] = []
         with anyio.fail_after(WITHIN_S):  # not the park's 20 s
             async with anyio.create_task_group() as tg:
-
-                async def park() -> None:
-                    got.append(
-                        await idle.parked_claim(
-                            "idle", "coder", 60_000, 1, PARK_MS, idempotency_key=key
-                        )
-                    )
-
-                tg.start_soon(park)
+                tg.start_soon(_park_keyed, idle, key, got)
                 await entered.wait()
 
                 async def cancel() -> None:
