@@ -330,12 +330,6 @@ class LeaseSession:
             "instructions": instructions,
             "usage": usage,
         }
-        if self.reports is not None and not wait_for and not events:
-            # Most reports: :meth:`_report`'s first path with nothing riding along, taken here
-            # (each wake-up of the run's task passes one frame fewer on its way down).
-            answer = (await self._finish((), body, None, budget_s)).transition
-            assert answer is not None
-            return answer
         done = await self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
         assert isinstance(done, TransitionResult)
         return done

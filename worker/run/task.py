@@ -331,9 +331,7 @@ class TaskRun:
                             if isinstance(ended, RunResult):
                                 return ended
                             clock.to_report(scope)
-                            if not self._observed:
-                                return await report.send_within(hooks, ended)
-                            return await self._observed_phase(report.send_within(hooks, ended))
+                            return await self._reported(report.send_within(hooks, ended))
                 finally:
                     clock.unwatch(scope)
                 if self._reporting:  # the report's deadline passed, or the tracker took the lease
