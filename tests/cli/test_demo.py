@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -60,14 +61,35 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert [(t.stage, t.dead_letter_reason) for t in dead] == [("dead", "max_attempts_exceeded")]
     assert sum(t.stage == "done" for t in tasks) == 29
 
+    # Each flaky task failed exactly its ``fail_times`` (the script's simulated failures) and
+    # then finished; the poison task failed every attempt; no other task failed by the script.
+    # A failure the script did not make (the machine, not the demo) is retried by the rail like
+    # any other: it is shown, not counted (a CI run once saw one on a loaded machine).
     agents: set[str] = set()
-    failed_then_done = 0
+    simulated: dict[str, int] = {}
+    other: list[str] = []
     for task in tasks:
         runs = rail.json("task", "show", task.id)["runs"]
         agents.update(r["agent_id"] for r in runs)
-        if task.stage == "done" and any(r["status"] == "failed" for r in runs):
-            failed_then_done += 1
-    assert failed_then_done == 6
+        for r in runs:
+            if r["status"] != "failed":
+                continue
+            if "simulated failure" in (r.get("error") or ""):
+                key = f"{task.metadata['kind']}:{task.id}"
+                simulated[key] = simulated.get(key, 0) + 1
+            else:
+                other.append(f"{task.title} attempt {r['attempt']}: {r.get('error')}")
+    expected = {
+        f"{t.metadata['kind']}:{t.id}": (
+            3 if t.metadata.get("poison") else t.metadata["fail_times"]
+        )
+        for t in tasks
+        if t.metadata.get("poison") or t.metadata.get("fail_times")
+    }
+    assert simulated == expected, other
+    assert sum(1 for key in expected if key.startswith("flaky:")) == 6
+    if other:
+        warnings.warn(f"failed runs the demo did not simulate: {other}", stacklevel=1)
     assert len(agents) >= 2, agents  # several processes shared the rail
 
 
