@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from tracker_client.embedded import EmbeddedTracker
@@ -84,6 +85,32 @@ async def test_a_write_of_another_instance_wakes_a_waiter_by_its_socket(tmp_path
         await writer.aclose()
     assert _sockets(path) == []  # a closed instance removes its socket
     assert not os.path.exists(wake_dir(path))  # and the last one out, the directory
+
+
+async def test_a_busy_neighbour_wakes_an_instance_nobody_waits_on_once(tmp_path: Path) -> None:
+    """With nobody waiting, one byte stops the loop reading the socket: a neighbour's commits
+    do not wake the loop one by one (a worker draining beside others), and those that came
+    meanwhile still move the change mark as the next wait begins."""
+    path = str(tmp_path / "rail.db")
+    waiter = await EmbeddedTracker.open(path, poll_interval_s=30)
+    writer = await EmbeddedTracker.open(path)
+    try:
+        await waiter.wait_for_work(0)  # binds its socket; nobody waits from here on
+        changes = waiter.engine.changes
+        seq = changes.seq
+        for n in range(5):
+            await writer.create_pipeline(f"p{n}", PIPELINE)  # its byte sent on return
+            for _ in range(3):  # loop passes: a byte read would be read by now
+                await anyio.lowlevel.checkpoint()
+        assert changes.seq == seq + 1  # the first byte; the others wait in the socket
+        mark = str(changes.seq)
+        with anyio.fail_after(20):  # the wait returns at once: changes came since the mark
+            assert await waiter.wait_for_work(30, since=mark) != mark
+        assert waiter.engine.woken == 0
+        await _wait_woken(waiter, lambda: writer.create_pipeline("p5", PIPELINE))
+    finally:
+        await waiter.aclose()
+        await writer.aclose()
 
 
 async def test_the_directory_stays_while_a_neighbour_listens(tmp_path: Path) -> None:

@@ -157,8 +157,13 @@ class SqliteEngine:
         """A look at ``data_version`` and the wake counter (see :class:`_Seen`); the first
         binds this instance's wake-up socket (:mod:`.wakeup`)."""
         if self.wake is not None:
-            self.wake.listen(self._changes.notify)
+            self.wake.listen(self._changes.notify, self._nobody_waits)
         return _Seen(self, follower=False)
+
+    def _nobody_waits(self) -> bool:
+        """Whether no ``wait`` or ``wait_for_work`` of this instance is under way (the
+        wake-up socket is then not read until the next one: :meth:`.wakeup.WakeSockets.listen`)."""
+        return self._changes.waiters == 0
 
     async def follow(self, wait_s: float) -> _Seen:
         """A follower's look: every commit may be an event of its task."""
