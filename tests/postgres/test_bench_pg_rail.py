@@ -48,3 +48,5 @@ def test_each_tree_drains_and_gets_a_row() -> None:
         claims, reports, total = (float(c) for c in cells[1:4])
         assert claims > 0 and reports > 0
         assert abs(total - (claims + reports)) < 0.2
+        records, wal_bytes, btree = float(cells[7]), float(cells[8]), float(cells[10])
+        assert records > btree > 0 and wal_bytes > records  # read back from the server's WAL
