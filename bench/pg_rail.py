@@ -11,7 +11,8 @@ transitions, each item keyed, until the role is drained; and prints the loop thr
 (``time.thread_time``, which a wait for the server does not count) per task, split between the
 claims and the reports (which carry the next batch's claim: docs/benchmarks.md, "PostgreSQL
 rail"). ``--ab OLD_TREE`` runs the same calls from another source tree's ``tracker_client``
-(its own schema), interleaved with this tree's, round by round. Each run is its own process on
+(its own schema), interleaved with this tree's, round by round, each tree first in every other
+round; each run's schema is dropped after it. Each run is its own process on
 a server started for the run (:class:`bench.peers_setup.StockPgServer`).
 
 The server's side of the same drain (its seeded tasks analyzed first, as autovacuum does after
@@ -175,6 +176,11 @@ def run_once(server_url: str, server_pid: int, tasks: int, tree: Path) -> dict[s
     if done.returncode != 0:
         raise SystemExit(f"the run of {tree} failed:\n{done.stderr[-2000:]}")
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        # gone, so no autovacuum of its tables lands in a later run's server CPU
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
     if found["done"] != tasks:
         raise SystemExit(f"the run of {tree} finished {found['done']} of {tasks} tasks")
     return found
@@ -213,8 +219,11 @@ def main() -> None:
         assert server.proc is not None
         with psycopg.connect(server.url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA public")
-        for _ in range(args.rounds):
-            for tree, rows in zip(trees, runs, strict=True):
+        for round_no in range(args.rounds):
+            order = list(zip(trees, runs, strict=True))
+            if round_no % 2:
+                order.reverse()  # each tree runs first in every other round
+            for tree, rows in order:
                 rows.append(run_once(server.url, server.proc.pid, args.tasks, tree))
     finally:
         server.destroy()
