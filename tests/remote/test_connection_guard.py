@@ -52,7 +52,7 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
 async def guarded(http: str, limits: ConnectionLimits, app: ASGIApp = _app) -> AsyncIterator[int]:
     """uvicorn on 127.0.0.1 with the guard, as ``tracker serve`` runs it; yields the port."""
     guard = ConnectionGuard(limits, http)
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # Nagle off
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         guard.wrap(app),

@@ -47,7 +47,9 @@ REQUEST_TIMEOUT_S = 30.0
 async def serve_briefly(app: Any) -> AsyncIterator[str]:
     """``app`` on an ephemeral 127.0.0.1 port; yield its URL. Stopping does not wait for
     requests still open upstream (a long-poll the proxy forwarded) beyond half a second."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on accepted sockets whose proto says
+    # TCP (tests/remote/fixtures.py); with Nagle on, a kept-alive answer waits ~40 ms.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     config = uvicorn_config(app, sock)
     config.timeout_graceful_shutdown = 0.5
