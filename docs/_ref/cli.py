@@ -30,7 +30,9 @@ def commands() -> list[Entry]:
     are left out, as ``--help`` leaves them out."""
     from worker.cli import main
 
-    return list(_walk(main, click.Context(main, info_name=PROG)))
+    # The group's context settings (its ``-h, --help``), as ``backlog-worker`` runs it: a bare
+    # Context would make (and click keep) a help option of ``--help`` alone.
+    return list(_walk(main, click.Context(main, info_name=PROG, **main.context_settings)))
 
 
 def _walk(command: click.Command, ctx: click.Context) -> Iterator[Entry]:

@@ -42,7 +42,10 @@ def test_the_cli_page_has_every_command_and_option() -> None:
     from worker.cli import COMMAND_MODULES, main
 
     tree = _click_tree(
-        click.Context(main, info_name="backlog-worker").to_info_dict()["command"], "backlog-worker"
+        click.Context(main, info_name="backlog-worker", **main.context_settings).to_info_dict()[
+            "command"
+        ],
+        "backlog-worker",
     )
     assert {p.split()[1] for p in tree if " " in p} >= set(COMMAND_MODULES)
     assert len(tree) > 30  # groups were walked, not only the top level
