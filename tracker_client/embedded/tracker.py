@@ -38,6 +38,7 @@ from tracker_client.rules.claim_many import check_n
 from tracker_client.rules.claims import check_ttl
 from tracker_client.rules.engine import Clock, wall_ms
 from tracker_client.rules.options import parse_options
+from tracker_client.rules.parked import give_back_all
 from tracker_client.rules.rail import Rail
 from tracker_client.sweeps import SweepCounts
 
@@ -247,12 +248,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         ):
             got = await self.claim_many(agent_id, agent_role, lease_ttl_ms, n)
             if got and self._parked.ended(key):  # its cancel came while it claimed
-                with anyio.CancelScope(shield=True):  # a cancelled caller gives them back too
-                    for lease in got:
-                        try:
-                            await self._give_back(lease)
-                        except TrackerError:
-                            continue  # gone already: nothing held
+                await give_back_all(got, self._give_back)
                 return []
             if got:
                 return got

@@ -53,7 +53,7 @@ from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 from tracker_client.rules.common import Ctx
 
-__all__ = ["ENDED_KEPT", "ParkedClaims", "Rider", "attempt_key"]
+__all__ = ["ENDED_KEPT", "ParkedClaims", "Rider", "attempt_key", "give_back_all"]
 
 #: Ended parked claims remembered per rail instance (key -> the leases it answered), for a
 #: retry or a cancel arriving after the answer; the oldest are forgotten first.
@@ -65,6 +65,7 @@ Claim = Callable[[str], Awaitable[list[Lease]]]
 WaitForWork = Callable[[float, str], Awaitable[str]]
 #: Give one lease back (``release``).
 GiveBack = Callable[[Lease], Awaitable[None]]
+
 #: How long a create that carried parked claims waits for them to answer first (a woken claim
 #: is through its wait and back to its caller in about 7 scheduling passes, well under this).
 ANSWER_WAIT_S = 0.002
@@ -132,6 +133,21 @@ class Rider:
             return
         ctx.exec("finish_many.release_item")
         self.leases = leases
+
+
+async def give_back_all(leases: Sequence[Lease], give_back: GiveBack) -> int:
+    """Release ``leases`` a parked claim leased for a caller who will not take them, shielded (a
+    cancelled caller still gives them back); how many were given back. A lease already gone
+    (finished, expired) is skipped: nothing is held."""
+    released = 0
+    with anyio.CancelScope(shield=True):
+        for lease in leases:
+            try:
+                await give_back(lease)
+            except TrackerError:
+                continue  # gone already: nothing held
+            released += 1
+    return released
 
 
 class ParkedClaims:
@@ -321,17 +337,10 @@ class ParkedClaims:
         return entry.released
 
     async def _give_back(self, entry: _Parked, give_back: GiveBack) -> None:
-        """Release ``entry``'s leases (shielded: a cancelled caller still gives them back); a
-        lease already gone (finished, expired) counts as given back."""
+        """Release ``entry``'s leases (:func:`give_back_all`)."""
         leases: Sequence[Lease] = entry.leases
         entry.leases = []
-        with anyio.CancelScope(shield=True):
-            for lease in leases:
-                try:
-                    await give_back(lease)
-                except TrackerError:
-                    continue  # gone already: nothing held
-                entry.released += 1
+        entry.released += await give_back_all(leases, give_back)
 
     def _ended_with(self, key: str, leases: list[Lease]) -> list[Lease]:
         """Remember what the parked claim of ``key`` answered; answer a copy."""
