@@ -13,7 +13,6 @@ from :data:`COMMAND_SUMMARIES` and imports none of them (~0.1 s of CPU less).
 from __future__ import annotations
 
 import importlib
-from gettext import gettext as _
 from typing import Any, Literal
 
 import click
@@ -93,6 +92,8 @@ class _LazyGroup(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._registered: set[str] = set()
+        #: The group's --help is listing its commands (:meth:`format_commands`).
+        self._listing = False
 
     def _register(self, module_name: str) -> None:
         if module_name in self._registered:
@@ -113,31 +114,23 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """The command ``cmd_name``, importing (only) the module that registers it."""
         if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            if self._listing and cmd_name in COMMAND_SUMMARIES:
+                kind, text = COMMAND_SUMMARIES[cmd_name]
+                if kind == "short_help":
+                    return click.Command(cmd_name, short_help=text)
+                return click.Command(cmd_name, help=text)
             self._register(COMMAND_MODULES[cmd_name])
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands' listing of ``--help``, as click writes it, but a command whose module
-        is not imported yet is listed from :data:`COMMAND_SUMMARIES`, without importing it."""
-        listed: list[tuple[str, click.Command]] = []
-        for name in self.list_commands(ctx):
-            command = self.commands.get(name)
-            if command is None and name in COMMAND_SUMMARIES:
-                kind, text = COMMAND_SUMMARIES[name]
-                if kind == "short_help":
-                    command = click.Command(name, short_help=text)
-                else:
-                    command = click.Command(name, help=text)
-            elif command is None:
-                command = self.get_command(ctx, name)
-            if command is not None and not command.hidden:
-                listed.append((name, command))
-        if not listed:
-            return
-        # click's own layout: three times the default spacing beside the longest name
-        limit = formatter.width - 6 - max(len(name) for name, _ in listed)
-        with formatter.section(_("Commands")):
-            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in listed])
+        """The commands' listing of ``--help``, written by click from :meth:`get_command`,
+        which meanwhile answers a command whose module is not imported yet with its entry in
+        :data:`COMMAND_SUMMARIES` instead of importing it."""
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
