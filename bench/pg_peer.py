@@ -1,7 +1,7 @@
 """The PostgreSQL server's work per task: this rail's worker against PgQueuer's, same server.
 
     python -m bench.pg_peer [--tasks 5000] [--rounds 3] [--procs 1,2] [--concurrency 10]
-                            [--systems postgres,pgqueuer,postgres@OLD_TREE]
+                            [--systems postgres,pgqueuer,postgres@OLD_TREE] [--top N]
 
 Each round drains ``--tasks`` no-op tasks once per system and number of worker processes, on
 one PostgreSQL started for the run at its stock durability
@@ -23,6 +23,11 @@ during it). Per task:
 * ``HOT %``: the share of row updates that were HOT (``pg_stat_user_tables`` of the drain's
   schema or database);
 * ``worker CPU``: the worker processes' own (``wait4``: start-up included).
+
+``--top N`` tracks nested statements too (``pg_stat_statements.track = all``, with planning)
+and prints, per system and number of processes, its N costliest statements in the first round
+(execution and planning time per task, calls per task, plans per call; a nested statement's
+time is part of its caller's).
 
 Tasks/s are each system's own (the rail's run timestamps, PgQueuer's log table). The server
 figures do not move with the machine's load; the CPU ones do, so read them within a round.
@@ -58,6 +63,18 @@ class StatementsPgServer(StockPgServer):
         return [*super().settings(), "shared_preload_libraries=pg_stat_statements"]
 
 
+class NestedStatementsPgServer(StatementsPgServer):
+    """:class:`StatementsPgServer` tracking nested statements and their planning too."""
+
+    def settings(self) -> list[str]:
+        """The statements' server's, tracking every statement's execution and planning."""
+        return [
+            *super().settings(),
+            "pg_stat_statements.track=all",
+            "pg_stat_statements.track_planning=on",
+        ]
+
+
 @dataclass(frozen=True, slots=True)
 class Mark:
     """The server's counters at one moment, with no other client connected."""
@@ -82,15 +99,17 @@ def _quiet(conn: Any) -> None:
         time.sleep(0.05)
 
 
-def mark(server: PgServer, checkpoint: bool = False) -> Mark:
+def mark(server: PgServer, checkpoint: bool = False, reset: bool = False) -> Mark:
     """The counters now (``checkpoint``: after a checkpoint, so full-page images count from
-    the same start in every drain)."""
+    the same start in every drain; ``reset``: the statements' statistics reset first)."""
     import psycopg
 
     with psycopg.connect(server.url, autocommit=True) as conn:
         _quiet(conn)
         if checkpoint:
             conn.execute("CHECKPOINT")
+        if reset:
+            conn.execute("SELECT public.pg_stat_statements_reset()")
         conn.execute("SELECT pg_stat_force_next_flush()")
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(
@@ -143,12 +162,34 @@ def _hot(server: PgServer, database: str | None, schema: str | None) -> float:
     return 100.0 * float(hot) / float(updates) if updates else 0.0
 
 
-def _measured(server: PgServer, drain: Callable[[], Result], n: int) -> Result:
-    """Run ``drain`` (its tasks seeded already) between two marks: the per-task figures."""
-    before = mark(server, checkpoint=True)
+def _top(server: PgServer, n: int, done: int) -> list[tuple[Any, ...]]:
+    """The ``n`` statements the server spent the most time on since the last reset: (exec us
+    per task, plan us per task, calls per task, plans per call, top level?, the query's
+    start)."""
+    import psycopg
+
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT total_exec_time, total_plan_time, calls, plans, toplevel, "
+            "left(regexp_replace(query, '\\s+', ' ', 'g'), 80) FROM public.pg_stat_statements "
+            "ORDER BY total_exec_time + total_plan_time DESC LIMIT %s",
+            (n,),
+        ).fetchall()
+    return [
+        (ex * 1e3 / done, pl * 1e3 / done, calls / done, plans / calls if calls else 0.0, top, q)
+        for ex, pl, calls, plans, top, q in rows
+    ]
+
+
+def _measured(server: PgServer, drain: Callable[[], Result], top: int) -> Result:
+    """Run ``drain`` (its tasks seeded already) between two marks: the per-task figures (with
+    ``top``, the costliest statements too)."""
+    before = mark(server, checkpoint=True, reset=top > 0)
     found = drain()
     after = mark(server)
     done = found["done"] or 1
+    if top:
+        found["top"] = _top(server, top, done)
     figures = wal(server, before.lsn, after.lsn)
     return {
         **found,
@@ -163,7 +204,9 @@ def _measured(server: PgServer, drain: Callable[[], Result], n: int) -> Result:
     }
 
 
-def ours(server: PgServer, n: int, procs: int, concurrency: int, tree: Path | None) -> Result:
+def ours(
+    server: PgServer, n: int, procs: int, concurrency: int, tree: Path | None, top: int = 0
+) -> Result:
     """This rail's worker (``tree``'s, when given) drains ``n`` no-op tasks on a fresh schema."""
     import os
     import subprocess
@@ -202,14 +245,14 @@ def ours(server: PgServer, n: int, procs: int, concurrency: int, tree: Path | No
             "worker_us": sum(cpu for _, cpu in reaped) / (done or 1) * 1e6,
         }
 
-    found = _measured(server, drain, n)
+    found = _measured(server, drain, top)
     found["hot"] = _hot(server, None, schema)
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
     return found
 
 
-def pgqueuer(server: PgServer, n: int, procs: int, concurrency: int) -> Result:
+def pgqueuer(server: PgServer, n: int, procs: int, concurrency: int, top: int = 0) -> Result:
     """PgQueuer's workers drain ``n`` no-op jobs on a fresh database."""
     import psycopg
 
@@ -237,7 +280,7 @@ def pgqueuer(server: PgServer, n: int, procs: int, concurrency: int) -> Result:
             "worker_us": sum(cpu for _, cpu in reaped) / (done or 1) * 1e6,
         }
 
-    found = _measured(server, drain, n)
+    found = _measured(server, drain, top)
     found["hot"] = _hot(server, database, None)
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE {database}")
@@ -267,6 +310,9 @@ def main() -> None:
     parser.add_argument("--procs", default="1,2", help="worker processes, comma-separated")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--systems", default="postgres,pgqueuer")
+    parser.add_argument(
+        "--top", type=int, default=0, help="also each system's N costliest statements"
+    )
     args = parser.parse_args()
     procs = [int(p) for p in args.procs.split(",") if p]
     systems = [s for s in args.systems.split(",") if s]
@@ -282,7 +328,7 @@ def main() -> None:
     import psycopg
 
     runs: dict[tuple[str, int], list[Result]] = {(s, p): [] for p in procs for s in systems}
-    server = StatementsPgServer.create(bindir)
+    server = (NestedStatementsPgServer if args.top else StatementsPgServer).create(bindir)
     began = f"load {load()} at {time.strftime('%H:%M:%S', time.gmtime())} UTC"
     try:
         server.start()
@@ -297,10 +343,15 @@ def main() -> None:
             for name, p in order:
                 rail, _, tree = name.partition("@")
                 if rail == "pgqueuer":
-                    found = pgqueuer(server, args.tasks, p, args.concurrency)
+                    found = pgqueuer(server, args.tasks, p, args.concurrency, args.top)
                 else:
                     found = ours(
-                        server, args.tasks, p, args.concurrency, Path(tree) if tree else None
+                        server,
+                        args.tasks,
+                        p,
+                        args.concurrency,
+                        Path(tree) if tree else None,
+                        args.top,
                     )
                 if found["done"] != args.tasks:
                     raise SystemExit(f"{name} x{p} finished {found['done']} of {args.tasks}")
@@ -325,6 +376,17 @@ def main() -> None:
         ]
         each = ", ".join(f"{r['tasks_per_s']:.0f}" for r in rows)
         print(f"| {name} | {p} | " + " | ".join(cells) + f" | {each} |")
+    for (name, p), rows in runs.items() if args.top else ():
+        print()
+        print(f"{name}, {p} process(es), round 1: its {args.top} costliest statements")
+        print("| exec us/task | plan us/task | calls/task | plans/call | top level | statement |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for ex, pl, calls, plans, top, query in rows[0]["top"]:
+            shown = query.replace("|", "\\|")
+            print(
+                f"| {ex:.1f} | {pl:.1f} | {calls:.3f} | {plans:.2f} | {'yes' if top else 'no'} "
+                f"| `{shown}` |"
+            )
 
 
 if __name__ == "__main__":
