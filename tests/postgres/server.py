@@ -28,9 +28,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tests.needs import missing
 
@@ -116,7 +117,7 @@ class PgServer:
         return {} if who is None else {"user": who[0], "group": who[1], "extra_groups": []}
 
     @classmethod
-    def create(cls, bindir: Path) -> PgServer:
+    def create(cls, bindir: Path) -> Self:
         """``initdb`` a fresh cluster in a new temp dir (owned by the server's user)."""
         root = Path(tempfile.mkdtemp(prefix="backlog-pg-"))
         server = cls(bindir=bindir, root=root)
@@ -242,3 +243,42 @@ def fresh_schema_url(key: str, **options: Any) -> str:
     server = shared_server()
     query = "&".join(f"{k}={v}" for k, v in {"schema": schema_name(key), **options}.items())
     return f"{server.url}?{query}"
+
+
+@dataclass
+class StatsServer(PgServer):
+    """A server of a test module's own with ``pg_stat_statements`` loaded and counting nested
+    statements too, plus the module's ``extra`` settings (JIT thresholds, planning counts)."""
+
+    extra: tuple[str, ...] = ()
+
+    def settings(self) -> list[str]:
+        """The tests' settings, the statements' extension and :attr:`extra`."""
+        return [
+            *super().settings(),
+            "shared_preload_libraries=pg_stat_statements",
+            "pg_stat_statements.track=all",
+            *self.extra,
+        ]
+
+
+@contextlib.contextmanager
+def stats_server(*extra: str, needs: tuple[str, ...] = ()) -> Iterator[PgServer]:
+    """A started :class:`StatsServer` with the extension created, destroyed after; skips when
+    ``pg_stat_statements`` or a library of ``needs`` (PostgreSQL's contrib modules) is missing."""
+    import psycopg
+
+    bindir = require_postgres()
+    libdir = bindir.parent / "lib"
+    for library in ("pg_stat_statements", *needs):
+        if not (libdir / f"{library}.so").is_file():
+            missing(f"{library}.so is not in {libdir} (PostgreSQL's contrib modules)")
+    server = StatsServer.create(bindir)
+    server.extra = extra
+    try:
+        server.start()
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
+        yield server
+    finally:
+        server.destroy()

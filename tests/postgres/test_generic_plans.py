@@ -27,7 +27,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
-from tests.postgres.server import PgServer, require_postgres
+from tests.postgres.server import PgServer, stats_server
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.factory import open_tracker
 
@@ -47,36 +47,12 @@ KEPT_TABLES = ("tasks", "runs", "events", "idempotency")
 PIPELINE_SCAN = r"Index (?:Only )?Scan using tasks_pipeline\b"
 
 
-class _StatsServer(PgServer):
-    """The tests' server with ``pg_stat_statements`` loaded, counting nested statements and
-    their planning."""
-
-    def settings(self) -> list[str]:
-        """The tests' settings plus the extension's."""
-        return [
-            *super().settings(),
-            "shared_preload_libraries=pg_stat_statements",
-            "pg_stat_statements.track=all",
-            "pg_stat_statements.track_planning=on",
-        ]
-
-
-@pytest.fixture(scope="module")
-def stats_server() -> Iterator[PgServer]:
-    """A server of this module's own (stopped by pid and removed after it)."""
-    bindir = require_postgres()
-    libdir = bindir.parent / "lib"
-    for library in ("pg_stat_statements.so", "auto_explain.so"):
-        if not (libdir / library).is_file():
-            pytest.skip(f"{library} is not in {libdir} (PostgreSQL's contrib modules)")
-    server = _StatsServer.create(bindir)
-    try:
-        server.start()
-        with psycopg.connect(server.url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pg_stat_statements")
+@pytest.fixture(name="stats_server", scope="module")
+def _stats_server() -> Iterator[PgServer]:
+    """A server of this module's own counting nested statements and their planning (stopped
+    by pid and removed after it)."""
+    with stats_server("pg_stat_statements.track_planning=on", needs=("auto_explain",)) as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(autouse=True)

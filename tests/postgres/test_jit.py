@@ -22,45 +22,23 @@ import psycopg
 import pytest
 
 from tests.contract.support import make_pipeline, new_task, simple_pipeline
-from tests.postgres.server import PgServer, require_postgres
+from tests.postgres.server import PgServer, stats_server
 from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.factory import open_tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 
-class _JitServer(PgServer):
-    """The tests' server compiling every statement a session lets it (``jit_above_cost`` 0),
-    with ``pg_stat_statements`` counting what was compiled."""
-
-    def settings(self) -> list[str]:
-        """The tests' settings, JIT's thresholds at 0 and the statements' extension."""
-        return [
-            *super().settings(),
-            "jit=on",
-            "jit_above_cost=0",
-            "shared_preload_libraries=pg_stat_statements",
-            "pg_stat_statements.track=all",
-        ]
-
-
 @pytest.fixture(scope="module")
 def jit_server() -> Iterator[PgServer]:
-    """A server of this module's own (stopped by pid and removed after it)."""
-    bindir = require_postgres()
-    if not (bindir.parent / "lib" / "pg_stat_statements.so").is_file():
-        pytest.skip("pg_stat_statements is not installed (PostgreSQL's contrib modules)")
-    server = _JitServer.create(bindir)
-    try:
-        server.start()
+    """A server of this module's own compiling every statement a session lets it
+    (``jit_above_cost`` 0), with ``pg_stat_statements`` counting what was compiled."""
+    with stats_server("jit=on", "jit_above_cost=0") as server:
         with psycopg.connect(server.url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pg_stat_statements")
             available = conn.execute("SELECT pg_jit_available()").fetchone()
         if not (available and available[0]):
             pytest.skip("this PostgreSQL has no JIT (llvmjit): nothing to turn off")
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(autouse=True)
