@@ -72,8 +72,8 @@ ENDED_KEPT = 4096
 #: cancel after the answer (its caller left) or one that overtook its claim come within
 #: moments; a retry later than this replays the rail's record of the attempt (as on a
 #: restarted server). Without it, an idle worker picking up one task at a time kept every
-#: answer's lease, ~5.5 KiB each, up to the 4,096th: ~22 MiB (docs/benchmarks.md, memory
-#: footprint of a worker).
+#: answer's lease until the 4,096th: ~6 MiB more RSS per 1,000 pickups, ~25 MiB at the bound
+#: (docs/benchmarks.md, memory footprint of a worker).
 ENDED_FOR_S = 60.0
 
 #: One attempt's claim (``claim_many`` under the key given).
