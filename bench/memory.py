@@ -38,7 +38,10 @@ SIGTERM once all are done:
    pages, and prints what is still allocated at the end by the file that allocated it). The
    hook's own cost is small but not zero: the clean run's figure is the one to quote. Its
    anonymous and file-backed RSS (``/proc/<pid>/smaps_rollup``, read once all tasks are done)
-   are printed too, and its peak by part (:data:`PARTS`): the modules it imported, loaded part
+   are printed too, each against a fresh interpreter that imported the same modules (what
+   running added: the rail's connections and caches, the runs' objects, the library code the
+   run executes), with the most threads it had while busy; and its peak by part
+   (:data:`PARTS`): the modules it imported, loaded part
    by part into a fresh interpreter (the interpreter, OpenSSL, asyncio and anyio, ... this
    project), the rest of its peak being what it allocated while running; with each part's CPU
    ms to import (the median of a few such interpreters), start-up's cost by library. And its
@@ -207,7 +210,8 @@ PART_RUNS = 5
 
 #: Imports a worker's modules (the order file of a clean run) part by part into a fresh
 #: interpreter and prints each part's RSS growth and CPU ms as JSON (the interpreter's own: its
-#: RSS and CPU before the first import); names the worker marked absent stay so.
+#: RSS and CPU before the first import), then its anonymous and file-backed RSS (KiB) once all
+#: are imported; names the worker marked absent stay so.
 _PARTS_CHILD = """
 import time
 cpu_at_start = time.process_time()  # the interpreter's own start-up, before any import here
@@ -240,6 +244,8 @@ for label, tops in parts:
                 x: int = 0
     out.append([label, rss_kib() - before, (time.process_time() - began) * 1000])
 print(json.dumps(out))
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps([int(status[key].split()[0]) for key in ("RssAnon", "RssFile")]))
 """
 
 
@@ -327,8 +333,14 @@ def _run(
                 time.sleep(1.0)  # idle on an empty queue first (a benchmark, not a test)
                 idle = (vm_hwm_kib(proc.pid) or 0) / 1024
                 _add(where.url, tasks)
-                _wait_for(lambda: where.completed() >= tasks, 300, f"{tasks} completed runs", proc)
-                smaps = _smaps(proc.pid)
+                threads = [_threads(proc.pid)]
+
+                def drained() -> bool:
+                    threads[0] = max(threads[0], _threads(proc.pid))
+                    return bool(where.completed() >= tasks)
+
+                _wait_for(drained, 300, f"{tasks} completed runs", proc)
+                smaps = {**_smaps(proc.pid), "threads": threads[0]}
             finally:
                 proc.send_signal(signal.SIGTERM)
             ((peak, cpu),) = reap([proc])
@@ -348,7 +360,7 @@ def _run(
         if costs is not None:
             out["costs"] = json.loads(costs.read_text())
         elif parts:
-            out["parts"] = _parts(python, root, order)
+            out["parts"], out["imported_split_kib"] = _parts(python, root, order)
         return out
 
 
@@ -485,22 +497,29 @@ def _warm(python: str, root: Path) -> None:
     )
 
 
-def _parts(python: str, root: Path, order: Path) -> list[tuple[str, float, float]]:
+def _parts(
+    python: str, root: Path, order: Path
+) -> tuple[list[tuple[str, float, float]], tuple[int, int]]:
     """(part, MiB, CPU ms) of :data:`PARTS` for the worker whose imports ``order`` lists: each
     part's import into a fresh interpreter (median CPU of :data:`PART_RUNS` such interpreters;
-    the RSS does not move between them)."""
+    the RSS does not move between them); and that interpreter's anonymous and file-backed RSS
+    (KiB) once it has imported them all."""
     argv = [python, "-c", _PARTS_CHILD, str(root), str(order), json.dumps(PARTS)]
     env = _env(root)
-    runs = []
+    runs, split = [], (0, 0)
     for _ in range(PART_RUNS):
         done = subprocess.run(
             argv, capture_output=True, text=True, env=env, timeout=120, check=True
         )
-        runs.append(json.loads(done.stdout.splitlines()[-1]))
-    return [
+        lines = done.stdout.splitlines()
+        runs.append(json.loads(lines[-2]))
+        anon, file_backed = json.loads(lines[-1])
+        split = (anon, file_backed)
+    parts = [
         (label, kib / 1024, statistics.median(run[i][2] for run in runs))
         for i, (label, kib, _) in enumerate(runs[0])
     ]
+    return parts, split
 
 
 def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -537,6 +556,17 @@ def _smaps(pid: int) -> dict[str, int]:
     except (OSError, ValueError, IndexError):
         return {}
     return {"rss_kib": fields.get("Rss", 0), "anon_kib": fields.get("Anonymous", 0)}
+
+
+def _threads(pid: int) -> int:
+    """The threads of ``pid`` now (``/proc/<pid>/status``); 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
 
 
 def _wait_for(check: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
@@ -586,6 +616,15 @@ def _report(label: str, clean: dict[str, Any], profiled: dict[str, Any] | None, 
         + ", ".join(f"{label} {mib:.1f} / {ms:.0f}" for label, mib, ms in parts)
         + f"; running (threads, caches, data) {clean['peak_mib'] - imported:.1f} MiB"
     )
+    split = clean.get("imported_split_kib")
+    if split and anon:
+        print(
+            "  running, at the end against that interpreter with everything imported: "
+            f"anonymous +{anon - split[0] / 1024:.1f} MiB (the rail's connections and caches, "
+            "the runs' objects, validators built on first use, threads' stacks and arenas), "
+            f"file-backed +{rss - anon - split[1] / 1024:.1f} MiB (library code the run "
+            f"executes); threads at most {clean.get('threads', 0)}"
+        )
     if profiled is None:
         return
     costs: dict[str, Any] = profiled["costs"]

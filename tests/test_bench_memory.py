@@ -88,6 +88,16 @@ def test_a_busy_worker_is_measured_end_to_end() -> None:
     project = re.search(r"this project (\d+\.\d) / (\d+);", done.stdout)
     assert project is not None, done.stdout
     assert float(project.group(1)) > 0 and int(project.group(2)) > 0
+    # what running added above an interpreter that imported the same modules, split, and the
+    # threads it ran (the event loop's and the SQLite connection's at least)
+    running = re.search(
+        r"running, at the end .* anonymous \+(-?\d+\.\d) MiB .* file-backed \+(-?\d+\.\d) MiB"
+        r" .*; threads at most (\d+)$",
+        done.stdout,
+        re.M,
+    )
+    assert running is not None, done.stdout
+    assert float(running.group(1)) > 0 and int(running.group(3)) >= 2
 
 
 @pytest.mark.slow

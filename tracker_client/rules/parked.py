@@ -10,8 +10,9 @@ connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) an
 * each claim it makes while parked is a ``claim_many`` under ``<key>/<i>`` (attempt ``i``):
   an empty one is recorded as empty, so the next attempt needs the next key; a retry under
   the same key (the caller's answer was lost) answers the leases its first request took: from
-  :class:`ParkedClaims` while this instance remembers the key, else by replaying the last
-  attempt recorded (a restarted server), which leaves out a lease gone since;
+  :class:`ParkedClaims` while this instance remembers the key (:data:`ENDED_FOR_S`), else by
+  replaying the last attempt recorded (a restarted server), which leaves out a lease gone
+  since;
 * ``cancel`` under the key stops a claim still waiting before it leases anything, and gives
   back (``release``: no attempt counted) what a claim of that key leased and its caller did
   not take: the served tracker calls it when the client leaves, a stopping worker sends it; a
@@ -42,6 +43,7 @@ through the callables :class:`~tracker_client.rules.rail.Rail` hands it.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,11 +55,26 @@ from tracker_client.errors import TrackerError
 from tracker_client.models import Lease
 from tracker_client.rules.common import Ctx
 
-__all__ = ["ENDED_KEPT", "ParkedClaims", "Rider", "attempt_key", "give_back_all"]
+__all__ = [
+    "ENDED_FOR_S",
+    "ENDED_KEPT",
+    "ParkedClaims",
+    "Rider",
+    "attempt_key",
+    "give_back_all",
+]
 
 #: Ended parked claims remembered per rail instance (key -> the leases it answered), for a
 #: retry or a cancel arriving after the answer; the oldest are forgotten first.
 ENDED_KEPT = 4096
+#: How long an ended parked claim is remembered (seconds since it ended, or since a retry last
+#: asked for it), at most :data:`ENDED_KEPT` of them. A retry of an answer its caller lost, a
+#: cancel after the answer (its caller left) or one that overtook its claim come within
+#: moments; a retry later than this replays the rail's record of the attempt (as on a
+#: restarted server). Without it, an idle worker picking up one task at a time kept every
+#: answer's lease until the 4,096th: ~6 MiB more RSS per 1,000 pickups, ~25 MiB at the bound
+#: (docs/benchmarks.md, memory footprint of a worker).
+ENDED_FOR_S = 60.0
 
 #: One attempt's claim (``claim_many`` under the key given).
 Claim = Callable[[str], Awaitable[list[Lease]]]
@@ -153,10 +170,19 @@ async def give_back_all(leases: Sequence[Lease], give_back: GiveBack) -> int:
 class ParkedClaims:
     """One rail instance's parked claims by key, and the last ones ended (see the module)."""
 
-    def __init__(self, kept: int = ENDED_KEPT) -> None:
+    def __init__(
+        self,
+        kept: int = ENDED_KEPT,
+        kept_s: float = ENDED_FOR_S,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._live: dict[str, _Parked] = {}
-        self._ended: OrderedDict[str, list[Lease]] = OrderedDict()
+        #: key -> (when it ended or a retry last asked, on ``now``'s clock; what it answered),
+        #: the oldest first
+        self._ended: OrderedDict[str, tuple[float, list[Lease]]] = OrderedDict()
         self._kept = kept
+        self._kept_s = kept_s
+        self._now = now
         #: Claims that rode a create and leased (tests and benches read it).
         self.rides = 0
 
@@ -229,9 +255,11 @@ class ParkedClaims:
         ``recorded``: how many attempts of ``key`` the rail has recorded; ``ride``: the same
         claim inside a create's transaction (None: it never rides), ``n`` leases at most."""
         old = self._live.get(key)
+        self._forget_old()
         if old is None and key in self._ended:  # a retry, or its cancel came first
-            self._ended.move_to_end(key)
-            return list(self._ended[key])
+            leases = self._ended.pop(key)[1]
+            self._ended[key] = (self._now(), leases)
+            return list(leases)
         # Live before its first await: a cancel (or the client leaving) that arrives while it
         # reads its record or waits for the claim it takes over from stops it, instead of
         # finding no claim and being forgotten while this one parks on for a caller gone.
@@ -312,6 +340,7 @@ class ParkedClaims:
     def ended(self, key: str) -> bool:
         """Whether a parked claim of ``key`` ended here, or its cancel came first: a claim of
         ``key`` arriving now is answered at once by :meth:`park` (what it answered, or ``[]``)."""
+        self._forget_old()
         return key in self._ended
 
     async def cancel(self, key: str, give_back: GiveBack) -> int:
@@ -323,17 +352,19 @@ class ParkedClaims:
             live.wake.set()
             await live.done.wait()
             return live.released
+        self._forget_old()
         if key not in self._ended:
             # The cancel overtook its claim (two connections; a stopping worker): the claim
             # that arrives after it answers at once and leases nothing (see :meth:`park`).
             self._ended_with(key, [])
             return 0
-        leases = self._ended[key]
+        since, leases = self._ended[key]
         if not leases:
             return 0
         entry = _Parked(0, cancelled=True, leases=leases)
         await self._give_back(entry, give_back)
-        self._ended[key] = []
+        if key in self._ended:
+            self._ended[key] = (since, [])
         return entry.released
 
     async def _give_back(self, entry: _Parked, give_back: GiveBack) -> None:
@@ -344,8 +375,15 @@ class ParkedClaims:
 
     def _ended_with(self, key: str, leases: list[Lease]) -> list[Lease]:
         """Remember what the parked claim of ``key`` answered; answer a copy."""
-        self._ended[key] = list(leases)
-        self._ended.move_to_end(key)
-        while len(self._ended) > self._kept:
-            self._ended.popitem(last=False)
+        self._ended.pop(key, None)
+        self._ended[key] = (self._now(), list(leases))
+        self._forget_old()
         return list(leases)
+
+    def _forget_old(self) -> None:
+        """Forget the ended claims past :data:`ENDED_KEPT`, and those remembered longer than
+        :data:`ENDED_FOR_S` (the oldest first: the order they ended or were last asked for)."""
+        ended = self._ended
+        oldest = self._now() - self._kept_s
+        while ended and (len(ended) > self._kept or next(iter(ended.values()))[0] < oldest):
+            ended.popitem(last=False)
