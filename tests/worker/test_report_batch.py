@@ -231,6 +231,28 @@ async def test_a_cancelled_leader_leaves_its_batch_retryable(
     assert (await tracker.get_task(leases[1].task.id)).stage == "review"
 
 
+async def test_a_leader_cancelled_before_its_pass_sends_nothing(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    # A report whose scope is cancelled by the time its batch would go (its lease gone, its
+    # deadline passed) writes nothing; a report after it still leads and goes through.
+    leases = await _leases(tracker, pipeline_id, 2)
+    gate = Gate(tracker)
+    batcher = ReportBatcher(gate)
+
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # cancelled before the report: its scheduling pass meets it
+        await batcher.finish(_transition(leases[0]))
+    assert scope.cancelled_caught
+    assert gate.calls == [] and batcher.calls == 0  # nothing taken, nothing sent
+    assert batcher._queue == [] and not batcher._sending
+
+    result = await batcher.finish(_transition(leases[1]))
+    assert result.transition is not None and result.transition.new_stage == "review"
+    assert [[item.lease.run_id for item in call] for call in gate.calls] == [[leases[1].run.id]]
+    assert (await tracker.get_task(leases[0].task.id)).stage == "todo"
+
+
 class Counting:
     """The real tracker, counting ``finish_many`` calls and items; ``batch=False`` hides it."""
 

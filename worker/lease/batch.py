@@ -105,15 +105,17 @@ class ReportBatcher:
         """Send the first reports of the queue as one call and hand each its outcome."""
         self._sending = True
         self._loop = running_loop()  # those waiting for this batch are in the same loop
-        # One scheduling pass first (shielded: it cannot be cancelled): runs ending in this
-        # same pass (a claim's no-op runs end together) join this batch instead of waiting a
-        # round trip for the next.
-        await anyio.lowlevel.cancel_shielded_checkpoint()
-        batch = self._queue[: self._max]
-        del self._queue[: len(batch)]
-        self.calls += 1
-        self.items += len(batch)
+        batch: list[_Pending] = []
         try:
+            # One scheduling pass first: runs ending in this same pass (a claim's no-op runs
+            # end together) join this batch instead of waiting a round trip for the next. A
+            # leader cancelled by then (its lease gone, its report's deadline passed) takes
+            # nothing and sends nothing: the next report waiting leads instead.
+            await anyio.lowlevel.checkpoint()
+            batch = self._queue[: self._max]
+            del self._queue[: len(batch)]
+            self.calls += 1
+            self.items += len(batch)
             outcomes = await self._outcomes(batch)
             for pending, outcome in zip(batch, outcomes, strict=True):
                 pending.outcome = outcome
