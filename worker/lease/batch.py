@@ -13,9 +13,10 @@ most.
 Each report keeps its own semantics: its own lease token and idempotency key (the session's
 retry of a report resends the same item, and the rail answers a replay from its record), its
 own outcome (a refused item is raised to its own caller as the plain call would raise it; the
-others are written), its own deadline (a caller cancelled while waiting leaves the queue). A
-batch whose answer is lost (a transport failure, the leader cancelled mid-call) raises a
-retryable ``TrackerUnavailable`` to each of its callers, whose retries carry the same keys.
+others are written), its own deadline (a caller cancelled while waiting, or before its batch
+is taken, leaves the queue unsent). A batch whose answer is lost (a transport failure, the
+leader cancelled mid-call) raises a retryable ``TrackerUnavailable`` to each of its callers,
+whose retries carry the same keys.
 
 May touch: the tracker's ``finish_many`` only (given as a function); no configuration.
 """
