@@ -231,6 +231,53 @@ async def test_a_cancelled_leader_leaves_its_batch_retryable(
     assert (await tracker.get_task(leases[1].task.id)).stage == "review"
 
 
+async def test_a_leader_cancelled_before_its_pass_sends_nothing(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    # A report whose scope is cancelled by the time its batch would go (its lease gone, its
+    # deadline passed) writes nothing; a report after it still leads and goes through.
+    leases = await _leases(tracker, pipeline_id, 2)
+    gate = Gate(tracker)
+    batcher = ReportBatcher(gate)
+
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # cancelled before the report: its scheduling pass meets it
+        await batcher.finish(_transition(leases[0]))
+    assert scope.cancelled_caught
+    assert gate.calls == [] and batcher.calls == 0  # nothing taken, nothing sent
+    assert batcher._queue == [] and not batcher._sending
+
+    result = await batcher.finish(_transition(leases[1]))
+    assert result.transition is not None and result.transition.new_stage == "review"
+    assert [[item.lease.run_id for item in call] for call in gate.calls] == [[leases[1].run.id]]
+    assert (await tracker.get_task(leases[0].task.id)).stage == "todo"
+
+
+async def test_a_report_arriving_in_a_cancelled_leaders_pass_leads_the_next_batch(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    leases = await _leases(tracker, pipeline_id, 2)
+    gate = Gate(tracker)
+    batcher = ReportBatcher(gate)
+    results: list[Any] = []
+
+    async def lead() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # its pass meets the cancel: it takes and sends nothing
+            await batcher.finish(_transition(leases[0]))
+
+    async def follow() -> None:
+        results.append(await batcher.finish(_transition(leases[1])))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lead)
+        tg.start_soon(follow)  # queued during the leader's pass: woken to lead in its place
+
+    assert [[item.lease.run_id for item in call] for call in gate.calls] == [[leases[1].run.id]]
+    assert results[0].transition.new_stage == "review"
+    assert (await tracker.get_task(leases[0].task.id)).stage == "todo"
+
+
 class Counting:
     """The real tracker, counting ``finish_many`` calls and items; ``batch=False`` hides it."""
 

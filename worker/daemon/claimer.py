@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, KeysView, Sequence
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from tracker_client.contract.batch_models import MAX_CLAIM_MANY
@@ -186,19 +187,24 @@ class Claimer:
             # runs with it (not this loop) can hand it back.
             slot = object()
             slots = self._in_flight.slots
-            if self._book.claim_many:
-                # The limiter's scheduling pass lets the runs ending in this same pass give
-                # their slots back first: they join this claim (one claim_many for them all).
-                await slots.acquire_on_behalf_of(slot)
+            many = self._book.claim_many is not None
+            try:
+                slots.acquire_on_behalf_of_nowait(slot)
+            except anyio.WouldBlock:
+                await slots.acquire_on_behalf_of(slot)  # a run ending gives it back
             else:
-                # One lease per claim: a free slot claims at once, with no pass in between
-                # (the loop yields at the latest when ``width`` claims are out: SETTLE).
-                try:
-                    slots.acquire_on_behalf_of_nowait(slot)
-                except anyio.WouldBlock:
-                    await slots.acquire_on_behalf_of(slot)
+                if many:
+                    # One scheduling pass: the runs ending in this same pass give their slots
+                    # back first and join this claim (one claim_many for them all). One lease
+                    # per claim claims at once (the loop yields at the latest when ``width``
+                    # claims are out: SETTLE).
+                    try:
+                        await anyio.lowlevel.checkpoint()
+                    except BaseException:
+                        slots.release_on_behalf_of(slot)
+                        raise
             # On a rail with ``claim_many``, every slot free now joins this claim.
-            taken = [slot, *self._free_slots()] if self._book.claim_many else [slot]
+            taken = [slot, *self._free_slots()] if many else [slot]
             ticket = pacing.claims_started(len(taken))
             if ticket.first_of_round:
                 # A change after this (which the round's claims may miss) ends the next idle

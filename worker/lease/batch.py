@@ -13,9 +13,10 @@ most.
 Each report keeps its own semantics: its own lease token and idempotency key (the session's
 retry of a report resends the same item, and the rail answers a replay from its record), its
 own outcome (a refused item is raised to its own caller as the plain call would raise it; the
-others are written), its own deadline (a caller cancelled while waiting leaves the queue). A
-batch whose answer is lost (a transport failure, the leader cancelled mid-call) raises a
-retryable ``TrackerUnavailable`` to each of its callers, whose retries carry the same keys.
+others are written), its own deadline (a caller cancelled while waiting, or before its batch
+is taken, leaves the queue unsent). A batch whose answer is lost (a transport failure, the
+leader cancelled mid-call) raises a retryable ``TrackerUnavailable`` to each of its callers,
+whose retries carry the same keys.
 
 May touch: the tracker's ``finish_many`` only (given as a function); no configuration.
 """
@@ -105,15 +106,17 @@ class ReportBatcher:
         """Send the first reports of the queue as one call and hand each its outcome."""
         self._sending = True
         self._loop = running_loop()  # those waiting for this batch are in the same loop
-        # One scheduling pass first (shielded: it cannot be cancelled): runs ending in this
-        # same pass (a claim's no-op runs end together) join this batch instead of waiting a
-        # round trip for the next.
-        await anyio.lowlevel.cancel_shielded_checkpoint()
-        batch = self._queue[: self._max]
-        del self._queue[: len(batch)]
-        self.calls += 1
-        self.items += len(batch)
+        batch: list[_Pending] = []
         try:
+            # One scheduling pass first: runs ending in this same pass (a claim's no-op runs
+            # end together) join this batch instead of waiting a round trip for the next. A
+            # leader cancelled by then (its lease gone, its report's deadline passed) takes
+            # nothing and sends nothing: the next report waiting leads instead.
+            await anyio.lowlevel.checkpoint()
+            batch = self._queue[: self._max]
+            del self._queue[: len(batch)]
+            self.calls += 1
+            self.items += len(batch)
             outcomes = await self._outcomes(batch)
             for pending, outcome in zip(batch, outcomes, strict=True):
                 pending.outcome = outcome
