@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.startup import attribute, kinds, stages
+from tests.needs import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,8 +105,9 @@ def test_an_unknown_rail_is_refused_by_name() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_a_real_worker_start_up_is_measured_end_to_end() -> None:
+    if shutil.which("valgrind") is None:
+        missing("valgrind is not installed (apt-get install valgrind): bench.startup uses it")
     done = _startup("--shared-venv", "--top", "3")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
