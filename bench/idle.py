@@ -9,12 +9,14 @@ proxy (so requests are counted per worker); ``embedded`` is one SQLite file the 
 The workers run with the default worker settings. Once every worker says it is running and
 ``--warmup`` seconds more have passed (the idle back-off reaches its ceiling), CPU time (utime +
 stime from ``/proc/PID/stat``), wake-ups (context switches of all the worker's threads, from
-``/proc/PID/task/*/status``: a figure the machine's load does not change) and requests are
+``/proc/PID/task/*/status``: voluntary ones, each a wake-up after blocking, a figure the
+machine's load hardly changes; involuntary ones, preemptions, grow with it) and requests are
 sampled over ``--seconds``.
 
 ``--trees`` measures several source trees (``git worktree`` checkouts) in turn in each of
-``--rounds`` rounds, with this interpreter and the tree first on ``PYTHONPATH``: the same-run
-before/after of a change. The load average is printed with each measurement.
+``--rounds`` rounds, with this interpreter run from the tree (its directory and
+``PYTHONPATH``): the same-run before/after of a change. The load average is printed with each
+measurement.
 
 The target (issue 10, item 17): an idle worker uses at most 2 % of a core and 1 request/s.
 A benchmark, not a test: it prints the figures and exits 0 (1 if a worker died).
@@ -63,10 +65,11 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _switches(pid: int) -> tuple[int, int]:
-    """Context switches (voluntary + involuntary) of all ``pid``'s threads, and how many threads
-    (a thread that ends within the window takes its switches with it: compare the counts)."""
-    total = threads = 0
+def _switches(pid: int) -> tuple[int, int, int]:
+    """Voluntary context switches (the thread blocked, then was woken: wake-ups) and
+    involuntary ones (preempted: these grow with the machine's load) of all ``pid``'s threads,
+    and how many threads (one that ends within the window takes its switches with it)."""
+    woken = preempted = threads = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             text = (task / "status").read_text()
@@ -74,9 +77,11 @@ def _switches(pid: int) -> tuple[int, int]:
             continue
         threads += 1
         for line in text.splitlines():
-            if "ctxt_switches:" in line:
-                total += int(line.split(":")[1])
-    return total, threads
+            if line.startswith("voluntary_ctxt_switches:"):
+                woken += int(line.split(":")[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                preempted += int(line.split(":")[1])
+    return woken, preempted, threads
 
 
 class CountingProxy:
@@ -174,6 +179,7 @@ def bench_rail(
             check=True,
             capture_output=True,
             env=_env(tree),
+            cwd=tree,
         )
         procs: list[subprocess.Popen[bytes]] = []
         proxies: list[CountingProxy] = []
@@ -189,6 +195,7 @@ def bench_rail(
                         stdout=subprocess.DEVNULL,
                         stderr=err,
                         env=_env(tree),
+                        cwd=tree,
                     )
                 found = _wait_for(
                     lambda: re.search(
@@ -210,6 +217,7 @@ def bench_rail(
                             stdout=subprocess.DEVNULL,
                             stderr=err,
                             env=_env(tree),
+                            cwd=tree,
                         )
                     )
             for log in logs:
@@ -230,10 +238,12 @@ def bench_rail(
                 cpu = (cpu1[i] - cpu0[i]) / elapsed * 100
                 rate = f"{(req1[i] - req0[i]) / elapsed:5.2f}" if proxies else "    -"
                 woken = (sw1[i][0] - sw0[i][0]) / elapsed
-                threads = f"{sw0[i][1]}->{sw1[i][1]}"
+                preempted = (sw1[i][1] - sw0[i][1]) / elapsed
+                threads = f"{sw0[i][2]}->{sw1[i][2]}"
                 print(
-                    f"{label:8} worker {i}: cpu {cpu:5.2f} %  wake-ups/s {woken:6.1f} "
-                    f"(threads {threads})  requests/s {rate}  load {load:.2f}",
+                    f"{label:8} worker {i}: cpu {cpu:5.2f} %  wake-ups/s {woken:5.1f} "
+                    f"(preempted/s {preempted:4.1f}, threads {threads})  requests/s {rate}  "
+                    f"load {load:.2f}",
                     flush=True,
                 )
             if server is not None:
