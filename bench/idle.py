@@ -1,13 +1,22 @@
 """What idle workers cost: CPU and requests per second of N idle ``backlog-worker run`` processes.
 
     python -m bench.idle [--seconds 10] [--warmup 6] [--workers 3] [--rails served,embedded]
+                         [--trees .,/tmp/base] [--rounds 1]
 
 For each rail kind, a fresh rail with one pipeline and no tasks: ``served`` is one
 ``backlog-worker tracker serve`` process, each worker reaching it through its own counting TCP
 proxy (so requests are counted per worker); ``embedded`` is one SQLite file the workers share.
 The workers run with the default worker settings. Once every worker says it is running and
 ``--warmup`` seconds more have passed (the idle back-off reaches its ceiling), CPU time (utime +
-stime from ``/proc/PID/stat``) and requests are sampled over ``--seconds``.
+stime from ``/proc/PID/stat``), wake-ups (context switches of all the worker's threads, from
+``/proc/PID/task/*/status``: voluntary ones, each a wake-up after blocking, a figure the
+machine's load hardly changes; involuntary ones, preemptions, grow with it) and requests are
+sampled over ``--seconds``.
+
+``--trees`` measures several source trees (``git worktree`` checkouts) in turn in each of
+``--rounds`` rounds, with this interpreter run from the tree (its directory and
+``PYTHONPATH``): the same-run before/after of a change. The load average is printed with each
+measurement.
 
 The target (issue 10, item 17): an idle worker uses at most 2 % of a core and 1 request/s.
 A benchmark, not a test: it prints the figures and exits 0 (1 if a worker died).
@@ -42,15 +51,37 @@ trigger = "complete"
 """
 
 
-def _env() -> dict[str, str]:
+def _env(tree: Path | None = None) -> dict[str, str]:
     drop = ("BACKLOG_WORKER_", "NOTIFY_SOCKET", "WATCHDOG_")
-    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    return env
 
 
 def _cpu_s(pid: int) -> float:
     """utime + stime of ``pid`` in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _switches(pid: int) -> tuple[int, int, int]:
+    """Voluntary context switches (the thread blocked, then was woken: wake-ups) and
+    involuntary ones (preempted: these grow with the machine's load) of all ``pid``'s threads,
+    and how many threads (one that ends within the window takes its switches with it)."""
+    woken = preempted = threads = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue
+        threads += 1
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                woken += int(line.split(":")[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                preempted += int(line.split(":")[1])
+    return woken, preempted, threads
 
 
 class CountingProxy:
@@ -125,8 +156,12 @@ def _config(path: Path, url: str) -> Path:
     return path
 
 
-def bench_rail(kind: str, workers: int, seconds: float, warmup: float) -> int:
-    """Measure ``workers`` idle workers on a fresh rail of ``kind``; print one line each."""
+def bench_rail(
+    kind: str, workers: int, seconds: float, warmup: float, tree: Path | None = None
+) -> int:
+    """Measure ``workers`` idle workers on a fresh rail of ``kind`` (the code of ``tree``, None:
+    this one); print one line each."""
+    label = f"{kind}@{tree}" if tree is not None else kind
     with tempfile.TemporaryDirectory(prefix=f"bench-idle-{kind}-") as tmp:
         base = Path(tmp)
         db = base / "rail.db"
@@ -143,7 +178,8 @@ def bench_rail(kind: str, workers: int, seconds: float, warmup: float) -> int:
             ],
             check=True,
             capture_output=True,
-            env=_env(),
+            env=_env(tree),
+            cwd=tree,
         )
         procs: list[subprocess.Popen[bytes]] = []
         proxies: list[CountingProxy] = []
@@ -158,7 +194,8 @@ def bench_rail(kind: str, workers: int, seconds: float, warmup: float) -> int:
                         [*CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", "--port", "0"],
                         stdout=subprocess.DEVNULL,
                         stderr=err,
-                        env=_env(),
+                        env=_env(tree),
+                        cwd=tree,
                     )
                 found = _wait_for(
                     lambda: re.search(
@@ -179,27 +216,39 @@ def bench_rail(kind: str, workers: int, seconds: float, warmup: float) -> int:
                             [*CLI, "run", "--config", str(_config(base / f"w{i}.toml", url))],
                             stdout=subprocess.DEVNULL,
                             stderr=err,
-                            env=_env(),
+                            env=_env(tree),
+                            cwd=tree,
                         )
                     )
             for log in logs:
                 _wait_for(lambda log=log: "running:" in log.read_text(), 60, f"{log.name}")
             time.sleep(warmup)
+            load = os.getloadavg()[0]
             cpu0 = [_cpu_s(p.pid) for p in procs]
+            sw0 = [_switches(p.pid) for p in procs]
             req0 = [p.connections for p in proxies]
             server0 = _cpu_s(server.pid) if server is not None else 0.0
             t0 = time.monotonic()
             time.sleep(seconds)
             elapsed = time.monotonic() - t0
             cpu1 = [_cpu_s(p.pid) for p in procs]
+            sw1 = [_switches(p.pid) for p in procs]
             req1 = [p.connections for p in proxies]
             for i in range(workers):
                 cpu = (cpu1[i] - cpu0[i]) / elapsed * 100
                 rate = f"{(req1[i] - req0[i]) / elapsed:5.2f}" if proxies else "    -"
-                print(f"{kind:8} worker {i}: cpu {cpu:5.2f} %  requests/s {rate}")
+                woken = (sw1[i][0] - sw0[i][0]) / elapsed
+                preempted = (sw1[i][1] - sw0[i][1]) / elapsed
+                threads = f"{sw0[i][2]}->{sw1[i][2]}"
+                print(
+                    f"{label:8} worker {i}: cpu {cpu:5.2f} %  wake-ups/s {woken:5.1f} "
+                    f"(preempted/s {preempted:4.1f}, threads {threads})  requests/s {rate}  "
+                    f"load {load:.2f}",
+                    flush=True,
+                )
             if server is not None:
                 cpu = (_cpu_s(server.pid) - server0) / elapsed * 100
-                print(f"{kind:8} server  : cpu {cpu:5.2f} %")
+                print(f"{label:8} server  : cpu {cpu:5.2f} %", flush=True)
             return 0 if all(p.poll() is None for p in procs) else 1
         finally:
             for p in procs:
@@ -218,10 +267,19 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=6.0)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--rails", default="served,embedded")
+    parser.add_argument(
+        "--trees",
+        default="",
+        help="source trees to measure in turn, comma-separated (default: this one)",
+    )
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
+    trees: list[Path | None] = [Path(t).resolve() for t in args.trees.split(",") if t] or [None]
     code = 0
-    for kind in args.rails.split(","):
-        code |= bench_rail(kind.strip(), args.workers, args.seconds, args.warmup)
+    for _ in range(args.rounds):
+        for tree in trees:
+            for kind in args.rails.split(","):
+                code |= bench_rail(kind.strip(), args.workers, args.seconds, args.warmup, tree)
     return code
 
 

@@ -21,7 +21,8 @@ from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
 from tracker_client.embedded import EmbeddedTracker
-from tracker_client.embedded.engine import SAFETY_LOOK_S
+from tracker_client.embedded.engine import SAFETY_LOOK_S, STATEMENTS
+from tracker_client.embedded.wakeup import SUN_PATH_MAX
 from tracker_client.models import TaskCreate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -169,11 +170,14 @@ async def test_a_claimable_write_of_another_process_wakes_the_waiter_promptly(
     assert took is not None and took < SAFETY_LOOK_S / 2, took
 
 
+@pytest.mark.parametrize("bumps", [False, True])
 async def test_an_older_releases_commit_still_wakes_the_waiter_within_the_safety_look(
-    tmp_path: Path,
+    tmp_path: Path, bumps: bool
 ) -> None:
     """A writer without the wake counter (a release before it) makes a task eligible: the
-    waiter notices within about :data:`SAFETY_LOOK_S` (not on its 30 s timeout)."""
+    waiter notices within about :data:`SAFETY_LOOK_S` (not on its 30 s timeout). So does it
+    when the write bumps the counter but its datagram never comes (``bumps``: lost). The
+    waiter's socket is bound: its poll is the safety net alone."""
     path = str(tmp_path / "rail.db")
     seeding = await EmbeddedTracker.open(path)
     try:
@@ -196,9 +200,55 @@ async def test_an_older_releases_commit_still_wakes_the_waiter_within_the_safety
 
                 tg.start_soon(wait)
                 await anyio.wait_all_tasks_blocked()
-                # The older release's write: the task is claimable, no wake counter bumped.
+                # The older release's write: the task is claimable, no datagram sent (and
+                # no wake counter bumped, unless ``bumps``).
+                assert waiter.engine.wake is not None and waiter.engine.wake.listening
                 old.execute("PRAGMA busy_timeout = 5000")
+                old.execute("BEGIN IMMEDIATE")
                 old.execute("UPDATE tasks SET next_eligible_at_ms = 0")
+                if bumps:
+                    old.execute(STATEMENTS["wake.bump"])
+                old.execute("COMMIT")
         finally:
             await waiter.aclose()
     assert took is not None and took < SAFETY_LOOK_S * 3, took
+
+
+@pytest.mark.parametrize("socket_bound", [True, False])
+async def test_with_its_socket_bound_a_waiter_looks_about_once_a_second(
+    tmp_path: Path, socket_bound: bool
+) -> None:
+    """Another process commits every few ms (heartbeats, events: no datagram). A waiter whose
+    wake-up socket is bound looks at the file about once a second (the datagrams' safety net);
+    one without a socket (its path over the system's limit) every ``poll_interval_s``. Looks
+    are counted as SQLite runs them on the waiter's connection (its statement trace)."""
+    base = tmp_path if socket_bound else tmp_path / ("d" * (SUN_PATH_MAX - len(str(tmp_path))))
+    base.mkdir(exist_ok=True)
+    path = str(base / "rail.db")
+    waiter = await EmbeddedTracker.open(path, poll_interval_s=0.02)
+    looks = 0
+
+    def trace(statement: str) -> None:
+        nonlocal looks
+        looks += statement == "PRAGMA data_version"
+
+    conn = waiter.engine.db.conn
+    await waiter.engine.db.run(lambda: conn.set_trace_callback(trace))
+    try:
+        async with busy_process(path) as busy:
+            began = anyio.current_time()
+            while anyio.current_time() - began < 3.0:
+                await waiter.wait_for_work(3.0 - (anyio.current_time() - began))
+            await busy.send("")
+            commits = int((await busy.line()).split()[1])
+        assert waiter.engine.wake is not None
+        assert waiter.engine.wake.listening is socket_bound
+    finally:
+        await waiter.aclose()
+    assert commits > 100, commits
+    if socket_bound:
+        # A look every 0.75-1 s, each may end a wait, whose next read looks once more.
+        assert looks <= 2 * (3.0 / (0.75 * SAFETY_LOOK_S) + 2), looks
+    else:
+        # About every 20 ms (the other process's commits move the WAL between looks).
+        assert looks >= 30, looks

@@ -284,8 +284,8 @@ class Database:
 
     def _committed(self) -> None:
         self._commits += 1
-        if self._checkpointer is not None and self._commits % self._checkpointer.every == 0:
-            self._checkpointer.poke()
+        if self._checkpointer is not None:
+            self._checkpointer.committed(self._commits)
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:

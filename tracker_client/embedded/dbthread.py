@@ -149,31 +149,60 @@ class DbThread:
 class Checkpointer:
     """Checkpoints the WAL from its own connection and thread, so no commit pays for the fsyncs.
 
-    The main connection runs with ``wal_autocheckpoint = 0``. This thread runs a PASSIVE
-    checkpoint (never blocks writers or readers) once a second, and early after ``every``
-    commits so the WAL stays bounded under heavy load. Each checkpoint costs two fsyncs; doing
-    one every few hundred commits (SQLite's default) cost a third of the commit time.
+    The main connection runs with ``wal_autocheckpoint = 0``. The database thread tells this
+    one of each commit (:meth:`committed`); a PASSIVE checkpoint (never blocks writers or
+    readers) then runs a second after the first commit since the last one, so a second of
+    commits shares it, and early after ``every`` commits so the WAL stays bounded under heavy
+    load. Each checkpoint costs two fsyncs; doing one every few hundred commits (SQLite's
+    default) cost a third of the commit time.
+
+    With nothing committed since a checkpoint that copied every frame back, the thread sleeps
+    until the next commit: no timer, no look at the database (it used to checkpoint every
+    second, a quiet file included). A checkpoint a reader's snapshot held back (frames left in
+    the WAL) is tried again every second until done, commits or not. The first one runs a
+    second after the start, for frames an earlier process left. Another process's commits are
+    its own checkpointer's; a checkpoint here copies back every frame in the WAL, theirs too,
+    so a process that died before checkpointing has its frames copied back with the next
+    commit of any process, or by the next process to open the file.
     """
 
     def __init__(self, path: str, busy_timeout_ms: int, every: int = 10_000) -> None:
         self._path = path
         self._busy = busy_timeout_ms
         self.every = every
-        self._wake = threading.Event()
+        self._dirty = False  # a commit since the last checkpoint began
+        self._first = threading.Event()  # the first commit after a complete checkpoint
+        self._now = threading.Event()  # checkpoint without waiting out the second
         self._stop = False
+        #: Checkpoints run, and the last one's answer: (busy, frames in the WAL, frames
+        #: checkpointed), ``(1, -1, -1)`` when it failed (tests and benches read them).
+        self.runs = 0
+        self.last: tuple[int, int, int] | None = None
         self.thread = threading.Thread(
             target=self._main, name=f"backlog-checkpoint:{os.path.basename(path)}", daemon=True
         )
         self.thread.start()
 
+    def committed(self, commits: int) -> None:
+        """On the database thread, after a commit (``commits``: how many so far): the first
+        since the last checkpoint wakes the thread, every ``every``-th asks for one now."""
+        if not self._dirty:
+            self._dirty = True
+            self._first.set()
+        if commits % self.every == 0:
+            self._now.set()
+
     def poke(self) -> None:
-        """Count one commit; a checkpoint runs when enough have passed."""
-        self._wake.set()
+        """Checkpoint now (not waiting out the second)."""
+        self._dirty = True
+        self._first.set()
+        self._now.set()
 
     def stop(self) -> None:
-        """Ask the checkpointer thread to exit."""
+        """Ask the checkpointer thread to exit (after a last checkpoint, if one is due)."""
         self._stop = True
-        self._wake.set()
+        self._first.set()
+        self._now.set()
 
     def _main(self) -> None:
         try:
@@ -182,11 +211,24 @@ class Checkpointer:
             return
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
+            behind = True  # frames an earlier process left: the first pass checkpoints
             while True:
-                self._wake.wait(1.0)
-                self._wake.clear()
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                if not (behind or self._dirty or self._stop):
+                    self._first.wait()  # nothing to checkpoint: asleep until a commit
+                if not self._stop:
+                    self._now.wait(1.0)
+                self._now.clear()
+                if behind or self._dirty:
+                    # Before the checkpoint: a commit from here on is the next one's.
+                    self._first.clear()
+                    self._dirty = False
+                    try:
+                        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        self.last = (int(row[0]), int(row[1]), int(row[2]))
+                    except sqlite3.Error:
+                        self.last = (1, -1, -1)
+                    self.runs += 1
+                    behind = self.last[0] != 0 or self.last[1] != self.last[2]
                 if self._stop:
                     return
         finally:

@@ -18,7 +18,15 @@ still looks once a second after an unannounced commit (:data:`SAFETY_LOOK_S`): i
 mid-upgrade, an older writer's new work is picked up within that second instead of the poll.
 
 The poll is the fallback: a waking write also sends one datagram to every other instance with
-waiters (:mod:`.wakeup`), which wakes them at once.
+waiters (:mod:`.wakeup`), which wakes them at once. So while this instance's wake-up socket is
+bound, a waiter's poll is only a safety net (a lost datagram, a writer of a release before the
+sockets, a write that failed to answer after its commit): it looks once every 0.75-1 s
+(:data:`SAFETY_LOOK_S`), and any commit since the waiter's read then wakes it, so a write no
+datagram announced is still picked up within a second. The poll runs every ``poll_interval_s``
+only where the datagrams cannot stand in for it: no socket could be bound (the waiter then
+relies on the poll alone), a follower (events and heartbeats send no datagram), a rail without
+the wake counter. An idle worker's loop then wakes about once a second for the poll, not 20
+times (docs/benchmarks.md, "Idle cost").
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ STATEMENTS = Statements.load("tracker_client.embedded", "sqlite")
 _BUMP = STATEMENTS["wake.bump"]
 _COUNT = STATEMENTS["wake.count"]
 #: A waiter that saw another connection commit without bumping the wake counter still wakes
-#: after this long (a writer of a release before the counter announces nothing).
+#: after this long (a writer of a release before the counter announces nothing). With this
+#: instance's wake-up socket bound, also the longest gap between two looks of the poll (each
+#: drawn between 75 % and all of it), which is then only the datagrams' safety net.
 SAFETY_LOOK_S = 1.0
 #: Writes that wait a pass or two for the next write to share their transaction
 #: (:meth:`.db.Database.run_write`): a worker's batch of final reports, which the claim for the
@@ -219,11 +229,20 @@ class SqliteEngine:
         do not fall into step, and neither does a periodic task of the same process (anyio's
         ``wait_all_tasks_blocked``, sleeping 0.1 s between looks, locked into phase with a
         fixed 0.05 s poll and always saw the poller's timer just fired, so it never returned).
+        A waiter whose instance has its wake-up socket bound looks only every 75-100 % of
+        :data:`SAFETY_LOOK_S` (:meth:`_safety_net_only`), and any commit since ``seen`` then
+        wakes it: the looks are that far apart already, and a write no datagram announced is
+        picked up within the second.
         """
         version, wakes = seen
         started = anyio.current_time()
         while True:
-            await anyio.sleep(self._poll_interval_s * (0.75 + 0.5 * random.random()))
+            net = self._safety_net_only(follower, wakes)
+            if net:
+                gap = max(self._poll_interval_s, SAFETY_LOOK_S) * (0.75 + 0.25 * random.random())
+            else:
+                gap = self._poll_interval_s * (0.75 + 0.5 * random.random())
+            await anyio.sleep(gap)
             # The stat gate can miss a same-size rewrite within one mtime tick, so a real
             # check still runs at least once a second.
             now = anyio.current_time()
@@ -234,9 +253,21 @@ class SqliteEngine:
                 self._dv_at = anyio.current_time()
             if self._dv == version:
                 continue
-            if follower or wakes is None or self._wakes != wakes or now - started >= SAFETY_LOOK_S:
+            if (
+                net
+                or follower
+                or wakes is None
+                or self._wakes != wakes
+                or now - started >= SAFETY_LOOK_S
+            ):
                 self.woken += 1
                 return
+
+    def _safety_net_only(self, follower: bool, wakes: int | None) -> bool:
+        """Whether a sleeper's poll is only the safety net of the wake-up datagrams: a waiter
+        (not a follower: events send none) on a rail with the wake counter, whose instance
+        has its socket bound. Asked before each look: a socket bound meanwhile counts."""
+        return not follower and wakes is not None and self.wake is not None and self.wake.listening
 
     def _wal_may_have_changed(self) -> bool:
         """Cheap gate for the cross-process poll: did the WAL file's stat signature move?

@@ -18,11 +18,13 @@ of their commits (~0.065 loop wake-ups per task with two processes), for nobody.
 
 A socket nobody is bound to (``ECONNREFUSED``) whose process is gone is removed by the sender
 that finds it, and by the next instance that binds. A full socket (``EAGAIN``: its owner has a
-wake-up pending anyway) is skipped. The poll stays as the fallback, within its old bound: a
-writer of a release before this one sends nothing, a datagram can be lost, a socket path longer
-than the system's limit (:data:`SUN_PATH_MAX`) or a directory of another user means no socket
-for this instance (logged once, with the reason). Only processes of the directory's owner can
-reach its sockets (docs/operate/several-workers.md).
+wake-up pending anyway) is skipped. The poll stays as the fallback: a writer of a release before
+this one sends nothing and a datagram can be lost, which an instance with its socket bound
+notices within a second (its poll then looks about once a second, :mod:`.engine`); a socket
+path longer than the system's limit (:data:`SUN_PATH_MAX`) or a directory of another user means
+no socket for this instance (logged once, with the reason), whose waiters then poll every
+``poll_interval_s``. Only processes of the directory's owner can reach its sockets
+(docs/operate/several-workers.md).
 """
 
 from __future__ import annotations
