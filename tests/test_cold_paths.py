@@ -104,12 +104,25 @@ NOT_EMBEDDED = (
     "tracker_client.contract.table",
     "tracker_client.contract.operations",
     # issue 31 (start-up): the wire contract's other bodies and its operation types (~5 ms of
-    # CPU): a run's own bodies are in contract.run_bodies
+    # CPU)
     "tracker_client.contract.wire_models",
     "tracker_client.contract.contract_types",
     # issue 31 (memory): the password mask of error lines (its case-blind regexes compile at
     # import); the remote and PostgreSQL rails' options use it to name their URL
     "tracker_client.urlmask",
+    # issue 31 (start-up): the answers of the operator's calls (cancel, requeue, wait, purge,
+    # follow, pipeline plans, ~14 M instructions) and the schedules' and rate limits' models
+    # (~7 M), imported where a rule builds one; the served rail's client reads them all
+    "tracker_client.ops_models",
+    "tracker_client.schedule_models",
+    # issue 31 (start-up): the batching extensions' wire bodies (~8 M instructions) and the run
+    # bodies they carry (~4 M): the rails take FinishItem and answer FinishResult in-process
+    "tracker_client.contract.batch_bodies",
+    "tracker_client.contract.run_bodies",
+    # issue 31 (start-up): the operator's backlog calls and the purge (a dataclass each), read
+    # by a call or a maintenance pass
+    "tracker_client.rules.backlog",
+    "tracker_client.rules.retention",
 )
 #: What a worker on a served rail does not import besides: the embedded rail, and httpx's own
 #: command-line client (``httpx._main``: rich and pygments), which ``run`` keeps out. (It

@@ -1,17 +1,18 @@
 """Models of the agent extensions of the rail: subtasks, fan-in, upstream, checkpoints, human steps.
 
-What a task's run reads of its dependencies (:class:`Upstream`), the bodies of the extension
-operations ``checkpoint`` and ``transition_task`` (rows of
-:data:`tracker_client.contract.table.OPERATIONS`), and the constants both sides of the
-seam agree on (the checkpoint size limit, the dead-letter reasons of the upstream-failure rule,
-the KV namespace a plain NullTickets rail keeps checkpoints in). Fields the agent extensions add
-to existing models (``Task.parent_id``, ``TaskCreate.parent_id``, ``Lease.previous_checkpoint``,
-``CancelResult.cancelled_descendants``) live on those models in :mod:`tracker_client.models`.
+What a task's run reads of its dependencies (:class:`Upstream`) and the constants both sides
+of the seam agree on (the checkpoint size limit, the dead-letter reasons of the
+upstream-failure rule, the KV namespace a plain NullTickets rail keeps checkpoints in). The
+bodies of the extension operations ``checkpoint`` and ``transition_task`` are with the wire
+contract's (:mod:`tracker_client.contract.wire_models`: a worker never builds them, issue 31).
+Fields the agent extensions add to existing models (``Task.parent_id``,
+``TaskCreate.parent_id``, ``Lease.previous_checkpoint``, ``CancelResult.cancelled_descendants``)
+live on those models in :mod:`tracker_client.models`.
 
 Pure data: imports pydantic and the models only.
 
 Partly public (docs/reference/stability.md): ``Upstream`` is on the Python API reference; the
-bodies and constants are internal.
+constants are internal.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ __all__ = [
     "UNSET",
     "UPSTREAM_CANCELLED",
     "UPSTREAM_DEAD_LETTERED",
-    "CheckpointBody",
-    "TaskTransitionBody",
     "Upstream",
     "UpstreamOutcome",
 ]
@@ -64,29 +63,6 @@ class Upstream(BaseModel):
     #: The ``data`` of the dependency's last ``result`` event (None: it recorded none).
     result: Any = None
     artifacts: list[Artifact] = Field(default_factory=list)
-
-
-class CheckpointBody(BaseModel):
-    """``POST /runs/{run_id}/checkpoint`` (extension ``checkpoints``): the run's checkpoint, one
-    JSON value of at most :data:`MAX_CHECKPOINT_BYTES` (the latest replaces the earlier)."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    data: Any
-
-
-class TaskTransitionBody(BaseModel):
-    """``POST /tasks/{task_id}/transition`` (extension ``human_steps``): move a task waiting in
-    a stage with no role (a human step) along ``trigger``, with the optimistic checks of a
-    worker's transition. ``instructions`` reach the next run as a worker's would."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    trigger: str
-    #: The stage the operator saw: a task moved meanwhile is 409 ``expected_stage_mismatch``.
-    expected_stage: str
-    expected_task_version: int | None = None
-    instructions: str | None = None
 
 
 class _Unset:

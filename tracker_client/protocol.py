@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import Capabilities, LeaseRef
@@ -58,13 +58,16 @@ from tracker_client.models import (
     TransitionResult,
 )
 from tracker_client.observe_models import WorkerInfo
-from tracker_client.ops_models import (
-    CancelResult,
-    MaintenanceReport,
-    PipelinePlan,
-    RequeueResult,
-    WaitResult,
-)
+
+if TYPE_CHECKING:
+    # annotations only: the operator's answers, never built by a worker (issue 31)
+    from tracker_client.ops_models import (
+        CancelResult,
+        MaintenanceReport,
+        PipelinePlan,
+        RequeueResult,
+        WaitResult,
+    )
 
 __all__ = [
     "ClaimsMany",

@@ -1,36 +1,26 @@
-"""The wire models of the batching extensions: ``claim_many``, ``finish`` and ``finish_many``
-(and their limits).
+"""The batching extensions' limits and what a rail answers and takes in-process: ``finish``'s
+result, a ``finish_many`` item and its outcome, and their checks.
 
-Pure data, imported by the contract table (:mod:`tracker_client.contract.table`), the
-served tracker and the remote client; it imports pydantic only.
+Every worker imports these; their request and answer bodies on the wire are in
+:mod:`tracker_client.contract.batch_bodies`, which only the wire reads (issue 31).
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from tracker_client.bounds import MAX_LEASE_TTL_MS, NonEmpty
 from tracker_client.capabilities import LeaseRef
-from tracker_client.contract.run_bodies import EventBody, FailBody, TransitionBody
 from tracker_client.errors import TrackerError, ValidationFailed
-from tracker_client.models import FailResult, Lease, TransitionResult
+from tracker_client.models import FailResult, TransitionResult
 
 __all__ = [
     "MAX_CLAIM_MANY",
     "MAX_FINISH_EVENTS",
     "MAX_FINISH_MANY",
-    "ClaimManyBody",
-    "FinishBody",
-    "FinishClaimBody",
-    "FinishClaimEntry",
     "FinishItem",
-    "FinishManyBody",
-    "FinishManyEntry",
-    "FinishManyItemBody",
     "FinishManyOutcome",
-    "FinishManyResult",
     "FinishResult",
     "check_items",
     "per_state_of",
@@ -42,32 +32,6 @@ MAX_CLAIM_MANY = 100
 MAX_FINISH_EVENTS = 100
 #: The most runs one ``finish_many`` reports (a worker sends the reports of runs ending together).
 MAX_FINISH_MANY = 100
-
-
-class ClaimManyBody(BaseModel):
-    """``POST /leases/claim-many`` (extension ``claim_many``): ``claim``'s body and ``n``."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    agent_id: NonEmpty
-    agent_role: NonEmpty
-    lease_ttl_ms: int = Field(
-        300_000, json_schema_extra={"minimum": 1, "maximum": MAX_LEASE_TTL_MS}
-    )
-    #: How many leases at most (1..:data:`MAX_CLAIM_MANY`); fewer when less work is eligible.
-    n: int = Field(json_schema_extra={"minimum": 1, "maximum": MAX_CLAIM_MANY})
-    concurrency: dict[str, Any] | None = None
-
-
-class FinishBody(BaseModel):
-    """``POST /runs/{run_id}/finish`` (extension ``finish``): the run's last events and its
-    transition *or* its fail, written together (all or nothing)."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    events: list[EventBody] = Field(default_factory=list)
-    transition: TransitionBody | None = None
-    fail: FailBody | None = None
 
 
 class FinishResult(BaseModel):
@@ -95,69 +59,6 @@ class FinishItem:
     fail: Mapping[str, Any] | None = None
     #: The item's own key: a replay answers the first answer (keyed as a ``finish`` would be).
     idempotency_key: str | None = None
-
-
-class FinishManyItemBody(FinishBody):
-    """One item of ``POST /runs/finish-many``: a run, its lease token (the item's credential:
-    the request itself carries the api token, as ``claim`` does), its key and its ``finish``."""
-
-    run_id: str
-    lease_token: str
-    idempotency_key: str | None = None
-
-
-class FinishClaimBody(ClaimManyBody):
-    """The claim riding in a ``finish_many`` (extension ``finish_claim``): ``claim_many``'s body
-    and its idempotency key (the request's ``Idempotency-Key`` header is not the claim's)."""
-
-    idempotency_key: str | None = None
-
-
-class FinishManyBody(BaseModel):
-    """``POST /runs/finish-many`` (extension ``finish_many``): the final reports of up to
-    :data:`MAX_FINISH_MANY` runs, each written all or nothing, independently of the others;
-    with extension ``finish_claim``, ``claim``: a ``claim_many`` for the slots those runs
-    freed, written after the items in the same write and answered under ``claim``."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    items: list[FinishManyItemBody] = Field(
-        json_schema_extra={"minItems": 1, "maxItems": MAX_FINISH_MANY}
-    )
-    claim: FinishClaimBody | None = None
-
-
-class FinishManyEntry(BaseModel):
-    """One item's answer: its status as ``finish`` would have answered it, and its result
-    (a success) or its error object (``{"code", "message", ...}``, as an error answer has)."""
-
-    model_config = ConfigDict(defer_build=True)
-
-    status: int
-    result: FinishResult | None = None
-    error: dict[str, Any] | None = None
-
-
-class FinishClaimEntry(BaseModel):
-    """The answer of the claim riding in a ``finish_many`` (extension ``finish_claim``): its
-    status as ``claim_many`` would have answered it, and its leases (each with its token, as
-    ``claim_many`` answers them) or its error object."""
-
-    model_config = ConfigDict(defer_build=True)
-
-    status: int
-    leases: list[Lease] | None = None
-    error: dict[str, Any] | None = None
-
-
-class FinishManyResult(BaseModel):
-    """``finish_many``'s answer: one entry per item, in the items' order; ``claim``: the riding
-    claim's answer (extension ``finish_claim``; absent when the request had none)."""
-
-    model_config = ConfigDict(defer_build=True)
-
-    results: list[FinishManyEntry]
-    claim: FinishClaimEntry | None = None
 
 
 #: What ``finish_many`` gives per item: its result, or the error that refused it (nothing of

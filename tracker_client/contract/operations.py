@@ -17,23 +17,25 @@ from typing import Any
 from tracker_client import models as m
 from tracker_client import ops_models as om
 from tracker_client import schedule_models as sm
-from tracker_client.agent_models import CheckpointBody, TaskTransitionBody, Upstream
+from tracker_client.agent_models import Upstream
 from tracker_client.bounds import MAX_LIMIT, MAX_WAIT_MS
-from tracker_client.contract.batch_models import (
+from tracker_client.contract.batch_bodies import (
     ClaimManyBody,
     FinishBody,
     FinishManyBody,
     FinishManyResult,
-    FinishResult,
+    ParkedClaimBody,
 )
+from tracker_client.contract.batch_models import FinishResult
 from tracker_client.contract.contract_types import Auth, Method, Operation, Query
-from tracker_client.contract.parked_models import ParkedCancelled, ParkedClaimBody
+from tracker_client.contract.parked_models import ParkedCancelled
 from tracker_client.contract.wire_models import (
     AssignBody,
     BulkBody,
     CancelAllBody,
     CancelBody,
     CancelCountAnswer,
+    CheckpointBody,
     ClaimBody,
     CountAnswer,
     DependencyBody,
@@ -53,6 +55,7 @@ from tracker_client.contract.wire_models import (
     RequeueBody,
     StatusAnswer,
     StoreBody,
+    TaskTransitionBody,
     TransitionBody,
     WithdrawnAnswer,
 )

@@ -6,30 +6,22 @@ answer instead of a wake-up and a claim (docs/operate/rails.md). Its ``Idempoten
 required: a retry under it answers the same leases, and ``cancel_parked_claim`` under it stops
 the claim and gives back whatever it leased.
 
-Pure data, imported by the contract table (:mod:`tracker_client.contract.table`), the rails,
-the served tracker and the remote client; it imports pydantic only.
+What the rails use: the cancel's answer and the key's check; the claim's body is with the other
+wire bodies (:mod:`tracker_client.contract.batch_bodies`, issue 31). Pure data: imports
+pydantic only.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from tracker_client.bounds import MAX_WAIT_MS
-from tracker_client.contract.batch_models import ClaimManyBody
 from tracker_client.errors import ValidationFailed
 
-__all__ = ["MAX_PARKED_KEY_CHARS", "ParkedCancelled", "ParkedClaimBody", "check_parked"]
+__all__ = ["MAX_PARKED_KEY_CHARS", "ParkedCancelled", "check_parked"]
 
 #: The longest key of a parked claim (its attempts' keys add ``/<i>`` within the 255 of a key).
 MAX_PARKED_KEY_CHARS = 240
-
-
-class ParkedClaimBody(ClaimManyBody):
-    """``POST /leases/claim-parked`` (extension ``parked_claim``): ``claim_many``'s body and
-    how long to wait for work."""
-
-    #: How long the claim waits at the rail for work (0..60000 ms) before answering ``[]``.
-    wait_ms: int = Field(json_schema_extra={"minimum": 0, "maximum": MAX_WAIT_MS})
 
 
 class ParkedCancelled(BaseModel):

@@ -2,11 +2,11 @@
 the base every request body of the wire contract shares.
 
 They are apart from the rest of the wire contract (:mod:`tracker_client.contract.wire_models`,
-which re-exports them) because the batch models (:mod:`tracker_client.contract.batch_models`:
-``finish``, ``finish_many``) carry them, and every worker imports those: a worker on a rail in
-its own process (SQLite, PostgreSQL) then does not create the wire contract's other ~20 models
-and its operation types as it starts (~5 ms of start-up CPU, docs/benchmarks.md). Pure data:
-imports pydantic only.
+which re-exports them) because the batch bodies (:mod:`tracker_client.contract.batch_bodies`:
+``finish``, ``finish_many``) carry them, and the remote client imports those: it then does not
+create the wire contract's other ~20 models and its operation types as it starts (~5 ms of
+start-up CPU, docs/benchmarks.md). A worker on a rail in its own process (SQLite, PostgreSQL)
+imports none of them (issue 31). Pure data: imports pydantic only.
 """
 
 from typing import Any

@@ -24,6 +24,7 @@ __all__ = [
     "CancelAllBody",
     "CancelBody",
     "CancelCountAnswer",
+    "CheckpointBody",
     "ClaimBody",
     "CountAnswer",
     "DependencyBody",
@@ -43,6 +44,7 @@ __all__ = [
     "RequeueBody",
     "StatusAnswer",
     "StoreBody",
+    "TaskTransitionBody",
     "TransitionBody",
     "WithdrawnAnswer",
 ]
@@ -227,3 +229,27 @@ class CountAnswer(BaseModel):
     model_config = ConfigDict(defer_build=True)
 
     count: int
+
+
+class CheckpointBody(BaseModel):
+    """``POST /runs/{run_id}/checkpoint`` (extension ``checkpoints``): the run's checkpoint,
+    one JSON value of at most :data:`~tracker_client.agent_models.MAX_CHECKPOINT_BYTES` (the
+    latest replaces the earlier)."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    data: Any
+
+
+class TaskTransitionBody(BaseModel):
+    """``POST /tasks/{task_id}/transition`` (extension ``human_steps``): move a task waiting in
+    a stage with no role (a human step) along ``trigger``, with the optimistic checks of a
+    worker's transition. ``instructions`` reach the next run as a worker's would."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    trigger: str
+    #: The stage the operator saw: a task moved meanwhile is 409 ``expected_stage_mismatch``.
+    expected_stage: str
+    expected_task_version: int | None = None
+    instructions: str | None = None

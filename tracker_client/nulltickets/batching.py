@@ -20,12 +20,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from tracker_client.capabilities import LeaseRef
+from tracker_client.contract.batch_bodies import FinishManyEntry, FinishManyResult
 from tracker_client.contract.batch_models import (
     MAX_FINISH_EVENTS,
     FinishItem,
-    FinishManyEntry,
     FinishManyOutcome,
-    FinishManyResult,
     FinishResult,
     check_items,
 )

@@ -31,12 +31,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from tracker_client.contract.batch_models import (
-    FinishClaimBody,
-    FinishItem,
-    FinishManyOutcome,
-    FinishManyResult,
-)
+from tracker_client.contract.batch_bodies import FinishClaimBody, FinishManyResult
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome
 from tracker_client.contract.wire_errors import error_for
 from tracker_client.errors import TrackerError, TrackerUnavailable
 from tracker_client.models import Lease

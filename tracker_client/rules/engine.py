@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 
-from tracker_client.ops_models import MaintenanceReport
 from tracker_client.rules.statements import Statements
 
 if TYPE_CHECKING:
@@ -64,6 +63,10 @@ def wakes_waiters(where: str, result: object) -> bool:
     :data:`QUIET_WRITES`, nor a maintenance pass that changed nothing claimable."""
     if where in QUIET_WRITES:
         return False
+    if where != "maintenance":  # the one write answering a report (ops models stay cold)
+        return True
+    from tracker_client.ops_models import MaintenanceReport
+
     return not (
         isinstance(result, MaintenanceReport)
         and not (result.expired_leases or result.expired_tasks or result.crash_looped)

@@ -17,10 +17,14 @@ This room reads ``events``, ``runs`` and ``tasks``; it writes nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracker_client.errors import NotFound, ValidationFailed
-from tracker_client.ops_models import TaskFollow
 from tracker_client.rules import reads
 from tracker_client.rules.common import Ctx
+
+if TYPE_CHECKING:
+    from tracker_client.ops_models import TaskFollow
 
 __all__ = ["MAX_FOLLOW_MS", "check_follow", "follow_state"]
 
@@ -44,6 +48,8 @@ def follow_state(ctx: Ctx, task_id: str, after: str | None, limit: int) -> TaskF
     ``finished`` only when the task is finished and no event is left after this page.
     ``NotFound`` for an unknown task, ``ValidationFailed`` for a cursor that is no event id.
     """
+    from tracker_client.ops_models import TaskFollow  # a follower's call (issue 31)
+
     row = ctx.one("follow.state", (task_id,))
     if row is None:
         raise NotFound(f"task {task_id} not found", code="not_found")

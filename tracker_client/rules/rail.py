@@ -57,26 +57,7 @@ from tracker_client.models import (
     TaskDetail,
     TransitionResult,
 )
-from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo
-from tracker_client.ops_models import (
-    CancelResult,
-    MaintenanceReport,
-    PipelinePlan,
-    PurgeResult,
-    RequeueAllResult,
-    RequeueResult,
-    TaskFollow,
-    WaitResult,
-)
-from tracker_client.rules import (
-    backlog,
-    claims,
-    reads,
-    retention,
-    runs,
-    stats,
-    tasks,
-)
+from tracker_client.rules import claims, reads, runs, stats, tasks
 from tracker_client.rules.agents import list_upstream, transition_task
 from tracker_client.rules.checkpoints import write_checkpoint
 from tracker_client.rules.claim_many import claim_many, keyed_claim_many
@@ -110,11 +91,26 @@ from tracker_client.rules.spans import (
 )
 from tracker_client.rules.store import delete, delete_namespace, get, list_namespace, put, search
 from tracker_client.rules.workers import forget, list_all, register
-from tracker_client.schedule_models import RateLimit, Schedule
 from tracker_client.sweeps import SweepCounts
 
 if TYPE_CHECKING:
     import sqlite3
+
+    # annotations only (issue 31): the answers of the operator's and the server's calls, built
+    # by the rules that make them (imported there), never by a worker; the backlog rules
+    from tracker_client.observe_models import OtlpIngestResult, Span, WorkerInfo
+    from tracker_client.ops_models import (
+        CancelResult,
+        MaintenanceReport,
+        PipelinePlan,
+        PurgeResult,
+        RequeueAllResult,
+        RequeueResult,
+        TaskFollow,
+        WaitResult,
+    )
+    from tracker_client.rules import backlog
+    from tracker_client.schedule_models import RateLimit, Schedule
 
 __all__ = ["LAPSE_MARGIN_S", "MAINTENANCE_PURGE_BATCHES", "Rail", "WriteJob"]
 
@@ -252,6 +248,8 @@ class Rail(Generic[E]):
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
+        from tracker_client.rules import backlog  # an operator's or a producer's call (issue 31)
+
         deadline = anyio.current_time() + max(0.0, float(timeout_s))
         changes = self._changes
         changes.waiters += 1
@@ -304,6 +302,8 @@ class Rail(Generic[E]):
         """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys,
         and purge finished tasks older than ``retention_days`` (a bounded number of small
         batches per pass; see :mod:`.retention`): :meth:`maintenance` before the schedules."""
+        from tracker_client.rules import backlog, retention  # not at start (issue 31)
+
         report = await self._write("maintenance", backlog.maintenance)
         days = self._opts.retention_days
         if days <= 0:
@@ -323,6 +323,8 @@ class Rail(Generic[E]):
         events, artifact records, links and idempotency records), in small transactions, then
         vacuum the freed pages; ``dry_run`` only counts. Waiting and running work, and a
         finished task an unfinished one depends on, are never purged."""
+        from tracker_client.rules import retention  # an operator's call (issue 31)
+
         age = retention.check_age(older_than_ms)
         return await retention.purge(
             self._read,
@@ -1165,6 +1167,10 @@ class Rail(Generic[E]):
     ) -> CancelResult:
         """Make a waiting task unclaimable, or revoke a running task's lease (a retry with the
         same ``idempotency_key`` gets the first answer)."""
+        # an operator's call: its rules and answer are imported here (issue 31)
+        from tracker_client.ops_models import CancelResult
+        from tracker_client.rules import backlog
+
         return await self._write(
             "cancel",
             lambda c: idempotent(
@@ -1187,6 +1193,8 @@ class Rail(Generic[E]):
     ) -> int:
         """Cancel every waiting and running task of a pipeline and/or role; returns the count
         (a retry with the same ``idempotency_key`` gets the first count)."""
+        from tracker_client.rules import backlog  # an operator's or a producer's call (issue 31)
+
         return await self._write(
             "cancel_all",
             lambda c: idempotent(
@@ -1210,6 +1218,10 @@ class Rail(Generic[E]):
     ) -> RequeueResult:
         """Bring a dead-lettered or cancelled task back to ``stage`` (default: where it was);
         a retry with the same ``idempotency_key`` gets the first answer."""
+        # an operator's call: its rules and answer are imported here (issue 31)
+        from tracker_client.ops_models import RequeueResult
+        from tracker_client.rules import backlog
+
         return await self._write(
             "requeue",
             lambda c: idempotent(
@@ -1236,6 +1248,9 @@ class Rail(Generic[E]):
         """Requeue every dead-lettered task of a pipeline (dead-lettered for ``reason``, within
         the last ``since_ms``), each as :meth:`requeue` would, a bounded batch per transaction;
         ``dry_run`` only counts. The input is checked before anything is written."""
+        # an operator's call: its rules and answer are imported here (issue 31)
+        from tracker_client.ops_models import RequeueAllResult
+        from tracker_client.rules import backlog
 
         def check(c: Ctx) -> tuple[backlog.DeadLetters, dict[str, int]]:
             chosen = backlog.dead_letters(c, pipeline_id, reason, since_ms, stage)

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import NotFound, ValidationFailed
 from tracker_client.rules.common import Ctx
-from tracker_client.schedule_models import RateLimit
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from tracker_client.schedule_models import RateLimit
 
 __all__ = [
     "PERIODS_MS",
@@ -100,6 +101,8 @@ def spend(ctx: Ctx, row: sqlite3.Row) -> None:
 
 
 def _model(ctx: Ctx, row: sqlite3.Row) -> RateLimit:
+    from tracker_client.schedule_models import RateLimit  # an operator's call (issue 31)
+
     data: dict[str, Any] = {
         "role": row["role"],
         "max_running": row["max_running"],

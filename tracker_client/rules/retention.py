@@ -26,11 +26,13 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import ValidationFailed
-from tracker_client.ops_models import PurgeResult
 from tracker_client.rules.common import Ctx
+
+if TYPE_CHECKING:
+    from tracker_client.ops_models import PurgeResult
 
 __all__ = [
     "BATCH_TASKS",
@@ -186,6 +188,8 @@ async def purge(
     (the next pass goes on). Idempotency records before the cutoff go too, unless the purge is
     limited to one pipeline (a record names no pipeline).
     """
+    from tracker_client.ops_models import PurgeResult  # a purge's answer (issue 31)
+
     total = Batch()
     after = (-(2**62), -1)
     batches = 0

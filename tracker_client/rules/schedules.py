@@ -34,11 +34,12 @@ from tracker_client.errors import Conflict, NotFound, TrackerError, ValidationFa
 from tracker_client.models import TaskCreate
 from tracker_client.rules import tasks
 from tracker_client.rules.common import Ctx, dumps, stored_json
-from tracker_client.schedule_models import Schedule, ScheduleCreate
 from tracker_client.validation import problems
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from tracker_client.schedule_models import Schedule, ScheduleCreate
 
 __all__ = [
     "MAX_COUNTED",
@@ -83,6 +84,8 @@ def ticks_after(cron: str, zone: ZoneInfo, after_ms: int) -> Iterator[int]:
 def check(fields: dict[str, Any], now_ms: int) -> tuple[ScheduleCreate, int]:
     """``fields`` as a :class:`ScheduleCreate` and its first tick after ``now_ms``; else
     ``ValidationFailed`` naming the field (cron, timezone, missed, an unknown key, ...)."""
+    from tracker_client.schedule_models import ScheduleCreate  # where a schedule is (issue 31)
+
     try:
         spec = ScheduleCreate.model_validate(fields)
     except ValidationError as exc:
@@ -101,6 +104,8 @@ def check(fields: dict[str, Any], now_ms: int) -> tuple[ScheduleCreate, int]:
 
 def schedule_from_row(row: sqlite3.Row) -> Schedule:
     """The :class:`Schedule` a ``schedules`` row stores."""
+    from tracker_client.schedule_models import Schedule  # where a schedule is (issue 31)
+
     data = dict(row)
     data["metadata"] = stored_json(row["metadata"], "metadata", f"schedule {row['name']}")
     data["paused"] = bool(row["paused"])

@@ -25,13 +25,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tracker_client.capabilities import LeaseHandle
-from tracker_client.contract.batch_models import (
-    ClaimManyBody,
-    FinishClaimBody,
-    FinishItem,
-    FinishManyBody,
-    FinishManyOutcome,
-)
+from tracker_client.contract.batch_bodies import ClaimManyBody, FinishClaimBody, FinishManyBody
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome
 from tracker_client.contract.wire_errors import response_for
 from tracker_client.errors import TrackerCorrupt, TrackerError
 from tracker_client.models import Lease

@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from tracker_client.bounds import MAX_WAIT_MS
 from tracker_client.contract import wire_models as w
-from tracker_client.contract.parked_models import ParkedClaimBody
+from tracker_client.contract.batch_bodies import ParkedClaimBody
 from tracker_client.models import Lease
 from tracker_client.serve.helpers import (
     Closing,
