@@ -47,7 +47,7 @@ from typing import Any
 import anyio
 
 from bench.peers_setup import StockPgServer, load, pg_settings
-from bench.postgres import _seed, _server_cpu_s
+from bench.postgres import _server_cpu_s, seeded_schema
 from bench.rss import reap
 from bench.worker import _spawn, noop_config
 from tests.postgres.server import PgServer, find_bindir
@@ -208,20 +208,9 @@ def ours(
     server: PgServer, n: int, procs: int, concurrency: int, tree: Path | None, top: int = 0
 ) -> Result:
     """This rail's worker (``tree``'s, when given) drains ``n`` no-op tasks on a fresh schema."""
-    import os
-    import subprocess
-    import sys
-
     import psycopg
 
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    url = f"{server.url}?schema={schema}&pool_size=4"
-    if tree is None:
-        anyio.run(_seed, url, n)
-    else:  # that tree's migrations and seeding
-        code = f"import anyio; from bench.postgres import _seed; anyio.run(_seed, {url!r}, {n})"
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True)
+    schema, url = seeded_schema(server, n, tree)
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"ANALYZE {schema}.tasks")  # as autovacuum does after a submit
     config = noop_config(

@@ -119,6 +119,22 @@ def _commits(server: PgServer) -> int:
         return last
 
 
+def seeded_schema(
+    server: PgServer, n: int, root: Path | None = None, pool_size: int = 4
+) -> tuple[str, str]:
+    """A fresh schema with ``n`` no-op tasks, migrated and seeded by ``root``'s tree (None:
+    this one, in process): its name and the rail URL a worker of that tree opens."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    url = f"{server.url}?schema={schema}&pool_size={pool_size}"
+    if root is None:
+        anyio.run(_seed, url, n)
+    else:  # that tree's migrations and seeding
+        code = f"import anyio; from bench.postgres import _seed; anyio.run(_seed, {url!r}, {n})"
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
+    return schema, url
+
+
 def _pg_drain(
     server: PgServer,
     n: int,
@@ -135,14 +151,7 @@ def _pg_drain(
     a state no rail that has run a while is in."""
     import psycopg
 
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    url = f"{server.url}?schema={schema}&pool_size={pool_size}"
-    if root is None:
-        anyio.run(_seed, url, n)
-    else:  # that tree's migrations and seeding
-        code = f"import anyio; from bench.postgres import _seed; anyio.run(_seed, {url!r}, {n})"
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
+    schema, url = seeded_schema(server, n, root, pool_size)
     if analyze:
         with psycopg.connect(server.url, autocommit=True) as conn:
             conn.execute(f"ANALYZE {schema}.tasks")

@@ -172,6 +172,22 @@ async def claim(
     return lease
 
 
+async def finish_all(tracker: Tracker, role: str = "coder", agent: str = "a") -> None:
+    """Claim ``role``'s work ten leases at a time and complete each batch with one
+    ``finish_many`` until none is left, insisting every item was finished."""
+    from tracker_client.contract.batch_models import FinishItem, FinishResult
+
+    while leases := await tracker.claim_many(agent, role, 60_000, 10):
+        items = [
+            FinishItem(
+                lease=x, transition={"trigger": "complete"}, idempotency_key=f"f-{x.lease_id}"
+            )
+            for x in leases
+        ]
+        done = await tracker.finish_many(items)
+        assert all(isinstance(r, FinishResult) for r in done), done
+
+
 async def claim_ids(tracker: Tracker, role: str = "coder", agent: str = "agent-1") -> list[str]:
     """Claim until there is no more work; the task ids in claim order (leases kept)."""
     ids = []

@@ -26,9 +26,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.contract.support import make_pipeline, new_task, simple_pipeline
+from tests.contract.support import finish_all, make_pipeline, new_task, simple_pipeline
 from tests.postgres.server import PgServer, stats_server
-from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.factory import open_tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -67,15 +66,7 @@ async def _drain(url: str, tasks: int) -> None:
     try:
         pid = await make_pipeline(tracker, simple_pipeline())
         await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(tasks)])
-        while leases := await tracker.claim_many("a", "coder", 60_000, 10):
-            items = [
-                FinishItem(
-                    lease=x, transition={"trigger": "complete"}, idempotency_key=f"f-{x.lease_id}"
-                )
-                for x in leases
-            ]
-            done = await tracker.finish_many(items)
-            assert all(isinstance(r, FinishResult) for r in done), done
+        await finish_all(tracker)
     finally:
         await tracker.aclose()
 

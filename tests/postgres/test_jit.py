@@ -21,9 +21,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.contract.support import make_pipeline, new_task, simple_pipeline
+from tests.contract.support import finish_all, make_pipeline, new_task, simple_pipeline
 from tests.postgres.server import PgServer, stats_server
-from tracker_client.contract.batch_models import FinishItem, FinishResult
 from tracker_client.factory import open_tracker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -79,15 +78,7 @@ async def test_the_rails_statements_are_not_jit_compiled(
         pid = await make_pipeline(tracker, simple_pipeline())
         await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(30)])
         assert (await tracker.queue_stats()).for_role("coder") is not None
-        while leases := await tracker.claim_many("a", "coder", 60_000, 10):
-            items = [
-                FinishItem(
-                    lease=x, transition={"trigger": "complete"}, idempotency_key=f"f-{x.lease_id}"
-                )
-                for x in leases
-            ]
-            done = await tracker.finish_many(items)
-            assert all(isinstance(r, FinishResult) for r in done), done
+        await finish_all(tracker)
         await tracker.queue_stats()
     finally:
         await tracker.aclose()
