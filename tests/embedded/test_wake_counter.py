@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import textwrap
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
@@ -188,6 +189,18 @@ async def test_an_older_releases_commit_still_wakes_the_waiter_within_the_safety
     with closing(sqlite3.connect(path, isolation_level=None)) as old:
         old.execute("UPDATE tasks SET next_eligible_at_ms = 9000000000000000")
         waiter = await EmbeddedTracker.open(path, poll_interval_s=0.02)
+        # The waiter's look (its change mark, then the next lease expiry, in one read) must come
+        # before the old write: a write before the look is one the wait rightly never sees.
+        # Waiting for all tasks to block is not enough: the read may still be queued on the
+        # database thread (a loaded machine). Its statement on the connection says it ran.
+        looked = threading.Event()
+
+        def trace(statement: str) -> None:
+            if "min(lease_expires_at_ms)" in statement:
+                looked.set()
+
+        conn = waiter.engine.db.conn
+        await waiter.engine.db.run(lambda: conn.set_trace_callback(trace))
         try:
             took: float | None = None
             async with anyio.create_task_group() as tg:
@@ -199,6 +212,7 @@ async def test_an_older_releases_commit_still_wakes_the_waiter_within_the_safety
                     took = anyio.current_time() - began
 
                 tg.start_soon(wait)
+                assert await anyio.to_thread.run_sync(looked.wait, 10), "the waiter never looked"
                 await anyio.wait_all_tasks_blocked()
                 # The older release's write: the task is claimable, no datagram sent (and
                 # no wake counter bumped, unless ``bumps``).
