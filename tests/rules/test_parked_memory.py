@@ -6,8 +6,6 @@ SQLite file; the instance's clock for that memory is a plain counter the test mo
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -26,15 +24,6 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.s
-
-
-@pytest.fixture
-async def rail(tmp_path: Path) -> AsyncIterator[EmbeddedTracker]:
-    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
-    try:
-        yield tracker
-    finally:
-        await tracker.aclose()
 
 
 async def test_an_ended_claim_is_answered_from_memory_then_from_the_record(

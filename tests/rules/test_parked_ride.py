@@ -8,7 +8,6 @@ fails leaves the claim waiting as before, and a refused ride refuses nothing of 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -27,15 +26,6 @@ OTHER_ROLE = {
     "states": {"todo": {"agent_role": "reviewer"}, "done": {"terminal": True}},
     "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
 }
-
-
-@pytest.fixture
-async def rail(tmp_path: Path) -> AsyncIterator[EmbeddedTracker]:
-    tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
-    try:
-        yield tracker
-    finally:
-        await tracker.aclose()
 
 
 async def _boardable(rail: EmbeddedTracker, key: str) -> None:
