@@ -1,6 +1,8 @@
 """Backlog operations (docs/guarantees/backlog.md): cancel, cancel-all, requeue, requeue-all (one
 batch at a time), maintenance, and the "is it finished?" check behind ``wait``. Runs on the
-database thread inside a transaction; touches the tasks and their events only.
+database thread inside a transaction; touches the tasks and their events only. Imported by the
+rail's calls that use it, never at a worker's start (issue 31), so the operator's answers it
+builds are imported here once, at the top.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
+from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 from tracker_client.rules import budgets
 from tracker_client.rules.claims import expire_deadlines, reclaim_expired
 from tracker_client.rules.common import Ctx, artifact_from_row, event_from_row
@@ -19,8 +22,6 @@ from tracker_client.rules.versions import forward, forward_pending
 
 if TYPE_CHECKING:
     import sqlite3
-
-    from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
 
 __all__ = [
     "REQUEUE_BATCH",
@@ -39,8 +40,6 @@ Outcome = Literal["done", "dead_lettered", "cancelled", "expired", "pending"]
 
 
 def _cancel_row(ctx: Ctx, task: sqlite3.Row, reason: str) -> CancelResult:
-    from tracker_client.ops_models import CancelResult  # an operator's call (issue 31)
-
     run_id = task["lease_run_id"]
     revoked = False
     if run_id is not None:
@@ -141,8 +140,6 @@ def _requeue_row(
 ) -> RequeueResult:
     """Requeue one dead-lettered task row: the one write both ``requeue`` and the batches of
     ``requeue_all`` make (stage rules, attempt reset, event, log line)."""
-    from tracker_client.ops_models import RequeueResult  # an operator's call (issue 31)
-
     task_id = task["id"]
     pipeline = ctx.pipeline(task["pipeline_id"])
     target = stage if stage is not None else (task["dead_letter_from_stage"] or task["stage"])
@@ -269,8 +266,6 @@ def requeue_batch(
 
 def maintenance(ctx: Ctx) -> MaintenanceReport:
     """Reclaim expired leases, expire past-deadline tasks, purge old idempotency records."""
-    from tracker_client.ops_models import MaintenanceReport  # not built at start (issue 31)
-
     expired, crash = reclaim_expired(ctx)
     tasks = expire_deadlines(ctx)
     cutoff = ctx.now - ctx.opts.idempotency_ttl_s * 1000
@@ -286,8 +281,6 @@ def maintenance(ctx: Ctx) -> MaintenanceReport:
 
 def finished_state(ctx: Ctx, task_id: str) -> WaitResult:
     """The task's wait answer now (``finished=False``/``pending`` while it is still going)."""
-    from tracker_client.ops_models import WaitResult  # a producer's wait (issue 31)
-
     detail = get_task(ctx, task_id)
     reason = detail.dead_letter_reason
     outcome: Outcome
