@@ -38,7 +38,9 @@ own timestamps (first start -> last finish; huey and Celery keep none, so their 
 clocks), so
 process start-up is excluded; peak RSS is the max over the worker processes of their own
 ``VmHWM`` (:mod:`bench.rss`), CPU per task the user + system time of the worker processes from
-``wait4`` (start-up included; brokers and ``tracker serve`` not counted). Each system is set
+``wait4`` (start-up included; brokers and ``tracker serve`` not counted: the served rows'
+``tracker serve`` CPU per task, and its event loop's share, are printed under the table,
+:func:`server_lines`). Each system is set
 beside the best peer of its storage class (SQLite: huey; PostgreSQL: the faster of
 procrastinate and PgQueuer by median tasks/s; Redis: the faster of arq and Celery) and
 beside arq: the ratios are
@@ -150,10 +152,12 @@ def served_drain(n: int, procs: int, concurrency: int, root: Path | None = None)
         server, url = _start_server(db, root)
         try:
             config = _config(tmp, url, concurrency)
+            server_before = server_cpu_s(server.pid)
             workers = [_spawn(config, root) for _ in range(procs)]
             conditions = peers_setup.Conditions.start()
             reaped = _reap(workers)
             _, switches = conditions.stop()  # the workers' own, before the server is reaped
+            server_after = server_cpu_s(server.pid)
         finally:
             server.terminate()
             server.wait(30)
@@ -164,7 +168,45 @@ def served_drain(n: int, procs: int, concurrency: int, root: Path | None = None)
             ).fetchone()
         result = _result(workers, reaped, done, (first or 0) / 1000, (last or 0) / 1000)
         result["switches"] = switches
+        if done:
+            loop, total = (b - a for a, b in zip(server_before, server_after, strict=True))
+            result["server_us_per_task"] = total / done * 1e6
+            result["server_loop_us_per_task"] = loop / done * 1e6
         return result
+
+
+def server_cpu_s(pid: int) -> tuple[float, float]:
+    """(its main thread's, the whole process's) CPU seconds so far of ``tracker serve``
+    (``pid``): user + system, from ``/proc``. The main thread runs the event loop (HTTP,
+    JSON, the routes); the rest is the database thread, the WAL checkpointer and any thread
+    gone meanwhile (the process's own count keeps an exited thread's time)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(path: str) -> float:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return cpu(f"/proc/{pid}/task/{pid}/stat"), cpu(f"/proc/{pid}/stat")
+
+
+def server_lines(results: dict[tuple[str, int], list[Result]]) -> list[str]:
+    """What ``tracker serve`` spent per task beside each served row (the CPU column counts
+    worker processes only, and on 2 cores the server's CPU bounds the rate too): median
+    [range] over the rounds, and the share of it on its event loop."""
+    lines = []
+    for (name, procs), rows in results.items():
+        totals = [r["server_us_per_task"] for r in rows if "server_us_per_task" in r]
+        if not totals:
+            continue
+        loop = statistics.median(r["server_loop_us_per_task"] for r in rows)
+        lines.append(
+            f"- {name} x{procs}: tracker serve {statistics.median(totals):.0f} "
+            f"[{min(totals):.0f}-{max(totals):.0f}] us/task of CPU, {loop:.0f} of it on its "
+            "event loop (HTTP, JSON, routes), the rest its database thread and checkpointer"
+        )
+    if lines:
+        lines.insert(0, "tracker serve's own CPU per task (not in the CPU column above):")
+    return lines
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -329,10 +371,17 @@ def _measure(
                 r["idle_pct"] = idle
                 r["switches_per_task"] = r.get("switches", switches) / r["done"]
                 results.setdefault((name, procs), []).append(r)
+                server = (
+                    f", tracker serve {r['server_us_per_task']:.0f} us/task "
+                    f"({r['server_loop_us_per_task']:.0f} on its event loop)"
+                    if "server_us_per_task" in r
+                    else ""
+                )
                 print(
                     f"  round {run + 1} {name} x{procs}: {r['tasks_per_s']:.0f} tasks/s, "
                     f"{r['peak_rss_mib']:.1f} MiB, {r['cpu_us_per_task']:.0f} us/task, "
-                    f"{r['switches_per_task']:.1f} switches/task, machine {idle:.0f} % idle",
+                    f"{r['switches_per_task']:.1f} switches/task, machine {idle:.0f} % idle"
+                    f"{server}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -596,6 +645,7 @@ def main(argv: list[str] | None = None) -> None:
                 results, skipped, calibrations = _measure(args, {**runners, **kept_runners})
                 lines = [*table(args, results), "", *CONDITIONS_LEGEND]
                 lines.append(calibration_line(calibrations))
+                lines += server_lines(results)
                 if len(args.log_levels) > 1:
                     systems = [name for name in SYSTEMS if name in args.systems]
                     lines += level_table(systems, args.log_levels, args.procs, results)

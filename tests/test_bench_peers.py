@@ -117,6 +117,24 @@ def test_log_levels_are_measured_side_by_side_and_printed() -> None:
 
 
 @pytest.mark.timeout(300)
+def test_the_served_rows_say_what_tracker_serve_spent_per_task() -> None:
+    # The CPU column counts worker processes only; each served row's server is measured too,
+    # in the round's line and under the table, with its event loop's share.
+    done = _bench("--tasks", "200", "--runs", "1", "--procs", "1", "--systems", "served,embedded")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(
+        r"round 1 served x1: .*, tracker serve \d+ us/task \(\d+ on its event loop\)$",
+        done.stderr,
+        re.M,
+    ), done.stderr
+    assert "tracker serve's own CPU per task (not in the CPU column above):" in done.stdout
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("- served x1: tracker serve")]
+    total, low, high, loop = map(int, re.findall(r"\d+", line.split("tracker serve", 1)[1])[:4])
+    assert low <= total <= high and 0 < loop <= total, line
+    assert not [x for x in done.stdout.splitlines() if x.startswith("- embedded x1: tracker")]
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.usefixtures("peers")
 def test_each_rail_runs_from_another_source_tree_in_the_same_rounds() -> None:
     # RAIL@TREE: that tree's seeding, server and workers (here this tree itself), in the same
