@@ -15,7 +15,8 @@ records of that process's runs (its agent id ends with its pid):
 
 Each part is printed per task of the whole drain (the parts add up to the worker CPU per task
 ``bench.peers`` prints), with the drain part's event-loop and other-thread (database thread,
-checkpointer) shares. The drain part is what a second process adds beyond start-up: the
+checkpointer) shares and its kernel share (``stime``, in clock ticks: coarse over a short
+drain, read its medians). The drain part is what a second process adds beyond start-up: the
 difference between its 1- and 2-process figures.
 
 ``--syscalls`` wraps each worker in ``perf stat`` (tracepoints: needs ``perf`` and the right to
@@ -65,6 +66,7 @@ class Drain:
     startup: float = 0.0
     drain: float = 0.0
     drain_loop: float = 0.0
+    drain_sys: float = 0.0
     tail: float = 0.0
     total: float = 0.0
     tasks_per_s: float = 0.0
@@ -86,11 +88,21 @@ def _cpu(pid: int) -> tuple[float, float]:
     return main, other
 
 
+def _kernel(pid: int) -> float:
+    """CPU seconds ``pid`` spent in the kernel (``stime``: clock ticks, ended threads too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / TICKS
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
 class Sampler:
-    """Samples each worker's CPU clocks until it exits: (time ms, main, others) per pid."""
+    """Samples each worker's CPU clocks until it exits: (time ms, main, others, kernel) per
+    pid."""
 
     def __init__(self, pids: list[int]) -> None:
-        self.samples: dict[int, list[tuple[float, float, float]]] = {p: [] for p in pids}
+        self.samples: dict[int, list[tuple[float, float, float, float]]] = {p: [] for p in pids}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -100,9 +112,10 @@ class Sampler:
             for pid, rows in self.samples.items():
                 try:
                     main, other = _cpu(pid)
+                    kernel = _kernel(pid)
                 except OSError:
                     continue  # exited
-                rows.append((time.time() * 1000, main, other))
+                rows.append((time.time() * 1000, main, other, kernel))
             self._stop.wait(SAMPLE_S)
 
     def stop(self) -> None:
@@ -110,11 +123,11 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def at(self, pid: int, ms: float) -> tuple[float, float]:
-        """``pid``'s (main, others) CPU seconds at the first sample from ``ms`` on."""
+    def at(self, pid: int, ms: float) -> tuple[float, float, float]:
+        """``pid``'s (main, others, kernel) CPU seconds at the first sample from ``ms`` on."""
         rows = self.samples[pid]
-        i = min(bisect.bisect_left([t for t, _, _ in rows], ms), len(rows) - 1)
-        return rows[i][1], rows[i][2]
+        i = min(bisect.bisect_left([row[0] for row in rows], ms), len(rows) - 1)
+        return rows[i][1], rows[i][2], rows[i][3]
 
 
 def _child_pid(pid: int) -> int:
@@ -194,15 +207,16 @@ def drain(tree: Path, tasks: int, procs: int, syscalls: bool = False) -> Drain:
         out.tasks_per_s = done / max((last - first) / 1000, 1e-9)
         for agent, started, ended, _ in rows:
             pid = int(agent.rsplit("-", 1)[1])
-            m0, o0 = sampler.at(pid, started)
-            m1, o1 = sampler.at(pid, ended)
+            m0, o0, k0 = sampler.at(pid, started)
+            m1, o1, k1 = sampler.at(pid, ended)
             end = totals[pid]
             out.startup += m0 + o0
             out.drain += m1 + o1 - m0 - o0
             out.drain_loop += m1 - m0
+            out.drain_sys += k1 - k0
             out.tail += end - m1 - o1
             out.total += end
-        for name in ("startup", "drain", "drain_loop", "tail", "total"):
+        for name in ("startup", "drain", "drain_loop", "drain_sys", "tail", "total"):
             setattr(out, name, getattr(out, name) / done * 1e6)
         if syscalls:
             for i in range(procs):
@@ -239,7 +253,8 @@ def main() -> None:
                 results.setdefault((tree, procs), []).append(d)
                 print(
                     f"round {rnd + 1} {tree} x{procs}: {d.total:.0f} us/task = start-up "
-                    f"{d.startup:.0f} + drain {d.drain:.0f} (loop {d.drain_loop:.0f}) + tail "
+                    f"{d.startup:.0f} + drain {d.drain:.0f} (loop {d.drain_loop:.0f}, kernel "
+                    f"{d.drain_sys:.0f}) + tail "
                     f"{d.tail:.0f}; {d.tasks_per_s:.0f} tasks/s",
                     flush=True,
                 )
@@ -249,7 +264,8 @@ def main() -> None:
         print(
             f"{tree} x{procs}: total {_median([d.total for d in ds])}, start-up "
             f"{_median([d.startup for d in ds])}, drain {_median([d.drain for d in ds])} "
-            f"(loop {_median([d.drain_loop for d in ds])}), tail {_median([d.tail for d in ds])}"
+            f"(loop {_median([d.drain_loop for d in ds])}, kernel "
+            f"{_median([d.drain_sys for d in ds])}), tail {_median([d.tail for d in ds])}"
         )
         if args.syscalls:
             names = sorted({n for d in ds for n in d.counts})

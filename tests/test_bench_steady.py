@@ -35,7 +35,7 @@ def test_one_and_two_processes_split_their_cpu_into_three_parts() -> None:
     assert done.returncode == 0, done.stderr
     rounds = re.findall(
         r"^round 1 \S+ x(\d): ([\d.]+) us/task = start-up ([\d.]+) \+ drain ([\d.]+) "
-        r"\(loop [\d.]+\) \+ tail (-?[\d.]+); \d+ tasks/s$",
+        r"\(loop [\d.]+, kernel [\d.]+\) \+ tail (-?[\d.]+); \d+ tasks/s$",
         done.stdout,
         re.M,
     )
