@@ -189,10 +189,13 @@ def drain(tree: Path, tasks: int, procs: int, syscalls: bool = False) -> Drain:
                 totals[pid] = _perf_counts(tmp / f"perf{len(totals)}")["task-clock"] / 1000
         else:
             for w in workers:
-                _, _, usage = os.wait4(w.pid, 0)
-                w.returncode = 0
+                _, status, usage = os.wait4(w.pid, 0)
+                w.returncode = os.waitstatus_to_exitcode(status)
                 totals[w.pid] = usage.ru_utime + usage.ru_stime
         sampler.stop()
+        failed = [w.returncode for w in workers if w.returncode != 0]
+        if failed:
+            raise SystemExit(f"a worker exited with {failed[0]}")
         with sqlite3.connect(db) as conn:
             rows = conn.execute(
                 "SELECT agent_id, min(started_at_ms), max(ended_at_ms), count(*) FROM runs "
