@@ -101,6 +101,11 @@ class LeaseTracker(Protocol):
     async def health(self) -> Health:
         """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
 
+    async def ping(self) -> None:
+        """One cheap round trip that proves the tracker answers (what a worker waits on at
+        start-up); raises ``TrackerUnavailable`` when down. It counts nothing, so unlike
+        :meth:`health` its cost does not grow with the tasks the rail keeps."""
+
     async def get_pipeline(self, pipeline_id: str) -> Pipeline:
         """One pipeline, or ``NotFound``."""
 

@@ -246,6 +246,10 @@ class Rail(Generic[E]):
         """Tasks per stage and live leases."""
         return await self._read("health", stats.health)
 
+    async def ping(self) -> None:
+        """One statement that reads no table, in a read transaction: the database answers."""
+        await self._read("ping", stats.ping)
+
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""
         from tracker_client.rules import backlog  # an operator's or a producer's call (issue 31)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from tracker_client.models import Health, QueueStats, RoleStats, StageCount
 from tracker_client.rules.common import Ctx
 
-__all__ = ["VERSION", "health", "queue_stats"]
+__all__ = ["VERSION", "health", "ping", "queue_stats"]
 
 #: Reported by ``health()`` as the tracker's version.
 VERSION = "backlog-worker-embedded/1"
@@ -18,6 +18,11 @@ def health(ctx: Ctx) -> Health:
     stages = [StageCount(stage=r[0], count=r[1]) for r in ctx.all("stats.stages")]
     active = int(ctx.scalar("stats.live_leases", (ctx.now,)))
     return Health(status="ok", version=VERSION, tasks_by_stage=stages, active_leases=active)
+
+
+def ping(ctx: Ctx) -> None:
+    """One statement that reads no table: the database answers (``Rail.ping``)."""
+    ctx.scalar("stats.ping")
 
 
 def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueStats:
