@@ -40,27 +40,29 @@ from tracker_client.contract.parked_models import ParkedCancelled
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
-    Assignment,
-    Dependency,
-    Event,
     FailResult,
-    Health,
     Lease,
-    Page,
     Pipeline,
     QueueStats,
     ReleaseResult,
     Run,
     StoreEntry,
     Task,
-    TaskCreate,
-    TaskDetail,
     TransitionResult,
 )
 from tracker_client.observe_models import WorkerInfo
 
 if TYPE_CHECKING:
     # annotations only: the operator's answers, never built by a worker (issue 31)
+    from tracker_client.models import (
+        Assignment,
+        Dependency,
+        Event,
+        Health,
+        Page,
+        TaskCreate,
+        TaskDetail,
+    )
     from tracker_client.ops_models import (
         CancelResult,
         MaintenanceReport,

@@ -40,21 +40,14 @@ from tracker_client.errors import ValidationFailed
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
-    Assignment,
-    Dependency,
-    Event,
     FailResult,
-    Health,
     Lease,
-    Page,
     Pipeline,
     QueueStats,
     ReleaseResult,
     Run,
     StoreEntry,
     Task,
-    TaskCreate,
-    TaskDetail,
     TransitionResult,
 )
 from tracker_client.rules import claims, reads, runs, stats, tasks
@@ -95,6 +88,16 @@ from tracker_client.sweeps import SweepCounts
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from tracker_client.models import (
+        Assignment,
+        Dependency,
+        Event,
+        Health,
+        Page,
+        TaskCreate,
+        TaskDetail,
+    )
 
     # annotations only (issue 31): the answers of the operator's and the server's calls, built
     # by the rules that make them (imported there), never by a worker; the backlog rules

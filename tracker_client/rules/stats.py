@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from tracker_client.models import Health, QueueStats, RoleStats, StageCount
+from tracker_client.models import QueueStats, RoleStats
 from tracker_client.rules.common import Ctx
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Health
 
 __all__ = ["VERSION", "health", "ping", "queue_stats"]
 
@@ -15,6 +20,9 @@ VERSION = "backlog-worker-embedded/1"
 
 def health(ctx: Ctx) -> Health:
     """Tasks per stage name (across pipelines) and the number of live leases."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Health, StageCount
+
     stages = [StageCount(stage=r[0], count=r[1]) for r in ctx.all("stats.stages")]
     active = int(ctx.scalar("stats.live_leases", (ctx.now,)))
     return Health(status="ok", version=VERSION, tasks_by_stage=stages, active_leases=active)
