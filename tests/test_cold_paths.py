@@ -116,7 +116,7 @@ NOT_EMBEDDED = (
     "tracker_client.ops_models",
     "tracker_client.schedule_models",
     # issue 31 (start-up): the models a worker never builds (a task's detail and relations,
-    # create bodies, events, pages, the health census: ~15 M instructions), created on first use
+    # the create body, events, pages, the health census: ~17 M instructions), created on first use
     "tracker_client.cold_models",
     # issue 31 (start-up): the batching extensions' wire bodies (~8 M instructions) and the run
     # bodies they carry (~4 M): the rails take FinishItem and answer FinishResult in-process

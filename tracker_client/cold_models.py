@@ -2,12 +2,14 @@
 
 :mod:`tracker_client.models` names them (their ``__module__`` is that module's, as the API
 reference and pickles name them) and imports this module when one is first looked up
-(:pep:`562`): a task's relations and detail, the bodies an operator or a producer creates, the
-run's events and artifact bodies, pages of a listing, store entries and the health census.
-Creating a model class costs ~1.5 M instructions even unbuilt (``defer_build``); a worker that
-never touches these skips ~17 M of its start-up (docs/benchmarks.md, issue 31). Code that a
-worker imports names them in annotations (under ``TYPE_CHECKING``) and imports them inside the
-functions that build them.
+(:pep:`562`): a task's detail and relations, the task an operator or a producer creates, the
+run's events, pages of a listing and the health census. Creating a model class costs ~1.5 M
+instructions even unbuilt (``defer_build``); a worker that never touches these skips ~17 M of
+its start-up (``python -m bench.startup``, issue 31). Code that a worker imports names them in
+annotations (under ``TYPE_CHECKING``) and imports them inside the functions that build them.
+The models an executor's calls build (``ArtifactCreate``, ``StoreEntry``) stay in
+:mod:`tracker_client.models`: the public plugin modules name them in signatures, which must
+resolve at run time.
 """
 
 from typing import Annotated, Any, Generic

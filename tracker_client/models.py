@@ -9,8 +9,8 @@ Partly public (docs/reference/stability.md): the models an executor or an applic
 (the task, its run, events, artifacts, pipeline) are on the Python API reference; the rest,
 the rail's own (leases, bodies of its operations, statistics), is internal.
 
-The models a running worker never builds (a task's relations and detail, create bodies, events,
-pages, store entries, the health census) are named here and created on first use, in
+The models a running worker never builds (a task's detail and relations, the create body,
+events, pages, the health census) are named here and created on first use, in
 :mod:`tracker_client.cold_models` (issue 31: a worker's start-up).
 """
 
