@@ -61,7 +61,7 @@ STAGES = (
     ("worker.cli.run", "open_for_worker", "rail opened"),
 )
 #: Calls of the tracker the daemon makes at start, each a stage of its own.
-TRACKER_CALLS = ("health", "capabilities", "register_worker", "claim_many", "queue_stats")
+TRACKER_CALLS = ("ping", "health", "capabilities", "register_worker", "claim_many", "queue_stats")
 
 #: The hook in the measured process (``%(events)s``: where it writes its events at exit). Each
 #: event is ``[kind, name]``: ``+``/``-`` around a module's execution, a class's creation

@@ -97,6 +97,9 @@ class _StubTracker:
     async def health(self) -> Health:
         return Health(status="ok", version="stub")
 
+    async def ping(self) -> None:
+        return None
+
     async def capabilities(self) -> Capabilities:
         return Capabilities(max_lease_ttl_ms=None)  # keys sent, as across a network
 

@@ -112,6 +112,6 @@ def test_a_real_worker_start_up_is_measured_end_to_end() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "M instructions (hooked; unhooked" in out
-    for line in ("imports", "rail opened", "health", "interpreter exit", "ours: dataclasses"):
+    for line in ("imports", "rail opened", "ping", "interpreter exit", "ours: dataclasses"):
         assert line in out, out
     assert "tracker_client.models" in out or "worker.config.models" in out

@@ -11,10 +11,11 @@ internal and may change in any release.
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from tracker_client import models as _models
 from tracker_client.errors import *  # noqa: F403
-from tracker_client.models import *  # noqa: F403
 
 if TYPE_CHECKING:
+    from tracker_client.models import *  # noqa: F403
     from tracker_client.producer import Rail, Submission, SyncRail, connect, connect_sync
 
 #: The producer API, imported on first use: a worker never needs it (it pulls in the agent
@@ -24,11 +25,15 @@ _PRODUCER = ("Rail", "Submission", "SyncRail", "connect", "connect_sync")
 
 def __getattr__(name: str) -> Any:
     """The producer API's names, imported from :mod:`tracker_client.producer` when first used;
-    ``Tracker``, deprecated (docs/reference/stability.md), with a warning."""
+    the data models, as :mod:`tracker_client.models` has them (those a worker never builds are
+    created on first use there); ``Tracker``, deprecated (docs/reference/stability.md), with a
+    warning."""
     if name in _PRODUCER:
         from tracker_client import producer
 
         return getattr(producer, name)
+    if name in _models.__all__:
+        return getattr(_models, name)
     if name == "Tracker":
         warnings.warn(
             "tracker_client.Tracker is internal and leaves tracker_client in 0.2: an application "

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.agent_models import (
     CHECKPOINT_NAMESPACE,
@@ -37,8 +37,12 @@ from tracker_client.agent_models import (
 )
 from tracker_client.capabilities import LeaseRef
 from tracker_client.errors import Conflict, NotFound, TrackerError, Unsupported, ValidationFailed
-from tracker_client.models import Artifact, Lease, Task, TaskCreate, TaskDetail, TransitionResult
+from tracker_client.models import Artifact, Lease, Task, TransitionResult
 from tracker_client.protocol import Tracker
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import TaskCreate, TaskDetail
 
 __all__ = [
     "checkpoint_size",

@@ -40,27 +40,29 @@ from tracker_client.contract.parked_models import ParkedCancelled
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
-    Assignment,
-    Dependency,
-    Event,
     FailResult,
-    Health,
     Lease,
-    Page,
     Pipeline,
     QueueStats,
     ReleaseResult,
     Run,
     StoreEntry,
     Task,
-    TaskCreate,
-    TaskDetail,
     TransitionResult,
 )
 from tracker_client.observe_models import WorkerInfo
 
 if TYPE_CHECKING:
     # annotations only: the operator's answers, never built by a worker (issue 31)
+    from tracker_client.models import (
+        Assignment,
+        Dependency,
+        Event,
+        Health,
+        Page,
+        TaskCreate,
+        TaskDetail,
+    )
     from tracker_client.ops_models import (
         CancelResult,
         MaintenanceReport,
@@ -100,6 +102,11 @@ class LeaseTracker(Protocol):
 
     async def health(self) -> Health:
         """Liveness and a census of tasks per stage; raises ``TrackerUnavailable`` when down."""
+
+    async def ping(self) -> None:
+        """One cheap round trip that proves the tracker answers (what a worker waits on at
+        start-up); raises ``TrackerUnavailable`` when down. It counts nothing, so unlike
+        :meth:`health` its cost does not grow with the tasks the rail keeps."""
 
     async def get_pipeline(self, pipeline_id: str) -> Pipeline:
         """One pipeline, or ``NotFound``."""

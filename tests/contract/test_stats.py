@@ -116,6 +116,15 @@ async def test_health_counts_stages_and_live_leases(tracker: Tracker, clock: Fak
     assert (await tracker.health()).active_leases == 0
 
 
+async def test_ping_answers_whatever_the_rail_holds(tracker: Tracker) -> None:
+    # The worker's start-up probe (worker.daemon.worker): a round trip that counts nothing.
+    assert await tracker.ping() is None
+    pid = await make_pipeline(tracker)
+    await tracker.create_tasks([new_task(pid, f"t{i}") for i in range(3)])
+    await claim(tracker)
+    assert await tracker.ping() is None
+
+
 @pytest.mark.requires(EXTENSIONS)
 async def test_claimable_count_respects_concurrency_keys(tracker: Tracker) -> None:
     # claimable = eligible ignoring only assignments and per_state: a task whose key is held by

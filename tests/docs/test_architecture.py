@@ -76,6 +76,7 @@ RAIL_FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker_client.capabilities",
         "tracker_client.sweeps",
         "tracker_client.models",
+        "tracker_client.cold_models",
         "tracker_client.agent_models",
         "tracker_client.ops_models",
         "tracker_client.observe_models",

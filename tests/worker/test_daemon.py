@@ -252,7 +252,7 @@ class FlakyTracker:
 async def test_tracker_outage_is_retried_and_recovers(tracker: Tracker, pipeline_id: str) -> None:
     await add_tasks(tracker, pipeline_id, 4)
     # The reports go out batched (the rail has finish_many): its outage is the reports'.
-    flaky = FlakyTracker(tracker, {"health", "claim", "transition", "finish_many"})
+    flaky = FlakyTracker(tracker, {"ping", "claim", "transition", "finish_many"})
     done = 0
 
     async def work(ctx: ExecutionContext) -> None:
@@ -416,13 +416,40 @@ async def test_instructions_come_from_the_latest_transition_across_pages(
 async def test_stop_ends_a_start_up_wait_for_a_down_tracker(
     tracker: Tracker, pipeline_id: str
 ) -> None:
-    flaky = FlakyTracker(tracker, {"health"})
+    flaky = FlakyTracker(tracker, {"ping"})
     worker = Worker(flaky, worker_config(), [role("coder", lambda ctx: anyio.sleep(0))])  # type: ignore[arg-type]
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         await wait_until(lambda: flaky.failures >= 2)
         worker.stop()
     assert worker.state is WorkerState.STOPPED
+
+
+class UsedTracker:
+    """The real tracker, with the name of every operation the worker looked up recorded."""
+
+    def __init__(self, inner: Tracker) -> None:
+        self._inner = inner
+        self.used: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.used.append(name)
+        return getattr(self._inner, name)
+
+
+async def test_start_up_waits_on_a_ping_not_on_a_census_of_the_rail(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    # health counts every task the rail keeps (its cost grows with the tasks kept) and builds
+    # its answer's model: start-up needs only to know the tracker answers (issue 31).
+    await add_tasks(tracker, pipeline_id, 2)
+    used = UsedTracker(tracker)
+    worker = Worker(used, worker_config(drain=True), [role("coder", lambda ctx: anyio.sleep(0))])  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+    assert (await stage_counts(tracker, pipeline_id)) == {"review": 2}
+    assert "ping" in used.used
+    assert "health" not in used.used
 
 
 class CountingTracker:

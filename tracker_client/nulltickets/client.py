@@ -132,6 +132,10 @@ class RemoteTracker(RunCalls, StoreCalls, AgentCalls, BatchCalls):
         """``GET /health``; also refreshes what the server advertises about itself."""
         return self._wire.parse(operation("health"), await self._discovery.health(), Health)
 
+    async def ping(self) -> None:
+        """``GET /health``, read for what the server advertises only (the census unparsed)."""
+        await self._discovery.health()
+
     async def aclose(self) -> None:
         """Release the leases claimed ahead and never handed out, close the HTTP client.
         Idempotent."""

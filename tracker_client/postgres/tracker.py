@@ -74,7 +74,7 @@ from tracker_client.errors import (
     TrackerUnavailable,
     Unsupported,
 )
-from tracker_client.models import Health, Lease, ReleaseResult, StoreEntry, TransitionResult
+from tracker_client.models import Lease, ReleaseResult, StoreEntry, TransitionResult
 from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres import claims, search
 from tracker_client.postgres.claims import (
@@ -125,6 +125,9 @@ from tracker_client.sweeps import SweepCounts
 
 if TYPE_CHECKING:
     import sqlite3
+
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Health
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "SAFETY_TICK_S", "PostgresTracker"]
 

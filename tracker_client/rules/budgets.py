@@ -32,12 +32,15 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import BudgetStatus
 from tracker_client.rules.common import Ctx, dumps
 from tracker_client.rules.pipelines import PipelineDef
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import BudgetStatus
 
 __all__ = [
     "DEFAULT_MAX_LOOPS",
@@ -356,6 +359,9 @@ def one_trip_ok(pipeline: PipelineDef, stage: str, to: str, usage: Any) -> bool:
 def status(ctx: Ctx, row: Any, pipeline: PipelineDef) -> BudgetStatus:
     """A task's budgets and their use, for ``task show`` and the dashboard (``row``: its
     ``tasks`` row)."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import BudgetStatus
+
     limits = effective(pipeline.budgets, _task_limits(row["budgets"]))
     at, base_usd, base_tokens = _base(row)
     visits = _json(row["visits"])

@@ -19,15 +19,7 @@ from pydantic import ValidationError
 from tracker_client import bounds
 from tracker_client.errors import NotFound, TrackerCorrupt, ValidationFailed
 from tracker_client.jsonlimits import MAX_JSON_DEPTH, check_json_limits, stored_too_deep
-from tracker_client.models import (
-    CORRUPT_MARKER,
-    Artifact,
-    Assignment,
-    Dependency,
-    Event,
-    Run,
-    Task,
-)
+from tracker_client.models import CORRUPT_MARKER, Artifact, Run, Task
 from tracker_client.rules.pipelines import PipelineCache, PipelineDef
 from tracker_client.rules.retrypolicy import BUILTIN, RetryDefaults
 from tracker_client.rules.statements import Statements
@@ -35,6 +27,9 @@ from tracker_client.validation import problems
 
 if TYPE_CHECKING:
     import sqlite3
+
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Assignment, Dependency, Event
 
 __all__ = [
     "CORRUPT_MARKER",
@@ -444,6 +439,9 @@ def run_from_row(row: sqlite3.Row) -> Run:
 
 def event_from_row(row: sqlite3.Row) -> Event:
     """An Event model from an ``events`` row."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Event
+
     return Event.model_validate(
         {
             "id": row["id"],
@@ -475,6 +473,9 @@ def artifact_from_row(row: sqlite3.Row) -> Artifact:
 
 def assignment_from_row(row: sqlite3.Row) -> Assignment:
     """An Assignment model from an ``assignments`` row."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Assignment
+
     return Assignment(
         task_id=row["task_id"],
         agent_id=row["agent_id"],
@@ -497,6 +498,9 @@ def stored_json(text: Any, what: str, where: str) -> Any:
 def dependencies_of(ctx: Ctx, task_id: str) -> list[Dependency]:
     """The task's dependencies, each with whether its upstream is resolved now: terminal and
     not dead-lettered (a dead-lettered or cancelled upstream never resolves)."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Dependency
+
     rows = ctx.all("common.dependencies", (task_id,))
     return [Dependency(depends_on_task_id=r[0], resolved=bool(r[1])) for r in rows]
 

@@ -8,12 +8,16 @@ reads the ``tasks`` table only; the insert itself stays in :mod:`.tasks`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.bounds import MAX_DEDUPE_KEY_CHARS
 from tracker_client.errors import ValidationFailed
-from tracker_client.models import MAX_AHEAD_MS, TaskCreate
+from tracker_client.models import MAX_AHEAD_MS
 from tracker_client.rules.common import Ctx
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import TaskCreate
 
 __all__ = ["MAX_AHEAD_MS", "MAX_DEDUPE_KEY_CHARS", "dedupe_hit", "dedupe_of", "run_at_of"]
 

@@ -7,10 +7,15 @@ writes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
-from tracker_client.models import Dependency
 from tracker_client.rules.common import Ctx, dependencies_of
 from tracker_client.rules.runs import dead_letter_if_upstream_dead
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Dependency
 
 __all__ = [
     "add_dependency",

@@ -20,11 +20,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
-from tracker_client.models import AvailableTransition, Pipeline
+from tracker_client.models import Pipeline
 from tracker_client.rules.retrypolicy import parse_retry
 
 if TYPE_CHECKING:
     import sqlite3
+
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import AvailableTransition
 
 __all__ = [
     "MAX_DEFINITION_BYTES",
@@ -88,6 +91,9 @@ class PipelineDef:
 
     def available(self, stage: str) -> list[AvailableTransition]:
         """The transitions out of ``stage`` as the API lists them."""
+        # a worker never builds it: created on first use (tracker_client.cold_models)
+        from tracker_client.models import AvailableTransition
+
         return [
             AvailableTransition(
                 trigger=t.trigger, to=t.to_state, required_gates=list(t.required_gates)

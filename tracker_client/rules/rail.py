@@ -40,21 +40,14 @@ from tracker_client.errors import ValidationFailed
 from tracker_client.models import (
     Artifact,
     ArtifactCreate,
-    Assignment,
-    Dependency,
-    Event,
     FailResult,
-    Health,
     Lease,
-    Page,
     Pipeline,
     QueueStats,
     ReleaseResult,
     Run,
     StoreEntry,
     Task,
-    TaskCreate,
-    TaskDetail,
     TransitionResult,
 )
 from tracker_client.rules import claims, reads, runs, stats, tasks
@@ -95,6 +88,16 @@ from tracker_client.sweeps import SweepCounts
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from tracker_client.models import (
+        Assignment,
+        Dependency,
+        Event,
+        Health,
+        Page,
+        TaskCreate,
+        TaskDetail,
+    )
 
     # annotations only (issue 31): the answers of the operator's and the server's calls, built
     # by the rules that make them (imported there), never by a worker; the backlog rules
@@ -245,6 +248,10 @@ class Rail(Generic[E]):
     async def health(self) -> Health:
         """Tasks per stage and live leases."""
         return await self._read("health", stats.health)
+
+    async def ping(self) -> None:
+        """One statement that reads no table, in a read transaction: the database answers."""
+        await self._read("ping", stats.ping)
 
     async def wait(self, task_id: str, *, timeout_s: float) -> WaitResult:
         """Block until the task is finished (terminal, dead-lettered, cancelled) or timeout."""

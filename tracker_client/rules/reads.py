@@ -5,8 +5,10 @@ Runs on the database thread inside a transaction.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracker_client.errors import NotFound, ValidationFailed
-from tracker_client.models import Artifact, ArtifactCreate, Event, Page
+from tracker_client.models import Artifact, ArtifactCreate
 from tracker_client.rules.common import (
     MIB,
     Ctx,
@@ -17,6 +19,10 @@ from tracker_client.rules.common import (
     new_id,
 )
 from tracker_client.rules.tasks import page_by_creation
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Event, Page
 
 __all__ = ["add_artifact", "list_artifacts", "list_events"]
 
@@ -38,6 +44,9 @@ def list_events(
 ) -> Page[Event]:
     """Events of a run (``column="run_id"``) or a task (``"task_id"``) in id order, optionally
     only those of one ``kind``."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Event, Page
+
     check_limit(limit)
     if kind is not None and (not isinstance(kind, str) or not kind):
         raise ValidationFailed("event kind filter must be a non-empty string", code="invalid_kind")
@@ -100,6 +109,9 @@ def list_artifacts(
     ctx: Ctx, task_id: str | None, run_id: str | None, limit: int, cursor: str | None
 ) -> Page[Artifact]:
     """Artifacts in creation order, optionally of one task and/or run."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Page
+
     page = _ARTIFACT_PAGES[task_id is not None, run_id is not None]
     items, nxt = page_by_creation(
         ctx,

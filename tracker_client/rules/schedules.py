@@ -31,7 +31,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import ValidationError
 
 from tracker_client.errors import Conflict, NotFound, TrackerError, ValidationFailed
-from tracker_client.models import TaskCreate
 from tracker_client.rules import tasks
 from tracker_client.rules.common import Ctx, dumps, stored_json
 from tracker_client.validation import problems
@@ -175,6 +174,9 @@ def delete(ctx: Ctx, name: str) -> Schedule:
 def _make_task(ctx: Ctx, row: sqlite3.Row, zone: ZoneInfo, tick: int, extra: dict[str, Any]) -> str:
     """One tick's task, in a savepoint: a refused task (backlog full, pipeline gone) is noted on
     the schedule and the tick passes (it never blocks the schedule nor the pass)."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import TaskCreate
+
     meta = dict(stored_json(row["metadata"], "metadata", f"schedule {row['name']}") or {})
     meta.update(
         schedule=row["name"],

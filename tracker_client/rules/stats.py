@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from tracker_client.models import Health, QueueStats, RoleStats, StageCount
+from tracker_client.models import QueueStats, RoleStats
 from tracker_client.rules.common import Ctx
 
-__all__ = ["VERSION", "health", "queue_stats"]
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Health
+
+__all__ = ["VERSION", "health", "ping", "queue_stats"]
 
 #: Reported by ``health()`` as the tracker's version.
 VERSION = "backlog-worker-embedded/1"
@@ -15,9 +20,17 @@ VERSION = "backlog-worker-embedded/1"
 
 def health(ctx: Ctx) -> Health:
     """Tasks per stage name (across pipelines) and the number of live leases."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Health, StageCount
+
     stages = [StageCount(stage=r[0], count=r[1]) for r in ctx.all("stats.stages")]
     active = int(ctx.scalar("stats.live_leases", (ctx.now,)))
     return Health(status="ok", version=VERSION, tasks_by_stage=stages, active_leases=active)
+
+
+def ping(ctx: Ctx) -> None:
+    """One statement that reads no table: the database answers (``Rail.ping``)."""
+    ctx.scalar("stats.ping")
 
 
 def queue_stats(ctx: Ctx, near_expiry_ms: int | None, stuck_ms: int) -> QueueStats:

@@ -5,20 +5,11 @@ assignments. Runs on the database thread inside a transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracker_client.bounds import MAX_DURATION_MS, MAX_EPOCH_MS, MAX_TITLE_CHARS
 from tracker_client.errors import BacklogFull, Conflict, NotFound, ValidationFailed
-from tracker_client.models import (
-    ListedRun,
-    ListedState,
-    Page,
-    Pipeline,
-    Run,
-    Task,
-    TaskCreate,
-    TaskDetail,
-)
+from tracker_client.models import ListedRun, ListedState, Pipeline, Run, Task
 from tracker_client.rules import budgets
 from tracker_client.rules.common import (
     INT64_MAX,
@@ -38,6 +29,10 @@ from tracker_client.rules.pipelines import PipelineDef, validate_definition
 from tracker_client.rules.retrypolicy import given_retry
 from tracker_client.rules.runs import dead_letter_if_upstream_dead
 from tracker_client.rules.versions import task_pipeline
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Page, TaskCreate, TaskDetail
 
 T = TypeVar("T")
 
@@ -399,6 +394,9 @@ def list_tasks(
 ) -> Page[Task]:
     """Tasks in creation order, a page at a time, each with its :class:`ListedState` (extension
     ``list_state``: its latest run and whether it is blocked, read in the page's statement)."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import Page
+
     page = _TASK_PAGES[stage is not None, pipeline_id is not None]
     filters = {"stage": stage, "pipeline_id": pipeline_id}
     items, nxt = page_by_creation(ctx, page, "tasks.seq_of", filters, limit, cursor, _listed)
@@ -419,6 +417,9 @@ def _listed(row: Any) -> Task:
 
 def get_task(ctx: Ctx, task_id: str) -> TaskDetail:
     """The task with its latest run, dependencies, assignments and available transitions."""
+    # a worker never builds it: created on first use (tracker_client.cold_models)
+    from tracker_client.models import TaskDetail
+
     row = ctx.one("common.task", (task_id,))
     if row is None:
         raise NotFound(f"task {task_id} not found", code="not_found")

@@ -13,7 +13,7 @@ after it); in-flight runs keep heartbeating for ``shutdown_grace_s``; then their
 cancelled and each run makes a shielded final report (a release, reason ``worker_shutdown``). A
 second stop skips the grace and abandons claims still at the tracker.
 
-It may touch the tracker (``health`` and ``capabilities`` at start, with retries), the workdir base
+It may touch the tracker (``ping`` and ``capabilities`` at start, with retries), the workdir base
 (:mod:`worker.workdirs`: the run directories a killed worker left are swept at start) and the
 rooms it runs; claims are the claimer's, signals and systemd the CLI's (:mod:`worker.cli.run`).
 """
@@ -175,7 +175,9 @@ class Worker:
         # A tracker that is down at start-up is waited out, but a stop still ends the wait.
         with self._startup_scope:
             retry = self._book.retry
-            await call_with_retry(self.tracker.health, policy=retry, budget_s=None, action="health")
+            # ping, not health: health counts every task the rail keeps (a cost that grows
+            # with retention) and builds its answer's model; "health" stays the log's name.
+            await call_with_retry(self.tracker.ping, policy=retry, budget_s=None, action="health")
             caps = await call_with_retry(
                 self.tracker.capabilities, policy=retry, budget_s=None, action="capabilities"
             )

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from tracker_client import agents
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.errors import NotFound, Unsupported
-from tracker_client.models import StoreEntry, TaskCreate, TransitionResult
+from tracker_client.models import StoreEntry, TransitionResult
 
 if TYPE_CHECKING:
     from tracker_client.capabilities import LeaseRef
@@ -141,6 +141,9 @@ class AgentCalls:
     async def spawn(self, pipeline: str, fields: Mapping[str, Any]) -> str:
         """Create a child of the run's task; ``ValueError`` naming a field the rail's task
         model refuses, ``NotFound`` naming an unknown pipeline (nothing written either way)."""
+        # a worker never builds it: created on first use (tracker_client.cold_models)
+        from tracker_client.models import TaskCreate
+
         rail = self.rail("ctx.spawn")
         session = self._session
         pipeline_id = await session.calls.read(

@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -47,7 +47,7 @@ from plugins.proc.guard import kill_deadline
 from plugins.supervise import call_executor, timeout_of
 from tracker_client.agent_models import Upstream
 from tracker_client.errors import TrackerError, Unsupported, ValidationFailed
-from tracker_client.models import ArtifactCreate, Event, Lease, StoreEntry
+from tracker_client.models import ArtifactCreate, Lease, StoreEntry
 from tracker_client.protocol import LeaseTracker
 from worker.config.models import RoleConfig
 from worker.keeper import LeaseKeeper
@@ -58,6 +58,10 @@ from worker.run.report import LEASE_EXPIRED, SHUTDOWN, FinalReport
 from worker.run.settings import RunResult, RunSettings
 from worker.telemetry import RunTelemetry
 from worker.workdirs import default_workdir_base, remove_workdir, workdir_name
+
+if TYPE_CHECKING:
+    # models a worker never builds (tracker_client.cold_models)
+    from tracker_client.models import Event
 
 __all__ = ["SessionSink", "TaskRun", "instructions_for"]
 

@@ -1,5 +1,9 @@
 -- stats: health and per-role queue figures (rules/stats.py).
 
+-- A round trip that reads no table (the worker's start-up probe).
+-- name: stats.ping
+SELECT 1;
+
 -- name: stats.stages
 SELECT stage, count(*) FROM tasks GROUP BY stage ORDER BY stage;
 
