@@ -110,3 +110,18 @@ async def test_both_claim_statements_answer_every_field_of_the_task(
             assert lease.run.attempt == 1 and lease.run.task_id == lease.task.id
     finally:
         await tracker.aclose()
+
+
+def test_row_pick_reads_each_set_of_columns_by_its_own_positions() -> None:
+    """``Row.pick`` works out once per set of columns which names a row has and where: rows
+    of another column order or set are read by theirs, a name a row lacks is left out."""
+    from tracker_client.postgres.dialect import Row, _index
+
+    names = ("id", "stage", "title")
+    first = _index((b"seq", b"id", b"title", b"stage"))
+    second = _index((b"stage", b"other", b"id"))
+    assert Row([1, "a", "t", "s"], first).pick(names) == {"id": "a", "stage": "s", "title": "t"}
+    assert Row([2, "b", "u", "r"], first).pick(names) == {"id": "b", "stage": "r", "title": "u"}
+    assert Row(["q", 0, "c"], second).pick(names) == {"stage": "q", "id": "c"}
+    assert Row(["x"], _index((b"id",))).pick(names) == {"id": "x"}
+    assert Row([5], _index((b"seq",))).pick(names) == {}

