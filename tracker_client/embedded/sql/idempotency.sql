@@ -17,7 +17,10 @@ LIMIT 1;
 -- name: idempotency.recorded
 SELECT 1 FROM idempotency WHERE key = ? AND operation = ?;
 
+-- A finish_many's records go as one statement (one step: executemany's step per row gives the
+-- GIL up and waits to take it back from the event loop, rules/common.py _many_values).
 -- name: idempotency.record
 -- many
+-- values
 INSERT INTO idempotency (key, operation, fingerprint, result, created_at_ms)
 VALUES (?, ?, ?, ?, ?);
