@@ -196,6 +196,41 @@ async def test_one_new_key_on_two_items_is_the_first_items_finish(tracker: Track
     assert (await tracker.get_task(second.task.id)).stage != "done"
 
 
+async def test_recorded_keys_among_fresh_ones_are_answered_in_their_place(
+    tracker: Tracker,
+) -> None:
+    """One batch of plain reports: a replay answers its first answer, a key used for another
+    run's report is a conflict, a key used by another operation is no replay, and the fresh
+    items are written; each run moved once."""
+    leases = await _leases(tracker, 5)
+    pid = leases[0].task.pipeline_id
+    await tracker.create_task(new_task(pid, title="keyed"), idempotency_key="fm-other-op")
+    first = await finish_many(
+        tracker,
+        [
+            FinishItem(lease=leases[0], transition=DONE, idempotency_key="fm-replayed"),
+            FinishItem(lease=leases[1], transition=DONE, idempotency_key="fm-taken"),
+        ],
+    )
+
+    out = await finish_many(
+        tracker,
+        [
+            FinishItem(lease=leases[2], transition=DONE, idempotency_key="fm-fresh"),
+            FinishItem(lease=leases[0], transition=DONE, idempotency_key="fm-replayed"),
+            FinishItem(lease=leases[3], transition=DONE, idempotency_key="fm-taken"),
+            FinishItem(lease=leases[4], transition=DONE, idempotency_key="fm-other-op"),
+        ],
+    )
+
+    assert _done(out[0]).transition is not None and _done(out[3]).transition is not None
+    assert out[1] == first[0]
+    assert isinstance(out[2], Conflict) and out[2].code == "idempotency_conflict"
+    tasks = [await tracker.get_task(lease.task.id) for lease in leases]
+    assert [t.stage for t in tasks] == ["done", "done", "done", "todo", "done"]
+    assert [t.task_version for t in tasks] == [2, 2, 2, 1, 2]
+
+
 @pytest.mark.parametrize(
     ("item", "named"),
     [

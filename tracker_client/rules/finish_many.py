@@ -90,10 +90,11 @@ def plain_batch(
 ) -> list[FinishManyOutcome] | None:
     """The answers of a batch whose every checked item is a plain transition (no events, no
     ``wait_for``, no budget to count: :func:`.runs.plain_move`) of a run of its own, under a
-    fresh key of its own or none, all of them accepted: checked whole first (reads only),
-    then written as ``finish`` writes each, in the items' order. None, having written
-    nothing, for any other batch (an item refused, a replayed key, a fail, ...): the item
-    paths answer it. Items refused before the write are answered in their place."""
+    fresh key of its own or none, all of them accepted: checked whole first (reads only; the
+    batch's keys looked up in one statement), then written as ``finish`` writes each, in the
+    items' order. None, having written nothing, for any other batch (an item refused, a
+    replayed key, a fail, ...): the item paths answer it. Items refused before the write are
+    answered in their place."""
     moves: list[tuple[runs.PlainMove, str | None, str | None]] = []
     seen_runs: set[str] = set()
     seen_keys: set[str] = set()
@@ -114,8 +115,6 @@ def plain_batch(
                     return None  # refused, or the second use of one key: the item paths
                 seen_keys.add(key)
                 fp = fingerprint(keyed_args(run_id, digest, parts))
-                if ctx.one("idempotency.find", (key, "finish")) is not None:
-                    return None  # a replay (or a conflict): answered by the record
             move = runs.plain_move(
                 ctx,
                 run_id,
@@ -133,6 +132,10 @@ def plain_batch(
             return None
     except TrackerError:
         return None  # refused: the item paths answer it, in their own order
+    if seen_keys:  # one look for the batch's keys (a statement per key cost ~1 per task)
+        recorded = ctx.one("idempotency.any_recorded", (json.dumps([*seen_keys]), "finish"))
+        if recorded is not None:
+            return None  # a replay (or a conflict) in the batch: answered by its record
     held = any(move.held is not None for move, _, _ in moves)
     if held:  # a move checked against its lease as handed out may find the row moved on
         ctx.exec("finish_many.savepoint_batch")
