@@ -8,8 +8,10 @@ leases nothing records nothing: the round commits nothing."""
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -123,3 +125,46 @@ async def test_a_retry_replays_the_attempt_that_leased_after_empty_ones(
     finally:
         await again.aclose()
     assert (replayed.lease_id, replayed.lease_token) == (lease.lease_id, lease.lease_token)
+
+
+async def _exceptions_left_in_cycles(rounds: Callable[[], Awaitable[object]]) -> list[str]:
+    """The exceptions the cyclic collector finds after ``rounds`` (gc off meanwhile)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        await rounds()
+        gc.collect()
+        return [type(o).__name__ for o in gc.garbage if isinstance(o, BaseException)]
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+
+
+async def test_parked_waits_leave_no_exception_in_a_reference_cycle(
+    rail: EmbeddedTracker,
+) -> None:
+    """A wait ended by a ride's landing, by its deadline, or by its caller's cancel leaves no
+    CancelledError held in a cycle with its frames (anyio keeps a cancelled task's so):
+    refcounting frees them at once, not a busy worker's late gen-0 collection."""
+    pid = await make_pipeline(rail)
+
+    async def rounds() -> None:
+        for _ in range(3):
+            got: list[Lease] = []
+
+            async def parked(got: list[Lease] = got) -> None:
+                got.extend(await _park(rail, 30_000))
+
+            async with anyio.create_task_group() as tg:  # a pickup: the create's ride lands
+                tg.start_soon(parked)
+                await anyio.sleep(0.02)  # not readiness: parked by now, or it claims at once
+                await rail.create_task(new_task(pid, "x"))
+            await rail.transition(got[0], "complete")
+            assert await _park(rail, 30) == []  # an idle round, to its deadline
+            with anyio.move_on_after(0.03):  # a caller cancelled (a stopping worker)
+                await _park(rail, 30_000)
+
+    with anyio.fail_after(20):
+        assert await _exceptions_left_in_cycles(rounds) == []
