@@ -137,9 +137,19 @@ class _Parked:
     #: Whether the rail records an attempt that leased nothing (else its key is reused).
     empty_recorded: bool = True
 
+    #: The change mark its current wait began from, and the rail's mark (see :meth:`woken`).
+    seen: str = ""
+    mark: Callable[[], str] | None = None
+
     def end_wait(self) -> None:
         """End the current wait for work (or the next one at once, if it has not begun)."""
         self.waiting.cancel()
+
+    def woken(self) -> bool:
+        """Whether a write of this instance has ended its wait already (the rail's change mark
+        moved since the wait began): no cancel is needed, and one would only cost the wait's
+        way back an exception unwinding through it."""
+        return self.mark is not None and self.mark() != self.seen
 
     def attempted(self, leases: Sequence[Lease]) -> None:
         """An attempt answered ``leases``: the next one takes the next key if this one was
@@ -256,7 +266,8 @@ class ParkedClaims:
                     self.rides += 1
             if entry.landed is not None:
                 entry.landed.set()
-            entry.end_wait()  # its wait ends now, not when the write's wake-up gets to it
+            if not entry.woken():  # (the create's own wake-up ends it, as a rule)
+                entry.end_wait()  # its wait ends now, not when the write's wake-up gets to it
 
     @property
     def waiting(self) -> int:
@@ -331,7 +342,9 @@ class ParkedClaims:
     ) -> None:
         deadline = anyio.current_time() + max(0.0, wait_s)
         while not entry.cancelled:
-            seen = mark()  # before the claim: a write after its look ends the wait at once
+            # Before the claim: a write after its look ends the wait at once.
+            seen = entry.seen = mark()
+            entry.mark = mark
             with anyio.CancelScope(shield=True):
                 entry.leases = await claim(attempt_key(key, entry.attempt))
             entry.attempted(entry.leases)
