@@ -1,17 +1,28 @@
 """What idle workers cost: CPU and requests per second of N idle ``backlog-worker run`` processes.
 
-    python -m bench.idle [--seconds 10] [--warmup 6] [--workers 3] [--rails served,embedded]
-                         [--trees .,/tmp/base] [--rounds 1]
+    python -m bench.idle [--seconds 10] [--warmup 6] [--workers 3]
+                         [--rails served,embedded,postgres] [--trees .,/tmp/base] [--rounds 1]
 
 For each rail kind, a fresh rail with one pipeline and no tasks: ``served`` is one
 ``backlog-worker tracker serve`` process, each worker reaching it through its own counting TCP
-proxy (so requests are counted per worker); ``embedded`` is one SQLite file the workers share.
-The workers run with the default worker settings. Once every worker says it is running and
+proxy (so requests are counted per worker); ``embedded`` is one SQLite file the workers share;
+``postgres`` a fresh schema on a PostgreSQL server started for the run (Debian's binaries,
+stock durability: :class:`bench.peers_setup.StockPgServer`). The workers run with the default
+worker settings. Once every worker says it is running and
 ``--warmup`` seconds more have passed (the idle back-off reaches its ceiling), CPU time (utime +
 stime from ``/proc/PID/stat``), wake-ups (context switches of all the worker's threads, from
 ``/proc/PID/task/*/status``: voluntary ones, each a wake-up after blocking, a figure the
 machine's load hardly changes; involuntary ones, preemptions, grow with it) and requests are
 sampled over ``--seconds``.
+
+What the rail writes over the same window is printed on a line of its own. On SQLite
+(``embedded``, ``served``): commits (the WAL index's change counter, which every committed
+write transaction moves, read from the ``-shm`` file) and the claim records kept under
+idempotency keys (``claim_many`` rows in ``idempotency``: an idle round's empty claims). On
+PostgreSQL: the server's CPU, its committed transactions (``pg_stat_database``, reads
+included) and the rows the rail's tables wrote (``pg_stat_user_tables``: inserts, updates and
+deletes), the busiest tables named. PostgreSQL's counts reach its views when a backend goes
+idle, at most every second and within 10 s, so they lag the window by up to that.
 
 ``--trees`` measures several source trees (``git worktree`` checkouts) in turn in each of
 ``--rounds`` rounds, with this interpreter run from the tree (its directory and
@@ -28,12 +39,19 @@ import argparse
 import asyncio
 import os
 import re
+import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.postgres.server import PgServer
 
 CLI = (sys.executable, "-m", "worker")
 PIPELINE = """
@@ -156,26 +174,131 @@ def _config(path: Path, url: str) -> Path:
     return path
 
 
+class RailCounts:
+    """What a rail wrote so far (see the module docstring): read before and after the window."""
+
+    def __init__(self, kind: str, db: Path, pg: PgRail | None) -> None:
+        self.kind = kind
+        self.db = db
+        self.pg = pg
+
+    def read(self) -> dict[str, float]:
+        """The rail's counters now."""
+        if self.pg is not None:
+            return self.pg.read()
+        shm = self.db.with_name(self.db.name + "-shm")
+        try:
+            head = shm.read_bytes()[:12]
+            changes = struct.unpack("=I", head[8:12])[0]
+        except (OSError, struct.error):
+            changes = 0
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            row = conn.execute(
+                "SELECT count(*) FROM idempotency WHERE operation = 'claim_many'"
+            ).fetchone()
+        finally:
+            conn.close()
+        return {"commits": float(changes), "claim records": float(row[0])}
+
+    @staticmethod
+    def line(label: str, before: dict[str, float], after: dict[str, float], s: float) -> str:
+        """The rates over ``s`` seconds, one line."""
+        rates = {k: (after[k] - before.get(k, 0.0)) / s for k in after}
+        shown = [
+            f"{k} {v:5.2f}" if k.endswith("%") else f"{k}/s {v:6.2f}"
+            for k, v in rates.items()
+            if not k.startswith("rows ")
+        ]
+        tables = sorted(
+            ((v, k[5:]) for k, v in rates.items() if k.startswith("rows ") and v > 0),
+            reverse=True,
+        )
+        if tables:
+            shown.append("(" + ", ".join(f"{t} {v:.2f}" for v, t in tables[:4]) + ")")
+        return f"{label:8} rail    : " + "  ".join(shown)
+
+
+class PgRail:
+    """One schema of the bench's PostgreSQL server, and the server's counters."""
+
+    def __init__(self, server: PgServer, schema: str) -> None:
+        self.server = server
+        self.schema = schema
+
+    @property
+    def url(self) -> str:
+        """The rail's URL."""
+        return f"{self.server.url}?schema={self.schema}"
+
+    def read(self) -> dict[str, float]:
+        """Server CPU seconds, committed transactions, rows written (in all, and per table)."""
+        import psycopg
+
+        from bench.postgres import _server_cpu_s
+
+        with psycopg.connect(self.server.url, autocommit=True) as conn:
+            (commits,) = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone() or (0,)
+            rows = conn.execute(
+                "SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables "
+                "WHERE schemaname = %s",
+                (self.schema,),
+            ).fetchall()
+        found = {
+            "server cpu %": _server_cpu_s(self.server) * 100,
+            "commits": float(commits),
+            "row writes": float(sum(n for _, n in rows)),
+        }
+        found.update({f"rows {name}": float(n) for name, n in rows})
+        return found
+
+    def drop(self) -> None:
+        """Drop the schema."""
+        import psycopg
+
+        with psycopg.connect(self.server.url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+
+_server: PgServer | None = None
+
+
+def _pg_server() -> PgServer:
+    """The bench's PostgreSQL server (started on first use, destroyed by :func:`main`)."""
+    global _server
+    if _server is None:
+        from bench.peers_setup import StockPgServer
+        from tests.postgres.server import find_bindir
+
+        bindir = find_bindir()
+        if bindir is None:
+            raise SystemExit("PostgreSQL is not installed: apt-get install postgresql")
+        server = StockPgServer.create(bindir)
+        try:
+            server.start()
+        except BaseException:
+            server.destroy()
+            raise
+        _server = server
+    return _server
+
+
 def bench_rail(
     kind: str, workers: int, seconds: float, warmup: float, tree: Path | None = None
 ) -> int:
     """Measure ``workers`` idle workers on a fresh rail of ``kind`` (the code of ``tree``, None:
-    this one); print one line each."""
+    this one); print one line each, and one of what the rail wrote."""
     label = f"{kind}@{tree}" if tree is not None else kind
     with tempfile.TemporaryDirectory(prefix=f"bench-idle-{kind}-") as tmp:
         base = Path(tmp)
         db = base / "rail.db"
+        pg = PgRail(_pg_server(), f"idle_{uuid.uuid4().hex[:12]}") if kind == "postgres" else None
+        rail_url = pg.url if pg is not None else f"sqlite://{db}"
         (base / "flow.toml").write_text(PIPELINE)
         subprocess.run(
-            [
-                *CLI,
-                "pipeline",
-                "create",
-                "-f",
-                str(base / "flow.toml"),
-                "--tracker",
-                f"sqlite://{db}",
-            ],
+            [*CLI, "pipeline", "create", "-f", str(base / "flow.toml"), "--tracker", rail_url],
             check=True,
             capture_output=True,
             env=_env(tree),
@@ -185,13 +308,14 @@ def bench_rail(
         proxies: list[CountingProxy] = []
         server: subprocess.Popen[bytes] | None = None
         logs: list[Path] = []
+        counts = RailCounts(kind, db, pg)
         try:
-            urls = [f"sqlite://{db}"] * workers
+            urls = [rail_url] * workers
             if kind == "served":
                 serve_log = base / "serve.log"
                 with serve_log.open("wb") as err:
                     server = subprocess.Popen(
-                        [*CLI, "tracker", "serve", "--tracker", f"sqlite://{db}", "--port", "0"],
+                        [*CLI, "tracker", "serve", "--tracker", rail_url, "--port", "0"],
                         stdout=subprocess.DEVNULL,
                         stderr=err,
                         env=_env(tree),
@@ -228,9 +352,11 @@ def bench_rail(
             sw0 = [_switches(p.pid) for p in procs]
             req0 = [p.connections for p in proxies]
             server0 = _cpu_s(server.pid) if server is not None else 0.0
+            rail0 = counts.read()
             t0 = time.monotonic()
             time.sleep(seconds)
             elapsed = time.monotonic() - t0
+            rail1 = counts.read()
             cpu1 = [_cpu_s(p.pid) for p in procs]
             sw1 = [_switches(p.pid) for p in procs]
             req1 = [p.connections for p in proxies]
@@ -249,6 +375,7 @@ def bench_rail(
             if server is not None:
                 cpu = (_cpu_s(server.pid) - server0) / elapsed * 100
                 print(f"{label:8} server  : cpu {cpu:5.2f} %", flush=True)
+            print(RailCounts.line(label, rail0, rail1, elapsed), flush=True)
             return 0 if all(p.poll() is None for p in procs) else 1
         finally:
             for p in procs:
@@ -258,6 +385,8 @@ def bench_rail(
             if server is not None:
                 server.terminate()
                 server.wait(timeout=30)
+            if pg is not None:
+                pg.drop()
 
 
 def main() -> int:
@@ -276,10 +405,14 @@ def main() -> int:
     args = parser.parse_args()
     trees: list[Path | None] = [Path(t).resolve() for t in args.trees.split(",") if t] or [None]
     code = 0
-    for _ in range(args.rounds):
-        for tree in trees:
-            for kind in args.rails.split(","):
-                code |= bench_rail(kind.strip(), args.workers, args.seconds, args.warmup, tree)
+    try:
+        for _ in range(args.rounds):
+            for tree in trees:
+                for kind in args.rails.split(","):
+                    code |= bench_rail(kind.strip(), args.workers, args.seconds, args.warmup, tree)
+    finally:
+        if _server is not None:
+            _server.destroy()
     return code
 
 

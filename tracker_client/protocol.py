@@ -255,9 +255,11 @@ class ParksClaims(Protocol):
     @property
     def quiet_parks(self) -> bool:
         """Whether a parked claim costs the rail nothing while it waits (no write, no poll: it
-        sleeps until a wake-up), so an idle worker's parks start from half its back-off's
-        ceiling instead of doubling up from ``idle_min_s`` (docs/benchmarks.md, "Pickup
-        latency"). False where a shorter park answers a pickup sooner (the served rail)."""
+        sleeps until a wake-up or the time work comes due), so an idle worker's parks start
+        from half its back-off's ceiling, or of ``worker.daemon.pacing.QUIET_PARK_S`` if
+        longer, instead of doubling up from ``idle_min_s`` (docs/benchmarks.md, "Pickup
+        latency", "Idle cost"). False where a shorter park answers a pickup sooner (the served
+        rail) or time alone does not end the wait (the SQLite rail's delayed tasks)."""
 
     async def parked_claim(
         self,

@@ -1,7 +1,8 @@
 """An idle worker's parks on a rail whose parked claim waits quietly
 (``ParksClaims.quiet_parks``, the PostgreSQL rail: docs/benchmarks.md, "Pickup latency") start
-from half the back-off's ceiling; on a rail that does not declare it (the embedded rail's own
-parked claim, like the served one) they double up from ``idle_min_s`` as before."""
+from half the ceiling, the back-off's or the longest quiet park if longer (within the
+watchdog's quiet period); on a rail that does not declare it (the embedded rail's own parked
+claim, like the served one) they double up from ``idle_min_s`` as before."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.worker.conftest import role, start_worker, wait_until, worker_config
 from tracker_client.capabilities import Capabilities
 from tracker_client.factory import open_tracker
 from tracker_client.protocol import Tracker
+from worker.daemon.pacing import QUIET_PARK_S
 from worker.daemon.worker import Worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -45,8 +47,9 @@ class ParksRecorded:
         return await self._inner.parked_claim(*args, **kwargs)
 
 
-async def _first_parks(rail: Tracker, parks: int = 3) -> list[int]:
-    """The waits of an idle worker's first ``parks`` parked claims on ``rail``."""
+async def _first_parks(rail: Tracker, parks: int = 3) -> tuple[list[int], float]:
+    """The waits of an idle worker's first ``parks`` parked claims on ``rail``, and its
+    watchdog's quiet period."""
     await make_pipeline(rail)
     recorded = ParksRecorded(rail)
     config = worker_config(idle_min_s=IDLE_MIN_S, idle_max_s=IDLE_MAX_S, drain=False)
@@ -55,25 +58,27 @@ async def _first_parks(rail: Tracker, parks: int = 3) -> list[int]:
         await start_worker(tg, worker)
         await wait_until(lambda: len(recorded.waits_ms) >= parks)
         worker.stop()
-    return recorded.waits_ms[:parks]
+    return recorded.waits_ms[:parks], worker.progress.stall_after_s
 
 
-async def test_an_idle_worker_parks_from_half_the_ceiling_on_postgresql(
+async def test_an_idle_worker_parks_from_half_the_longest_quiet_park_on_postgresql(
     pg_server: PgServer,
 ) -> None:
     rail = await open_tracker(fresh_schema_url(f"quiet-{uuid.uuid4()}"))
     try:
-        waits = await _first_parks(rail)
+        [wait], quiet_s = await _first_parks(rail, parks=1)
     finally:
         await rail.aclose()
-    # each a draw between half the ceiling (200 ms) and the ceiling, from the first idle round
-    assert all(IDLE_MAX_S * 500 <= wait <= IDLE_MAX_S * 1000 for wait in waits), waits
+    # a draw between half the longest quiet park and all of it, from the first idle round (the
+    # back-off's ceiling is shorter); within half the watchdog's quiet period
+    longest_ms = min(QUIET_PARK_S, quiet_s / 2) * 1000
+    assert IDLE_MAX_S * 1000 < longest_ms / 2 <= wait <= longest_ms, (wait, longest_ms)
 
 
 async def test_a_rail_without_quiet_parks_keeps_the_doubling_back_off(tmp_path: Path) -> None:
     rail = await open_tracker(f"sqlite:///{tmp_path}/rail.db")
     try:
-        waits = await _first_parks(rail)
+        waits, _ = await _first_parks(rail)
     finally:
         await rail.aclose()
     # the first idle round parks for idle_min_s (10-20 ms with its jitter), then it doubles

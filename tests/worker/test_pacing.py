@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.daemon.pacing import ClaimPacing, Step, idle_delay_s
+from worker.daemon.pacing import QUIET_PARK_S, ClaimPacing, Step, idle_delay_s
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -149,11 +149,24 @@ def test_quiet_parks_start_from_half_the_ceiling_others_back_off() -> None:
     # A rail whose parked claim waits without writing: one draw from half the ceiling to the
     # ceiling from the first idle round (bounded like any idle wait); else the idle back-off.
     pacing = ClaimPacing(1, uniform=low)
-    assert pacing.park_s(0.5, 4.0, float("inf"), quiet=True) == 2.0
+    assert pacing.park_s(0.5, 4.0, float("inf"), quiet=True, longest_s=0) == 2.0
     assert pacing.park_s(0.5, 4.0, float("inf"), quiet=False) == 0.5
     assert pacing.park_s(0.5, 4.0, 0.3, quiet=True) == 0.3
-    assert ClaimPacing(1, uniform=high).park_s(0.5, 4.0, float("inf"), quiet=True) == 4.0
-    assert pacing.park_s(3.0, 4.0, float("inf"), quiet=True) == 3.0  # never under idle_min_s
+    high_pacing = ClaimPacing(1, uniform=high)
+    assert high_pacing.park_s(0.5, 4.0, float("inf"), quiet=True, longest_s=0) == 4.0
+    assert pacing.park_s(3.0, 4.0, float("inf"), quiet=True, longest_s=0) == 3.0  # >= idle_min_s
+
+
+def test_quiet_parks_last_up_to_the_longest_park_past_a_short_ceiling() -> None:
+    # A quiet park answers as soon as work comes: with idle_max_s under QUIET_PARK_S it waits
+    # between half of QUIET_PARK_S and all of it (fewer rounds, each a standing row written
+    # and withdrawn), bounded like any idle wait; the back-off of other rails is unchanged.
+    pacing = ClaimPacing(1, uniform=low)
+    assert pacing.park_s(0.05, 2.0, float("inf"), quiet=True) == QUIET_PARK_S / 2
+    assert ClaimPacing(1, uniform=high).park_s(0.05, 2.0, float("inf"), quiet=True) == QUIET_PARK_S
+    assert pacing.park_s(0.05, 2.0, float("inf"), quiet=True, longest_s=8.0) == 4.0
+    assert pacing.park_s(0.05, 2.0, 1.5, quiet=True) == 1.5  # e.g. until an own retry is due
+    assert pacing.park_s(0.05, 2.0, float("inf"), quiet=False) == 0.05
 
 
 def test_claims_sent_together_count_as_as_many_single_claims() -> None:

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from tracker_client.protocol import Tracker
 from worker.daemon.parking import park_claim
 from worker.daemon.running import InFlight
 from worker.daemon.watch import TrackerWatch
+from worker.daemon.worker import Worker
 
-from .conftest import add_tasks, wait_until
+from .conftest import add_tasks, role, start_worker, wait_until, worker_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -112,3 +115,35 @@ async def test_a_parked_wait_begun_after_the_stop_ends_at_once() -> None:
         with anyio.fail_after(5), parked:
             await anyio.sleep(5)
         assert parked.cancelled_caught
+
+
+class QuietParks:
+    """The embedded rail, its parked claims declared quiet (long parks, as on PostgreSQL),
+    each park's role recorded."""
+
+    quiet_parks = True
+
+    def __init__(self, inner: Tracker) -> None:
+        self._inner = inner
+        self.roles: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def parked_claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.roles.append(args[1])
+        return await self._inner.parked_claim(*args, **kwargs)
+
+
+async def test_new_roles_end_a_long_park_at_once(tracker: Tracker, pipeline_id: str) -> None:
+    """A quiet park waits up to QUIET_PARK_S (here half the watchdog's quiet period, 10 s):
+    a reload of the roles ends it, and the next park claims for the new ones."""
+    rail = QuietParks(tracker)
+    worker = Worker(rail, worker_config(drain=False), [role("coder", lambda ctx: anyio.sleep(0))])  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        await start_worker(tg, worker)
+        await wait_until(lambda: rail.roles == ["coder"])
+        with anyio.fail_after(5):  # not the 5-10 s park
+            worker.set_roles([role("reviewer", lambda ctx: anyio.sleep(0))])
+            await wait_until(lambda: rail.roles == ["coder", "reviewer"])
+        worker.stop()

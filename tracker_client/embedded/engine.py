@@ -202,20 +202,28 @@ class SqliteEngine:
         ``poll_interval_s``) cost an idle worker about three times the CPU (1.5 % of a core
         against 0.5 %, measured at the default 50 ms)."""
         error: Exception | None = None
+        # The poll ends by its own scope, which only this wait cancels (on its way out,
+        # whatever ended it), so it returns rather than ending as a cancelled task: anyio keeps
+        # a cancelled task's CancelledError in a reference cycle with its frames, left to the
+        # cyclic collector (one per pickup and per idle round of a parked claim).
+        polling = anyio.CancelScope(shield=True)
         with anyio.move_on_after(limit_s):
             async with anyio.create_task_group() as tg:
 
                 async def poll() -> None:
                     nonlocal error
-                    try:
-                        await self._poll_until_moved(seen, follower)
-                    except Exception as exc:  # raised as it is, not in an exception group
-                        error = exc
-                    tg.cancel_scope.cancel()
+                    with polling:
+                        try:
+                            await self._poll_until_moved(seen, follower)
+                        except Exception as exc:  # raised as it is, not in an exception group
+                            error = exc
+                        tg.cancel_scope.cancel()
 
                 tg.start_soon(poll)
-                await event.wait()
-                tg.cancel_scope.cancel()
+                try:
+                    await event.wait()
+                finally:
+                    polling.cancel()
         if error is not None:
             raise error
 

@@ -224,6 +224,28 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         self._ahead.gave_back()
         return await super().release(lease, reason, idempotency_key=idempotency_key)
 
+    #: A parked claim's attempt that leases nothing records nothing: an idle worker's round
+    #: commits nothing, so it wakes no other process's waiter (:mod:`tracker_client.rules.parked`).
+    _parked_empty_recorded = False
+
+    async def _parked_attempt(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        concurrency: Mapping[str, object] | None,
+        key: str,
+    ) -> list[Lease]:
+        """:meth:`Rail._parked_attempt`, after giving back the leases claimed ahead that it
+        does not take (as a keyed :meth:`claim_many` does: claimable by this very claim)."""
+        ahead = self._ahead
+        ahead.expire()
+        await ahead.release_unwanted(self._withdraw)
+        return await super()._parked_attempt(
+            agent_id, agent_role, lease_ttl_ms, n, concurrency, key
+        )
+
     async def parked_claim(
         self,
         agent_id: str,

@@ -149,11 +149,15 @@ def keyed_claim_many(
     lease_ttl_ms: int,
     n: int,
     limits: Mapping[str, int] | None,
+    *,
+    record_empty: bool = True,
 ) -> list[Lease]:
     """``claim(c, ...)`` under ``idempotency_key`` (the transaction's own): a replay answers
     the leases the first one got, with the same tokens (derived from the key, see
     :mod:`.leasekeys`), leaving out one gone since. ``claim`` is the rail's own
-    ``claim_many`` (this module's, or the PostgreSQL rail's one statement)."""
+    ``claim_many`` (this module's, or the PostgreSQL rail's one statement);
+    ``record_empty=False``: a claim that leased nothing is not recorded (a parked claim's
+    attempt, :mod:`.parked`)."""
 
     def replay(record: object) -> list[Lease]:
         out: list[Lease] = []
@@ -172,4 +176,5 @@ def keyed_claim_many(
         lambda: claim(c, agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key),
         lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
         replay,
+        record_empty=record_empty,
     )

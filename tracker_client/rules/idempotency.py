@@ -61,8 +61,12 @@ def idempotent(
     run: Callable[[], R],
     encode: Callable[[R], Any],
     decode: Callable[[Any], R],
+    *,
+    record_empty: bool = True,
 ) -> R:
-    """Run ``run`` once per (key, operation); a same-argument replay decodes the record."""
+    """Run ``run`` once per (key, operation); a same-argument replay decodes the record.
+    ``record_empty=False``: an empty answer (nothing leased) is not recorded, as a ``claim``
+    that found nothing never is: the key stays free, and the write commits nothing."""
     if key is None:
         return run()
     if not isinstance(key, str) or not key or len(key) > 255:
@@ -77,7 +81,7 @@ def idempotent(
             )
         return decode(json.loads(row["result"]))
     result = run()
-    if result is None and operation == "claim":
+    if (result is None and operation == "claim") or not (record_empty or result):
         return result
     ctx.exec(
         "idempotency.record",

@@ -7,12 +7,14 @@ it is claimable and answers with the leases: one answer (docs/operate/rails.md).
 A lease must never be stranded by an answer nobody takes (a stopping worker, a dropped
 connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) and:
 
-* each claim it makes while parked is a ``claim_many`` under ``<key>/<i>`` (attempt ``i``):
-  an empty one is recorded as empty, so the next attempt needs the next key; a retry under
-  the same key (the caller's answer was lost) answers the leases its first request took: from
-  :class:`ParkedClaims` while this instance remembers the key (:data:`ENDED_FOR_S`), else by
-  replaying the last attempt recorded (a restarted server), which leaves out a lease gone
-  since;
+* each claim it makes while parked is a ``claim_many`` under ``<key>/<i>`` (attempt ``i``);
+  where the rail records an empty one (``empty_recorded``: the PostgreSQL rail's claim), the
+  next attempt needs the next key; where it does not (the SQLite rail: an idle round's look
+  that finds nothing then commits nothing), the next attempt reuses the key, so the attempts
+  recorded are always the first ones. A retry under the same key (the caller's answer was
+  lost) answers the leases its first request took: from :class:`ParkedClaims` while this
+  instance remembers the key (:data:`ENDED_FOR_S`), else by replaying the last attempt
+  recorded (a restarted server), which leaves out a lease gone since;
 * ``cancel`` under the key stops a claim still waiting before it leases anything, and gives
   back (``release``: no attempt counted) what a claim of that key leased and its caller did
   not take: the served tracker calls it when the client leaves, a stopping worker sends it; a
@@ -27,6 +29,15 @@ connection). So a parked claim is keyed (its ``Idempotency-Key`` is required) an
 
 The claim itself runs shielded from cancellation (a write that commits while its caller is
 cancelled would strand its leases); a caller cancelled after it leased gives them back.
+
+A wait that runs to its deadline with nothing noticed (no write of this instance or another
+process, no lease lapsing: the rail's change mark unmoved and ``wait_for_work`` answering no
+sooner than asked) answers ``[]`` without one more claim: nothing it could lease came, and a
+caller that wants work parks again at once, whose first claim is that look. An idle worker's
+round was two claims, the park's last look and the next park's first ~15 ms apart, each an
+empty attempt written under its key (docs/benchmarks.md, "Idle cost"). Work that time alone
+makes claimable without a lapsing lease (a delayed task or retry coming due) is leased by
+that next claim, as it was by the last look.
 
 A parked claim waiting for work also *rides* the create that brings it: a ``create_task`` (or
 ``create_tasks``) that finds parked claims waiting takes the first ones along (as many as it
@@ -90,6 +101,9 @@ ANSWER_WAIT_S = 0.002
 #: callers' answers (the served tracker's route: its task group, the response) go out in
 #: them, before the create's own (a pickup waits on the claim, not on the create).
 AFTER_PASSES = 4
+#: A wait for work answering this close to its deadline ran to it (an event loop's timer may
+#: fire a clock tick early); a lease lapsing within it is leased by the caller's next claim.
+_SLACK_S = 0.001
 #: One attempt's claim inside another write's transaction (``claim_many`` under the key given).
 RideClaim = Callable[[Ctx, str], list[Lease]]
 
@@ -105,9 +119,9 @@ class _Parked:
 
     attempt: int
     cancelled: bool = False
-    #: Set to end the current wait for work: a cancel, a retry taking over, the wait's own
-    #: wake-up, or the create it rode having answered (a fresh one per wait).
-    wake: anyio.Event = field(default_factory=anyio.Event)
+    #: Cancelled to end the current wait for work: a cancel, a retry taking over, or the
+    #: create it rode having answered (a fresh one per wait, :meth:`end_wait`).
+    waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
     leases: list[Lease] = field(default_factory=list)
     released: int = 0
@@ -120,6 +134,28 @@ class _Parked:
     landed: anyio.Event | None = None
     #: The ride's leases once landed (None: it did not land, or leased under no record).
     rode: list[Lease] | None = None
+    #: Whether the rail records an attempt that leased nothing (else its key is reused).
+    empty_recorded: bool = True
+
+    #: The change mark its current wait began from, and the rail's mark (see :meth:`woken`).
+    seen: str = ""
+    mark: Callable[[], str] | None = None
+
+    def end_wait(self) -> None:
+        """End the current wait for work (or the next one at once, if it has not begun)."""
+        self.waiting.cancel()
+
+    def woken(self) -> bool:
+        """Whether a write of this instance has ended its wait already (the rail's change mark
+        moved since the wait began): no cancel is needed, and one would only cost the wait's
+        way back an exception unwinding through it."""
+        return self.mark is not None and self.mark() != self.seen
+
+    def attempted(self, leases: Sequence[Lease]) -> None:
+        """An attempt answered ``leases``: the next one takes the next key if this one was
+        recorded."""
+        if leases or self.empty_recorded:
+            self.attempt += 1
 
 
 class Rider:
@@ -224,13 +260,14 @@ class ParkedClaims:
         for rider in riders:
             entry = rider._entry
             if committed and rider.leases is not None:
-                entry.attempt += 1  # the ride recorded this attempt, empty or not
+                entry.attempted(rider.leases)  # the ride's attempt, recorded as any other
                 entry.rode = rider.leases
                 if rider.leases:
                     self.rides += 1
             if entry.landed is not None:
                 entry.landed.set()
-            entry.wake.set()  # its wait ends now, not when the write's wake-up gets to it
+            if not entry.woken():  # (the create's own wake-up ends it, as a rule)
+                entry.end_wait()  # its wait ends now, not when the write's wake-up gets to it
 
     @property
     def waiting(self) -> int:
@@ -249,11 +286,14 @@ class ParkedClaims:
         give_back: GiveBack,
         ride: RideClaim | None = None,
         n: int = 1,
+        empty_recorded: bool = True,
     ) -> list[Lease]:
         """Claim under ``key``, waiting up to ``wait_s`` for work; the leases (empty: none
         came, or the claim was cancelled). ``mark``: the rail's change mark now;
         ``recorded``: how many attempts of ``key`` the rail has recorded; ``ride``: the same
-        claim inside a create's transaction (None: it never rides), ``n`` leases at most."""
+        claim inside a create's transaction (None: it never rides), ``n`` leases at most;
+        ``empty_recorded``: whether ``claim`` and ``ride`` record an attempt that leased
+        nothing (else the next attempt reuses its key)."""
         old = self._live.get(key)
         self._forget_old()
         if old is None and key in self._ended:  # a retry, or its cancel came first
@@ -263,11 +303,11 @@ class ParkedClaims:
         # Live before its first await: a cancel (or the client leaving) that arrives while it
         # reads its record or waits for the claim it takes over from stops it, instead of
         # finding no claim and being forgotten while this one parks on for a caller gone.
-        entry = self._live[key] = _Parked(0, n=n, ride=ride)
+        entry = self._live[key] = _Parked(0, n=n, ride=ride, empty_recorded=empty_recorded)
         try:
             if old is not None:  # a retry while the first request still waits: it takes over
                 old.cancelled = True
-                old.wake.set()
+                old.end_wait()
                 await old.done.wait()  # it leases nothing more, and gave back what it had
                 entry.attempt = old.attempt
             else:
@@ -302,29 +342,29 @@ class ParkedClaims:
     ) -> None:
         deadline = anyio.current_time() + max(0.0, wait_s)
         while not entry.cancelled:
-            seen = mark()  # before the claim: a write after its look ends the wait at once
+            # Before the claim: a write after its look ends the wait at once.
+            seen = entry.seen = mark()
+            entry.mark = mark
             with anyio.CancelScope(shield=True):
                 entry.leases = await claim(attempt_key(key, entry.attempt))
-            entry.attempt += 1
+            entry.attempted(entry.leases)
             remaining = deadline - anyio.current_time()
             if entry.leases or entry.cancelled or remaining <= 0:
                 return
+            # The wait runs in this task, in a scope whatever else ends it cancels: no task of
+            # its own (racing one against an event cost its start and its cancel on the
+            # pickup's path), and no cancelled task: anyio keeps a cancelled task's
+            # CancelledError in a reference cycle with its frames, freed only by the cyclic
+            # collector (a worker with gc_tuning's high threshold held ~3.5 MiB more of them).
+            waiting = entry.waiting = anyio.CancelScope()
             entry.boardable = True
-            # One task waits for work; this one waits for whatever ends the wait first (a
-            # task more, racing the two, cost its start and its cancel on the pickup's path).
-            wake = entry.wake = anyio.Event()
+            timed_out = False
             try:
-                async with anyio.create_task_group() as tg:
-
-                    async def work(
-                        seen: str = seen, remaining: float = remaining, wake: anyio.Event = wake
-                    ) -> None:
-                        await wait_for_work(remaining, seen)
-                        wake.set()
-
-                    tg.start_soon(work)
-                    await wake.wait()
-                    tg.cancel_scope.cancel()
+                with waiting:
+                    got = await wait_for_work(remaining, seen)
+                    # Ran to its deadline with nothing noticed (a lapsing lease, another
+                    # process's commit, answer sooner; a timer may fire a tick early).
+                    timed_out = got == seen and anyio.current_time() >= deadline - _SLACK_S
             finally:
                 entry.boardable = False
                 if entry.landed is not None:  # taken along: its claim is in a create's write
@@ -332,10 +372,10 @@ class ParkedClaims:
                         await entry.landed.wait()
                     entry.landed = None
                     entry.leases, entry.rode = entry.rode or [], None
-            if entry.leases:
-                return
-            # Woken, or timed out: either way one more look (work that came with the deadline
-            # is not left behind), unless cancelled meanwhile.
+            if entry.leases or timed_out:
+                return  # a quiet deadline: no last look (see the module docstring)
+            # Woken (a write, a lease lapsing, another process's commit): one more look,
+            # unless cancelled meanwhile.
 
     def ended(self, key: str) -> bool:
         """Whether a parked claim of ``key`` ended here, or its cancel came first: a claim of
@@ -349,7 +389,7 @@ class ParkedClaims:
         live = self._live.get(key)
         if live is not None:
             live.cancelled = True
-            live.wake.set()
+            live.end_wait()
             await live.done.wait()
             return live.released
         self._forget_old()

@@ -1034,12 +1034,23 @@ class Rail(Generic[E]):
         n: int,
         limits: Mapping[str, int] | None,
         idempotency_key: str | None,
+        *,
+        record_empty: bool = True,
     ) -> Callable[[Ctx], list[Lease]]:
-        """:meth:`claim_many`'s write, to run in a transaction."""
+        """:meth:`claim_many`'s write, to run in a transaction (``record_empty=False``: a
+        claim that leased nothing records nothing under the key)."""
 
         def op(c: Ctx) -> list[Lease]:
             return keyed_claim_many(
-                c, claim_many, idempotency_key, agent_id, agent_role, lease_ttl_ms, n, limits
+                c,
+                claim_many,
+                idempotency_key,
+                agent_id,
+                agent_role,
+                lease_ttl_ms,
+                n,
+                limits,
+                record_empty=record_empty,
             )
 
         return op
@@ -1048,6 +1059,31 @@ class Rail(Generic[E]):
     #: Whether a parked claim waits without a write or a poll (the PostgreSQL rail's idle
     #: look says yes): :attr:`~tracker_client.protocol.ParksClaims.quiet_parks`.
     quiet_parks = False
+    #: Whether a parked claim's attempt that leased nothing is recorded under its key (the
+    #: rail's ``claim_many``); the SQLite rail's is not (:meth:`_parked_attempt`).
+    _parked_empty_recorded = True
+
+    async def _parked_attempt(
+        self,
+        agent_id: str,
+        agent_role: str,
+        lease_ttl_ms: int,
+        n: int,
+        concurrency: Mapping[str, object] | None,
+        key: str,
+    ) -> list[Lease]:
+        """One attempt of a parked claim, under its key: the rail's :meth:`claim_many`, or
+        where :attr:`_parked_empty_recorded` is false one that records nothing when it leased
+        nothing (an idle round's empty look then commits nothing, :mod:`.parked`)."""
+        if self._parked_empty_recorded:
+            return await self.claim_many(
+                agent_id, agent_role, lease_ttl_ms, n, concurrency=concurrency, idempotency_key=key
+            )
+        limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+        op = self._claim_many_op(
+            agent_id, agent_role, lease_ttl_ms, n, limits, key, record_empty=False
+        )
+        return await self._write("claim_many", op)
 
     async def parked_claim(
         self,
@@ -1086,14 +1122,23 @@ class Rail(Generic[E]):
         :mod:`tracker_client.postgres.idle`) hands the claim over here once work may have come."""
 
         def claim(k: str) -> Awaitable[list[Lease]]:
-            return self.claim_many(
-                agent_id, agent_role, lease_ttl_ms, n, concurrency=concurrency, idempotency_key=k
-            )
+            return self._parked_attempt(agent_id, agent_role, lease_ttl_ms, n, concurrency, k)
 
         limits = per_state_of(dict(concurrency) if concurrency is not None else None)
+        empty_recorded = self._parked_empty_recorded
 
         def ride(c: Ctx, k: str) -> list[Lease]:
-            return keyed_claim_many(c, claim_many, k, agent_id, agent_role, lease_ttl_ms, n, limits)
+            return keyed_claim_many(
+                c,
+                claim_many,
+                k,
+                agent_id,
+                agent_role,
+                lease_ttl_ms,
+                n,
+                limits,
+                record_empty=empty_recorded,
+            )
 
         def count(c: Ctx) -> int:
             i = 0
@@ -1115,6 +1160,7 @@ class Rail(Generic[E]):
             give_back=self._give_back,
             ride=ride,
             n=n,
+            empty_recorded=empty_recorded,
         )
 
     async def cancel_parked_claim(self, *, idempotency_key: str | None = None) -> ParkedCancelled:

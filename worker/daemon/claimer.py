@@ -40,7 +40,7 @@ from tracker_client.protocol import ClaimsMany, LeaseTracker, Tracker
 from worker.config.models import WorkerConfig
 from worker.daemon.book import SettingsBook
 from worker.daemon.drain import DrainCheck
-from worker.daemon.pacing import ClaimPacing, ClaimTicket, Step
+from worker.daemon.pacing import QUIET_PARK_S, ClaimPacing, ClaimTicket, Step
 from worker.daemon.parking import park_claim
 from worker.daemon.runners import Runners
 from worker.daemon.running import InFlight, OpenClaim
@@ -131,6 +131,9 @@ class Claimer:
         self._config, self._roles, self._next_role = config, tuple(roles), 0
         self._in_flight.resize(config.concurrency)
         self.pacing.width = ClaimPacing.claim_width(config.concurrency)
+        # A parked claim waits with the settings it was sent with (up to QUIET_PARK_S): it
+        # ends now, and the next park has these.
+        self._in_flight.unpark()
 
     def stop(self, *, immediate: bool) -> None:
         """Claim no more; ``immediate`` also abandons claims still at the tracker."""
@@ -245,7 +248,12 @@ class Claimer:
             parks = self._book.parked_claim if also is None and self._parks() else None
             if parks is not None:  # the probe that follows waits at the tracker instead
                 self._park_s = self.pacing.park_s(
-                    config.idle_min_s, config.idle_max_s, bound, quiet=parks.quiet_parks
+                    config.idle_min_s,
+                    config.idle_max_s,
+                    bound,
+                    quiet=parks.quiet_parks,
+                    # a park answers once it ends: within the watchdog's quiet period
+                    longest_s=min(QUIET_PARK_S, self._progress.stall_after_s / 2),
                 )
             else:
                 delay = self.pacing.idle_delay_s(config.idle_min_s, config.idle_max_s, bound)

@@ -22,10 +22,16 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["MAX_WIDTH", "ClaimPacing", "ClaimTicket", "Step", "idle_delay_s"]
+__all__ = ["MAX_WIDTH", "QUIET_PARK_S", "ClaimPacing", "ClaimTicket", "Step", "idle_delay_s"]
 
 #: The most claims that overlap while work flows (a worker of many slots on a plain server).
 MAX_WIDTH = 32
+#: The longest an idle worker's parked claim waits where parks are quiet
+#: (:attr:`~tracker_client.protocol.ParksClaims.quiet_parks`), when ``idle_max_s`` is shorter:
+#: such a park answers as soon as work comes, whether by a wake-up or by time (a delayed task,
+#: a retry or a lapsing lease coming due), so its length costs no pickup latency, and each
+#: park that ends empty costs the rail a round of writes (docs/benchmarks.md, "Idle cost").
+QUIET_PARK_S = 30.0
 
 
 class Step(enum.Enum):
@@ -165,16 +171,27 @@ class ClaimPacing:
         """How long to idle this round (at most ``bound_s``)."""
         return min(idle_delay_s(idle_min_s, idle_max_s, self.idle_round, self._uniform), bound_s)
 
-    def park_s(self, idle_min_s: float, idle_max_s: float, bound_s: float, *, quiet: bool) -> float:
+    def park_s(
+        self,
+        idle_min_s: float,
+        idle_max_s: float,
+        bound_s: float,
+        *,
+        quiet: bool,
+        longest_s: float = QUIET_PARK_S,
+    ) -> float:
         """How long an idle round's parked claim waits (at most ``bound_s``): the idle
         back-off, or, on a rail whose parked claim waits without a write or a poll
         (``quiet``), one draw between half the ceiling and the ceiling from the first idle
-        round: a parked claim answers as soon as work comes, so its length costs no latency,
-        and each park that ends empty costs the worker a round (a new claim, its look)."""
+        round, the ceiling ``idle_max_s`` or ``longest_s`` if longer: a parked claim answers
+        as soon as work comes, so its length costs no latency, and each park that ends empty
+        costs the worker a round (a new claim, its look, its standing row written and
+        withdrawn)."""
         if not quiet:
             return self.idle_delay_s(idle_min_s, idle_max_s, bound_s)
-        low = max(idle_min_s, idle_max_s / 2)
-        return min(self._uniform(low, max(low, idle_max_s)), bound_s)
+        ceiling = max(idle_max_s, longest_s)
+        low = max(idle_min_s, ceiling / 2)
+        return min(self._uniform(low, max(low, ceiling)), bound_s)
 
     def idled(self) -> None:
         """An idle wait ended: the next one backs off further until a claim finds work."""

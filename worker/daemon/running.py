@@ -84,6 +84,12 @@ class OpenClaim:
             parked.cancel()
         return parked
 
+    def unpark(self) -> None:
+        """End its parked wait, if one is at the tracker: it answers nothing (the tracker
+        gives back what it leased); the claim itself is not cancelled."""
+        if self._parked is not None:
+            self._parked.cancel()
+
     def stop(self) -> None:
         """Cancel the claim, and its parked wait if one is at the tracker (the first stop)."""
         if self._parked is not None:
@@ -190,6 +196,11 @@ class InFlight:
                 claim.abandon()
             else:
                 claim.stop()
+
+    def unpark(self) -> None:
+        """End the open claims' parked waits (the worker's settings changed)."""
+        for claim in self._claims:
+            claim.unpark()
 
     # -- changes ----------------------------------------------------------------------------
     def next_change(self) -> anyio.Event:
