@@ -510,9 +510,11 @@ async def test_claims_overlap_while_work_flows_but_not_when_idle(
         await start_worker(tg, worker)
         await wait_until(lambda: worker.stats.transitioned == 200)
         assert 2 <= counting.peak <= 8  # overlapping, one per slot at most
-        # Idle: each back-off round makes a single claim, not one per free slot.
-        await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight == 0)
-        counting.peak = 0
+        # Idle: each back-off round makes a single claim, not one per free slot. An idle
+        # worker's parked claims follow each other without a gap (a quiet round ends with no
+        # last look), so the reset waits for no run and at most that one claim in flight.
+        await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight <= 1)
+        counting.peak = counting.in_flight
         # ... and the back-off keeps growing while idle. Wait for claims made after the reset:
         # on a busy machine the back-off may already be past round 4 when the reset happens.
         before = counting.claims
@@ -543,8 +545,9 @@ async def test_free_slots_claim_together_with_claim_many(
         await wait_until(lambda: worker.stats.transitioned == 200)
         # Fewer claim requests than tasks: the slots free at once shared one claim_many.
         assert counting.claims < 200
-        await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight == 0)
-        counting.peak = 0
+        # No run and at most the idle worker's one parked claim in flight (see above).
+        await wait_until(lambda: worker.stats.in_flight == 0 and counting.in_flight <= 1)
+        counting.peak = counting.in_flight
         before = counting.claims  # claims made after the reset (the back-off may be past 4)
         await wait_until(
             lambda: counting.claims >= before + 3 and worker.claimer.pacing.idle_round >= 4
