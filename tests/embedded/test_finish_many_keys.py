@@ -5,6 +5,7 @@ serve's database thread), answering what one look per key answered."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,14 @@ PIPE = {
     "transitions": [{"from": "todo", "to": "done", "trigger": "complete"}],
 }
 DONE = {"trigger": "complete"}
+
+
+@pytest.fixture(autouse=True)
+def _rail_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """The rail's logger at WARNING, as a worker's and tracker serve's defaults leave it: a
+    rail that writes each transition's INFO line takes the item path instead (rules/runs.py
+    ``plain_move``), and an earlier test in the same process may have left it at INFO."""
+    caplog.set_level(logging.WARNING, logger="backlog_worker.tracker")
 
 
 async def _rail(path: Path, n: int) -> tuple[EmbeddedTracker, list[Lease]]:
