@@ -26,20 +26,10 @@ from tracker_client.bounds import (
     NonEmpty,
     PositiveDurationMs,
 )
-from tracker_client.models import RetryPolicy, Run, T, Task, _CreateModel, _Model
+from tracker_client.models import _COLD, RetryPolicy, Run, T, Task, _CreateModel, _Model
 
-__all__ = [
-    "Assignment",
-    "AvailableTransition",
-    "BudgetStatus",
-    "Dependency",
-    "Event",
-    "Health",
-    "Page",
-    "StageCount",
-    "TaskCreate",
-    "TaskDetail",
-]
+#: The names :mod:`tracker_client.models` creates from here on first lookup (its ``_COLD``).
+__all__ = sorted(_COLD)
 
 
 class Dependency(_Model):
