@@ -117,8 +117,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
         ):
             # kept leases this call does not take (another agent or TTL stopped claiming
             # ahead; or too old): given back first, claimable by this very claim
-            ahead.expire()
-            await ahead.release_unwanted(self._withdraw)
+            await self._give_back_kept()
             return await super().claim_many(
                 agent_id,
                 agent_role,
@@ -228,6 +227,13 @@ class EmbeddedTracker(Rail[SqliteEngine]):
     #: commits nothing, so it wakes no other process's waiter (:mod:`tracker_client.rules.parked`).
     _parked_empty_recorded = False
 
+    async def _give_back_kept(self) -> None:
+        """Give back the leases claimed ahead that the claim about to run does not take (too
+        old, or kept for another agent or TTL): withdrawn first, so this claim may lease
+        them."""
+        self._ahead.expire()
+        await self._ahead.release_unwanted(self._withdraw)
+
     async def _parked_attempt(
         self,
         agent_id: str,
@@ -239,9 +245,7 @@ class EmbeddedTracker(Rail[SqliteEngine]):
     ) -> list[Lease]:
         """:meth:`Rail._parked_attempt`, after giving back the leases claimed ahead that it
         does not take (as a keyed :meth:`claim_many` does: claimable by this very claim)."""
-        ahead = self._ahead
-        ahead.expire()
-        await ahead.release_unwanted(self._withdraw)
+        await self._give_back_kept()
         return await super()._parked_attempt(
             agent_id, agent_role, lease_ttl_ms, n, concurrency, key
         )
