@@ -1,6 +1,7 @@
 """The PostgreSQL rail's own CPU per task, without a worker: its claims and reports alone.
 
     python -m bench.pg_rail [--tasks 3000] [--rounds 3] [--ab OLD_TREE] [--wal-kinds]
+                            [--callgrind]
 
 A worker's drain (:mod:`bench.postgres`) measures the worker process whole: the loop, the
 executor, the leases' bookkeeping and the rail, ~190 us/task on 2 shared cores, its rounds
@@ -20,6 +21,13 @@ a submit): the CPU of its processes (user + system, from ``/proc``) and the WAL 
 back with ``pg_walinspect`` (records, bytes, full-page images and b-tree insertions per task;
 ``--wal-kinds`` adds each record kind's count per task). Unlike CPU, the WAL per task does not
 move with the machine's load.
+
+``--callgrind`` runs each tree's drain under ``valgrind --tool=callgrind`` instead and prints
+the instructions the process executed per task between the drain's first claim and its last
+report (the child calls ``zlib.crc32`` at both ends, where callgrind dumps its counters: the
+seeding, the start-up and the server's readings are left out). Unlike CPU time, that count does
+not move with the machine's load, so two trees compare on a busy machine (one round each is
+enough); the server's figures are not read in that mode.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What each run executes, in a process whose ``tracker_client`` is the measured tree's (so
 #: nothing here imports from ``bench``: an older tree has its own, or none of this module).
 CHILD = """
-import json, os, sys, time
+import json, os, sys, time, zlib
 import anyio
 import psycopg
 from tracker_client.contract.batch_models import FinishItem
@@ -122,6 +131,7 @@ async def main(url, n, dsn, server_pid, schema):
     try:
         mark = server_mark(dsn, server_pid)
         done, claims, reports = 0, 0.0, 0.0
+        zlib.crc32(b"drain")  # under callgrind (--callgrind), its counters dumped here
         while True:
             began = time.thread_time()
             leases = await tracker.claim_many("a1", "bench", 30000, 10, idempotency_key=new_id())
@@ -139,6 +149,7 @@ async def main(url, n, dsn, server_pid, schema):
             if bad:
                 raise SystemExit(f"a report was refused: {bad[0]!r}")
             done += len(leases)
+        zlib.crc32(b"drained")  # ... and here
         stop = server_mark(dsn, server_pid)
     finally:
         await tracker.aclose()
@@ -159,14 +170,23 @@ print(json.dumps(found))
 """
 
 
-def run_once(server_url: str, server_pid: int, tasks: int, tree: Path) -> dict[str, Any]:
-    """One run of :data:`CHILD` with ``tree`` 's ``tracker_client`` on a fresh schema."""
+def run_once(
+    server_url: str, server_pid: int, tasks: int, tree: Path, callgrind: Path | None = None
+) -> dict[str, Any]:
+    """One run of :data:`CHILD` with ``tree`` 's ``tracker_client`` on a fresh schema;
+    ``callgrind``: under callgrind, its dumps written in that directory (``instructions``:
+    the drain's per task, see the module docstring)."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     url = f"{server_url}?schema={schema}"
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a worker (bench.worker.worker_env)
+    argv = [sys.executable, "-c", CHILD, url, str(tasks), server_url, str(server_pid), schema]
+    out = None
+    if callgrind is not None:
+        out = callgrind / f"cg-{uuid.uuid4().hex[:8]}"
+        argv = [*CALLGRIND, "--dump-before=zlib_crc32", f"--callgrind-out-file={out}", *argv]
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, url, str(tasks), server_url, str(server_pid), schema],
+        argv,
         cwd=tree,
         env=env,
         capture_output=True,
@@ -183,7 +203,21 @@ def run_once(server_url: str, server_pid: int, tasks: int, tree: Path) -> dict[s
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
     if found["done"] != tasks:
         raise SystemExit(f"the run of {tree} finished {found['done']} of {tasks} tasks")
+    if out is not None:  # dump 1: up to the drain; dump 2: the drain (see the module)
+        found["instructions"] = _dumped_total(Path(f"{out}.2")) / tasks
     return found
+
+
+#: How ``--callgrind`` starts a run (its children, the server's, are not traced).
+CALLGRIND = ["valgrind", "--tool=callgrind", "--trace-children=no"]
+
+
+def _dumped_total(path: Path) -> int:
+    """The instructions a callgrind dump counted (its ``totals:`` line)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise SystemExit(f"no totals in {path}")
 
 
 def main() -> None:
@@ -194,6 +228,9 @@ def main() -> None:
     parser.add_argument("--ab", type=Path, default=None, help="an older tree, interleaved")
     parser.add_argument(
         "--wal-kinds", action="store_true", help="also the WAL records per task by kind"
+    )
+    parser.add_argument(
+        "--callgrind", action="store_true", help="instructions per task (valgrind) instead"
     )
     args = parser.parse_args()
     if args.tasks < 1 or args.rounds < 1:
@@ -211,8 +248,13 @@ def main() -> None:
     bindir = find_bindir()
     if bindir is None:
         parser.error("PostgreSQL is not installed: apt-get install postgresql")
+    if args.callgrind and shutil.which("valgrind") is None:
+        parser.error("--callgrind: valgrind is not installed (apt-get install valgrind)")
     runs: list[list[dict[str, Any]]] = [[] for _ in trees]
     server = StockPgServer.create(bindir)
+    dumps = server.root / "callgrind" if args.callgrind else None
+    if dumps is not None:
+        dumps.mkdir()
     began = f"load {load()} at {time.strftime('%H:%M:%S', time.gmtime())} UTC"
     try:
         server.start()
@@ -224,13 +266,21 @@ def main() -> None:
             if round_no % 2:
                 order.reverse()  # each tree runs first in every other round
             for tree, rows in order:
-                rows.append(run_once(server.url, server.proc.pid, args.tasks, tree))
+                rows.append(run_once(server.url, server.proc.pid, args.tasks, tree, dumps))
     finally:
         server.destroy()
     print(
         f"{args.tasks} tasks, claim_many of 10 and finish_many of 10, {args.rounds} round(s); "
         f"{began}, load {load()} at {time.strftime('%H:%M:%S', time.gmtime())} UTC"
     )
+    if dumps is not None:
+        print("| tree | instructions/task (callgrind) | per round |")
+        print("| --- | --- | --- |")
+        for tree, rows in zip(trees, runs, strict=True):
+            counts = [r["instructions"] for r in rows]
+            spread = ", ".join(f"{c:,.0f}" for c in counts)
+            print(f"| {tree} | {statistics.median(counts):,.0f} | {spread} |")
+        return
     print(
         "| tree | claims us/task | reports us/task | rail us/task | rail us/task per round "
         "| server CPU us/task | per round | WAL records/task | WAL bytes/task "

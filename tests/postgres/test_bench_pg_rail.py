@@ -1,16 +1,20 @@
 """``bench.pg_rail``: the rail's claims and reports alone, two trees interleaved.
 
 The figures are not asserted (a benchmark, not a test); what is pinned is that each tree's run
-drains every task (the run exits non-zero otherwise) and a row per tree is printed, and that bad
-arguments are refused by name.
+drains every task (the run exits non-zero otherwise) and a row per tree is printed, that
+``--callgrind`` counts the drain's instructions per task, and that bad arguments are refused by
+name.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.postgres.server import require_postgres
 
@@ -50,3 +54,16 @@ def test_each_tree_drains_and_gets_a_row() -> None:
         assert abs(total - (claims + reports)) < 0.2
         records, wal_bytes, btree = float(cells[7]), float(cells[8]), float(cells[10])
         assert records > btree > 0 and wal_bytes > records  # read back from the server's WAL
+
+
+def test_callgrind_counts_the_drain_per_task() -> None:
+    require_postgres()
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed")
+    done = _bench("--tasks", "20", "--rounds", "1", "--callgrind")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(f"| {ROOT} |")]
+    assert len(rows) == 1
+    count = float(rows[0].strip("|").split("|")[1].replace(",", ""))
+    # the drain alone: a claim and a report per task, not the process's start-up (~1,000 M)
+    assert 10_000 < count < 50_000_000
