@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,30 @@ def test_the_stub_runs_on_the_event_loop_asked(loop: str) -> None:
     done = _bench("--rail", "batched", "--tasks", "100", "--event-loop", loop)
     assert done.returncode == 0, done.stderr
     assert f"(batched rail, log level WARNING, {loop}), 100 no-op tasks" in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+@pytest.mark.timeout(600)  # two drains under callgrind, ~50x slower than natively
+def test_callgrind_counts_the_workers_instructions_per_task() -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.worker_overhead"),
+            *("--rail", "batched", "--tasks", "20", "--callgrind"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert done.returncode == 0, done.stderr
+    found = re.search(
+        r"^tree .+: ([\d.]+)k instructions per task \(batched rail, auto loop; "
+        r"20 tasks ([\d,]+), 60 tasks ([\d,]+)\)$",
+        done.stdout,
+        re.M,
+    )
+    assert found is not None, done.stdout
+    # the larger drain counted more, and a no-op task costs the worker something
+    assert int(found[3].replace(",", "")) > int(found[2].replace(",", ""))
+    assert float(found[1]) > 0
