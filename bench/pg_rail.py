@@ -183,8 +183,10 @@ def run_once(
     argv = [sys.executable, "-c", CHILD, url, str(tasks), server_url, str(server_pid), schema]
     out = None
     if callgrind is not None:
+        from bench import callgrind as counted
+
         out = callgrind / f"cg-{uuid.uuid4().hex[:8]}"
-        argv = [*CALLGRIND, "--dump-before=zlib_crc32", f"--callgrind-out-file={out}", *argv]
+        argv = [*counted.command(out), *argv]
     done = subprocess.run(
         argv,
         cwd=tree,
@@ -204,20 +206,10 @@ def run_once(
     if found["done"] != tasks:
         raise SystemExit(f"the run of {tree} finished {found['done']} of {tasks} tasks")
     if out is not None:  # dump 1: up to the drain; dump 2: the drain (see the module)
-        found["instructions"] = _dumped_total(Path(f"{out}.2")) / tasks
+        from bench.callgrind import totals
+
+        found["instructions"] = totals(Path(f"{out}.2")) / tasks
     return found
-
-
-#: How ``--callgrind`` starts a run (its children, the server's, are not traced).
-CALLGRIND = ["valgrind", "--tool=callgrind", "--trace-children=no"]
-
-
-def _dumped_total(path: Path) -> int:
-    """The instructions a callgrind dump counted (its ``totals:`` line)."""
-    for line in path.read_text().splitlines():
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    raise SystemExit(f"no totals in {path}")
 
 
 def main() -> None:

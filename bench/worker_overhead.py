@@ -251,6 +251,8 @@ def _ab(old: Path, args: argparse.Namespace) -> None:
 def _instructions(tree: Path, tasks: int, args: argparse.Namespace, work: Path) -> int:
     """Instructions from the worker's start to its end, a drain of ``tasks`` by the worker of
     ``tree`` under callgrind (the second of the three parts its two marks cut the run into)."""
+    from bench import callgrind  # the parent's, whichever tree the child runs
+
     out = work / f"cg-{tasks}"
     code = f"import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path({__file__!r}, "
     code += "run_name='__main__')"
@@ -258,8 +260,7 @@ def _instructions(tree: Path, tasks: int, args: argparse.Namespace, work: Path) 
     own[own.index("--tasks") + 1] = str(tasks)
     done = subprocess.run(
         [
-            *("valgrind", "--tool=callgrind", "--trace-children=no", "--dump-before=zlib_crc32"),
-            f"--callgrind-out-file={out}",
+            *callgrind.command(out),
             *(sys.executable, "-c", code, "overhead", *own),
         ],
         env={**os.environ, "PYTHONPATH": str(tree)},
@@ -270,10 +271,7 @@ def _instructions(tree: Path, tasks: int, args: argparse.Namespace, work: Path) 
     )
     if done.returncode != 0:
         raise SystemExit(f"callgrind run failed ({done.returncode}): {done.stderr[-2000:]}")
-    for line in Path(f"{out}.2").read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise SystemExit(f"no totals in {out}.2")
+    return callgrind.totals(Path(f"{out}.2"))
 
 
 def _callgrind(trees: Sequence[tuple[str, Path]], args: argparse.Namespace) -> None:

@@ -28,7 +28,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=200,
+        timeout=500,
     )
 
 
@@ -56,6 +56,7 @@ def test_each_tree_drains_and_gets_a_row() -> None:
         assert records > btree > 0 and wal_bytes > records  # read back from the server's WAL
 
 
+@pytest.mark.timeout(600)  # a worker's start-up and drain under callgrind, ~50x slower
 def test_callgrind_counts_the_drain_per_task() -> None:
     require_postgres()
     if shutil.which("valgrind") is None:
