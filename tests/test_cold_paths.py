@@ -120,6 +120,9 @@ NOT_EMBEDDED = (
     "tracker_client.cold_models",
     # issue 31 (start-up): the OTLP ingest's answer and the spans (~3 M instructions)
     "tracker_client.observe_cold",
+    # issue 31 (start-up): the schema window's planner (two dataclasses, ~7 M instructions),
+    # imported only to migrate or create a rail; opening a current one plans nothing
+    "tracker_client.rules.upgrades",
     # issue 31 (start-up): the batching extensions' wire bodies (~8 M instructions) and the run
     # bodies they carry (~4 M): the rails take FinishItem and answer FinishResult in-process
     "tracker_client.contract.batch_bodies",
