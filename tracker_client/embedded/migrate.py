@@ -16,9 +16,10 @@ it. Additive migrations are applied at open; one that raises the level past
 :data:`PREVIOUS_RELEASE_LEVEL` waits for ``backlog-worker rail migrate``.
 
 An open of a current rail (every migration of this build applied, recorded by a build that
-knows the window) reads no migration file and plans nothing (:func:`_current`): the files are
-read, and :data:`LEVEL` computed, only when a rail is behind or created (~10 M instructions of
-a worker's start-up, ``python -m bench.startup``).
+knows the window) reads no migration file and plans nothing
+(:func:`tracker_client.rules.migration_files.current`): the files are read, and :data:`LEVEL`
+computed, only when a rail is behind or created (~10 M instructions of a worker's start-up,
+``python -m bench.startup``).
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import logging
 import os
 import sqlite3
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracker_client.embedded.sqlerrors import map_sqlite_error
 from tracker_client.errors import TrackerCorrupt, TrackerRejected, TrackerUnavailable
+from tracker_client.rules import migration_files
 
 if TYPE_CHECKING:  # imported where a rail is planned: an open of a current one plans nothing
     from tracker_client.rules.upgrades import Migration, Plan
@@ -67,27 +68,16 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 CACHE_KIB = 512
 
 
-def _files() -> list[tuple[int, Traversable]]:
-    """The numbered migration files in ``schema/`` (not read): (version, file), in order."""
-    found: list[tuple[int, Traversable]] = []
-    for entry in resources.files("tracker_client.embedded").joinpath("schema").iterdir():
-        number, _, _rest = entry.name.partition("_")
-        if entry.name.endswith(".sql") and number.isdigit():
-            found.append((int(number), entry))
-    found.sort(key=lambda f: f[0])
-    for expected, (version, entry) in enumerate(found, start=1):
-        if version != expected:
-            raise RuntimeError(f"schema migrations are not numbered 1..n: {entry.name}")
-    return found
-
-
 def migrations() -> list[tuple[int, str, str]]:
     """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
-    return [(n, entry.name, entry.read_text(encoding="utf-8")) for n, entry in _files()]
+    return [
+        (n, entry.name, entry.read_text(encoding="utf-8"))
+        for n, entry in migration_files.numbered_files("tracker_client.embedded")
+    ]
 
 
 #: The highest migration this build knows (from the files' names).
-SCHEMA_VERSION = len(_files())
+SCHEMA_VERSION = len(migration_files.numbered_files("tracker_client.embedded"))
 #: The level of the previous release (0.1.0: migrations 1-7): a migration at or below it is one
 #: the previous release has, so applying it at open locks no worker of the window out.
 PREVIOUS_RELEASE_LEVEL = 7
@@ -117,17 +107,6 @@ def _shipped() -> list[Migration]:
     """``_MIGRATIONS`` (as a test may have set it), read on first use."""
     found: list[Migration] | None = globals().get("_MIGRATIONS")
     return __getattr__("_MIGRATIONS") if found is None else found
-
-
-def _current(level: int, additions: set[int]) -> bool:
-    """Whether a rail recorded at ``level`` with ``additions`` has every migration this build
-    knows and was recorded by a build that knows the window (it has additions): its level is
-    then this build's :data:`LEVEL` and the plan applies and records nothing."""
-    return (
-        bool(additions)
-        and level <= SCHEMA_VERSION
-        and additions.issuperset(range(level + 1, SCHEMA_VERSION + 1))
-    )
 
 
 def recorded(conn: sqlite3.Connection) -> tuple[int, set[int]]:
@@ -304,7 +283,7 @@ def _migrate(conn: sqlite3.Connection, path: str, *, explicit_step: bool = False
     the window allows at open (all of them for ``rail migrate``: ``explicit_step``), in one
     ``BEGIN IMMEDIATE`` transaction; how many were applied. A migration left to ``rail
     migrate`` is ``TrackerRejected`` (``schema_behind``) after the others are in."""
-    if _current(*recorded(conn)):
+    if migration_files.current(*recorded(conn), SCHEMA_VERSION):
         return 0
     from tracker_client.rules.upgrades import plan
 
