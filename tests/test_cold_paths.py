@@ -123,6 +123,9 @@ NOT_EMBEDDED = (
     # issue 31 (start-up): the schema window's planner (two dataclasses, ~7 M instructions),
     # imported only to migrate or create a rail; opening a current one plans nothing
     "tracker_client.rules.upgrades",
+    # issue 31 (start-up): the file-artifact helper (a dataclass, ~3.7 M instructions), read
+    # when a run records a file
+    "plugins.artifact_files",
     # issue 31 (start-up): the batching extensions' wire bodies (~8 M instructions) and the run
     # bodies they carry (~4 M): the rails take FinishItem and answer FinishResult in-process
     "tracker_client.contract.batch_bodies",
