@@ -1,7 +1,7 @@
 """Where a worker's start-up CPU goes, in instructions (callgrind): by stage, kind and module.
 
     python -m bench.startup [--rail embedded,postgres] [--root DIR ...] [--top 25]
-                            [--python PATH | --shared-venv]
+                            [--classes N] [--python PATH | --shared-venv]
 
 A ``worker run`` of each ``--root`` (default: this tree; add an older tree, e.g. a ``git
 worktree`` of main, to compare in the same run) starts on an empty rail in drain mode: it reads
@@ -25,7 +25,9 @@ and the daemon). What is printed per root and rail:
 * by kind: this project's dataclasses, pydantic model classes and other module code; the
   libraries' (the same three); the run's own work (configuration, event loop, rail, calls);
 * the top ``--top`` modules by instructions (their classes' creation included), and the count
-  of modules imported (this project's and the others').
+  of modules imported (this project's and the others');
+* with ``--classes N``, how many dataclasses and pydantic model classes of this project were
+  created, and the N costliest (``DC:module#Class``, ``PM:module#Class``).
 
 The rail is SQLite (``embedded``) or a PostgreSQL server started for the run at stock
 durability (``postgres``, :class:`bench.peers_setup.StockPgServer`). The interpreter is a venv
