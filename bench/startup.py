@@ -1,7 +1,7 @@
 """Where a worker's start-up CPU goes, in instructions (callgrind): by stage, kind and module.
 
     python -m bench.startup [--rail embedded,postgres] [--root DIR ...] [--top 25]
-                            [--python PATH | --shared-venv]
+                            [--classes N] [--python PATH | --shared-venv]
 
 A ``worker run`` of each ``--root`` (default: this tree; add an older tree, e.g. a ``git
 worktree`` of main, to compare in the same run) starts on an empty rail in drain mode: it reads
@@ -25,7 +25,9 @@ and the daemon). What is printed per root and rail:
 * by kind: this project's dataclasses, pydantic model classes and other module code; the
   libraries' (the same three); the run's own work (configuration, event loop, rail, calls);
 * the top ``--top`` modules by instructions (their classes' creation included), and the count
-  of modules imported (this project's and the others').
+  of modules imported (this project's and the others');
+* with ``--classes N``, how many dataclasses and pydantic model classes of this project were
+  created, and the N costliest (``DC:module#Class``, ``PM:module#Class``).
 
 The rail is SQLite (``embedded``) or a PostgreSQL server started for the run at stock
 durability (``postgres``, :class:`bench.peers_setup.StockPgServer`). The interpreter is a venv
@@ -79,7 +81,7 @@ def _patch_models(module):
     meta = module.ModelMetaclass
     inner = meta.__new__
     def __new__(mcs, cls_name, bases, namespace, *args, **kwargs):
-        key = "PM:" + str(namespace.get("__module__", "?"))
+        key = "PM:" + str(namespace.get("__module__", "?")) + "#" + str(cls_name)
         _enter(key)
         try:
             return inner(mcs, cls_name, bases, namespace, *args, **kwargs)
@@ -89,7 +91,7 @@ def _patch_models(module):
 def _patch_dataclasses(module):
     inner = module._process_class
     def _process_class(cls, *args, **kwargs):
-        key = "DC:" + cls.__module__
+        key = "DC:" + cls.__module__ + "#" + cls.__qualname__
         _enter(key)
         try:
             return inner(cls, *args, **kwargs)
@@ -238,7 +240,7 @@ def kinds(owned: dict[str, int]) -> dict[str, int]:
         elif owner.startswith("S:") or owner == "<top>":
             out["run (own work, after imports)"] += count
         else:
-            kind, _, module = owner.rpartition(":")
+            kind, _, module = owner.partition("#")[0].rpartition(":")
             whose = "ours" if _ours(module) else "libraries"
             what = {"DC": "dataclasses", "PM": "pydantic model classes", "": "module code"}[kind]
             out[f"{whose}: {what}"] += count
@@ -334,7 +336,7 @@ def measure(python: str, root: Path, config: Path, work: Path) -> dict[str, Any]
     }
 
 
-def report(label: str, result: dict[str, Any], top: int) -> None:
+def report(label: str, result: dict[str, Any], top: int, classes: int = 0) -> None:
     """Print one root's and rail's figures (see the module docstring)."""
     events, segments = result["events"], result["segments"]
     owned = attribute(events, segments)
@@ -352,11 +354,21 @@ def report(label: str, result: dict[str, Any], top: int) -> None:
     for name, count in sorted(kinds(owned).items(), key=lambda kv: -kv[1]):
         print(f"  {count / 1e6:8.1f} M  {100 * count / total:5.1f} %  {name}")
     per_module: Counter[str] = Counter()
+    per_class: Counter[str] = Counter()
     for owner, count in owned.items():
         if not owner.startswith(("S:", "<")):
-            per_module[owner.rpartition(":")[2]] += count
+            per_module[owner.partition("#")[0].rpartition(":")[2]] += count
+        if "#" in owner and _ours(owner.partition("#")[0].rpartition(":")[2]):
+            per_class[owner] += count
     print(f"top {top} modules (their classes included):")
     for name, count in per_module.most_common(top):
+        print(f"  {count / 1e6:8.1f} M  {name}")
+    made = Counter(owner.partition(":")[0] for owner in per_class)
+    print(
+        f"this project's classes created: {made['DC']} dataclasses, {made['PM']} pydantic models;"
+        f" the top {classes}:"
+    )
+    for name, count in per_class.most_common(classes):
         print(f"  {count / 1e6:8.1f} M  {name}")
 
 
@@ -387,6 +399,9 @@ def main() -> None:
     parser.add_argument("--rail", default="embedded", help="embedded, postgres (a,b)")
     parser.add_argument("--root", action="append", type=Path, default=[])
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--classes", type=int, default=0, help="also list this project's N costliest classes"
+    )
     parser.add_argument("--python", help="the interpreter our worker runs on")
     parser.add_argument("--shared-venv", action="store_true", help="run on this interpreter")
     args = parser.parse_args()
@@ -417,7 +432,12 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     work = Path(tmp)
                     config = _rail(rail, work, pg)
-                    report(f"{root} on {rail}", measure(python, root, config, work), args.top)
+                    report(
+                        f"{root} on {rail}",
+                        measure(python, root, config, work),
+                        args.top,
+                        args.classes,
+                    )
     finally:
         if pg is not None:
             pg.destroy()

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import anyio
 
 from plugins.agent import AgentSink, AgentUnsupported, Store, checkpoint_json
-from plugins.artifact_files import digest_file
 from plugins.context_hooks import ContextHooks, ContextSink, ReportPolicy, check_cost
 from tracker_client.agent_models import Upstream
 from tracker_client.models import ArtifactCreate, Run, Task
@@ -320,6 +319,9 @@ class ExecutionContext:
         hashed while copying) and record the copy. Only regular files: ValueError otherwise,
         OSError when it cannot be read or copied. Cancellation stops between 1 MiB chunks.
         """
+        # imported here: a run that records no file never loads it (issue 31, start-up)
+        from plugins.artifact_files import digest_file
+
         source = Path(path)
         if not source.is_absolute():
             source = self.workdir / source

@@ -32,7 +32,6 @@ from typing import Any
 import anyio
 
 from plugins.api import ExecutionContext, Failure
-from plugins.artifact_files import default_artifacts_dir, path_component
 
 __all__ = [
     "MAX_INLINE_RESULT_BYTES",
@@ -135,6 +134,9 @@ async def record_result(
         # as a reader will get it (a tuple is a list): a copy, so no later change leaks in
         await ctx.report(RESULT_KIND, json.loads(text), flush=True)
         return None
+    # imported here: only a big result is a file (issue 31, start-up)
+    from plugins.artifact_files import default_artifacts_dir, path_component
+
     base = default_artifacts_dir()[0] if artifacts_dir is None else artifacts_dir
     dest = base / path_component(ctx.task.id) / path_component(ctx.run.id) / RESULT_FILE
     try:

@@ -118,6 +118,14 @@ NOT_EMBEDDED = (
     # issue 31 (start-up): the models a worker never builds (a task's detail and relations,
     # the create body, events, pages, the health census: ~17 M instructions), created on first use
     "tracker_client.cold_models",
+    # issue 31 (start-up): the OTLP ingest's answer and the spans (~3 M instructions)
+    "tracker_client.observe_cold",
+    # issue 31 (start-up): the schema window's planner (two dataclasses, ~7 M instructions),
+    # imported only to migrate or create a rail; opening a current one plans nothing
+    "tracker_client.rules.upgrades",
+    # issue 31 (start-up): the file-artifact helper (a dataclass, ~3.7 M instructions), read
+    # when a run records a file
+    "plugins.artifact_files",
     # issue 31 (start-up): the batching extensions' wire bodies (~8 M instructions) and the run
     # bodies they carry (~4 M): the rails take FinishItem and answer FinishResult in-process
     "tracker_client.contract.batch_bodies",

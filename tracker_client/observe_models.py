@@ -7,9 +7,12 @@ and workers are an extension of this project's rails. Every tracker answers them
 capabilities list the ``spans`` / ``workers`` extension.
 """
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from tracker_client.observe_cold import OtlpIngestResult, Span
 
 __all__ = [
     "OtlpIngestResult",
@@ -21,39 +24,24 @@ __all__ = [
 ]
 
 
+#: The names :mod:`tracker_client.observe_cold` defines, imported when one is first looked up:
+#: the OTLP ingest's answer and the spans, which a worker never builds.
+_COLD = frozenset({"OtlpIngestResult", "Span"})
+
+
+def __getattr__(name: str) -> Any:
+    """A model of :mod:`tracker_client.observe_cold`, created on its first lookup (:pep:`562`)."""
+    if name in _COLD:
+        from tracker_client import observe_cold
+
+        found = getattr(observe_cold, name)
+        globals()[name] = found  # looked up once
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
-
-
-class OtlpIngestResult(_Model):
-    """The answer of ``POST /v1/traces`` and ``POST /otlp/v1/traces``, as NullTickets gives it:
-    ``stored`` is ``"json"`` when the spans were parsed, ``"blob"`` when the body was kept as is
-    (any non-JSON content type; ``accepted_spans`` is then 0)."""
-
-    batch_id: int
-    accepted_spans: int
-    stored: Literal["json", "blob"]
-
-
-class Span(_Model):
-    """One span of an ingested OTLP/JSON batch, linked to a task and/or run when it carries the
-    ``nulltickets.task_id`` / ``nulltickets.run_id`` attributes. Times are Unix nanoseconds."""
-
-    batch_id: int
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None = None
-    name: str
-    kind: int | None = None
-    start_time_unix_nano: int | None = None
-    end_time_unix_nano: int | None = None
-    status_code: int | None = None
-    status_message: str | None = None
-    service_name: str | None = None
-    task_id: str | None = None
-    run_id: str | None = None
-    #: The span's attributes flattened to ``{key: value}`` (OTLP ``AnyValue`` unwrapped).
-    attributes: dict[str, Any] = Field(default_factory=dict)
 
 
 #: ``alive``: seen within its stated refresh window; ``lost``: silent longer than

@@ -80,6 +80,7 @@ RAIL_FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker_client.agent_models",
         "tracker_client.ops_models",
         "tracker_client.observe_models",
+        "tracker_client.observe_cold",
         "tracker_client.schedule_models",
         "tracker_client.task_states",
         "tracker_client.extras",

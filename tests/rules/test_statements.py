@@ -123,7 +123,32 @@ def test_a_name_defined_twice_is_refused(tmp_path: pathlib.Path) -> None:
     sys.path.insert(0, str(tmp_path))
     try:
         with pytest.raises(StatementError, match=r"statement .area\.a. defined twice"):
-            Statements.load("twice_pkg", "test")
+            Statements.load("twice_pkg", "test")["area.a"]
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_a_file_is_read_on_the_first_lookup_of_its_area(tmp_path: pathlib.Path) -> None:
+    """A worker runs statements of a third of the files: load lists them, a lookup reads one."""
+    package = tmp_path / "lazy_pkg"
+    (package / "sql").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sql" / "good.sql").write_text("-- name: good.a\nSELECT 1;\n")
+    (package / "sql" / "bad.sql").write_text("SELECT 2;\n")  # malformed: read only if asked
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        statements = Statements.load("lazy_pkg", "test")
+        assert statements["good.a"] == "SELECT 1"
+        assert "good.b" not in statements
+        assert "other.a" not in statements
+        with pytest.raises(KeyError, match=r"no statement 'good\.b'"):
+            statements["good.b"]
+        with pytest.raises(StatementError, match="SQL before the first"):
+            "bad.a" in statements  # noqa: B015 - the lookup reads the file
+        with pytest.raises(StatementError, match="SQL before the first"):
+            len(Statements.load("lazy_pkg", "test"))
     finally:
         sys.path.remove(str(tmp_path))
 

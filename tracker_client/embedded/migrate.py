@@ -14,6 +14,12 @@ the rail's *level* (its highest migration that is not additive; the previous rel
 level above its own), and the table ``schema_additions`` the additive migrations applied above
 it. Additive migrations are applied at open; one that raises the level past
 :data:`PREVIOUS_RELEASE_LEVEL` waits for ``backlog-worker rail migrate``.
+
+An open of a current rail (every migration of this build applied, recorded by a build that
+knows the window) reads no migration file and plans nothing
+(:func:`tracker_client.rules.migration_files.current`): the files are read, and :data:`LEVEL`
+computed, only when a rail is behind or created (~10 M instructions of a worker's start-up,
+``python -m bench.startup``).
 """
 
 from __future__ import annotations
@@ -24,10 +30,14 @@ import os
 import sqlite3
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tracker_client.embedded.sqlerrors import map_sqlite_error
 from tracker_client.errors import TrackerCorrupt, TrackerRejected, TrackerUnavailable
-from tracker_client.rules.upgrades import Migration, Plan, level_of, plan
+from tracker_client.rules import migration_files
+
+if TYPE_CHECKING:  # imported where a rail is planned: an open of a current one plans nothing
+    from tracker_client.rules.upgrades import Migration, Plan
 
 __all__ = [
     "APPLICATION_ID",
@@ -60,30 +70,43 @@ CACHE_KIB = 512
 
 def migrations() -> list[tuple[int, str, str]]:
     """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
-    found: list[tuple[int, str, str]] = []
-    for entry in resources.files("tracker_client.embedded").joinpath("schema").iterdir():
-        name = entry.name
-        if not name.endswith(".sql"):
-            continue
-        number, _, _rest = name.partition("_")
-        if not number.isdigit():
-            continue
-        found.append((int(number), name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    for expected, (version, fname, _sql) in enumerate(found, start=1):
-        if version != expected:
-            raise RuntimeError(f"schema migrations are not numbered 1..n: {fname}")
-    return found
+    return [
+        (n, entry.name, entry.read_text(encoding="utf-8"))
+        for n, entry in migration_files.numbered_files("tracker_client.embedded")
+    ]
 
 
-#: The highest migration this build knows.
-SCHEMA_VERSION = len(migrations())
+#: The highest migration this build knows (from the files' names).
+SCHEMA_VERSION = len(migration_files.numbered_files("tracker_client.embedded"))
 #: The level of the previous release (0.1.0: migrations 1-7): a migration at or below it is one
 #: the previous release has, so applying it at open locks no worker of the window out.
 PREVIOUS_RELEASE_LEVEL = 7
-_MIGRATIONS = [Migration(n, name, sql) for n, name, sql in migrations()]
-#: The level a rail of this build's full schema has (its highest non-additive migration).
-LEVEL = level_of(_MIGRATIONS, range(1, SCHEMA_VERSION + 1))
+#: The level a rail of this build's full schema has (its highest non-additive migration); read
+#: from the files on first use, as is ``_MIGRATIONS`` (this build's migrations).
+LEVEL: int
+_MIGRATIONS: list[Migration]
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`LEVEL` and ``_MIGRATIONS``, from the migration files on first use (:pep:`562`)."""
+    if name == "_MIGRATIONS":
+        from tracker_client.rules.upgrades import Migration
+
+        value: Any = [Migration(n, fname, sql) for n, fname, sql in migrations()]
+    elif name == "LEVEL":
+        from tracker_client.rules.upgrades import level_of
+
+        value = level_of(_shipped(), range(1, SCHEMA_VERSION + 1))
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # read once
+    return value
+
+
+def _shipped() -> list[Migration]:
+    """``_MIGRATIONS`` (as a test may have set it), read on first use."""
+    found: list[Migration] | None = globals().get("_MIGRATIONS")
+    return __getattr__("_MIGRATIONS") if found is None else found
 
 
 def recorded(conn: sqlite3.Connection) -> tuple[int, set[int]]:
@@ -104,7 +127,7 @@ def _record(conn: sqlite3.Connection, level: int, additions: frozenset[int]) -> 
         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL) WITHOUT ROWID"
     )
     conn.execute("DELETE FROM schema_additions")
-    names = {m.number: m.name for m in _MIGRATIONS}
+    names = {m.number: m.name for m in _shipped()}
     conn.executemany(
         "INSERT INTO schema_additions (version, name) VALUES (?, ?)",
         [(n, names.get(n, "?")) for n in sorted(additions)],
@@ -246,9 +269,11 @@ def _check_ours(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _plan(conn: sqlite3.Connection, explicit_step: bool) -> tuple[int, set[int], Plan]:
+    from tracker_client.rules.upgrades import plan
+
     level, additions = recorded(conn)
     pending = plan(
-        _MIGRATIONS, level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=explicit_step
+        _shipped(), level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=explicit_step
     )
     return level, additions, pending
 
@@ -258,6 +283,10 @@ def _migrate(conn: sqlite3.Connection, path: str, *, explicit_step: bool = False
     the window allows at open (all of them for ``rail migrate``: ``explicit_step``), in one
     ``BEGIN IMMEDIATE`` transaction; how many were applied. A migration left to ``rail
     migrate`` is ``TrackerRejected`` (``schema_behind``) after the others are in."""
+    if migration_files.current(*recorded(conn), SCHEMA_VERSION):
+        return 0
+    from tracker_client.rules.upgrades import plan
+
     level, additions, pending = _plan(conn, explicit_step)
     if level and not pending.now and not pending.records_change(level, additions):
         if pending.explicit:
@@ -272,7 +301,7 @@ def _migrate(conn: sqlite3.Connection, path: str, *, explicit_step: bool = False
             raise TrackerCorrupt(f"{path}: changed by another program while opening")
         if level == 0:
             _create(conn, path)
-            pending = plan(_MIGRATIONS, SCHEMA_VERSION, (), PREVIOUS_RELEASE_LEVEL)
+            pending = plan(_shipped(), SCHEMA_VERSION, (), PREVIOUS_RELEASE_LEVEL)
             applied = 0
         else:
             for migration in pending.now:
@@ -337,7 +366,9 @@ def migrate_file(path: str, version: str, now_ms: int) -> tuple[int, int]:
         _check_ours(conn, path)
         level, additions = recorded(conn)
         before = max([level, *additions])
-        pending = plan(_MIGRATIONS, level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=True)
+        from tracker_client.rules.upgrades import plan
+
+        pending = plan(_shipped(), level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=True)
         if pending.now and any(not m.additive for m in pending.now):
             alive = other_versions_alive(conn, version, now_ms)
             if alive:

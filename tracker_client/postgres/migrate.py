@@ -26,20 +26,29 @@ migrations up to the rail's *level* (the previous release refuses a level above 
 ``backlog_schema_additions`` the additive ones applied above it. Additive migrations are applied
 at open; one that raises the level past :data:`PREVIOUS_RELEASE_LEVEL` waits for ``backlog-worker
 rail migrate``.
+
+An open of a current rail (every migration of this build applied, recorded by a build that
+knows the window) reads no migration file and plans nothing
+(:func:`tracker_client.rules.migration_files.current`): the files are read, and :data:`LEVEL`
+computed, only when a rail is behind or created (~13 M instructions of a worker's start-up,
+``python -m bench.startup``).
 """
 
 from __future__ import annotations
 
 import logging
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
 from tracker_client.errors import TrackerCorrupt, TrackerRejected
+from tracker_client.rules import migration_files
 from tracker_client.rules.leasekeys import KEY_NAME
-from tracker_client.rules.upgrades import Migration, Plan, level_of, plan
+
+if TYPE_CHECKING:  # imported where a rail is planned: an open of a current one plans nothing
+    from tracker_client.rules.upgrades import Migration, Plan
 
 __all__ = [
     "LEVEL",
@@ -59,26 +68,45 @@ log = logging.getLogger("backlog_worker.tracker")
 
 def migrations() -> list[tuple[int, str, str]]:
     """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
-    found: list[tuple[int, str, str]] = []
-    for entry in resources.files("tracker_client.postgres").joinpath("schema").iterdir():
-        number, _, _rest = entry.name.partition("_")
-        if entry.name.endswith(".sql") and number.isdigit():
-            found.append((int(number), entry.name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    for expected, (version, name, _sql) in enumerate(found, start=1):
-        if version != expected:
-            raise RuntimeError(f"postgres schema migrations are not numbered 1..n: {name}")
-    return found
+    return [
+        (n, entry.name, entry.read_text(encoding="utf-8"))
+        for n, entry in migration_files.numbered_files("tracker_client.postgres")
+    ]
 
 
-#: The highest migration this build knows.
-SCHEMA_VERSION = len(migrations())
+#: The highest migration this build knows (from the files' names).
+SCHEMA_VERSION = len(migration_files.numbered_files("tracker_client.postgres"))
 #: The level of the previous release (0.1.0: migrations 1-12): a migration at or below it is
 #: one the previous release has, so applying it at open locks no worker of the window out.
 PREVIOUS_RELEASE_LEVEL = 12
-_MIGRATIONS = [Migration(n, name, text) for n, name, text in migrations()]
-#: The level a rail of this build's full schema has (its highest non-additive migration).
-LEVEL = level_of(_MIGRATIONS, range(1, SCHEMA_VERSION + 1))
+#: The level a rail of this build's full schema has (its highest non-additive migration); read
+#: from the files on first use, as is ``_MIGRATIONS`` (this build's migrations).
+LEVEL: int
+_MIGRATIONS: list[Migration]
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`LEVEL` and ``_MIGRATIONS``, from the migration files on first use (:pep:`562`)."""
+    if name == "_MIGRATIONS":
+        from tracker_client.rules.upgrades import Migration
+
+        value: Any = [Migration(n, fname, text) for n, fname, text in migrations()]
+    elif name == "LEVEL":
+        from tracker_client.rules.upgrades import level_of
+
+        value = level_of(_shipped(), range(1, SCHEMA_VERSION + 1))
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # read once
+    return value
+
+
+def _shipped() -> list[Migration]:
+    """``_MIGRATIONS`` (as a test may have set it), read on first use."""
+    found: list[Migration] | None = globals().get("_MIGRATIONS")
+    return __getattr__("_MIGRATIONS") if found is None else found
+
+
 _ADDITIONS = "backlog_schema_additions"
 
 
@@ -108,7 +136,7 @@ def _record(conn: psycopg.Connection[Any], pending: Plan) -> None:
         "CREATE TABLE IF NOT EXISTS backlog_schema_additions (version integer PRIMARY KEY, "
         "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
     )
-    names = {m.number: m.name for m in _MIGRATIONS}
+    names = {m.number: m.name for m in _shipped()}
     conn.execute("DELETE FROM backlog_schema WHERE version > %s", (pending.level,))
     for number in range(1, pending.level + 1):
         conn.execute(
@@ -130,9 +158,11 @@ def _record(conn: psycopg.Connection[Any], pending: Plan) -> None:
 def _plan(
     conn: psycopg.Connection[Any], schema: str, explicit_step: bool
 ) -> tuple[int, set[int], Plan]:
+    from tracker_client.rules.upgrades import plan
+
     level, additions = recorded(conn, schema)
     pending = plan(
-        _MIGRATIONS, level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=explicit_step
+        _shipped(), level, additions, PREVIOUS_RELEASE_LEVEL, explicit_step=explicit_step
     )
     return level, additions, pending
 
@@ -198,7 +228,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, explicit_step: bool =
         if version == 0:
             _create(conn, schema)
             applied = SCHEMA_VERSION
-            pending = plan(_MIGRATIONS, SCHEMA_VERSION, (), PREVIOUS_RELEASE_LEVEL)
+            from tracker_client.rules.upgrades import plan
+
+            pending = plan(_shipped(), SCHEMA_VERSION, (), PREVIOUS_RELEASE_LEVEL)
         else:
             _level, _added, pending = _plan(conn, schema, explicit_step)
             for migration in pending.now:
@@ -286,6 +318,8 @@ def open_schema(conn: psycopg.Connection[Any], schema: str, mode: str = "auto") 
         version = schema_version(conn, schema)
         current = False
         if version:
+            current = migration_files.current(*recorded(conn, schema), SCHEMA_VERSION)
+        if version and not current:
             level, additions, pending = _plan(conn, schema, False)
             current = not pending.now and not pending.records_change(level, additions)
             if current and pending.explicit:

@@ -75,7 +75,6 @@ from tracker_client.errors import (
     Unsupported,
 )
 from tracker_client.models import Lease, ReleaseResult, StoreEntry, TransitionResult
-from tracker_client.observe_models import OtlpIngestResult
 from tracker_client.postgres import claims, search
 from tracker_client.postgres.claims import (
     CLAIM_CALL,
@@ -126,8 +125,9 @@ from tracker_client.sweeps import SweepCounts
 if TYPE_CHECKING:
     import sqlite3
 
-    # models a worker never builds (tracker_client.cold_models)
+    # models a worker never builds (tracker_client.cold_models, observe_cold)
     from tracker_client.models import Health
+    from tracker_client.observe_models import OtlpIngestResult
 
 __all__ = ["MISSING_EXTENSIONS", "POSTGRES", "SAFETY_TICK_S", "PostgresTracker"]
 

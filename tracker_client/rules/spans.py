@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tracker_client.errors import ValidationFailed
-from tracker_client.observe_models import OtlpIngestResult, Span
 from tracker_client.rules.common import Ctx
 
 if TYPE_CHECKING:  # the parser runs on a server's path, cold in a worker (issue 31, memory)
     import sqlite3
 
+    # created on first use (tracker_client.observe_cold): a worker never builds them
+    from tracker_client.observe_models import OtlpIngestResult, Span
     from tracker_client.rules import otlpjson
 
 __all__ = [
@@ -81,6 +82,8 @@ def store_spans(
             )
         )
     ctx.conn.executemany(ctx.sql["spans.insert"], rows)
+    from tracker_client.observe_models import OtlpIngestResult
+
     return OtlpIngestResult(batch_id=batch_id, accepted_spans=len(spans), stored="json")
 
 
@@ -95,11 +98,15 @@ def check_content_type(content_type: object) -> str:
 
 def store_blob(ctx: Ctx, data: bytes, content_type: str) -> OtlpIngestResult:
     """Keep an OTLP body of a non-JSON content type as it is (no spans are read from it)."""
+    from tracker_client.observe_models import OtlpIngestResult
+
     batch_id = _batch(ctx, content_type, "blob", data, 0)
     return OtlpIngestResult(batch_id=batch_id, accepted_spans=0, stored="blob")
 
 
 def _span(row: sqlite3.Row) -> Span:
+    from tracker_client.observe_models import Span
+
     data = dict(row)
     data["attributes"] = json.loads(data["attributes"])
     return Span.model_validate(data)

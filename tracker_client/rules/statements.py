@@ -21,13 +21,19 @@ statement, see :meth:`~tracker_client.rules.common.Ctx.many`), or by the tests (
 a statement one engine alone has); other ``--`` lines are comments. Parameters use the engine's
 own placeholders (SQLite ``?``/``:name``, PostgreSQL ``%s``/``%(name)s``); a statement that binds
 one value twice uses names, so both engines take the same arguments.
+
+:meth:`Statements.load` lists the files and reads each on the first lookup of a name of its
+area: a worker runs statements of about a third of them, and parsing all ~1,200 lines of one
+engine's files cost ~8-9 M instructions of its start-up (``python -m bench.startup``).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 __all__ = ["Statement", "StatementError", "Statements"]
 
@@ -63,42 +69,79 @@ class Statement(str):
 class Statements(Mapping[str, Statement]):
     """One engine's statements by name (see the module docstring for the file format)."""
 
-    def __init__(self, statements: Mapping[str, Statement], engine: str) -> None:
+    def __init__(
+        self,
+        statements: Mapping[str, Statement],
+        engine: str,
+        unread: Mapping[str, tuple[Traversable, str]] | None = None,
+    ) -> None:
         self._by_name = dict(statements)
         #: The engine's name, for error messages ("sqlite", "postgres").
         self.engine = engine
+        #: Files not read yet: area (a name's prefix, the file's stem) -> (file, its origin).
+        self._unread = dict(unread or {})
+        self._reading = threading.Lock()
 
     def __getitem__(self, name: str) -> Statement:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no statement {name!r} in the {self.engine} engine's sql/") from None
+            pass
+        if self._read(name.partition(".")[0]):
+            return self[name]
+        raise KeyError(f"no statement {name!r} in the {self.engine} engine's sql/") from None
 
     def __contains__(self, name: object) -> bool:
         # A rule asks whether its engine has a statement (one only SQLite has) on hot paths:
         # Mapping's own __contains__ goes through __getitem__ and a caught KeyError.
-        return name in self._by_name
+        if name in self._by_name:
+            return True
+        return (
+            isinstance(name, str) and self._read(name.partition(".")[0]) and name in self._by_name
+        )
 
     def __iter__(self) -> Iterator[str]:
+        self._read_all()
         return iter(self._by_name)
 
     def __len__(self) -> int:
+        self._read_all()
         return len(self._by_name)
+
+    def _read(self, area: str) -> bool:
+        """Read the file of ``area`` (a name's prefix) if it is not read yet; whether it was
+        unread (in any thread: a lookup racing the read waits for it)."""
+        if area not in self._unread:
+            return False
+        with self._reading:
+            found = self._unread.pop(area, None)
+            if found is None:
+                return True  # another thread read it meanwhile
+            entry, origin = found
+            statements: dict[str, Statement] = {}
+            for statement in parse(entry.read_text(encoding="utf-8"), origin):
+                if statement.name in statements:
+                    raise StatementError(f"{origin}: statement {statement.name!r} defined twice")
+                statements[statement.name] = statement
+            # A file names only its own area's statements (parse refuses others).
+            self._by_name.update(statements)
+        return True
+
+    def _read_all(self) -> None:
+        for area in list(self._unread):
+            self._read(area)
 
     @classmethod
     def load(cls, package: str, engine: str, directory: str = "sql") -> Statements:
-        """Every statement in the ``*.sql`` files of ``package``'s ``directory``."""
-        found: dict[str, Statement] = {}
+        """Every statement in the ``*.sql`` files of ``package``'s ``directory`` (each file read
+        on the first lookup of one of its names)."""
+        unread: dict[str, tuple[Traversable, str]] = {}
         folder = resources.files(package).joinpath(directory)
         for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-            if not entry.name.endswith(".sql"):
-                continue
-            origin = f"{package.replace('.', '/')}/{directory}/{entry.name}"
-            for statement in parse(entry.read_text(encoding="utf-8"), origin):
-                if statement.name in found:
-                    raise StatementError(f"{origin}: statement {statement.name!r} defined twice")
-                found[statement.name] = statement
-        return cls(found, engine)
+            if entry.name.endswith(".sql"):
+                origin = f"{package.replace('.', '/')}/{directory}/{entry.name}"
+                unread[entry.name.removesuffix(".sql")] = (entry, origin)
+        return cls({}, engine, unread)
 
 
 def parse(text: str, origin: str) -> list[Statement]:
@@ -120,7 +163,10 @@ def parse(text: str, origin: str) -> list[Statement]:
         out.append(Statement(sql, name, hints))
 
     for lineno, line in enumerate(text.splitlines(), start=1):
-        match = _NAME.match(line.strip())
+        stripped = line.strip()
+        # Only a comment line can name a statement or hint it: the SQL lines between (most of
+        # a file) take no regular expression.
+        match = _NAME.match(stripped) if stripped.startswith("--") else None
         if match is not None:
             close()
             name, hints, body, in_hints, start = match.group(1), {}, [], True, lineno
@@ -135,7 +181,6 @@ def parse(text: str, origin: str) -> list[Statement]:
                     "(the file's name)"
                 )
             continue
-        stripped = line.strip()
         if stripped.startswith("--"):
             hint = _HINT.match(stripped) if in_hints else None
             if hint is not None:
