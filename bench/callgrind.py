@@ -16,11 +16,13 @@ from pathlib import Path
 __all__ = ["command", "totals"]
 
 
-def command(out: Path) -> list[str]:
+def command(out: Path, *, marks: bool = True) -> list[str]:
     """The argv prefix that runs a child under callgrind (not its own children), dumping to
-    ``out`` (``out.1``, ``out.2``, ... before each ``zlib.crc32`` call)."""
+    ``out`` (``out.1``, ``out.2``, ... before each ``zlib.crc32`` call unless ``marks`` is
+    false: one dump, its total also on valgrind's stderr as ``Collected : N``)."""
     return [
-        *("valgrind", "--tool=callgrind", "--trace-children=no", "--dump-before=zlib_crc32"),
+        *("valgrind", "--tool=callgrind", "--trace-children=no"),
+        *(["--dump-before=zlib_crc32"] if marks else []),
         f"--callgrind-out-file={out}",
     ]
 

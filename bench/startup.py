@@ -50,6 +50,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench import callgrind
+
 ROOT = Path(__file__).resolve().parents[1]
 RAILS = ("embedded", "postgres")
 #: This project's top-level packages (the rest is "libraries").
@@ -285,13 +287,6 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def _totals(path: Path) -> int:
-    for line in path.read_text().splitlines():
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    raise ValueError(f"no totals in {path}")
-
-
 def measure(python: str, root: Path, config: Path, work: Path) -> dict[str, Any]:
     """One hooked callgrind run (after an unmeasured one) and one unhooked: the events, their
     segments, the unhooked total and the modules imported."""
@@ -303,9 +298,8 @@ def measure(python: str, root: Path, config: Path, work: Path) -> dict[str, Any]
     out = work / "cg"
     for old in work.glob("cg*"):
         old.unlink()
-    valgrind = ["valgrind", "--tool=callgrind", "--trace-children=no"]
     done = subprocess.run(
-        [*valgrind, "--dump-before=zlib_crc32", f"--callgrind-out-file={out}", *argv],
+        [*callgrind.command(out), *argv],
         env=env,
         capture_output=True,
         text=True,
@@ -315,9 +309,11 @@ def measure(python: str, root: Path, config: Path, work: Path) -> dict[str, Any]
     if done.returncode != 0:
         raise SystemExit(f"callgrind run failed ({done.returncode}): {done.stderr[-2000:]}")
     events = json.loads(events_file.read_text())
-    segments = [_totals(Path(f"{out}.{i}")) for i in range(1, len(events) + 1)] + [_totals(out)]
+    segments = [callgrind.totals(Path(f"{out}.{i}")) for i in range(1, len(events) + 1)]
+    segments.append(callgrind.totals(out))
+    unmarked = callgrind.command(Path(os.devnull), marks=False)
     plain = subprocess.run(
-        [*valgrind, "--callgrind-out-file=/dev/null", python, "-c", _CHILD, str(root), str(config)],
+        [*unmarked, python, "-c", _CHILD, str(root), str(config)],
         env=env,
         capture_output=True,
         text=True,
