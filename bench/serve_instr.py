@@ -121,6 +121,10 @@ def measure(tasks: int, concurrency: int, root: Path | None, keep: Path | None) 
     }
     for operation, count in sorted(keyed.items()):
         result[f"keyed {operation}"] = count / tasks
+    requests = keyed.get("claim_many", 0)
+    if requests:  # a busy worker's every finish-many carries a keyed claim
+        result["loop per request"] = loop / requests
+        result["db per request"] = db_thread / requests
     return result
 
 
@@ -157,7 +161,7 @@ def main() -> None:
     if args.ab is not None:
         trees.insert(0, (str(args.ab), args.ab.resolve()))
     rows = {name: measure(args.tasks, args.concurrency, root, args.keep) for name, root in trees}
-    keys = ["loop", "db", "other", "wall_s"]
+    keys = ["loop", "db", "other", "wall_s", "loop per request", "db per request"]
     keys += sorted({k for row in rows.values() for k in row if k.startswith("keyed")})
     print(f"tracker serve under callgrind, {args.tasks} no-op tasks, 1 worker x{args.concurrency}")
     print("per task:".ljust(32) + "".join(name[-20:].rjust(22) for name in rows))
