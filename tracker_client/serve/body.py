@@ -80,7 +80,10 @@ def parse_json_body(raw: bytes) -> Any:
         ) from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise BodyRefused("invalid_json", f"Invalid JSON body: {exc}") from exc
-    if _SURROGATE.search(raw):
+    # Two byte looks first (memchr: ~6.5k instructions on a 6.5 KB finish-many body against
+    # the regex's ~368k, which tries its pattern at every byte): a surrogate is either an
+    # escape, which needs a backslash, or encoded, which starts with 0xED.
+    if (b"\\" in raw or b"\xed" in raw) and _SURROGATE.search(raw):
         try:
             json.dumps(doc, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
