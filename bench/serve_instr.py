@@ -33,10 +33,8 @@ from pathlib import Path
 
 import anyio
 
+from bench import callgrind
 from bench.worker import ROOT, _seed, _seed_with, _spawn, noop_config, worker_env
-
-#: The counters one thread's dump file states on its ``summary:`` (or ``totals:``) line.
-_TOTAL_PREFIXES = ("summary:", "totals:")
 
 
 def _thread_totals(files: list[Path]) -> dict[int, int]:
@@ -44,11 +42,7 @@ def _thread_totals(files: list[Path]) -> dict[int, int]:
     (``callgrind.out.PID.N-TT``)."""
     out: dict[int, int] = {}
     for path in files:
-        thread = int(path.name.rsplit("-", 1)[1])
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith(_TOTAL_PREFIXES):
-                out[thread] = int(line.split()[1])
-                break
+        out[int(path.name.rsplit("-", 1)[1])] = callgrind.totals(path)
     return out
 
 
@@ -168,6 +162,10 @@ def main() -> None:
     parser.add_argument("--ab", type=Path, default=None, help="an older source tree")
     parser.add_argument("--keep", type=Path, default=None, help="keep the callgrind files here")
     args = parser.parse_args()
+    if args.tasks < 1 or args.concurrency < 1:
+        parser.error("--tasks and --concurrency: at least 1")
+    if args.ab is not None and not (args.ab / "tracker_client" / "serve").is_dir():
+        parser.error(f"--ab {args.ab}: not a source tree with tracker_client/serve")
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
     if args.ab is not None:
         trees.insert(0, (str(args.ab), args.ab.resolve()))
