@@ -180,7 +180,8 @@ class Checkpointer:
     ``synchronous`` short of OFF says): ~0.3-0.45 ms on this project's machines, paid by the
     first write after a quiet second, typically the create of new work, on the pickup's path
     (docs/benchmarks.md, "Pickup latency"). So the thread restarts it itself, at once, by
-    committing a write that changes nothing (:func:`_restart_wal`); the next commit appends.
+    committing a write that changes nothing (:func:`_restart_wal`), unless a commit came
+    meanwhile (a busy rail); the next commit appends.
 
     With nothing committed since a checkpoint that copied every frame back, the thread sleeps
     until the next commit: no timer, no look at the database (it used to checkpoint every
@@ -250,13 +251,16 @@ class Checkpointer:
                     self._dirty = False
                     try:
                         row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                        self.last = (int(row[0]), int(row[1]), int(row[2]))
+                        last = (int(row[0]), int(row[1]), int(row[2]))
                     except sqlite3.Error:
-                        self.last = (1, -1, -1)
-                    self.runs += 1
-                    behind = self.last[0] != 0 or self.last[1] != self.last[2]
-                    if not behind and self.last[1] > 0 and not self._stop:
+                        last = (1, -1, -1)
+                    behind = last[0] != 0 or last[1] != last[2]
+                    # Quiet since it began (no commit: under load the next one is moments
+                    # away and restarts it, and the restart's write lock would be in its way).
+                    if not (behind or self._dirty or self._stop) and last[1] > 0:
                         _restart_wal(conn)
+                    self.last = last
+                    self.runs += 1
                 if self._stop:
                     return
         finally:
