@@ -256,8 +256,12 @@ class Checkpointer:
                         last = (1, -1, -1)
                     behind = last[0] != 0 or last[1] != last[2]
                     # Quiet since it began (no commit: under load the next one is moments
-                    # away and restarts it, and the restart's write lock would be in its way).
-                    if not (behind or self._dirty or self._stop) and last[1] > 0:
+                    # away and restarts it, and the restart's write lock would be in its way),
+                    # and more in the WAL than one frame, which may be a restart's own: each
+                    # restart moves every other connection's data_version, whose processes'
+                    # waiters then look (an empty look commits nothing, but tells their
+                    # checkpointers), so restarting after that would go round for ever.
+                    if not (behind or self._dirty or self._stop) and last[1] > 1:
                         _restart_wal(conn)
                     self.last = last
                     self.runs += 1
