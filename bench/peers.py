@@ -548,8 +548,8 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     # RAIL@TREE: one of this project's rails run by another source tree (a before/after in
-    # the same rounds); --pickup (bench.peers_pickup) has it for the served and PostgreSQL rails
-    trees = ("served", "postgres") if args.pickup else OURS
+    # the same rounds), with --pickup too (bench.peers_pickup)
+    trees = OURS
     unknown = sorted(
         s for s in args.systems if s not in SYSTEMS and s.partition("@")[0] not in trees
     )

@@ -21,7 +21,8 @@ regular stamp file (:mod:`bench.capacity` gives one) is still read by polling.
 source tree ``TREE``, its worker and its producer both running that tree's code (the producer
 in a process of its own, taking the submit time itself): a before/after in one run, rounds
 interleaved with the other systems. ``served@TREE`` likewise: that tree seeds the rail file
-and runs ``tracker serve``, the worker and the producer.
+and runs ``tracker serve``, the worker and the producer; ``embedded@TREE``: that tree seeds the
+rail file and runs the worker and the producer (no server).
 
 ``--alternate`` runs every system's idle worker at once and takes the samples in turns
 instead (:func:`alternating`): on a machine whose load drifts (others' tests and benches on
@@ -471,6 +472,13 @@ def _running(
             server, url = _start_server(db, tree)
             stops.append(server)
             server_cpu = partial(tree_cpu_s, server.pid)
+            proc = _ours(url, tmp, concurrency, stamps, tree)
+            producer = _tree_producer(url, tree)
+        elif name.startswith("embedded@"):  # a source tree's rail file, worker and producer
+            tree = Path(name.partition("@")[2]).resolve()
+            db = tmp / "rail.db"
+            _seed_file_of(tree, db)
+            url = f"sqlite:///{db}"
             proc = _ours(url, tmp, concurrency, stamps, tree)
             producer = _tree_producer(url, tree)
         elif name.startswith("postgres@"):  # a source tree's rail, worker and producer

@@ -233,6 +233,22 @@ def test_pickup_compares_another_source_tree_of_the_served_rail() -> None:
     assert re.search(rf"^\| served@{re.escape(tree)} \| [\d.]+ \| [\d.]+ \|$", done.stdout, re.M)
 
 
+@pytest.mark.timeout(300)
+def test_pickup_compares_another_source_tree_of_the_embedded_rail() -> None:
+    # embedded@TREE: that tree seeds the rail file and runs the worker and the producer (here
+    # this tree itself), its samples in turns with this tree's.
+    tree = str(Path(__file__).resolve().parents[1])
+    done = _bench(
+        "--pickup", "2", "--runs", "1", "--alternate", "--systems", f"embedded,embedded@{tree}"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"source tree {tree}" in done.stdout
+    for system in ("embedded", re.escape(f"embedded@{tree}")):
+        found = re.search(rf"^\| {system} \| 2 \| ([\d.]+) \|", done.stdout, re.M)
+        assert found, done.stdout
+        assert 0 < float(found.group(1)) < 60_000
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -243,7 +259,7 @@ def test_pickup_compares_another_source_tree_of_the_served_rail() -> None:
         (["--systems", "huey@/tmp"], "unknown system(s) huey@/tmp; known: arq, "),
         (
             ["--pickup", "2", "--systems", "embedded@/tmp"],
-            "embedded, served, postgres, served@TREE, postgres@TREE",
+            "not a source tree of this project (no worker/__main__.py): embedded@/tmp",
         ),
         (
             ["--pickup", "2", "--systems", "served@/tmp"],

@@ -146,6 +146,25 @@ class DbThread:
         self._queue.put(STOP)
 
 
+def _restart_wal(conn: sqlite3.Connection) -> None:
+    """Restart the WAL, every frame of which was just copied back: commit page 1 as it is
+    (``user_version`` set to the value it has, in one write transaction), the first frame of
+    the restarted WAL, whose header write and sync this thread pays instead of the next writer.
+    The frame's page holds what the database file holds; it is copied back with the next
+    checkpoint. Best effort: a failure leaves the restart to the next writer, as before."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error:
+        return
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
 class Checkpointer:
     """Checkpoints the WAL from its own connection and thread, so no commit pays for the fsyncs.
 
@@ -155,6 +174,14 @@ class Checkpointer:
     commits shares it, and early after ``every`` commits so the WAL stays bounded under heavy
     load. Each checkpoint costs two fsyncs; doing one every few hundred commits (SQLite's
     default) cost a third of the commit time.
+
+    A checkpoint that copied every frame back leaves the WAL to be restarted from its start by
+    the next commit, which then writes a new WAL header and syncs it (SQLite does so whatever
+    ``synchronous`` short of OFF says): ~0.3-0.45 ms on this project's machines, paid by the
+    first write after a quiet second, typically the create of new work, on the pickup's path
+    (docs/benchmarks.md, "Pickup latency"). So the thread restarts it itself, at once, by
+    committing a write that changes nothing (:func:`_restart_wal`), unless a commit came
+    meanwhile (a busy rail); the next commit appends.
 
     With nothing committed since a checkpoint that copied every frame back, the thread sleeps
     until the next commit: no timer, no look at the database (it used to checkpoint every
@@ -224,11 +251,20 @@ class Checkpointer:
                     self._dirty = False
                     try:
                         row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                        self.last = (int(row[0]), int(row[1]), int(row[2]))
+                        last = (int(row[0]), int(row[1]), int(row[2]))
                     except sqlite3.Error:
-                        self.last = (1, -1, -1)
+                        last = (1, -1, -1)
+                    behind = last[0] != 0 or last[1] != last[2]
+                    # Quiet since it began (no commit: under load the next one is moments
+                    # away and restarts it, and the restart's write lock would be in its way),
+                    # and more in the WAL than one frame, which may be a restart's own: each
+                    # restart moves every other connection's data_version, whose processes'
+                    # waiters then look (an empty look commits nothing, but tells their
+                    # checkpointers), so restarting after that would go round for ever.
+                    if not (behind or self._dirty or self._stop) and last[1] > 1:
+                        _restart_wal(conn)
+                    self.last = last
                     self.runs += 1
-                    behind = self.last[0] != 0 or self.last[1] != self.last[2]
                 if self._stop:
                     return
         finally:
