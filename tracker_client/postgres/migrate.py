@@ -66,12 +66,12 @@ __all__ = [
 log = logging.getLogger("backlog_worker.tracker")
 
 
+_SHIPPED = migration_files.Shipped("tracker_client.postgres", globals())
+
+
 def migrations() -> list[tuple[int, str, str]]:
     """The numbered migrations shipped in ``schema/``: (version, file name, SQL), in order."""
-    return [
-        (n, entry.name, entry.read_text(encoding="utf-8"))
-        for n, entry in migration_files.numbered_files("tracker_client.postgres")
-    ]
+    return _SHIPPED.migrations()
 
 
 #: The highest migration this build knows (from the files' names).
@@ -87,24 +87,12 @@ _MIGRATIONS: list[Migration]
 
 def __getattr__(name: str) -> Any:
     """:data:`LEVEL` and ``_MIGRATIONS``, from the migration files on first use (:pep:`562`)."""
-    if name == "_MIGRATIONS":
-        from tracker_client.rules.upgrades import Migration
-
-        value: Any = [Migration(n, fname, text) for n, fname, text in migrations()]
-    elif name == "LEVEL":
-        from tracker_client.rules.upgrades import level_of
-
-        value = level_of(_shipped(), range(1, SCHEMA_VERSION + 1))
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # read once
-    return value
+    return _SHIPPED.attribute(name)
 
 
 def _shipped() -> list[Migration]:
     """``_MIGRATIONS`` (as a test may have set it), read on first use."""
-    found: list[Migration] | None = globals().get("_MIGRATIONS")
-    return __getattr__("_MIGRATIONS") if found is None else found
+    return _SHIPPED.shipped()
 
 
 _ADDITIONS = "backlog_schema_additions"

@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Set
 from importlib import resources
 from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["current", "numbered_files"]
+if TYPE_CHECKING:  # imported where a rail is planned: an open of a current one plans nothing
+    from tracker_client.rules.upgrades import Migration
+
+__all__ = ["Shipped", "current", "numbered_files"]
 
 
 def numbered_files(package: str) -> list[tuple[int, Traversable]]:
@@ -43,3 +47,47 @@ def current(level: int, additions: Set[int], schema_version: int) -> bool:
         and level <= schema_version
         and all(n in additions for n in range(level + 1, schema_version + 1))
     )
+
+
+class Shipped:
+    """One engine's migrations as this build ships them, read from its files on first use.
+
+    Its migrate module (``namespace``: that module's ``globals()``) answers ``LEVEL`` and
+    ``_MIGRATIONS`` through :meth:`attribute`, its :pep:`562` ``__getattr__``, and keeps each
+    value once read; ``SCHEMA_VERSION`` and ``_MIGRATIONS`` are read from the module, so a value a
+    test sets there is the one used."""
+
+    __slots__ = ("_namespace", "_package")
+
+    def __init__(self, package: str, namespace: dict[str, Any]) -> None:
+        self._package = package
+        self._namespace = namespace
+
+    def migrations(self) -> list[tuple[int, str, str]]:
+        """The numbered migrations in ``schema/``: (version, file name, SQL), in order."""
+        return [
+            (n, entry.name, entry.read_text(encoding="utf-8"))
+            for n, entry in numbered_files(self._package)
+        ]
+
+    def attribute(self, name: str) -> Any:
+        """``LEVEL`` (the level a rail of the full schema has: its highest non-additive
+        migration) or ``_MIGRATIONS`` (this build's migrations), made and kept in the module."""
+        if name == "_MIGRATIONS":
+            from tracker_client.rules.upgrades import Migration
+
+            value: Any = [Migration(n, fname, sql) for n, fname, sql in self.migrations()]
+        elif name == "LEVEL":
+            from tracker_client.rules.upgrades import level_of
+
+            value = level_of(self.shipped(), range(1, self._namespace["SCHEMA_VERSION"] + 1))
+        else:
+            module = self._namespace["__name__"]
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        self._namespace[name] = value  # read once
+        return value
+
+    def shipped(self) -> list[Migration]:
+        """The module's ``_MIGRATIONS`` (as a test may have set it), read on first use."""
+        found: list[Migration] | None = self._namespace.get("_MIGRATIONS")
+        return self.attribute("_MIGRATIONS") if found is None else found
