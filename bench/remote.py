@@ -60,6 +60,13 @@ def _pipeline(role: str) -> dict[str, Any]:
     }
 
 
+def serve_command(db: Path, *extra: str) -> list[str]:
+    """The command of ``tracker serve`` on the SQLite rail ``db``, on a free port of 127.0.0.1
+    (it prints the address it listens on), with ``extra`` arguments."""
+    return [sys.executable, "-m", "worker", "tracker", "serve", "--tracker", f"sqlite://{db}",
+            "--port", "0", *extra]  # fmt: skip
+
+
 def _start_server(
     db: Path,
     root: Path | None = None,
@@ -76,19 +83,8 @@ def _start_server(
         env["PYTHONPATH"] = str(root)
     with log.open("wb") as stderr:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "worker",
-                "tracker",
-                "serve",
-                "--tracker",
-                f"sqlite://{db}",
-                "--port",
-                "0",
-                "--create",  # a fresh rail file (serve refuses a missing rail without it)
-                *(extra or []),
-            ],
+            # --create: a fresh rail file (serve refuses a missing rail without it)
+            serve_command(db, "--create", *(extra or [])),
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd=root,

@@ -34,6 +34,7 @@ from pathlib import Path
 import anyio
 
 from bench import callgrind
+from bench.remote import serve_command
 from bench.worker import ROOT, _seed, _seed_with, _spawn, noop_config, worker_env
 
 
@@ -64,15 +65,7 @@ def measure(tasks: int, concurrency: int, root: Path | None, keep: Path | None) 
             "--tool=callgrind",
             "--separate-threads=yes",
             f"--callgrind-out-file={out}.%p",
-            sys.executable,
-            "-m",
-            "worker",
-            "tracker",
-            "serve",
-            "--tracker",
-            f"sqlite://{db}",
-            "--port",
-            "0",
+            *serve_command(db),
         ]
         with log.open("wb") as stderr:
             server = subprocess.Popen(
