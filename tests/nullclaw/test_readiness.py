@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import pytest
 
 from plugins.nullclaw.executor import NullClawExecutor
 from plugins.nullclaw.readiness import check_config_file
+from tests.nocaps import drop_dac_override
 
 pytestmark = pytest.mark.anyio
 
@@ -113,12 +117,29 @@ async def test_curl_missing_and_key_missing_and_bad_workspace(
     assert "is not a directory" in problems[2]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+#: The readiness check in a child process, its problems printed as JSON.
+_READINESS = (
+    "import json, sys, anyio\n"
+    "from plugins.nullclaw.executor import NullClawExecutor\n"
+    "print(json.dumps(anyio.run(NullClawExecutor(json.loads(sys.argv[1])).readiness)))\n"
+)
+
+
 async def test_unwritable_workspace_dir(tmp_path: Path, options: dict[str, Any]) -> None:
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o500)
     opts = {**options, "workspace": "task", "workspace_dir": str(ro / "ws")}
-    [line] = await NullClawExecutor(opts).readiness()
+    if os.geteuid() != 0:
+        [line] = await NullClawExecutor(opts).readiness()
+    else:  # root writes anywhere: ask a child root that kept only an owner's rights
+        done = subprocess.run(
+            [sys.executable, "-c", _READINESS, json.dumps(opts)],
+            capture_output=True,
+            check=True,
+            preexec_fn=drop_dac_override,
+            timeout=30,
+        )
+        [line] = json.loads(done.stdout)
     assert "is not writable" in line
 
 

@@ -8,7 +8,6 @@ directory is as closed to them as it is to an ordinary user.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -17,21 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.nocaps import drop_dac_override
 from tests.worker.daemonkit import add_task, clean_env, cli, make_rail, write_config
 from tracker_client.errors import ConfigError
 from worker.workdirs import default_workdir_base, prepare_workdir_base
 
 NOBODY = 65534
-_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for os.chown")
-
-
-def _drop_dac_override() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
-        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
 def _worker_cli(*args: str, tmpdir: Path) -> subprocess.CompletedProcess[str]:
@@ -43,7 +34,7 @@ def _worker_cli(*args: str, tmpdir: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=env,
-        preexec_fn=_drop_dac_override,
+        preexec_fn=drop_dac_override,
         timeout=60,
     )
 
