@@ -5,7 +5,7 @@ embedded or PostgreSQL rail builds a :class:`MaintenanceReport` every ``[worker]
 maintenance_interval_s`` (5 s by default), and with its default retention a pass purges
 (:class:`PurgeResult`): the operator's other answers import the cold models of a task's detail
 and events (:mod:`tracker_client.cold_models`), which a worker that only runs maintenance never
-needs (issue 31: ~0.4 MiB of a busy worker's peak, ``python -m bench.memory``).
+needs (issue 31: 0.2-0.3 MiB of a busy worker's peak, ``python -m bench.memory``).
 """
 
 from tracker_client.models import _Model
