@@ -320,3 +320,40 @@ def test_a_reload_keeps_the_running_event_loop() -> None:
     applied, pending = plan_reload(running, fresh)
     assert applied.worker.event_loop == "uvloop"
     assert pending == ["worker.event_loop"]
+
+
+#: What a maintenance pass, which every worker on an embedded or PostgreSQL rail runs every
+#: ``[worker] maintenance_interval_s``, does not import (issue 31, memory: ~0.3 MiB of a busy
+#: worker's peak): the operator's backlog calls, their answers and the cold models they name.
+NOT_IN_MAINTENANCE = (
+    "tracker_client.rules.backlog",
+    "tracker_client.ops_models",
+    "tracker_client.cold_models",
+)
+
+_MAINTAIN = """
+import json, sys, anyio
+from tracker_client.factory import open_tracker
+async def main():
+    tracker = await open_tracker(f"sqlite:///{sys.argv[1]}")
+    try:
+        report = await tracker.maintenance()
+    finally:
+        await tracker.aclose()
+    modules = sorted(name for name, module in sys.modules.items() if module is not None)
+    print(json.dumps({"modules": modules, "report": report.model_dump()}))
+anyio.run(main)
+"""
+
+
+def test_a_maintenance_pass_leaves_the_operators_answers_unimported(tmp_path: Path) -> None:
+    db = tmp_path / "rail.db"
+    anyio.run(_seed, db, 3)
+    proc = _python(_MAINTAIN, db)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["report"]["expired_leases"] == 0  # a real pass answered its report
+    modules = found["modules"]
+    # it ran the pass and its purge (the default retention), not the operator's calls
+    assert {"tracker_client.rules.maintenance", "tracker_client.rules.retention"} <= set(modules)
+    assert _loaded(modules, NOT_IN_MAINTENANCE) == []

@@ -2,7 +2,9 @@
 ``requeue_all``, a purge, a maintenance pass and a pipeline apply did, and what ``wait`` and
 ``follow_task`` saw.
 Split from :mod:`tracker_client.models` (same base and rules: frozen, unknown fields ignored,
-schemas built on first use).
+schemas built on first use). A maintenance pass's and a purge's answers are defined in
+:mod:`tracker_client.maintenance_models` (a worker builds them without this module's cold
+imports) and named here too.
 
 Partly public (docs/reference/stability.md): what the producer API answers is on the Python
 API reference; the rest is internal.
@@ -12,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from tracker_client.maintenance_models import MaintenanceReport, PurgeResult
 from tracker_client.models import Artifact, Event, TaskDetail, _Model
 
 __all__ = [
@@ -59,36 +62,6 @@ class RequeueAllResult(_Model):
     by_reason: dict[str, int] = Field(default_factory=dict)
     dry_run: bool = False
     batches: int = 0
-
-
-class PurgeResult(_Model):
-    """What a purge of finished tasks did (or, ``dry_run``, would do): rows per table."""
-
-    tasks: int = 0
-    runs: int = 0
-    events: int = 0
-    artifacts: int = 0
-    idempotency_keys: int = 0
-    #: Database pages given back to the file system (0 without incremental auto-vacuum).
-    pages_freed: int = 0
-    #: Tasks last updated before this time (epoch ms) were purged.
-    cutoff_ms: int = 0
-    dry_run: bool = False
-
-
-class MaintenanceReport(_Model):
-    """What one maintenance pass did."""
-
-    expired_leases: int = 0
-    crash_looped: int = 0
-    #: Waiting tasks dead-lettered ``expired`` (their dependents, dead-lettered
-    #: ``upstream_dead_lettered`` in the same pass, are not counted).
-    expired_tasks: int = 0
-    purged_idempotency_keys: int = 0
-    #: Finished tasks purged by retention in this pass (the embedded option ``retention_days``).
-    purged_tasks: int = 0
-    #: Tasks created by schedule ticks in this pass (extension ``schedules``).
-    scheduled_tasks: int = 0
 
 
 class WaitResult(_Model):

@@ -79,6 +79,7 @@ RAIL_FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker_client.cold_models",
         "tracker_client.agent_models",
         "tracker_client.ops_models",
+        "tracker_client.maintenance_models",
         "tracker_client.observe_models",
         "tracker_client.observe_cold",
         "tracker_client.schedule_models",

@@ -1,8 +1,8 @@
 """Backlog operations (docs/guarantees/backlog.md): cancel, cancel-all, requeue, requeue-all (one
-batch at a time), maintenance, and the "is it finished?" check behind ``wait``. Runs on the
-database thread inside a transaction; touches the tasks and their events only. Imported by the
-rail's calls that use it, never at a worker's start (issue 31), so the operator's answers it
-builds are imported here once, at the top.
+batch at a time) and the "is it finished?" check behind ``wait``. Runs on the database thread
+inside a transaction; touches the tasks and their events only. Imported by the rail's calls that
+use it, never by a worker (issue 31; its maintenance pass is :mod:`.maintenance`), so the
+operator's answers it builds are imported here once, at the top.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tracker_client.errors import Conflict, NotFound, ValidationFailed
-from tracker_client.ops_models import CancelResult, MaintenanceReport, RequeueResult, WaitResult
+from tracker_client.ops_models import CancelResult, RequeueResult, WaitResult
 from tracker_client.rules import budgets
-from tracker_client.rules.claims import expire_deadlines, reclaim_expired
 from tracker_client.rules.common import Ctx, artifact_from_row, event_from_row
 from tracker_client.rules.pipelines import PipelineDef
 from tracker_client.rules.runs import dead_letter
 from tracker_client.rules.tasks import get_task
-from tracker_client.rules.versions import forward, forward_pending
+from tracker_client.rules.versions import forward
 
 if TYPE_CHECKING:
     import sqlite3
@@ -31,7 +30,6 @@ __all__ = [
     "count_dead_letters",
     "dead_letters",
     "finished_state",
-    "maintenance",
     "requeue",
     "requeue_batch",
 ]
@@ -262,21 +260,6 @@ def requeue_batch(
         done[reason] = done.get(reason, 0) + 1
     more = len(rows) == REQUEUE_BATCH
     return done, int(rows[-1]["seq"]) if more else None
-
-
-def maintenance(ctx: Ctx) -> MaintenanceReport:
-    """Reclaim expired leases, expire past-deadline tasks, purge old idempotency records."""
-    expired, crash = reclaim_expired(ctx)
-    tasks = expire_deadlines(ctx)
-    cutoff = ctx.now - ctx.opts.idempotency_ttl_s * 1000
-    purged = ctx.exec("backlog.drop_keys", (cutoff,)).rowcount
-    forward_pending(ctx)  # tasks a pipeline apply left under their version (rules/versions.py)
-    return MaintenanceReport(
-        expired_leases=expired,
-        crash_looped=crash,
-        expired_tasks=tasks,
-        purged_idempotency_keys=max(purged, 0),
-    )
 
 
 def finished_state(ctx: Ctx, task_id: str) -> WaitResult:

@@ -65,7 +65,7 @@ def wakes_waiters(where: str, result: object) -> bool:
         return False
     if where != "maintenance":  # the one write answering a report (ops models stay cold)
         return True
-    from tracker_client.ops_models import MaintenanceReport
+    from tracker_client.maintenance_models import MaintenanceReport
 
     return not (
         isinstance(result, MaintenanceReport)

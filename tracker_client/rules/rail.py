@@ -309,9 +309,9 @@ class Rail(Generic[E]):
         """Reclaim expired leases, dead-letter expired and crash-looping tasks, purge old keys,
         and purge finished tasks older than ``retention_days`` (a bounded number of small
         batches per pass; see :mod:`.retention`): :meth:`maintenance` before the schedules."""
-        from tracker_client.rules import backlog, retention  # not at start (issue 31)
+        from tracker_client.rules import maintenance, retention  # not at start (issue 31)
 
-        report = await self._write("maintenance", backlog.maintenance)
+        report = await self._write("maintenance", maintenance.maintenance)
         days = self._opts.retention_days
         if days <= 0:
             return report

@@ -32,7 +32,7 @@ from tracker_client.errors import ValidationFailed
 from tracker_client.rules.common import Ctx
 
 if TYPE_CHECKING:
-    from tracker_client.ops_models import PurgeResult
+    from tracker_client.maintenance_models import PurgeResult
 
 __all__ = [
     "BATCH_TASKS",
@@ -188,7 +188,7 @@ async def purge(
     (the next pass goes on). Idempotency records before the cutoff go too, unless the purge is
     limited to one pipeline (a record names no pipeline).
     """
-    from tracker_client.ops_models import PurgeResult  # a purge's answer (issue 31)
+    from tracker_client.maintenance_models import PurgeResult  # a purge's answer (issue 31)
 
     total = Batch()
     after = (-(2**62), -1)
