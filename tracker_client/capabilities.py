@@ -122,7 +122,7 @@ class LeaseHandle(NamedTuple):
     """A concrete :class:`LeaseRef` without the claimed task (a server builds one per request).
 
     A named tuple: immutable, and built in half the instructions of a frozen dataclass (every
-    run builds one, docs/benchmarks.md)."""
+    run builds one)."""
 
     lease_id: str
     run_id: str

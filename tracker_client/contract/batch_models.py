@@ -50,7 +50,7 @@ class FinishItem(NamedTuple):
     expected_task_version, instructions, usage, wait_for), ``fail`` ``fail``'s (error, usage,
     retryable); exactly one of them. Each item is written all or nothing, as ``finish`` writes.
     A named tuple: immutable, and built in half the instructions of a frozen dataclass (every
-    batched report builds one, docs/benchmarks.md).
+    batched report builds one).
     """
 
     lease: LeaseRef
