@@ -19,7 +19,7 @@ Partly public (docs/reference/stability.md): ``Capabilities`` is on the Python A
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pydantic import SecretStr
 
@@ -118,11 +118,9 @@ class LeaseRef(Protocol):
         ...
 
 
-class LeaseHandle(NamedTuple):
-    """A concrete :class:`LeaseRef` without the claimed task (a server builds one per request).
-
-    A named tuple: immutable, and built in half the instructions of a frozen dataclass (every
-    run builds one)."""
+@dataclass(frozen=True)
+class LeaseHandle:
+    """A concrete :class:`LeaseRef` without the claimed task (a server builds one per request)."""
 
     lease_id: str
     run_id: str

@@ -6,7 +6,8 @@ Every worker imports these; their request and answer bodies on the wire are in
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,14 +44,13 @@ class FinishResult(BaseModel):
     fail: FailResult | None = None
 
 
-class FinishItem(NamedTuple):
+@dataclass(frozen=True)
+class FinishItem:
     """One run's part of a ``finish_many``: what ``finish`` takes, with its lease and key.
 
     ``transition`` holds ``transition``'s fields (trigger, expected_stage,
     expected_task_version, instructions, usage, wait_for), ``fail`` ``fail``'s (error, usage,
     retryable); exactly one of them. Each item is written all or nothing, as ``finish`` writes.
-    A named tuple: immutable, and built in half the instructions of a frozen dataclass (every
-    batched report builds one).
     """
 
     lease: LeaseRef
