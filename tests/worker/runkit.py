@@ -76,6 +76,7 @@ async def run_task(
         )
         if on_run is not None:
             on_run(run)
-        result = await run.execute()
+        with anyio.CancelScope() as scope:  # a runner task's, as the daemon hands it
+            result = await run.execute(scope)
         tg.cancel_scope.cancel()
     return result

@@ -268,10 +268,11 @@ class Claimer:
         return self._book.parked_claim is not None and len(self._roles) == 1 and not self._refused
 
     async def _claim_and_run(
-        self, slots: list[object], ticket: ClaimTicket, runners: Runners
+        self, scope: anyio.CancelScope, slots: list[object], ticket: ClaimTicket, runners: Runners
     ) -> None:
         """Claim for ``slots`` (one claim, or one ``claim_many`` for several), then run what was
-        claimed: the first lease in this same task, the others in tasks of ``runners``.
+        claimed: the first lease in this same task (under its ``scope``: the task's, as
+        :mod:`~worker.daemon.runners` hands it), the others in tasks of ``runners``.
 
         The claim runs in a scope of its own that :meth:`stop` cancels (a claim already at the
         tracker completes: it is shielded); the runs do not, they drain as shutdown says.
@@ -298,7 +299,7 @@ class Claimer:
             runners.start(self._supervise, lease, claim, slot)
         if claims:
             lease, claim = claims[0]
-            await self._supervise(lease, claim, slots[0])
+            await self._supervise(scope, lease, claim, slots[0])
 
     async def _claim_next(self, claim: OpenClaim, want: int) -> list[tuple[Lease, Claim]]:
         """Up to ``want`` leases, each with its claim, roles tried round-robin from the one
@@ -411,7 +412,11 @@ class Claimer:
         return await book.calls.write("claim", attempt, budget_s=claim_budget_s)
 
     # -- runs -----------------------------------------------------------------------------------
-    async def _supervise(self, lease: Lease, claim: Claim, slot: object) -> None:
+    async def _supervise(
+        self, scope: anyio.CancelScope, lease: Lease, claim: Claim, slot: object
+    ) -> None:
+        """Run ``lease`` under ``scope`` (its task's: :meth:`TaskRun.execute`) holding ``slot``,
+        and count what it ended in."""
         role = claim.role
         name = role.name
         in_flight, stats = self._in_flight, self._stats
@@ -436,7 +441,7 @@ class Claimer:
         stats.claimed += 1
         stats.by_role[name] = stats.by_role.get(name, 0) + 1
         try:
-            result = await run.execute()
+            result = await run.execute(scope)
             if result.landed:
                 self._progress.tick()  # the report landed: a round trip that worked
             stats.count(result)

@@ -239,6 +239,15 @@ class LocalLease:
         if scope in self._reports:
             self._reports.remove(scope)
 
+    def release(self, scope: anyio.CancelScope) -> None:
+        """Stop moving ``scope``'s deadline and hand it back as :meth:`watch` took it: no
+        deadline, not shielded (a scope that outlives the run: its runner task's,
+        :mod:`worker.daemon.runners`)."""
+        self.unwatch(scope)
+        scope.shield = False
+        if scope.deadline != math.inf:  # (its timer, if one is armed, goes with it)
+            scope.deadline = math.inf
+
     def cancel_work(self) -> None:
         """The lease could not be confirmed in time: cancel every watched work scope (a report
         may still go through)."""

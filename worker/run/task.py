@@ -163,14 +163,14 @@ class TaskRun:
         "_log",
         "_observed",
         "_on_executed",
-        "_reporting",
+        "_scope",
         "_shutdown",
+        "_stopped",
         "_tracker",
         "executor",
         "flush_interval_s",
         "heartbeat_interval_s",
         "role",
-        "scope",
         "session",
         "settings",
         "telemetry",
@@ -213,9 +213,8 @@ class TaskRun:
         self._shutdown = shutdown
         self._keeper = keeper
         self._hooks: ContextHooks | None = None  # the run's context's reports and workdir
-        #: The run's scope: the executor's, then (when it returned uncancelled) the report's.
-        self.scope = anyio.CancelScope()
-        self._reporting = False  # the scope is the final report's now: cancel() leaves it be
+        self._scope: anyio.CancelScope | None = None  # the executor's, while it runs
+        self._stopped = False  # cancel() was called
         self.telemetry = telemetry or _NO_TELEMETRY
         #: The telemetry does something (not the no-op base): else its hooks are skipped.
         self._observed = type(self.telemetry) is not RunTelemetry
@@ -237,29 +236,40 @@ class TaskRun:
 
     # -- the run --------------------------------------------------------------------------------
     def cancel(self) -> None:
-        """Cancel the executor (shutdown past its grace); the final report still happens."""
-        if not self._reporting:
-            self.scope.cancel()
+        """Cancel the executor (shutdown past its grace), at once or, before it starts, as it
+        starts; the final report still happens. Once the executor is done it leaves the run
+        be."""
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
 
-    def execute(self) -> Coroutine[Any, Any, RunResult]:
+    def execute(self, scope: anyio.CancelScope) -> Coroutine[Any, Any, RunResult]:
         """The run, whole (a coroutine to await): the executor under heartbeats, then the final
         report. Never raises for task problems.
+
+        ``scope``: the caller's cancel scope, entered, with no deadline, not shielded nor
+        cancelled (a runner task's: :mod:`worker.daemon.runners`). The run makes it its own
+        while it lasts: the lease's clock moves its deadline and cancels it, :meth:`cancel`
+        cancels it, the final report shields it. The run hands it back as it came unless it
+        was cancelled: then it is spent (anyio's scopes cannot be un-cancelled), and the caller
+        must leave it before awaiting anything else (the run's report went in a scope of its
+        own).
 
         One coroutine does it all (:meth:`_run`), so each time the run's task resumes (its
         hand-off, its report's batch answered) the wake-up passes through one frame of the run,
         not a chain of methods that only forward (docs/benchmarks.md)."""
         if not self._observed:  # the no-op telemetry: no span, no timing
-            return self._run()
-        return self._run_observed()
+            return self._run(scope)
+        return self._run_observed(scope)
 
-    async def _run_observed(self) -> RunResult:
+    async def _run_observed(self, scope: anyio.CancelScope) -> RunResult:
         started = time.time_ns()
         with self.telemetry as obs:
-            result = await self._run()
+            result = await self._run(scope)
             obs.finished(result, duration_ns=time.time_ns() - started)
         return result
 
-    async def _run(self) -> RunResult:
+    async def _run(self, scope: anyio.CancelScope) -> RunResult:
         session = self.session
         lease = session.lease
         instructions = None
@@ -303,7 +313,6 @@ class TaskRun:
             try:
                 outcome: Outcome | None = None
                 clock = session.clock
-                scope = self.scope
                 report = FinalReport(
                     session,
                     tracker=self._tracker,
@@ -313,33 +322,47 @@ class TaskRun:
                 )
                 # The scope's deadline is the lease's end by our clock (moved by each heartbeat
                 # that got through); a heartbeat that finds the lease gone cancels it at once.
+                # The scope is the runner task's (entered before, left after): a cancellation of
+                # it is caught here, where leaving a scope of the run's own would catch it.
+                cancelled = anyio.get_cancelled_exc_class
+                clock.watch(scope)
                 try:
-                    with clock.watch(scope):
-                        # its processes get SIGKILL before the lease ends, whatever their grace
-                        bound = kill_deadline.set(self._kill_by)
-                        try:
-                            if self._observed:
-                                with self.telemetry.phase("executor"):
-                                    outcome = await call_executor(self.executor, ctx, limit_s)
-                            else:
+                    self._scope = scope
+                    if self._stopped:  # the worker's stop came before the executor started
+                        scope.cancel()
+                    # its processes get SIGKILL before the lease ends, whatever their grace
+                    bound = kill_deadline.set(self._kill_by)
+                    try:
+                        if self._observed:
+                            with self.telemetry.phase("executor"):
                                 outcome = await call_executor(self.executor, ctx, limit_s)
-                        finally:
-                            kill_deadline.reset(bound)
+                        else:
+                            outcome = await call_executor(self.executor, ctx, limit_s)
+                    except cancelled():
                         if not scope.cancel_called:
-                            # The executor returned and nothing cancelled it: the same scope
-                            # goes on as the report's (shielded, the report's deadline:
-                            # LocalLease.to_report), one scope per run instead of two. A cancel
-                            # of the run now leaves it be.
-                            self._reporting = True
-                            ended = self._executed(outcome)
-                            if isinstance(ended, RunResult):
-                                return ended
-                            clock.to_report(scope)
+                            raise  # an outer scope's, not the run's
+                    finally:
+                        kill_deadline.reset(bound)
+                        self._scope = None  # a stop from now on leaves the run be
+                    if not scope.cancel_called:
+                        # The executor returned and nothing cancelled it: the same scope goes
+                        # on as the report's (shielded, the report's deadline:
+                        # LocalLease.to_report), one scope per run instead of two.
+                        ended = self._executed(outcome)
+                        if isinstance(ended, RunResult):
+                            return ended
+                        clock.to_report(scope)
+                        try:
                             return await self._reported(report.send_within(hooks, ended))
+                        except cancelled():
+                            if not scope.cancel_called:
+                                raise
+                            # the report's deadline passed, or the tracker took the lease
+                            return report.dropped()
                 finally:
-                    clock.unwatch(scope)
-                if self._reporting:  # the report's deadline passed, or the tracker took the lease
-                    return report.dropped()
+                    clock.release(scope)
+                # Cancelled (the lease's end or loss, or the worker's stop): the scope is spent
+                # (its runner task ends after this run) and the report gets one of its own.
                 ended = self._executed(outcome)
                 if isinstance(ended, RunResult):
                     return ended
