@@ -31,7 +31,7 @@ def quiet_tracker_log(caplog: pytest.LogCaptureFixture) -> None:
 @pytest.fixture
 def sent_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The text of each query sent on the async lane (the hot path's connections), in order:
-    one ``execute`` or ``aio.prepared_call`` is one round trip."""
+    one ``execute``, ``aio.prepared_call`` or ``aio.simple_query`` is one round trip."""
     queries: list[str] = []
     real = psycopg.AsyncCursor.execute
 
@@ -45,8 +45,15 @@ def sent_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         queries.append(query)  # the lane's one-statement calls, on libpq itself
         return await real_prepared(conn, query, *args)
 
+    real_simple = aio.simple_query
+
+    async def counting_simple(conn: Any, query: bytes) -> None:
+        queries.append(query.decode())  # the lane's gathered writes (a create's), on libpq
+        await real_simple(conn, query)
+
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
     monkeypatch.setattr(aio, "prepared_call", counting_prepared)
+    monkeypatch.setattr(aio, "simple_query", counting_simple)
     return queries
 
 

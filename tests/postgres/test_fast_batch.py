@@ -71,9 +71,16 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
         counter.count += 1  # the lane's one-statement calls, on libpq itself
         return await real_prepared(*args, **kwargs)
 
+    real_simple = aio.simple_query
+
+    async def counting_simple(*args: Any, **kwargs: Any) -> Any:
+        counter.count += 1  # the lane's gathered writes (a create's), on libpq itself
+        return await real_simple(*args, **kwargs)
+
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting_async)
     monkeypatch.setattr(aio, "prepared_call", counting_prepared)
+    monkeypatch.setattr(aio, "simple_query", counting_simple)
     return counter
 
 

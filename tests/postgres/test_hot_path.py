@@ -44,8 +44,9 @@ def _quiet(quiet_tracker_log: None) -> None:
 
 
 class _Sent:
-    """Counts the queries psycopg sends, on the pool and on the async lane (one ``execute`` or
-    one :func:`~tracker_client.postgres.aio.prepared_call` is one round trip)."""
+    """Counts the queries psycopg sends, on the pool and on the async lane (one ``execute``,
+    one :func:`~tracker_client.postgres.aio.prepared_call` or one
+    :func:`~tracker_client.postgres.aio.simple_query` is one round trip)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -71,9 +72,16 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
         counter.count += 1  # the lane's one-statement calls, on libpq itself
         return await real_prepared(*args, **kwargs)
 
+    real_simple = aio.simple_query
+
+    async def counting_simple(*args: Any, **kwargs: Any) -> Any:
+        counter.count += 1  # the lane's gathered writes (a create's), on libpq itself
+        return await real_simple(*args, **kwargs)
+
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting_async)
     monkeypatch.setattr(aio, "prepared_call", counting_prepared)
+    monkeypatch.setattr(aio, "simple_query", counting_simple)
     return counter
 
 
@@ -463,20 +471,27 @@ def test_raw_sql_is_refused_naming_where_statements_live() -> None:
 
 def _count_queries(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], list[str]]:
     """From now on, every query psycopg sends: (those on the event loop's async connections,
-    those on the pool's threads), each in the order sent."""
+    psycopg's and the lane's gathered writes on libpq, those on the pool's threads), each in
+    the order sent."""
     on_loop: list[bytes] = []
     on_pool: list[str] = []
     real_async, real = psycopg.AsyncCursor.execute, psycopg.Cursor.execute
+    real_simple = aio.simple_query
 
     async def async_counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         on_loop.append(query if isinstance(query, bytes) else str(query).encode())
         return await real_async(self, query, *args, **kwargs)
+
+    async def simple_counting(conn: Any, query: bytes) -> None:
+        on_loop.append(query)
+        await real_simple(conn, query)
 
     def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         on_pool.append(str(query))
         return real(self, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", async_counting)
+    monkeypatch.setattr(aio, "simple_query", simple_counting)
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
     return on_loop, on_pool
 

@@ -126,7 +126,8 @@ async def test_others_grants_and_too_large_ones_leave_the_claim_to_read(
 @pytest.fixture
 def every_statement(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The text and parameters of every statement a connection sends (the listener's sync
-    connection, the async lane and its one-statement calls), each as one string."""
+    connection, the async lane, its one-statement calls and its gathered writes), each as one
+    string."""
     sent: list[str] = []
     sync_execute, async_execute = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
     real_prepared = aio.prepared_call
@@ -143,9 +144,16 @@ def every_statement(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         sent.append(f"{query} {params!r}")
         return await real_prepared(conn, query, params, *args)
 
+    real_simple = aio.simple_query
+
+    async def on_simple(conn: Any, query: bytes) -> None:
+        sent.append(query.decode())
+        await real_simple(conn, query)
+
     monkeypatch.setattr(psycopg.Cursor, "execute", on_sync)
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", on_async)
     monkeypatch.setattr(aio, "prepared_call", on_prepared)
+    monkeypatch.setattr(aio, "simple_query", on_simple)
     return sent
 
 

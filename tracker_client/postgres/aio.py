@@ -249,6 +249,20 @@ async def prepared_call(
     return tx.load_rows(0, res.ntuples, maker[1])
 
 
+async def simple_query(conn: psycopg.AsyncConnection[Any], query: bytes) -> None:
+    """``query`` (statements without parameters) in one round trip of the simple query
+    protocol, its results read and dropped: what ``conn.execute(query, prepare=False)`` does
+    for a caller that reads no rows (a create's gathered write, :class:`~.dialect.OneTrip`),
+    on libpq itself as :func:`prepared_call` does, without psycopg's per-call machinery. A
+    create is on every pickup's path, its producer idle between creates: that call's CPU,
+    caches cold, 424-442 -> 269-293 us (docs/benchmarks.md, "Pickup latency"). An error the
+    server answers is raised as psycopg raises it (the transaction left failed, for the
+    caller's rollback)."""
+    pgconn = conn.pgconn
+    pgconn.send_query(query)
+    _check(await _results(pgconn), conn)
+
+
 #: The statements :func:`prepare_once` prepared on each lane connection, by name.
 _ONCE: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
     weakref.WeakKeyDictionary()

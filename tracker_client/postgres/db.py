@@ -334,7 +334,7 @@ class Database:
                 return True, None, exc
             try:
                 await aio.prepare_once(conn, gathered.prepared)
-                await conn.execute(gathered.commit_sql(), prepare=False)
+                await aio.simple_query(conn, gathered.commit_sql())
             except psycopg.Error as exc:
                 idle = psycopg.pq.TransactionStatus.IDLE
                 if not conn.closed and conn.info.transaction_status != idle:
