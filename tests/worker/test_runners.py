@@ -217,3 +217,35 @@ async def test_a_stop_before_the_executor_starts_cancels_it_as_it_starts(
             tracker, lease, FnExecutor(forever), settings(tmp_path), on_run=TaskRun.cancel
         )
     assert result.status == "released"
+
+
+async def test_an_executor_raising_its_cancellation_in_a_group_leaves_the_worker_running(
+    tracker: Tracker, pipeline_id: str
+) -> None:
+    """An executor that, cancelled by its lease's loss, raises the cancellation in an exception
+    group beside an error of its own: the run's cancellation is taken out of the group (as
+    leaving a scope of the run's own took it), the error is the run's crash, and the worker
+    goes on to the next task instead of its group of runs going down."""
+    ids = await add_tasks(tracker, pipeline_id, 2)
+    started: list[str] = []
+
+    async def mixed(ctx: ExecutionContext) -> None:
+        started.append(ctx.task.id)
+        if len(started) > 1:
+            return
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class() as exc:
+            raise BaseExceptionGroup("mixed", [exc, ValueError("the executor's own")]) from None
+
+    worker = Worker(
+        tracker, worker_config(concurrency=1, lease_ttl_s=0.6), [role("coder", mixed)]
+    )
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await start_worker(tg, worker)
+            await wait_until(lambda: len(started) == 1)
+            await tracker.cancel(started[0])
+            await wait_until(lambda: len(started) == 2)  # the next task ran
+            worker.stop()
+    assert sorted(started) == sorted(ids)

@@ -341,6 +341,15 @@ class TaskRun:
                     except cancelled():
                         if not scope.cancel_called:
                             raise  # an outer scope's, not the run's
+                    except BaseExceptionGroup as group:
+                        if not scope.cancel_called:
+                            raise
+                        # The run's cancellation in a group beside the executor's own errors:
+                        # taken out, the rest raised (the run crashed), as leaving a scope of
+                        # the run's own did.
+                        rest = group.split(cancelled())[1]
+                        if rest is not None:
+                            raise rest  # noqa: B904 (the group is its context, as anyio's)
                     finally:
                         kill_deadline.reset(bound)
                         self._scope = None  # a stop from now on leaves the run be
