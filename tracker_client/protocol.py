@@ -526,7 +526,7 @@ class Tracker(
         The instructions are recorded as a worker's transition records them."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RailParts:
     """A whole rail and the extensions it declared, as typed optional parts.
 

@@ -129,7 +129,7 @@ async def _retrying(
     return await retrying(attempt)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class TrackerCalls:
     """How the worker calls its tracker: the retry policy, and whether writes carry keys.
 

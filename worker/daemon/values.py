@@ -26,7 +26,7 @@ class WorkerState(enum.Enum):
     STOPPED = "stopped"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Role:
     """A role this worker serves, with its executor built from the role's options."""
 
@@ -95,7 +95,7 @@ class WorkerStats:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Claim:
     """One claim answered: the role it was for and when it was sent (one record for all the
     leases it brought, not one per lease)."""
@@ -107,7 +107,7 @@ class Claim:
     ended_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Signals:
     """The worker's stop signals (set by ``Worker.stop``; never re-created)."""
 

@@ -49,7 +49,7 @@ class RunEnd(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class WorkerView:
     """What a telemetry may read of the running worker, at any time (callbacks, no copies)."""
 
