@@ -19,7 +19,7 @@ Partly public (docs/reference/stability.md): ``Capabilities`` is on the Python A
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from pydantic import SecretStr
 
@@ -118,8 +118,7 @@ class LeaseRef(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class LeaseHandle:
+class LeaseHandle(NamedTuple):
     """A concrete :class:`LeaseRef` without the claimed task (a server builds one per request)."""
 
     lease_id: str

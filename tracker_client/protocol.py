@@ -30,8 +30,7 @@ depend on the seam without loading SQLite or httpx.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from tracker_client.agent_models import UNSET, Upstream
 from tracker_client.capabilities import Capabilities, LeaseRef
@@ -526,8 +525,7 @@ class Tracker(
         The instructions are recorded as a worker's transition records them."""
 
 
-@dataclass(frozen=True, slots=True)
-class RailParts:
+class RailParts(NamedTuple):
     """A whole rail and the extensions it declared, as typed optional parts.
 
     Built once from the rail's :class:`~tracker_client.capabilities.Capabilities`

@@ -21,8 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import anyio
 
@@ -40,8 +39,7 @@ T = TypeVar("T")
 log = logging.getLogger("backlog_worker.worker")
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class RetryPolicy(NamedTuple):
     """Backoff shape for transient tracker errors."""
 
     initial_s: float = 0.2
@@ -129,8 +127,7 @@ async def _retrying(
     return await retrying(attempt)
 
 
-@dataclass(frozen=True, slots=True)
-class TrackerCalls:
+class TrackerCalls(NamedTuple):
     """How the worker calls its tracker: the retry policy, and whether writes carry keys.
 
     A write is one logical change: :meth:`write` makes its key once and sends the *same* key on

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import anyio
 
@@ -57,8 +56,7 @@ log = logging.getLogger("backlog_worker.worker")
 FALLBACK_TRIGGER = "complete"
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineWays:
+class PipelineWays(NamedTuple):
     """A pipeline's name and, per stage, its outgoing triggers (definition order, no repeats)."""
 
     id: str
@@ -176,8 +174,7 @@ class PipelineBook:
             flight.done.set()
 
 
-@dataclass(frozen=True, slots=True)
-class TriggerChoice:
+class TriggerChoice(NamedTuple):
     """The trigger to send (None: none could be chosen) and where it came from."""
 
     trigger: str | None

@@ -31,8 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.rules.common import Ctx, dumps
@@ -200,8 +199,7 @@ def loop_stages(pipeline: PipelineDef) -> frozenset[str]:
     return found
 
 
-@dataclass(frozen=True)
-class Breach:
+class Breach(NamedTuple):
     """A budget a write would pass: which, its limit, what was used, where."""
 
     budget: str  # loops | runs | cost | tokens

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tracker_client.errors import ValidationFailed
 from tracker_client.jsonlimits import check_json_limits
@@ -39,8 +39,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class StateDef:
+class StateDef(NamedTuple):
     """One state of a pipeline."""
 
     name: str
@@ -48,8 +47,7 @@ class StateDef:
     terminal: bool
 
 
-@dataclass(frozen=True)
-class TransitionDef:
+class TransitionDef(NamedTuple):
     """One transition, in definition order."""
 
     from_state: str

@@ -18,10 +18,8 @@ from the default. Unlimited attempts only when asked for: ``max_attempts`` null 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracker_client.bounds import MAX_DURATION_MS
 from tracker_client.models import RetryPolicy
@@ -34,8 +32,7 @@ _BACKOFFS = ("constant", "exponential")
 _INT_MAX = 2**63 - 1
 
 
-@dataclass(frozen=True)
-class RetryDefaults:
+class RetryDefaults(NamedTuple):
     """A complete retry policy: what a task without its own gets (``max_attempts`` None =
     unlimited)."""
 
@@ -47,7 +44,7 @@ class RetryDefaults:
 
     def merged(self, overrides: Mapping[str, Any]) -> RetryDefaults:
         """This policy with the fields named in ``overrides`` replaced."""
-        return dataclasses.replace(self, **dict(overrides)) if overrides else self
+        return self._replace(**dict(overrides)) if overrides else self
 
     def describe(self) -> str:
         """One line for messages and ``pipeline show``."""

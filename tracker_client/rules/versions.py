@@ -12,8 +12,7 @@ maintenance pass brings it forward (:func:`forward_pending`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracker_client.rules.common import Ctx
 from tracker_client.rules.pipelines import PipelineDef
@@ -43,8 +42,7 @@ def task_pipeline(ctx: Ctx, task: Any) -> PipelineDef:
     return ctx.pipeline(task["pipeline_id"])
 
 
-@dataclass(frozen=True)
-class Landing:
+class Landing(NamedTuple):
     """Where a task's move ends in the current version."""
 
     stage: str

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NamedTuple, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -77,8 +77,7 @@ _Kind = Literal["model", "dict", "list", "scalar"]
 
 
 # -- where a value came from --------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
     """One source of values: the file, one environment variable or one flag.
 
     ``path`` is the configuration key the variable or flag sets; a location below it (inside a

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["MAX_WIDTH", "QUIET_PARK_S", "ClaimPacing", "ClaimTicket", "Step", "idle_delay_s"]
 
@@ -47,8 +47,7 @@ class Step(enum.Enum):
     STOP = "stop"
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimTicket:
+class ClaimTicket(NamedTuple):
     """One claim in flight: the runs finished when it began, and whether it began a round."""
 
     finished_before: int

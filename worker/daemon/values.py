@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import anyio
 
@@ -26,7 +27,7 @@ class WorkerState(enum.Enum):
     STOPPED = "stopped"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Role:
     """A role this worker serves, with its executor built from the role's options."""
 
@@ -95,8 +96,7 @@ class WorkerStats:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
     """One claim answered: the role it was for and when it was sent (one record for all the
     leases it brought, not one per lease)."""
 
@@ -107,8 +107,7 @@ class Claim:
     ended_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Signals:
+class Signals(NamedTuple):
     """The worker's stop signals (set by ``Worker.stop``; never re-created)."""
 
     #: No claim is sent after it.

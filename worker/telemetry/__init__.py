@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from tracker_client.models import Lease
@@ -49,8 +48,7 @@ class RunEnd(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerView:
+class WorkerView(NamedTuple):
     """What a telemetry may read of the running worker, at any time (callbacks, no copies)."""
 
     tracker: Tracker
