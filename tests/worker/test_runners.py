@@ -238,9 +238,7 @@ async def test_an_executor_raising_its_cancellation_in_a_group_leaves_the_worker
         except anyio.get_cancelled_exc_class() as exc:
             raise BaseExceptionGroup("mixed", [exc, ValueError("the executor's own")]) from None
 
-    worker = Worker(
-        tracker, worker_config(concurrency=1, lease_ttl_s=0.6), [role("coder", mixed)]
-    )
+    worker = Worker(tracker, worker_config(concurrency=1, lease_ttl_s=0.6), [role("coder", mixed)])
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await start_worker(tg, worker)
