@@ -33,7 +33,8 @@ seeding, its ``tracker serve`` and its workers, in the same rounds as this tree'
 before/after measured under the same load. Its row is set beside the same best peer.
 
 Every round runs every system (with 1 process, then 2 ...), the systems' order rotating from
-round to round, so a machine's load drifts over all of them alike. Throughput is the queue's
+round to round and reversed every other round (:func:`round_order`), so a machine's load drifts
+over all of them alike and two neighbours run in both orders. Throughput is the queue's
 own timestamps (first start -> last finish; huey and Celery keep none, so their workers' own
 clocks), so
 process start-up is excluded; peak RSS is the max over the worker processes of their own
@@ -336,12 +337,24 @@ CONDITIONS_LEGEND = (
 )
 
 
+def round_order(names: list[str], run: int) -> list[str]:
+    """The systems' order in round ``run``: rotated by one each round, and reversed in every
+    other round, so two systems listed side by side (a tree and its older self) run in both
+    orders. Rotation alone kept each such pair in one order in every round: in the fourteenth
+    round the PostgreSQL rail with 2 processes always ran right before its older self and read
+    0.80x against 1.05x PgQueuer; alone, the order alternating, the two were level
+    (docs/benchmarks.md)."""
+    shift = run % len(names)
+    order = names[shift:] + names[:shift]
+    return order[::-1] if run % 2 else order
+
+
 def _measure(
     args: argparse.Namespace, runners: dict[str, Runner]
 ) -> tuple[dict[tuple[str, int], list[Result]], dict[str, str], list[Calibration]]:
-    """Every (system, procs) ``args.runs`` times, interleaved (the order rotating by one each
-    round); a system that fails is skipped from then on with the reason. Each result also
-    holds the machine's idle share during it and its workers' voluntary context switches
+    """Every (system, procs) ``args.runs`` times, interleaved (:func:`round_order`); a system
+    that fails is skipped from then on with the reason. Each result also holds the machine's
+    idle share during it and its workers' voluntary context switches
     (:class:`bench.peers_setup.Conditions`); each round is framed by a calibration loop
     (:func:`bench.peers_setup.calibrate`), returned as (before, after) per round."""
     results: dict[tuple[str, int], list[Result]] = {}
@@ -349,8 +362,7 @@ def _measure(
     calibrations: list[Calibration] = []
     names = list(runners)
     for run in range(args.runs):
-        shift = run % len(names)
-        order = names[shift:] + names[:shift]
+        order = round_order(names, run)
         before = peers_setup.calibrate()
         for procs in args.procs:
             for name in order:

@@ -220,3 +220,18 @@ def test_a_peers_settings_are_read_where_its_workers_run_and_a_failure_says_wher
         del PYTHONS["procrastinate"]
     assert line.startswith(f"procrastinate: its settings could not be read on {python}: "), line
     assert "PackageNotFoundError" in line, line
+
+
+def test_rounds_run_every_pair_of_neighbours_in_both_orders() -> None:
+    """bench.peers' round order rotates and reverses every other round: a tree listed beside its
+    older self (``postgres,postgres@OLD``) runs first in one round and second in the next."""
+    from bench.peers import round_order
+
+    names = ["huey", "embedded", "embedded@old", "postgres", "postgres@old"]
+    orders = [round_order(names, run) for run in range(4)]
+    assert all(sorted(order) == sorted(names) for order in orders)  # every system, once
+    firsts = {order[0] for order in orders}
+    assert len(firsts) > 1  # the round's first system changes
+    for a, b in [("embedded", "embedded@old"), ("postgres", "postgres@old")]:
+        before = [order.index(a) < order.index(b) for order in orders[:2]]
+        assert before == [True, False]  # both orders within two rounds
