@@ -94,10 +94,13 @@ def _start_server(
     return proc, listening_url(proc, log, "tracker serve")
 
 
-def listening_url(proc: subprocess.Popen[bytes], log: Path, what: str) -> str:
+def listening_url(
+    proc: subprocess.Popen[bytes], log: Path, what: str, *, timeout_s: float = 30
+) -> str:
     """The ``http://127.0.0.1:PORT`` a server process started by a bench says in ``log`` it
-    listens on (within 30 s; SystemExit naming ``what`` if it exits or stays silent)."""
-    deadline = time.monotonic() + 30
+    listens on (within ``timeout_s``; SystemExit naming ``what`` if it exits or stays
+    silent)."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
         if found:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 import anyio
 
 from bench import callgrind
-from bench.remote import serve_command
+from bench.remote import listening_url, serve_command
 from bench.worker import ROOT, _seed, _seed_with, _spawn, noop_config, worker_env
 
 
@@ -72,7 +71,7 @@ def measure(tasks: int, concurrency: int, root: Path | None, keep: Path | None) 
                 argv, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tree, env=_env(tree)
             )
         try:
-            url = _listening(server, log)
+            url = listening_url(server, log, "tracker serve under callgrind", timeout_s=600)
             subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True,
                            capture_output=True)  # fmt: skip
             config = noop_config(tmp / "bench.toml", url, concurrency=concurrency)
@@ -131,20 +130,6 @@ def _env(tree: Path) -> dict[str, str]:
         stdout=subprocess.DEVNULL,
     )
     return env
-
-
-def _listening(server: subprocess.Popen[bytes], log: Path) -> str:
-    """The server's URL; callgrind's start-up takes a while (up to 10 minutes allowed)."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if found:
-            return found.group(1)
-        if server.poll() is not None:
-            raise SystemExit(f"tracker serve exited with {server.returncode}: {log.read_text()}")
-        time.sleep(0.2)
-    server.kill()
-    raise SystemExit("tracker serve under callgrind did not start listening")
 
 
 def main() -> None:
