@@ -28,6 +28,14 @@ report (the child calls ``zlib.crc32`` at both ends, where callgrind dumps its c
 seeding, the start-up and the server's readings are left out). Unlike CPU time, that count does
 not move with the machine's load, so two trees compare on a busy machine (one round each is
 enough); the server's figures are not read in that mode.
+
+The child tunes the cyclic garbage collector as a ``run`` worker does once it runs
+(:mod:`worker.cli.gc_tuning`: start-up's heap frozen, the youngest generation collected after
+20,000 allocations), so the drain is measured in the worker's regime. Untuned, a full
+collection of the whole heap (~18 M instructions) fell inside a 1,000-task drain or not
+depending on how many objects the tree allocated before it: the same tree counted ~328k or
+~346k instructions per task from run to run, which a change of a few thousand could not be
+told from (a ``FinishItem`` as a named tuple read +14.7k that way; -5k measured so).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What each run executes, in a process whose ``tracker_client`` is the measured tree's (so
 #: nothing here imports from ``bench``: an older tree has its own, or none of this module).
 CHILD = """
-import json, os, sys, time, zlib
+import gc, json, os, sys, time, zlib
 import anyio
 import psycopg
 from tracker_client.contract.batch_models import FinishItem
@@ -131,6 +139,10 @@ async def main(url, n, dsn, server_pid, schema):
     try:
         mark = server_mark(dsn, server_pid)
         done, claims, reports = 0, 0.0, 0.0
+        # the collector as a `run` worker tunes it once running (worker/cli/gc_tuning.py): the
+        # heap so far frozen, the youngest generation collected after 20,000 allocations
+        gc.freeze()
+        gc.set_threshold(20_000, *gc.get_threshold()[1:])
         zlib.crc32(b"drain")  # under callgrind (--callgrind), its counters dumped here
         while True:
             began = time.thread_time()
