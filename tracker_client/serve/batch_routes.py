@@ -89,13 +89,15 @@ async def finish_many(request: Request) -> Response:
     """``POST /runs/finish-many``: each item's ``finish`` under its own lease token and key, in
     one write; ``{"results": [...]}``, one entry per item in the items' order."""
     body = await read_model(request, FinishManyBody)
+    # Positional, and no generator for a report without events (most): ~4k instructions an
+    # item of the ~37k it took to build.
     items = [
         FinishItem(
-            lease=LeaseHandle(lease_id="", run_id=i.run_id, lease_token=SecretStr(i.lease_token)),
-            events=tuple(e.model_dump() for e in i.events),
-            transition=None if i.transition is None else i.transition.model_dump(),
-            fail=None if i.fail is None else i.fail.model_dump(),
-            idempotency_key=i.idempotency_key,
+            LeaseHandle("", i.run_id, SecretStr(i.lease_token)),
+            tuple([e.model_dump() for e in i.events]) if i.events else (),
+            None if i.transition is None else i.transition.model_dump(),
+            None if i.fail is None else i.fail.model_dump(),
+            i.idempotency_key,
         )
         for i in body.items
     ]
