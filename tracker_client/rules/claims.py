@@ -17,7 +17,7 @@ from tracker_client.errors import LeaseLost, ValidationFailed
 from tracker_client.models import Lease, Task
 from tracker_client.rules.checkpoints import previous_checkpoint, write_checkpoint
 from tracker_client.rules.common import CorruptRow, Ctx, run_from_row, task_from_row, uuid4_hex
-from tracker_client.rules.leasekeys import keyed_token, rail_key
+from tracker_client.rules.leasekeys import keyed_token, keyed_tokens, rail_key
 from tracker_client.rules.ratelimits import admit, spend
 from tracker_client.rules.runs import check_lease, dead_letter, forget, hand_out, token_hash
 
@@ -386,12 +386,12 @@ def lease_all(
     made: list[tuple[Any, Task, str, str, str, int, str]] = []
     runs: list[tuple[Any, ...]] = []
     held: list[tuple[Any, ...]] = []
-    for (task, parsed), (run_id, lease_id, token) in zip(
-        picks, fresh_ids_many(now, len(picks)), strict=True
-    ):
-        if idempotency_key is not None:
-            assert secret is not None
-            token = keyed_token(secret, lease_id, idempotency_key)
+    ids = fresh_ids_many(now, len(picks), random_tokens=idempotency_key is None)
+    if idempotency_key is not None:  # the HMAC keyed once for the batch (a keyed claim)
+        assert secret is not None
+        tokens = keyed_tokens(secret, [lease_id for _, lease_id, _ in ids], idempotency_key)
+        ids = [(r, lease, t) for (r, lease, _), t in zip(ids, tokens, strict=True)]
+    for (task, parsed), (run_id, lease_id, token) in zip(picks, ids, strict=True):
         attempt = int(task["last_attempt"]) + 1
         digest = token_hash(token)
         made.append((task, parsed, run_id, lease_id, token, attempt, digest))

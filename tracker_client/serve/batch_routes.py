@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from tracker_client.capabilities import LeaseHandle
 from tracker_client.contract.batch_bodies import ClaimManyBody, FinishClaimBody, FinishManyBody
-from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome
+from tracker_client.contract.batch_models import FinishItem, FinishManyOutcome, FinishResult
 from tracker_client.contract.wire_errors import response_for
 from tracker_client.errors import TrackerCorrupt, TrackerError
 from tracker_client.models import Lease
@@ -81,7 +81,26 @@ def _entry(outcome: FinishManyOutcome) -> bytes:
 
 
 def _results(outcomes: list[FinishManyOutcome]) -> bytes:
-    return b'{"results":[' + b",".join(map(_entry, outcomes)) + b"]"
+    """The items' entries, in order. A batch's moves that the rail planned once answer one
+    (frozen) transition result (:func:`tracker_client.rules.finish_many.plain_batch`): an
+    entry that is only that result (no event ids, no fail) is the same text for each, encoded
+    once per result (~17.7k instructions an item otherwise, ~7 % of the event loop's)."""
+    shared: dict[int, bytes] = {}
+    parts: list[bytes] = []
+    for outcome in outcomes:
+        if (
+            isinstance(outcome, FinishResult)
+            and outcome.transition is not None
+            and not outcome.event_ids
+            and outcome.fail is None
+        ):
+            text = shared.get(id(outcome.transition))
+            if text is None:
+                text = shared[id(outcome.transition)] = _entry(outcome)
+        else:
+            text = _entry(outcome)
+        parts.append(text)
+    return b'{"results":[' + b",".join(parts) + b"]"
 
 
 @HANDLERS
@@ -89,13 +108,15 @@ async def finish_many(request: Request) -> Response:
     """``POST /runs/finish-many``: each item's ``finish`` under its own lease token and key, in
     one write; ``{"results": [...]}``, one entry per item in the items' order."""
     body = await read_model(request, FinishManyBody)
+    # Positional, and no generator for a report without events (most): ~4k instructions an
+    # item of the ~37k it took to build.
     items = [
         FinishItem(
-            lease=LeaseHandle(lease_id="", run_id=i.run_id, lease_token=SecretStr(i.lease_token)),
-            events=tuple(e.model_dump() for e in i.events),
-            transition=None if i.transition is None else i.transition.model_dump(),
-            fail=None if i.fail is None else i.fail.model_dump(),
-            idempotency_key=i.idempotency_key,
+            LeaseHandle("", i.run_id, SecretStr(i.lease_token)),
+            tuple([e.model_dump() for e in i.events]) if i.events else (),
+            None if i.transition is None else i.transition.model_dump(),
+            None if i.fail is None else i.fail.model_dump(),
+            i.idempotency_key,
         )
         for i in body.items
     ]
