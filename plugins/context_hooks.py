@@ -98,7 +98,6 @@ class ContextHooks:
         self,
         sink: ContextSink,
         workdir: Path | str,
-        *,
         policy: ReportPolicy | None = None,
     ) -> None:
         """``workdir``: the run's directory, made only when the executor first uses it."""

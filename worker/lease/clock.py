@@ -106,7 +106,6 @@ class LocalLease:
     def __init__(
         self,
         ttl_s: float,
-        *,
         sent_at: float,
         tracker_expires_ms: int | None,
         heartbeat_grant_s: float | None = None,

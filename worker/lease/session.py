@@ -84,7 +84,6 @@ class LeaseSession:
         self,
         tracker: LeaseTracker,
         lease: Lease,
-        *,
         calls: TrackerCalls,
         ttl_s: float,
         claimed_at: float | None = None,
@@ -102,7 +101,8 @@ class LeaseSession:
         chosen at the worker's start (None: a lease seam only, no store or task calls).
         ``log``: where what the rail refused along the way is logged (the run's log).
         ``clock``: the running loop's (:func:`~worker.lease.clock.loop_clock`), when the caller
-        holds it."""
+        holds it. (The run's settings pass them positionally, as :class:`~worker.run.TaskRun`
+        is built: no dict of keyword arguments per run.)"""
         self.tracker = tracker
         self.reports = reports
         self.parts = parts
@@ -117,12 +117,12 @@ class LeaseSession:
         self.heartbeat_interval_s = ttl_s / 3
         #: The lease's end on our monotonic clock; scopes doing work under it follow it.
         now = loop_clock() if clock is None else clock
-        self.clock = LocalLease(
+        self.clock = LocalLease(  # (positional: as the session itself is built)
             ttl_s,
-            sent_at=now() if claimed_at is None else claimed_at,
-            tracker_expires_ms=lease.expires_at_ms,
-            heartbeat_grant_s=heartbeat_grant_s,
-            clock=now,
+            now() if claimed_at is None else claimed_at,
+            lease.expires_at_ms,
+            heartbeat_grant_s,
+            now,
         )
         #: Why the lease is gone (the tracker said so, or it ran out by our clock), or None.
         self.lost: LeaseLost | None = None
@@ -453,9 +453,9 @@ class LeaseSession:
         return self.calls.write(
             "transition" if transition is not None else "fail",
             lambda key: reports.finish(
-                FinishItem(
-                    lease=ref, events=events, transition=transition, fail=fail, idempotency_key=key
-                )
+                # (lease, events, transition, fail, idempotency_key: positional, as the run's
+                # objects are built)
+                FinishItem(ref, events, transition, fail, key)
             ),
             budget_s=budget_s,
         )

@@ -100,17 +100,18 @@ class RunSettings:
         """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now),
         logging to the run's ``log``; ``clock``: the running loop's, when the caller holds it
         (:func:`~worker.lease.clock.loop_clock`)."""
+        # (positional, as TaskRun is built: no dict of keyword arguments per run)
         return LeaseSession(
             tracker,
             lease,
-            calls=self.calls,
-            ttl_s=self.lease_ttl_s,
-            claimed_at=claimed_at,
-            reports=self.reports,
-            heartbeat_grant_s=self.heartbeat_grant_s,
-            parts=self.parts,
-            log=log,
-            clock=clock,
+            self.calls,
+            self.lease_ttl_s,
+            claimed_at,
+            self.reports,
+            self.heartbeat_grant_s,
+            self.parts,
+            log,
+            clock,
         )
 
 

@@ -178,7 +178,6 @@ class TaskRun:
 
     def __init__(
         self,
-        *,
         tracker: LeaseTracker,
         lease: Lease,
         role: RoleConfig,
@@ -196,7 +195,11 @@ class TaskRun:
         metrics (none by default). ``on_executed``: called once the executor has returned (or
         been cancelled), before the final report is sent: the worker frees the run's slot there,
         so the next claim overlaps this report. ``clock``: the running loop's, when the caller
-        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own)."""
+        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own).
+
+        The claim loop passes them positionally: calling a class with keyword arguments makes a
+        dict of them on CPython 3.11 (~450 instructions each), once per task; so do the run's
+        own objects below (docs/benchmarks.md)."""
         self._log = RunLog.for_lease(log, lease, role.name)
         self.session = settings.session(
             tracker, lease, claimed_at=claimed_at, log=self._log, clock=clock
@@ -289,7 +292,7 @@ class TaskRun:
                 previous, upstream = None, None  # as _agent_inputs answers: no call needed
             else:
                 previous, upstream = await self._agent_inputs()
-            hooks = ContextHooks(SessionSink(session), workdir, policy=self.settings.report_policy)
+            hooks = ContextHooks(SessionSink(session), workdir, self.settings.report_policy)
             limit_s = timeout_of(lease.task, self.role.timeout_s)
             ctx = ExecutionContext(
                 task=lease.task,
@@ -313,13 +316,7 @@ class TaskRun:
             try:
                 outcome: Outcome | None = None
                 clock = session.clock
-                report = FinalReport(
-                    session,
-                    tracker=self._tracker,
-                    role=self.role,
-                    settings=self.settings,
-                    log=self._log,
-                )
+                report = FinalReport(session, self._tracker, self.role, self.settings, self._log)
                 # The scope's deadline is the lease's end by our clock (moved by each heartbeat
                 # that got through); a heartbeat that finds the lease gone cancels it at once.
                 # The scope is the runner task's (entered before, left after): a cancellation of
