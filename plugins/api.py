@@ -77,9 +77,11 @@ class Transition:
     wait_for: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.wait_for, str):
-            raise ValueError("Transition.wait_for must be a list of task ids, not one string")
-        object.__setattr__(self, "wait_for", tuple(self.wait_for))
+        wait_for = self.wait_for
+        if type(wait_for) is not tuple:  # (most outcomes: the default (), set as it is)
+            if isinstance(wait_for, str):
+                raise ValueError("Transition.wait_for must be a list of task ids, not one string")
+            object.__setattr__(self, "wait_for", tuple(wait_for))
 
 
 @dataclass(frozen=True, slots=True)
