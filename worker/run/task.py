@@ -275,28 +275,28 @@ class TaskRun:
     async def _run(self, scope: anyio.CancelScope) -> RunResult:
         session = self.session
         lease = session.lease
+        # Each read once: a field of the rail's (pydantic) models is an unspecialised
+        # attribute load through the model's ``__getattr__`` hook (~400 instructions).
+        task, run = lease.task, lease.run
+        first_version = task.task_version <= 1
         instructions = None
-        if lease.task.task_version > 1:  # else there is no transition to read
+        if not first_version:  # else there is no transition to read
             instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
         self._log.claimed()
         # Named after the run id (unique; hashed when it is not one safe path component),
         # created only if the executor asks for it.
-        workdir = self.settings.workdir_of(workdir_name(lease.run.id))
+        workdir = self.settings.workdir_of(workdir_name(run.id))
         hooks: ContextHooks | None = None
         try:
-            if (
-                lease.task.task_version <= 1
-                and lease.run.attempt <= 1
-                and lease.previous_checkpoint is None
-            ):
+            if first_version and run.attempt <= 1 and lease.previous_checkpoint is None:
                 previous, upstream = None, None  # as _agent_inputs answers: no call needed
             else:
                 previous, upstream = await self._agent_inputs()
             hooks = ContextHooks(SessionSink(session), workdir, self.settings.report_policy)
-            limit_s = timeout_of(lease.task, self.role.timeout_s)
+            limit_s = timeout_of(task, self.role.timeout_s)
             ctx = ExecutionContext(
-                task=lease.task,
-                run=lease.run,
+                task=task,
+                run=run,
                 hooks=hooks,
                 options=self.role.options,
                 instructions=instructions,
