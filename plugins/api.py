@@ -137,7 +137,6 @@ class ExecutionContext:
 
     def __init__(
         self,
-        *,
         task: Task,
         run: Run,
         hooks: ContextHooks,
@@ -151,7 +150,10 @@ class ExecutionContext:
         upstream: list[Upstream] | None = None,
     ) -> None:
         """``hooks``: the run's report buffer, working directory and sink, which the runner
-        builds and keeps (:class:`plugins.context_hooks.ContextHooks`)."""
+        builds and keeps (:class:`plugins.context_hooks.ContextHooks`). The worker passes them
+        positionally (calling a class with keywords makes a dict of them on CPython 3.11, once
+        per run); the constructor is the runner's, not the executor's
+        (docs/reference/stability.md)."""
         self.task = task
         self.run = run
         self.attempt = run.attempt

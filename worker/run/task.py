@@ -294,18 +294,18 @@ class TaskRun:
                 previous, upstream = await self._agent_inputs()
             hooks = ContextHooks(SessionSink(session), workdir, self.settings.report_policy)
             limit_s = timeout_of(task, self.role.timeout_s)
-            ctx = ExecutionContext(
-                task=task,
-                run=run,
-                hooks=hooks,
-                options=self.role.options,
-                instructions=instructions,
-                shutdown=self._shutdown,
-                logger=self._log,
-                traceparent=self.telemetry.traceparent,
-                previous_checkpoint=previous,
-                upstream=upstream,
-                deadline=None if limit_s is None else anyio.current_time() + limit_s,
+            ctx = ExecutionContext(  # (positional, as the run's own objects are built)
+                task,
+                run,
+                hooks,
+                self.role.options,  # options
+                instructions,
+                None if limit_s is None else anyio.current_time() + limit_s,  # deadline
+                self._shutdown,  # shutdown
+                self._log,  # logger
+                self.telemetry.traceparent,  # traceparent
+                previous,  # previous_checkpoint
+                upstream,
             )
             # Heartbeats and periodic flushes come from the worker's keeper, until the report is
             # done (after the executor, the session's heartbeat sends one only when the report
