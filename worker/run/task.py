@@ -376,10 +376,10 @@ class TaskRun:
             finally:
                 keeper.remove(self)
         finally:
-            if hooks is not None and hooks.workdir_created and not self.settings.keep_workdirs:
-                with anyio.CancelScope(shield=True):
-                    await remove_workdir(workdir, self._workdir_base())
-            if hooks is not None:
+            if hooks is not None and hooks.workdir_created:  # (else nothing to remove nor hold)
+                if not self.settings.keep_workdirs:
+                    with anyio.CancelScope(shield=True):
+                        await remove_workdir(workdir, self._workdir_base())
                 hooks.release_workdir()
 
     async def _agent_inputs(self) -> tuple[Any, list[Upstream] | None]:
