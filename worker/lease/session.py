@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, overload
 
 import anyio
 
@@ -303,7 +303,7 @@ class LeaseSession:
         )
 
     # -- the final report: which request carries it -----------------------------------------
-    async def transition(
+    def transition(
         self,
         trigger: str,
         *,
@@ -314,8 +314,10 @@ class LeaseSession:
         budget_s: float,
         wait_for: tuple[str, ...] = (),
         events: Sequence[tuple[str, Any]] = (),
-    ) -> TransitionResult:
-        """Complete the run and move the task (``InvalidTransition`` keeps the lease).
+    ) -> Coroutine[Any, Any, TransitionResult]:
+        """Complete the run and move the task (``InvalidTransition`` keeps the lease): a
+        coroutine to await (:meth:`_report`'s own: no frame of this method in the report's
+        chain, which each wake-up of the run passes through).
         ``wait_for``: the task then waits for these tasks (see :mod:`worker.lease.agents`).
         ``events``: the run's last events (kind, data), written first; with the report in one
         item where reports are batched."""
@@ -330,11 +332,9 @@ class LeaseSession:
             "instructions": instructions,
             "usage": usage,
         }
-        done = await self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
-        assert isinstance(done, TransitionResult)
-        return done
+        return self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
 
-    async def fail(
+    def fail(
         self,
         error: str,
         *,
@@ -343,15 +343,34 @@ class LeaseSession:
         budget_s: float,
         events: Sequence[tuple[str, Any]] = (),
         event: tuple[str, Any] | None = None,
-    ) -> FailResult:
+    ) -> Coroutine[Any, Any, FailResult]:
         """Fail the run with ``error`` (scrubbed, as is ``usage``); ``events`` as
-        :meth:`transition`'s. ``event``: the failure's own event (kind, data), written with the
-        fail all or nothing where the rail has ``finish`` or reports are batched."""
+        :meth:`transition`'s (a coroutine to await, as it is). ``event``: the failure's own
+        event (kind, data), written with the fail all or nothing where the rail has ``finish``
+        or reports are batched."""
         scrub = self.scrub.get()
         body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
-        done = await self._report(events, fail=body, event=event, budget_s=budget_s)
-        assert isinstance(done, FailResult)
-        return done
+        return self._report(events, fail=body, event=event, budget_s=budget_s)
+
+    @overload
+    async def _report(
+        self,
+        events: Sequence[tuple[str, Any]],
+        *,
+        transition: dict[str, Any],
+        wait_for: tuple[str, ...],
+        budget_s: float,
+    ) -> TransitionResult: ...
+
+    @overload
+    async def _report(
+        self,
+        events: Sequence[tuple[str, Any]],
+        *,
+        fail: dict[str, Any],
+        event: tuple[str, Any] | None,
+        budget_s: float,
+    ) -> FailResult: ...
 
     async def _report(
         self,
