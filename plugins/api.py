@@ -77,9 +77,11 @@ class Transition:
     wait_for: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.wait_for, str):
-            raise ValueError("Transition.wait_for must be a list of task ids, not one string")
-        object.__setattr__(self, "wait_for", tuple(self.wait_for))
+        wait_for = self.wait_for
+        if type(wait_for) is not tuple:  # (most outcomes: the default (), set as it is)
+            if isinstance(wait_for, str):
+                raise ValueError("Transition.wait_for must be a list of task ids, not one string")
+            object.__setattr__(self, "wait_for", tuple(wait_for))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +137,6 @@ class ExecutionContext:
 
     def __init__(
         self,
-        *,
         task: Task,
         run: Run,
         hooks: ContextHooks,
@@ -149,7 +150,10 @@ class ExecutionContext:
         upstream: list[Upstream] | None = None,
     ) -> None:
         """``hooks``: the run's report buffer, working directory and sink, which the runner
-        builds and keeps (:class:`plugins.context_hooks.ContextHooks`)."""
+        builds and keeps (:class:`plugins.context_hooks.ContextHooks`). The worker passes them
+        positionally (calling a class with keywords makes a dict of them on CPython 3.11, once
+        per run); the constructor is the runner's, not the executor's
+        (docs/reference/stability.md)."""
         self.task = task
         self.run = run
         self.attempt = run.attempt

@@ -98,7 +98,6 @@ class ContextHooks:
         self,
         sink: ContextSink,
         workdir: Path | str,
-        *,
         policy: ReportPolicy | None = None,
     ) -> None:
         """``workdir``: the run's directory, made only when the executor first uses it."""
@@ -107,7 +106,10 @@ class ContextHooks:
         #: How reports are batched.
         self.policy = policy or ReportPolicy()
         self._workdir: Path | str = workdir  # made a Path on first use (pathlib is slow)
-        self._workdir_created = False  # set on first use (mkdir with exist_ok)
+        #: Whether the working directory was used, so exists (the worker removes it after).
+        #: Set on first use (mkdir with exist_ok); a field, not a property, as the worker reads
+        #: it after every run (a property is a Python call per read on CPython 3.11).
+        self.workdir_created = False
         self._workdir_hold: Callable[[], object] | None = None  # closes its lock (a finalizer)
         self._buffer: list[tuple[str, Any]] = []
         self._buffered_bytes = 0
@@ -146,21 +148,16 @@ class ContextHooks:
         workdir = self._workdir
         if not isinstance(workdir, Path):
             workdir = self._workdir = Path(workdir)
-        if not self._workdir_created:
+        if not self.workdir_created:
             # One mkdir: cheap enough for the loop, and skipped entirely by executors that never
             # ask (most of the per-task cost of a no-op run was creating and removing it).
             workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._workdir_created = True
+            self.workdir_created = True
             # held while the run lives, so a worker's start-up sweep leaves it alone
             fd = hold_rundir(str(workdir))
             if fd is not None:
                 self._workdir_hold = weakref.finalize(self, os.close, fd)
         return workdir
-
-    @property
-    def workdir_created(self) -> bool:
-        """Whether the working directory was used, so exists (the worker removes it after)."""
-        return self._workdir_created
 
     def release_workdir(self) -> None:
         """The working directory is removed (or kept on purpose): stop holding it (idempotent;

@@ -99,7 +99,7 @@ class SettingsBook:
 
     def for_role(self, role: Role) -> RunSettings:
         """The run settings of ``role`` (built once per role and configuration)."""
-        name = role.config.name
+        name = role.name
         settings = self._by_role.get(name)
         if settings is None:
             settings = self._by_role[name] = RunSettings(

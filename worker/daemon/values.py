@@ -33,6 +33,9 @@ class Role:
 
     config: RoleConfig
     executor: Executor
+    #: The role name claims are made for (``config.name``, read once: a field of the
+    #: configuration's model costs ~400 instructions a read, and each run reads it).
+    name: str = field(init=False, compare=False)
     #: The executor when it declares leftovers (read once: a protocol check costs ~7 us, and
     #: :meth:`refusal` is asked before every claim).
     _leftovers: SupportsLeftovers | None = field(init=False, repr=False, compare=False)
@@ -41,11 +44,7 @@ class Role:
         executor = self.executor
         found = executor if isinstance(executor, SupportsLeftovers) else None
         object.__setattr__(self, "_leftovers", found)
-
-    @property
-    def name(self) -> str:
-        """The role name claims are made for."""
-        return self.config.name
+        object.__setattr__(self, "name", self.config.name)
 
     def leftovers(self) -> tuple[int, int] | None:
         """``(running, cap)`` of what the executor's cancelled runs left running (the python

@@ -98,9 +98,9 @@ class ReportBatcher:
                 self._queue[0].wake_up()  # it may have been woken to lead in our place
             raise
         outcome = pending.outcome
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        if isinstance(outcome, FinishResult):  # (the answer's own class first: no fallback
+            return outcome  # lookup of ``__class__`` through the model's attribute hook)
+        raise outcome
 
     async def _lead(self) -> None:
         """Send the first reports of the queue as one call and hand each its outcome."""

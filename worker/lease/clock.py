@@ -96,17 +96,18 @@ class LocalLease:
         "_reports",
         "_scopes",
         "confirmed_at",
+        "deadline",
         "expires_at",
         "grant_s",
         "held_until",
         "margin_s",
+        "report_deadline",
         "ttl_s",
     )
 
     def __init__(
         self,
         ttl_s: float,
-        *,
         sent_at: float,
         tracker_expires_ms: int | None,
         heartbeat_grant_s: float | None = None,
@@ -131,6 +132,14 @@ class LocalLease:
         self._armed = False  # a heartbeat was sent: scopes watched from now on get deadlines
         self._scopes: list[anyio.CancelScope] = []
         self._reports: list[anyio.CancelScope] = []
+        # The two deadlines, kept as fields (moved with the ends, in _follow): a property is a
+        # Python call on every read on CPython 3.11, and each run reads them several times.
+        #: When work under the lease must stop: its confirmed end minus the safety margin.
+        self.deadline = self.expires_at - self.margin_s
+        #: When trying to report or hand the run back is pointless: the latest end the tracker
+        #: may hold the lease (with a heartbeat in flight, it may still land before
+        #: :attr:`held_until` and grant ``grant_s`` from there).
+        self.report_deadline = self.held_until
 
     @staticmethod
     def _end(sent_at: float, tracker_expires_ms: int | None, granted_s: float, now: float) -> float:
@@ -140,18 +149,6 @@ class LocalLease:
             if 0 < left < granted_s:  # else: skew, or the grant is the earlier end anyway
                 end = min(end, now + left)
         return end
-
-    @property
-    def deadline(self) -> float:
-        """When work under the lease must stop: its confirmed end minus the safety margin."""
-        return self.expires_at - self.margin_s
-
-    @property
-    def report_deadline(self) -> float:
-        """When trying to report or hand the run back is pointless: the latest end the tracker
-        may hold the lease (with a heartbeat in flight, it may still land before
-        :attr:`held_until` and grant ``grant_s`` from there)."""
-        return self.held_until + self.grant_s if self._flying else self.held_until
 
     def remaining_s(self) -> float:
         """Seconds until :attr:`deadline`, never negative."""
@@ -190,11 +187,16 @@ class LocalLease:
         self._follow()
 
     def _follow(self) -> None:
+        """The ends moved (every change of them ends here): the deadlines follow, and so do
+        the watched scopes'."""
         self._armed = True
+        deadline = self.deadline = self.expires_at - self.margin_s
+        held = self.held_until
+        report = self.report_deadline = held + self.grant_s if self._flying else held
         for scope in self._scopes:
-            scope.deadline = self.deadline
+            scope.deadline = deadline
         for scope in self._reports:
-            scope.deadline = self.report_deadline
+            scope.deadline = report
 
     # -- scopes ---------------------------------------------------------------------------------
     def _arm_now(self, end: float) -> bool:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, overload
 
 import anyio
 
@@ -84,7 +84,6 @@ class LeaseSession:
         self,
         tracker: LeaseTracker,
         lease: Lease,
-        *,
         calls: TrackerCalls,
         ttl_s: float,
         claimed_at: float | None = None,
@@ -102,7 +101,8 @@ class LeaseSession:
         chosen at the worker's start (None: a lease seam only, no store or task calls).
         ``log``: where what the rail refused along the way is logged (the run's log).
         ``clock``: the running loop's (:func:`~worker.lease.clock.loop_clock`), when the caller
-        holds it."""
+        holds it. (The run's settings pass them positionally, as :class:`~worker.run.TaskRun`
+        is built: no dict of keyword arguments per run.)"""
         self.tracker = tracker
         self.reports = reports
         self.parts = parts
@@ -117,12 +117,12 @@ class LeaseSession:
         self.heartbeat_interval_s = ttl_s / 3
         #: The lease's end on our monotonic clock; scopes doing work under it follow it.
         now = loop_clock() if clock is None else clock
-        self.clock = LocalLease(
+        self.clock = LocalLease(  # (positional: as the session itself is built)
             ttl_s,
-            sent_at=now() if claimed_at is None else claimed_at,
-            tracker_expires_ms=lease.expires_at_ms,
-            heartbeat_grant_s=heartbeat_grant_s,
-            clock=now,
+            now() if claimed_at is None else claimed_at,
+            lease.expires_at_ms,
+            heartbeat_grant_s,
+            now,
         )
         #: Why the lease is gone (the tracker said so, or it ran out by our clock), or None.
         self.lost: LeaseLost | None = None
@@ -303,7 +303,7 @@ class LeaseSession:
         )
 
     # -- the final report: which request carries it -----------------------------------------
-    async def transition(
+    def transition(
         self,
         trigger: str,
         *,
@@ -314,8 +314,10 @@ class LeaseSession:
         budget_s: float,
         wait_for: tuple[str, ...] = (),
         events: Sequence[tuple[str, Any]] = (),
-    ) -> TransitionResult:
-        """Complete the run and move the task (``InvalidTransition`` keeps the lease).
+    ) -> Coroutine[Any, Any, TransitionResult]:
+        """Complete the run and move the task (``InvalidTransition`` keeps the lease): a
+        coroutine to await (:meth:`_report`'s own: no frame of this method in the report's
+        chain, which each wake-up of the run passes through).
         ``wait_for``: the task then waits for these tasks (see :mod:`worker.lease.agents`).
         ``events``: the run's last events (kind, data), written first; with the report in one
         item where reports are batched."""
@@ -330,11 +332,9 @@ class LeaseSession:
             "instructions": instructions,
             "usage": usage,
         }
-        done = await self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
-        assert isinstance(done, TransitionResult)
-        return done
+        return self._report(events, transition=body, wait_for=wait_for, budget_s=budget_s)
 
-    async def fail(
+    def fail(
         self,
         error: str,
         *,
@@ -343,15 +343,34 @@ class LeaseSession:
         budget_s: float,
         events: Sequence[tuple[str, Any]] = (),
         event: tuple[str, Any] | None = None,
-    ) -> FailResult:
+    ) -> Coroutine[Any, Any, FailResult]:
         """Fail the run with ``error`` (scrubbed, as is ``usage``); ``events`` as
-        :meth:`transition`'s. ``event``: the failure's own event (kind, data), written with the
-        fail all or nothing where the rail has ``finish`` or reports are batched."""
+        :meth:`transition`'s (a coroutine to await, as it is). ``event``: the failure's own
+        event (kind, data), written with the fail all or nothing where the rail has ``finish``
+        or reports are batched."""
         scrub = self.scrub.get()
         body = {"error": scrub.text(error), "usage": scrub.data(usage), "retryable": retryable}
-        done = await self._report(events, fail=body, event=event, budget_s=budget_s)
-        assert isinstance(done, FailResult)
-        return done
+        return self._report(events, fail=body, event=event, budget_s=budget_s)
+
+    @overload
+    async def _report(
+        self,
+        events: Sequence[tuple[str, Any]],
+        *,
+        transition: dict[str, Any],
+        wait_for: tuple[str, ...],
+        budget_s: float,
+    ) -> TransitionResult: ...
+
+    @overload
+    async def _report(
+        self,
+        events: Sequence[tuple[str, Any]],
+        *,
+        fail: dict[str, Any],
+        event: tuple[str, Any] | None,
+        budget_s: float,
+    ) -> FailResult: ...
 
     async def _report(
         self,
@@ -453,9 +472,9 @@ class LeaseSession:
         return self.calls.write(
             "transition" if transition is not None else "fail",
             lambda key: reports.finish(
-                FinishItem(
-                    lease=ref, events=events, transition=transition, fail=fail, idempotency_key=key
-                )
+                # (lease, events, transition, fail, idempotency_key: positional, as the run's
+                # objects are built)
+                FinishItem(ref, events, transition, fail, key)
             ),
             budget_s=budget_s,
         )

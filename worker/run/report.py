@@ -63,7 +63,6 @@ class FinalReport:
     def __init__(
         self,
         session: LeaseSession,
-        *,
         tracker: LeaseTracker,
         role: RoleConfig,
         settings: RunSettings,

@@ -57,21 +57,20 @@ class RunSettings:
     can_release: bool = True
     #: The whole rail and the extensions it declared (None: a lease seam only).
     parts: RailParts | None = field(default=None, compare=False)
-    _calls: TrackerCalls = field(init=False, repr=False, compare=False)
-    _report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
+    #: The retry policy and the key rule of every call a run makes. This and
+    #: :attr:`report_policy` are built once for all the runs of these settings (values: every
+    #: run would build equal ones) and read as fields, not properties: a property is an
+    #: unspecialised attribute load and a call on CPython 3.11, once per run.
+    calls: TrackerCalls = field(init=False, repr=False, compare=False)
+    #: How a run's context batches its reports (its flush interval: ``report_flush_s``).
+    report_policy: ReportPolicy = field(init=False, repr=False, compare=False)
     _workdir_prefix: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Built once for all the runs of these settings (values: every run would build equal ones).
         calls = TrackerCalls(self.retry, keys=self.idempotency_keys, telemetry=self.telemetry)
-        object.__setattr__(self, "_calls", calls)
+        object.__setattr__(self, "calls", calls)
         policy = ReportPolicy(flush_interval_s=self.report_flush_s)
-        object.__setattr__(self, "_report_policy", policy)
-
-    @property
-    def calls(self) -> TrackerCalls:
-        """The retry policy and the key rule of every call a run makes."""
-        return self._calls
+        object.__setattr__(self, "report_policy", policy)
 
     def workdir_of(self, name: str) -> str:
         """The path of the run directory ``name`` under the prepared base (the default base
@@ -82,11 +81,6 @@ class RunSettings:
             prefix = os.path.join(base, "")  # the base and one separator
             object.__setattr__(self, "_workdir_prefix", prefix)
         return prefix + name
-
-    @property
-    def report_policy(self) -> ReportPolicy:
-        """How a run's context batches its reports (its flush interval: ``report_flush_s``)."""
-        return self._report_policy
 
     def session(
         self,
@@ -100,17 +94,18 @@ class RunSettings:
         """Open the session of a claimed ``lease`` (claimed at ``claimed_at``, default now),
         logging to the run's ``log``; ``clock``: the running loop's, when the caller holds it
         (:func:`~worker.lease.clock.loop_clock`)."""
+        # (positional, as TaskRun is built: no dict of keyword arguments per run)
         return LeaseSession(
             tracker,
             lease,
-            calls=self.calls,
-            ttl_s=self.lease_ttl_s,
-            claimed_at=claimed_at,
-            reports=self.reports,
-            heartbeat_grant_s=self.heartbeat_grant_s,
-            parts=self.parts,
-            log=log,
-            clock=clock,
+            self.calls,
+            self.lease_ttl_s,
+            claimed_at,
+            self.reports,
+            self.heartbeat_grant_s,
+            self.parts,
+            log,
+            clock,
         )
 
 

@@ -178,7 +178,6 @@ class TaskRun:
 
     def __init__(
         self,
-        *,
         tracker: LeaseTracker,
         lease: Lease,
         role: RoleConfig,
@@ -196,7 +195,11 @@ class TaskRun:
         metrics (none by default). ``on_executed``: called once the executor has returned (or
         been cancelled), before the final report is sent: the worker frees the run's slot there,
         so the next claim overlaps this report. ``clock``: the running loop's, when the caller
-        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own)."""
+        holds it (:func:`~worker.lease.clock.loop_clock`: the claim loop passes its own).
+
+        The claim loop passes them positionally: calling a class with keyword arguments makes a
+        dict of them on CPython 3.11 (~450 instructions each), once per task; so do the run's
+        own objects below (docs/benchmarks.md)."""
         self._log = RunLog.for_lease(log, lease, role.name)
         self.session = settings.session(
             tracker, lease, claimed_at=claimed_at, log=self._log, clock=clock
@@ -272,37 +275,37 @@ class TaskRun:
     async def _run(self, scope: anyio.CancelScope) -> RunResult:
         session = self.session
         lease = session.lease
+        # Each read once: a field of the rail's (pydantic) models is an unspecialised
+        # attribute load through the model's ``__getattr__`` hook (~400 instructions).
+        task, run = lease.task, lease.run
+        first_version = task.task_version <= 1
         instructions = None
-        if lease.task.task_version > 1:  # else there is no transition to read
+        if not first_version:  # else there is no transition to read
             instructions = await instructions_for(self._tracker, lease, TRANSITIONS_PAGE)
         self._log.claimed()
         # Named after the run id (unique; hashed when it is not one safe path component),
         # created only if the executor asks for it.
-        workdir = self.settings.workdir_of(workdir_name(lease.run.id))
+        workdir = self.settings.workdir_of(workdir_name(run.id))
         hooks: ContextHooks | None = None
         try:
-            if (
-                lease.task.task_version <= 1
-                and lease.run.attempt <= 1
-                and lease.previous_checkpoint is None
-            ):
+            if first_version and run.attempt <= 1 and lease.previous_checkpoint is None:
                 previous, upstream = None, None  # as _agent_inputs answers: no call needed
             else:
                 previous, upstream = await self._agent_inputs()
-            hooks = ContextHooks(SessionSink(session), workdir, policy=self.settings.report_policy)
-            limit_s = timeout_of(lease.task, self.role.timeout_s)
-            ctx = ExecutionContext(
-                task=lease.task,
-                run=lease.run,
-                hooks=hooks,
-                options=self.role.options,
-                instructions=instructions,
-                shutdown=self._shutdown,
-                logger=self._log,
-                traceparent=self.telemetry.traceparent,
-                previous_checkpoint=previous,
-                upstream=upstream,
-                deadline=None if limit_s is None else anyio.current_time() + limit_s,
+            hooks = ContextHooks(SessionSink(session), workdir, self.settings.report_policy)
+            limit_s = timeout_of(task, self.role.timeout_s)
+            ctx = ExecutionContext(  # (positional, as the run's own objects are built)
+                task,
+                run,
+                hooks,
+                self.role.options,  # options
+                instructions,
+                None if limit_s is None else anyio.current_time() + limit_s,  # deadline
+                self._shutdown,  # shutdown
+                self._log,  # logger
+                self.telemetry.traceparent,  # traceparent
+                previous,  # previous_checkpoint
+                upstream,
             )
             # Heartbeats and periodic flushes come from the worker's keeper, until the report is
             # done (after the executor, the session's heartbeat sends one only when the report
@@ -313,13 +316,7 @@ class TaskRun:
             try:
                 outcome: Outcome | None = None
                 clock = session.clock
-                report = FinalReport(
-                    session,
-                    tracker=self._tracker,
-                    role=self.role,
-                    settings=self.settings,
-                    log=self._log,
-                )
+                report = FinalReport(session, self._tracker, self.role, self.settings, self._log)
                 # The scope's deadline is the lease's end by our clock (moved by each heartbeat
                 # that got through); a heartbeat that finds the lease gone cancels it at once.
                 # The scope is the runner task's (entered before, left after): a cancellation of
@@ -379,10 +376,10 @@ class TaskRun:
             finally:
                 keeper.remove(self)
         finally:
-            if hooks is not None and hooks.workdir_created and not self.settings.keep_workdirs:
-                with anyio.CancelScope(shield=True):
-                    await remove_workdir(workdir, self._workdir_base())
-            if hooks is not None:
+            if hooks is not None and hooks.workdir_created:  # (else nothing to remove nor hold)
+                if not self.settings.keep_workdirs:
+                    with anyio.CancelScope(shield=True):
+                        await remove_workdir(workdir, self._workdir_base())
                 hooks.release_workdir()
 
     async def _agent_inputs(self) -> tuple[Any, list[Upstream] | None]:
