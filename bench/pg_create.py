@@ -9,7 +9,7 @@ schema, warms up (the pipeline, a few creates), then sends ``--tasks`` ``create_
 ``--concurrency`` at once. Printed per tree: creates/s, the creator's CPU per create, and the
 server's own CPU per create (its processes' user + system time over the creates alone).
 Medians of the rounds, with every round's creates/s. A benchmark, not a test: it checks only
-that the rail holds every task created (docs/benchmarks.md, "PostgreSQL rail").
+that the rail holds every task created (docs/benchmarks/postgresql.md).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ busy worker asks of the rail, on the event loop (uvloop) as a worker does: ``cla
 10 under a fresh idempotency key, then ``finish_many`` of the 10 leases' ``complete``
 transitions, each item keyed, until the role is drained; and prints the loop thread's CPU
 (``time.thread_time``, which a wait for the server does not count) per task, split between the
-claims and the reports (which carry the next batch's claim: docs/benchmarks.md, "PostgreSQL
-rail"). ``--ab OLD_TREE`` runs the same calls from another source tree's ``tracker_client``
+claims and the reports (which carry the next batch's claim: docs/benchmarks/postgresql.md).
+``--ab OLD_TREE`` runs the same calls from another source tree's ``tracker_client``
 (its own schema), interleaved with this tree's, round by round, each tree first in every other
 round; each run's schema is dropped after it. Each run is its own process on
 a server started for the run (:class:`bench.peers_setup.StockPgServer`).

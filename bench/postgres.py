@@ -27,7 +27,7 @@ path each statement is one: a report with the claim riding along, a report or a 
 add /tmp/before <sha>``, interleaved with this tree's. ``--analyze`` analyzes
 the seeded tasks before each drain, as autovacuum does after a large submit: a fresh schema has
 no statistics yet, and the server plans some statements differently with them
-(docs/benchmarks.md, "PostgreSQL rail").
+(docs/benchmarks/postgresql.md).
 """
 
 from __future__ import annotations

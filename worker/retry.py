@@ -153,8 +153,8 @@ class TrackerCalls(NamedTuple):
 
         Keys lead with the time (:func:`~tracker_client.rules.common.new_id`): the rail's
         idempotency index then grows at its right edge instead of writing a random page per
-        write, a page seldom in memory on a rail that keeps many records (docs/benchmarks.md,
-        "Finished tasks kept")."""
+        write, a page seldom in memory on a rail that keeps many records
+        (docs/benchmarks/retention.md)."""
         return new_id() if self.keys else None
 
     async def write(

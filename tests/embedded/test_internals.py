@@ -108,7 +108,7 @@ async def test_claim_replay_returns_the_same_lease_with_the_same_token(tmp_path:
 
 async def test_the_rail_connection_keeps_a_small_page_cache(tmp_path: Path) -> None:
     """A busy worker's page cache holds mostly pages written once: 512 KiB, not SQLite's 2 MiB
-    (docs/benchmarks.md, memory footprint), on the connection every statement runs on."""
+    (docs/benchmarks/memory.md), on the connection every statement runs on."""
     tracker = await EmbeddedTracker.open(str(tmp_path / "rail.db"))
     try:
         conn = tracker.engine.db.conn

@@ -1,6 +1,6 @@
 """The functions a PostgreSQL worker's hot statements call plan each of their statements once per
 connection, and those generic plans read through indexes (schema 19,
-``tracker_client/postgres/schema/0019_generic_plans.sql``; docs/benchmarks.md, "PostgreSQL rail").
+``tracker_client/postgres/schema/0019_generic_plans.sql``; docs/benchmarks/postgresql.md).
 
 plpgsql keeps a statement's plan, but it compares the cached generic plan with one made for each
 call's values and plans anew while that custom one looks cheaper: the finish's row look-up, the

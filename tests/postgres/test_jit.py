@@ -4,7 +4,7 @@ PostgreSQL compiles a statement with LLVM when the planner costs it above ``jit_
 (100,000 by default). ``queue_stats``' read of the waiting tasks crossed it once the tasks were
 analyzed as many (5,000 waiting): each call spent ~50-90 ms of the server's CPU compiling a
 read that runs in ~4 ms, at every drain check of a ``--drain`` worker, every metrics refresh and
-every ``backlog-worker queue`` (docs/benchmarks.md, "PostgreSQL rail"). A server of this
+every ``backlog-worker queue`` (docs/benchmarks/postgresql.md). A server of this
 module's own sets ``jit_above_cost = 0``, so every statement of a session with JIT on is
 compiled, and loads ``pg_stat_statements`` to count what was: a real tracker's creates, claims,
 finishes and queue stats once it is open, over its pooled connections and its async lane, with

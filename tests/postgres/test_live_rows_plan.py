@@ -1,7 +1,7 @@
 """The PostgreSQL statements a worker runs while it works read the live rows only: their plans
 go through a partial index on those rows, never a scan of every task or run kept.
 
-A rail keeps finished tasks and their runs (docs/benchmarks.md, "Finished tasks kept"): a
+A rail keeps finished tasks and their runs (docs/benchmarks/retention.md): a
 statement that scans them costs more with every one kept. Each statement below is planned as a
 server-side prepared statement is once its plan is cached (a generic plan: the parameters are
 unknown, so a partial index is usable only when the statement's own text implies its

@@ -1,5 +1,5 @@
 """An idle worker's parks on a rail whose parked claim waits quietly
-(``ParksClaims.quiet_parks``, the PostgreSQL rail: docs/benchmarks.md, "Pickup latency") start
+(``ParksClaims.quiet_parks``, the PostgreSQL rail: docs/benchmarks/pickup.md) start
 from half the ceiling, the back-off's or the longest quiet park if longer (within the
 watchdog's quiet period); on a rail that does not declare it (the embedded rail's own parked
 claim, like the served one) they double up from ``idle_min_s`` as before."""

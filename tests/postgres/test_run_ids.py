@@ -3,7 +3,7 @@
 Runs are found by id (``runs_pkey``) and their events indexed by it (``events_run``): ids in
 claim order append to those b-trees, where random ones wrote a random leaf page per run, a page
 that on a rail keeping many finished runs is seldom in memory and costs a full-page image in
-the WAL after each checkpoint (docs/benchmarks.md, "Finished tasks kept").
+the WAL after each checkpoint (docs/benchmarks/retention.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """A batch's plain moves in one statement, and the rail's wake-up left out for its own writer
-(schema 20, ``tracker_client/postgres/schema/0020_set_moves.sql``; docs/benchmarks.md,
-"PostgreSQL rail").
+(schema 20, ``tracker_client/postgres/schema/0020_set_moves.sql``; docs/benchmarks/postgresql.md).
 
 ``bw_finish_many_tx`` called ``bw_move`` once per item, six statements each; ``bw_moves`` writes
 the whole batch in one statement and must answer what the loop answered, or FALSE for an item

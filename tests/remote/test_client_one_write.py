@@ -1,6 +1,6 @@
 """The client sends each request in one write (``OneWriteRequests``, the ``http://``
 transport's network backend): a server is woken once per request, not for its head and again
-for its body (docs/benchmarks.md, "Pickup latency"). Real 127.0.0.1 sockets, a raw server in
+for its body (docs/benchmarks/pickup.md). Real 127.0.0.1 sockets, a raw server in
 a thread reading what arrives."""
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ async def test_a_late_body_closes_at_the_body_deadline(http: str) -> None:
 @HTTP
 async def test_an_answers_head_waits_for_its_body_and_both_leave_in_one_write(http: str) -> None:
     # uvicorn writes the head as the application starts its answer: the client would be woken
-    # for it and again for the body (docs/benchmarks.md, "Pickup latency").
+    # for it and again for the body (docs/benchmarks/pickup.md).
     head_sent, go = anyio.Event(), anyio.Event()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

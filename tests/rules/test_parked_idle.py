@@ -2,7 +2,7 @@
 that still reaches a parked claim: over the embedded rail on a real SQLite file.
 
 An idle worker's round used to be two empty claims, each recorded under its key: the park's
-last look at its deadline, and the next park's first claim (docs/benchmarks.md, "Idle cost").
+last look at its deadline, and the next park's first claim (docs/benchmarks/costs.md).
 A quiet deadline now answers without the last look, and on the SQLite rail an attempt that
 leases nothing records nothing: the round commits nothing."""
 

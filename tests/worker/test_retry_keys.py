@@ -1,6 +1,6 @@
 """The worker's idempotency keys lead with the time (worker/retry.py): the rail's idempotency
 index then grows at its right edge instead of taking a random page per write
-(docs/benchmarks.md, "Finished tasks kept")."""
+(docs/benchmarks/retention.md)."""
 
 from __future__ import annotations
 

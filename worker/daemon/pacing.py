@@ -30,7 +30,7 @@ MAX_WIDTH = 32
 #: (:attr:`~tracker_client.protocol.ParksClaims.quiet_parks`), when ``idle_max_s`` is shorter:
 #: such a park answers as soon as work comes, whether by a wake-up or by time (a delayed task,
 #: a retry or a lapsing lease coming due), so its length costs no pickup latency, and each
-#: park that ends empty costs the rail a round of writes (docs/benchmarks.md, "Idle cost").
+#: park that ends empty costs the rail a round of writes (docs/benchmarks/costs.md).
 QUIET_PARK_S = 30.0
 
 

@@ -13,7 +13,7 @@ claim's shield), and cancelling it cancels it at the tracker under its key (the 
 Leases answered before the stop are the claim loop's, as any claim's are. The answer goes
 straight back to the claim loop: no task races the claim against the stop (a task group of
 two, torn down after the answer, cost ~65 us of CPU per pickup, more on a cold cache:
-docs/benchmarks.md, "Pickup latency").
+docs/benchmarks/pickup.md).
 
 It may touch the tracker's ``parked_claim`` only.
 """
