@@ -48,6 +48,7 @@ __all__ = [
     "choose_trigger",
     "sent_trigger_problems",
     "trigger_problems",
+    "unworked_role_problems",
 ]
 
 log = logging.getLogger("backlog_worker.worker")
@@ -349,6 +350,35 @@ def trigger_problems(roles: Sequence[RoleConfig], pipelines: Sequence[Pipeline])
                 for name, stage, ways in stages
                 if trigger not in ways
             )
+    return problems
+
+
+def unworked_role_problems(roles: Sequence[RoleConfig], pipelines: Sequence[Pipeline]) -> list[str]:
+    """What ``backlog-worker check`` warns about a role no stage of the rail's pipelines names
+    as its ``agent_role``: a worker serving only it would claim nothing and wait in silence (a
+    misspelt role name, or a pipeline not created yet)."""
+    problems: list[str] = []
+    on_rail = sorted(
+        {
+            state["agent_role"]
+            for p in pipelines
+            if isinstance(states := p.definition.get("states"), Mapping)
+            for state in states.values()
+            if isinstance(state, Mapping) and isinstance(state.get("agent_role"), str)
+        }
+    )
+    for role in roles:
+        if role.name in on_rail:
+            continue
+        import difflib  # an error's path only (issue 31, memory)
+
+        close = difflib.get_close_matches(role.name, on_rail, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        problems.append(
+            f"role {role.name}: no stage of any pipeline on the rail has agent_role "
+            f"{role.name!r}, so it would claim nothing (roles of the rail's stages: "
+            f"{', '.join(on_rail) or 'none'}){hint}"
+        )
     return problems
 
 

@@ -125,3 +125,20 @@ def test_misspelt_worker_config_tables_are_named(tmp_path: Path, text: str, name
     result = invoke(["check", "--config", str(config)])
     assert result.exit_code == 2, result.output
     assert f"{config}: {named}" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_first_run_without_a_config_says_what_is_missing(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``backlog-worker run`` alone: the message says no config was given at all, and what a
+    worker's config needs, rather than only that no role is configured."""
+    monkeypatch.delenv("BACKLOG_WORKER_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = invoke([command])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: no [[roles]] configured (no --config FILE given, nor $BACKLOG_WORKER_CONFIG): "
+        "a worker needs at least one role (a [[roles]] table naming its executor: "
+        "docs/getting-started/quickstart.md)\n"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,11 @@ async def test_an_agent_submits_waits_and_reads_the_result_through_mcp_only(
     )
     try:
         async with stdio_session(tmp_path / "mcp.log", "--tracker", url) as mcp:
+            assert mcp.server_info is not None  # a client shows who answered, and which release
+            assert (mcp.server_info.name, mcp.server_info.version) == (
+                "backlog-worker",
+                version("backlog-worker"),
+            )
             assert {t.name for t in (await mcp.list_tools()).tools} == TOOLS
             task_id = (await ok(mcp, "submit", pipeline="flow", title="answer"))["task_id"]
 

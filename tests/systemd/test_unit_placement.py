@@ -64,6 +64,8 @@ def test_a_venv_under_tmp_is_refused_with_the_reason_and_the_override(monkeypatc
     assert result.exit_code == 2
     assert result.stdout == ""  # no half-right unit to redirect into /etc/systemd/system
     message = result.stderr
+    assert message.startswith("error: ExecStart is ")  # as every command's refusal
+    assert message.count("\n") == 1  # one line
     assert f"ExecStart is {venv}/bin/backlog-worker" in message
     assert "PrivateTmp=yes replaces with an empty directory" in message
     assert "does not outlive a reboot" in message

@@ -51,6 +51,13 @@ def test_bad_value_in_a_role_names_the_role(tmp_path: Path) -> None:
     assert "worker.toml: [[roles]] #1 (coder) timeout_s: Input should be greater than 0" in message
 
 
+def test_bad_value_in_a_schedule_names_its_entry_counted_from_one(tmp_path: Path) -> None:
+    """As ``[[roles]] #1``: the reader counts a file's ``[[schedules]]`` from 1, not from 0."""
+    schedule = '[[schedules]]\nname = "n"\npipeline = "p"\ntitle = "t"\ncron = "%s"\n'
+    message = error_of(write(tmp_path, ROLE + schedule % "0 3 * * *" + schedule % "0 25 * * *"))
+    assert message.startswith(f"{tmp_path / 'worker.toml'}: [[schedules]] #2 cron: '0 25 * * *'")
+
+
 def test_bad_value_in_the_environment_names_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

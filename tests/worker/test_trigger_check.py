@@ -188,3 +188,37 @@ def test_nullclaw_verdict_triggers_are_checked(tmp_path: Path) -> None:
         )
     ]
     assert code == 1
+
+
+def test_check_warns_about_a_role_no_stage_names(tmp_path: Path) -> None:
+    """A misspelt role would claim nothing and wait in silence: ``check`` says so, naming the
+    roles the rail's stages have (a warning: its pipeline may be created later)."""
+    url = f"sqlite:///{tmp_path}/rail.db"
+
+    async def seed() -> None:
+        tracker = await open_tracker(url)
+        try:
+            await tracker.create_pipeline("article", ARTICLE)
+        finally:
+            await tracker.aclose()
+
+    anyio.run(seed)
+    config = tmp_path / "worker.toml"
+    config.write_text(
+        f'[[roles]]\nname = "writer"\nexecutor = "command"\n[roles.options]\nargv = {PASS}\n'
+        f'[[roles]]\nname = "writr"\nexecutor = "command"\n[roles.options]\nargv = {PASS}\n'
+    )
+    result = CliRunner().invoke(
+        main, ["check", "--config", str(config), "--tracker", url, "--json"]
+    )
+    report = json.loads(result.stdout)
+    found = [(c["level"], c["detail"]) for c in report["checks"] if c["name"] == "roles"]
+    assert found == [
+        (
+            "warn",
+            "role writr: no stage of any pipeline on the rail has agent_role 'writr', so it "
+            "would claim nothing (roles of the rail's stages: proofreader, writer); did you "
+            "mean 'writer'?",
+        )
+    ]
+    assert report["ok"] is True and result.exit_code == 0

@@ -46,6 +46,7 @@ from tracker_client.postgres.dialect import (
     row_maker,
 )
 from tracker_client.postgres.migrate import open_schema
+from tracker_client.postgres.options import own_option_hint
 
 __all__ = ["Database", "NeedExclusive", "map_pg_error"]
 
@@ -194,8 +195,9 @@ class Database:
             )
         try:
             given = psycopg.conninfo.conninfo_to_dict(conninfo)
-        except psycopg.ProgrammingError as exc:
-            raise ConfigError(f"tracker url {shown!r}: {exc}") from None
+        except psycopg.ProgrammingError as exc:  # libpq's message ends in a newline
+            hint = own_option_hint(conninfo)
+            raise ConfigError(f"tracker url {shown!r}: {str(exc).strip()}{hint}") from None
         if "application_name" not in given:
             kwargs["application_name"] = "backlog-worker"
 

@@ -39,7 +39,14 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 from tracker_client.errors import ConfigError
 from tracker_client.urlmask import mask_url
 
-__all__ = ["AHEAD_MODES", "BOUNCER_MODES", "MIGRATE_MODES", "PgOptions", "parse_postgres_url"]
+__all__ = [
+    "AHEAD_MODES",
+    "BOUNCER_MODES",
+    "MIGRATE_MODES",
+    "PgOptions",
+    "own_option_hint",
+    "parse_postgres_url",
+]
 
 #: The values of the ``migrate`` option.
 MIGRATE_MODES = ("auto", "never")
@@ -160,6 +167,19 @@ def parse_postgres_url(
         ),
     )
     return conninfo, opts, shared, mask_url(_shown(parts, query))
+
+
+def own_option_hint(conninfo: str) -> str:
+    """A hint for libpq's refusal of a URL parameter: one close to the rail's own options
+    (``pool_sise``) is that option misspelt, which libpq, knowing only its own, cannot say."""
+    import difflib  # an error's path only
+
+    names = sorted({*_OWN, *_LISTEN, *SHARED})
+    for key, _value in parse_qsl(urlsplit(conninfo).query, keep_blank_values=True):
+        close = difflib.get_close_matches(key, names, n=1)
+        if close:
+            return f" (did you mean the rail's option {close[0]!r}?)"
+    return ""
 
 
 def _listen_conninfo(

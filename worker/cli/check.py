@@ -1,10 +1,11 @@
 """``backlog-worker check``: what ``run`` would do, without claiming anything.
 
 It validates the configuration, reaches the tracker (an authenticated read proves the token),
-warns about lease TTLs the tracker would clamp and triggers no stage has, finds what ``run``
-would refuse in ``[metrics]`` and ``[tracing]`` (:mod:`.check_telemetry`), and asks every
-executor whether it is ready; it exits non-zero on a problem. It may touch the tracker (reads),
-the executors' readiness and one short-lived metrics socket only.
+warns about lease TTLs the tracker would clamp, roles no stage names and triggers no stage
+has, finds what ``run`` would refuse in ``[metrics]`` and ``[tracing]``
+(:mod:`.check_telemetry`), and asks every executor whether it is ready; it exits non-zero on a
+problem. It may touch the tracker (reads), the executors' readiness and one short-lived metrics
+socket only.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from worker.cli.token import token_options, token_overrides
 from worker.config.importpath import use_python_path
 from worker.config.models import Config
 from worker.daemon import Role
-from worker.triggers import sent_trigger_problems, trigger_problems
+from worker.triggers import sent_trigger_problems, trigger_problems, unworked_role_problems
 from worker.workdirs import check_workdir_base
 
 __all__ = ["check_command", "register"]
@@ -134,6 +135,8 @@ async def _check_tracker(config: Config, report: CheckReport, built: list[Role])
                     f"{ceiling / 1000:g}s heartbeat reset; it will be clamped"
                 )
                 report.add(f"lease_ttl:{role.name}", "warn", detail)
+        for problem in unworked_role_problems(config.roles, pipelines):
+            report.add("roles", "warn", problem)
         for problem in trigger_problems(config.roles, pipelines):
             report.add("triggers", "warn", problem)
         for built_role in built:

@@ -47,8 +47,14 @@ def select_roles(config: Config, names: Sequence[str]) -> Config:
     """Keep only the roles named (all when ``names`` is empty), and every other key as it is;
     unknown names are a ConfigError."""
     if not config.roles:
-        where = f" in {config.source}" if config.source else ""
-        raise ConfigError(f"no [[roles]] configured{where}: a worker needs at least one role")
+        if config.source:
+            where = f" in {config.source}"
+        else:  # no file at all: most likely a first run without --config
+            where = " (no --config FILE given, nor $BACKLOG_WORKER_CONFIG)"
+        raise ConfigError(
+            f"no [[roles]] configured{where}: a worker needs at least one role "
+            "(a [[roles]] table naming its executor: docs/getting-started/quickstart.md)"
+        )
     if not names:
         return config
     known = {r.name for r in config.roles}

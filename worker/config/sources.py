@@ -105,16 +105,16 @@ class Origin(NamedTuple):
 
 
 def toml_place(loc: Loc, role_names: Mapping[int, str]) -> str:
-    """``[worker] concurrency``, ``[[roles]] #1 (coder) timeout_s``, ``log_level``."""
+    """``[worker] concurrency``, ``[[roles]] #1 (coder) timeout_s``, ``[[schedules]] #2 cron``,
+    ``log_level``: an array of tables' entry is counted from 1, as a reader of the file does."""
     parts = [str(p) for p in loc]
-    if loc and loc[0] == "roles":
-        if len(loc) == 1:
-            return "[[roles]]"
-        if isinstance(loc[1], int):
-            head = f"[[roles]] #{loc[1] + 1}"
-            if loc[1] in role_names:
-                head += f" ({role_names[loc[1]]})"
-            return f"{head} {'.'.join(parts[2:])}".rstrip()
+    if loc and loc[0] == "roles" and len(loc) == 1:
+        return "[[roles]]"
+    if len(loc) > 1 and isinstance(loc[1], int):
+        head = f"[[{loc[0]}]] #{loc[1] + 1}"
+        if loc[0] == "roles" and loc[1] in role_names:
+            head += f" ({role_names[loc[1]]})"
+        return f"{head} {'.'.join(parts[2:])}".rstrip()
     if len(parts) <= 1:
         return parts[0] if parts else "(top level)"
     return f"[{'.'.join(parts[:-1])}] {parts[-1]}"

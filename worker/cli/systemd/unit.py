@@ -387,12 +387,12 @@ def systemd_unit_command(
             text = render_service(opts)
             warnings = list(placement.warnings) if placement is not None else []
     except UnitRefused as exc:
-        click.echo(f"backlog-worker: systemd-unit: {exc}", err=True)
+        click.echo(f"error: {exc}", err=True)  # one line, as every command's refusal
         sys.exit(2)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--instance") from None
     for warning in warnings:
-        click.echo(f"backlog-worker: warning: {warning}", err=True)
+        click.echo(f"warning: {warning}", err=True)
     click.echo(text, nl=False)
 
 
