@@ -116,12 +116,12 @@ def build_server(
     ``task_id``: bind the server to that task (its submissions become subtasks, its store
     writes carry the task's id).
     """
-    from importlib.metadata import version
+    from tracker_client.version import package_version
 
     bound = task_id
     server: MCPServer[Any] = MCPServer(
         name,
-        version=version("backlog-worker"),  # the initialize answer's serverInfo.version
+        version=package_version(),  # the initialize answer's serverInfo.version
         log_level="WARNING",  # stderr only; stdout is the protocol's on stdio
         instructions=(
             "Tools of a backlog-worker rail: submit tasks to pipelines, wait for them, read "

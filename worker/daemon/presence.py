@@ -23,13 +23,13 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any, Protocol
 
 import anyio
 
 from tracker_client.capabilities import Capabilities
 from tracker_client.protocol import RegistersWorkers
+from tracker_client.version import package_version
 from worker.config.models import WorkerConfig
 from worker.daemon.claimer import Claimer
 from worker.daemon.values import Role
@@ -63,12 +63,8 @@ class PresenceSource(Protocol):
         ...
 
 
-def worker_version() -> str:
-    """The installed backlog-worker's version (``unknown`` when not installed as a package)."""
-    try:
-        return metadata.version("backlog-worker")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+#: The installed backlog-worker's version (``unknown`` when not installed as a package).
+worker_version = package_version
 
 
 class Presence:

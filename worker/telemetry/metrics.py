@@ -23,7 +23,6 @@ import platform
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -48,6 +47,7 @@ from tracker_client.errors import (
 from tracker_client.serve.browser import HostRule, named_hosts
 from tracker_client.serve.metrics_http import bind, listening_on, queue_families, serve_metrics
 from tracker_client.sweeps import SweepCounts
+from tracker_client.version import package_version
 from worker.config.telemetry import MetricsConfig, parse_listen
 from worker.telemetry import RunEnd, RunTelemetry, Telemetry, WorkerView
 
@@ -123,13 +123,6 @@ class _Children:
         if child is None:
             child = self._cache[values] = self._metric.labels(*values)
         return child
-
-
-def _version() -> str:
-    try:
-        return metadata.version("backlog-worker")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree not installed
-        return "unknown"
 
 
 class WorkerMetrics(Telemetry):
@@ -223,7 +216,7 @@ class WorkerMetrics(Telemetry):
             ["version", "python"],
             registry=reg,
         )
-        info.labels(version=_version(), python=platform.python_version()).set(1)
+        info.labels(version=package_version(), python=platform.python_version()).set(1)
         reg.register(_Live(self))
         ProcessCollector(registry=reg)  # process_cpu_seconds_total, resident memory, fds
         self._claims = _Children(self.claims)  # (role, result)
