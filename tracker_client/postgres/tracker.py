@@ -306,9 +306,12 @@ class PostgresTracker(Rail[PgEngine]):
         self._leased: dict[str, tuple[str, str]] = {}
         #: (pipeline, stage, trigger) -> a move worked out (see :meth:`_plan_of`).
         self._moves: dict[tuple[str, str, str], _Move] = {}
-        #: (stage, new stage, trigger) -> a plain transition's ``finish`` answer and its
-        #: recorded JSON text.
-        self._answers: dict[tuple[str, str, str], tuple[FinishResult, str]] = {}
+        #: A planned move's answer (by its identity: one object per move planned, see
+        #: :meth:`_plan_of`) -> that answer (kept, so the identity is not reused while the
+        #: entry is), a plain transition's ``finish`` answer holding it and its recorded JSON
+        #: text. Not by the answer's fields: each read of a model's field goes through its
+        #: ``__getattr__`` hook (~400 instructions on CPython 3.11), four an item.
+        self._answers: dict[int, tuple[TransitionResult, FinishResult, str]] = {}
         #: A report's object (its keys, values and their types) -> its canonical JSON text
         #: (see :func:`_fingerprint`).
         self._texts: dict[Any, str] = {}
@@ -864,11 +867,12 @@ class PostgresTracker(Rail[PgEngine]):
         """Note the pipeline and stage of leases handed out (see the module docstring)."""
         known = self._leased
         for lease in leases:
-            if lease.task.budgets:  # budgets of its own: the rail's transition checks them
+            task = lease.task  # each field read once: a model field is read through a hook
+            if task.budgets:  # budgets of its own: the rail's transition checks them
                 continue
             if len(known) >= REMEMBERED:
                 known.pop(next(iter(known)))
-            known[lease.run_id] = (lease.task.pipeline_id, lease.task.stage)
+            known[lease.run.id] = (task.pipeline_id, task.stage)
 
     async def transition(
         self,
@@ -1109,16 +1113,15 @@ class PostgresTracker(Rail[PgEngine]):
             args = [item.lease.run_id, digest, plain, body, None]
             # the same answer for every run making the move (a frozen model, as its
             # TransitionResult is): made, and its JSON text, once
-            known = (result.previous_stage, result.new_stage, result.trigger)
-            found = self._answers.get(known)
-            if found is None or found[0].transition is not result:
+            found = self._answers.get(id(result))
+            if found is None or found[0] is not result:
                 if len(self._answers) >= REMEMBERED:
                     self._answers.clear()
                 done = FinishResult(event_ids=[], transition=result)
                 text = json.dumps(done.model_dump(mode="json"), separators=(",", ":"))
-                found = self._answers[known] = (done, text)
-            answers.append(found[0])
-            return args, found[1]
+                found = self._answers[id(result)] = (result, done, text)
+            answers.append(found[1])
+            return args, found[2]
 
         planned = self._plan_move(
             item.lease,

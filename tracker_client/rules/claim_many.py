@@ -174,7 +174,7 @@ def keyed_claim_many(
         "claim_many",
         [agent_id, agent_role, lease_ttl_ms, n, limits],
         lambda: claim(c, agent_id, agent_role, lease_ttl_ms, n, limits, idempotency_key),
-        lambda leases: [{"lease_id": x.lease_id, "run_id": x.run_id} for x in leases],
+        lambda leases: [{"lease_id": x.lease_id, "run_id": x.run.id} for x in leases],
         replay,
         record_empty=record_empty,
     )
