@@ -6,8 +6,7 @@ at stock durability a WAL flush, ~1.5-2.5 ms; on a served rail an HTTP request a
 server's commit), and the next batch cannot start before its claim is answered: the worker's
 CPU and the rail's write alternate, neither overlapping the other (measured on PostgreSQL: a
 2.3 ms statement, then ~1.1 ms of the worker running the ten runs it brought, in turn).
-PgQueuer overlaps them by holding up to twice its batch picked (docs/benchmarks.md,
-"PostgreSQL rail").
+PgQueuer overlaps them by holding up to twice its batch picked (docs/benchmarks/postgresql.md).
 
 This module is the bookkeeping the rails that do it share, with no new operation on the
 wire: while one instance's worker drains a role (its ``claim_many`` calls come within
@@ -17,7 +16,7 @@ kept, and :class:`ClaimAhead` keeps them. Two: the worker's claim for the slots 
 comes beside that batch's reports, before or after them, and finds one batch kept either way,
 so every report carries the next claim and no claim goes alone (one batch kept measured 0.11
 statements per task on PostgreSQL, a lone report or claim in every third; two, 0.07:
-docs/benchmarks.md, "PostgreSQL rail").
+docs/benchmarks/postgresql.md).
 The PostgreSQL rail claims in the report's statement and transaction (``bw_finish_claim_tx``,
 :mod:`tracker_client.postgres.pairing`); the served rail's client in the report's request
 (extension ``finish_claim``, :mod:`tracker_client.nulltickets.ahead`); the embedded rail in the

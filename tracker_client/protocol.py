@@ -256,8 +256,8 @@ class ParksClaims(Protocol):
         """Whether a parked claim costs the rail nothing while it waits (no write, no poll: it
         sleeps until a wake-up or the time work comes due), so an idle worker's parks start
         from half its back-off's ceiling, or of ``worker.daemon.pacing.QUIET_PARK_S`` if
-        longer, instead of doubling up from ``idle_min_s`` (docs/benchmarks.md, "Pickup
-        latency", "Idle cost"). False where a shorter park answers a pickup sooner (the served
+        longer, instead of doubling up from ``idle_min_s`` (docs/benchmarks/pickup.md,
+        docs/benchmarks/costs.md). False where a shorter park answers a pickup sooner (the served
         rail) or time alone does not end the wait (the SQLite rail's delayed tasks)."""
 
     async def parked_claim(

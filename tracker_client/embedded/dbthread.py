@@ -179,7 +179,7 @@ class Checkpointer:
     the next commit, which then writes a new WAL header and syncs it (SQLite does so whatever
     ``synchronous`` short of OFF says): ~0.3-0.45 ms on this project's machines, paid by the
     first write after a quiet second, typically the create of new work, on the pickup's path
-    (docs/benchmarks.md, "Pickup latency"). So the thread restarts it itself, at once, by
+    (docs/benchmarks/pickup.md). So the thread restarts it itself, at once, by
     committing a write that changes nothing (:func:`_restart_wal`), unless a commit came
     meanwhile (a busy rail); the next commit appends.
 

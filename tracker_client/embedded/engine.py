@@ -26,7 +26,7 @@ datagram announced is still picked up within a second. The poll runs every ``pol
 only where the datagrams cannot stand in for it: no socket could be bound (the waiter then
 relies on the poll alone), a follower (events and heartbeats send no datagram), a rail without
 the wake counter. An idle worker's loop then wakes about once a second for the poll, not 20
-times (docs/benchmarks.md, "Idle cost").
+times (docs/benchmarks/costs.md).
 """
 
 from __future__ import annotations

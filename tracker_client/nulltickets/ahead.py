@@ -3,8 +3,8 @@
 With one worker process on ``tracker serve``, a batch's life was strictly serial: the worker
 ran ten no-op runs, sent their reports with the claim of the slots they freed (extension
 ``finish_claim``, :mod:`.pairing`), then waited while the server wrote both; the worker's CPU and
-the server's alternated, neither overlapping the other (docs/benchmarks.md, "The served rail's
-HTTP plumbing"). Here, as the PostgreSQL rail does in its own process (its ``claim_ahead``),
+the server's alternated, neither overlapping the other (docs/benchmarks/served.md).
+Here, as the PostgreSQL rail does in its own process (its ``claim_ahead``),
 the claim riding with a busy worker's reports is for the batch *after* the next, and its leases
 are kept in this client: the worker's next ``claim_many`` is answered from them at once, and
 those runs go while the server writes the reports and the claim that will refill what was

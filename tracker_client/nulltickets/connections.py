@@ -86,7 +86,7 @@ class OneWriteRequests(httpcore.AsyncNetworkBackend):
     between), so each goes out as a TCP segment of its own: the server is woken for the head,
     starts the request and waits for its body. In the pickup bench the served tracker read a
     create's body 0.8 ms after its head, on two cores shared with the worker and the producer
-    (docs/benchmarks.md, "Pickup latency"). HTTP/1.1 without ``Expect: 100-continue`` (which
+    (docs/benchmarks/pickup.md). HTTP/1.1 without ``Expect: 100-continue`` (which
     this client never sends) reads nothing before its request is written whole, so the first
     read after the writes is where they are sent. Used for ``http://`` only (TLS connections
     write through ``start_tls``'s stream)."""
@@ -187,7 +187,7 @@ class _GatheredWrites(httpcore.AsyncNetworkStream):
         server closed it. httpcore asks it of every idle connection as each request starts
         and ends; its backend makes a poll object and reads the stream's attributes each time
         (~4.8 us against ~0.3 with the poll kept: several idle connections, twice per
-        request, on a worker's pickup path; docs/benchmarks.md, "Pickup latency")."""
+        request, on a worker's pickup path; docs/benchmarks/pickup.md)."""
         sock, poll = self._sock, self._readable
         if sock is None or poll is None:
             if self._closed:

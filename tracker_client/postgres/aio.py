@@ -222,7 +222,7 @@ async def prepared_call(
     and busy-time checks). A hot-path statement waits ~1.5-2 ms for its durable commit, the
     loop often idle meanwhile: a statement waiting 2 ms on the server took 104-130 us of
     the loop's CPU through psycopg's ``execute`` and 32-49 us this way (same run, uvloop;
-    docs/benchmarks.md, "PostgreSQL rail"). An error the server answers is raised as
+    docs/benchmarks/postgresql.md). An error the server answers is raised as
     psycopg raises it (``psycopg.Error`` with its SQLSTATE); the connection stays usable."""
     state = _PREPARED.get(conn)
     if state is None:
@@ -255,7 +255,7 @@ async def simple_query(conn: psycopg.AsyncConnection[Any], query: bytes) -> None
     for a caller that reads no rows (a create's gathered write, :class:`~.dialect.OneTrip`),
     on libpq itself as :func:`prepared_call` does, without psycopg's per-call machinery. A
     create is on every pickup's path, its producer idle between creates: that call's CPU,
-    caches cold, 424-442 -> 269-293 us (docs/benchmarks.md, "Pickup latency"). An error the
+    caches cold, 424-442 -> 269-293 us (docs/benchmarks/pickup.md). An error the
     server answers is raised as psycopg raises it (the transaction left failed, for the
     caller's rollback)."""
     pgconn = conn.pgconn
@@ -278,7 +278,7 @@ async def prepare_once(conn: psycopg.AsyncConnection[Any], statements: Mapping[s
     create's: :class:`~.dialect.OneTrip`), where an extended-protocol prepared statement
     can't go: PostgreSQL's plan cache plans each for its first few runs on the connection,
     then keeps its generic plan (their values change no plan), where the plain text was
-    parsed and planned at every create (docs/benchmarks.md, "PostgreSQL rail"). A name is an
+    parsed and planned at every create (docs/benchmarks/postgresql.md). A name is an
     identifier of ours. An error is raised as psycopg raises it, the connection closed (which
     of the round trip's statements were prepared is not known; a lane never reuses it)."""
     done = _ONCE.get(conn)

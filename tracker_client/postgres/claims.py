@@ -158,7 +158,7 @@ def _claim_one(
     key = None if idempotency_key is None else rail_key(ctx)
     while True:
         # the run id leads with the time: runs_pkey and events_run grow at their right edge
-        # (docs/benchmarks.md, "Finished tasks kept")
+        # (docs/benchmarks/retention.md)
         run_id, lease_id, token = fresh_ids(now)
         if key is not None and idempotency_key is not None:
             token = keyed_token(key, lease_id, idempotency_key)

@@ -159,7 +159,7 @@ class PgEngine:
         waits until then for the calls in flight on the event loop's connections (the claim
         the wake-up started) to end: its own look at the rail (a read on a pool thread) would
         otherwise run beside that claim, on the same two cores, on the path of the pickup
-        (docs/benchmarks.md, "Pickup latency"). Nothing is missed meanwhile: a wake-up during
+        (docs/benchmarks/pickup.md). Nothing is missed meanwhile: a wake-up during
         it moves the change mark, and ``wait_for_work`` answers at once."""
         since = time.monotonic() - self._woken_at
         lane = self.db.lane

@@ -77,8 +77,7 @@ def notify_sql(channel: str, instance: str) -> str:
 def notify_prepared(channel: str, instance: str) -> Prepared:
     """:func:`notify_sql`, and the same statement for a create's one round trip: prepared
     once per connection (``channel`` and ``instance`` its parameters), where the plain text
-    was planned at every create (~25 us of the server's time, docs/benchmarks.md,
-    "PostgreSQL rail")."""
+    was planned at every create (~25 us of the server's time, docs/benchmarks/postgresql.md)."""
     literals = [sql.Literal(v).as_string() for v in (channel, instance)]
     name = "_bw_follow_notify"
     return Prepared(

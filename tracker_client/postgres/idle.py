@@ -22,7 +22,7 @@ claimed: one read (``wait.idle_look``) says whether a claim could lease now and 
 may make work claimable; while the listener is up and the row was live, it then sleeps until a
 NOTIFY (or a write of this instance), that time, :data:`LOOK_TICK_S` or its deadline, and only
 a wake-up or a due time sends the keyed claim. Before it, every idle round's probe was two
-keyed claims (each a durable write) and two reads (docs/benchmarks.md, "Pickup latency").
+keyed claims (each a durable write) and two reads (docs/benchmarks/pickup.md).
 While it sleeps it *stands* (:mod:`.standing`): the create that brings its work claims for it
 in the create's own write, and the keyed claim the NOTIFY sends then only reads the leases.
 """
@@ -316,7 +316,7 @@ class IdleLook:
         after it ends by then). The parked claim's key is new here (one the rail knows as
         ended was answered before the look), so no claim of it is recorded: the look's first
         answer is known too. Each idle round's parked claim otherwise read the rail once
-        (about five per pickup in the pickup bench, docs/benchmarks.md "Pickup latency")."""
+        (about five per pickup in the pickup bench, docs/benchmarks/pickup.md)."""
         quiet = self._quiet
         if quiet is None or (quiet.role, quiet.agent) != (role, agent):
             return None

@@ -2,7 +2,7 @@
 
 An idle worker's parked claim on PostgreSQL sleeps until a NOTIFY (:class:`~.idle.IdleLook`);
 woken, it sent its keyed claim: a write with its own WAL flush and an idle backend waking, ~3
-ms of a ~6 ms pickup (docs/benchmarks.md, "Pickup latency"). While it sleeps it now *stands*:
+ms of a ~6 ms pickup (docs/benchmarks/pickup.md). While it sleeps it now *stands*:
 one row in ``standing_claims`` with its first attempt's idempotency key, role, agent, lease TTL,
 the claim's fingerprint, and the run ids, lease ids and token digests it made ahead (the tokens
 derive from the rail's key and the attempt's key, :mod:`tracker_client.rules.leasekeys`, so the
@@ -38,7 +38,7 @@ on the rail's *grant channel* (:func:`grant_channel`), which each instance's lis
 listens on (:mod:`.wake`). The woken standing claim finds its rows there by their run ids (it
 made them) and builds its leases from them and the tokens it derived: its claim under the key
 sends nothing (:meth:`StandingClaims.granted_rows`): from the NOTIFY to the executor's start
-0.64 ms instead of 1.5-1.6 (docs/benchmarks.md, "Pickup latency"). A create that found no
+0.64 ms instead of 1.5-1.6 (docs/benchmarks/pickup.md). A create that found no
 claim standing when its offer began looks no task up for it (the offer notes it in a
 transaction-local setting): a create costs what it did where no worker is idle. Nothing else
 changes: the grant is the create's claim under the key,

@@ -170,7 +170,7 @@ MOVE_FIELDS = (
     *("event", "now", "key", "fp", "result"),
 )
 #: ``bw_finish_many_tx`` (schema 9): the lock, wake-ups and the items' moves (since schema 20
-#: one statement for the batch, ``bw_moves``: docs/benchmarks.md, "PostgreSQL rail").
+#: one statement for the batch, ``bw_moves``: docs/benchmarks/postgresql.md).
 _MANY_CALL = STATEMENTS["hot.finish_many_tx"]
 #: An item's fields in ``bw_finish_many_tx``'s JSON (the call's ``now`` is the batch's).
 _ITEM_FIELDS = tuple(f for f in MOVE_FIELDS if f != "now")
@@ -417,7 +417,7 @@ class PostgresTracker(Rail[PgEngine]):
     # -- the idle worker's parked claim: no write while nothing can be claimed (see .idle) -----
     #: An idle parked claim sleeps until a NOTIFY, a due time or its end (:class:`~.idle.IdleLook`):
     #: a long park costs the rail nothing, so idle workers park from half their back-off's
-    #: ceiling (docs/benchmarks.md, "Pickup latency").
+    #: ceiling (docs/benchmarks/pickup.md).
     quiet_parks = True
 
     async def parked_claim(
@@ -800,7 +800,7 @@ class PostgresTracker(Rail[PgEngine]):
         """``bw_claim_tx``'s parameters for ``n`` leases (checked arguments), the ids they
         carry (``ahead``: made already, keyed) and the claim's ``now``."""
         now = int(self._clock())
-        # run ids lead with the time (docs/benchmarks.md, "Finished tasks kept")
+        # run ids lead with the time (docs/benchmarks/retention.md)
         ids = ahead or fresh_ids_many(now, n, random_tokens=key is None)
         if key is not None and ahead is None:
             secret = self._rail_key

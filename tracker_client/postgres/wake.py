@@ -9,7 +9,7 @@ event loop. Its own notifications are ignored: the write already woke them in pr
 
 On asyncio the event loop itself reads the listening socket (``add_reader``): a NOTIFY wakes
 the loop directly, with no thread to wake first and no hand-off from it (the wake-up is on the
-path of every pickup: docs/benchmarks.md, "Pickup latency"). A thread of its own still opens
+path of every pickup: docs/benchmarks/pickup.md). A thread of its own still opens
 the connection and ``LISTEN`` s (a blocking connect, reconnects with a back-off), then hands it
 to the loop and waits until the loop reports it lost. Under another event loop (trio) that
 thread reads the notifications too and hands each wake-up to the loop.

@@ -35,7 +35,7 @@ process, no lease lapsing: the rail's change mark unmoved and ``wait_for_work`` 
 sooner than asked) answers ``[]`` without one more claim: nothing it could lease came, and a
 caller that wants work parks again at once, whose first claim is that look. An idle worker's
 round was two claims, the park's last look and the next park's first ~15 ms apart, each an
-empty attempt written under its key (docs/benchmarks.md, "Idle cost"). Work that time alone
+empty attempt written under its key (docs/benchmarks/costs.md). Work that time alone
 makes claimable without a lapsing lease (a delayed task or retry coming due) is leased by
 that next claim, as it was by the last look.
 
@@ -84,7 +84,7 @@ ENDED_KEPT = 4096
 #: moments; a retry later than this replays the rail's record of the attempt (as on a
 #: restarted server). Without it, an idle worker picking up one task at a time kept every
 #: answer's lease until the 4,096th: ~6 MiB more RSS per 1,000 pickups, ~25 MiB at the bound
-#: (docs/benchmarks.md, memory footprint of a worker).
+#: (docs/benchmarks/memory.md).
 ENDED_FOR_S = 60.0
 
 #: One attempt's claim (``claim_many`` under the key given).
@@ -247,7 +247,7 @@ class ParkedClaims:
 
         It waits on each claim's end instead of looking once per scheduling pass: a look per
         pass ran on the same event loop as the claims' way back to their callers, between each
-        of their steps (docs/benchmarks.md, "Pickup latency")."""
+        of their steps (docs/benchmarks/pickup.md)."""
         with anyio.move_on_after(wait_s, shield=True):
             for rider in riders:
                 await rider._entry.done.wait()

@@ -72,7 +72,7 @@ def _zone(name: str) -> ZoneInfo:
 def ticks_after(cron: str, zone: ZoneInfo, after_ms: int) -> Iterator[int]:
     """The ticks of ``cron`` on ``zone``'s wall clock strictly after ``after_ms``, as epoch ms."""
     # cronsim only where a schedule is read: ~0.6 MiB a worker on a rail without schedules
-    # never loads (docs/benchmarks.md, memory footprint)
+    # never loads (docs/benchmarks/memory.md)
     from cronsim import CronSim
 
     start = datetime.fromtimestamp(after_ms / 1000, zone)

@@ -160,7 +160,7 @@ class _OneSendAnswers(asyncio.Transport):
     write; each then leaves as a TCP segment of its own, and the client is woken for the head,
     parses it, and is woken again for the body. On the two cores the pickup bench shares with
     the client and the producer, the worker read a parked claim's head ~0.6 ms and its body
-    ~1 ms after the server wrote them (docs/benchmarks.md, "Pickup latency"). Everything else
+    ~1 ms after the server wrote them (docs/benchmarks/pickup.md). Everything else
     is the real transport's."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
