@@ -31,9 +31,11 @@ ARTICLE = {
 }
 
 
-def _checked(tmp_path: Path, roles: str) -> tuple[int, list[tuple[str, str]], str]:
+def _checked(
+    tmp_path: Path, roles: str, check: str = "triggers"
+) -> tuple[int, list[tuple[str, str]], str]:
     """``check --json`` of ``roles`` against the ``article`` pipeline: (exit code, the
-    (level, detail) of each trigger check, stdout)."""
+    (level, detail) of each ``check`` entry (the trigger checks by default), stdout)."""
     url = f"sqlite:///{tmp_path}/rail.db"
 
     async def seed() -> None:
@@ -50,7 +52,7 @@ def _checked(tmp_path: Path, roles: str) -> tuple[int, list[tuple[str, str]], st
         main, ["check", "--config", str(config), "--tracker", url, "--json"]
     )
     report = json.loads(result.stdout)
-    found = [(c["level"], c["detail"]) for c in report["checks"] if c["name"] == "triggers"]
+    found = [(c["level"], c["detail"]) for c in report["checks"] if c["name"] == check]
     return result.exit_code, found, result.stdout
 
 
@@ -193,26 +195,12 @@ def test_nullclaw_verdict_triggers_are_checked(tmp_path: Path) -> None:
 def test_check_warns_about_a_role_no_stage_names(tmp_path: Path) -> None:
     """A misspelt role would claim nothing and wait in silence: ``check`` says so, naming the
     roles the rail's stages have (a warning: its pipeline may be created later)."""
-    url = f"sqlite:///{tmp_path}/rail.db"
-
-    async def seed() -> None:
-        tracker = await open_tracker(url)
-        try:
-            await tracker.create_pipeline("article", ARTICLE)
-        finally:
-            await tracker.aclose()
-
-    anyio.run(seed)
-    config = tmp_path / "worker.toml"
-    config.write_text(
+    code, found, stdout = _checked(
+        tmp_path,
         f'[[roles]]\nname = "writer"\nexecutor = "command"\n[roles.options]\nargv = {PASS}\n'
-        f'[[roles]]\nname = "writr"\nexecutor = "command"\n[roles.options]\nargv = {PASS}\n'
+        f'[[roles]]\nname = "writr"\nexecutor = "command"\n[roles.options]\nargv = {PASS}\n',
+        check="roles",
     )
-    result = CliRunner().invoke(
-        main, ["check", "--config", str(config), "--tracker", url, "--json"]
-    )
-    report = json.loads(result.stdout)
-    found = [(c["level"], c["detail"]) for c in report["checks"] if c["name"] == "roles"]
     assert found == [
         (
             "warn",
@@ -221,4 +209,4 @@ def test_check_warns_about_a_role_no_stage_names(tmp_path: Path) -> None:
             "mean 'writer'?",
         )
     ]
-    assert report["ok"] is True and result.exit_code == 0
+    assert json.loads(stdout)["ok"] is True and code == 0
