@@ -264,8 +264,11 @@ def test_a_stop_racing_a_submit_strands_no_lease(tmp_path: Path, pause_s: float)
         finally:
             reap(proc)
         assert leased(db) == 0
-        outcomes = [status for status, _ in run_outcomes(db, task_id)]
-        assert outcomes in ([], ["released"], ["completed"]), outcomes
+        runs = run_outcomes(db, task_id)
+        # (a failed run was seen once in CI, not reproduced since: the error and the worker's
+        # log say which way the stop reached it)
+        log = (tmp_path / "worker.log").read_text(errors="replace")[-4000:]
+        assert [status for status, _ in runs] in ([], ["released"], ["completed"]), (runs, log)
 
 
 async def test_a_retry_while_the_first_still_waits_takes_over(served: tuple[str, Path]) -> None:
