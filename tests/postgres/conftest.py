@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -18,6 +18,17 @@ from tracker_client.postgres import aio
 def pg_server() -> PgServer:
     """The one real PostgreSQL of the session (skips without binaries; fails so in CI)."""
     return shared_server()
+
+
+@pytest.fixture
+async def autocommit_conn(pg_server: PgServer) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """An async autocommit connection to the shared server (the async lane's kind), closed
+    after the test; a test module's own fixture sets it up further."""
+    connection = await psycopg.AsyncConnection.connect(pg_server.url, autocommit=True)
+    try:
+        yield connection
+    finally:
+        await connection.close()
 
 
 @pytest.fixture

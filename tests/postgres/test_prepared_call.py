@@ -8,7 +8,6 @@ connection and parameter types, and a parameter bigger than the socket takes at 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -27,14 +26,10 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def conn(pg_server: PgServer) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    connection = await psycopg.AsyncConnection.connect(pg_server.url, autocommit=True)
-    configure_types(connection)  # type: ignore[arg-type]
-    connection.row_factory = row_factory  # type: ignore[assignment]  # as the lane's
-    try:
-        yield connection
-    finally:
-        await connection.close()
+def conn(autocommit_conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
+    configure_types(autocommit_conn)  # type: ignore[arg-type]
+    autocommit_conn.row_factory = row_factory  # type: ignore[assignment]  # as the lane's
+    return autocommit_conn
 
 
 QUERY = (

@@ -10,13 +10,11 @@ socket takes at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.postgres.server import PgServer
 from tracker_client.postgres.aio import simple_query
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -28,13 +26,11 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def conn(pg_server: PgServer) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    connection = await psycopg.AsyncConnection.connect(pg_server.url, autocommit=True)
-    try:
-        await connection.execute("CREATE TEMP TABLE items (id text PRIMARY KEY, body text)")
-        yield connection
-    finally:
-        await connection.close()
+async def conn(
+    autocommit_conn: psycopg.AsyncConnection[Any],
+) -> psycopg.AsyncConnection[Any]:
+    await autocommit_conn.execute("CREATE TEMP TABLE items (id text PRIMARY KEY, body text)")
+    return autocommit_conn
 
 
 async def _ids(conn: psycopg.AsyncConnection[Any]) -> list[str]:
