@@ -7,27 +7,20 @@ printed per task, and that bad arguments are refused by name.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchrun import run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.drain_instr", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_bench("bench.drain_instr", *args, timeout=timeout)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")

@@ -12,14 +12,13 @@ submit-to-start latency; bad options are refused by name. arq and Celery need
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benchrun import run_bench
 from tests.needs import require_module
 from tests.postgres.server import require_postgres
 
@@ -30,14 +29,7 @@ pytestmark = pytest.mark.slow
 
 
 def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.peers", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_bench("bench.peers", *args, timeout=timeout)
 
 
 @pytest.fixture

@@ -6,26 +6,19 @@ bad arguments by name and that a drain gives each of the server's threads a coun
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchrun import run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.serve_instr", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=550,
-    )
+    return run_bench("bench.serve_instr", *args, timeout=550)
 
 
 def test_bad_arguments_are_refused_by_name(tmp_path: Path) -> None:

@@ -7,26 +7,19 @@ to the total, and that ``--ab`` refuses a tree that is not this project's by nam
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchrun import run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.steady", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    return run_bench("bench.steady", *args, timeout=150)
 
 
 @pytest.mark.timeout(180)

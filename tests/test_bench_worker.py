@@ -7,26 +7,19 @@ task) and that a ROOT which is not a source tree of this project is refused by n
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchrun import run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.worker", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_bench("bench.worker", *args, timeout=240)
 
 
 def test_ab_refuses_a_root_that_is_not_a_source_tree(tmp_path: Path) -> None:

@@ -19,18 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchrun import run_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.worker_overhead", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_bench("bench.worker_overhead", *args, timeout=120)
 
 
 @pytest.mark.parametrize("rail", ["plain", "batched"])
