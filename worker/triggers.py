@@ -359,13 +359,7 @@ def unworked_role_problems(roles: Sequence[RoleConfig], pipelines: Sequence[Pipe
     misspelt role name, or a pipeline not created yet)."""
     problems: list[str] = []
     on_rail = sorted(
-        {
-            state["agent_role"]
-            for p in pipelines
-            if isinstance(states := p.definition.get("states"), Mapping)
-            for state in states.values()
-            if isinstance(state, Mapping) and isinstance(state.get("agent_role"), str)
-        }
+        {role for p in pipelines for role in _stage_roles(p).values() if isinstance(role, str)}
     )
     for role in roles:
         if role.name in on_rail:
@@ -443,13 +437,22 @@ def sent_trigger_problems(
     return [p for p in problems if p is not None]
 
 
-def _role_stages(pipeline: Pipeline, role: str) -> list[tuple[str, tuple[str, ...]]]:
+def _stage_roles(pipeline: Pipeline) -> dict[str, object]:
+    """Each stage of ``pipeline``'s definition and the ``agent_role`` it names (None where it
+    names none); a definition without ``states`` has none."""
     states = pipeline.definition.get("states")
     if not isinstance(states, Mapping):
+        return {}
+    return {
+        stage: state.get("agent_role")
+        for stage, state in states.items()
+        if isinstance(state, Mapping)
+    }
+
+
+def _role_stages(pipeline: Pipeline, role: str) -> list[tuple[str, tuple[str, ...]]]:
+    stages = [stage for stage, named in _stage_roles(pipeline).items() if named == role]
+    if not stages:
         return []
     ways = PipelineWays.of(pipeline.id, pipeline.name, pipeline.definition).ways
-    return [
-        (stage, ways.get(stage, ()))
-        for stage, state in states.items()
-        if isinstance(state, Mapping) and state.get("agent_role") == role
-    ]
+    return [(stage, ways.get(stage, ())) for stage in stages]
